@@ -1,0 +1,46 @@
+GO        ?= go
+BIN       := bin/keel
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+PROTO_DIR := proto/keelpb
+
+.PHONY: all build run test test-short lint proto proto-check bench bench-failover clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/keel
+
+## run: a local cluster on loopback with temporary data (Ctrl-C stops it).
+run: build
+	./$(BIN) dev
+
+## test: every test, race detector on, integration tests included.
+test: build
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+lint:
+	gofmt -l . | tee /dev/stderr | (! read)
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 ./...
+
+## proto: regenerate the Go code from the .proto files (protoc 3.21.12,
+## protoc-gen-go v1.36.12, protoc-gen-go-grpc v1.6.0; .ci/run installs them).
+proto:
+	protoc -I $(PROTO_DIR) --go_out=$(PROTO_DIR) --go_opt=paths=source_relative \
+		--go-grpc_out=$(PROTO_DIR) --go-grpc_opt=paths=source_relative \
+		$(PROTO_DIR)/*.proto
+
+## proto-check: fail if the committed generated code is stale.
+proto-check: proto
+	git diff --exit-code -- $(PROTO_DIR)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+## bench-failover: kill -9 the leader of a real 3-controller quorum 10 times.
+bench-failover: build
+	KEEL_BENCH_FAILOVER=10 $(GO) test -count=1 -run TestBenchFailover -v -timeout 10m ./integration/
+
+clean:
+	rm -rf bin

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/keel-dev/keel/raftlog"
+	"github.com/keel-dev/keel/server"
+)
+
+// addRaftTimingFlags binds the raft timing flags to t (whose values are the defaults).
+func addRaftTimingFlags(fs *pflag.FlagSet, t *raftlog.Timing) {
+	fs.DurationVar(&t.HeartbeatTimeout, "raft-heartbeat-timeout", t.HeartbeatTimeout,
+		"how long a follower waits without hearing from the leader before it calls an election")
+	fs.DurationVar(&t.ElectionTimeout, "raft-election-timeout", t.ElectionTimeout,
+		"how long a candidate waits for votes before it tries again")
+	fs.DurationVar(&t.LeaderLeaseTimeout, "raft-leader-lease-timeout", t.LeaderLeaseTimeout,
+		"how long a leader stays leader without reaching a quorum (at most --raft-heartbeat-timeout)")
+	fs.DurationVar(&t.CommitTimeout, "raft-commit-timeout", t.CommitTimeout,
+		"how long the leader may delay telling followers the commit index when idle")
+}
+
+func newControllerCmd(g *globalFlags) *cobra.Command {
+	cfg := server.ControllerConfig{Timing: raftlog.DefaultTiming()}
+	var nodeID int32
+	var voters string
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run one controller node of the quorum",
+		Long: `Run one controller node. Raft and gRPC share the --listen port.
+
+On first start with an empty --data-dir the node bootstraps the quorum from
+--voters (give every node the same list); afterwards it rejoins from its data
+dir and --voters is ignored.`,
+		Example: `  keel controller --node-id 1 --listen 127.0.0.1:9091 --data-dir /var/lib/keel/1 \
+    --voters 1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if nodeID <= 0 {
+				return fmt.Errorf("--node-id is required and must be a positive integer")
+			}
+			if cfg.DataDir == "" {
+				return fmt.Errorf("--data-dir is required")
+			}
+			vs, err := raftlog.ParseVoters(voters)
+			if err != nil {
+				return fmt.Errorf("--voters: %w", err)
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg.NodeID, cfg.Voters, cfg.Logger, cfg.Version = nodeID, vs, log, buildVersion()
+			node, err := server.StartController(cfg)
+			if err != nil {
+				return err
+			}
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			select {
+			case sig := <-sigs:
+				log.Info("stopping", "signal", sig.String())
+				return node.Close()
+			case err := <-node.Fatal():
+				node.Close()
+				return err
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.Int32Var(&nodeID, "node-id", 0, "this node's id: a positive integer, one of the ids in --voters (required)")
+	f.StringVar(&cfg.Listen, "listen", "", "address to listen on for raft and gRPC (default: this node's address in --voters)")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the raft log, snapshots and node metadata (required)")
+	f.StringVar(&voters, "voters", "", "the initial quorum, id@host:port,... (required on first start)")
+	f.StringVar(&cfg.ClusterID, "cluster-id", "", "cluster id for a new cluster (default: a random UUID); a data dir of another cluster is refused")
+	f.DurationVar(&cfg.WriteTimeout, "write-timeout", defaultWriteTimeout, "how long a write may wait to commit before it fails with Unavailable")
+	addRaftTimingFlags(f, &cfg.Timing)
+	return cmd
+}

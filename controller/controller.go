@@ -1,0 +1,225 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/raft"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/raftlog"
+)
+
+// Config configures a Controller.
+type Config struct {
+	NodeID int32
+	// ClusterID is written by the first active controller of a new cluster;
+	// empty means a random UUID.
+	ClusterID string
+	// ApplyTimeout bounds how long a write may wait to enter raft.
+	ApplyTimeout time.Duration
+	// EventQueueSize bounds the event loop's queue; beyond it writes get ErrQueueFull.
+	EventQueueSize int
+	Logger         *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.ApplyTimeout <= 0 {
+		c.ApplyTimeout = 5 * time.Second
+	}
+	if c.EventQueueSize <= 0 {
+		c.EventQueueSize = 4096
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Controller follows raft leadership and, while this node leads, runs the
+// active controller.
+type Controller struct {
+	cfg      Config
+	fsm      *fsm.FSM
+	log      *slog.Logger
+	notifyCh chan bool
+
+	raft *raft.Raft // set by Start
+
+	// active is the leadership in force once its epoch committed; nil otherwise.
+	active atomic.Pointer[leadership]
+
+	stop     context.CancelFunc
+	stopped  chan struct{}
+	stopOnce sync.Once
+}
+
+// New returns a controller over f. Pass NotifyCh to raft's config, then call
+// Start with the raft it configured.
+func New(cfg Config, f *fsm.FSM) *Controller {
+	cfg.setDefaults()
+	return &Controller{
+		cfg: cfg,
+		fsm: f,
+		log: cfg.Logger.With("component", "controller", "node_id", cfg.NodeID),
+		// Raft blocks on this channel: it must be buffered and drained by one
+		// goroutine that never calls raft itself.
+		notifyCh: make(chan bool, 16),
+		stopped:  make(chan struct{}),
+	}
+}
+
+// NotifyCh is the channel raft reports leadership changes on.
+func (c *Controller) NotifyCh() chan<- bool { return c.notifyCh }
+
+// Start begins following leadership on r.
+func (c *Controller) Start(r *raft.Raft) {
+	c.raft = r
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stop = cancel
+	go c.monitorLeadership(ctx)
+}
+
+// Stop ends any leadership work and waits for it. Raft itself is closed by its owner.
+func (c *Controller) Stop() {
+	c.stopOnce.Do(func() {
+		if c.stop == nil {
+			close(c.stopped)
+			return
+		}
+		c.stop()
+		<-c.stopped
+	})
+}
+
+// monitorLeadership is the only reader of notifyCh. It starts a leadership
+// when raft says this node leads and revokes it, waiting until everything it
+// started has stopped, when raft says it no longer does.
+func (c *Controller) monitorLeadership(ctx context.Context) {
+	defer close(c.stopped)
+	var current *leadership
+	revoke := func() {
+		if current != nil {
+			current.revoke()
+			current = nil
+		}
+	}
+	defer revoke()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case isLeader := <-c.notifyCh:
+			// A lost-then-regained flap is a new leadership: revoke first.
+			revoke()
+			if isLeader {
+				current = c.newLeadership()
+				go current.run()
+			}
+		}
+	}
+}
+
+// Active reports whether this node is the active controller, and its epoch.
+func (c *Controller) Active() (bool, int64) {
+	if l := c.active.Load(); l != nil {
+		return true, l.epoch
+	}
+	return false, 0
+}
+
+// Leader returns the raft leader's id and address as this node knows them,
+// or -1 and "" when none is known.
+func (c *Controller) Leader() (int32, string) {
+	addr, id := c.raft.LeaderWithID()
+	if id == "" {
+		return -1, ""
+	}
+	n, err := raftlog.ParseServerID(id)
+	if err != nil {
+		return -1, ""
+	}
+	return n, string(addr)
+}
+
+// notLeader builds the error for a write that reached a node that is not active.
+func (c *Controller) notLeader() error {
+	if c.raft.State() == raft.Leader {
+		return ErrNotReady
+	}
+	id, addr := c.Leader()
+	return &NotLeaderError{LeaderID: id, LeaderAddress: addr}
+}
+
+// Propose commits records as one batch through the active controller's event
+// loop and returns the raft index they were applied at. It fails with a
+// *NotLeaderError or ErrNotReady when this node is not active, ErrQueueFull
+// when the event queue is full, ErrOutcomeUnknown when leadership was lost
+// mid-write, or the context's error.
+func (c *Controller) Propose(ctx context.Context, records ...*keelpb.Record) (uint64, error) {
+	l := c.active.Load()
+	if l == nil {
+		return 0, c.notLeader()
+	}
+	type result struct {
+		index uint64
+		err   error
+	}
+	done := make(chan result, 1)
+	err := l.submit(ctx, event{
+		run: func() {
+			if ctx.Err() != nil { // the caller has given up: write nothing
+				done <- result{0, ctx.Err()}
+				return
+			}
+			index, err := l.commit(records...)
+			done <- result{index, err}
+		},
+		abandon: func(err error) { done <- result{0, err} },
+	})
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case r := <-done:
+		return r.index, r.err
+	case <-ctx.Done():
+		return 0, fmt.Errorf("%w (%v)", ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+// commitBatch writes records as one raft entry and waits until it is applied.
+func (c *Controller) commitBatch(records ...*keelpb.Record) (uint64, error) {
+	data, err := fsm.EncodeBatch(records...)
+	if err != nil {
+		return 0, fmt.Errorf("encode batch: %w", err)
+	}
+	f := c.raft.Apply(data, c.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrNotLeader),
+			errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrEnqueueTimeout),
+			errors.Is(err, raft.ErrRaftShutdown):
+			return 0, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+		}
+		return 0, err
+	}
+	if resp, ok := f.Response().(error); ok && resp != nil {
+		return 0, fmt.Errorf("batch refused by the state machine: %w", resp)
+	}
+	return f.Index(), nil
+}
+
+// newClusterID is the id the first active controller writes.
+func (c *Controller) newClusterID() string {
+	if c.cfg.ClusterID != "" {
+		return c.cfg.ClusterID
+	}
+	return uuid.NewString()
+}

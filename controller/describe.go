@@ -1,0 +1,48 @@
+package controller
+
+import (
+	"strings"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/raftlog"
+)
+
+// Describe reports this node's own view of the quorum: its raft state and
+// indexes, the leader it knows, the committed controller epoch, and the voters
+// in its latest raft configuration. It never blocks on other nodes.
+func (c *Controller) Describe(version string) *keelpb.DescribeQuorumResponse {
+	img := c.fsm.Image()
+	leaderID, leaderAddr := c.Leader()
+	active, _ := c.Active()
+	resp := &keelpb.DescribeQuorumResponse{
+		ClusterId:               img.ClusterID,
+		NodeId:                  c.cfg.NodeID,
+		State:                   strings.ToLower(c.raft.State().String()),
+		Active:                  active,
+		LeaderId:                leaderID,
+		LeaderAddress:           leaderAddr,
+		ControllerEpoch:         img.ControllerEpoch,
+		ControllerEpochLeaderId: img.ControllerLeaderID,
+		RaftTerm:                c.raft.CurrentTerm(),
+		CommitIndex:             c.raft.CommitIndex(),
+		LastIndex:               c.raft.LastIndex(),
+		AppliedIndex:            c.raft.AppliedIndex(),
+		Version:                 version,
+	}
+	if f := c.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			id, err := raftlog.ParseServerID(s.ID)
+			if err != nil {
+				continue
+			}
+			suffrage := "voter"
+			if s.Suffrage != raft.Voter {
+				suffrage = "nonvoter"
+			}
+			resp.Voters = append(resp.Voters, &keelpb.QuorumMember{Id: id, Address: string(s.Address), Suffrage: suffrage})
+		}
+	}
+	return resp
+}

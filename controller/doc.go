@@ -1,0 +1,11 @@
+// Package controller is the active controller: it turns raft leadership into
+// the Kafka controller role (the Raft-era /controller znode).
+//
+// A node becomes the active controller in three steps once raft makes it
+// leader: a Barrier, so its FSM holds every committed record; a committed
+// ControllerEpoch record with the current epoch + 1 (and the ClusterId record
+// on a brand-new cluster); then the event loop starts and writes are accepted.
+// On losing leadership everything the leadership started is stopped before
+// anything else happens. Every state-changing decision runs on the one event
+// loop goroutine, one at a time, as the ZooKeeper-era ControllerEventManager did.
+package controller

@@ -1,0 +1,37 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotLeader: this node is not the raft leader. The error is a
+	// *NotLeaderError carrying the leader, if one is known.
+	ErrNotLeader = errors.New("not the active controller")
+	// ErrNotReady: this node is the raft leader but has not yet committed its
+	// controller epoch; writes are refused until it has.
+	ErrNotReady = errors.New("the active controller is still taking over")
+	// ErrOutcomeUnknown: leadership was lost while a write was in flight. It may
+	// or may not have committed; the client should check or retry idempotently.
+	ErrOutcomeUnknown = errors.New("leadership lost while the write was in flight; it may or may not have committed")
+	// ErrQueueFull: the event queue is at capacity.
+	ErrQueueFull = errors.New("controller event queue is full")
+	// ErrStopped: the controller is shutting down.
+	ErrStopped = errors.New("controller is shutting down")
+)
+
+// NotLeaderError says who the leader is, when known (LeaderID -1 when not).
+type NotLeaderError struct {
+	LeaderID      int32
+	LeaderAddress string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.LeaderID < 0 {
+		return "not the active controller, and no leader is known (election in progress or no quorum)"
+	}
+	return fmt.Sprintf("not the active controller; the leader is node %d at %s", e.LeaderID, e.LeaderAddress)
+}
+
+func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }

@@ -1,0 +1,167 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// establishAttempts is how many times a new leader tries to take over before
+// it hands leadership to another node.
+const establishAttempts = 3
+
+// leadership is one term of this node as raft leader: everything started for
+// it hangs off its context and is waited for by revoke.
+type leadership struct {
+	c      *Controller
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	epoch  int64 // set once established
+
+	mu     sync.Mutex // guards closed and sends on events
+	closed bool
+	events chan event
+}
+
+// event is one unit of work for the event loop. abandon is called instead of
+// run when the leadership ends before the event's turn comes.
+type event struct {
+	run     func()
+	abandon func(error)
+}
+
+func (c *Controller) newLeadership() *leadership {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &leadership{c: c, log: c.log, ctx: ctx, cancel: cancel, events: make(chan event, c.cfg.EventQueueSize)}
+	l.wg.Add(1)
+	return l
+}
+
+// run establishes the leadership, then runs the event loop until revoked.
+func (l *leadership) run() {
+	defer l.wg.Done()
+	start := time.Now()
+	if err := l.establish(); err != nil {
+		l.close()
+		if l.ctx.Err() == nil {
+			l.log.Error("could not become the active controller; transferring leadership", "err", err)
+			// Another node may succeed where this one cannot (a full disk, say).
+			if err := l.c.raft.LeadershipTransfer().Error(); err != nil {
+				l.log.Warn("leadership transfer failed", "err", err)
+			}
+		}
+		return
+	}
+	l.c.active.Store(l)
+	l.log.Info("active controller", "epoch", l.epoch, "takeover", time.Since(start).Round(time.Millisecond))
+	l.eventLoop()
+	l.close()
+}
+
+// establish makes this leader the active controller: a barrier so the FSM is
+// current, then the epoch record (and, on a new cluster, the cluster id).
+func (l *leadership) establish() error {
+	var err error
+	for attempt := 1; attempt <= establishAttempts; attempt++ {
+		if err = l.tryEstablish(); err == nil || l.ctx.Err() != nil {
+			return err
+		}
+		l.log.Warn("takeover attempt failed", "attempt", attempt, "err", err)
+		select {
+		case <-l.ctx.Done():
+			return l.ctx.Err()
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+func (l *leadership) tryEstablish() error {
+	if err := l.c.raft.Barrier(l.c.cfg.ApplyTimeout).Error(); err != nil {
+		return fmt.Errorf("barrier: %w", err)
+	}
+	img := l.c.fsm.Image()
+	var records []*keelpb.Record
+	if img.ClusterID == "" {
+		records = append(records, &keelpb.Record{Record: &keelpb.Record_ClusterId{
+			ClusterId: &keelpb.ClusterIdRecord{ClusterId: l.c.newClusterID()}}})
+	}
+	next := img.ControllerEpoch + 1
+	records = append(records, &keelpb.Record{Record: &keelpb.Record_ControllerEpoch{
+		ControllerEpoch: &keelpb.ControllerEpochRecord{Epoch: next, LeaderId: l.c.cfg.NodeID}}})
+	if _, err := l.c.commitBatch(records...); err != nil {
+		return fmt.Errorf("commit controller epoch %d: %w", next, err)
+	}
+	l.epoch = next
+	return nil
+}
+
+// eventLoop runs queued events one at a time until the leadership is revoked.
+func (l *leadership) eventLoop() {
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case ev := <-l.events:
+			ev.run()
+		}
+	}
+}
+
+// close refuses further events and abandons the queued ones, so that no
+// caller waits for an event loop that has stopped.
+func (l *leadership) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	for {
+		select {
+		case ev := <-l.events:
+			ev.abandon(l.c.notLeader())
+		default:
+			return
+		}
+	}
+}
+
+// submit queues ev on the event loop without blocking.
+func (l *leadership) submit(ctx context.Context, ev event) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.ctx.Err() != nil {
+		return l.c.notLeader()
+	}
+	select {
+	case l.events <- ev:
+		return nil
+	default:
+		return ErrQueueFull
+	}
+}
+
+// commit writes one batch for this leadership.
+func (l *leadership) commit(records ...*keelpb.Record) (uint64, error) {
+	if l.ctx.Err() != nil {
+		return 0, l.c.notLeader()
+	}
+	return l.c.commitBatch(records...)
+}
+
+// revoke stops the leadership and waits until all it started has stopped.
+func (l *leadership) revoke() {
+	l.c.active.CompareAndSwap(l, nil)
+	l.cancel()
+	l.wg.Wait()
+	if l.epoch > 0 {
+		l.log.Info("no longer the active controller", "epoch", l.epoch)
+	}
+}

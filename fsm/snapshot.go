@@ -1,0 +1,220 @@
+package fsm
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// Snapshot stream layout, written and read in one pass with no whole-image
+// buffer:
+//
+//	"KEELSNAP"                       8-byte magic
+//	frame('H', SnapshotHeader)       format version, cluster id, index, term, epoch
+//	frame('R', Record) ...           the image as records, in a fixed order
+//	frame('T', SnapshotTrailer)      record count and SHA-256 of every byte before it
+//
+// where frame(kind, msg) is the kind byte, the uvarint length, and msg's
+// deterministic protobuf encoding. Equal images give equal bytes.
+const (
+	snapshotMagic = "KEELSNAP"
+	// SnapshotFormatVersion is written in every header; readers refuse others.
+	SnapshotFormatVersion = 1
+
+	frameHeader  = 'H'
+	frameRecord  = 'R'
+	frameTrailer = 'T'
+
+	// maxFrameSize bounds one frame so a corrupt length cannot make the
+	// reader allocate without limit.
+	maxFrameSize = 64 << 20
+)
+
+// ErrCorruptSnapshot is wrapped by every error that comes from the bytes of a
+// snapshot (as opposed to the reader failing).
+var ErrCorruptSnapshot = errors.New("corrupt snapshot")
+
+// imageRecords lists the image as records, in an order that depends only on
+// the image. Replaying them in restore mode rebuilds it.
+func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
+	if img.ClusterID != "" {
+		if err := emit(&keelpb.Record{Record: &keelpb.Record_ClusterId{ClusterId: &keelpb.ClusterIdRecord{ClusterId: img.ClusterID}}}); err != nil {
+			return err
+		}
+	}
+	if img.ControllerEpoch > 0 {
+		rec := &keelpb.ControllerEpochRecord{Epoch: img.ControllerEpoch, LeaderId: img.ControllerLeaderID}
+		if err := emit(&keelpb.Record{Record: &keelpb.Record_ControllerEpoch{ControllerEpoch: rec}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type frameWriter struct {
+	w       *bufio.Writer
+	scratch []byte
+}
+
+func (fw *frameWriter) frame(kind byte, m proto.Message) error {
+	var err error
+	fw.scratch = fw.scratch[:0]
+	fw.scratch = append(fw.scratch, kind)
+	fw.scratch = binary.AppendUvarint(fw.scratch, uint64(marshal.Size(m)))
+	if fw.scratch, err = marshal.MarshalAppend(fw.scratch, m); err != nil {
+		return err
+	}
+	_, err = fw.w.Write(fw.scratch)
+	return err
+}
+
+// WriteSnapshot streams img to w in the snapshot format.
+func WriteSnapshot(w io.Writer, img *Image) error {
+	sum := sha256.New()
+	bw := bufio.NewWriterSize(io.MultiWriter(w, sum), 64<<10)
+	fw := &frameWriter{w: bw}
+	if _, err := bw.WriteString(snapshotMagic); err != nil {
+		return err
+	}
+	header := &keelpb.SnapshotHeader{
+		FormatVersion:   SnapshotFormatVersion,
+		ClusterId:       img.ClusterID,
+		Index:           img.Offset,
+		Term:            img.Term,
+		ControllerEpoch: img.ControllerEpoch,
+	}
+	if err := fw.frame(frameHeader, header); err != nil {
+		return err
+	}
+	var count uint64
+	err := imageRecords(img, func(rec *keelpb.Record) error {
+		count++
+		return fw.frame(frameRecord, rec)
+	})
+	if err != nil {
+		return err
+	}
+	// The trailer is not part of what it sums: flush everything before it
+	// through the hash first, then write it to w alone.
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	trailer := &keelpb.SnapshotTrailer{RecordCount: count, Sha256: sum.Sum(nil)}
+	tw := bufio.NewWriter(w)
+	if err := (&frameWriter{w: tw}).frame(frameTrailer, trailer); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+type frameReader struct {
+	r   *bufio.Reader
+	sum hash.Hash
+}
+
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrCorruptSnapshot, fmt.Sprintf(format, args...))
+}
+
+// next reads one frame. Frames other than the trailer are added to the sum.
+func (fr *frameReader) next() (kind byte, payload []byte, err error) {
+	kind, err = fr.r.ReadByte()
+	if err == io.EOF {
+		return 0, nil, corrupt("truncated: no trailer")
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	size, err := binary.ReadUvarint(fr.r)
+	if err != nil {
+		return 0, nil, corrupt("truncated frame length")
+	}
+	if size > maxFrameSize {
+		return 0, nil, corrupt("frame of %d bytes exceeds the %d-byte limit", size, maxFrameSize)
+	}
+	payload = make([]byte, size)
+	if _, err := io.ReadFull(fr.r, payload); err != nil {
+		return 0, nil, corrupt("truncated frame")
+	}
+	if kind != frameTrailer {
+		fr.sum.Write([]byte{kind})
+		fr.sum.Write(binary.AppendUvarint(nil, size))
+		fr.sum.Write(payload)
+	}
+	return kind, payload, nil
+}
+
+// ReadSnapshot reads a snapshot written by WriteSnapshot and rebuilds its
+// image. It verifies the magic, the format version, every record, the record
+// count and the checksum, and that nothing follows the trailer.
+func ReadSnapshot(r io.Reader) (*Image, error) {
+	fr := &frameReader{r: bufio.NewReaderSize(r, 64<<10), sum: sha256.New()}
+	magic := make([]byte, len(snapshotMagic))
+	if _, err := io.ReadFull(fr.r, magic); err != nil || string(magic) != snapshotMagic {
+		return nil, corrupt("not a Keel snapshot (bad magic)")
+	}
+	fr.sum.Write(magic)
+
+	kind, payload, err := fr.next()
+	if err != nil {
+		return nil, err
+	}
+	header := &keelpb.SnapshotHeader{}
+	if kind != frameHeader || proto.Unmarshal(payload, header) != nil {
+		return nil, corrupt("missing header")
+	}
+	if header.FormatVersion != SnapshotFormatVersion {
+		return nil, corrupt("format version %d is not supported (want %d)", header.FormatVersion, SnapshotFormatVersion)
+	}
+
+	img := Empty()
+	ctx := applyContext{index: header.Index, term: header.Term, restoring: true}
+	var count uint64
+	for {
+		kind, payload, err := fr.next()
+		if err != nil {
+			return nil, err
+		}
+		switch kind {
+		case frameRecord:
+			rec := &keelpb.Record{}
+			if err := proto.Unmarshal(payload, rec); err != nil {
+				return nil, corrupt("record %d: %v", count, err)
+			}
+			if err := applyRecord(img, rec, ctx); err != nil {
+				return nil, corrupt("record %d (%s): %v", count, RecordType(rec), err)
+			}
+			count++
+		case frameTrailer:
+			trailer := &keelpb.SnapshotTrailer{}
+			if err := proto.Unmarshal(payload, trailer); err != nil {
+				return nil, corrupt("bad trailer: %v", err)
+			}
+			if trailer.RecordCount != count {
+				return nil, corrupt("trailer counts %d records, read %d", trailer.RecordCount, count)
+			}
+			if !bytes.Equal(trailer.Sha256, fr.sum.Sum(nil)) {
+				return nil, corrupt("checksum mismatch")
+			}
+			if _, err := fr.r.ReadByte(); err != io.EOF {
+				return nil, corrupt("data after the trailer")
+			}
+			if img.ClusterID != header.ClusterId || img.ControllerEpoch != header.ControllerEpoch {
+				return nil, corrupt("header does not match the records")
+			}
+			img.Offset, img.Term = header.Index, header.Term
+			return img, nil
+		default:
+			return nil, corrupt("unknown frame kind %q", kind)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package raftlog
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// recordHandler keeps every record it is given, including those given to
+// handlers derived from it by WithAttrs.
+type recordHandler struct {
+	level slog.Level
+	attrs []slog.Attr
+	sink  *recordSink
+}
+
+type recordSink struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func newRecordHandler(level slog.Level) *recordHandler {
+	return &recordHandler{level: level, sink: &recordSink{}}
+}
+
+func (h *recordHandler) records() []slog.Record {
+	h.sink.mu.Lock()
+	defer h.sink.mu.Unlock()
+	return slices.Clone(h.sink.records)
+}
+
+func (h *recordHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.sink.mu.Lock()
+	defer h.sink.mu.Unlock()
+	r.AddAttrs(h.attrs...)
+	h.sink.records = append(h.sink.records, r)
+	return nil
+}
+func (h *recordHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &recordHandler{level: h.level, attrs: append(slices.Clone(h.attrs), as...), sink: h.sink}
+}
+func (h *recordHandler) WithGroup(string) slog.Handler { return h }
+
+func attrsOf(r slog.Record) map[string]string {
+	m := map[string]string{}
+	r.Attrs(func(a slog.Attr) bool {
+		m[a.Key] = a.Value.String()
+		return true
+	})
+	return m
+}
+
+func TestHCLogAdapter_Levels(t *testing.T) {
+	tests := []struct {
+		name string
+		log  func(hclog.Logger)
+		want slog.Level
+	}{
+		{"trace", func(l hclog.Logger) { l.Trace("m") }, slog.LevelDebug},
+		{"debug", func(l hclog.Logger) { l.Debug("m") }, slog.LevelDebug},
+		{"info", func(l hclog.Logger) { l.Info("m") }, slog.LevelInfo},
+		{"warn", func(l hclog.Logger) { l.Warn("m") }, slog.LevelWarn},
+		{"error", func(l hclog.Logger) { l.Error("m") }, slog.LevelError},
+		{"log trace", func(l hclog.Logger) { l.Log(hclog.Trace, "m") }, slog.LevelDebug},
+		{"log info", func(l hclog.Logger) { l.Log(hclog.Info, "m") }, slog.LevelInfo},
+		{"log error", func(l hclog.Logger) { l.Log(hclog.Error, "m") }, slog.LevelError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newRecordHandler(slog.LevelDebug)
+			tt.log(newHCLogAdapter(slog.New(h), "raft"))
+			recs := h.records()
+			if len(recs) != 1 {
+				t.Fatalf("got %d records, want 1", len(recs))
+			}
+			if got := recs[0].Level; got != tt.want {
+				t.Errorf("level = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHCLogAdapter_NamesArgsAndFiltering(t *testing.T) {
+	h := newRecordHandler(slog.LevelInfo)
+	var l hclog.Logger = newHCLogAdapter(slog.New(h), "raft")
+	l = l.Named("net").With("peer", "2")
+	l.Debug("filtered out")
+	l.Info("hello", "error", "x")
+
+	recs := h.records()
+	if len(recs) != 1 {
+		t.Fatalf("got %d records, want 1 (Debug must be filtered at Info)", len(recs))
+	}
+	r := recs[0]
+	got := attrsOf(r)
+	for k, want := range map[string]string{"logger": "raft.net", "peer": "2", "error": "x"} {
+		if got[k] != want {
+			t.Errorf("attr %s = %q, want %q (all: %v)", k, got[k], want, got)
+		}
+	}
+	if l.Name() != "raft.net" || l.IsDebug() || !l.IsInfo() || l.GetLevel() != hclog.Info {
+		t.Errorf("Name=%q IsDebug=%v IsInfo=%v GetLevel=%v", l.Name(), l.IsDebug(), l.IsInfo(), l.GetLevel())
+	}
+	if src := r.Source(); src == nil || !strings.HasSuffix(src.File, "hclog_test.go") {
+		t.Errorf("source = %+v, want the caller in hclog_test.go", src)
+	}
+}
+
+func TestHCLogAdapter_StandardLogger(t *testing.T) {
+	var buf bytes.Buffer
+	l := newHCLogAdapter(slog.New(slog.NewTextHandler(&buf, nil)), "raft")
+	l.StandardLogger(nil).Print("from std")
+	if out := buf.String(); !strings.Contains(out, "from std") || !strings.Contains(out, "logger=raft") {
+		t.Errorf("output %q lacks message or logger name", out)
+	}
+}

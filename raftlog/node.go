@@ -1,0 +1,347 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+const (
+	raftDBFileName = "raft.db"
+
+	defaultSnapshotThreshold = 16384
+	defaultTrailingLogs      = 10240
+
+	logCacheSize      = 512
+	snapshotsRetained = 2
+	transportMaxPool  = 3
+	transportTimeout  = 10 * time.Second
+	// boltLockTimeout makes a second process on the same data dir fail
+	// quickly instead of blocking forever on bolt's file lock.
+	boltLockTimeout = time.Second
+)
+
+// Config describes one raft node.
+type Config struct {
+	// NodeID is this node's id (--node-id); its raft server id is ServerID(NodeID).
+	NodeID int32
+	// Advertise is this node's address as the voters know it. It must equal
+	// this node's entry in Voters when bootstrapping.
+	Advertise string
+	// DataDir holds meta.json, raft.db and snapshots/. It is created if missing.
+	DataDir string
+	// Voters is used only to bootstrap an empty data dir; with existing raft
+	// state it is ignored and the node rejoins with the configuration in its log.
+	Voters []Voter
+	// ClusterID is optional. If set and the data dir has recorded another,
+	// Open fails; if the data dir has none yet, it is recorded.
+	ClusterID string
+	Timing    Timing
+	// SnapshotThreshold is the number of new entries that triggers a
+	// snapshot; 0 means 16384.
+	SnapshotThreshold uint64
+	// TrailingLogs is how many entries are kept behind a snapshot so that a
+	// slightly lagging follower can catch up without one; 0 means 10240.
+	TrailingLogs uint64
+	// NotifyCh is passed to raft.Config.NotifyCh; the caller owns and drains it.
+	NotifyCh chan<- bool
+	// Logger receives raft's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Node is a running raft node and the stores it owns.
+type Node struct {
+	// Raft is the running raft instance. Node.Close shuts it down; callers
+	// must not call Raft.Shutdown themselves.
+	Raft *raft.Raft
+
+	dir       string
+	store     *raftboltdb.BoltStore
+	transport *raft.NetworkTransport
+
+	mu     sync.Mutex // guards meta and closed
+	meta   meta
+	closed bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open starts a raft node on cfg.DataDir, with raft traffic on mux.
+//
+// It creates the data dir if missing and checks its meta file, so a data dir
+// is never used by another node id or cluster; it fails fast if another
+// process has the data dir open. On an empty data dir it bootstraps the
+// cluster from cfg.Voters (every voter may do so with the same list; raft
+// treats that as one bootstrap). With existing state it rejoins and ignores
+// cfg.Voters. Every error is one line naming the problem and the path, and
+// leaves nothing open. The caller keeps ownership of mux and sm.
+func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
+	if err := checkConfig(cfg, sm, mux); err != nil {
+		return nil, err
+	}
+	if cfg.SnapshotThreshold == 0 {
+		cfg.SnapshotThreshold = defaultSnapshotThreshold
+	}
+	if cfg.TrailingLogs == 0 {
+		cfg.TrailingLogs = defaultTrailingLogs
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	logger := newHCLogAdapter(cfg.Logger, "raft")
+
+	m, err := prepareDataDir(cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	// Undo in reverse on failure, so a failed Open leaves no file lock,
+	// goroutine or connection behind.
+	var undo []func()
+	ok := false
+	defer func() {
+		if !ok {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	dbPath := filepath.Join(cfg.DataDir, raftDBFileName)
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path:        dbPath,
+		BoltOptions: &bbolt.Options{Timeout: boltLockTimeout},
+	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("data dir %s is in use by another process", cfg.DataDir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot open raft store %s: %v", dbPath, pathCause(err))
+	}
+	undo = append(undo, func() { _ = store.Close() })
+
+	n := &Node{dir: cfg.DataDir, store: store, meta: m}
+	// Only now, holding the store's lock, may the meta file be rewritten.
+	if cfg.ClusterID != "" && m.ClusterID == "" {
+		if err := n.RecordClusterID(cfg.ClusterID); err != nil {
+			return nil, err
+		}
+	}
+
+	logs, err := raft.NewLogCache(logCacheSize, store)
+	if err != nil {
+		return nil, fmt.Errorf("raft log cache: %v", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, logger.Named("snapshot"))
+	if err != nil {
+		return nil, fmt.Errorf("cannot open snapshot store in %s: %v", cfg.DataDir, pathCause(err))
+	}
+
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  newStreamLayer(mux, cfg.Advertise),
+		MaxPool: transportMaxPool,
+		Timeout: transportTimeout,
+		Logger:  logger.Named("net"),
+	})
+	undo = append(undo, func() { _ = trans.Close() })
+	n.transport = trans
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = ServerID(cfg.NodeID)
+	rc.HeartbeatTimeout = cfg.Timing.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.Timing.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.Timing.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.Timing.CommitTimeout
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.NotifyCh = cfg.NotifyCh
+	rc.Logger = logger
+	rc.BatchApplyCh = true
+	rc.PreVoteDisabled = false
+
+	hasState, err := raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read raft state in %s: %v", cfg.DataDir, err)
+	}
+	if !hasState {
+		if err := bootstrap(cfg, rc, logs, store, snaps, trans, logger); err != nil {
+			return nil, err
+		}
+	}
+
+	r, err := raft.NewRaft(rc, &fsmAdapter{sm: sm}, logs, store, snaps, trans)
+	if err != nil {
+		return nil, fmt.Errorf("start raft on %s: %v", cfg.DataDir, err)
+	}
+	n.Raft = r
+	ok = true
+	return n, nil
+}
+
+func checkConfig(cfg Config, sm StateMachine, mux *Mux) error {
+	switch {
+	case sm == nil:
+		return errors.New("raftlog.Open: nil StateMachine")
+	case mux == nil:
+		return errors.New("raftlog.Open: nil Mux")
+	case cfg.NodeID <= 0:
+		return fmt.Errorf("--node-id (%d) must be positive", cfg.NodeID)
+	case cfg.DataDir == "":
+		return errors.New("--data-dir is empty")
+	}
+	if err := checkHostPort(cfg.Advertise); err != nil {
+		return fmt.Errorf("advertised address: %v", err)
+	}
+	return cfg.Timing.Validate()
+}
+
+// prepareDataDir makes sure DataDir is a directory that belongs to this node
+// (and cluster), writing the meta file on first use.
+func prepareDataDir(cfg Config) (meta, error) {
+	dir := cfg.DataDir
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return meta{}, fmt.Errorf("cannot create data dir %s: %v", dir, pathCause(err))
+		}
+	case err != nil:
+		return meta{}, fmt.Errorf("cannot read data dir %s: %v", dir, pathCause(err))
+	case !fi.IsDir():
+		return meta{}, fmt.Errorf("data dir %s is not a directory", dir)
+	}
+
+	m, found, err := readMeta(dir)
+	if err != nil {
+		return meta{}, err
+	}
+	if found {
+		if m.NodeID != cfg.NodeID {
+			return meta{}, fmt.Errorf("data dir %s belongs to node %d, not node %d", dir, m.NodeID, cfg.NodeID)
+		}
+		if cfg.ClusterID != "" && m.ClusterID != "" && m.ClusterID != cfg.ClusterID {
+			return meta{}, fmt.Errorf("data dir %s belongs to cluster %s, not %s", dir, m.ClusterID, cfg.ClusterID)
+		}
+		return m, nil
+	}
+
+	// No meta but a raft log: we cannot tell whose log it is, and guessing
+	// wrong would let a node rejoin as someone else.
+	if _, err := os.Stat(filepath.Join(dir, raftDBFileName)); err == nil {
+		return meta{}, fmt.Errorf("data dir %s has %s but no %s; refusing to guess which node it belongs to",
+			dir, raftDBFileName, metaFileName)
+	}
+	// Written before the raft store exists, so a crash in between leaves a
+	// data dir that still opens.
+	m = meta{Format: metaFormat, NodeID: cfg.NodeID, ClusterID: cfg.ClusterID}
+	if err := writeMeta(dir, m); err != nil {
+		return meta{}, err
+	}
+	return m, nil
+}
+
+// bootstrap writes the initial configuration to an empty store. Only this
+// node's own entry is checked against cfg: the rest of the list is the
+// operator's to get right, and raft rejects duplicates itself.
+func bootstrap(cfg Config, rc *raft.Config, logs raft.LogStore, stable raft.StableStore,
+	snaps raft.SnapshotStore, trans raft.Transport, logger *hclogAdapter,
+) error {
+	if len(cfg.Voters) == 0 {
+		return fmt.Errorf("data dir %s has no raft state and --voters is empty: cannot bootstrap", cfg.DataDir)
+	}
+	self, err := FindVoter(cfg.Voters, cfg.NodeID)
+	if err != nil {
+		return err
+	}
+	if self.Address != cfg.Advertise {
+		return fmt.Errorf("--voters gives node %d address %s, but it listens as %s", cfg.NodeID, self.Address, cfg.Advertise)
+	}
+	var conf raft.Configuration
+	for _, v := range cfg.Voters {
+		conf.Servers = append(conf.Servers, raft.Server{
+			Suffrage: raft.Voter,
+			ID:       ServerID(v.ID),
+			Address:  raft.ServerAddress(v.Address),
+		})
+	}
+	logger.Info("bootstrapping new cluster", "data_dir", cfg.DataDir, "voters", len(conf.Servers))
+	err = raft.BootstrapCluster(rc, logs, stable, snaps, trans, conf)
+	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("bootstrap raft in %s: %v", cfg.DataDir, err)
+	}
+	return nil
+}
+
+// Close shuts raft down and waits for it, then closes the transport (and
+// every raft connection) and the raft store, releasing the data dir. It does
+// not close the Mux, which the caller owns. Close is idempotent.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.mu.Lock()
+		n.closed = true
+		n.mu.Unlock()
+		var errs []error
+		if err := n.Raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+		}
+		// Raft's shutdown closes the transport already; this keeps Close
+		// correct should that change.
+		if err := n.transport.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close raft transport: %w", err))
+		}
+		if err := n.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close raft store: %w", err))
+		}
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
+
+// ClusterID returns the cluster id recorded in the data dir, or "" until one
+// is recorded.
+func (n *Node) ClusterID() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.meta.ClusterID
+}
+
+// RecordClusterID persists the cluster id in the meta file once it is known,
+// replacing the file atomically. Recording the id already recorded is a
+// no-op; recording a different one fails, as does recording on a closed node
+// (the data dir may belong to another process by then).
+func (n *Node) RecordClusterID(id string) error {
+	if id == "" {
+		return errors.New("cannot record an empty cluster id")
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case n.meta.ClusterID == id:
+		return nil
+	case n.meta.ClusterID != "":
+		return fmt.Errorf("data dir %s belongs to cluster %s, not %s", n.dir, n.meta.ClusterID, id)
+	case n.closed:
+		return fmt.Errorf("cannot record cluster id in %s: node is closed", n.dir)
+	}
+	m := n.meta
+	m.ClusterID = id
+	if err := writeMeta(n.dir, m); err != nil {
+		return err
+	}
+	n.meta = m
+	return nil
+}
+
+// DataDir returns the node's data dir.
+func (n *Node) DataDir() string { return n.dir }

@@ -1,0 +1,116 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/raft"
+)
+
+// Voter is one member of the bootstrap voter list.
+type Voter struct {
+	ID      int32
+	Address string
+}
+
+// ParseVoters parses a --voters value such as
+// "1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093". Whitespace around
+// entries is ignored. It fails, with one line naming the bad entry, on an
+// empty list or entry, a missing '@', an id that is not a positive 32-bit
+// integer, an address that is not host:port with a port in 1..65535, and on a
+// duplicate id or address: raft would reject some of these only at bootstrap,
+// and a duplicate address would make two ids dial one node.
+func ParseVoters(s string) ([]Voter, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("--voters is empty (want ID@HOST:PORT,...)")
+	}
+	parts := strings.Split(s, ",")
+	voters := make([]Voter, 0, len(parts))
+	ids := make(map[int32]bool, len(parts))
+	addrs := make(map[string]bool, len(parts))
+	for i, part := range parts {
+		entry := strings.TrimSpace(part)
+		if entry == "" {
+			return nil, fmt.Errorf("--voters entry %d is empty (want ID@HOST:PORT)", i+1)
+		}
+		idStr, addr, ok := strings.Cut(entry, "@")
+		if !ok {
+			return nil, fmt.Errorf("--voters entry %q: missing '@' (want ID@HOST:PORT)", entry)
+		}
+		id, err := strconv.ParseInt(idStr, 10, 32)
+		if err != nil || id <= 0 {
+			return nil, fmt.Errorf("--voters entry %q: node id %q is not a positive integer", entry, idStr)
+		}
+		if err := checkHostPort(addr); err != nil {
+			return nil, fmt.Errorf("--voters entry %q: %v", entry, err)
+		}
+		if ids[int32(id)] {
+			return nil, fmt.Errorf("--voters: node id %d appears more than once", id)
+		}
+		if addrs[addr] {
+			return nil, fmt.Errorf("--voters: address %s appears more than once", addr)
+		}
+		ids[int32(id)] = true
+		addrs[addr] = true
+		voters = append(voters, Voter{ID: int32(id), Address: addr})
+	}
+	return voters, nil
+}
+
+// checkHostPort accepts only addresses a peer can dial: an empty host would
+// mean "every interface" when listening but is no use as an advertised address.
+func checkHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("bad address %q: %v", addr, unwrapAddrErr(err))
+	}
+	if host == "" {
+		return fmt.Errorf("bad address %q: missing host", addr)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("bad address %q: port %q is not in 1..65535", addr, port)
+	}
+	return nil
+}
+
+// unwrapAddrErr drops the address that net.AddrError repeats, since the
+// caller has already named it.
+func unwrapAddrErr(err error) error {
+	var ae *net.AddrError
+	if errors.As(err, &ae) {
+		return errors.New(ae.Err)
+	}
+	return err
+}
+
+// FindVoter returns the voter with the given id, or an error
+// "--voters does not contain node id N".
+func FindVoter(voters []Voter, id int32) (Voter, error) {
+	for _, v := range voters {
+		if v.ID == id {
+			return v, nil
+		}
+	}
+	return Voter{}, fmt.Errorf("--voters does not contain node id %d", id)
+}
+
+// ServerID is the raft server id of a Keel node id: its decimal form, so that
+// raft's own logs and configuration read the same as --node-id.
+func ServerID(id int32) raft.ServerID {
+	return raft.ServerID(strconv.FormatInt(int64(id), 10))
+}
+
+// ParseServerID is the inverse of ServerID. It fails on anything ServerID
+// could not have produced (non-decimal, non-canonical, or not positive), so a
+// foreign id in a raft configuration is noticed rather than misread.
+func ParseServerID(id raft.ServerID) (int32, error) {
+	n, err := strconv.ParseInt(string(id), 10, 32)
+	if err != nil || n <= 0 || ServerID(int32(n)) != id {
+		return 0, fmt.Errorf("raft server id %q is not a Keel node id", string(id))
+	}
+	return int32(n), nil
+}

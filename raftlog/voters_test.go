@@ -1,0 +1,196 @@
+package raftlog
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+func TestParseVoters(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    []Voter
+		wantErr string
+	}{
+		{
+			name: "three voters",
+			in:   "1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093",
+			want: []Voter{{1, "127.0.0.1:9091"}, {2, "127.0.0.1:9092"}, {3, "127.0.0.1:9093"}},
+		},
+		{
+			name: "whitespace trimmed",
+			in:   "  1@a.example:9091 ,\t2@[::1]:9092\n",
+			want: []Voter{{1, "a.example:9091"}, {2, "[::1]:9092"}},
+		},
+		{name: "single voter", in: "7@localhost:1", want: []Voter{{7, "localhost:1"}}},
+		{name: "empty", in: "", wantErr: "--voters is empty"},
+		{name: "blank", in: "  ", wantErr: "--voters is empty"},
+		{name: "empty entry", in: "1@h:1,,2@h:2", wantErr: "--voters entry 2 is empty"},
+		{name: "trailing comma", in: "1@h:1,", wantErr: "--voters entry 2 is empty"},
+		{name: "missing at", in: "127.0.0.1:9091", wantErr: `entry "127.0.0.1:9091": missing '@'`},
+		{name: "non-numeric id", in: "x@h:1", wantErr: `node id "x" is not a positive integer`},
+		{name: "zero id", in: "0@h:1", wantErr: `node id "0" is not a positive integer`},
+		{name: "negative id", in: "-1@h:1", wantErr: `node id "-1" is not a positive integer`},
+		{name: "id overflows int32", in: "2147483648@h:1", wantErr: `node id "2147483648" is not a positive integer`},
+		{name: "no port", in: "1@host", wantErr: `bad address "host": missing port in address`},
+		{name: "no host", in: "1@:9091", wantErr: `bad address ":9091": missing host`},
+		{name: "port zero", in: "1@h:0", wantErr: `port "0" is not in 1..65535`},
+		{name: "port too big", in: "1@h:65536", wantErr: `port "65536" is not in 1..65535`},
+		{name: "port not a number", in: "1@h:http", wantErr: `port "http" is not in 1..65535`},
+		{name: "duplicate id", in: "1@h:1,1@h:2", wantErr: "node id 1 appears more than once"},
+		{name: "duplicate address", in: "1@h:1,2@h:1", wantErr: "address h:1 appears more than once"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseVoters(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("ParseVoters(%q) error = %v, want it to contain %q", tt.in, err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), "\n") {
+					t.Errorf("error spans lines: %q", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseVoters(%q): %v", tt.in, err)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("ParseVoters(%q) = %v, want %v", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFindVoter(t *testing.T) {
+	voters := []Voter{{1, "h:1"}, {2, "h:2"}}
+	tests := []struct {
+		name    string
+		id      int32
+		want    Voter
+		wantErr string
+	}{
+		{name: "first", id: 1, want: Voter{1, "h:1"}},
+		{name: "last", id: 2, want: Voter{2, "h:2"}},
+		{name: "absent", id: 3, wantErr: "--voters does not contain node id 3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := FindVoter(voters, tt.id)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("FindVoter(%d) error = %v, want %q", tt.id, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("FindVoter(%d) = %v, %v; want %v", tt.id, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestServerID(t *testing.T) {
+	tests := []struct {
+		name    string
+		id      raft.ServerID
+		want    int32
+		wantErr bool
+	}{
+		{name: "one", id: "1", want: 1},
+		{name: "max int32", id: "2147483647", want: 2147483647},
+		{name: "empty", id: "", wantErr: true},
+		{name: "zero", id: "0", wantErr: true},
+		{name: "negative", id: "-3", wantErr: true},
+		{name: "leading zero", id: "01", wantErr: true},
+		{name: "plus sign", id: "+1", wantErr: true},
+		{name: "uuid", id: "5b1e7d2c-0000-4000-8000-000000000000", wantErr: true},
+		{name: "overflow", id: "2147483648", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseServerID(tt.id)
+			if tt.wantErr {
+				if err == nil {
+					t.Fatalf("ParseServerID(%q) = %d, want an error", tt.id, got)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseServerID(%q) = %d, %v; want %d", tt.id, got, err, tt.want)
+			}
+			if back := ServerID(got); back != tt.id {
+				t.Errorf("ServerID(%d) = %q, want %q", got, back, tt.id)
+			}
+		})
+	}
+}
+
+func TestTiming_Validate(t *testing.T) {
+	ms := time.Millisecond
+	with := func(f func(*Timing)) Timing {
+		tm := DefaultTiming()
+		f(&tm)
+		return tm
+	}
+	tests := []struct {
+		name    string
+		timing  Timing
+		wantErr string
+	}{
+		{name: "defaults", timing: DefaultTiming()},
+		{name: "test timings", timing: Timing{50 * ms, 50 * ms, 50 * ms, 5 * ms}},
+		{name: "lease equals heartbeat", timing: with(func(t *Timing) { t.LeaderLeaseTimeout = t.HeartbeatTimeout })},
+		{
+			name:    "lease exceeds heartbeat",
+			timing:  with(func(t *Timing) { t.LeaderLeaseTimeout = 400 * ms }),
+			wantErr: "--leader-lease-timeout (400ms) must not exceed --heartbeat-timeout (300ms)",
+		},
+		{
+			name:    "election below heartbeat",
+			timing:  with(func(t *Timing) { t.ElectionTimeout = 200 * ms }),
+			wantErr: "--election-timeout (200ms) must not be less than --heartbeat-timeout (300ms)",
+		},
+		{name: "zero heartbeat", timing: with(func(t *Timing) { t.HeartbeatTimeout = 0 }), wantErr: "--heartbeat-timeout (0s) must be positive"},
+		{name: "zero election", timing: with(func(t *Timing) { t.ElectionTimeout = 0 }), wantErr: "--election-timeout (0s) must be positive"},
+		{name: "negative lease", timing: with(func(t *Timing) { t.LeaderLeaseTimeout = -ms }), wantErr: "--leader-lease-timeout (-1ms) must be positive"},
+		{name: "zero commit", timing: with(func(t *Timing) { t.CommitTimeout = 0 }), wantErr: "--commit-timeout (0s) must be positive"},
+		{name: "heartbeat below raft minimum", timing: Timing{2 * ms, 2 * ms, 2 * ms, ms}, wantErr: "--heartbeat-timeout (2ms) must be at least 5ms"},
+		{name: "commit below raft minimum", timing: with(func(t *Timing) { t.CommitTimeout = 500 * time.Microsecond }), wantErr: "--commit-timeout (500µs) must be at least 1ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.timing.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tt.wantErr {
+				t.Fatalf("Validate() = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestTiming_AcceptedByRaft checks that Validate is not looser than raft:
+// anything it accepts must pass raft.ValidateConfig too.
+func TestTiming_AcceptedByRaft(t *testing.T) {
+	for _, tm := range []Timing{DefaultTiming(), {5 * time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond, time.Millisecond}} {
+		if err := tm.Validate(); err != nil {
+			t.Fatalf("Validate(%+v): %v", tm, err)
+		}
+		rc := raft.DefaultConfig()
+		rc.LocalID = "1"
+		rc.HeartbeatTimeout, rc.ElectionTimeout = tm.HeartbeatTimeout, tm.ElectionTimeout
+		rc.LeaderLeaseTimeout, rc.CommitTimeout = tm.LeaderLeaseTimeout, tm.CommitTimeout
+		if err := raft.ValidateConfig(rc); err != nil {
+			t.Errorf("raft rejects %+v: %v", tm, err)
+		}
+	}
+}

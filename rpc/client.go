@@ -1,0 +1,238 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// Client talks to a controller quorum given any of its addresses. Writes go
+// to the active controller, found by following leader hints.
+type Client struct {
+	addrs []string
+
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	leader string // last address that accepted a write
+}
+
+// NewClient returns a client for the controllers at addrs. Connections are
+// made lazily, on first use of each address.
+func NewClient(addrs []string) (*Client, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("--controllers: no controller address given")
+	}
+	return &Client{addrs: addrs, conns: make(map[string]*grpc.ClientConn)}, nil
+}
+
+// Addrs returns the addresses the client was given.
+func (c *Client) Addrs() []string { return c.addrs }
+
+// dialOptions keep reconnects quick: a controller that comes back is used
+// again within a second, not after gRPC's default back-off of up to 2 minutes.
+var dialOptions = []grpc.DialOption{
+	grpc.WithTransportCredentials(insecure.NewCredentials()),
+	grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: 2 * time.Second,
+	}),
+}
+
+func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, dialOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("controller address %q: %w", addr, err)
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// Controller returns a ControllerService client for one address.
+func (c *Client) Controller(addr string) (keelpb.ControllerServiceClient, error) {
+	cc, err := c.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return keelpb.NewControllerServiceClient(cc), nil
+}
+
+// Close closes every connection.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for addr, cc := range c.conns {
+		cc.Close()
+		delete(c.conns, addr)
+	}
+	return nil
+}
+
+// attemptTimeout bounds one try against one controller, so that a hung node
+// costs one attempt, not the whole deadline.
+const attemptTimeout = 3 * time.Second
+
+// Write runs call against the active controller. It follows FailedPrecondition
+// leader hints at once, and on Unavailable (no leader, takeover in progress,
+// node down) tries the hinted leader or the next address after a short pause,
+// until ctx ends. Other errors are returned as they are. When ctx ends first,
+// the error is Unavailable and names the last failure.
+func (c *Client) Write(ctx context.Context, call func(context.Context, keelpb.ControllerServiceClient) error) error {
+	c.mu.Lock()
+	target := c.leader
+	c.mu.Unlock()
+	next := 0
+	if target == "" {
+		target = c.addrs[0]
+		next = 1
+	}
+	pause := 20 * time.Millisecond
+	var last error
+	for {
+		err := c.try(ctx, target, call)
+		if err == nil {
+			c.mu.Lock()
+			c.leader = target
+			c.mu.Unlock()
+			return nil
+		}
+		if ctx.Err() != nil {
+			if last == nil {
+				last = err
+			}
+			return status.Errorf(codes.Unavailable, "no active controller accepted the write before the deadline; last error: %s", status.Convert(last).Message())
+		}
+		last = err
+		hint, _ := LeaderHintOf(err)
+		code := status.Code(err)
+		switch {
+		case code == codes.FailedPrecondition && hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target:
+			target = hint.LeaderAddress
+			continue
+		case code == codes.Unavailable || (code == codes.DeadlineExceeded && ctx.Err() == nil):
+			if hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target {
+				target = hint.LeaderAddress
+			} else {
+				target = c.addrs[next%len(c.addrs)]
+				next++
+			}
+		default:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return status.Errorf(codes.Unavailable, "no active controller accepted the write before the deadline; last error: %s", status.Convert(last).Message())
+		case <-time.After(pause):
+		}
+		pause = min(pause*2, 500*time.Millisecond)
+	}
+}
+
+func (c *Client) try(ctx context.Context, addr string, call func(context.Context, keelpb.ControllerServiceClient) error) error {
+	cl, err := c.Controller(addr)
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	return call(actx, cl)
+}
+
+// AppendNoOp commits a no-op record: proof that the quorum can commit.
+func (c *Client) AppendNoOp(ctx context.Context, requestID string) (*keelpb.AppendNoOpResponse, error) {
+	var resp *keelpb.AppendNoOpResponse
+	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.AppendNoOp(ctx, &keelpb.AppendNoOpRequest{RequestId: requestID})
+		return err
+	})
+	return resp, err
+}
+
+// QuorumView is the quorum as each voter sees itself.
+type QuorumView struct {
+	// Leader is the active controller's own description, or, when no node is
+	// active, that of the first node that answered.
+	Leader *keelpb.DescribeQuorumResponse
+	// Nodes holds each voter's own description, by voter id; a voter that did
+	// not answer is absent and its error is in Errors.
+	Nodes  map[int32]*keelpb.DescribeQuorumResponse
+	Errors map[int32]error
+}
+
+// DescribeQuorum asks every controller given, then every voter they name, for
+// its own view, in parallel.
+func (c *Client) DescribeQuorum(ctx context.Context) (*QuorumView, error) {
+	first := c.describeAll(ctx, c.addrs)
+	var leader, any *keelpb.DescribeQuorumResponse
+	for _, r := range first {
+		if r.resp == nil {
+			continue
+		}
+		if any == nil || len(r.resp.Voters) > len(any.Voters) {
+			any = r.resp
+		}
+		if r.resp.Active {
+			leader = r.resp
+		}
+	}
+	if any == nil {
+		return nil, status.Errorf(codes.Unavailable, "no controller answered at %v: %v", c.addrs, first[0].err)
+	}
+	if leader == nil {
+		leader = any
+	}
+	// Ask every voter in the best-informed node's configuration by its raft
+	// address (which is its gRPC address: they share one port).
+	voterAddrs := make([]string, len(leader.Voters))
+	for i, v := range leader.Voters {
+		voterAddrs[i] = v.Address
+	}
+	view := &QuorumView{Leader: leader, Nodes: map[int32]*keelpb.DescribeQuorumResponse{}, Errors: map[int32]error{}}
+	for i, r := range c.describeAll(ctx, voterAddrs) {
+		id := leader.Voters[i].Id
+		if r.resp != nil {
+			view.Nodes[id] = r.resp
+		} else {
+			view.Errors[id] = r.err
+		}
+	}
+	return view, nil
+}
+
+type describeResult struct {
+	resp *keelpb.DescribeQuorumResponse
+	err  error
+}
+
+func (c *Client) describeAll(ctx context.Context, addrs []string) []describeResult {
+	out := make([]describeResult, len(addrs))
+	var wg sync.WaitGroup
+	for i, addr := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i].err = c.try(ctx, addr, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+				var err error
+				out[i].resp, err = cl.DescribeQuorum(ctx, &keelpb.DescribeQuorumRequest{})
+				return err
+			})
+		}()
+	}
+	wg.Wait()
+	return out
+}

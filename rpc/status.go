@@ -1,0 +1,73 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// toStatus maps a controller error to a gRPC status. It is the only place
+// that does: a follower's refusal becomes FailedPrecondition with the leader
+// in a LeaderHint detail; anything that a retry elsewhere or later may cure
+// (no leader, a takeover in progress, a write whose outcome is unknown)
+// becomes Unavailable.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var nl *controller.NotLeaderError
+	switch {
+	case errors.As(err, &nl):
+		code := codes.FailedPrecondition
+		if nl.LeaderID < 0 {
+			code = codes.Unavailable
+		}
+		return withHint(status.New(code, nl.Error()), nl.LeaderID, nl.LeaderAddress)
+	case errors.Is(err, controller.ErrNotReady),
+		errors.Is(err, controller.ErrOutcomeUnknown),
+		errors.Is(err, controller.ErrStopped):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, controller.ErrQueueFull):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.Unavailable, fmt.Sprintf("write not committed in time (no quorum?); it may or may not commit later: %v", err))
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func withHint(st *status.Status, id int32, addr string) error {
+	if d, err := st.WithDetails(&keelpb.LeaderHint{LeaderId: id, LeaderAddress: addr}); err == nil {
+		return d.Err()
+	}
+	return st.Err()
+}
+
+// LeaderHintOf returns the leader hint carried by err, if any.
+func LeaderHintOf(err error) (*keelpb.LeaderHint, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil, false
+	}
+	for _, d := range st.Details() {
+		if h, ok := d.(*keelpb.LeaderHint); ok {
+			return h, true
+		}
+	}
+	return nil, false
+}
+
+// invalidArgument reports a bad request field by name.
+func invalidArgument(field, format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
+}

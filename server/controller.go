@@ -1,0 +1,180 @@
+// Package server assembles one Keel controller process: the shared listener,
+// the raft node and its stores, the FSM, the controller and the gRPC services.
+// cmd/keel and the integration tests start controllers through it, so a node
+// in a test is wired exactly as a node in production.
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/raftlog"
+	"github.com/keel-dev/keel/rpc"
+)
+
+// ControllerConfig configures one controller node.
+type ControllerConfig struct {
+	NodeID int32
+	// Listen is the address to bind (raft and gRPC share it). Empty means
+	// this node's address in Voters.
+	Listen  string
+	DataDir string
+	Voters  []raftlog.Voter
+	// ClusterID is the id a new cluster gets (empty: a random UUID) and, once
+	// recorded in the data dir, the id the data dir must belong to.
+	ClusterID    string
+	Timing       raftlog.Timing
+	WriteTimeout time.Duration
+	Version      string
+	Logger       *slog.Logger
+	// Mux, if set, is an already bound listener to use instead of Listen
+	// (keel dev binds its ports before it knows the voter list).
+	Mux *raftlog.Mux
+}
+
+// Controller is a running controller node.
+type Controller struct {
+	cfg  ControllerConfig
+	log  *slog.Logger
+	mux  *raftlog.Mux
+	node *raftlog.Node
+	fsm  *fsm.FSM
+	ctrl *controller.Controller
+	grpc *grpc.Server
+
+	fatal     chan error
+	stopWatch chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// StartController starts a controller node. Every error names what is wrong
+// in one line and leaves nothing running.
+func StartController(cfg ControllerConfig) (_ *Controller, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	self, err := raftlog.FindVoter(cfg.Voters, cfg.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Timing.Validate(); err != nil {
+		return nil, err
+	}
+	mux := cfg.Mux
+	if mux == nil {
+		listen := cfg.Listen
+		if listen == "" {
+			listen = self.Address
+		}
+		if mux, err = raftlog.Listen(listen); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if err != nil {
+			mux.Close()
+		}
+	}()
+
+	s := &Controller{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		mux:       mux,
+		fsm:       fsm.New(),
+		fatal:     make(chan error, 1),
+		stopWatch: make(chan struct{}),
+	}
+	s.ctrl = controller.New(controller.Config{NodeID: cfg.NodeID, ClusterID: cfg.ClusterID, Logger: cfg.Logger}, s.fsm)
+	s.node, err = raftlog.Open(raftlog.Config{
+		NodeID:    cfg.NodeID,
+		Advertise: self.Address,
+		DataDir:   cfg.DataDir,
+		Voters:    cfg.Voters,
+		ClusterID: cfg.ClusterID,
+		Timing:    cfg.Timing,
+		NotifyCh:  s.ctrl.NotifyCh(),
+		Logger:    cfg.Logger,
+	}, s.fsm, mux)
+	if err != nil {
+		return nil, err
+	}
+	s.ctrl.Start(s.node.Raft)
+
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(4 << 20))
+	rpc.NewControllerServer(s.ctrl, cfg.Version, cfg.WriteTimeout).Register(s.grpc)
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		_ = s.grpc.Serve(mux.GRPC())
+	}()
+	go s.watchClusterID()
+	s.log.Info("controller started", "node_id", cfg.NodeID, "listen", mux.Addr().String(),
+		"advertise", self.Address, "data_dir", cfg.DataDir)
+	return s, nil
+}
+
+// watchClusterID records the cluster id in the data dir once the log names
+// it, and stops the node if it turns out to belong to another cluster.
+func (s *Controller) watchClusterID() {
+	defer s.wg.Done()
+	for {
+		img, changed := s.fsm.Watch()
+		if id := img.ClusterID; id != "" {
+			err := s.node.RecordClusterID(id)
+			if err == nil && s.cfg.ClusterID != "" && s.cfg.ClusterID != id {
+				err = fmt.Errorf("this node's quorum is cluster %s, not --cluster-id %s", id, s.cfg.ClusterID)
+			}
+			if err != nil {
+				s.fatal <- err
+			}
+			return
+		}
+		select {
+		case <-changed:
+		case <-s.stopWatch:
+			return
+		}
+	}
+}
+
+// Fatal delivers an error that means the node must stop (it belongs to
+// another cluster).
+func (s *Controller) Fatal() <-chan error { return s.fatal }
+
+// Addr is the address the node listens on.
+func (s *Controller) Addr() string { return s.mux.Addr().String() }
+
+// Controller returns the node's controller.
+func (s *Controller) Controller() *controller.Controller { return s.ctrl }
+
+// FSM returns the node's state machine.
+func (s *Controller) FSM() *fsm.FSM { return s.fsm }
+
+// Close stops the node: gRPC first (in-flight calls get a moment to finish),
+// then leadership work, then raft and its stores, then the listener.
+func (s *Controller) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.stopWatch)
+		stopped := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(2 * time.Second):
+			s.grpc.Stop()
+		}
+		s.ctrl.Stop()
+		err = errors.Join(s.node.Close(), s.mux.Close())
+		s.wg.Wait()
+		s.log.Info("controller stopped", "node_id", s.cfg.NodeID)
+	})
+	return err
+}

@@ -2,6 +2,7 @@ package raftlog
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -57,8 +58,47 @@ func (a *hclogAdapter) emit(level slog.Level, msg string, args []any) {
 	if a.name != "" {
 		r.AddAttrs(slog.String("logger", a.name))
 	}
-	r.Add(args...)
+	r.Add(hclogValues(args)...)
 	_ = h.Handle(ctx, r)
+}
+
+// hclogValues renders hclog's formatting wrappers, which raft uses (e.g.
+// hclog.Fmt("%+v", servers)) and which slog would otherwise print as a raw
+// slice with the verb in it.
+func hclogValues(args []any) []any {
+	var out []any
+	for i, arg := range args {
+		var v any
+		switch a := arg.(type) {
+		case hclog.Format:
+			if len(a) == 0 {
+				v = ""
+			} else if f, ok := a[0].(string); ok {
+				v = fmt.Sprintf(f, a[1:]...)
+			} else {
+				v = fmt.Sprint(a...)
+			}
+		case hclog.Hex:
+			v = fmt.Sprintf("0x%x", int(a))
+		case hclog.Octal:
+			v = fmt.Sprintf("0%o", int(a))
+		case hclog.Binary:
+			v = fmt.Sprintf("0b%b", int(a))
+		default:
+			if out != nil {
+				out[i] = arg
+			}
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(args) // copy only when something changes
+		}
+		out[i] = v
+	}
+	if out == nil {
+		return args
+	}
+	return out
 }
 
 func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {

@@ -121,3 +121,25 @@ func TestHCLogAdapter_StandardLogger(t *testing.T) {
 		t.Errorf("output %q lacks message or logger name", out)
 	}
 }
+
+func TestHCLogValues(t *testing.T) {
+	tests := []struct {
+		name string
+		args []any
+		want []any
+	}{
+		{"plain", []any{"k", 1}, []any{"k", 1}},
+		{"fmt", []any{"servers", hclog.Fmt("%+v", []int{1, 2})}, []any{"servers", "[1 2]"}},
+		{"percent", []any{"p", hclog.Fmt("%0.2f%%", 50.0)}, []any{"p", "50.00%"}},
+		{"hex", []any{"h", hclog.Hex(255)}, []any{"h", "0xff"}},
+		{"octal", []any{"o", hclog.Octal(8)}, []any{"o", "010"}},
+		{"binary", []any{"b", hclog.Binary(5)}, []any{"b", "0b101"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := hclogValues(tt.args); !slices.Equal(got, tt.want) {
+				t.Errorf("hclogValues(%v) = %v, want %v", tt.args, got, tt.want)
+			}
+		})
+	}
+}

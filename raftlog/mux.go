@@ -108,18 +108,22 @@ func (m *Mux) Close() error {
 	return m.closeErr
 }
 
+func (m *Mux) isClosed() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (m *Mux) acceptLoop() {
 	defer m.wg.Done()
 	var backoff time.Duration
 	for {
 		conn, err := m.ln.Accept()
 		if err != nil {
-			select {
-			case <-m.done:
-				return
-			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
+			if m.isClosed() || errors.Is(err, net.ErrClosed) {
 				return
 			}
 			// Anything else (EMFILE, ECONNABORTED) is usually transient: back

@@ -195,6 +195,9 @@ func checkConfig(cfg Config, sm StateMachine, mux *Mux) error {
 		return errors.New("raftlog.Open: nil StateMachine")
 	case mux == nil:
 		return errors.New("raftlog.Open: nil Mux")
+	case mux.isClosed():
+		// raft's transport would retry Accept forever, logging errors.
+		return errors.New("raftlog.Open: Mux is closed")
 	case cfg.NodeID <= 0:
 		return fmt.Errorf("--node-id (%d) must be positive", cfg.NodeID)
 	case cfg.DataDir == "":

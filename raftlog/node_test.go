@@ -2,6 +2,7 @@ package raftlog
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -127,13 +128,25 @@ func waitForEntries(t *testing.T, nodes []*testNode, want []string) {
 	}
 }
 
-func apply(t *testing.T, leader *testNode, data string) raft.ApplyFuture {
+// apply writes data through the current leader. Under load a 50ms-timed
+// cluster can change leader mid-write; then it retries on the new leader,
+// which is safe because listSM ignores an entry it already holds (a lost
+// leadership leaves the first attempt's outcome unknown).
+func apply(t *testing.T, nodes []*testNode, data string) raft.ApplyFuture {
 	t.Helper()
-	f := leader.node.Raft.Apply([]byte(data), 5*time.Second)
-	if err := f.Error(); err != nil {
-		t.Fatalf("Apply(%q) on node %d: %v", data, leader.id, err)
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		leader := waitForLeader(t, nodes)
+		f := leader.node.Raft.Apply([]byte(data), 5*time.Second)
+		err := f.Error()
+		if err == nil {
+			return f
+		}
+		retry := errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost)
+		if !retry || time.Now().After(deadline) {
+			t.Fatalf("Apply(%q) on node %d: %v", data, leader.id, err)
+		}
 	}
-	return f
 }
 
 // TestCluster_ElectApplyRestart runs a three-node cluster on loopback,
@@ -148,8 +161,8 @@ func TestCluster_ElectApplyRestart(t *testing.T) {
 		}
 	}
 
-	leader := waitForLeader(t, nodes)
-	if f := apply(t, leader, "a"); f.Response() != 1 {
+	waitForLeader(t, nodes)
+	if f := apply(t, nodes, "a"); f.Response() != 1 {
 		t.Errorf("Apply response = %v, want the state machine's return value 1", f.Response())
 	}
 	waitForEntries(t, nodes, []string{"a"})
@@ -161,7 +174,7 @@ func TestCluster_ElectApplyRestart(t *testing.T) {
 			t.Fatalf("node %d snapshot: %v", n.id, err)
 		}
 	}
-	lastIndex := apply(t, leader, "b").Index()
+	lastIndex := apply(t, nodes, "b").Index()
 	waitForEntries(t, nodes, []string{"a", "b"})
 
 	addrs := make([]string, len(nodes))
@@ -178,7 +191,7 @@ func TestCluster_ElectApplyRestart(t *testing.T) {
 			t.Errorf("node %d LastIndex after restart = %d, want >= %d", n.id, got, lastIndex)
 		}
 	}
-	leader = waitForLeader(t, nodes)
+	waitForLeader(t, nodes)
 	waitForEntries(t, nodes, []string{"a", "b"})
 	for _, n := range nodes {
 		n.sm.mu.Lock()
@@ -189,11 +202,11 @@ func TestCluster_ElectApplyRestart(t *testing.T) {
 		}
 	}
 
-	apply(t, leader, "c")
+	apply(t, nodes, "c")
 	waitForEntries(t, nodes, []string{"a", "b", "c"})
 
 	// The configuration is still the bootstrap one, with node ids as server ids.
-	f := leader.node.Raft.GetConfiguration()
+	f := nodes[0].node.Raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -348,6 +361,19 @@ func TestOpen_Errors(t *testing.T) {
 				t.Errorf("error spans lines: %q", err)
 			}
 		})
+	}
+}
+
+func TestOpen_ClosedMux(t *testing.T) {
+	m := listen(t, "127.0.0.1:0")
+	_ = m.Close()
+	addr := m.Addr().String()
+	_, err := Open(Config{
+		NodeID: 1, Advertise: addr, DataDir: t.TempDir(),
+		Voters: []Voter{{ID: 1, Address: addr}}, Timing: testTiming(),
+	}, &listSM{}, m)
+	if err == nil || !strings.Contains(err.Error(), "Mux is closed") {
+		t.Fatalf("Open on a closed mux: %v", err)
 	}
 }
 

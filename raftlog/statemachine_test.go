@@ -13,8 +13,9 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// listSM is the test StateMachine: it appends each entry to a list. Its
-// snapshot is the list as length-prefixed entries.
+// listSM is the test StateMachine: it appends each entry to a list, ignoring
+// one it already holds so that tests may retry a write whose outcome is
+// unknown. Its snapshot is the list as length-prefixed entries.
 type listSM struct {
 	mu       sync.Mutex
 	entries  []string
@@ -24,6 +25,9 @@ type listSM struct {
 func (s *listSM) ApplyEntry(index, term uint64, data []byte) any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if i := slices.Index(s.entries, string(data)); i >= 0 {
+		return i + 1
+	}
 	s.entries = append(s.entries, string(data))
 	return len(s.entries)
 }

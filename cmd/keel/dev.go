@@ -1,11 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -39,52 +37,15 @@ data in a temporary directory that is removed on exit (or in --data-dir, kept).`
 				}
 				defer os.RemoveAll(dataDir)
 			}
-			// Bind every port first: the voter list needs them all.
-			muxes := make([]*raftlog.Mux, controllers)
-			voters := make([]raftlog.Voter, controllers)
-			for i := range muxes {
-				if muxes[i], err = raftlog.Listen("127.0.0.1:0"); err != nil {
-					for _, m := range muxes[:i] {
-						m.Close()
-					}
-					return err
-				}
-				voters[i] = raftlog.Voter{ID: int32(i + 1), Address: muxes[i].Addr().String()}
+			q, err := server.StartLocalQuorum(controllers, dataDir, timing, buildVersion(), log)
+			if err != nil {
+				return err
 			}
-			var nodes []*server.Controller
-			stopAll := func() error {
-				var errs []error
-				for _, n := range nodes {
-					errs = append(errs, n.Close())
-				}
-				return errors.Join(errs...)
-			}
-			for i, v := range voters {
-				n, err := server.StartController(server.ControllerConfig{
-					NodeID:  v.ID,
-					DataDir: filepath.Join(dataDir, fmt.Sprintf("controller-%d", v.ID)),
-					Voters:  voters,
-					Timing:  timing,
-					Version: buildVersion(),
-					Logger:  log.With("node", v.ID),
-					Mux:     muxes[i],
-				})
-				if err != nil {
-					for _, m := range muxes[i:] {
-						m.Close()
-					}
-					return errors.Join(err, stopAll())
-				}
-				nodes = append(nodes, n)
-			}
-			addrs := make([]string, len(voters))
-			for i, v := range voters {
-				addrs[i] = v.Address
-			}
+			addrs := q.Addrs()
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "Keel dev cluster: %d controllers, data in %s\n", controllers, dataDir)
-			for _, v := range voters {
-				fmt.Fprintf(out, "  controller %d  %s\n", v.ID, v.Address)
+			for i, addr := range addrs {
+				fmt.Fprintf(out, "  controller %d  %s\n", i+1, addr)
 			}
 			fmt.Fprintf(out, "\nTry:\n  keel quorum status --controllers %s\n", strings.Join(addrs, ","))
 			fmt.Fprintf(out, "  keel quorum verify --controllers %s\n\nCtrl-C stops the cluster.\n", strings.Join(addrs, ","))
@@ -94,7 +55,7 @@ data in a temporary directory that is removed on exit (or in --data-dir, kept).`
 			defer signal.Stop(sigs)
 			<-sigs
 			fmt.Fprintln(out, "stopping...")
-			return stopAll()
+			return q.Close()
 		},
 	}
 	f := cmd.Flags()

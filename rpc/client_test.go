@@ -1,0 +1,157 @@
+package rpc
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeController answers AppendNoOp with whatever answer returns.
+type fakeController struct {
+	keelpb.UnimplementedControllerServiceServer
+	calls  atomic.Int32
+	answer func() (*keelpb.AppendNoOpResponse, error)
+	view   *keelpb.DescribeQuorumResponse
+}
+
+func (f *fakeController) AppendNoOp(context.Context, *keelpb.AppendNoOpRequest) (*keelpb.AppendNoOpResponse, error) {
+	f.calls.Add(1)
+	return f.answer()
+}
+
+func (f *fakeController) DescribeQuorum(context.Context, *keelpb.DescribeQuorumRequest) (*keelpb.DescribeQuorumResponse, error) {
+	return f.view, nil
+}
+
+func serve(t *testing.T, f *fakeController) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	keelpb.RegisterControllerServiceServer(g, f)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
+
+func TestClient_WriteFollowsLeaderHint(t *testing.T) {
+	leader := &fakeController{answer: func() (*keelpb.AppendNoOpResponse, error) {
+		return &keelpb.AppendNoOpResponse{Index: 7, ControllerEpoch: 3}, nil
+	}}
+	leaderAddr := serve(t, leader)
+	follower := &fakeController{answer: func() (*keelpb.AppendNoOpResponse, error) {
+		return nil, withHint(status.New(codes.FailedPrecondition, "not the leader"), 2, leaderAddr)
+	}}
+	followerAddr := serve(t, follower)
+
+	c, _ := NewClient([]string{followerAddr})
+	defer c.Close()
+	resp, err := c.AppendNoOp(context.Background(), "r1")
+	if err != nil || resp.Index != 7 {
+		t.Fatalf("AppendNoOp = %v, %v", resp, err)
+	}
+	if follower.calls.Load() != 1 || leader.calls.Load() != 1 {
+		t.Fatalf("calls: follower %d, leader %d", follower.calls.Load(), leader.calls.Load())
+	}
+	// The client remembers the leader: the next write goes straight there.
+	if _, err := c.AppendNoOp(context.Background(), "r2"); err != nil {
+		t.Fatal(err)
+	}
+	if follower.calls.Load() != 1 || leader.calls.Load() != 2 {
+		t.Fatalf("second write: follower %d, leader %d calls", follower.calls.Load(), leader.calls.Load())
+	}
+}
+
+func TestClient_WriteTriesOtherControllersWhenUnavailable(t *testing.T) {
+	var fails atomic.Int32
+	fails.Store(2)
+	busy := &fakeController{answer: func() (*keelpb.AppendNoOpResponse, error) {
+		if fails.Add(-1) >= 0 {
+			return nil, status.Error(codes.Unavailable, "election in progress")
+		}
+		return &keelpb.AppendNoOpResponse{Index: 1}, nil
+	}}
+	c, _ := NewClient([]string{deadAddr(t), serve(t, busy)})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.AppendNoOp(ctx, ""); err != nil {
+		t.Fatalf("AppendNoOp: %v", err)
+	}
+}
+
+func TestClient_WriteGivesUpWithUnavailable(t *testing.T) {
+	c, _ := NewClient([]string{deadAddr(t), deadAddr(t)})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.AppendNoOp(ctx, "")
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("err = %v, want Unavailable", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("gave up after %v, want about the 500ms deadline", d)
+	}
+}
+
+func TestClient_WriteReturnsOtherErrorsAsTheyAre(t *testing.T) {
+	bad := &fakeController{answer: func() (*keelpb.AppendNoOpResponse, error) {
+		return nil, status.Error(codes.InvalidArgument, "request_id: too long")
+	}}
+	c, _ := NewClient([]string{serve(t, bad)})
+	defer c.Close()
+	_, err := c.AppendNoOp(context.Background(), "")
+	if status.Code(err) != codes.InvalidArgument || bad.calls.Load() != 1 {
+		t.Fatalf("err = %v after %d calls, want InvalidArgument after 1", err, bad.calls.Load())
+	}
+}
+
+func TestClient_DescribeQuorumMarksSilentVoters(t *testing.T) {
+	dead := deadAddr(t)
+	node1 := &fakeController{}
+	addr1 := serve(t, node1)
+	voters := []*keelpb.QuorumMember{{Id: 1, Address: addr1}, {Id: 2, Address: dead}}
+	node1.view = &keelpb.DescribeQuorumResponse{NodeId: 1, Active: true, State: "leader", Voters: voters}
+
+	c, _ := NewClient([]string{addr1})
+	defer c.Close()
+	view, err := c.DescribeQuorum(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if view.Leader.NodeId != 1 || view.Nodes[1] == nil || view.Nodes[2] != nil || view.Errors[2] == nil {
+		t.Fatalf("view = %+v", view)
+	}
+}
+
+func TestNewClient_NeedsAnAddress(t *testing.T) {
+	if _, err := NewClient(nil); err == nil {
+		t.Fatal("NewClient(nil) succeeded")
+	}
+}

@@ -1,0 +1,89 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/raftlog"
+)
+
+// startQuorum starts a local quorum at production timings (real TCP on
+// loopback, raft-boltdb on disk) and waits for its active controller.
+func startQuorum(tb testing.TB, n int) (*LocalQuorum, *Controller) {
+	tb.Helper()
+	q, err := StartLocalQuorum(n, tb.TempDir(), raftlog.DefaultTiming(), "test", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { q.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for q.Active() == nil {
+		if time.Now().After(deadline) {
+			tb.Fatal("no active controller within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return q, q.Active()
+}
+
+func noOps(n int) []*keelpb.Record {
+	recs := make([]*keelpb.Record, n)
+	for i := range recs {
+		recs[i] = &keelpb.Record{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{}}}
+	}
+	return recs
+}
+
+// BenchmarkCommit_SingleWriter: one small record per raft entry, one writer
+// waiting for each commit: the latency-bound case.
+func BenchmarkCommit_SingleWriter(b *testing.B) {
+	_, active := startQuorum(b, 3)
+	rec := noOps(1)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := active.Controller().Propose(ctx, rec...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkCommit_Batched: 1,000 small records per raft entry, as the
+// controller writes large decisions.
+func BenchmarkCommit_Batched(b *testing.B) {
+	_, active := startQuorum(b, 3)
+	const perBatch = 1000
+	recs := noOps(perBatch)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := active.Controller().Propose(ctx, recs...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*perBatch)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkCommit_ConcurrentWriters: many writers of one record each; the
+// event loop takes them one at a time.
+func BenchmarkCommit_ConcurrentWriters(b *testing.B) {
+	_, active := startQuorum(b, 3)
+	rec := noOps(1)
+	ctx := context.Background()
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := active.Controller().Propose(ctx, rec...); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}

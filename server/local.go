@@ -1,0 +1,82 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/keel-dev/keel/raftlog"
+)
+
+// LocalQuorum is n controllers in this process on free loopback ports: the
+// cluster of `keel dev`, benchmarks and in-process tests.
+type LocalQuorum struct {
+	Nodes []*Controller
+}
+
+// StartLocalQuorum binds n free loopback ports first (the voter list needs
+// them all), then starts a controller on each with its data under dataDir.
+func StartLocalQuorum(n int, dataDir string, timing raftlog.Timing, version string, log *slog.Logger) (*LocalQuorum, error) {
+	muxes := make([]*raftlog.Mux, n)
+	voters := make([]raftlog.Voter, n)
+	for i := range muxes {
+		m, err := raftlog.Listen("127.0.0.1:0")
+		if err != nil {
+			for _, m := range muxes[:i] {
+				m.Close()
+			}
+			return nil, err
+		}
+		muxes[i] = m
+		voters[i] = raftlog.Voter{ID: int32(i + 1), Address: m.Addr().String()}
+	}
+	q := &LocalQuorum{}
+	for i, v := range voters {
+		node, err := StartController(ControllerConfig{
+			NodeID:  v.ID,
+			DataDir: filepath.Join(dataDir, fmt.Sprintf("controller-%d", v.ID)),
+			Voters:  voters,
+			Timing:  timing,
+			Version: version,
+			Logger:  log.With("node", v.ID),
+			Mux:     muxes[i],
+		})
+		if err != nil {
+			for _, m := range muxes[i+1:] {
+				m.Close()
+			}
+			return nil, errors.Join(err, q.Close())
+		}
+		q.Nodes = append(q.Nodes, node)
+	}
+	return q, nil
+}
+
+// Addrs lists the controllers' addresses.
+func (q *LocalQuorum) Addrs() []string {
+	out := make([]string, len(q.Nodes))
+	for i, n := range q.Nodes {
+		out[i] = n.Addr()
+	}
+	return out
+}
+
+// Active returns the active controller, or nil when there is none.
+func (q *LocalQuorum) Active() *Controller {
+	for _, n := range q.Nodes {
+		if ok, _ := n.Controller().Active(); ok {
+			return n
+		}
+	}
+	return nil
+}
+
+// Close stops every node.
+func (q *LocalQuorum) Close() error {
+	var errs []error
+	for _, n := range q.Nodes {
+		errs = append(errs, n.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -5,10 +5,16 @@ go 1.26.8
 require (
 	github.com/google/uuid v1.6.0
 	github.com/hashicorp/go-hclog v1.6.3
+	// raft v1.7.3, not v1.8.0: v1.8.0 pulls a hashicorp/go-metrics release
+	// without the compat package that raft-boltdb/v2 v2.3.1 imports, and
+	// would need a replace of go-metrics to v0.6.1. v1.7.3 has pre-vote and
+	// everything Keel uses, and builds with raft-boltdb as it is.
 	github.com/hashicorp/raft v1.7.3
 	github.com/hashicorp/raft-boltdb/v2 v2.3.1
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
+	// bbolt v1.4.3: a current, maintained release; raft-boltdb only asks
+	// for v1.3.5 (2020).
 	go.etcd.io/bbolt v1.4.3
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0

@@ -335,7 +335,7 @@ func TestOpen_Errors(t *testing.T) {
 		{
 			name:    "bad timing",
 			mutate:  func(c *Config) { c.Timing.LeaderLeaseTimeout = time.Second },
-			wantErr: "--leader-lease-timeout (1s) must not exceed --heartbeat-timeout (50ms)",
+			wantErr: "--raft-leader-lease-timeout (1s) must not exceed --raft-heartbeat-timeout (50ms)",
 		},
 		{
 			name:    "bad node id",

@@ -43,10 +43,10 @@ func (t Timing) Validate() error {
 		d    time.Duration
 		min  time.Duration // raft's own lower bound
 	}{
-		{"--heartbeat-timeout", t.HeartbeatTimeout, 5 * time.Millisecond},
-		{"--election-timeout", t.ElectionTimeout, 5 * time.Millisecond},
-		{"--leader-lease-timeout", t.LeaderLeaseTimeout, 5 * time.Millisecond},
-		{"--commit-timeout", t.CommitTimeout, time.Millisecond},
+		{"--raft-heartbeat-timeout", t.HeartbeatTimeout, 5 * time.Millisecond},
+		{"--raft-election-timeout", t.ElectionTimeout, 5 * time.Millisecond},
+		{"--raft-leader-lease-timeout", t.LeaderLeaseTimeout, 5 * time.Millisecond},
+		{"--raft-commit-timeout", t.CommitTimeout, time.Millisecond},
 	} {
 		if f.d <= 0 {
 			return fmt.Errorf("%s (%s) must be positive", f.flag, f.d)
@@ -56,11 +56,11 @@ func (t Timing) Validate() error {
 		}
 	}
 	if t.LeaderLeaseTimeout > t.HeartbeatTimeout {
-		return fmt.Errorf("--leader-lease-timeout (%s) must not exceed --heartbeat-timeout (%s)",
+		return fmt.Errorf("--raft-leader-lease-timeout (%s) must not exceed --raft-heartbeat-timeout (%s)",
 			t.LeaderLeaseTimeout, t.HeartbeatTimeout)
 	}
 	if t.ElectionTimeout < t.HeartbeatTimeout {
-		return fmt.Errorf("--election-timeout (%s) must not be less than --heartbeat-timeout (%s)",
+		return fmt.Errorf("--raft-election-timeout (%s) must not be less than --raft-heartbeat-timeout (%s)",
 			t.ElectionTimeout, t.HeartbeatTimeout)
 	}
 	return nil

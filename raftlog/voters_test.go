@@ -148,19 +148,19 @@ func TestTiming_Validate(t *testing.T) {
 		{
 			name:    "lease exceeds heartbeat",
 			timing:  with(func(t *Timing) { t.LeaderLeaseTimeout = 400 * ms }),
-			wantErr: "--leader-lease-timeout (400ms) must not exceed --heartbeat-timeout (300ms)",
+			wantErr: "--raft-leader-lease-timeout (400ms) must not exceed --raft-heartbeat-timeout (300ms)",
 		},
 		{
 			name:    "election below heartbeat",
 			timing:  with(func(t *Timing) { t.ElectionTimeout = 200 * ms }),
-			wantErr: "--election-timeout (200ms) must not be less than --heartbeat-timeout (300ms)",
+			wantErr: "--raft-election-timeout (200ms) must not be less than --raft-heartbeat-timeout (300ms)",
 		},
-		{name: "zero heartbeat", timing: with(func(t *Timing) { t.HeartbeatTimeout = 0 }), wantErr: "--heartbeat-timeout (0s) must be positive"},
-		{name: "zero election", timing: with(func(t *Timing) { t.ElectionTimeout = 0 }), wantErr: "--election-timeout (0s) must be positive"},
-		{name: "negative lease", timing: with(func(t *Timing) { t.LeaderLeaseTimeout = -ms }), wantErr: "--leader-lease-timeout (-1ms) must be positive"},
-		{name: "zero commit", timing: with(func(t *Timing) { t.CommitTimeout = 0 }), wantErr: "--commit-timeout (0s) must be positive"},
-		{name: "heartbeat below raft minimum", timing: Timing{2 * ms, 2 * ms, 2 * ms, ms}, wantErr: "--heartbeat-timeout (2ms) must be at least 5ms"},
-		{name: "commit below raft minimum", timing: with(func(t *Timing) { t.CommitTimeout = 500 * time.Microsecond }), wantErr: "--commit-timeout (500µs) must be at least 1ms"},
+		{name: "zero heartbeat", timing: with(func(t *Timing) { t.HeartbeatTimeout = 0 }), wantErr: "--raft-heartbeat-timeout (0s) must be positive"},
+		{name: "zero election", timing: with(func(t *Timing) { t.ElectionTimeout = 0 }), wantErr: "--raft-election-timeout (0s) must be positive"},
+		{name: "negative lease", timing: with(func(t *Timing) { t.LeaderLeaseTimeout = -ms }), wantErr: "--raft-leader-lease-timeout (-1ms) must be positive"},
+		{name: "zero commit", timing: with(func(t *Timing) { t.CommitTimeout = 0 }), wantErr: "--raft-commit-timeout (0s) must be positive"},
+		{name: "heartbeat below raft minimum", timing: Timing{2 * ms, 2 * ms, 2 * ms, ms}, wantErr: "--raft-heartbeat-timeout (2ms) must be at least 5ms"},
+		{name: "commit below raft minimum", timing: with(func(t *Timing) { t.CommitTimeout = 500 * time.Microsecond }), wantErr: "--raft-commit-timeout (500µs) must be at least 1ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,6 +20,17 @@ import (
 type testCluster struct {
 	t     *testing.T
 	nodes map[int32]*testNode
+	// sessionTimeout and now configure every node's controller; zero values
+	// mean the defaults.
+	sessionTimeout time.Duration
+	now            func() time.Time
+}
+
+// clusterOption adjusts a test cluster before its nodes start.
+type clusterOption func(*testCluster)
+
+func withSessions(timeout time.Duration, now func() time.Time) clusterOption {
+	return func(c *testCluster) { c.sessionTimeout, c.now = timeout, now }
 }
 
 type testNode struct {
@@ -41,9 +52,12 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func newTestCluster(t *testing.T, n int) *testCluster {
+func newTestCluster(t *testing.T, n int, opts ...clusterOption) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, nodes: map[int32]*testNode{}}
+	for _, o := range opts {
+		o(c)
+	}
 	var servers []raft.Server
 	for i := 1; i <= n; i++ {
 		id := int32(i)
@@ -77,8 +91,11 @@ func (c *testCluster) raftConfig(id int32, notify chan<- bool) *raft.Config {
 func (c *testCluster) start(nd *testNode) {
 	c.t.Helper()
 	nd.fsm = fsm.New()
-	nd.ctrl = New(Config{NodeID: nd.id, ClusterID: "test-cluster", Logger: testLogger(), ApplyTimeout: time.Second}, nd.fsm)
-	r, err := raft.NewRaft(c.raftConfig(nd.id, nd.ctrl.NotifyCh()), raftlog.RaftFSM(nd.fsm), nd.logs, nd.logs, nd.snaps, nd.trans)
+	applied := NewAppliedLog(nd.fsm, 0, 0)
+	cfg := Config{NodeID: nd.id, ClusterID: "test-cluster", Logger: testLogger(), ApplyTimeout: time.Second,
+		SessionTimeout: c.sessionTimeout, Now: c.now}
+	nd.ctrl = New(cfg, applied)
+	r, err := raft.NewRaft(c.raftConfig(nd.id, nd.ctrl.NotifyCh()), raftlog.RaftFSM(applied), nd.logs, nd.logs, nd.snaps, nd.trans)
 	if err != nil {
 		c.t.Fatalf("raft for node %d: %v", nd.id, err)
 	}

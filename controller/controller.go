@@ -27,8 +27,16 @@ type Config struct {
 	ApplyTimeout time.Duration
 	// EventQueueSize bounds the event loop's queue; beyond it writes get ErrQueueFull.
 	EventQueueSize int
-	Logger         *slog.Logger
+	// SessionTimeout is how long a broker stays alive without a heartbeat
+	// before it is fenced (KRaft's broker.session.timeout.ms, 9s).
+	SessionTimeout time.Duration
+	// Now is the clock for broker sessions; tests pass a fake one.
+	Now    func() time.Time
+	Logger *slog.Logger
 }
+
+// DefaultSessionTimeout is KRaft's default broker session timeout.
+const DefaultSessionTimeout = 9 * time.Second
 
 func (c *Config) setDefaults() {
 	if c.ApplyTimeout <= 0 {
@@ -36,6 +44,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.EventQueueSize <= 0 {
 		c.EventQueueSize = 4096
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -46,6 +60,7 @@ func (c *Config) setDefaults() {
 // active controller.
 type Controller struct {
 	cfg      Config
+	applied  *AppliedLog
 	fsm      *fsm.FSM
 	log      *slog.Logger
 	notifyCh chan bool
@@ -60,13 +75,15 @@ type Controller struct {
 	stopOnce sync.Once
 }
 
-// New returns a controller over f. Pass NotifyCh to raft's config, then call
-// Start with the raft it configured.
-func New(cfg Config, f *fsm.FSM) *Controller {
+// New returns a controller over the applied log (the state machine raft
+// drives). Pass NotifyCh to raft's config, then call Start with the raft it
+// configured.
+func New(cfg Config, applied *AppliedLog) *Controller {
 	cfg.setDefaults()
 	return &Controller{
-		cfg: cfg,
-		fsm: f,
+		cfg:     cfg,
+		applied: applied,
+		fsm:     applied.FSM(),
 		log: cfg.Logger.With("component", "controller", "node_id", cfg.NodeID),
 		// Raft blocks on this channel: it must be buffered and drained by one
 		// goroutine that never calls raft itself.
@@ -157,41 +174,29 @@ func (c *Controller) notLeader() error {
 	return &NotLeaderError{LeaderID: id, LeaderAddress: addr}
 }
 
-// Propose commits records as one batch through the active controller's event
-// loop and returns the raft index they were applied at. It fails with a
-// *NotLeaderError or ErrNotReady when this node is not active, ErrQueueFull
-// when the event queue is full, ErrOutcomeUnknown when leadership was lost
-// mid-write, or the context's error.
-func (c *Controller) Propose(ctx context.Context, records ...*keelpb.Record) (uint64, error) {
+// decision decides what to write from the committed image: it runs on the
+// event loop, after every earlier decision has been applied, and returns the
+// records to commit as one batch (none: nothing to write).
+type decision func(img *fsm.Image) ([]*keelpb.Record, error)
+
+// decide runs d on the active controller's event loop and commits its
+// records. It returns the raft index they were applied at (0 if d wrote
+// nothing). It fails with a *NotLeaderError or ErrNotReady when this node is
+// not active, ErrQueueFull when the event queue is full, d's own error,
+// ErrOutcomeUnknown when leadership was lost mid-write or the context ended
+// while waiting.
+func (c *Controller) decide(ctx context.Context, d decision) (uint64, error) {
 	l := c.active.Load()
 	if l == nil {
 		return 0, c.notLeader()
 	}
-	type result struct {
-		index uint64
-		err   error
-	}
-	done := make(chan result, 1)
-	err := l.submit(ctx, event{
-		run: func() {
-			if ctx.Err() != nil { // the caller has given up: write nothing
-				done <- result{0, ctx.Err()}
-				return
-			}
-			index, err := l.commit(records...)
-			done <- result{index, err}
-		},
-		abandon: func(err error) { done <- result{0, err} },
-	})
-	if err != nil {
-		return 0, err
-	}
-	select {
-	case r := <-done:
-		return r.index, r.err
-	case <-ctx.Done():
-		return 0, fmt.Errorf("%w (%v)", ErrOutcomeUnknown, ctx.Err())
-	}
+	return l.decide(ctx, d)
+}
+
+// Propose commits records as one batch through the active controller's event
+// loop and returns the raft index they were applied at. Errors as decide.
+func (c *Controller) Propose(ctx context.Context, records ...*keelpb.Record) (uint64, error) {
+	return c.decide(ctx, func(*fsm.Image) ([]*keelpb.Record, error) { return records, nil })
 }
 
 // commitBatch writes records as one raft entry and waits until it is applied.

@@ -160,7 +160,7 @@ func TestController_WriteWithoutQuorumFailsInBoundedTime(t *testing.T) {
 }
 
 func TestLeadership_SubmitRefusesWhenFullOrClosed(t *testing.T) {
-	c := &Controller{cfg: Config{EventQueueSize: 2}, fsm: fsm.New()}
+	c := &Controller{cfg: Config{EventQueueSize: 2, SessionTimeout: time.Second}, fsm: fsm.New()}
 	l := c.newLeadership()
 	defer l.cancel()
 	ev := event{run: func() {}, abandon: func(error) {}}

@@ -35,3 +35,13 @@ func (e *NotLeaderError) Error() string {
 }
 
 func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
+
+// Errors of the broker lifecycle. Each is wrapped with a message that names
+// the broker; rpc maps them to status codes with a reason clients act on.
+var (
+	ErrInconsistentClusterID      = errors.New("inconsistent cluster id")
+	ErrUnsupportedMetadataVersion = errors.New("unsupported metadata version")
+	ErrDuplicateRegistration      = errors.New("duplicate broker registration")
+	ErrStaleBrokerEpoch           = errors.New("stale broker epoch")
+	ErrBrokerNotRegistered        = errors.New("broker not registered")
+)

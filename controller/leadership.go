@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -24,6 +25,8 @@ type leadership struct {
 	wg     sync.WaitGroup
 	epoch  int64 // set once established
 
+	sessions *sessionTracker
+
 	mu     sync.Mutex // guards closed and sends on events
 	closed bool
 	events chan event
@@ -38,7 +41,8 @@ type event struct {
 
 func (c *Controller) newLeadership() *leadership {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &leadership{c: c, log: c.log, ctx: ctx, cancel: cancel, events: make(chan event, c.cfg.EventQueueSize)}
+	l := &leadership{c: c, log: c.log, ctx: ctx, cancel: cancel, events: make(chan event, c.cfg.EventQueueSize),
+		sessions: newSessionTracker(c.cfg.SessionTimeout)}
 	l.wg.Add(1)
 	return l
 }
@@ -58,8 +62,13 @@ func (l *leadership) run() {
 		}
 		return
 	}
+	// Every registered broker gets a fresh session before anyone can be
+	// fenced; the fencer starts only now.
+	l.sessions.reset(l.c.fsm.Image().Brokers(), l.c.cfg.Now())
 	l.c.active.Store(l)
 	l.log.Info("active controller", "epoch", l.epoch, "takeover", time.Since(start).Round(time.Millisecond))
+	l.wg.Add(1)
+	go l.fenceExpiredSessions()
 	l.eventLoop()
 	l.close()
 }
@@ -91,6 +100,10 @@ func (l *leadership) tryEstablish() error {
 	if img.ClusterID == "" {
 		records = append(records, &keelpb.Record{Record: &keelpb.Record_ClusterId{
 			ClusterId: &keelpb.ClusterIdRecord{ClusterId: l.c.newClusterID()}}})
+	}
+	if img.MetadataVersion == 0 {
+		records = append(records, &keelpb.Record{Record: &keelpb.Record_FeatureLevel{
+			FeatureLevel: &keelpb.FeatureLevelRecord{Name: fsm.MetadataVersionFeature, Level: fsm.MaxMetadataVersion}}})
 	}
 	next := img.ControllerEpoch + 1
 	records = append(records, &keelpb.Record{Record: &keelpb.Record_ControllerEpoch{
@@ -148,12 +161,76 @@ func (l *leadership) submit(ctx context.Context, ev event) error {
 	}
 }
 
-// commit writes one batch for this leadership.
-func (l *leadership) commit(records ...*keelpb.Record) (uint64, error) {
+// decide queues d on the event loop and waits for its outcome.
+func (l *leadership) decide(ctx context.Context, d decision) (uint64, error) {
+	type result struct {
+		index uint64
+		err   error
+	}
+	done := make(chan result, 1)
+	err := l.submit(ctx, event{
+		run: func() {
+			if ctx.Err() != nil { // the caller has given up: write nothing
+				done <- result{0, ctx.Err()}
+				return
+			}
+			index, err := l.runDecision(d)
+			done <- result{index, err}
+		},
+		abandon: func(err error) { done <- result{0, err} },
+	})
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case r := <-done:
+		return r.index, r.err
+	case <-ctx.Done():
+		return 0, fmt.Errorf("%w (%v)", ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+// runDecision runs d against the committed image and commits its records.
+// It runs on the event loop only.
+func (l *leadership) runDecision(d decision) (uint64, error) {
 	if l.ctx.Err() != nil {
 		return 0, l.c.notLeader()
 	}
+	records, err := d(l.c.fsm.Image())
+	if err != nil || len(records) == 0 {
+		return 0, err
+	}
 	return l.c.commitBatch(records...)
+}
+
+// fenceExpiredSessions fences, in one batch per check, every active broker
+// whose session has run out. It checks several times per session timeout so
+// a dead broker is fenced soon after its session ends.
+func (l *leadership) fenceExpiredSessions() {
+	defer l.wg.Done()
+	tick := time.NewTicker(max(l.c.cfg.SessionTimeout/8, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if len(l.sessions.expired(l.c.fsm.Image(), l.c.cfg.Now())) == 0 {
+			continue
+		}
+		_, err := l.decide(l.ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+			// Decided again on the loop: a heartbeat may have come meanwhile.
+			expired := l.sessions.expired(img, l.c.cfg.Now())
+			for _, b := range expired {
+				l.log.Info("fencing broker: session expired", "broker_id", b.ID, "broker_epoch", b.Epoch)
+			}
+			return fenceRecords(expired), nil
+		})
+		if err != nil && l.ctx.Err() == nil {
+			l.log.Warn("fencing expired brokers failed", "err", err)
+		}
+	}
 }
 
 // revoke stops the leadership and waits until all it started has stopped.

@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/keel-dev/keel/proto/keelpb"
 )
@@ -33,16 +34,38 @@ func (e *RecordError) Unwrap() error { return e.Err }
 type applyContext struct {
 	index, term uint64
 	restoring   bool
+
+	// brokersOwned is set once this batch has its own copy of the brokers
+	// map: copy on first write, at most once per batch.
+	brokersOwned bool
+}
+
+// mutBrokers returns img's brokers map, copied first if this batch does not
+// own it yet.
+func (ctx *applyContext) mutBrokers(img *Image) map[int32]*Broker {
+	if !ctx.brokersOwned {
+		img.brokers = maps.Clone(img.brokers)
+		if img.brokers == nil {
+			img.brokers = map[int32]*Broker{}
+		}
+		ctx.brokersOwned = true
+	}
+	return img.brokers
 }
 
 // applier applies one record to img, which the caller owns and may edit.
-type applier func(img *Image, rec *keelpb.Record, ctx applyContext) error
+type applier func(img *Image, rec *keelpb.Record, ctx *applyContext) error
 
 // appliers dispatches on the record type: one function per record.
 var appliers = map[string]applier{
-	"cluster_id":       applyClusterID,
-	"controller_epoch": applyControllerEpoch,
-	"no_op":            applyNoOp,
+	"cluster_id":          applyClusterID,
+	"controller_epoch":    applyControllerEpoch,
+	"no_op":               applyNoOp,
+	"feature_level":       applyFeatureLevel,
+	"broker_registration": applyBrokerRegistration,
+	"fence_broker":        applyFenceBroker,
+	"unfence_broker":      applyUnfenceBroker,
+	"unregister_broker":   applyUnregisterBroker,
 }
 
 // RecordType names the record's type as its oneof field is named in the proto.
@@ -61,7 +84,7 @@ func Apply(img *Image, index, term uint64, batch *keelpb.RecordBatch) (*Image, e
 		return img, ErrEmptyBatch
 	}
 	next := img.clone()
-	ctx := applyContext{index: index, term: term}
+	ctx := &applyContext{index: index, term: term}
 	for i, rec := range batch.Records {
 		if err := applyRecord(next, rec, ctx); err != nil {
 			return img, &RecordError{Position: i, Type: RecordType(rec), Err: err}
@@ -71,7 +94,7 @@ func Apply(img *Image, index, term uint64, batch *keelpb.RecordBatch) (*Image, e
 	return next, nil
 }
 
-func applyRecord(img *Image, rec *keelpb.Record, ctx applyContext) error {
+func applyRecord(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	fn, ok := appliers[RecordType(rec)]
 	if !ok {
 		return errors.New("unknown record type")
@@ -79,7 +102,7 @@ func applyRecord(img *Image, rec *keelpb.Record, ctx applyContext) error {
 	return fn(img, rec, ctx)
 }
 
-func applyClusterID(img *Image, rec *keelpb.Record, _ applyContext) error {
+func applyClusterID(img *Image, rec *keelpb.Record, _ *applyContext) error {
 	id := rec.GetClusterId().GetClusterId()
 	switch {
 	case id == "":
@@ -91,7 +114,7 @@ func applyClusterID(img *Image, rec *keelpb.Record, _ applyContext) error {
 	return nil
 }
 
-func applyControllerEpoch(img *Image, rec *keelpb.Record, ctx applyContext) error {
+func applyControllerEpoch(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	r := rec.GetControllerEpoch()
 	if r.GetLeaderId() <= 0 {
 		return fmt.Errorf("leader_id %d is not a node id", r.GetLeaderId())
@@ -110,4 +133,4 @@ func applyControllerEpoch(img *Image, rec *keelpb.Record, ctx applyContext) erro
 	return nil
 }
 
-func applyNoOp(*Image, *keelpb.Record, applyContext) error { return nil }
+func applyNoOp(*Image, *keelpb.Record, *applyContext) error { return nil }

@@ -8,6 +8,48 @@
 // record needs (times, ids) travels inside the record.
 package fsm
 
+import (
+	"maps"
+	"slices"
+)
+
+// Metadata versions this software understands. A cluster's metadata.version
+// (a FeatureLevel record) must lie in this range for a node to apply its log.
+const (
+	MinMetadataVersion uint32 = 1
+	MaxMetadataVersion uint32 = 1
+	// MetadataVersionFeature is the feature name of the metadata version.
+	MetadataVersionFeature = "metadata.version"
+)
+
+// Broker is one registered broker incarnation. Like the image, a *Broker is
+// never modified once published: a change makes a new one.
+type Broker struct {
+	ID            int32
+	Epoch         int64 // raft index of its registration record
+	IncarnationID string
+	Address       string
+	Rack          string
+	// The metadata versions the broker can read.
+	MinMetadataVersion, MaxMetadataVersion uint32
+	Fenced                                 bool
+}
+
+// Broker states as the CLI and APIs name them.
+const (
+	BrokerActive       = "active"
+	BrokerFenced       = "fenced"
+	BrokerShuttingDown = "shutting_down"
+)
+
+// State names the broker's state.
+func (b *Broker) State() string {
+	if b.Fenced {
+		return BrokerFenced
+	}
+	return BrokerActive
+}
+
 // Image is one immutable version of the cluster metadata. Apply never modifies
 // an image it was given; it returns a new one, so readers may hold an *Image
 // for as long as they like without locks, and a snapshot is a pointer copy.
@@ -18,6 +60,13 @@ type Image struct {
 	ControllerEpoch int64
 	// ControllerLeaderID is the node that committed ControllerEpoch.
 	ControllerLeaderID int32
+	// MetadataVersion is the cluster's metadata.version feature level; 0
+	// until the first active controller writes it.
+	MetadataVersion uint32
+
+	// brokers by id. Shared between image versions until a batch changes a
+	// broker; then that batch copies the map once (see applyContext).
+	brokers map[int32]*Broker
 
 	// Offset and Term are the raft index and term of the last batch applied.
 	Offset uint64
@@ -26,6 +75,24 @@ type Image struct {
 
 // Empty returns the image of a cluster before any record.
 func Empty() *Image { return &Image{} }
+
+// Broker returns the registered broker with id, if any.
+func (img *Image) Broker(id int32) (*Broker, bool) {
+	b, ok := img.brokers[id]
+	return b, ok
+}
+
+// Brokers returns every registered broker, in id order.
+func (img *Image) Brokers() []*Broker {
+	out := make([]*Broker, 0, len(img.brokers))
+	for _, id := range slices.Sorted(maps.Keys(img.brokers)) {
+		out = append(out, img.brokers[id])
+	}
+	return out
+}
+
+// BrokerCount is the number of registered brokers.
+func (img *Image) BrokerCount() int { return len(img.brokers) }
 
 // clone returns a shallow copy for a batch to edit. Every field is a value or
 // (later) a persistent structure, so this stays O(1) whatever the image size.

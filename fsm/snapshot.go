@@ -51,9 +51,30 @@ func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
 			return err
 		}
 	}
+	if img.MetadataVersion > 0 {
+		rec := &keelpb.FeatureLevelRecord{Name: MetadataVersionFeature, Level: img.MetadataVersion}
+		if err := emit(&keelpb.Record{Record: &keelpb.Record_FeatureLevel{FeatureLevel: rec}}); err != nil {
+			return err
+		}
+	}
 	if img.ControllerEpoch > 0 {
 		rec := &keelpb.ControllerEpochRecord{Epoch: img.ControllerEpoch, LeaderId: img.ControllerLeaderID}
 		if err := emit(&keelpb.Record{Record: &keelpb.Record_ControllerEpoch{ControllerEpoch: rec}}); err != nil {
+			return err
+		}
+	}
+	for _, b := range img.Brokers() {
+		rec := &keelpb.BrokerRegistrationRecord{
+			BrokerId:           b.ID,
+			IncarnationId:      b.IncarnationID,
+			Address:            b.Address,
+			Rack:               b.Rack,
+			MinMetadataVersion: b.MinMetadataVersion,
+			MaxMetadataVersion: b.MaxMetadataVersion,
+			BrokerEpoch:        b.Epoch,
+			Fenced:             b.Fenced,
+		}
+		if err := emit(&keelpb.Record{Record: &keelpb.Record_BrokerRegistration{BrokerRegistration: rec}}); err != nil {
 			return err
 		}
 	}
@@ -177,7 +198,7 @@ func ReadSnapshot(r io.Reader) (*Image, error) {
 	}
 
 	img := Empty()
-	ctx := applyContext{index: header.Index, term: header.Term, restoring: true}
+	ctx := &applyContext{index: header.Index, term: header.Term, restoring: true}
 	var count uint64
 	for {
 		kind, payload, err := fr.next()

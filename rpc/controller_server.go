@@ -52,3 +52,69 @@ func (s *ControllerServer) AppendNoOp(ctx context.Context, req *keelpb.AppendNoO
 	_, epoch := s.ctrl.Active()
 	return &keelpb.AppendNoOpResponse{Index: index, ControllerEpoch: epoch}, nil
 }
+
+// RegisterBroker validates the request and registers the broker.
+func (s *ControllerServer) RegisterBroker(ctx context.Context, req *keelpb.RegisterBrokerRequest) (*keelpb.RegisterBrokerResponse, error) {
+	if err := firstError(
+		validBrokerID(req.GetBrokerId()),
+		validIncarnationID(req.GetIncarnationId()),
+		validAddress("address", req.GetAddress()),
+		validMaxLen("rack", req.GetRack(), maxRackLen),
+		validVersionRange(req.GetMinMetadataVersion(), req.GetMaxMetadataVersion()),
+		validMaxLen("cluster_id", req.GetClusterId(), maxClusterIDLen),
+	); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	resp, err := s.ctrl.RegisterBroker(ctx, req)
+	return resp, toStatus(err)
+}
+
+// BrokerHeartbeat validates the request and renews the broker's session.
+func (s *ControllerServer) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHeartbeatRequest) (*keelpb.BrokerHeartbeatResponse, error) {
+	if err := firstError(validBrokerID(req.GetBrokerId()), validBrokerEpoch(req.GetBrokerEpoch())); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	resp, err := s.ctrl.BrokerHeartbeat(ctx, req)
+	return resp, toStatus(err)
+}
+
+// UnregisterBroker validates the request and removes the broker.
+func (s *ControllerServer) UnregisterBroker(ctx context.Context, req *keelpb.UnregisterBrokerRequest) (*keelpb.UnregisterBrokerResponse, error) {
+	if err := firstError(validBrokerID(req.GetBrokerId()), validBrokerEpoch(req.GetBrokerEpoch())); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	if err := s.ctrl.UnregisterBroker(ctx, req); err != nil {
+		return nil, toStatus(err)
+	}
+	return &keelpb.UnregisterBrokerResponse{}, nil
+}
+
+// StreamMetadata pushes committed metadata to one broker until it goes away
+// or this node stops being the active controller.
+func (s *ControllerServer) StreamMetadata(req *keelpb.StreamMetadataRequest, stream grpc.ServerStreamingServer[keelpb.MetadataPush]) error {
+	if err := firstError(
+		validBrokerID(req.GetBrokerId()),
+		validBrokerEpoch(req.GetBrokerEpoch()),
+		validMaxLen("cluster_id", req.GetClusterId(), maxClusterIDLen),
+	); err != nil {
+		return err
+	}
+	return toStatus(s.ctrl.StreamMetadata(stream.Context(), req, stream.Send))
+}
+
+// ListBrokers answers from this node's committed image, leader or not.
+func (s *ControllerServer) ListBrokers(context.Context, *keelpb.ListBrokersRequest) (*keelpb.ListBrokersResponse, error) {
+	var resp keelpb.ListBrokersResponse
+	for _, b := range s.ctrl.Brokers() {
+		resp.Brokers = append(resp.Brokers, &keelpb.BrokerInfo{
+			Id: b.ID, Epoch: b.Epoch, Address: b.Address, Rack: b.Rack, State: b.State(), IncarnationId: b.IncarnationID,
+		})
+	}
+	return &resp, nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -36,6 +37,16 @@ func toStatus(err error) error {
 		errors.Is(err, controller.ErrOutcomeUnknown),
 		errors.Is(err, controller.ErrStopped):
 		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, controller.ErrInconsistentClusterID):
+		return withReason(codes.FailedPrecondition, ReasonInconsistentClusterID, err.Error())
+	case errors.Is(err, controller.ErrUnsupportedMetadataVersion):
+		return withReason(codes.FailedPrecondition, ReasonUnsupportedMetadataVersion, err.Error())
+	case errors.Is(err, controller.ErrDuplicateRegistration):
+		return withReason(codes.AlreadyExists, ReasonDuplicateRegistration, err.Error())
+	case errors.Is(err, controller.ErrStaleBrokerEpoch):
+		return withReason(codes.FailedPrecondition, ReasonStaleBrokerEpoch, err.Error())
+	case errors.Is(err, controller.ErrBrokerNotRegistered):
+		return withReason(codes.FailedPrecondition, ReasonBrokerNotRegistered, err.Error())
 	case errors.Is(err, controller.ErrQueueFull):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
@@ -70,4 +81,39 @@ func LeaderHintOf(err error) (*keelpb.LeaderHint, bool) {
 // invalidArgument reports a bad request field by name.
 func invalidArgument(field, format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
+}
+
+// Reasons carried in a google.rpc.ErrorInfo detail, so that clients can act
+// on an error without parsing its message.
+const (
+	ErrorDomain = "keel"
+
+	ReasonInconsistentClusterID      = "INCONSISTENT_CLUSTER_ID"
+	ReasonUnsupportedMetadataVersion = "UNSUPPORTED_METADATA_VERSION"
+	ReasonDuplicateRegistration      = "DUPLICATE_BROKER_REGISTRATION"
+	ReasonStaleBrokerEpoch           = "STALE_BROKER_EPOCH"
+	ReasonBrokerNotRegistered        = "BROKER_NOT_REGISTERED"
+)
+
+// withReason builds a status error carrying an ErrorInfo reason.
+func withReason(code codes.Code, reason, msg string) error {
+	st := status.New(code, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+		return d.Err()
+	}
+	return st.Err()
+}
+
+// ReasonOf returns the ErrorInfo reason carried by err, or "".
+func ReasonOf(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
+			return info.Reason
+		}
+	}
+	return ""
 }

@@ -32,7 +32,9 @@ type ControllerConfig struct {
 	ClusterID    string
 	Timing       raftlog.Timing
 	WriteTimeout time.Duration
-	Version      string
+	// SessionTimeout is the broker session timeout (default 9s).
+	SessionTimeout time.Duration
+	Version        string
 	Logger       *slog.Logger
 	// Mux, if set, is an already bound listener to use instead of Listen
 	// (keel dev binds its ports before it knows the voter list).
@@ -45,8 +47,9 @@ type Controller struct {
 	log  *slog.Logger
 	mux  *raftlog.Mux
 	node *raftlog.Node
-	fsm  *fsm.FSM
-	ctrl *controller.Controller
+	fsm     *fsm.FSM
+	applied *controller.AppliedLog
+	ctrl    *controller.Controller
 	grpc *grpc.Server
 
 	fatal     chan error
@@ -92,7 +95,13 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 		fatal:     make(chan error, 1),
 		stopWatch: make(chan struct{}),
 	}
-	s.ctrl = controller.New(controller.Config{NodeID: cfg.NodeID, ClusterID: cfg.ClusterID, Logger: cfg.Logger}, s.fsm)
+	s.applied = controller.NewAppliedLog(s.fsm, 0, 0)
+	s.ctrl = controller.New(controller.Config{
+		NodeID:         cfg.NodeID,
+		ClusterID:      cfg.ClusterID,
+		SessionTimeout: cfg.SessionTimeout,
+		Logger:         cfg.Logger,
+	}, s.applied)
 	s.node, err = raftlog.Open(raftlog.Config{
 		NodeID:    cfg.NodeID,
 		Advertise: self.Address,
@@ -102,7 +111,7 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 		Timing:    cfg.Timing,
 		NotifyCh:  s.ctrl.NotifyCh(),
 		Logger:    cfg.Logger,
-	}, s.fsm, mux)
+	}, s.applied, mux)
 	if err != nil {
 		return nil, err
 	}

@@ -367,6 +367,909 @@ func (x *AppendNoOpResponse) GetControllerEpoch() int64 {
 	return 0
 }
 
+type RegisterBrokerRequest struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId           int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	IncarnationId      string                 `protobuf:"bytes,2,opt,name=incarnation_id,json=incarnationId,proto3" json:"incarnation_id,omitempty"`
+	Address            string                 `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	Rack               string                 `protobuf:"bytes,4,opt,name=rack,proto3" json:"rack,omitempty"`
+	MinMetadataVersion uint32                 `protobuf:"varint,5,opt,name=min_metadata_version,json=minMetadataVersion,proto3" json:"min_metadata_version,omitempty"`
+	MaxMetadataVersion uint32                 `protobuf:"varint,6,opt,name=max_metadata_version,json=maxMetadataVersion,proto3" json:"max_metadata_version,omitempty"`
+	// The cluster the broker belongs to; empty on its very first start.
+	ClusterId     string `protobuf:"bytes,7,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterBrokerRequest) Reset() {
+	*x = RegisterBrokerRequest{}
+	mi := &file_controller_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterBrokerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterBrokerRequest) ProtoMessage() {}
+
+func (x *RegisterBrokerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterBrokerRequest.ProtoReflect.Descriptor instead.
+func (*RegisterBrokerRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RegisterBrokerRequest) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *RegisterBrokerRequest) GetIncarnationId() string {
+	if x != nil {
+		return x.IncarnationId
+	}
+	return ""
+}
+
+func (x *RegisterBrokerRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *RegisterBrokerRequest) GetRack() string {
+	if x != nil {
+		return x.Rack
+	}
+	return ""
+}
+
+func (x *RegisterBrokerRequest) GetMinMetadataVersion() uint32 {
+	if x != nil {
+		return x.MinMetadataVersion
+	}
+	return 0
+}
+
+func (x *RegisterBrokerRequest) GetMaxMetadataVersion() uint32 {
+	if x != nil {
+		return x.MaxMetadataVersion
+	}
+	return 0
+}
+
+func (x *RegisterBrokerRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+type RegisterBrokerResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	BrokerEpoch     int64                  `protobuf:"varint,1,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	ClusterId       string                 `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ControllerEpoch int64                  `protobuf:"varint,3,opt,name=controller_epoch,json=controllerEpoch,proto3" json:"controller_epoch,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RegisterBrokerResponse) Reset() {
+	*x = RegisterBrokerResponse{}
+	mi := &file_controller_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterBrokerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterBrokerResponse) ProtoMessage() {}
+
+func (x *RegisterBrokerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterBrokerResponse.ProtoReflect.Descriptor instead.
+func (*RegisterBrokerResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RegisterBrokerResponse) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+func (x *RegisterBrokerResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *RegisterBrokerResponse) GetControllerEpoch() int64 {
+	if x != nil {
+		return x.ControllerEpoch
+	}
+	return 0
+}
+
+type BrokerHeartbeatRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId    int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	BrokerEpoch int64                  `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	// The offset of the last metadata batch the broker has applied.
+	MetadataOffset uint64 `protobuf:"varint,3,opt,name=metadata_offset,json=metadataOffset,proto3" json:"metadata_offset,omitempty"`
+	WantFence      bool   `protobuf:"varint,4,opt,name=want_fence,json=wantFence,proto3" json:"want_fence,omitempty"`
+	WantShutdown   bool   `protobuf:"varint,5,opt,name=want_shutdown,json=wantShutdown,proto3" json:"want_shutdown,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *BrokerHeartbeatRequest) Reset() {
+	*x = BrokerHeartbeatRequest{}
+	mi := &file_controller_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerHeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerHeartbeatRequest) ProtoMessage() {}
+
+func (x *BrokerHeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerHeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*BrokerHeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *BrokerHeartbeatRequest) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *BrokerHeartbeatRequest) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+func (x *BrokerHeartbeatRequest) GetMetadataOffset() uint64 {
+	if x != nil {
+		return x.MetadataOffset
+	}
+	return 0
+}
+
+func (x *BrokerHeartbeatRequest) GetWantFence() bool {
+	if x != nil {
+		return x.WantFence
+	}
+	return false
+}
+
+func (x *BrokerHeartbeatRequest) GetWantShutdown() bool {
+	if x != nil {
+		return x.WantShutdown
+	}
+	return false
+}
+
+type BrokerHeartbeatResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True once the broker has applied the metadata up to its registration.
+	IsCaughtUp      bool  `protobuf:"varint,1,opt,name=is_caught_up,json=isCaughtUp,proto3" json:"is_caught_up,omitempty"`
+	IsFenced        bool  `protobuf:"varint,2,opt,name=is_fenced,json=isFenced,proto3" json:"is_fenced,omitempty"`
+	ShouldShutDown  bool  `protobuf:"varint,3,opt,name=should_shut_down,json=shouldShutDown,proto3" json:"should_shut_down,omitempty"`
+	ControllerEpoch int64 `protobuf:"varint,4,opt,name=controller_epoch,json=controllerEpoch,proto3" json:"controller_epoch,omitempty"`
+	ControllerId    int32 `protobuf:"varint,5,opt,name=controller_id,json=controllerId,proto3" json:"controller_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *BrokerHeartbeatResponse) Reset() {
+	*x = BrokerHeartbeatResponse{}
+	mi := &file_controller_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerHeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerHeartbeatResponse) ProtoMessage() {}
+
+func (x *BrokerHeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerHeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*BrokerHeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *BrokerHeartbeatResponse) GetIsCaughtUp() bool {
+	if x != nil {
+		return x.IsCaughtUp
+	}
+	return false
+}
+
+func (x *BrokerHeartbeatResponse) GetIsFenced() bool {
+	if x != nil {
+		return x.IsFenced
+	}
+	return false
+}
+
+func (x *BrokerHeartbeatResponse) GetShouldShutDown() bool {
+	if x != nil {
+		return x.ShouldShutDown
+	}
+	return false
+}
+
+func (x *BrokerHeartbeatResponse) GetControllerEpoch() int64 {
+	if x != nil {
+		return x.ControllerEpoch
+	}
+	return 0
+}
+
+func (x *BrokerHeartbeatResponse) GetControllerId() int32 {
+	if x != nil {
+		return x.ControllerId
+	}
+	return 0
+}
+
+type UnregisterBrokerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId      int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	BrokerEpoch   int64                  `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterBrokerRequest) Reset() {
+	*x = UnregisterBrokerRequest{}
+	mi := &file_controller_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterBrokerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterBrokerRequest) ProtoMessage() {}
+
+func (x *UnregisterBrokerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterBrokerRequest.ProtoReflect.Descriptor instead.
+func (*UnregisterBrokerRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *UnregisterBrokerRequest) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *UnregisterBrokerRequest) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+type UnregisterBrokerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterBrokerResponse) Reset() {
+	*x = UnregisterBrokerResponse{}
+	mi := &file_controller_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterBrokerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterBrokerResponse) ProtoMessage() {}
+
+func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterBrokerResponse.ProtoReflect.Descriptor instead.
+func (*UnregisterBrokerResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{10}
+}
+
+type StreamMetadataRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId    int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	BrokerEpoch int64                  `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	// The offset of the last batch the broker has applied; 0 for none.
+	FromOffset uint64 `protobuf:"varint,3,opt,name=from_offset,json=fromOffset,proto3" json:"from_offset,omitempty"`
+	// The broker's cluster id; a mismatch gets an image snapshot of this
+	// cluster only if empty, and is refused otherwise.
+	ClusterId     string `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamMetadataRequest) Reset() {
+	*x = StreamMetadataRequest{}
+	mi := &file_controller_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamMetadataRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamMetadataRequest) ProtoMessage() {}
+
+func (x *StreamMetadataRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamMetadataRequest.ProtoReflect.Descriptor instead.
+func (*StreamMetadataRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *StreamMetadataRequest) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *StreamMetadataRequest) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+func (x *StreamMetadataRequest) GetFromOffset() uint64 {
+	if x != nil {
+		return x.FromOffset
+	}
+	return 0
+}
+
+func (x *StreamMetadataRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+// MetadataPush is one message of the metadata stream, stamped with the epoch
+// of the controller that sent it. A broker refuses a push whose epoch is
+// lower than the highest it has seen.
+type MetadataPush struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ControllerEpoch int64                  `protobuf:"varint,1,opt,name=controller_epoch,json=controllerEpoch,proto3" json:"controller_epoch,omitempty"`
+	ControllerId    int32                  `protobuf:"varint,2,opt,name=controller_id,json=controllerId,proto3" json:"controller_id,omitempty"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*MetadataPush_Entries
+	//	*MetadataPush_Snapshot
+	Body          isMetadataPush_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetadataPush) Reset() {
+	*x = MetadataPush{}
+	mi := &file_controller_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetadataPush) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetadataPush) ProtoMessage() {}
+
+func (x *MetadataPush) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetadataPush.ProtoReflect.Descriptor instead.
+func (*MetadataPush) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *MetadataPush) GetControllerEpoch() int64 {
+	if x != nil {
+		return x.ControllerEpoch
+	}
+	return 0
+}
+
+func (x *MetadataPush) GetControllerId() int32 {
+	if x != nil {
+		return x.ControllerId
+	}
+	return 0
+}
+
+func (x *MetadataPush) GetBody() isMetadataPush_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *MetadataPush) GetEntries() *MetadataEntries {
+	if x != nil {
+		if x, ok := x.Body.(*MetadataPush_Entries); ok {
+			return x.Entries
+		}
+	}
+	return nil
+}
+
+func (x *MetadataPush) GetSnapshot() *SnapshotChunk {
+	if x != nil {
+		if x, ok := x.Body.(*MetadataPush_Snapshot); ok {
+			return x.Snapshot
+		}
+	}
+	return nil
+}
+
+type isMetadataPush_Body interface {
+	isMetadataPush_Body()
+}
+
+type MetadataPush_Entries struct {
+	Entries *MetadataEntries `protobuf:"bytes,3,opt,name=entries,proto3,oneof"`
+}
+
+type MetadataPush_Snapshot struct {
+	Snapshot *SnapshotChunk `protobuf:"bytes,4,opt,name=snapshot,proto3,oneof"`
+}
+
+func (*MetadataPush_Entries) isMetadataPush_Body() {}
+
+func (*MetadataPush_Snapshot) isMetadataPush_Body() {}
+
+type MetadataEntries struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*MetadataEntry       `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetadataEntries) Reset() {
+	*x = MetadataEntries{}
+	mi := &file_controller_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetadataEntries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetadataEntries) ProtoMessage() {}
+
+func (x *MetadataEntries) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetadataEntries.ProtoReflect.Descriptor instead.
+func (*MetadataEntries) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *MetadataEntries) GetEntries() []*MetadataEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// MetadataEntry is one committed raft entry as the FSM applied it.
+type MetadataEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The offset of the batch before this one; a broker applies the entry only
+	// if its own offset equals prev_offset, so no batch is skipped or repeated.
+	PrevOffset uint64 `protobuf:"varint,1,opt,name=prev_offset,json=prevOffset,proto3" json:"prev_offset,omitempty"`
+	Offset     uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Term       uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	// The raft entry: format byte, then the RecordBatch.
+	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetadataEntry) Reset() {
+	*x = MetadataEntry{}
+	mi := &file_controller_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetadataEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetadataEntry) ProtoMessage() {}
+
+func (x *MetadataEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetadataEntry.ProtoReflect.Descriptor instead.
+func (*MetadataEntry) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *MetadataEntry) GetPrevOffset() uint64 {
+	if x != nil {
+		return x.PrevOffset
+	}
+	return 0
+}
+
+func (x *MetadataEntry) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *MetadataEntry) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *MetadataEntry) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// SnapshotChunk carries part of an FSM snapshot stream (the same format as
+// raft snapshots); the broker replaces its image when the last chunk arrives
+// and the whole stream has verified.
+type SnapshotChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	Last          bool                   `protobuf:"varint,2,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_controller_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
+type ListBrokersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBrokersRequest) Reset() {
+	*x = ListBrokersRequest{}
+	mi := &file_controller_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBrokersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBrokersRequest) ProtoMessage() {}
+
+func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBrokersRequest.ProtoReflect.Descriptor instead.
+func (*ListBrokersRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{16}
+}
+
+type ListBrokersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Brokers       []*BrokerInfo          `protobuf:"bytes,1,rep,name=brokers,proto3" json:"brokers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBrokersResponse) Reset() {
+	*x = ListBrokersResponse{}
+	mi := &file_controller_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBrokersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBrokersResponse) ProtoMessage() {}
+
+func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBrokersResponse.ProtoReflect.Descriptor instead.
+func (*ListBrokersResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListBrokersResponse) GetBrokers() []*BrokerInfo {
+	if x != nil {
+		return x.Brokers
+	}
+	return nil
+}
+
+type BrokerInfo struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      int32                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Epoch   int64                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Address string                 `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	Rack    string                 `protobuf:"bytes,4,opt,name=rack,proto3" json:"rack,omitempty"`
+	// active, fenced or shutting_down
+	State         string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	IncarnationId string `protobuf:"bytes,6,opt,name=incarnation_id,json=incarnationId,proto3" json:"incarnation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerInfo) Reset() {
+	*x = BrokerInfo{}
+	mi := &file_controller_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerInfo) ProtoMessage() {}
+
+func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerInfo.ProtoReflect.Descriptor instead.
+func (*BrokerInfo) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *BrokerInfo) GetId() int32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *BrokerInfo) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *BrokerInfo) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *BrokerInfo) GetRack() string {
+	if x != nil {
+		return x.Rack
+	}
+	return ""
+}
+
+func (x *BrokerInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BrokerInfo) GetIncarnationId() string {
+	if x != nil {
+		return x.IncarnationId
+	}
+	return ""
+}
+
 // LeaderHint rides in the details of a FailedPrecondition or Unavailable status
 // from a controller that is not the active one, so clients can follow it.
 type LeaderHint struct {
@@ -379,7 +1282,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_controller_proto_msgTypes[5]
+	mi := &file_controller_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +1294,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[5]
+	mi := &file_controller_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +1307,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{5}
+	return file_controller_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaderHint) GetLeaderId() int32 {
@@ -454,15 +1357,87 @@ const file_controller_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"U\n" +
 	"\x12AppendNoOpResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12)\n" +
-	"\x10controller_epoch\x18\x02 \x01(\x03R\x0fcontrollerEpoch\"P\n" +
+	"\x10controller_epoch\x18\x02 \x01(\x03R\x0fcontrollerEpoch\"\x8c\x02\n" +
+	"\x15RegisterBrokerRequest\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12%\n" +
+	"\x0eincarnation_id\x18\x02 \x01(\tR\rincarnationId\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04rack\x18\x04 \x01(\tR\x04rack\x120\n" +
+	"\x14min_metadata_version\x18\x05 \x01(\rR\x12minMetadataVersion\x120\n" +
+	"\x14max_metadata_version\x18\x06 \x01(\rR\x12maxMetadataVersion\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\a \x01(\tR\tclusterId\"\x85\x01\n" +
+	"\x16RegisterBrokerResponse\x12!\n" +
+	"\fbroker_epoch\x18\x01 \x01(\x03R\vbrokerEpoch\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12)\n" +
+	"\x10controller_epoch\x18\x03 \x01(\x03R\x0fcontrollerEpoch\"\xc5\x01\n" +
+	"\x16BrokerHeartbeatRequest\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12'\n" +
+	"\x0fmetadata_offset\x18\x03 \x01(\x04R\x0emetadataOffset\x12\x1d\n" +
+	"\n" +
+	"want_fence\x18\x04 \x01(\bR\twantFence\x12#\n" +
+	"\rwant_shutdown\x18\x05 \x01(\bR\fwantShutdown\"\xd2\x01\n" +
+	"\x17BrokerHeartbeatResponse\x12 \n" +
+	"\fis_caught_up\x18\x01 \x01(\bR\n" +
+	"isCaughtUp\x12\x1b\n" +
+	"\tis_fenced\x18\x02 \x01(\bR\bisFenced\x12(\n" +
+	"\x10should_shut_down\x18\x03 \x01(\bR\x0eshouldShutDown\x12)\n" +
+	"\x10controller_epoch\x18\x04 \x01(\x03R\x0fcontrollerEpoch\x12#\n" +
+	"\rcontroller_id\x18\x05 \x01(\x05R\fcontrollerId\"Y\n" +
+	"\x17UnregisterBrokerRequest\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"\x1a\n" +
+	"\x18UnregisterBrokerResponse\"\x97\x01\n" +
+	"\x15StreamMetadataRequest\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12\x1f\n" +
+	"\vfrom_offset\x18\x03 \x01(\x04R\n" +
+	"fromOffset\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x04 \x01(\tR\tclusterId\"\xd2\x01\n" +
+	"\fMetadataPush\x12)\n" +
+	"\x10controller_epoch\x18\x01 \x01(\x03R\x0fcontrollerEpoch\x12#\n" +
+	"\rcontroller_id\x18\x02 \x01(\x05R\fcontrollerId\x124\n" +
+	"\aentries\x18\x03 \x01(\v2\x18.keel.v1.MetadataEntriesH\x00R\aentries\x124\n" +
+	"\bsnapshot\x18\x04 \x01(\v2\x16.keel.v1.SnapshotChunkH\x00R\bsnapshotB\x06\n" +
+	"\x04body\"C\n" +
+	"\x0fMetadataEntries\x120\n" +
+	"\aentries\x18\x01 \x03(\v2\x16.keel.v1.MetadataEntryR\aentries\"p\n" +
+	"\rMetadataEntry\x12\x1f\n" +
+	"\vprev_offset\x18\x01 \x01(\x04R\n" +
+	"prevOffset\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"7\n" +
+	"\rSnapshotChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
+	"\x04last\x18\x02 \x01(\bR\x04last\"\x14\n" +
+	"\x12ListBrokersRequest\"D\n" +
+	"\x13ListBrokersResponse\x12-\n" +
+	"\abrokers\x18\x01 \x03(\v2\x13.keel.v1.BrokerInfoR\abrokers\"\x9d\x01\n" +
+	"\n" +
+	"BrokerInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04rack\x18\x04 \x01(\tR\x04rack\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12%\n" +
+	"\x0eincarnation_id\x18\x06 \x01(\tR\rincarnationId\"P\n" +
 	"\n" +
 	"LeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\x05R\bleaderId\x12%\n" +
-	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress2\xad\x01\n" +
+	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress2\xc4\x04\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +
-	"AppendNoOp\x12\x1a.keel.v1.AppendNoOpRequest\x1a\x1b.keel.v1.AppendNoOpResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"AppendNoOp\x12\x1a.keel.v1.AppendNoOpRequest\x1a\x1b.keel.v1.AppendNoOpResponse\x12Q\n" +
+	"\x0eRegisterBroker\x12\x1e.keel.v1.RegisterBrokerRequest\x1a\x1f.keel.v1.RegisterBrokerResponse\x12T\n" +
+	"\x0fBrokerHeartbeat\x12\x1f.keel.v1.BrokerHeartbeatRequest\x1a .keel.v1.BrokerHeartbeatResponse\x12W\n" +
+	"\x10UnregisterBroker\x12 .keel.v1.UnregisterBrokerRequest\x1a!.keel.v1.UnregisterBrokerResponse\x12I\n" +
+	"\x0eStreamMetadata\x12\x1e.keel.v1.StreamMetadataRequest\x1a\x15.keel.v1.MetadataPush0\x01\x12H\n" +
+	"\vListBrokers\x12\x1b.keel.v1.ListBrokersRequest\x1a\x1c.keel.v1.ListBrokersResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -476,26 +1451,54 @@ func file_controller_proto_rawDescGZIP() []byte {
 	return file_controller_proto_rawDescData
 }
 
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_controller_proto_goTypes = []any{
-	(*DescribeQuorumRequest)(nil),  // 0: keel.v1.DescribeQuorumRequest
-	(*DescribeQuorumResponse)(nil), // 1: keel.v1.DescribeQuorumResponse
-	(*QuorumMember)(nil),           // 2: keel.v1.QuorumMember
-	(*AppendNoOpRequest)(nil),      // 3: keel.v1.AppendNoOpRequest
-	(*AppendNoOpResponse)(nil),     // 4: keel.v1.AppendNoOpResponse
-	(*LeaderHint)(nil),             // 5: keel.v1.LeaderHint
+	(*DescribeQuorumRequest)(nil),    // 0: keel.v1.DescribeQuorumRequest
+	(*DescribeQuorumResponse)(nil),   // 1: keel.v1.DescribeQuorumResponse
+	(*QuorumMember)(nil),             // 2: keel.v1.QuorumMember
+	(*AppendNoOpRequest)(nil),        // 3: keel.v1.AppendNoOpRequest
+	(*AppendNoOpResponse)(nil),       // 4: keel.v1.AppendNoOpResponse
+	(*RegisterBrokerRequest)(nil),    // 5: keel.v1.RegisterBrokerRequest
+	(*RegisterBrokerResponse)(nil),   // 6: keel.v1.RegisterBrokerResponse
+	(*BrokerHeartbeatRequest)(nil),   // 7: keel.v1.BrokerHeartbeatRequest
+	(*BrokerHeartbeatResponse)(nil),  // 8: keel.v1.BrokerHeartbeatResponse
+	(*UnregisterBrokerRequest)(nil),  // 9: keel.v1.UnregisterBrokerRequest
+	(*UnregisterBrokerResponse)(nil), // 10: keel.v1.UnregisterBrokerResponse
+	(*StreamMetadataRequest)(nil),    // 11: keel.v1.StreamMetadataRequest
+	(*MetadataPush)(nil),             // 12: keel.v1.MetadataPush
+	(*MetadataEntries)(nil),          // 13: keel.v1.MetadataEntries
+	(*MetadataEntry)(nil),            // 14: keel.v1.MetadataEntry
+	(*SnapshotChunk)(nil),            // 15: keel.v1.SnapshotChunk
+	(*ListBrokersRequest)(nil),       // 16: keel.v1.ListBrokersRequest
+	(*ListBrokersResponse)(nil),      // 17: keel.v1.ListBrokersResponse
+	(*BrokerInfo)(nil),               // 18: keel.v1.BrokerInfo
+	(*LeaderHint)(nil),               // 19: keel.v1.LeaderHint
 }
 var file_controller_proto_depIdxs = []int32{
-	2, // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
-	0, // 1: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	3, // 2: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	1, // 3: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	4, // 4: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	2,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
+	13, // 1: keel.v1.MetadataPush.entries:type_name -> keel.v1.MetadataEntries
+	15, // 2: keel.v1.MetadataPush.snapshot:type_name -> keel.v1.SnapshotChunk
+	14, // 3: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
+	18, // 4: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
+	0,  // 5: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	3,  // 6: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	5,  // 7: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	7,  // 8: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	9,  // 9: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	11, // 10: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	16, // 11: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	1,  // 12: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	4,  // 13: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	6,  // 14: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	8,  // 15: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	10, // 16: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	12, // 17: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	17, // 18: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	12, // [12:19] is the sub-list for method output_type
+	5,  // [5:12] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -503,13 +1506,17 @@ func file_controller_proto_init() {
 	if File_controller_proto != nil {
 		return
 	}
+	file_controller_proto_msgTypes[12].OneofWrappers = []any{
+		(*MetadataPush_Entries)(nil),
+		(*MetadataPush_Snapshot)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,8 +21,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ControllerService_DescribeQuorum_FullMethodName = "/keel.v1.ControllerService/DescribeQuorum"
-	ControllerService_AppendNoOp_FullMethodName     = "/keel.v1.ControllerService/AppendNoOp"
+	ControllerService_DescribeQuorum_FullMethodName   = "/keel.v1.ControllerService/DescribeQuorum"
+	ControllerService_AppendNoOp_FullMethodName       = "/keel.v1.ControllerService/AppendNoOp"
+	ControllerService_RegisterBroker_FullMethodName   = "/keel.v1.ControllerService/RegisterBroker"
+	ControllerService_BrokerHeartbeat_FullMethodName  = "/keel.v1.ControllerService/BrokerHeartbeat"
+	ControllerService_UnregisterBroker_FullMethodName = "/keel.v1.ControllerService/UnregisterBroker"
+	ControllerService_StreamMetadata_FullMethodName   = "/keel.v1.ControllerService/StreamMetadata"
+	ControllerService_ListBrokers_FullMethodName      = "/keel.v1.ControllerService/ListBrokers"
 )
 
 // ControllerServiceClient is the client API for ControllerService service.
@@ -35,6 +40,26 @@ type ControllerServiceClient interface {
 	// that proves the quorum can commit. Followers answer FailedPrecondition with
 	// a LeaderHint detail; without an active controller the answer is Unavailable.
 	AppendNoOp(ctx context.Context, in *AppendNoOpRequest, opts ...grpc.CallOption) (*AppendNoOpResponse, error)
+	// RegisterBroker registers a broker incarnation; it starts fenced. Errors
+	// carry a google.rpc.ErrorInfo reason: INCONSISTENT_CLUSTER_ID,
+	// UNSUPPORTED_METADATA_VERSION (FailedPrecondition) or
+	// DUPLICATE_BROKER_REGISTRATION (AlreadyExists).
+	RegisterBroker(ctx context.Context, in *RegisterBrokerRequest, opts ...grpc.CallOption) (*RegisterBrokerResponse, error)
+	// BrokerHeartbeat keeps a broker's session alive and reports its applied
+	// offset. It is answered from the active controller's memory; only state
+	// changes (unfence, fence) are written to the log. A stale or unknown broker
+	// epoch is refused (FailedPrecondition, STALE_BROKER_EPOCH or
+	// BROKER_NOT_REGISTERED) so that the broker registers again.
+	BrokerHeartbeat(ctx context.Context, in *BrokerHeartbeatRequest, opts ...grpc.CallOption) (*BrokerHeartbeatResponse, error)
+	// UnregisterBroker removes a broker that is going away for good.
+	UnregisterBroker(ctx context.Context, in *UnregisterBrokerRequest, opts ...grpc.CallOption) (*UnregisterBrokerResponse, error)
+	// StreamMetadata pushes committed record batches, in offset order, from
+	// the active controller to a broker: first an image snapshot when the
+	// broker is new or behind the retained history, then every batch after
+	// from_offset.
+	StreamMetadata(ctx context.Context, in *StreamMetadataRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MetadataPush], error)
+	// ListBrokers answers from this controller's committed image.
+	ListBrokers(ctx context.Context, in *ListBrokersRequest, opts ...grpc.CallOption) (*ListBrokersResponse, error)
 }
 
 type controllerServiceClient struct {
@@ -65,6 +90,65 @@ func (c *controllerServiceClient) AppendNoOp(ctx context.Context, in *AppendNoOp
 	return out, nil
 }
 
+func (c *controllerServiceClient) RegisterBroker(ctx context.Context, in *RegisterBrokerRequest, opts ...grpc.CallOption) (*RegisterBrokerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterBrokerResponse)
+	err := c.cc.Invoke(ctx, ControllerService_RegisterBroker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) BrokerHeartbeat(ctx context.Context, in *BrokerHeartbeatRequest, opts ...grpc.CallOption) (*BrokerHeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BrokerHeartbeatResponse)
+	err := c.cc.Invoke(ctx, ControllerService_BrokerHeartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) UnregisterBroker(ctx context.Context, in *UnregisterBrokerRequest, opts ...grpc.CallOption) (*UnregisterBrokerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnregisterBrokerResponse)
+	err := c.cc.Invoke(ctx, ControllerService_UnregisterBroker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) StreamMetadata(ctx context.Context, in *StreamMetadataRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MetadataPush], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ControllerService_ServiceDesc.Streams[0], ControllerService_StreamMetadata_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamMetadataRequest, MetadataPush]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ControllerService_StreamMetadataClient = grpc.ServerStreamingClient[MetadataPush]
+
+func (c *controllerServiceClient) ListBrokers(ctx context.Context, in *ListBrokersRequest, opts ...grpc.CallOption) (*ListBrokersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListBrokersResponse)
+	err := c.cc.Invoke(ctx, ControllerService_ListBrokers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServiceServer is the server API for ControllerService service.
 // All implementations must embed UnimplementedControllerServiceServer
 // for forward compatibility.
@@ -75,6 +159,26 @@ type ControllerServiceServer interface {
 	// that proves the quorum can commit. Followers answer FailedPrecondition with
 	// a LeaderHint detail; without an active controller the answer is Unavailable.
 	AppendNoOp(context.Context, *AppendNoOpRequest) (*AppendNoOpResponse, error)
+	// RegisterBroker registers a broker incarnation; it starts fenced. Errors
+	// carry a google.rpc.ErrorInfo reason: INCONSISTENT_CLUSTER_ID,
+	// UNSUPPORTED_METADATA_VERSION (FailedPrecondition) or
+	// DUPLICATE_BROKER_REGISTRATION (AlreadyExists).
+	RegisterBroker(context.Context, *RegisterBrokerRequest) (*RegisterBrokerResponse, error)
+	// BrokerHeartbeat keeps a broker's session alive and reports its applied
+	// offset. It is answered from the active controller's memory; only state
+	// changes (unfence, fence) are written to the log. A stale or unknown broker
+	// epoch is refused (FailedPrecondition, STALE_BROKER_EPOCH or
+	// BROKER_NOT_REGISTERED) so that the broker registers again.
+	BrokerHeartbeat(context.Context, *BrokerHeartbeatRequest) (*BrokerHeartbeatResponse, error)
+	// UnregisterBroker removes a broker that is going away for good.
+	UnregisterBroker(context.Context, *UnregisterBrokerRequest) (*UnregisterBrokerResponse, error)
+	// StreamMetadata pushes committed record batches, in offset order, from
+	// the active controller to a broker: first an image snapshot when the
+	// broker is new or behind the retained history, then every batch after
+	// from_offset.
+	StreamMetadata(*StreamMetadataRequest, grpc.ServerStreamingServer[MetadataPush]) error
+	// ListBrokers answers from this controller's committed image.
+	ListBrokers(context.Context, *ListBrokersRequest) (*ListBrokersResponse, error)
 	mustEmbedUnimplementedControllerServiceServer()
 }
 
@@ -90,6 +194,21 @@ func (UnimplementedControllerServiceServer) DescribeQuorum(context.Context, *Des
 }
 func (UnimplementedControllerServiceServer) AppendNoOp(context.Context, *AppendNoOpRequest) (*AppendNoOpResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AppendNoOp not implemented")
+}
+func (UnimplementedControllerServiceServer) RegisterBroker(context.Context, *RegisterBrokerRequest) (*RegisterBrokerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterBroker not implemented")
+}
+func (UnimplementedControllerServiceServer) BrokerHeartbeat(context.Context, *BrokerHeartbeatRequest) (*BrokerHeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BrokerHeartbeat not implemented")
+}
+func (UnimplementedControllerServiceServer) UnregisterBroker(context.Context, *UnregisterBrokerRequest) (*UnregisterBrokerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnregisterBroker not implemented")
+}
+func (UnimplementedControllerServiceServer) StreamMetadata(*StreamMetadataRequest, grpc.ServerStreamingServer[MetadataPush]) error {
+	return status.Error(codes.Unimplemented, "method StreamMetadata not implemented")
+}
+func (UnimplementedControllerServiceServer) ListBrokers(context.Context, *ListBrokersRequest) (*ListBrokersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListBrokers not implemented")
 }
 func (UnimplementedControllerServiceServer) mustEmbedUnimplementedControllerServiceServer() {}
 func (UnimplementedControllerServiceServer) testEmbeddedByValue()                           {}
@@ -148,6 +267,89 @@ func _ControllerService_AppendNoOp_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_RegisterBroker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterBrokerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).RegisterBroker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_RegisterBroker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).RegisterBroker(ctx, req.(*RegisterBrokerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_BrokerHeartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BrokerHeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).BrokerHeartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_BrokerHeartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).BrokerHeartbeat(ctx, req.(*BrokerHeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_UnregisterBroker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnregisterBrokerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).UnregisterBroker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_UnregisterBroker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).UnregisterBroker(ctx, req.(*UnregisterBrokerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_StreamMetadata_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(StreamMetadataRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ControllerServiceServer).StreamMetadata(m, &grpc.GenericServerStream[StreamMetadataRequest, MetadataPush]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ControllerService_StreamMetadataServer = grpc.ServerStreamingServer[MetadataPush]
+
+func _ControllerService_ListBrokers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListBrokersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).ListBrokers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_ListBrokers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).ListBrokers(ctx, req.(*ListBrokersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControllerService_ServiceDesc is the grpc.ServiceDesc for ControllerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -163,7 +365,29 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "AppendNoOp",
 			Handler:    _ControllerService_AppendNoOp_Handler,
 		},
+		{
+			MethodName: "RegisterBroker",
+			Handler:    _ControllerService_RegisterBroker_Handler,
+		},
+		{
+			MethodName: "BrokerHeartbeat",
+			Handler:    _ControllerService_BrokerHeartbeat_Handler,
+		},
+		{
+			MethodName: "UnregisterBroker",
+			Handler:    _ControllerService_UnregisterBroker_Handler,
+		},
+		{
+			MethodName: "ListBrokers",
+			Handler:    _ControllerService_ListBrokers_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "StreamMetadata",
+			Handler:       _ControllerService_StreamMetadata_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "controller.proto",
 }

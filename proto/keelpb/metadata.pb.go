@@ -80,6 +80,11 @@ type Record struct {
 	//	*Record_ClusterId
 	//	*Record_ControllerEpoch
 	//	*Record_NoOp
+	//	*Record_FeatureLevel
+	//	*Record_BrokerRegistration
+	//	*Record_FenceBroker
+	//	*Record_UnfenceBroker
+	//	*Record_UnregisterBroker
 	Record        isRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -149,6 +154,51 @@ func (x *Record) GetNoOp() *NoOpRecord {
 	return nil
 }
 
+func (x *Record) GetFeatureLevel() *FeatureLevelRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_FeatureLevel); ok {
+			return x.FeatureLevel
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetBrokerRegistration() *BrokerRegistrationRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_BrokerRegistration); ok {
+			return x.BrokerRegistration
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetFenceBroker() *FenceBrokerRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_FenceBroker); ok {
+			return x.FenceBroker
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetUnfenceBroker() *UnfenceBrokerRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_UnfenceBroker); ok {
+			return x.UnfenceBroker
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetUnregisterBroker() *UnregisterBrokerRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_UnregisterBroker); ok {
+			return x.UnregisterBroker
+		}
+	}
+	return nil
+}
+
 type isRecord_Record interface {
 	isRecord_Record()
 }
@@ -165,11 +215,41 @@ type Record_NoOp struct {
 	NoOp *NoOpRecord `protobuf:"bytes,3,opt,name=no_op,json=noOp,proto3,oneof"`
 }
 
+type Record_FeatureLevel struct {
+	FeatureLevel *FeatureLevelRecord `protobuf:"bytes,4,opt,name=feature_level,json=featureLevel,proto3,oneof"`
+}
+
+type Record_BrokerRegistration struct {
+	BrokerRegistration *BrokerRegistrationRecord `protobuf:"bytes,5,opt,name=broker_registration,json=brokerRegistration,proto3,oneof"`
+}
+
+type Record_FenceBroker struct {
+	FenceBroker *FenceBrokerRecord `protobuf:"bytes,6,opt,name=fence_broker,json=fenceBroker,proto3,oneof"`
+}
+
+type Record_UnfenceBroker struct {
+	UnfenceBroker *UnfenceBrokerRecord `protobuf:"bytes,7,opt,name=unfence_broker,json=unfenceBroker,proto3,oneof"`
+}
+
+type Record_UnregisterBroker struct {
+	UnregisterBroker *UnregisterBrokerRecord `protobuf:"bytes,8,opt,name=unregister_broker,json=unregisterBroker,proto3,oneof"`
+}
+
 func (*Record_ClusterId) isRecord_Record() {}
 
 func (*Record_ControllerEpoch) isRecord_Record() {}
 
 func (*Record_NoOp) isRecord_Record() {}
+
+func (*Record_FeatureLevel) isRecord_Record() {}
+
+func (*Record_BrokerRegistration) isRecord_Record() {}
+
+func (*Record_FenceBroker) isRecord_Record() {}
+
+func (*Record_UnfenceBroker) isRecord_Record() {}
+
+func (*Record_UnregisterBroker) isRecord_Record() {}
 
 // ClusterIdRecord names the cluster. The first active controller writes it once;
 // it can never change afterwards.
@@ -317,6 +397,330 @@ func (x *NoOpRecord) GetRequestId() string {
 	return ""
 }
 
+// FeatureLevelRecord sets a cluster-wide feature level. "metadata.version" is
+// the version of the metadata records every broker must understand; the first
+// active controller writes it with the cluster id.
+type FeatureLevelRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Level         uint32                 `protobuf:"varint,2,opt,name=level,proto3" json:"level,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FeatureLevelRecord) Reset() {
+	*x = FeatureLevelRecord{}
+	mi := &file_metadata_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FeatureLevelRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FeatureLevelRecord) ProtoMessage() {}
+
+func (x *FeatureLevelRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FeatureLevelRecord.ProtoReflect.Descriptor instead.
+func (*FeatureLevelRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FeatureLevelRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FeatureLevelRecord) GetLevel() uint32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+// BrokerRegistrationRecord registers a broker incarnation. The broker epoch is
+// the raft index of the record that carried it: unique and increasing, like
+// the czxid of the ZooKeeper-era /brokers/ids/N znode. A registration from the
+// log always starts fenced.
+type BrokerRegistrationRecord struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	// A UUID new on every broker process start; a new one is a bounced broker.
+	IncarnationId string `protobuf:"bytes,2,opt,name=incarnation_id,json=incarnationId,proto3" json:"incarnation_id,omitempty"`
+	// host:port of the broker's own gRPC service.
+	Address            string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	Rack               string `protobuf:"bytes,4,opt,name=rack,proto3" json:"rack,omitempty"`
+	MinMetadataVersion uint32 `protobuf:"varint,5,opt,name=min_metadata_version,json=minMetadataVersion,proto3" json:"min_metadata_version,omitempty"`
+	MaxMetadataVersion uint32 `protobuf:"varint,6,opt,name=max_metadata_version,json=maxMetadataVersion,proto3" json:"max_metadata_version,omitempty"`
+	// Set only in snapshots, which state facts: from the log the epoch is the
+	// entry's index and the broker is fenced.
+	BrokerEpoch   int64 `protobuf:"varint,7,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	Fenced        bool  `protobuf:"varint,8,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerRegistrationRecord) Reset() {
+	*x = BrokerRegistrationRecord{}
+	mi := &file_metadata_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerRegistrationRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerRegistrationRecord) ProtoMessage() {}
+
+func (x *BrokerRegistrationRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerRegistrationRecord.ProtoReflect.Descriptor instead.
+func (*BrokerRegistrationRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *BrokerRegistrationRecord) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *BrokerRegistrationRecord) GetIncarnationId() string {
+	if x != nil {
+		return x.IncarnationId
+	}
+	return ""
+}
+
+func (x *BrokerRegistrationRecord) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *BrokerRegistrationRecord) GetRack() string {
+	if x != nil {
+		return x.Rack
+	}
+	return ""
+}
+
+func (x *BrokerRegistrationRecord) GetMinMetadataVersion() uint32 {
+	if x != nil {
+		return x.MinMetadataVersion
+	}
+	return 0
+}
+
+func (x *BrokerRegistrationRecord) GetMaxMetadataVersion() uint32 {
+	if x != nil {
+		return x.MaxMetadataVersion
+	}
+	return 0
+}
+
+func (x *BrokerRegistrationRecord) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+func (x *BrokerRegistrationRecord) GetFenced() bool {
+	if x != nil {
+		return x.Fenced
+	}
+	return false
+}
+
+// FenceBrokerRecord fences a broker: it missed its session, asked to be
+// fenced, or was replaced. Refused unless broker_epoch is the current one.
+type FenceBrokerRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId      int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	BrokerEpoch   int64                  `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceBrokerRecord) Reset() {
+	*x = FenceBrokerRecord{}
+	mi := &file_metadata_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceBrokerRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceBrokerRecord) ProtoMessage() {}
+
+func (x *FenceBrokerRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceBrokerRecord.ProtoReflect.Descriptor instead.
+func (*FenceBrokerRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *FenceBrokerRecord) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *FenceBrokerRecord) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+// UnfenceBrokerRecord makes a fenced broker active again; the controller
+// writes it once the broker has applied the metadata up to its registration.
+type UnfenceBrokerRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId      int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	BrokerEpoch   int64                  `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnfenceBrokerRecord) Reset() {
+	*x = UnfenceBrokerRecord{}
+	mi := &file_metadata_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnfenceBrokerRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnfenceBrokerRecord) ProtoMessage() {}
+
+func (x *UnfenceBrokerRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnfenceBrokerRecord.ProtoReflect.Descriptor instead.
+func (*UnfenceBrokerRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *UnfenceBrokerRecord) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *UnfenceBrokerRecord) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+// UnregisterBrokerRecord removes a broker from the cluster.
+type UnregisterBrokerRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId      int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	BrokerEpoch   int64                  `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterBrokerRecord) Reset() {
+	*x = UnregisterBrokerRecord{}
+	mi := &file_metadata_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterBrokerRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterBrokerRecord) ProtoMessage() {}
+
+func (x *UnregisterBrokerRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterBrokerRecord.ProtoReflect.Descriptor instead.
+func (*UnregisterBrokerRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *UnregisterBrokerRecord) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *UnregisterBrokerRecord) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
 // SnapshotHeader opens every FSM snapshot, before its records.
 type SnapshotHeader struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -331,7 +735,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_metadata_proto_msgTypes[5]
+	mi := &file_metadata_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +747,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[5]
+	mi := &file_metadata_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +760,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{5}
+	return file_metadata_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -406,7 +810,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_metadata_proto_msgTypes[6]
+	mi := &file_metadata_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -418,7 +822,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[6]
+	mi := &file_metadata_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -431,7 +835,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{6}
+	return file_metadata_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SnapshotTrailer) GetRecordCount() uint64 {
@@ -454,12 +858,17 @@ const file_metadata_proto_rawDesc = "" +
 	"\n" +
 	"\x0emetadata.proto\x12\akeel.v1\"8\n" +
 	"\vRecordBatch\x12)\n" +
-	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\xc6\x01\n" +
+	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\xb8\x04\n" +
 	"\x06Record\x129\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\v2\x18.keel.v1.ClusterIdRecordH\x00R\tclusterId\x12K\n" +
 	"\x10controller_epoch\x18\x02 \x01(\v2\x1e.keel.v1.ControllerEpochRecordH\x00R\x0fcontrollerEpoch\x12*\n" +
-	"\x05no_op\x18\x03 \x01(\v2\x13.keel.v1.NoOpRecordH\x00R\x04noOpB\b\n" +
+	"\x05no_op\x18\x03 \x01(\v2\x13.keel.v1.NoOpRecordH\x00R\x04noOp\x12B\n" +
+	"\rfeature_level\x18\x04 \x01(\v2\x1b.keel.v1.FeatureLevelRecordH\x00R\ffeatureLevel\x12T\n" +
+	"\x13broker_registration\x18\x05 \x01(\v2!.keel.v1.BrokerRegistrationRecordH\x00R\x12brokerRegistration\x12?\n" +
+	"\ffence_broker\x18\x06 \x01(\v2\x1a.keel.v1.FenceBrokerRecordH\x00R\vfenceBroker\x12E\n" +
+	"\x0eunfence_broker\x18\a \x01(\v2\x1c.keel.v1.UnfenceBrokerRecordH\x00R\runfenceBroker\x12N\n" +
+	"\x11unregister_broker\x18\b \x01(\v2\x1f.keel.v1.UnregisterBrokerRecordH\x00R\x10unregisterBrokerB\b\n" +
 	"\x06record\"0\n" +
 	"\x0fClusterIdRecord\x12\x1d\n" +
 	"\n" +
@@ -470,7 +879,28 @@ const file_metadata_proto_rawDesc = "" +
 	"\n" +
 	"NoOpRecord\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\"\xab\x01\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\">\n" +
+	"\x12FeatureLevelRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05level\x18\x02 \x01(\rR\x05level\"\xab\x02\n" +
+	"\x18BrokerRegistrationRecord\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12%\n" +
+	"\x0eincarnation_id\x18\x02 \x01(\tR\rincarnationId\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04rack\x18\x04 \x01(\tR\x04rack\x120\n" +
+	"\x14min_metadata_version\x18\x05 \x01(\rR\x12minMetadataVersion\x120\n" +
+	"\x14max_metadata_version\x18\x06 \x01(\rR\x12maxMetadataVersion\x12!\n" +
+	"\fbroker_epoch\x18\a \x01(\x03R\vbrokerEpoch\x12\x16\n" +
+	"\x06fenced\x18\b \x01(\bR\x06fenced\"S\n" +
+	"\x11FenceBrokerRecord\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"U\n" +
+	"\x13UnfenceBrokerRecord\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"X\n" +
+	"\x16UnregisterBrokerRecord\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"\xab\x01\n" +
 	"\x0eSnapshotHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x1d\n" +
 	"\n" +
@@ -494,26 +924,36 @@ func file_metadata_proto_rawDescGZIP() []byte {
 	return file_metadata_proto_rawDescData
 }
 
-var file_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_metadata_proto_goTypes = []any{
-	(*RecordBatch)(nil),           // 0: keel.v1.RecordBatch
-	(*Record)(nil),                // 1: keel.v1.Record
-	(*ClusterIdRecord)(nil),       // 2: keel.v1.ClusterIdRecord
-	(*ControllerEpochRecord)(nil), // 3: keel.v1.ControllerEpochRecord
-	(*NoOpRecord)(nil),            // 4: keel.v1.NoOpRecord
-	(*SnapshotHeader)(nil),        // 5: keel.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),       // 6: keel.v1.SnapshotTrailer
+	(*RecordBatch)(nil),              // 0: keel.v1.RecordBatch
+	(*Record)(nil),                   // 1: keel.v1.Record
+	(*ClusterIdRecord)(nil),          // 2: keel.v1.ClusterIdRecord
+	(*ControllerEpochRecord)(nil),    // 3: keel.v1.ControllerEpochRecord
+	(*NoOpRecord)(nil),               // 4: keel.v1.NoOpRecord
+	(*FeatureLevelRecord)(nil),       // 5: keel.v1.FeatureLevelRecord
+	(*BrokerRegistrationRecord)(nil), // 6: keel.v1.BrokerRegistrationRecord
+	(*FenceBrokerRecord)(nil),        // 7: keel.v1.FenceBrokerRecord
+	(*UnfenceBrokerRecord)(nil),      // 8: keel.v1.UnfenceBrokerRecord
+	(*UnregisterBrokerRecord)(nil),   // 9: keel.v1.UnregisterBrokerRecord
+	(*SnapshotHeader)(nil),           // 10: keel.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),          // 11: keel.v1.SnapshotTrailer
 }
 var file_metadata_proto_depIdxs = []int32{
 	1, // 0: keel.v1.RecordBatch.records:type_name -> keel.v1.Record
 	2, // 1: keel.v1.Record.cluster_id:type_name -> keel.v1.ClusterIdRecord
 	3, // 2: keel.v1.Record.controller_epoch:type_name -> keel.v1.ControllerEpochRecord
 	4, // 3: keel.v1.Record.no_op:type_name -> keel.v1.NoOpRecord
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	5, // 4: keel.v1.Record.feature_level:type_name -> keel.v1.FeatureLevelRecord
+	6, // 5: keel.v1.Record.broker_registration:type_name -> keel.v1.BrokerRegistrationRecord
+	7, // 6: keel.v1.Record.fence_broker:type_name -> keel.v1.FenceBrokerRecord
+	8, // 7: keel.v1.Record.unfence_broker:type_name -> keel.v1.UnfenceBrokerRecord
+	9, // 8: keel.v1.Record.unregister_broker:type_name -> keel.v1.UnregisterBrokerRecord
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_metadata_proto_init() }
@@ -525,6 +965,11 @@ func file_metadata_proto_init() {
 		(*Record_ClusterId)(nil),
 		(*Record_ControllerEpoch)(nil),
 		(*Record_NoOp)(nil),
+		(*Record_FeatureLevel)(nil),
+		(*Record_BrokerRegistration)(nil),
+		(*Record_FenceBroker)(nil),
+		(*Record_UnfenceBroker)(nil),
+		(*Record_UnregisterBroker)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -532,7 +977,7 @@ func file_metadata_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metadata_proto_rawDesc), len(file_metadata_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

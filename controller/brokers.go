@@ -1,0 +1,85 @@
+package controller
+
+import (
+	"context"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// RegisterBroker registers a broker incarnation and returns its broker epoch
+// (the raft index of its registration record). The request is validated by
+// the caller; the decision is made on the event loop from the committed image.
+func (c *Controller) RegisterBroker(ctx context.Context, req *keelpb.RegisterBrokerRequest) (*keelpb.RegisterBrokerResponse, error) {
+	l := c.active.Load()
+	if l == nil {
+		return nil, c.notLeader()
+	}
+	alive := func(id int32, epoch int64) bool { return l.sessions.alive(id, epoch, c.cfg.Now()) }
+	index, err := l.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		return registrationRecords(img, req, alive)
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.sessions.touch(req.BrokerId, int64(index), c.cfg.Now())
+	c.log.Info("broker registered", "broker_id", req.BrokerId, "broker_epoch", index,
+		"incarnation_id", req.IncarnationId, "address", req.Address, "rack", req.Rack)
+	return &keelpb.RegisterBrokerResponse{BrokerEpoch: int64(index), ClusterId: c.fsm.Image().ClusterID, ControllerEpoch: l.epoch}, nil
+}
+
+// BrokerHeartbeat renews a broker's session from memory, and writes a record
+// only when the heartbeat changes the broker's state (unfence, fence).
+func (c *Controller) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHeartbeatRequest) (*keelpb.BrokerHeartbeatResponse, error) {
+	l := c.active.Load()
+	if l == nil {
+		return nil, c.notLeader()
+	}
+	img := c.fsm.Image()
+	if _, err := currentBroker(img, req.BrokerId, req.BrokerEpoch); err != nil {
+		return nil, err
+	}
+	l.sessions.touch(req.BrokerId, req.BrokerEpoch, c.cfg.Now())
+	// The common case, no change, costs no event and no write.
+	if recs, err := heartbeatRecords(img, req); err != nil {
+		return nil, err
+	} else if len(recs) > 0 {
+		if _, err := l.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+			return heartbeatRecords(img, req)
+		}); err != nil {
+			return nil, err
+		}
+		img = c.fsm.Image()
+	}
+	b, err := currentBroker(img, req.BrokerId, req.BrokerEpoch)
+	if err != nil {
+		return nil, err
+	}
+	return &keelpb.BrokerHeartbeatResponse{
+		IsCaughtUp: caughtUp(b, req.MetadataOffset),
+		IsFenced:   b.Fenced,
+		// Until brokers lead partitions there is nothing to move away first.
+		ShouldShutDown:  req.WantShutdown,
+		ControllerEpoch: l.epoch,
+		ControllerId:    c.cfg.NodeID,
+	}, nil
+}
+
+// UnregisterBroker removes a broker for good.
+func (c *Controller) UnregisterBroker(ctx context.Context, req *keelpb.UnregisterBrokerRequest) error {
+	l := c.active.Load()
+	if l == nil {
+		return c.notLeader()
+	}
+	if _, err := l.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		return unregisterRecords(img, req.BrokerId, req.BrokerEpoch)
+	}); err != nil {
+		return err
+	}
+	l.sessions.forget(req.BrokerId)
+	c.log.Info("broker unregistered", "broker_id", req.BrokerId, "broker_epoch", req.BrokerEpoch)
+	return nil
+}
+
+// Brokers lists the brokers of the committed image this node holds.
+func (c *Controller) Brokers() []*fsm.Broker { return c.fsm.Image().Brokers() }

@@ -1,0 +1,266 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+const testSession = 400 * time.Millisecond
+
+func registerReq(id int32, inc string) *keelpb.RegisterBrokerRequest {
+	return &keelpb.RegisterBrokerRequest{BrokerId: id, IncarnationId: inc, Address: "127.0.0.1:9201", MinMetadataVersion: 1, MaxMetadataVersion: 1}
+}
+
+func brokerFenced(nd *testNode, id int32) bool {
+	b, ok := nd.fsm.Image().Broker(id)
+	return ok && b.Fenced
+}
+
+// registerActive registers broker id and heartbeats it into the active state.
+func registerActive(t *testing.T, leader *testNode, id int32, inc string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	resp, err := leader.ctrl.RegisterBroker(ctx, registerReq(id, inc))
+	if err != nil {
+		t.Fatalf("RegisterBroker(%d): %v", id, err)
+	}
+	hb, err := leader.ctrl.BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: id, BrokerEpoch: resp.BrokerEpoch, MetadataOffset: uint64(resp.BrokerEpoch)})
+	if err != nil || hb.IsFenced || !hb.IsCaughtUp {
+		t.Fatalf("heartbeat after catching up = %+v, %v; want unfenced", hb, err)
+	}
+	return resp.BrokerEpoch
+}
+
+func TestBrokers_RegisterUnfenceAndFenceOnExpiry(t *testing.T) {
+	clock := newFakeClock()
+	c := newTestCluster(t, 3, withSessions(testSession, clock.Now))
+	leader := c.WaitForActive(5 * time.Second)
+	ctx := context.Background()
+
+	resp, err := leader.ctrl.RegisterBroker(ctx, registerReq(1, incA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !brokerFenced(leader, 1) {
+		t.Fatal("a new broker is not fenced")
+	}
+	// Not yet caught up with its own registration: stays fenced.
+	hb, err := leader.ctrl.BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: resp.BrokerEpoch, MetadataOffset: uint64(resp.BrokerEpoch) - 1})
+	if err != nil || !hb.IsFenced || hb.IsCaughtUp {
+		t.Fatalf("heartbeat behind = %+v, %v", hb, err)
+	}
+	registerActiveAgain := func() {
+		hb, err := leader.ctrl.BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: resp.BrokerEpoch, MetadataOffset: uint64(resp.BrokerEpoch)})
+		if err != nil || hb.IsFenced || hb.ControllerId != leader.id {
+			t.Fatalf("heartbeat caught up = %+v, %v", hb, err)
+		}
+	}
+	registerActiveAgain()
+	c.WaitForApplied(leader.fsm.Image().Offset, 5*time.Second)
+	for _, nd := range c.live() {
+		if brokerFenced(nd, 1) {
+			t.Fatalf("node %d still sees broker 1 fenced", nd.id)
+		}
+	}
+
+	// Silence past the session timeout: the active controller fences it.
+	clock.Add(testSession + time.Millisecond)
+	waitFor(t, 5*time.Second, "broker 1 fenced after its session expired", func() bool { return brokerFenced(leader, 1) })
+	// A heartbeat brings it back.
+	registerActiveAgain()
+}
+
+// KAFKA-18138: a broker that dies while the controller fails over must still
+// be fenced, one session after the new controller took over, and not before.
+func TestFailover_BrokerDyingDuringFailoverIsFencedOneSessionLater(t *testing.T) {
+	clock := newFakeClock()
+	c := newTestCluster(t, 3, withSessions(testSession, clock.Now))
+	leader := c.WaitForActive(5 * time.Second)
+	registerActive(t, leader, 1, incA)
+	registerActive(t, leader, 2, incB)
+
+	// Broker 1 and the leader die together; the clock has moved on most of a
+	// session since broker 1's last heartbeat.
+	clock.Add(testSession * 3 / 4)
+	c.Kill(leader.id)
+	next := c.WaitForActive(5 * time.Second)
+	l := next.ctrl.active.Load()
+	if got := l.sessions.expired(next.fsm.Image(), clock.Now()); len(got) != 0 {
+		t.Fatalf("right after failover, expired = %v: the new controller must start fresh sessions", got)
+	}
+	// Broker 2 keeps heartbeating; broker 1 is silent.
+	clock.Add(testSession / 2)
+	if brokerFenced(next, 1) {
+		t.Fatal("broker 1 fenced before a full session passed under the new controller")
+	}
+	b2, _ := next.fsm.Image().Broker(2)
+	if _, err := next.ctrl.BrokerHeartbeat(context.Background(), &keelpb.BrokerHeartbeatRequest{BrokerId: 2, BrokerEpoch: b2.Epoch, MetadataOffset: next.fsm.Image().Offset}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(testSession / 2)
+	waitFor(t, 5*time.Second, "broker 1 fenced one session after the failover", func() bool { return brokerFenced(next, 1) })
+	if brokerFenced(next, 2) {
+		t.Fatal("broker 2, which kept heartbeating, was fenced")
+	}
+}
+
+func TestBrokers_DuplicateRegistrationAndStaleEpoch(t *testing.T) {
+	clock := newFakeClock()
+	c := newTestCluster(t, 3, withSessions(testSession, clock.Now))
+	leader := c.WaitForActive(5 * time.Second)
+	ctx := context.Background()
+	first := registerActive(t, leader, 1, incA)
+
+	if _, err := leader.ctrl.RegisterBroker(ctx, registerReq(1, incB)); !errors.Is(err, ErrDuplicateRegistration) {
+		t.Fatalf("second process with the same id while the first lives: err = %v", err)
+	}
+	// Same incarnation retrying: accepted, with a new epoch.
+	retry, err := leader.ctrl.RegisterBroker(ctx, registerReq(1, incA))
+	if err != nil || retry.BrokerEpoch <= first {
+		t.Fatalf("retry = %+v, %v", retry, err)
+	}
+	// Once the session has expired, another incarnation may take the id.
+	clock.Add(testSession + time.Millisecond)
+	bounced, err := leader.ctrl.RegisterBroker(ctx, registerReq(1, incB))
+	if err != nil || bounced.BrokerEpoch <= retry.BrokerEpoch {
+		t.Fatalf("bounced broker = %+v, %v", bounced, err)
+	}
+	// The old incarnation's heartbeat is refused, so it would re-register.
+	_, err = leader.ctrl.BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: first})
+	if !errors.Is(err, ErrStaleBrokerEpoch) {
+		t.Fatalf("stale heartbeat: err = %v", err)
+	}
+	if err := leader.ctrl.UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: 1, BrokerEpoch: bounced.BrokerEpoch}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := leader.fsm.Image().Broker(1); ok {
+		t.Fatal("broker 1 still registered after unregistering")
+	}
+}
+
+// collectStream runs StreamMetadata in the background, returning its pushes
+// and, once it ends, its error.
+func collectStream(ctx context.Context, nd *testNode, req *keelpb.StreamMetadataRequest) (<-chan *keelpb.MetadataPush, <-chan error) {
+	pushes := make(chan *keelpb.MetadataPush, 1024)
+	done := make(chan error, 1)
+	go func() {
+		done <- nd.ctrl.StreamMetadata(ctx, req, func(p *keelpb.MetadataPush) error {
+			pushes <- p
+			return nil
+		})
+	}()
+	return pushes, done
+}
+
+func nextPush(t *testing.T, pushes <-chan *keelpb.MetadataPush) *keelpb.MetadataPush {
+	t.Helper()
+	select {
+	case p := <-pushes:
+		return p
+	case <-time.After(5 * time.Second):
+		t.Fatal("no push within 5s")
+		return nil
+	}
+}
+
+func TestStream_NewBrokerGetsSnapshotThenTail(t *testing.T) {
+	c := newTestCluster(t, 3)
+	leader := c.WaitForActive(5 * time.Second)
+	epoch := registerActive(t, leader, 1, incA)
+	ctx, cancel := context.WithCancel(context.Background())
+	pushes, done := collectStream(ctx, leader, &keelpb.StreamMetadataRequest{BrokerId: 1, BrokerEpoch: epoch})
+
+	var snap bytes.Buffer
+	for {
+		p := nextPush(t, pushes)
+		_, ctrlEpoch := leader.ctrl.Active()
+		if p.ControllerEpoch != ctrlEpoch || p.ControllerId != leader.id {
+			t.Fatalf("push stamped %d/%d, want %d/%d", p.ControllerEpoch, p.ControllerId, ctrlEpoch, leader.id)
+		}
+		chunk := p.GetSnapshot()
+		if chunk == nil {
+			t.Fatalf("first pushes must be a snapshot, got %v", p)
+		}
+		snap.Write(chunk.Data)
+		if chunk.Last {
+			break
+		}
+	}
+	img, err := fsm.ReadSnapshot(&snap)
+	if err != nil {
+		t.Fatalf("pushed snapshot: %v", err)
+	}
+	if b, ok := img.Broker(1); !ok || b.Fenced {
+		t.Fatalf("snapshot image broker 1 = %+v", b)
+	}
+
+	index, err := leader.ctrl.Propose(context.Background(), noOp())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for img.Offset < index {
+		p := nextPush(t, pushes)
+		for _, e := range p.GetEntries().GetEntries() {
+			if e.PrevOffset != img.Offset {
+				t.Fatalf("entry %d follows %d, broker is at %d", e.Offset, e.PrevOffset, img.Offset)
+			}
+			batch, err := fsm.DecodeBatch(e.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if img, err = fsm.Apply(img, e.Offset, e.Term, batch); err != nil {
+				t.Fatalf("replaying entry %d: %v", e.Offset, err)
+			}
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("stream ended with %v", err)
+	}
+}
+
+func TestStream_ResumesFromOffsetAndEndsOnLeadershipLoss(t *testing.T) {
+	c := newTestCluster(t, 3)
+	leader := c.WaitForActive(5 * time.Second)
+	epoch := registerActive(t, leader, 1, incA)
+	from := leader.fsm.Image().Offset
+	index, err := leader.ctrl.Propose(context.Background(), noOp())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushes, done := collectStream(context.Background(), leader, &keelpb.StreamMetadataRequest{BrokerId: 1, BrokerEpoch: epoch, FromOffset: from})
+	p := nextPush(t, pushes)
+	entries := p.GetEntries().GetEntries()
+	if len(entries) != 1 || entries[0].PrevOffset != from || entries[0].Offset != index {
+		t.Fatalf("resumed stream sent %v, want just entry %d after %d", p, index, from)
+	}
+	c.Kill(leader.id)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNotReady) {
+			t.Fatalf("stream ended with %v, want not-leader", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream outlived its controller's leadership")
+	}
+}
+
+func TestStream_RefusesStaleEpochAndOtherCluster(t *testing.T) {
+	c := newTestCluster(t, 3)
+	leader := c.WaitForActive(5 * time.Second)
+	epoch := registerActive(t, leader, 1, incA)
+	send := func(*keelpb.MetadataPush) error { return nil }
+	ctx := context.Background()
+	if err := leader.ctrl.StreamMetadata(ctx, &keelpb.StreamMetadataRequest{BrokerId: 1, BrokerEpoch: epoch - 1}, send); !errors.Is(err, ErrStaleBrokerEpoch) {
+		t.Fatalf("stale epoch: %v", err)
+	}
+	if err := leader.ctrl.StreamMetadata(ctx, &keelpb.StreamMetadataRequest{BrokerId: 1, BrokerEpoch: epoch, ClusterId: "other"}, send); !errors.Is(err, ErrInconsistentClusterID) {
+		t.Fatalf("other cluster: %v", err)
+	}
+}

@@ -1,0 +1,97 @@
+package controller
+
+import (
+	"fmt"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// The cluster manager: pure functions from the committed image and a broker
+// request to the records that carry out the decision (Kafka's
+// ClusterControlManager). They read no clock and touch no raft; sessions
+// come in as a function.
+
+// registrationRecords decides a RegisterBroker request. alive says whether a
+// broker incarnation's session is still alive.
+func registrationRecords(img *fsm.Image, req *keelpb.RegisterBrokerRequest, alive func(id int32, epoch int64) bool) ([]*keelpb.Record, error) {
+	if req.ClusterId != "" && req.ClusterId != img.ClusterID {
+		return nil, fmt.Errorf("%w: broker %d belongs to cluster %s, this is cluster %s",
+			ErrInconsistentClusterID, req.BrokerId, req.ClusterId, img.ClusterID)
+	}
+	if v := img.MetadataVersion; v < req.MinMetadataVersion || v > req.MaxMetadataVersion {
+		return nil, fmt.Errorf("%w: broker %d supports metadata versions %d-%d, the cluster is at %d",
+			ErrUnsupportedMetadataVersion, req.BrokerId, req.MinMetadataVersion, req.MaxMetadataVersion, v)
+	}
+	if old, ok := img.Broker(req.BrokerId); ok && old.IncarnationID != req.IncarnationId && alive(old.ID, old.Epoch) {
+		return nil, fmt.Errorf("%w: broker %d is registered by another live process (incarnation %s, epoch %d)",
+			ErrDuplicateRegistration, req.BrokerId, old.IncarnationID, old.Epoch)
+	}
+	// A same-incarnation retry and a bounced broker (new incarnation after
+	// its session expired) both get a new registration: a new epoch, fenced
+	// until the broker has caught up.
+	return []*keelpb.Record{{Record: &keelpb.Record_BrokerRegistration{BrokerRegistration: &keelpb.BrokerRegistrationRecord{
+		BrokerId:           req.BrokerId,
+		IncarnationId:      req.IncarnationId,
+		Address:            req.Address,
+		Rack:               req.Rack,
+		MinMetadataVersion: req.MinMetadataVersion,
+		MaxMetadataVersion: req.MaxMetadataVersion,
+	}}}}, nil
+}
+
+// currentBroker finds the broker a request names, refusing an epoch that is
+// not its current one.
+func currentBroker(img *fsm.Image, id int32, epoch int64) (*fsm.Broker, error) {
+	b, ok := img.Broker(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: broker %d", ErrBrokerNotRegistered, id)
+	}
+	if b.Epoch != epoch {
+		return nil, fmt.Errorf("%w: broker %d epoch %d, current epoch %d", ErrStaleBrokerEpoch, id, epoch, b.Epoch)
+	}
+	return b, nil
+}
+
+// heartbeatRecords decides the state change a heartbeat asks for, if any: a
+// broker asking to be fenced is fenced; a fenced broker that has applied the
+// metadata up to its own registration, and does not want to be fenced or to
+// shut down, is unfenced.
+func heartbeatRecords(img *fsm.Image, req *keelpb.BrokerHeartbeatRequest) ([]*keelpb.Record, error) {
+	b, err := currentBroker(img, req.BrokerId, req.BrokerEpoch)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case req.WantFence && !b.Fenced:
+		return []*keelpb.Record{fenceRecord(b)}, nil
+	case b.Fenced && !req.WantFence && !req.WantShutdown && caughtUp(b, req.MetadataOffset):
+		return []*keelpb.Record{{Record: &keelpb.Record_UnfenceBroker{UnfenceBroker: &keelpb.UnfenceBrokerRecord{BrokerId: b.ID, BrokerEpoch: b.Epoch}}}}, nil
+	}
+	return nil, nil
+}
+
+// caughtUp: a broker has applied its own registration (KRaft's unfencing rule).
+func caughtUp(b *fsm.Broker, offset uint64) bool { return offset >= uint64(b.Epoch) }
+
+func fenceRecord(b *fsm.Broker) *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_FenceBroker{FenceBroker: &keelpb.FenceBrokerRecord{BrokerId: b.ID, BrokerEpoch: b.Epoch}}}
+}
+
+// fenceRecords fences the given brokers in one batch.
+func fenceRecords(brokers []*fsm.Broker) []*keelpb.Record {
+	recs := make([]*keelpb.Record, len(brokers))
+	for i, b := range brokers {
+		recs[i] = fenceRecord(b)
+	}
+	return recs
+}
+
+// unregisterRecords decides an UnregisterBroker request.
+func unregisterRecords(img *fsm.Image, id int32, epoch int64) ([]*keelpb.Record, error) {
+	b, err := currentBroker(img, id, epoch)
+	if err != nil {
+		return nil, err
+	}
+	return []*keelpb.Record{{Record: &keelpb.Record_UnregisterBroker{UnregisterBroker: &keelpb.UnregisterBrokerRecord{BrokerId: b.ID, BrokerEpoch: b.Epoch}}}}, nil
+}

@@ -1,0 +1,106 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+const (
+	// maxPushBytes bounds the entries of one push message.
+	maxPushBytes = 1 << 20
+	// snapshotChunkBytes is the size of one snapshot chunk on the stream.
+	snapshotChunkBytes = 1 << 20
+)
+
+// StreamMetadata pushes committed batches to one broker, in offset order,
+// until ctx ends or this node stops being the active controller. It is the
+// broker's one sender: a slow broker only slows its own stream. A broker
+// that is new (offset 0), behind the retained history, or at an offset this
+// log never applied gets an image snapshot first, then the tail.
+func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetadataRequest, send func(*keelpb.MetadataPush) error) error {
+	l := c.active.Load()
+	if l == nil {
+		return c.notLeader()
+	}
+	img := c.fsm.Image()
+	if req.ClusterId != "" && req.ClusterId != img.ClusterID {
+		return fmt.Errorf("%w: broker %d belongs to cluster %s, this is cluster %s",
+			ErrInconsistentClusterID, req.BrokerId, req.ClusterId, img.ClusterID)
+	}
+	if _, err := currentBroker(img, req.BrokerId, req.BrokerEpoch); err != nil {
+		return err
+	}
+	stamp := func(p *keelpb.MetadataPush) *keelpb.MetadataPush {
+		p.ControllerEpoch, p.ControllerId = l.epoch, c.cfg.NodeID
+		return p
+	}
+	offset := req.FromOffset
+	needSnapshot := offset == 0
+	for {
+		if needSnapshot {
+			img := c.applied.Current()
+			if err := sendSnapshot(img, func(chunk *keelpb.SnapshotChunk) error {
+				return send(stamp(&keelpb.MetadataPush{Body: &keelpb.MetadataPush_Snapshot{Snapshot: chunk}}))
+			}); err != nil {
+				return err
+			}
+			offset, needSnapshot = img.Offset, false
+		}
+		entries, ok, more := c.applied.Since(offset, maxPushBytes)
+		if !ok {
+			needSnapshot = true
+			continue
+		}
+		if len(entries) > 0 {
+			msg := &keelpb.MetadataEntries{Entries: make([]*keelpb.MetadataEntry, len(entries))}
+			for i, e := range entries {
+				msg.Entries[i] = &keelpb.MetadataEntry{PrevOffset: e.Prev, Offset: e.Offset, Term: e.Term, Data: e.Data}
+			}
+			if err := send(stamp(&keelpb.MetadataPush{Body: &keelpb.MetadataPush_Entries{Entries: msg}})); err != nil {
+				return err
+			}
+			offset = entries[len(entries)-1].Offset
+			continue
+		}
+		select {
+		case <-more:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.ctx.Done():
+			return c.notLeader()
+		}
+	}
+}
+
+// sendSnapshot writes img in the FSM snapshot format as a series of chunks,
+// the last one marked. The image is immutable, so no lock is held.
+func sendSnapshot(img *fsm.Image, send func(*keelpb.SnapshotChunk) error) error {
+	w := &chunkWriter{send: send}
+	if err := fsm.WriteSnapshot(w, img); err != nil {
+		return err
+	}
+	return w.flush(true)
+}
+
+type chunkWriter struct {
+	buf  bytes.Buffer
+	send func(*keelpb.SnapshotChunk) error
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	w.buf.Write(p)
+	for w.buf.Len() >= snapshotChunkBytes {
+		if err := w.send(&keelpb.SnapshotChunk{Data: bytes.Clone(w.buf.Next(snapshotChunkBytes))}); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+func (w *chunkWriter) flush(last bool) error {
+	return w.send(&keelpb.SnapshotChunk{Data: bytes.Clone(w.buf.Bytes()), Last: last})
+}

@@ -84,7 +84,7 @@ func New(cfg Config, applied *AppliedLog) *Controller {
 		cfg:     cfg,
 		applied: applied,
 		fsm:     applied.FSM(),
-		log: cfg.Logger.With("component", "controller", "node_id", cfg.NodeID),
+		log:     cfg.Logger.With("component", "controller", "node_id", cfg.NodeID),
 		// Raft blocks on this channel: it must be buffered and drained by one
 		// goroutine that never calls raft itself.
 		notifyCh: make(chan bool, 16),

@@ -35,7 +35,7 @@ type ControllerConfig struct {
 	// SessionTimeout is the broker session timeout (default 9s).
 	SessionTimeout time.Duration
 	Version        string
-	Logger       *slog.Logger
+	Logger         *slog.Logger
 	// Mux, if set, is an already bound listener to use instead of Listen
 	// (keel dev binds its ports before it knows the voter list).
 	Mux *raftlog.Mux
@@ -43,14 +43,14 @@ type ControllerConfig struct {
 
 // Controller is a running controller node.
 type Controller struct {
-	cfg  ControllerConfig
-	log  *slog.Logger
-	mux  *raftlog.Mux
-	node *raftlog.Node
+	cfg     ControllerConfig
+	log     *slog.Logger
+	mux     *raftlog.Mux
+	node    *raftlog.Node
 	fsm     *fsm.FSM
 	applied *controller.AppliedLog
 	ctrl    *controller.Controller
-	grpc *grpc.Server
+	grpc    *grpc.Server
 
 	fatal     chan error
 	stopWatch chan struct{}

@@ -47,9 +47,9 @@ dir and --voters is ignored.`,
 			if cfg.DataDir == "" {
 				return fmt.Errorf("--data-dir is required")
 			}
-			vs, err := raftlog.ParseVoters(voters)
+			vs, err := raftlog.ParseVoters(voters) // its errors name --voters
 			if err != nil {
-				return fmt.Errorf("--voters: %w", err)
+				return err
 			}
 			log, err := g.logger()
 			if err != nil {

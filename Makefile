@@ -4,7 +4,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -X main.version=$(VERSION)
 PROTO_DIR := proto/keelpb
 
-.PHONY: all build run test test-short lint proto proto-check bench bench-failover clean
+.PHONY: all build run test lint proto proto-check bench bench-failover bench-heartbeats clean
 
 all: build
 
@@ -41,6 +41,10 @@ proto-check: proto
 ## bench: Go benchmarks of the hot paths (commit throughput through a real 3-node quorum).
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s -count 5 ./...
+
+## bench-heartbeats: heartbeat latency at the active controller for growing broker counts.
+bench-heartbeats:
+	KEEL_BENCH_HEARTBEATS=$${KEEL_BENCH_HEARTBEATS:-100,1000,5000,10000} $(GO) test -count=1 -run TestHeartbeatCapacity -v -timeout 30m ./server/
 
 ## bench-failover: kill -9 the leader of a real 3-controller quorum 10 times.
 bench-failover: build

@@ -228,3 +228,15 @@ func (c *Controller) newClusterID() string {
 	}
 	return uuid.NewString()
 }
+
+// AppendNoOp commits a no-op record and returns its index and the epoch of
+// the controller that committed it (not whichever is active afterwards).
+func (c *Controller) AppendNoOp(ctx context.Context, requestID string) (uint64, int64, error) {
+	l := c.active.Load()
+	if l == nil {
+		return 0, 0, c.notLeader()
+	}
+	rec := &keelpb.Record{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: requestID}}}
+	index, err := l.decide(ctx, func(*fsm.Image) ([]*keelpb.Record, error) { return []*keelpb.Record{rec}, nil })
+	return index, l.epoch, err
+}

@@ -50,6 +50,9 @@ func (c *Controller) newLeadership() *leadership {
 // run establishes the leadership, then runs the event loop until revoked.
 func (l *leadership) run() {
 	defer l.wg.Done()
+	// However run ends, this leadership is no longer the active one: a
+	// revoke that came during establish must not leave it marked active.
+	defer l.c.active.CompareAndSwap(l, nil)
 	start := time.Now()
 	if err := l.establish(); err != nil {
 		l.close()

@@ -131,13 +131,9 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	}
 	undo = append(undo, func() { _ = store.Close() })
 
+	// The cluster id is recorded only once the committed log names it
+	// (RecordClusterID): a mistyped --cluster-id must not claim the data dir.
 	n := &Node{dir: cfg.DataDir, store: store, meta: m}
-	// Only now, holding the store's lock, may the meta file be rewritten.
-	if cfg.ClusterID != "" && m.ClusterID == "" {
-		if err := n.RecordClusterID(cfg.ClusterID); err != nil {
-			return nil, err
-		}
-	}
 
 	logs, err := raft.NewLogCache(logCacheSize, store)
 	if err != nil {
@@ -247,7 +243,7 @@ func prepareDataDir(cfg Config) (meta, error) {
 	}
 	// Written before the raft store exists, so a crash in between leaves a
 	// data dir that still opens.
-	m = meta{Format: metaFormat, NodeID: cfg.NodeID, ClusterID: cfg.ClusterID}
+	m = meta{Format: metaFormat, NodeID: cfg.NodeID}
 	if err := writeMeta(dir, m); err != nil {
 		return meta{}, err
 	}

@@ -477,15 +477,16 @@ func TestNode_ClusterID(t *testing.T) {
 	}
 }
 
-// TestOpen_RecordsConfiguredClusterID checks that Config.ClusterID is
-// written on first use.
-func TestOpen_RecordsConfiguredClusterID(t *testing.T) {
+// TestOpen_DoesNotRecordConfiguredClusterID: Config.ClusterID is only
+// compared, never written: the id is recorded once the committed log names
+// it, so a mistyped flag cannot claim a data dir.
+func TestOpen_DoesNotRecordConfiguredClusterID(t *testing.T) {
 	dir := t.TempDir()
 	n, _, err := startSingle(t, dir, func(c *Config) { c.ClusterID = "c9" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.ClusterID() != "c9" || readMetaFile(t, dir)["cluster_id"] != "c9" {
-		t.Errorf("ClusterID() = %q, meta = %v; want c9 in both", n.ClusterID(), readMetaFile(t, dir))
+	if n.ClusterID() != "" || readMetaFile(t, dir)["cluster_id"] != "" {
+		t.Errorf("ClusterID() = %q, meta = %v; want nothing recorded", n.ClusterID(), readMetaFile(t, dir))
 	}
 }

@@ -45,11 +45,10 @@ func (s *ControllerServer) AppendNoOp(ctx context.Context, req *keelpb.AppendNoO
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
-	index, err := s.ctrl.Propose(ctx, &keelpb.Record{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: req.GetRequestId()}}})
+	index, epoch, err := s.ctrl.AppendNoOp(ctx, req.GetRequestId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	_, epoch := s.ctrl.Active()
 	return &keelpb.AppendNoOpResponse{Index: index, ControllerEpoch: epoch}, nil
 }
 

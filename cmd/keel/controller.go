@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/server"
 )
@@ -56,12 +57,15 @@ dir and --voters is ignored.`,
 				return err
 			}
 			cfg.NodeID, cfg.Voters, cfg.Logger, cfg.Version = nodeID, vs, log, buildVersion()
+			// Catch signals before starting, so a stop during a slow start
+			// (waiting for the data dir's lock) still ends cleanly.
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
 			node, err := server.StartController(cfg)
 			if err != nil {
 				return err
 			}
-			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 			select {
 			case sig := <-sigs:
 				log.Info("stopping", "signal", sig.String())
@@ -79,6 +83,7 @@ dir and --voters is ignored.`,
 	f.StringVar(&voters, "voters", "", "the initial quorum, id@host:port,... (required on first start)")
 	f.StringVar(&cfg.ClusterID, "cluster-id", "", "cluster id for a new cluster (default: a random UUID); a data dir of another cluster is refused")
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", defaultWriteTimeout, "how long a write may wait to commit before it fails with Unavailable")
+	f.DurationVar(&cfg.SessionTimeout, "session-timeout", controller.DefaultSessionTimeout, "how long a broker may go without a heartbeat before it is fenced")
 	addRaftTimingFlags(f, &cfg.Timing)
 	return cmd
 }

@@ -1,0 +1,108 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// Leader returns the address of the controller that last accepted a write
+// through this client, or "" when none has yet. It is a good first guess
+// for the active controller, e.g. for a broker's metadata stream.
+func (c *Client) Leader() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leader
+}
+
+// RegisterBroker registers a broker incarnation with the active controller
+// (see Write for how it is found). Refusals carry an ErrorInfo reason; read
+// it with ReasonOf.
+func (c *Client) RegisterBroker(ctx context.Context, req *keelpb.RegisterBrokerRequest) (*keelpb.RegisterBrokerResponse, error) {
+	var resp *keelpb.RegisterBrokerResponse
+	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.RegisterBroker(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// BrokerHeartbeat sends one heartbeat to the active controller. A stale or
+// unknown broker epoch fails with reason ReasonStaleBrokerEpoch or
+// ReasonBrokerNotRegistered: the broker must register again.
+func (c *Client) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHeartbeatRequest) (*keelpb.BrokerHeartbeatResponse, error) {
+	var resp *keelpb.BrokerHeartbeatResponse
+	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.BrokerHeartbeat(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// UnregisterBroker removes a broker incarnation through the active controller.
+func (c *Client) UnregisterBroker(ctx context.Context, req *keelpb.UnregisterBrokerRequest) error {
+	return c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		_, err := cl.UnregisterBroker(ctx, req)
+		return err
+	})
+}
+
+// ListBrokers reads the registered brokers from the first controller that
+// answers, the last known leader first: every controller answers from its
+// committed image, so a follower's answer is at most a moment behind. It
+// fails with Unavailable, naming the last error, when none answers.
+func (c *Client) ListBrokers(ctx context.Context) (*keelpb.ListBrokersResponse, error) {
+	addrs := c.addrs
+	if l := c.Leader(); l != "" {
+		addrs = append([]string{l}, addrs...)
+	}
+	var last error
+	for _, addr := range addrs {
+		var resp *keelpb.ListBrokersResponse
+		err := c.try(ctx, addr, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+			var err error
+			resp, err = cl.ListBrokers(ctx, &keelpb.ListBrokersRequest{})
+			return err
+		})
+		if err == nil {
+			return resp, nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, status.Errorf(codes.Unavailable, "no controller answered at %v; last error: %s", c.addrs, status.Convert(last).Message())
+}
+
+// BrokerClient talks to one broker's own gRPC service.
+type BrokerClient struct {
+	addr string
+	cc   *grpc.ClientConn
+	cl   keelpb.BrokerServiceClient
+}
+
+// DialBroker returns a client for the broker at addr. The connection is made
+// on first use.
+func DialBroker(addr string) (*BrokerClient, error) {
+	cc, err := grpc.NewClient(addr, dialOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("broker address %q: %w", addr, err)
+	}
+	return &BrokerClient{addr: addr, cc: cc, cl: keelpb.NewBrokerServiceClient(cc)}, nil
+}
+
+// Inspect asks the broker for its own view of itself.
+func (b *BrokerClient) Inspect(ctx context.Context) (*keelpb.InspectResponse, error) {
+	return b.cl.Inspect(ctx, &keelpb.InspectRequest{})
+}
+
+// Close closes the connection.
+func (b *BrokerClient) Close() error { return b.cc.Close() }

@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// TestHeartbeatCapacity measures heartbeat latency at the active controller
+// for growing numbers of simulated brokers, each on its own schedule at the
+// default 2 s interval, over real gRPC against a real 3-node quorum. It runs
+// only when KEEL_BENCH_HEARTBEATS lists broker counts (make bench-heartbeats):
+// timing on a shared machine is a measurement, not a test.
+func TestHeartbeatCapacity(t *testing.T) {
+	spec := os.Getenv("KEEL_BENCH_HEARTBEATS")
+	if spec == "" {
+		t.Skip("set KEEL_BENCH_HEARTBEATS=100,1000,... to measure heartbeat capacity")
+	}
+	const interval = 2 * time.Second
+	rounds := 4
+	for _, f := range strings.Split(spec, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			t.Fatalf("KEEL_BENCH_HEARTBEATS: bad count %q", f)
+		}
+		t.Run(fmt.Sprintf("brokers=%d", n), func(t *testing.T) {
+			_, active := startQuorum(t, 3)
+			lat := measureHeartbeats(t, active.Addr(), n, interval, rounds)
+			slices.Sort(lat)
+			p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
+			t.Logf("heartbeats: brokers=%d interval=%v samples=%d p50=%v p99=%v max=%v",
+				n, interval, len(lat), p(0.50).Round(10*time.Microsecond), p(0.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
+		})
+	}
+}
+
+// measureHeartbeats registers n brokers, brings each to the active state,
+// then has each heartbeat every interval, phases spread over the interval,
+// for rounds intervals, and returns the latencies of those steady heartbeats.
+func measureHeartbeats(t *testing.T, addr string, n int, interval time.Duration, rounds int) []time.Duration {
+	t.Helper()
+	const brokersPerConn = 50
+	var conns []*grpc.ClientConn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	clients := make([]keelpb.ControllerServiceClient, n)
+	for i := range clients {
+		if i%brokersPerConn == 0 {
+			cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, cc)
+		}
+		clients[i] = keelpb.NewControllerServiceClient(conns[len(conns)-1])
+	}
+	ctx := context.Background()
+	epochs := make([]int64, n)
+	for i := range epochs {
+		resp, err := clients[i].RegisterBroker(ctx, &keelpb.RegisterBrokerRequest{
+			BrokerId: int32(i + 1), IncarnationId: uuid.NewString(), Address: fmt.Sprintf("127.0.0.1:%d", 10000+i),
+			MinMetadataVersion: 1, MaxMetadataVersion: 1})
+		if err != nil {
+			t.Fatalf("register broker %d: %v", i+1, err)
+		}
+		epochs[i] = resp.BrokerEpoch
+		if _, err := clients[i].BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{
+			BrokerId: int32(i + 1), BrokerEpoch: resp.BrokerEpoch, MetadataOffset: uint64(resp.BrokerEpoch)}); err != nil {
+			t.Fatalf("unfence broker %d: %v", i+1, err)
+		}
+	}
+
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			phase := time.Duration(i) * interval / time.Duration(n)
+			for r := range rounds {
+				time.Sleep(time.Until(start.Add(phase + time.Duration(r)*interval)))
+				t0 := time.Now()
+				resp, err := clients[i].BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{
+					BrokerId: int32(i + 1), BrokerEpoch: epochs[i], MetadataOffset: uint64(epochs[n-1])})
+				d := time.Since(t0)
+				if err != nil || resp.IsFenced {
+					t.Errorf("broker %d heartbeat: %v (fenced %v)", i+1, err, resp.GetIsFenced())
+					return
+				}
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(lat) == 0 {
+		t.Fatal("no heartbeat succeeded")
+	}
+	return lat
+}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -46,7 +47,28 @@ var dialOptions = []grpc.DialOption{
 		Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 		MinConnectTimeout: 2 * time.Second,
 	}),
+	// Keepalive pings notice a peer that vanished without closing the
+	// connection (a partition, a frozen host), so a long-lived metadata
+	// stream to a deposed controller fails instead of waiting forever.
+	grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 }
+
+const (
+	keepaliveTime    = 5 * time.Second
+	keepaliveTimeout = 3 * time.Second
+)
+
+// ServerOptions are the options every Keel gRPC server uses: they accept the
+// clients' keepalive pings and bound request size.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxRecvMsgBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
+	}
+}
+
+// maxRecvMsgBytes bounds one request: metadata requests are small.
+const maxRecvMsgBytes = 4 << 20
 
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
@@ -124,6 +146,7 @@ func (c *Client) Write(ctx context.Context, call func(context.Context, keelpb.Co
 			target = hint.LeaderAddress
 			continue
 		case code == codes.Unavailable || (code == codes.DeadlineExceeded && ctx.Err() == nil):
+			c.forgetLeader(target)
 			if hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target {
 				target = hint.LeaderAddress
 			} else {
@@ -139,6 +162,16 @@ func (c *Client) Write(ctx context.Context, call func(context.Context, keelpb.Co
 		case <-time.After(pause):
 		}
 		pause = min(pause*2, 500*time.Millisecond)
+	}
+}
+
+// forgetLeader drops addr as the remembered leader, so the next call does
+// not start at a controller that just failed.
+func (c *Client) forgetLeader(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader == addr {
+		c.leader = ""
 	}
 }
 

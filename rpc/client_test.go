@@ -155,3 +155,29 @@ func TestNewClient_NeedsAnAddress(t *testing.T) {
 		t.Fatal("NewClient(nil) succeeded")
 	}
 }
+
+// A controller that stops answering is no longer where writes start.
+func TestClient_ForgetsALeaderThatFails(t *testing.T) {
+	var down atomic.Bool
+	ctrl := &fakeController{answer: func() (*keelpb.AppendNoOpResponse, error) {
+		if down.Load() {
+			return nil, status.Error(codes.Unavailable, "gone")
+		}
+		return &keelpb.AppendNoOpResponse{Index: 1}, nil
+	}}
+	addr := serve(t, ctrl)
+	c, _ := NewClient([]string{addr})
+	defer c.Close()
+	if _, err := c.AppendNoOp(context.Background(), ""); err != nil || c.leader != addr {
+		t.Fatalf("first write: %v, leader %q", err, c.leader)
+	}
+	down.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.AppendNoOp(ctx, ""); err == nil {
+		t.Fatal("write to a down controller succeeded")
+	}
+	if c.leader != "" {
+		t.Fatalf("leader still %q after it failed", c.leader)
+	}
+}

@@ -117,7 +117,7 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 	}
 	s.ctrl.Start(s.node.Raft)
 
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(4 << 20))
+	s.grpc = grpc.NewServer(rpc.ServerOptions()...)
 	rpc.NewControllerServer(s.ctrl, cfg.Version, cfg.WriteTimeout).Register(s.grpc)
 	s.wg.Add(2)
 	go func() {

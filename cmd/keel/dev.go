@@ -1,31 +1,41 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/server"
 )
 
 func newDevCmd(g *globalFlags) *cobra.Command {
 	var dataDir string
-	var controllers int
+	var controllers, brokers int
 	timing := raftlog.DefaultTiming()
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local cluster in one process (temporary data; Ctrl-C stops it)",
-		Long: `Run a local controller quorum in one process on free loopback ports, with its
-data in a temporary directory that is removed on exit (or in --data-dir, kept).`,
+		Long: `Run a local controller quorum and brokers in one process on free loopback
+ports, with their data in a temporary directory that is removed on exit (or in
+--data-dir, kept). Ctrl-C unregisters the brokers, then stops the controllers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if controllers != 1 && controllers != 3 && controllers != 5 {
 				return fmt.Errorf("--controllers-count %d: want 1, 3 or 5", controllers)
+			}
+			if brokers < 0 {
+				return fmt.Errorf("--brokers-count %d: want 0 or more", brokers)
 			}
 			log, err := g.logger()
 			if err != nil {
@@ -37,30 +47,111 @@ data in a temporary directory that is removed on exit (or in --data-dir, kept).`
 				}
 				defer os.RemoveAll(dataDir)
 			}
+			// Catch Ctrl-C from here on, so that it always cleans up.
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
 			q, err := server.StartLocalQuorum(controllers, dataDir, timing, buildVersion(), log)
 			if err != nil {
 				return err
 			}
 			addrs := q.Addrs()
+			agents, err := startDevBrokers(brokers, addrs, dataDir, log)
+			if err != nil {
+				return errors.Join(err, q.Close())
+			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "Keel dev cluster: %d controllers, data in %s\n", controllers, dataDir)
+			fmt.Fprintf(out, "Keel dev cluster: %d controllers, %d brokers, data in %s\n", controllers, brokers, dataDir)
 			for i, addr := range addrs {
 				fmt.Fprintf(out, "  controller %d  %s\n", i+1, addr)
 			}
-			fmt.Fprintf(out, "\nTry:\n  keel quorum status --controllers %s\n", strings.Join(addrs, ","))
-			fmt.Fprintf(out, "  keel quorum verify --controllers %s\n\nCtrl-C stops the cluster.\n", strings.Join(addrs, ","))
+			for _, a := range agents {
+				fmt.Fprintf(out, "  broker %d      %s\n", a.Status().BrokerID, a.Addr())
+			}
+			list := strings.Join(addrs, ",")
+			fmt.Fprintf(out, "\nTry:\n  keel quorum status --controllers %s\n", list)
+			fmt.Fprintf(out, "  keel quorum verify --controllers %s\n", list)
+			if len(agents) > 0 {
+				fmt.Fprintf(out, "  keel broker list --controllers %s\n", list)
+				fmt.Fprintf(out, "  keel broker inspect --address %s\n", agents[0].Addr())
+			}
+			fmt.Fprintf(out, "\nCtrl-C stops the cluster.\n")
 
-			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			<-sigs
+			var fatal error
+			done := make(chan struct{})
+			select {
+			case <-sigs:
+			case fatal = <-firstFatal(agents, done):
+			}
+			close(done)
 			fmt.Fprintln(out, "stopping...")
-			return q.Close()
+			stopDevBrokers(agents, log)
+			return errors.Join(fatal, q.Close())
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&dataDir, "data-dir", "", "keep the cluster's data here instead of a temporary directory")
 	f.IntVar(&controllers, "controllers-count", 3, "number of controllers: 1, 3 or 5")
+	f.IntVar(&brokers, "brokers-count", 3, "number of brokers (ids 1 to N)")
 	addRaftTimingFlags(f, &timing)
 	return cmd
+}
+
+// startDevBrokers starts brokers 1..n against the controllers at addrs, each
+// on a free loopback port with its data under dataDir.
+func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger) ([]*broker.Agent, error) {
+	var agents []*broker.Agent
+	for i := range n {
+		id := int32(i + 1)
+		a, err := broker.Start(broker.Config{
+			BrokerID:    id,
+			Listen:      "127.0.0.1:0",
+			DataDir:     filepath.Join(dataDir, fmt.Sprintf("broker-%d", id)),
+			Controllers: addrs,
+			Logger:      log.With("broker", id),
+		})
+		if err != nil {
+			for _, a := range agents {
+				a.Close()
+			}
+			return nil, fmt.Errorf("broker %d: %w", id, err)
+		}
+		agents = append(agents, a)
+	}
+	return agents, nil
+}
+
+// stopDevBrokers unregisters every broker at once, while the controllers are
+// still up to take the unregistrations, and stops them. A broker that could
+// not unregister is stopped all the same.
+func stopDevBrokers(agents []*broker.Agent, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), brokerShutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, a := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := a.Shutdown(ctx); err != nil {
+				log.Warn("broker did not shut down cleanly", "broker", a.Status().BrokerID, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// firstFatal delivers the first broker's fatal error. Its goroutines end
+// when their broker's does, or when done is closed.
+func firstFatal(agents []*broker.Agent, done <-chan struct{}) <-chan error {
+	out := make(chan error, len(agents))
+	for _, a := range agents {
+		go func() {
+			select {
+			case err := <-a.Fatal():
+				out <- err
+			case <-done:
+			}
+		}()
+	}
+	return out
 }

@@ -1,0 +1,501 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
+)
+
+// The broker's states, as Inspect reports them: registering until a
+// registration is accepted, then fenced or active as the controller last said
+// in a heartbeat, and shutting_down from Shutdown on.
+const (
+	StateRegistering  = "registering"
+	StateFenced       = fsm.BrokerFenced
+	StateActive       = fsm.BrokerActive
+	StateShuttingDown = fsm.BrokerShuttingDown
+)
+
+// errReregister ends a session: the controller no longer knows this broker
+// epoch, so the agent registers again and starts a new session.
+var errReregister = errors.New("broker epoch no longer current")
+
+const (
+	// registerTimeout bounds one registration attempt (which itself retries
+	// across controllers while none is active).
+	registerTimeout = 10 * time.Second
+	// minHeartbeatTimeout lets one heartbeat outlast the client's 3s
+	// attempt on one controller: a heartbeat stuck on an unreachable former
+	// leader then still moves on to the next controller, instead of every
+	// heartbeat starting, and timing out, there again.
+	minHeartbeatTimeout = 4 * time.Second
+	// staleHeartbeats is how many heartbeats in a row may name a newer
+	// controller epoch than the stream has shown before the stream is taken
+	// to be stuck on a deposed controller and is reconnected.
+	staleHeartbeats = 3
+)
+
+// Status is a broker's own view of itself.
+type Status struct {
+	BrokerID      int32
+	BrokerEpoch   int64 // 0 until the first registration is accepted
+	IncarnationID string
+	Address       string // the address registered with the controllers
+	ClusterID     string // "" until the broker first reaches its cluster
+	State         string // StateRegistering, StateFenced, StateActive or StateShuttingDown
+	// ControllerID is the controller whose metadata push was last accepted,
+	// -1 before the first.
+	ControllerID int32
+	// ControllerEpoch is the highest controller epoch seen.
+	ControllerEpoch int64
+	// MetadataOffset is the offset of the last metadata batch applied.
+	MetadataOffset uint64
+}
+
+// Agent is a running broker agent: it registers, heartbeats, replays the
+// metadata stream into its image and serves the broker's gRPC service.
+type Agent struct {
+	cfg         Config
+	log         *slog.Logger
+	meta        *metaFile
+	incarnation string
+	address     string // advertised
+	client      *rpc.Client
+	lis         net.Listener
+	grpc        *grpc.Server
+	replay      *replayer // owned by the stream loop
+
+	img     atomic.Pointer[fsm.Image] // the image the handler has seen
+	applied chan struct{}             // poked after each new image
+
+	mu           sync.Mutex // guards the fields below
+	epoch        int64
+	state        string
+	streamCancel context.CancelFunc // ends the current stream attempt
+
+	fatal     chan error
+	cancel    context.CancelFunc // stops the loops
+	loops     sync.WaitGroup
+	serving   sync.WaitGroup
+	stopOnce  sync.Once
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start starts a broker agent: it checks the config and the data dir, binds
+// the broker's gRPC service, and starts registering in the background. It
+// returns at once; errors found later that mean the broker must stop (its
+// data dir belongs to another cluster) arrive on Fatal. Every error of Start
+// names what is wrong in one line and leaves nothing running.
+func Start(cfg Config) (_ *Agent, err error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	meta, err := openMeta(cfg.DataDir, cfg.BrokerID)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %v", cfg.Listen, err)
+	}
+	defer func() {
+		if err != nil {
+			lis.Close()
+		}
+	}()
+	address, err := advertised(cfg.Address, lis.Addr())
+	if err != nil {
+		return nil, err
+	}
+	client, err := rpc.NewClient(cfg.Controllers)
+	if err != nil {
+		return nil, err
+	}
+
+	a := &Agent{
+		cfg:         cfg,
+		log:         cfg.Logger.With("component", "broker", "broker_id", cfg.BrokerID),
+		meta:        meta,
+		incarnation: uuid.NewString(),
+		address:     address,
+		client:      client,
+		lis:         lis,
+		grpc:        grpc.NewServer(rpc.ServerOptions()...),
+		applied:     make(chan struct{}, 1),
+		state:       StateRegistering,
+		fatal:       make(chan error, 1),
+	}
+	a.replay = newReplayer(a.log, a.publish)
+	a.img.Store(a.replay.img)
+	keelpb.RegisterBrokerServiceServer(a.grpc, inspectServer{a: a})
+	a.serving.Add(1)
+	go func() {
+		defer a.serving.Done()
+		_ = a.grpc.Serve(lis)
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	a.loops.Add(1)
+	go a.run(ctx)
+	a.log.Info("broker started", "address", address, "listen", lis.Addr().String(),
+		"incarnation_id", a.incarnation, "data_dir", cfg.DataDir, "cluster_id", meta.clusterID(),
+		"controllers", strings.Join(cfg.Controllers, ","))
+	return a, nil
+}
+
+// Addr is the address the broker's gRPC service listens on.
+func (a *Agent) Addr() string { return a.lis.Addr().String() }
+
+// Image returns the metadata image the handler has last been given. It is
+// immutable: hold it as long as needed.
+func (a *Agent) Image() *fsm.Image { return a.img.Load() }
+
+// Fatal delivers the error that stopped the agent's work for good: the data
+// dir belongs to another cluster, the controllers refuse this software's
+// metadata versions, or the data dir cannot be written. Call Close after.
+func (a *Agent) Fatal() <-chan error { return a.fatal }
+
+// Status returns the broker's own view of itself.
+func (a *Agent) Status() Status {
+	a.mu.Lock()
+	epoch, state := a.epoch, a.state
+	a.mu.Unlock()
+	return Status{
+		BrokerID:        a.cfg.BrokerID,
+		BrokerEpoch:     epoch,
+		IncarnationID:   a.incarnation,
+		Address:         a.address,
+		ClusterID:       a.meta.clusterID(),
+		State:           state,
+		ControllerID:    a.replay.controllerID.Load(),
+		ControllerEpoch: a.replay.epoch.Load(),
+		MetadataOffset:  a.Image().Offset,
+	}
+}
+
+// Shutdown leaves the cluster cleanly: it stops heartbeating and streaming,
+// unregisters the broker through the active controller (waiting for it at
+// most until ctx ends), then stops everything as Close does. It returns the
+// unregistration's error, if any; the agent is stopped either way.
+func (a *Agent) Shutdown(ctx context.Context) error {
+	a.setState(StateShuttingDown)
+	a.stopLoops()
+	a.mu.Lock()
+	epoch := a.epoch
+	a.mu.Unlock()
+	var err error
+	if epoch > 0 {
+		err = a.client.UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: a.cfg.BrokerID, BrokerEpoch: epoch})
+		switch rpc.ReasonOf(err) {
+		case rpc.ReasonStaleBrokerEpoch, rpc.ReasonBrokerNotRegistered:
+			err = nil // already gone: replaced, or unregistered before
+		}
+		if err != nil {
+			err = fmt.Errorf("unregister broker %d (epoch %d): %s", a.cfg.BrokerID, epoch, status.Convert(err).Message())
+		} else {
+			a.log.Info("unregistered", "broker_epoch", epoch)
+		}
+	}
+	return errors.Join(err, a.Close())
+}
+
+// Close stops the agent without unregistering: the controllers fence the
+// broker when its session expires. It waits for every goroutine it started.
+func (a *Agent) Close() error {
+	a.closeOnce.Do(func() {
+		a.stopLoops()
+		stopped := make(chan struct{})
+		go func() { a.grpc.GracefulStop(); close(stopped) }()
+		grace := time.NewTimer(2 * time.Second)
+		select {
+		case <-stopped:
+		case <-grace.C:
+			a.grpc.Stop()
+			<-stopped
+		}
+		grace.Stop()
+		a.serving.Wait()
+		a.closeErr = a.client.Close()
+		a.log.Info("broker stopped")
+	})
+	return a.closeErr
+}
+
+func (a *Agent) stopLoops() {
+	a.stopOnce.Do(func() {
+		a.cancel()
+		a.loops.Wait()
+	})
+}
+
+// fail reports a fatal error; the loop that found it then returns.
+func (a *Agent) fail(err error) {
+	a.log.Error("broker cannot continue", "err", err)
+	select {
+	case a.fatal <- err:
+	default:
+	}
+}
+
+func (a *Agent) setState(s string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.state == s || a.state == StateShuttingDown {
+		return
+	}
+	a.log.Info("broker state", "from", a.state, "to", s, "broker_epoch", a.epoch)
+	a.state = s
+}
+
+func (a *Agent) currentState() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state
+}
+
+// publish is the replayer's hook: every new image passes through here, in
+// order, on the stream loop's goroutine.
+func (a *Agent) publish(before, after *fsm.Image) error {
+	learned, err := a.meta.learnClusterID(after.ClusterID, a.controllersName())
+	if err != nil {
+		return err
+	}
+	if learned {
+		a.log.Info("joined cluster", "cluster_id", after.ClusterID)
+	}
+	a.cfg.Handler.MetadataChanged(before, after)
+	a.img.Store(after)
+	select {
+	case a.applied <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (a *Agent) controllersName() string {
+	return "the controllers at " + strings.Join(a.cfg.Controllers, ",")
+}
+
+// run is the agent's main loop: register, then run a session (heartbeats and
+// the stream) until the controller forgets the registration, then again.
+func (a *Agent) run(ctx context.Context) {
+	defer a.loops.Done()
+	for {
+		epoch, err := a.register(ctx)
+		if err == nil {
+			err = a.session(ctx, epoch)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errReregister) {
+			a.setState(StateRegistering)
+			continue
+		}
+		a.fail(err)
+		return
+	}
+}
+
+// register registers this incarnation, retrying with back-off until the
+// active controller accepts it. It gives up only on an answer that no retry
+// can change: another cluster, unsupported metadata versions, a bad request.
+func (a *Agent) register(ctx context.Context) (int64, error) {
+	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
+	for {
+		req := &keelpb.RegisterBrokerRequest{
+			BrokerId:           a.cfg.BrokerID,
+			IncarnationId:      a.incarnation,
+			Address:            a.address,
+			Rack:               a.cfg.Rack,
+			MinMetadataVersion: fsm.MinMetadataVersion,
+			MaxMetadataVersion: fsm.MaxMetadataVersion,
+			ClusterId:          a.meta.clusterID(),
+		}
+		rctx, cancel := context.WithTimeout(ctx, registerTimeout)
+		resp, err := a.client.RegisterBroker(rctx, req)
+		cancel()
+		if err == nil {
+			if learned, err := a.meta.learnClusterID(resp.GetClusterId(), a.controllersName()); err != nil {
+				return 0, err
+			} else if learned {
+				a.log.Info("joined cluster", "cluster_id", resp.GetClusterId())
+			}
+			a.log.Info("registered", "broker_epoch", resp.GetBrokerEpoch(), "cluster_id", resp.GetClusterId(),
+				"controller_epoch", resp.GetControllerEpoch())
+			a.mu.Lock()
+			a.epoch = resp.GetBrokerEpoch()
+			a.mu.Unlock()
+			// A new registration starts fenced, until the controller sees
+			// that the broker has caught up.
+			a.setState(StateFenced)
+			return resp.GetBrokerEpoch(), nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		msg := status.Convert(err).Message()
+		switch reason := rpc.ReasonOf(err); {
+		case reason == rpc.ReasonInconsistentClusterID:
+			return 0, clusterMismatchf("the controllers refused broker %d (data dir %s): %s", a.cfg.BrokerID, a.cfg.DataDir, msg)
+		case reason == rpc.ReasonUnsupportedMetadataVersion:
+			return 0, fmt.Errorf("the controllers refused broker %d: %s", a.cfg.BrokerID, msg)
+		case status.Code(err) == codes.InvalidArgument:
+			return 0, fmt.Errorf("the controllers refused broker %d's registration: %s", a.cfg.BrokerID, msg)
+		case reason == rpc.ReasonDuplicateRegistration:
+			// The previous incarnation (killed, or restarted too quickly)
+			// still holds a live session; it expires within one session
+			// timeout, and then this registration succeeds.
+			a.log.Warn("another incarnation of this broker is still registered; retrying", "err", msg)
+		default:
+			a.log.Warn("registration failed; retrying", "err", msg)
+		}
+		if err := sleep(ctx, bo.next()); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// session runs the heartbeat loop here and the stream loop beside it for one
+// broker epoch, and returns when either ends the session.
+func (a *Agent) session(ctx context.Context, epoch int64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	streamDone := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		streamDone <- a.streamLoop(ctx, epoch)
+	}()
+	err := a.heartbeatLoop(ctx, epoch, streamDone)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// heartbeatLoop heartbeats every interval, and at once when the broker has
+// just caught up with its own registration (so that it is unfenced without
+// waiting a whole interval).
+func (a *Agent) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-chan error) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var sentOffset uint64
+	stale := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-streamDone:
+			return err
+		case <-a.applied:
+			if a.currentState() != StateFenced || a.Image().Offset < uint64(epoch) || sentOffset >= uint64(epoch) {
+				continue
+			}
+		case <-timer.C:
+		}
+		offset := a.Image().Offset
+		hctx, cancel := context.WithTimeout(ctx, max(2*a.cfg.HeartbeatInterval, minHeartbeatTimeout))
+		resp, err := a.client.BrokerHeartbeat(hctx, &keelpb.BrokerHeartbeatRequest{
+			BrokerId:       a.cfg.BrokerID,
+			BrokerEpoch:    epoch,
+			MetadataOffset: offset,
+		})
+		cancel()
+		timer.Reset(a.cfg.HeartbeatInterval)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			switch rpc.ReasonOf(err) {
+			case rpc.ReasonStaleBrokerEpoch, rpc.ReasonBrokerNotRegistered:
+				a.log.Info("the controller no longer knows this broker epoch; registering again",
+					"broker_epoch", epoch, "err", status.Convert(err).Message())
+				return errReregister
+			}
+			a.log.Warn("heartbeat failed", "broker_epoch", epoch, "err", status.Convert(err).Message())
+			continue
+		}
+		sentOffset = offset
+		if resp.GetIsFenced() {
+			a.setState(StateFenced)
+		} else {
+			a.setState(StateActive)
+		}
+		// A stream that keeps showing an older controller epoch than the
+		// heartbeats do is stuck on a deposed controller whose connection
+		// has not failed (a partition): reconnect it.
+		if resp.GetControllerEpoch() > a.replay.epoch.Load() {
+			if stale++; stale >= staleHeartbeats {
+				a.log.Info("the metadata stream lags the active controller's epoch; reconnecting",
+					"stream_epoch", a.replay.epoch.Load(), "controller_epoch", resp.GetControllerEpoch())
+				a.kickStream()
+				stale = 0
+			}
+		} else {
+			stale = 0
+		}
+	}
+}
+
+func (a *Agent) setStreamCancel(cancel context.CancelFunc) {
+	a.mu.Lock()
+	a.streamCancel = cancel
+	a.mu.Unlock()
+}
+
+// kickStream ends the current stream attempt; the stream loop reconnects.
+func (a *Agent) kickStream() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.streamCancel != nil {
+		a.streamCancel()
+	}
+}
+
+// backoff grows a pause from min to max, doubling, with jitter so that many
+// brokers do not retry in step after a controller failover.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	half := b.cur / 2
+	return half + rand.N(half+1)
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

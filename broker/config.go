@@ -1,0 +1,92 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+)
+
+// DefaultHeartbeatInterval is KRaft's broker heartbeat interval. With the
+// controllers' default session timeout of 9s a broker may miss three
+// heartbeats in a row before it is fenced.
+const DefaultHeartbeatInterval = 2 * time.Second
+
+// Config configures an Agent.
+type Config struct {
+	// BrokerID is this broker's id, unique in the cluster and tied to DataDir.
+	BrokerID int32
+	// Address is the host:port other nodes and admin tools use to reach this
+	// broker's gRPC service; it is registered with the controllers. Empty
+	// means the address the listener is bound to, which must then not be a
+	// wildcard address.
+	Address string
+	// Listen is the address to bind the broker's gRPC service to. Empty
+	// means Address.
+	Listen string
+	// Rack is registered with the controllers for rack-aware placement.
+	Rack string
+	// DataDir holds meta.json, which ties the directory to one broker id and,
+	// once known, one cluster.
+	DataDir string
+	// Controllers are the controller addresses; any of them will do, the
+	// agent finds the active controller.
+	Controllers []string
+	// HeartbeatInterval is how often the agent heartbeats; default 2s.
+	HeartbeatInterval time.Duration
+	// Handler is told of every metadata change; default NopHandler.
+	Handler Handler
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// check fills in defaults and rejects a config the agent cannot run with.
+func (c *Config) check() error {
+	switch {
+	case c.BrokerID < 0:
+		return fmt.Errorf("broker id %d is negative", c.BrokerID)
+	case c.DataDir == "":
+		return errors.New("a data dir is required")
+	case len(c.Controllers) == 0:
+		return errors.New("no controller address given")
+	case c.Address == "" && c.Listen == "":
+		return errors.New("an address to listen on or advertise is required")
+	case c.HeartbeatInterval < 0:
+		return fmt.Errorf("heartbeat interval %v is negative", c.HeartbeatInterval)
+	}
+	for _, addr := range append([]string{c.Address, c.Listen}, c.Controllers...) {
+		if addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("address %q: %v", addr, err)
+		}
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.Listen == "" {
+		c.Listen = c.Address
+	}
+	if c.Handler == nil {
+		c.Handler = NopHandler{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// advertised is the address to register: Address, or else the bound
+// listener's, which is only reachable by others if it names a host.
+func advertised(address string, bound net.Addr) (string, error) {
+	if address != "" {
+		return address, nil
+	}
+	tcp, ok := bound.(*net.TCPAddr)
+	if !ok || tcp.IP == nil || tcp.IP.IsUnspecified() {
+		return "", fmt.Errorf("listening on %s, a wildcard address: give an address to advertise", bound)
+	}
+	return bound.String(), nil
+}

@@ -1,0 +1,21 @@
+// Package broker is the broker side of Keel: the agent that a broker process
+// runs to join a cluster and follow its metadata.
+//
+// A broker never talks to raft. It registers with the active controller,
+// heartbeats to keep its session (reporting the metadata offset it has
+// applied, which is what the controller unfences it on), and holds one
+// long-lived metadata stream to the active controller. The stream carries the
+// committed record batches themselves, and the agent replays them with the
+// same fsm.Apply the controllers use, so a broker's image at offset N is the
+// controllers' image at offset N. Each applied batch is handed to a Handler,
+// which is where a broker acts on what changed; the agent itself holds no
+// broker logic, so anyone can build their own broker on it. `keel broker` is
+// the reference broker.
+//
+// The replay refuses anything that could make the image diverge: a push from
+// a controller epoch lower than one already seen (a deposed controller), an
+// entry that does not continue the applied offset (a gap), or a snapshot that
+// does not verify. It drops the stream and resumes from its own offset, so
+// after a failover the new active controller sends only what the broker is
+// missing, never the whole image again.
+package broker

@@ -1,0 +1,153 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
+)
+
+// errStreamEnded: the controller closed the stream without an error.
+var errStreamEnded = errors.New("the controller ended the metadata stream")
+
+// streamLoop holds the metadata stream to the active controller for one
+// broker epoch, reconnecting whenever it ends: to the leader a follower names,
+// else to the next controller, always resuming from the broker's own applied
+// offset. It returns only when ctx ends, when the controller no longer knows
+// the broker epoch (errReregister), or on a fatal error.
+func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
+	addrs := a.cfg.Controllers
+	// The controller that accepted the registration is the active one.
+	target := a.client.Leader()
+	next := 0
+	if target == "" {
+		target, next = addrs[0], 1
+	}
+	rotate := func() {
+		if l := a.client.Leader(); l != "" && l != target {
+			target = l
+			return
+		}
+		for range addrs {
+			cand := addrs[next%len(addrs)]
+			next++
+			if cand != target || len(addrs) == 1 {
+				target = cand
+				return
+			}
+		}
+	}
+	bo := backoff{min: 50 * time.Millisecond, max: 2 * time.Second}
+	followed := false
+	for {
+		accepted, err := a.streamOnce(ctx, target, epoch)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if accepted > 0 {
+			bo.reset()
+		}
+		pause, follow := true, false
+		hint, _ := rpc.LeaderHintOf(err)
+		var fatal *fatalError
+		switch reason := rpc.ReasonOf(err); {
+		case errors.As(err, &fatal):
+			return fatal.err
+		case reason == rpc.ReasonStaleBrokerEpoch, reason == rpc.ReasonBrokerNotRegistered:
+			a.log.Info("the controller no longer knows this broker epoch; registering again",
+				"broker_epoch", epoch, "err", status.Convert(err).Message())
+			return errReregister
+		case reason == rpc.ReasonInconsistentClusterID:
+			return clusterMismatchf("the controller at %s refused the metadata stream of broker %d (data dir %s): %s",
+				target, a.cfg.BrokerID, a.cfg.DataDir, status.Convert(err).Message())
+		case hint != nil && hint.GetLeaderAddress() != "" && hint.GetLeaderAddress() != target:
+			a.log.Debug("following the active controller", "from", target, "to", hint.GetLeaderAddress(), "leader_id", hint.GetLeaderId())
+			target, follow = hint.GetLeaderAddress(), true
+			// The first hop is taken at once; hints that keep bouncing
+			// (a leadership change in progress) back off.
+			pause = followed
+		case errors.Is(err, errOffsetGap), errors.Is(err, errDiverged),
+			errors.Is(err, errBadSnapshot), errors.Is(err, errBadPush):
+			// The controller is fine; the broker resumes from its own offset
+			// (or, after a divergence, from a snapshot).
+			a.log.Warn("dropped the metadata stream; resuming", "controller", target,
+				"from_offset", a.replay.fromOffset(), "err", err)
+		case errors.Is(err, errStaleControllerEpoch):
+			a.log.Warn("dropped the metadata stream of a deposed controller", "controller", target, "err", err)
+			rotate()
+		default:
+			switch code := status.Code(err); {
+			case accepted > 0:
+				a.log.Info("metadata stream ended; reconnecting", "controller", target, "err", errorText(err))
+			case code == codes.Unavailable, code == codes.Canceled, errors.Is(err, errStreamEnded):
+				// Normal while a controller is down or leadership moves.
+				a.log.Debug("metadata stream failed", "controller", target, "err", errorText(err))
+			default:
+				a.log.Warn("metadata stream refused", "controller", target, "err", errorText(err))
+			}
+			rotate()
+		}
+		followed = follow
+		if pause {
+			if err := sleep(ctx, bo.next()); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// streamOnce opens one stream to target and replays it until it ends. It
+// returns how many pushes it accepted and why it ended.
+func (a *Agent) streamOnce(ctx context.Context, target string, epoch int64) (accepted int, err error) {
+	// A snapshot half received on this stream is of no use on the next.
+	defer a.replay.reset()
+	cl, err := a.client.Controller(target)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a.setStreamCancel(cancel)
+	defer a.setStreamCancel(nil)
+	from := a.replay.fromOffset()
+	stream, err := cl.StreamMetadata(ctx, &keelpb.StreamMetadataRequest{
+		BrokerId:    a.cfg.BrokerID,
+		BrokerEpoch: epoch,
+		FromOffset:  from,
+		ClusterId:   a.meta.clusterID(),
+	})
+	if err != nil {
+		return 0, err
+	}
+	for {
+		push, err := stream.Recv()
+		if err == io.EOF {
+			return accepted, errStreamEnded
+		}
+		if err != nil {
+			return accepted, err
+		}
+		if err := a.replay.handle(push); err != nil {
+			return accepted, err
+		}
+		if accepted == 0 {
+			a.log.Info("streaming metadata", "controller", target, "controller_id", push.GetControllerId(),
+				"controller_epoch", push.GetControllerEpoch(), "from_offset", from)
+		}
+		accepted++
+	}
+}
+
+// errorText is a gRPC status's message, or the error's text.
+func errorText(err error) string {
+	if st, ok := status.FromError(err); ok {
+		return st.Code().String() + ": " + st.Message()
+	}
+	return err.Error()
+}

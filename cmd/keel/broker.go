@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
+)
+
+// brokerShutdownTimeout bounds a broker's clean exit: unregistering waits
+// at most this long for an active controller.
+const brokerShutdownTimeout = 10 * time.Second
+
+// newBrokerCmd is `keel broker`: run without a subcommand it runs a broker;
+// `keel broker list` and `keel broker inspect` are admin tools.
+func newBrokerCmd(g *globalFlags) *cobra.Command {
+	cfg := broker.Config{HeartbeatInterval: broker.DefaultHeartbeatInterval}
+	var controllers string
+	cmd := &cobra.Command{
+		Use:   "broker",
+		Short: "Run a broker (the reference broker); list and inspect brokers",
+		Long: `Run a broker: it registers with the active controller, heartbeats, and
+replays the controllers' metadata stream into its own image. Its data dir ties
+it to one broker id and, once it has joined, one cluster. SIGTERM or SIGINT
+unregisters it cleanly and stops it.
+
+With a subcommand, list the cluster's brokers or inspect one broker.`,
+		Example: `  keel broker --broker-id 1 --listen 127.0.0.1:9201 --data-dir /var/lib/keel/broker-1 \
+    --controllers 127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093
+  keel broker list
+  keel broker inspect --address 127.0.0.1:9201`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case cfg.BrokerID < 0:
+				return errors.New("--broker-id is required and must be a non-negative integer")
+			case cfg.DataDir == "":
+				return errors.New("--data-dir is required")
+			case cfg.Listen == "" && cfg.Address == "":
+				return errors.New("--listen is required")
+			case cfg.HeartbeatInterval <= 0:
+				return fmt.Errorf("--heartbeat-interval %v: want a positive duration", cfg.HeartbeatInterval)
+			}
+			if cfg.Controllers = splitAddrs(controllers); len(cfg.Controllers) == 0 {
+				return errors.New("--controllers: no controller address given")
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			cfg.Handler = broker.LoggingHandler{Logger: log.With("component", "broker", "broker_id", cfg.BrokerID)}
+			agent, err := broker.Start(cfg)
+			if err != nil {
+				return err
+			}
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			select {
+			case sig := <-sigs:
+				log.Info("stopping", "signal", sig.String())
+				ctx, cancel := context.WithTimeout(context.Background(), brokerShutdownTimeout)
+				defer cancel()
+				// A broker that cannot unregister still stops; the
+				// controllers fence it when its session expires.
+				if err := agent.Shutdown(ctx); err != nil {
+					log.Warn("broker did not shut down cleanly", "err", err)
+				}
+				return nil
+			case err := <-agent.Fatal():
+				agent.Close()
+				return err
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.Int32Var(&cfg.BrokerID, "broker-id", -1, "this broker's id, unique in the cluster (required)")
+	f.StringVar(&cfg.Listen, "listen", "", "address to listen on for the broker's gRPC service (required)")
+	f.StringVar(&cfg.Address, "advertise", "", "address the controllers and tools reach this broker at (default: --listen)")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the broker's metadata (required)")
+	f.StringVar(&controllers, "controllers", defaultControllers, "controller addresses, host:port,... (any one will do)")
+	f.StringVar(&cfg.Rack, "rack", "", "the broker's rack, for rack-aware placement")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "how often to heartbeat to the active controller")
+	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd())
+	return cmd
+}
+
+// splitAddrs splits a comma-separated address list, dropping empty items.
+func splitAddrs(list string) []string {
+	var out []string
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// brokerRow is the JSON contract of `keel broker list` (DESIGN.md).
+type brokerRow struct {
+	ID      int32  `json:"id"`
+	Epoch   int64  `json:"epoch"`
+	Address string `json:"address"`
+	Rack    string `json:"rack"`
+	State   string `json:"state"`
+}
+
+func newBrokerListCmd() *cobra.Command {
+	a := &adminFlags{}
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the registered brokers and their states (active, fenced, shutting_down)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+			defer cancel()
+			resp, err := c.ListBrokers(ctx)
+			if err != nil {
+				return err
+			}
+			rows := make([]brokerRow, 0, len(resp.GetBrokers()))
+			for _, b := range resp.GetBrokers() {
+				rows = append(rows, brokerRow{ID: b.GetId(), Epoch: b.GetEpoch(), Address: b.GetAddress(), Rack: b.GetRack(), State: b.GetState()})
+			}
+			sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
+			if a.output == "json" {
+				return printJSON(cmd.OutOrStdout(), rows)
+			}
+			table := [][]string{{"ID", "EPOCH", "ADDRESS", "RACK", "STATE"}}
+			for _, r := range rows {
+				table = append(table, []string{fmt.Sprint(r.ID), fmt.Sprint(r.Epoch), r.Address, orDash(r.Rack), r.State})
+			}
+			return printTable(cmd.OutOrStdout(), table)
+		},
+	}
+	a.add(cmd)
+	return cmd
+}
+
+// brokerInspect is the JSON contract of `keel broker inspect` (DESIGN.md).
+type brokerInspect struct {
+	BrokerID        int32        `json:"broker_id"`
+	BrokerEpoch     int64        `json:"broker_epoch"`
+	ControllerID    int32        `json:"controller_id"`
+	ControllerEpoch int64        `json:"controller_epoch"`
+	MetadataOffset  uint64       `json:"metadata_offset"`
+	ClusterID       string       `json:"cluster_id"`
+	State           string       `json:"state"`
+	Partitions      []replicaRow `json:"partitions"`
+}
+
+type replicaRow struct {
+	Topic       string  `json:"topic"`
+	Partition   int32   `json:"partition"`
+	Role        string  `json:"role"`
+	Leader      int32   `json:"leader"`
+	LeaderEpoch int32   `json:"leader_epoch"`
+	ISR         []int32 `json:"isr"`
+}
+
+func inspectView(resp *keelpb.InspectResponse) brokerInspect {
+	v := brokerInspect{
+		BrokerID:        resp.GetBrokerId(),
+		BrokerEpoch:     resp.GetBrokerEpoch(),
+		ControllerID:    resp.GetControllerId(),
+		ControllerEpoch: resp.GetControllerEpoch(),
+		MetadataOffset:  resp.GetMetadataOffset(),
+		ClusterID:       resp.GetClusterId(),
+		State:           resp.GetState(),
+		Partitions:      make([]replicaRow, 0, len(resp.GetPartitions())),
+	}
+	for _, p := range resp.GetPartitions() {
+		v.Partitions = append(v.Partitions, replicaRow{Topic: p.GetTopic(), Partition: p.GetPartition(), Role: p.GetRole(),
+			Leader: p.GetLeader(), LeaderEpoch: p.GetLeaderEpoch(), ISR: append([]int32{}, p.GetIsr()...)})
+	}
+	return v
+}
+
+func newBrokerInspectCmd() *cobra.Command {
+	var address, output string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "inspect",
+		Short: "Show one broker's own view: its epoch, the controller it follows, its metadata offset, its replicas",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if address == "" {
+				return errors.New("--address is required")
+			}
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o %q: want table or json", output)
+			}
+			bc, err := rpc.DialBroker(address)
+			if err != nil {
+				return err
+			}
+			defer bc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			resp, err := bc.Inspect(ctx)
+			if err != nil {
+				return err
+			}
+			v := inspectView(resp)
+			out := cmd.OutOrStdout()
+			if output == "json" {
+				return printJSON(out, v)
+			}
+			controller := "none"
+			if v.ControllerID >= 0 {
+				controller = fmt.Sprint(v.ControllerID)
+			}
+			fmt.Fprintf(out, "Broker ID:        %d\nBroker epoch:     %d\nState:            %s\nCluster ID:       %s\nController:       %s\nController epoch: %d\nMetadata offset:  %d\n\n",
+				v.BrokerID, v.BrokerEpoch, v.State, orDash(v.ClusterID), controller, v.ControllerEpoch, v.MetadataOffset)
+			if len(v.Partitions) == 0 {
+				fmt.Fprintln(out, "No replicas.")
+				return nil
+			}
+			rows := [][]string{{"TOPIC", "PARTITION", "ROLE", "LEADER", "LEADER EPOCH", "ISR"}}
+			for _, p := range v.Partitions {
+				isr := make([]string, len(p.ISR))
+				for i, id := range p.ISR {
+					isr[i] = fmt.Sprint(id)
+				}
+				rows = append(rows, []string{p.Topic, fmt.Sprint(p.Partition), p.Role, fmt.Sprint(p.Leader), fmt.Sprint(p.LeaderEpoch), strings.Join(isr, ",")})
+			}
+			return printTable(out, rows)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&address, "address", "", "the broker's address, host:port (required)")
+	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	f.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the broker's answer")
+	return cmd
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

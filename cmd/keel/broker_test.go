@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// runKeel runs the keel command line in this process and returns stdout.
+func runKeel(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// serveGRPC serves register's services on a free loopback port until the
+// test ends.
+func serveGRPC(t *testing.T, register func(*grpc.Server)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	register(g)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+type fakeListBrokers struct {
+	keelpb.UnimplementedControllerServiceServer
+	brokers []*keelpb.BrokerInfo
+}
+
+func (f *fakeListBrokers) ListBrokers(context.Context, *keelpb.ListBrokersRequest) (*keelpb.ListBrokersResponse, error) {
+	return &keelpb.ListBrokersResponse{Brokers: f.brokers}, nil
+}
+
+type fakeInspect struct {
+	keelpb.UnimplementedBrokerServiceServer
+	resp *keelpb.InspectResponse
+}
+
+func (f *fakeInspect) Inspect(context.Context, *keelpb.InspectRequest) (*keelpb.InspectResponse, error) {
+	return f.resp, nil
+}
+
+func TestBrokerList(t *testing.T) {
+	fake := &fakeListBrokers{brokers: []*keelpb.BrokerInfo{
+		{Id: 3, Epoch: 12, Address: "127.0.0.1:9203", State: "fenced"},
+		{Id: 1, Epoch: 10, Address: "127.0.0.1:9201", Rack: "r1", State: "active", IncarnationId: "x"},
+	}}
+	addr := serveGRPC(t, func(g *grpc.Server) { keelpb.RegisterControllerServiceServer(g, fake) })
+
+	out, err := runKeel(t, "broker", "list", "--controllers", addr, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	want := `[map[address:127.0.0.1:9201 epoch:10 id:1 rack:r1 state:active] map[address:127.0.0.1:9203 epoch:12 id:3 rack: state:fenced]]`
+	if got := fmt.Sprint(rows); got != want {
+		t.Fatalf("broker list -o json = %s\nwant %s", got, want)
+	}
+
+	out, err = runKeel(t, "broker", "list", "--controllers", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") || !strings.HasPrefix(lines[1], "1 ") || !strings.Contains(lines[2], "fenced") {
+		t.Fatalf("broker list =\n%s", out)
+	}
+
+	fake.brokers = nil
+	if out, err = runKeel(t, "broker", "list", "--controllers", addr, "-o", "json"); err != nil || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("no brokers: %q, %v", out, err)
+	}
+}
+
+func TestBrokerInspect(t *testing.T) {
+	fake := &fakeInspect{resp: &keelpb.InspectResponse{
+		BrokerId: 2, BrokerEpoch: 7, ControllerId: 1, ControllerEpoch: 3, MetadataOffset: 42, ClusterId: "c", State: "active",
+		Partitions: []*keelpb.ReplicaState{{Topic: "t", Partition: 0, Role: "leader", Leader: 2, LeaderEpoch: 1, Isr: []int32{2, 3}}},
+	}}
+	addr := serveGRPC(t, func(g *grpc.Server) { keelpb.RegisterBrokerServiceServer(g, fake) })
+
+	out, err := runKeel(t, "broker", "inspect", "--address", addr, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	want := `map[broker_epoch:7 broker_id:2 cluster_id:c controller_epoch:3 controller_id:1 metadata_offset:42 ` +
+		`partitions:[map[isr:[2 3] leader:2 leader_epoch:1 partition:0 role:leader topic:t]] state:active]`
+	if s := fmt.Sprint(got); s != want {
+		t.Fatalf("broker inspect -o json = %s\nwant %s", s, want)
+	}
+
+	// No replicas is an empty list, not null.
+	fake.resp = &keelpb.InspectResponse{BrokerId: 2, ControllerId: -1, State: "registering"}
+	if out, err = runKeel(t, "broker", "inspect", "--address", addr, "-o", "json"); err != nil || !strings.Contains(out, `"partitions": []`) {
+		t.Fatalf("inspect without replicas: %s, %v", out, err)
+	}
+	if out, err = runKeel(t, "broker", "inspect", "--address", addr); err != nil || !strings.Contains(out, "Controller:       none") {
+		t.Fatalf("inspect table: %s, %v", out, err)
+	}
+}
+
+func TestBrokerCommandErrors(t *testing.T) {
+	// A data dir that broker 2 has claimed.
+	taken := t.TempDir()
+	if err := os.WriteFile(filepath.Join(taken, "meta.json"), []byte(`{"format":1,"broker_id":2}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"no broker id", []string{"broker", "--listen", "127.0.0.1:0", "--data-dir", "d"}, "--broker-id is required"},
+		{"no data dir", []string{"broker", "--broker-id", "1", "--listen", "127.0.0.1:0"}, "--data-dir is required"},
+		{"no listen", []string{"broker", "--broker-id", "1", "--data-dir", "d"}, "--listen is required"},
+		{"no controllers", []string{"broker", "--broker-id", "1", "--data-dir", "d", "--listen", "127.0.0.1:0", "--controllers", " , "}, "--controllers: no controller address"},
+		{"no heartbeat interval", []string{"broker", "--broker-id", "1", "--data-dir", "d", "--listen", "127.0.0.1:0", "--heartbeat-interval", "0s"}, "--heartbeat-interval 0s"},
+		{"another broker's data dir", []string{"broker", "--broker-id", "1", "--data-dir", taken, "--listen", "127.0.0.1:0"}, "belongs to broker 2, not broker 1"},
+		{"unknown subcommand", []string{"broker", "lst"}, `unknown command "lst" for "keel broker"`},
+		{"inspect without an address", []string{"broker", "inspect"}, "--address is required"},
+		{"inspect with a bad output", []string{"broker", "inspect", "--address", "127.0.0.1:1", "-o", "yaml"}, `-o "yaml"`},
+		{"list with a bad output", []string{"broker", "list", "-o", "yaml"}, `-o "yaml"`},
+		{"dev with negative brokers", []string{"dev", "--brokers-count", "-1"}, "--brokers-count -1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := runKeel(t, tt.args...)
+			if err == nil || !strings.Contains(errorLine(err), tt.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}

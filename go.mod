@@ -21,7 +21,10 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
+require (
+	github.com/hashicorp/go-immutable-radix/v2 v2.1.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
+)
 
 require (
 	github.com/armon/go-metrics v0.4.1 // indirect
@@ -31,6 +34,7 @@ require (
 	github.com/hashicorp/go-metrics v0.5.4 // indirect
 	github.com/hashicorp/go-msgpack/v2 v2.1.2 // indirect
 	github.com/hashicorp/golang-lru v0.5.0 // indirect
+	github.com/hashicorp/golang-lru/v2 v2.0.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/mattn/go-colorable v0.1.12 // indirect
 	github.com/mattn/go-isatty v0.0.14 // indirect

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 
+	iradix "github.com/hashicorp/go-immutable-radix/v2"
+
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -38,6 +40,56 @@ type applyContext struct {
 	// brokersOwned is set once this batch has its own copy of the brokers
 	// map: copy on first write, at most once per batch.
 	brokersOwned bool
+
+	// Transactions on the image's trees, opened on first use; finish
+	// commits them into the new image.
+	byName, byID *iradix.Txn[*Topic]
+	parts        *iradix.Txn[*Partition]
+	replicas     *iradix.Txn[struct{}]
+}
+
+func (ctx *applyContext) topicsByName(img *Image) *iradix.Txn[*Topic] {
+	if ctx.byName == nil {
+		ctx.byName = treeOr(img.topicsByName).Txn()
+	}
+	return ctx.byName
+}
+
+func (ctx *applyContext) topicsByID(img *Image) *iradix.Txn[*Topic] {
+	if ctx.byID == nil {
+		ctx.byID = treeOr(img.topicsByID).Txn()
+	}
+	return ctx.byID
+}
+
+func (ctx *applyContext) partitions(img *Image) *iradix.Txn[*Partition] {
+	if ctx.parts == nil {
+		ctx.parts = treeOr(img.partitions).Txn()
+	}
+	return ctx.parts
+}
+
+func (ctx *applyContext) replicaIndex(img *Image) *iradix.Txn[struct{}] {
+	if ctx.replicas == nil {
+		ctx.replicas = treeOr(img.replicaIndex).Txn()
+	}
+	return ctx.replicas
+}
+
+// finish commits the batch's tree transactions into img.
+func (ctx *applyContext) finish(img *Image) {
+	if ctx.byName != nil {
+		img.topicsByName = ctx.byName.CommitOnly()
+	}
+	if ctx.byID != nil {
+		img.topicsByID = ctx.byID.CommitOnly()
+	}
+	if ctx.parts != nil {
+		img.partitions = ctx.parts.CommitOnly()
+	}
+	if ctx.replicas != nil {
+		img.replicaIndex = ctx.replicas.CommitOnly()
+	}
 }
 
 // mutBrokers returns img's brokers map, copied first if this batch does not
@@ -58,14 +110,19 @@ type applier func(img *Image, rec *keelpb.Record, ctx *applyContext) error
 
 // appliers dispatches on the record type: one function per record.
 var appliers = map[string]applier{
-	"cluster_id":          applyClusterID,
-	"controller_epoch":    applyControllerEpoch,
-	"no_op":               applyNoOp,
-	"feature_level":       applyFeatureLevel,
-	"broker_registration": applyBrokerRegistration,
-	"fence_broker":        applyFenceBroker,
-	"unfence_broker":      applyUnfenceBroker,
-	"unregister_broker":   applyUnregisterBroker,
+	"cluster_id":           applyClusterID,
+	"controller_epoch":     applyControllerEpoch,
+	"no_op":                applyNoOp,
+	"topic":                applyTopic,
+	"partition":            applyPartition,
+	"partition_change":     applyPartitionChange,
+	"remove_topic":         applyRemoveTopic,
+	"broker_shutting_down": applyBrokerShuttingDown,
+	"feature_level":        applyFeatureLevel,
+	"broker_registration":  applyBrokerRegistration,
+	"fence_broker":         applyFenceBroker,
+	"unfence_broker":       applyUnfenceBroker,
+	"unregister_broker":    applyUnregisterBroker,
 }
 
 // RecordType names the record's type as its oneof field is named in the proto.
@@ -90,6 +147,7 @@ func Apply(img *Image, index, term uint64, batch *keelpb.RecordBatch) (*Image, e
 			return img, &RecordError{Position: i, Type: RecordType(rec), Err: err}
 		}
 	}
+	ctx.finish(next)
 	next.Offset, next.Term = index, term
 	return next, nil
 }

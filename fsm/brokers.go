@@ -48,7 +48,7 @@ func applyBrokerRegistration(img *Image, rec *keelpb.Record, ctx *applyContext) 
 		if r.GetBrokerEpoch() <= 0 {
 			return fmt.Errorf("broker %d has no epoch", b.ID)
 		}
-		b.Epoch, b.Fenced = r.GetBrokerEpoch(), r.GetFenced()
+		b.Epoch, b.Fenced, b.ShuttingDown = r.GetBrokerEpoch(), r.GetFenced(), r.GetShuttingDown()
 	} else {
 		// From the log the epoch is the record's own index, so it is unique
 		// and increasing, and every new incarnation starts fenced.
@@ -84,7 +84,8 @@ func applyFenceBroker(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 		return fmt.Errorf("broker %d is already fenced", b.ID)
 	}
 	next := *b
-	next.Fenced = true
+	// A fenced broker has left; a controlled shutdown ends with its fencing.
+	next.Fenced, next.ShuttingDown = true, false
 	ctx.mutBrokers(img)[b.ID] = &next
 	return nil
 }

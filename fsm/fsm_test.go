@@ -163,7 +163,20 @@ func randomLog(seed uint64, n int) [][]byte {
 		var recs []*keelpb.Record
 		for j := 0; j < 1+r.IntN(4); j++ {
 			id := int32(r.IntN(4))
-			switch r.IntN(8) {
+			tid := TopicID{byte(1 + r.IntN(3))}
+			switch r.IntN(11) {
+			case 8:
+				recs = append(recs, topicRec(fmt.Sprintf("t%d", tid[0]), tid, nil),
+					partRec(tid, 0, []int32{1, 2, 3}, []int32{1, 2, 3}, int32(1+r.IntN(3))))
+			case 9:
+				isr := []int32{1, 2, 3}[:1+r.IntN(3)]
+				recs = append(recs, change(tid, 0, leader(isr[r.IntN(len(isr))]), isr, nil))
+			case 10:
+				if r.IntN(4) == 0 {
+					recs = append(recs, removeTopic(tid))
+				} else {
+					recs = append(recs, partRec(tid, int32(1+r.IntN(2)), []int32{2, 3}, []int32{3}, 3))
+				}
 			case 4:
 				recs = append(recs, register(id, fmt.Sprintf("inc-%d", r.IntN(3))))
 			case 5:

@@ -11,6 +11,8 @@ package fsm
 import (
 	"maps"
 	"slices"
+
+	iradix "github.com/hashicorp/go-immutable-radix/v2"
 )
 
 // Metadata versions this software understands. A cluster's metadata.version
@@ -33,6 +35,8 @@ type Broker struct {
 	// The metadata versions the broker can read.
 	MinMetadataVersion, MaxMetadataVersion uint32
 	Fenced                                 bool
+	// ShuttingDown: in controlled shutdown; it gets no new leaderships.
+	ShuttingDown bool
 }
 
 // Broker states as the CLI and APIs name them.
@@ -44,11 +48,18 @@ const (
 
 // State names the broker's state.
 func (b *Broker) State() string {
-	if b.Fenced {
+	switch {
+	case b.Fenced:
 		return BrokerFenced
+	case b.ShuttingDown:
+		return BrokerShuttingDown
 	}
 	return BrokerActive
 }
+
+// Eligible reports whether the broker may lead partitions or join ISRs:
+// active, and not shutting down.
+func (b *Broker) Eligible() bool { return !b.Fenced && !b.ShuttingDown }
 
 // Image is one immutable version of the cluster metadata. Apply never modifies
 // an image it was given; it returns a new one, so readers may hold an *Image
@@ -68,13 +79,31 @@ type Image struct {
 	// broker; then that batch copies the map once (see applyContext).
 	brokers map[int32]*Broker
 
+	// Topics and partitions live in persistent radix trees: a batch that
+	// changes one partition copies a path of nodes, not the image, so an
+	// image of a million partitions costs O(log n) per change and a
+	// snapshot is a pointer copy.
+	topicsByName *iradix.Tree[*Topic]
+	topicsByID   *iradix.Tree[*Topic]
+	partitions   *iradix.Tree[*Partition] // by partitionKey
+	// replicaIndex holds a key per (broker, partition) for every replica
+	// and replica being added: the partitions on a broker without a scan.
+	replicaIndex *iradix.Tree[struct{}]
+
 	// Offset and Term are the raft index and term of the last batch applied.
 	Offset uint64
 	Term   uint64
 }
 
 // Empty returns the image of a cluster before any record.
-func Empty() *Image { return &Image{} }
+func Empty() *Image {
+	return &Image{
+		topicsByName: iradix.New[*Topic](),
+		topicsByID:   iradix.New[*Topic](),
+		partitions:   iradix.New[*Partition](),
+		replicaIndex: iradix.New[struct{}](),
+	}
+}
 
 // Broker returns the registered broker with id, if any.
 func (img *Image) Broker(id int32) (*Broker, bool) {

@@ -73,12 +73,34 @@ func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
 			MaxMetadataVersion: b.MaxMetadataVersion,
 			BrokerEpoch:        b.Epoch,
 			Fenced:             b.Fenced,
+			ShuttingDown:       b.ShuttingDown,
 		}
 		if err := emit(&keelpb.Record{Record: &keelpb.Record_BrokerRegistration{BrokerRegistration: rec}}); err != nil {
 			return err
 		}
 	}
-	return nil
+	// Topics by id, each followed by its partitions in order, so a restore
+	// meets every partition's topic first and partitions densely numbered.
+	var err error
+	treeOr(img.topicsByID).Root().Walk(func(_ []byte, t *Topic) bool {
+		rec := &keelpb.TopicRecord{Name: t.Name, TopicId: bytes.Clone(t.ID[:]), Configs: t.Configs}
+		if err = emit(&keelpb.Record{Record: &keelpb.Record_Topic{Topic: rec}}); err != nil {
+			return true
+		}
+		for _, p := range img.Partitions(t.ID) {
+			rec := &keelpb.PartitionRecord{
+				TopicId: bytes.Clone(p.TopicID[:]), Partition: p.Partition,
+				Replicas: p.Replicas, Isr: p.ISR, Leader: p.Leader,
+				LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch,
+				AddingReplicas: p.AddingReplicas, RemovingReplicas: p.RemovingReplicas,
+			}
+			if err = emit(&keelpb.Record{Record: &keelpb.Record_Partition{Partition: rec}}); err != nil {
+				return true
+			}
+		}
+		return false
+	})
+	return err
 }
 
 type frameWriter struct {
@@ -229,6 +251,7 @@ func ReadSnapshot(r io.Reader) (*Image, error) {
 			if _, err := fr.r.ReadByte(); err != io.EOF {
 				return nil, corrupt("data after the trailer")
 			}
+			ctx.finish(img)
 			if img.ClusterID != header.ClusterId || img.ControllerEpoch != header.ControllerEpoch {
 				return nil, corrupt("header does not match the records")
 			}

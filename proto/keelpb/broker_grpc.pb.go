@@ -22,6 +22,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	BrokerService_Inspect_FullMethodName = "/keel.v1.BrokerService/Inspect"
+	BrokerService_Fetch_FullMethodName   = "/keel.v1.BrokerService/Fetch"
 )
 
 // BrokerServiceClient is the client API for BrokerService service.
@@ -31,6 +32,10 @@ type BrokerServiceClient interface {
 	// Inspect reports the broker's own view: its registration, the controller
 	// it follows, the metadata offset it has applied, and its replicas.
 	Inspect(ctx context.Context, in *InspectRequest, opts ...grpc.CallOption) (*InspectResponse, error)
+	// Fetch is a follower replica fetching from its partition leader (the
+	// reference broker's stand-in for a data plane: the log is empty, so a
+	// fetch carries the leader epoch and the follower's log end offset).
+	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
 }
 
 type brokerServiceClient struct {
@@ -51,6 +56,16 @@ func (c *brokerServiceClient) Inspect(ctx context.Context, in *InspectRequest, o
 	return out, nil
 }
 
+func (c *brokerServiceClient) Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FetchResponse)
+	err := c.cc.Invoke(ctx, BrokerService_Fetch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokerServiceServer is the server API for BrokerService service.
 // All implementations must embed UnimplementedBrokerServiceServer
 // for forward compatibility.
@@ -58,6 +73,10 @@ type BrokerServiceServer interface {
 	// Inspect reports the broker's own view: its registration, the controller
 	// it follows, the metadata offset it has applied, and its replicas.
 	Inspect(context.Context, *InspectRequest) (*InspectResponse, error)
+	// Fetch is a follower replica fetching from its partition leader (the
+	// reference broker's stand-in for a data plane: the log is empty, so a
+	// fetch carries the leader epoch and the follower's log end offset).
+	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
 	mustEmbedUnimplementedBrokerServiceServer()
 }
 
@@ -70,6 +89,9 @@ type UnimplementedBrokerServiceServer struct{}
 
 func (UnimplementedBrokerServiceServer) Inspect(context.Context, *InspectRequest) (*InspectResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Inspect not implemented")
+}
+func (UnimplementedBrokerServiceServer) Fetch(context.Context, *FetchRequest) (*FetchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Fetch not implemented")
 }
 func (UnimplementedBrokerServiceServer) mustEmbedUnimplementedBrokerServiceServer() {}
 func (UnimplementedBrokerServiceServer) testEmbeddedByValue()                       {}
@@ -110,6 +132,24 @@ func _BrokerService_Inspect_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BrokerService_Fetch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FetchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServiceServer).Fetch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BrokerService_Fetch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServiceServer).Fetch(ctx, req.(*FetchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BrokerService_ServiceDesc is the grpc.ServiceDesc for BrokerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -120,6 +160,10 @@ var BrokerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Inspect",
 			Handler:    _BrokerService_Inspect_Handler,
+		},
+		{
+			MethodName: "Fetch",
+			Handler:    _BrokerService_Fetch_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -23,6 +23,55 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ElectionType int32
+
+const (
+	ElectionType_ELECTION_TYPE_UNSPECIFIED ElectionType = 0
+	ElectionType_ELECTION_TYPE_PREFERRED   ElectionType = 1
+	ElectionType_ELECTION_TYPE_UNCLEAN     ElectionType = 2
+)
+
+// Enum value maps for ElectionType.
+var (
+	ElectionType_name = map[int32]string{
+		0: "ELECTION_TYPE_UNSPECIFIED",
+		1: "ELECTION_TYPE_PREFERRED",
+		2: "ELECTION_TYPE_UNCLEAN",
+	}
+	ElectionType_value = map[string]int32{
+		"ELECTION_TYPE_UNSPECIFIED": 0,
+		"ELECTION_TYPE_PREFERRED":   1,
+		"ELECTION_TYPE_UNCLEAN":     2,
+	}
+)
+
+func (x ElectionType) Enum() *ElectionType {
+	p := new(ElectionType)
+	*p = x
+	return p
+}
+
+func (x ElectionType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ElectionType) Descriptor() protoreflect.EnumDescriptor {
+	return file_controller_proto_enumTypes[0].Descriptor()
+}
+
+func (ElectionType) Type() protoreflect.EnumType {
+	return &file_controller_proto_enumTypes[0]
+}
+
+func (x ElectionType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ElectionType.Descriptor instead.
+func (ElectionType) EnumDescriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{0}
+}
+
 type DescribeQuorumRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1270,6 +1319,1401 @@ func (x *BrokerInfo) GetIncarnationId() string {
 	return ""
 }
 
+type CreateTopicRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Partitions int32                  `protobuf:"varint,2,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	// Ignored when assignments are given.
+	ReplicationFactor int32 `protobuf:"varint,3,opt,name=replication_factor,json=replicationFactor,proto3" json:"replication_factor,omitempty"`
+	// Explicit replicas per partition (partition i gets assignments[i]).
+	Assignments []*PartitionAssignment `protobuf:"bytes,4,rep,name=assignments,proto3" json:"assignments,omitempty"`
+	Configs     map[string]string      `protobuf:"bytes,5,rep,name=configs,proto3" json:"configs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Check everything and answer as a create would, but write nothing.
+	ValidateOnly  bool `protobuf:"varint,6,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTopicRequest) Reset() {
+	*x = CreateTopicRequest{}
+	mi := &file_controller_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTopicRequest) ProtoMessage() {}
+
+func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
+func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CreateTopicRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateTopicRequest) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *CreateTopicRequest) GetReplicationFactor() int32 {
+	if x != nil {
+		return x.ReplicationFactor
+	}
+	return 0
+}
+
+func (x *CreateTopicRequest) GetAssignments() []*PartitionAssignment {
+	if x != nil {
+		return x.Assignments
+	}
+	return nil
+}
+
+func (x *CreateTopicRequest) GetConfigs() map[string]string {
+	if x != nil {
+		return x.Configs
+	}
+	return nil
+}
+
+func (x *CreateTopicRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+type PartitionAssignment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replicas      []int32                `protobuf:"varint,1,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionAssignment) Reset() {
+	*x = PartitionAssignment{}
+	mi := &file_controller_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionAssignment) ProtoMessage() {}
+
+func (x *PartitionAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionAssignment.ProtoReflect.Descriptor instead.
+func (*PartitionAssignment) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PartitionAssignment) GetReplicas() []int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+type CreateTopicResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         *TopicDescription      `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTopicResponse) Reset() {
+	*x = CreateTopicResponse{}
+	mi := &file_controller_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTopicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTopicResponse) ProtoMessage() {}
+
+func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
+func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CreateTopicResponse) GetTopic() *TopicDescription {
+	if x != nil {
+		return x.Topic
+	}
+	return nil
+}
+
+type CreatePartitionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// The new total number of partitions.
+	Count         int32                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Assignments   []*PartitionAssignment `protobuf:"bytes,3,rep,name=assignments,proto3" json:"assignments,omitempty"`
+	ValidateOnly  bool                   `protobuf:"varint,4,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePartitionsRequest) Reset() {
+	*x = CreatePartitionsRequest{}
+	mi := &file_controller_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePartitionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePartitionsRequest) ProtoMessage() {}
+
+func (x *CreatePartitionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePartitionsRequest.ProtoReflect.Descriptor instead.
+func (*CreatePartitionsRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CreatePartitionsRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *CreatePartitionsRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *CreatePartitionsRequest) GetAssignments() []*PartitionAssignment {
+	if x != nil {
+		return x.Assignments
+	}
+	return nil
+}
+
+func (x *CreatePartitionsRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+type CreatePartitionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         *TopicDescription      `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePartitionsResponse) Reset() {
+	*x = CreatePartitionsResponse{}
+	mi := &file_controller_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePartitionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePartitionsResponse) ProtoMessage() {}
+
+func (x *CreatePartitionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePartitionsResponse.ProtoReflect.Descriptor instead.
+func (*CreatePartitionsResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CreatePartitionsResponse) GetTopic() *TopicDescription {
+	if x != nil {
+		return x.Topic
+	}
+	return nil
+}
+
+type DeleteTopicRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTopicRequest) Reset() {
+	*x = DeleteTopicRequest{}
+	mi := &file_controller_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTopicRequest) ProtoMessage() {}
+
+func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
+func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DeleteTopicRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteTopicResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTopicResponse) Reset() {
+	*x = DeleteTopicResponse{}
+	mi := &file_controller_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTopicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTopicResponse) ProtoMessage() {}
+
+func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
+func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{25}
+}
+
+type ListTopicsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTopicsRequest) Reset() {
+	*x = ListTopicsRequest{}
+	mi := &file_controller_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTopicsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTopicsRequest) ProtoMessage() {}
+
+func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
+func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{26}
+}
+
+type ListTopicsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topics        []*TopicSummary        `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTopicsResponse) Reset() {
+	*x = ListTopicsResponse{}
+	mi := &file_controller_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTopicsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTopicsResponse) ProtoMessage() {}
+
+func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
+func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListTopicsResponse) GetTopics() []*TopicSummary {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+type TopicSummary struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Name              string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Id                string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Partitions        int32                  `protobuf:"varint,3,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	ReplicationFactor int32                  `protobuf:"varint,4,opt,name=replication_factor,json=replicationFactor,proto3" json:"replication_factor,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *TopicSummary) Reset() {
+	*x = TopicSummary{}
+	mi := &file_controller_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopicSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopicSummary) ProtoMessage() {}
+
+func (x *TopicSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopicSummary.ProtoReflect.Descriptor instead.
+func (*TopicSummary) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *TopicSummary) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TopicSummary) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *TopicSummary) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *TopicSummary) GetReplicationFactor() int32 {
+	if x != nil {
+		return x.ReplicationFactor
+	}
+	return 0
+}
+
+type DescribeTopicRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeTopicRequest) Reset() {
+	*x = DescribeTopicRequest{}
+	mi := &file_controller_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeTopicRequest) ProtoMessage() {}
+
+func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeTopicRequest.ProtoReflect.Descriptor instead.
+func (*DescribeTopicRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *DescribeTopicRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DescribeTopicResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         *TopicDescription      `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeTopicResponse) Reset() {
+	*x = DescribeTopicResponse{}
+	mi := &file_controller_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeTopicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeTopicResponse) ProtoMessage() {}
+
+func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeTopicResponse.ProtoReflect.Descriptor instead.
+func (*DescribeTopicResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DescribeTopicResponse) GetTopic() *TopicDescription {
+	if x != nil {
+		return x.Topic
+	}
+	return nil
+}
+
+type TopicDescription struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Name          string                  `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Id            string                  `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Configs       map[string]string       `protobuf:"bytes,3,rep,name=configs,proto3" json:"configs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Partitions    []*PartitionDescription `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopicDescription) Reset() {
+	*x = TopicDescription{}
+	mi := &file_controller_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopicDescription) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopicDescription) ProtoMessage() {}
+
+func (x *TopicDescription) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopicDescription.ProtoReflect.Descriptor instead.
+func (*TopicDescription) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *TopicDescription) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TopicDescription) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *TopicDescription) GetConfigs() map[string]string {
+	if x != nil {
+		return x.Configs
+	}
+	return nil
+}
+
+func (x *TopicDescription) GetPartitions() []*PartitionDescription {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type PartitionDescription struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Partition        int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Leader           int32                  `protobuf:"varint,2,opt,name=leader,proto3" json:"leader,omitempty"` // -1 when none
+	LeaderEpoch      int32                  `protobuf:"varint,3,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	PartitionEpoch   int32                  `protobuf:"varint,4,opt,name=partition_epoch,json=partitionEpoch,proto3" json:"partition_epoch,omitempty"`
+	Replicas         []int32                `protobuf:"varint,5,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	Isr              []int32                `protobuf:"varint,6,rep,packed,name=isr,proto3" json:"isr,omitempty"`
+	AddingReplicas   []int32                `protobuf:"varint,7,rep,packed,name=adding_replicas,json=addingReplicas,proto3" json:"adding_replicas,omitempty"`
+	RemovingReplicas []int32                `protobuf:"varint,8,rep,packed,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PartitionDescription) Reset() {
+	*x = PartitionDescription{}
+	mi := &file_controller_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionDescription) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionDescription) ProtoMessage() {}
+
+func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionDescription.ProtoReflect.Descriptor instead.
+func (*PartitionDescription) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PartitionDescription) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionDescription) GetLeader() int32 {
+	if x != nil {
+		return x.Leader
+	}
+	return 0
+}
+
+func (x *PartitionDescription) GetLeaderEpoch() int32 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
+}
+
+func (x *PartitionDescription) GetPartitionEpoch() int32 {
+	if x != nil {
+		return x.PartitionEpoch
+	}
+	return 0
+}
+
+func (x *PartitionDescription) GetReplicas() []int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *PartitionDescription) GetIsr() []int32 {
+	if x != nil {
+		return x.Isr
+	}
+	return nil
+}
+
+func (x *PartitionDescription) GetAddingReplicas() []int32 {
+	if x != nil {
+		return x.AddingReplicas
+	}
+	return nil
+}
+
+func (x *PartitionDescription) GetRemovingReplicas() []int32 {
+	if x != nil {
+		return x.RemovingReplicas
+	}
+	return nil
+}
+
+type AlterPartitionRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId       int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	BrokerEpoch    int64                  `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	TopicId        string                 `protobuf:"bytes,3,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	Partition      int32                  `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	LeaderEpoch    int32                  `protobuf:"varint,5,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	PartitionEpoch int32                  `protobuf:"varint,6,opt,name=partition_epoch,json=partitionEpoch,proto3" json:"partition_epoch,omitempty"`
+	NewIsr         []int32                `protobuf:"varint,7,rep,packed,name=new_isr,json=newIsr,proto3" json:"new_isr,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AlterPartitionRequest) Reset() {
+	*x = AlterPartitionRequest{}
+	mi := &file_controller_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterPartitionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterPartitionRequest) ProtoMessage() {}
+
+func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterPartitionRequest.ProtoReflect.Descriptor instead.
+func (*AlterPartitionRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *AlterPartitionRequest) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *AlterPartitionRequest) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+func (x *AlterPartitionRequest) GetTopicId() string {
+	if x != nil {
+		return x.TopicId
+	}
+	return ""
+}
+
+func (x *AlterPartitionRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *AlterPartitionRequest) GetLeaderEpoch() int32 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
+}
+
+func (x *AlterPartitionRequest) GetPartitionEpoch() int32 {
+	if x != nil {
+		return x.PartitionEpoch
+	}
+	return 0
+}
+
+func (x *AlterPartitionRequest) GetNewIsr() []int32 {
+	if x != nil {
+		return x.NewIsr
+	}
+	return nil
+}
+
+type AlterPartitionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     *PartitionDescription  `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterPartitionResponse) Reset() {
+	*x = AlterPartitionResponse{}
+	mi := &file_controller_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterPartitionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterPartitionResponse) ProtoMessage() {}
+
+func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterPartitionResponse.ProtoReflect.Descriptor instead.
+func (*AlterPartitionResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *AlterPartitionResponse) GetPartition() *PartitionDescription {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+type TopicPartition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopicPartition) Reset() {
+	*x = TopicPartition{}
+	mi := &file_controller_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopicPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopicPartition) ProtoMessage() {}
+
+func (x *TopicPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopicPartition.ProtoReflect.Descriptor instead.
+func (*TopicPartition) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *TopicPartition) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *TopicPartition) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+type ElectLeadersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Type  ElectionType           `protobuf:"varint,1,opt,name=type,proto3,enum=keel.v1.ElectionType" json:"type,omitempty"`
+	// Empty with all = true: every partition.
+	Partitions    []*TopicPartition `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	All           bool              `protobuf:"varint,3,opt,name=all,proto3" json:"all,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElectLeadersRequest) Reset() {
+	*x = ElectLeadersRequest{}
+	mi := &file_controller_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElectLeadersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElectLeadersRequest) ProtoMessage() {}
+
+func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElectLeadersRequest.ProtoReflect.Descriptor instead.
+func (*ElectLeadersRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ElectLeadersRequest) GetType() ElectionType {
+	if x != nil {
+		return x.Type
+	}
+	return ElectionType_ELECTION_TYPE_UNSPECIFIED
+}
+
+func (x *ElectLeadersRequest) GetPartitions() []*TopicPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *ElectLeadersRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+type ElectLeadersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*ElectionResult      `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElectLeadersResponse) Reset() {
+	*x = ElectLeadersResponse{}
+	mi := &file_controller_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElectLeadersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElectLeadersResponse) ProtoMessage() {}
+
+func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElectLeadersResponse.ProtoReflect.Descriptor instead.
+func (*ElectLeadersResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ElectLeadersResponse) GetResults() []*ElectionResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type ElectionResult struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Leader    int32                  `protobuf:"varint,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	// Empty on success; otherwise why no election happened.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElectionResult) Reset() {
+	*x = ElectionResult{}
+	mi := &file_controller_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElectionResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElectionResult) ProtoMessage() {}
+
+func (x *ElectionResult) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElectionResult.ProtoReflect.Descriptor instead.
+func (*ElectionResult) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ElectionResult) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ElectionResult) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ElectionResult) GetLeader() int32 {
+	if x != nil {
+		return x.Leader
+	}
+	return 0
+}
+
+func (x *ElectionResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type AlterPartitionReassignmentsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The target replicas; empty cancels an ongoing reassignment.
+	Replicas      []int32 `protobuf:"varint,3,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterPartitionReassignmentsRequest) Reset() {
+	*x = AlterPartitionReassignmentsRequest{}
+	mi := &file_controller_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterPartitionReassignmentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterPartitionReassignmentsRequest) ProtoMessage() {}
+
+func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
+func (*AlterPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *AlterPartitionReassignmentsRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *AlterPartitionReassignmentsRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *AlterPartitionReassignmentsRequest) GetReplicas() []int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+type AlterPartitionReassignmentsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     *PartitionDescription  `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterPartitionReassignmentsResponse) Reset() {
+	*x = AlterPartitionReassignmentsResponse{}
+	mi := &file_controller_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterPartitionReassignmentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterPartitionReassignmentsResponse) ProtoMessage() {}
+
+func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
+func (*AlterPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *AlterPartitionReassignmentsResponse) GetPartition() *PartitionDescription {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+type ListPartitionReassignmentsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPartitionReassignmentsRequest) Reset() {
+	*x = ListPartitionReassignmentsRequest{}
+	mi := &file_controller_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPartitionReassignmentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPartitionReassignmentsRequest) ProtoMessage() {}
+
+func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
+func (*ListPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{41}
+}
+
+type ListPartitionReassignmentsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reassignments []*Reassignment        `protobuf:"bytes,1,rep,name=reassignments,proto3" json:"reassignments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPartitionReassignmentsResponse) Reset() {
+	*x = ListPartitionReassignmentsResponse{}
+	mi := &file_controller_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPartitionReassignmentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPartitionReassignmentsResponse) ProtoMessage() {}
+
+func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
+func (*ListPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListPartitionReassignmentsResponse) GetReassignments() []*Reassignment {
+	if x != nil {
+		return x.Reassignments
+	}
+	return nil
+}
+
+type Reassignment struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Topic            string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition        int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Replicas         []int32                `protobuf:"varint,3,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	AddingReplicas   []int32                `protobuf:"varint,4,rep,packed,name=adding_replicas,json=addingReplicas,proto3" json:"adding_replicas,omitempty"`
+	RemovingReplicas []int32                `protobuf:"varint,5,rep,packed,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Reassignment) Reset() {
+	*x = Reassignment{}
+	mi := &file_controller_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reassignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reassignment) ProtoMessage() {}
+
+func (x *Reassignment) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reassignment.ProtoReflect.Descriptor instead.
+func (*Reassignment) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *Reassignment) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *Reassignment) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *Reassignment) GetReplicas() []int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *Reassignment) GetAddingReplicas() []int32 {
+	if x != nil {
+		return x.AddingReplicas
+	}
+	return nil
+}
+
+func (x *Reassignment) GetRemovingReplicas() []int32 {
+	if x != nil {
+		return x.RemovingReplicas
+	}
+	return nil
+}
+
 // LeaderHint rides in the details of a FailedPrecondition or Unavailable status
 // from a controller that is not the active one, so clients can follow it.
 type LeaderHint struct {
@@ -1282,7 +2726,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_controller_proto_msgTypes[19]
+	mi := &file_controller_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +2738,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[19]
+	mi := &file_controller_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +2751,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{19}
+	return file_controller_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *LeaderHint) GetLeaderId() int32 {
@@ -1424,11 +2868,116 @@ const file_controller_proto_rawDesc = "" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04rack\x18\x04 \x01(\tR\x04rack\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12%\n" +
-	"\x0eincarnation_id\x18\x06 \x01(\tR\rincarnationId\"P\n" +
+	"\x0eincarnation_id\x18\x06 \x01(\tR\rincarnationId\"\xdc\x02\n" +
+	"\x12CreateTopicRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x01(\x05R\n" +
+	"partitions\x12-\n" +
+	"\x12replication_factor\x18\x03 \x01(\x05R\x11replicationFactor\x12>\n" +
+	"\vassignments\x18\x04 \x03(\v2\x1c.keel.v1.PartitionAssignmentR\vassignments\x12B\n" +
+	"\aconfigs\x18\x05 \x03(\v2(.keel.v1.CreateTopicRequest.ConfigsEntryR\aconfigs\x12#\n" +
+	"\rvalidate_only\x18\x06 \x01(\bR\fvalidateOnly\x1a:\n" +
+	"\fConfigsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
+	"\x13PartitionAssignment\x12\x1a\n" +
+	"\breplicas\x18\x01 \x03(\x05R\breplicas\"F\n" +
+	"\x13CreateTopicResponse\x12/\n" +
+	"\x05topic\x18\x01 \x01(\v2\x19.keel.v1.TopicDescriptionR\x05topic\"\xaa\x01\n" +
+	"\x17CreatePartitionsRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\x12>\n" +
+	"\vassignments\x18\x03 \x03(\v2\x1c.keel.v1.PartitionAssignmentR\vassignments\x12#\n" +
+	"\rvalidate_only\x18\x04 \x01(\bR\fvalidateOnly\"K\n" +
+	"\x18CreatePartitionsResponse\x12/\n" +
+	"\x05topic\x18\x01 \x01(\v2\x19.keel.v1.TopicDescriptionR\x05topic\"(\n" +
+	"\x12DeleteTopicRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
+	"\x13DeleteTopicResponse\"\x13\n" +
+	"\x11ListTopicsRequest\"C\n" +
+	"\x12ListTopicsResponse\x12-\n" +
+	"\x06topics\x18\x01 \x03(\v2\x15.keel.v1.TopicSummaryR\x06topics\"\x81\x01\n" +
+	"\fTopicSummary\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x03 \x01(\x05R\n" +
+	"partitions\x12-\n" +
+	"\x12replication_factor\x18\x04 \x01(\x05R\x11replicationFactor\"*\n" +
+	"\x14DescribeTopicRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"H\n" +
+	"\x15DescribeTopicResponse\x12/\n" +
+	"\x05topic\x18\x01 \x01(\v2\x19.keel.v1.TopicDescriptionR\x05topic\"\xf3\x01\n" +
+	"\x10TopicDescription\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12@\n" +
+	"\aconfigs\x18\x03 \x03(\v2&.keel.v1.TopicDescription.ConfigsEntryR\aconfigs\x12=\n" +
+	"\n" +
+	"partitions\x18\x04 \x03(\v2\x1d.keel.v1.PartitionDescriptionR\n" +
+	"partitions\x1a:\n" +
+	"\fConfigsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9c\x02\n" +
+	"\x14PartitionDescription\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\x05R\x06leader\x12!\n" +
+	"\fleader_epoch\x18\x03 \x01(\x05R\vleaderEpoch\x12'\n" +
+	"\x0fpartition_epoch\x18\x04 \x01(\x05R\x0epartitionEpoch\x12\x1a\n" +
+	"\breplicas\x18\x05 \x03(\x05R\breplicas\x12\x10\n" +
+	"\x03isr\x18\x06 \x03(\x05R\x03isr\x12'\n" +
+	"\x0fadding_replicas\x18\a \x03(\x05R\x0eaddingReplicas\x12+\n" +
+	"\x11removing_replicas\x18\b \x03(\x05R\x10removingReplicas\"\xf5\x01\n" +
+	"\x15AlterPartitionRequest\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12\x19\n" +
+	"\btopic_id\x18\x03 \x01(\tR\atopicId\x12\x1c\n" +
+	"\tpartition\x18\x04 \x01(\x05R\tpartition\x12!\n" +
+	"\fleader_epoch\x18\x05 \x01(\x05R\vleaderEpoch\x12'\n" +
+	"\x0fpartition_epoch\x18\x06 \x01(\x05R\x0epartitionEpoch\x12\x17\n" +
+	"\anew_isr\x18\a \x03(\x05R\x06newIsr\"U\n" +
+	"\x16AlterPartitionResponse\x12;\n" +
+	"\tpartition\x18\x01 \x01(\v2\x1d.keel.v1.PartitionDescriptionR\tpartition\"D\n" +
+	"\x0eTopicPartition\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\"\x8b\x01\n" +
+	"\x13ElectLeadersRequest\x12)\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x15.keel.v1.ElectionTypeR\x04type\x127\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2\x17.keel.v1.TopicPartitionR\n" +
+	"partitions\x12\x10\n" +
+	"\x03all\x18\x03 \x01(\bR\x03all\"I\n" +
+	"\x14ElectLeadersResponse\x121\n" +
+	"\aresults\x18\x01 \x03(\v2\x17.keel.v1.ElectionResultR\aresults\"r\n" +
+	"\x0eElectionResult\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\x05R\x06leader\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"t\n" +
+	"\"AlterPartitionReassignmentsRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
+	"\breplicas\x18\x03 \x03(\x05R\breplicas\"b\n" +
+	"#AlterPartitionReassignmentsResponse\x12;\n" +
+	"\tpartition\x18\x01 \x01(\v2\x1d.keel.v1.PartitionDescriptionR\tpartition\"#\n" +
+	"!ListPartitionReassignmentsRequest\"a\n" +
+	"\"ListPartitionReassignmentsResponse\x12;\n" +
+	"\rreassignments\x18\x01 \x03(\v2\x15.keel.v1.ReassignmentR\rreassignments\"\xb4\x01\n" +
+	"\fReassignment\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
+	"\breplicas\x18\x03 \x03(\x05R\breplicas\x12'\n" +
+	"\x0fadding_replicas\x18\x04 \x03(\x05R\x0eaddingReplicas\x12+\n" +
+	"\x11removing_replicas\x18\x05 \x03(\x05R\x10removingReplicas\"P\n" +
 	"\n" +
 	"LeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\x05R\bleaderId\x12%\n" +
-	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress2\xc4\x04\n" +
+	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress*e\n" +
+	"\fElectionType\x12\x1d\n" +
+	"\x19ELECTION_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17ELECTION_TYPE_PREFERRED\x10\x01\x12\x19\n" +
+	"\x15ELECTION_TYPE_UNCLEAN\x10\x022\xd9\n" +
+	"\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +
@@ -1437,7 +2986,17 @@ const file_controller_proto_rawDesc = "" +
 	"\x0fBrokerHeartbeat\x12\x1f.keel.v1.BrokerHeartbeatRequest\x1a .keel.v1.BrokerHeartbeatResponse\x12W\n" +
 	"\x10UnregisterBroker\x12 .keel.v1.UnregisterBrokerRequest\x1a!.keel.v1.UnregisterBrokerResponse\x12I\n" +
 	"\x0eStreamMetadata\x12\x1e.keel.v1.StreamMetadataRequest\x1a\x15.keel.v1.MetadataPush0\x01\x12H\n" +
-	"\vListBrokers\x12\x1b.keel.v1.ListBrokersRequest\x1a\x1c.keel.v1.ListBrokersResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\vListBrokers\x12\x1b.keel.v1.ListBrokersRequest\x1a\x1c.keel.v1.ListBrokersResponse\x12H\n" +
+	"\vCreateTopic\x12\x1b.keel.v1.CreateTopicRequest\x1a\x1c.keel.v1.CreateTopicResponse\x12W\n" +
+	"\x10CreatePartitions\x12 .keel.v1.CreatePartitionsRequest\x1a!.keel.v1.CreatePartitionsResponse\x12H\n" +
+	"\vDeleteTopic\x12\x1b.keel.v1.DeleteTopicRequest\x1a\x1c.keel.v1.DeleteTopicResponse\x12E\n" +
+	"\n" +
+	"ListTopics\x12\x1a.keel.v1.ListTopicsRequest\x1a\x1b.keel.v1.ListTopicsResponse\x12N\n" +
+	"\rDescribeTopic\x12\x1d.keel.v1.DescribeTopicRequest\x1a\x1e.keel.v1.DescribeTopicResponse\x12Q\n" +
+	"\x0eAlterPartition\x12\x1e.keel.v1.AlterPartitionRequest\x1a\x1f.keel.v1.AlterPartitionResponse\x12K\n" +
+	"\fElectLeaders\x12\x1c.keel.v1.ElectLeadersRequest\x1a\x1d.keel.v1.ElectLeadersResponse\x12x\n" +
+	"\x1bAlterPartitionReassignments\x12+.keel.v1.AlterPartitionReassignmentsRequest\x1a,.keel.v1.AlterPartitionReassignmentsResponse\x12u\n" +
+	"\x1aListPartitionReassignments\x12*.keel.v1.ListPartitionReassignmentsRequest\x1a+.keel.v1.ListPartitionReassignmentsResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -1451,54 +3010,116 @@ func file_controller_proto_rawDescGZIP() []byte {
 	return file_controller_proto_rawDescData
 }
 
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_controller_proto_goTypes = []any{
-	(*DescribeQuorumRequest)(nil),    // 0: keel.v1.DescribeQuorumRequest
-	(*DescribeQuorumResponse)(nil),   // 1: keel.v1.DescribeQuorumResponse
-	(*QuorumMember)(nil),             // 2: keel.v1.QuorumMember
-	(*AppendNoOpRequest)(nil),        // 3: keel.v1.AppendNoOpRequest
-	(*AppendNoOpResponse)(nil),       // 4: keel.v1.AppendNoOpResponse
-	(*RegisterBrokerRequest)(nil),    // 5: keel.v1.RegisterBrokerRequest
-	(*RegisterBrokerResponse)(nil),   // 6: keel.v1.RegisterBrokerResponse
-	(*BrokerHeartbeatRequest)(nil),   // 7: keel.v1.BrokerHeartbeatRequest
-	(*BrokerHeartbeatResponse)(nil),  // 8: keel.v1.BrokerHeartbeatResponse
-	(*UnregisterBrokerRequest)(nil),  // 9: keel.v1.UnregisterBrokerRequest
-	(*UnregisterBrokerResponse)(nil), // 10: keel.v1.UnregisterBrokerResponse
-	(*StreamMetadataRequest)(nil),    // 11: keel.v1.StreamMetadataRequest
-	(*MetadataPush)(nil),             // 12: keel.v1.MetadataPush
-	(*MetadataEntries)(nil),          // 13: keel.v1.MetadataEntries
-	(*MetadataEntry)(nil),            // 14: keel.v1.MetadataEntry
-	(*SnapshotChunk)(nil),            // 15: keel.v1.SnapshotChunk
-	(*ListBrokersRequest)(nil),       // 16: keel.v1.ListBrokersRequest
-	(*ListBrokersResponse)(nil),      // 17: keel.v1.ListBrokersResponse
-	(*BrokerInfo)(nil),               // 18: keel.v1.BrokerInfo
-	(*LeaderHint)(nil),               // 19: keel.v1.LeaderHint
+	(ElectionType)(0),                           // 0: keel.v1.ElectionType
+	(*DescribeQuorumRequest)(nil),               // 1: keel.v1.DescribeQuorumRequest
+	(*DescribeQuorumResponse)(nil),              // 2: keel.v1.DescribeQuorumResponse
+	(*QuorumMember)(nil),                        // 3: keel.v1.QuorumMember
+	(*AppendNoOpRequest)(nil),                   // 4: keel.v1.AppendNoOpRequest
+	(*AppendNoOpResponse)(nil),                  // 5: keel.v1.AppendNoOpResponse
+	(*RegisterBrokerRequest)(nil),               // 6: keel.v1.RegisterBrokerRequest
+	(*RegisterBrokerResponse)(nil),              // 7: keel.v1.RegisterBrokerResponse
+	(*BrokerHeartbeatRequest)(nil),              // 8: keel.v1.BrokerHeartbeatRequest
+	(*BrokerHeartbeatResponse)(nil),             // 9: keel.v1.BrokerHeartbeatResponse
+	(*UnregisterBrokerRequest)(nil),             // 10: keel.v1.UnregisterBrokerRequest
+	(*UnregisterBrokerResponse)(nil),            // 11: keel.v1.UnregisterBrokerResponse
+	(*StreamMetadataRequest)(nil),               // 12: keel.v1.StreamMetadataRequest
+	(*MetadataPush)(nil),                        // 13: keel.v1.MetadataPush
+	(*MetadataEntries)(nil),                     // 14: keel.v1.MetadataEntries
+	(*MetadataEntry)(nil),                       // 15: keel.v1.MetadataEntry
+	(*SnapshotChunk)(nil),                       // 16: keel.v1.SnapshotChunk
+	(*ListBrokersRequest)(nil),                  // 17: keel.v1.ListBrokersRequest
+	(*ListBrokersResponse)(nil),                 // 18: keel.v1.ListBrokersResponse
+	(*BrokerInfo)(nil),                          // 19: keel.v1.BrokerInfo
+	(*CreateTopicRequest)(nil),                  // 20: keel.v1.CreateTopicRequest
+	(*PartitionAssignment)(nil),                 // 21: keel.v1.PartitionAssignment
+	(*CreateTopicResponse)(nil),                 // 22: keel.v1.CreateTopicResponse
+	(*CreatePartitionsRequest)(nil),             // 23: keel.v1.CreatePartitionsRequest
+	(*CreatePartitionsResponse)(nil),            // 24: keel.v1.CreatePartitionsResponse
+	(*DeleteTopicRequest)(nil),                  // 25: keel.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),                 // 26: keel.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),                   // 27: keel.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),                  // 28: keel.v1.ListTopicsResponse
+	(*TopicSummary)(nil),                        // 29: keel.v1.TopicSummary
+	(*DescribeTopicRequest)(nil),                // 30: keel.v1.DescribeTopicRequest
+	(*DescribeTopicResponse)(nil),               // 31: keel.v1.DescribeTopicResponse
+	(*TopicDescription)(nil),                    // 32: keel.v1.TopicDescription
+	(*PartitionDescription)(nil),                // 33: keel.v1.PartitionDescription
+	(*AlterPartitionRequest)(nil),               // 34: keel.v1.AlterPartitionRequest
+	(*AlterPartitionResponse)(nil),              // 35: keel.v1.AlterPartitionResponse
+	(*TopicPartition)(nil),                      // 36: keel.v1.TopicPartition
+	(*ElectLeadersRequest)(nil),                 // 37: keel.v1.ElectLeadersRequest
+	(*ElectLeadersResponse)(nil),                // 38: keel.v1.ElectLeadersResponse
+	(*ElectionResult)(nil),                      // 39: keel.v1.ElectionResult
+	(*AlterPartitionReassignmentsRequest)(nil),  // 40: keel.v1.AlterPartitionReassignmentsRequest
+	(*AlterPartitionReassignmentsResponse)(nil), // 41: keel.v1.AlterPartitionReassignmentsResponse
+	(*ListPartitionReassignmentsRequest)(nil),   // 42: keel.v1.ListPartitionReassignmentsRequest
+	(*ListPartitionReassignmentsResponse)(nil),  // 43: keel.v1.ListPartitionReassignmentsResponse
+	(*Reassignment)(nil),                        // 44: keel.v1.Reassignment
+	(*LeaderHint)(nil),                          // 45: keel.v1.LeaderHint
+	nil,                                         // 46: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                         // 47: keel.v1.TopicDescription.ConfigsEntry
 }
 var file_controller_proto_depIdxs = []int32{
-	2,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
-	13, // 1: keel.v1.MetadataPush.entries:type_name -> keel.v1.MetadataEntries
-	15, // 2: keel.v1.MetadataPush.snapshot:type_name -> keel.v1.SnapshotChunk
-	14, // 3: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
-	18, // 4: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
-	0,  // 5: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	3,  // 6: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	5,  // 7: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	7,  // 8: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	9,  // 9: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	11, // 10: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	16, // 11: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	1,  // 12: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	4,  // 13: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	6,  // 14: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	8,  // 15: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	10, // 16: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	12, // 17: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	17, // 18: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	12, // [12:19] is the sub-list for method output_type
-	5,  // [5:12] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	3,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
+	14, // 1: keel.v1.MetadataPush.entries:type_name -> keel.v1.MetadataEntries
+	16, // 2: keel.v1.MetadataPush.snapshot:type_name -> keel.v1.SnapshotChunk
+	15, // 3: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
+	19, // 4: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
+	21, // 5: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
+	46, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	32, // 7: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
+	21, // 8: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
+	32, // 9: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
+	29, // 10: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
+	32, // 11: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
+	47, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	33, // 13: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
+	33, // 14: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
+	0,  // 15: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
+	36, // 16: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
+	39, // 17: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
+	33, // 18: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
+	44, // 19: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
+	1,  // 20: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	4,  // 21: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	6,  // 22: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	8,  // 23: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	10, // 24: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	12, // 25: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	17, // 26: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	20, // 27: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	23, // 28: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	25, // 29: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	27, // 30: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	30, // 31: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	34, // 32: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	37, // 33: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	40, // 34: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	42, // 35: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	2,  // 36: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	5,  // 37: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	7,  // 38: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	9,  // 39: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	11, // 40: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	13, // 41: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	18, // 42: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	22, // 43: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	24, // 44: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	26, // 45: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	28, // 46: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	31, // 47: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	35, // 48: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	38, // 49: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	41, // 50: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	43, // 51: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	36, // [36:52] is the sub-list for method output_type
+	20, // [20:36] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -1515,13 +3136,14 @@ func file_controller_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   20,
+			NumEnums:      1,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_controller_proto_goTypes,
 		DependencyIndexes: file_controller_proto_depIdxs,
+		EnumInfos:         file_controller_proto_enumTypes,
 		MessageInfos:      file_controller_proto_msgTypes,
 	}.Build()
 	File_controller_proto = out.File

@@ -21,13 +21,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ControllerService_DescribeQuorum_FullMethodName   = "/keel.v1.ControllerService/DescribeQuorum"
-	ControllerService_AppendNoOp_FullMethodName       = "/keel.v1.ControllerService/AppendNoOp"
-	ControllerService_RegisterBroker_FullMethodName   = "/keel.v1.ControllerService/RegisterBroker"
-	ControllerService_BrokerHeartbeat_FullMethodName  = "/keel.v1.ControllerService/BrokerHeartbeat"
-	ControllerService_UnregisterBroker_FullMethodName = "/keel.v1.ControllerService/UnregisterBroker"
-	ControllerService_StreamMetadata_FullMethodName   = "/keel.v1.ControllerService/StreamMetadata"
-	ControllerService_ListBrokers_FullMethodName      = "/keel.v1.ControllerService/ListBrokers"
+	ControllerService_DescribeQuorum_FullMethodName              = "/keel.v1.ControllerService/DescribeQuorum"
+	ControllerService_AppendNoOp_FullMethodName                  = "/keel.v1.ControllerService/AppendNoOp"
+	ControllerService_RegisterBroker_FullMethodName              = "/keel.v1.ControllerService/RegisterBroker"
+	ControllerService_BrokerHeartbeat_FullMethodName             = "/keel.v1.ControllerService/BrokerHeartbeat"
+	ControllerService_UnregisterBroker_FullMethodName            = "/keel.v1.ControllerService/UnregisterBroker"
+	ControllerService_StreamMetadata_FullMethodName              = "/keel.v1.ControllerService/StreamMetadata"
+	ControllerService_ListBrokers_FullMethodName                 = "/keel.v1.ControllerService/ListBrokers"
+	ControllerService_CreateTopic_FullMethodName                 = "/keel.v1.ControllerService/CreateTopic"
+	ControllerService_CreatePartitions_FullMethodName            = "/keel.v1.ControllerService/CreatePartitions"
+	ControllerService_DeleteTopic_FullMethodName                 = "/keel.v1.ControllerService/DeleteTopic"
+	ControllerService_ListTopics_FullMethodName                  = "/keel.v1.ControllerService/ListTopics"
+	ControllerService_DescribeTopic_FullMethodName               = "/keel.v1.ControllerService/DescribeTopic"
+	ControllerService_AlterPartition_FullMethodName              = "/keel.v1.ControllerService/AlterPartition"
+	ControllerService_ElectLeaders_FullMethodName                = "/keel.v1.ControllerService/ElectLeaders"
+	ControllerService_AlterPartitionReassignments_FullMethodName = "/keel.v1.ControllerService/AlterPartitionReassignments"
+	ControllerService_ListPartitionReassignments_FullMethodName  = "/keel.v1.ControllerService/ListPartitionReassignments"
 )
 
 // ControllerServiceClient is the client API for ControllerService service.
@@ -60,6 +69,28 @@ type ControllerServiceClient interface {
 	StreamMetadata(ctx context.Context, in *StreamMetadataRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MetadataPush], error)
 	// ListBrokers answers from this controller's committed image.
 	ListBrokers(ctx context.Context, in *ListBrokersRequest, opts ...grpc.CallOption) (*ListBrokersResponse, error)
+	// CreateTopic creates a topic with placed (or given) replicas.
+	// AlreadyExists for a taken name; InvalidArgument naming the bad field.
+	CreateTopic(ctx context.Context, in *CreateTopicRequest, opts ...grpc.CallOption) (*CreateTopicResponse, error)
+	// CreatePartitions adds partitions to a topic.
+	CreatePartitions(ctx context.Context, in *CreatePartitionsRequest, opts ...grpc.CallOption) (*CreatePartitionsResponse, error)
+	// DeleteTopic removes a topic; its brokers stop and delete the replicas.
+	DeleteTopic(ctx context.Context, in *DeleteTopicRequest, opts ...grpc.CallOption) (*DeleteTopicResponse, error)
+	// ListTopics and DescribeTopic answer from this controller's committed image.
+	ListTopics(ctx context.Context, in *ListTopicsRequest, opts ...grpc.CallOption) (*ListTopicsResponse, error)
+	DescribeTopic(ctx context.Context, in *DescribeTopicRequest, opts ...grpc.CallOption) (*DescribeTopicResponse, error)
+	// AlterPartition is a partition leader's ISR change (shrink or expand).
+	// Refused (FailedPrecondition with a reason) for a stale leader epoch
+	// (FENCED_LEADER_EPOCH), a stale partition epoch (INVALID_UPDATE_VERSION),
+	// a sender that is not the leader (NOT_LEADER), or an ISR that omits the
+	// leader or holds an ineligible broker (INELIGIBLE_REPLICA).
+	AlterPartition(ctx context.Context, in *AlterPartitionRequest, opts ...grpc.CallOption) (*AlterPartitionResponse, error)
+	// ElectLeaders runs a preferred or unclean election on some partitions.
+	ElectLeaders(ctx context.Context, in *ElectLeadersRequest, opts ...grpc.CallOption) (*ElectLeadersResponse, error)
+	// AlterPartitionReassignments starts (replicas set) or cancels (replicas
+	// empty) a reassignment; ListPartitionReassignments lists ongoing ones.
+	AlterPartitionReassignments(ctx context.Context, in *AlterPartitionReassignmentsRequest, opts ...grpc.CallOption) (*AlterPartitionReassignmentsResponse, error)
+	ListPartitionReassignments(ctx context.Context, in *ListPartitionReassignmentsRequest, opts ...grpc.CallOption) (*ListPartitionReassignmentsResponse, error)
 }
 
 type controllerServiceClient struct {
@@ -149,6 +180,96 @@ func (c *controllerServiceClient) ListBrokers(ctx context.Context, in *ListBroke
 	return out, nil
 }
 
+func (c *controllerServiceClient) CreateTopic(ctx context.Context, in *CreateTopicRequest, opts ...grpc.CallOption) (*CreateTopicResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateTopicResponse)
+	err := c.cc.Invoke(ctx, ControllerService_CreateTopic_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) CreatePartitions(ctx context.Context, in *CreatePartitionsRequest, opts ...grpc.CallOption) (*CreatePartitionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreatePartitionsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_CreatePartitions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) DeleteTopic(ctx context.Context, in *DeleteTopicRequest, opts ...grpc.CallOption) (*DeleteTopicResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteTopicResponse)
+	err := c.cc.Invoke(ctx, ControllerService_DeleteTopic_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) ListTopics(ctx context.Context, in *ListTopicsRequest, opts ...grpc.CallOption) (*ListTopicsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTopicsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_ListTopics_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) DescribeTopic(ctx context.Context, in *DescribeTopicRequest, opts ...grpc.CallOption) (*DescribeTopicResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeTopicResponse)
+	err := c.cc.Invoke(ctx, ControllerService_DescribeTopic_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) AlterPartition(ctx context.Context, in *AlterPartitionRequest, opts ...grpc.CallOption) (*AlterPartitionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlterPartitionResponse)
+	err := c.cc.Invoke(ctx, ControllerService_AlterPartition_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) ElectLeaders(ctx context.Context, in *ElectLeadersRequest, opts ...grpc.CallOption) (*ElectLeadersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ElectLeadersResponse)
+	err := c.cc.Invoke(ctx, ControllerService_ElectLeaders_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) AlterPartitionReassignments(ctx context.Context, in *AlterPartitionReassignmentsRequest, opts ...grpc.CallOption) (*AlterPartitionReassignmentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlterPartitionReassignmentsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_AlterPartitionReassignments_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) ListPartitionReassignments(ctx context.Context, in *ListPartitionReassignmentsRequest, opts ...grpc.CallOption) (*ListPartitionReassignmentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPartitionReassignmentsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_ListPartitionReassignments_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServiceServer is the server API for ControllerService service.
 // All implementations must embed UnimplementedControllerServiceServer
 // for forward compatibility.
@@ -179,6 +300,28 @@ type ControllerServiceServer interface {
 	StreamMetadata(*StreamMetadataRequest, grpc.ServerStreamingServer[MetadataPush]) error
 	// ListBrokers answers from this controller's committed image.
 	ListBrokers(context.Context, *ListBrokersRequest) (*ListBrokersResponse, error)
+	// CreateTopic creates a topic with placed (or given) replicas.
+	// AlreadyExists for a taken name; InvalidArgument naming the bad field.
+	CreateTopic(context.Context, *CreateTopicRequest) (*CreateTopicResponse, error)
+	// CreatePartitions adds partitions to a topic.
+	CreatePartitions(context.Context, *CreatePartitionsRequest) (*CreatePartitionsResponse, error)
+	// DeleteTopic removes a topic; its brokers stop and delete the replicas.
+	DeleteTopic(context.Context, *DeleteTopicRequest) (*DeleteTopicResponse, error)
+	// ListTopics and DescribeTopic answer from this controller's committed image.
+	ListTopics(context.Context, *ListTopicsRequest) (*ListTopicsResponse, error)
+	DescribeTopic(context.Context, *DescribeTopicRequest) (*DescribeTopicResponse, error)
+	// AlterPartition is a partition leader's ISR change (shrink or expand).
+	// Refused (FailedPrecondition with a reason) for a stale leader epoch
+	// (FENCED_LEADER_EPOCH), a stale partition epoch (INVALID_UPDATE_VERSION),
+	// a sender that is not the leader (NOT_LEADER), or an ISR that omits the
+	// leader or holds an ineligible broker (INELIGIBLE_REPLICA).
+	AlterPartition(context.Context, *AlterPartitionRequest) (*AlterPartitionResponse, error)
+	// ElectLeaders runs a preferred or unclean election on some partitions.
+	ElectLeaders(context.Context, *ElectLeadersRequest) (*ElectLeadersResponse, error)
+	// AlterPartitionReassignments starts (replicas set) or cancels (replicas
+	// empty) a reassignment; ListPartitionReassignments lists ongoing ones.
+	AlterPartitionReassignments(context.Context, *AlterPartitionReassignmentsRequest) (*AlterPartitionReassignmentsResponse, error)
+	ListPartitionReassignments(context.Context, *ListPartitionReassignmentsRequest) (*ListPartitionReassignmentsResponse, error)
 	mustEmbedUnimplementedControllerServiceServer()
 }
 
@@ -209,6 +352,33 @@ func (UnimplementedControllerServiceServer) StreamMetadata(*StreamMetadataReques
 }
 func (UnimplementedControllerServiceServer) ListBrokers(context.Context, *ListBrokersRequest) (*ListBrokersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListBrokers not implemented")
+}
+func (UnimplementedControllerServiceServer) CreateTopic(context.Context, *CreateTopicRequest) (*CreateTopicResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateTopic not implemented")
+}
+func (UnimplementedControllerServiceServer) CreatePartitions(context.Context, *CreatePartitionsRequest) (*CreatePartitionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreatePartitions not implemented")
+}
+func (UnimplementedControllerServiceServer) DeleteTopic(context.Context, *DeleteTopicRequest) (*DeleteTopicResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteTopic not implemented")
+}
+func (UnimplementedControllerServiceServer) ListTopics(context.Context, *ListTopicsRequest) (*ListTopicsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTopics not implemented")
+}
+func (UnimplementedControllerServiceServer) DescribeTopic(context.Context, *DescribeTopicRequest) (*DescribeTopicResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeTopic not implemented")
+}
+func (UnimplementedControllerServiceServer) AlterPartition(context.Context, *AlterPartitionRequest) (*AlterPartitionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlterPartition not implemented")
+}
+func (UnimplementedControllerServiceServer) ElectLeaders(context.Context, *ElectLeadersRequest) (*ElectLeadersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ElectLeaders not implemented")
+}
+func (UnimplementedControllerServiceServer) AlterPartitionReassignments(context.Context, *AlterPartitionReassignmentsRequest) (*AlterPartitionReassignmentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlterPartitionReassignments not implemented")
+}
+func (UnimplementedControllerServiceServer) ListPartitionReassignments(context.Context, *ListPartitionReassignmentsRequest) (*ListPartitionReassignmentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPartitionReassignments not implemented")
 }
 func (UnimplementedControllerServiceServer) mustEmbedUnimplementedControllerServiceServer() {}
 func (UnimplementedControllerServiceServer) testEmbeddedByValue()                           {}
@@ -350,6 +520,168 @@ func _ControllerService_ListBrokers_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_CreateTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateTopicRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).CreateTopic(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_CreateTopic_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).CreateTopic(ctx, req.(*CreateTopicRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_CreatePartitions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreatePartitionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).CreatePartitions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_CreatePartitions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).CreatePartitions(ctx, req.(*CreatePartitionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_DeleteTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteTopicRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).DeleteTopic(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_DeleteTopic_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).DeleteTopic(ctx, req.(*DeleteTopicRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_ListTopics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTopicsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).ListTopics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_ListTopics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).ListTopics(ctx, req.(*ListTopicsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_DescribeTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeTopicRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).DescribeTopic(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_DescribeTopic_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).DescribeTopic(ctx, req.(*DescribeTopicRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_AlterPartition_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlterPartitionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).AlterPartition(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_AlterPartition_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).AlterPartition(ctx, req.(*AlterPartitionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_ElectLeaders_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ElectLeadersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).ElectLeaders(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_ElectLeaders_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).ElectLeaders(ctx, req.(*ElectLeadersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_AlterPartitionReassignments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlterPartitionReassignmentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).AlterPartitionReassignments(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_AlterPartitionReassignments_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).AlterPartitionReassignments(ctx, req.(*AlterPartitionReassignmentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_ListPartitionReassignments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPartitionReassignmentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).ListPartitionReassignments(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_ListPartitionReassignments_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).ListPartitionReassignments(ctx, req.(*ListPartitionReassignmentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControllerService_ServiceDesc is the grpc.ServiceDesc for ControllerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -380,6 +712,42 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListBrokers",
 			Handler:    _ControllerService_ListBrokers_Handler,
+		},
+		{
+			MethodName: "CreateTopic",
+			Handler:    _ControllerService_CreateTopic_Handler,
+		},
+		{
+			MethodName: "CreatePartitions",
+			Handler:    _ControllerService_CreatePartitions_Handler,
+		},
+		{
+			MethodName: "DeleteTopic",
+			Handler:    _ControllerService_DeleteTopic_Handler,
+		},
+		{
+			MethodName: "ListTopics",
+			Handler:    _ControllerService_ListTopics_Handler,
+		},
+		{
+			MethodName: "DescribeTopic",
+			Handler:    _ControllerService_DescribeTopic_Handler,
+		},
+		{
+			MethodName: "AlterPartition",
+			Handler:    _ControllerService_AlterPartition_Handler,
+		},
+		{
+			MethodName: "ElectLeaders",
+			Handler:    _ControllerService_ElectLeaders_Handler,
+		},
+		{
+			MethodName: "AlterPartitionReassignments",
+			Handler:    _ControllerService_AlterPartitionReassignments_Handler,
+		},
+		{
+			MethodName: "ListPartitionReassignments",
+			Handler:    _ControllerService_ListPartitionReassignments_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

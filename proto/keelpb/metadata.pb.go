@@ -85,6 +85,11 @@ type Record struct {
 	//	*Record_FenceBroker
 	//	*Record_UnfenceBroker
 	//	*Record_UnregisterBroker
+	//	*Record_Topic
+	//	*Record_Partition
+	//	*Record_PartitionChange
+	//	*Record_RemoveTopic
+	//	*Record_BrokerShuttingDown
 	Record        isRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -199,6 +204,51 @@ func (x *Record) GetUnregisterBroker() *UnregisterBrokerRecord {
 	return nil
 }
 
+func (x *Record) GetTopic() *TopicRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_Topic); ok {
+			return x.Topic
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetPartition() *PartitionRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_Partition); ok {
+			return x.Partition
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetPartitionChange() *PartitionChangeRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_PartitionChange); ok {
+			return x.PartitionChange
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetRemoveTopic() *RemoveTopicRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_RemoveTopic); ok {
+			return x.RemoveTopic
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetBrokerShuttingDown() *BrokerShuttingDownRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_BrokerShuttingDown); ok {
+			return x.BrokerShuttingDown
+		}
+	}
+	return nil
+}
+
 type isRecord_Record interface {
 	isRecord_Record()
 }
@@ -235,6 +285,26 @@ type Record_UnregisterBroker struct {
 	UnregisterBroker *UnregisterBrokerRecord `protobuf:"bytes,8,opt,name=unregister_broker,json=unregisterBroker,proto3,oneof"`
 }
 
+type Record_Topic struct {
+	Topic *TopicRecord `protobuf:"bytes,9,opt,name=topic,proto3,oneof"`
+}
+
+type Record_Partition struct {
+	Partition *PartitionRecord `protobuf:"bytes,10,opt,name=partition,proto3,oneof"`
+}
+
+type Record_PartitionChange struct {
+	PartitionChange *PartitionChangeRecord `protobuf:"bytes,11,opt,name=partition_change,json=partitionChange,proto3,oneof"`
+}
+
+type Record_RemoveTopic struct {
+	RemoveTopic *RemoveTopicRecord `protobuf:"bytes,12,opt,name=remove_topic,json=removeTopic,proto3,oneof"`
+}
+
+type Record_BrokerShuttingDown struct {
+	BrokerShuttingDown *BrokerShuttingDownRecord `protobuf:"bytes,13,opt,name=broker_shutting_down,json=brokerShuttingDown,proto3,oneof"`
+}
+
 func (*Record_ClusterId) isRecord_Record() {}
 
 func (*Record_ControllerEpoch) isRecord_Record() {}
@@ -250,6 +320,16 @@ func (*Record_FenceBroker) isRecord_Record() {}
 func (*Record_UnfenceBroker) isRecord_Record() {}
 
 func (*Record_UnregisterBroker) isRecord_Record() {}
+
+func (*Record_Topic) isRecord_Record() {}
+
+func (*Record_Partition) isRecord_Record() {}
+
+func (*Record_PartitionChange) isRecord_Record() {}
+
+func (*Record_RemoveTopic) isRecord_Record() {}
+
+func (*Record_BrokerShuttingDown) isRecord_Record() {}
 
 // ClusterIdRecord names the cluster. The first active controller writes it once;
 // it can never change afterwards.
@@ -470,6 +550,7 @@ type BrokerRegistrationRecord struct {
 	// entry's index and the broker is fenced.
 	BrokerEpoch   int64 `protobuf:"varint,7,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
 	Fenced        bool  `protobuf:"varint,8,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	ShuttingDown  bool  `protobuf:"varint,9,opt,name=shutting_down,json=shuttingDown,proto3" json:"shutting_down,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -556,6 +637,13 @@ func (x *BrokerRegistrationRecord) GetBrokerEpoch() int64 {
 func (x *BrokerRegistrationRecord) GetFenced() bool {
 	if x != nil {
 		return x.Fenced
+	}
+	return false
+}
+
+func (x *BrokerRegistrationRecord) GetShuttingDown() bool {
+	if x != nil {
+		return x.ShuttingDown
 	}
 	return false
 }
@@ -721,6 +809,423 @@ func (x *UnregisterBrokerRecord) GetBrokerEpoch() int64 {
 	return 0
 }
 
+// BrokerShuttingDownRecord marks a broker as in controlled shutdown: it is
+// moved out of leadership and ISRs, and gets no new leaderships.
+type BrokerShuttingDownRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId      int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	BrokerEpoch   int64                  `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerShuttingDownRecord) Reset() {
+	*x = BrokerShuttingDownRecord{}
+	mi := &file_metadata_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerShuttingDownRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerShuttingDownRecord) ProtoMessage() {}
+
+func (x *BrokerShuttingDownRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerShuttingDownRecord.ProtoReflect.Descriptor instead.
+func (*BrokerShuttingDownRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *BrokerShuttingDownRecord) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *BrokerShuttingDownRecord) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+// TopicRecord creates a topic. Its partitions follow as PartitionRecords in
+// the same batch.
+type TopicRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// 16 random bytes chosen by the controller (a UUID).
+	TopicId []byte `protobuf:"bytes,2,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	// Topic configs, e.g. "unclean.leader.election.enable" = "true".
+	Configs       map[string]string `protobuf:"bytes,3,rep,name=configs,proto3" json:"configs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopicRecord) Reset() {
+	*x = TopicRecord{}
+	mi := &file_metadata_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopicRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopicRecord) ProtoMessage() {}
+
+func (x *TopicRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopicRecord.ProtoReflect.Descriptor instead.
+func (*TopicRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TopicRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TopicRecord) GetTopicId() []byte {
+	if x != nil {
+		return x.TopicId
+	}
+	return nil
+}
+
+func (x *TopicRecord) GetConfigs() map[string]string {
+	if x != nil {
+		return x.Configs
+	}
+	return nil
+}
+
+// PartitionRecord creates one partition, or states one in a snapshot.
+type PartitionRecord struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TopicId   []byte                 `protobuf:"bytes,1,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The assignment, preferred leader first.
+	Replicas []int32 `protobuf:"varint,3,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	Isr      []int32 `protobuf:"varint,4,rep,packed,name=isr,proto3" json:"isr,omitempty"`
+	// -1 when the partition has no leader.
+	Leader int32 `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	// Set only in snapshots: from the log a new partition starts at epoch 0.
+	LeaderEpoch    int32 `protobuf:"varint,6,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	PartitionEpoch int32 `protobuf:"varint,7,opt,name=partition_epoch,json=partitionEpoch,proto3" json:"partition_epoch,omitempty"`
+	// An ongoing reassignment: replicas being added and being removed.
+	AddingReplicas   []int32 `protobuf:"varint,8,rep,packed,name=adding_replicas,json=addingReplicas,proto3" json:"adding_replicas,omitempty"`
+	RemovingReplicas []int32 `protobuf:"varint,9,rep,packed,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PartitionRecord) Reset() {
+	*x = PartitionRecord{}
+	mi := &file_metadata_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionRecord) ProtoMessage() {}
+
+func (x *PartitionRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionRecord.ProtoReflect.Descriptor instead.
+func (*PartitionRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PartitionRecord) GetTopicId() []byte {
+	if x != nil {
+		return x.TopicId
+	}
+	return nil
+}
+
+func (x *PartitionRecord) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionRecord) GetReplicas() []int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *PartitionRecord) GetIsr() []int32 {
+	if x != nil {
+		return x.Isr
+	}
+	return nil
+}
+
+func (x *PartitionRecord) GetLeader() int32 {
+	if x != nil {
+		return x.Leader
+	}
+	return 0
+}
+
+func (x *PartitionRecord) GetLeaderEpoch() int32 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
+}
+
+func (x *PartitionRecord) GetPartitionEpoch() int32 {
+	if x != nil {
+		return x.PartitionEpoch
+	}
+	return 0
+}
+
+func (x *PartitionRecord) GetAddingReplicas() []int32 {
+	if x != nil {
+		return x.AddingReplicas
+	}
+	return nil
+}
+
+func (x *PartitionRecord) GetRemovingReplicas() []int32 {
+	if x != nil {
+		return x.RemovingReplicas
+	}
+	return nil
+}
+
+// Int32List lets a change record tell "unchanged" (absent) from "empty".
+type Int32List struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Values        []int32                `protobuf:"varint,1,rep,packed,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Int32List) Reset() {
+	*x = Int32List{}
+	mi := &file_metadata_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Int32List) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Int32List) ProtoMessage() {}
+
+func (x *Int32List) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Int32List.ProtoReflect.Descriptor instead.
+func (*Int32List) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Int32List) GetValues() []int32 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+// PartitionChangeRecord changes any subset of a partition's leader, ISR and
+// replicas. Absent fields are unchanged. The FSM bumps the leader epoch when
+// the leader changes or a replica is removed, and the partition epoch on
+// every change (KRaft's rules).
+type PartitionChangeRecord struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	TopicId          []byte                 `protobuf:"bytes,1,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	Partition        int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Leader           *int32                 `protobuf:"varint,3,opt,name=leader,proto3,oneof" json:"leader,omitempty"`
+	Isr              *Int32List             `protobuf:"bytes,4,opt,name=isr,proto3" json:"isr,omitempty"`
+	Replicas         *Int32List             `protobuf:"bytes,5,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	AddingReplicas   *Int32List             `protobuf:"bytes,6,opt,name=adding_replicas,json=addingReplicas,proto3" json:"adding_replicas,omitempty"`
+	RemovingReplicas *Int32List             `protobuf:"bytes,7,opt,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PartitionChangeRecord) Reset() {
+	*x = PartitionChangeRecord{}
+	mi := &file_metadata_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionChangeRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionChangeRecord) ProtoMessage() {}
+
+func (x *PartitionChangeRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionChangeRecord.ProtoReflect.Descriptor instead.
+func (*PartitionChangeRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PartitionChangeRecord) GetTopicId() []byte {
+	if x != nil {
+		return x.TopicId
+	}
+	return nil
+}
+
+func (x *PartitionChangeRecord) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionChangeRecord) GetLeader() int32 {
+	if x != nil && x.Leader != nil {
+		return *x.Leader
+	}
+	return 0
+}
+
+func (x *PartitionChangeRecord) GetIsr() *Int32List {
+	if x != nil {
+		return x.Isr
+	}
+	return nil
+}
+
+func (x *PartitionChangeRecord) GetReplicas() *Int32List {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *PartitionChangeRecord) GetAddingReplicas() *Int32List {
+	if x != nil {
+		return x.AddingReplicas
+	}
+	return nil
+}
+
+func (x *PartitionChangeRecord) GetRemovingReplicas() *Int32List {
+	if x != nil {
+		return x.RemovingReplicas
+	}
+	return nil
+}
+
+// RemoveTopicRecord deletes a topic and all its partitions.
+type RemoveTopicRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TopicId       []byte                 `protobuf:"bytes,1,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveTopicRecord) Reset() {
+	*x = RemoveTopicRecord{}
+	mi := &file_metadata_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveTopicRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveTopicRecord) ProtoMessage() {}
+
+func (x *RemoveTopicRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveTopicRecord.ProtoReflect.Descriptor instead.
+func (*RemoveTopicRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RemoveTopicRecord) GetTopicId() []byte {
+	if x != nil {
+		return x.TopicId
+	}
+	return nil
+}
+
 // SnapshotHeader opens every FSM snapshot, before its records.
 type SnapshotHeader struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -735,7 +1240,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_metadata_proto_msgTypes[10]
+	mi := &file_metadata_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +1252,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[10]
+	mi := &file_metadata_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +1265,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{10}
+	return file_metadata_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -810,7 +1315,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_metadata_proto_msgTypes[11]
+	mi := &file_metadata_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +1327,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[11]
+	mi := &file_metadata_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +1340,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{11}
+	return file_metadata_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SnapshotTrailer) GetRecordCount() uint64 {
@@ -858,7 +1363,7 @@ const file_metadata_proto_rawDesc = "" +
 	"\n" +
 	"\x0emetadata.proto\x12\akeel.v1\"8\n" +
 	"\vRecordBatch\x12)\n" +
-	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\xb8\x04\n" +
+	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\x85\a\n" +
 	"\x06Record\x129\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\v2\x18.keel.v1.ClusterIdRecordH\x00R\tclusterId\x12K\n" +
@@ -868,7 +1373,13 @@ const file_metadata_proto_rawDesc = "" +
 	"\x13broker_registration\x18\x05 \x01(\v2!.keel.v1.BrokerRegistrationRecordH\x00R\x12brokerRegistration\x12?\n" +
 	"\ffence_broker\x18\x06 \x01(\v2\x1a.keel.v1.FenceBrokerRecordH\x00R\vfenceBroker\x12E\n" +
 	"\x0eunfence_broker\x18\a \x01(\v2\x1c.keel.v1.UnfenceBrokerRecordH\x00R\runfenceBroker\x12N\n" +
-	"\x11unregister_broker\x18\b \x01(\v2\x1f.keel.v1.UnregisterBrokerRecordH\x00R\x10unregisterBrokerB\b\n" +
+	"\x11unregister_broker\x18\b \x01(\v2\x1f.keel.v1.UnregisterBrokerRecordH\x00R\x10unregisterBroker\x12,\n" +
+	"\x05topic\x18\t \x01(\v2\x14.keel.v1.TopicRecordH\x00R\x05topic\x128\n" +
+	"\tpartition\x18\n" +
+	" \x01(\v2\x18.keel.v1.PartitionRecordH\x00R\tpartition\x12K\n" +
+	"\x10partition_change\x18\v \x01(\v2\x1e.keel.v1.PartitionChangeRecordH\x00R\x0fpartitionChange\x12?\n" +
+	"\fremove_topic\x18\f \x01(\v2\x1a.keel.v1.RemoveTopicRecordH\x00R\vremoveTopic\x12U\n" +
+	"\x14broker_shutting_down\x18\r \x01(\v2!.keel.v1.BrokerShuttingDownRecordH\x00R\x12brokerShuttingDownB\b\n" +
 	"\x06record\"0\n" +
 	"\x0fClusterIdRecord\x12\x1d\n" +
 	"\n" +
@@ -882,7 +1393,7 @@ const file_metadata_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\">\n" +
 	"\x12FeatureLevelRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05level\x18\x02 \x01(\rR\x05level\"\xab\x02\n" +
+	"\x05level\x18\x02 \x01(\rR\x05level\"\xd0\x02\n" +
 	"\x18BrokerRegistrationRecord\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12%\n" +
 	"\x0eincarnation_id\x18\x02 \x01(\tR\rincarnationId\x12\x18\n" +
@@ -891,7 +1402,8 @@ const file_metadata_proto_rawDesc = "" +
 	"\x14min_metadata_version\x18\x05 \x01(\rR\x12minMetadataVersion\x120\n" +
 	"\x14max_metadata_version\x18\x06 \x01(\rR\x12maxMetadataVersion\x12!\n" +
 	"\fbroker_epoch\x18\a \x01(\x03R\vbrokerEpoch\x12\x16\n" +
-	"\x06fenced\x18\b \x01(\bR\x06fenced\"S\n" +
+	"\x06fenced\x18\b \x01(\bR\x06fenced\x12#\n" +
+	"\rshutting_down\x18\t \x01(\bR\fshuttingDown\"S\n" +
 	"\x11FenceBrokerRecord\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"U\n" +
@@ -900,7 +1412,40 @@ const file_metadata_proto_rawDesc = "" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"X\n" +
 	"\x16UnregisterBrokerRecord\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
-	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"\xab\x01\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"Z\n" +
+	"\x18BrokerShuttingDownRecord\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"\xb5\x01\n" +
+	"\vTopicRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\btopic_id\x18\x02 \x01(\fR\atopicId\x12;\n" +
+	"\aconfigs\x18\x03 \x03(\v2!.keel.v1.TopicRecord.ConfigsEntryR\aconfigs\x1a:\n" +
+	"\fConfigsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x02\n" +
+	"\x0fPartitionRecord\x12\x19\n" +
+	"\btopic_id\x18\x01 \x01(\fR\atopicId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
+	"\breplicas\x18\x03 \x03(\x05R\breplicas\x12\x10\n" +
+	"\x03isr\x18\x04 \x03(\x05R\x03isr\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\x05R\x06leader\x12!\n" +
+	"\fleader_epoch\x18\x06 \x01(\x05R\vleaderEpoch\x12'\n" +
+	"\x0fpartition_epoch\x18\a \x01(\x05R\x0epartitionEpoch\x12'\n" +
+	"\x0fadding_replicas\x18\b \x03(\x05R\x0eaddingReplicas\x12+\n" +
+	"\x11removing_replicas\x18\t \x03(\x05R\x10removingReplicas\"#\n" +
+	"\tInt32List\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\x05R\x06values\"\xcc\x02\n" +
+	"\x15PartitionChangeRecord\x12\x19\n" +
+	"\btopic_id\x18\x01 \x01(\fR\atopicId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1b\n" +
+	"\x06leader\x18\x03 \x01(\x05H\x00R\x06leader\x88\x01\x01\x12$\n" +
+	"\x03isr\x18\x04 \x01(\v2\x12.keel.v1.Int32ListR\x03isr\x12.\n" +
+	"\breplicas\x18\x05 \x01(\v2\x12.keel.v1.Int32ListR\breplicas\x12;\n" +
+	"\x0fadding_replicas\x18\x06 \x01(\v2\x12.keel.v1.Int32ListR\x0eaddingReplicas\x12?\n" +
+	"\x11removing_replicas\x18\a \x01(\v2\x12.keel.v1.Int32ListR\x10removingReplicasB\t\n" +
+	"\a_leader\".\n" +
+	"\x11RemoveTopicRecord\x12\x19\n" +
+	"\btopic_id\x18\x01 \x01(\fR\atopicId\"\xab\x01\n" +
 	"\x0eSnapshotHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x1d\n" +
 	"\n" +
@@ -924,7 +1469,7 @@ func file_metadata_proto_rawDescGZIP() []byte {
 	return file_metadata_proto_rawDescData
 }
 
-var file_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_metadata_proto_goTypes = []any{
 	(*RecordBatch)(nil),              // 0: keel.v1.RecordBatch
 	(*Record)(nil),                   // 1: keel.v1.Record
@@ -936,24 +1481,41 @@ var file_metadata_proto_goTypes = []any{
 	(*FenceBrokerRecord)(nil),        // 7: keel.v1.FenceBrokerRecord
 	(*UnfenceBrokerRecord)(nil),      // 8: keel.v1.UnfenceBrokerRecord
 	(*UnregisterBrokerRecord)(nil),   // 9: keel.v1.UnregisterBrokerRecord
-	(*SnapshotHeader)(nil),           // 10: keel.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),          // 11: keel.v1.SnapshotTrailer
+	(*BrokerShuttingDownRecord)(nil), // 10: keel.v1.BrokerShuttingDownRecord
+	(*TopicRecord)(nil),              // 11: keel.v1.TopicRecord
+	(*PartitionRecord)(nil),          // 12: keel.v1.PartitionRecord
+	(*Int32List)(nil),                // 13: keel.v1.Int32List
+	(*PartitionChangeRecord)(nil),    // 14: keel.v1.PartitionChangeRecord
+	(*RemoveTopicRecord)(nil),        // 15: keel.v1.RemoveTopicRecord
+	(*SnapshotHeader)(nil),           // 16: keel.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),          // 17: keel.v1.SnapshotTrailer
+	nil,                              // 18: keel.v1.TopicRecord.ConfigsEntry
 }
 var file_metadata_proto_depIdxs = []int32{
-	1, // 0: keel.v1.RecordBatch.records:type_name -> keel.v1.Record
-	2, // 1: keel.v1.Record.cluster_id:type_name -> keel.v1.ClusterIdRecord
-	3, // 2: keel.v1.Record.controller_epoch:type_name -> keel.v1.ControllerEpochRecord
-	4, // 3: keel.v1.Record.no_op:type_name -> keel.v1.NoOpRecord
-	5, // 4: keel.v1.Record.feature_level:type_name -> keel.v1.FeatureLevelRecord
-	6, // 5: keel.v1.Record.broker_registration:type_name -> keel.v1.BrokerRegistrationRecord
-	7, // 6: keel.v1.Record.fence_broker:type_name -> keel.v1.FenceBrokerRecord
-	8, // 7: keel.v1.Record.unfence_broker:type_name -> keel.v1.UnfenceBrokerRecord
-	9, // 8: keel.v1.Record.unregister_broker:type_name -> keel.v1.UnregisterBrokerRecord
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	1,  // 0: keel.v1.RecordBatch.records:type_name -> keel.v1.Record
+	2,  // 1: keel.v1.Record.cluster_id:type_name -> keel.v1.ClusterIdRecord
+	3,  // 2: keel.v1.Record.controller_epoch:type_name -> keel.v1.ControllerEpochRecord
+	4,  // 3: keel.v1.Record.no_op:type_name -> keel.v1.NoOpRecord
+	5,  // 4: keel.v1.Record.feature_level:type_name -> keel.v1.FeatureLevelRecord
+	6,  // 5: keel.v1.Record.broker_registration:type_name -> keel.v1.BrokerRegistrationRecord
+	7,  // 6: keel.v1.Record.fence_broker:type_name -> keel.v1.FenceBrokerRecord
+	8,  // 7: keel.v1.Record.unfence_broker:type_name -> keel.v1.UnfenceBrokerRecord
+	9,  // 8: keel.v1.Record.unregister_broker:type_name -> keel.v1.UnregisterBrokerRecord
+	11, // 9: keel.v1.Record.topic:type_name -> keel.v1.TopicRecord
+	12, // 10: keel.v1.Record.partition:type_name -> keel.v1.PartitionRecord
+	14, // 11: keel.v1.Record.partition_change:type_name -> keel.v1.PartitionChangeRecord
+	15, // 12: keel.v1.Record.remove_topic:type_name -> keel.v1.RemoveTopicRecord
+	10, // 13: keel.v1.Record.broker_shutting_down:type_name -> keel.v1.BrokerShuttingDownRecord
+	18, // 14: keel.v1.TopicRecord.configs:type_name -> keel.v1.TopicRecord.ConfigsEntry
+	13, // 15: keel.v1.PartitionChangeRecord.isr:type_name -> keel.v1.Int32List
+	13, // 16: keel.v1.PartitionChangeRecord.replicas:type_name -> keel.v1.Int32List
+	13, // 17: keel.v1.PartitionChangeRecord.adding_replicas:type_name -> keel.v1.Int32List
+	13, // 18: keel.v1.PartitionChangeRecord.removing_replicas:type_name -> keel.v1.Int32List
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_metadata_proto_init() }
@@ -970,14 +1532,20 @@ func file_metadata_proto_init() {
 		(*Record_FenceBroker)(nil),
 		(*Record_UnfenceBroker)(nil),
 		(*Record_UnregisterBroker)(nil),
+		(*Record_Topic)(nil),
+		(*Record_Partition)(nil),
+		(*Record_PartitionChange)(nil),
+		(*Record_RemoveTopic)(nil),
+		(*Record_BrokerShuttingDown)(nil),
 	}
+	file_metadata_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metadata_proto_rawDesc), len(file_metadata_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

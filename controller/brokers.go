@@ -22,14 +22,15 @@ func (c *Controller) RegisterBroker(ctx context.Context, req *keelpb.RegisterBro
 	if err != nil {
 		return nil, err
 	}
-	l.sessions.touch(req.BrokerId, int64(index), c.cfg.Now())
+	l.sessions.touch(req.BrokerId, int64(index), c.cfg.Now(), 0)
 	c.log.Info("broker registered", "broker_id", req.BrokerId, "broker_epoch", index,
 		"incarnation_id", req.IncarnationId, "address", req.Address, "rack", req.Rack)
 	return &keelpb.RegisterBrokerResponse{BrokerEpoch: int64(index), ClusterId: c.fsm.Image().ClusterID, ControllerEpoch: l.epoch}, nil
 }
 
 // BrokerHeartbeat renews a broker's session from memory, and writes a record
-// only when the heartbeat changes the broker's state (unfence, fence).
+// only when the heartbeat changes the broker's state (unfence, fence,
+// controlled shutdown).
 func (c *Controller) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHeartbeatRequest) (*keelpb.BrokerHeartbeatResponse, error) {
 	l := c.active.Load()
 	if l == nil {
@@ -39,15 +40,19 @@ func (c *Controller) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHear
 	if _, err := currentBroker(img, req.BrokerId, req.BrokerEpoch); err != nil {
 		return nil, err
 	}
-	l.sessions.touch(req.BrokerId, req.BrokerEpoch, c.cfg.Now())
+	l.sessions.touch(req.BrokerId, req.BrokerEpoch, c.cfg.Now(), req.MetadataOffset)
 	// The common case, no change, costs no event and no write.
 	if recs, err := heartbeatRecords(img, req); err != nil {
 		return nil, err
 	} else if len(recs) > 0 {
-		if _, err := l.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		index, err := l.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
 			return heartbeatRecords(img, req)
-		}); err != nil {
+		})
+		if err != nil {
 			return nil, err
+		}
+		if req.WantShutdown && index > 0 {
+			l.noteShutdown(req.BrokerId, uint64(index))
 		}
 		img = c.fsm.Image()
 	}
@@ -55,14 +60,19 @@ func (c *Controller) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHear
 	if err != nil {
 		return nil, err
 	}
-	return &keelpb.BrokerHeartbeatResponse{
-		IsCaughtUp: caughtUp(b, req.MetadataOffset),
-		IsFenced:   b.Fenced,
-		// Until brokers lead partitions there is nothing to move away first.
-		ShouldShutDown:  req.WantShutdown,
+	resp := &keelpb.BrokerHeartbeatResponse{
+		IsCaughtUp:      caughtUp(b, req.MetadataOffset),
+		IsFenced:        b.Fenced,
 		ControllerEpoch: l.epoch,
 		ControllerId:    c.cfg.NodeID,
-	}, nil
+	}
+	if req.WantShutdown {
+		// KRaft's rule: a broker in controlled shutdown may go once it leads
+		// nothing and every active broker has applied the moves it caused.
+		resp.ShouldShutDown = b.Fenced || (b.ShuttingDown && !leadsAny(img, b.ID) &&
+			l.sessions.allApplied(img, l.shutdownOffset(b.ID, img.Offset), b.ID))
+	}
+	return resp, nil
 }
 
 // UnregisterBroker removes a broker for good.

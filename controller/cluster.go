@@ -29,15 +29,21 @@ func registrationRecords(img *fsm.Image, req *keelpb.RegisterBrokerRequest, aliv
 	}
 	// A same-incarnation retry and a bounced broker (new incarnation after
 	// its session expired) both get a new registration: a new epoch, fenced
-	// until the broker has caught up.
-	return []*keelpb.Record{{Record: &keelpb.Record_BrokerRegistration{BrokerRegistration: &keelpb.BrokerRegistrationRecord{
+	// until the broker has caught up. If the old incarnation was still
+	// unfenced, its going is a failure first (processBrokerChange's bounced
+	// broker): its leaderships and ISR places move in the same batch.
+	var recs []*keelpb.Record
+	if old, ok := img.Broker(req.BrokerId); ok && !old.Fenced {
+		recs = offlineChanges(img, []int32{old.ID})
+	}
+	return append(recs, &keelpb.Record{Record: &keelpb.Record_BrokerRegistration{BrokerRegistration: &keelpb.BrokerRegistrationRecord{
 		BrokerId:           req.BrokerId,
 		IncarnationId:      req.IncarnationId,
 		Address:            req.Address,
 		Rack:               req.Rack,
 		MinMetadataVersion: req.MinMetadataVersion,
 		MaxMetadataVersion: req.MaxMetadataVersion,
-	}}}}, nil
+	}}}), nil
 }
 
 // currentBroker finds the broker a request names, refusing an epoch that is
@@ -53,10 +59,15 @@ func currentBroker(img *fsm.Image, id int32, epoch int64) (*fsm.Broker, error) {
 	return b, nil
 }
 
-// heartbeatRecords decides the state change a heartbeat asks for, if any: a
-// broker asking to be fenced is fenced; a fenced broker that has applied the
-// metadata up to its own registration, and does not want to be fenced or to
-// shut down, is unfenced.
+// heartbeatRecords decides the state change a heartbeat asks for, if any:
+//   - a broker asking to be fenced is fenced, and leaves leaderships and ISRs;
+//   - a broker asking to shut down enters controlled shutdown: it is marked
+//     shutting down, and leadership and ISR membership move off it (the
+//     seeds' controlled shutdown; partitions with no other ISR member lose
+//     their leader);
+//   - a fenced broker that has applied the metadata up to its own
+//     registration, and wants neither, is unfenced, and leaderless partitions
+//     it can lead get it as leader (the seeds' onBrokerStartup).
 func heartbeatRecords(img *fsm.Image, req *keelpb.BrokerHeartbeatRequest) ([]*keelpb.Record, error) {
 	b, err := currentBroker(img, req.BrokerId, req.BrokerEpoch)
 	if err != nil {
@@ -64,9 +75,13 @@ func heartbeatRecords(img *fsm.Image, req *keelpb.BrokerHeartbeatRequest) ([]*ke
 	}
 	switch {
 	case req.WantFence && !b.Fenced:
-		return []*keelpb.Record{fenceRecord(b)}, nil
+		return append([]*keelpb.Record{fenceRecord(b)}, offlineChanges(img, []int32{b.ID})...), nil
+	case req.WantShutdown && !b.Fenced && !b.ShuttingDown:
+		rec := &keelpb.Record{Record: &keelpb.Record_BrokerShuttingDown{BrokerShuttingDown: &keelpb.BrokerShuttingDownRecord{BrokerId: b.ID, BrokerEpoch: b.Epoch}}}
+		return append([]*keelpb.Record{rec}, offlineChanges(img, []int32{b.ID})...), nil
 	case b.Fenced && !req.WantFence && !req.WantShutdown && caughtUp(b, req.MetadataOffset):
-		return []*keelpb.Record{{Record: &keelpb.Record_UnfenceBroker{UnfenceBroker: &keelpb.UnfenceBrokerRecord{BrokerId: b.ID, BrokerEpoch: b.Epoch}}}}, nil
+		rec := &keelpb.Record{Record: &keelpb.Record_UnfenceBroker{UnfenceBroker: &keelpb.UnfenceBrokerRecord{BrokerId: b.ID, BrokerEpoch: b.Epoch}}}
+		return append([]*keelpb.Record{rec}, onlineChanges(img, b.ID)...), nil
 	}
 	return nil, nil
 }
@@ -78,13 +93,16 @@ func fenceRecord(b *fsm.Broker) *keelpb.Record {
 	return &keelpb.Record{Record: &keelpb.Record_FenceBroker{FenceBroker: &keelpb.FenceBrokerRecord{BrokerId: b.ID, BrokerEpoch: b.Epoch}}}
 }
 
-// fenceRecords fences the given brokers in one batch.
-func fenceRecords(brokers []*fsm.Broker) []*keelpb.Record {
-	recs := make([]*keelpb.Record, len(brokers))
+// fenceRecords fences the given brokers in one batch, with every partition
+// change their going takes (the seeds' onBrokerFailure).
+func fenceRecords(img *fsm.Image, brokers []*fsm.Broker) []*keelpb.Record {
+	recs := make([]*keelpb.Record, 0, len(brokers))
+	ids := make([]int32, len(brokers))
 	for i, b := range brokers {
-		recs[i] = fenceRecord(b)
+		recs = append(recs, fenceRecord(b))
+		ids[i] = b.ID
 	}
-	return recs
+	return append(recs, offlineChanges(img, ids)...)
 }
 
 // unregisterRecords decides an UnregisterBroker request.
@@ -93,5 +111,6 @@ func unregisterRecords(img *fsm.Image, id int32, epoch int64) ([]*keelpb.Record,
 	if err != nil {
 		return nil, err
 	}
-	return []*keelpb.Record{{Record: &keelpb.Record_UnregisterBroker{UnregisterBroker: &keelpb.UnregisterBrokerRecord{BrokerId: b.ID, BrokerEpoch: b.Epoch}}}}, nil
+	rec := &keelpb.Record{Record: &keelpb.Record_UnregisterBroker{UnregisterBroker: &keelpb.UnregisterBrokerRecord{BrokerId: b.ID, BrokerEpoch: b.Epoch}}}
+	return append([]*keelpb.Record{rec}, offlineChanges(img, []int32{b.ID})...), nil
 }

@@ -174,7 +174,7 @@ func TestSessions(t *testing.T) {
 		t.Fatalf("after reset: expired %v", got)
 	}
 	clock.Add(5 * time.Second)
-	s.touch(1, 2, clock.Now())
+	s.touch(1, 2, clock.Now(), 0)
 	clock.Add(5 * time.Second) // broker 2: 10s since reset; broker 1: 5s since touch
 	got := s.expired(img, clock.Now())
 	if len(got) != 1 || got[0].ID != 2 {

@@ -30,6 +30,13 @@ type Config struct {
 	// SessionTimeout is how long a broker stays alive without a heartbeat
 	// before it is fenced (KRaft's broker.session.timeout.ms, 9s).
 	SessionTimeout time.Duration
+	// LeaderImbalanceCheckInterval is how often automatic leader rebalance
+	// runs (Kafka's leader.imbalance.check.interval.seconds, 300s); a
+	// negative value turns it off.
+	LeaderImbalanceCheckInterval time.Duration
+	// LeaderImbalanceRatio is the share of a broker's preferred
+	// partitions it may fail to lead before a rebalance (10%).
+	LeaderImbalanceRatio float64
 	// Now is the clock for broker sessions; tests pass a fake one.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -37,6 +44,9 @@ type Config struct {
 
 // DefaultSessionTimeout is KRaft's default broker session timeout.
 const DefaultSessionTimeout = 9 * time.Second
+
+// DefaultLeaderImbalanceCheckInterval is Kafka's default.
+const DefaultLeaderImbalanceCheckInterval = 300 * time.Second
 
 func (c *Config) setDefaults() {
 	if c.ApplyTimeout <= 0 {
@@ -50,6 +60,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.LeaderImbalanceCheckInterval == 0 {
+		c.LeaderImbalanceCheckInterval = DefaultLeaderImbalanceCheckInterval
+	}
+	if c.LeaderImbalanceRatio <= 0 {
+		c.LeaderImbalanceRatio = 0.10
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -45,3 +45,27 @@ var (
 	ErrStaleBrokerEpoch           = errors.New("stale broker epoch")
 	ErrBrokerNotRegistered        = errors.New("broker not registered")
 )
+
+// Errors of topic and partition requests; rpc maps each to a status code.
+var (
+	ErrTopicExists            = errors.New("topic already exists")
+	ErrUnknownTopic           = errors.New("unknown topic or partition")
+	ErrNotPartitionLeader     = errors.New("not the partition leader")
+	ErrFencedLeaderEpoch      = errors.New("stale leader epoch")
+	ErrInvalidUpdateVersion   = errors.New("stale partition epoch")
+	ErrIneligibleReplica      = errors.New("ineligible replica")
+	ErrReassignmentInProgress = errors.New("reassignment in progress")
+	ErrNoReassignment         = errors.New("no reassignment in progress")
+)
+
+// FieldError is a request that is invalid in one named field.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+func fieldError(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}

@@ -27,6 +27,11 @@ type leadership struct {
 
 	sessions *sessionTracker
 
+	shutdownMu sync.Mutex
+	// shutdownAt is, per broker in controlled shutdown, the offset of the
+	// batch that moved its leaderships away.
+	shutdownAt map[int32]uint64
+
 	mu     sync.Mutex // guards closed and sends on events
 	closed bool
 	events chan event
@@ -42,7 +47,7 @@ type event struct {
 func (c *Controller) newLeadership() *leadership {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &leadership{c: c, log: c.log, ctx: ctx, cancel: cancel, events: make(chan event, c.cfg.EventQueueSize),
-		sessions: newSessionTracker(c.cfg.SessionTimeout)}
+		sessions: newSessionTracker(c.cfg.SessionTimeout), shutdownAt: map[int32]uint64{}}
 	l.wg.Add(1)
 	return l
 }
@@ -72,6 +77,10 @@ func (l *leadership) run() {
 	l.log.Info("active controller", "epoch", l.epoch, "takeover", time.Since(start).Round(time.Millisecond))
 	l.wg.Add(1)
 	go l.fenceExpiredSessions()
+	if l.c.cfg.LeaderImbalanceCheckInterval > 0 {
+		l.wg.Add(1)
+		go l.rebalanceLeaders()
+	}
 	l.eventLoop()
 	l.close()
 }
@@ -228,7 +237,7 @@ func (l *leadership) fenceExpiredSessions() {
 			for _, b := range expired {
 				l.log.Info("fencing broker: session expired", "broker_id", b.ID, "broker_epoch", b.Epoch)
 			}
-			return fenceRecords(expired), nil
+			return fenceRecords(img, expired), nil
 		})
 		if err != nil && l.ctx.Err() == nil {
 			l.log.Warn("fencing expired brokers failed", "err", err)
@@ -244,4 +253,25 @@ func (l *leadership) revoke() {
 	if l.epoch > 0 {
 		l.log.Info("no longer the active controller", "epoch", l.epoch)
 	}
+}
+
+func (l *leadership) noteShutdown(broker int32, offset uint64) {
+	l.shutdownMu.Lock()
+	defer l.shutdownMu.Unlock()
+	l.shutdownAt[broker] = offset
+}
+
+// shutdownOffset is the offset every active broker must have applied before
+// broker may finish its controlled shutdown. A controller that did not see
+// the shutdown begin (it took over since) uses the image it first answers
+// from: conservative, since that holds the moves.
+func (l *leadership) shutdownOffset(broker int32, current uint64) uint64 {
+	l.shutdownMu.Lock()
+	defer l.shutdownMu.Unlock()
+	off, ok := l.shutdownAt[broker]
+	if !ok {
+		off = current
+		l.shutdownAt[broker] = off
+	}
+	return off
 }

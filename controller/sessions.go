@@ -19,6 +19,7 @@ type sessionTracker struct {
 type session struct {
 	epoch   int64
 	expires time.Time
+	offset  uint64 // the metadata offset the broker last reported applied
 }
 
 func newSessionTracker(timeout time.Duration) *sessionTracker {
@@ -37,11 +38,29 @@ func (s *sessionTracker) reset(brokers []*fsm.Broker, now time.Time) {
 	}
 }
 
-// touch renews the session of broker id at epoch.
-func (s *sessionTracker) touch(id int32, epoch int64, now time.Time) {
+// touch renews the session of broker id at epoch, noting the metadata
+// offset it reports.
+func (s *sessionTracker) touch(id int32, epoch int64, now time.Time, offset uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sessions[id] = session{epoch: epoch, expires: now.Add(s.timeout)}
+	s.sessions[id] = session{epoch: epoch, expires: now.Add(s.timeout), offset: offset}
+}
+
+// allApplied reports whether every eligible broker of img other than except
+// has reported applying offset (KRaft's condition for letting a broker in
+// controlled shutdown go: everyone has seen the leadership it gave up).
+func (s *sessionTracker) allApplied(img *fsm.Image, offset uint64, except int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range img.Brokers() {
+		if b.ID == except || !b.Eligible() {
+			continue
+		}
+		if ss, ok := s.sessions[b.ID]; !ok || ss.epoch != b.Epoch || ss.offset < offset {
+			return false
+		}
+	}
+	return true
 }
 
 // alive reports whether broker id has an unexpired session at epoch.

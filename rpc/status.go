@@ -47,6 +47,22 @@ func toStatus(err error) error {
 		return withReason(codes.FailedPrecondition, ReasonStaleBrokerEpoch, err.Error())
 	case errors.Is(err, controller.ErrBrokerNotRegistered):
 		return withReason(codes.FailedPrecondition, ReasonBrokerNotRegistered, err.Error())
+	case errors.Is(err, controller.ErrTopicExists):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, controller.ErrUnknownTopic):
+		return withReason(codes.NotFound, ReasonUnknownTopicOrPartition, err.Error())
+	case errors.Is(err, controller.ErrNotPartitionLeader):
+		return withReason(codes.FailedPrecondition, ReasonNotLeader, err.Error())
+	case errors.Is(err, controller.ErrFencedLeaderEpoch):
+		return withReason(codes.FailedPrecondition, ReasonFencedLeaderEpoch, err.Error())
+	case errors.Is(err, controller.ErrInvalidUpdateVersion):
+		return withReason(codes.FailedPrecondition, ReasonInvalidUpdateVersion, err.Error())
+	case errors.Is(err, controller.ErrIneligibleReplica):
+		return withReason(codes.FailedPrecondition, ReasonIneligibleReplica, err.Error())
+	case errors.Is(err, controller.ErrReassignmentInProgress), errors.Is(err, controller.ErrNoReassignment):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.As(err, new(*controller.FieldError)):
+		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, controller.ErrQueueFull):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
@@ -93,6 +109,11 @@ const (
 	ReasonDuplicateRegistration      = "DUPLICATE_BROKER_REGISTRATION"
 	ReasonStaleBrokerEpoch           = "STALE_BROKER_EPOCH"
 	ReasonBrokerNotRegistered        = "BROKER_NOT_REGISTERED"
+	ReasonUnknownTopicOrPartition    = "UNKNOWN_TOPIC_OR_PARTITION"
+	ReasonNotLeader                  = "NOT_LEADER"
+	ReasonFencedLeaderEpoch          = "FENCED_LEADER_EPOCH"
+	ReasonInvalidUpdateVersion       = "INVALID_UPDATE_VERSION"
+	ReasonIneligibleReplica          = "INELIGIBLE_REPLICA"
 )
 
 // withReason builds a status error carrying an ErrorInfo reason.

@@ -1,0 +1,182 @@
+package controller
+
+import (
+	"bytes"
+	"slices"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// The partition rules (Kafka's PartitionChangeBuilder, in Keel's words):
+// pure functions from a partition, the brokers' states and a wanted change to
+// one PartitionChange record, or none.
+
+// brokerView answers which brokers may lead or be in an ISR, as a decision
+// sees them: the committed image, with the brokers this very decision takes
+// offline (fences, shuts down, unregisters) already counted out.
+type brokerView struct {
+	img     *fsm.Image
+	offline map[int32]bool
+	online  map[int32]bool // brokers this decision makes eligible (unfences)
+}
+
+func newView(img *fsm.Image, offline ...int32) brokerView {
+	v := brokerView{img: img, offline: map[int32]bool{}, online: map[int32]bool{}}
+	for _, id := range offline {
+		v.offline[id] = true
+	}
+	return v
+}
+
+// eligible: registered, unfenced, not shutting down, and not being taken
+// offline by this decision.
+func (v brokerView) eligible(id int32) bool {
+	if v.offline[id] {
+		return false
+	}
+	if v.online[id] {
+		return true
+	}
+	b, ok := v.img.Broker(id)
+	return ok && b.Eligible()
+}
+
+// target is the state a decision wants for a partition; changeRecord turns
+// it into a record holding only what differs.
+type target struct {
+	leader                      int32
+	isr, replicas               []int32
+	addingReplicas, removingRep []int32
+}
+
+func targetOf(p *fsm.Partition) target {
+	return target{
+		leader: p.Leader, isr: slices.Clone(p.ISR), replicas: slices.Clone(p.Replicas),
+		addingReplicas: slices.Clone(p.AddingReplicas), removingRep: slices.Clone(p.RemovingReplicas),
+	}
+}
+
+// changeRecord returns the record that takes p to t, or nil if t is p.
+func changeRecord(p *fsm.Partition, t target) *keelpb.Record {
+	r := &keelpb.PartitionChangeRecord{TopicId: bytes.Clone(p.TopicID[:]), Partition: p.Partition}
+	changed := false
+	if t.leader != p.Leader {
+		r.Leader, changed = &t.leader, true
+	}
+	if !slices.Equal(t.isr, p.ISR) {
+		r.Isr, changed = &keelpb.Int32List{Values: t.isr}, true
+	}
+	if !slices.Equal(t.replicas, p.Replicas) {
+		r.Replicas, changed = &keelpb.Int32List{Values: t.replicas}, true
+	}
+	if !slices.Equal(t.addingReplicas, p.AddingReplicas) {
+		r.AddingReplicas, changed = &keelpb.Int32List{Values: t.addingReplicas}, true
+	}
+	if !slices.Equal(t.removingRep, p.RemovingReplicas) {
+		r.RemovingReplicas, changed = &keelpb.Int32List{Values: t.removingRep}, true
+	}
+	if !changed {
+		return nil
+	}
+	return &keelpb.Record{Record: &keelpb.Record_PartitionChange{PartitionChange: r}}
+}
+
+// electLeader sets t.leader by KRaft's rules, given t.isr and t.replicas:
+// the current leader stays while it is in the ISR and eligible; otherwise
+// the first replica, in assignment order, that is in the ISR and eligible;
+// otherwise, if unclean election is allowed, the first eligible replica
+// outside the ISR, which then becomes the whole ISR; otherwise no leader,
+// and the ISR keeps what it has (it is never emptied).
+func electLeader(t *target, v brokerView, unclean bool) {
+	if t.leader != fsm.NoLeader && slices.Contains(t.isr, t.leader) && v.eligible(t.leader) {
+		return
+	}
+	for _, id := range t.replicas {
+		if slices.Contains(t.isr, id) && v.eligible(id) {
+			t.leader = id
+			return
+		}
+	}
+	if unclean {
+		for _, id := range t.replicas {
+			if v.eligible(id) {
+				t.leader, t.isr = id, []int32{id}
+				return
+			}
+		}
+	}
+	t.leader = fsm.NoLeader
+}
+
+// withoutISR removes the given brokers from t's ISR, except that the ISR
+// never becomes empty: when every member goes, it keeps the leader if that
+// was a member (the most up to date replica), else its first member.
+func withoutISR(t *target, gone map[int32]bool) {
+	kept := slices.DeleteFunc(slices.Clone(t.isr), func(id int32) bool { return gone[id] })
+	if len(kept) == 0 && len(t.isr) > 0 {
+		last := t.isr[0]
+		if slices.Contains(t.isr, t.leader) {
+			last = t.leader
+		}
+		kept = []int32{last}
+	}
+	t.isr = kept
+}
+
+// offlineChanges moves leadership and ISR membership off brokers that this
+// decision takes offline (fenced, shutting down, unregistered): the seeds'
+// onBrokerFailure and controlled shutdown. Each affected partition gets one
+// record, whichever of the brokers it touches. It visits only the
+// partitions on those brokers.
+func offlineChanges(img *fsm.Image, brokers []int32) []*keelpb.Record {
+	v := newView(img, brokers...)
+	seen := map[[20]byte]bool{}
+	var recs []*keelpb.Record
+	for _, b := range brokers {
+		img.PartitionsOnBroker(b, func(p *fsm.Partition) bool {
+			var key [20]byte
+			copy(key[:], p.TopicID[:])
+			key[16], key[17], key[18], key[19] = byte(p.Partition>>24), byte(p.Partition>>16), byte(p.Partition>>8), byte(p.Partition)
+			if seen[key] {
+				return true
+			}
+			seen[key] = true
+			t := targetOf(p)
+			withoutISR(&t, v.offline)
+			electLeader(&t, v, topicUnclean(img, p.TopicID))
+			if r := changeRecord(p, t); r != nil {
+				recs = append(recs, r)
+			}
+			return true
+		})
+	}
+	return recs
+}
+
+// onlineChanges gives a leader to every leaderless partition on a broker that
+// has just become eligible and can lead it (the seeds' onBrokerStartup). It
+// does not add the broker to ISRs: its partition leaders do that, through
+// AlterPartition, once it has caught up.
+func onlineChanges(img *fsm.Image, broker int32) []*keelpb.Record {
+	v := newView(img)
+	v.online[broker] = true
+	var recs []*keelpb.Record
+	img.PartitionsOnBroker(broker, func(p *fsm.Partition) bool {
+		if p.HasLeader() {
+			return true
+		}
+		t := targetOf(p)
+		electLeader(&t, v, topicUnclean(img, p.TopicID))
+		if r := changeRecord(p, t); r != nil {
+			recs = append(recs, r)
+		}
+		return true
+	})
+	return recs
+}
+
+func topicUnclean(img *fsm.Image, id fsm.TopicID) bool {
+	t, ok := img.TopicByID(id)
+	return ok && t.Unclean()
+}

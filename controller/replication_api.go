@@ -1,0 +1,197 @@
+package controller
+
+import (
+	"context"
+
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// Image returns this node's committed metadata image (leader or not).
+func (c *Controller) Image() *fsm.Image { return c.fsm.Image() }
+
+// CreateTopic creates a topic (or, with ValidateOnly, answers as if it had)
+// and returns the new topic's id. Placement is decided on the event loop
+// from the committed image.
+func (c *Controller) CreateTopic(ctx context.Context, req *keelpb.CreateTopicRequest) (fsm.TopicID, error) {
+	id := fsm.TopicID(uuid.New())
+	start := rand.IntN(1 << 20) // where round-robin placement begins
+	if req.ValidateOnly {
+		// Validation needs no event loop or leadership beyond being active.
+		if l := c.active.Load(); l == nil {
+			return id, c.notLeader()
+		}
+		_, err := createTopicRecords(c.fsm.Image(), req, id, start)
+		return id, err
+	}
+	_, err := c.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		return createTopicRecords(img, req, id, start)
+	})
+	if err == nil {
+		c.log.Info("topic created", "topic", req.Name, "topic_id", id.String(), "partitions", req.Partitions)
+	}
+	return id, err
+}
+
+// CreatePartitions adds partitions to a topic.
+func (c *Controller) CreatePartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) error {
+	start := rand.IntN(1 << 20)
+	if req.ValidateOnly {
+		if l := c.active.Load(); l == nil {
+			return c.notLeader()
+		}
+		_, err := createPartitionsRecords(c.fsm.Image(), req, start)
+		return err
+	}
+	_, err := c.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		return createPartitionsRecords(img, req, start)
+	})
+	return err
+}
+
+// DeleteTopic removes a topic.
+func (c *Controller) DeleteTopic(ctx context.Context, name string) error {
+	_, err := c.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		return deleteTopicRecords(img, name)
+	})
+	if err == nil {
+		c.log.Info("topic deleted", "topic", name)
+	}
+	return err
+}
+
+// AlterPartition applies a partition leader's ISR change and returns the
+// partition as it is afterwards.
+func (c *Controller) AlterPartition(ctx context.Context, req *keelpb.AlterPartitionRequest) (*fsm.Partition, error) {
+	if _, err := c.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		return alterPartitionRecords(img, req)
+	}); err != nil {
+		return nil, err
+	}
+	id, _ := fsm.ParseTopicID(req.TopicId)
+	p, _ := c.fsm.Image().Partition(id, req.Partition)
+	return p, nil
+}
+
+// Election is the outcome of one partition's election.
+type Election struct {
+	Topic     string
+	Partition int32
+	Leader    int32
+	Err       error // why no election happened; nil on success
+}
+
+// ElectLeaders runs a preferred or unclean election on the given partitions
+// (all partitions when all is set), in one batch.
+func (c *Controller) ElectLeaders(ctx context.Context, typ keelpb.ElectionType, parts []*keelpb.TopicPartition, all bool) ([]Election, error) {
+	var results []Election
+	_, err := c.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		results = results[:0]
+		var recs []*keelpb.Record
+		elect := func(topic string, p *fsm.Partition) {
+			rec, leader, err := electionRecord(img, p, typ)
+			if rec != nil {
+				recs = append(recs, rec)
+			}
+			results = append(results, Election{Topic: topic, Partition: p.Partition, Leader: leader, Err: err})
+		}
+		if all {
+			for _, t := range img.Topics() {
+				for _, p := range img.Partitions(t.ID) {
+					elect(t.Name, p)
+				}
+			}
+			return recs, nil
+		}
+		for _, tp := range parts {
+			_, p, err := partitionOf(img, tp.Topic, tp.Partition)
+			if err != nil {
+				results = append(results, Election{Topic: tp.Topic, Partition: tp.Partition, Leader: fsm.NoLeader, Err: err})
+				continue
+			}
+			elect(tp.Topic, p)
+		}
+		return recs, nil
+	})
+	return results, err
+}
+
+// Reassign starts moving a partition to replicas; CancelReassignment reverts
+// an ongoing move.
+func (c *Controller) Reassign(ctx context.Context, topic string, partition int32, replicas []int32) error {
+	_, err := c.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		return reassignRecords(img, topic, partition, replicas)
+	})
+	return err
+}
+
+// CancelReassignment reverts an ongoing reassignment.
+func (c *Controller) CancelReassignment(ctx context.Context, topic string, partition int32) error {
+	_, err := c.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		return cancelReassignmentRecords(img, topic, partition)
+	})
+	return err
+}
+
+// rebalanceLeaders is the automatic leader rebalance: every check interval,
+// a preferred election for the partitions of each broker whose share of
+// partitions it should lead but does not exceeds the imbalance ratio.
+func (l *leadership) rebalanceLeaders() {
+	defer l.wg.Done()
+	tick := time.NewTicker(l.c.cfg.LeaderImbalanceCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		n := 0
+		_, err := l.decide(l.ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+			var recs []*keelpb.Record
+			for _, p := range imbalancedPartitions(img, l.c.cfg.LeaderImbalanceRatio) {
+				if rec, _, err := electionRecord(img, p, keelpb.ElectionType_ELECTION_TYPE_PREFERRED); err == nil && rec != nil {
+					recs = append(recs, rec)
+				}
+			}
+			n = len(recs)
+			return recs, nil
+		})
+		switch {
+		case err != nil && l.ctx.Err() == nil:
+			l.log.Warn("leader rebalance failed", "err", err)
+		case n > 0:
+			l.log.Info("leader rebalance: preferred leaders restored", "partitions", n)
+		}
+	}
+}
+
+// DescribePartition renders a partition for the API.
+func DescribePartition(p *fsm.Partition) *keelpb.PartitionDescription {
+	return &keelpb.PartitionDescription{
+		Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch,
+		Replicas: nonNil(p.Replicas), Isr: nonNil(p.ISR),
+		AddingReplicas: nonNil(p.AddingReplicas), RemovingReplicas: nonNil(p.RemovingReplicas),
+	}
+}
+
+// DescribeTopic renders a topic and its partitions for the API.
+func DescribeTopic(img *fsm.Image, t *fsm.Topic) *keelpb.TopicDescription {
+	d := &keelpb.TopicDescription{Name: t.Name, Id: t.ID.String(), Configs: t.Configs}
+	for _, p := range img.Partitions(t.ID) {
+		d.Partitions = append(d.Partitions, DescribePartition(p))
+	}
+	return d
+}
+
+func nonNil(s []int32) []int32 {
+	if s == nil {
+		return []int32{}
+	}
+	return s
+}

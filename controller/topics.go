@@ -1,0 +1,259 @@
+package controller
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// The topic manager: pure functions from the committed image and a request
+// to records (Kafka's ReplicationControlManager.createTopics and friends).
+
+// validTopicConfigs are the topic configs Keel knows, with their check.
+var validTopicConfigs = map[string]func(string) bool{
+	fsm.UncleanLeaderElection: func(v string) bool { return v == "true" || v == "false" },
+}
+
+// validateTopicName applies Kafka's rules: 1 to 249 of [a-zA-Z0-9._-], not
+// "." or "..", and no collision with an existing topic when '.' and '_'
+// are taken as equal (they map to the same metric names in Kafka).
+func validateTopicName(img *fsm.Image, name string) error {
+	switch {
+	case name == "":
+		return fieldError("name", "is empty")
+	case len(name) > fsm.MaxTopicNameLen:
+		return fieldError("name", "is %d characters; at most %d", len(name), fsm.MaxTopicNameLen)
+	case name == "." || name == "..":
+		return fieldError("name", "%q is not allowed", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fieldError("name", "%q has the character %q; only [a-zA-Z0-9._-] are allowed", name, c)
+		}
+	}
+	if _, ok := img.Topic(name); ok {
+		return fmt.Errorf("%w: %q", ErrTopicExists, name)
+	}
+	norm := strings.ReplaceAll(name, ".", "_")
+	for _, t := range img.Topics() {
+		if strings.ReplaceAll(t.Name, ".", "_") == norm {
+			return fieldError("name", "%q collides with existing topic %q ('.' and '_' are equal in topic names)", name, t.Name)
+		}
+	}
+	return nil
+}
+
+func validateConfigs(configs map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(configs)) {
+		check, ok := validTopicConfigs[k]
+		if !ok {
+			return fieldError("configs", "unknown topic config %q", k)
+		}
+		if !check(configs[k]) {
+			return fieldError("configs", "%s=%q is not a valid value", k, configs[k])
+		}
+	}
+	return nil
+}
+
+// placementBrokers are the brokers new replicas may go to: every registered
+// broker not shutting down (fenced ones included: they may hold followers).
+func placementBrokers(img *fsm.Image) []*fsm.Broker {
+	return slices.DeleteFunc(img.Brokers(), func(b *fsm.Broker) bool { return b.ShuttingDown })
+}
+
+// rackOrder interleaves brokers across racks (rack by rack, id order within
+// a rack) so that consecutive brokers sit in different racks.
+func rackOrder(brokers []*fsm.Broker) []*fsm.Broker {
+	byRack := map[string][]*fsm.Broker{}
+	for _, b := range brokers {
+		byRack[b.Rack] = append(byRack[b.Rack], b)
+	}
+	racks := slices.Sorted(maps.Keys(byRack))
+	var out []*fsm.Broker
+	for i := 0; len(out) < len(brokers); i++ {
+		for _, r := range racks {
+			if i < len(byRack[r]) {
+				out = append(out, byRack[r][i])
+			}
+		}
+	}
+	return out
+}
+
+// placeReplicas assigns rf replicas to each of count partitions, starting at
+// partition number first. Preferred leaders go round-robin over the
+// rack-ordered brokers from start, so leadership is spread evenly; followers
+// are taken from a shifting offset, racks not yet used first.
+func placeReplicas(brokers []*fsm.Broker, first, count, rf int32, start int) [][]int32 {
+	order := rackOrder(brokers)
+	n := len(order)
+	out := make([][]int32, count)
+	for i := range count {
+		k := start + int(first+i)
+		lead := k % n
+		shift := 1
+		if n > 1 {
+			shift = 1 + (k/n)%(n-1)
+		}
+		replicas := []int32{order[lead].ID}
+		racks := map[string]bool{order[lead].Rack: true}
+		for pass := 0; pass < 2 && int32(len(replicas)) < rf; pass++ {
+			for j := 0; j < n-1 && int32(len(replicas)) < rf; j++ {
+				b := order[(lead+shift+j)%n]
+				if slices.Contains(replicas, b.ID) || (pass == 0 && racks[b.Rack]) {
+					continue
+				}
+				replicas = append(replicas, b.ID)
+				racks[b.Rack] = true
+			}
+		}
+		out[i] = replicas
+	}
+	return out
+}
+
+// checkAssignments validates explicit replica assignments.
+func checkAssignments(img *fsm.Image, assignments [][]int32) error {
+	for i, a := range assignments {
+		if len(a) == 0 {
+			return fieldError("assignments", "partition %d has no replicas", i)
+		}
+		if len(a) != len(assignments[0]) {
+			return fieldError("assignments", "partition %d has %d replicas, partition 0 has %d: the replication factor must be equal", i, len(a), len(assignments[0]))
+		}
+		for j, id := range a {
+			if slices.Contains(a[:j], id) {
+				return fieldError("assignments", "partition %d names broker %d twice", i, id)
+			}
+			if _, ok := img.Broker(id); !ok {
+				return fieldError("assignments", "partition %d: broker %d is not registered", i, id)
+			}
+		}
+	}
+	return nil
+}
+
+// newPartitionRecords builds PartitionRecords for assignments, numbered from
+// first: leader and ISR only from eligible brokers, in assignment order.
+func newPartitionRecords(img *fsm.Image, id fsm.TopicID, first int32, assignments [][]int32) ([]*keelpb.Record, error) {
+	v := newView(img)
+	recs := make([]*keelpb.Record, 0, len(assignments))
+	for i, replicas := range assignments {
+		var isr []int32
+		for _, b := range replicas {
+			if v.eligible(b) {
+				isr = append(isr, b)
+			}
+		}
+		if len(isr) == 0 {
+			return nil, fieldError("assignments", "partition %d: none of brokers %v is active, so it could have no leader", first+int32(i), replicas)
+		}
+		recs = append(recs, &keelpb.Record{Record: &keelpb.Record_Partition{Partition: &keelpb.PartitionRecord{
+			TopicId: bytes.Clone(id[:]), Partition: first + int32(i), Replicas: replicas, Isr: isr, Leader: isr[0],
+		}}})
+	}
+	return recs, nil
+}
+
+// createTopicRecords decides a CreateTopic request. id is the new topic's id
+// and start the placement's starting offset (random, chosen by the caller:
+// the decision is recorded, so the randomness does not reach the FSM).
+func createTopicRecords(img *fsm.Image, req *keelpb.CreateTopicRequest, id fsm.TopicID, start int) ([]*keelpb.Record, error) {
+	if err := validateTopicName(img, req.Name); err != nil {
+		return nil, err
+	}
+	if err := validateConfigs(req.Configs); err != nil {
+		return nil, err
+	}
+	assignments, err := resolveAssignments(img, req.Assignments, 0, req.Partitions, req.ReplicationFactor, start)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := newPartitionRecords(img, id, 0, assignments)
+	if err != nil {
+		return nil, err
+	}
+	topic := &keelpb.Record{Record: &keelpb.Record_Topic{Topic: &keelpb.TopicRecord{Name: req.Name, TopicId: bytes.Clone(id[:]), Configs: req.Configs}}}
+	return append([]*keelpb.Record{topic}, parts...), nil
+}
+
+// resolveAssignments returns explicit assignments after checking them, or
+// places count partitions (numbered from first) with rf replicas.
+func resolveAssignments(img *fsm.Image, explicit []*keelpb.PartitionAssignment, first, count, rf int32, start int) ([][]int32, error) {
+	if len(explicit) > 0 {
+		if count != 0 && int(count) != len(explicit) {
+			return nil, fieldError("partitions", "%d, but %d assignments are given", count, len(explicit))
+		}
+		out := make([][]int32, len(explicit))
+		for i, a := range explicit {
+			out[i] = slices.Clone(a.GetReplicas())
+		}
+		return out, checkAssignments(img, out)
+	}
+	if count < 1 {
+		return nil, fieldError("partitions", "%d; at least 1", count)
+	}
+	if rf < 1 {
+		return nil, fieldError("replication_factor", "%d; at least 1", rf)
+	}
+	brokers := placementBrokers(img)
+	if int(rf) > len(brokers) {
+		return nil, fieldError("replication_factor", "%d exceeds the %d registered brokers not shutting down", rf, len(brokers))
+	}
+	if !slices.ContainsFunc(brokers, (*fsm.Broker).Eligible) {
+		return nil, fieldError("replication_factor", "no broker is active (all %d are fenced), so no partition could have a leader", len(brokers))
+	}
+	return placeReplicas(brokers, first, count, rf, start), nil
+}
+
+// createPartitionsRecords decides adding partitions to a topic, up to count.
+func createPartitionsRecords(img *fsm.Image, req *keelpb.CreatePartitionsRequest, start int) ([]*keelpb.Record, error) {
+	t, ok := img.Topic(req.Topic)
+	if !ok {
+		return nil, fmt.Errorf("%w: topic %q", ErrUnknownTopic, req.Topic)
+	}
+	if req.Count <= t.Partitions {
+		return nil, fieldError("count", "%d; topic %q already has %d partitions", req.Count, t.Name, t.Partitions)
+	}
+	rf := int32(len(img.Partitions(t.ID)[0].Replicas))
+	add := req.Count - t.Partitions
+	if len(req.Assignments) > 0 && int32(len(req.Assignments)) != add {
+		return nil, fieldError("assignments", "%d given for %d new partitions", len(req.Assignments), add)
+	}
+	assignments, err := resolveAssignments(img, req.Assignments, t.Partitions, add, rf, start)
+	if err != nil {
+		return nil, err
+	}
+	if len(assignments[0]) != int(rf) {
+		return nil, fieldError("assignments", "%d replicas; the topic's replication factor is %d", len(assignments[0]), rf)
+	}
+	return newPartitionRecords(img, t.ID, t.Partitions, assignments)
+}
+
+// deleteTopicRecords decides deleting a topic.
+func deleteTopicRecords(img *fsm.Image, name string) ([]*keelpb.Record, error) {
+	t, ok := img.Topic(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: topic %q", ErrUnknownTopic, name)
+	}
+	return []*keelpb.Record{{Record: &keelpb.Record_RemoveTopic{RemoveTopic: &keelpb.RemoveTopicRecord{TopicId: bytes.Clone(t.ID[:])}}}}, nil
+}
+
+// partitionOf finds a partition by topic name.
+func partitionOf(img *fsm.Image, topic string, partition int32) (*fsm.Topic, *fsm.Partition, error) {
+	t, ok := img.Topic(topic)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: topic %q", ErrUnknownTopic, topic)
+	}
+	p, ok := img.Partition(t.ID, partition)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: %s/%d", ErrUnknownTopic, topic, partition)
+	}
+	return t, p, nil
+}

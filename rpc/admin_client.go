@@ -1,0 +1,223 @@
+package rpc
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// CreateTopic creates a topic through the active controller (see Write for
+// how it is found). AlreadyExists for a taken name; InvalidArgument naming
+// the bad field. With ValidateOnly set the answer is the same and nothing is
+// written.
+//
+// Write retries an Unavailable answer, and some of those (a write whose
+// outcome is unknown) may have committed: a retried create can then answer
+// AlreadyExists for the topic this very call created.
+func (c *Client) CreateTopic(ctx context.Context, req *keelpb.CreateTopicRequest) (*keelpb.CreateTopicResponse, error) {
+	var resp *keelpb.CreateTopicResponse
+	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.CreateTopic(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// CreatePartitions raises a topic's partition count to req.Count through the
+// active controller. The same caveat on retries as CreateTopic applies.
+func (c *Client) CreatePartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) (*keelpb.CreatePartitionsResponse, error) {
+	var resp *keelpb.CreatePartitionsResponse
+	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.CreatePartitions(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// DeleteTopic deletes a topic through the active controller. A retry after
+// an outcome-unknown Unavailable may answer NotFound for a topic this very
+// call deleted.
+func (c *Client) DeleteTopic(ctx context.Context, name string) error {
+	return c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		_, err := cl.DeleteTopic(ctx, &keelpb.DeleteTopicRequest{Name: name})
+		return err
+	})
+}
+
+// ElectLeaders runs a preferred or unclean election through the active
+// controller. Partitions where no election happened carry their reason in
+// the result's Error; the call itself fails only when the request does.
+func (c *Client) ElectLeaders(ctx context.Context, req *keelpb.ElectLeadersRequest) (*keelpb.ElectLeadersResponse, error) {
+	var resp *keelpb.ElectLeadersResponse
+	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.ElectLeaders(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// AlterPartitionReassignments starts a reassignment of one partition to
+// req.Replicas, or cancels the ongoing one when req.Replicas is empty,
+// through the active controller.
+func (c *Client) AlterPartitionReassignments(ctx context.Context, req *keelpb.AlterPartitionReassignmentsRequest) (*keelpb.AlterPartitionReassignmentsResponse, error) {
+	var resp *keelpb.AlterPartitionReassignmentsResponse
+	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.AlterPartitionReassignments(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// ListTopics reads every topic's summary; see Read for which controller
+// answers.
+func (c *Client) ListTopics(ctx context.Context) (*keelpb.ListTopicsResponse, error) {
+	var resp *keelpb.ListTopicsResponse
+	err := c.Read(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.ListTopics(ctx, &keelpb.ListTopicsRequest{})
+		return err
+	})
+	return resp, err
+}
+
+// DescribeTopic reads one topic, NotFound when there is none by that name;
+// see Read for which controller answers.
+func (c *Client) DescribeTopic(ctx context.Context, name string) (*keelpb.DescribeTopicResponse, error) {
+	var resp *keelpb.DescribeTopicResponse
+	err := c.Read(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.DescribeTopic(ctx, &keelpb.DescribeTopicRequest{Name: name})
+		return err
+	})
+	return resp, err
+}
+
+// ListPartitionReassignments reads the ongoing reassignments; see Read for
+// which controller answers.
+func (c *Client) ListPartitionReassignments(ctx context.Context) (*keelpb.ListPartitionReassignmentsResponse, error) {
+	var resp *keelpb.ListPartitionReassignmentsResponse
+	err := c.Read(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.ListPartitionReassignments(ctx, &keelpb.ListPartitionReassignmentsRequest{})
+		return err
+	})
+	return resp, err
+}
+
+// Read runs call against one controller, preferring the active one: its
+// committed image is the freshest, so a read after a write acknowledged to
+// any client sees that write. The active controller is the one that last
+// accepted a write through this client or, when there is none yet, the one
+// the controllers name when asked (DescribeQuorum). Should it fail to
+// answer, every other controller is tried in turn: each answers from its own
+// committed image, at most a moment behind.
+//
+// An answer that another controller would give the same way (NotFound,
+// InvalidArgument, ...) is returned at once, as it is. When no controller
+// answers, the error is Unavailable and names the last failure; when every
+// controller refused the call in the same other way (Unimplemented, say),
+// that refusal is returned.
+func (c *Client) Read(ctx context.Context, call func(context.Context, keelpb.ControllerServiceClient) error) error {
+	leader := c.Leader()
+	if leader == "" {
+		leader = c.findLeader(ctx)
+	}
+	addrs := make([]string, 0, len(c.addrs)+1)
+	if leader != "" {
+		addrs = append(addrs, leader)
+	}
+	for _, a := range c.addrs {
+		if !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	var last error
+	for _, addr := range addrs {
+		err := c.try(ctx, addr, call)
+		if err == nil || !tryElsewhere(err) {
+			return err
+		}
+		if addr == leader {
+			c.forgetLeader(addr)
+		}
+		last = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	switch status.Code(last) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return status.Errorf(codes.Unavailable, "no controller answered at %v; last error: %s", c.addrs, status.Convert(last).Message())
+	}
+	return last
+}
+
+// tryElsewhere reports whether another controller might answer a read that
+// failed with err: not when the answer is about the request itself.
+func tryElsewhere(err error) bool {
+	switch status.Code(err) {
+	case codes.NotFound, codes.InvalidArgument, codes.AlreadyExists, codes.OutOfRange,
+		codes.PermissionDenied, codes.Unauthenticated:
+		return false
+	}
+	return true
+}
+
+// findLeader asks every controller, in parallel, which one is active, and
+// returns its address, or "" when none can tell. A controller that says it
+// is active is taken at once (and remembered, so that writes start there);
+// otherwise the leader address that the first controller to answer names
+// is used. A controller that does not answer costs at most one attempt.
+func (c *Client) findLeader(ctx context.Context) string {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		addr string
+		resp *keelpb.DescribeQuorumResponse
+	}
+	answers := make(chan answer, len(c.addrs))
+	var wg sync.WaitGroup
+	for _, addr := range c.addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var resp *keelpb.DescribeQuorumResponse
+			_ = c.try(ctx, addr, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+				var err error
+				resp, err = cl.DescribeQuorum(ctx, &keelpb.DescribeQuorumRequest{})
+				return err
+			})
+			answers <- answer{addr, resp}
+		}()
+	}
+	// Cancel the stragglers before waiting for them, so that an early
+	// answer is not held up by a controller that hangs.
+	defer wg.Wait()
+	defer cancel()
+	hint := ""
+	for range c.addrs {
+		a := <-answers
+		switch {
+		case a.resp == nil:
+		case a.resp.GetActive():
+			c.mu.Lock()
+			if c.leader == "" {
+				c.leader = a.addr
+			}
+			c.mu.Unlock()
+			return a.addr
+		case hint == "" && a.resp.GetLeaderId() >= 0 && a.resp.GetLeaderAddress() != "":
+			hint = a.resp.GetLeaderAddress()
+		}
+	}
+	return hint
+}

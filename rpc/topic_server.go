@@ -1,0 +1,253 @@
+package rpc
+
+import (
+	"context"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// Bounds on topic requests, so that one request cannot make one raft entry
+// without limit.
+const (
+	maxPartitionsPerRequest = 100_000
+	maxReplicationFactor    = 64
+	maxConfigs              = 64
+)
+
+func validPartitionCount(field string, n int32) error {
+	if n < 0 || n > maxPartitionsPerRequest {
+		return invalidArgument(field, "%d is outside 1..%d", n, maxPartitionsPerRequest)
+	}
+	return nil
+}
+
+func validAssignments(as []*keelpb.PartitionAssignment) error {
+	if len(as) > maxPartitionsPerRequest {
+		return invalidArgument("assignments", "%d partitions; at most %d", len(as), maxPartitionsPerRequest)
+	}
+	for i, a := range as {
+		if len(a.GetReplicas()) > maxReplicationFactor {
+			return invalidArgument("assignments", "partition %d has %d replicas; at most %d", i, len(a.GetReplicas()), maxReplicationFactor)
+		}
+		for _, id := range a.GetReplicas() {
+			if id < 0 {
+				return invalidArgument("assignments", "partition %d: broker id %d is negative", i, id)
+			}
+		}
+	}
+	return nil
+}
+
+func validConfigMap(m map[string]string) error {
+	if len(m) > maxConfigs {
+		return invalidArgument("configs", "%d entries; at most %d", len(m), maxConfigs)
+	}
+	return nil
+}
+
+// CreateTopic validates the request's shape; the controller decides the rest.
+func (s *ControllerServer) CreateTopic(ctx context.Context, req *keelpb.CreateTopicRequest) (*keelpb.CreateTopicResponse, error) {
+	if err := firstError(
+		validMaxLen("name", req.GetName(), fsm.MaxTopicNameLen),
+		validPartitionCount("partitions", req.GetPartitions()),
+		validRF(req.GetReplicationFactor()),
+		validAssignments(req.GetAssignments()),
+		validConfigMap(req.GetConfigs()),
+	); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	id, err := s.ctrl.CreateTopic(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if req.ValidateOnly {
+		return &keelpb.CreateTopicResponse{Topic: &keelpb.TopicDescription{Name: req.Name, Id: id.String(), Configs: req.Configs}}, nil
+	}
+	return &keelpb.CreateTopicResponse{Topic: s.describe(req.Name)}, nil
+}
+
+func validRF(rf int32) error {
+	if rf < 0 || rf > maxReplicationFactor {
+		return invalidArgument("replication_factor", "%d is outside 1..%d", rf, maxReplicationFactor)
+	}
+	return nil
+}
+
+// describe renders a topic from this node's image (nil if it is gone).
+func (s *ControllerServer) describe(name string) *keelpb.TopicDescription {
+	img := s.ctrl.Image()
+	t, ok := img.Topic(name)
+	if !ok {
+		return nil
+	}
+	return controller.DescribeTopic(img, t)
+}
+
+// CreatePartitions adds partitions to a topic.
+func (s *ControllerServer) CreatePartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) (*keelpb.CreatePartitionsResponse, error) {
+	if err := firstError(
+		validMaxLen("topic", req.GetTopic(), fsm.MaxTopicNameLen),
+		validPartitionCount("count", req.GetCount()),
+		validAssignments(req.GetAssignments()),
+	); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	if err := s.ctrl.CreatePartitions(ctx, req); err != nil {
+		return nil, toStatus(err)
+	}
+	return &keelpb.CreatePartitionsResponse{Topic: s.describe(req.Topic)}, nil
+}
+
+// DeleteTopic removes a topic.
+func (s *ControllerServer) DeleteTopic(ctx context.Context, req *keelpb.DeleteTopicRequest) (*keelpb.DeleteTopicResponse, error) {
+	if req.GetName() == "" {
+		return nil, invalidArgument("name", "is empty")
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	if err := s.ctrl.DeleteTopic(ctx, req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &keelpb.DeleteTopicResponse{}, nil
+}
+
+// ListTopics answers from this node's committed image.
+func (s *ControllerServer) ListTopics(context.Context, *keelpb.ListTopicsRequest) (*keelpb.ListTopicsResponse, error) {
+	img := s.ctrl.Image()
+	resp := &keelpb.ListTopicsResponse{}
+	for _, t := range img.Topics() {
+		rf := 0
+		if p, ok := img.Partition(t.ID, 0); ok {
+			rf = len(p.Replicas) - len(p.AddingReplicas)
+		}
+		resp.Topics = append(resp.Topics, &keelpb.TopicSummary{Name: t.Name, Id: t.ID.String(), Partitions: t.Partitions, ReplicationFactor: int32(rf)})
+	}
+	return resp, nil
+}
+
+// DescribeTopic answers from this node's committed image.
+func (s *ControllerServer) DescribeTopic(_ context.Context, req *keelpb.DescribeTopicRequest) (*keelpb.DescribeTopicResponse, error) {
+	d := s.describe(req.GetName())
+	if d == nil {
+		return nil, withReason(codes.NotFound, ReasonUnknownTopicOrPartition, "unknown topic "+req.GetName())
+	}
+	return &keelpb.DescribeTopicResponse{Topic: d}, nil
+}
+
+// AlterPartition is a partition leader's ISR change.
+func (s *ControllerServer) AlterPartition(ctx context.Context, req *keelpb.AlterPartitionRequest) (*keelpb.AlterPartitionResponse, error) {
+	if err := firstError(
+		validBrokerID(req.GetBrokerId()),
+		validBrokerEpoch(req.GetBrokerEpoch()),
+		validTopicID(req.GetTopicId()),
+	); err != nil {
+		return nil, err
+	}
+	if len(req.GetNewIsr()) == 0 || len(req.GetNewIsr()) > maxReplicationFactor {
+		return nil, invalidArgument("new_isr", "has %d members; want 1..%d", len(req.GetNewIsr()), maxReplicationFactor)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	p, err := s.ctrl.AlterPartition(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &keelpb.AlterPartitionResponse{Partition: controller.DescribePartition(p)}, nil
+}
+
+func validTopicID(id string) error {
+	if _, err := fsm.ParseTopicID(id); err != nil || len(id) != 36 {
+		return invalidArgument("topic_id", "%q is not a topic id (a UUID)", truncate(id))
+	}
+	return nil
+}
+
+// ElectLeaders runs a preferred or unclean election.
+func (s *ControllerServer) ElectLeaders(ctx context.Context, req *keelpb.ElectLeadersRequest) (*keelpb.ElectLeadersResponse, error) {
+	typ := req.GetType()
+	if typ != keelpb.ElectionType_ELECTION_TYPE_PREFERRED && typ != keelpb.ElectionType_ELECTION_TYPE_UNCLEAN {
+		return nil, invalidArgument("type", "want preferred or unclean")
+	}
+	if req.GetAll() == (len(req.GetPartitions()) > 0) {
+		return nil, invalidArgument("partitions", "give either partitions or all, not both or neither")
+	}
+	if len(req.GetPartitions()) > maxPartitionsPerRequest {
+		return nil, invalidArgument("partitions", "%d; at most %d", len(req.GetPartitions()), maxPartitionsPerRequest)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	results, err := s.ctrl.ElectLeaders(ctx, typ, req.GetPartitions(), req.GetAll())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &keelpb.ElectLeadersResponse{}
+	for _, r := range results {
+		er := &keelpb.ElectionResult{Topic: r.Topic, Partition: r.Partition, Leader: r.Leader}
+		if r.Err != nil {
+			er.Error = r.Err.Error()
+		}
+		resp.Results = append(resp.Results, er)
+	}
+	return resp, nil
+}
+
+// AlterPartitionReassignments starts or (empty replicas) cancels a reassignment.
+func (s *ControllerServer) AlterPartitionReassignments(ctx context.Context, req *keelpb.AlterPartitionReassignmentsRequest) (*keelpb.AlterPartitionReassignmentsResponse, error) {
+	if req.GetTopic() == "" {
+		return nil, invalidArgument("topic", "is empty")
+	}
+	if req.GetPartition() < 0 {
+		return nil, invalidArgument("partition", "%d is negative", req.GetPartition())
+	}
+	if len(req.GetReplicas()) > maxReplicationFactor || slices.ContainsFunc(req.GetReplicas(), func(id int32) bool { return id < 0 }) {
+		return nil, invalidArgument("replicas", "want 1..%d broker ids, none negative", maxReplicationFactor)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	var err error
+	if len(req.GetReplicas()) == 0 {
+		err = s.ctrl.CancelReassignment(ctx, req.GetTopic(), req.GetPartition())
+	} else {
+		err = s.ctrl.Reassign(ctx, req.GetTopic(), req.GetPartition(), req.GetReplicas())
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	img := s.ctrl.Image()
+	t, ok := img.Topic(req.GetTopic())
+	if !ok {
+		return nil, withReason(codes.NotFound, ReasonUnknownTopicOrPartition, "topic "+req.GetTopic()+" was deleted meanwhile")
+	}
+	p, ok := img.Partition(t.ID, req.GetPartition())
+	if !ok {
+		return nil, withReason(codes.NotFound, ReasonUnknownTopicOrPartition, "partition gone")
+	}
+	return &keelpb.AlterPartitionReassignmentsResponse{Partition: controller.DescribePartition(p)}, nil
+}
+
+// ListPartitionReassignments lists ongoing reassignments from this node's image.
+func (s *ControllerServer) ListPartitionReassignments(context.Context, *keelpb.ListPartitionReassignmentsRequest) (*keelpb.ListPartitionReassignmentsResponse, error) {
+	img := s.ctrl.Image()
+	resp := &keelpb.ListPartitionReassignmentsResponse{}
+	img.EachPartition(func(p *fsm.Partition) bool {
+		if p.Reassigning() {
+			t, _ := img.TopicByID(p.TopicID)
+			resp.Reassignments = append(resp.Reassignments, &keelpb.Reassignment{
+				Topic: t.Name, Partition: p.Partition, Replicas: p.Replicas,
+				AddingReplicas: p.AddingReplicas, RemovingReplicas: p.RemovingReplicas,
+			})
+		}
+		return true
+	})
+	return resp, nil
+}

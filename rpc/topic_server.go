@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"

@@ -104,7 +104,7 @@ func placeReplicas(brokers []*fsm.Broker, first, count, rf int32, start int) [][
 		replicas := []int32{order[lead].ID}
 		racks := map[string]bool{order[lead].Rack: true}
 		for pass := 0; pass < 2 && int32(len(replicas)) < rf; pass++ {
-			for j := 0; j < n-1 && int32(len(replicas)) < rf; j++ {
+			for j := 0; j < n && int32(len(replicas)) < rf; j++ {
 				b := order[(lead+shift+j)%n]
 				if slices.Contains(replicas, b.ID) || (pass == 0 && racks[b.Rack]) {
 					continue

@@ -34,8 +34,11 @@ type ControllerConfig struct {
 	WriteTimeout time.Duration
 	// SessionTimeout is the broker session timeout (default 9s).
 	SessionTimeout time.Duration
-	Version        string
-	Logger         *slog.Logger
+	// LeaderImbalanceCheckInterval is how often automatic leader rebalance
+	// runs (default 300s; negative: never).
+	LeaderImbalanceCheckInterval time.Duration
+	Version                      string
+	Logger                       *slog.Logger
 	// Mux, if set, is an already bound listener to use instead of Listen
 	// (keel dev binds its ports before it knows the voter list).
 	Mux *raftlog.Mux
@@ -101,6 +104,8 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 		ClusterID:      cfg.ClusterID,
 		SessionTimeout: cfg.SessionTimeout,
 		Logger:         cfg.Logger,
+
+		LeaderImbalanceCheckInterval: cfg.LeaderImbalanceCheckInterval,
 	}, s.applied)
 	s.node, err = raftlog.Open(raftlog.Config{
 		NodeID:    cfg.NodeID,

@@ -1,0 +1,367 @@
+package controller
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+var tid = fsm.TopicID{0x7}
+
+// fixture: brokers 1, 2, 3 active (epochs 2, 3, 4), broker 4 fenced (epoch 5);
+// topic "t" with partition 0 replicas [1 2 3] ISR [1 2 3] leader 1, and
+// partition 1 replicas [2 3 1] ISR [2 3] leader 2. Extra batches follow.
+func fixture(t *testing.T, unclean bool, extra ...[]*keelpb.Record) *fsm.Image {
+	t.Helper()
+	unfence := func(id int32, epoch int64) *keelpb.Record {
+		return &keelpb.Record{Record: &keelpb.Record_UnfenceBroker{UnfenceBroker: &keelpb.UnfenceBrokerRecord{BrokerId: id, BrokerEpoch: epoch}}}
+	}
+	configs := map[string]string{}
+	if unclean {
+		configs[fsm.UncleanLeaderElection] = "true"
+	}
+	batches := [][]*keelpb.Record{
+		clusterStart(),
+		{regRecord(1, incA)}, {regRecord(2, incA)}, {regRecord(3, incA)}, {regRecord(4, incA)},
+		{unfence(1, 2), unfence(2, 3), unfence(3, 4)},
+		{
+			{Record: &keelpb.Record_Topic{Topic: &keelpb.TopicRecord{Name: "t", TopicId: bytes.Clone(tid[:]), Configs: configs}}},
+			{Record: &keelpb.Record_Partition{Partition: &keelpb.PartitionRecord{TopicId: bytes.Clone(tid[:]), Partition: 0, Replicas: []int32{1, 2, 3}, Isr: []int32{1, 2, 3}, Leader: 1}}},
+			{Record: &keelpb.Record_Partition{Partition: &keelpb.PartitionRecord{TopicId: bytes.Clone(tid[:]), Partition: 1, Replicas: []int32{2, 3, 1}, Isr: []int32{2, 3}, Leader: 2}}},
+		},
+	}
+	return imageWith(t, append(batches, extra...)...)
+}
+
+// apply replays records onto img, failing the test if they do not apply.
+func apply(t *testing.T, img *fsm.Image, recs []*keelpb.Record) *fsm.Image {
+	t.Helper()
+	if len(recs) == 0 {
+		return img
+	}
+	next, err := fsm.Apply(img, img.Offset+1, 1, &keelpb.RecordBatch{Records: recs})
+	if err != nil {
+		t.Fatalf("records do not apply: %v", err)
+	}
+	return next
+}
+
+type partState struct {
+	leader int32
+	isr    []int32
+}
+
+func state(img *fsm.Image, p int32) partState {
+	part, _ := img.Partition(tid, p)
+	return partState{part.Leader, part.ISR}
+}
+
+func (s partState) String() string { return fmt.Sprintf("leader %d isr %v", s.leader, s.isr) }
+
+func equalState(a, b partState) bool { return a.leader == b.leader && slices.Equal(a.isr, b.isr) }
+
+func heartbeat(id int32, epoch int64, offset uint64, fence, shutdown bool) *keelpb.BrokerHeartbeatRequest {
+	return &keelpb.BrokerHeartbeatRequest{BrokerId: id, BrokerEpoch: epoch, MetadataOffset: offset, WantFence: fence, WantShutdown: shutdown}
+}
+
+func fenceRec(id int32, epoch int64) *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_FenceBroker{FenceBroker: &keelpb.FenceBrokerRecord{BrokerId: id, BrokerEpoch: epoch}}}
+}
+
+func TestReplication_BrokerStateChanges(t *testing.T) {
+	tests := []struct {
+		name    string
+		unclean bool
+		extra   [][]*keelpb.Record
+		decide  func(img *fsm.Image) ([]*keelpb.Record, error)
+		want    map[int32]partState
+	}{
+		{
+			name: "fencing the leader elects the first ISR replica in assignment order",
+			decide: func(img *fsm.Image) ([]*keelpb.Record, error) {
+				return heartbeatRecords(img, heartbeat(1, 2, 99, true, false))
+			},
+			want: map[int32]partState{0: {2, []int32{2, 3}}, 1: {2, []int32{2, 3}}},
+		},
+		{
+			name: "fencing a follower only shrinks the ISR; the leader stays",
+			decide: func(img *fsm.Image) ([]*keelpb.Record, error) {
+				return heartbeatRecords(img, heartbeat(3, 4, 99, true, false))
+			},
+			want: map[int32]partState{0: {1, []int32{1, 2}}, 1: {2, []int32{2}}},
+		},
+		{
+			name: "session expiry of two brokers at once: one record per partition",
+			decide: func(img *fsm.Image) ([]*keelpb.Record, error) {
+				b1, _ := img.Broker(1)
+				b2, _ := img.Broker(2)
+				return fenceRecords(img, []*fsm.Broker{b1, b2}), nil
+			},
+			want: map[int32]partState{0: {3, []int32{3}}, 1: {3, []int32{3}}},
+		},
+		{
+			name: "losing the last ISR member leaves no leader and keeps that member",
+			extra: [][]*keelpb.Record{{
+				fenceRec(2, 3), fenceRec(3, 4),
+				change(0, leaderPtr(1), []int32{1}), change(1, leaderPtr(fsm.NoLeader), []int32{2}),
+			}},
+			decide: func(img *fsm.Image) ([]*keelpb.Record, error) {
+				return heartbeatRecords(img, heartbeat(1, 2, 99, true, false))
+			},
+			want: map[int32]partState{0: {fsm.NoLeader, []int32{1}}, 1: {fsm.NoLeader, []int32{2}}},
+		},
+		{
+			name:    "unclean election picks a live replica outside the ISR",
+			unclean: true,
+			extra:   [][]*keelpb.Record{{fenceRec(2, 3), change(0, leaderPtr(1), []int32{1})}},
+			decide: func(img *fsm.Image) ([]*keelpb.Record, error) {
+				return heartbeatRecords(img, heartbeat(1, 2, 99, true, false))
+			},
+			want: map[int32]partState{0: {3, []int32{3}}},
+		},
+		{
+			name:  "an unfenced broker leads the leaderless partitions it is in the ISR of",
+			extra: [][]*keelpb.Record{{fenceRec(1, 2), fenceRec(2, 3), fenceRec(3, 4), change(0, leaderPtr(fsm.NoLeader), []int32{1}), change(1, leaderPtr(fsm.NoLeader), []int32{2})}},
+			decide: func(img *fsm.Image) ([]*keelpb.Record, error) {
+				return heartbeatRecords(img, heartbeat(1, 2, 99, false, false))
+			},
+			want: map[int32]partState{0: {1, []int32{1}}, 1: {fsm.NoLeader, []int32{2}}},
+		},
+		{
+			name: "controlled shutdown moves leadership to another ISR member and leaves the ISRs",
+			decide: func(img *fsm.Image) ([]*keelpb.Record, error) {
+				return heartbeatRecords(img, heartbeat(2, 3, 99, false, true))
+			},
+			want: map[int32]partState{0: {1, []int32{1, 3}}, 1: {3, []int32{3}}},
+		},
+		{
+			name:   "unregistering a broker is a failure for its partitions",
+			decide: func(img *fsm.Image) ([]*keelpb.Record, error) { return unregisterRecords(img, 1, 2) },
+			want:   map[int32]partState{0: {2, []int32{2, 3}}},
+		},
+		{
+			name: "a bounced broker (new incarnation) loses its leaderships at once",
+			decide: func(img *fsm.Image) ([]*keelpb.Record, error) {
+				return registrationRecords(img, &keelpb.RegisterBrokerRequest{BrokerId: 1, IncarnationId: incB, Address: "h:1", MinMetadataVersion: 1, MaxMetadataVersion: 1},
+					func(int32, int64) bool { return false })
+			},
+			want: map[int32]partState{0: {2, []int32{2, 3}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			img := fixture(t, tt.unclean, tt.extra...)
+			recs, err := tt.decide(img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := apply(t, img, recs)
+			for p, want := range tt.want {
+				if got := state(after, p); !equalState(got, want) {
+					t.Errorf("partition %d: %v, want %v", p, got, want)
+				}
+			}
+		})
+	}
+}
+
+func leaderPtr(id int32) *int32 { return &id }
+
+func change(p int32, leader *int32, isr []int32) *keelpb.Record {
+	r := &keelpb.PartitionChangeRecord{TopicId: bytes.Clone(tid[:]), Partition: p, Leader: leader}
+	if isr != nil {
+		r.Isr = &keelpb.Int32List{Values: isr}
+	}
+	return &keelpb.Record{Record: &keelpb.Record_PartitionChange{PartitionChange: r}}
+}
+
+func TestReplication_AlterPartition(t *testing.T) {
+	// Partition 1: leader 2, leader epoch 0, partition epoch 0, ISR [2 3].
+	req := func(mut func(r *keelpb.AlterPartitionRequest)) *keelpb.AlterPartitionRequest {
+		r := &keelpb.AlterPartitionRequest{BrokerId: 2, BrokerEpoch: 3, TopicId: tid.String(), Partition: 1, NewIsr: []int32{2, 3, 1}}
+		if mut != nil {
+			mut(r)
+		}
+		return r
+	}
+	tests := []struct {
+		name    string
+		extra   [][]*keelpb.Record
+		req     *keelpb.AlterPartitionRequest
+		wantErr error
+		want    *partState
+	}{
+		{name: "leader expands the ISR", req: req(nil), want: &partState{2, []int32{2, 3, 1}}},
+		{name: "leader shrinks the ISR", req: req(func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{2} }), want: &partState{2, []int32{2}}},
+		{name: "an unchanged ISR writes nothing", req: req(func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{2, 3} })},
+		{name: "sender is not the leader", req: req(func(r *keelpb.AlterPartitionRequest) { r.BrokerId, r.BrokerEpoch = 3, 4 }), wantErr: ErrNotPartitionLeader},
+		{name: "stale leader epoch", req: req(func(r *keelpb.AlterPartitionRequest) { r.LeaderEpoch = -1 }), wantErr: ErrFencedLeaderEpoch},
+		{
+			name:    "stale partition epoch is refused even with the ISR unchanged",
+			extra:   [][]*keelpb.Record{{change(1, nil, []int32{2})}, {change(1, nil, []int32{2, 3})}},
+			req:     req(func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{2, 3} }),
+			wantErr: ErrInvalidUpdateVersion,
+		},
+		{name: "new ISR omits the leader", req: req(func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{3, 1} }), wantErr: ErrIneligibleReplica},
+		{name: "new ISR holds a fenced broker", extra: [][]*keelpb.Record{{fenceRec(1, 2), change(0, leaderPtr(2), []int32{2, 3})}}, req: req(nil), wantErr: ErrIneligibleReplica},
+		{
+			name:    "new ISR holds a shutting-down broker",
+			extra:   [][]*keelpb.Record{{{Record: &keelpb.Record_BrokerShuttingDown{BrokerShuttingDown: &keelpb.BrokerShuttingDownRecord{BrokerId: 1, BrokerEpoch: 2}}}}},
+			req:     req(nil),
+			wantErr: ErrIneligibleReplica,
+		},
+		{name: "new ISR holds a non-replica", req: req(func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{2, 4} }), wantErr: ErrIneligibleReplica},
+		{name: "stale broker epoch", req: req(func(r *keelpb.AlterPartitionRequest) { r.BrokerEpoch = 2 }), wantErr: ErrStaleBrokerEpoch},
+		{name: "unknown partition", req: req(func(r *keelpb.AlterPartitionRequest) { r.Partition = 9 }), wantErr: ErrUnknownTopic},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			img := fixture(t, false, tt.extra...)
+			if p, _ := img.Partition(tid, 1); tt.req.PartitionEpoch == 0 && tt.wantErr != ErrInvalidUpdateVersion {
+				tt.req.PartitionEpoch, tt.req.LeaderEpoch = p.PartitionEpoch, p.LeaderEpoch+tt.req.LeaderEpoch
+			}
+			recs, err := alterPartitionRecords(img, tt.req)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.want == nil {
+				if len(recs) != 0 {
+					t.Fatalf("records %v, want none", recs)
+				}
+				return
+			}
+			after := apply(t, img, recs)
+			if got := state(after, 1); !equalState(got, *tt.want) {
+				t.Fatalf("partition 1: %v, want %v", got, *tt.want)
+			}
+			p, _ := after.Partition(tid, 1)
+			if p.LeaderEpoch != 0 || p.PartitionEpoch != 1 {
+				t.Fatalf("an ISR change moved epochs to leader %d partition %d, want 0 and 1", p.LeaderEpoch, p.PartitionEpoch)
+			}
+		})
+	}
+}
+
+func TestReplication_Elections(t *testing.T) {
+	tests := []struct {
+		name    string
+		unclean bool
+		extra   [][]*keelpb.Record
+		typ     keelpb.ElectionType
+		part    int32
+		wantErr error
+		want    int32
+	}{
+		{name: "preferred leader already leads", typ: keelpb.ElectionType_ELECTION_TYPE_PREFERRED, part: 0, wantErr: errElectionNotNeeded},
+		{
+			name:  "preferred leader back in the ISR takes over",
+			extra: [][]*keelpb.Record{{change(0, leaderPtr(2), []int32{2, 3})}, {change(0, nil, []int32{2, 3, 1})}},
+			typ:   keelpb.ElectionType_ELECTION_TYPE_PREFERRED, part: 0, want: 1,
+		},
+		{
+			name:  "preferred leader not in the ISR",
+			extra: [][]*keelpb.Record{{change(0, leaderPtr(2), []int32{2, 3})}},
+			typ:   keelpb.ElectionType_ELECTION_TYPE_PREFERRED, part: 0, wantErr: errPreferredNotReady,
+		},
+		{
+			name:  "unclean election on demand elects a live replica outside the ISR",
+			extra: [][]*keelpb.Record{{fenceRec(2, 3), change(1, leaderPtr(fsm.NoLeader), []int32{2})}},
+			typ:   keelpb.ElectionType_ELECTION_TYPE_UNCLEAN, part: 1, want: 3,
+		},
+		{name: "unclean election with a live leader is not needed", typ: keelpb.ElectionType_ELECTION_TYPE_UNCLEAN, part: 1, wantErr: errElectionNotNeeded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			img := fixture(t, tt.unclean, tt.extra...)
+			p, _ := img.Partition(tid, tt.part)
+			rec, leader, err := electionRecord(img, p, tt.typ)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := apply(t, img, []*keelpb.Record{rec})
+			if leader != tt.want || state(after, tt.part).leader != tt.want {
+				t.Fatalf("leader = %d (image %v), want %d", leader, state(after, tt.part), tt.want)
+			}
+		})
+	}
+}
+
+func TestReplication_Reassignment(t *testing.T) {
+	img := fixture(t, false)
+	// Move partition 0 from [1 2 3] to [2 3 4]: 4 is fenced, but may follow.
+	recs, err := reassignRecords(img, "t", 0, []int32{2, 3, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img = apply(t, img, recs)
+	p, _ := img.Partition(tid, 0)
+	if !slices.Equal(p.Replicas, []int32{2, 3, 4, 1}) || !slices.Equal(p.AddingReplicas, []int32{4}) || !slices.Equal(p.RemovingReplicas, []int32{1}) || p.Leader != 1 {
+		t.Fatalf("during reassignment: %+v", p)
+	}
+	if _, err := reassignRecords(img, "t", 0, []int32{1, 2, 3}); !errors.Is(err, ErrReassignmentInProgress) {
+		t.Fatalf("second reassignment: err = %v", err)
+	}
+	// Broker 4 comes up and its leader adds it to the ISR: the move completes
+	// in the same change, and leader 1, being removed, hands over.
+	img = apply(t, img, []*keelpb.Record{{Record: &keelpb.Record_UnfenceBroker{UnfenceBroker: &keelpb.UnfenceBrokerRecord{BrokerId: 4, BrokerEpoch: 5}}}})
+	recs, err = alterPartitionRecords(img, &keelpb.AlterPartitionRequest{BrokerId: 1, BrokerEpoch: 2, TopicId: tid.String(), Partition: 0,
+		LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch, NewIsr: []int32{1, 2, 3, 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img = apply(t, img, recs)
+	p, _ = img.Partition(tid, 0)
+	if !slices.Equal(p.Replicas, []int32{2, 3, 4}) || !slices.Equal(p.ISR, []int32{2, 3, 4}) || p.Leader != 2 || p.Reassigning() {
+		t.Fatalf("after completion: %+v", p)
+	}
+
+	// Cancel: start another move, then revert it.
+	recs, err = reassignRecords(img, "t", 1, []int32{2, 4, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img = apply(t, img, recs)
+	recs, err = cancelReassignmentRecords(img, "t", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img = apply(t, img, recs)
+	// As in KRaft, a revert keeps the original set (less what was being
+	// added), in the merged order: the target's replicas first.
+	if p, _ := img.Partition(tid, 1); !slices.Equal(p.Replicas, []int32{2, 1, 3}) || p.Reassigning() {
+		t.Fatalf("after cancel: %+v", p)
+	}
+	if _, err := cancelReassignmentRecords(img, "t", 1); !errors.Is(err, ErrNoReassignment) {
+		t.Fatalf("cancel without a reassignment: err = %v", err)
+	}
+}
+
+func TestReplication_ImbalanceAndLeads(t *testing.T) {
+	// Partition 0's preferred leader (1) is in the ISR but 2 leads: broker 1
+	// leads 0 of its 1 preferred partitions, over any ratio.
+	img := fixture(t, false, []*keelpb.Record{change(0, leaderPtr(2), nil)})
+	got := imbalancedPartitions(img, 0.10)
+	if len(got) != 1 || got[0].Partition != 0 {
+		t.Fatalf("imbalanced = %v", got)
+	}
+	if leadsAny(img, 1) || !leadsAny(img, 2) {
+		t.Fatal("leadsAny is wrong")
+	}
+}

@@ -15,20 +15,11 @@ import (
 // Image returns this node's committed metadata image (leader or not).
 func (c *Controller) Image() *fsm.Image { return c.fsm.Image() }
 
-// CreateTopic creates a topic (or, with ValidateOnly, answers as if it had)
-// and returns the new topic's id. Placement is decided on the event loop
+// CreateTopic creates a topic and returns its id. Placement is decided on the event loop
 // from the committed image.
 func (c *Controller) CreateTopic(ctx context.Context, req *keelpb.CreateTopicRequest) (fsm.TopicID, error) {
 	id := fsm.TopicID(uuid.New())
 	start := rand.IntN(1 << 20) // where round-robin placement begins
-	if req.ValidateOnly {
-		// Validation needs no event loop or leadership beyond being active.
-		if l := c.active.Load(); l == nil {
-			return id, c.notLeader()
-		}
-		_, err := createTopicRecords(c.fsm.Image(), req, id, start)
-		return id, err
-	}
 	_, err := c.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
 		return createTopicRecords(img, req, id, start)
 	})
@@ -36,6 +27,27 @@ func (c *Controller) CreateTopic(ctx context.Context, req *keelpb.CreateTopicReq
 		c.log.Info("topic created", "topic", req.Name, "topic_id", id.String(), "partitions", req.Partitions)
 	}
 	return id, err
+}
+
+// PreviewTopic answers a validate-only CreateTopic: it decides the topic as
+// a create would, on the active controller's committed image, and applies
+// the records to a private copy of it, so the answer shows the placement
+// without writing anything.
+func (c *Controller) PreviewTopic(req *keelpb.CreateTopicRequest) (*keelpb.TopicDescription, error) {
+	if l := c.active.Load(); l == nil {
+		return nil, c.notLeader()
+	}
+	img := c.fsm.Image()
+	recs, err := createTopicRecords(img, req, fsm.TopicID(uuid.New()), rand.IntN(1<<20))
+	if err != nil {
+		return nil, err
+	}
+	preview, err := fsm.Apply(img, img.Offset+1, img.Term, &keelpb.RecordBatch{Records: recs})
+	if err != nil {
+		return nil, err
+	}
+	t, _ := preview.Topic(req.Name)
+	return DescribeTopic(preview, t), nil
 }
 
 // CreatePartitions adds partitions to a topic.

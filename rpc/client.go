@@ -104,9 +104,15 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// attemptTimeout bounds one try against one controller, so that a hung node
-// costs one attempt, not the whole deadline.
-const attemptTimeout = 3 * time.Second
+// attemptTimeout bounds one read against one controller, so that a hung
+// node costs one attempt, not the whole deadline. A write's attempt may take
+// longer: it must outlast the server's own write timeout (10s by default),
+// or a slow but successful write (a large topic) would be retried and then
+// answered "already exists".
+const (
+	attemptTimeout      = 3 * time.Second
+	writeAttemptTimeout = 15 * time.Second
+)
 
 // Write runs call against the active controller. It follows FailedPrecondition
 // leader hints at once, and on Unavailable (no leader, takeover in progress,
@@ -125,7 +131,7 @@ func (c *Client) Write(ctx context.Context, call func(context.Context, keelpb.Co
 	pause := 20 * time.Millisecond
 	var last error
 	for {
-		err := c.try(ctx, target, call)
+		err := c.tryFor(ctx, writeAttemptTimeout, target, call)
 		if err == nil {
 			c.mu.Lock()
 			c.leader = target
@@ -176,11 +182,15 @@ func (c *Client) forgetLeader(addr string) {
 }
 
 func (c *Client) try(ctx context.Context, addr string, call func(context.Context, keelpb.ControllerServiceClient) error) error {
+	return c.tryFor(ctx, attemptTimeout, addr, call)
+}
+
+func (c *Client) tryFor(ctx context.Context, timeout time.Duration, addr string, call func(context.Context, keelpb.ControllerServiceClient) error) error {
 	cl, err := c.Controller(addr)
 	if err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}
-	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return call(actx, cl)
 }

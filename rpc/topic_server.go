@@ -61,14 +61,17 @@ func (s *ControllerServer) CreateTopic(ctx context.Context, req *keelpb.CreateTo
 	); err != nil {
 		return nil, err
 	}
+	if req.ValidateOnly {
+		d, err := s.ctrl.PreviewTopic(req)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return &keelpb.CreateTopicResponse{Topic: d}, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
-	id, err := s.ctrl.CreateTopic(ctx, req)
-	if err != nil {
+	if _, err := s.ctrl.CreateTopic(ctx, req); err != nil {
 		return nil, toStatus(err)
-	}
-	if req.ValidateOnly {
-		return &keelpb.CreateTopicResponse{Topic: &keelpb.TopicDescription{Name: req.Name, Id: id.String(), Configs: req.Configs}}, nil
 	}
 	return &keelpb.CreateTopicResponse{Topic: s.describe(req.Name)}, nil
 }

@@ -27,6 +27,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.AddCommand(newControllerCmd(g), newBrokerCmd(g), newDevCmd(g), newQuorumCmd())
+	root.AddCommand(newTopicCmd(), newPartitionCmd())
 	return root
 }
 

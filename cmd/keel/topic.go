@@ -1,0 +1,385 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+func newTopicCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "topic", Short: "Create, delete, list and describe topics"}
+	cmd.AddCommand(newTopicCreateCmd(), newTopicDeleteCmd(), newTopicListCmd(), newTopicDescribeCmd())
+	return cmd
+}
+
+// topicNameArg accepts exactly one positional argument, the topic name.
+func topicNameArg(cmd *cobra.Command, args []string) error {
+	switch {
+	case len(args) == 0 || strings.TrimSpace(args[0]) == "":
+		return fmt.Errorf("topic name required: %s", cmd.UseLine())
+	case len(args) > 1:
+		return fmt.Errorf("want one topic name, got %d: %q", len(args), args)
+	}
+	return nil
+}
+
+// topicSummary is the JSON contract of `keel topic list` (DESIGN.md).
+type topicSummary struct {
+	Name              string `json:"name"`
+	ID                string `json:"id"`
+	Partitions        int32  `json:"partitions"`
+	ReplicationFactor int32  `json:"replication_factor"`
+}
+
+// topicView is the JSON contract of `keel topic describe` (DESIGN.md); topic
+// create and partition add-partitions print the topic the same way.
+type topicView struct {
+	Name       string            `json:"name"`
+	ID         string            `json:"id"`
+	Configs    map[string]string `json:"configs"`
+	Partitions []partitionRow    `json:"partitions"`
+}
+
+type partitionRow struct {
+	Partition        int32   `json:"partition"`
+	Leader           int32   `json:"leader"`
+	LeaderEpoch      int32   `json:"leader_epoch"`
+	PartitionEpoch   int32   `json:"partition_epoch"`
+	Replicas         []int32 `json:"replicas"`
+	ISR              []int32 `json:"isr"`
+	AddingReplicas   []int32 `json:"adding_replicas"`
+	RemovingReplicas []int32 `json:"removing_replicas"`
+}
+
+// describeView turns a topic description into its printed form: partitions
+// in order, and no null where a list or map belongs.
+func describeView(t *keelpb.TopicDescription) topicView {
+	v := topicView{Name: t.GetName(), ID: t.GetId(), Configs: map[string]string{}, Partitions: make([]partitionRow, 0, len(t.GetPartitions()))}
+	for k, val := range t.GetConfigs() {
+		v.Configs[k] = val
+	}
+	for _, p := range t.GetPartitions() {
+		if p != nil {
+			v.Partitions = append(v.Partitions, partitionView(p))
+		}
+	}
+	sort.Slice(v.Partitions, func(i, j int) bool { return v.Partitions[i].Partition < v.Partitions[j].Partition })
+	return v
+}
+
+func partitionView(p *keelpb.PartitionDescription) partitionRow {
+	return partitionRow{
+		Partition:        p.GetPartition(),
+		Leader:           p.GetLeader(),
+		LeaderEpoch:      p.GetLeaderEpoch(),
+		PartitionEpoch:   p.GetPartitionEpoch(),
+		Replicas:         ids(p.GetReplicas()),
+		ISR:              ids(p.GetIsr()),
+		AddingReplicas:   ids(p.GetAddingReplicas()),
+		RemovingReplicas: ids(p.GetRemovingReplicas()),
+	}
+}
+
+// ids copies a list of broker ids; never nil, so JSON shows [] for none.
+func ids(in []int32) []int32 { return append([]int32{}, in...) }
+
+// joinIDs renders broker ids for a table: "1,2,3", or "-" for none.
+func joinIDs(in []int32) string {
+	if len(in) == 0 {
+		return "-"
+	}
+	s := make([]string, len(in))
+	for i, id := range in {
+		s[i] = fmt.Sprint(id)
+	}
+	return strings.Join(s, ",")
+}
+
+// leaderCell renders a partition leader for a table: -1 is "none".
+func leaderCell(id int32) string {
+	if id < 0 {
+		return "none"
+	}
+	return fmt.Sprint(id)
+}
+
+// printTopic prints a topic as `keel topic describe` does.
+func printTopic(w io.Writer, output string, v topicView) error {
+	if output == "json" {
+		return printJSON(w, v)
+	}
+	keys := make([]string, 0, len(v.Configs))
+	for k := range v.Configs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	configs := make([]string, len(keys))
+	for i, k := range keys {
+		configs[i] = k + "=" + v.Configs[k]
+	}
+	fmt.Fprintf(w, "Topic:   %s\nID:      %s\nConfigs: %s\n\n", v.Name, orDash(v.ID), orDash(strings.Join(configs, ", ")))
+	if len(v.Partitions) == 0 {
+		fmt.Fprintln(w, "No partitions.")
+		return nil
+	}
+	rows := [][]string{partitionHeader}
+	for _, p := range v.Partitions {
+		rows = append(rows, partitionCells(p))
+	}
+	return printTable(w, rows)
+}
+
+var partitionHeader = []string{"PARTITION", "LEADER", "LEADER EPOCH", "PARTITION EPOCH", "REPLICAS", "ISR", "ADDING", "REMOVING"}
+
+func partitionCells(p partitionRow) []string {
+	return []string{fmt.Sprint(p.Partition), leaderCell(p.Leader), fmt.Sprint(p.LeaderEpoch), fmt.Sprint(p.PartitionEpoch),
+		joinIDs(p.Replicas), joinIDs(p.ISR), joinIDs(p.AddingReplicas), joinIDs(p.RemovingReplicas)}
+}
+
+// topicCreateFlags are the flags of `keel topic create`.
+type topicCreateFlags struct {
+	partitions        int32
+	replicationFactor int32
+	assignment        string
+	configs           []string
+	validateOnly      bool
+}
+
+// request checks the flags and builds the request, before any RPC. changed
+// tells whether a flag was given on the command line.
+func (f *topicCreateFlags) request(name string, changed func(flag string) bool) (*keelpb.CreateTopicRequest, error) {
+	req := &keelpb.CreateTopicRequest{Name: name, ValidateOnly: f.validateOnly}
+	if changed("assignment") {
+		first, assignment, err := parseAssignment(f.assignment)
+		if err != nil {
+			return nil, fmt.Errorf("--assignment: %w", err)
+		}
+		if first != 0 {
+			return nil, fmt.Errorf("--assignment: partitions must be numbered from 0, not %d", first)
+		}
+		n, rf := int32(len(assignment)), int32(len(assignment[0]))
+		if changed("partitions") && f.partitions != n {
+			return nil, fmt.Errorf("--partitions %d disagrees with --assignment, which has %d partitions", f.partitions, n)
+		}
+		if changed("replication-factor") && f.replicationFactor != rf {
+			return nil, fmt.Errorf("--replication-factor %d disagrees with --assignment, which has %d replicas per partition", f.replicationFactor, rf)
+		}
+		req.Partitions, req.ReplicationFactor = n, rf
+		for _, r := range assignment {
+			req.Assignments = append(req.Assignments, &keelpb.PartitionAssignment{Replicas: r})
+		}
+	} else {
+		switch {
+		case !changed("partitions"):
+			return nil, errors.New("--partitions is required (or give --assignment)")
+		case f.partitions < 1:
+			return nil, fmt.Errorf("--partitions %d: want at least 1", f.partitions)
+		case !changed("replication-factor"):
+			return nil, errors.New("--replication-factor is required (or give --assignment)")
+		case f.replicationFactor < 1:
+			return nil, fmt.Errorf("--replication-factor %d: want at least 1", f.replicationFactor)
+		}
+		req.Partitions, req.ReplicationFactor = f.partitions, f.replicationFactor
+	}
+	configs, err := parseConfigs(f.configs)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	req.Configs = configs
+	return req, nil
+}
+
+// parseConfigs parses repeated key=value settings. Keys must be non-empty
+// and given once; a value may be empty and may hold '=' or ','.
+func parseConfigs(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("%q: want key=value", kv)
+		case k == "":
+			return nil, fmt.Errorf("%q: empty key", kv)
+		case strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' }):
+			return nil, fmt.Errorf("%q: the key holds a space or control character", kv)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("%s given twice", k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func newTopicCreateCmd() *cobra.Command {
+	a := &adminFlags{}
+	f := &topicCreateFlags{}
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a topic, with placed replicas or an explicit assignment",
+		Long: `Create a topic. Without --assignment the active controller places
+--partitions partitions of --replication-factor replicas each, rack-aware and
+with leaders spread evenly. --assignment gives every partition's replicas
+instead, the first of each being its preferred leader.
+
+Prints the topic as 'keel topic describe' does.`,
+		Example: `  keel topic create orders --partitions 6 --replication-factor 3
+  keel topic create orders --assignment "0:1,2,3;1:2,3,1;2:3,1,2"
+  keel topic create audit --partitions 1 --replication-factor 3 --config unclean.leader.election.enable=true
+  keel topic create orders --partitions 6 --replication-factor 3 --validate-only`,
+		Args: topicNameArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req, err := f.request(args[0], cmd.Flags().Changed)
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+			defer cancel()
+			resp, err := c.CreateTopic(ctx, req)
+			if err != nil {
+				return err
+			}
+			topic := resp.GetTopic()
+			if topic == nil && !req.ValidateOnly {
+				// The answer should carry the topic; read it if not.
+				d, err := c.DescribeTopic(ctx, req.Name)
+				if err != nil {
+					return fmt.Errorf("topic %q created, but reading it back failed: %s", req.Name, errorLine(err))
+				}
+				topic = d.GetTopic()
+			}
+			if topic == nil {
+				topic = &keelpb.TopicDescription{Name: req.Name}
+			}
+			if req.ValidateOnly && a.output != "json" {
+				fmt.Fprintln(cmd.OutOrStdout(), "validated, nothing written")
+			}
+			return printTopic(cmd.OutOrStdout(), a.output, describeView(topic))
+		},
+	}
+	fl := cmd.Flags()
+	fl.Int32Var(&f.partitions, "partitions", 0, "number of partitions (required without --assignment)")
+	fl.Int32Var(&f.replicationFactor, "replication-factor", 0, "replicas per partition (required without --assignment)")
+	fl.StringVar(&f.assignment, "assignment", "", `explicit replicas, "partition:broker,broker,...;..." numbered from 0, e.g. "0:1,2,3;1:2,3,1"`)
+	fl.StringArrayVar(&f.configs, "config", nil, "topic config key=value (repeatable), e.g. unclean.leader.election.enable=true")
+	fl.BoolVar(&f.validateOnly, "validate-only", false, "check the request and show the result, but create nothing")
+	a.add(cmd)
+	return cmd
+}
+
+// deletedTopic is what `keel topic delete -o json` prints.
+type deletedTopic struct {
+	Name    string `json:"name"`
+	Deleted bool   `json:"deleted"`
+}
+
+func newTopicDeleteCmd() *cobra.Command {
+	a := &adminFlags{}
+	cmd := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a topic; its brokers stop and delete the replicas",
+		Long: `Delete a topic. Its brokers stop and delete their replicas when they apply
+the deletion; a broker that is down does so when it catches up.`,
+		Args: topicNameArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+			defer cancel()
+			if err := c.DeleteTopic(ctx, args[0]); err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return printJSON(cmd.OutOrStdout(), deletedTopic{Name: args[0], Deleted: true})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted topic %s\n", args[0])
+			return nil
+		},
+	}
+	a.add(cmd)
+	return cmd
+}
+
+func newTopicListCmd() *cobra.Command {
+	a := &adminFlags{}
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List topics: name, id, partition count, replication factor",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+			defer cancel()
+			resp, err := c.ListTopics(ctx)
+			if err != nil {
+				return err
+			}
+			rows := make([]topicSummary, 0, len(resp.GetTopics()))
+			for _, t := range resp.GetTopics() {
+				rows = append(rows, topicSummary{Name: t.GetName(), ID: t.GetId(), Partitions: t.GetPartitions(), ReplicationFactor: t.GetReplicationFactor()})
+			}
+			sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
+			if a.output == "json" {
+				return printJSON(cmd.OutOrStdout(), rows)
+			}
+			table := [][]string{{"NAME", "ID", "PARTITIONS", "REPLICATION FACTOR"}}
+			for _, r := range rows {
+				table = append(table, []string{r.Name, orDash(r.ID), fmt.Sprint(r.Partitions), fmt.Sprint(r.ReplicationFactor)})
+			}
+			return printTable(cmd.OutOrStdout(), table)
+		},
+	}
+	a.add(cmd)
+	return cmd
+}
+
+func newTopicDescribeCmd() *cobra.Command {
+	a := &adminFlags{}
+	cmd := &cobra.Command{
+		Use:   "describe NAME",
+		Short: "Show a topic: its configs, and each partition's leader, epochs, replicas and ISR",
+		Args:  topicNameArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+			defer cancel()
+			resp, err := c.DescribeTopic(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if resp.GetTopic() == nil {
+				return fmt.Errorf("topic %q: the controller answered without a description", args[0])
+			}
+			return printTopic(cmd.OutOrStdout(), a.output, describeView(resp.GetTopic()))
+		},
+	}
+	a.add(cmd)
+	return cmd
+}

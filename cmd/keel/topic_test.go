@@ -1,0 +1,362 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// fakeAdmin is an active controller for the admin calls: it records each
+// request and answers with what the test set. It does not implement
+// DescribeQuorum, so reads go to it as the first controller that answers.
+type fakeAdmin struct {
+	keelpb.UnimplementedControllerServiceServer
+
+	mu              sync.Mutex
+	calls           []string
+	last            proto.Message // the last request
+	err             error         // when set, every call fails with it
+	topic           *keelpb.TopicDescription
+	topics          []*keelpb.TopicSummary
+	results         []*keelpb.ElectionResult
+	reassignments   []*keelpb.Reassignment
+	noTopicInAnswer bool
+}
+
+// record notes a call; the caller holds f.mu.
+func (f *fakeAdmin) record(name string, req proto.Message) error {
+	f.calls = append(f.calls, name)
+	f.last = req
+	return f.err
+}
+
+// got returns the calls made and the last request.
+func (f *fakeAdmin) got() ([]string, proto.Message) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string{}, f.calls...), f.last
+}
+
+// set changes what the fake answers.
+func (f *fakeAdmin) set(change func(f *fakeAdmin)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(f)
+}
+
+func (f *fakeAdmin) answerTopic() *keelpb.TopicDescription {
+	if f.noTopicInAnswer {
+		return nil
+	}
+	return f.topic
+}
+
+func (f *fakeAdmin) CreateTopic(_ context.Context, req *keelpb.CreateTopicRequest) (*keelpb.CreateTopicResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("CreateTopic", req); err != nil {
+		return nil, err
+	}
+	return &keelpb.CreateTopicResponse{Topic: f.answerTopic()}, nil
+}
+
+func (f *fakeAdmin) CreatePartitions(_ context.Context, req *keelpb.CreatePartitionsRequest) (*keelpb.CreatePartitionsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("CreatePartitions", req); err != nil {
+		return nil, err
+	}
+	return &keelpb.CreatePartitionsResponse{Topic: f.answerTopic()}, nil
+}
+
+func (f *fakeAdmin) DeleteTopic(_ context.Context, req *keelpb.DeleteTopicRequest) (*keelpb.DeleteTopicResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("DeleteTopic", req); err != nil {
+		return nil, err
+	}
+	return &keelpb.DeleteTopicResponse{}, nil
+}
+
+func (f *fakeAdmin) ListTopics(_ context.Context, req *keelpb.ListTopicsRequest) (*keelpb.ListTopicsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("ListTopics", req); err != nil {
+		return nil, err
+	}
+	return &keelpb.ListTopicsResponse{Topics: f.topics}, nil
+}
+
+func (f *fakeAdmin) DescribeTopic(_ context.Context, req *keelpb.DescribeTopicRequest) (*keelpb.DescribeTopicResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("DescribeTopic", req); err != nil {
+		return nil, err
+	}
+	if f.topic == nil || f.topic.Name != req.Name {
+		return nil, status.Errorf(codes.NotFound, "topic %q not found", req.Name)
+	}
+	return &keelpb.DescribeTopicResponse{Topic: f.topic}, nil
+}
+
+func (f *fakeAdmin) ElectLeaders(_ context.Context, req *keelpb.ElectLeadersRequest) (*keelpb.ElectLeadersResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("ElectLeaders", req); err != nil {
+		return nil, err
+	}
+	return &keelpb.ElectLeadersResponse{Results: f.results}, nil
+}
+
+func (f *fakeAdmin) AlterPartitionReassignments(_ context.Context, req *keelpb.AlterPartitionReassignmentsRequest) (*keelpb.AlterPartitionReassignmentsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("AlterPartitionReassignments", req); err != nil {
+		return nil, err
+	}
+	return &keelpb.AlterPartitionReassignmentsResponse{Partition: &keelpb.PartitionDescription{
+		Partition: req.Partition, Leader: 1, LeaderEpoch: 2, PartitionEpoch: 5,
+		Replicas: []int32{1, 2, 3, 4}, Isr: []int32{1, 2, 3}, AddingReplicas: req.Replicas}}, nil
+}
+
+func (f *fakeAdmin) ListPartitionReassignments(_ context.Context, req *keelpb.ListPartitionReassignmentsRequest) (*keelpb.ListPartitionReassignmentsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("ListPartitionReassignments", req); err != nil {
+		return nil, err
+	}
+	return &keelpb.ListPartitionReassignmentsResponse{Reassignments: f.reassignments}, nil
+}
+
+func serveAdmin(t *testing.T, f *fakeAdmin) string {
+	t.Helper()
+	return serveGRPC(t, func(g *grpc.Server) { keelpb.RegisterControllerServiceServer(g, f) })
+}
+
+// sampleTopic has a led partition, a leaderless one and one being moved,
+// listed out of order and with nil lists where the JSON must show [].
+func sampleTopic() *keelpb.TopicDescription {
+	return &keelpb.TopicDescription{
+		Name: "orders", Id: "tid", Configs: map[string]string{"unclean.leader.election.enable": "true", "a": "b"},
+		Partitions: []*keelpb.PartitionDescription{
+			{Partition: 1, Leader: -1, LeaderEpoch: 4, PartitionEpoch: 9, Replicas: []int32{2, 3}, Isr: []int32{2}},
+			{Partition: 0, Leader: 1, LeaderEpoch: 1, PartitionEpoch: 3, Replicas: []int32{1, 2, 4}, Isr: []int32{1, 2},
+				AddingReplicas: []int32{4}, RemovingReplicas: []int32{}},
+		},
+	}
+}
+
+const sampleTopicJSON = `map[configs:map[a:b unclean.leader.election.enable:true] id:tid name:orders partitions:[` +
+	`map[adding_replicas:[4] isr:[1 2] leader:1 leader_epoch:1 partition:0 partition_epoch:3 removing_replicas:[] replicas:[1 2 4]] ` +
+	`map[adding_replicas:[] isr:[2] leader:-1 leader_epoch:4 partition:1 partition_epoch:9 removing_replicas:[] replicas:[2 3]]]]`
+
+// decodeJSON decodes printed JSON to generic values, printed with fmt.
+func decodeJSON(t *testing.T, out string) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	return fmt.Sprint(v)
+}
+
+func TestTopicDescribe(t *testing.T) {
+	fake := &fakeAdmin{topic: sampleTopic()}
+	addr := serveAdmin(t, fake)
+
+	out, err := runKeel(t, "topic", "describe", "orders", "--controllers", addr, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := decodeJSON(t, out); got != sampleTopicJSON {
+		t.Fatalf("topic describe -o json = %s\nwant %s", got, sampleTopicJSON)
+	}
+
+	out, err = runKeel(t, "topic", "describe", "orders", "--controllers", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Topic:   orders\n", "ID:      tid\n", "Configs: a=b, unclean.leader.election.enable=true\n"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("topic describe lacks %q:\n%s", want, out)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	rows := lines[len(lines)-3:]
+	if !strings.HasPrefix(rows[0], "PARTITION") || strings.Fields(rows[1])[0] != "0" ||
+		fmt.Sprint(strings.Fields(rows[2])) != "[1 none 4 9 2,3 2 - -]" {
+		t.Fatalf("topic describe table:\n%s", out)
+	}
+
+	// A topic without configs or partitions still prints {} and [].
+	fake.set(func(f *fakeAdmin) { f.topic = &keelpb.TopicDescription{Name: "empty", Id: "e"} })
+	if out, err = runKeel(t, "topic", "describe", "empty", "--controllers", addr, "-o", "json"); err != nil ||
+		decodeJSON(t, out) != "map[configs:map[] id:e name:empty partitions:[]]" {
+		t.Fatalf("empty topic: %s, %v", out, err)
+	}
+
+	_, err = runKeel(t, "topic", "describe", "missing", "--controllers", addr)
+	if status.Code(err) != codes.NotFound || !strings.Contains(errorLine(err), `NotFound: topic "missing" not found`) {
+		t.Fatalf("missing topic: %v", err)
+	}
+}
+
+func TestTopicList(t *testing.T) {
+	fake := &fakeAdmin{topics: []*keelpb.TopicSummary{
+		{Name: "b", Id: "id-b", Partitions: 3, ReplicationFactor: 2},
+		{Name: "a", Id: "id-a", Partitions: 1, ReplicationFactor: 3},
+	}}
+	addr := serveAdmin(t, fake)
+	out, err := runKeel(t, "topic", "list", "--controllers", addr, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "[map[id:id-a name:a partitions:1 replication_factor:3] map[id:id-b name:b partitions:3 replication_factor:2]]"
+	if got := decodeJSON(t, out); got != want {
+		t.Fatalf("topic list -o json = %s\nwant %s", got, want)
+	}
+	out, err = runKeel(t, "topic", "list", "--controllers", addr)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if err != nil || len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") || fmt.Sprint(strings.Fields(lines[1])) != "[a id-a 1 3]" {
+		t.Fatalf("topic list =\n%s (%v)", out, err)
+	}
+	fake.set(func(f *fakeAdmin) { f.topics = nil })
+	if out, err = runKeel(t, "topic", "list", "--controllers", addr, "-o", "json"); err != nil || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("no topics: %q, %v", out, err)
+	}
+}
+
+func TestTopicDelete(t *testing.T) {
+	fake := &fakeAdmin{}
+	addr := serveAdmin(t, fake)
+	out, err := runKeel(t, "topic", "delete", "orders", "--controllers", addr, "-o", "json")
+	if err != nil || decodeJSON(t, out) != "map[deleted:true name:orders]" {
+		t.Fatalf("topic delete: %s, %v", out, err)
+	}
+	if _, req := fake.got(); !proto.Equal(req, &keelpb.DeleteTopicRequest{Name: "orders"}) {
+		t.Fatalf("request %v", req)
+	}
+	if out, err = runKeel(t, "topic", "delete", "orders", "--controllers", addr); err != nil || out != "deleted topic orders\n" {
+		t.Fatalf("topic delete: %q, %v", out, err)
+	}
+}
+
+func TestTopicCreate(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want *keelpb.CreateTopicRequest
+	}{
+		{"placed", []string{"--partitions", "3", "--replication-factor", "2"},
+			&keelpb.CreateTopicRequest{Name: "orders", Partitions: 3, ReplicationFactor: 2}},
+		{"assigned", []string{"--assignment", "0:1,2,3;1:2,3,1"},
+			&keelpb.CreateTopicRequest{Name: "orders", Partitions: 2, ReplicationFactor: 3, Assignments: []*keelpb.PartitionAssignment{
+				{Replicas: []int32{1, 2, 3}}, {Replicas: []int32{2, 3, 1}}}}},
+		{"assigned, with counts that agree", []string{"--assignment", "0:4", "--partitions", "1", "--replication-factor", "1"},
+			&keelpb.CreateTopicRequest{Name: "orders", Partitions: 1, ReplicationFactor: 1, Assignments: []*keelpb.PartitionAssignment{{Replicas: []int32{4}}}}},
+		{"with configs, validate only", []string{"--partitions", "1", "--replication-factor", "1", "--validate-only",
+			"--config", "unclean.leader.election.enable=true", "--config", "cleanup.policy=compact,delete"},
+			&keelpb.CreateTopicRequest{Name: "orders", Partitions: 1, ReplicationFactor: 1, ValidateOnly: true,
+				Configs: map[string]string{"unclean.leader.election.enable": "true", "cleanup.policy": "compact,delete"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := &fakeAdmin{topic: sampleTopic()}
+			args := append([]string{"topic", "create", "orders", "--controllers", serveAdmin(t, fake), "-o", "json"}, tt.args...)
+			out, err := runKeel(t, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if calls, req := fake.got(); len(calls) != 1 || !proto.Equal(req, tt.want) {
+				t.Fatalf("calls %v, request %v\nwant %v", calls, req, tt.want)
+			}
+			// The created topic is printed as describe prints it.
+			if got := decodeJSON(t, out); got != sampleTopicJSON {
+				t.Fatalf("topic create -o json = %s\nwant %s", got, sampleTopicJSON)
+			}
+		})
+	}
+}
+
+func TestTopicCreate_Table(t *testing.T) {
+	fake := &fakeAdmin{topic: sampleTopic()}
+	addr := serveAdmin(t, fake)
+	out, err := runKeel(t, "topic", "create", "orders", "--controllers", addr, "--partitions", "2", "--replication-factor", "3", "--validate-only")
+	if err != nil || !strings.HasPrefix(out, "validated, nothing written\nTopic:   orders\n") || !strings.Contains(out, "PARTITION") {
+		t.Fatalf("validate-only create: %v\n%s", err, out)
+	}
+	out, err = runKeel(t, "topic", "create", "orders", "--controllers", addr, "--partitions", "2", "--replication-factor", "3")
+	if err != nil || !strings.HasPrefix(out, "Topic:   orders\n") {
+		t.Fatalf("create: %v\n%s", err, out)
+	}
+
+	// A controller that answers without the topic: it is read back.
+	fake.set(func(f *fakeAdmin) { f.noTopicInAnswer = true })
+	out, err = runKeel(t, "topic", "create", "orders", "--controllers", addr, "--partitions", "2", "--replication-factor", "3", "-o", "json")
+	if calls, _ := fake.got(); err != nil || decodeJSON(t, out) != sampleTopicJSON || calls[len(calls)-1] != "DescribeTopic" {
+		t.Fatalf("create answered without the topic: %v, calls %v\n%s", err, calls, out)
+	}
+
+	fake.set(func(f *fakeAdmin) { f.err = status.Error(codes.AlreadyExists, `topic "orders" already exists`) })
+	_, err = runKeel(t, "topic", "create", "orders", "--controllers", addr, "--partitions", "2", "--replication-factor", "3")
+	if got := errorLine(err); got != `AlreadyExists: topic "orders" already exists` {
+		t.Fatalf("create of a taken name: %q", got)
+	}
+}
+
+// Until the controller implements the admin calls, they fail with one
+// clear line.
+func TestTopicList_Unimplemented(t *testing.T) {
+	addr := serveGRPC(t, func(g *grpc.Server) {
+		keelpb.RegisterControllerServiceServer(g, &keelpb.UnimplementedControllerServiceServer{})
+	})
+	_, err := runKeel(t, "topic", "list", "--controllers", addr)
+	if got := errorLine(err); !strings.HasPrefix(got, "Unimplemented: method ListTopics not implemented") {
+		t.Fatalf("err = %q", got)
+	}
+}
+
+func TestParseConfigs(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      []string
+		want    map[string]string
+		wantErr string
+	}{
+		{"none", nil, nil, ""},
+		{"one", []string{"unclean.leader.election.enable=true"}, map[string]string{"unclean.leader.election.enable": "true"}, ""},
+		{"value with = and ,", []string{"a=b=c,d"}, map[string]string{"a": "b=c,d"}, ""},
+		{"empty value", []string{"a="}, map[string]string{"a": ""}, ""},
+		{"spaces around", []string{" a = b "}, map[string]string{"a": "b"}, ""},
+		{"several", []string{"a=1", "b=2"}, map[string]string{"a": "1", "b": "2"}, ""},
+		{"no =", []string{"a"}, nil, `"a": want key=value`},
+		{"empty key", []string{"=b"}, nil, `"=b": empty key`},
+		{"empty item", []string{""}, nil, `"": want key=value`},
+		{"space in key", []string{"a b=c"}, nil, "space or control character"},
+		{"twice", []string{"a=1", "a=2"}, nil, "a given twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseConfigs(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Fatalf("parseConfigs(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"time"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -15,9 +16,9 @@ func (c *Controller) RegisterBroker(ctx context.Context, req *keelpb.RegisterBro
 	if l == nil {
 		return nil, c.notLeader()
 	}
-	alive := func(id int32, epoch int64) bool { return l.sessions.alive(id, epoch, c.cfg.Now()) }
+	remaining := func(id int32, epoch int64) time.Duration { return l.sessions.remaining(id, epoch, c.cfg.Now()) }
 	index, err := l.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
-		return registrationRecords(img, req, alive)
+		return registrationRecords(img, req, remaining)
 	})
 	if err != nil {
 		return nil, err

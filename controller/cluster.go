@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -12,9 +13,9 @@ import (
 // ClusterControlManager). They read no clock and touch no raft; sessions
 // come in as a function.
 
-// registrationRecords decides a RegisterBroker request. alive says whether a
-// broker incarnation's session is still alive.
-func registrationRecords(img *fsm.Image, req *keelpb.RegisterBrokerRequest, alive func(id int32, epoch int64) bool) ([]*keelpb.Record, error) {
+// registrationRecords decides a RegisterBroker request. remaining says how
+// long a broker incarnation's session has left (0: it has none).
+func registrationRecords(img *fsm.Image, req *keelpb.RegisterBrokerRequest, remaining func(id int32, epoch int64) time.Duration) ([]*keelpb.Record, error) {
 	if req.ClusterId != "" && req.ClusterId != img.ClusterID {
 		return nil, fmt.Errorf("%w: broker %d belongs to cluster %s, this is cluster %s",
 			ErrInconsistentClusterID, req.BrokerId, req.ClusterId, img.ClusterID)
@@ -23,9 +24,10 @@ func registrationRecords(img *fsm.Image, req *keelpb.RegisterBrokerRequest, aliv
 		return nil, fmt.Errorf("%w: broker %d supports metadata versions %d-%d, the cluster is at %d",
 			ErrUnsupportedMetadataVersion, req.BrokerId, req.MinMetadataVersion, req.MaxMetadataVersion, v)
 	}
-	if old, ok := img.Broker(req.BrokerId); ok && old.IncarnationID != req.IncarnationId && alive(old.ID, old.Epoch) {
-		return nil, fmt.Errorf("%w: broker %d is registered by another live process (incarnation %s, epoch %d)",
-			ErrDuplicateRegistration, req.BrokerId, old.IncarnationID, old.Epoch)
+	if old, ok := img.Broker(req.BrokerId); ok && old.IncarnationID != req.IncarnationId {
+		if left := remaining(old.ID, old.Epoch); left > 0 {
+			return nil, &DuplicateRegistrationError{BrokerID: old.ID, IncarnationID: old.IncarnationID, Epoch: old.Epoch, Remaining: left}
+		}
 	}
 	// A same-incarnation retry and a bounced broker (new incarnation after
 	// its session expired) both get a new registration: a new epoch, fenced

@@ -84,7 +84,12 @@ func TestCluster_RegistrationRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			recs, err := registrationRecords(img, tt.req, func(int32, int64) bool { return tt.alive })
+			recs, err := registrationRecords(img, tt.req, func(int32, int64) time.Duration {
+				if tt.alive {
+					return time.Second
+				}
+				return 0
+			})
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tt.wantErr)

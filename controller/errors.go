@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 var (
@@ -69,3 +70,20 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 func fieldError(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
+
+// DuplicateRegistrationError refuses a second live process for one broker
+// id. Remaining is how long the registered incarnation's session has left: a
+// process restarted right after a crash may try again once it has passed.
+type DuplicateRegistrationError struct {
+	BrokerID      int32
+	IncarnationID string
+	Epoch         int64
+	Remaining     time.Duration
+}
+
+func (e *DuplicateRegistrationError) Error() string {
+	return fmt.Sprintf("%v: broker %d is registered by another live process (incarnation %s, epoch %d; its session ends in %v unless it heartbeats)",
+		ErrDuplicateRegistration, e.BrokerID, e.IncarnationID, e.Epoch, e.Remaining.Round(time.Millisecond))
+}
+
+func (e *DuplicateRegistrationError) Is(target error) bool { return target == ErrDuplicateRegistration }

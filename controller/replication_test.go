@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -148,7 +149,7 @@ func TestReplication_BrokerStateChanges(t *testing.T) {
 			name: "a bounced broker (new incarnation) loses its leaderships at once",
 			decide: func(img *fsm.Image) ([]*keelpb.Record, error) {
 				return registrationRecords(img, &keelpb.RegisterBrokerRequest{BrokerId: 1, IncarnationId: incB, Address: "h:1", MinMetadataVersion: 1, MaxMetadataVersion: 1},
-					func(int32, int64) bool { return false })
+					func(int32, int64) time.Duration { return 0 })
 			},
 			want: map[int32]partState{0: {2, []int32{2, 3}}},
 		},

@@ -65,10 +65,18 @@ func (s *sessionTracker) allApplied(img *fsm.Image, offset uint64, except int32)
 
 // alive reports whether broker id has an unexpired session at epoch.
 func (s *sessionTracker) alive(id int32, epoch int64, now time.Time) bool {
+	return s.remaining(id, epoch, now) > 0
+}
+
+// remaining is how long broker id's session at epoch has left (0: none).
+func (s *sessionTracker) remaining(id int32, epoch int64, now time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss, ok := s.sessions[id]
-	return ok && ss.epoch == epoch && now.Before(ss.expires)
+	if !ok || ss.epoch != epoch || !now.Before(ss.expires) {
+		return 0
+	}
+	return ss.expires.Sub(now)
 }
 
 func (s *sessionTracker) forget(id int32) {

@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -36,9 +37,17 @@ func (c *Client) RegisterBroker(ctx context.Context, req *keelpb.RegisterBrokerR
 // BrokerHeartbeat sends one heartbeat to the active controller. A stale or
 // unknown broker epoch fails with reason ReasonStaleBrokerEpoch or
 // ReasonBrokerNotRegistered: the broker must register again.
+//
+// Each attempt gets a third of ctx's time (at least 100ms), so that a
+// controller that hangs rather than refusing costs one attempt and the
+// heartbeat still reaches the new active controller within the session.
 func (c *Client) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHeartbeatRequest) (*keelpb.BrokerHeartbeatResponse, error) {
+	attempt := writeAttemptTimeout
+	if d, ok := ctx.Deadline(); ok {
+		attempt = max(time.Until(d)/3, 100*time.Millisecond)
+	}
 	var resp *keelpb.BrokerHeartbeatResponse
-	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+	err := c.WriteWithin(ctx, attempt, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
 		var err error
 		resp, err = cl.BrokerHeartbeat(ctx, req)
 		return err

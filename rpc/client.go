@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -120,23 +121,35 @@ const (
 // until ctx ends. Other errors are returned as they are. When ctx ends first,
 // the error is Unavailable and names the last failure.
 func (c *Client) Write(ctx context.Context, call func(context.Context, keelpb.ControllerServiceClient) error) error {
+	return c.WriteWithin(ctx, writeAttemptTimeout, call)
+}
+
+// WriteWithin is Write with each attempt bounded by attempt: a caller on a
+// short deadline (a heartbeat) must not spend it all on one hung controller.
+func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call func(context.Context, keelpb.ControllerServiceClient) error) error {
 	c.mu.Lock()
 	target := c.leader
 	c.mu.Unlock()
-	next := 0
 	if target == "" {
 		target = c.addrs[0]
-		next = 1
 	}
+	// Fall back through the addresses starting after the first target, so
+	// the address that just failed is not the next one tried.
+	next := (slices.Index(c.addrs, target) + 1) % len(c.addrs)
 	pause := 20 * time.Millisecond
 	var last error
 	for {
-		err := c.tryFor(ctx, writeAttemptTimeout, target, call)
+		err := c.tryFor(ctx, attempt, target, call)
 		if err == nil {
 			c.mu.Lock()
 			c.leader = target
 			c.mu.Unlock()
 			return nil
+		}
+		code := status.Code(err)
+		if code == codes.Unavailable || code == codes.DeadlineExceeded {
+			// Even when ctx is over: the next call must not start here.
+			c.forgetLeader(target)
 		}
 		if ctx.Err() != nil {
 			if last == nil {
@@ -146,13 +159,11 @@ func (c *Client) Write(ctx context.Context, call func(context.Context, keelpb.Co
 		}
 		last = err
 		hint, _ := LeaderHintOf(err)
-		code := status.Code(err)
 		switch {
 		case code == codes.FailedPrecondition && hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target:
 			target = hint.LeaderAddress
 			continue
-		case code == codes.Unavailable || (code == codes.DeadlineExceeded && ctx.Err() == nil):
-			c.forgetLeader(target)
+		case code == codes.Unavailable || code == codes.DeadlineExceeded:
 			if hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target {
 				target = hint.LeaderAddress
 			} else {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -42,7 +44,11 @@ func toStatus(err error) error {
 	case errors.Is(err, controller.ErrUnsupportedMetadataVersion):
 		return withReason(codes.FailedPrecondition, ReasonUnsupportedMetadataVersion, err.Error())
 	case errors.Is(err, controller.ErrDuplicateRegistration):
-		return withReason(codes.AlreadyExists, ReasonDuplicateRegistration, err.Error())
+		var meta map[string]string
+		if d := new(controller.DuplicateRegistrationError); errors.As(err, &d) {
+			meta = map[string]string{sessionRemainingKey: strconv.FormatInt(d.Remaining.Milliseconds(), 10)}
+		}
+		return withReasonMeta(codes.AlreadyExists, ReasonDuplicateRegistration, err.Error(), meta)
 	case errors.Is(err, controller.ErrStaleBrokerEpoch):
 		return withReason(codes.FailedPrecondition, ReasonStaleBrokerEpoch, err.Error())
 	case errors.Is(err, controller.ErrBrokerNotRegistered):
@@ -118,11 +124,36 @@ const (
 
 // withReason builds a status error carrying an ErrorInfo reason.
 func withReason(code codes.Code, reason, msg string) error {
+	return withReasonMeta(code, reason, msg, nil)
+}
+
+func withReasonMeta(code codes.Code, reason, msg string, meta map[string]string) error {
 	st := status.New(code, msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}); err == nil {
 		return d.Err()
 	}
 	return st.Err()
+}
+
+// sessionRemainingKey carries, on a duplicate registration, how long the
+// registered incarnation's session has left, in milliseconds.
+const sessionRemainingKey = "session_remaining_ms"
+
+// SessionRemainingOf returns how long the live incarnation's session has
+// left, from a duplicate-registration error.
+func SessionRemainingOf(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
+			if ms, err := strconv.ParseInt(info.Metadata[sessionRemainingKey], 10, 64); err == nil {
+				return time.Duration(ms) * time.Millisecond, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // ReasonOf returns the ErrorInfo reason carried by err, or "".

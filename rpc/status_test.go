@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -52,5 +53,18 @@ func TestToStatus(t *testing.T) {
 	}
 	if toStatus(nil) != nil {
 		t.Fatal("toStatus(nil) != nil")
+	}
+}
+
+func TestToStatus_DuplicateRegistrationCarriesTheSessionLeft(t *testing.T) {
+	err := toStatus(&controller.DuplicateRegistrationError{BrokerID: 1, IncarnationID: "x", Epoch: 5, Remaining: 1500 * time.Millisecond})
+	if status.Code(err) != codes.AlreadyExists || ReasonOf(err) != ReasonDuplicateRegistration {
+		t.Fatalf("err = %v (reason %q)", err, ReasonOf(err))
+	}
+	if d, ok := SessionRemainingOf(err); !ok || d != 1500*time.Millisecond {
+		t.Fatalf("SessionRemainingOf = %v, %v", d, ok)
+	}
+	if _, ok := SessionRemainingOf(status.Error(codes.Unavailable, "x")); ok {
+		t.Fatal("SessionRemainingOf found a value in a plain error")
 	}
 }

@@ -80,6 +80,10 @@ type Agent struct {
 	lis         net.Listener
 	grpc        *grpc.Server
 	replay      *replayer // owned by the stream loop
+	// handlers are told of every change: the data plane first, if any.
+	handlers []Handler
+	// diff: some handler may act on replica changes, so they are computed.
+	diff bool
 
 	img     atomic.Pointer[fsm.Image] // the image the handler has seen
 	applied chan struct{}             // poked after each new image
@@ -89,7 +93,16 @@ type Agent struct {
 	state        string
 	streamCancel context.CancelFunc // ends the current stream attempt
 
+	// Controlled shutdown: wantShutdown makes every heartbeat ask for it
+	// (shutdownPoke sends one at once); released is closed when the
+	// controller answers should_shut_down, or forgets the broker.
+	wantShutdown atomic.Bool
+	shutdownPoke chan struct{}
+	released     chan struct{}
+	releaseOnce  sync.Once
+
 	fatal     chan error
+	runDone   chan struct{}      // closed when the main loop returns
 	cancel    context.CancelFunc // stops the loops
 	loops     sync.WaitGroup
 	serving   sync.WaitGroup
@@ -130,21 +143,37 @@ func Start(cfg Config) (_ *Agent, err error) {
 	}
 
 	a := &Agent{
-		cfg:         cfg,
-		log:         cfg.Logger.With("component", "broker", "broker_id", cfg.BrokerID),
-		meta:        meta,
-		incarnation: uuid.NewString(),
-		address:     address,
-		client:      client,
-		lis:         lis,
-		grpc:        grpc.NewServer(rpc.ServerOptions()...),
-		applied:     make(chan struct{}, 1),
-		state:       StateRegistering,
-		fatal:       make(chan error, 1),
+		cfg:          cfg,
+		log:          cfg.Logger.With("component", "broker", "broker_id", cfg.BrokerID),
+		meta:         meta,
+		incarnation:  uuid.NewString(),
+		address:      address,
+		client:       client,
+		lis:          lis,
+		grpc:         grpc.NewServer(rpc.ServerOptions()...),
+		applied:      make(chan struct{}, 1),
+		state:        StateRegistering,
+		shutdownPoke: make(chan struct{}, 1),
+		released:     make(chan struct{}),
+		fatal:        make(chan error, 1),
+		runDone:      make(chan struct{}),
 	}
+	if cfg.DataPlane != nil {
+		a.handlers = append(a.handlers, cfg.DataPlane)
+	}
+	a.handlers = append(a.handlers, cfg.Handler)
+	_, nop := cfg.Handler.(NopHandler)
+	a.diff = cfg.DataPlane != nil || !nop
 	a.replay = newReplayer(a.log, a.publish)
 	a.img.Store(a.replay.img)
-	keelpb.RegisterBrokerServiceServer(a.grpc, inspectServer{a: a})
+	if cfg.DataPlane != nil {
+		// Before the first fetch can arrive and the first image is applied.
+		if err = cfg.DataPlane.Start(a); err != nil {
+			client.Close()
+			return nil, fmt.Errorf("start the data plane: %v", err)
+		}
+	}
+	keelpb.RegisterBrokerServiceServer(a.grpc, brokerService{a: a})
 	a.serving.Add(1)
 	go func() {
 		defer a.serving.Done()
@@ -190,16 +219,60 @@ func (a *Agent) Status() Status {
 	}
 }
 
-// Shutdown leaves the cluster cleanly: it stops heartbeating and streaming,
-// unregisters the broker through the active controller (waiting for it at
-// most until ctx ends), then stops everything as Close does. It returns the
-// unregistration's error, if any; the agent is stopped either way.
+// BrokerID is this broker's id (Link).
+func (a *Agent) BrokerID() int32 { return a.cfg.BrokerID }
+
+// AlterPartition sends a partition leader's ISR change to the active
+// controller, stamped with this broker's id and current broker epoch (Link).
+// Before the broker has registered it fails with Unavailable.
+func (a *Agent) AlterPartition(ctx context.Context, change ISRChange) (*keelpb.PartitionDescription, error) {
+	epoch := a.currentEpoch()
+	if epoch == 0 {
+		return nil, status.Errorf(codes.Unavailable, "broker %d has not registered yet", a.cfg.BrokerID)
+	}
+	req := &keelpb.AlterPartitionRequest{
+		BrokerId:       a.cfg.BrokerID,
+		BrokerEpoch:    epoch,
+		TopicId:        change.TopicID.String(),
+		Partition:      change.Partition,
+		LeaderEpoch:    change.LeaderEpoch,
+		PartitionEpoch: change.PartitionEpoch,
+		NewIsr:         change.ISR,
+	}
+	var resp *keelpb.AlterPartitionResponse
+	err := a.client.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.AlterPartition(ctx, req)
+		return err
+	})
+	return resp.GetPartition(), err
+}
+
+func (a *Agent) currentEpoch() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.epoch
+}
+
+// Shutdown leaves the cluster cleanly, in KRaft's way. First a controlled
+// shutdown: the agent heartbeats with want_shutdown, and keeps applying the
+// metadata stream and reporting its offset, until the controller answers
+// should_shut_down: it has moved this broker's leaderships to other ISR
+// members and every active broker has applied the moves, so no partition
+// that had another live ISR member is left without a leader. That wait ends
+// early at ControlledShutdownTimeout or when ctx ends, and the broker leaves
+// anyway. Then the agent stops heartbeating and streaming, stops every
+// replica (StopReplica without delete), unregisters the broker through the
+// active controller (waiting for it at most until ctx ends), and stops
+// everything as Close does. It returns what went wrong, a controlled
+// shutdown that did not complete or a failed unregistration; the agent is
+// stopped either way.
 func (a *Agent) Shutdown(ctx context.Context) error {
 	a.setState(StateShuttingDown)
+	csErr := a.controlledShutdown(ctx)
 	a.stopLoops()
-	a.mu.Lock()
-	epoch := a.epoch
-	a.mu.Unlock()
+	a.stopReplicas()
+	epoch := a.currentEpoch()
 	var err error
 	if epoch > 0 {
 		err = a.client.UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: a.cfg.BrokerID, BrokerEpoch: epoch})
@@ -213,7 +286,61 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 			a.log.Info("unregistered", "broker_epoch", epoch)
 		}
 	}
-	return errors.Join(err, a.Close())
+	return errors.Join(csErr, err, a.Close())
+}
+
+// controlledShutdown asks the controller to release the broker and waits
+// until it does, or until ControlledShutdownTimeout or ctx ends.
+func (a *Agent) controlledShutdown(ctx context.Context) error {
+	if a.currentEpoch() == 0 {
+		return nil // never registered: there is nothing to hand over
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.ControlledShutdownTimeout)
+	defer cancel()
+	start := time.Now()
+	a.log.Info("controlled shutdown: asking the controller to move this broker's leaderships away")
+	a.wantShutdown.Store(true)
+	select {
+	case a.shutdownPoke <- struct{}{}:
+	default:
+	}
+	select {
+	case <-a.released:
+	case <-a.runDone:
+		select {
+		case <-a.released:
+		default:
+			return errors.New("controlled shutdown: the agent had already stopped")
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("controlled shutdown of broker %d did not complete in %v; leaving without it",
+			a.cfg.BrokerID, time.Since(start).Round(time.Millisecond))
+	}
+	a.log.Info("controlled shutdown complete", "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// release ends a controlled shutdown's wait.
+func (a *Agent) release() {
+	a.releaseOnce.Do(func() { close(a.released) })
+}
+
+// stopReplicas tells the handlers to stop every replica the broker holds,
+// keeping the data. The loops have stopped, so no publish runs beside it.
+func (a *Agent) stopReplicas() {
+	if !a.diff {
+		return
+	}
+	var held []TopicPartition
+	a.Image().PartitionsOnBroker(a.cfg.BrokerID, func(p *fsm.Partition) bool {
+		held = append(held, TopicPartition{p.TopicID, p.Partition})
+		return true
+	})
+	for _, h := range a.handlers {
+		for _, tp := range held {
+			h.StopReplica(tp.TopicID, tp.Partition, false)
+		}
+	}
 }
 
 // Close stops the agent without unregistering: the controllers fence the
@@ -232,6 +359,11 @@ func (a *Agent) Close() error {
 		}
 		grace.Stop()
 		a.serving.Wait()
+		if a.cfg.DataPlane != nil {
+			if err := a.cfg.DataPlane.Close(); err != nil {
+				a.log.Warn("data plane did not close cleanly", "err", err)
+			}
+		}
 		a.closeErr = a.client.Close()
 		a.log.Info("broker stopped")
 	})
@@ -280,7 +412,16 @@ func (a *Agent) publish(before, after *fsm.Image) error {
 	if learned {
 		a.log.Info("joined cluster", "cluster_id", after.ClusterID)
 	}
-	a.cfg.Handler.MetadataChanged(before, after)
+	for _, h := range a.handlers {
+		h.MetadataChanged(before, after)
+	}
+	if a.diff {
+		if ch := DiffReplicas(a.cfg.BrokerID, before, after); !ch.Empty() {
+			for _, h := range a.handlers {
+				deliver(h, ch)
+			}
+		}
+	}
 	a.img.Store(after)
 	select {
 	case a.applied <- struct{}{}:
@@ -297,6 +438,7 @@ func (a *Agent) controllersName() string {
 // the stream) until the controller forgets the registration, then again.
 func (a *Agent) run(ctx context.Context) {
 	defer a.loops.Done()
+	defer close(a.runDone)
 	for {
 		epoch, err := a.register(ctx)
 		if err == nil {
@@ -306,6 +448,13 @@ func (a *Agent) run(ctx context.Context) {
 			return
 		}
 		if errors.Is(err, errReregister) {
+			if a.wantShutdown.Load() {
+				// Gone from the cluster in the middle of a controlled
+				// shutdown: there is nothing left to hand over.
+				a.log.Info("the controller no longer knows this broker; ending the controlled shutdown")
+				a.release()
+				return
+			}
 			a.setState(StateRegistering)
 			continue
 		}
@@ -319,6 +468,9 @@ func (a *Agent) run(ctx context.Context) {
 // can change: another cluster, unsupported metadata versions, a bad request.
 func (a *Agent) register(ctx context.Context) (int64, error) {
 	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
+	// giveUp is set at the first duplicate-registration refusal: by then the
+	// other incarnation's session must have ended, unless it is alive.
+	var giveUp time.Time
 	for {
 		req := &keelpb.RegisterBrokerRequest{
 			BrokerId:           a.cfg.BrokerID,
@@ -361,17 +513,38 @@ func (a *Agent) register(ctx context.Context) (int64, error) {
 			return 0, fmt.Errorf("the controllers refused broker %d's registration: %s", a.cfg.BrokerID, msg)
 		case reason == rpc.ReasonDuplicateRegistration:
 			// The previous incarnation (killed, or restarted too quickly)
-			// still holds a live session; it expires within one session
-			// timeout, and then this registration succeeds.
-			a.log.Warn("another incarnation of this broker is still registered; retrying", "err", msg)
+			// may still hold a session; if it is dead, the session ends
+			// within the time the controller reports and this registration
+			// then succeeds. If it outlives that, the other process is
+			// alive: two brokers must not share an id, so give up.
+			if giveUp.IsZero() {
+				left, ok := rpc.SessionRemainingOf(err)
+				if !ok {
+					left = duplicateWaitDefault
+				}
+				giveUp = time.Now().Add(left + 2*a.cfg.HeartbeatInterval + time.Second)
+			}
+			if time.Now().After(giveUp) {
+				return 0, fmt.Errorf("broker id %d is in use by another live broker process: %s", a.cfg.BrokerID, msg)
+			}
+			a.log.Warn("another incarnation of this broker is still registered; retrying until its session ends", "err", msg,
+				"give_up_in", time.Until(giveUp).Round(time.Millisecond))
 		default:
 			a.log.Warn("registration failed; retrying", "err", msg)
 		}
-		if err := sleep(ctx, bo.next()); err != nil {
+		pause := bo.next()
+		if !giveUp.IsZero() {
+			pause = min(pause, time.Until(giveUp)+10*time.Millisecond)
+		}
+		if err := sleep(ctx, pause); err != nil {
 			return 0, err
 		}
 	}
 }
+
+// duplicateWaitDefault bounds the wait for an old incarnation's session when
+// the controller does not say how long it has left.
+const duplicateWaitDefault = 30 * time.Second
 
 // session runs the heartbeat loop here and the stream loop beside it for one
 // broker epoch, and returns when either ends the session.
@@ -393,7 +566,10 @@ func (a *Agent) session(ctx context.Context, epoch int64) error {
 
 // heartbeatLoop heartbeats every interval, and at once when the broker has
 // just caught up with its own registration (so that it is unfenced without
-// waiting a whole interval).
+// waiting a whole interval). In a controlled shutdown every heartbeat asks
+// to shut down, the first at once, and one follows every batch applied, so
+// that the controller learns without delay that this broker has applied
+// the leadership moves.
 func (a *Agent) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-chan error) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -405,18 +581,26 @@ func (a *Agent) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-cha
 			return ctx.Err()
 		case err := <-streamDone:
 			return err
+		case <-a.shutdownPoke:
 		case <-a.applied:
-			if a.currentState() != StateFenced || a.Image().Offset < uint64(epoch) || sentOffset >= uint64(epoch) {
+			switch {
+			case a.wantShutdown.Load():
+				if a.Image().Offset <= sentOffset {
+					continue
+				}
+			case a.currentState() != StateFenced || a.Image().Offset < uint64(epoch) || sentOffset >= uint64(epoch):
 				continue
 			}
 		case <-timer.C:
 		}
 		offset := a.Image().Offset
+		wantShutdown := a.wantShutdown.Load()
 		hctx, cancel := context.WithTimeout(ctx, max(2*a.cfg.HeartbeatInterval, minHeartbeatTimeout))
 		resp, err := a.client.BrokerHeartbeat(hctx, &keelpb.BrokerHeartbeatRequest{
 			BrokerId:       a.cfg.BrokerID,
 			BrokerEpoch:    epoch,
 			MetadataOffset: offset,
+			WantShutdown:   wantShutdown,
 		})
 		cancel()
 		timer.Reset(a.cfg.HeartbeatInterval)
@@ -434,6 +618,9 @@ func (a *Agent) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-cha
 			continue
 		}
 		sentOffset = offset
+		if wantShutdown && resp.GetShouldShutDown() {
+			a.release()
+		}
 		if resp.GetIsFenced() {
 			a.setState(StateFenced)
 		} else {

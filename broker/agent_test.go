@@ -411,7 +411,11 @@ func TestStart_Refuses(t *testing.T) {
 	}
 }
 
-// handlerFunc adapts a function to Handler.
+// handlerFunc adapts a function to Handler's MetadataChanged; it ignores
+// replica changes.
 type handlerFunc func(before, after *fsm.Image)
 
 func (f handlerFunc) MetadataChanged(before, after *fsm.Image) { f(before, after) }
+func (handlerFunc) BecomeLeader(PartitionState)                {}
+func (handlerFunc) BecomeFollower(PartitionState)              {}
+func (handlerFunc) StopReplica(fsm.TopicID, int32, bool)       {}

@@ -13,6 +13,11 @@ import (
 // heartbeats in a row before it is fenced.
 const DefaultHeartbeatInterval = 2 * time.Second
 
+// DefaultControlledShutdownTimeout bounds how long Shutdown waits for the
+// controller to move this broker's leaderships away before it leaves
+// without (Kafka retries its controlled shutdown for about as long).
+const DefaultControlledShutdownTimeout = 30 * time.Second
+
 // Config configures an Agent.
 type Config struct {
 	// BrokerID is this broker's id, unique in the cluster and tied to DataDir.
@@ -37,6 +42,16 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Handler is told of every metadata change; default NopHandler.
 	Handler Handler
+	// DataPlane, when set, holds the broker's replicas: it is told of every
+	// metadata change before Handler, serves BrokerService.Fetch, and
+	// reports the replicas `keel broker inspect` shows. Without one the
+	// broker holds no data: Fetch is Unimplemented and inspect derives each
+	// replica's role from the image. ReplicaManager is the reference one.
+	DataPlane DataPlane
+	// ControlledShutdownTimeout bounds how long Shutdown waits for the
+	// controller to release the broker; default
+	// DefaultControlledShutdownTimeout.
+	ControlledShutdownTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -54,6 +69,8 @@ func (c *Config) check() error {
 		return errors.New("an address to listen on or advertise is required")
 	case c.HeartbeatInterval < 0:
 		return fmt.Errorf("heartbeat interval %v is negative", c.HeartbeatInterval)
+	case c.ControlledShutdownTimeout < 0:
+		return fmt.Errorf("controlled shutdown timeout %v is negative", c.ControlledShutdownTimeout)
 	}
 	for _, addr := range append([]string{c.Address, c.Listen}, c.Controllers...) {
 		if addr == "" {
@@ -65,6 +82,9 @@ func (c *Config) check() error {
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.ControlledShutdownTimeout == 0 {
+		c.ControlledShutdownTimeout = DefaultControlledShutdownTimeout
 	}
 	if c.Listen == "" {
 		c.Listen = c.Address

@@ -12,6 +12,17 @@
 // broker logic, so anyone can build their own broker on it. `keel broker` is
 // the reference broker.
 //
+// From each applied batch the agent also derives what changed for this
+// broker's replicas (DiffReplicas) and calls the handlers' BecomeLeader,
+// BecomeFollower and StopReplica: the seeds' LeaderAndIsr and StopReplica
+// requests, which no controller has to send and no broker can miss. The
+// replicas themselves belong to a DataPlane; ReplicaManager is the reference
+// broker's, a stand-in with empty logs whose followers fetch from their
+// leaders and whose leaders change ISRs through AlterPartition, as Kafka's do.
+// Shutdown is KRaft's controlled shutdown: the broker asks to leave, keeps
+// applying metadata while the controller moves its leaderships away, and
+// goes once the controller says every broker has applied the moves.
+//
 // The replay refuses anything that could make the image diverge: a push from
 // a controller epoch lower than one already seen (a deposed controller), an
 // entry that does not continue the applied offset (a gap), or a snapshot that

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 
@@ -42,11 +43,22 @@ type fakeCluster struct {
 	// partitioned, when set, keeps a deposed node's streams open and silent,
 	// as a controller cut off by a network partition does.
 	partitioned bool
+	// Controlled shutdown, as the controller does it: the first heartbeat
+	// with want_shutdown writes the broker's BrokerShuttingDown record and
+	// moves the leaderships it holds to the next ISR member; should_shut_down
+	// is answered once the broker has sent shutdownAfter such heartbeats
+	// and applied those records. shutdownAfter < 0 never answers it.
+	shutdownAfter int
+	shutdownAt    map[int32]uint64 // the offset of each broker's shutdown batch
+	wantShutdowns map[int32]int    // heartbeats with want_shutdown, by broker
+	// alterErr, when set, answers AlterPartition instead (nil: go on).
+	alterErr func(*keelpb.AlterPartitionRequest) error
 
 	// What the brokers asked.
 	registrations []*keelpb.RegisterBrokerRequest
 	heartbeats    []*keelpb.BrokerHeartbeatRequest
 	unregisters   []*keelpb.UnregisterBrokerRequest
+	alters        []*keelpb.AlterPartitionRequest
 	streams       []streamCall
 	snapshots     int
 }
@@ -67,7 +79,8 @@ type fakeNode struct {
 // already names the cluster and the first controller epoch.
 func newFakeCluster(t *testing.T, n int) *fakeCluster {
 	t.Helper()
-	c := &fakeCluster{t: t, clusterID: "test-cluster", img: fsm.Empty(), changed: make(chan struct{})}
+	c := &fakeCluster{t: t, clusterID: "test-cluster", img: fsm.Empty(), changed: make(chan struct{}),
+		shutdownAfter: 1, shutdownAt: map[int32]uint64{}, wantShutdowns: map[int32]int{}}
 	for i := range n {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -188,7 +201,9 @@ func (n *fakeNode) RegisterBroker(_ context.Context, req *keelpb.RegisterBrokerR
 		return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonInconsistentClusterID,
 			fmt.Sprintf("broker cluster id %s is not the cluster's %s", req.GetClusterId(), c.clusterID))
 	}
-	epoch := c.appendLocked(registerRec(req.GetBrokerId(), req.GetIncarnationId()))
+	rec := registerRec(req.GetBrokerId(), req.GetIncarnationId())
+	rec.GetBrokerRegistration().Address = req.GetAddress() // where followers fetch from
+	epoch := c.appendLocked(rec)
 	return &keelpb.RegisterBrokerResponse{BrokerEpoch: int64(epoch), ClusterId: c.clusterID, ControllerEpoch: c.img.ControllerEpoch}, nil
 }
 
@@ -218,12 +233,96 @@ func (n *fakeNode) BrokerHeartbeat(_ context.Context, req *keelpb.BrokerHeartbea
 		return nil, err
 	}
 	caughtUp := req.GetMetadataOffset() >= uint64(b.Epoch)
-	if b.Fenced && caughtUp && !c.holdFenced {
+	if b.Fenced && caughtUp && !c.holdFenced && !req.GetWantShutdown() {
 		c.appendLocked(unfenceRec(b.ID, b.Epoch))
 		b, _ = c.img.Broker(b.ID)
 	}
-	return &keelpb.BrokerHeartbeatResponse{IsCaughtUp: caughtUp, IsFenced: b.Fenced,
-		ControllerEpoch: c.img.ControllerEpoch, ControllerId: n.id}, nil
+	resp := &keelpb.BrokerHeartbeatResponse{IsCaughtUp: caughtUp, IsFenced: b.Fenced,
+		ControllerEpoch: c.img.ControllerEpoch, ControllerId: n.id}
+	if req.GetWantShutdown() {
+		c.wantShutdowns[b.ID]++
+		if !b.Fenced && !b.ShuttingDown {
+			c.shutdownAt[b.ID] = c.appendLocked(c.shutdownRecordsLocked(b)...)
+		}
+		resp.ShouldShutDown = b.Fenced || (c.shutdownAfter >= 0 && c.wantShutdowns[b.ID] >= c.shutdownAfter &&
+			req.GetMetadataOffset() >= c.shutdownAt[b.ID])
+	}
+	return resp, nil
+}
+
+// shutdownRecordsLocked marks b shutting down and moves each leadership it
+// holds to the next ISR member, which it removes from the ISR; a partition
+// with no other ISR member keeps b as its leader (the real controller's
+// rules are richer; the broker does not care which). The caller holds mu.
+func (c *fakeCluster) shutdownRecordsLocked(b *fsm.Broker) []*keelpb.Record {
+	recs := []*keelpb.Record{shuttingDownRec(b.ID, b.Epoch)}
+	c.img.PartitionsOnBroker(b.ID, func(p *fsm.Partition) bool {
+		if p.Leader != b.ID || len(p.ISR) < 2 {
+			return true
+		}
+		isr := slices.DeleteFunc(slices.Clone(p.ISR), func(id int32) bool { return id == b.ID })
+		recs = append(recs, changeRec(p.TopicID, p.Partition, &isr[0], isr, nil))
+		return true
+	})
+	return recs
+}
+
+// AlterPartition checks a leader's ISR change as the controller does and
+// commits it.
+func (n *fakeNode) AlterPartition(_ context.Context, req *keelpb.AlterPartitionRequest) (*keelpb.AlterPartitionResponse, error) {
+	c := n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := n.notActive(); err != nil {
+		return nil, err
+	}
+	c.alters = append(c.alters, req)
+	if c.alterErr != nil {
+		if err := c.alterErr(req); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := c.checkEpoch(req.GetBrokerId(), req.GetBrokerEpoch()); err != nil {
+		return nil, err
+	}
+	id, err := fsm.ParseTopicID(req.GetTopicId())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	p, ok := c.img.Partition(id, req.GetPartition())
+	switch {
+	case !ok:
+		return nil, status.Errorf(codes.NotFound, "no partition %s/%d", id, req.GetPartition())
+	case p.Leader != req.GetBrokerId():
+		return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonNotLeader, "not the leader")
+	case p.LeaderEpoch != req.GetLeaderEpoch():
+		return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonFencedLeaderEpoch, "stale leader epoch")
+	case p.PartitionEpoch != req.GetPartitionEpoch():
+		return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonInvalidUpdateVersion, "stale partition epoch")
+	}
+	for _, b := range req.GetNewIsr() {
+		if br, ok := c.img.Broker(b); !ok || !br.Eligible() || !slices.Contains(p.Replicas, b) {
+			return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonIneligibleReplica, fmt.Sprintf("broker %d", b))
+		}
+	}
+	if !slices.Equal(req.GetNewIsr(), p.ISR) {
+		c.appendLocked(changeRec(id, req.GetPartition(), nil, req.GetNewIsr(), nil))
+		p, _ = c.img.Partition(id, req.GetPartition())
+	}
+	return &keelpb.AlterPartitionResponse{Partition: &keelpb.PartitionDescription{Partition: p.Partition, Leader: p.Leader,
+		LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch, Replicas: p.Replicas, Isr: p.ISR}}, nil
+}
+
+func (c *fakeCluster) alterCalls() []*keelpb.AlterPartitionRequest {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*keelpb.AlterPartitionRequest(nil), c.alters...)
+}
+
+func (c *fakeCluster) heartbeatCalls() []*keelpb.BrokerHeartbeatRequest {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*keelpb.BrokerHeartbeatRequest(nil), c.heartbeats...)
 }
 
 func (n *fakeNode) UnregisterBroker(_ context.Context, req *keelpb.UnregisterBrokerRequest) (*keelpb.UnregisterBrokerResponse, error) {
@@ -389,6 +488,37 @@ func fenceRec(id int32, epoch int64) *keelpb.Record {
 func unfenceRec(id int32, epoch int64) *keelpb.Record {
 	return &keelpb.Record{Record: &keelpb.Record_UnfenceBroker{UnfenceBroker: &keelpb.UnfenceBrokerRecord{BrokerId: id, BrokerEpoch: epoch}}}
 }
+
+func shuttingDownRec(id int32, epoch int64) *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_BrokerShuttingDown{BrokerShuttingDown: &keelpb.BrokerShuttingDownRecord{BrokerId: id, BrokerEpoch: epoch}}}
+}
+
+func topicRec(name string, id fsm.TopicID) *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_Topic{Topic: &keelpb.TopicRecord{Name: name, TopicId: bytes.Clone(id[:])}}}
+}
+
+func partitionRec(id fsm.TopicID, p int32, replicas, isr []int32, leader int32) *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_Partition{Partition: &keelpb.PartitionRecord{
+		TopicId: bytes.Clone(id[:]), Partition: p, Replicas: replicas, Isr: isr, Leader: leader}}}
+}
+
+// changeRec builds a PartitionChangeRecord; a nil leader or slice is "unchanged".
+func changeRec(id fsm.TopicID, p int32, leader *int32, isr, replicas []int32) *keelpb.Record {
+	r := &keelpb.PartitionChangeRecord{TopicId: bytes.Clone(id[:]), Partition: p, Leader: leader}
+	if isr != nil {
+		r.Isr = &keelpb.Int32List{Values: isr}
+	}
+	if replicas != nil {
+		r.Replicas = &keelpb.Int32List{Values: replicas}
+	}
+	return &keelpb.Record{Record: &keelpb.Record_PartitionChange{PartitionChange: r}}
+}
+
+func removeTopicRec(id fsm.TopicID) *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_RemoveTopic{RemoveTopic: &keelpb.RemoveTopicRecord{TopicId: bytes.Clone(id[:])}}}
+}
+
+func leaderID(id int32) *int32 { return &id }
 
 func unregisterRec(id int32, epoch int64) *keelpb.Record {
 	return &keelpb.Record{Record: &keelpb.Record_UnregisterBroker{UnregisterBroker: &keelpb.UnregisterBrokerRecord{BrokerId: id, BrokerEpoch: epoch}}}

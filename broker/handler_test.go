@@ -34,6 +34,7 @@ func TestLoggingHandler(t *testing.T) {
 		{"nothing for brokers", l.images[4], func(*testing.T) *fsm.Image { return l.images[5] }, nil},
 		{"fenced", l.images[5], func(t *testing.T) *fsm.Image { return after(t, fenceRec(1, 3)) }, []string{`msg="broker fenced" id=1 epoch=3`}},
 		{"unregistered", l.images[5], func(t *testing.T) *fsm.Image { return after(t, unregisterRec(2, 4)) }, []string{`msg="broker unregistered" id=2 epoch=4`}},
+		{"shutting down", l.images[5], func(t *testing.T) *fsm.Image { return after(t, shuttingDownRec(1, 3)) }, []string{`msg="broker shutting_down" id=1 epoch=3`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,5 +54,29 @@ func TestLoggingHandler(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestLoggingHandler_Replicas(t *testing.T) {
+	var buf bytes.Buffer
+	h := LoggingHandler{Logger: slog.New(slog.NewTextHandler(&buf, nil))}
+	p := PartitionState{Topic: "t", TopicID: topicT, Partition: 3, Leader: 2, LeaderEpoch: 4, PartitionEpoch: 6, Replicas: []int32{1, 2}, ISR: []int32{2, 1}}
+	h.BecomeFollower(p)
+	p.Leader = 1
+	h.BecomeLeader(p)
+	h.StopReplica(topicT, 3, true)
+	want := []string{
+		`msg="become follower" topic=t partition=3 leader=2 leader_epoch=4 partition_epoch=6 isr="[2 1]"`,
+		`msg="become leader" topic=t partition=3 leader_epoch=4 partition_epoch=6 isr="[2 1]"`,
+		`msg="stop replica" topic_id=07000000-0000-0000-0000-000000000000 partition=3 delete=true`,
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("logged %q, want %q", lines, want)
+	}
+	for i := range want {
+		if !strings.Contains(lines[i], want[i]) {
+			t.Fatalf("line %d = %q, want %q", i, lines[i], want[i])
+		}
 	}
 }

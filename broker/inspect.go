@@ -3,18 +3,29 @@ package broker
 import (
 	"context"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
-// inspectServer serves BrokerService: the broker's own view, for
-// `keel broker inspect` and for tests that compare it with the controllers'.
-type inspectServer struct {
+// brokerService serves BrokerService: the broker's own view, for
+// `keel broker inspect` and for tests that compare it with the controllers',
+// and its followers' fetches, which the data plane answers.
+type brokerService struct {
 	keelpb.UnimplementedBrokerServiceServer
 	a *Agent
 }
 
-func (s inspectServer) Inspect(context.Context, *keelpb.InspectRequest) (*keelpb.InspectResponse, error) {
+func (s brokerService) Inspect(context.Context, *keelpb.InspectRequest) (*keelpb.InspectResponse, error) {
 	st := s.a.Status()
+	replicas := s.a.Replicas()
+	parts := make([]*keelpb.ReplicaState, len(replicas))
+	for i, r := range replicas {
+		parts[i] = &keelpb.ReplicaState{Topic: r.Topic, Partition: r.Partition, Role: r.Role,
+			Leader: r.Leader, LeaderEpoch: r.LeaderEpoch, Isr: r.ISR}
+	}
 	return &keelpb.InspectResponse{
 		BrokerId:        st.BrokerID,
 		BrokerEpoch:     st.BrokerEpoch,
@@ -23,7 +34,36 @@ func (s inspectServer) Inspect(context.Context, *keelpb.InspectRequest) (*keelpb
 		MetadataOffset:  st.MetadataOffset,
 		ClusterId:       st.ClusterID,
 		State:           st.State,
-		// Replicas arrive with partitions (the next issue).
-		Partitions: nil,
+		Partitions:      parts,
 	}, nil
+}
+
+func (s brokerService) Fetch(ctx context.Context, req *keelpb.FetchRequest) (*keelpb.FetchResponse, error) {
+	if s.a.cfg.DataPlane == nil {
+		return nil, status.Errorf(codes.Unimplemented, "broker %d holds no replicas (it runs without a data plane)", s.a.cfg.BrokerID)
+	}
+	return s.a.cfg.DataPlane.Fetch(ctx, req)
+}
+
+// Replicas lists this broker's replicas: as its data plane reports them,
+// or, without one, as the image assigns them (leader or follower by the
+// image's leader).
+func (a *Agent) Replicas() []ReplicaStatus {
+	if a.cfg.DataPlane != nil {
+		return a.cfg.DataPlane.Replicas()
+	}
+	img := a.Image()
+	var out []ReplicaStatus
+	img.PartitionsOnBroker(a.cfg.BrokerID, func(p *fsm.Partition) bool {
+		role := RoleFollower
+		if p.Leader == a.cfg.BrokerID {
+			role = RoleLeader
+		}
+		out = append(out, ReplicaStatus{Topic: topicName(img, p.TopicID), TopicID: p.TopicID, Partition: p.Partition,
+			Role: role, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch,
+			Replicas: p.Replicas, ISR: p.ISR})
+		return true
+	})
+	sortReplicas(out)
+	return out
 }

@@ -18,22 +18,42 @@ import (
 	"github.com/keel-dev/keel/rpc"
 )
 
-// brokerShutdownTimeout bounds a broker's clean exit: unregistering waits
-// at most this long for an active controller.
-const brokerShutdownTimeout = 10 * time.Second
+// unregisterTimeout is how long a stopping broker waits for an active
+// controller to unregister it, after its controlled shutdown.
+const unregisterTimeout = 10 * time.Second
+
+// brokerShutdownTimeout bounds a broker's clean exit with the default
+// controlled shutdown timeout: the controlled shutdown, then unregistering.
+const brokerShutdownTimeout = broker.DefaultControlledShutdownTimeout + unregisterTimeout
 
 // newBrokerCmd is `keel broker`: run without a subcommand it runs a broker;
 // `keel broker list` and `keel broker inspect` are admin tools.
 func newBrokerCmd(g *globalFlags) *cobra.Command {
-	cfg := broker.Config{HeartbeatInterval: broker.DefaultHeartbeatInterval}
+	cfg := broker.Config{
+		HeartbeatInterval:         broker.DefaultHeartbeatInterval,
+		ControlledShutdownTimeout: broker.DefaultControlledShutdownTimeout,
+	}
+	replicas := broker.ReplicaManagerConfig{
+		FetchInterval: broker.DefaultReplicaFetchInterval,
+		LagTimeMax:    broker.DefaultReplicaLagTimeMax,
+	}
 	var controllers string
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run a broker (the reference broker); list and inspect brokers",
 		Long: `Run a broker: it registers with the active controller, heartbeats, and
 replays the controllers' metadata stream into its own image. Its data dir ties
-it to one broker id and, once it has joined, one cluster. SIGTERM or SIGINT
-unregisters it cleanly and stops it.
+it to one broker id and, once it has joined, one cluster.
+
+It runs the reference data plane, whose logs are empty: a follower fetches
+from its partition leader every --replica-fetch-interval; a leader adds a
+follower that fetches to the ISR, and drops one silent for
+--replica-lag-time-max, through the controllers.
+
+SIGTERM or SIGINT makes a controlled shutdown: the controller moves this
+broker's leaderships to other ISR members first (waiting at most
+--controlled-shutdown-timeout, then leaving anyway), then the broker
+unregisters and stops.
 
 With a subcommand, list the cluster's brokers or inspect one broker.`,
 		Example: `  keel broker --broker-id 1 --listen 127.0.0.1:9201 --data-dir /var/lib/keel/broker-1 \
@@ -51,6 +71,12 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 				return errors.New("--listen is required")
 			case cfg.HeartbeatInterval <= 0:
 				return fmt.Errorf("--heartbeat-interval %v: want a positive duration", cfg.HeartbeatInterval)
+			case cfg.ControlledShutdownTimeout <= 0:
+				return fmt.Errorf("--controlled-shutdown-timeout %v: want a positive duration", cfg.ControlledShutdownTimeout)
+			case replicas.FetchInterval <= 0:
+				return fmt.Errorf("--replica-fetch-interval %v: want a positive duration", replicas.FetchInterval)
+			case replicas.LagTimeMax <= 0:
+				return fmt.Errorf("--replica-lag-time-max %v: want a positive duration", replicas.LagTimeMax)
 			}
 			if cfg.Controllers = splitAddrs(controllers); len(cfg.Controllers) == 0 {
 				return errors.New("--controllers: no controller address given")
@@ -61,6 +87,10 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 			}
 			cfg.Logger = log
 			cfg.Handler = broker.LoggingHandler{Logger: log.With("component", "broker", "broker_id", cfg.BrokerID)}
+			replicas.Logger = log.With("broker_id", cfg.BrokerID)
+			if cfg.DataPlane, err = broker.NewReplicaManager(replicas); err != nil {
+				return err
+			}
 			agent, err := broker.Start(cfg)
 			if err != nil {
 				return err
@@ -71,10 +101,11 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 			select {
 			case sig := <-sigs:
 				log.Info("stopping", "signal", sig.String())
-				ctx, cancel := context.WithTimeout(context.Background(), brokerShutdownTimeout)
+				ctx, cancel := context.WithTimeout(context.Background(), cfg.ControlledShutdownTimeout+unregisterTimeout)
 				defer cancel()
-				// A broker that cannot unregister still stops; the
-				// controllers fence it when its session expires.
+				// A broker whose controlled shutdown times out, or that
+				// cannot unregister, still stops: the controllers fence it
+				// when its session expires, and move its leaderships then.
 				if err := agent.Shutdown(ctx); err != nil {
 					log.Warn("broker did not shut down cleanly", "err", err)
 				}
@@ -93,6 +124,11 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 	f.StringVar(&controllers, "controllers", defaultControllers, "controller addresses, host:port,... (any one will do)")
 	f.StringVar(&cfg.Rack, "rack", "", "the broker's rack, for rack-aware placement")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "how often to heartbeat to the active controller")
+	f.DurationVar(&cfg.ControlledShutdownTimeout, "controlled-shutdown-timeout", cfg.ControlledShutdownTimeout,
+		"on SIGTERM, how long to wait for the controller to move this broker's leaderships away before leaving anyway")
+	f.DurationVar(&replicas.FetchInterval, "replica-fetch-interval", replicas.FetchInterval, "how often a follower replica fetches from its leader")
+	f.DurationVar(&replicas.LagTimeMax, "replica-lag-time-max", replicas.LagTimeMax,
+		"how long a follower may go without fetching before its leader drops it from the ISR")
 	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd())
 	return cmd
 }

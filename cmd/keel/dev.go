@@ -103,11 +103,18 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger) ([
 	var agents []*broker.Agent
 	for i := range n {
 		id := int32(i + 1)
+		// The reference data plane: followers fetch from their leaders, so
+		// ISRs shrink and grow as brokers come and go, as in a real cluster.
+		dp, err := broker.NewReplicaManager(broker.ReplicaManagerConfig{})
+		if err != nil {
+			return nil, err
+		}
 		a, err := broker.Start(broker.Config{
 			BrokerID:    id,
 			Listen:      "127.0.0.1:0",
 			DataDir:     filepath.Join(dataDir, fmt.Sprintf("broker-%d", id)),
 			Controllers: addrs,
+			DataPlane:   dp,
 			Logger:      log.With("broker", id),
 		})
 		if err != nil {

@@ -1,0 +1,91 @@
+package broker
+
+import (
+	"context"
+	"time"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// DataPlane is the part of a broker that holds replicas: a Handler told of
+// every role change, that serves its followers' fetches on the broker's gRPC
+// service, sends its ISR changes through the agent, and reports its replicas
+// to `keel broker inspect`. ReplicaManager is the reference broker's, a
+// stand-in with an empty log; a broker that stores data implements this
+// interface with its log manager behind it.
+type DataPlane interface {
+	Handler
+	// Start is called once, by broker.Start before the agent applies any
+	// metadata, with the agent's side of the link. An error fails Start.
+	Start(Link) error
+	// Fetch serves BrokerService.Fetch: a follower replica fetching from
+	// this broker as its partition leader. Errors are gRPC statuses.
+	Fetch(context.Context, *keelpb.FetchRequest) (*keelpb.FetchResponse, error)
+	// Replicas reports the replicas this broker holds, in topic name then
+	// partition order.
+	Replicas() []ReplicaStatus
+	// Close stops everything Start started and waits for it. The agent calls
+	// it once, after its own loops have stopped.
+	Close() error
+}
+
+// Link is what the agent offers its data plane. *Agent implements it.
+type Link interface {
+	// BrokerID is this broker's id.
+	BrokerID() int32
+	// AlterPartition sends a partition leader's ISR change to the active
+	// controller, stamped with this broker's id and current broker epoch,
+	// and returns the partition as the controller left it. Refusals are
+	// FailedPrecondition statuses with a reason (rpc.ReasonOf):
+	// FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, NOT_LEADER,
+	// INELIGIBLE_REPLICA, STALE_BROKER_EPOCH; NotFound for a partition that
+	// no longer exists; Unavailable when no controller answered (the change
+	// may or may not have been made). After any refusal the leader waits
+	// for the metadata to show a newer partition state and decides again:
+	// retrying with the same epochs can only be refused again.
+	AlterPartition(ctx context.Context, change ISRChange) (*keelpb.PartitionDescription, error)
+}
+
+// ISRChange is a partition leader's request to set the ISR, valid only at
+// the leader and partition epochs it names.
+type ISRChange struct {
+	TopicID        fsm.TopicID
+	Partition      int32
+	LeaderEpoch    int32
+	PartitionEpoch int32
+	ISR            []int32
+}
+
+// Replica roles, as `keel broker inspect` shows them.
+const (
+	RoleLeader   = "leader"
+	RoleFollower = "follower"
+	// RoleStopped: the replica is held but not replicated (the broker is
+	// stopping).
+	RoleStopped = "stopped"
+)
+
+// ReplicaStatus is one replica as its broker sees it.
+type ReplicaStatus struct {
+	Topic          string
+	TopicID        fsm.TopicID
+	Partition      int32
+	Role           string // RoleLeader, RoleFollower or RoleStopped
+	Leader         int32
+	LeaderEpoch    int32
+	PartitionEpoch int32
+	Replicas, ISR  []int32
+}
+
+// clock is the time a data plane reads: the wall clock, or a test's.
+type clock interface {
+	Now() time.Time
+	// After delivers the time once d has passed.
+	After(d time.Duration) <-chan time.Time
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

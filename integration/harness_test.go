@@ -1,9 +1,10 @@
 // Package integration runs real keel processes on loopback and kills them.
 //
-// TestMain builds the keel binary once into a temp dir; every test starts its own
-// controllers on free ports with their own data dirs, and stops every process
-// it started, by PID, in t.Cleanup. Nothing here sleeps to synchronise: each
-// wait polls for a condition until a deadline.
+// TestMain builds the keel binary once into a temp dir; every test starts its
+// own controllers (and brokers: broker_harness_test.go) on free ports with
+// their own data dirs, and stops every process it started, by PID, in
+// t.Cleanup. Nothing here sleeps to synchronise: each wait polls for a
+// condition until a deadline.
 package integration
 
 import (
@@ -230,17 +231,26 @@ func freePorts(t testing.TB, n int) []int {
 // ---------------------------------------------------------------------------
 // Cluster
 
-// Cluster is a quorum of keel controller processes on loopback.
+// Cluster is a quorum of keel controller processes on loopback, and the
+// brokers a test starts against it (broker_harness_test.go).
 type Cluster struct {
 	t      testing.TB
 	dir    string
 	opts   clusterOptions
-	nodes  []*ctrlNode // nodes[id-1]
+	nodes  []*procNode // nodes[id-1]
 	voters string      // the --voters value
 	client *rpc.Client // knows every node's address
+
+	brokerMu    sync.Mutex
+	brokers     map[int32]*procNode          // by broker id
+	brokerConns map[string]*rpc.BrokerClient // by broker address, for Inspect
 }
 
-type ctrlNode struct {
+// procNode is one keel process a test starts, stops and restarts: a
+// controller or a broker, with its own data dir and log file.
+type procNode struct {
+	name    string // "node 1", "broker 1": how messages name it
+	ready   string // the log line that says it has started
 	id      int32
 	addr    string
 	dataDir string
@@ -248,11 +258,13 @@ type ctrlNode struct {
 	args    []string
 	proc    *proc // the latest process; nil before the first start
 	logFrom int64 // where the latest process's output starts in the log
+	paused  bool  // sent SIGSTOP, not yet SIGCONT
 }
 
 type clusterOptions struct {
-	clusterID string
-	deferred  []int32
+	clusterID       string
+	deferred        []int32
+	controllerFlags []string
 }
 
 // clusterOption adjusts how startCluster runs the controllers.
@@ -266,6 +278,14 @@ func withClusterID(id string) clusterOption {
 // withDeferred leaves the given nodes unstarted; Start starts them later.
 func withDeferred(ids ...int32) clusterOption {
 	return func(o *clusterOptions) { o.deferred = append(o.deferred, ids...) }
+}
+
+// withSessionTimeout passes --session-timeout to every controller: how long
+// a broker may go without a heartbeat before it is fenced.
+func withSessionTimeout(d time.Duration) clusterOption {
+	return func(o *clusterOptions) {
+		o.controllerFlags = append(o.controllerFlags, "--session-timeout", d.String())
+	}
 }
 
 const (
@@ -297,6 +317,7 @@ func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 		if c.client != nil {
 			c.client.Close()
 		}
+		c.closeBrokerConns()
 		c.checkLogs(t)
 		if t.Failed() || os.Getenv("KEEL_INTEGRATION_LOGS") != "" {
 			c.dumpLogs()
@@ -305,13 +326,15 @@ func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 	var lastErr error
 	for attempt := 1; attempt <= bindAttempts; attempt++ {
 		ports := freePorts(t, n)
-		c.nodes = make([]*ctrlNode, n)
+		c.nodes = make([]*procNode, n)
 		voters := make([]string, n)
 		for i, p := range ports {
 			id := int32(i + 1)
 			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 			voters[i] = fmt.Sprintf("%d@%s", id, addr)
-			c.nodes[i] = &ctrlNode{
+			c.nodes[i] = &procNode{
+				name:    fmt.Sprintf("node %d", id),
+				ready:   `msg="controller started"`,
 				id:      id,
 				addr:    addr,
 				dataDir: filepath.Join(c.dir, fmt.Sprintf("n%d", id)),
@@ -329,6 +352,7 @@ func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 			if c.opts.clusterID != "" {
 				nd.args = append(nd.args, "--cluster-id", c.opts.clusterID)
 			}
+			nd.args = append(nd.args, c.opts.controllerFlags...)
 			// A previous attempt's data names other ports: start afresh.
 			if err := os.RemoveAll(nd.dataDir); err != nil {
 				t.Fatal(err)
@@ -375,7 +399,7 @@ func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 }
 
 // launch starts nd's process, appending its output to nd's log.
-func (c *Cluster) launch(nd *ctrlNode) error {
+func (c *Cluster) launch(nd *procNode) error {
 	f, err := os.OpenFile(nd.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -395,7 +419,7 @@ func (c *Cluster) launch(nd *ctrlNode) error {
 }
 
 // output is what nd's latest process has written so far.
-func (nd *ctrlNode) output() string {
+func (nd *procNode) output() string {
 	b, err := os.ReadFile(nd.logPath)
 	if err != nil || int64(len(b)) < nd.logFrom {
 		return ""
@@ -404,27 +428,27 @@ func (nd *ctrlNode) output() string {
 }
 
 // waitStarted waits until nd's process logs that it has started, or exits.
-func (c *Cluster) waitStarted(nd *ctrlNode) error {
+func (c *Cluster) waitStarted(nd *procNode) error {
 	deadline := time.Now().Add(startTimeout)
 	for {
-		if strings.Contains(nd.output(), `msg="controller started"`) {
+		if strings.Contains(nd.output(), nd.ready) {
 			return nil
 		}
 		if !nd.proc.running() {
 			out := strings.TrimSpace(nd.output())
 			if strings.Contains(out, "address already in use") {
-				return fmt.Errorf("node %d on %s: %w", nd.id, nd.addr, errBind)
+				return fmt.Errorf("%s on %s: %w", nd.name, nd.addr, errBind)
 			}
-			return fmt.Errorf("node %d exited with status %d before it started: %s", nd.id, nd.proc.exitCode(), lastLines(out, 5))
+			return fmt.Errorf("%s exited with status %d before it started: %s", nd.name, nd.proc.exitCode(), lastLines(out, 5))
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("node %d did not start within %s", nd.id, startTimeout)
+			return fmt.Errorf("%s did not start within %s", nd.name, startTimeout)
 		}
 		time.Sleep(pollInterval)
 	}
 }
 
-func (c *Cluster) node(id int32) *ctrlNode {
+func (c *Cluster) node(id int32) *procNode {
 	c.t.Helper()
 	if id < 1 || int(id) > len(c.nodes) {
 		c.t.Fatalf("no node %d in a %d-node cluster", id, len(c.nodes))
@@ -459,11 +483,12 @@ func (c *Cluster) IDs() []int32 {
 	return ids
 }
 
-// Live returns the ids of the nodes whose process is running.
+// Live returns the ids of the nodes whose process is running and not
+// paused (Pause).
 func (c *Cluster) Live() []int32 {
 	var ids []int32
 	for _, nd := range c.nodes {
-		if nd.proc != nil && nd.proc.running() {
+		if nd.proc != nil && nd.proc.running() && !nd.paused {
 			ids = append(ids, nd.id)
 		}
 	}
@@ -475,33 +500,85 @@ func (c *Cluster) Client() *rpc.Client { return c.client }
 
 // Kill sends SIGKILL to node id and waits for it to exit.
 func (c *Cluster) Kill(id int32) {
-	t := c.t
-	t.Helper()
-	nd := c.node(id)
-	if nd.proc == nil || !nd.proc.running() {
-		t.Fatalf("Kill(%d): node is not running", id)
-	}
-	nd.proc.signal(syscall.SIGKILL)
-	if !nd.proc.wait(stopTimeout) {
-		t.Fatalf("Kill(%d): pid %d still running %s after SIGKILL", id, nd.proc.pid(), stopTimeout)
-	}
+	c.t.Helper()
+	c.killNodes(c.node(id))
 }
 
 // Stop sends SIGTERM to node id, waits for it to exit, and fails the test
 // unless it exited with status 0.
 func (c *Cluster) Stop(id int32) {
+	c.t.Helper()
+	c.stopNode(c.node(id))
+}
+
+// Pause sends SIGSTOP to node id: it keeps its connections and its port but
+// answers nothing, as a hung or partitioned node would. Resume (or the end
+// of the test, before the process is stopped) sends SIGCONT.
+func (c *Cluster) Pause(id int32) {
 	t := c.t
 	t.Helper()
 	nd := c.node(id)
+	if nd.proc == nil || !nd.proc.running() || nd.paused {
+		t.Fatalf("Pause(%d): node is not running, or already paused", id)
+	}
+	nd.proc.signal(syscall.SIGSTOP)
+	nd.paused = true
+	// Runs before the process's own cleanup (registered earlier), so that
+	// its SIGTERM is handled.
+	t.Cleanup(func() {
+		if nd.paused {
+			nd.proc.signal(syscall.SIGCONT)
+			nd.paused = false
+		}
+	})
+}
+
+// Resume sends SIGCONT to node id, paused by Pause.
+func (c *Cluster) Resume(id int32) {
+	t := c.t
+	t.Helper()
+	nd := c.node(id)
+	if !nd.paused {
+		t.Fatalf("Resume(%d): node is not paused", id)
+	}
+	nd.proc.signal(syscall.SIGCONT)
+	nd.paused = false
+}
+
+// killNodes sends SIGKILL to every one of nds before it waits for any, so
+// that they die together, then waits for each to exit.
+func (c *Cluster) killNodes(nds ...*procNode) {
+	t := c.t
+	t.Helper()
+	for _, nd := range nds {
+		if nd.proc == nil || !nd.proc.running() {
+			t.Fatalf("kill %s: it is not running", nd.name)
+		}
+	}
+	for _, nd := range nds {
+		nd.proc.signal(syscall.SIGKILL)
+	}
+	for _, nd := range nds {
+		if !nd.proc.wait(stopTimeout) {
+			t.Fatalf("kill %s: pid %d still running %s after SIGKILL", nd.name, nd.proc.pid(), stopTimeout)
+		}
+	}
+}
+
+// stopNode sends SIGTERM to nd, waits for it to exit, and fails the test
+// unless it exited with status 0.
+func (c *Cluster) stopNode(nd *procNode) {
+	t := c.t
+	t.Helper()
 	if nd.proc == nil || !nd.proc.running() {
-		t.Fatalf("Stop(%d): node is not running", id)
+		t.Fatalf("stop %s: it is not running", nd.name)
 	}
 	nd.proc.signal(syscall.SIGTERM)
 	if !nd.proc.wait(stopTimeout) {
-		t.Fatalf("Stop(%d): pid %d still running %s after SIGTERM", id, nd.proc.pid(), stopTimeout)
+		t.Fatalf("stop %s: pid %d still running %s after SIGTERM", nd.name, nd.proc.pid(), stopTimeout)
 	}
 	if code := nd.proc.exitCode(); code != 0 {
-		t.Fatalf("Stop(%d): exit status %d, want 0; output ends:\n%s", id, code, lastLines(nd.output(), 10))
+		t.Fatalf("stop %s: exit status %d, want 0; output ends:\n%s", nd.name, code, lastLines(nd.output(), 10))
 	}
 }
 
@@ -700,18 +777,18 @@ func formatViews(views map[int32]*keelpb.DescribeQuorumResponse, errs map[int32]
 	return b.String()
 }
 
-// checkLogs fails the test if any node reported a data race (a keel built
-// with KEEL_INTEGRATION_RACE=1) or panicked.
+// checkLogs fails the test if any node or broker reported a data race (a
+// keel built with KEEL_INTEGRATION_RACE=1) or panicked.
 func (c *Cluster) checkLogs(t testing.TB) {
 	t.Helper()
-	for _, nd := range c.nodes {
+	for _, nd := range c.procNodes() {
 		b, err := os.ReadFile(nd.logPath)
 		if err != nil {
 			continue
 		}
 		for _, bad := range []string{"WARNING: DATA RACE", "panic: ", "fatal error: "} {
 			if i := bytes.Index(b, []byte(bad)); i >= 0 {
-				t.Errorf("node %d's log (%s) reports %q:\n%s", nd.id, nd.logPath, bad, firstLines(string(b[i:]), 40))
+				t.Errorf("%s's log (%s) reports %q:\n%s", nd.name, nd.logPath, bad, firstLines(string(b[i:]), 40))
 			}
 		}
 	}
@@ -725,15 +802,31 @@ func firstLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// dumpLogs prints the tail of every node's log.
+// dumpLogs prints the tail of every node's and broker's log.
 func (c *Cluster) dumpLogs() {
-	for _, nd := range c.nodes {
+	for _, nd := range c.procNodes() {
 		b, err := os.ReadFile(nd.logPath)
 		if err != nil {
 			continue
 		}
-		c.t.Logf("--- node %d log (%s), last lines:\n%s", nd.id, nd.logPath, lastLines(string(b), 40))
+		c.t.Logf("--- %s log (%s), last lines:\n%s", nd.name, nd.logPath, lastLines(string(b), 40))
 	}
+}
+
+// procNodes returns the controllers in id order, then the brokers in id order.
+func (c *Cluster) procNodes() []*procNode {
+	out := slices.Clone(c.nodes)
+	c.brokerMu.Lock()
+	defer c.brokerMu.Unlock()
+	ids := make([]int32, 0, len(c.brokers))
+	for id := range c.brokers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		out = append(out, c.brokers[id])
+	}
+	return out
 }
 
 func lastLines(s string, n int) string {

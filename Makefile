@@ -4,7 +4,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -X main.version=$(VERSION)
 PROTO_DIR := proto/keelpb
 
-.PHONY: all build run test lint proto proto-check bench bench-failover bench-heartbeats clean
+.PHONY: all build run test lint proto proto-check bench bench-failover bench-heartbeats bench-partitions clean
 
 all: build
 
@@ -45,6 +45,10 @@ bench:
 ## bench-heartbeats: heartbeat latency at the active controller for growing broker counts.
 bench-heartbeats:
 	KEEL_BENCH_HEARTBEATS=$${KEEL_BENCH_HEARTBEATS:-100,1000,5000,10000} $(GO) test -count=1 -run TestHeartbeatCapacity -v -timeout 30m ./server/
+
+## bench-partitions: create P partitions over real broker agents, then fence the broker leading the most.
+bench-partitions:
+	KEEL_BENCH_PARTITIONS=$${KEEL_BENCH_PARTITIONS:-100000} $(GO) test -count=1 -run TestPartitionScale -v -timeout 30m ./server/
 
 ## bench-failover: kill -9 the leader of a real 3-controller quorum 10 times.
 bench-failover: build

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,9 +47,10 @@ func TestHeartbeatCapacity(t *testing.T) {
 	}
 }
 
-// measureHeartbeats registers n brokers, brings each to the active state,
-// then has each heartbeat every interval, phases spread over the interval,
-// for rounds intervals, and returns the latencies of those steady heartbeats.
+// measureHeartbeats registers n brokers, each of which starts heartbeating
+// every interval (from its own phase) as soon as it is registered, as a real
+// broker does; once all are registered and a full interval has passed, it
+// records the latency of every heartbeat for rounds intervals.
 func measureHeartbeats(t *testing.T, addr string, n int, interval time.Duration, rounds int) []time.Duration {
 	t.Helper()
 	const brokersPerConn = 50
@@ -69,48 +71,63 @@ func measureHeartbeats(t *testing.T, addr string, n int, interval time.Duration,
 		}
 		clients[i] = keelpb.NewControllerServiceClient(conns[len(conns)-1])
 	}
-	ctx := context.Background()
-	epochs := make([]int64, n)
-	for i := range epochs {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var (
+		mu        sync.Mutex
+		lat       []time.Duration
+		measuring atomic.Bool
+		failures  atomic.Int64
+		wg        sync.WaitGroup
+	)
+	heartbeat := func(i int, epoch int64, offset uint64) {
+		defer wg.Done()
+		phase := time.Duration(i) * interval / time.Duration(n)
+		next := time.Now().Truncate(interval).Add(phase)
+		for ctx.Err() == nil {
+			next = next.Add(interval)
+			time.Sleep(time.Until(next))
+			t0 := time.Now()
+			resp, err := clients[i].BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: int32(i + 1), BrokerEpoch: epoch, MetadataOffset: offset})
+			d := time.Since(t0)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil || resp.IsFenced {
+				failures.Add(1)
+				continue
+			}
+			if measuring.Load() {
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+			}
+		}
+	}
+	for i := range n {
 		resp, err := clients[i].RegisterBroker(ctx, &keelpb.RegisterBrokerRequest{
 			BrokerId: int32(i + 1), IncarnationId: uuid.NewString(), Address: fmt.Sprintf("127.0.0.1:%d", 10000+i),
 			MinMetadataVersion: 1, MaxMetadataVersion: 1})
 		if err != nil {
 			t.Fatalf("register broker %d: %v", i+1, err)
 		}
-		epochs[i] = resp.BrokerEpoch
 		if _, err := clients[i].BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{
 			BrokerId: int32(i + 1), BrokerEpoch: resp.BrokerEpoch, MetadataOffset: uint64(resp.BrokerEpoch)}); err != nil {
 			t.Fatalf("unfence broker %d: %v", i+1, err)
 		}
-	}
-
-	var mu sync.Mutex
-	var lat []time.Duration
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := range n {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			phase := time.Duration(i) * interval / time.Duration(n)
-			for r := range rounds {
-				time.Sleep(time.Until(start.Add(phase + time.Duration(r)*interval)))
-				t0 := time.Now()
-				resp, err := clients[i].BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{
-					BrokerId: int32(i + 1), BrokerEpoch: epochs[i], MetadataOffset: uint64(epochs[n-1])})
-				d := time.Since(t0)
-				if err != nil || resp.IsFenced {
-					t.Errorf("broker %d heartbeat: %v (fenced %v)", i+1, err, resp.GetIsFenced())
-					return
-				}
-				mu.Lock()
-				lat = append(lat, d)
-				mu.Unlock()
-			}
-		}()
+		go heartbeat(i, resp.BrokerEpoch, uint64(resp.BrokerEpoch))
 	}
+	time.Sleep(interval) // let every broker settle into its schedule
+	failures.Store(0)
+	measuring.Store(true)
+	time.Sleep(time.Duration(rounds) * interval)
+	measuring.Store(false)
+	stop()
 	wg.Wait()
+	if f := failures.Load(); f > 0 {
+		t.Errorf("%d heartbeats failed or found their broker fenced while measuring", f)
+	}
 	if len(lat) == 0 {
 		t.Fatal("no heartbeat succeeded")
 	}

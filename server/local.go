@@ -18,6 +18,12 @@ type LocalQuorum struct {
 // StartLocalQuorum binds n free loopback ports first (the voter list needs
 // them all), then starts a controller on each with its data under dataDir.
 func StartLocalQuorum(n int, dataDir string, timing raftlog.Timing, version string, log *slog.Logger) (*LocalQuorum, error) {
+	return StartLocalQuorumWith(n, dataDir, timing, version, log, nil)
+}
+
+// StartLocalQuorumWith is StartLocalQuorum with each node's config adjusted
+// by tune (when not nil) before it starts.
+func StartLocalQuorumWith(n int, dataDir string, timing raftlog.Timing, version string, log *slog.Logger, tune func(*ControllerConfig)) (*LocalQuorum, error) {
 	muxes := make([]*raftlog.Mux, n)
 	voters := make([]raftlog.Voter, n)
 	for i := range muxes {
@@ -33,7 +39,7 @@ func StartLocalQuorum(n int, dataDir string, timing raftlog.Timing, version stri
 	}
 	q := &LocalQuorum{}
 	for i, v := range voters {
-		node, err := StartController(ControllerConfig{
+		cfg := ControllerConfig{
 			NodeID:  v.ID,
 			DataDir: filepath.Join(dataDir, fmt.Sprintf("controller-%d", v.ID)),
 			Voters:  voters,
@@ -41,7 +47,11 @@ func StartLocalQuorum(n int, dataDir string, timing raftlog.Timing, version stri
 			Version: version,
 			Logger:  log.With("node", v.ID),
 			Mux:     muxes[i],
-		})
+		}
+		if tune != nil {
+			tune(&cfg)
+		}
+		node, err := StartController(cfg)
 		if err != nil {
 			for _, m := range muxes[i+1:] {
 				m.Close()

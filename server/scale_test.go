@@ -198,4 +198,3 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		time.Sleep(time.Millisecond)
 	}
 }
-

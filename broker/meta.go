@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/keel-dev/keel/internal/atomicfile"
 )
 
 const (
@@ -54,7 +56,7 @@ type metaFile struct {
 // start. It refuses a data dir of another broker.
 func openMeta(dir string, brokerID int32) (*metaFile, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("data dir %s: %v", dir, pathCause(err))
+		return nil, fmt.Errorf("data dir %s: %v", dir, atomicfile.PathCause(err))
 	}
 	m := &metaFile{path: filepath.Join(dir, metaFileName)}
 	b, err := os.ReadFile(m.path)
@@ -63,7 +65,7 @@ func openMeta(dir string, brokerID int32) (*metaFile, error) {
 		return m, m.write()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot read meta file %s: %v", m.path, pathCause(err))
+		return nil, fmt.Errorf("cannot read meta file %s: %v", m.path, atomicfile.PathCause(err))
 	}
 	if err := json.Unmarshal(b, &m.data); err != nil {
 		return nil, fmt.Errorf("meta file %s is corrupt: %v", m.path, err)
@@ -115,55 +117,8 @@ func (m *metaFile) write() error {
 	if err != nil {
 		return fmt.Errorf("encode meta file %s: %v", m.path, err)
 	}
-	if err := writeFileAtomic(m.path, append(b, '\n')); err != nil {
-		return fmt.Errorf("write meta file %s: %v", m.path, pathCause(err))
+	if err := atomicfile.Write(m.path, append(b, '\n')); err != nil {
+		return fmt.Errorf("write meta file %s: %v", m.path, atomicfile.PathCause(err))
 	}
 	return nil
-}
-
-// writeFileAtomic writes a temp file in the same directory, fsyncs it,
-// renames it over path, then fsyncs the directory so the rename itself
-// survives a crash: a crash leaves the old file or the new one, never a torn
-// one that would stop the broker starting.
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-// pathCause drops the path that *fs.PathError repeats, since the callers'
-// messages name the file already.
-func pathCause(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

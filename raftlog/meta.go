@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/keel-dev/keel/internal/atomicfile"
 )
 
 const (
@@ -31,7 +33,7 @@ func readMeta(dir string) (m meta, ok bool, err error) {
 		return meta{}, false, nil
 	}
 	if err != nil {
-		return meta{}, false, fmt.Errorf("cannot read meta file %s: %v", path, pathCause(err))
+		return meta{}, false, fmt.Errorf("cannot read meta file %s: %v", path, atomicfile.PathCause(err))
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
 		return meta{}, false, fmt.Errorf("meta file %s is corrupt: %v", path, err)
@@ -54,54 +56,8 @@ func writeMeta(dir string, m meta) error {
 		return fmt.Errorf("encode meta file %s: %v", path, err)
 	}
 	b = append(b, '\n')
-	if err := writeFileAtomic(path, b); err != nil {
-		return fmt.Errorf("write meta file %s: %v", path, pathCause(err))
+	if err := atomicfile.Write(path, b); err != nil {
+		return fmt.Errorf("write meta file %s: %v", path, atomicfile.PathCause(err))
 	}
 	return nil
-}
-
-// writeFileAtomic writes a temp file in the same directory, fsyncs it,
-// renames it over path, then fsyncs the directory so the rename itself
-// survives a crash.
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-// pathCause drops the path an fs.PathError repeats, since our messages name
-// the path themselves.
-func pathCause(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

@@ -14,6 +14,8 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/keel-dev/keel/internal/atomicfile"
 )
 
 const (
@@ -127,7 +129,7 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 		return nil, fmt.Errorf("data dir %s is in use by another process", cfg.DataDir)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot open raft store %s: %v", dbPath, pathCause(err))
+		return nil, fmt.Errorf("cannot open raft store %s: %v", dbPath, atomicfile.PathCause(err))
 	}
 	undo = append(undo, func() { _ = store.Close() })
 
@@ -141,7 +143,7 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, logger.Named("snapshot"))
 	if err != nil {
-		return nil, fmt.Errorf("cannot open snapshot store in %s: %v", cfg.DataDir, pathCause(err))
+		return nil, fmt.Errorf("cannot open snapshot store in %s: %v", cfg.DataDir, atomicfile.PathCause(err))
 	}
 
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
@@ -213,10 +215,10 @@ func prepareDataDir(cfg Config) (meta, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return meta{}, fmt.Errorf("cannot create data dir %s: %v", dir, pathCause(err))
+			return meta{}, fmt.Errorf("cannot create data dir %s: %v", dir, atomicfile.PathCause(err))
 		}
 	case err != nil:
-		return meta{}, fmt.Errorf("cannot read data dir %s: %v", dir, pathCause(err))
+		return meta{}, fmt.Errorf("cannot read data dir %s: %v", dir, atomicfile.PathCause(err))
 	case !fi.IsDir():
 		return meta{}, fmt.Errorf("data dir %s is not a directory", dir)
 	}

@@ -1,0 +1,37 @@
+package atomicfile
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestWrite_ReplacesWholeAndLeavesNoTemp(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "meta.json")
+	for _, content := range []string{"first\n", "second, longer\n", "3\n"} {
+		if err := Write(path, []byte(content)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != content {
+			t.Fatalf("read %q, %v; want %q", got, err, content)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("dir holds %d entries, want only the file", len(entries))
+	}
+}
+
+func TestWrite_FailsInAMissingDir(t *testing.T) {
+	err := Write(filepath.Join(t.TempDir(), "nope", "meta.json"), []byte("x"))
+	if err == nil {
+		t.Fatal("Write into a missing dir succeeded")
+	}
+	if !errors.Is(PathCause(err), fs.ErrNotExist) {
+		t.Fatalf("PathCause = %v", PathCause(err))
+	}
+}

@@ -189,21 +189,7 @@ Prints the topic as 'keel topic describe' does.`,
 			if err != nil {
 				return err
 			}
-			topic := resp.GetTopic()
-			if topic == nil && !req.ValidateOnly {
-				d, err := c.DescribeTopic(ctx, req.Topic)
-				if err != nil {
-					return fmt.Errorf("partitions added to %q, but reading the topic back failed: %s", req.Topic, errorLine(err))
-				}
-				topic = d.GetTopic()
-			}
-			if topic == nil {
-				topic = &keelpb.TopicDescription{Name: req.Topic}
-			}
-			if req.ValidateOnly && a.output != "json" {
-				fmt.Fprintln(cmd.OutOrStdout(), "validated, nothing written")
-			}
-			return printTopic(cmd.OutOrStdout(), a.output, describeView(topic))
+			return printTopicAnswer(ctx, cmd, a, c, req.Topic, resp.GetTopic(), req.ValidateOnly, "got its partitions")
 		},
 	}
 	fl := cmd.Flags()

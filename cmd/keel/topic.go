@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
 )
 
 func newTopicCmd() *cobra.Command {
@@ -255,22 +256,7 @@ Prints the topic as 'keel topic describe' does.`,
 			if err != nil {
 				return err
 			}
-			topic := resp.GetTopic()
-			if topic == nil && !req.ValidateOnly {
-				// The answer should carry the topic; read it if not.
-				d, err := c.DescribeTopic(ctx, req.Name)
-				if err != nil {
-					return fmt.Errorf("topic %q created, but reading it back failed: %s", req.Name, errorLine(err))
-				}
-				topic = d.GetTopic()
-			}
-			if topic == nil {
-				topic = &keelpb.TopicDescription{Name: req.Name}
-			}
-			if req.ValidateOnly && a.output != "json" {
-				fmt.Fprintln(cmd.OutOrStdout(), "validated, nothing written")
-			}
-			return printTopic(cmd.OutOrStdout(), a.output, describeView(topic))
+			return printTopicAnswer(ctx, cmd, a, c, req.Name, resp.GetTopic(), req.ValidateOnly, "created")
 		},
 	}
 	fl := cmd.Flags()
@@ -382,4 +368,26 @@ func newTopicDescribeCmd() *cobra.Command {
 	}
 	a.add(cmd)
 	return cmd
+}
+
+// printTopicAnswer prints the topic a create or add-partitions answered
+// with, reading it back if the answer did not carry it (what names the
+// write for the error message).
+func printTopicAnswer(ctx context.Context, cmd *cobra.Command, a *adminFlags, c *rpc.Client, name string,
+	topic *keelpb.TopicDescription, validateOnly bool, what string,
+) error {
+	if topic == nil && !validateOnly {
+		d, err := c.DescribeTopic(ctx, name)
+		if err != nil {
+			return fmt.Errorf("topic %q %s, but reading it back failed: %s", name, what, errorLine(err))
+		}
+		topic = d.GetTopic()
+	}
+	if topic == nil {
+		topic = &keelpb.TopicDescription{Name: name}
+	}
+	if validateOnly && a.output != "json" {
+		fmt.Fprintln(cmd.OutOrStdout(), "validated, nothing written")
+	}
+	return printTopic(cmd.OutOrStdout(), a.output, describeView(topic))
 }

@@ -215,3 +215,22 @@ func TestTopicID_RoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestScanSnapshot_ReportsWhatItHolds(t *testing.T) {
+	img := withTopics(t)
+	var types []string
+	info, err := ScanSnapshot(bytes.NewReader(imageBytes(t, img)), func(r *keelpb.Record) error {
+		types = append(types, RecordType(r))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Brokers != 3 || info.Topics != 1 || info.Partitions != 2 || info.Records != uint64(len(types)) ||
+		info.ClusterID != "c" || info.Index != img.Offset || info.ControllerEpoch != 1 || len(info.SHA256) != 32 {
+		t.Fatalf("info = %+v, %d records seen", info, len(types))
+	}
+	if types[0] != "cluster_id" || types[len(types)-1] != "partition" {
+		t.Fatalf("record order %v", types)
+	}
+}

@@ -196,27 +196,54 @@ func (fr *frameReader) next() (kind byte, payload []byte, err error) {
 	return kind, payload, nil
 }
 
+// SnapshotInfo describes a verified snapshot: its header, what its records
+// hold, and its checksum.
+type SnapshotInfo struct {
+	FormatVersion   uint32
+	ClusterID       string
+	Index, Term     uint64
+	ControllerEpoch int64
+	Records         uint64
+	Brokers         int
+	Topics          int
+	Partitions      int
+	// SHA256 is the checksum the trailer carries, of every byte before it.
+	SHA256 []byte
+}
+
 // ReadSnapshot reads a snapshot written by WriteSnapshot and rebuilds its
 // image. It verifies the magic, the format version, every record, the record
 // count and the checksum, and that nothing follows the trailer.
 func ReadSnapshot(r io.Reader) (*Image, error) {
+	img, _, err := readSnapshot(r, nil)
+	return img, err
+}
+
+// ScanSnapshot reads and verifies a snapshot as ReadSnapshot does, calling
+// fn (if not nil) with each record in order, and returns what it holds.
+func ScanSnapshot(r io.Reader, fn func(*keelpb.Record) error) (*SnapshotInfo, error) {
+	_, info, err := readSnapshot(r, fn)
+	return info, err
+}
+
+func readSnapshot(r io.Reader, fn func(*keelpb.Record) error) (*Image, *SnapshotInfo, error) {
 	fr := &frameReader{r: bufio.NewReaderSize(r, 64<<10), sum: sha256.New()}
 	magic := make([]byte, len(snapshotMagic))
 	if _, err := io.ReadFull(fr.r, magic); err != nil || string(magic) != snapshotMagic {
-		return nil, corrupt("not a Keel snapshot (bad magic)")
+		return nil, nil, corrupt("not a Keel snapshot (bad magic)")
 	}
 	fr.sum.Write(magic)
 
 	kind, payload, err := fr.next()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	header := &keelpb.SnapshotHeader{}
 	if kind != frameHeader || proto.Unmarshal(payload, header) != nil {
-		return nil, corrupt("missing header")
+		return nil, nil, corrupt("missing header")
 	}
 	if header.FormatVersion != SnapshotFormatVersion {
-		return nil, corrupt("format version %d is not supported (want %d)", header.FormatVersion, SnapshotFormatVersion)
+		return nil, nil, corrupt("format version %d is not supported (want %d)", header.FormatVersion, SnapshotFormatVersion)
 	}
 
 	img := Empty()
@@ -225,40 +252,50 @@ func ReadSnapshot(r io.Reader) (*Image, error) {
 	for {
 		kind, payload, err := fr.next()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		switch kind {
 		case frameRecord:
 			rec := &keelpb.Record{}
 			if err := proto.Unmarshal(payload, rec); err != nil {
-				return nil, corrupt("record %d: %v", count, err)
+				return nil, nil, corrupt("record %d: %v", count, err)
 			}
 			if err := applyRecord(img, rec, ctx); err != nil {
-				return nil, corrupt("record %d (%s): %v", count, RecordType(rec), err)
+				return nil, nil, corrupt("record %d (%s): %v", count, RecordType(rec), err)
+			}
+			if fn != nil {
+				if err := fn(rec); err != nil {
+					return nil, nil, err
+				}
 			}
 			count++
 		case frameTrailer:
 			trailer := &keelpb.SnapshotTrailer{}
 			if err := proto.Unmarshal(payload, trailer); err != nil {
-				return nil, corrupt("bad trailer: %v", err)
+				return nil, nil, corrupt("bad trailer: %v", err)
 			}
 			if trailer.RecordCount != count {
-				return nil, corrupt("trailer counts %d records, read %d", trailer.RecordCount, count)
+				return nil, nil, corrupt("trailer counts %d records, read %d", trailer.RecordCount, count)
 			}
 			if !bytes.Equal(trailer.Sha256, fr.sum.Sum(nil)) {
-				return nil, corrupt("checksum mismatch")
+				return nil, nil, corrupt("checksum mismatch")
 			}
 			if _, err := fr.r.ReadByte(); err != io.EOF {
-				return nil, corrupt("data after the trailer")
+				return nil, nil, corrupt("data after the trailer")
 			}
 			ctx.finish(img)
 			if img.ClusterID != header.ClusterId || img.ControllerEpoch != header.ControllerEpoch {
-				return nil, corrupt("header does not match the records")
+				return nil, nil, corrupt("header does not match the records")
 			}
 			img.Offset, img.Term = header.Index, header.Term
-			return img, nil
+			info := &SnapshotInfo{
+				FormatVersion: header.FormatVersion, ClusterID: header.ClusterId, Index: header.Index, Term: header.Term,
+				ControllerEpoch: header.ControllerEpoch, Records: count, SHA256: trailer.Sha256,
+				Brokers: img.BrokerCount(), Topics: img.TopicCount(), Partitions: img.PartitionCount(),
+			}
+			return img, info, nil
 		default:
-			return nil, corrupt("unknown frame kind %q", kind)
+			return nil, nil, corrupt("unknown frame kind %q", kind)
 		}
 	}
 }

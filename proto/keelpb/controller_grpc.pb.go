@@ -37,6 +37,7 @@ const (
 	ControllerService_ElectLeaders_FullMethodName                = "/keel.v1.ControllerService/ElectLeaders"
 	ControllerService_AlterPartitionReassignments_FullMethodName = "/keel.v1.ControllerService/AlterPartitionReassignments"
 	ControllerService_ListPartitionReassignments_FullMethodName  = "/keel.v1.ControllerService/ListPartitionReassignments"
+	ControllerService_FetchSnapshot_FullMethodName               = "/keel.v1.ControllerService/FetchSnapshot"
 )
 
 // ControllerServiceClient is the client API for ControllerService service.
@@ -91,6 +92,10 @@ type ControllerServiceClient interface {
 	// empty) a reassignment; ListPartitionReassignments lists ongoing ones.
 	AlterPartitionReassignments(ctx context.Context, in *AlterPartitionReassignmentsRequest, opts ...grpc.CallOption) (*AlterPartitionReassignmentsResponse, error)
 	ListPartitionReassignments(ctx context.Context, in *ListPartitionReassignmentsRequest, opts ...grpc.CallOption) (*ListPartitionReassignmentsResponse, error)
+	// FetchSnapshot streams a consistent snapshot of the committed image, in
+	// the FSM snapshot format, as chunks (the last one marked). Only the
+	// active controller answers; others refuse with the leader hint.
+	FetchSnapshot(ctx context.Context, in *FetchSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 }
 
 type controllerServiceClient struct {
@@ -270,6 +275,25 @@ func (c *controllerServiceClient) ListPartitionReassignments(ctx context.Context
 	return out, nil
 }
 
+func (c *controllerServiceClient) FetchSnapshot(ctx context.Context, in *FetchSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ControllerService_ServiceDesc.Streams[1], ControllerService_FetchSnapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FetchSnapshotRequest, SnapshotChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ControllerService_FetchSnapshotClient = grpc.ServerStreamingClient[SnapshotChunk]
+
 // ControllerServiceServer is the server API for ControllerService service.
 // All implementations must embed UnimplementedControllerServiceServer
 // for forward compatibility.
@@ -322,6 +346,10 @@ type ControllerServiceServer interface {
 	// empty) a reassignment; ListPartitionReassignments lists ongoing ones.
 	AlterPartitionReassignments(context.Context, *AlterPartitionReassignmentsRequest) (*AlterPartitionReassignmentsResponse, error)
 	ListPartitionReassignments(context.Context, *ListPartitionReassignmentsRequest) (*ListPartitionReassignmentsResponse, error)
+	// FetchSnapshot streams a consistent snapshot of the committed image, in
+	// the FSM snapshot format, as chunks (the last one marked). Only the
+	// active controller answers; others refuse with the leader hint.
+	FetchSnapshot(*FetchSnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	mustEmbedUnimplementedControllerServiceServer()
 }
 
@@ -379,6 +407,9 @@ func (UnimplementedControllerServiceServer) AlterPartitionReassignments(context.
 }
 func (UnimplementedControllerServiceServer) ListPartitionReassignments(context.Context, *ListPartitionReassignmentsRequest) (*ListPartitionReassignmentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPartitionReassignments not implemented")
+}
+func (UnimplementedControllerServiceServer) FetchSnapshot(*FetchSnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
+	return status.Error(codes.Unimplemented, "method FetchSnapshot not implemented")
 }
 func (UnimplementedControllerServiceServer) mustEmbedUnimplementedControllerServiceServer() {}
 func (UnimplementedControllerServiceServer) testEmbeddedByValue()                           {}
@@ -682,6 +713,17 @@ func _ControllerService_ListPartitionReassignments_Handler(srv interface{}, ctx 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_FetchSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(FetchSnapshotRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ControllerServiceServer).FetchSnapshot(m, &grpc.GenericServerStream[FetchSnapshotRequest, SnapshotChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ControllerService_FetchSnapshotServer = grpc.ServerStreamingServer[SnapshotChunk]
+
 // ControllerService_ServiceDesc is the grpc.ServiceDesc for ControllerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -754,6 +796,11 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "StreamMetadata",
 			Handler:       _ControllerService_StreamMetadata_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "FetchSnapshot",
+			Handler:       _ControllerService_FetchSnapshot_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -103,4 +104,29 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 
 func (w *chunkWriter) flush(last bool) error {
 	return w.send(&keelpb.SnapshotChunk{Data: bytes.Clone(w.buf.Bytes()), Last: last})
+}
+
+// WriteSnapshot writes a consistent snapshot of the committed image to w, in
+// the FSM snapshot format. Only the active controller answers (others return
+// a NotLeaderError with the leader hint), so the snapshot is the quorum's
+// latest committed state as this leader applied it. The image is immutable:
+// no lock is held while it streams.
+func (c *Controller) WriteSnapshot(ctx context.Context, w io.Writer) error {
+	if c.active.Load() == nil {
+		return c.notLeader()
+	}
+	return fsm.WriteSnapshot(ctxWriter{ctx: ctx, w: w}, c.applied.Current())
+}
+
+// ctxWriter stops a long snapshot stream once its caller has gone away.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (w ctxWriter) Write(p []byte) (int, error) {
+	if err := w.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return w.w.Write(p)
 }

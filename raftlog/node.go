@@ -18,11 +18,17 @@ import (
 	"github.com/keel-dev/keel/internal/atomicfile"
 )
 
+// Snapshot defaults, sized for a metadata log of up to a million
+// partitions: a snapshot every 16384 entries, 10240 kept behind it.
+const (
+	DefaultSnapshotThreshold = 16384
+	DefaultTrailingLogs      = 10240
+	// DefaultSnapshotInterval is raft's own default check interval.
+	DefaultSnapshotInterval = 120 * time.Second
+)
+
 const (
 	raftDBFileName = "raft.db"
-
-	defaultSnapshotThreshold = 16384
-	defaultTrailingLogs      = 10240
 
 	logCacheSize      = 512
 	snapshotsRetained = 2
@@ -55,6 +61,9 @@ type Config struct {
 	// TrailingLogs is how many entries are kept behind a snapshot so that a
 	// slightly lagging follower can catch up without one; 0 means 10240.
 	TrailingLogs uint64
+	// SnapshotInterval is how often raft checks whether SnapshotThreshold
+	// has been reached; 0 means raft's default (120s).
+	SnapshotInterval time.Duration
 	// NotifyCh is passed to raft.Config.NotifyCh; the caller owns and drains it.
 	NotifyCh chan<- bool
 	// Logger receives raft's logs; nil means slog.Default().
@@ -93,10 +102,10 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 		return nil, err
 	}
 	if cfg.SnapshotThreshold == 0 {
-		cfg.SnapshotThreshold = defaultSnapshotThreshold
+		cfg.SnapshotThreshold = DefaultSnapshotThreshold
 	}
 	if cfg.TrailingLogs == 0 {
-		cfg.TrailingLogs = defaultTrailingLogs
+		cfg.TrailingLogs = DefaultTrailingLogs
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -163,6 +172,9 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	rc.CommitTimeout = cfg.Timing.CommitTimeout
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.TrailingLogs = cfg.TrailingLogs
+	if cfg.SnapshotInterval > 0 {
+		rc.SnapshotInterval = cfg.SnapshotInterval
+	}
 	rc.NotifyCh = cfg.NotifyCh
 	rc.Logger = logger
 	rc.BatchApplyCh = true

@@ -37,8 +37,13 @@ type ControllerConfig struct {
 	// LeaderImbalanceCheckInterval is how often automatic leader rebalance
 	// runs (default 300s; negative: never).
 	LeaderImbalanceCheckInterval time.Duration
-	Version                      string
-	Logger                       *slog.Logger
+	// SnapshotThreshold, SnapshotInterval and TrailingLogs tune automatic
+	// raft snapshots (see raftlog.Config); zero keeps raftlog's defaults.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+	Version           string
+	Logger            *slog.Logger
 	// Mux, if set, is an already bound listener to use instead of Listen
 	// (keel dev binds its ports before it knows the voter list).
 	Mux *raftlog.Mux
@@ -116,6 +121,10 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 		Timing:    cfg.Timing,
 		NotifyCh:  s.ctrl.NotifyCh(),
 		Logger:    cfg.Logger,
+
+		SnapshotThreshold: cfg.SnapshotThreshold,
+		SnapshotInterval:  cfg.SnapshotInterval,
+		TrailingLogs:      cfg.TrailingLogs,
 	}, s.applied, mux)
 	if err != nil {
 		return nil, err

@@ -48,6 +48,15 @@ dir and --voters is ignored.`,
 			if cfg.DataDir == "" {
 				return fmt.Errorf("--data-dir is required")
 			}
+			if cfg.SnapshotThreshold == 0 {
+				return fmt.Errorf("--snapshot-threshold must be at least 1")
+			}
+			if cfg.TrailingLogs == 0 {
+				return fmt.Errorf("--trailing-logs must be at least 1")
+			}
+			if cfg.SnapshotInterval <= 0 {
+				return fmt.Errorf("--snapshot-interval must be positive")
+			}
 			vs, err := raftlog.ParseVoters(voters) // its errors name --voters
 			if err != nil {
 				return err
@@ -86,6 +95,12 @@ dir and --voters is ignored.`,
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", controller.DefaultSessionTimeout, "how long a broker may go without a heartbeat before it is fenced")
 	f.DurationVar(&cfg.LeaderImbalanceCheckInterval, "leader-imbalance-check-interval", controller.DefaultLeaderImbalanceCheckInterval,
 		"how often to restore preferred leaders on brokers leading under 90% of them (negative: never)")
+	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", raftlog.DefaultSnapshotThreshold,
+		"take a raft snapshot (and truncate the log behind it) after this many new log entries")
+	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", raftlog.DefaultSnapshotInterval,
+		"how often to check whether --snapshot-threshold has been reached")
+	f.Uint64Var(&cfg.TrailingLogs, "trailing-logs", raftlog.DefaultTrailingLogs,
+		"log entries kept behind a snapshot, so a slightly lagging follower catches up without a snapshot install")
 	addRaftTimingFlags(f, &cfg.Timing)
 	return cmd
 }

@@ -28,6 +28,8 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.AddCommand(newControllerCmd(g), newBrokerCmd(g), newDevCmd(g), newQuorumCmd())
 	root.AddCommand(newTopicCmd(), newPartitionCmd())
+	root.AddCommand(newSnapshotCmd())
+	root.AddCommand(newMetadataCmd())
 	return root
 }
 

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/raftlog"
+)
+
+func clusterIDRec(id string) *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_ClusterId{ClusterId: &keelpb.ClusterIdRecord{ClusterId: id}}}
+}
+
+func epochRec(e int64, leader int32) *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_ControllerEpoch{ControllerEpoch: &keelpb.ControllerEpochRecord{Epoch: e, LeaderId: leader}}}
+}
+
+func noOpRec() *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{}}}
+}
+
+// dumpDataDir runs a one-node quorum on a temp data dir: two batches, a
+// snapshot, more entries (a barrier, and one that is not a batch at all), then
+// stops it.
+// It returns the dir and the snapshot's index.
+func dumpDataDir(t *testing.T) (string, uint64) {
+	t.Helper()
+	dir := t.TempDir()
+	mux, err := raftlog.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mux.Close()
+	node, err := raftlog.Open(raftlog.Config{
+		NodeID:    1,
+		Advertise: mux.Addr().String(),
+		DataDir:   dir,
+		Voters:    []raftlog.Voter{{ID: 1, Address: mux.Addr().String()}},
+		Timing: raftlog.Timing{
+			HeartbeatTimeout:   50 * time.Millisecond,
+			ElectionTimeout:    50 * time.Millisecond,
+			LeaderLeaseTimeout: 50 * time.Millisecond,
+			CommitTimeout:      5 * time.Millisecond,
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, fsm.New(), mux)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for node.Raft.State() != raft.Leader {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	apply := func(data []byte) {
+		t.Helper()
+		if err := node.Raft.Apply(data, 5*time.Second).Error(); err != nil {
+			t.Fatalf("apply: %v", err)
+		}
+	}
+	batch := func(recs ...*keelpb.Record) []byte {
+		b, err := fsm.EncodeBatch(recs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	apply(batch(clusterIDRec("c1")))
+	apply(batch(epochRec(1, 1), noOpRec()))
+	if err := node.Raft.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	snapIndex := node.Raft.LastIndex()
+	apply(batch(epochRec(2, 1)))
+	if err := node.Raft.Barrier(5 * time.Second).Error(); err != nil {
+		t.Fatalf("barrier: %v", err)
+	}
+	apply([]byte{0xee, 1, 2}) // not a batch: dump must report it and go on
+	apply(batch(noOpRec()))
+	return dir, snapIndex
+}
+
+func runDump(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := newRootCmd()
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(append([]string{"metadata", "dump"}, args...))
+	err = cmd.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func parseLines(t *testing.T, s string) []dumpLine {
+	t.Helper()
+	var lines []dumpLine
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		if l == "" {
+			continue
+		}
+		var d dumpLine
+		if err := json.Unmarshal([]byte(l), &d); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		lines = append(lines, d)
+	}
+	return lines
+}
+
+func TestMetadataDump(t *testing.T) {
+	dir, snapIndex := dumpDataDir(t)
+
+	t.Run("json", func(t *testing.T) {
+		out, errOut, err := runDump(t, "--data-dir", dir, "-o", "json")
+		if err == nil {
+			t.Errorf("dump of a log with a bad entry succeeded; want an error at the end")
+		}
+		if !strings.Contains(errOut, "unknown entry format 238") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("stderr = %q, want one line about the bad entry", errOut)
+		}
+		lines := parseLines(t, out)
+		var got []string
+		var prev uint64
+		for _, l := range lines {
+			got = append(got, l.Source+":"+l.Type)
+			if l.Index < prev {
+				t.Errorf("index %d after %d", l.Index, prev)
+			}
+			prev = l.Index
+			if l.Source == "snapshot" && l.Index != snapIndex {
+				t.Errorf("snapshot line index = %d, want %d", l.Index, snapIndex)
+			}
+			if l.Source == "log" && l.Index <= snapIndex {
+				t.Errorf("log line at %d is at or below the snapshot (%d)", l.Index, snapIndex)
+			}
+			if l.Term == 0 {
+				t.Errorf("line %+v has no term", l)
+			}
+		}
+		want := []string{
+			"snapshot:cluster_id", "snapshot:controller_epoch",
+			"log:controller_epoch", "log:raft_barrier", "log:no_op",
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("dump = %q, want %q", got, want)
+		}
+		if string(lines[1].Record) != `{"epoch":"1","leader_id":1}` {
+			t.Errorf("snapshot epoch record = %s, want snake_case protojson", lines[1].Record)
+		}
+	})
+
+	t.Run("text", func(t *testing.T) {
+		out, _, _ := runDump(t, "--data-dir", dir, "--type", "cluster_id")
+		fields := strings.Fields(strings.TrimSpace(out))
+		if len(fields) != 4 || fields[2] != "cluster_id" || fields[3] != `{"cluster_id":"c1"}` {
+			t.Errorf("text dump = %q, want one line INDEX TERM cluster_id {json}", out)
+		}
+	})
+
+	t.Run("type filter", func(t *testing.T) {
+		out, _, _ := runDump(t, "--data-dir", dir, "-o", "json", "--type", "controller_epoch,no_op")
+		var got []string
+		for _, l := range parseLines(t, out) {
+			got = append(got, l.Source+":"+l.Type)
+		}
+		want := []string{"snapshot:controller_epoch", "log:controller_epoch", "log:no_op"}
+		if !slices.Equal(got, want) {
+			t.Errorf("dump = %q, want %q", got, want)
+		}
+	})
+
+	t.Run("from index past the snapshot", func(t *testing.T) {
+		out, _, err := runDump(t, "--data-dir", dir, "-o", "json", "--from-index", "99999")
+		if err != nil || out != "" {
+			t.Errorf("dump past the end = %q, %v; want nothing", out, err)
+		}
+		out, _, _ = runDump(t, "--data-dir", dir, "-o", "json", "--from-index", "1", "--type", "cluster_id")
+		if got := parseLines(t, out); len(got) != 1 || got[0].Source != "snapshot" {
+			t.Errorf("--from-index 1 = %+v, want the snapshot's cluster_id", got)
+		}
+	})
+
+	t.Run("raft entries", func(t *testing.T) {
+		out, _, _ := runDump(t, "--data-dir", dir, "-o", "json", "--type", "raft_barrier,raft_noop")
+		lines := parseLines(t, out)
+		if len(lines) != 1 || lines[0].Type != "raft_barrier" || lines[0].Source != "log" || lines[0].Record != nil {
+			t.Errorf("raft entries = %+v, want the barrier after the snapshot, with no record", lines)
+		}
+	})
+
+	t.Run("unknown type", func(t *testing.T) {
+		_, _, err := runDump(t, "--data-dir", dir, "--type", "brokr")
+		if err == nil || !strings.Contains(err.Error(), "valid types: ") || !strings.Contains(err.Error(), "broker_registration") {
+			t.Errorf("unknown --type: err = %v, want the valid types listed", err)
+		}
+	})
+}
+
+func TestMetadataDump_CorruptSnapshot(t *testing.T) {
+	dir, _ := dumpDataDir(t)
+	states, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*", "state.bin"))
+	if len(states) != 1 {
+		t.Fatalf("snapshot files = %q, want one", states)
+	}
+	b, err := os.ReadFile(states[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(states[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := runDump(t, "--data-dir", dir, "-o", "json")
+	if err == nil {
+		t.Error("dump of a corrupt snapshot succeeded")
+	}
+	if !strings.Contains(errOut, "error: snapshot") {
+		t.Errorf("stderr = %q, want a snapshot error line", errOut)
+	}
+	// The log after the snapshot is still dumped.
+	var logLines int
+	for _, l := range parseLines(t, out) {
+		if l.Source == "log" {
+			logLines++
+		}
+	}
+	if logLines != 3 {
+		t.Errorf("log lines after a corrupt snapshot = %d, want 3\n%s", logLines, out)
+	}
+}
+
+func TestMetadataDump_NoDataDir(t *testing.T) {
+	_, _, err := runDump(t, "--data-dir", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "has no raft.db") {
+		t.Errorf("err = %v, want no raft.db", err)
+	}
+}

@@ -26,7 +26,7 @@ func (c *Controller) RegisterBroker(ctx context.Context, req *keelpb.RegisterBro
 	l.sessions.touch(req.BrokerId, int64(index), c.cfg.Now(), 0)
 	c.log.Info("broker registered", "broker_id", req.BrokerId, "broker_epoch", index,
 		"incarnation_id", req.IncarnationId, "address", req.Address, "rack", req.Rack)
-	return &keelpb.RegisterBrokerResponse{BrokerEpoch: int64(index), ClusterId: c.fsm.Image().ClusterID, ControllerEpoch: l.epoch}, nil
+	return &keelpb.RegisterBrokerResponse{BrokerEpoch: int64(index), ClusterId: c.fsm.Image().ClusterID, ControllerEpoch: l.epoch.Load()}, nil
 }
 
 // BrokerHeartbeat renews a broker's session from memory, and writes a record
@@ -64,7 +64,7 @@ func (c *Controller) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHear
 	resp := &keelpb.BrokerHeartbeatResponse{
 		IsCaughtUp:      caughtUp(b, req.MetadataOffset),
 		IsFenced:        b.Fenced,
-		ControllerEpoch: l.epoch,
+		ControllerEpoch: l.epoch.Load(),
 		ControllerId:    c.cfg.NodeID,
 	}
 	if req.WantShutdown {

@@ -37,6 +37,10 @@ type Config struct {
 	// LeaderImbalanceRatio is the share of a broker's preferred
 	// partitions it may fail to lead before a rebalance (10%).
 	LeaderImbalanceRatio float64
+	// RestoreFrom is a snapshot file the first active controller of a brand
+	// new cluster restores, keeping its cluster id and epoch (disaster
+	// recovery into an empty quorum). Ignored once the cluster has state.
+	RestoreFrom string
 	// Now is the clock for broker sessions; tests pass a fake one.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -162,7 +166,7 @@ func (c *Controller) monitorLeadership(ctx context.Context) {
 // Active reports whether this node is the active controller, and its epoch.
 func (c *Controller) Active() (bool, int64) {
 	if l := c.active.Load(); l != nil {
-		return true, l.epoch
+		return true, l.epoch.Load()
 	}
 	return false, 0
 }
@@ -254,5 +258,9 @@ func (c *Controller) AppendNoOp(ctx context.Context, requestID string) (uint64, 
 	}
 	rec := &keelpb.Record{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: requestID}}}
 	index, err := l.decide(ctx, func(*fsm.Image) ([]*keelpb.Record, error) { return []*keelpb.Record{rec}, nil })
-	return index, l.epoch, err
+	return index, l.epoch.Load(), err
 }
+
+// NotActiveError is the error a write gets on this node while it is not the
+// active controller: a *NotLeaderError with the leader, or ErrNotReady.
+func (c *Controller) NotActiveError() error { return c.notLeader() }

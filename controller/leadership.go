@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keel-dev/keel/fsm"
@@ -23,7 +24,7 @@ type leadership struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	epoch  int64 // set once established
+	epoch  atomic.Int64 // set once established; a restore moves it on
 
 	sessions *sessionTracker
 
@@ -74,7 +75,7 @@ func (l *leadership) run() {
 	// fenced; the fencer starts only now.
 	l.sessions.reset(l.c.fsm.Image().Brokers(), l.c.cfg.Now())
 	l.c.active.Store(l)
-	l.log.Info("active controller", "epoch", l.epoch, "takeover", time.Since(start).Round(time.Millisecond))
+	l.log.Info("active controller", "epoch", l.epoch.Load(), "takeover", time.Since(start).Round(time.Millisecond))
 	l.wg.Add(1)
 	go l.fenceExpiredSessions()
 	if l.c.cfg.LeaderImbalanceCheckInterval > 0 {
@@ -108,6 +109,15 @@ func (l *leadership) tryEstablish() error {
 		return fmt.Errorf("barrier: %w", err)
 	}
 	img := l.c.fsm.Image()
+	if l.c.cfg.RestoreFrom != "" && img.ClusterID == "" && img.ControllerEpoch == 0 {
+		// A new quorum started from a backup: the snapshot brings the
+		// cluster id, the metadata and the epoch, and the epoch after it is
+		// this controller's.
+		if _, err := l.restore(l.c.cfg.RestoreFrom, false, true); err != nil {
+			return fmt.Errorf("restore from %s: %w", l.c.cfg.RestoreFrom, err)
+		}
+		return nil
+	}
 	var records []*keelpb.Record
 	if img.ClusterID == "" {
 		records = append(records, &keelpb.Record{Record: &keelpb.Record_ClusterId{
@@ -123,7 +133,7 @@ func (l *leadership) tryEstablish() error {
 	if _, err := l.c.commitBatch(records...); err != nil {
 		return fmt.Errorf("commit controller epoch %d: %w", next, err)
 	}
-	l.epoch = next
+	l.epoch.Store(next)
 	return nil
 }
 
@@ -250,8 +260,8 @@ func (l *leadership) revoke() {
 	l.c.active.CompareAndSwap(l, nil)
 	l.cancel()
 	l.wg.Wait()
-	if l.epoch > 0 {
-		l.log.Info("no longer the active controller", "epoch", l.epoch)
+	if l.epoch.Load() > 0 {
+		l.log.Info("no longer the active controller", "epoch", l.epoch.Load())
 	}
 }
 

@@ -36,7 +36,7 @@ func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetad
 		return err
 	}
 	stamp := func(p *keelpb.MetadataPush) *keelpb.MetadataPush {
-		p.ControllerEpoch, p.ControllerId = l.epoch, c.cfg.NodeID
+		p.ControllerEpoch, p.ControllerId = l.epoch.Load(), c.cfg.NodeID
 		return p
 	}
 	offset := req.FromOffset

@@ -129,3 +129,12 @@ func (img *Image) clone() *Image {
 	c := *img
 	return &c
 }
+
+// WithIdentity returns a copy of img that belongs to clusterID, with the
+// given controller epoch and leader: a snapshot restored into a running
+// cluster keeps that cluster's identity and epoch.
+func (img *Image) WithIdentity(clusterID string, epoch int64, leader int32) *Image {
+	c := img.clone()
+	c.ClusterID, c.ControllerEpoch, c.ControllerLeaderID = clusterID, epoch, leader
+	return c
+}

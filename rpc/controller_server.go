@@ -2,11 +2,16 @@ package rpc
 
 import (
 	"context"
+	"errors"
+	"os"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -159,4 +164,57 @@ func (w *chunkSender) Write(p []byte) (int, error) {
 
 func (w *chunkSender) flush() error {
 	return w.send(&keelpb.SnapshotChunk{Data: w.buf, Last: true})
+}
+
+// maxRestoreBytes bounds a snapshot upload.
+const maxRestoreBytes = 16 << 30
+
+// RestoreSnapshot receives a snapshot upload into a temporary file, then has
+// the active controller restore from it. The file is verified before raft
+// sees it; any refusal leaves the cluster as it was.
+func (s *ControllerServer) RestoreSnapshot(stream grpc.ClientStreamingServer[keelpb.RestoreSnapshotRequest, keelpb.RestoreSnapshotResponse]) error {
+	if active, _ := s.ctrl.Active(); !active {
+		return toStatus(s.ctrl.NotActiveError())
+	}
+	tmp, err := os.CreateTemp("", "keel-upload-*")
+	if err != nil {
+		return status.Errorf(codes.Internal, "temporary file for the upload: %v", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	var size int64
+	force := false
+	for first := true; ; first = false {
+		req, err := stream.Recv()
+		if err != nil {
+			return status.Errorf(codes.Canceled, "upload ended before its last chunk: %v", err)
+		}
+		if first {
+			force = req.GetForceClusterId()
+		}
+		if size += int64(len(req.GetData())); size > maxRestoreBytes {
+			return invalidArgument("data", "the snapshot exceeds %d bytes", int64(maxRestoreBytes))
+		}
+		if _, err := tmp.Write(req.GetData()); err != nil {
+			return status.Errorf(codes.Internal, "write the upload: %v", err)
+		}
+		if req.GetLast() {
+			break
+		}
+	}
+	if err := tmp.Sync(); err != nil {
+		return status.Errorf(codes.Internal, "sync the upload: %v", err)
+	}
+	res, err := s.ctrl.RestoreSnapshot(stream.Context(), tmp.Name(), force)
+	if errors.Is(err, fsm.ErrCorruptSnapshot) {
+		return invalidArgument("data", "%v", err)
+	}
+	if err != nil {
+		return toStatus(err)
+	}
+	img := s.ctrl.Image()
+	return stream.SendAndClose(&keelpb.RestoreSnapshotResponse{
+		ClusterId: img.ClusterID, ControllerEpoch: res.Epoch, SnapshotIndex: res.Info.Index,
+		Brokers: int32(res.Info.Brokers), Topics: int32(res.Info.Topics), Partitions: int32(res.Info.Partitions),
+	})
 }

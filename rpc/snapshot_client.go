@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -53,4 +54,51 @@ func (c *Client) FetchSnapshot(ctx context.Context, start func() (io.Writer, err
 		}
 	})
 	return n, err
+}
+
+// restoreChunkBytes is the size of one chunk of a restore upload.
+const restoreChunkBytes = 1 << 20
+
+// RestoreSnapshot uploads the snapshot file at path to the active
+// controller, which restores the cluster's metadata from it. Each attempt
+// reads the file from the start. force restores another cluster's snapshot
+// under this cluster's id.
+func (c *Client) RestoreSnapshot(ctx context.Context, path string, force bool) (*keelpb.RestoreSnapshotResponse, error) {
+	var resp *keelpb.RestoreSnapshotResponse
+	err := c.WriteWithin(ctx, snapshotAttemptTimeout, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		stream, err := cl.RestoreSnapshot(ctx)
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, restoreChunkBytes)
+		first := true
+		for {
+			n, rerr := io.ReadFull(f, buf)
+			last := rerr == io.EOF || rerr == io.ErrUnexpectedEOF
+			if rerr != nil && !last {
+				return rerr
+			}
+			req := &keelpb.RestoreSnapshotRequest{Data: buf[:n], Last: last}
+			if first {
+				req.ForceClusterId, first = force, false
+			}
+			if err := stream.Send(req); err != nil {
+				if errors.Is(err, io.EOF) {
+					break // the server answered early: CloseAndRecv has why
+				}
+				return err
+			}
+			if last {
+				break
+			}
+		}
+		resp, err = stream.CloseAndRecv()
+		return err
+	})
+	return resp, err
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/atomicfile"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/rpc"
 )
@@ -34,6 +36,8 @@ type ControllerConfig struct {
 	WriteTimeout time.Duration
 	// SessionTimeout is the broker session timeout (default 9s).
 	SessionTimeout time.Duration
+	// RestoreFrom is a snapshot file a brand-new quorum starts from.
+	RestoreFrom string
 	// LeaderImbalanceCheckInterval is how often automatic leader rebalance
 	// runs (default 300s; negative: never).
 	LeaderImbalanceCheckInterval time.Duration
@@ -79,6 +83,12 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 	if err := cfg.Timing.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.RestoreFrom != "" {
+		// Refuse a bad backup now, with one line, not after an election.
+		if err := verifySnapshotFile(cfg.RestoreFrom); err != nil {
+			return nil, fmt.Errorf("--restore-from %s: %w", cfg.RestoreFrom, err)
+		}
+	}
 	mux := cfg.Mux
 	if mux == nil {
 		listen := cfg.Listen
@@ -111,6 +121,7 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 		Logger:         cfg.Logger,
 
 		LeaderImbalanceCheckInterval: cfg.LeaderImbalanceCheckInterval,
+		RestoreFrom:                  cfg.RestoreFrom,
 	}, s.applied)
 	s.node, err = raftlog.Open(raftlog.Config{
 		NodeID:    cfg.NodeID,
@@ -199,5 +210,15 @@ func (s *Controller) Close() error {
 		s.wg.Wait()
 		s.log.Info("controller stopped", "node_id", s.cfg.NodeID)
 	})
+	return err
+}
+
+func verifySnapshotFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return atomicfile.PathCause(err)
+	}
+	defer f.Close()
+	_, err = fsm.ScanSnapshot(f, nil)
 	return err
 }

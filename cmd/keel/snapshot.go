@@ -21,7 +21,7 @@ const defaultSnapshotTimeout = 10 * time.Minute
 
 func newSnapshotCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "snapshot", Short: "Save and inspect snapshots of the cluster metadata"}
-	cmd.AddCommand(newSnapshotSaveCmd(), newSnapshotInspectCmd())
+	cmd.AddCommand(newSnapshotSaveCmd(), newSnapshotInspectCmd(), newSnapshotRestoreCmd())
 	return cmd
 }
 
@@ -208,5 +208,61 @@ func newSnapshotInspectCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+// restoreResult is what `keel snapshot restore -o json` prints.
+type restoreResult struct {
+	ClusterID       string `json:"cluster_id"`
+	ControllerEpoch int64  `json:"controller_epoch"`
+	SnapshotIndex   uint64 `json:"snapshot_index"`
+	Brokers         int32  `json:"brokers"`
+	Topics          int32  `json:"topics"`
+	Partitions      int32  `json:"partitions"`
+}
+
+func newSnapshotRestoreCmd() *cobra.Command {
+	a := &adminFlags{}
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "restore FILE",
+		Short: "Replace the running cluster's metadata with a snapshot file",
+		Long: `Restore the metadata of the running cluster from a snapshot file, through the
+active controller (raft's user restore). Every controller converges to the
+snapshot's image; the controller epoch keeps increasing; brokers get an image of
+the restored state, and brokers the snapshot does not hold register again.
+
+The file is verified here first. A snapshot of another cluster is refused
+unless --force-cluster-id, which restores it under this cluster's id.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := verifySnapshotFile(args[0]); err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+			defer cancel()
+			resp, err := c.RestoreSnapshot(ctx, args[0], force)
+			if err != nil {
+				return err
+			}
+			r := restoreResult{ClusterID: resp.ClusterId, ControllerEpoch: resp.ControllerEpoch, SnapshotIndex: resp.SnapshotIndex,
+				Brokers: resp.Brokers, Topics: resp.Topics, Partitions: resp.Partitions}
+			if a.output == "json" {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "restored cluster %s from %s (snapshot index %d): %d brokers, %d topics, %d partitions; controller epoch now %d\n",
+				r.ClusterID, args[0], r.SnapshotIndex, r.Brokers, r.Topics, r.Partitions, r.ControllerEpoch)
+			return nil
+		},
+	}
+	a.add(cmd)
+	cmd.Flags().Lookup("timeout").DefValue = "10m0s"
+	a.timeout = 10 * time.Minute
+	cmd.Flags().BoolVar(&force, "force-cluster-id", false, "restore a snapshot of another cluster, under this cluster's id")
 	return cmd
 }

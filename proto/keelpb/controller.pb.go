@@ -2750,6 +2750,151 @@ func (x *Reassignment) GetRemovingReplicas() []int32 {
 	return nil
 }
 
+type RestoreSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Read from the first message only.
+	ForceClusterId bool   `protobuf:"varint,1,opt,name=force_cluster_id,json=forceClusterId,proto3" json:"force_cluster_id,omitempty"`
+	Data           []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Last           bool   `protobuf:"varint,3,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RestoreSnapshotRequest) Reset() {
+	*x = RestoreSnapshotRequest{}
+	mi := &file_controller_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreSnapshotRequest) ProtoMessage() {}
+
+func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *RestoreSnapshotRequest) GetForceClusterId() bool {
+	if x != nil {
+		return x.ForceClusterId
+	}
+	return false
+}
+
+func (x *RestoreSnapshotRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *RestoreSnapshotRequest) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
+type RestoreSnapshotResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId       string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ControllerEpoch int64                  `protobuf:"varint,2,opt,name=controller_epoch,json=controllerEpoch,proto3" json:"controller_epoch,omitempty"`
+	SnapshotIndex   uint64                 `protobuf:"varint,3,opt,name=snapshot_index,json=snapshotIndex,proto3" json:"snapshot_index,omitempty"`
+	Brokers         int32                  `protobuf:"varint,4,opt,name=brokers,proto3" json:"brokers,omitempty"`
+	Topics          int32                  `protobuf:"varint,5,opt,name=topics,proto3" json:"topics,omitempty"`
+	Partitions      int32                  `protobuf:"varint,6,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RestoreSnapshotResponse) Reset() {
+	*x = RestoreSnapshotResponse{}
+	mi := &file_controller_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreSnapshotResponse) ProtoMessage() {}
+
+func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RestoreSnapshotResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *RestoreSnapshotResponse) GetControllerEpoch() int64 {
+	if x != nil {
+		return x.ControllerEpoch
+	}
+	return 0
+}
+
+func (x *RestoreSnapshotResponse) GetSnapshotIndex() uint64 {
+	if x != nil {
+		return x.SnapshotIndex
+	}
+	return 0
+}
+
+func (x *RestoreSnapshotResponse) GetBrokers() int32 {
+	if x != nil {
+		return x.Brokers
+	}
+	return 0
+}
+
+func (x *RestoreSnapshotResponse) GetTopics() int32 {
+	if x != nil {
+		return x.Topics
+	}
+	return 0
+}
+
+func (x *RestoreSnapshotResponse) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
 // LeaderHint rides in the details of a FailedPrecondition or Unavailable status
 // from a controller that is not the active one, so clients can follow it.
 type LeaderHint struct {
@@ -2762,7 +2907,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2774,7 +2919,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2787,7 +2932,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{45}
+	return file_controller_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *LeaderHint) GetLeaderId() int32 {
@@ -3005,7 +3150,21 @@ const file_controller_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
 	"\breplicas\x18\x03 \x03(\x05R\breplicas\x12'\n" +
 	"\x0fadding_replicas\x18\x04 \x03(\x05R\x0eaddingReplicas\x12+\n" +
-	"\x11removing_replicas\x18\x05 \x03(\x05R\x10removingReplicas\"P\n" +
+	"\x11removing_replicas\x18\x05 \x03(\x05R\x10removingReplicas\"j\n" +
+	"\x16RestoreSnapshotRequest\x12(\n" +
+	"\x10force_cluster_id\x18\x01 \x01(\bR\x0eforceClusterId\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
+	"\x04last\x18\x03 \x01(\bR\x04last\"\xdc\x01\n" +
+	"\x17RestoreSnapshotResponse\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12)\n" +
+	"\x10controller_epoch\x18\x02 \x01(\x03R\x0fcontrollerEpoch\x12%\n" +
+	"\x0esnapshot_index\x18\x03 \x01(\x04R\rsnapshotIndex\x12\x18\n" +
+	"\abrokers\x18\x04 \x01(\x05R\abrokers\x12\x16\n" +
+	"\x06topics\x18\x05 \x01(\x05R\x06topics\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x06 \x01(\x05R\n" +
+	"partitions\"P\n" +
 	"\n" +
 	"LeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\x05R\bleaderId\x12%\n" +
@@ -3013,7 +3172,7 @@ const file_controller_proto_rawDesc = "" +
 	"\fElectionType\x12\x1d\n" +
 	"\x19ELECTION_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ELECTION_TYPE_PREFERRED\x10\x01\x12\x19\n" +
-	"\x15ELECTION_TYPE_UNCLEAN\x10\x022\xa3\v\n" +
+	"\x15ELECTION_TYPE_UNCLEAN\x10\x022\xfb\v\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +
@@ -3033,7 +3192,8 @@ const file_controller_proto_rawDesc = "" +
 	"\fElectLeaders\x12\x1c.keel.v1.ElectLeadersRequest\x1a\x1d.keel.v1.ElectLeadersResponse\x12x\n" +
 	"\x1bAlterPartitionReassignments\x12+.keel.v1.AlterPartitionReassignmentsRequest\x1a,.keel.v1.AlterPartitionReassignmentsResponse\x12u\n" +
 	"\x1aListPartitionReassignments\x12*.keel.v1.ListPartitionReassignmentsRequest\x1a+.keel.v1.ListPartitionReassignmentsResponse\x12H\n" +
-	"\rFetchSnapshot\x12\x1d.keel.v1.FetchSnapshotRequest\x1a\x16.keel.v1.SnapshotChunk0\x01B'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\rFetchSnapshot\x12\x1d.keel.v1.FetchSnapshotRequest\x1a\x16.keel.v1.SnapshotChunk0\x01\x12V\n" +
+	"\x0fRestoreSnapshot\x12\x1f.keel.v1.RestoreSnapshotRequest\x1a .keel.v1.RestoreSnapshotResponse(\x01B'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -3048,7 +3208,7 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_controller_proto_goTypes = []any{
 	(ElectionType)(0),                           // 0: keel.v1.ElectionType
 	(*DescribeQuorumRequest)(nil),               // 1: keel.v1.DescribeQuorumRequest
@@ -3096,9 +3256,11 @@ var file_controller_proto_goTypes = []any{
 	(*ListPartitionReassignmentsRequest)(nil),   // 43: keel.v1.ListPartitionReassignmentsRequest
 	(*ListPartitionReassignmentsResponse)(nil),  // 44: keel.v1.ListPartitionReassignmentsResponse
 	(*Reassignment)(nil),                        // 45: keel.v1.Reassignment
-	(*LeaderHint)(nil),                          // 46: keel.v1.LeaderHint
-	nil,                                         // 47: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                         // 48: keel.v1.TopicDescription.ConfigsEntry
+	(*RestoreSnapshotRequest)(nil),              // 46: keel.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),             // 47: keel.v1.RestoreSnapshotResponse
+	(*LeaderHint)(nil),                          // 48: keel.v1.LeaderHint
+	nil,                                         // 49: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                         // 50: keel.v1.TopicDescription.ConfigsEntry
 }
 var file_controller_proto_depIdxs = []int32{
 	3,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
@@ -3107,13 +3269,13 @@ var file_controller_proto_depIdxs = []int32{
 	15, // 3: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
 	20, // 4: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
 	22, // 5: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	47, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	49, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
 	33, // 7: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
 	22, // 8: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
 	33, // 9: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
 	30, // 10: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
 	33, // 11: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	48, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	50, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
 	34, // 13: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
 	34, // 14: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
 	0,  // 15: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
@@ -3138,25 +3300,27 @@ var file_controller_proto_depIdxs = []int32{
 	41, // 34: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
 	43, // 35: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
 	17, // 36: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	2,  // 37: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	5,  // 38: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	7,  // 39: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	9,  // 40: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	11, // 41: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	13, // 42: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	19, // 43: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	23, // 44: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	25, // 45: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	27, // 46: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	29, // 47: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	32, // 48: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	36, // 49: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	39, // 50: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	42, // 51: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	44, // 52: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	16, // 53: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	37, // [37:54] is the sub-list for method output_type
-	20, // [20:37] is the sub-list for method input_type
+	46, // 37: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	2,  // 38: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	5,  // 39: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	7,  // 40: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	9,  // 41: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	11, // 42: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	13, // 43: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	19, // 44: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	23, // 45: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	25, // 46: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	27, // 47: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	29, // 48: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	32, // 49: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	36, // 50: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	39, // 51: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	42, // 52: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	44, // 53: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	16, // 54: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	47, // 55: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	38, // [38:56] is the sub-list for method output_type
+	20, // [20:38] is the sub-list for method input_type
 	20, // [20:20] is the sub-list for extension type_name
 	20, // [20:20] is the sub-list for extension extendee
 	0,  // [0:20] is the sub-list for field type_name
@@ -3177,7 +3341,7 @@ func file_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   48,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const (
 	ControllerService_AlterPartitionReassignments_FullMethodName = "/keel.v1.ControllerService/AlterPartitionReassignments"
 	ControllerService_ListPartitionReassignments_FullMethodName  = "/keel.v1.ControllerService/ListPartitionReassignments"
 	ControllerService_FetchSnapshot_FullMethodName               = "/keel.v1.ControllerService/FetchSnapshot"
+	ControllerService_RestoreSnapshot_FullMethodName             = "/keel.v1.ControllerService/RestoreSnapshot"
 )
 
 // ControllerServiceClient is the client API for ControllerService service.
@@ -96,6 +97,12 @@ type ControllerServiceClient interface {
 	// the FSM snapshot format, as chunks (the last one marked). Only the
 	// active controller answers; others refuse with the leader hint.
 	FetchSnapshot(ctx context.Context, in *FetchSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
+	// RestoreSnapshot replaces the cluster's metadata with a snapshot stream
+	// (raft's user restore) through the active controller. The controller epoch
+	// keeps increasing; brokers get an image of the restored state. A snapshot
+	// of another cluster is refused (FailedPrecondition,
+	// INCONSISTENT_CLUSTER_ID) unless force_cluster_id is set.
+	RestoreSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RestoreSnapshotRequest, RestoreSnapshotResponse], error)
 }
 
 type controllerServiceClient struct {
@@ -294,6 +301,19 @@ func (c *controllerServiceClient) FetchSnapshot(ctx context.Context, in *FetchSn
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ControllerService_FetchSnapshotClient = grpc.ServerStreamingClient[SnapshotChunk]
 
+func (c *controllerServiceClient) RestoreSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RestoreSnapshotRequest, RestoreSnapshotResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ControllerService_ServiceDesc.Streams[2], ControllerService_RestoreSnapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RestoreSnapshotRequest, RestoreSnapshotResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ControllerService_RestoreSnapshotClient = grpc.ClientStreamingClient[RestoreSnapshotRequest, RestoreSnapshotResponse]
+
 // ControllerServiceServer is the server API for ControllerService service.
 // All implementations must embed UnimplementedControllerServiceServer
 // for forward compatibility.
@@ -350,6 +370,12 @@ type ControllerServiceServer interface {
 	// the FSM snapshot format, as chunks (the last one marked). Only the
 	// active controller answers; others refuse with the leader hint.
 	FetchSnapshot(*FetchSnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
+	// RestoreSnapshot replaces the cluster's metadata with a snapshot stream
+	// (raft's user restore) through the active controller. The controller epoch
+	// keeps increasing; brokers get an image of the restored state. A snapshot
+	// of another cluster is refused (FailedPrecondition,
+	// INCONSISTENT_CLUSTER_ID) unless force_cluster_id is set.
+	RestoreSnapshot(grpc.ClientStreamingServer[RestoreSnapshotRequest, RestoreSnapshotResponse]) error
 	mustEmbedUnimplementedControllerServiceServer()
 }
 
@@ -410,6 +436,9 @@ func (UnimplementedControllerServiceServer) ListPartitionReassignments(context.C
 }
 func (UnimplementedControllerServiceServer) FetchSnapshot(*FetchSnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
 	return status.Error(codes.Unimplemented, "method FetchSnapshot not implemented")
+}
+func (UnimplementedControllerServiceServer) RestoreSnapshot(grpc.ClientStreamingServer[RestoreSnapshotRequest, RestoreSnapshotResponse]) error {
+	return status.Error(codes.Unimplemented, "method RestoreSnapshot not implemented")
 }
 func (UnimplementedControllerServiceServer) mustEmbedUnimplementedControllerServiceServer() {}
 func (UnimplementedControllerServiceServer) testEmbeddedByValue()                           {}
@@ -724,6 +753,13 @@ func _ControllerService_FetchSnapshot_Handler(srv interface{}, stream grpc.Serve
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ControllerService_FetchSnapshotServer = grpc.ServerStreamingServer[SnapshotChunk]
 
+func _ControllerService_RestoreSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ControllerServiceServer).RestoreSnapshot(&grpc.GenericServerStream[RestoreSnapshotRequest, RestoreSnapshotResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ControllerService_RestoreSnapshotServer = grpc.ClientStreamingServer[RestoreSnapshotRequest, RestoreSnapshotResponse]
+
 // ControllerService_ServiceDesc is the grpc.ServiceDesc for ControllerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -802,6 +838,11 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "FetchSnapshot",
 			Handler:       _ControllerService_FetchSnapshot_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "RestoreSnapshot",
+			Handler:       _ControllerService_RestoreSnapshot_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "controller.proto",

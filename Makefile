@@ -4,7 +4,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -X main.version=$(VERSION)
 PROTO_DIR := proto/keelpb
 
-.PHONY: all build run test lint proto proto-check bench bench-failover bench-heartbeats bench-partitions clean
+.PHONY: all build run test lint proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot clean
 
 all: build
 
@@ -49,6 +49,10 @@ bench-heartbeats:
 ## bench-partitions: create P partitions over real broker agents, then fence the broker leading the most.
 bench-partitions:
 	KEEL_BENCH_PARTITIONS=$${KEEL_BENCH_PARTITIONS:-100000} $(GO) test -count=1 -run TestPartitionScale -v -timeout 30m ./server/
+
+## bench-snapshot: 1,000,000 partitions over 100 brokers: heap, snapshot size, save time, load time.
+bench-snapshot:
+	KEEL_BENCH_SNAPSHOT=$${KEEL_BENCH_SNAPSHOT:-1000000} $(GO) test -count=1 -run TestSnapshotScale -v -timeout 30m ./server/
 
 ## bench-failover: kill -9 the leader of a real 3-controller quorum 10 times.
 bench-failover: build

@@ -60,16 +60,7 @@ func (l *leadership) restore(path string, force, keepIdentity bool) (*RestoreRes
 	if err != nil {
 		return nil, err
 	}
-	img, err := fsm.ReadSnapshot(f)
-	f.Close()
-	if err != nil {
-		return nil, err
-	}
-	f, err = os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	info, err := fsm.ScanSnapshot(f, nil)
+	img, info, err := fsm.ReadSnapshotInfo(f)
 	f.Close()
 	if err != nil {
 		return nil, err

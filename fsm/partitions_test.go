@@ -234,3 +234,22 @@ func TestScanSnapshot_ReportsWhatItHolds(t *testing.T) {
 		t.Fatalf("record order %v", types)
 	}
 }
+
+func TestVerifySnapshot_AgreesWithScanWithoutBuilding(t *testing.T) {
+	data := imageBytes(t, withTopics(t))
+	quick, err := VerifySnapshot(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := ScanSnapshot(bytes.NewReader(data), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if quick.Brokers != full.Brokers || quick.Topics != full.Topics || quick.Partitions != full.Partitions || quick.Records != full.Records {
+		t.Fatalf("verify %+v, scan %+v", quick, full)
+	}
+	data[len(data)/2] ^= 1
+	if _, err := VerifySnapshot(bytes.NewReader(data)); err == nil {
+		t.Fatal("a flipped byte verified")
+	}
+}

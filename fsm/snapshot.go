@@ -226,7 +226,28 @@ func ScanSnapshot(r io.Reader, fn func(*keelpb.Record) error) (*SnapshotInfo, er
 	return info, err
 }
 
+// ReadSnapshotInfo is ReadSnapshot that also returns what the snapshot holds,
+// in the same single pass.
+func ReadSnapshotInfo(r io.Reader) (*Image, *SnapshotInfo, error) {
+	return readSnapshot(r, nil)
+}
+
+// VerifySnapshot checks a snapshot's framing, header, record encoding,
+// record count and checksum without rebuilding its image: a quick check of
+// a file before it is used. Its SnapshotInfo has no counts of brokers,
+// topics or partitions beyond what the record types tell.
+func VerifySnapshot(r io.Reader) (*SnapshotInfo, error) {
+	_, info, err := scanFrames(r, nil, false)
+	return info, err
+}
+
 func readSnapshot(r io.Reader, fn func(*keelpb.Record) error) (*Image, *SnapshotInfo, error) {
+	return scanFrames(r, fn, true)
+}
+
+// scanFrames reads a snapshot stream; with build it applies every record to
+// a new image (checking it), else it only decodes and counts them.
+func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image, *SnapshotInfo, error) {
 	fr := &frameReader{r: bufio.NewReaderSize(r, 64<<10), sum: sha256.New()}
 	magic := make([]byte, len(snapshotMagic))
 	if _, err := io.ReadFull(fr.r, magic); err != nil || string(magic) != snapshotMagic {
@@ -249,6 +270,7 @@ func readSnapshot(r io.Reader, fn func(*keelpb.Record) error) (*Image, *Snapshot
 	img := Empty()
 	ctx := &applyContext{index: header.Index, term: header.Term, restoring: true}
 	var count uint64
+	var typeCounts [3]int // brokers, topics, partitions, when not building
 	for {
 		kind, payload, err := fr.next()
 		if err != nil {
@@ -260,8 +282,19 @@ func readSnapshot(r io.Reader, fn func(*keelpb.Record) error) (*Image, *Snapshot
 			if err := proto.Unmarshal(payload, rec); err != nil {
 				return nil, nil, corrupt("record %d: %v", count, err)
 			}
-			if err := applyRecord(img, rec, ctx); err != nil {
-				return nil, nil, corrupt("record %d (%s): %v", count, RecordType(rec), err)
+			if build {
+				if err := applyRecord(img, rec, ctx); err != nil {
+					return nil, nil, corrupt("record %d (%s): %v", count, RecordType(rec), err)
+				}
+			} else {
+				switch rec.Record.(type) {
+				case *keelpb.Record_BrokerRegistration:
+					typeCounts[0]++
+				case *keelpb.Record_Topic:
+					typeCounts[1]++
+				case *keelpb.Record_Partition:
+					typeCounts[2]++
+				}
 			}
 			if fn != nil {
 				if err := fn(rec); err != nil {
@@ -283,16 +316,20 @@ func readSnapshot(r io.Reader, fn func(*keelpb.Record) error) (*Image, *Snapshot
 			if _, err := fr.r.ReadByte(); err != io.EOF {
 				return nil, nil, corrupt("data after the trailer")
 			}
+			info := &SnapshotInfo{
+				FormatVersion: header.FormatVersion, ClusterID: header.ClusterId, Index: header.Index, Term: header.Term,
+				ControllerEpoch: header.ControllerEpoch, Records: count, SHA256: trailer.Sha256,
+				Brokers: typeCounts[0], Topics: typeCounts[1], Partitions: typeCounts[2],
+			}
+			if !build {
+				return nil, info, nil
+			}
 			ctx.finish(img)
 			if img.ClusterID != header.ClusterId || img.ControllerEpoch != header.ControllerEpoch {
 				return nil, nil, corrupt("header does not match the records")
 			}
 			img.Offset, img.Term = header.Index, header.Term
-			info := &SnapshotInfo{
-				FormatVersion: header.FormatVersion, ClusterID: header.ClusterId, Index: header.Index, Term: header.Term,
-				ControllerEpoch: header.ControllerEpoch, Records: count, SHA256: trailer.Sha256,
-				Brokers: img.BrokerCount(), Topics: img.TopicCount(), Partitions: img.PartitionCount(),
-			}
+			info.Brokers, info.Topics, info.Partitions = img.BrokerCount(), img.TopicCount(), img.PartitionCount()
 			return img, info, nil
 		default:
 			return nil, nil, corrupt("unknown frame kind %q", kind)

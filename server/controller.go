@@ -219,6 +219,6 @@ func verifySnapshotFile(path string) error {
 		return atomicfile.PathCause(err)
 	}
 	defer f.Close()
-	_, err = fsm.ScanSnapshot(f, nil)
+	_, err = fsm.VerifySnapshot(f)
 	return err
 }

@@ -94,7 +94,7 @@ func TestSnapshotScale(t *testing.T) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		t.Fatal(err)
 	}
-	info, err := fsm.ScanSnapshot(f, nil)
+	info, err := fsm.VerifySnapshot(f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,17 @@ const (
 // snapshot (as opposed to the reader failing).
 var ErrCorruptSnapshot = errors.New("corrupt snapshot")
 
+// identityRecords counts the records imageRecords writes before the brokers.
+func identityRecords(img *Image) int {
+	n := 0
+	for _, present := range []bool{img.ClusterID != "", img.MetadataVersion > 0, img.ControllerEpoch > 0} {
+		if present {
+			n++
+		}
+	}
+	return n
+}
+
 // imageRecords lists the image as records, in an order that depends only on
 // the image. Replaying them in restore mode rebuilds it.
 func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
@@ -134,6 +145,10 @@ func WriteSnapshot(w io.Writer, img *Image) error {
 		Index:           img.Offset,
 		Term:            img.Term,
 		ControllerEpoch: img.ControllerEpoch,
+		Brokers:         uint64(img.BrokerCount()),
+		Topics:          uint64(img.TopicCount()),
+		Partitions:      uint64(img.PartitionCount()),
+		RecordCount:     uint64(img.BrokerCount() + img.TopicCount() + img.PartitionCount() + identityRecords(img)),
 	}
 	if err := fw.frame(frameHeader, header); err != nil {
 		return err
@@ -270,7 +285,7 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 	img := Empty()
 	ctx := &applyContext{index: header.Index, term: header.Term, restoring: true}
 	var count uint64
-	var typeCounts [3]int // brokers, topics, partitions, when not building
+	var typeCounts [3]int // brokers, topics, partitions
 	for {
 		kind, payload, err := fr.next()
 		if err != nil {
@@ -286,15 +301,14 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 				if err := applyRecord(img, rec, ctx); err != nil {
 					return nil, nil, corrupt("record %d (%s): %v", count, RecordType(rec), err)
 				}
-			} else {
-				switch rec.Record.(type) {
-				case *keelpb.Record_BrokerRegistration:
-					typeCounts[0]++
-				case *keelpb.Record_Topic:
-					typeCounts[1]++
-				case *keelpb.Record_Partition:
-					typeCounts[2]++
-				}
+			}
+			switch rec.Record.(type) {
+			case *keelpb.Record_BrokerRegistration:
+				typeCounts[0]++
+			case *keelpb.Record_Topic:
+				typeCounts[1]++
+			case *keelpb.Record_Partition:
+				typeCounts[2]++
 			}
 			if fn != nil {
 				if err := fn(rec); err != nil {
@@ -309,6 +323,11 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 			}
 			if trailer.RecordCount != count {
 				return nil, nil, corrupt("trailer counts %d records, read %d", trailer.RecordCount, count)
+			}
+			if header.RecordCount != count || header.Brokers != uint64(typeCounts[0]) ||
+				header.Topics != uint64(typeCounts[1]) || header.Partitions != uint64(typeCounts[2]) {
+				return nil, nil, corrupt("header counts (%d records, %d brokers, %d topics, %d partitions) do not match the body (%d, %d, %d, %d)",
+					header.RecordCount, header.Brokers, header.Topics, header.Partitions, count, typeCounts[0], typeCounts[1], typeCounts[2])
 			}
 			if !bytes.Equal(trailer.Sha256, fr.sum.Sum(nil)) {
 				return nil, nil, corrupt("checksum mismatch")

@@ -1234,8 +1234,15 @@ type SnapshotHeader struct {
 	Index           uint64                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
 	Term            uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
 	ControllerEpoch int64                  `protobuf:"varint,5,opt,name=controller_epoch,json=controllerEpoch,proto3" json:"controller_epoch,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What the records hold, so a reader can tell without reading them all;
+	// checked against the records when they are read. (The SHA-256 of the
+	// body is in the trailer: a streamed writer knows it only at the end.)
+	RecordCount   uint64 `protobuf:"varint,6,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
+	Brokers       uint64 `protobuf:"varint,7,opt,name=brokers,proto3" json:"brokers,omitempty"`
+	Topics        uint64 `protobuf:"varint,8,opt,name=topics,proto3" json:"topics,omitempty"`
+	Partitions    uint64 `protobuf:"varint,9,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
@@ -1299,6 +1306,34 @@ func (x *SnapshotHeader) GetTerm() uint64 {
 func (x *SnapshotHeader) GetControllerEpoch() int64 {
 	if x != nil {
 		return x.ControllerEpoch
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetRecordCount() uint64 {
+	if x != nil {
+		return x.RecordCount
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetBrokers() uint64 {
+	if x != nil {
+		return x.Brokers
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetTopics() uint64 {
+	if x != nil {
+		return x.Topics
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetPartitions() uint64 {
+	if x != nil {
+		return x.Partitions
 	}
 	return 0
 }
@@ -1445,14 +1480,20 @@ const file_metadata_proto_rawDesc = "" +
 	"\x11removing_replicas\x18\a \x01(\v2\x12.keel.v1.Int32ListR\x10removingReplicasB\t\n" +
 	"\a_leader\".\n" +
 	"\x11RemoveTopicRecord\x12\x19\n" +
-	"\btopic_id\x18\x01 \x01(\fR\atopicId\"\xab\x01\n" +
+	"\btopic_id\x18\x01 \x01(\fR\atopicId\"\xa0\x02\n" +
 	"\x0eSnapshotHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x04 \x01(\x04R\x04term\x12)\n" +
-	"\x10controller_epoch\x18\x05 \x01(\x03R\x0fcontrollerEpoch\"L\n" +
+	"\x10controller_epoch\x18\x05 \x01(\x03R\x0fcontrollerEpoch\x12!\n" +
+	"\frecord_count\x18\x06 \x01(\x04R\vrecordCount\x12\x18\n" +
+	"\abrokers\x18\a \x01(\x04R\abrokers\x12\x16\n" +
+	"\x06topics\x18\b \x01(\x04R\x06topics\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\t \x01(\x04R\n" +
+	"partitions\"L\n" +
 	"\x0fSnapshotTrailer\x12!\n" +
 	"\frecord_count\x18\x01 \x01(\x04R\vrecordCount\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\fR\x06sha256B'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"

@@ -160,13 +160,11 @@ func newBrokerListCmd() *cobra.Command {
 		Short: "List the registered brokers and their states (active, fenced, shutting_down)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client()
+			c, ctx, done, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
+			defer done()
 			resp, err := c.ListBrokers(ctx)
 			if err != nil {
 				return err

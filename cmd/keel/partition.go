@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -178,13 +177,11 @@ Prints the topic as 'keel topic describe' does.`,
 			if err != nil {
 				return err
 			}
-			c, err := a.client()
+			c, ctx, done, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
+			defer done()
 			resp, err := c.CreatePartitions(ctx, req)
 			if err != nil {
 				return err
@@ -275,13 +272,11 @@ happened; the exit status is 0 unless the request itself failed.`,
 			if err != nil {
 				return err
 			}
-			c, err := a.client()
+			c, ctx, done, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
+			defer done()
 			if wholeTopic {
 				d, err := c.DescribeTopic(ctx, f.topic)
 				if err != nil {
@@ -397,13 +392,11 @@ with 'keel partition reassignments' or 'keel topic describe'.`,
 			if err != nil {
 				return err
 			}
-			c, err := a.client()
+			c, ctx, done, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
+			defer done()
 			resp, err := c.AlterPartitionReassignments(ctx, req)
 			if err != nil {
 				return err
@@ -450,13 +443,11 @@ func newReassignmentsCmd() *cobra.Command {
 		Short: "List the ongoing reassignments",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client()
+			c, ctx, done, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
+			defer done()
 			resp, err := c.ListPartitionReassignments(ctx)
 			if err != nil {
 				return err

@@ -45,6 +45,17 @@ func (a *adminFlags) client() (*rpc.Client, error) {
 	return rpc.NewClient(addrs)
 }
 
+// connect makes the client and the command's deadline (--timeout): every
+// admin command starts so. done closes both.
+func (a *adminFlags) connect(cmd *cobra.Command) (*rpc.Client, context.Context, func(), error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+	return c, ctx, func() { cancel(); c.Close() }, nil
+}
+
 func newQuorumCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "quorum", Short: "Inspect and check the controller quorum"}
 	cmd.AddCommand(newQuorumStatusCmd(), newQuorumVerifyCmd())
@@ -77,13 +88,11 @@ func newQuorumStatusCmd() *cobra.Command {
 		Short: "Show the quorum: leader, epoch, and each voter's own state and indexes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client()
+			c, ctx, done, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
+			defer done()
 			view, err := c.DescribeQuorum(ctx)
 			if err != nil {
 				return err
@@ -142,13 +151,11 @@ func newQuorumVerifyCmd() *cobra.Command {
 		Short: "Commit a no-op record through the active controller: proof the quorum can write",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client()
+			c, ctx, done, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
+			defer done()
 			start := time.Now()
 			resp, err := c.AppendNoOp(ctx, uuid.NewString())
 			if err != nil {

@@ -169,13 +169,11 @@ controller. It is written to a temporary file beside FILE, synced, verified
 failure FILE is left as it was.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
+			c, ctx, done, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
+			defer done()
 			start := time.Now()
 			sum, err := saveSnapshot(ctx, c, args[0])
 			if err != nil {
@@ -241,13 +239,11 @@ unless --force-cluster-id, which restores it under this cluster's id.`,
 			if _, err := verifySnapshotFile(args[0]); err != nil {
 				return err
 			}
-			c, err := a.client()
+			c, ctx, done, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
+			defer done()
 			resp, err := c.RestoreSnapshot(ctx, args[0], force)
 			if err != nil {
 				return err

@@ -245,13 +245,11 @@ Prints the topic as 'keel topic describe' does.`,
 			if err != nil {
 				return err
 			}
-			c, err := a.client()
+			c, ctx, done, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
+			defer done()
 			resp, err := c.CreateTopic(ctx, req)
 			if err != nil {
 				return err
@@ -284,13 +282,11 @@ func newTopicDeleteCmd() *cobra.Command {
 the deletion; a broker that is down does so when it catches up.`,
 		Args: topicNameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
+			c, ctx, done, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
+			defer done()
 			if err := c.DeleteTopic(ctx, args[0]); err != nil {
 				return err
 			}
@@ -312,13 +308,11 @@ func newTopicListCmd() *cobra.Command {
 		Short: "List topics: name, id, partition count, replication factor",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client()
+			c, ctx, done, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
+			defer done()
 			resp, err := c.ListTopics(ctx)
 			if err != nil {
 				return err
@@ -349,13 +343,11 @@ func newTopicDescribeCmd() *cobra.Command {
 		Short: "Show a topic: its configs, and each partition's leader, epochs, replicas and ISR",
 		Args:  topicNameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
+			c, ctx, done, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
+			defer done()
 			resp, err := c.DescribeTopic(ctx, args[0])
 			if err != nil {
 				return err

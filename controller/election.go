@@ -131,13 +131,15 @@ func withoutISR(t *target, gone map[int32]bool) {
 // partitions on those brokers.
 func offlineChanges(img *fsm.Image, brokers []int32) []*keelpb.Record {
 	v := newView(img, brokers...)
-	seen := map[[20]byte]bool{}
+	type partitionID struct {
+		topic fsm.TopicID
+		index int32
+	}
+	seen := map[partitionID]bool{}
 	var recs []*keelpb.Record
 	for _, b := range brokers {
 		img.PartitionsOnBroker(b, func(p *fsm.Partition) bool {
-			var key [20]byte
-			copy(key[:], p.TopicID[:])
-			key[16], key[17], key[18], key[19] = byte(p.Partition>>24), byte(p.Partition>>16), byte(p.Partition>>8), byte(p.Partition)
+			key := partitionID{p.TopicID, p.Partition}
 			if seen[key] {
 				return true
 			}

@@ -73,24 +73,36 @@ func (l *leadership) restore(path string, force, keepIdentity bool) (*RestoreRes
 		}
 		img = img.WithIdentity(cur.ClusterID, cur.ControllerEpoch, l.c.cfg.NodeID)
 	}
-	tmp, err := os.CreateTemp("", "keel-restore-*")
+	// A snapshot restored as it is (a new cluster from a backup) goes to raft
+	// straight from its file; one given this cluster's identity is
+	// rewritten to a temporary file first.
+	src, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	if err := fsm.WriteSnapshot(tmp, img); err != nil {
-		return nil, err
+	defer src.Close()
+	if !keepIdentity {
+		tmp, err := os.CreateTemp("", "keel-restore-*")
+		if err != nil {
+			return nil, err
+		}
+		defer os.Remove(tmp.Name())
+		defer tmp.Close()
+		if err := fsm.WriteSnapshot(tmp, img); err != nil {
+			return nil, err
+		}
+		if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+			return nil, err
+		}
+		src = tmp
 	}
-	size, err := tmp.Seek(0, io.SeekCurrent)
+	st, err := src.Stat()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
+	size := st.Size()
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: img.Offset, Term: img.Term, Size: size}
-	if err := l.c.raft.Restore(meta, tmp, l.c.cfg.ApplyTimeout); err != nil {
+	if err := l.c.raft.Restore(meta, src, l.c.cfg.ApplyTimeout); err != nil {
 		return nil, fmt.Errorf("raft restore: %w", err)
 	}
 	// The image now holds the snapshot; the epoch moves on from it.

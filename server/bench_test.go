@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
@@ -20,14 +19,7 @@ func startQuorum(tb testing.TB, n int) (*LocalQuorum, *Controller) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { q.Close() })
-	deadline := time.Now().Add(10 * time.Second)
-	for q.Active() == nil {
-		if time.Now().After(deadline) {
-			tb.Fatal("no active controller within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return q, q.Active()
+	return q, waitActive(tb, q)
 }
 
 func noOps(n int) []*keelpb.Record {

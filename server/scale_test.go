@@ -182,13 +182,13 @@ func startQuorumWith(t *testing.T, session time.Duration) (*LocalQuorum, error) 
 	return q, nil
 }
 
-func waitActive(t *testing.T, q *LocalQuorum) *Controller {
+func waitActive(t testing.TB, q *LocalQuorum) *Controller {
 	t.Helper()
 	waitFor(t, 10*time.Second, "an active controller", func() bool { return q.Active() != nil })
 	return q.Active()
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {

@@ -569,7 +569,8 @@ func (a *Agent) session(ctx context.Context, epoch int64) error {
 // waiting a whole interval). In a controlled shutdown every heartbeat asks
 // to shut down, the first at once, and one follows every batch applied, so
 // that the controller learns without delay that this broker has applied
-// the leadership moves.
+// the leadership moves; so does every batch applied while another broker is
+// in controlled shutdown, since its release waits for every active broker.
 func (a *Agent) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-chan error) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -584,7 +585,10 @@ func (a *Agent) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-cha
 		case <-a.shutdownPoke:
 		case <-a.applied:
 			switch {
-			case a.wantShutdown.Load():
+			case a.wantShutdown.Load() || otherShuttingDown(a.Image(), a.cfg.BrokerID):
+				// A broker in controlled shutdown (this one or another) is
+				// released only once every active broker has applied the
+				// moves: report the new offset now, not an interval later.
 				if a.Image().Offset <= sentOffset {
 					continue
 				}
@@ -640,6 +644,17 @@ func (a *Agent) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-cha
 			stale = 0
 		}
 	}
+}
+
+// otherShuttingDown reports whether a broker other than self is in
+// controlled shutdown in img.
+func otherShuttingDown(img *fsm.Image, self int32) bool {
+	for _, b := range img.Brokers() {
+		if b.ShuttingDown && b.ID != self {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *Agent) setStreamCancel(cancel context.CancelFunc) {

@@ -77,10 +77,10 @@ func heartbeatRecords(img *fsm.Image, req *keelpb.BrokerHeartbeatRequest) ([]*ke
 	}
 	switch {
 	case req.WantFence && !b.Fenced:
-		return append([]*keelpb.Record{fenceRecord(b)}, offlineChanges(img, []int32{b.ID})...), nil
+		return append(offlineChanges(img, []int32{b.ID}), fenceRecord(b)), nil
 	case req.WantShutdown && !b.Fenced && !b.ShuttingDown:
 		rec := &keelpb.Record{Record: &keelpb.Record_BrokerShuttingDown{BrokerShuttingDown: &keelpb.BrokerShuttingDownRecord{BrokerId: b.ID, BrokerEpoch: b.Epoch}}}
-		return append([]*keelpb.Record{rec}, offlineChanges(img, []int32{b.ID})...), nil
+		return append(offlineChanges(img, []int32{b.ID}), rec), nil
 	case b.Fenced && !req.WantFence && !req.WantShutdown && caughtUp(b, req.MetadataOffset):
 		rec := &keelpb.Record{Record: &keelpb.Record_UnfenceBroker{UnfenceBroker: &keelpb.UnfenceBrokerRecord{BrokerId: b.ID, BrokerEpoch: b.Epoch}}}
 		return append([]*keelpb.Record{rec}, onlineChanges(img, b.ID)...), nil
@@ -98,13 +98,18 @@ func fenceRecord(b *fsm.Broker) *keelpb.Record {
 // fenceRecords fences the given brokers in one batch, with every partition
 // change their going takes (the seeds' onBrokerFailure).
 func fenceRecords(img *fsm.Image, brokers []*fsm.Broker) []*keelpb.Record {
-	recs := make([]*keelpb.Record, 0, len(brokers))
 	ids := make([]int32, len(brokers))
 	for i, b := range brokers {
-		recs = append(recs, fenceRecord(b))
 		ids[i] = b.ID
 	}
-	return append(recs, offlineChanges(img, ids)...)
+	// The moves first, the fencing last: if raft takes the decision in
+	// several entries and leadership is lost between them, what committed
+	// is a valid state, and the next controller fences the broker again.
+	recs := offlineChanges(img, ids)
+	for _, b := range brokers {
+		recs = append(recs, fenceRecord(b))
+	}
+	return recs
 }
 
 // unregisterRecords decides an UnregisterBroker request.
@@ -114,5 +119,5 @@ func unregisterRecords(img *fsm.Image, id int32, epoch int64) ([]*keelpb.Record,
 		return nil, err
 	}
 	rec := &keelpb.Record{Record: &keelpb.Record_UnregisterBroker{UnregisterBroker: &keelpb.UnregisterBrokerRecord{BrokerId: b.ID, BrokerEpoch: b.Epoch}}}
-	return append([]*keelpb.Record{rec}, offlineChanges(img, []int32{b.ID})...), nil
+	return append(offlineChanges(img, []int32{b.ID}), rec), nil
 }

@@ -57,6 +57,16 @@ func targetOf(p *fsm.Partition) target {
 	}
 }
 
+// sharedTarget is targetOf without the copies, for the decisions that only
+// replace t's fields (withoutISR, electLeader) and never write into its
+// slices, which are p's own.
+func sharedTarget(p *fsm.Partition) target {
+	return target{
+		leader: p.Leader, isr: p.ISR, replicas: p.Replicas,
+		addingReplicas: p.AddingReplicas, removingRep: p.RemovingReplicas,
+	}
+}
+
 // changeRecord returns the record that takes p to t, or nil if t is p.
 func changeRecord(p *fsm.Partition, t target) *keelpb.Record {
 	r := &keelpb.PartitionChangeRecord{TopicId: bytes.Clone(p.TopicID[:]), Partition: p.Partition}
@@ -135,25 +145,68 @@ func offlineChanges(img *fsm.Image, brokers []int32) []*keelpb.Record {
 		topic fsm.TopicID
 		index int32
 	}
-	seen := map[partitionID]bool{}
+	// Only a partition on two of the brokers can be met twice.
+	var seen map[partitionID]bool
+	if len(brokers) > 1 {
+		seen = map[partitionID]bool{}
+	}
+	topics := topicCache{img: img}
 	var recs []*keelpb.Record
 	for _, b := range brokers {
 		img.PartitionsOnBroker(b, func(p *fsm.Partition) bool {
-			key := partitionID{p.TopicID, p.Partition}
-			if seen[key] {
-				return true
+			if seen != nil {
+				key := partitionID{p.TopicID, p.Partition}
+				if seen[key] {
+					return true
+				}
+				seen[key] = true
 			}
-			seen[key] = true
-			t := targetOf(p)
+			t := sharedTarget(p)
 			withoutISR(&t, v.offline)
-			electLeader(&t, v, topicUnclean(img, p.TopicID))
-			if r := changeRecord(p, t); r != nil {
+			electLeader(&t, v, topics.unclean(p.TopicID))
+			if r := topics.changeRecord(p, t); r != nil {
 				recs = append(recs, r)
 			}
 			return true
 		})
 	}
 	return recs
+}
+
+// topicCache remembers the last topic a walk over many partitions looked
+// up: partitions come grouped by topic, so a decision over tens of
+// thousands of them looks each topic up once, and its records share one
+// copy of the topic id.
+type topicCache struct {
+	img       *fsm.Image
+	id        fsm.TopicID
+	valid     bool
+	uncleanOK bool
+	idBytes   []byte
+}
+
+func (c *topicCache) load(id fsm.TopicID) {
+	if c.valid && c.id == id {
+		return
+	}
+	c.id, c.valid = id, true
+	c.uncleanOK = topicUnclean(c.img, id)
+	c.idBytes = bytes.Clone(id[:])
+}
+
+func (c *topicCache) unclean(id fsm.TopicID) bool {
+	c.load(id)
+	return c.uncleanOK
+}
+
+// changeRecord is the package's changeRecord with the shared topic id.
+func (c *topicCache) changeRecord(p *fsm.Partition, t target) *keelpb.Record {
+	c.load(p.TopicID)
+	r := changeRecord(p, t)
+	if r != nil {
+		r.GetPartitionChange().TopicId = c.idBytes
+	}
+	return r
 }
 
 // onlineChanges gives a leader to every leaderless partition on a broker that
@@ -163,14 +216,15 @@ func offlineChanges(img *fsm.Image, brokers []int32) []*keelpb.Record {
 func onlineChanges(img *fsm.Image, broker int32) []*keelpb.Record {
 	v := newView(img)
 	v.online[broker] = true
+	topics := topicCache{img: img}
 	var recs []*keelpb.Record
 	img.PartitionsOnBroker(broker, func(p *fsm.Partition) bool {
 		if p.HasLeader() {
 			return true
 		}
-		t := targetOf(p)
-		electLeader(&t, v, topicUnclean(img, p.TopicID))
-		if r := changeRecord(p, t); r != nil {
+		t := sharedTarget(p)
+		electLeader(&t, v, topics.unclean(p.TopicID))
+		if r := topics.changeRecord(p, t); r != nil {
 			recs = append(recs, r)
 		}
 		return true

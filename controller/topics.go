@@ -93,6 +93,19 @@ func rackOrder(brokers []*fsm.Broker) []*fsm.Broker {
 func placeReplicas(brokers []*fsm.Broker, first, count, rf int32, start int) [][]int32 {
 	order := rackOrder(brokers)
 	n := len(order)
+	// Racks as small numbers, so that checking "rack already used" is a
+	// scan of at most rf ints rather than a map per partition.
+	rackNo := make([]int, n)
+	racks := map[string]int{}
+	for i, b := range order {
+		if _, ok := racks[b.Rack]; !ok {
+			racks[b.Rack] = len(racks)
+		}
+		rackNo[i] = racks[b.Rack]
+	}
+	width := int(min(rf, int32(n)))
+	backing := make([]int32, 0, int(count)*width) // one allocation for every assignment
+	used := make([]int, 0, width)
 	out := make([][]int32, count)
 	for i := range count {
 		k := start + int(first+i)
@@ -101,19 +114,26 @@ func placeReplicas(brokers []*fsm.Broker, first, count, rf int32, start int) [][
 		if n > 1 {
 			shift = 1 + (k/n)%(n-1)
 		}
-		replicas := []int32{order[lead].ID}
-		racks := map[string]bool{order[lead].Rack: true}
-		for pass := 0; pass < 2 && int32(len(replicas)) < rf; pass++ {
-			for j := 0; j < n && int32(len(replicas)) < rf; j++ {
-				b := order[(lead+shift+j)%n]
-				if slices.Contains(replicas, b.ID) || (pass == 0 && racks[b.Rack]) {
+		from := len(backing)
+		backing = append(backing, order[lead].ID)
+		used = append(used[:0], rackNo[lead])
+		// Pass 0 takes brokers in racks not used yet; with a single rack
+		// there are none, so it would only scan every broker in vain.
+		firstPass := 0
+		if len(racks) == 1 {
+			firstPass = 1
+		}
+		for pass := firstPass; pass < 2 && len(backing)-from < int(rf); pass++ {
+			for j := 0; j < n && len(backing)-from < int(rf); j++ {
+				at := (lead + shift + j) % n
+				if slices.Contains(backing[from:], order[at].ID) || (pass == 0 && slices.Contains(used, rackNo[at])) {
 					continue
 				}
-				replicas = append(replicas, b.ID)
-				racks[b.Rack] = true
+				backing = append(backing, order[at].ID)
+				used = append(used, rackNo[at])
 			}
 		}
-		out[i] = replicas
+		out[i] = backing[from:len(backing):len(backing)]
 	}
 	return out
 }
@@ -144,18 +164,17 @@ func checkAssignments(img *fsm.Image, assignments [][]int32) error {
 func newPartitionRecords(img *fsm.Image, id fsm.TopicID, first int32, assignments [][]int32) ([]*keelpb.Record, error) {
 	v := newView(img)
 	recs := make([]*keelpb.Record, 0, len(assignments))
+	topicID := bytes.Clone(id[:]) // shared: records are only read once built
 	for i, replicas := range assignments {
-		var isr []int32
-		for _, b := range replicas {
-			if v.eligible(b) {
-				isr = append(isr, b)
-			}
+		isr := replicas // the common case, every replica eligible, allocates nothing
+		if slices.ContainsFunc(replicas, func(b int32) bool { return !v.eligible(b) }) {
+			isr = slices.DeleteFunc(slices.Clone(replicas), func(b int32) bool { return !v.eligible(b) })
 		}
 		if len(isr) == 0 {
 			return nil, fieldError("assignments", "partition %d: none of brokers %v is active, so it could have no leader", first+int32(i), replicas)
 		}
 		recs = append(recs, &keelpb.Record{Record: &keelpb.Record_Partition{Partition: &keelpb.PartitionRecord{
-			TopicId: bytes.Clone(id[:]), Partition: first + int32(i), Replicas: replicas, Isr: isr, Leader: isr[0],
+			TopicId: topicID, Partition: first + int32(i), Replicas: replicas, Isr: isr, Leader: isr[0],
 		}}})
 	}
 	return recs, nil

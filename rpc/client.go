@@ -136,9 +136,13 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 	// Fall back through the addresses starting after the first target, so
 	// the address that just failed is not the next one tried.
 	next := (slices.Index(c.addrs, target) + 1) % len(c.addrs)
-	pause := 20 * time.Millisecond
+	// A leadership change on purpose (a transfer) is over in tens of
+	// milliseconds: retry at a short, even pace for a while, then back off
+	// so that a quorum that is down is not hammered.
+	const quickRetries = 20
+	pause := 5 * time.Millisecond
 	var last error
-	for {
+	for try := 1; ; try++ {
 		err := c.tryFor(ctx, attempt, target, call)
 		if err == nil {
 			c.mu.Lock()
@@ -178,7 +182,9 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 			return status.Errorf(codes.Unavailable, "no active controller accepted the write before the deadline; last error: %s", status.Convert(last).Message())
 		case <-time.After(pause):
 		}
-		pause = min(pause*2, 500*time.Millisecond)
+		if try >= quickRetries {
+			pause = min(pause*2, 500*time.Millisecond)
+		}
 	}
 }
 

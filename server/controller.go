@@ -198,6 +198,9 @@ func (s *Controller) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		close(s.stopWatch)
+		// A leader hands leadership on while it still serves, so clients
+		// following its not-leader answers find the new leader at once.
+		s.ctrl.HandOff()
 		stopped := make(chan struct{})
 		go func() { s.grpc.GracefulStop(); close(stopped) }()
 		select {

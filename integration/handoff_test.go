@@ -1,0 +1,133 @@
+package integration
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestRollingRestartHandsOffLeadership stops the leader with SIGTERM three
+// times in a row (a rolling restart), each time restarting it, while one
+// client writes back to back. A leader being stopped transfers leadership
+// first, so writes pause for a leadership transfer, not an election
+// timeout. The test reports the longest gap between two acknowledged writes
+// around each stop.
+func TestRollingRestartHandsOffLeadership(t *testing.T) {
+	c := startCluster(t, 3)
+	c.WaitForActive(t, activeTimeout)
+
+	w := startWriter(c)
+	t.Cleanup(w.stop)
+	var gaps []time.Duration
+	for round := 1; round <= 3; round++ {
+		leader, epoch := c.WaitForActive(t, activeTimeout)
+		w.waitWrites(t, 20)
+		before := time.Now()
+		c.Stop(leader) // SIGTERM, and exit status 0
+		if !strings.Contains(c.node(leader).output(), "leadership transferred before stopping") {
+			t.Fatalf("round %d: node %d did not transfer leadership before stopping; output ends:\n%s",
+				round, leader, lastLines(c.node(leader).output(), 15))
+		}
+		next, nextEpoch := c.WaitForActive(t, activeTimeout)
+		if next == leader || nextEpoch <= epoch {
+			t.Fatalf("round %d: active %d epoch %d after stopping leader %d at epoch %d", round, next, nextEpoch, leader, epoch)
+		}
+		w.waitWrites(t, 20)
+		gap := w.longestGapSince(before)
+		gaps = append(gaps, gap)
+		t.Logf("round %d: leader %d stopped, node %d active at epoch %d; writes paused for at most %.1fms",
+			round, leader, next, nextEpoch, ms(gap))
+		// Far below an election timeout plus a takeover (about 0.5 s here),
+		// with room for a loaded machine.
+		if gap > 2*time.Second {
+			t.Fatalf("round %d: writes paused for %s", round, gap)
+		}
+		c.Restart(leader)
+	}
+	w.stop()
+	if errs := w.failures(); len(errs) > 0 {
+		t.Logf("%d writes were refused or timed out during the handoffs and retried; first: %s", len(errs), errs[0])
+	}
+	slices.Sort(gaps)
+	t.Logf("rolling restart: longest write pause per restart median %.1fms max %.1fms", ms(gaps[len(gaps)/2]), ms(gaps[len(gaps)-1]))
+}
+
+// writer commits no-ops back to back and records when each was acknowledged.
+type writer struct {
+	mu     sync.Mutex
+	acks   []time.Time
+	errs   []string
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+func startWriter(c *Cluster) *writer {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &writer{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for ctx.Err() == nil {
+			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := c.Client().AppendNoOp(wctx, newRequestID())
+			wcancel()
+			now := time.Now()
+			w.mu.Lock()
+			if err == nil {
+				w.acks = append(w.acks, now)
+			} else if ctx.Err() == nil {
+				w.errs = append(w.errs, err.Error())
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *writer) stop() {
+	w.once.Do(func() { w.cancel(); <-w.done })
+}
+
+// waitWrites waits until n more writes have been acknowledged.
+func (w *writer) waitWrites(t *testing.T, n int) {
+	t.Helper()
+	w.mu.Lock()
+	want := len(w.acks) + n
+	w.mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		w.mu.Lock()
+		got := len(w.acks)
+		w.mu.Unlock()
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d writes acknowledged within 30s; failures: %v", got, want, w.failures())
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// longestGapSince is the longest time between two acknowledgements from the
+// last one before since onwards.
+func (w *writer) longestGapSince(since time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(w.acks, since, func(a, b time.Time) int { return a.Compare(b) })
+	i = max(i-1, 0)
+	var longest time.Duration
+	for ; i+1 < len(w.acks); i++ {
+		longest = max(longest, w.acks[i+1].Sub(w.acks[i]))
+	}
+	return longest
+}
+
+func (w *writer) failures() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.errs)
+}

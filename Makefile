@@ -4,7 +4,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -X main.version=$(VERSION)
 PROTO_DIR := proto/keelpb
 
-.PHONY: all build run test lint proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot clean
+.PHONY: all build run test lint proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel clean
 
 all: build
 
@@ -57,6 +57,12 @@ bench-snapshot:
 ## bench-failover: kill -9 the leader of a real 3-controller quorum 10 times.
 bench-failover: build
 	KEEL_BENCH_FAILOVER=10 $(GO) test -count=1 -run TestBenchFailover -v -timeout 10m ./integration/
+
+## bench-keel: `keel bench` with its defaults: a real 3-controller quorum, 100 simulated
+## brokers, 100,000 partitions, every scenario 3 times (`keel bench --help`; the headline
+## run is `./bin/keel bench --partitions 1000000`).
+bench-keel: build
+	./$(BIN) bench
 
 clean:
 	rm -rf bin

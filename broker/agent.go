@@ -49,6 +49,9 @@ const (
 	// controller epoch than the stream has shown before the stream is taken
 	// to be stuck on a deposed controller and is reconnected.
 	staleHeartbeats = 3
+	// shutdownPoll is the heartbeat interval while a controlled shutdown
+	// waits for the controller's permission.
+	shutdownPoll = 50 * time.Millisecond
 )
 
 // Status is a broker's own view of itself.
@@ -607,7 +610,14 @@ func (a *Agent) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-cha
 			WantShutdown:   wantShutdown,
 		})
 		cancel()
-		timer.Reset(a.cfg.HeartbeatInterval)
+		if wantShutdown {
+			// The release depends on other brokers' reports too, which
+			// this broker does not see: ask again soon (KRaft's broker
+			// also heartbeats at once while its shutdown is pending).
+			timer.Reset(min(a.cfg.HeartbeatInterval, shutdownPoll))
+		} else {
+			timer.Reset(a.cfg.HeartbeatInterval)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -673,22 +683,27 @@ func (a *Agent) kickStream() {
 }
 
 // backoff grows a pause from min to max, doubling, with jitter so that many
-// brokers do not retry in step after a controller failover.
+// brokers do not retry in step after a controller failover. The first quick
+// pauses stay at min: a leadership change is over in well under a second,
+// and a broker should be streaming from the new leader soon after it.
 type backoff struct {
 	min, max, cur time.Duration
+	quick, tries  int
 }
 
 func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
+	b.tries++
+	switch {
+	case b.cur == 0 || b.tries <= b.quick:
 		b.cur = b.min
-	} else {
+	default:
 		b.cur = min(2*b.cur, b.max)
 	}
 	half := b.cur / 2
 	return half + rand.N(half+1)
 }
 
-func (b *backoff) reset() { b.cur = 0 }
+func (b *backoff) reset() { b.cur, b.tries = 0, 0 }
 
 // sleep waits for d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {

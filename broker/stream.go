@@ -43,7 +43,7 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 			}
 		}
 	}
-	bo := backoff{min: 50 * time.Millisecond, max: 2 * time.Second}
+	bo := backoff{min: 25 * time.Millisecond, max: 2 * time.Second, quick: 20}
 	followed := false
 	for {
 		accepted, err := a.streamOnce(ctx, target, epoch)

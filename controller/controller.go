@@ -221,19 +221,32 @@ func (c *Controller) Propose(ctx context.Context, records ...*keelpb.Record) (ui
 
 // commitBatch writes a decision's records to raft, in entries of at most
 // MaxEntryBytes where the records allow a cut (splitRecords), and waits
-// until the last is applied. The entries are handed to raft back to back,
-// so raft writes and replicates them together rather than one round trip
-// each. It returns the index of the last entry.
+// until the last is applied. It returns the index of the last entry.
 func (c *Controller) commitBatch(records ...*keelpb.Record) (uint64, error) {
-	parts := splitRecords(records, MaxEntryBytes)
+	futures, err := c.submitEntries(splitRecords(records, MaxEntryBytes))
+	if err != nil {
+		return 0, err
+	}
+	return c.waitEntries(futures)
+}
+
+// submitEntries hands each part to raft as one entry, back to back, so that
+// raft writes and replicates them together rather than one round trip each.
+func (c *Controller) submitEntries(parts [][]*keelpb.Record) ([]raft.ApplyFuture, error) {
 	futures := make([]raft.ApplyFuture, 0, len(parts))
 	for _, part := range parts {
 		data, err := fsm.EncodeBatch(part...)
 		if err != nil {
-			return 0, fmt.Errorf("encode batch: %w", err)
+			return nil, fmt.Errorf("encode batch: %w", err)
 		}
 		futures = append(futures, c.raft.Apply(data, c.cfg.ApplyTimeout))
 	}
+	return futures, nil
+}
+
+// waitEntries waits for entries handed to raft and returns the index of the
+// last one, or why one failed.
+func (c *Controller) waitEntries(futures []raft.ApplyFuture) (uint64, error) {
 	var index uint64
 	for _, f := range futures {
 		if err := f.Error(); err != nil {

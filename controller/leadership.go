@@ -38,9 +38,15 @@ type leadership struct {
 	events chan event
 }
 
-// event is one unit of work for the event loop. abandon is called instead of
-// run when the leadership ends before the event's turn comes.
+// event is one unit of work for the event loop: a decision to take and
+// commit (decision, with its caller's ctx, and finish for the outcome), or
+// anything else (run). abandon is called instead when the leadership ends
+// before the event's turn comes.
 type event struct {
+	decision decision
+	ctx      context.Context
+	finish   func(index uint64, err error)
+
 	run     func()
 	abandon func(error)
 }
@@ -149,14 +155,41 @@ func (l *leadership) tryEstablish(barrier bool) error {
 	return nil
 }
 
-// eventLoop runs queued events one at a time until the leadership is revoked.
+// eventLoop runs queued events in order until the leadership is revoked.
+// Decisions that are queued together are taken together (runGroup) and
+// committed in one raft round.
 func (l *leadership) eventLoop() {
+	group := make([]event, 0, maxGroup)
 	for {
 		select {
 		case <-l.ctx.Done():
 			return
 		case ev := <-l.events:
-			ev.run()
+			group = append(group[:0], ev)
+		}
+		// Take what else is queued, up to a run-type event (it runs alone,
+		// after the decisions before it).
+		var after *event
+	drain:
+		for len(group) < maxGroup && group[0].decision != nil {
+			select {
+			case ev := <-l.events:
+				if ev.decision == nil {
+					after = &ev
+					break drain
+				}
+				group = append(group, ev)
+			default:
+				break drain
+			}
+		}
+		if group[0].decision == nil {
+			group[0].run()
+		} else {
+			l.runGroup(group)
+		}
+		if after != nil {
+			after.run()
 		}
 	}
 }
@@ -202,16 +235,10 @@ func (l *leadership) decide(ctx context.Context, d decision) (uint64, error) {
 		err   error
 	}
 	done := make(chan result, 1)
+	finish := func(index uint64, err error) { done <- result{index, err} }
 	err := l.submit(ctx, event{
-		run: func() {
-			if ctx.Err() != nil { // the caller has given up: write nothing
-				done <- result{0, ctx.Err()}
-				return
-			}
-			index, err := l.runDecision(d)
-			done <- result{index, err}
-		},
-		abandon: func(err error) { done <- result{0, err} },
+		decision: d, ctx: ctx, finish: finish,
+		abandon: func(err error) { finish(0, err) },
 	})
 	if err != nil {
 		return 0, err
@@ -222,19 +249,6 @@ func (l *leadership) decide(ctx context.Context, d decision) (uint64, error) {
 	case <-ctx.Done():
 		return 0, fmt.Errorf("%w (%v)", ErrOutcomeUnknown, ctx.Err())
 	}
-}
-
-// runDecision runs d against the committed image and commits its records.
-// It runs on the event loop only.
-func (l *leadership) runDecision(d decision) (uint64, error) {
-	if l.ctx.Err() != nil {
-		return 0, l.c.notLeader()
-	}
-	records, err := d(l.c.fsm.Image())
-	if err != nil || len(records) == 0 {
-		return 0, err
-	}
-	return l.c.commitBatch(records...)
 }
 
 // fenceExpiredSessions fences, in one batch per check, every active broker

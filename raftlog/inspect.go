@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -38,13 +39,24 @@ const (
 // anything in its data dir. It knows nothing of what the entries hold.
 type LogReader struct {
 	dir   string
-	store *raftboltdb.BoltStore
+	store logReadStore
 }
 
-// OpenReadOnly opens the raft store and snapshot store in dataDir for
-// reading. It fails if dataDir has no raft.db, and with "in use by a running
-// controller" if another process (a running controller) holds the store: bolt's
-// file lock keeps readers out while a writer has the file open.
+// logReadStore is what LogReader needs of a log store.
+type logReadStore interface {
+	FirstIndex() (uint64, error)
+	LastIndex() (uint64, error)
+	GetLog(index uint64, log *raft.Log) error
+	Close() error
+}
+
+// OpenReadOnly opens the raft log and snapshot store in dataDir for reading,
+// with either log store (LogStoreBoltDB, LogStoreWAL): the one meta.json
+// names or, without a meta file, the one present. It fails if dataDir has
+// neither raft.db nor wal/, and with "in use by a running controller" if
+// another process (a running controller) holds the store: bolt's file lock,
+// and for a wal the lock on wal/ as well, keep readers out while a writer
+// has it open.
 func OpenReadOnly(dataDir string) (*LogReader, error) {
 	fi, err := os.Stat(dataDir)
 	switch {
@@ -53,12 +65,18 @@ func OpenReadOnly(dataDir string) (*LogReader, error) {
 	case !fi.IsDir():
 		return nil, fmt.Errorf("data dir %s is not a directory", dataDir)
 	}
-	dbPath := filepath.Join(dataDir, raftDBFileName)
-	if _, err := os.Stat(dbPath); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("data dir %s has no %s; is it a controller's data dir?", dataDir, raftDBFileName)
-	} else if err != nil {
-		return nil, fmt.Errorf("cannot read %s: %v", dbPath, atomicfile.PathCause(err))
+	kind, err := detectLogStore(dataDir)
+	if err != nil {
+		return nil, err
 	}
+	if kind == LogStoreWAL {
+		store, err := openWALReadOnly(dataDir)
+		if err != nil {
+			return nil, err
+		}
+		return &LogReader{dir: dataDir, store: store}, nil
+	}
+	dbPath := filepath.Join(dataDir, raftDBFileName)
 	store, err := raftboltdb.New(raftboltdb.Options{
 		Path:        dbPath,
 		BoltOptions: &bbolt.Options{ReadOnly: true, Timeout: boltLockTimeout},
@@ -70,6 +88,36 @@ func OpenReadOnly(dataDir string) (*LogReader, error) {
 		return nil, fmt.Errorf("cannot open raft store %s: %v", dbPath, atomicfile.PathCause(err))
 	}
 	return &LogReader{dir: dataDir, store: store}, nil
+}
+
+// detectLogStore says which store a data dir holds: the one its meta file
+// names, else the one whose files are there.
+func detectLogStore(dataDir string) (string, error) {
+	m, found, err := readMeta(dataDir)
+	if err != nil {
+		return "", err
+	}
+	files := map[string]string{LogStoreBoltDB: raftDBFileName, LogStoreWAL: walDirName + "/"}
+	var kinds []string
+	for _, kind := range []string{LogStoreBoltDB, LogStoreWAL} {
+		path := filepath.Join(dataDir, files[kind])
+		if _, err := os.Stat(path); err == nil {
+			kinds = append(kinds, kind)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("cannot read %s: %v", path, atomicfile.PathCause(err))
+		}
+	}
+	switch {
+	case found && slices.Contains(kinds, m.logStore()):
+		return m.logStore(), nil
+	case found:
+		return "", fmt.Errorf("data dir %s has no %s, the raft log its %s names", dataDir, files[m.logStore()], metaFileName)
+	case len(kinds) == 1:
+		return kinds[0], nil
+	case len(kinds) == 0:
+		return "", fmt.Errorf("data dir %s has no %s or %s/; is it a controller's data dir?", dataDir, raftDBFileName, walDirName)
+	}
+	return "", fmt.Errorf("data dir %s has both %s and %s/ and no %s to say which is its raft log", dataDir, raftDBFileName, walDirName, metaFileName)
 }
 
 // Close releases the raft store.

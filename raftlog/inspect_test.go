@@ -14,8 +14,13 @@ import (
 
 // TestLogReader_SnapshotAndTail writes entries, snapshots, writes more, stops
 // the node and reads it all back offline: the snapshot, then the log after it.
+// Reading must not change a file, with either log store.
 func TestLogReader_SnapshotAndTail(t *testing.T) {
-	nodes := startCluster(t, 1)
+	forEachStore(t, testLogReaderSnapshotAndTail)
+}
+
+func testLogReaderSnapshotAndTail(t *testing.T, store string) {
+	nodes := startClusterWith(t, 1, storeConfig(t, store))
 	n := nodes[0]
 	waitForLeader(t, nodes)
 	apply(t, nodes, "a")
@@ -126,11 +131,74 @@ func TestLogReader_SnapshotCRCMismatch(t *testing.T) {
 func TestOpenReadOnly_NotADataDir(t *testing.T) {
 	dir := t.TempDir()
 	_, err := OpenReadOnly(dir)
-	if err == nil || !strings.Contains(err.Error(), "has no raft.db") {
-		t.Errorf("OpenReadOnly(empty dir) err = %v, want no raft.db", err)
+	if err == nil || !strings.Contains(err.Error(), "has no raft.db or wal/") {
+		t.Errorf("OpenReadOnly(empty dir) err = %v, want no raft.db or wal/", err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("OpenReadOnly created files in an empty dir: %v", entries)
+	}
+}
+
+// TestOpenReadOnly_WhichStore: the store meta.json names is the one read;
+// without a meta file, the one present.
+func TestOpenReadOnly_WhichStore(t *testing.T) {
+	mkdir := func(t *testing.T, p string) {
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		name    string
+		setup   func(t *testing.T, dir string)
+		wantErr string // %s is replaced by the data dir
+	}{
+		{
+			name: "meta names wal, only raft.db present",
+			setup: func(t *testing.T, dir string) {
+				writeFile(t, filepath.Join(dir, "meta.json"), `{"format":2,"node_id":1,"log_store":"wal"}`)
+				writeFile(t, filepath.Join(dir, "raft.db"), "")
+			},
+			wantErr: "data dir %s has no wal/, the raft log its meta.json names",
+		},
+		{
+			name: "meta names boltdb, only wal present",
+			setup: func(t *testing.T, dir string) {
+				writeFile(t, filepath.Join(dir, "meta.json"), `{"format":1,"node_id":1}`)
+				mkdir(t, filepath.Join(dir, "wal"))
+			},
+			wantErr: "data dir %s has no raft.db, the raft log its meta.json names",
+		},
+		{
+			name: "no meta, both present",
+			setup: func(t *testing.T, dir string) {
+				writeFile(t, filepath.Join(dir, "raft.db"), "")
+				mkdir(t, filepath.Join(dir, "wal"))
+			},
+			wantErr: "data dir %s has both raft.db and wal/ and no meta.json",
+		},
+		{
+			name: "no meta, a wal without its meta db",
+			setup: func(t *testing.T, dir string) {
+				mkdir(t, filepath.Join(dir, "wal"))
+			},
+			wantErr: "cannot open raft log meta %s/wal/wal-meta.db: no such file or directory",
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tt.setup(t, dir)
+			before := listTree(t, dir)
+			r, err := OpenReadOnly(dir)
+			if err == nil {
+				r.Close()
+			}
+			if want := strings.ReplaceAll(tt.wantErr, "%s", dir); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("OpenReadOnly err = %v, want %q", err, want)
+			}
+			if after := listTree(t, dir); !slices.Equal(before, after) {
+				t.Errorf("OpenReadOnly changed the data dir:\nbefore %q\nafter  %q", before, after)
+			}
+		})
 	}
 }
 

@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 // testLogger sends slog output to t.Log until the test's cleanups have run.
 // raft's connection handlers can log a moment after Node.Close returns, and
 // t.Log after a test has finished panics, so late lines are dropped.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	t.Helper()
 	w := &testLogWriter{t: t}
 	t.Cleanup(w.stop) // registered first, so it runs after every later cleanup
@@ -28,7 +28,7 @@ func testLogger(t *testing.T) *slog.Logger {
 
 type testLogWriter struct {
 	mu      sync.Mutex
-	t       *testing.T
+	t       testing.TB
 	stopped bool
 }
 
@@ -51,7 +51,7 @@ var _ io.Writer = (*testLogWriter)(nil)
 
 // waitFor polls cond every few milliseconds until it holds or the deadline
 // passes; what describes the awaited condition in the failure message.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {

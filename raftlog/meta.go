@@ -13,17 +13,40 @@ import (
 
 const (
 	metaFileName = "meta.json"
-	metaFormat   = 1
+	// metaFormat is a boltdb data dir's meta file, as every keel has written
+	// it since the first: it has no log_store field.
+	metaFormat = 1
+	// metaFormatLogStore is the meta file of a data dir with another store,
+	// named in log_store. A keel from before --log-store refuses it ("has
+	// format 2") instead of starting an empty boltdb log beside the node's
+	// real one, which would make it forget its log and its vote.
+	metaFormatLogStore = 2
 )
 
 // meta is DataDir/meta.json. It ties a data dir to one node and, once known,
 // one cluster, so that a mistyped --node-id or --data-dir fails at start
-// instead of letting a node rejoin with another node's log.
+// instead of letting a node rejoin with another node's log. It also records
+// the log store, so that the data dir is never opened with the other one.
 type meta struct {
 	Format    int    `json:"format"`
 	NodeID    int32  `json:"node_id"`
 	ClusterID string `json:"cluster_id"`
+	// LogStore is LogStoreWAL in a format 2 file; in memory, "" is read as
+	// LogStoreBoltDB (format 1 has no such field).
+	LogStore string `json:"log_store,omitempty"`
 }
+
+// newMeta is the meta file of a new data dir for node id with store.
+func newMeta(id int32, store string) meta {
+	m := meta{Format: metaFormat, NodeID: id}
+	if store = logStoreOrDefault(store); store != LogStoreBoltDB {
+		m.Format, m.LogStore = metaFormatLogStore, store
+	}
+	return m
+}
+
+// logStore is the store the data dir holds.
+func (m meta) logStore() string { return logStoreOrDefault(m.LogStore) }
 
 // readMeta returns the meta file in dir, or ok=false when there is none.
 func readMeta(dir string) (m meta, ok bool, err error) {
@@ -38,8 +61,14 @@ func readMeta(dir string) (m meta, ok bool, err error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return meta{}, false, fmt.Errorf("meta file %s is corrupt: %v", path, err)
 	}
-	if m.Format != metaFormat {
-		return meta{}, false, fmt.Errorf("meta file %s has format %d; this keel reads format %d", path, m.Format, metaFormat)
+	switch {
+	case m.Format == metaFormat && m.LogStore == "":
+	case m.Format == metaFormatLogStore && m.LogStore == LogStoreWAL:
+	case m.Format == metaFormat || m.Format == metaFormatLogStore:
+		return meta{}, false, fmt.Errorf("meta file %s is corrupt: format %d with log_store %q", path, m.Format, m.LogStore)
+	default:
+		return meta{}, false, fmt.Errorf("meta file %s has format %d; this keel reads formats %d and %d",
+			path, m.Format, metaFormat, metaFormatLogStore)
 	}
 	if m.NodeID <= 0 {
 		return meta{}, false, fmt.Errorf("meta file %s is corrupt: node_id %d is not positive", path, m.NodeID)

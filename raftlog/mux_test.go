@@ -19,7 +19,7 @@ import (
 )
 
 // listen starts a mux on a free loopback port and closes it at cleanup.
-func listen(t *testing.T, addr string) *Mux {
+func listen(t testing.TB, addr string) *Mux {
 	t.Helper()
 	m, err := Listen(addr)
 	if err != nil {

@@ -11,9 +11,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/keel-dev/keel/internal/atomicfile"
 )
@@ -46,8 +43,14 @@ type Config struct {
 	// Advertise is this node's address as the voters know it. It must equal
 	// this node's entry in Voters when bootstrapping.
 	Advertise string
-	// DataDir holds meta.json, raft.db and snapshots/. It is created if missing.
+	// DataDir holds meta.json, the log store (raft.db, or wal/) and
+	// snapshots/. It is created if missing.
 	DataDir string
+	// LogStore is the store for the raft log and stable state: LogStoreBoltDB
+	// ("" means it too) or LogStoreWAL. A data dir keeps the store it was
+	// created with; Open refuses the other one. See LogStoreBoltDB for the
+	// layouts and for how to migrate a quorum from one to the other.
+	LogStore string
 	// Voters is used only to bootstrap an empty data dir; with existing raft
 	// state it is ignored and the node rejoins with the configuration in its log.
 	Voters []Voter
@@ -68,6 +71,10 @@ type Config struct {
 	NotifyCh chan<- bool
 	// Logger receives raft's logs; nil means slog.Default().
 	Logger *slog.Logger
+
+	// walSegmentSize is raft-wal's segment size; 0 means its default
+	// (64 MiB). Tests lower it to make segments rotate.
+	walSegmentSize int
 }
 
 // Node is a running raft node and the stores it owns.
@@ -77,7 +84,7 @@ type Node struct {
 	Raft *raft.Raft
 
 	dir       string
-	store     *raftboltdb.BoltStore
+	store     logStore
 	transport *raft.NetworkTransport
 
 	mu     sync.Mutex // guards meta and closed
@@ -129,16 +136,9 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 		}
 	}()
 
-	dbPath := filepath.Join(cfg.DataDir, raftDBFileName)
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path:        dbPath,
-		BoltOptions: &bbolt.Options{Timeout: boltLockTimeout},
-	})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("data dir %s is in use by another process", cfg.DataDir)
-	}
+	store, err := openLogStore(m.logStore(), cfg.DataDir, cfg.walSegmentSize, logger.Named("wal"))
 	if err != nil {
-		return nil, fmt.Errorf("cannot open raft store %s: %v", dbPath, atomicfile.PathCause(err))
+		return nil, err
 	}
 	undo = append(undo, func() { _ = store.Close() })
 
@@ -213,6 +213,9 @@ func checkConfig(cfg Config, sm StateMachine, mux *Mux) error {
 	case cfg.DataDir == "":
 		return errors.New("--data-dir is empty")
 	}
+	if err := CheckLogStore(cfg.LogStore); err != nil {
+		return err
+	}
 	if err := checkHostPort(cfg.Advertise); err != nil {
 		return fmt.Errorf("advertised address: %v", err)
 	}
@@ -220,7 +223,7 @@ func checkConfig(cfg Config, sm StateMachine, mux *Mux) error {
 }
 
 // prepareDataDir makes sure DataDir is a directory that belongs to this node
-// (and cluster), writing the meta file on first use.
+// (and cluster) and holds cfg.LogStore, writing the meta file on first use.
 func prepareDataDir(cfg Config) (meta, error) {
 	dir := cfg.DataDir
 	fi, err := os.Stat(dir)
@@ -246,18 +249,26 @@ func prepareDataDir(cfg Config) (meta, error) {
 		if cfg.ClusterID != "" && m.ClusterID != "" && m.ClusterID != cfg.ClusterID {
 			return meta{}, fmt.Errorf("data dir %s belongs to cluster %s, not %s", dir, m.ClusterID, cfg.ClusterID)
 		}
+		// Opening the other store would find it empty and bootstrap: the
+		// node would forget its log and its vote.
+		if have, want := m.logStore(), logStoreOrDefault(cfg.LogStore); have != want {
+			return meta{}, fmt.Errorf("data dir %s holds a %s raft log, not --log-store %s; to switch, start the node on an empty data dir and let it rejoin",
+				dir, have, want)
+		}
 		return m, nil
 	}
 
 	// No meta but a raft log: we cannot tell whose log it is, and guessing
 	// wrong would let a node rejoin as someone else.
-	if _, err := os.Stat(filepath.Join(dir, raftDBFileName)); err == nil {
-		return meta{}, fmt.Errorf("data dir %s has %s but no %s; refusing to guess which node it belongs to",
-			dir, raftDBFileName, metaFileName)
+	for _, name := range []string{raftDBFileName, walDirName} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return meta{}, fmt.Errorf("data dir %s has %s but no %s; refusing to guess which node it belongs to",
+				dir, name, metaFileName)
+		}
 	}
 	// Written before the raft store exists, so a crash in between leaves a
 	// data dir that still opens.
-	m = meta{Format: metaFormat, NodeID: cfg.NodeID}
+	m = newMeta(cfg.NodeID, cfg.LogStore)
 	if err := writeMeta(dir, m); err != nil {
 		return meta{}, err
 	}

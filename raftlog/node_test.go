@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,7 +39,7 @@ type testNode struct {
 func (n *testNode) addr() string { return n.mux.Addr().String() }
 
 // close stops the node and then its mux, as a controller process would.
-func (n *testNode) close(t *testing.T) {
+func (n *testNode) close(t testing.TB) {
 	t.Helper()
 	if err := n.node.Close(); err != nil {
 		t.Errorf("node %d Close: %v", n.id, err)
@@ -49,7 +50,7 @@ func (n *testNode) close(t *testing.T) {
 }
 
 // openNode opens n.node on n.mux with a fresh state machine.
-func openNode(t *testing.T, n *testNode, voters []Voter, logger func() Config) {
+func openNode(t testing.TB, n *testNode, voters []Voter, logger func() Config) {
 	t.Helper()
 	cfg := logger()
 	cfg.NodeID = n.id
@@ -69,7 +70,12 @@ func openNode(t *testing.T, n *testNode, voters []Voter, logger func() Config) {
 // bootstraps them all from the same voter list.
 func startCluster(t *testing.T, size int) []*testNode {
 	t.Helper()
-	base := baseConfig(t)
+	return startClusterWith(t, size, baseConfig(t))
+}
+
+// startClusterWith is startCluster with base as every node's config.
+func startClusterWith(t testing.TB, size int, base func() Config) []*testNode {
+	t.Helper()
 	nodes := make([]*testNode, size)
 	var voters []Voter
 	for i := range nodes {
@@ -84,15 +90,30 @@ func startCluster(t *testing.T, size int) []*testNode {
 }
 
 func baseConfig(t *testing.T) func() Config {
+	return storeConfig(t, LogStoreBoltDB)
+}
+
+// storeConfig is the test config with the given log store.
+func storeConfig(t testing.TB, store string) func() Config {
 	logger := testLogger(t)
 	return func() Config {
-		return Config{Timing: testTiming(), Logger: logger}
+		return Config{Timing: testTiming(), Logger: logger, LogStore: store}
+	}
+}
+
+// logStores are the stores the tests that matter for both run over.
+var logStores = []string{LogStoreBoltDB, LogStoreWAL}
+
+// forEachStore runs f as a subtest per log store.
+func forEachStore(t *testing.T, f func(t *testing.T, store string)) {
+	for _, store := range logStores {
+		t.Run(store, func(t *testing.T) { f(t, store) })
 	}
 }
 
 // waitForLeader polls until exactly one node leads and every other node
 // names it as leader, and returns it.
-func waitForLeader(t *testing.T, nodes []*testNode) *testNode {
+func waitForLeader(t testing.TB, nodes []*testNode) *testNode {
 	t.Helper()
 	var leader *testNode
 	waitFor(t, waitTimeout, "a leader all nodes agree on", func() bool {
@@ -119,7 +140,7 @@ func waitForLeader(t *testing.T, nodes []*testNode) *testNode {
 }
 
 // waitForEntries polls until every node's state machine holds want.
-func waitForEntries(t *testing.T, nodes []*testNode, want []string) {
+func waitForEntries(t testing.TB, nodes []*testNode, want []string) {
 	t.Helper()
 	for _, n := range nodes {
 		waitFor(t, waitTimeout, fmt.Sprintf("node %d to apply %q", n.id, want), func() bool {
@@ -132,7 +153,7 @@ func waitForEntries(t *testing.T, nodes []*testNode, want []string) {
 // cluster can change leader mid-write; then it retries on the new leader,
 // which is safe because listSM ignores an entry it already holds (a lost
 // leadership leaves the first attempt's outcome unknown).
-func apply(t *testing.T, nodes []*testNode, data string) raft.ApplyFuture {
+func apply(t testing.TB, nodes []*testNode, data string) raft.ApplyFuture {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for {
@@ -154,7 +175,11 @@ func apply(t *testing.T, nodes []*testNode, data string) raft.ApplyFuture {
 // rejoins from its own state (no voter list given) with nothing lost: the
 // state machines are rebuilt from a snapshot plus the log after it.
 func TestCluster_ElectApplyRestart(t *testing.T) {
-	nodes := startCluster(t, 3)
+	forEachStore(t, testElectApplyRestart)
+}
+
+func testElectApplyRestart(t *testing.T, store string) {
+	nodes := startClusterWith(t, 3, storeConfig(t, store))
 	for _, n := range nodes {
 		if got := n.node.transport.LocalAddr(); string(got) != n.addr() {
 			t.Errorf("node %d transport LocalAddr = %s, want %s", n.id, got, n.addr())
@@ -183,7 +208,7 @@ func TestCluster_ElectApplyRestart(t *testing.T) {
 		n.close(t)
 	}
 
-	base := baseConfig(t)
+	base := storeConfig(t, store)
 	for i, n := range nodes {
 		n.mux = listen(t, addrs[i])
 		openNode(t, n, nil, base) // no voters: must rejoin, not bootstrap
@@ -323,6 +348,56 @@ func TestOpen_Errors(t *testing.T) {
 			wantErr: "data dir %s has raft.db but no meta.json",
 		},
 		{
+			name: "wal without meta",
+			setup: func(t *testing.T, dir string) string {
+				if err := os.Mkdir(filepath.Join(dir, "wal"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				return dir
+			},
+			mutate:  func(c *Config) { c.LogStore = LogStoreWAL },
+			wantErr: "data dir %s has wal but no meta.json",
+		},
+		{
+			name: "boltdb data dir opened as wal",
+			setup: func(t *testing.T, dir string) string {
+				writeFile(t, filepath.Join(dir, "meta.json"), `{"format":1,"node_id":1,"cluster_id":""}`)
+				return dir
+			},
+			mutate:  func(c *Config) { c.LogStore = LogStoreWAL },
+			wantErr: "data dir %s holds a boltdb raft log, not --log-store wal; to switch, start the node on an empty data dir and let it rejoin",
+		},
+		{
+			name: "wal data dir opened as boltdb",
+			setup: func(t *testing.T, dir string) string {
+				writeFile(t, filepath.Join(dir, "meta.json"), `{"format":2,"node_id":1,"cluster_id":"","log_store":"wal"}`)
+				return dir
+			},
+			wantErr: "data dir %s holds a wal raft log, not --log-store boltdb",
+		},
+		{
+			name: "format 2 meta without a log store",
+			setup: func(t *testing.T, dir string) string {
+				writeFile(t, filepath.Join(dir, "meta.json"), `{"format":2,"node_id":1,"cluster_id":""}`)
+				return dir
+			},
+			wantErr: `meta file %s/meta.json is corrupt: format 2 with log_store ""`,
+		},
+		{
+			name: "format 1 meta naming a log store",
+			setup: func(t *testing.T, dir string) string {
+				writeFile(t, filepath.Join(dir, "meta.json"), `{"format":1,"node_id":1,"cluster_id":"","log_store":"wal"}`)
+				return dir
+			},
+			mutate:  func(c *Config) { c.LogStore = LogStoreWAL },
+			wantErr: `meta file %s/meta.json is corrupt: format 1 with log_store "wal"`,
+		},
+		{
+			name:    "unknown log store",
+			mutate:  func(c *Config) { c.LogStore = "rocksdb" },
+			wantErr: `--log-store "rocksdb": want boltdb or wal`,
+		},
+		{
 			name:    "voters lack this node",
 			mutate:  func(c *Config) { c.Voters = []Voter{{ID: 2, Address: "127.0.0.1:1"}} },
 			wantErr: "--voters does not contain node id 1",
@@ -381,13 +456,18 @@ func TestOpen_ClosedMux(t *testing.T) {
 // open fails fast instead of waiting on bolt's lock, and leaves the first
 // node working.
 func TestOpen_DataDirInUse(t *testing.T) {
+	forEachStore(t, testDataDirInUse)
+}
+
+func testDataDirInUse(t *testing.T, store string) {
 	dir := t.TempDir()
-	first, _, err := startSingle(t, dir, nil)
+	setStore := func(c *Config) { c.LogStore = store }
+	first, _, err := startSingle(t, dir, setStore)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, _, err = startSingle(t, dir, nil)
+	_, _, err = startSingle(t, dir, setStore)
 	if want := fmt.Sprintf("data dir %s is in use by another process", dir); err == nil || err.Error() != want {
 		t.Fatalf("second Open error = %v, want %q", err, want)
 	}
@@ -414,16 +494,27 @@ func readMetaFile(t *testing.T, dir string) map[string]any {
 }
 
 func TestNode_ClusterID(t *testing.T) {
+	forEachStore(t, testNodeClusterID)
+}
+
+// testNodeClusterID also checks the meta file's format and log store: a
+// boltdb data dir's meta file is exactly what keel wrote before --log-store.
+func testNodeClusterID(t *testing.T, store string) {
 	dir := t.TempDir()
-	n, _, err := startSingle(t, dir, nil)
+	setStore := func(c *Config) { c.LogStore = store }
+	n, _, err := startSingle(t, dir, setStore)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n.DataDir() != dir {
 		t.Errorf("DataDir() = %q, want %q", n.DataDir(), dir)
 	}
-	if got := readMetaFile(t, dir); got["format"] != 1.0 || got["node_id"] != 1.0 || got["cluster_id"] != "" {
-		t.Errorf("meta.json after first Open = %v", got)
+	wantMeta := map[string]any{"format": 1.0, "node_id": 1.0, "cluster_id": ""}
+	if store == LogStoreWAL {
+		wantMeta["format"], wantMeta["log_store"] = 2.0, "wal"
+	}
+	if got := readMetaFile(t, dir); !maps.Equal(got, wantMeta) {
+		t.Errorf("meta.json after first Open = %v, want %v", got, wantMeta)
 	}
 	if id := n.ClusterID(); id != "" {
 		t.Errorf("ClusterID() before recording = %q, want empty", id)
@@ -466,7 +557,7 @@ func TestNode_ClusterID(t *testing.T) {
 
 	// Reopening knows the id without being told, and accepts being told it.
 	for _, cid := range []string{"", "c1"} {
-		n, _, err := startSingle(t, dir, func(c *Config) { c.ClusterID = cid })
+		n, _, err := startSingle(t, dir, func(c *Config) { c.ClusterID, c.LogStore = cid, store })
 		if err != nil {
 			t.Fatalf("reopen with ClusterID %q: %v", cid, err)
 		}
@@ -488,5 +579,143 @@ func TestOpen_DoesNotRecordConfiguredClusterID(t *testing.T) {
 	}
 	if n.ClusterID() != "" || readMetaFile(t, dir)["cluster_id"] != "" {
 		t.Errorf("ClusterID() = %q, meta = %v; want nothing recorded", n.ClusterID(), readMetaFile(t, dir))
+	}
+}
+
+// TestCluster_FollowerCatchesUpBySnapshot: a follower that is down while the
+// others snapshot and truncate their logs behind it must catch up by an
+// installed snapshot, then restart from its own store. With the wal store,
+// small segments make the truncation delete whole segment files, and the
+// install takes raft's path for a monotonic store (it deletes the whole log
+// before appending after the snapshot).
+func TestCluster_FollowerCatchesUpBySnapshot(t *testing.T) {
+	forEachStore(t, testFollowerCatchesUpBySnapshot)
+}
+
+func testFollowerCatchesUpBySnapshot(t *testing.T, store string) {
+	logger := testLogger(t)
+	base := func() Config {
+		return Config{
+			Timing: testTiming(), Logger: logger, LogStore: store,
+			TrailingLogs:      4,
+			SnapshotThreshold: 1 << 30, // only the snapshots this test asks for
+			walSegmentSize:    16 << 10,
+		}
+	}
+	nodes := startClusterWith(t, 3, base)
+	leader := waitForLeader(t, nodes)
+	var want []string
+	write := func(live []*testNode, n int) {
+		for range n {
+			// 1 KiB each: a 16 KiB segment holds about 15.
+			e := fmt.Sprintf("%04d%s", len(want), strings.Repeat("x", 1020))
+			apply(t, live, e)
+			want = append(want, e)
+		}
+	}
+	write(nodes, 10)
+	waitForEntries(t, nodes, want)
+
+	var lagging *testNode
+	var live []*testNode
+	for _, n := range nodes {
+		if n != leader && lagging == nil {
+			lagging = n
+		} else {
+			live = append(live, n)
+		}
+	}
+	addr := lagging.addr()
+	lagging.close(t)
+
+	write(live, 60)
+	for _, n := range live {
+		if err := n.node.Raft.Snapshot().Error(); err != nil {
+			t.Fatalf("node %d snapshot: %v", n.id, err)
+		}
+	}
+	write(live, 5)
+	waitForEntries(t, live, want)
+	for _, n := range live {
+		first, err := n.node.store.FirstIndex()
+		if err != nil || first <= lagging.node.Raft.LastIndex() {
+			t.Fatalf("node %d first index after the snapshot = %d, %v; want past the lagging node's last, %d",
+				n.id, first, err, lagging.node.Raft.LastIndex())
+		}
+	}
+	if store == LogStoreWAL {
+		// About 70 KiB written in 16 KiB segments, then truncated to the
+		// last 4 entries: the first segments are gone.
+		segs, _ := filepath.Glob(filepath.Join(leader.dir, "wal", "*.wal"))
+		first, _ := filepath.Glob(filepath.Join(leader.dir, "wal", "00000000000000000001-*.wal"))
+		if len(segs) == 0 || len(segs) > 2 || len(first) > 0 {
+			t.Errorf("leader's wal segments after truncation: %q; want one or two, not the first", segs)
+		}
+	}
+
+	lagging.mux = listen(t, addr)
+	openNode(t, lagging, nil, base)
+	waitForEntries(t, nodes, want)
+	lagging.sm.mu.Lock()
+	restores := lagging.sm.restores
+	lagging.sm.mu.Unlock()
+	if restores != 1 {
+		t.Errorf("lagging node restored %d snapshots, want 1 (caught up by an installed snapshot)", restores)
+	}
+	write(nodes, 3)
+	waitForEntries(t, nodes, want)
+	lastIndex := lagging.node.Raft.LastIndex()
+
+	// Every node restarts from its own store. The lagging one's log holds
+	// what came after the installed snapshot (boltdb also keeps the entries
+	// it had before it, with a gap up to the snapshot; the wal, which
+	// allows no gap, deleted them).
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.addr()
+		n.close(t)
+	}
+	r, err := OpenReadOnly(lagging.dir)
+	if err != nil {
+		t.Fatalf("OpenReadOnly(lagging node): %v", err)
+	}
+	snap, rc, err := r.LatestSnapshot()
+	if err != nil || snap == nil {
+		t.Fatalf("lagging node's LatestSnapshot = %v, %v", snap, err)
+	}
+	_ = rc.Close()
+	first, _ := r.FirstIndex()
+	last, _ := r.LastIndex()
+	var cmds []string
+	err = r.Entries(snap.Index+1, func(_, _ uint64, typ raft.LogType, data []byte) error {
+		if typ == raft.LogCommand {
+			cmds = append(cmds, string(data))
+		}
+		return nil
+	})
+	_ = r.Close()
+	wantFirst := uint64(2) // boltdb: what it had before it went down, after the bootstrap entry
+	if store == LogStoreWAL {
+		wantFirst = snap.Index + 1
+	}
+	if err != nil || first < wantFirst || first > snap.Index+1 || last < lastIndex {
+		t.Errorf("lagging node's log: first %d last %d (%v); want first in %d..%d, last at least %d",
+			first, last, err, wantFirst, snap.Index+1, lastIndex)
+	}
+	// The snapshot the leader sent was taken before the last 5+3 writes.
+	if !slices.Equal(cmds, want[len(want)-8:]) {
+		t.Errorf("lagging node's log after the snapshot holds %d commands, want the last eight written", len(cmds))
+	}
+
+	for i, n := range nodes {
+		n.mux = listen(t, addrs[i])
+		openNode(t, n, nil, base)
+	}
+	waitForLeader(t, nodes)
+	waitForEntries(t, nodes, want)
+	write(nodes, 1)
+	waitForEntries(t, nodes, want)
+	for _, n := range nodes {
+		n.close(t)
 	}
 }

@@ -46,6 +46,7 @@ type ControllerConfig struct {
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
+	LogStore          string // --log-store: raftlog.LogStoreBoltDB ("" too) or raftlog.LogStoreWAL
 	Version           string
 	Logger            *slog.Logger
 	// Mux, if set, is an already bound listener to use instead of Listen
@@ -81,6 +82,9 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 		return nil, err
 	}
 	if err := cfg.Timing.Validate(); err != nil {
+		return nil, err
+	}
+	if err := raftlog.CheckLogStore(cfg.LogStore); err != nil {
 		return nil, err
 	}
 	if cfg.RestoreFrom != "" {
@@ -136,6 +140,7 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 		SnapshotThreshold: cfg.SnapshotThreshold,
 		SnapshotInterval:  cfg.SnapshotInterval,
 		TrailingLogs:      cfg.TrailingLogs,
+		LogStore:          cfg.LogStore,
 	}, s.applied, mux)
 	if err != nil {
 		return nil, err

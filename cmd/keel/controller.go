@@ -29,7 +29,7 @@ func addRaftTimingFlags(fs *pflag.FlagSet, t *raftlog.Timing) {
 func newControllerCmd(g *globalFlags) *cobra.Command {
 	cfg := server.ControllerConfig{Timing: raftlog.DefaultTiming()}
 	var nodeID int32
-	var voters string
+	var voters, metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run one controller node of the quorum",
@@ -57,6 +57,9 @@ dir and --voters is ignored.`,
 			if cfg.SnapshotInterval <= 0 {
 				return fmt.Errorf("--snapshot-interval must be positive")
 			}
+			if err := raftlog.CheckLogStore(cfg.LogStore); err != nil {
+				return err // it names --log-store
+			}
 			vs, err := raftlog.ParseVoters(voters) // its errors name --voters
 			if err != nil {
 				return err
@@ -66,6 +69,11 @@ dir and --voters is ignored.`,
 				return err
 			}
 			cfg.NodeID, cfg.Voters, cfg.Logger, cfg.Version = nodeID, vs, log, buildVersion()
+			stopMetrics, err := startMetrics(metricsAddr, log)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics() // after the node has closed
 			// Catch signals before starting, so a stop during a slow start
 			// (waiting for the data dir's lock) still ends cleanly.
 			sigs := make(chan os.Signal, 1)
@@ -102,6 +110,9 @@ dir and --voters is ignored.`,
 		"how often to check whether --snapshot-threshold has been reached")
 	f.Uint64Var(&cfg.TrailingLogs, "trailing-logs", raftlog.DefaultTrailingLogs,
 		"log entries kept behind a snapshot, so a slightly lagging follower catches up without a snapshot install")
+	f.StringVar(&cfg.LogStore, "log-store", raftlog.LogStoreBoltDB,
+		"raft log store: boltdb (raft.db) or wal (raft-wal, in wal/); a data dir keeps the store it was created with")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (and pprof at /debug/pprof/); empty: off")
 	addRaftTimingFlags(f, &cfg.Timing)
 	return cmd
 }

@@ -30,6 +30,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newTopicCmd(), newPartitionCmd())
 	root.AddCommand(newSnapshotCmd())
 	root.AddCommand(newMetadataCmd())
+	root.AddCommand(newBenchCmd(g))
 	return root
 }
 

@@ -1,0 +1,266 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// create: P partitions over B brokers, created from scratch each run (the
+// previous run's topics are deleted first; the last run's stay as the
+// dataset of the scenarios after).
+func (r *runner) create(ctx context.Context) (Result, error) {
+	sizes := topicSizes(r.cfg.Partitions, r.cfg.PerTopic)
+	var (
+		applied, committed  []time.Duration
+		partsPerS, recsPerS []float64
+		prev                []string
+	)
+	for run := 1; run <= r.cfg.Runs; run++ {
+		if prev != nil {
+			statusf(r.cfg.Status, "create: deleting the %d topics of run %d", len(prev), run-1)
+			if err := r.deleteTopics(ctx, prev); err != nil {
+				return Result{}, err
+			}
+			r.dataset = nil
+		}
+		if _, err := r.barrier(ctx); err != nil {
+			return Result{}, err
+		}
+		names := make([]string, len(sizes))
+		for i := range names {
+			names[i] = fmt.Sprintf("%s-c%d-%d", r.prefix, run, i)
+		}
+		statusf(r.cfg.Status, "create: run %d/%d: %d partitions in %d topics over %d brokers", run, r.cfg.Runs, r.cfg.Partitions, len(names), len(r.brokers))
+		start := time.Now()
+		if err := r.createTopics(ctx, names, sizes, fmt.Sprintf("create run %d", run)); err != nil {
+			return Result{}, err
+		}
+		commit := time.Since(start)
+		r.dataset, prev = names, names
+		// Every broker has the partitions once it has the last entry that
+		// holds a topic of this run (a topic and its partitions are one
+		// entry): the observer names those entries.
+		end, err := r.barrierShown(ctx, "brokers applying the partitions")
+		if err != nil {
+			return Result{}, err
+		}
+		target := end
+		want := map[string]bool{}
+		for _, n := range names {
+			want[n] = true
+		}
+		var last uint64
+		for _, e := range r.observer(-1).Events(EventTopic) {
+			if want[e.Name] {
+				delete(want, e.Name)
+				last = max(last, e.Offset)
+			}
+		}
+		if len(want) == 0 {
+			target = last
+		}
+		_, at, err := reached(r.brokers, target)
+		if err != nil {
+			return Result{}, err
+		}
+		committed = append(committed, commit)
+		applied = append(applied, at.Sub(start))
+		partsPerS = append(partsPerS, float64(r.cfg.Partitions)/commit.Seconds())
+		recsPerS = append(recsPerS, float64(r.cfg.Partitions+len(names))/commit.Seconds())
+	}
+	c := seconds(committed...)
+	extra := []Figure{
+		{"commit_median_s", Median(c)},
+		{"commit_max_s", Max(c)},
+		{"partitions_per_s", Median(partsPerS)},
+		{"records_per_s", Median(recsPerS)},
+	}
+	if r.ceiling.RecordsPerS > 0 {
+		extra = append(extra, Figure{"raft_ceiling_ratio", Median(recsPerS) / r.ceiling.RecordsPerS})
+	}
+	extra = append(extra, Figure{"topics", float64(len(sizes))}, Figure{"full_brokers", float64(r.cfg.FullBrokers)})
+	return newResult(ScenarioCreate, r.cfg.Partitions, len(r.brokers), applied, extra...), nil
+}
+
+// heartbeats: the latency of every thin broker's heartbeats, at the
+// default interval, over a window per run.
+func (r *runner) heartbeats(ctx context.Context) (Result, error) {
+	var p50s, p99s, maxes []float64
+	var p99 []time.Duration
+	samples, failures := 0, 0
+	for run := 1; run <= r.cfg.Runs; run++ {
+		if _, err := r.barrier(ctx); err != nil {
+			return Result{}, err
+		}
+		statusf(r.cfg.Status, "heartbeats: run %d/%d: %d brokers every %v, measured for %v", run, r.cfg.Runs, len(r.brokers), r.cfg.HeartbeatInterval, r.cfg.HeartbeatWindow)
+		bar := r.prog.start(int64(r.cfg.HeartbeatWindow/time.Second), fmt.Sprintf("heartbeats run %d (s)", run))
+		r.hb.start()
+		start := time.Now()
+		tick := time.NewTicker(time.Second)
+		end := time.NewTimer(r.cfg.HeartbeatWindow)
+	window:
+		for {
+			select {
+			case <-ctx.Done():
+				break window
+			case <-end.C:
+				break window
+			case <-tick.C:
+				bar.set(int(time.Since(start) / time.Second))
+			}
+		}
+		tick.Stop()
+		end.Stop()
+		lat, failed := r.hb.stop()
+		bar.done()
+		if ctx.Err() != nil {
+			return Result{}, ctx.Err()
+		}
+		if len(lat) == 0 {
+			return Result{}, fmt.Errorf("no heartbeat succeeded in %v", r.cfg.HeartbeatWindow)
+		}
+		samples += len(lat)
+		failures += failed
+		p99 = append(p99, Percentile(lat, 0.99))
+		p50s = append(p50s, Percentile(lat, 0.50).Seconds()*1000)
+		p99s = append(p99s, Percentile(lat, 0.99).Seconds()*1000)
+		maxes = append(maxes, Percentile(lat, 1).Seconds()*1000)
+	}
+	return newResult(ScenarioHeartbeats, r.partitions(), len(r.brokers), p99,
+		Figure{"p50_ms", Median(p50s)},
+		Figure{"p99_ms", Median(p99s)},
+		Figure{"max_ms", Max(maxes)},
+		Figure{"interval_s", r.cfg.HeartbeatInterval.Seconds()},
+		Figure{"measured_brokers", float64(len(r.thin(-1)))},
+		Figure{"samples", float64(samples)},
+		Figure{"failures", float64(failures)},
+	), nil
+}
+
+// brokerFailure: the thin broker leading the most partitions stops without
+// a word; its session runs out and the controller fences it, moving its
+// leaderships in the same decision. Timed from the FenceBroker entry's
+// arrival at the first broker to have it: until the last partition it led
+// has a new leader (in the observer's stream) and until every live broker
+// has that. A new incarnation of the broker then registers again (it is in
+// no ISR any more, so the next run stops another broker).
+func (r *runner) brokerFailure(ctx context.Context) (Result, error) {
+	if err := r.ensureDataset(ctx); err != nil {
+		return Result{}, err
+	}
+	var spread, newLeaders, detection []time.Duration
+	var led, leaderless []float64
+	for run := 1; run <= r.cfg.Runs; run++ {
+		if _, err := r.barrier(ctx); err != nil {
+			return Result{}, err
+		}
+		leaders, err := r.leaders(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		victim, parts := r.busiestThin(leaders)
+		id, epoch := victim.ID(), victim.Epoch()
+		obs := r.observer(id)
+		w := newLeaderWatch(id, parts)
+		obs.setWatch(w)
+		statusf(r.cfg.Status, "broker-failure: run %d/%d: stopping broker %d, which leads %d partitions; waiting for its session to run out",
+			run, r.cfg.Runs, id, len(parts))
+		killed := time.Now()
+		victim.Kill()
+		var fence Event
+		bar := r.prog.start(-1, "waiting for the fencing")
+		err = waitFor(ctx, r.timeout, 5*time.Millisecond, fmt.Sprintf("broker %d to be fenced", id), func() (bool, error) {
+			for _, e := range obs.Events(EventFence) {
+				if e.Broker == id && e.Epoch == epoch {
+					fence = e
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		bar.done()
+		if err != nil {
+			obs.setWatch(nil)
+			return Result{}, err
+		}
+		live := r.live(id)
+		// The leadership moves are committed with the fencing or before
+		// it, so once the observer has the FenceBroker entry the watch
+		// has seen every new leader there will be.
+		left, doneAt, movedAt := w.state()
+		obs.setWatch(nil)
+		target := max(fence.Offset, movedAt)
+		if err := r.waitOffset(ctx, live, target, "brokers applying the new leaders"); err != nil {
+			return Result{}, err
+		}
+		fencedAt, _, err := reached(live, fence.Offset)
+		if err != nil {
+			return Result{}, err
+		}
+		_, allAt, err := reached(live, target)
+		if err != nil {
+			return Result{}, err
+		}
+		if left > 0 {
+			// Some partitions were left without a leader (no other ISR
+			// member): the time is until the observer had the rest.
+			doneAt, _ = obs.ReachedAt(target)
+		}
+		spread = append(spread, allAt.Sub(fencedAt))
+		newLeaders = append(newLeaders, max(0, doneAt.Sub(fencedAt)))
+		detection = append(detection, fencedAt.Sub(killed))
+		led = append(led, float64(len(parts)))
+		leaderless = append(leaderless, float64(left))
+		if err := r.replace(ctx, id); err != nil {
+			return Result{}, err
+		}
+	}
+	nl := seconds(newLeaders...)
+	return newResult(ScenarioBrokerFailure, r.partitions(), len(r.brokers), spread,
+		Figure{"new_leaders_median_s", Median(nl)},
+		Figure{"new_leaders_max_s", Max(nl)},
+		Figure{"led_partitions", Median(led)},
+		Figure{"leaderless_partitions", Max(leaderless)},
+		Figure{"kill_to_fence_median_s", Median(seconds(detection...))},
+	), nil
+}
+
+// controlledShutdown: the thin broker leading the most partitions shuts
+// down cleanly, as broker.Agent does on SIGTERM; timed from its first
+// heartbeat asking to shut down until the controller answers that it may
+// exit (it leads nothing and every active broker has applied the moves).
+func (r *runner) controlledShutdown(ctx context.Context) (Result, error) {
+	if err := r.ensureDataset(ctx); err != nil {
+		return Result{}, err
+	}
+	var took []time.Duration
+	var led []float64
+	for run := 1; run <= r.cfg.Runs; run++ {
+		if _, err := r.barrier(ctx); err != nil {
+			return Result{}, err
+		}
+		leaders, err := r.leaders(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		victim, parts := r.busiestThin(leaders)
+		statusf(r.cfg.Status, "controlled-shutdown: run %d/%d: broker %d, which leads %d partitions", run, r.cfg.Runs, victim.ID(), len(parts))
+		sctx, cancel := context.WithTimeout(ctx, r.timeout)
+		bar := r.prog.start(-1, "controlled shutdown")
+		d, err := victim.Shutdown(sctx)
+		bar.done()
+		cancel()
+		if err != nil {
+			return Result{}, err
+		}
+		took = append(took, d)
+		led = append(led, float64(len(parts)))
+		if err := r.replace(ctx, victim.ID()); err != nil {
+			return Result{}, err
+		}
+	}
+	return newResult(ScenarioControlledShutdown, r.partitions(), len(r.brokers), took,
+		Figure{"led_partitions", Median(led)},
+	), nil
+}

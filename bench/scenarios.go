@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Scenario names, in the order they run.
+const (
+	ScenarioCreate             = "create"
+	ScenarioHeartbeats         = "heartbeats"
+	ScenarioBrokerFailure      = "broker-failure"
+	ScenarioControlledShutdown = "controlled-shutdown"
+	ScenarioFailover           = "failover"
+	ScenarioLoad               = "load"
+)
+
+// AllScenarios lists every scenario in the order they run: the partitions
+// are created first, the scenarios that kill controllers come last.
+var AllScenarios = []string{
+	ScenarioCreate, ScenarioHeartbeats, ScenarioBrokerFailure,
+	ScenarioControlledShutdown, ScenarioFailover, ScenarioLoad,
+}
+
+// killsControllers: scenarios that kill and restart controller processes,
+// which a bench against a running quorum (--controllers) cannot do.
+var killsControllers = map[string]bool{ScenarioFailover: true, ScenarioLoad: true}
+
+// ParseScenarios reads --scenarios: a comma-separated list of names, or
+// "all" (also the meaning of an empty list). It returns the scenarios in run
+// order, each once, and names an unknown one.
+func ParseScenarios(s string) ([]string, error) {
+	want := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.ToLower(strings.TrimSpace(f))
+		switch {
+		case f == "":
+		case f == "all":
+			for _, n := range AllScenarios {
+				want[n] = true
+			}
+		case slices.Contains(AllScenarios, f):
+			want[f] = true
+		default:
+			return nil, fmt.Errorf("--scenarios: unknown scenario %q (want all or some of %s)", f, strings.Join(AllScenarios, ","))
+		}
+	}
+	if len(want) == 0 {
+		return slices.Clone(AllScenarios), nil
+	}
+	var out []string
+	for _, n := range AllScenarios {
+		if want[n] {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// measures says what each scenario's median_s and max_s are.
+var measures = map[string]string{
+	ScenarioCreate:             "until every broker has the partitions (from the first request)",
+	ScenarioHeartbeats:         "heartbeat latency p99 (per run)",
+	ScenarioBrokerFailure:      "from the FenceBroker commit until every live broker has the new leaders",
+	ScenarioControlledShutdown: "until the controller lets the broker exit",
+	ScenarioFailover:           "kill -9 of the active controller to a new active controller",
+	ScenarioLoad:               "restart of every controller from a snapshot until ready",
+}

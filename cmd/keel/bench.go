@@ -1,0 +1,179 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keel-dev/keel/bench"
+)
+
+func newBenchCmd(g *globalFlags) *cobra.Command {
+	var (
+		scenarios, controllers, output string
+		cfg                            bench.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmark a controller quorum with simulated brokers over real gRPC",
+		Long: `Start a real 3-controller quorum on loopback (keel controller processes with
+temporary data), or use a running one (--controllers), attach simulated brokers
+over real gRPC, run named scenarios and print the median and max of each over
+--runs runs.
+
+Scenarios (in the order they run):
+  create               P partitions (RF 3) in topics of 10,000: partitions committed
+                       per second, and the time until every broker has them
+  heartbeats           heartbeat latency p50/p99 of the brokers at the default 2s interval
+  broker-failure       the broker leading the most partitions stops: from its fencing
+                       until they all have new leaders, and every live broker has them
+  controlled-shutdown  the same kind of broker shuts down cleanly: until it may exit
+  failover             kill -9 of the active controller: until a new one is active,
+                       and every broker streams from it again
+  load                 kill -9 of every controller after a raft snapshot of the P
+                       partitions: time until ready again, and heap per partition
+
+Brokers are full (an in-process broker agent replaying the whole image) or thin
+(registration, heartbeats, the metadata stream and offset acknowledgements,
+no image). The raw hashicorp/raft commit rate on the same records, measured in
+the same run, is reported as the ceiling of the create scenario's records/s.
+
+The defaults run in minutes on two cores; the headline run is
+--partitions 1000000. Against a running quorum (--controllers) the scenarios
+that kill controllers (failover, load) are skipped, and the bench's topics and
+brokers are removed at the end.`,
+		Example: `  keel bench
+  keel bench --partitions 1000000 --scenarios create,load,broker-failure,controlled-shutdown --runs 1
+  keel bench --controllers 127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093 --scenarios create,heartbeats -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o %q: want table or json", output)
+			}
+			list, err := bench.ParseScenarios(scenarios)
+			if err != nil {
+				return err
+			}
+			cfg.Scenarios = list
+			for _, a := range strings.Split(controllers, ",") {
+				if a = strings.TrimSpace(a); a != "" {
+					cfg.Controllers = append(cfg.Controllers, a)
+				}
+			}
+			if len(cfg.Controllers) == 0 {
+				if cfg.Executable, err = os.Executable(); err != nil {
+					return fmt.Errorf("find the keel executable to start controllers with: %v", err)
+				}
+			}
+			stderr := cmd.ErrOrStderr()
+			cfg.Status = stderr
+			if isTerminal(stderr) {
+				cfg.Progress = stderr
+			}
+			// The brokers' own logs only at debug level: a hundred brokers
+			// logging at info would bury the progress.
+			if strings.EqualFold(g.logLevel, "debug") {
+				if cfg.Logger, err = g.logger(); err != nil {
+					return err
+				}
+			} else {
+				cfg.Logger = slog.New(slog.DiscardHandler)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			report, err := bench.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), report)
+			}
+			return printBenchTable(cmd.OutOrStdout(), report)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&scenarios, "scenarios", "all", "scenarios to run, comma-separated: "+strings.Join(bench.AllScenarios, ","))
+	f.IntVar(&cfg.Partitions, "partitions", bench.DefaultPartitions, "partitions to create and load, P (the headline run is 1000000)")
+	f.IntVar(&cfg.Brokers, "brokers", bench.DefaultBrokers, "simulated brokers, B")
+	f.IntVar(&cfg.FullBrokers, "full-brokers", bench.DefaultFullBrokers, "how many of the brokers are full (replay the whole image); the rest are thin")
+	f.IntVar(&cfg.Runs, "runs", bench.DefaultRuns, "runs of each scenario (median and max are over them)")
+	f.StringVar(&controllers, "controllers", "", "bench a running quorum at host:port,... instead of starting one (skips failover and load)")
+	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	f.DurationVar(&cfg.HeartbeatWindow, "heartbeat-window", bench.DefaultHeartbeatWindow, "how long each heartbeats run measures")
+	return cmd
+}
+
+// isTerminal reports whether w is a terminal (progress bars go only there).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// printBenchTable prints one row per scenario, each scenario's own figures
+// under the table, and the raw raft ceiling.
+func printBenchTable(w io.Writer, r *bench.Report) error {
+	rows := [][]string{{"SCENARIO", "PARTITIONS", "BROKERS", "RUNS", "MEDIAN", "MAX", "MEASURES"}}
+	for _, s := range r.Scenarios {
+		rows = append(rows, []string{s.Name, fmt.Sprint(s.Partitions), fmt.Sprint(s.Brokers), fmt.Sprint(s.Runs),
+			formatSeconds(s.MedianS), formatSeconds(s.MaxS), s.Measures})
+	}
+	if len(r.Scenarios) > 0 {
+		if err := printTable(w, rows); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
+	for _, s := range r.Scenarios {
+		var figs []string
+		for _, f := range s.Extra {
+			figs = append(figs, f.Name+"="+formatFigure(f))
+		}
+		fmt.Fprintf(w, "%s: %s\n", s.Name, strings.Join(figs, " "))
+	}
+	fmt.Fprintf(w, "raw hashicorp/raft ceiling (3 nodes in process, %d-record entries): %.0f records/s one entry at a time, %.0f records/s pipelined\n",
+		bench.CeilingRecordsPerEntry, r.RaftCeilingRecordsPerS, r.RaftPipelinedRecordsPerS)
+	for _, s := range r.Skipped {
+		fmt.Fprintf(w, "skipped %s: %s\n", s.Name, s.Reason)
+	}
+	return nil
+}
+
+func formatSeconds(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", s*1e6)
+	case d < time.Second:
+		return fmt.Sprintf("%.1fms", s*1e3)
+	}
+	return fmt.Sprintf("%.3fs", s)
+}
+
+func formatFigure(f bench.Figure) string {
+	switch {
+	case strings.HasSuffix(f.Name, "_per_s"):
+		return fmt.Sprintf("%.0f/s", f.Value)
+	case strings.HasSuffix(f.Name, "_ms"):
+		return fmt.Sprintf("%.2fms", f.Value)
+	case strings.HasSuffix(f.Name, "_s"):
+		return formatSeconds(f.Value)
+	case strings.HasSuffix(f.Name, "_bytes"):
+		return fmt.Sprintf("%.1fMiB", f.Value/(1<<20))
+	case f.Value == float64(int64(f.Value)):
+		return fmt.Sprint(int64(f.Value))
+	case f.Value >= 100:
+		return fmt.Sprintf("%.0f", f.Value)
+	}
+	return fmt.Sprintf("%.3g", f.Value)
+}

@@ -1,0 +1,91 @@
+package controller
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// maxGroup bounds the decisions taken together: raft writes at most 64
+// entries (MaxAppendEntries) in one disk write anyway.
+const maxGroup = 64
+
+// runGroup takes decisions that were queued together and commits them in
+// one raft round: group commit. Each decision is taken against the image
+// as the decisions before it in the group will leave it, which the leader
+// computes by applying their records to a private copy of the committed
+// image (images are persistent, so the copy costs nothing and the FSM's
+// image is not touched). Their entries go to raft back to back, so the
+// followers write them in one AppendEntries and one fsync, and every caller
+// gets the outcome of its own entries.
+//
+// The copy applies each entry at the index raft will give it: the event loop
+// is the only writer while this node is active, and the group starts only
+// once every earlier entry is applied, so the next index is LastIndex+1. If
+// that ever did not hold, the FSM would refuse a record whose check
+// depended on it (a broker epoch), and that decision alone would fail: the
+// FSM, not the copy, has the last word.
+//
+// A decision alone in its group is taken against the committed image, as
+// before, and costs no extra apply.
+func (l *leadership) runGroup(group []event) {
+	if l.ctx.Err() != nil {
+		for _, ev := range group {
+			ev.finish(0, l.c.notLeader())
+		}
+		return
+	}
+	img := l.c.fsm.Image()
+	next := l.c.raft.LastIndex() + 1
+	type pending struct {
+		ev      event
+		futures []raft.ApplyFuture
+	}
+	pend := make([]pending, 0, len(group))
+	for i, ev := range group {
+		if err := ev.ctx.Err(); err != nil { // the caller has given up: write nothing
+			ev.finish(0, err)
+			continue
+		}
+		records, err := ev.decision(img)
+		if err != nil || len(records) == 0 {
+			ev.finish(0, err)
+			continue
+		}
+		parts := splitRecords(records, MaxEntryBytes)
+		if i < len(group)-1 {
+			// Later decisions in the group must see this one.
+			spec, err := applyParts(img, next, parts)
+			if err != nil {
+				ev.finish(0, fmt.Errorf("batch refused by the state machine: %w", err))
+				continue
+			}
+			img = spec
+		}
+		futures, err := l.c.submitEntries(parts)
+		if err != nil {
+			ev.finish(0, err)
+			continue
+		}
+		next += uint64(len(parts))
+		pend = append(pend, pending{ev, futures})
+	}
+	for _, p := range pend {
+		p.ev.finish(l.c.waitEntries(p.futures))
+	}
+}
+
+// applyParts applies a decision's entries to img at indexes from next on,
+// as the FSM will.
+func applyParts(img *fsm.Image, next uint64, parts [][]*keelpb.Record) (*fsm.Image, error) {
+	for i, part := range parts {
+		var err error
+		if img, err = fsm.Apply(img, next+uint64(i), img.Term, &keelpb.RecordBatch{Records: part}); err != nil {
+			return nil, err
+		}
+	}
+	return img, nil
+}

@@ -1,0 +1,89 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// Decisions queued together are taken together: each sees the image the
+// ones before it leave, at the very index raft gives them, and a decision
+// the FSM refuses fails alone.
+func TestGroupCommit_DecisionsSeeEachOther(t *testing.T) {
+	c := newTestCluster(t, 3)
+	leader := c.WaitForActive(5 * time.Second)
+	l := leader.ctrl.active.Load()
+
+	// Hold the event loop so that the decisions queue up behind it.
+	release := make(chan struct{})
+	held := make(chan struct{})
+	if err := l.submit(context.Background(), event{
+		run:     func() { close(held); <-release },
+		abandon: func(error) {},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	before := leader.fsm.Image().Offset
+
+	const n = 5
+	const refused = 2 // this decision writes a record the FSM refuses
+	seen := make([]uint64, n)
+	index := make([]uint64, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		queued := make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			close(queued)
+			index[i], errs[i] = l.decide(context.Background(), func(img *fsm.Image) ([]*keelpb.Record, error) {
+				seen[i] = img.Offset
+				if i == refused {
+					return []*keelpb.Record{{Record: &keelpb.Record_FenceBroker{FenceBroker: &keelpb.FenceBrokerRecord{BrokerId: 99, BrokerEpoch: 1}}}}, nil
+				}
+				return []*keelpb.Record{noOp()}, nil
+			})
+		}()
+		<-queued
+		// In order: wait until it is queued before the next one.
+		deadline := time.Now().Add(5 * time.Second)
+		for len(l.events) < i+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("decision %d was not queued", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(release)
+	wg.Wait()
+
+	want := before
+	for i := range n {
+		if seen[i] != want {
+			t.Errorf("decision %d saw offset %d, want %d (the entries before it in the group)", i, seen[i], want)
+		}
+		if i == refused {
+			if errs[i] == nil {
+				t.Errorf("decision %d: a record the FSM refuses was committed at %d", i, index[i])
+			}
+			continue
+		}
+		if errs[i] != nil {
+			t.Fatalf("decision %d: %v", i, errs[i])
+		}
+		if index[i] != want+1 {
+			t.Errorf("decision %d committed at %d, want %d", i, index[i], want+1)
+		}
+		want = index[i]
+	}
+	c.WaitForApplied(want, 5*time.Second)
+	if got := leader.fsm.Image().Offset; got != want {
+		t.Fatalf("applied offset %d, want %d", got, want)
+	}
+}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"maps"
 
-	iradix "github.com/hashicorp/go-immutable-radix/v2"
-
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -33,6 +31,8 @@ func (e *RecordError) Unwrap() error { return e.Err }
 // applyContext is what a record's apply function may know beyond the record:
 // the raft position of its batch, and whether it is being replayed from a
 // snapshot (which states facts) rather than the log (which states changes).
+// It is also the batch's transient: what the batch has copied from the
+// image it started from and may therefore edit in place.
 type applyContext struct {
 	index, term uint64
 	restoring   bool
@@ -41,55 +41,68 @@ type applyContext struct {
 	// map: copy on first write, at most once per batch.
 	brokersOwned bool
 
-	// Transactions on the image's trees, opened on first use; finish
-	// commits them into the new image.
-	byName, byID *iradix.Txn[*Topic]
-	parts        *iradix.Txn[*Partition]
-	replicas     *iradix.Txn[struct{}]
+	// own marks the tree nodes, vector nodes and topics this batch made.
+	own *owner
+	// built are the replica lists this batch has copied or made; lists
+	// caches some of them.
+	built []*replicaList
+	lists *listCache
+	// slab holds new partitions (slab.go).
+	slab slab
+	// last is the topic the batch's latest record touched: records come
+	// grouped by topic (a topic's partitions, a broker's partitions in
+	// topic order), so most find their topic here, not in the tree.
+	last struct {
+		id    TopicID
+		entry topicEntry
+	}
 }
 
-func (ctx *applyContext) topicsByName(img *Image) *iradix.Txn[*Topic] {
-	if ctx.byName == nil {
-		ctx.byName = treeOr(img.topicsByName).Txn()
-	}
-	return ctx.byName
+// newApplyContext starts a batch that will create at least partitions
+// partitions (a hint for the slab).
+func newApplyContext(index, term uint64, restoring bool, partitions int) *applyContext {
+	return &applyContext{index: index, term: term, restoring: restoring, own: new(owner), slab: slab{left: partitions}}
 }
 
-func (ctx *applyContext) topicsByID(img *Image) *iradix.Txn[*Topic] {
-	if ctx.byID == nil {
-		ctx.byID = treeOr(img.topicsByID).Txn()
-	}
-	return ctx.byID
+// finish readies the batch's image for publishing.
+func (ctx *applyContext) finish() {
+	ctx.trimLists()
 }
 
-func (ctx *applyContext) partitions(img *Image) *iradix.Txn[*Partition] {
-	if ctx.parts == nil {
-		ctx.parts = treeOr(img.partitions).Txn()
+// topic returns the topic id and its partitions, as this batch has them.
+func (ctx *applyContext) topic(img *Image, id TopicID) (topicEntry, bool) {
+	if ctx.last.entry.topic != nil && ctx.last.id == id {
+		return ctx.last.entry, true
 	}
-	return ctx.parts
+	e, ok := img.topicsByID.get(id)
+	if ok {
+		ctx.last.id, ctx.last.entry = id, e
+	}
+	return e, ok
 }
 
-func (ctx *applyContext) replicaIndex(img *Image) *iradix.Txn[struct{}] {
-	if ctx.replicas == nil {
-		ctx.replicas = treeOr(img.replicaIndex).Txn()
-	}
-	return ctx.replicas
+// setTopic stores the topic entry e by id (not by name: see mutTopic).
+func (ctx *applyContext) setTopic(img *Image, e topicEntry) {
+	img.topicsByID.set(ctx.own, e.topic.ID, e)
+	ctx.last.id, ctx.last.entry = e.topic.ID, e
 }
 
-// finish commits the batch's tree transactions into img.
-func (ctx *applyContext) finish(img *Image) {
-	if ctx.byName != nil {
-		img.topicsByName = ctx.byName.CommitOnly()
+// removeTopic drops the topic of e from both indexes.
+func (ctx *applyContext) removeTopic(img *Image, e topicEntry) {
+	img.topicsByName.delete(ctx.own, topicName(e.topic.Name))
+	img.topicsByID.delete(ctx.own, e.topic.ID)
+	ctx.last.entry = topicEntry{}
+}
+
+// mutTopic returns e with a topic this batch may edit: a published topic is
+// copied, and the copy indexed by name. The caller stores e by id.
+func (ctx *applyContext) mutTopic(img *Image, e topicEntry) topicEntry {
+	if e.owner != ctx.own {
+		t := *e.topic
+		e.topic, e.owner = &t, ctx.own
+		img.topicsByName.set(ctx.own, topicName(t.Name), &t)
 	}
-	if ctx.byID != nil {
-		img.topicsByID = ctx.byID.CommitOnly()
-	}
-	if ctx.parts != nil {
-		img.partitions = ctx.parts.CommitOnly()
-	}
-	if ctx.replicas != nil {
-		img.replicaIndex = ctx.replicas.CommitOnly()
-	}
+	return e
 }
 
 // mutBrokers returns img's brokers map, copied first if this batch does not
@@ -105,24 +118,38 @@ func (ctx *applyContext) mutBrokers(img *Image) map[int32]*Broker {
 	return img.brokers
 }
 
-// applier applies one record to img, which the caller owns and may edit.
-type applier func(img *Image, rec *keelpb.Record, ctx *applyContext) error
-
-// appliers dispatches on the record type: one function per record.
-var appliers = map[string]applier{
-	"cluster_id":           applyClusterID,
-	"controller_epoch":     applyControllerEpoch,
-	"no_op":                applyNoOp,
-	"topic":                applyTopic,
-	"partition":            applyPartition,
-	"partition_change":     applyPartitionChange,
-	"remove_topic":         applyRemoveTopic,
-	"broker_shutting_down": applyBrokerShuttingDown,
-	"feature_level":        applyFeatureLevel,
-	"broker_registration":  applyBrokerRegistration,
-	"fence_broker":         applyFenceBroker,
-	"unfence_broker":       applyUnfenceBroker,
-	"unregister_broker":    applyUnregisterBroker,
+// applyRecord applies one record to img, which the caller owns and may edit:
+// one function per record type.
+func applyRecord(img *Image, rec *keelpb.Record, ctx *applyContext) error {
+	switch rec.GetRecord().(type) {
+	case *keelpb.Record_ClusterId:
+		return applyClusterID(img, rec, ctx)
+	case *keelpb.Record_ControllerEpoch:
+		return applyControllerEpoch(img, rec, ctx)
+	case *keelpb.Record_NoOp:
+		return applyNoOp(img, rec, ctx)
+	case *keelpb.Record_Topic:
+		return applyTopic(img, rec, ctx)
+	case *keelpb.Record_Partition:
+		return applyPartition(img, rec, ctx)
+	case *keelpb.Record_PartitionChange:
+		return applyPartitionChange(img, rec, ctx)
+	case *keelpb.Record_RemoveTopic:
+		return applyRemoveTopic(img, rec, ctx)
+	case *keelpb.Record_BrokerShuttingDown:
+		return applyBrokerShuttingDown(img, rec, ctx)
+	case *keelpb.Record_FeatureLevel:
+		return applyFeatureLevel(img, rec, ctx)
+	case *keelpb.Record_BrokerRegistration:
+		return applyBrokerRegistration(img, rec, ctx)
+	case *keelpb.Record_FenceBroker:
+		return applyFenceBroker(img, rec, ctx)
+	case *keelpb.Record_UnfenceBroker:
+		return applyUnfenceBroker(img, rec, ctx)
+	case *keelpb.Record_UnregisterBroker:
+		return applyUnregisterBroker(img, rec, ctx)
+	}
+	return errors.New("unknown record type")
 }
 
 // RecordType names the record's type as its oneof field is named in the proto.
@@ -141,23 +168,21 @@ func Apply(img *Image, index, term uint64, batch *keelpb.RecordBatch) (*Image, e
 		return img, ErrEmptyBatch
 	}
 	next := img.clone()
-	ctx := &applyContext{index: index, term: term}
+	creates := 0
+	for _, rec := range batch.Records {
+		if _, ok := rec.GetRecord().(*keelpb.Record_Partition); ok {
+			creates++
+		}
+	}
+	ctx := newApplyContext(index, term, false, creates)
 	for i, rec := range batch.Records {
 		if err := applyRecord(next, rec, ctx); err != nil {
 			return img, &RecordError{Position: i, Type: RecordType(rec), Err: err}
 		}
 	}
-	ctx.finish(next)
+	ctx.finish()
 	next.Offset, next.Term = index, term
 	return next, nil
-}
-
-func applyRecord(img *Image, rec *keelpb.Record, ctx *applyContext) error {
-	fn, ok := appliers[RecordType(rec)]
-	if !ok {
-		return errors.New("unknown record type")
-	}
-	return fn(img, rec, ctx)
 }
 
 func applyClusterID(img *Image, rec *keelpb.Record, _ *applyContext) error {

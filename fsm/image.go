@@ -11,8 +11,6 @@ package fsm
 import (
 	"maps"
 	"slices"
-
-	iradix "github.com/hashicorp/go-immutable-radix/v2"
 )
 
 // Metadata versions this software understands. A cluster's metadata.version
@@ -79,16 +77,16 @@ type Image struct {
 	// broker; then that batch copies the map once (see applyContext).
 	brokers map[int32]*Broker
 
-	// Topics and partitions live in persistent radix trees: a batch that
-	// changes one partition copies a path of nodes, not the image, so an
-	// image of a million partitions costs O(log n) per change and a
-	// snapshot is a pointer copy.
-	topicsByName *iradix.Tree[*Topic]
-	topicsByID   *iradix.Tree[*Topic]
-	partitions   *iradix.Tree[*Partition] // by partitionKey
-	// replicaIndex holds a key per (broker, partition) for every replica
-	// and replica being added: the partitions on a broker without a scan.
-	replicaIndex *iradix.Tree[struct{}]
+	// Topics, partitions and the replica index are persistent structures
+	// (btree.go, partvec.go): a batch that changes k partitions copies
+	// O(k) small nodes, never the image, and a snapshot is a pointer copy.
+	topicsByName btree[topicName, *Topic]
+	// topicsByID also holds each topic's partitions.
+	topicsByID btree[TopicID, topicEntry]
+	// replicas lists, per broker, the partitions it holds (replicaindex.go).
+	replicas btree[replicaKey, *replicaList]
+	// partitions counts every topic's partitions.
+	partitions int
 
 	// Offset and Term are the raft index and term of the last batch applied.
 	Offset uint64
@@ -97,12 +95,7 @@ type Image struct {
 
 // Empty returns the image of a cluster before any record.
 func Empty() *Image {
-	return &Image{
-		topicsByName: iradix.New[*Topic](),
-		topicsByID:   iradix.New[*Topic](),
-		partitions:   iradix.New[*Partition](),
-		replicaIndex: iradix.New[struct{}](),
-	}
+	return &Image{}
 }
 
 // Broker returns the registered broker with id, if any.
@@ -124,7 +117,7 @@ func (img *Image) Brokers() []*Broker {
 func (img *Image) BrokerCount() int { return len(img.brokers) }
 
 // clone returns a shallow copy for a batch to edit. Every field is a value or
-// (later) a persistent structure, so this stays O(1) whatever the image size.
+// a persistent structure, so this stays O(1) whatever the image size.
 func (img *Image) clone() *Image {
 	c := *img
 	return &c

@@ -24,22 +24,16 @@ func applyTopic(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	if r.GetName() == "" || len(r.GetName()) > MaxTopicNameLen {
 		return fmt.Errorf("topic name %q is empty or longer than %d", r.GetName(), MaxTopicNameLen)
 	}
-	if _, ok := ctx.topicsByName(img).Get([]byte(r.GetName())); ok {
+	if _, ok := img.topicsByName.get(topicName(r.GetName())); ok {
 		return fmt.Errorf("topic %q already exists", r.GetName())
 	}
-	if _, ok := ctx.topicsByID(img).Get(id[:]); ok {
+	if _, ok := ctx.topic(img, id); ok {
 		return fmt.Errorf("topic id %s already exists", id)
 	}
 	t := &Topic{Name: r.GetName(), ID: id, Configs: maps.Clone(r.GetConfigs())}
-	ctx.topicsByName(img).Insert([]byte(t.Name), t)
-	ctx.topicsByID(img).Insert(id[:], t)
+	img.topicsByName.set(ctx.own, topicName(t.Name), t)
+	ctx.setTopic(img, topicEntry{topic: t, owner: ctx.own})
 	return nil
-}
-
-// setTopic replaces a topic in both indexes.
-func setTopic(img *Image, ctx *applyContext, t *Topic) {
-	ctx.topicsByName(img).Insert([]byte(t.Name), t)
-	ctx.topicsByID(img).Insert(t.ID[:], t)
 }
 
 // checkReplicas validates a partition's replica sets against each other.
@@ -79,23 +73,23 @@ func applyPartition(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	if err != nil {
 		return err
 	}
-	t, ok := ctx.topicsByID(img).Get(id[:])
+	e, ok := ctx.topic(img, id)
 	if !ok {
 		return fmt.Errorf("topic %s does not exist", id)
 	}
 	// Partitions are numbered densely, in order.
-	if r.GetPartition() != t.Partitions {
-		return fmt.Errorf("partition %d of topic %q: the next partition is %d", r.GetPartition(), t.Name, t.Partitions)
+	if r.GetPartition() != e.topic.Partitions {
+		return fmt.Errorf("partition %d of topic %q: the next partition is %d", r.GetPartition(), e.topic.Name, e.topic.Partitions)
 	}
-	p := &Partition{
-		TopicID:          id,
-		Partition:        r.GetPartition(),
-		Replicas:         slices.Clone(r.GetReplicas()),
-		ISR:              slices.Clone(r.GetIsr()),
-		Leader:           r.GetLeader(),
-		AddingReplicas:   slices.Clone(r.GetAddingReplicas()),
-		RemovingReplicas: slices.Clone(r.GetRemovingReplicas()),
+	p := ctx.slab.partition()
+	*p = Partition{TopicID: id, Partition: r.GetPartition(), Leader: r.GetLeader()}
+	p.Replicas = ctx.slab.int32s(r.GetReplicas())
+	// The ISR is most often the whole assignment: share its array.
+	if p.ISR = p.Replicas; !slices.Equal(r.GetIsr(), p.Replicas) {
+		p.ISR = ctx.slab.int32s(r.GetIsr())
 	}
+	p.AddingReplicas = ctx.slab.int32s(r.GetAddingReplicas())
+	p.RemovingReplicas = ctx.slab.int32s(r.GetRemovingReplicas())
 	if ctx.restoring {
 		p.LeaderEpoch, p.PartitionEpoch = r.GetLeaderEpoch(), r.GetPartitionEpoch()
 	} else if r.GetLeaderEpoch() != 0 || r.GetPartitionEpoch() != 0 {
@@ -104,33 +98,37 @@ func applyPartition(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	if err := checkReplicas(p); err != nil {
 		return err
 	}
-	ctx.partitions(img).Insert(partitionKey(id, p.Partition), p)
-	indexReplicas(img, ctx, p, nil)
-	next := *t
-	next.Partitions++
-	setTopic(img, ctx, &next)
+	was := e
+	e = ctx.mutTopic(img, e)
+	n := int(e.topic.Partitions)
+	e.parts = vecSet(e.parts, n, n, p, ctx.own)
+	// The count is in the topic this batch owns; the entry changes only
+	// with the topic's first partition of the batch, or a new trie level.
+	e.topic.Partitions++
+	if e != was {
+		ctx.setTopic(img, e)
+	}
+	img.partitions++
+	// checkReplicas made AddingReplicas a subset of Replicas: indexing the
+	// replicas indexes both.
+	for _, b := range p.Replicas {
+		ctx.addReplica(img, b, id, p.Partition)
+	}
 	return nil
 }
 
-// indexReplicas moves a partition's replica index entries from old's
-// brokers to p's (old nil: a new partition; p nil: a removed one).
-func indexReplicas(img *Image, ctx *applyContext, p, old *Partition) {
-	brokers := func(q *Partition) []int32 {
-		if q == nil {
-			return nil
-		}
-		return append(slices.Clone(q.Replicas), q.AddingReplicas...)
+// reuse returns vals, as one of the arrays in have that equals it when there
+// is one (partitions share unchanged and equal replica sets), else a copy.
+func reuse(vals []int32, have ...[]int32) []int32 {
+	if len(vals) == 0 {
+		return nil
 	}
-	idx := ctx.replicaIndex(img)
-	now := brokers(p)
-	for _, b := range brokers(old) {
-		if !slices.Contains(now, b) {
-			idx.Delete(replicaKey(b, old.TopicID, old.Partition))
+	for _, h := range have {
+		if slices.Equal(vals, h) {
+			return h
 		}
 	}
-	for _, b := range now {
-		idx.Insert(replicaKey(b, p.TopicID, p.Partition), struct{}{})
-	}
+	return slices.Clone(vals)
 }
 
 func applyPartitionChange(img *Image, rec *keelpb.Record, ctx *applyContext) error {
@@ -139,32 +137,37 @@ func applyPartitionChange(img *Image, rec *keelpb.Record, ctx *applyContext) err
 	if err != nil {
 		return err
 	}
-	old, ok := ctx.partitions(img).Get(partitionKey(id, r.GetPartition()))
-	if !ok {
+	e, ok := ctx.topic(img, id)
+	if !ok || r.GetPartition() < 0 || r.GetPartition() >= e.topic.Partitions {
 		return fmt.Errorf("partition %s/%d does not exist", id, r.GetPartition())
 	}
-	p := *old
+	n := int(e.topic.Partitions)
+	old := vecGet(e.parts, n, int(r.GetPartition()))
+	// Allocated alone, not from the slab: see slab.
+	p := new(Partition)
+	*p = *old
 	if r.Leader != nil {
 		p.Leader = r.GetLeader()
 	}
-	if r.Isr != nil {
-		p.ISR = slices.Clone(r.GetIsr().GetValues())
-	}
 	if r.Replicas != nil {
-		p.Replicas = slices.Clone(r.GetReplicas().GetValues())
+		p.Replicas = reuse(r.GetReplicas().GetValues(), old.Replicas)
+	}
+	if r.Isr != nil {
+		p.ISR = reuse(r.GetIsr().GetValues(), p.Replicas, old.ISR)
 	}
 	if r.AddingReplicas != nil {
-		p.AddingReplicas = slices.Clone(r.GetAddingReplicas().GetValues())
+		p.AddingReplicas = reuse(r.GetAddingReplicas().GetValues(), old.AddingReplicas)
 	}
 	if r.RemovingReplicas != nil {
-		p.RemovingReplicas = slices.Clone(r.GetRemovingReplicas().GetValues())
+		p.RemovingReplicas = reuse(r.GetRemovingReplicas().GetValues(), old.RemovingReplicas)
 	}
-	if err := checkReplicas(&p); err != nil {
+	if err := checkReplicas(p); err != nil {
 		return err
 	}
 	leaderChanged := p.Leader != old.Leader
 	replicaRemoved := !subset(old.Replicas, p.Replicas)
-	if !leaderChanged && !replicaRemoved && slices.Equal(p.ISR, old.ISR) && slices.Equal(p.Replicas, old.Replicas) &&
+	replicasChanged := !slices.Equal(p.Replicas, old.Replicas)
+	if !leaderChanged && !replicasChanged && slices.Equal(p.ISR, old.ISR) &&
 		slices.Equal(p.AddingReplicas, old.AddingReplicas) && slices.Equal(p.RemovingReplicas, old.RemovingReplicas) {
 		return errors.New("the change changes nothing")
 	}
@@ -175,8 +178,25 @@ func applyPartitionChange(img *Image, rec *keelpb.Record, ctx *applyContext) err
 		p.LeaderEpoch++
 	}
 	p.PartitionEpoch++
-	ctx.partitions(img).Insert(partitionKey(id, p.Partition), &p)
-	indexReplicas(img, ctx, &p, old)
+	// The first change to a topic in a batch copies the path to the
+	// partition and stores the new root; later ones edit that path in place.
+	if root := vecSet(e.parts, n, int(p.Partition), p, ctx.own); root != e.parts {
+		e.parts = root
+		ctx.setTopic(img, e)
+	}
+	// Leader and ISR changes, the common ones, leave the index alone.
+	if replicasChanged {
+		for _, b := range old.Replicas {
+			if !slices.Contains(p.Replicas, b) {
+				ctx.removeReplica(img, b, id, p.Partition)
+			}
+		}
+		for _, b := range p.Replicas {
+			if !slices.Contains(old.Replicas, b) {
+				ctx.addReplica(img, b, id, p.Partition)
+			}
+		}
+	}
 	return nil
 }
 
@@ -185,18 +205,13 @@ func applyRemoveTopic(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	if err != nil {
 		return err
 	}
-	t, ok := ctx.topicsByID(img).Get(id[:])
+	e, ok := ctx.topic(img, id)
 	if !ok {
 		return fmt.Errorf("topic %s does not exist", id)
 	}
-	parts := ctx.partitions(img)
-	for i := int32(0); i < t.Partitions; i++ {
-		if p, ok := parts.Delete(partitionKey(id, i)); ok {
-			indexReplicas(img, ctx, nil, p)
-		}
-	}
-	ctx.topicsByName(img).Delete([]byte(t.Name))
-	ctx.topicsByID(img).Delete(id[:])
+	ctx.dropTopicReplicas(img, e)
+	img.partitions -= int(e.topic.Partitions)
+	ctx.removeTopic(img, e)
 	return nil
 }
 

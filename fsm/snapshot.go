@@ -55,7 +55,8 @@ func identityRecords(img *Image) int {
 }
 
 // imageRecords lists the image as records, in an order that depends only on
-// the image. Replaying them in restore mode rebuilds it.
+// the image. Replaying them in restore mode rebuilds it. A record passed to
+// emit is only valid until emit returns.
 func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
 	if img.ClusterID != "" {
 		if err := emit(&keelpb.Record{Record: &keelpb.Record_ClusterId{ClusterId: &keelpb.ClusterIdRecord{ClusterId: img.ClusterID}}}); err != nil {
@@ -93,23 +94,25 @@ func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
 	// Topics by id, each followed by its partitions in order, so a restore
 	// meets every partition's topic first and partitions densely numbered.
 	var err error
-	treeOr(img.topicsByID).Root().Walk(func(_ []byte, t *Topic) bool {
+	img.topicsByID.each(func(_ TopicID, e topicEntry) bool {
+		t := e.topic
 		rec := &keelpb.TopicRecord{Name: t.Name, TopicId: bytes.Clone(t.ID[:]), Configs: t.Configs}
 		if err = emit(&keelpb.Record{Record: &keelpb.Record_Topic{Topic: rec}}); err != nil {
-			return true
+			return false
 		}
-		for _, p := range img.Partitions(t.ID) {
-			rec := &keelpb.PartitionRecord{
-				TopicId: bytes.Clone(p.TopicID[:]), Partition: p.Partition,
-				Replicas: p.Replicas, Isr: p.ISR, Leader: p.Leader,
-				LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch,
-				AddingReplicas: p.AddingReplicas, RemovingReplicas: p.RemovingReplicas,
-			}
-			if err = emit(&keelpb.Record{Record: &keelpb.Record_Partition{Partition: rec}}); err != nil {
-				return true
-			}
-		}
-		return false
+		// emit is done with a record when it returns (the writer encodes
+		// it at once), so one record serves every partition, and it may
+		// point into the partition, which it never modifies.
+		prec := &keelpb.PartitionRecord{}
+		precord := &keelpb.Record{Record: &keelpb.Record_Partition{Partition: prec}}
+		return vecEach(e.parts, int(t.Partitions), func(p *Partition) bool {
+			prec.TopicId, prec.Partition = p.TopicID[:], p.Partition
+			prec.Replicas, prec.Isr, prec.Leader = p.Replicas, p.ISR, p.Leader
+			prec.LeaderEpoch, prec.PartitionEpoch = p.LeaderEpoch, p.PartitionEpoch
+			prec.AddingReplicas, prec.RemovingReplicas = p.AddingReplicas, p.RemovingReplicas
+			err = emit(precord)
+			return err == nil
+		})
 	})
 	return err
 }
@@ -177,6 +180,11 @@ func WriteSnapshot(w io.Writer, img *Image) error {
 type frameReader struct {
 	r   *bufio.Reader
 	sum hash.Hash
+	// buf is reused for every frame's payload: protobuf decoding copies
+	// what it keeps, so nothing aliases it after the frame is decoded.
+	buf []byte
+	// head holds a frame's kind and length for the sum.
+	head [1 + binary.MaxVarintLen64]byte
 }
 
 func corrupt(format string, args ...any) error {
@@ -184,6 +192,7 @@ func corrupt(format string, args ...any) error {
 }
 
 // next reads one frame. Frames other than the trailer are added to the sum.
+// The payload is valid until the next call.
 func (fr *frameReader) next() (kind byte, payload []byte, err error) {
 	kind, err = fr.r.ReadByte()
 	if err == io.EOF {
@@ -199,13 +208,16 @@ func (fr *frameReader) next() (kind byte, payload []byte, err error) {
 	if size > maxFrameSize {
 		return 0, nil, corrupt("frame of %d bytes exceeds the %d-byte limit", size, maxFrameSize)
 	}
-	payload = make([]byte, size)
+	if uint64(cap(fr.buf)) < size {
+		fr.buf = make([]byte, size)
+	}
+	payload = fr.buf[:size]
 	if _, err := io.ReadFull(fr.r, payload); err != nil {
 		return 0, nil, corrupt("truncated frame")
 	}
 	if kind != frameTrailer {
-		fr.sum.Write([]byte{kind})
-		fr.sum.Write(binary.AppendUvarint(nil, size))
+		fr.head[0] = kind
+		fr.sum.Write(binary.AppendUvarint(fr.head[:1], size))
 		fr.sum.Write(payload)
 	}
 	return kind, payload, nil
@@ -282,10 +294,13 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 		return nil, nil, corrupt("format version %d is not supported (want %d)", header.FormatVersion, SnapshotFormatVersion)
 	}
 
+	// The whole restore is one batch: the image is built in place, in its
+	// own transient, and published when the trailer checks out.
 	img := Empty()
-	ctx := &applyContext{index: header.Index, term: header.Term, restoring: true}
+	ctx := newApplyContext(header.Index, header.Term, true, int(min(header.Partitions, 1<<20)))
 	var count uint64
 	var typeCounts [3]int // brokers, topics, partitions
+	dec := &recordDecoder{reuse: fn == nil}
 	for {
 		kind, payload, err := fr.next()
 		if err != nil {
@@ -293,8 +308,8 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 		}
 		switch kind {
 		case frameRecord:
-			rec := &keelpb.Record{}
-			if err := proto.Unmarshal(payload, rec); err != nil {
+			rec, err := dec.decode(payload)
+			if err != nil {
 				return nil, nil, corrupt("record %d: %v", count, err)
 			}
 			if build {
@@ -343,7 +358,7 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 			if !build {
 				return nil, info, nil
 			}
-			ctx.finish(img)
+			ctx.finish()
 			if img.ClusterID != header.ClusterId || img.ControllerEpoch != header.ControllerEpoch {
 				return nil, nil, corrupt("header does not match the records")
 			}

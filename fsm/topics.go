@@ -1,12 +1,11 @@
 package fsm
 
 import (
-	"encoding/binary"
+	"bytes"
 	"encoding/hex"
 	"fmt"
 	"slices"
-
-	iradix "github.com/hashicorp/go-immutable-radix/v2"
+	"strings"
 )
 
 // TopicID is a topic's 16-byte id (a UUID), chosen by the controller.
@@ -72,7 +71,10 @@ func (t *Topic) Unclean() bool { return t.Configs[UncleanLeaderElection] == "tru
 // NoLeader is the leader of a partition without one.
 const NoLeader int32 = -1
 
-// Partition is one partition's assignment and leadership.
+// Partition is one partition's assignment and leadership. Like every image
+// value it is never modified once published; its slices may share arrays
+// with each other (an ISR equal to the replicas is the replicas' array) and
+// with other versions of the partition, so copy before changing one.
 type Partition struct {
 	TopicID   TopicID
 	Partition int32
@@ -99,118 +101,81 @@ func (p *Partition) Reassigning() bool {
 	return len(p.AddingReplicas) > 0 || len(p.RemovingReplicas) > 0
 }
 
-// partitionKey orders partitions by topic id, then partition number.
-func partitionKey(id TopicID, partition int32) []byte {
-	k := make([]byte, 20)
-	copy(k, id[:])
-	binary.BigEndian.PutUint32(k[16:], uint32(partition))
-	return k
-}
+// topicName orders topics by name, byte by byte.
+type topicName string
 
-// replicaKey indexes a partition under one of its brokers.
-func replicaKey(broker int32, id TopicID, partition int32) []byte {
-	k := make([]byte, 24)
-	binary.BigEndian.PutUint32(k, uint32(broker))
-	copy(k[4:], id[:])
-	binary.BigEndian.PutUint32(k[20:], uint32(partition))
-	return k
-}
+func (a topicName) compare(b topicName) int { return strings.Compare(string(a), string(b)) }
 
-func brokerPrefix(broker int32) []byte {
-	return binary.BigEndian.AppendUint32(nil, uint32(broker))
+// compare orders topic ids byte by byte, as EachPartition and snapshots
+// walk them.
+func (id TopicID) compare(o TopicID) int { return bytes.Compare(id[:], o[:]) }
+
+// topicEntry is a topic and its partitions, a vector of topic.Partitions
+// elements (partvec.go).
+type topicEntry struct {
+	topic *Topic
+	parts *vnode
+	// owner is the batch that made topic; only that batch may edit it.
+	owner *owner
 }
 
 // Topic returns the topic named name.
 func (img *Image) Topic(name string) (*Topic, bool) {
-	if img.topicsByName == nil {
-		return nil, false
-	}
-	return img.topicsByName.Get([]byte(name))
+	return img.topicsByName.get(topicName(name))
 }
 
 // TopicByID returns the topic with id.
 func (img *Image) TopicByID(id TopicID) (*Topic, bool) {
-	if img.topicsByID == nil {
-		return nil, false
-	}
-	return img.topicsByID.Get(id[:])
+	e, ok := img.topicsByID.get(id)
+	return e.topic, ok
 }
 
 // Topics returns every topic, in name order.
 func (img *Image) Topics() []*Topic {
 	var out []*Topic
-	if img.topicsByName != nil {
-		img.topicsByName.Root().Walk(func(_ []byte, t *Topic) bool {
-			out = append(out, t)
-			return false
-		})
+	if n := img.topicsByName.Len(); n > 0 {
+		out = make([]*Topic, 0, n)
 	}
+	img.topicsByName.each(func(_ topicName, t *Topic) bool {
+		out = append(out, t)
+		return true
+	})
 	return out
 }
 
 // TopicCount is the number of topics.
-func (img *Image) TopicCount() int {
-	if img.topicsByName == nil {
-		return 0
-	}
-	return img.topicsByName.Len()
-}
+func (img *Image) TopicCount() int { return img.topicsByName.Len() }
 
 // PartitionCount is the number of partitions of every topic.
-func (img *Image) PartitionCount() int {
-	if img.partitions == nil {
-		return 0
-	}
-	return img.partitions.Len()
-}
+func (img *Image) PartitionCount() int { return img.partitions }
 
 // Partition returns one partition.
 func (img *Image) Partition(id TopicID, partition int32) (*Partition, bool) {
-	if img.partitions == nil {
+	e, ok := img.topicsByID.get(id)
+	if !ok || partition < 0 || partition >= e.topic.Partitions {
 		return nil, false
 	}
-	return img.partitions.Get(partitionKey(id, partition))
+	return vecGet(e.parts, int(e.topic.Partitions), int(partition)), true
 }
 
 // Partitions returns the partitions of a topic, in order.
 func (img *Image) Partitions(id TopicID) []*Partition {
-	var out []*Partition
-	if img.partitions != nil {
-		img.partitions.Root().WalkPrefix(id[:], func(_ []byte, p *Partition) bool {
-			out = append(out, p)
-			return false
-		})
+	e, ok := img.topicsByID.get(id)
+	if !ok || e.topic.Partitions == 0 {
+		return nil
 	}
+	out := make([]*Partition, 0, e.topic.Partitions)
+	vecEach(e.parts, int(e.topic.Partitions), func(p *Partition) bool {
+		out = append(out, p)
+		return true
+	})
 	return out
 }
 
 // EachPartition calls fn for every partition, in topic-id then partition
 // order, until fn returns false.
 func (img *Image) EachPartition(fn func(*Partition) bool) {
-	if img.partitions != nil {
-		img.partitions.Root().Walk(func(_ []byte, p *Partition) bool { return !fn(p) })
-	}
-}
-
-// PartitionsOnBroker calls fn for every partition that has broker id among
-// its replicas (or replicas being added), until fn returns false. It costs
-// O(partitions on the broker), not O(all partitions).
-func (img *Image) PartitionsOnBroker(id int32, fn func(*Partition) bool) {
-	if img.replicaIndex == nil {
-		return
-	}
-	img.replicaIndex.Root().WalkPrefix(brokerPrefix(id), func(k []byte, _ struct{}) bool {
-		tid, _ := topicIDFromBytes(k[4:20])
-		p, ok := img.Partition(tid, int32(binary.BigEndian.Uint32(k[20:])))
-		return ok && !fn(p)
+	img.topicsByID.each(func(_ TopicID, e topicEntry) bool {
+		return vecEach(e.parts, int(e.topic.Partitions), fn)
 	})
-}
-
-// treeOr returns t, or a new empty tree when t is nil (an image built as a
-// literal in a test, say).
-func treeOr[T any](t *iradix.Tree[T]) *iradix.Tree[T] {
-	if t == nil {
-		return iradix.New[T]()
-	}
-	return t
 }

@@ -69,6 +69,10 @@ type Config struct {
 	PerTopic          int
 	CreateConcurrency int
 	CeilingEntries    int
+	// SteadyDuration is how long each steady run lasts (10 minutes), with
+	// a write every SteadyWriteInterval (50 ms).
+	SteadyDuration      time.Duration
+	SteadyWriteInterval time.Duration
 	// Progress, when set (a terminal), gets progress bars on long phases.
 	Progress io.Writer
 	// Status, when set, gets one line as each phase starts.
@@ -101,6 +105,12 @@ func (c *Config) check() error {
 	}
 	if c.CeilingEntries == 0 {
 		c.CeilingEntries = DefaultCeilingEntries
+	}
+	if c.SteadyDuration == 0 {
+		c.SteadyDuration = 10 * time.Minute
+	}
+	if c.SteadyWriteInterval == 0 {
+		c.SteadyWriteInterval = 50 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -247,6 +257,8 @@ func (r *runner) scenario(ctx context.Context, name string) (Result, error) {
 		return r.failover(ctx)
 	case ScenarioLoad:
 		return r.load(ctx)
+	case ScenarioSteady:
+		return r.steady(ctx)
 	}
 	return Result{}, fmt.Errorf("unknown scenario %q", name)
 }

@@ -14,6 +14,8 @@ const (
 	ScenarioControlledShutdown = "controlled-shutdown"
 	ScenarioFailover           = "failover"
 	ScenarioLoad               = "load"
+	// ScenarioSteady runs only when named: it takes SteadyDuration.
+	ScenarioSteady = "steady"
 )
 
 // AllScenarios lists every scenario in the order they run: the partitions
@@ -22,6 +24,9 @@ var AllScenarios = []string{
 	ScenarioCreate, ScenarioHeartbeats, ScenarioBrokerFailure,
 	ScenarioControlledShutdown, ScenarioFailover, ScenarioLoad,
 }
+
+// optionalScenarios run only when named, after the others.
+var optionalScenarios = []string{ScenarioSteady}
 
 // killsControllers: scenarios that kill and restart controller processes,
 // which a bench against a running quorum (--controllers) cannot do.
@@ -40,17 +45,17 @@ func ParseScenarios(s string) ([]string, error) {
 			for _, n := range AllScenarios {
 				want[n] = true
 			}
-		case slices.Contains(AllScenarios, f):
+		case slices.Contains(AllScenarios, f), slices.Contains(optionalScenarios, f):
 			want[f] = true
 		default:
-			return nil, fmt.Errorf("--scenarios: unknown scenario %q (want all or some of %s)", f, strings.Join(AllScenarios, ","))
+			return nil, fmt.Errorf("--scenarios: unknown scenario %q (want all or some of %s)", f, strings.Join(append(slices.Clone(AllScenarios), optionalScenarios...), ","))
 		}
 	}
 	if len(want) == 0 {
 		return slices.Clone(AllScenarios), nil
 	}
 	var out []string
-	for _, n := range AllScenarios {
+	for _, n := range append(slices.Clone(AllScenarios), optionalScenarios...) {
 		if want[n] {
 			out = append(out, n)
 		}
@@ -66,4 +71,5 @@ var measures = map[string]string{
 	ScenarioControlledShutdown: "until the controller lets the broker exit",
 	ScenarioFailover:           "kill -9 of the active controller to a new active controller",
 	ScenarioLoad:               "restart of every controller from a snapshot until ready",
+	ScenarioSteady:             "write latency p99 under steady load (per run); leader_changes must be 0",
 }

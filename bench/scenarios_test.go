@@ -22,6 +22,9 @@ func TestParseScenarios(t *testing.T) {
 		{in: "create,all", want: AllScenarios},
 		{in: "failover,controlled-shutdown", want: []string{"controlled-shutdown", "failover"}},
 		{in: "create,bogus", wantErr: `unknown scenario "bogus"`},
+		{in: "steady", want: []string{"steady"}},
+		{in: "all,steady", want: append(slices.Clone(AllScenarios), "steady")},
+		{in: "steady,create", want: []string{"create", "steady"}},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := ParseScenarios(tc.in)
@@ -39,7 +42,7 @@ func TestParseScenarios(t *testing.T) {
 }
 
 func TestEveryScenarioSaysWhatItMeasures(t *testing.T) {
-	for _, s := range AllScenarios {
+	for _, s := range append(slices.Clone(AllScenarios), optionalScenarios...) {
 		if measures[s] == "" {
 			t.Errorf("scenario %s has no measures text", s)
 		}

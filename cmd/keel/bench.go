@@ -39,6 +39,8 @@ Scenarios (in the order they run):
                        and every broker streams from it again
   load                 kill -9 of every controller after a raft snapshot of the P
                        partitions: time until ready again, and heap per partition
+  steady               only when named: --steady-duration (10m) of heartbeats and a
+                       write every 50ms; the active controller must never change
 
 Brokers are full (an in-process broker agent replaying the whole image) or thin
 (registration, heartbeats, the metadata stream and offset acknowledgements,
@@ -107,6 +109,7 @@ brokers are removed at the end.`,
 	f.StringVar(&controllers, "controllers", "", "bench a running quorum at host:port,... instead of starting one (skips failover and load)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
 	f.DurationVar(&cfg.HeartbeatWindow, "heartbeat-window", bench.DefaultHeartbeatWindow, "how long each heartbeats run measures")
+	f.DurationVar(&cfg.SteadyDuration, "steady-duration", 10*time.Minute, "how long each run of the steady scenario (named only explicitly) lasts")
 	return cmd
 }
 

@@ -179,7 +179,11 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if os.Getenv("KEEL_BENCH_KEEP") == "" {
+			os.RemoveAll(dir)
+		}
+	}()
 	var tag [3]byte
 	_, _ = rand.Read(tag[:])
 	r := &runner{

@@ -512,11 +512,11 @@ func (b *thinBroker) streamLoop(ctx context.Context, epoch int64) error {
 	if target == "" {
 		target, next = b.addrs[0], 1
 	}
-	// The same back-off as broker.Agent's stream loop: quick retries
-	// through a leadership change, then doubling to 2s, with jitter, reset
-	// by a stream that delivered something; the first hop to a hinted
-	// leader is taken at once.
-	bo := backoff{min: 25 * time.Millisecond, max: 2 * time.Second, quick: 20}
+	// The same back-off as broker.Agent's stream loop: 25ms doubling to
+	// 250ms, with jitter, reset by a stream that delivered something; the
+	// first hop to a hinted leader is taken at once, and a leader that is
+	// taking over is asked again after 5ms.
+	bo := backoff{min: 25 * time.Millisecond, max: 250 * time.Millisecond}
 	followed := false
 	for {
 		accepted, err := b.streamOnce(ctx, target, epoch)
@@ -531,7 +531,12 @@ func (b *thinBroker) streamLoop(ctx context.Context, epoch int64) error {
 			return errReregister
 		}
 		pause, follow := true, false
-		if hint, _ := rpc.LeaderHintOf(err); hint != nil && hint.GetLeaderAddress() != "" && hint.GetLeaderAddress() != target {
+		if rpc.ReasonOf(err) == rpc.ReasonNotReady {
+			pause = false
+			if err := sleep(ctx, 5*time.Millisecond); err != nil {
+				return err
+			}
+		} else if hint, _ := rpc.LeaderHintOf(err); hint != nil && hint.GetLeaderAddress() != "" && hint.GetLeaderAddress() != target {
 			target, follow = hint.GetLeaderAddress(), true
 			pause = followed
 		} else if l := b.client.Leader(); l != "" && l != target {
@@ -560,22 +565,19 @@ func (b *thinBroker) streamLoop(ctx context.Context, epoch int64) error {
 // broker.Agent's).
 type backoff struct {
 	min, max, cur time.Duration
-	quick, tries  int // the first quick pauses stay at min
 }
 
 func (b *backoff) next() time.Duration {
-	b.tries++
-	switch {
-	case b.cur == 0 || b.tries <= b.quick:
+	if b.cur == 0 {
 		b.cur = b.min
-	default:
+	} else {
 		b.cur = min(2*b.cur, b.max)
 	}
 	half := b.cur / 2
 	return half + rand.N(half+1)
 }
 
-func (b *backoff) reset() { b.cur, b.tries = 0, 0 }
+func (b *backoff) reset() { b.cur = 0 }
 
 // errOffsetGap: an entry does not continue the offset received.
 var errOffsetGap = errors.New("metadata entry does not continue the offset received")

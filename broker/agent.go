@@ -52,6 +52,9 @@ const (
 	// shutdownPoll is the heartbeat interval while a controlled shutdown
 	// waits for the controller's permission.
 	shutdownPoll = 50 * time.Millisecond
+	// notReadyPause is the wait before asking a controller that is taking
+	// over (rpc.ReasonNotReady) again.
+	notReadyPause = 5 * time.Millisecond
 )
 
 // Status is a broker's own view of itself.
@@ -683,27 +686,22 @@ func (a *Agent) kickStream() {
 }
 
 // backoff grows a pause from min to max, doubling, with jitter so that many
-// brokers do not retry in step after a controller failover. The first quick
-// pauses stay at min: a leadership change is over in well under a second,
-// and a broker should be streaming from the new leader soon after it.
+// brokers do not retry in step after a controller failover.
 type backoff struct {
 	min, max, cur time.Duration
-	quick, tries  int
 }
 
 func (b *backoff) next() time.Duration {
-	b.tries++
-	switch {
-	case b.cur == 0 || b.tries <= b.quick:
+	if b.cur == 0 {
 		b.cur = b.min
-	default:
+	} else {
 		b.cur = min(2*b.cur, b.max)
 	}
 	half := b.cur / 2
 	return half + rand.N(half+1)
 }
 
-func (b *backoff) reset() { b.cur, b.tries = 0, 0 }
+func (b *backoff) reset() { b.cur = 0 }
 
 // sleep waits for d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {

@@ -43,7 +43,10 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 			}
 		}
 	}
-	bo := backoff{min: 25 * time.Millisecond, max: 2 * time.Second, quick: 20}
+	// Short pauses, capped low: after a failover the brokers should be
+	// streaming from the new leader within a few hundred milliseconds of
+	// its election, and a reconnect attempt costs the controllers little.
+	bo := backoff{min: 25 * time.Millisecond, max: 250 * time.Millisecond}
 	followed := false
 	for {
 		accepted, err := a.streamOnce(ctx, target, epoch)
@@ -72,6 +75,12 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 			// The first hop is taken at once; hints that keep bouncing
 			// (a leadership change in progress) back off.
 			pause = followed
+		case reason == rpc.ReasonNotReady:
+			// The leader, about to be active: the same target, in a moment.
+			pause = false
+			if err := sleep(ctx, notReadyPause); err != nil {
+				return err
+			}
 		case errors.Is(err, errOffsetGap), errors.Is(err, errDiverged),
 			errors.Is(err, errBadSnapshot), errors.Is(err, errBadPush):
 			// The controller is fine; the broker resumes from its own offset

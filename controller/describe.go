@@ -28,7 +28,10 @@ func (c *Controller) Describe(version string) *keelpb.DescribeQuorumResponse {
 		RaftTerm:                c.raft.CurrentTerm(),
 		CommitIndex:             c.raft.CommitIndex(),
 		LastIndex:               c.raft.LastIndex(),
-		AppliedIndex:            c.raft.AppliedIndex(),
+		// The state machine's own position: raft's AppliedIndex counts
+		// entries handed to the FSM, which may still be applying them (a
+		// node catching up after a restart can be seconds behind).
+		AppliedIndex: img.Offset,
 		Version:                 version,
 	}
 	if f := c.raft.GetConfiguration(); f.Error() == nil {

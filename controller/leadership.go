@@ -97,11 +97,12 @@ func (l *leadership) run() {
 func (l *leadership) establish() error {
 	var err error
 	for attempt := 1; attempt <= establishAttempts; attempt++ {
-		// The first attempt skips the barrier: this node has almost always
-		// applied what the previous leader committed, and if it has not, the
-		// FSM refuses the stale epoch and the next attempt starts with one.
-		// A handoff costs one raft round less.
-		if err = l.tryEstablish(attempt > 1); err == nil || l.ctx.Err() != nil {
+		// The first attempt skips the barrier when the state machine has
+		// applied everything raft has handed it, as after a handoff: one
+		// raft round less. Should the image still be stale, the FSM refuses
+		// the stale epoch and the next attempt starts with a barrier.
+		barrier := attempt > 1 || l.c.fsm.Image().Offset < l.c.raft.AppliedIndex()
+		if err = l.tryEstablish(barrier); err == nil || l.ctx.Err() != nil {
 			return err
 		}
 		if attempt == 1 {

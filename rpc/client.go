@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -136,13 +137,14 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 	// Fall back through the addresses starting after the first target, so
 	// the address that just failed is not the next one tried.
 	next := (slices.Index(c.addrs, target) + 1) % len(c.addrs)
-	// A leadership change on purpose (a transfer) is over in tens of
-	// milliseconds: retry at a short, even pace for a while, then back off
-	// so that a quorum that is down is not hammered.
-	const quickRetries = 20
-	pause := 5 * time.Millisecond
+	// A leader that is taking over is active in milliseconds: retry it at
+	// a short, even pace. Anything else (no leader known, a node down)
+	// backs off from a short pause, doubling, with jitter: thousands of
+	// brokers retrying during an election must not slow the election down.
+	const notReadyPause = 5 * time.Millisecond
+	pause := 10 * time.Millisecond
 	var last error
-	for try := 1; ; try++ {
+	for {
 		err := c.tryFor(ctx, attempt, target, call)
 		if err == nil {
 			c.mu.Lock()
@@ -167,6 +169,17 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 		case code == codes.FailedPrecondition && hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target:
 			target = hint.LeaderAddress
 			continue
+		case code == codes.Unavailable && ReasonOf(err) == ReasonNotReady:
+			// The leader itself, about to be active: the same target, soon.
+			c.mu.Lock()
+			c.leader = target
+			c.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return status.Errorf(codes.Unavailable, "no active controller accepted the write before the deadline; last error: %s", status.Convert(last).Message())
+			case <-time.After(notReadyPause):
+			}
+			continue
 		case code == codes.Unavailable || code == codes.DeadlineExceeded:
 			if hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target {
 				target = hint.LeaderAddress
@@ -180,11 +193,9 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 		select {
 		case <-ctx.Done():
 			return status.Errorf(codes.Unavailable, "no active controller accepted the write before the deadline; last error: %s", status.Convert(last).Message())
-		case <-time.After(pause):
+		case <-time.After(pause/2 + rand.N(pause/2+1)):
 		}
-		if try >= quickRetries {
-			pause = min(pause*2, 500*time.Millisecond)
-		}
+		pause = min(pause*2, 500*time.Millisecond)
 	}
 }
 

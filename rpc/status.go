@@ -35,8 +35,9 @@ func toStatus(err error) error {
 			code = codes.Unavailable
 		}
 		return withHint(status.New(code, nl.Error()), nl.LeaderID, nl.LeaderAddress)
-	case errors.Is(err, controller.ErrNotReady),
-		errors.Is(err, controller.ErrOutcomeUnknown),
+	case errors.Is(err, controller.ErrNotReady):
+		return withReason(codes.Unavailable, ReasonNotReady, err.Error())
+	case errors.Is(err, controller.ErrOutcomeUnknown),
 		errors.Is(err, controller.ErrStopped):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, controller.ErrInconsistentClusterID):
@@ -117,9 +118,12 @@ const (
 	ReasonBrokerNotRegistered        = "BROKER_NOT_REGISTERED"
 	ReasonUnknownTopicOrPartition    = "UNKNOWN_TOPIC_OR_PARTITION"
 	ReasonNotLeader                  = "NOT_LEADER"
-	ReasonFencedLeaderEpoch          = "FENCED_LEADER_EPOCH"
-	ReasonInvalidUpdateVersion       = "INVALID_UPDATE_VERSION"
-	ReasonIneligibleReplica          = "INELIGIBLE_REPLICA"
+	// ReasonNotReady: this node is the raft leader and is committing its
+	// controller epoch; it will be active in a few milliseconds.
+	ReasonNotReady             = "NOT_READY"
+	ReasonFencedLeaderEpoch    = "FENCED_LEADER_EPOCH"
+	ReasonInvalidUpdateVersion = "INVALID_UPDATE_VERSION"
+	ReasonIneligibleReplica    = "INELIGIBLE_REPLICA"
 )
 
 // withReason builds a status error carrying an ErrorInfo reason.

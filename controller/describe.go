@@ -32,7 +32,7 @@ func (c *Controller) Describe(version string) *keelpb.DescribeQuorumResponse {
 		// entries handed to the FSM, which may still be applying them (a
 		// node catching up after a restart can be seconds behind).
 		AppliedIndex: img.Offset,
-		Version:                 version,
+		Version:      version,
 	}
 	if f := c.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {

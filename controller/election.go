@@ -236,3 +236,26 @@ func topicUnclean(img *fsm.Image, id fsm.TopicID) bool {
 	t, ok := img.TopicByID(id)
 	return ok && t.Unclean()
 }
+
+// leaderlessChanges elects a leader for every partition that has none but
+// could have one: the seeds' triggerOnlinePartitionStateChange, run once by
+// each new active controller. A decision the previous controller had cut
+// into several raft entries (an unfencing and the elections it allows) may
+// have lost its tail with that controller; this finishes it.
+func leaderlessChanges(img *fsm.Image) []*keelpb.Record {
+	v := newView(img)
+	topics := topicCache{img: img}
+	var recs []*keelpb.Record
+	img.EachPartition(func(p *fsm.Partition) bool {
+		if p.HasLeader() {
+			return true
+		}
+		t := sharedTarget(p)
+		electLeader(&t, v, topics.unclean(p.TopicID))
+		if r := topics.changeRecord(p, t); r != nil {
+			recs = append(recs, r)
+		}
+		return true
+	})
+	return recs
+}

@@ -82,8 +82,9 @@ func (l *leadership) run() {
 	l.sessions.reset(l.c.fsm.Image().Brokers(), l.c.cfg.Now())
 	l.c.active.Store(l)
 	l.log.Info("active controller", "epoch", l.epoch.Load(), "takeover", time.Since(start).Round(time.Millisecond))
-	l.wg.Add(1)
+	l.wg.Add(2)
 	go l.fenceExpiredSessions()
+	go l.electLeaderless()
 	if l.c.cfg.LeaderImbalanceCheckInterval > 0 {
 		l.wg.Add(1)
 		go l.rebalanceLeaders()
@@ -311,4 +312,19 @@ func (l *leadership) shutdownOffset(broker int32, current uint64) uint64 {
 		l.shutdownAt[broker] = off
 	}
 	return off
+}
+
+// electLeaderless runs leaderlessChanges once, after the takeover and off
+// its critical path.
+func (l *leadership) electLeaderless() {
+	defer l.wg.Done()
+	index, err := l.decide(l.ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		return leaderlessChanges(img), nil
+	})
+	switch {
+	case err != nil && l.ctx.Err() == nil:
+		l.log.Warn("electing leaders for leaderless partitions failed", "err", err)
+	case index > 0:
+		l.log.Info("elected leaders for leaderless partitions", "index", index)
+	}
 }

@@ -134,6 +134,15 @@ func TestReplication_BrokerStateChanges(t *testing.T) {
 			want: map[int32]partState{0: {1, []int32{1}}, 1: {fsm.NoLeader, []int32{2}}},
 		},
 		{
+			name: "a new active controller finishes an unfencing whose elections were lost with its entry",
+			extra: [][]*keelpb.Record{
+				{fenceRec(1, 2), fenceRec(2, 3), fenceRec(3, 4), change(0, leaderPtr(fsm.NoLeader), []int32{1}), change(1, leaderPtr(fsm.NoLeader), []int32{2})},
+				{{Record: &keelpb.Record_UnfenceBroker{UnfenceBroker: &keelpb.UnfenceBrokerRecord{BrokerId: 1, BrokerEpoch: 2}}}},
+			},
+			decide: func(img *fsm.Image) ([]*keelpb.Record, error) { return leaderlessChanges(img), nil },
+			want:   map[int32]partState{0: {1, []int32{1}}, 1: {fsm.NoLeader, []int32{2}}},
+		},
+		{
 			name: "controlled shutdown moves leadership to another ISR member and leaves the ISRs",
 			decide: func(img *fsm.Image) ([]*keelpb.Record, error) {
 				return heartbeatRecords(img, heartbeat(2, 3, 99, false, true))

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -286,6 +287,10 @@ func TestLogStore_MigrateVoterToWAL(t *testing.T) {
 	for range 40 {
 		c.appendNoOp(t, 10*time.Second)
 	}
+	// The leader must have truncated the start of its log behind a
+	// snapshot (every 16 entries, keeping 4), so that the migrated node can
+	// only catch up by a snapshot install.
+	waitForSnapshot(t, c.DataDir(leader), 20)
 	follower := otherThan(c.IDs(), leader)[0]
 	c.Stop(follower)
 	c.WaitForActive(t, activeTimeout)
@@ -313,4 +318,27 @@ func TestLogStore_MigrateVoterToWAL(t *testing.T) {
 	}
 	c.Start(follower)
 	c.WaitForConverged(t, c.IDs(), c.appendNoOp(t, 10*time.Second).Index)
+}
+
+// waitForSnapshot waits until the raft snapshot store in dataDir holds a
+// snapshot at index or later (raft names them term-index-time).
+func waitForSnapshot(t *testing.T, dataDir string, index uint64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		entries, _ := os.ReadDir(filepath.Join(dataDir, "snapshots"))
+		for _, e := range entries {
+			parts := strings.Split(e.Name(), "-")
+			if len(parts) != 3 || strings.HasSuffix(e.Name(), ".tmp") {
+				continue
+			}
+			if at, err := strconv.ParseUint(parts[1], 10, 64); err == nil && at >= index {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no raft snapshot at index %d or later in %s within 30s", index, dataDir)
+		}
+		time.Sleep(pollInterval)
+	}
 }

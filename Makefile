@@ -4,7 +4,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -X main.version=$(VERSION)
 PROTO_DIR := proto/keelpb
 
-.PHONY: all build run test lint proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel clean
+.PHONY: all build run test lint fuzz proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel clean
 
 all: build
 
@@ -53,6 +53,15 @@ bench-partitions:
 ## bench-snapshot: 1,000,000 partitions over 100 brokers: heap, snapshot size, save time, load time.
 bench-snapshot:
 	KEEL_BENCH_SNAPSHOT=$${KEEL_BENCH_SNAPSHOT:-1000000} $(GO) test -count=1 -run TestSnapshotScale -v -timeout 30m ./server/
+
+## fuzz: run each fuzz target for FUZZTIME (30s); make test runs their seeds.
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./fsm/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadSnapshot$$' -fuzztime $(FUZZTIME) ./fsm/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseVoters$$' -fuzztime $(FUZZTIME) ./raftlog/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseAssignment$$' -fuzztime $(FUZZTIME) ./cmd/keel/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseReplicas$$' -fuzztime $(FUZZTIME) ./cmd/keel/
 
 ## bench-failover: kill -9 the leader of a real 3-controller quorum 10 times.
 bench-failover: build

@@ -1,7 +1,9 @@
 package raftlog
 
 import (
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -193,4 +195,35 @@ func TestTiming_AcceptedByRaft(t *testing.T) {
 			t.Errorf("raft rejects %+v: %v", tm, err)
 		}
 	}
+}
+
+// FuzzParseVoters checks what a parsed --voters promises, on any input: no
+// panic, errors of one line, and on success at least one voter, positive
+// distinct ids and distinct host:port addresses with a port in 1..65535.
+func FuzzParseVoters(f *testing.F) {
+	for _, s := range []string{"1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093", " 1@h:1 ", "1@h:1,1@h:2", "1@h:1,2@h:1",
+		"0@h:1", "-1@h:1", "1@h", "1@h:0", "1@h:65536", "1@[::1]:9091", "@", ",", "2147483648@h:1", "1@@h:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		voters, err := ParseVoters(s)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error is not one line: %q", err)
+			}
+			return
+		}
+		if len(voters) == 0 {
+			t.Fatalf("ParseVoters(%q): no voters, no error", s)
+		}
+		ids, addrs := map[int32]bool{}, map[string]bool{}
+		for _, v := range voters {
+			host, port, err := net.SplitHostPort(v.Address)
+			p, perr := strconv.Atoi(port)
+			if v.ID <= 0 || ids[v.ID] || addrs[v.Address] || err != nil || host == "" && port == "" || perr != nil || p < 1 || p > 65535 {
+				t.Fatalf("ParseVoters(%q) = %+v", s, voters)
+			}
+			ids[v.ID], addrs[v.Address] = true, true
+		}
+	})
 }

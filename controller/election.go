@@ -216,9 +216,15 @@ func (c *topicCache) changeRecord(p *fsm.Partition, t target) *keelpb.Record {
 func onlineChanges(img *fsm.Image, broker int32) []*keelpb.Record {
 	v := newView(img)
 	v.online[broker] = true
-	topics := topicCache{img: img}
+	return electForLeaderless(v, func(fn func(*fsm.Partition) bool) { img.PartitionsOnBroker(broker, fn) })
+}
+
+// electForLeaderless elects, by v, a leader for each leaderless partition
+// that each visits, and returns the changes.
+func electForLeaderless(v brokerView, each func(func(*fsm.Partition) bool)) []*keelpb.Record {
+	topics := topicCache{img: v.img}
 	var recs []*keelpb.Record
-	img.PartitionsOnBroker(broker, func(p *fsm.Partition) bool {
+	each(func(p *fsm.Partition) bool {
 		if p.HasLeader() {
 			return true
 		}
@@ -243,19 +249,5 @@ func topicUnclean(img *fsm.Image, id fsm.TopicID) bool {
 // into several raft entries (an unfencing and the elections it allows) may
 // have lost its tail with that controller; this finishes it.
 func leaderlessChanges(img *fsm.Image) []*keelpb.Record {
-	v := newView(img)
-	topics := topicCache{img: img}
-	var recs []*keelpb.Record
-	img.EachPartition(func(p *fsm.Partition) bool {
-		if p.HasLeader() {
-			return true
-		}
-		t := sharedTarget(p)
-		electLeader(&t, v, topics.unclean(p.TopicID))
-		if r := topics.changeRecord(p, t); r != nil {
-			recs = append(recs, r)
-		}
-		return true
-	})
-	return recs
+	return electForLeaderless(newView(img), img.EachPartition)
 }

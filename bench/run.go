@@ -343,21 +343,46 @@ func (r *runner) connect(ctx context.Context, addrs []string) error {
 func (r *runner) waitActive(ctx context.Context, timeout time.Duration) (*keelpb.DescribeQuorumResponse, error) {
 	var leader *keelpb.DescribeQuorumResponse
 	err := waitFor(ctx, timeout, 20*time.Millisecond, "an active controller", func() (bool, error) {
-		if r.quorum != nil {
-			if err := r.quorum.exited(); err != nil {
-				return false, err
-			}
-		}
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		v, err := r.admin.DescribeQuorum(cctx)
-		if err != nil || !v.Leader.GetActive() {
-			return false, nil
+		v, err := r.activeQuorum(ctx)
+		if v == nil || err != nil {
+			return false, err
 		}
 		leader = v.Leader
 		return true, nil
 	})
 	return leader, err
+}
+
+// activeQuorum asks every controller for its view. It fails when a
+// controller process the bench started has exited, and returns nil while no
+// controller is active or none answers.
+func (r *runner) activeQuorum(ctx context.Context) (*rpc.QuorumView, error) {
+	if r.quorum != nil {
+		if err := r.quorum.exited(); err != nil {
+			return nil, err
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	v, err := r.admin.DescribeQuorum(cctx)
+	if err != nil || !v.Leader.GetActive() {
+		return nil, nil
+	}
+	return v, nil
+}
+
+// appliedBy reports whether every one of want voters answered in v and has
+// applied index.
+func appliedBy(v *rpc.QuorumView, want int, index uint64) bool {
+	if len(v.Nodes) < want {
+		return false
+	}
+	for _, n := range v.Nodes {
+		if n.GetAppliedIndex() < index {
+			return false
+		}
+	}
+	return true
 }
 
 func rackOf(id int32) string { return fmt.Sprintf("r%d", id%3) }

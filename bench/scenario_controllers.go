@@ -178,20 +178,12 @@ func (r *runner) load(ctx context.Context) (Result, error) {
 		}
 		bar := r.prog.start(-1, "controllers loading")
 		err = waitFor(ctx, r.timeout, 20*time.Millisecond, fmt.Sprintf("the controllers to load %d partitions", expected), func() (bool, error) {
-			if err := r.quorum.exited(); err != nil {
+			v, err := r.activeQuorum(ctx)
+			if v == nil || err != nil || !appliedBy(v, len(r.quorum.nodes), commit) {
 				return false, err
 			}
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			v, err := r.admin.DescribeQuorum(cctx)
-			if err != nil || !v.Leader.GetActive() || len(v.Nodes) < len(r.quorum.nodes) {
-				return false, nil
-			}
-			for _, n := range v.Nodes {
-				if n.GetAppliedIndex() < commit {
-					return false, nil
-				}
-			}
 			got, err := r.totalPartitions(cctx)
 			return err == nil && got == expected, nil
 		})
@@ -231,23 +223,11 @@ func (r *runner) load(ctx context.Context) (Result, error) {
 // controller's commit index.
 func (r *runner) waitConverged(ctx context.Context) error {
 	return waitFor(ctx, r.timeout, 20*time.Millisecond, "every controller to catch up", func() (bool, error) {
-		if r.quorum != nil {
-			if err := r.quorum.exited(); err != nil {
-				return false, err
-			}
+		v, err := r.activeQuorum(ctx)
+		if v == nil || err != nil {
+			return false, err
 		}
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		v, err := r.admin.DescribeQuorum(cctx)
-		if err != nil || !v.Leader.GetActive() || len(v.Nodes) < len(v.Leader.GetVoters()) {
-			return false, nil
-		}
-		for _, n := range v.Nodes {
-			if n.GetAppliedIndex() < v.Leader.GetCommitIndex() {
-				return false, nil
-			}
-		}
-		return true, nil
+		return appliedBy(v, len(v.Leader.GetVoters()), v.Leader.GetCommitIndex()), nil
 	})
 }
 

@@ -186,3 +186,27 @@ func TestStrayReplicas(t *testing.T) {
 		t.Fatalf("StrayReplicas = %v, want %v", got, want)
 	}
 }
+
+func TestOtherShuttingDown(t *testing.T) {
+	shuttingDown := func(id int32, epoch int64) *keelpb.Record {
+		return &keelpb.Record{Record: &keelpb.Record_BrokerShuttingDown{BrokerShuttingDown: &keelpb.BrokerShuttingDownRecord{BrokerId: id, BrokerEpoch: epoch}}}
+	}
+	base := clusterImage(t)
+	two := applyBatch(t, base, shuttingDown(2, 3))
+	tests := []struct {
+		name string
+		img  *fsm.Image
+		self int32
+		want bool
+	}{
+		{"nobody shutting down", base, 1, false},
+		{"another broker shutting down", two, 1, true},
+		{"only this broker shutting down", two, 2, false},
+		{"its shutdown over (fenced)", applyBatch(t, two, &keelpb.Record{Record: &keelpb.Record_FenceBroker{FenceBroker: &keelpb.FenceBrokerRecord{BrokerId: 2, BrokerEpoch: 3}}}), 1, false},
+	}
+	for _, tt := range tests {
+		if got := otherShuttingDown(tt.img, tt.self); got != tt.want {
+			t.Errorf("%s: otherShuttingDown(broker %d) = %v, want %v", tt.name, tt.self, got, tt.want)
+		}
+	}
+}

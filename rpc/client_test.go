@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -179,5 +180,35 @@ func TestClient_ForgetsALeaderThatFails(t *testing.T) {
 	}
 	if c.leader != "" {
 		t.Fatalf("leader still %q after it failed", c.leader)
+	}
+}
+
+// A leader that is still taking over (NOT_READY) is asked again, not left
+// for another controller: it is active within milliseconds.
+func TestClient_WriteWaitsForALeaderTakingOver(t *testing.T) {
+	var notReady atomic.Int32
+	notReady.Store(5)
+	leader := &fakeController{answer: func() (*keelpb.AppendNoOpResponse, error) {
+		if notReady.Add(-1) >= 0 {
+			return nil, toStatus(controller.ErrNotReady)
+		}
+		return &keelpb.AppendNoOpResponse{Index: 7}, nil
+	}}
+	other := &fakeController{answer: func() (*keelpb.AppendNoOpResponse, error) {
+		return nil, status.Error(codes.Unavailable, "no leader")
+	}}
+	c, _ := NewClient([]string{serve(t, leader), serve(t, other)})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.AppendNoOp(ctx, "")
+	if err != nil || resp.Index != 7 {
+		t.Fatalf("AppendNoOp = %v, %v", resp, err)
+	}
+	if got := leader.calls.Load(); got != 6 {
+		t.Errorf("the leader taking over was asked %d times, want 6", got)
+	}
+	if got := other.calls.Load(); got != 0 {
+		t.Errorf("another controller was asked %d times while the leader was taking over", got)
 	}
 }

@@ -144,6 +144,9 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 	const notReadyPause = 5 * time.Millisecond
 	pause := 10 * time.Millisecond
 	var last error
+	gaveUp := func() error {
+		return status.Errorf(codes.Unavailable, "no active controller accepted the write before the deadline; last error: %s", status.Convert(last).Message())
+	}
 	for {
 		err := c.tryFor(ctx, attempt, target, call)
 		if err == nil {
@@ -153,7 +156,8 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 			return nil
 		}
 		code := status.Code(err)
-		if code == codes.Unavailable || code == codes.DeadlineExceeded {
+		notReady := code == codes.Unavailable && ReasonOf(err) == ReasonNotReady
+		if (code == codes.Unavailable || code == codes.DeadlineExceeded) && !notReady {
 			// Even when ctx is over: the next call must not start here.
 			c.forgetLeader(target)
 		}
@@ -161,25 +165,18 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 			if last == nil {
 				last = err
 			}
-			return status.Errorf(codes.Unavailable, "no active controller accepted the write before the deadline; last error: %s", status.Convert(last).Message())
+			return gaveUp()
 		}
 		last = err
 		hint, _ := LeaderHintOf(err)
+		wait := pause/2 + rand.N(pause/2+1)
 		switch {
 		case code == codes.FailedPrecondition && hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target:
 			target = hint.LeaderAddress
 			continue
-		case code == codes.Unavailable && ReasonOf(err) == ReasonNotReady:
+		case notReady:
 			// The leader itself, about to be active: the same target, soon.
-			c.mu.Lock()
-			c.leader = target
-			c.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return status.Errorf(codes.Unavailable, "no active controller accepted the write before the deadline; last error: %s", status.Convert(last).Message())
-			case <-time.After(notReadyPause):
-			}
-			continue
+			wait = notReadyPause
 		case code == codes.Unavailable || code == codes.DeadlineExceeded:
 			if hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target {
 				target = hint.LeaderAddress
@@ -187,15 +184,15 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 				target = c.addrs[next%len(c.addrs)]
 				next++
 			}
+			pause = min(pause*2, 500*time.Millisecond)
 		default:
 			return err
 		}
 		select {
 		case <-ctx.Done():
-			return status.Errorf(codes.Unavailable, "no active controller accepted the write before the deadline; last error: %s", status.Convert(last).Message())
-		case <-time.After(pause/2 + rand.N(pause/2+1)):
+			return gaveUp()
+		case <-time.After(wait):
 		}
-		pause = min(pause*2, 500*time.Millisecond)
 	}
 }
 

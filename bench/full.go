@@ -8,6 +8,7 @@ import (
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/tlsauth"
 )
 
 // fullBroker is a real broker in this process: a broker.Agent that replays
@@ -29,14 +30,14 @@ type markHandler struct {
 
 func (h markHandler) MetadataChanged(_, after *fsm.Image) { h.offsets.add(after.Offset, time.Now()) }
 
-func startFullBroker(id int32, rack, dataDir string, addrs []string, log *slog.Logger) (*fullBroker, error) {
+func startFullBroker(id int32, rack, dataDir string, addrs []string, tlsCfg *tlsauth.Config, log *slog.Logger) (*fullBroker, error) {
 	f := &fullBroker{id: id, snaps: &snapshotCounter{}}
 	// The agent logs each snapshot it installs; counting that line is how
 	// the bench learns of a full broker's snapshot re-sends.
 	logger := slog.New(&countingHandler{Handler: log.Handler(), msg: "installed metadata snapshot", count: f.snaps})
 	a, err := broker.Start(broker.Config{
 		BrokerID: id, Listen: "127.0.0.1:0", Rack: rack, DataDir: dataDir, Controllers: addrs,
-		Handler: markHandler{offsets: &f.offsets}, Logger: logger,
+		Handler: markHandler{offsets: &f.offsets}, Logger: logger, TLS: tlsCfg,
 	})
 	if err != nil {
 		return nil, err

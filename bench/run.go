@@ -23,6 +23,7 @@ import (
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
+	"github.com/keel-dev/keel/tlsauth"
 )
 
 // Defaults of the command's flags.
@@ -79,6 +80,11 @@ type Config struct {
 	Status io.Writer
 	// Logger gets the simulated brokers' logs; nil discards them.
 	Logger *slog.Logger
+	// TLS, with Controllers, is the mutual TLS to reach them with: the
+	// admin client and every simulated broker present its certificate,
+	// which must be an admin's (an admin may act for any broker id). Nil is
+	// plaintext.
+	TLS *tlsauth.Config
 }
 
 func (c *Config) check() error {
@@ -131,6 +137,8 @@ func (c *Config) check() error {
 		return errors.New("the heartbeat window and interval must be positive")
 	case len(c.Controllers) == 0 && c.Executable == "":
 		return errors.New("no keel executable to start controllers with")
+	case len(c.Controllers) == 0 && c.TLS != nil:
+		return errors.New("--tls-cert, --tls-key and --tls-ca apply to a running quorum (--controllers); the local quorum runs in plaintext")
 	}
 	return nil
 }
@@ -330,7 +338,7 @@ func (r *runner) startQuorum(ctx context.Context) error {
 // for an active controller.
 func (r *runner) connect(ctx context.Context, addrs []string) error {
 	r.addrs = addrs
-	admin, err := rpc.NewClient(addrs)
+	admin, err := rpc.NewClient(addrs, rpc.WithTLS(r.cfg.TLS))
 	if err != nil {
 		return err
 	}
@@ -410,7 +418,7 @@ func (r *runner) startBrokers(ctx context.Context) error {
 		var b simBroker
 		var err error
 		if i < r.cfg.FullBrokers {
-			b, err = startFullBroker(id, rackOf(id), filepath.Join(r.dir, fmt.Sprintf("broker-%d", id)), r.addrs, r.cfg.Logger)
+			b, err = startFullBroker(id, rackOf(id), filepath.Join(r.dir, fmt.Sprintf("broker-%d", id)), r.addrs, r.cfg.TLS, r.cfg.Logger)
 		} else {
 			b, err = r.startThin(id)
 		}
@@ -423,7 +431,7 @@ func (r *runner) startBrokers(ctx context.Context) error {
 }
 
 func (r *runner) startThin(id int32) (*thinBroker, error) {
-	return startThinBroker(id, rackOf(id), r.addrs, r.cfg.HeartbeatInterval, r.hb, r.cfg.Logger)
+	return startThinBroker(id, rackOf(id), r.addrs, r.cfg.HeartbeatInterval, r.hb, r.cfg.Logger, rpc.WithTLS(r.cfg.TLS))
 }
 
 // waitActiveBrokers waits until the controllers list every one of bs as

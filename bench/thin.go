@@ -251,8 +251,8 @@ type thinBroker struct {
 	stopOnce sync.Once
 }
 
-func startThinBroker(id int32, rack string, addrs []string, interval time.Duration, hb *latencies, log *slog.Logger) (*thinBroker, error) {
-	client, err := rpc.NewClient(addrs)
+func startThinBroker(id int32, rack string, addrs []string, interval time.Duration, hb *latencies, log *slog.Logger, opts ...rpc.Option) (*thinBroker, error) {
+	client, err := rpc.NewClient(addrs, opts...)
 	if err != nil {
 		return nil, err
 	}

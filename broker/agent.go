@@ -143,7 +143,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := rpc.NewClient(cfg.Controllers)
+	client, err := rpc.NewClient(cfg.Controllers, rpc.WithTLS(cfg.TLS))
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +156,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 		address:      address,
 		client:       client,
 		lis:          lis,
-		grpc:         grpc.NewServer(rpc.ServerOptions()...),
+		grpc:         grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...),
 		applied:      make(chan struct{}, 1),
 		state:        StateRegistering,
 		shutdownPoke: make(chan struct{}, 1),
@@ -475,8 +475,13 @@ func (a *Agent) run(ctx context.Context) {
 func (a *Agent) register(ctx context.Context) (int64, error) {
 	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
 	// giveUp is set at the first duplicate-registration refusal: by then the
-	// other incarnation's session must have ended, unless it is alive.
+	// other incarnation's session must have ended, unless it is alive. A new
+	// active controller times every session afresh from its takeover (the
+	// old incarnation's too), so a refusal from another controller epoch
+	// sets it again: only a session that outlives its end within one epoch
+	// is being kept alive, by another live process.
 	var giveUp time.Time
+	var giveUpEpoch int64
 	for {
 		req := &keelpb.RegisterBrokerRequest{
 			BrokerId:           a.cfg.BrokerID,
@@ -515,7 +520,8 @@ func (a *Agent) register(ctx context.Context) (int64, error) {
 			return 0, clusterMismatchf("the controllers refused broker %d (data dir %s): %s", a.cfg.BrokerID, a.cfg.DataDir, msg)
 		case reason == rpc.ReasonUnsupportedMetadataVersion:
 			return 0, fmt.Errorf("the controllers refused broker %d: %s", a.cfg.BrokerID, msg)
-		case status.Code(err) == codes.InvalidArgument:
+		case status.Code(err) == codes.InvalidArgument, status.Code(err) == codes.PermissionDenied:
+			// A bad request, or a certificate that is not this broker's.
 			return 0, fmt.Errorf("the controllers refused broker %d's registration: %s", a.cfg.BrokerID, msg)
 		case reason == rpc.ReasonDuplicateRegistration:
 			// The previous incarnation (killed, or restarted too quickly)
@@ -523,12 +529,13 @@ func (a *Agent) register(ctx context.Context) (int64, error) {
 			// within the time the controller reports and this registration
 			// then succeeds. If it outlives that, the other process is
 			// alive: two brokers must not share an id, so give up.
-			if giveUp.IsZero() {
-				left, ok := rpc.SessionRemainingOf(err)
-				if !ok {
-					left = duplicateWaitDefault
-				}
-				giveUp = time.Now().Add(left + 2*a.cfg.HeartbeatInterval + time.Second)
+			ds, ok := rpc.DuplicateSessionOf(err)
+			if !ok {
+				ds.Remaining = duplicateWaitDefault
+			}
+			if giveUp.IsZero() || ds.ControllerEpoch != giveUpEpoch {
+				giveUp = time.Now().Add(ds.Remaining + 2*a.cfg.HeartbeatInterval + time.Second)
+				giveUpEpoch = ds.ControllerEpoch
 			}
 			if time.Now().After(giveUp) {
 				return 0, fmt.Errorf("broker id %d is in use by another live broker process: %s", a.cfg.BrokerID, msg)

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/rpc"
@@ -419,3 +423,72 @@ func (f handlerFunc) MetadataChanged(before, after *fsm.Image) { f(before, after
 func (handlerFunc) BecomeLeader(PartitionState)                {}
 func (handlerFunc) BecomeFollower(PartitionState)              {}
 func (handlerFunc) StopReplica(fsm.TopicID, int32, bool)       {}
+
+// duplicateErr is a duplicate-registration refusal as the controllers send
+// it: the registered session's time left and the refusing controller's epoch.
+func duplicateErr(left time.Duration, controllerEpoch int64) error {
+	st, err := status.New(codes.AlreadyExists, "broker 1 is registered by another live process").WithDetails(&errdetails.ErrorInfo{
+		Reason: rpc.ReasonDuplicateRegistration, Domain: rpc.ErrorDomain,
+		Metadata: map[string]string{
+			"session_remaining_ms": strconv.FormatInt(left.Milliseconds(), 10),
+			"controller_epoch":     strconv.FormatInt(controllerEpoch, 10),
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return st.Err()
+}
+
+// A restarted broker whose old incarnation still holds a session waits for
+// it to end. Within one controller epoch, a session that outlives its
+// reported end is another live process: the broker gives up. A new active
+// controller times sessions afresh, so refusals from ever newer epochs (a
+// failover storm) keep the broker waiting, past the point it would have
+// given up, until it is let in.
+func TestAgent_DuplicateRegistrationWait(t *testing.T) {
+	const left = 50 * time.Millisecond
+	// The give-up deadline: left + 2 heartbeats (20ms) + 1s.
+	const giveUpAfter = left + 40*time.Millisecond + time.Second
+
+	t.Run("same epoch: gives up", func(t *testing.T) {
+		c := newFakeCluster(t, 1)
+		c.registerErr = duplicateErr(left, 3)
+		start := time.Now()
+		a := startAgent(t, c, nil)
+		select {
+		case err := <-a.Fatal():
+			if !strings.Contains(err.Error(), "in use by another live broker process") {
+				t.Fatalf("fatal error = %v", err)
+			}
+			if d := time.Since(start); d < giveUpAfter {
+				t.Fatalf("gave up after %v, before the session could have ended (%v)", d, giveUpAfter)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the broker never gave up on a session kept alive in one epoch")
+		}
+	})
+
+	t.Run("newer epochs: keeps waiting", func(t *testing.T) {
+		c := newFakeCluster(t, 1)
+		start := time.Now()
+		var admitted atomic.Bool
+		c.registerErrFn = func(n int) error {
+			if admitted.Load() {
+				return nil
+			}
+			return duplicateErr(left, int64(n)) // a new controller each time
+		}
+		a := startAgent(t, c, nil)
+		waitFor(t, "refusals past the give-up deadline", func() bool {
+			return time.Since(start) > 2*giveUpAfter && len(c.registrationCalls()) >= 3
+		})
+		select {
+		case err := <-a.Fatal():
+			t.Fatalf("gave up during a failover storm: %v", err)
+		default:
+		}
+		admitted.Store(true)
+		waitFor(t, "the broker to be active", inSync(a, c))
+	})
+}

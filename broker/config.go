@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/keel-dev/keel/tlsauth"
 )
 
 // DefaultHeartbeatInterval is KRaft's broker heartbeat interval. With the
@@ -54,6 +56,13 @@ type Config struct {
 	ControlledShutdownTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// TLS, when set, is the broker's mutual TLS: it dials the controllers
+	// with it and its own gRPC service requires it (authorizing each call
+	// by the caller's certificate). The certificate must be
+	// broker-<BrokerID> (or an admin's, as keel bench's brokers use), or the
+	// controllers refuse the registration. Give a ReplicaManager the same
+	// (ReplicaManagerConfig.TLS). Nil is plaintext.
+	TLS *tlsauth.Config
 }
 
 // check fills in defaults and rejects a config the agent cannot run with.

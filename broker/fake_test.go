@@ -38,6 +38,9 @@ type fakeCluster struct {
 	holdFenced bool          // when set, heartbeats never unfence
 	// registerErr, when set, answers RegisterBroker instead.
 	registerErr error
+	// registerErrFn, when set, answers the n-th RegisterBroker (from 1)
+	// instead, unless it returns nil.
+	registerErrFn func(n int) error
 	// snapshotClusterID, when set, is the cluster id snapshots claim.
 	snapshotClusterID string
 	// partitioned, when set, keeps a deposed node's streams open and silent,
@@ -79,6 +82,13 @@ type fakeNode struct {
 // already names the cluster and the first controller epoch.
 func newFakeCluster(t *testing.T, n int) *fakeCluster {
 	t.Helper()
+	return newFakeClusterWith(t, n)
+}
+
+// newFakeClusterWith is newFakeCluster with each node's gRPC server made
+// with opts (TLS).
+func newFakeClusterWith(t *testing.T, n int, opts ...grpc.ServerOption) *fakeCluster {
+	t.Helper()
 	c := &fakeCluster{t: t, clusterID: "test-cluster", img: fsm.Empty(), changed: make(chan struct{}),
 		shutdownAfter: 1, shutdownAt: map[int32]uint64{}, wantShutdowns: map[int32]int{}}
 	for i := range n {
@@ -87,7 +97,7 @@ func newFakeCluster(t *testing.T, n int) *fakeCluster {
 			t.Fatal(err)
 		}
 		node := &fakeNode{c: c, id: int32(i + 1), addr: lis.Addr().String()}
-		g := grpc.NewServer()
+		g := grpc.NewServer(opts...)
 		keelpb.RegisterControllerServiceServer(g, node)
 		go g.Serve(lis)
 		t.Cleanup(g.Stop)
@@ -196,6 +206,11 @@ func (n *fakeNode) RegisterBroker(_ context.Context, req *keelpb.RegisterBrokerR
 	c.registrations = append(c.registrations, req)
 	if c.registerErr != nil {
 		return nil, c.registerErr
+	}
+	if c.registerErrFn != nil {
+		if err := c.registerErrFn(len(c.registrations)); err != nil {
+			return nil, err
+		}
 	}
 	if req.GetClusterId() != "" && req.GetClusterId() != c.clusterID {
 		return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonInconsistentClusterID,

@@ -15,12 +15,14 @@ import (
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
+	"github.com/keel-dev/keel/tlsauth"
 )
 
 // Kafka's defaults for the replica manager's timing.
@@ -80,6 +82,9 @@ type ReplicaManagerConfig struct {
 	LagTimeMax time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// TLS, when set, is the mutual TLS to fetch from leaders with: the
+	// broker's own (Config.TLS). Nil is plaintext.
+	TLS *tlsauth.Config
 
 	// Tests replace the clock and the connection to a leader.
 	clock clock
@@ -209,7 +214,11 @@ func NewReplicaManager(cfg ReplicaManagerConfig) (*ReplicaManager, error) {
 		cfg.clock = wallClock{}
 	}
 	if cfg.dial == nil {
-		cfg.dial = dialLeader
+		creds := insecure.NewCredentials()
+		if cfg.TLS != nil {
+			creds = credentials.NewTLS(cfg.TLS.Client(tlsauth.RoleBroker))
+		}
+		cfg.dial = func(addr string) (fetchClient, error) { return dialLeader(addr, creds) }
 	}
 	rm := &ReplicaManager{
 		cfg:      cfg,
@@ -776,12 +785,12 @@ func (c grpcFetchClient) Fetch(ctx context.Context, req *keelpb.FetchRequest) (*
 
 func (c grpcFetchClient) Close() error { return c.cc.Close() }
 
-// dialLeader connects lazily to a leader. Reconnects back off to a second at
-// most (not gRPC's two minutes), so a restarted leader is fetched from again
-// within a fetch interval or two.
-func dialLeader(addr string) (fetchClient, error) {
+// dialLeader connects lazily to a leader, with creds. Reconnects back off to
+// a second at most (not gRPC's two minutes), so a restarted leader is
+// fetched from again within a fetch interval or two.
+func dialLeader(addr string, creds credentials.TransportCredentials) (fetchClient, error) {
 	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
@@ -176,7 +177,7 @@ func TestAgent_WithoutDataPlane(t *testing.T) {
 
 func grpcFetch(t *testing.T, addr string, req *keelpb.FetchRequest) (*keelpb.FetchResponse, error) {
 	t.Helper()
-	cl, err := dialLeader(addr)
+	cl, err := dialLeader(addr, insecure.NewCredentials())
 	if err != nil {
 		t.Fatal(err)
 	}

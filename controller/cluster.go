@@ -26,7 +26,8 @@ func registrationRecords(img *fsm.Image, req *keelpb.RegisterBrokerRequest, rema
 	}
 	if old, ok := img.Broker(req.BrokerId); ok && old.IncarnationID != req.IncarnationId {
 		if left := remaining(old.ID, old.Epoch); left > 0 {
-			return nil, &DuplicateRegistrationError{BrokerID: old.ID, IncarnationID: old.IncarnationID, Epoch: old.Epoch, Remaining: left}
+			return nil, &DuplicateRegistrationError{BrokerID: old.ID, IncarnationID: old.IncarnationID, Epoch: old.Epoch, Remaining: left,
+				ControllerEpoch: img.ControllerEpoch}
 		}
 	}
 	// A same-incarnation retry and a bounced broker (new incarnation after

@@ -307,3 +307,34 @@ func (c *Controller) HandOff() bool {
 	c.log.Info("leadership transferred before stopping", "took", time.Since(start).Round(time.Microsecond))
 	return true
 }
+
+// ReadImage returns an image that reflects every write acknowledged, by any
+// controller, before ReadImage was called: the read-index rule of the Raft
+// paper (section 6.4). Only the active controller can answer: its image holds
+// everything committed before its epoch record, and every write it has
+// acknowledged since. It then confirms with a quorum that it still leads, so
+// that a deposed leader which has not noticed yet (paused, partitioned)
+// cannot answer from an image a newer leader has moved past. It fails like a
+// write when this node is not active, and with the not-active error when
+// leadership is lost while confirming.
+func (c *Controller) ReadImage(ctx context.Context) (*fsm.Image, error) {
+	l := c.active.Load()
+	if l == nil {
+		return nil, c.notLeader()
+	}
+	// Taken before confirming: anything it holds was committed, and raft's
+	// confirmation below happens after this call began.
+	img := c.fsm.Image()
+	f := c.raft.VerifyLeader()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil || c.active.Load() != l {
+			return nil, c.notLeader()
+		}
+		return img, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %v", ErrLeadershipUnconfirmed, ctx.Err())
+	}
+}

@@ -178,3 +178,58 @@ func TestLeadership_SubmitRefusesWhenFullOrClosed(t *testing.T) {
 		t.Fatalf("submit with a cancelled context: err = %v", err)
 	}
 }
+
+// A linearizable read needs an active controller that a quorum still
+// follows: a follower refuses with the leader hint, a partitioned leader
+// refuses rather than answer from an image the new leader has moved past,
+// and the new leader's answer holds its latest write.
+func TestController_ReadImageIsLinearizable(t *testing.T) {
+	c := newTestCluster(t, 3)
+	old := c.WaitForActive(5 * time.Second)
+	img, err := old.ctrl.ReadImage(context.Background())
+	if err != nil {
+		t.Fatalf("ReadImage on the active controller: %v", err)
+	}
+	_, epoch := old.ctrl.Active()
+	if img.ControllerEpoch != epoch {
+		t.Fatalf("ReadImage epoch = %d, want the active epoch %d", img.ControllerEpoch, epoch)
+	}
+	for _, nd := range c.live() {
+		if nd == old {
+			continue
+		}
+		waitFor(t, 5*time.Second, "follower to learn the leader", func() bool {
+			id, _ := nd.ctrl.Leader()
+			return id == old.id
+		})
+		if _, err := nd.ctrl.ReadImage(context.Background()); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("ReadImage on follower %d: err = %v, want not-leader", nd.id, err)
+		}
+	}
+
+	c.Partition(old.id)
+	var others []int32
+	for _, nd := range c.live() {
+		if nd != old {
+			others = append(others, nd.id)
+		}
+	}
+	leader := c.WaitForActive(5*time.Second, others...)
+	index, err := leader.ctrl.Propose(context.Background(), noOp())
+	if err != nil {
+		t.Fatalf("Propose on the new leader: %v", err)
+	}
+	// The old leader may not have noticed yet; either way it must not answer.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if img, err := old.ctrl.ReadImage(ctx); err == nil {
+		t.Fatalf("partitioned old leader answered a linearizable read (epoch %d, offset %d)", img.ControllerEpoch, img.Offset)
+	}
+	img, err = leader.ctrl.ReadImage(context.Background())
+	if err != nil {
+		t.Fatalf("ReadImage on the new leader: %v", err)
+	}
+	if img.Offset < index {
+		t.Fatalf("new leader's linearizable image is at %d, before its acknowledged write at %d", img.Offset, index)
+	}
+}

@@ -15,12 +15,13 @@ import (
 func (c *Controller) Describe(version string) *keelpb.DescribeQuorumResponse {
 	img := c.fsm.Image()
 	leaderID, leaderAddr := c.Leader()
-	active, _ := c.Active()
+	active, activeEpoch := c.Active()
 	resp := &keelpb.DescribeQuorumResponse{
 		ClusterId:               img.ClusterID,
 		NodeId:                  c.cfg.NodeID,
 		State:                   strings.ToLower(c.raft.State().String()),
 		Active:                  active,
+		ActiveEpoch:             activeEpoch,
 		LeaderId:                leaderID,
 		LeaderAddress:           leaderAddr,
 		ControllerEpoch:         img.ControllerEpoch,

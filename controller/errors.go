@@ -16,6 +16,9 @@ var (
 	// ErrOutcomeUnknown: leadership was lost while a write was in flight. It may
 	// or may not have committed; the client should check or retry idempotently.
 	ErrOutcomeUnknown = errors.New("leadership lost while the write was in flight; it may or may not have committed")
+	// ErrLeadershipUnconfirmed: a linearizable read could not confirm, in
+	// time, that this node still leads. Retrying (here or elsewhere) may cure it.
+	ErrLeadershipUnconfirmed = errors.New("could not confirm leadership with a quorum in time")
 	// ErrQueueFull: the event queue is at capacity.
 	ErrQueueFull = errors.New("controller event queue is full")
 	// ErrStopped: the controller is shutting down.
@@ -79,6 +82,10 @@ type DuplicateRegistrationError struct {
 	IncarnationID string
 	Epoch         int64
 	Remaining     time.Duration
+	// ControllerEpoch is the epoch of the controller that refused. A new
+	// active controller times every session afresh from its takeover, so
+	// Remaining is only comparable between refusals of one epoch.
+	ControllerEpoch int64
 }
 
 func (e *DuplicateRegistrationError) Error() string {

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/keel-dev/keel/internal/atomicfile"
+	"github.com/keel-dev/keel/tlsauth"
 )
 
 // Snapshot defaults, sized for a metadata log of up to a million
@@ -71,6 +72,14 @@ type Config struct {
 	NotifyCh chan<- bool
 	// Logger receives raft's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// TLS, when set, runs raft traffic over mutual TLS: both ends of every
+	// connection must hold a controller certificate from its CA, and this
+	// node's own must be controller-<NodeID>. Nil is plaintext.
+	TLS *tlsauth.Config
+	// DialAddrs (--raft-dial) are addresses at which this node dials some
+	// peers instead of their addresses in the raft configuration, which stay
+	// what every other node and client knows them by.
+	DialAddrs map[int32]string
 
 	// walSegmentSize is raft-wal's segment size; 0 means its default
 	// (64 MiB). Tests lower it to make segments rotate.
@@ -156,10 +165,13 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	}
 
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  newStreamLayer(mux, cfg.Advertise),
-		MaxPool: transportMaxPool,
-		Timeout: transportTimeout,
-		Logger:  logger.Named("net"),
+		Stream: streamLayerFor(mux, cfg),
+		// Consulted on every dial; peers it does not know are dialled at
+		// their configured address.
+		ServerAddressProvider: dialAddrs(cfg.DialAddrs),
+		MaxPool:               transportMaxPool,
+		Timeout:               transportTimeout,
+		Logger:                logger.Named("net"),
 	})
 	undo = append(undo, func() { _ = trans.Close() })
 	n.transport = trans
@@ -218,6 +230,9 @@ func checkConfig(cfg Config, sm StateMachine, mux *Mux) error {
 	}
 	if err := checkHostPort(cfg.Advertise); err != nil {
 		return fmt.Errorf("advertised address: %v", err)
+	}
+	if err := checkTLS(cfg); err != nil {
+		return err
 	}
 	return cfg.Timing.Validate()
 }

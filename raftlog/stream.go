@@ -1,16 +1,26 @@
 package raftlog
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/keel-dev/keel/tlsauth"
 )
+
+// tlsHandshakeTimeout bounds a raft connection's TLS handshake, either way,
+// so that a silent or slow peer costs one goroutine for a while and nothing
+// more.
+const tlsHandshakeTimeout = 5 * time.Second
 
 // streamLayer is raft's view of the mux: outbound connections announce
 // themselves with RaftMarker, inbound ones are those the mux routed to raft.
@@ -30,6 +40,24 @@ type streamLayer struct {
 	conns  map[*layerConn]struct{}
 
 	closeOnce sync.Once
+
+	// With TLS (nil: plaintext): inbound connections are handshaken each in
+	// its own goroutine, never in Accept, so that a peer that never finishes
+	// its handshake cannot hold up raft's accept loop; ready delivers those
+	// that did, to Accept.
+	tls         *layerTLS
+	ready       chan net.Conn
+	hsCtx       context.Context
+	hsCancel    context.CancelFunc
+	handshakers sync.WaitGroup
+	log         *slog.Logger
+}
+
+// layerTLS is a stream layer's TLS: both ends of a raft connection must hold
+// a controller certificate from the CA.
+type layerTLS struct {
+	server *tls.Config
+	client *tls.Config
 }
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
@@ -43,8 +71,96 @@ func newStreamLayer(mux *Mux, advertise string) *streamLayer {
 	}
 }
 
+// streamLayerFor is the stream layer cfg asks for: with cfg.TLS, mutual TLS
+// between controllers; without, plaintext.
+func streamLayerFor(mux *Mux, cfg Config) *streamLayer {
+	if cfg.TLS == nil {
+		return newStreamLayer(mux, cfg.Advertise)
+	}
+	return newTLSStreamLayer(mux, cfg.Advertise, cfg.TLS, cfg.Logger)
+}
+
+// newTLSStreamLayer is newStreamLayer with every connection, inbound and
+// outbound, run through a TLS handshake right after the RaftMarker byte
+// (which stays plaintext, so the mux can still route by the first byte).
+// Each end requires the other's certificate to be a controller's. Host
+// names are not checked: a peer may be dialled through an address that is
+// not its own (--raft-dial), and the controller role is what authenticates.
+func newTLSStreamLayer(mux *Mux, advertise string, cfg *tlsauth.Config, log *slog.Logger) *streamLayer {
+	s := newStreamLayer(mux, advertise)
+	s.tls = &layerTLS{
+		server: cfg.Server(tlsauth.RoleController),
+		client: cfg.PeerClient(tlsauth.RoleController),
+	}
+	s.ready = make(chan net.Conn)
+	s.hsCtx, s.hsCancel = context.WithCancel(context.Background())
+	if log == nil {
+		log = slog.Default()
+	}
+	s.log = log
+	s.handshakers.Add(1)
+	go s.acceptTLS()
+	return s
+}
+
+// checkTLS refuses a certificate that is not this node's: peers accept any
+// controller certificate, so only the node itself can tell it has another's.
+func checkTLS(cfg Config) error {
+	if cfg.TLS == nil {
+		return nil
+	}
+	id := cfg.TLS.Identity
+	if id.Role != tlsauth.RoleController || id.ID != cfg.NodeID {
+		return fmt.Errorf("%s is for %s, not controller-%d (this node's --node-id)", tlsauth.FlagCert, id, cfg.NodeID)
+	}
+	return nil
+}
+
+// acceptTLS takes every connection the mux routes to raft and handshakes
+// it in a goroutine of its own.
+func (s *streamLayer) acceptTLS() {
+	defer s.handshakers.Done()
+	for {
+		select {
+		case conn := <-s.mux.raftCh:
+			s.handshakers.Add(1)
+			go s.handshake(conn)
+		case <-s.done:
+			return
+		case <-s.mux.done:
+			return
+		}
+	}
+}
+
+// handshake runs the server side of conn's TLS handshake and hands conn to
+// Accept, or closes it.
+func (s *streamLayer) handshake(conn net.Conn) {
+	defer s.handshakers.Done()
+	ctx, cancel := context.WithTimeout(s.hsCtx, tlsHandshakeTimeout)
+	defer cancel()
+	tc := tls.Server(conn, s.tls.server)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = conn.Close()
+		if s.hsCtx.Err() == nil {
+			// A plaintext controller, a broker's or a stranger's
+			// certificate, or a peer too slow: say so, it is a
+			// misconfiguration the operator must see.
+			s.log.Warn("refused a raft connection: TLS handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	select {
+	case s.ready <- tc:
+	case <-s.done:
+		_ = tc.Close()
+	case <-s.mux.done:
+		_ = tc.Close()
+	}
+}
+
 // Dial connects to a peer's mux and sends RaftMarker so the peer routes the
-// connection to raft.
+// connection to raft; with TLS, the handshake follows at once.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	select {
 	case <-s.done:
@@ -64,14 +180,32 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		return nil, fmt.Errorf("dial %s: send raft marker: %w", address, err)
 	}
 	_ = conn.SetWriteDeadline(time.Time{})
+	if s.tls != nil {
+		hsTimeout := tlsHandshakeTimeout
+		if timeout > 0 {
+			hsTimeout = min(timeout, hsTimeout)
+		}
+		_ = conn.SetDeadline(time.Now().Add(hsTimeout))
+		tc := tls.Client(conn, s.tls.client)
+		if err := tc.Handshake(); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("dial %s: TLS handshake: %w", address, err)
+		}
+		_ = conn.SetDeadline(time.Time{})
+		conn = tc
+	}
 	return s.adopt(conn)
 }
 
 // Accept returns the next connection the mux routed to raft. It returns
 // net.ErrClosed once the stream layer or the mux is closed.
 func (s *streamLayer) Accept() (net.Conn, error) {
+	in := s.mux.raftCh
+	if s.tls != nil {
+		in = s.ready
+	}
 	select {
-	case conn := <-s.mux.raftCh:
+	case conn := <-in:
 		return s.adopt(conn)
 	case <-s.done:
 		return nil, net.ErrClosed
@@ -104,6 +238,10 @@ func (s *streamLayer) Close() error {
 		s.conns = nil
 		s.mu.Unlock()
 		close(s.done)
+		if s.tls != nil {
+			s.hsCancel()
+			s.handshakers.Wait()
+		}
 		for c := range conns {
 			c.closeByLayer()
 		}
@@ -157,7 +295,15 @@ func (c *layerConn) Close() error {
 	return c.closeErr
 }
 
+// closeByLayer closes the TCP connection under a TLS one directly, without
+// a close_notify: the layer is shutting down, and a peer that has stopped
+// reading must not hold it up for crypto/tls's five-second write deadline
+// per connection.
 func (c *layerConn) closeByLayer() {
 	c.byLayer.Store(true)
-	c.closeOnce.Do(func() { c.closeErr = c.Conn.Close() })
+	conn := c.Conn
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
+	c.closeOnce.Do(func() { c.closeErr = conn.Close() })
 }

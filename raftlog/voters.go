@@ -24,8 +24,32 @@ type Voter struct {
 // duplicate id or address: raft would reject some of these only at bootstrap,
 // and a duplicate address would make two ids dial one node.
 func ParseVoters(s string) ([]Voter, error) {
+	return parseIDAddrs("--voters", s)
+}
+
+// ParseRaftDial parses a --raft-dial value, in the --voters format: the
+// addresses at which this node dials some of its peers, when those differ
+// from the addresses in the raft configuration (a proxy, NAT, or a private
+// network between controllers). An empty value means none.
+func ParseRaftDial(s string) (map[int32]string, error) {
 	if strings.TrimSpace(s) == "" {
-		return nil, fmt.Errorf("--voters is empty (want ID@HOST:PORT,...)")
+		return nil, nil
+	}
+	entries, err := parseIDAddrs("--raft-dial", s)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[int32]string, len(entries))
+	for _, e := range entries {
+		m[e.ID] = e.Address
+	}
+	return m, nil
+}
+
+// parseIDAddrs parses "ID@HOST:PORT,..." for the flag named flag.
+func parseIDAddrs(flag, s string) ([]Voter, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("%s is empty (want ID@HOST:PORT,...)", flag)
 	}
 	parts := strings.Split(s, ",")
 	voters := make([]Voter, 0, len(parts))
@@ -34,24 +58,24 @@ func ParseVoters(s string) ([]Voter, error) {
 	for i, part := range parts {
 		entry := strings.TrimSpace(part)
 		if entry == "" {
-			return nil, fmt.Errorf("--voters entry %d is empty (want ID@HOST:PORT)", i+1)
+			return nil, fmt.Errorf("%s entry %d is empty (want ID@HOST:PORT)", flag, i+1)
 		}
 		idStr, addr, ok := strings.Cut(entry, "@")
 		if !ok {
-			return nil, fmt.Errorf("--voters entry %q: missing '@' (want ID@HOST:PORT)", entry)
+			return nil, fmt.Errorf("%s entry %q: missing '@' (want ID@HOST:PORT)", flag, entry)
 		}
 		id, err := strconv.ParseInt(idStr, 10, 32)
 		if err != nil || id <= 0 {
-			return nil, fmt.Errorf("--voters entry %q: node id %q is not a positive integer", entry, idStr)
+			return nil, fmt.Errorf("%s entry %q: node id %q is not a positive integer", flag, entry, idStr)
 		}
 		if err := checkHostPort(addr); err != nil {
-			return nil, fmt.Errorf("--voters entry %q: %v", entry, err)
+			return nil, fmt.Errorf("%s entry %q: %v", flag, entry, err)
 		}
 		if ids[int32(id)] {
-			return nil, fmt.Errorf("--voters: node id %d appears more than once", id)
+			return nil, fmt.Errorf("%s: node id %d appears more than once", flag, id)
 		}
 		if addrs[addr] {
-			return nil, fmt.Errorf("--voters: address %s appears more than once", addr)
+			return nil, fmt.Errorf("%s: address %s appears more than once", flag, addr)
 		}
 		ids[int32(id)] = true
 		addrs[addr] = true
@@ -113,4 +137,28 @@ func ParseServerID(id raft.ServerID) (int32, error) {
 		return 0, fmt.Errorf("raft server id %q is not a Keel node id", string(id))
 	}
 	return int32(n), nil
+}
+
+// dialAddrs is raft's ServerAddressProvider for --raft-dial. A nil map gives
+// a nil provider, so raft dials every peer at its configured address.
+func dialAddrs(m map[int32]string) raft.ServerAddressProvider {
+	if len(m) == 0 {
+		return nil
+	}
+	return dialAddrMap(m)
+}
+
+type dialAddrMap map[int32]string
+
+func (m dialAddrMap) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	n, err := ParseServerID(id)
+	if err != nil {
+		return "", err
+	}
+	addr, ok := m[n]
+	if !ok {
+		// raft logs this and falls back to the configured address.
+		return "", fmt.Errorf("no --raft-dial address for node %d", n)
+	}
+	return raft.ServerAddress(addr), nil
 }

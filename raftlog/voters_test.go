@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -226,4 +227,59 @@ func FuzzParseVoters(f *testing.F) {
 			ids[v.ID], addrs[v.Address] = true, true
 		}
 	})
+}
+
+func TestParseRaftDial(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    map[int32]string
+		wantErr string
+	}{
+		{name: "empty means none", in: "", want: nil},
+		{name: "blank means none", in: " \t", want: nil},
+		{name: "two peers", in: "2@127.0.0.1:7002, 3@proxy:7003", want: map[int32]string{2: "127.0.0.1:7002", 3: "proxy:7003"}},
+		{name: "errors name the flag", in: "2@h", wantErr: `--raft-dial entry "2@h": bad address "h": missing port in address`},
+		{name: "duplicate id", in: "2@h:1,2@h:2", wantErr: "--raft-dial: node id 2 appears more than once"},
+		{name: "empty entry", in: "2@h:1,", wantErr: "--raft-dial entry 2 is empty (want ID@HOST:PORT)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseRaftDial(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("ParseRaftDial(%q) error = %v, want %q", tt.in, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseRaftDial(%q): %v", tt.in, err)
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("ParseRaftDial(%q) = %v, want %v", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDialAddrs(t *testing.T) {
+	if p := dialAddrs(nil); p != nil {
+		t.Fatalf("dialAddrs(nil) = %v, want no provider (raft dials configured addresses)", p)
+	}
+	p := dialAddrs(map[int32]string{2: "127.0.0.1:7002"})
+	tests := []struct {
+		id      raft.ServerID
+		want    raft.ServerAddress
+		wantErr bool
+	}{
+		{id: "2", want: "127.0.0.1:7002"},
+		{id: "3", wantErr: true}, // raft falls back to the configured address
+		{id: "x", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := p.ServerAddr(tt.id)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ServerAddr(%q) = %q, %v; want %q, error %v", tt.id, got, err, tt.want, tt.wantErr)
+		}
+	}
 }

@@ -78,27 +78,61 @@ func (c *Client) AlterPartitionReassignments(ctx context.Context, req *keelpb.Al
 }
 
 // ListTopics reads every topic's summary; see Read for which controller
-// answers.
-func (c *Client) ListTopics(ctx context.Context) (*keelpb.ListTopicsResponse, error) {
+// answers, and Linearizable.
+func (c *Client) ListTopics(ctx context.Context, opts ...ReadOption) (*keelpb.ListTopicsResponse, error) {
+	o := readOpts(opts)
 	var resp *keelpb.ListTopicsResponse
-	err := c.Read(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+	err := c.read(ctx, o, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
 		var err error
-		resp, err = cl.ListTopics(ctx, &keelpb.ListTopicsRequest{})
+		resp, err = cl.ListTopics(ctx, &keelpb.ListTopicsRequest{Linearizable: o.linearizable})
 		return err
 	})
 	return resp, err
 }
 
 // DescribeTopic reads one topic, NotFound when there is none by that name;
-// see Read for which controller answers.
-func (c *Client) DescribeTopic(ctx context.Context, name string) (*keelpb.DescribeTopicResponse, error) {
+// see Read for which controller answers, and Linearizable.
+func (c *Client) DescribeTopic(ctx context.Context, name string, opts ...ReadOption) (*keelpb.DescribeTopicResponse, error) {
+	o := readOpts(opts)
 	var resp *keelpb.DescribeTopicResponse
-	err := c.Read(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+	err := c.read(ctx, o, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
 		var err error
-		resp, err = cl.DescribeTopic(ctx, &keelpb.DescribeTopicRequest{Name: name})
+		resp, err = cl.DescribeTopic(ctx, &keelpb.DescribeTopicRequest{Name: name, Linearizable: o.linearizable})
 		return err
 	})
 	return resp, err
+}
+
+// ReadOption adjusts a read.
+type ReadOption func(*readOptions)
+
+type readOptions struct{ linearizable bool }
+
+func readOpts(opts []ReadOption) readOptions {
+	var o readOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// Linearizable makes a read reflect every write acknowledged to any client
+// before it was sent. Only the active controller answers, after confirming
+// with a quorum that it still leads, so the call goes where writes go: it
+// follows leader hints and retries as Write does. Without it, a read may be
+// answered by any controller from its own image (see Read), which is cheaper
+// and survives the loss of a quorum, but may be a moment behind.
+func Linearizable() ReadOption {
+	return func(o *readOptions) { o.linearizable = true }
+}
+
+// read routes a read call: to the active controller as a write is when
+// linearizable, otherwise as Read does.
+func (c *Client) read(ctx context.Context, o readOptions, call func(context.Context, keelpb.ControllerServiceClient) error) error {
+	if o.linearizable {
+		return c.WriteWithin(ctx, attemptTimeout, call)
+	}
+	return c.Read(ctx, call)
 }
 
 // ListPartitionReassignments reads the ongoing reassignments; see Read for

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/tlsauth"
 )
 
 // Leader returns the address of the controller that last accepted a write
@@ -98,10 +99,10 @@ type BrokerClient struct {
 	cl   keelpb.BrokerServiceClient
 }
 
-// DialBroker returns a client for the broker at addr. The connection is made
-// on first use.
-func DialBroker(addr string) (*BrokerClient, error) {
-	cc, err := grpc.NewClient(addr, dialOptions...)
+// DialBroker returns a client for the broker at addr (plaintext unless
+// WithTLS). The connection is made on first use.
+func DialBroker(addr string, opts ...Option) (*BrokerClient, error) {
+	cc, err := grpc.NewClient(addr, clientDialOptions(buildOptions(opts), tlsauth.RoleBroker)...)
 	if err != nil {
 		return nil, fmt.Errorf("broker address %q: %w", addr, err)
 	}

@@ -12,30 +12,35 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/tlsauth"
 )
 
 // Client talks to a controller quorum given any of its addresses. Writes go
 // to the active controller, found by following leader hints.
 type Client struct {
-	addrs []string
+	addrs    []string
+	dialOpts []grpc.DialOption
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	leader string // last address that accepted a write
 }
 
-// NewClient returns a client for the controllers at addrs. Connections are
-// made lazily, on first use of each address.
-func NewClient(addrs []string) (*Client, error) {
+// NewClient returns a client for the controllers at addrs (plaintext unless
+// WithTLS). Connections are made lazily, on first use of each address.
+func NewClient(addrs []string, opts ...Option) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("--controllers: no controller address given")
 	}
-	return &Client{addrs: addrs, conns: make(map[string]*grpc.ClientConn)}, nil
+	return &Client{
+		addrs:    addrs,
+		dialOpts: clientDialOptions(buildOptions(opts), tlsauth.RoleController),
+		conns:    make(map[string]*grpc.ClientConn),
+	}, nil
 }
 
 // Addrs returns the addresses the client was given.
@@ -43,8 +48,8 @@ func (c *Client) Addrs() []string { return c.addrs }
 
 // dialOptions keep reconnects quick: a controller that comes back is used
 // again within a second, not after gRPC's default back-off of up to 2 minutes.
+// Each client adds its transport credentials (clientDialOptions).
 var dialOptions = []grpc.DialOption{
-	grpc.WithTransportCredentials(insecure.NewCredentials()),
 	grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 		MinConnectTimeout: 2 * time.Second,
@@ -61,12 +66,13 @@ const (
 )
 
 // ServerOptions are the options every Keel gRPC server uses: they accept the
-// clients' keepalive pings and bound request size.
-func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+// clients' keepalive pings and bound request size. WithTLS adds mutual TLS
+// and the authorization of every call by the caller's certificate.
+func ServerOptions(opts ...Option) []grpc.ServerOption {
+	return append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvMsgBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
-	}
+	}, serverTLSOptions(buildOptions(opts))...)
 }
 
 // maxRecvMsgBytes bounds one request: metadata requests are small.
@@ -78,7 +84,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, dialOptions...)
+	cc, err := grpc.NewClient(addr, c.dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("controller address %q: %w", addr, err)
 	}

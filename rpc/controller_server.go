@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"time"
 
@@ -186,6 +187,10 @@ func (s *ControllerServer) RestoreSnapshot(stream grpc.ClientStreamingServer[kee
 	force := false
 	for first := true; ; first = false {
 		req, err := stream.Recv()
+		if err == io.EOF {
+			// The client closed its side without marking a chunk last.
+			return invalidArgument("last", "the upload ended with no chunk marked last")
+		}
 		if err != nil {
 			return status.Errorf(codes.Canceled, "upload ended before its last chunk: %v", err)
 		}

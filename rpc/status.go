@@ -38,6 +38,7 @@ func toStatus(err error) error {
 	case errors.Is(err, controller.ErrNotReady):
 		return withReason(codes.Unavailable, ReasonNotReady, err.Error())
 	case errors.Is(err, controller.ErrOutcomeUnknown),
+		errors.Is(err, controller.ErrLeadershipUnconfirmed),
 		errors.Is(err, controller.ErrStopped):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, controller.ErrInconsistentClusterID):
@@ -47,7 +48,10 @@ func toStatus(err error) error {
 	case errors.Is(err, controller.ErrDuplicateRegistration):
 		var meta map[string]string
 		if d := new(controller.DuplicateRegistrationError); errors.As(err, &d) {
-			meta = map[string]string{sessionRemainingKey: strconv.FormatInt(d.Remaining.Milliseconds(), 10)}
+			meta = map[string]string{
+				sessionRemainingKey: strconv.FormatInt(d.Remaining.Milliseconds(), 10),
+				controllerEpochKey:  strconv.FormatInt(d.ControllerEpoch, 10),
+			}
 		}
 		return withReasonMeta(codes.AlreadyExists, ReasonDuplicateRegistration, err.Error(), meta)
 	case errors.Is(err, controller.ErrStaleBrokerEpoch):
@@ -139,25 +143,41 @@ func withReasonMeta(code codes.Code, reason, msg string, meta map[string]string)
 	return st.Err()
 }
 
-// sessionRemainingKey carries, on a duplicate registration, how long the
-// registered incarnation's session has left, in milliseconds.
-const sessionRemainingKey = "session_remaining_ms"
+// sessionRemainingKey and controllerEpochKey carry, on a duplicate
+// registration, how long the registered incarnation's session has left, in
+// milliseconds, and the epoch of the controller timing it.
+const (
+	sessionRemainingKey = "session_remaining_ms"
+	controllerEpochKey  = "controller_epoch"
+)
 
-// SessionRemainingOf returns how long the live incarnation's session has
-// left, from a duplicate-registration error.
-func SessionRemainingOf(err error) (time.Duration, bool) {
+// DuplicateSession is what a duplicate-registration refusal says of the
+// registered incarnation's session.
+type DuplicateSession struct {
+	Remaining time.Duration
+	// ControllerEpoch is the refusing controller's epoch: a new active
+	// controller starts every session afresh, so Remaining is comparable
+	// only between refusals of one epoch.
+	ControllerEpoch int64
+}
+
+// DuplicateSessionOf reads a duplicate-registration refusal's session.
+func DuplicateSessionOf(err error) (DuplicateSession, bool) {
 	st, ok := status.FromError(err)
 	if !ok {
-		return 0, false
+		return DuplicateSession{}, false
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
-			if ms, err := strconv.ParseInt(info.Metadata[sessionRemainingKey], 10, 64); err == nil {
-				return time.Duration(ms) * time.Millisecond, true
+			ms, err := strconv.ParseInt(info.Metadata[sessionRemainingKey], 10, 64)
+			if err != nil {
+				continue
 			}
+			epoch, _ := strconv.ParseInt(info.Metadata[controllerEpochKey], 10, 64)
+			return DuplicateSession{Remaining: time.Duration(ms) * time.Millisecond, ControllerEpoch: epoch}, true
 		}
 	}
-	return 0, false
+	return DuplicateSession{}, false
 }
 
 // ReasonOf returns the ErrorInfo reason carried by err, or "".

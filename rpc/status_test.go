@@ -57,14 +57,14 @@ func TestToStatus(t *testing.T) {
 }
 
 func TestToStatus_DuplicateRegistrationCarriesTheSessionLeft(t *testing.T) {
-	err := toStatus(&controller.DuplicateRegistrationError{BrokerID: 1, IncarnationID: "x", Epoch: 5, Remaining: 1500 * time.Millisecond})
+	err := toStatus(&controller.DuplicateRegistrationError{BrokerID: 1, IncarnationID: "x", Epoch: 5, Remaining: 1500 * time.Millisecond, ControllerEpoch: 7})
 	if status.Code(err) != codes.AlreadyExists || ReasonOf(err) != ReasonDuplicateRegistration {
 		t.Fatalf("err = %v (reason %q)", err, ReasonOf(err))
 	}
-	if d, ok := SessionRemainingOf(err); !ok || d != 1500*time.Millisecond {
-		t.Fatalf("SessionRemainingOf = %v, %v", d, ok)
+	if d, ok := DuplicateSessionOf(err); !ok || d != (DuplicateSession{Remaining: 1500 * time.Millisecond, ControllerEpoch: 7}) {
+		t.Fatalf("DuplicateSessionOf = %+v, %v", d, ok)
 	}
-	if _, ok := SessionRemainingOf(status.Error(codes.Unavailable, "x")); ok {
-		t.Fatal("SessionRemainingOf found a value in a plain error")
+	if _, ok := DuplicateSessionOf(status.Error(codes.Unavailable, "x")); ok {
+		t.Fatal("DuplicateSessionOf found a value in a plain error")
 	}
 }

@@ -2,9 +2,12 @@ package rpc
 
 import (
 	"net"
+	"slices"
 	"strconv"
 
 	"github.com/google/uuid"
+
+	"github.com/keel-dev/keel/fsm"
 )
 
 // Field bounds for requests: generous for real use, small enough that a bad
@@ -68,6 +71,53 @@ func validVersionRange(lo, hi uint32) error {
 		return invalidArgument("max_metadata_version", "%d is below min_metadata_version %d", hi, lo)
 	}
 	return nil
+}
+
+func validNonNegative(field string, v int32) error {
+	if v < 0 {
+		return invalidArgument(field, "%d is negative", v)
+	}
+	return nil
+}
+
+// validTopicName applies Kafka's rules to a new topic's name: 1 to 249 of
+// [a-zA-Z0-9._-], not "." or "..". The controller applies them too, with
+// the collision check that needs its image; checking here refuses a bad
+// name on any controller, before it is forwarded or queued.
+func validTopicName(field, name string) error {
+	if err := validTopicRef(field, name); err != nil {
+		return err
+	}
+	if name == "." || name == ".." {
+		return invalidArgument(field, "%q is not allowed", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return invalidArgument(field, "%q has the character %q; only [a-zA-Z0-9._-] are allowed", truncate(name), c)
+		}
+	}
+	return nil
+}
+
+// validTopicRef checks a name that refers to an existing topic: a name no
+// topic can have is refused; a well-formed unknown one is the controller's
+// NotFound.
+func validTopicRef(field, name string) error {
+	if name == "" {
+		return invalidArgument(field, "is empty")
+	}
+	return validMaxLen(field, name, fsm.MaxTopicNameLen)
+}
+
+// duplicateID returns an id that ids holds twice, if any. ids is short (at
+// most maxReplicationFactor), so a scan beats a map.
+func duplicateID(ids []int32) (int32, bool) {
+	for i, id := range ids {
+		if slices.Contains(ids[i+1:], id) {
+			return id, true
+		}
+	}
+	return 0, false
 }
 
 // firstError returns the first non-nil error: validations in field order.

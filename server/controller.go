@@ -19,6 +19,7 @@ import (
 	"github.com/keel-dev/keel/internal/atomicfile"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/rpc"
+	"github.com/keel-dev/keel/tlsauth"
 )
 
 // ControllerConfig configures one controller node.
@@ -47,8 +48,16 @@ type ControllerConfig struct {
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
 	LogStore          string // --log-store: raftlog.LogStoreBoltDB ("" too) or raftlog.LogStoreWAL
-	Version           string
-	Logger            *slog.Logger
+	// RaftDial (--raft-dial) maps peers to the addresses this node dials
+	// them at, when those differ from the voter list's (see raftlog.Config).
+	RaftDial map[int32]string
+	Version  string
+	Logger   *slog.Logger
+	// TLS, when set, is the node's mutual TLS (--tls-cert, --tls-key,
+	// --tls-ca): raft between controllers and the gRPC service both require
+	// it, and every gRPC call is authorized by the caller's certificate. Its
+	// certificate must be controller-<NodeID>. Nil is plaintext.
+	TLS *tlsauth.Config
 	// Mux, if set, is an already bound listener to use instead of Listen
 	// (keel dev binds its ports before it knows the voter list).
 	Mux *raftlog.Mux
@@ -141,13 +150,15 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 		SnapshotInterval:  cfg.SnapshotInterval,
 		TrailingLogs:      cfg.TrailingLogs,
 		LogStore:          cfg.LogStore,
+		DialAddrs:         cfg.RaftDial,
+		TLS:               cfg.TLS,
 	}, s.applied, mux)
 	if err != nil {
 		return nil, err
 	}
 	s.ctrl.Start(s.node.Raft)
 
-	s.grpc = grpc.NewServer(rpc.ServerOptions()...)
+	s.grpc = grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...)
 	rpc.NewControllerServer(s.ctrl, cfg.Version, cfg.WriteTimeout).Register(s.grpc)
 	s.wg.Add(2)
 	go func() {

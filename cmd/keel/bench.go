@@ -50,7 +50,9 @@ the same run, is reported as the ceiling of the create scenario's records/s.
 The defaults run in minutes on two cores; the headline run is
 --partitions 1000000. Against a running quorum (--controllers) the scenarios
 that kill controllers (failover, load) are skipped, and the bench's topics and
-brokers are removed at the end.`,
+brokers are removed at the end. A running quorum with mutual TLS is reached with
+--tls-cert, --tls-key and --tls-ca naming an admin certificate, which every
+simulated broker presents too.`,
 		Example: `  keel bench
   keel bench --partitions 1000000 --scenarios create,load,broker-failure,controlled-shutdown --runs 1
   keel bench --controllers 127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093 --scenarios create,heartbeats -o json`,
@@ -64,6 +66,9 @@ brokers are removed at the end.`,
 				return err
 			}
 			cfg.Scenarios = list
+			if cfg.TLS, err = tlsFlags(cmd); err != nil {
+				return err
+			}
 			for _, a := range strings.Split(controllers, ",") {
 				if a = strings.TrimSpace(a); a != "" {
 					cfg.Controllers = append(cfg.Controllers, a)

@@ -85,6 +85,10 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 			if err != nil {
 				return err
 			}
+			if cfg.TLS, err = tlsFlags(cmd); err != nil {
+				return err
+			}
+			replicas.TLS = cfg.TLS
 			cfg.Logger = log
 			cfg.Handler = broker.LoggingHandler{Logger: log.With("component", "broker", "broker_id", cfg.BrokerID)}
 			replicas.Logger = log.With("broker_id", cfg.BrokerID)
@@ -241,7 +245,11 @@ func newBrokerInspectCmd() *cobra.Command {
 			if output != "table" && output != "json" {
 				return fmt.Errorf("-o %q: want table or json", output)
 			}
-			bc, err := rpc.DialBroker(address)
+			tlsCfg, err := tlsFlags(cmd)
+			if err != nil {
+				return err
+			}
+			bc, err := rpc.DialBroker(address, rpc.WithTLS(tlsCfg))
 			if err != nil {
 				return err
 			}

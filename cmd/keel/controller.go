@@ -29,7 +29,7 @@ func addRaftTimingFlags(fs *pflag.FlagSet, t *raftlog.Timing) {
 func newControllerCmd(g *globalFlags) *cobra.Command {
 	cfg := server.ControllerConfig{Timing: raftlog.DefaultTiming()}
 	var nodeID int32
-	var voters, metricsAddr string
+	var voters, raftDial, metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run one controller node of the quorum",
@@ -63,6 +63,12 @@ dir and --voters is ignored.`,
 			vs, err := raftlog.ParseVoters(voters) // its errors name --voters
 			if err != nil {
 				return err
+			}
+			if cfg.RaftDial, err = raftlog.ParseRaftDial(raftDial); err != nil {
+				return err // it names --raft-dial
+			}
+			if cfg.TLS, err = tlsFlags(cmd); err != nil {
+				return err // it names the flag and the file
 			}
 			log, err := g.logger()
 			if err != nil {
@@ -98,6 +104,7 @@ dir and --voters is ignored.`,
 	f.StringVar(&cfg.Listen, "listen", "", "address to listen on for raft and gRPC (default: this node's address in --voters)")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the raft log, snapshots and node metadata (required)")
 	f.StringVar(&voters, "voters", "", "the initial quorum, id@host:port,... (required on first start)")
+	f.StringVar(&raftDial, "raft-dial", "", "dial these peers' raft traffic at other addresses than the voter list's (a proxy, NAT), id@host:port,...; empty: none")
 	f.StringVar(&cfg.RestoreFrom, "restore-from", "", "start a brand-new quorum (empty data dirs) from this snapshot file, given to every voter; ignored once the cluster has state")
 	f.StringVar(&cfg.ClusterID, "cluster-id", "", "cluster id for a new cluster (default: a random UUID); a data dir of another cluster is refused")
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", defaultWriteTimeout, "how long a write may wait to commit before it fails with Unavailable")

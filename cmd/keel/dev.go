@@ -17,18 +17,24 @@ import (
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/server"
+	"github.com/keel-dev/keel/tlsauth"
 )
 
 func newDevCmd(g *globalFlags) *cobra.Command {
 	var dataDir string
 	var controllers, brokers int
+	var useTLS bool
 	timing := raftlog.DefaultTiming()
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local cluster in one process (temporary data; Ctrl-C stops it)",
 		Long: `Run a local controller quorum and brokers in one process on free loopback
 ports, with their data in a temporary directory that is removed on exit (or in
---data-dir, kept). Ctrl-C unregisters the brokers, then stops the controllers.`,
+--data-dir, kept). Ctrl-C unregisters the brokers, then stops the controllers.
+
+With --tls, everything runs over mutual TLS with certificates from a
+throwaway CA written to DATA/tls: controller-N, broker-N and admin. It prints
+the flags that reach the cluster with the admin certificate.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if controllers != 1 && controllers != 3 && controllers != 5 {
@@ -36,6 +42,9 @@ ports, with their data in a temporary directory that is removed on exit (or in
 			}
 			if brokers < 0 {
 				return fmt.Errorf("--brokers-count %d: want 0 or more", brokers)
+			}
+			if cert, key, ca := tlsFlagValues(cmd); cert != "" || key != "" || ca != "" {
+				return errors.New("keel dev makes its own certificates: use --tls, not --tls-cert, --tls-key or --tls-ca")
 			}
 			log, err := g.logger()
 			if err != nil {
@@ -51,12 +60,20 @@ ports, with their data in a temporary directory that is removed on exit (or in
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 			defer signal.Stop(sigs)
-			q, err := server.StartLocalQuorum(controllers, dataDir, timing, buildVersion(), log)
+			var certs *devCerts
+			if useTLS {
+				if certs, err = makeDevCerts(filepath.Join(dataDir, "tls"), controllers, brokers); err != nil {
+					return err
+				}
+			}
+			q, err := server.StartLocalQuorumWith(controllers, dataDir, timing, buildVersion(), log, func(cfg *server.ControllerConfig) {
+				cfg.TLS = certs.controller(cfg.NodeID)
+			})
 			if err != nil {
 				return err
 			}
 			addrs := q.Addrs()
-			agents, err := startDevBrokers(brokers, addrs, dataDir, log)
+			agents, err := startDevBrokers(brokers, addrs, dataDir, log, certs)
 			if err != nil {
 				return errors.Join(err, q.Close())
 			}
@@ -69,11 +86,18 @@ ports, with their data in a temporary directory that is removed on exit (or in
 				fmt.Fprintf(out, "  broker %d      %s\n", a.Status().BrokerID, a.Addr())
 			}
 			list := strings.Join(addrs, ",")
-			fmt.Fprintf(out, "\nTry:\n  keel quorum status --controllers %s\n", list)
-			fmt.Fprintf(out, "  keel quorum verify --controllers %s\n", list)
+			// With TLS, every command needs the admin certificate.
+			flags := ""
+			if certs != nil {
+				flags = " " + strings.Join(certs.admin.Flags(), " ")
+				fmt.Fprintf(out, "\nMutual TLS: certificates in %s; reach the cluster as admin with\n  %s\n",
+					certs.dir, strings.Join(certs.admin.Flags(), " "))
+			}
+			fmt.Fprintf(out, "\nTry:\n  keel quorum status --controllers %s%s\n", list, flags)
+			fmt.Fprintf(out, "  keel quorum verify --controllers %s%s\n", list, flags)
 			if len(agents) > 0 {
-				fmt.Fprintf(out, "  keel broker list --controllers %s\n", list)
-				fmt.Fprintf(out, "  keel broker inspect --address %s\n", agents[0].Addr())
+				fmt.Fprintf(out, "  keel broker list --controllers %s%s\n", list, flags)
+				fmt.Fprintf(out, "  keel broker inspect --address %s%s\n", agents[0].Addr(), flags)
 			}
 			fmt.Fprintf(out, "\nCtrl-C stops the cluster.\n")
 
@@ -93,19 +117,22 @@ ports, with their data in a temporary directory that is removed on exit (or in
 	f.StringVar(&dataDir, "data-dir", "", "keep the cluster's data here instead of a temporary directory")
 	f.IntVar(&controllers, "controllers-count", 3, "number of controllers: 1, 3 or 5")
 	f.IntVar(&brokers, "brokers-count", 3, "number of brokers (ids 1 to N)")
+	f.BoolVar(&useTLS, "tls", false, "run everything over mutual TLS, with a throwaway CA and certificates written to DATA/tls")
 	addRaftTimingFlags(f, &timing)
 	return cmd
 }
 
 // startDevBrokers starts brokers 1..n against the controllers at addrs, each
-// on a free loopback port with its data under dataDir.
-func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger) ([]*broker.Agent, error) {
+// on a free loopback port with its data under dataDir, and with its own
+// certificate from certs (nil: plaintext).
+func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, certs *devCerts) ([]*broker.Agent, error) {
 	var agents []*broker.Agent
 	for i := range n {
 		id := int32(i + 1)
+		tlsCfg := certs.broker(id)
 		// The reference data plane: followers fetch from their leaders, so
 		// ISRs shrink and grow as brokers come and go, as in a real cluster.
-		dp, err := broker.NewReplicaManager(broker.ReplicaManagerConfig{})
+		dp, err := broker.NewReplicaManager(broker.ReplicaManagerConfig{TLS: tlsCfg})
 		if err != nil {
 			return nil, err
 		}
@@ -116,6 +143,7 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger) ([
 			Controllers: addrs,
 			DataPlane:   dp,
 			Logger:      log.With("broker", id),
+			TLS:         tlsCfg,
 		})
 		if err != nil {
 			for _, a := range agents {
@@ -161,4 +189,62 @@ func firstFatal(agents []*broker.Agent, done <-chan struct{}) <-chan error {
 		}()
 	}
 	return out
+}
+
+// devCerts are the certificates of `keel dev --tls`, from a throwaway CA:
+// one per controller and broker, and the operator's admin certificate.
+type devCerts struct {
+	dir         string
+	controllers map[int32]*tlsauth.Config
+	brokers     map[int32]*tlsauth.Config
+	admin       tlsauth.Files
+}
+
+// makeDevCerts writes a new CA's certificate and the certificates of
+// controllers 1..nControllers, brokers 1..nBrokers and admin into dir, and
+// loads each back as its process would from its flags.
+func makeDevCerts(dir string, nControllers, nBrokers int) (*devCerts, error) {
+	ca, err := tlsauth.NewCA("keel dev CA")
+	if err != nil {
+		return nil, err
+	}
+	d := &devCerts{dir: dir, controllers: map[int32]*tlsauth.Config{}, brokers: map[int32]*tlsauth.Config{}}
+	load := func(cn string) (*tlsauth.Config, tlsauth.Files, error) {
+		f, err := ca.WriteFiles(dir, cn)
+		if err != nil {
+			return nil, f, err
+		}
+		c, err := tlsauth.Load(f.Cert, f.Key, f.CA)
+		return c, f, err
+	}
+	for i := 1; i <= nControllers; i++ {
+		if d.controllers[int32(i)], _, err = load(fmt.Sprintf("controller-%d", i)); err != nil {
+			return nil, err
+		}
+	}
+	for i := 1; i <= nBrokers; i++ {
+		if d.brokers[int32(i)], _, err = load(fmt.Sprintf("broker-%d", i)); err != nil {
+			return nil, err
+		}
+	}
+	if _, d.admin, err = load("admin"); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// controller is node id's TLS; nil without --tls.
+func (d *devCerts) controller(id int32) *tlsauth.Config {
+	if d == nil {
+		return nil
+	}
+	return d.controllers[id]
+}
+
+// broker is broker id's TLS; nil without --tls.
+func (d *devCerts) broker(id int32) *tlsauth.Config {
+	if d == nil {
+		return nil
+	}
+	return d.brokers[id]
 }

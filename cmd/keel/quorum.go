@@ -32,9 +32,13 @@ func (a *adminFlags) add(cmd *cobra.Command) {
 	f.DurationVar(&a.timeout, "timeout", 10*time.Second, "how long to keep trying before giving up")
 }
 
-func (a *adminFlags) client() (*rpc.Client, error) {
+func (a *adminFlags) client(cmd *cobra.Command) (*rpc.Client, error) {
 	if a.output != "table" && a.output != "json" {
 		return nil, fmt.Errorf("-o %q: want table or json", a.output)
+	}
+	tlsCfg, err := tlsFlags(cmd)
+	if err != nil {
+		return nil, err
 	}
 	var addrs []string
 	for _, s := range strings.Split(a.controllers, ",") {
@@ -42,13 +46,13 @@ func (a *adminFlags) client() (*rpc.Client, error) {
 			addrs = append(addrs, s)
 		}
 	}
-	return rpc.NewClient(addrs)
+	return rpc.NewClient(addrs, rpc.WithTLS(tlsCfg))
 }
 
 // connect makes the client and the command's deadline (--timeout): every
 // admin command starts so. done closes both.
 func (a *adminFlags) connect(cmd *cobra.Command) (*rpc.Client, context.Context, func(), error) {
-	c, err := a.client()
+	c, err := a.client(cmd)
 	if err != nil {
 		return nil, nil, nil, err
 	}

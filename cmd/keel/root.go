@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/keel-dev/keel/tlsauth"
 )
 
 // globalFlags are shared by every subcommand.
@@ -26,12 +28,40 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
+	root.PersistentFlags().String(flagTLSCert, "", "this process's certificate (PEM) for mutual TLS, with --tls-key and --tls-ca; empty: plaintext")
+	root.PersistentFlags().String(flagTLSKey, "", "the private key (PEM) of --tls-cert")
+	root.PersistentFlags().String(flagTLSCA, "", "the CA certificate (PEM) every peer's certificate must be signed by")
 	root.AddCommand(newControllerCmd(g), newBrokerCmd(g), newDevCmd(g), newQuorumCmd())
 	root.AddCommand(newTopicCmd(), newPartitionCmd())
 	root.AddCommand(newSnapshotCmd())
 	root.AddCommand(newMetadataCmd())
 	root.AddCommand(newBenchCmd(g))
 	return root
+}
+
+// The mutual TLS flags, on every command (README: Security).
+const (
+	flagTLSCert = "tls-cert"
+	flagTLSKey  = "tls-key"
+	flagTLSCA   = "tls-ca"
+)
+
+// tlsFlags loads --tls-cert, --tls-key and --tls-ca as cmd sees them (they
+// are the root's persistent flags): nil, plaintext, when none is given. A
+// command built without the root, as in tests, has none.
+func tlsFlags(cmd *cobra.Command) (*tlsauth.Config, error) {
+	cert, key, ca := tlsFlagValues(cmd)
+	return tlsauth.Load(cert, key, ca)
+}
+
+func tlsFlagValues(cmd *cobra.Command) (cert, key, ca string) {
+	get := func(name string) string {
+		if f := cmd.Flags().Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	return get(flagTLSCert), get(flagTLSKey), get(flagTLSCA)
 }
 
 // logger builds the process logger (stderr) from the global flags.

@@ -303,6 +303,7 @@ the deletion; a broker that is down does so when it catches up.`,
 
 func newTopicListCmd() *cobra.Command {
 	a := &adminFlags{}
+	var linearizable bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List topics: name, id, partition count, replication factor",
@@ -313,7 +314,7 @@ func newTopicListCmd() *cobra.Command {
 				return err
 			}
 			defer done()
-			resp, err := c.ListTopics(ctx)
+			resp, err := c.ListTopics(ctx, readOptions(linearizable)...)
 			if err != nil {
 				return err
 			}
@@ -333,11 +334,27 @@ func newTopicListCmd() *cobra.Command {
 		},
 	}
 	a.add(cmd)
+	addLinearizableFlag(cmd, &linearizable)
 	return cmd
+}
+
+// addLinearizableFlag adds --linearizable to a read command.
+func addLinearizableFlag(cmd *cobra.Command, v *bool) {
+	cmd.Flags().BoolVar(v, "linearizable", false,
+		"answer only from the active controller, after it confirms with a quorum that it still leads (reflects every acknowledged write); default: any controller answers from its own, possibly slightly older, image")
+}
+
+// readOptions are the rpc read options for --linearizable.
+func readOptions(linearizable bool) []rpc.ReadOption {
+	if linearizable {
+		return []rpc.ReadOption{rpc.Linearizable()}
+	}
+	return nil
 }
 
 func newTopicDescribeCmd() *cobra.Command {
 	a := &adminFlags{}
+	var linearizable bool
 	cmd := &cobra.Command{
 		Use:   "describe NAME",
 		Short: "Show a topic: its configs, and each partition's leader, epochs, replicas and ISR",
@@ -348,7 +365,7 @@ func newTopicDescribeCmd() *cobra.Command {
 				return err
 			}
 			defer done()
-			resp, err := c.DescribeTopic(ctx, args[0])
+			resp, err := c.DescribeTopic(ctx, args[0], readOptions(linearizable)...)
 			if err != nil {
 				return err
 			}
@@ -359,6 +376,7 @@ func newTopicDescribeCmd() *cobra.Command {
 		},
 	}
 	a.add(cmd)
+	addLinearizableFlag(cmd, &linearizable)
 	return cmd
 }
 

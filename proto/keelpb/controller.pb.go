@@ -126,8 +126,12 @@ type DescribeQuorumResponse struct {
 	AppliedIndex            uint64          `protobuf:"varint,12,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	Voters                  []*QuorumMember `protobuf:"bytes,13,rep,name=voters,proto3" json:"voters,omitempty"`
 	Version                 string          `protobuf:"bytes,14,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// The epoch this node is the active controller in; 0 when it is not
+	// active. It can trail controller_epoch for a moment after a newer
+	// controller took over and before this node noticed.
+	ActiveEpoch   int64 `protobuf:"varint,15,opt,name=active_epoch,json=activeEpoch,proto3" json:"active_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DescribeQuorumResponse) Reset() {
@@ -256,6 +260,13 @@ func (x *DescribeQuorumResponse) GetVersion() string {
 		return x.Version
 	}
 	return ""
+}
+
+func (x *DescribeQuorumResponse) GetActiveEpoch() int64 {
+	if x != nil {
+		return x.ActiveEpoch
+	}
+	return 0
 }
 
 type QuorumMember struct {
@@ -1724,7 +1735,12 @@ func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
 }
 
 type ListTopicsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// linearizable asks for an answer that reflects every write acknowledged
+	// before the request was sent: only the active controller answers, after
+	// confirming with a quorum that it still leads. Otherwise any controller
+	// answers from its own committed image, which may be a moment behind.
+	Linearizable  bool `protobuf:"varint,1,opt,name=linearizable,proto3" json:"linearizable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1757,6 +1773,13 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
 	return file_controller_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListTopicsRequest) GetLinearizable() bool {
+	if x != nil {
+		return x.Linearizable
+	}
+	return false
 }
 
 type ListTopicsResponse struct {
@@ -1872,8 +1895,10 @@ func (x *TopicSummary) GetReplicationFactor() int32 {
 }
 
 type DescribeTopicRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// linearizable: as in ListTopicsRequest.
+	Linearizable  bool `protobuf:"varint,2,opt,name=linearizable,proto3" json:"linearizable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1913,6 +1938,13 @@ func (x *DescribeTopicRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *DescribeTopicRequest) GetLinearizable() bool {
+	if x != nil {
+		return x.Linearizable
+	}
+	return false
 }
 
 type DescribeTopicResponse struct {
@@ -2954,7 +2986,7 @@ var File_controller_proto protoreflect.FileDescriptor
 const file_controller_proto_rawDesc = "" +
 	"\n" +
 	"\x10controller.proto\x12\akeel.v1\"\x17\n" +
-	"\x15DescribeQuorumRequest\"\xf7\x03\n" +
+	"\x15DescribeQuorumRequest\"\x9a\x04\n" +
 	"\x16DescribeQuorumResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
@@ -2972,7 +3004,8 @@ const file_controller_proto_rawDesc = "" +
 	"last_index\x18\v \x01(\x04R\tlastIndex\x12#\n" +
 	"\rapplied_index\x18\f \x01(\x04R\fappliedIndex\x12-\n" +
 	"\x06voters\x18\r \x03(\v2\x15.keel.v1.QuorumMemberR\x06voters\x12\x18\n" +
-	"\aversion\x18\x0e \x01(\tR\aversion\"T\n" +
+	"\aversion\x18\x0e \x01(\tR\aversion\x12!\n" +
+	"\factive_epoch\x18\x0f \x01(\x03R\vactiveEpoch\"T\n" +
 	"\fQuorumMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
@@ -3076,8 +3109,9 @@ const file_controller_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\v2\x19.keel.v1.TopicDescriptionR\x05topic\"(\n" +
 	"\x12DeleteTopicRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
-	"\x13DeleteTopicResponse\"\x13\n" +
-	"\x11ListTopicsRequest\"C\n" +
+	"\x13DeleteTopicResponse\"7\n" +
+	"\x11ListTopicsRequest\x12\"\n" +
+	"\flinearizable\x18\x01 \x01(\bR\flinearizable\"C\n" +
 	"\x12ListTopicsResponse\x12-\n" +
 	"\x06topics\x18\x01 \x03(\v2\x15.keel.v1.TopicSummaryR\x06topics\"\x81\x01\n" +
 	"\fTopicSummary\x12\x12\n" +
@@ -3086,9 +3120,10 @@ const file_controller_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x03 \x01(\x05R\n" +
 	"partitions\x12-\n" +
-	"\x12replication_factor\x18\x04 \x01(\x05R\x11replicationFactor\"*\n" +
+	"\x12replication_factor\x18\x04 \x01(\x05R\x11replicationFactor\"N\n" +
 	"\x14DescribeTopicRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"H\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\"\n" +
+	"\flinearizable\x18\x02 \x01(\bR\flinearizable\"H\n" +
 	"\x15DescribeTopicResponse\x12/\n" +
 	"\x05topic\x18\x01 \x01(\v2\x19.keel.v1.TopicDescriptionR\x05topic\"\xf3\x01\n" +
 	"\x10TopicDescription\x12\x12\n" +

@@ -1,0 +1,206 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/tlsauth"
+)
+
+// access is who may call a method, by the caller's certificate.
+type access int
+
+const (
+	// accessAny: any keel identity (controller, broker, admin). Reads.
+	accessAny access = iota + 1
+	// accessAdmin: an admin certificate. Every operator action that changes
+	// metadata, and snapshots.
+	accessAdmin
+	// accessBrokerSelf: the broker the request names in its field, or an
+	// admin. What a broker says about itself.
+	accessBrokerSelf
+	// accessBrokerOrAdmin: any broker, or an admin. A broker's own service.
+	accessBrokerOrAdmin
+)
+
+// rule is one method's access; field names the request's broker id field
+// for accessBrokerSelf.
+type rule struct {
+	access access
+	field  protoreflect.Name
+}
+
+func brokerSelf(field protoreflect.Name) rule { return rule{access: accessBrokerSelf, field: field} }
+
+var (
+	anyIdentity   = rule{access: accessAny}
+	adminOnly     = rule{access: accessAdmin}
+	brokerOrAdmin = rule{access: accessBrokerOrAdmin}
+)
+
+// methodRules is the one table of who may call what when TLS is on. Every
+// method of every keel service must be here (a test checks): a method
+// without a rule is refused to everyone.
+//
+// An admin certificate may do everything, brokers' calls included: an
+// operator may unregister a dead broker, and `keel bench` attaches its
+// simulated brokers with the operator's certificate.
+var methodRules = map[string]rule{
+	// Controller service: reads.
+	keelpb.ControllerService_DescribeQuorum_FullMethodName:             anyIdentity,
+	keelpb.ControllerService_ListBrokers_FullMethodName:                anyIdentity,
+	keelpb.ControllerService_ListTopics_FullMethodName:                 anyIdentity,
+	keelpb.ControllerService_DescribeTopic_FullMethodName:              anyIdentity,
+	keelpb.ControllerService_ListPartitionReassignments_FullMethodName: anyIdentity,
+
+	// Controller service: a broker about itself.
+	keelpb.ControllerService_RegisterBroker_FullMethodName:   brokerSelf("broker_id"),
+	keelpb.ControllerService_BrokerHeartbeat_FullMethodName:  brokerSelf("broker_id"),
+	keelpb.ControllerService_UnregisterBroker_FullMethodName: brokerSelf("broker_id"),
+	keelpb.ControllerService_StreamMetadata_FullMethodName:   brokerSelf("broker_id"),
+	keelpb.ControllerService_AlterPartition_FullMethodName:   brokerSelf("broker_id"),
+
+	// Controller service: operator actions.
+	keelpb.ControllerService_AppendNoOp_FullMethodName:                  adminOnly,
+	keelpb.ControllerService_CreateTopic_FullMethodName:                 adminOnly,
+	keelpb.ControllerService_CreatePartitions_FullMethodName:            adminOnly,
+	keelpb.ControllerService_DeleteTopic_FullMethodName:                 adminOnly,
+	keelpb.ControllerService_ElectLeaders_FullMethodName:                adminOnly,
+	keelpb.ControllerService_AlterPartitionReassignments_FullMethodName: adminOnly,
+	keelpb.ControllerService_FetchSnapshot_FullMethodName:               adminOnly,
+	keelpb.ControllerService_RestoreSnapshot_FullMethodName:             adminOnly,
+
+	// Broker service, on brokers. A fetch reports the fetching replica's
+	// progress, which moves it into the ISR: only that replica may send it.
+	keelpb.BrokerService_Inspect_FullMethodName: brokerOrAdmin,
+	keelpb.BrokerService_Fetch_FullMethodName:   brokerSelf("replica_id"),
+}
+
+// authorize decides whether id may call method with req. req may be nil
+// for every access but accessBrokerSelf, which reads the broker id from it.
+// Refusals are PermissionDenied, naming the caller and what was needed.
+func authorize(id tlsauth.Identity, method string, req proto.Message) error {
+	r, ok := methodRules[method]
+	if !ok {
+		return status.Errorf(codes.PermissionDenied, "%s has no authorization rule; refused to everyone", method)
+	}
+	name := shortMethod(method)
+	switch {
+	case id.Role == tlsauth.RoleNone:
+		return status.Errorf(codes.PermissionDenied, "%s: certificate %q names no keel role", name, id.Name)
+	case id.Role == tlsauth.RoleAdmin:
+		return nil
+	}
+	switch r.access {
+	case accessAny:
+		return nil
+	case accessAdmin:
+		return status.Errorf(codes.PermissionDenied, "%s needs an admin certificate; the caller's is %s", name, id)
+	case accessBrokerOrAdmin:
+		if id.Role == tlsauth.RoleBroker {
+			return nil
+		}
+		return status.Errorf(codes.PermissionDenied, "%s needs a broker or admin certificate; the caller's is %s", name, id)
+	case accessBrokerSelf:
+		if id.Role != tlsauth.RoleBroker {
+			return status.Errorf(codes.PermissionDenied, "%s needs the certificate of the broker in %s (broker-<%s>) or an admin's; the caller's is %s", name, r.field, r.field, id)
+		}
+		want, err := requestBrokerID(req, r.field)
+		if err != nil {
+			return status.Errorf(codes.Internal, "%s: %v", name, err)
+		}
+		if want != id.ID {
+			return status.Errorf(codes.PermissionDenied, "%s %d: certificate is for broker %d", r.field, want, id.ID)
+		}
+		return nil
+	}
+	return status.Errorf(codes.PermissionDenied, "%s: unknown access rule", name)
+}
+
+// requestBrokerID reads the int32 field named field from req.
+func requestBrokerID(req proto.Message, field protoreflect.Name) (int32, error) {
+	if req == nil {
+		return 0, fmt.Errorf("no request to read %s from", field)
+	}
+	m := req.ProtoReflect()
+	fd := m.Descriptor().Fields().ByName(field)
+	if fd == nil || fd.Kind() != protoreflect.Int32Kind || fd.Cardinality() == protoreflect.Repeated {
+		return 0, fmt.Errorf("%s has no int32 field %s", m.Descriptor().FullName(), field)
+	}
+	return int32(m.Get(fd).Int()), nil
+}
+
+// shortMethod is "CreateTopic" for "/keel.v1.ControllerService/CreateTopic".
+func shortMethod(full string) string {
+	return full[strings.LastIndex(full, "/")+1:]
+}
+
+// callerIdentity reads the identity of the caller's verified certificate.
+func callerIdentity(ctx context.Context) (tlsauth.Identity, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return tlsauth.Identity{}, status.Error(codes.Unauthenticated, "no peer information: is TLS on?")
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 {
+		return tlsauth.Identity{}, status.Error(codes.Unauthenticated, "no verified client certificate")
+	}
+	// The leaf of a verified chain: the certificate the handshake checked.
+	id, _ := tlsauth.PeerIdentity(info.State.VerifiedChains[0])
+	return id, nil
+}
+
+// authUnary authorizes every unary call by the caller's certificate.
+func authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	id, err := callerIdentity(ctx)
+	if err != nil {
+		return nil, err
+	}
+	msg, _ := req.(proto.Message)
+	if err := authorize(id, info.FullMethod, msg); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+// authStream authorizes every streaming call: at once when the certificate
+// alone decides, and otherwise (a broker calling about a broker id) on
+// every message the client sends.
+func authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	id, err := callerIdentity(ss.Context())
+	if err != nil {
+		return err
+	}
+	if r, ok := methodRules[info.FullMethod]; !ok || r.access != accessBrokerSelf || id.Role != tlsauth.RoleBroker {
+		if err := authorize(id, info.FullMethod, nil); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+	return handler(srv, &authorizedStream{ServerStream: ss, id: id, method: info.FullMethod})
+}
+
+// authorizedStream authorizes each message as the handler receives it.
+type authorizedStream struct {
+	grpc.ServerStream
+	id     tlsauth.Identity
+	method string
+}
+
+func (s *authorizedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	msg, _ := m.(proto.Message)
+	return authorize(s.id, s.method, msg)
+}

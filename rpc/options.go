@@ -1,0 +1,60 @@
+package rpc
+
+import (
+	"slices"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/keel-dev/keel/tlsauth"
+)
+
+// Option configures a client (NewClient, DialBroker) or a server's options
+// (ServerOptions).
+type Option func(*options)
+
+type options struct {
+	tls *tlsauth.Config
+}
+
+// WithTLS turns on mutual TLS with cfg; nil keeps plaintext. A client
+// presents cfg's certificate and requires the server's to be a controller's
+// (NewClient) or a broker's (DialBroker), valid for the host it dials. A
+// server requires a client certificate from cfg's CA and authorizes every
+// call by it (see methodRules).
+func WithTLS(cfg *tlsauth.Config) Option {
+	return func(o *options) { o.tls = cfg }
+}
+
+func buildOptions(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// clientDialOptions are dialOptions with the transport credentials o asks
+// for, toward a server that must hold role.
+func clientDialOptions(o options, role tlsauth.Role) []grpc.DialOption {
+	creds := insecure.NewCredentials()
+	if o.tls != nil {
+		creds = credentials.NewTLS(o.tls.Client(role))
+	}
+	return append(slices.Clone(dialOptions), grpc.WithTransportCredentials(creds))
+}
+
+// serverTLSOptions are the options a server needs for o: none for
+// plaintext; with TLS, the credentials and the interceptors that authorize
+// every call.
+func serverTLSOptions(o options) []grpc.ServerOption {
+	if o.tls == nil {
+		return nil
+	}
+	return []grpc.ServerOption{
+		grpc.Creds(credentials.NewTLS(o.tls.Server())),
+		grpc.ChainUnaryInterceptor(authUnary),
+		grpc.ChainStreamInterceptor(authStream),
+	}
+}

@@ -1,0 +1,559 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/raftlog"
+)
+
+// controllerRequestCase is one call to a ControllerService method.
+type controllerRequestCase struct {
+	method string // as in keelpb.ControllerService_ServiceDesc
+	name   string
+	field  string // the request field a refusal must name
+	call   func(*ControllerServer) error
+	// needsController: the method checks this field only once the active
+	// controller has taken the request (a snapshot upload is read, and
+	// checked, only by the node that will restore it).
+	needsController bool
+}
+
+// unaryCall calls a unary method of s with req.
+func unaryCall[Req, Resp any](m func(*ControllerServer, context.Context, *Req) (*Resp, error), req *Req) func(*ControllerServer) error {
+	return func(s *ControllerServer) error {
+		_, err := m(s, context.Background(), req)
+		return err
+	}
+}
+
+// edited returns a copy of base changed by edit.
+func edited[M proto.Message](base M, edit func(M)) M {
+	m := proto.Clone(base).(M)
+	edit(m)
+	return m
+}
+
+// sendStream is the server side of a server-streaming call, in memory.
+type sendStream[T any] struct {
+	grpc.ServerStream
+	sent []*T
+}
+
+func (s *sendStream[T]) Context() context.Context { return context.Background() }
+func (s *sendStream[T]) Send(m *T) error          { s.sent = append(s.sent, m); return nil }
+
+// restoreStream is the server side of a RestoreSnapshot upload, in memory:
+// Recv hands out reqs, then io.EOF as a client's CloseSend does.
+type restoreStream struct {
+	grpc.ServerStream
+	ctx  context.Context
+	reqs []*keelpb.RestoreSnapshotRequest
+}
+
+func (s *restoreStream) Context() context.Context { return s.ctx }
+
+func (s *restoreStream) Recv() (*keelpb.RestoreSnapshotRequest, error) {
+	if len(s.reqs) == 0 {
+		return nil, io.EOF
+	}
+	r := s.reqs[0]
+	s.reqs = s.reqs[1:]
+	return r, nil
+}
+
+func (s *restoreStream) SendAndClose(*keelpb.RestoreSnapshotResponse) error { return nil }
+
+func restoreCall(reqs ...*keelpb.RestoreSnapshotRequest) func(*ControllerServer) error {
+	return func(s *ControllerServer) error {
+		return s.RestoreSnapshot(&restoreStream{ctx: context.Background(), reqs: reqs})
+	}
+}
+
+func streamMetadataCall(req *keelpb.StreamMetadataRequest) func(*ControllerServer) error {
+	return func(s *ControllerServer) error {
+		return s.StreamMetadata(req, &sendStream[keelpb.MetadataPush]{})
+	}
+}
+
+// Valid requests, the bases the invalid ones are edited from.
+var (
+	validRegister = &keelpb.RegisterBrokerRequest{BrokerId: 1, IncarnationId: "8f0e6c1e-4b8a-4d43-9a55-0e8f3f6f3a10",
+		Address: "127.0.0.1:9092", Rack: "a", MinMetadataVersion: 1, MaxMetadataVersion: 1}
+	validHeartbeat      = &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: 5, MetadataOffset: 9}
+	validUnregister     = &keelpb.UnregisterBrokerRequest{BrokerId: 1, BrokerEpoch: 5}
+	validStreamMetadata = &keelpb.StreamMetadataRequest{BrokerId: 1, BrokerEpoch: 5, FromOffset: 3, ClusterId: "c"}
+	validCreateTopic    = &keelpb.CreateTopicRequest{Name: "orders.v1_x-y", Partitions: 3, ReplicationFactor: 2,
+		Configs: map[string]string{fsm.UncleanLeaderElection: "true"}}
+	validCreateAssigned = &keelpb.CreateTopicRequest{Name: "orders", Assignments: []*keelpb.PartitionAssignment{
+		{Replicas: []int32{1, 2}}, {Replicas: []int32{2, 0}}}}
+	validCreatePartitions = &keelpb.CreatePartitionsRequest{Topic: "orders", Count: 4}
+	validAddAssigned      = &keelpb.CreatePartitionsRequest{Topic: "orders", Count: 4, Assignments: []*keelpb.PartitionAssignment{{Replicas: []int32{3, 1}}}}
+	validAlterPartition   = &keelpb.AlterPartitionRequest{BrokerId: 1, BrokerEpoch: 5, TopicId: "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
+		Partition: 0, LeaderEpoch: 0, PartitionEpoch: 0, NewIsr: []int32{1, 2}}
+	validElect = &keelpb.ElectLeadersRequest{Type: keelpb.ElectionType_ELECTION_TYPE_PREFERRED,
+		Partitions: []*keelpb.TopicPartition{{Topic: "orders", Partition: 0}, {Topic: "orders", Partition: 1}, {Topic: "other", Partition: 0}}}
+	validElectAll = &keelpb.ElectLeadersRequest{Type: keelpb.ElectionType_ELECTION_TYPE_UNCLEAN, All: true}
+	validReassign = &keelpb.AlterPartitionReassignmentsRequest{Topic: "orders", Partition: 0, Replicas: []int32{1, 2, 3}}
+)
+
+// validControllerRequests are well-formed requests of every method that
+// has input: they must pass the server's checks.
+func validControllerRequests() []controllerRequestCase {
+	return []controllerRequestCase{
+		{method: "AppendNoOp", call: unaryCall((*ControllerServer).AppendNoOp, &keelpb.AppendNoOpRequest{RequestId: "r1"})},
+		{method: "AppendNoOp", name: "no request id", call: unaryCall((*ControllerServer).AppendNoOp, &keelpb.AppendNoOpRequest{})},
+		{method: "RegisterBroker", call: unaryCall((*ControllerServer).RegisterBroker, validRegister)},
+		{method: "RegisterBroker", name: "a cluster id, no rack", call: unaryCall((*ControllerServer).RegisterBroker,
+			edited(validRegister, func(r *keelpb.RegisterBrokerRequest) { r.ClusterId, r.Rack, r.BrokerId = "c", "", 0 }))},
+		{method: "BrokerHeartbeat", call: unaryCall((*ControllerServer).BrokerHeartbeat, validHeartbeat)},
+		{method: "UnregisterBroker", call: unaryCall((*ControllerServer).UnregisterBroker, validUnregister)},
+		{method: "StreamMetadata", call: streamMetadataCall(validStreamMetadata)},
+		{method: "CreateTopic", call: unaryCall((*ControllerServer).CreateTopic, validCreateTopic)},
+		{method: "CreateTopic", name: "assigned", call: unaryCall((*ControllerServer).CreateTopic, validCreateAssigned)},
+		{method: "CreateTopic", name: "assigned, partitions given", call: unaryCall((*ControllerServer).CreateTopic,
+			edited(validCreateAssigned, func(r *keelpb.CreateTopicRequest) { r.Partitions = 2 }))},
+		{method: "CreateTopic", name: "validate only", call: unaryCall((*ControllerServer).CreateTopic,
+			edited(validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.ValidateOnly = true }))},
+		{method: "CreatePartitions", call: unaryCall((*ControllerServer).CreatePartitions, validCreatePartitions)},
+		{method: "CreatePartitions", name: "assigned", call: unaryCall((*ControllerServer).CreatePartitions, validAddAssigned)},
+		{method: "DeleteTopic", call: unaryCall((*ControllerServer).DeleteTopic, &keelpb.DeleteTopicRequest{Name: "orders"})},
+		{method: "DescribeTopic", call: unaryCall((*ControllerServer).DescribeTopic, &keelpb.DescribeTopicRequest{Name: "orders"})},
+		{method: "AlterPartition", call: unaryCall((*ControllerServer).AlterPartition, validAlterPartition)},
+		{method: "ElectLeaders", call: unaryCall((*ControllerServer).ElectLeaders, validElect)},
+		{method: "ElectLeaders", name: "all", call: unaryCall((*ControllerServer).ElectLeaders, validElectAll)},
+		{method: "AlterPartitionReassignments", call: unaryCall((*ControllerServer).AlterPartitionReassignments, validReassign)},
+		{method: "AlterPartitionReassignments", name: "cancel", call: unaryCall((*ControllerServer).AlterPartitionReassignments,
+			edited(validReassign, func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = nil }))},
+	}
+}
+
+// invalidControllerRequests are requests each wrong in one field.
+func invalidControllerRequests() []controllerRequestCase {
+	long := func(n int) string { return strings.Repeat("x", n) }
+	ids := func(n int) []int32 {
+		out := make([]int32, n)
+		for i := range out {
+			out[i] = int32(i)
+		}
+		return out
+	}
+	manyConfigs := map[string]string{}
+	for i := range maxConfigs + 1 {
+		manyConfigs[fmt.Sprintf("c%d", i)] = "v"
+	}
+	manyTPs := make([]*keelpb.TopicPartition, maxPartitionsPerRequest+1)
+	for i := range manyTPs {
+		manyTPs[i] = &keelpb.TopicPartition{Topic: "t", Partition: int32(i)}
+	}
+
+	register := func(name, field string, edit func(*keelpb.RegisterBrokerRequest)) controllerRequestCase {
+		return controllerRequestCase{method: "RegisterBroker", name: name, field: field,
+			call: unaryCall((*ControllerServer).RegisterBroker, edited(validRegister, edit))}
+	}
+	heartbeat := func(name, field string, edit func(*keelpb.BrokerHeartbeatRequest)) controllerRequestCase {
+		return controllerRequestCase{method: "BrokerHeartbeat", name: name, field: field,
+			call: unaryCall((*ControllerServer).BrokerHeartbeat, edited(validHeartbeat, edit))}
+	}
+	unregister := func(name, field string, edit func(*keelpb.UnregisterBrokerRequest)) controllerRequestCase {
+		return controllerRequestCase{method: "UnregisterBroker", name: name, field: field,
+			call: unaryCall((*ControllerServer).UnregisterBroker, edited(validUnregister, edit))}
+	}
+	streamMeta := func(name, field string, edit func(*keelpb.StreamMetadataRequest)) controllerRequestCase {
+		return controllerRequestCase{method: "StreamMetadata", name: name, field: field,
+			call: streamMetadataCall(edited(validStreamMetadata, edit))}
+	}
+	create := func(name, field string, base *keelpb.CreateTopicRequest, edit func(*keelpb.CreateTopicRequest)) controllerRequestCase {
+		return controllerRequestCase{method: "CreateTopic", name: name, field: field,
+			call: unaryCall((*ControllerServer).CreateTopic, edited(base, edit))}
+	}
+	addParts := func(name, field string, base *keelpb.CreatePartitionsRequest, edit func(*keelpb.CreatePartitionsRequest)) controllerRequestCase {
+		return controllerRequestCase{method: "CreatePartitions", name: name, field: field,
+			call: unaryCall((*ControllerServer).CreatePartitions, edited(base, edit))}
+	}
+	alter := func(name, field string, edit func(*keelpb.AlterPartitionRequest)) controllerRequestCase {
+		return controllerRequestCase{method: "AlterPartition", name: name, field: field,
+			call: unaryCall((*ControllerServer).AlterPartition, edited(validAlterPartition, edit))}
+	}
+	elect := func(name, field string, base *keelpb.ElectLeadersRequest, edit func(*keelpb.ElectLeadersRequest)) controllerRequestCase {
+		return controllerRequestCase{method: "ElectLeaders", name: name, field: field,
+			call: unaryCall((*ControllerServer).ElectLeaders, edited(base, edit))}
+	}
+	reassign := func(name, field string, edit func(*keelpb.AlterPartitionReassignmentsRequest)) controllerRequestCase {
+		return controllerRequestCase{method: "AlterPartitionReassignments", name: name, field: field,
+			call: unaryCall((*ControllerServer).AlterPartitionReassignments, edited(validReassign, edit))}
+	}
+	assign := func(rs ...[]int32) []*keelpb.PartitionAssignment {
+		out := make([]*keelpb.PartitionAssignment, len(rs))
+		for i, r := range rs {
+			out[i] = &keelpb.PartitionAssignment{Replicas: r}
+		}
+		return out
+	}
+	restore := func(name, field string, reqs ...*keelpb.RestoreSnapshotRequest) controllerRequestCase {
+		return controllerRequestCase{method: "RestoreSnapshot", name: name, field: field, call: restoreCall(reqs...), needsController: true}
+	}
+
+	return []controllerRequestCase{
+		{method: "AppendNoOp", name: "an over-long request id", field: "request_id",
+			call: unaryCall((*ControllerServer).AppendNoOp, &keelpb.AppendNoOpRequest{RequestId: long(maxRequestIDLen + 1)})},
+
+		register("a negative broker id", "broker_id", func(r *keelpb.RegisterBrokerRequest) { r.BrokerId = -1 }),
+		register("no incarnation id", "incarnation_id", func(r *keelpb.RegisterBrokerRequest) { r.IncarnationId = "" }),
+		register("an incarnation id that is no UUID", "incarnation_id", func(r *keelpb.RegisterBrokerRequest) { r.IncarnationId = "broker-1" }),
+		register("an incarnation id in braces", "incarnation_id", func(r *keelpb.RegisterBrokerRequest) { r.IncarnationId = "{" + validRegister.IncarnationId + "}" }),
+		register("no address", "address", func(r *keelpb.RegisterBrokerRequest) { r.Address = "" }),
+		register("an address without a port", "address", func(r *keelpb.RegisterBrokerRequest) { r.Address = "broker1" }),
+		register("an address without a host", "address", func(r *keelpb.RegisterBrokerRequest) { r.Address = ":9092" }),
+		register("port 0", "address", func(r *keelpb.RegisterBrokerRequest) { r.Address = "broker1:0" }),
+		register("port 65536", "address", func(r *keelpb.RegisterBrokerRequest) { r.Address = "broker1:65536" }),
+		register("an over-long address", "address", func(r *keelpb.RegisterBrokerRequest) { r.Address = long(maxAddressLen) + ":1" }),
+		register("an over-long rack", "rack", func(r *keelpb.RegisterBrokerRequest) { r.Rack = long(maxRackLen + 1) }),
+		register("metadata version 0", "min_metadata_version", func(r *keelpb.RegisterBrokerRequest) { r.MinMetadataVersion, r.MaxMetadataVersion = 0, 0 }),
+		register("an empty version range", "max_metadata_version", func(r *keelpb.RegisterBrokerRequest) { r.MinMetadataVersion, r.MaxMetadataVersion = 3, 2 }),
+		register("an over-long cluster id", "cluster_id", func(r *keelpb.RegisterBrokerRequest) { r.ClusterId = long(maxClusterIDLen + 1) }),
+
+		heartbeat("a negative broker id", "broker_id", func(r *keelpb.BrokerHeartbeatRequest) { r.BrokerId = -1 }),
+		heartbeat("broker epoch 0", "broker_epoch", func(r *keelpb.BrokerHeartbeatRequest) { r.BrokerEpoch = 0 }),
+		heartbeat("a negative broker epoch", "broker_epoch", func(r *keelpb.BrokerHeartbeatRequest) { r.BrokerEpoch = -5 }),
+
+		unregister("a negative broker id", "broker_id", func(r *keelpb.UnregisterBrokerRequest) { r.BrokerId = -1 }),
+		unregister("broker epoch 0", "broker_epoch", func(r *keelpb.UnregisterBrokerRequest) { r.BrokerEpoch = 0 }),
+
+		streamMeta("a negative broker id", "broker_id", func(r *keelpb.StreamMetadataRequest) { r.BrokerId = -1 }),
+		streamMeta("broker epoch 0", "broker_epoch", func(r *keelpb.StreamMetadataRequest) { r.BrokerEpoch = 0 }),
+		streamMeta("an over-long cluster id", "cluster_id", func(r *keelpb.StreamMetadataRequest) { r.ClusterId = long(maxClusterIDLen + 1) }),
+
+		create("no name", "name", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Name = "" }),
+		create("the name dot", "name", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Name = "." }),
+		create("the name dot-dot", "name", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Name = ".." }),
+		create("a slash in the name", "name", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Name = "bad/name" }),
+		create("a space in the name", "name", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Name = "bad name" }),
+		create("a non-ASCII name", "name", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Name = "tópico" }),
+		create("a 250-character name", "name", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Name = long(fsm.MaxTopicNameLen + 1) }),
+		create("negative partitions", "partitions", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Partitions = -1 }),
+		create("no partitions and no assignments", "partitions", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Partitions = 0 }),
+		create("too many partitions", "partitions", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Partitions = maxPartitionsPerRequest + 1 }),
+		create("partitions unlike the assignments", "partitions", validCreateAssigned, func(r *keelpb.CreateTopicRequest) { r.Partitions = 3 }),
+		create("a negative replication factor", "replication_factor", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.ReplicationFactor = -1 }),
+		create("replication factor 0 and no assignments", "replication_factor", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.ReplicationFactor = 0 }),
+		create("too high a replication factor", "replication_factor", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.ReplicationFactor = maxReplicationFactor + 1 }),
+		create("a partition without replicas", "assignments", validCreateAssigned, func(r *keelpb.CreateTopicRequest) { r.Assignments = assign([]int32{1}, nil) }),
+		create("a nil assignment", "assignments", validCreateAssigned, func(r *keelpb.CreateTopicRequest) { r.Assignments = append(r.Assignments, nil) }),
+		create("a negative broker", "assignments", validCreateAssigned, func(r *keelpb.CreateTopicRequest) { r.Assignments = assign([]int32{1, -2}) }),
+		create("a broker twice", "assignments", validCreateAssigned, func(r *keelpb.CreateTopicRequest) { r.Assignments = assign([]int32{1, 2}, []int32{3, 3}) }),
+		create("unequal replication factors", "assignments", validCreateAssigned, func(r *keelpb.CreateTopicRequest) { r.Assignments = assign([]int32{1, 2}, []int32{3}) }),
+		create("too many replicas", "assignments", validCreateAssigned, func(r *keelpb.CreateTopicRequest) { r.Assignments = assign(ids(maxReplicationFactor + 1)) }),
+		create("too many configs", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Configs = manyConfigs }),
+		create("an empty config key", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Configs = map[string]string{"": "x"} }),
+		create("an over-long config key", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Configs = map[string]string{long(maxConfigKeyLen + 1): "x"} }),
+		create("an over-long config value", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) {
+			r.Configs = map[string]string{fsm.UncleanLeaderElection: long(maxConfigValueLen + 1)}
+		}),
+
+		addParts("no topic", "topic", validCreatePartitions, func(r *keelpb.CreatePartitionsRequest) { r.Topic = "" }),
+		addParts("an over-long topic", "topic", validCreatePartitions, func(r *keelpb.CreatePartitionsRequest) { r.Topic = long(fsm.MaxTopicNameLen + 1) }),
+		addParts("count 0", "count", validCreatePartitions, func(r *keelpb.CreatePartitionsRequest) { r.Count = 0 }),
+		addParts("a negative count", "count", validCreatePartitions, func(r *keelpb.CreatePartitionsRequest) { r.Count = -4 }),
+		addParts("too high a count", "count", validCreatePartitions, func(r *keelpb.CreatePartitionsRequest) { r.Count = maxPartitionsPerRequest + 1 }),
+		addParts("a partition without replicas", "assignments", validAddAssigned, func(r *keelpb.CreatePartitionsRequest) { r.Assignments = assign(nil) }),
+		addParts("a broker twice", "assignments", validAddAssigned, func(r *keelpb.CreatePartitionsRequest) { r.Assignments = assign([]int32{2, 1, 2}) }),
+		addParts("a negative broker", "assignments", validAddAssigned, func(r *keelpb.CreatePartitionsRequest) { r.Assignments = assign([]int32{-1}) }),
+
+		{method: "DeleteTopic", name: "no name", field: "name",
+			call: unaryCall((*ControllerServer).DeleteTopic, &keelpb.DeleteTopicRequest{})},
+		{method: "DeleteTopic", name: "an over-long name", field: "name",
+			call: unaryCall((*ControllerServer).DeleteTopic, &keelpb.DeleteTopicRequest{Name: long(fsm.MaxTopicNameLen + 1)})},
+
+		{method: "DescribeTopic", name: "no name", field: "name",
+			call: unaryCall((*ControllerServer).DescribeTopic, &keelpb.DescribeTopicRequest{Linearizable: true})},
+		{method: "DescribeTopic", name: "an over-long name", field: "name",
+			call: unaryCall((*ControllerServer).DescribeTopic, &keelpb.DescribeTopicRequest{Name: long(fsm.MaxTopicNameLen + 1)})},
+
+		alter("a negative broker id", "broker_id", func(r *keelpb.AlterPartitionRequest) { r.BrokerId = -1 }),
+		alter("broker epoch 0", "broker_epoch", func(r *keelpb.AlterPartitionRequest) { r.BrokerEpoch = 0 }),
+		alter("no topic id", "topic_id", func(r *keelpb.AlterPartitionRequest) { r.TopicId = "" }),
+		alter("a topic name for a topic id", "topic_id", func(r *keelpb.AlterPartitionRequest) { r.TopicId = "orders" }),
+		alter("a topic id of 16 raw bytes", "topic_id", func(r *keelpb.AlterPartitionRequest) { r.TopicId = "0123456789abcdef" }),
+		alter("a topic id with bad hex", "topic_id", func(r *keelpb.AlterPartitionRequest) { r.TopicId = "zf1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0" }),
+		alter("a negative partition", "partition", func(r *keelpb.AlterPartitionRequest) { r.Partition = -1 }),
+		alter("a negative leader epoch", "leader_epoch", func(r *keelpb.AlterPartitionRequest) { r.LeaderEpoch = -1 }),
+		alter("a negative partition epoch", "partition_epoch", func(r *keelpb.AlterPartitionRequest) { r.PartitionEpoch = -1 }),
+		alter("an empty ISR", "new_isr", func(r *keelpb.AlterPartitionRequest) { r.NewIsr = nil }),
+		alter("an over-long ISR", "new_isr", func(r *keelpb.AlterPartitionRequest) { r.NewIsr = ids(maxReplicationFactor + 1) }),
+		alter("a negative ISR member", "new_isr", func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{1, -2} }),
+		alter("an ISR member twice", "new_isr", func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{1, 2, 1} }),
+
+		elect("no type", "type", validElect, func(r *keelpb.ElectLeadersRequest) { r.Type = keelpb.ElectionType_ELECTION_TYPE_UNSPECIFIED }),
+		elect("an unknown type", "type", validElect, func(r *keelpb.ElectLeadersRequest) { r.Type = 7 }),
+		elect("partitions and all", "partitions", validElect, func(r *keelpb.ElectLeadersRequest) { r.All = true }),
+		elect("neither partitions nor all", "partitions", validElect, func(r *keelpb.ElectLeadersRequest) { r.Partitions = nil }),
+		elect("too many partitions", "partitions", validElect, func(r *keelpb.ElectLeadersRequest) { r.Partitions = manyTPs }),
+		elect("a partition without a topic", "partitions", validElect, func(r *keelpb.ElectLeadersRequest) { r.Partitions[1].Topic = "" }),
+		elect("a nil partition", "partitions", validElect, func(r *keelpb.ElectLeadersRequest) { r.Partitions = append(r.Partitions, nil) }),
+		elect("an over-long topic", "partitions", validElect, func(r *keelpb.ElectLeadersRequest) { r.Partitions[0].Topic = long(fsm.MaxTopicNameLen + 1) }),
+		elect("a negative partition", "partitions", validElect, func(r *keelpb.ElectLeadersRequest) { r.Partitions[2].Partition = -1 }),
+		elect("a partition twice", "partitions", validElect, func(r *keelpb.ElectLeadersRequest) { r.Partitions[1].Partition = 0 }),
+
+		reassign("no topic", "topic", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Topic = "" }),
+		reassign("an over-long topic", "topic", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Topic = long(fsm.MaxTopicNameLen + 1) }),
+		reassign("a negative partition", "partition", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Partition = -1 }),
+		reassign("a negative replica", "replicas", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = []int32{1, -1} }),
+		reassign("too many replicas", "replicas", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = ids(maxReplicationFactor + 1) }),
+		reassign("a replica twice", "replicas", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = []int32{1, 2, 1} }),
+
+		restore("bytes that are no snapshot", "data", &keelpb.RestoreSnapshotRequest{Data: []byte("not a snapshot"), Last: true}),
+		restore("an empty upload", "data", &keelpb.RestoreSnapshotRequest{Last: true}),
+		restore("no chunk marked last", "last", &keelpb.RestoreSnapshotRequest{Data: []byte("x")}),
+	}
+}
+
+// controllerMethodsWithoutInput take nothing that can be invalid: their
+// requests hold no fields but bools (checked below).
+var controllerMethodsWithoutInput = map[string]bool{
+	"DescribeQuorum":             true,
+	"ListBrokers":                true,
+	"ListTopics":                 true,
+	"ListPartitionReassignments": true,
+	"FetchSnapshot":              true,
+}
+
+// anyValueFields are request fields every value of which is valid, so that
+// no case needs to name them.
+var anyValueFields = map[protoreflect.FullName]bool{
+	"keel.v1.BrokerHeartbeatRequest.metadata_offset": true, // the broker's own applied offset, 0 for none
+	"keel.v1.StreamMetadataRequest.from_offset":      true, // behind the retained history gets an image
+}
+
+// callRecovering calls call, turning a panic into an error: a server with
+// no controller panics when a request gets past its checks.
+func callRecovering(s *ControllerServer, call func(*ControllerServer) error) (panicked any, err error) {
+	defer func() { panicked = recover() }()
+	return nil, call(s)
+}
+
+func caseName(tc controllerRequestCase) string {
+	if tc.name == "" {
+		return tc.method
+	}
+	return tc.method + "/" + tc.name
+}
+
+// TestControllerServer_RefusesInvalidRequests: each request wrong in one
+// field is refused with InvalidArgument naming the field, before the server
+// touches its controller (it has none: a request that got through would
+// panic), except a snapshot upload, which only the active controller reads.
+func TestControllerServer_RefusesInvalidRequests(t *testing.T) {
+	bare := NewControllerServer(nil, "test", time.Second)
+	withCtrl := NewControllerServer(newActiveController(t), "test", 5*time.Second)
+	for _, tc := range invalidControllerRequests() {
+		t.Run(caseName(tc), func(t *testing.T) {
+			s := bare
+			if tc.needsController {
+				s = withCtrl
+			}
+			panicked, err := callRecovering(s, tc.call)
+			if panicked != nil {
+				t.Fatalf("the request got past validation to the controller (panic: %v)", panicked)
+			}
+			st := status.Convert(err)
+			if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), tc.field) {
+				t.Fatalf("err = %v; want InvalidArgument naming %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// TestControllerServer_PassesValidRequests: well-formed requests get past
+// the checks (here to a missing controller: the panic says they got there).
+func TestControllerServer_PassesValidRequests(t *testing.T) {
+	s := NewControllerServer(nil, "test", time.Second)
+	for _, tc := range validControllerRequests() {
+		t.Run(caseName(tc), func(t *testing.T) {
+			panicked, err := callRecovering(s, tc.call)
+			if panicked == nil {
+				t.Fatalf("a valid request did not reach the controller: err = %v", err)
+			}
+		})
+	}
+}
+
+// TestControllerServer_EveryMethodValidated: every method of the service
+// has invalid-request cases, or takes no input that can be invalid, and
+// every field of its request is named by a case or can hold any value. A
+// new method or field without checks fails here.
+func TestControllerServer_EveryMethodValidated(t *testing.T) {
+	fields := map[string]map[string]bool{} // method → fields cases name
+	for _, tc := range invalidControllerRequests() {
+		if fields[tc.method] == nil {
+			fields[tc.method] = map[string]bool{}
+		}
+		fields[tc.method][tc.field] = true
+	}
+	valid := map[string]bool{}
+	for _, tc := range validControllerRequests() {
+		valid[tc.method] = true
+	}
+	desc := keelpb.ControllerService_ServiceDesc
+	var methods []string
+	for _, m := range desc.Methods {
+		methods = append(methods, m.MethodName)
+	}
+	for _, s := range desc.Streams {
+		methods = append(methods, s.StreamName)
+	}
+	sd := keelpb.File_controller_proto.Services().ByName("ControllerService")
+	seen := map[string]bool{}
+	for _, m := range methods {
+		seen[m] = true
+		in := sd.Methods().ByName(protoreflect.Name(m)).Input()
+		switch {
+		case controllerMethodsWithoutInput[m] && fields[m] != nil:
+			t.Errorf("%s has invalid-request cases but is listed as taking no input", m)
+		case controllerMethodsWithoutInput[m]:
+			for i := range in.Fields().Len() {
+				if f := in.Fields().Get(i); f.Kind() != protoreflect.BoolKind {
+					t.Errorf("%s is listed as taking no input, but %s can be invalid", m, f.FullName())
+				}
+			}
+		case fields[m] == nil:
+			t.Errorf("%s has no invalid-request case and is not listed as taking no input", m)
+		default:
+			for i := range in.Fields().Len() {
+				f := in.Fields().Get(i)
+				if f.Kind() != protoreflect.BoolKind && !fields[m][string(f.Name())] && !anyValueFields[f.FullName()] {
+					t.Errorf("%s: no invalid-request case names %s, and it is not listed as taking any value", m, f.FullName())
+				}
+			}
+			if !valid[m] && !checkedByController(m) {
+				t.Errorf("%s has no valid-request case", m)
+			}
+		}
+	}
+	for m := range fields {
+		if !seen[m] {
+			t.Errorf("cases name %s, which is no method of the service", m)
+		}
+	}
+	for m := range controllerMethodsWithoutInput {
+		if !seen[m] {
+			t.Errorf("controllerMethodsWithoutInput has %s, which is no method of the service", m)
+		}
+	}
+}
+
+// checkedByController: the method's checks need the active controller, so
+// TestControllerServer_PassesValidRequests cannot call it.
+func checkedByController(method string) bool {
+	for _, tc := range invalidControllerRequests() {
+		if tc.method == method && tc.needsController {
+			return true
+		}
+	}
+	return false
+}
+
+// TestControllerServer_RefusesOversizedRequests: over a real connection, a
+// request above maxRecvMsgBytes, unary or one chunk of an upload, is refused
+// with ResourceExhausted, and the server goes on answering.
+func TestControllerServer_RefusesOversizedRequests(t *testing.T) {
+	ctrl := newActiveController(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(ServerOptions()...)
+	NewControllerServer(ctrl, "test", 5*time.Second).Register(g)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	cl := keelpb.NewControllerServiceClient(cc)
+	ctx := testCtx(t)
+
+	_, err = cl.AppendNoOp(ctx, &keelpb.AppendNoOpRequest{RequestId: strings.Repeat("x", maxRecvMsgBytes+1)})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("AppendNoOp of %d bytes: err = %v, want ResourceExhausted", maxRecvMsgBytes+1, err)
+	}
+
+	up, err := cl.RestoreSnapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Send may see the server's early answer as io.EOF; CloseAndRecv has it.
+	_ = up.Send(&keelpb.RestoreSnapshotRequest{Data: make([]byte, maxRecvMsgBytes+1), Last: true})
+	if _, err := up.CloseAndRecv(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("RestoreSnapshot chunk of %d bytes: err = %v, want ResourceExhausted", maxRecvMsgBytes+1, err)
+	}
+
+	resp, err := cl.AppendNoOp(ctx, &keelpb.AppendNoOpRequest{RequestId: "after"})
+	if err != nil || resp.GetIndex() == 0 {
+		t.Fatalf("AppendNoOp after the refusals = %v, %v", resp, err)
+	}
+	if q, err := cl.DescribeQuorum(ctx, &keelpb.DescribeQuorumRequest{}); err != nil || !q.GetActive() {
+		t.Fatalf("DescribeQuorum after the refusals = %v, %v", q, err)
+	}
+}
+
+// newActiveController starts a one-node controller quorum on raft's
+// in-memory transport and waits until it is the active controller. It stops
+// when the test ends.
+func newActiveController(t *testing.T) *controller.Controller {
+	t.Helper()
+	addr, trans := raft.NewInmemTransport("node-1")
+	store := raft.NewInmemStore()
+	snaps := raft.NewInmemSnapshotStore()
+	cfg := raft.DefaultConfig()
+	cfg.LocalID = raftlog.ServerID(1)
+	cfg.HeartbeatTimeout = 50 * time.Millisecond
+	cfg.ElectionTimeout = 50 * time.Millisecond
+	cfg.LeaderLeaseTimeout = 50 * time.Millisecond
+	cfg.CommitTimeout = 5 * time.Millisecond
+	cfg.Logger = hclog.NewNullLogger()
+	voters := raft.Configuration{Servers: []raft.Server{{ID: cfg.LocalID, Address: addr}}}
+	if err := raft.BootstrapCluster(cfg, store, store, snaps, trans, voters); err != nil {
+		t.Fatalf("bootstrap: %v", err)
+	}
+	applied := controller.NewAppliedLog(fsm.New(), 0, 0)
+	ctrl := controller.New(controller.Config{NodeID: 1, ClusterID: "test-cluster", ApplyTimeout: time.Second,
+		Logger: slog.New(slog.DiscardHandler)}, applied)
+	cfg.NotifyCh = ctrl.NotifyCh()
+	r, err := raft.NewRaft(cfg, raftlog.RaftFSM(applied), store, store, snaps, trans)
+	if err != nil {
+		t.Fatalf("raft: %v", err)
+	}
+	ctrl.Start(r)
+	t.Cleanup(func() {
+		ctrl.Stop()
+		_ = r.Shutdown().Error()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for active, _ := ctrl.Active(); !active; active, _ = ctrl.Active() {
+		if time.Now().After(deadline) {
+			t.Fatal("the one-node controller did not become active")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return ctrl
+}

@@ -1,0 +1,119 @@
+package tlsauth
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Role is what a certificate lets its holder be.
+type Role int
+
+const (
+	// RoleNone is a certificate that names no Keel role.
+	RoleNone Role = iota
+	// RoleController is a controller node: common name controller-<node id>.
+	RoleController
+	// RoleBroker is a broker: common name broker-<broker id>.
+	RoleBroker
+	// RoleAdmin is an operator: common name admin or admin-<name>.
+	RoleAdmin
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleController:
+		return "controller"
+	case RoleBroker:
+		return "broker"
+	case RoleAdmin:
+		return "admin"
+	}
+	return "none"
+}
+
+// Identity is who a certificate says its holder is.
+type Identity struct {
+	Role Role
+	// ID is the controller's node id or the broker's id; 0 for an admin.
+	ID int32
+	// Name is the certificate's common name, as written.
+	Name string
+}
+
+// String is the common name, which is how errors name a caller.
+func (id Identity) String() string { return id.Name }
+
+// maxAdminName bounds the <name> of admin-<name>.
+const maxAdminName = 64
+
+// ParseIdentity reads the identity a certificate's Subject Common Name
+// names: controller-<id> (id a positive node id), broker-<id> (id a broker
+// id, 0 or more), admin, or admin-<name> (letters, digits, '.', '_', '-').
+// Ids are plain decimal without a sign or leading zeros, so that one broker
+// has exactly one name. Anything else fails, naming the common name.
+func ParseIdentity(cn string) (Identity, error) {
+	if cn == "admin" {
+		return Identity{Role: RoleAdmin, Name: cn}, nil
+	}
+	if name, ok := strings.CutPrefix(cn, "admin-"); ok && validAdminName(name) {
+		return Identity{Role: RoleAdmin, Name: cn}, nil
+	}
+	if s, ok := strings.CutPrefix(cn, "controller-"); ok {
+		if id, ok := parseID(s); ok && id > 0 {
+			return Identity{Role: RoleController, ID: id, Name: cn}, nil
+		}
+	}
+	if s, ok := strings.CutPrefix(cn, "broker-"); ok {
+		if id, ok := parseID(s); ok {
+			return Identity{Role: RoleBroker, ID: id, Name: cn}, nil
+		}
+	}
+	return Identity{Name: cn}, fmt.Errorf("certificate common name %q names no keel role (want controller-<id>, broker-<id>, admin or admin-<name>)", cn)
+}
+
+// parseID accepts the canonical decimal form of a non-negative int32.
+func parseID(s string) (int32, bool) {
+	if s == "" || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil || n < 0 || n > math.MaxInt32 {
+		return 0, false
+	}
+	return int32(n), true
+}
+
+func validAdminName(s string) bool {
+	if s == "" || len(s) > maxAdminName {
+		return false
+	}
+	for _, c := range s {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// errNoPeerCertificate: the peer sent no certificate. A server that requires
+// one never gets here; a client whose server sent none does.
+var errNoPeerCertificate = errors.New("the peer presented no certificate")
+
+// PeerIdentity returns the identity of a TLS peer from the certificates it
+// presented (its leaf first), which the caller must have verified.
+func PeerIdentity(certs []*x509.Certificate) (Identity, error) {
+	if len(certs) == 0 {
+		return Identity{}, errNoPeerCertificate
+	}
+	return ParseIdentity(certs[0].Subject.CommonName)
+}

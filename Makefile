@@ -3,8 +3,9 @@ BIN       := bin/keel
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 PROTO_DIR := proto/keelpb
+SHELL     := /bin/bash
 
-.PHONY: all build run test lint fuzz proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel clean
+.PHONY: all build run test faults lint fuzz proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel clean
 
 all: build
 
@@ -18,6 +19,16 @@ run: build
 ## test: every test, race detector on, integration tests included.
 test: build
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+## faults: the fault-injection suite for longer: FAULT_RUNS runs (10) of FAULT_DURATION
+## faults each (30s) on fresh 3-controller, 3-broker clusters; KEEL_FAULT_SEED replays
+## a run. `make test` runs it once for 15s.
+FAULT_RUNS     ?= 10
+FAULT_DURATION ?= 30s
+faults: build
+	KEEL_FAULT_RUNS=$(FAULT_RUNS) KEEL_FAULT_DURATION=$(FAULT_DURATION) \
+		$(GO) test -race -count=1 -run '^TestFaults$$' -v -timeout 60m ./integration/ 2>&1 | \
+		tee faults.log | grep -v '^        time='; test $${PIPESTATUS[0]} -eq 0
 
 lint:
 	gofmt -l . | tee /dev/stderr | (! read)

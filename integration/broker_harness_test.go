@@ -116,7 +116,7 @@ func (c *Cluster) startBrokers(ids []int32, opts [][]brokerOption) {
 	nds := make([]*procNode, len(ids))
 	ports := freePorts(t, len(ids)) // distinct from each other
 	for i, id := range ids {
-		o := brokerOptions{heartbeat: testHeartbeat}
+		o := brokerOptions{heartbeat: testHeartbeat, flags: c.opts.tlsFlags(fmt.Sprintf("broker-%d", id))}
 		for _, opt := range opts[i] {
 			opt(&o)
 		}
@@ -136,7 +136,7 @@ func (c *Cluster) startBrokers(ids []int32, opts [][]brokerOption) {
 			dataDir: filepath.Join(c.dir, fmt.Sprintf("b%d", id)),
 			logPath: filepath.Join(c.dir, fmt.Sprintf("b%d.log", id)),
 		}
-		nd.args = brokerArgs(id, nd.addr, nd.dataDir, c.Addrs(), o)
+		nd.args = brokerArgs(id, nd.addr, nd.dataDir, c.VoterAddrs(), o)
 		c.brokers[id] = nd
 		c.brokerMu.Unlock()
 		nds[i] = nd
@@ -452,7 +452,7 @@ func (c *Cluster) brokerClient(addr string) (*rpc.BrokerClient, error) {
 	if bc, ok := c.brokerConns[addr]; ok {
 		return bc, nil
 	}
-	bc, err := rpc.DialBroker(addr)
+	bc, err := rpc.DialBroker(addr, c.opts.rpcOptions()...)
 	if err != nil {
 		return nil, err
 	}

@@ -239,6 +239,7 @@ type Cluster struct {
 	opts   clusterOptions
 	nodes  []*procNode // nodes[id-1]
 	voters string      // the --voters value
+	net    *faultNet   // with withFaultNet: the proxies between the nodes
 	client *rpc.Client // knows every node's address
 
 	brokerMu    sync.Mutex
@@ -262,9 +263,11 @@ type procNode struct {
 }
 
 type clusterOptions struct {
+	faultNet        bool
 	clusterID       string
 	deferred        []int32
 	controllerFlags []string
+	tls             *testPKI // withTLS: every process and client uses mutual TLS
 }
 
 // clusterOption adjusts how startCluster runs the controllers.
@@ -328,10 +331,13 @@ func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 		ports := freePorts(t, n)
 		c.nodes = make([]*procNode, n)
 		voters := make([]string, n)
+		if c.opts.faultNet {
+			c.net = newFaultNet(t, listenAddrs(ports))
+		}
 		for i, p := range ports {
 			id := int32(i + 1)
 			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
-			voters[i] = fmt.Sprintf("%d@%s", id, addr)
+			voters[i] = fmt.Sprintf("%d@%s", id, c.voterAddr(id, addr))
 			c.nodes[i] = &procNode{
 				name:    fmt.Sprintf("node %d", id),
 				ready:   `msg="controller started"`,
@@ -352,6 +358,10 @@ func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 			if c.opts.clusterID != "" {
 				nd.args = append(nd.args, "--cluster-id", c.opts.clusterID)
 			}
+			if c.net != nil {
+				nd.args = append(nd.args, "--raft-dial", c.net.raftDial(nd.id))
+			}
+			nd.args = append(nd.args, c.opts.tlsFlags(fmt.Sprintf("controller-%d", nd.id))...)
 			nd.args = append(nd.args, c.opts.controllerFlags...)
 			// A previous attempt's data names other ports: start afresh.
 			if err := os.RemoveAll(nd.dataDir); err != nil {
@@ -376,7 +386,7 @@ func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 		}
 		if lastErr == nil {
 			addrs := c.Addrs()
-			cl, err := rpc.NewClient(addrs)
+			cl, err := rpc.NewClient(addrs, c.opts.rpcOptions()...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -186,7 +186,8 @@ type replicaJSON struct {
 
 // adminArgs is args with --controllers naming every controller.
 func (c *Cluster) adminArgs(args ...string) []string {
-	return append(slices.Clone(args), "--controllers", strings.Join(c.Addrs(), ","))
+	args = append(slices.Clone(args), c.opts.tlsFlags("admin")...)
+	return append(args, "--controllers", strings.Join(c.Addrs(), ","))
 }
 
 // keelJSON runs the admin command args with -o json against every

@@ -1,0 +1,112 @@
+package integration
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// echoServer answers every line with itself until the test ends.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// roundTrip sends a line on conn and reads the echo within d; the error
+// says what happened instead.
+func roundTrip(conn net.Conn, d time.Duration) error {
+	_ = conn.SetDeadline(time.Now().Add(d))
+	defer conn.SetDeadline(time.Time{})
+	if _, err := conn.Write([]byte("ping\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "ping\n" {
+		return errors.New("echo garbled: " + line)
+	}
+	return nil
+}
+
+func TestFaultProxy(t *testing.T) {
+	const quick = 300 * time.Millisecond
+	tests := []struct {
+		mode linkMode
+		// what a connection open before the change sees, and a new one
+		oldConn, newConn func(error) bool
+		want             string
+	}{
+		{linkUp, isNil, isNil, "both forward"},
+		{linkDrop, isClosed, isClosed, "both closed"},
+		{linkBlackhole, isTimeout, isTimeout, "both silent"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			p := newFaultProxy(t, "test", echoServer(t))
+			old, err := net.Dial("tcp", p.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer old.Close()
+			if err := roundTrip(old, 5*time.Second); err != nil {
+				t.Fatalf("before the change: %v", err)
+			}
+			p.Set(tt.mode)
+			fresh, err := net.Dial("tcp", p.Addr())
+			if err != nil {
+				t.Fatal(err) // the proxy itself always accepts
+			}
+			defer fresh.Close()
+			if err := roundTrip(old, quick); !tt.oldConn(err) {
+				t.Errorf("open connection after Set(%s): %v; want %s", tt.mode, err, tt.want)
+			}
+			if err := roundTrip(fresh, quick); !tt.newConn(err) {
+				t.Errorf("new connection after Set(%s): %v; want %s", tt.mode, err, tt.want)
+			}
+
+			// Healing: held connections are closed, new ones forward.
+			p.Set(linkUp)
+			if tt.mode == linkBlackhole {
+				if err := roundTrip(old, 5*time.Second); !isClosed(err) {
+					t.Errorf("held connection after healing: %v; want it closed", err)
+				}
+			}
+			healed, err := net.Dial("tcp", p.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer healed.Close()
+			if err := roundTrip(healed, 5*time.Second); err != nil {
+				t.Errorf("new connection after healing: %v", err)
+			}
+		})
+	}
+}
+
+func isNil(err error) bool { return err == nil }
+
+func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// isClosed: the proxy closed the connection (EOF or reset), rather than
+// leaving it silent.
+func isClosed(err error) bool { return err != nil && !isTimeout(err) }

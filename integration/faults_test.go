@@ -1,0 +1,819 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/raftlog"
+	"github.com/keel-dev/keel/rpc"
+)
+
+// The fault suite: a real cluster of 3 controllers and 3 brokers on
+// loopback, every controller link behind a fault proxy (faultproxy_test.go),
+// admin clients writing and reading topics while a nemesis kills, restarts,
+// cuts off (both ways, or only what a node sends) and pauses nodes at
+// random. After each run everything is healed and the history and the
+// cluster are checked (faults_check_test.go).
+//
+// It is bounded by its environment:
+//
+//	KEEL_FAULT_RUNS      runs, each on a fresh cluster (default 1)
+//	KEEL_FAULT_DURATION  faults injected per run (default 15s)
+//	KEEL_FAULT_SEED      the first run's seed (default: from the clock);
+//	                     run i uses seed+i, and a failing run prints its own
+//
+// `make test` runs it once; `make faults` runs it longer.
+
+const (
+	fixtureTopic      = "fixed" // never deleted: its leader epochs must only grow
+	fixturePartitions = 6
+	kvWorkers         = 3
+	opTimeout         = 2 * time.Second
+	observeEvery      = 50 * time.Millisecond
+	healTimeout       = 60 * time.Second
+	checkTimeout      = 60 * time.Second // porcupine's budget per run
+)
+
+// kvTopics are the names the porcupine workload creates, deletes and reads.
+var kvTopics = []string{"k0", "k1", "k2", "k3"}
+
+// faultKinds are what the nemesis injects, with their weights.
+var faultKinds = []struct {
+	name   string
+	weight int
+}{
+	{"kill-leader", 3},
+	{"kill-controller", 2},
+	{"kill-broker", 3},
+	{"isolate-leader", 3},
+	{"cut-leader-out", 2},
+	{"pause-leader", 3},
+}
+
+type faultSuiteConfig struct {
+	runs     int
+	duration time.Duration
+	seed     int64
+}
+
+func faultConfig(t *testing.T) faultSuiteConfig {
+	cfg := faultSuiteConfig{runs: 1, duration: 15 * time.Second, seed: time.Now().UnixNano() % 1_000_000}
+	if s := os.Getenv("KEEL_FAULT_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("KEEL_FAULT_RUNS=%q: want a positive integer", s)
+		}
+		cfg.runs = n
+	}
+	if s := os.Getenv("KEEL_FAULT_DURATION"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			t.Fatalf("KEEL_FAULT_DURATION=%q: want a positive duration such as 30s", s)
+		}
+		cfg.duration = d
+	}
+	if s := os.Getenv("KEEL_FAULT_SEED"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("KEEL_FAULT_SEED=%q: want an integer", s)
+		}
+		cfg.seed = n
+	}
+	return cfg
+}
+
+func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault suite starts clusters and runs for a while")
+	}
+	cfg := faultConfig(t)
+	total := newFaultTally()
+	var failed []int64
+	for i := range cfg.runs {
+		seed := cfg.seed + int64(i)
+		var tally *faultTally
+		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			tally = runFaults(t, seed, cfg.duration)
+		})
+		if tally != nil {
+			total.add(tally)
+		}
+		if !ok {
+			failed = append(failed, seed)
+		}
+	}
+	t.Logf("fault suite: %d of %d runs survived (%s each)\n%s", cfg.runs-len(failed), cfg.runs, cfg.duration, total)
+	for _, seed := range failed {
+		t.Errorf("run with seed %d failed: replay it with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make faults", seed, seed)
+	}
+}
+
+// faultTally counts what a run did, for the report.
+type faultTally struct {
+	faults  map[string]int
+	ops     map[string]int // by kind/outcome
+	reads   int            // observations of controllers and brokers
+	elected int            // controller epochs seen
+}
+
+func newFaultTally() *faultTally {
+	return &faultTally{faults: make(map[string]int), ops: make(map[string]int)}
+}
+
+func (f *faultTally) add(o *faultTally) {
+	for k, v := range o.faults {
+		f.faults[k] += v
+	}
+	for k, v := range o.ops {
+		f.ops[k] += v
+	}
+	f.reads += o.reads
+	f.elected += o.elected
+}
+
+func (f *faultTally) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "faults injected:")
+	for _, k := range faultKinds {
+		fmt.Fprintf(&b, " %s=%d", k.name, f.faults[k.name])
+	}
+	fmt.Fprintf(&b, "\nadmin operations:")
+	for _, k := range sortedKeys(f.ops) {
+		fmt.Fprintf(&b, " %s=%d", k, f.ops[k])
+	}
+	fmt.Fprintf(&b, "\ncontroller epochs: %d; observations of nodes: %d", f.elected, f.reads)
+	return b.String()
+}
+
+// faultRun is the state of one run shared by its goroutines.
+type faultRun struct {
+	c       *Cluster
+	start   time.Time
+	ctrl    map[int32]string // controller id -> listen address
+	ctrlInc map[int32]*atomic.Int64
+	brkInc  map[int32]*atomic.Int64
+
+	mu       sync.Mutex
+	history  []recordedOp
+	creates  map[string]outcome // the unique-name creates
+	ctrlObs  []controllerObs
+	brokObs  []brokerObs
+	faultLog []string
+}
+
+func (r *faultRun) now() time.Duration { return time.Since(r.start) }
+
+func (r *faultRun) logFault(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.faultLog = append(r.faultLog, fmt.Sprintf("%8v ", r.now().Round(time.Millisecond))+fmt.Sprintf(format, args...))
+}
+
+func runFaults(t *testing.T, seed int64, duration time.Duration) *faultTally {
+	t.Logf("seed %d: replay with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make faults", seed, seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>32|1))
+	c := startCluster(t, 3, withFaultNet(), withSessionTimeout(testSessionTimeout))
+	c.WaitForActive(t, activeTimeout)
+	brokers := []int32{1, 2, 3}
+	c.startBrokers(brokers, make([][]brokerOption, len(brokers)))
+	c.WaitForBrokers(t, allActive(brokers...))
+	ctx, cancel := context.WithTimeout(context.Background(), activeTimeout)
+	_, err := c.client.CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: fixtureTopic, Partitions: fixturePartitions, ReplicationFactor: 3})
+	cancel()
+	if err != nil {
+		t.Fatalf("create %s: %v", fixtureTopic, err)
+	}
+
+	r := &faultRun{
+		c: c, start: time.Now(),
+		ctrl: make(map[int32]string), ctrlInc: make(map[int32]*atomic.Int64), brkInc: make(map[int32]*atomic.Int64),
+		creates: make(map[string]outcome),
+	}
+	for _, id := range c.IDs() {
+		r.ctrl[id] = c.Addr(id)
+		r.ctrlInc[id] = new(atomic.Int64)
+	}
+	for _, id := range brokers {
+		r.brkInc[id] = new(atomic.Int64)
+	}
+	tally := newFaultTally()
+	t.Cleanup(func() {
+		if t.Failed() {
+			r.mu.Lock()
+			t.Logf("seed %d: faults injected:\n%s", seed, strings.Join(r.faultLog, "\n"))
+			r.mu.Unlock()
+		}
+	})
+
+	// Clients and observers run until the nemesis is done.
+	workCtx, stopWork := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range kvWorkers {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.kvWorker(workCtx, i, rand.New(rand.NewPCG(uint64(seed), uint64(i+1)))) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); r.uniqueCreator(workCtx, rand.New(rand.NewPCG(uint64(seed), 100))) }()
+	for id := range r.ctrl {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.observeController(workCtx, id) }()
+	}
+	for _, id := range brokers {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.observeBroker(workCtx, id) }()
+	}
+
+	r.nemesis(t, rng, duration, brokers, tally)
+	stopWork()
+	wg.Wait()
+	// Registered after every restart, so it runs before the processes' own
+	// cleanups: a broker's clean stop (a controlled shutdown) needs the
+	// controllers, which may have been restarted later than the broker.
+	t.Cleanup(func() {
+		for _, id := range c.BrokerIDs() {
+			if c.BrokerRunning(id) {
+				c.StopBroker(id)
+			}
+		}
+	})
+
+	r.healAndCheck(t, brokers, tally)
+	return tally
+}
+
+// ---------------------------------------------------------------------------
+// Nemesis
+
+// nemesis injects one fault at a time, at random, until duration has
+// passed; each is held for a while, then undone. It runs on the test's
+// goroutine, because the harness fails the test from it.
+func (r *faultRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration, brokers []int32, tally *faultTally) {
+	c := r.c
+	deadline := time.Now().Add(duration)
+	totalWeight := 0
+	for _, k := range faultKinds {
+		totalWeight += k.weight
+	}
+	hold := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	for time.Now().Before(deadline) {
+		n := rng.IntN(totalWeight)
+		var kind string
+		for _, k := range faultKinds {
+			if n < k.weight {
+				kind = k.name
+				break
+			}
+			n -= k.weight
+		}
+		leader := r.leader()
+		switch kind {
+		case "kill-leader", "kill-controller":
+			id := leader
+			if kind == "kill-controller" || id == 0 {
+				id = int32(1 + rng.IntN(len(r.ctrl)))
+			}
+			d := hold(200*time.Millisecond, 2*time.Second)
+			r.logFault("%s: kill -9 node %d for %v", kind, id, d)
+			r.ctrlInc[id].Add(1)
+			c.Kill(id)
+			time.Sleep(d) // the fault's length, not synchronisation
+			c.Restart(id)
+		case "kill-broker":
+			id := brokers[rng.IntN(len(brokers))]
+			d := hold(200*time.Millisecond, 3*time.Second)
+			r.logFault("kill -9 broker %d for %v", id, d)
+			r.brkInc[id].Add(1)
+			c.KillBroker(id)
+			time.Sleep(d)
+			c.RestartBroker(id)
+		case "isolate-leader":
+			if leader == 0 {
+				leader = int32(1 + rng.IntN(len(r.ctrl)))
+			}
+			mode := linkDrop
+			if rng.IntN(2) == 0 {
+				mode = linkBlackhole
+			}
+			d := hold(500*time.Millisecond, 2500*time.Millisecond)
+			r.logFault("isolate node %d (%s) for %v", leader, mode, d)
+			c.net.Isolate(leader, mode)
+			time.Sleep(d)
+			c.net.Heal()
+		case "cut-leader-out":
+			if leader == 0 {
+				leader = int32(1 + rng.IntN(len(r.ctrl)))
+			}
+			d := hold(500*time.Millisecond, 2500*time.Millisecond)
+			r.logFault("cut node %d's raft dials to its peers for %v", leader, d)
+			c.net.CutOutbound(leader, linkDrop)
+			time.Sleep(d)
+			c.net.Heal()
+		case "pause-leader":
+			if leader == 0 {
+				leader = int32(1 + rng.IntN(len(r.ctrl)))
+			}
+			// Longer than the election timeout (300ms): the others elect
+			// a new leader while this one is frozen mid-flight.
+			d := hold(600*time.Millisecond, 2*time.Second)
+			r.logFault("SIGSTOP node %d for %v", leader, d)
+			c.Pause(leader)
+			time.Sleep(d)
+			c.Resume(leader)
+		}
+		tally.faults[kind]++
+		time.Sleep(hold(100*time.Millisecond, 800*time.Millisecond))
+	}
+}
+
+// leader is the active controller with the highest epoch in the latest
+// observations, or 0 when none is known.
+func (r *faultRun) leader() int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	latest := make(map[int32]controllerObs)
+	for _, o := range r.ctrlObs {
+		latest[o.Node] = o
+	}
+	var id int32
+	var epoch int64
+	for _, o := range latest {
+		if o.ActiveEpoch > epoch {
+			id, epoch = o.Node, o.ActiveEpoch
+		}
+	}
+	return id
+}
+
+// ---------------------------------------------------------------------------
+// Clients
+
+// call runs one admin request against one controller, once: the suite
+// judges the cluster's answers, so the client must not retry on its own
+// (a retried create would answer "exists" to its own first attempt).
+func (r *faultRun) call(ctx context.Context, node int32, fn func(context.Context, keelpb.ControllerServiceClient) error) error {
+	cl, err := r.c.client.Controller(r.ctrl[node])
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	return fn(ctx, cl)
+}
+
+// classify turns a write's error into its outcome.
+func classify(err error) outcome {
+	if err == nil {
+		return outOK
+	}
+	switch status.Code(err) {
+	case codes.AlreadyExists:
+		return outExists
+	case codes.NotFound:
+		return outNotFound
+	case codes.FailedPrecondition, codes.ResourceExhausted, codes.InvalidArgument:
+		// Not the active controller, or a request refused on its merits:
+		// refused before anything was proposed.
+		return outRefused
+	case codes.Unavailable:
+		if rpc.ReasonOf(err) == rpc.ReasonNotReady {
+			return outRefused // a leader still taking over proposes nothing
+		}
+	}
+	// No answer, a lost leadership, a deadline: it may have committed.
+	return outUnknown
+}
+
+// nextTarget is where a client goes after err from node: the leader it was
+// told of, else another node.
+func (r *faultRun) nextTarget(rng *rand.Rand, node int32, err error) int32 {
+	if h, ok := rpc.LeaderHintOf(err); ok && h.GetLeaderId() > 0 {
+		if _, known := r.ctrl[h.GetLeaderId()]; known {
+			return h.GetLeaderId()
+		}
+	}
+	if err == nil {
+		return node
+	}
+	return int32(1 + rng.IntN(len(r.ctrl)))
+}
+
+// kvWorker creates, deletes and reads (linearizably) the kvTopics, one
+// request at a time, recording each in the history.
+func (r *faultRun) kvWorker(ctx context.Context, client int, rng *rand.Rand) {
+	node := int32(1 + rng.IntN(len(r.ctrl)))
+	for ctx.Err() == nil {
+		op := topicOp{Topic: kvTopics[rng.IntN(len(kvTopics))]}
+		switch n := rng.IntN(10); {
+		case n < 4:
+			op.Kind, op.Partitions = "create", int32(1+rng.IntN(2))
+		case n < 6:
+			op.Kind = "delete"
+		default:
+			op.Kind = "describe"
+		}
+		call := r.now()
+		var res topicResult
+		err := r.call(ctx, node, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+			switch op.Kind {
+			case "create":
+				_, err := cl.CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: op.Topic, Partitions: op.Partitions, ReplicationFactor: 1})
+				return err
+			case "delete":
+				_, err := cl.DeleteTopic(ctx, &keelpb.DeleteTopicRequest{Name: op.Topic})
+				return err
+			}
+			resp, err := cl.DescribeTopic(ctx, &keelpb.DescribeTopicRequest{Name: op.Topic, Linearizable: true})
+			res.Partitions = int32(len(resp.GetTopic().GetPartitions()))
+			return err
+		})
+		ret := r.now()
+		res.Outcome = classify(err)
+		keep := true
+		if op.Kind == "describe" && (res.Outcome == outUnknown || res.Outcome == outRefused) {
+			keep = false // a read that got no answer changed nothing
+		}
+		if keep {
+			r.mu.Lock()
+			r.history = append(r.history, recordedOp{Client: client, Op: op, Result: res, Call: call, Return: ret, Operator: fmt.Sprint(node)})
+			r.mu.Unlock()
+		}
+		node = r.nextTarget(rng, node, err)
+		r.think(ctx, rng, err)
+	}
+}
+
+// think paces a client: a moment between requests, longer after a failure,
+// so that a node that is down is not hammered and the history stays small
+// enough to check.
+func (r *faultRun) think(ctx context.Context, rng *rand.Rand, err error) {
+	d := 5*time.Millisecond + time.Duration(rng.Int64N(int64(20*time.Millisecond)))
+	if err != nil && status.Code(err) != codes.AlreadyExists && status.Code(err) != codes.NotFound {
+		d += 50 * time.Millisecond
+	}
+	sleepCtx(ctx, d)
+}
+
+// uniqueCreator creates topics whose names are never reused, so that each
+// create's fate can be checked on its own at the end.
+func (r *faultRun) uniqueCreator(ctx context.Context, rng *rand.Rand) {
+	node := int32(1 + rng.IntN(len(r.ctrl)))
+	for seq := 0; ctx.Err() == nil; seq++ {
+		name := fmt.Sprintf("u%d", seq)
+		err := r.call(ctx, node, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+			_, err := cl.CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: name, Partitions: 1, ReplicationFactor: 1})
+			return err
+		})
+		r.mu.Lock()
+		r.creates[name] = classify(err)
+		r.mu.Unlock()
+		node = r.nextTarget(rng, node, err)
+		r.think(ctx, rng, err)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Observers
+
+// observeController records node id's own view every observeEvery.
+func (r *faultRun) observeController(ctx context.Context, id int32) {
+	look := func(ctx context.Context) (*keelpb.DescribeQuorumResponse, error) { return r.c.Describe(ctx, id) }
+	observe(ctx, r.ctrlInc[id], look, func(v *keelpb.DescribeQuorumResponse, inc int64) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.ctrlObs = append(r.ctrlObs, controllerObs{
+			At: r.now(), Node: id, Incarnation: int(inc),
+			ActiveEpoch: v.GetActiveEpoch(), Epoch: v.GetControllerEpoch(), EpochLeader: v.GetControllerEpochLeaderId(),
+		})
+	})
+}
+
+// observeBroker records broker id's own view of the fixture topic.
+func (r *faultRun) observeBroker(ctx context.Context, id int32) {
+	look := func(ctx context.Context) (*keelpb.InspectResponse, error) { return r.c.InspectE(ctx, id) }
+	observe(ctx, r.brkInc[id], look, func(v *keelpb.InspectResponse, inc int64) {
+		o := brokerObs{
+			At: r.now(), Broker: id, Incarnation: int(inc),
+			ControllerID: v.GetControllerId(), ControllerEpoch: v.GetControllerEpoch(), Offset: v.GetMetadataOffset(),
+		}
+		for _, p := range v.GetPartitions() {
+			if p.GetTopic() == fixtureTopic {
+				o.Replicas = append(o.Replicas, p)
+			}
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.brokObs = append(r.brokObs, o)
+	})
+}
+
+// observe calls look every observeEvery until ctx ends, and hands keep what
+// it saw, with the node's incarnation, unless the node was restarted while
+// it was asked (inc counts restarts: the answer may be the old process's or
+// the new one's).
+func observe[T any](ctx context.Context, inc *atomic.Int64, look func(context.Context) (T, error), keep func(T, int64)) {
+	for ctx.Err() == nil {
+		before := inc.Load()
+		v, err := look(ctx)
+		if err == nil && inc.Load() == before {
+			keep(v, before)
+		}
+		sleepCtx(ctx, observeEvery)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Heal and check
+
+func (r *faultRun) healAndCheck(t *testing.T, brokers []int32, tally *faultTally) {
+	c := r.c
+	c.net.Heal()
+	for _, id := range c.IDs() {
+		if c.node(id).paused {
+			c.Resume(id)
+		}
+	}
+	c.WaitForActive(t, healTimeout)
+	c.WaitForBrokers(t, allActive(brokers...))
+
+	// Final reads, linearizable, after every fault is undone: part of the
+	// history, so they must agree with everything acknowledged before.
+	call := r.now()
+	final := r.finalTopics(t)
+	for _, name := range kvTopics {
+		d, ok := final[name]
+		res := topicResult{Outcome: outNotFound}
+		if ok {
+			res = topicResult{Outcome: outOK, Partitions: int32(len(d.GetPartitions()))}
+		}
+		r.history = append(r.history, recordedOp{Client: kvWorkers, Op: topicOp{Kind: "describe", Topic: name}, Result: res, Call: call, Return: r.now(), Operator: "final"})
+	}
+
+	for _, op := range r.history {
+		tally.ops[op.Op.Kind+"/"+string(op.Result.Outcome)]++
+	}
+	for _, out := range r.creates {
+		tally.ops["unique-create/"+string(out)]++
+	}
+	tally.reads = len(r.ctrlObs) + len(r.brokObs)
+	tally.elected = len(epochOwners(r.ctrlObs))
+
+	// Every acknowledged create is there; no refused one is.
+	names := make(map[string]bool, len(final))
+	for n := range final {
+		names[n] = true
+	}
+	if bad := ackViolations(r.creates, names); len(bad) > 0 {
+		t.Errorf("acknowledged and refused writes:\n%s", summarize(bad, 20))
+	}
+
+	// The admin history is linearizable.
+	res, info := porcupine.CheckOperationsVerbose(topicModel, porcupineHistory(r.history), checkTimeout)
+	switch res {
+	case porcupine.Illegal:
+		// Outside the test's temp dir, which is removed when it ends.
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("keel-faults-%s.html", strings.ReplaceAll(t.Name(), "/", "-")))
+		if err := porcupine.VisualizePath(topicModel, info, path); err == nil {
+			t.Logf("the history, drawn (open in a browser): %s", path)
+		}
+		t.Errorf("the admin history (%d operations) is not linearizable", len(r.history))
+	case porcupine.Unknown:
+		t.Logf("porcupine did not finish within %s on %d operations: not judged", checkTimeout, len(r.history))
+	}
+
+	// Controllers: one active per epoch, epochs only grow.
+	if bad := append(activeViolations(r.ctrlObs), epochRegressions(r.ctrlObs)...); len(bad) > 0 {
+		t.Errorf("controller epochs:\n%s", summarize(bad, 20))
+	}
+	// Brokers: offsets, controller epochs and leader epochs only grow.
+	if bad := brokerViolations(r.brokObs, epochOwners(r.ctrlObs)); len(bad) > 0 {
+		t.Errorf("broker views:\n%s", summarize(bad, 20))
+	}
+	// Every partition: leader ∈ ISR ⊆ replicas.
+	var bad []string
+	for _, name := range sortedKeys(final) {
+		bad = append(bad, partitionViolations(name, final[name].GetPartitions())...)
+	}
+	if len(bad) > 0 {
+		t.Errorf("partitions at the end:\n%s", summarize(bad, 20))
+	}
+
+	at := r.checkBrokersConverge(t, brokers)
+	r.checkLogs(t, at)
+}
+
+// finalTopics reads every topic, linearizably, once the cluster is healed.
+func (r *faultRun) finalTopics(t *testing.T) map[string]*keelpb.TopicDescription {
+	ctx, cancel := context.WithTimeout(context.Background(), healTimeout)
+	defer cancel()
+	list, err := r.c.client.ListTopics(ctx, rpc.Linearizable())
+	if err != nil {
+		t.Fatalf("final list of topics: %v", err)
+	}
+	final := make(map[string]*keelpb.TopicDescription)
+	for _, s := range list.GetTopics() {
+		d, err := r.c.client.DescribeTopic(ctx, s.GetName(), rpc.Linearizable())
+		if err != nil {
+			t.Fatalf("final describe of %s: %v", s.GetName(), err)
+		}
+		final[s.GetName()] = d.GetTopic()
+	}
+	return final
+}
+
+// checkBrokersConverge commits a no-op, then waits until the controllers
+// and every broker have applied the same offset, at or past it, and each
+// broker holds the controllers' view of the fixture topic as a linearizable
+// read gives it at that moment (brokers rejoining after the faults still
+// move ISRs for a while, so the view is read again each time). It returns
+// that offset.
+func (r *faultRun) checkBrokersConverge(t *testing.T, brokers []int32) uint64 {
+	c := r.c
+	noop := c.appendNoOp(t, healTimeout)
+	deadline := time.Now().Add(healTimeout)
+	for {
+		offset, why := r.converged(brokers, noop.GetIndex())
+		if why == "" {
+			return offset
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the brokers did not converge to the controllers' view within %s: %s", healTimeout, why)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// converged returns the offset everyone has applied, or why they have not
+// converged yet.
+func (r *faultRun) converged(brokers []int32, min uint64) (uint64, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), describeLimit)
+	defer cancel()
+	views, errs := r.c.Views(ctx, r.c.IDs())
+	if len(errs) > 0 || !converged(r.c.IDs(), views, min) {
+		return 0, "controllers: " + formatViews(views, errs)
+	}
+	offset := views[r.c.IDs()[0]].GetAppliedIndex()
+	d, err := r.c.client.DescribeTopic(ctx, fixtureTopic, rpc.Linearizable())
+	if err != nil {
+		return 0, fmt.Sprintf("describe %s: %v", fixtureTopic, err)
+	}
+	want := make(map[int32]*keelpb.PartitionDescription)
+	for _, p := range d.GetTopic().GetPartitions() {
+		want[p.GetPartition()] = p
+	}
+	for _, id := range brokers {
+		v, err := r.c.InspectE(ctx, id)
+		if err != nil {
+			return 0, fmt.Sprintf("broker %d: %v", id, err)
+		}
+		if v.GetMetadataOffset() != offset {
+			return 0, fmt.Sprintf("broker %d is at offset %d, the controllers at %d", id, v.GetMetadataOffset(), offset)
+		}
+		for _, rs := range v.GetPartitions() {
+			p := want[rs.GetPartition()]
+			if rs.GetTopic() != fixtureTopic {
+				continue
+			}
+			if p == nil || rs.GetLeader() != p.GetLeader() || rs.GetLeaderEpoch() != p.GetLeaderEpoch() || !slices.Equal(rs.GetIsr(), p.GetIsr()) {
+				return 0, fmt.Sprintf("broker %d holds %s-%d as leader %d epoch %d ISR %v; the controllers: %v",
+					id, fixtureTopic, rs.GetPartition(), rs.GetLeader(), rs.GetLeaderEpoch(), rs.GetIsr(), p)
+			}
+		}
+	}
+	return offset, ""
+}
+
+// checkLogs stops the controllers and replays each one's metadata log
+// offline: every state it went through must keep leader ∈ ISR ⊆ replicas,
+// the controller epoch must only grow, and all three must hold the same
+// image at index at, which every one of them has applied. (Stopping hands
+// leadership on, so the logs may end at different indexes.)
+func (r *faultRun) checkLogs(t *testing.T, at uint64) {
+	c := r.c
+	// Brokers first: a broker's clean stop is a controlled shutdown, which
+	// needs the controllers.
+	for _, id := range c.BrokerIDs() {
+		c.StopBroker(id)
+	}
+	images := make(map[int32][]byte)
+	for _, id := range c.IDs() {
+		c.Stop(id)
+		img, bad, err := replayDataDir(c.DataDir(id), at)
+		if err != nil {
+			t.Errorf("replay node %d's log: %v", id, err)
+			continue
+		}
+		if len(bad) > 0 {
+			t.Errorf("node %d's log:\n%s", id, summarize(bad, 20))
+		}
+		if img != nil {
+			images[id] = img
+		}
+	}
+	var first int32
+	for _, id := range c.IDs() {
+		img, ok := images[id]
+		switch {
+		case !ok:
+		case first == 0:
+			first = id
+		case !bytes.Equal(images[first], img):
+			t.Errorf("node %d's image at index %d differs from node %d's", id, at, first)
+		}
+	}
+}
+
+// replayDataDir restores a stopped controller's latest snapshot and applies
+// its log after it, checking each state. It returns the image's snapshot
+// bytes as of index at (nil when the snapshot is past at).
+func replayDataDir(dir string, at uint64) ([]byte, []string, error) {
+	lr, err := raftlog.OpenReadOnly(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer lr.Close()
+	f := fsm.New()
+	from := uint64(1)
+	meta, rc, err := lr.LatestSnapshot()
+	if err != nil {
+		return nil, nil, err
+	}
+	if rc != nil {
+		err := f.Restore(rc)
+		rc.Close()
+		if err != nil {
+			return nil, nil, fmt.Errorf("snapshot %s: %w", meta.ID, err)
+		}
+		from = meta.Index + 1
+	}
+	var bad []string
+	var atImage []byte
+	capture := func() error {
+		write, err := f.Snapshot()
+		if err != nil {
+			return err
+		}
+		var buf bytes.Buffer
+		if err := write(&buf); err != nil {
+			return err
+		}
+		atImage = buf.Bytes()
+		return nil
+	}
+	epoch := f.Image().ControllerEpoch
+	err = lr.Entries(from, func(index, term uint64, typ raft.LogType, data []byte) error {
+		if index > at && atImage == nil && from <= at+1 {
+			if err := capture(); err != nil {
+				return err
+			}
+		}
+		if typ != raft.LogCommand {
+			return nil
+		}
+		if e, ok := f.ApplyEntry(index, term, data).(error); ok && e != nil {
+			return nil // refused as a whole, as on the live node
+		}
+		img := f.Image()
+		if img.ControllerEpoch < epoch {
+			bad = append(bad, fmt.Sprintf("index %d: controller epoch went from %d back to %d", index, epoch, img.ControllerEpoch))
+		}
+		epoch = img.ControllerEpoch
+		for _, tp := range img.Topics() {
+			for _, v := range partitionViolations(tp.Name, controller.DescribeTopic(img, tp).GetPartitions()) {
+				bad = append(bad, fmt.Sprintf("index %d: %s", index, v))
+			}
+		}
+		return nil
+	})
+	if err == nil && atImage == nil && from <= at+1 && f.Image().Offset <= at {
+		err = capture() // the log ends at or before at
+	}
+	return atImage, bad, err
+}

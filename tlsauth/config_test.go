@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -258,5 +259,43 @@ func TestConfigs_Handshake(t *testing.T) {
 				t.Fatalf("client hung until its deadline instead of being refused: %v", cErr)
 			}
 		})
+	}
+}
+
+// TestWriteFiles_ReadersNeverSeeATornCA: issuing more certificates rewrites
+// ca.pem; a process loading its files meanwhile (a node starting while the
+// next node's certificate is issued) must always find a whole CA.
+func TestWriteFiles_ReadersNeverSeeATornCA(t *testing.T) {
+	ca, err := NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	first, err := ca.WriteFiles(dir, "controller-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for i := 2; i < 50; i++ {
+			if _, err := ca.WriteFiles(dir, "controller-"+strconv.Itoa(i)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for {
+		if _, err := Load(first.Cert, first.Key, first.CA); err != nil {
+			t.Fatalf("loading while certificates are issued: %v", err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		default:
+		}
 	}
 }

@@ -157,16 +157,19 @@ func (ca *CA) WriteFiles(dir, cn string, hosts ...string) (Files, error) {
 	return f, nil
 }
 
+// writeFile replaces path with data, atomically: a process reading the file
+// meanwhile (a node starting while the next node's certificate is written,
+// which rewrites ca.pem) sees the old content or the new, never a torn file.
+// The file has mode perm from the start, so a key is never readable by others.
 func writeFile(path string, data []byte, perm os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("cannot create %s: %v", filepath.Dir(path), atomicfile.PathCause(err))
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("cannot write %s: %v", path, atomicfile.PathCause(err))
 	}
-	// An existing file keeps its mode on open: narrow it before a key is
-	// written into it.
+	tmp := f.Name()
 	err = f.Chmod(perm)
 	if err == nil {
 		_, err = f.Write(data)
@@ -174,7 +177,11 @@ func writeFile(path string, data []byte, perm os.FileMode) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
 	if err != nil {
+		_ = os.Remove(tmp)
 		return fmt.Errorf("cannot write %s: %v", path, atomicfile.PathCause(err))
 	}
 	return nil

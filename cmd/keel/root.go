@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keel-dev/keel/internal/config"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
@@ -15,6 +16,10 @@ import (
 type globalFlags struct {
 	logLevel  string
 	logFormat string
+
+	configPath    string         // --config
+	configFile    string         // the file read: --config's or KEEL_CONFIG's
+	configSources config.Sources // where each flag's value came from
 }
 
 func newRootCmd() *cobra.Command {
@@ -25,13 +30,19 @@ func newRootCmd() *cobra.Command {
 		Version:       buildVersion(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return g.applyConfig(cmd)
+		},
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.PersistentFlags().String(flagTLSCert, "", "this process's certificate (PEM) for mutual TLS, with --tls-key and --tls-ca; empty: plaintext")
 	root.PersistentFlags().String(flagTLSKey, "", "the private key (PEM) of --tls-cert")
 	root.PersistentFlags().String(flagTLSCA, "", "the CA certificate (PEM) every peer's certificate must be signed by")
-	root.AddCommand(newControllerCmd(g), newBrokerCmd(g), newDevCmd(g), newQuorumCmd())
+	root.PersistentFlags().StringVar(&g.configPath, flagConfig, "",
+		"read settings from this YAML file (keys: flag names); flags and KEEL_* variables win over it (env KEEL_CONFIG)")
+	root.AddCommand(withPrintConfig(g, newControllerCmd(g)), withPrintConfig(g, newBrokerCmd(g)),
+		withPrintConfig(g, newDevCmd(g)), newQuorumCmd())
 	root.AddCommand(newTopicCmd(), newPartitionCmd())
 	root.AddCommand(newSnapshotCmd())
 	root.AddCommand(newMetadataCmd())

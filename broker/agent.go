@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -94,6 +95,15 @@ type Agent struct {
 	img     atomic.Pointer[fsm.Image] // the image the handler has seen
 	applied chan struct{}             // poked after each new image
 
+	metrics    *agentMetrics
+	registered []prometheus.Collector // on cfg.Metrics, until Close
+	health     *rpc.Health
+	// What readiness is decided from, besides the state (Ready).
+	stopping       atomic.Bool  // Close has begun
+	caughtUp       atomic.Bool  // the last heartbeat answer's is_caught_up
+	heartbeatEpoch atomic.Int64 // the controller epoch of the last heartbeat answer
+	heartbeatAt    atomic.Int64 // when the last heartbeat was answered, unix nanos
+
 	mu           sync.Mutex // guards the fields below
 	epoch        int64
 	state        string
@@ -163,6 +173,11 @@ func Start(cfg Config) (_ *Agent, err error) {
 		released:     make(chan struct{}),
 		fatal:        make(chan error, 1),
 		runDone:      make(chan struct{}),
+		metrics:      newAgentMetrics(),
+	}
+	if err = a.registerMetrics(); err != nil {
+		client.Close()
+		return nil, err
 	}
 	if cfg.DataPlane != nil {
 		a.handlers = append(a.handlers, cfg.DataPlane)
@@ -176,10 +191,12 @@ func Start(cfg Config) (_ *Agent, err error) {
 		// Before the first fetch can arrive and the first image is applied.
 		if err = cfg.DataPlane.Start(a); err != nil {
 			client.Close()
+			a.unregisterMetrics()
 			return nil, fmt.Errorf("start the data plane: %v", err)
 		}
 	}
 	keelpb.RegisterBrokerServiceServer(a.grpc, brokerService{a: a})
+	a.health = rpc.ServeHealth(a.grpc, keelpb.BrokerService_ServiceDesc.ServiceName, a.Ready)
 	a.serving.Add(1)
 	go func() {
 		defer a.serving.Done()
@@ -275,6 +292,8 @@ func (a *Agent) currentEpoch() int64 {
 // stopped either way.
 func (a *Agent) Shutdown(ctx context.Context) error {
 	a.setState(StateShuttingDown)
+	// Load balancers drain the broker while it hands its leaderships over.
+	a.health.Shutdown()
 	csErr := a.controlledShutdown(ctx)
 	a.stopLoops()
 	a.stopReplicas()
@@ -353,6 +372,8 @@ func (a *Agent) stopReplicas() {
 // broker when its session expires. It waits for every goroutine it started.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
+		a.stopping.Store(true)
+		a.health.Shutdown() // NOT_SERVING before anything stops
 		a.stopLoops()
 		stopped := make(chan struct{})
 		go func() { a.grpc.GracefulStop(); close(stopped) }()
@@ -371,6 +392,7 @@ func (a *Agent) Close() error {
 			}
 		}
 		a.closeErr = a.client.Close()
+		a.unregisterMetrics()
 		a.log.Info("broker stopped")
 	})
 	return a.closeErr
@@ -506,6 +528,7 @@ func (a *Agent) register(ctx context.Context) (int64, error) {
 			a.mu.Lock()
 			a.epoch = resp.GetBrokerEpoch()
 			a.mu.Unlock()
+			a.caughtUp.Store(false) // until a heartbeat of this epoch says so
 			// A new registration starts fenced, until the controller sees
 			// that the broker has caught up.
 			a.setState(StateFenced)
@@ -613,6 +636,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-cha
 		offset := a.Image().Offset
 		wantShutdown := a.wantShutdown.Load()
 		hctx, cancel := context.WithTimeout(ctx, max(2*a.cfg.HeartbeatInterval, minHeartbeatTimeout))
+		sent := time.Now()
 		resp, err := a.client.BrokerHeartbeat(hctx, &keelpb.BrokerHeartbeatRequest{
 			BrokerId:       a.cfg.BrokerID,
 			BrokerEpoch:    epoch,
@@ -641,6 +665,10 @@ func (a *Agent) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-cha
 			a.log.Warn("heartbeat failed", "broker_epoch", epoch, "err", status.Convert(err).Message())
 			continue
 		}
+		a.metrics.heartbeat.Observe(time.Since(sent).Seconds())
+		a.heartbeatAt.Store(time.Now().UnixNano())
+		a.heartbeatEpoch.Store(resp.GetControllerEpoch())
+		a.caughtUp.Store(resp.GetIsCaughtUp())
 		sentOffset = offset
 		if wantShutdown && resp.GetShouldShutDown() {
 			a.release()

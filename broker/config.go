@@ -7,6 +7,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/keel-dev/keel/tlsauth"
 )
 
@@ -63,6 +65,10 @@ type Config struct {
 	// controllers refuse the registration. Give a ReplicaManager the same
 	// (ReplicaManagerConfig.TLS). Nil is plaintext.
 	TLS *tlsauth.Config
+	// Metrics, when set, gets the agent's metrics (metrics.go) from Start
+	// until Close; Start fails if they are registered there already. Nil
+	// registers none.
+	Metrics prometheus.Registerer
 }
 
 // check fills in defaults and rejects a config the agent cannot run with.

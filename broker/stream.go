@@ -102,6 +102,8 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 			}
 			rotate()
 		}
+		// The stream ended and the session goes on: it is opened again.
+		a.metrics.reconnects.Inc()
 		followed = follow
 		if pause {
 			if err := sleep(ctx, bo.next()); err != nil {

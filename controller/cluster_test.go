@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/raftlog"
@@ -24,6 +25,8 @@ type testCluster struct {
 	// mean the defaults.
 	sessionTimeout time.Duration
 	now            func() time.Time
+	// metrics gives every node a registry of its own (testNode.metrics).
+	metrics bool
 }
 
 // clusterOption adjusts a test cluster before its nodes start.
@@ -43,6 +46,8 @@ type testNode struct {
 	raft   *raft.Raft
 	ctrl   *Controller
 	killed bool
+	// metrics is the node's registry, with withMetrics.
+	metrics *prometheus.Registry
 }
 
 func testLogger() *slog.Logger {
@@ -94,6 +99,13 @@ func (c *testCluster) start(nd *testNode) {
 	applied := NewAppliedLog(nd.fsm, 0, 0)
 	cfg := Config{NodeID: nd.id, ClusterID: "test-cluster", Logger: testLogger(), ApplyTimeout: time.Second,
 		SessionTimeout: c.sessionTimeout, Now: c.now}
+	if c.metrics {
+		// A restart registers on the same registry: Stop unregistered.
+		if nd.metrics == nil {
+			nd.metrics = prometheus.NewRegistry()
+		}
+		cfg.Metrics = nd.metrics
+	}
 	nd.ctrl = New(cfg, applied)
 	r, err := raft.NewRaft(c.raftConfig(nd.id, nd.ctrl.NotifyCh()), raftlog.RaftFSM(applied), nd.logs, nd.logs, nd.snaps, nd.trans)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -44,6 +45,9 @@ type Config struct {
 	// Now is the clock for broker sessions; tests pass a fake one.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Metrics, when set, gets the controller's metrics (metrics.go) once
+	// Start is called, until Stop; nil registers none.
+	Metrics prometheus.Registerer
 }
 
 // DefaultSessionTimeout is KRaft's default broker session timeout.
@@ -87,6 +91,12 @@ type Controller struct {
 
 	raft *raft.Raft // set by Start
 
+	metrics *metrics
+	// Set by Start when cfg.Metrics is: what to undo in Stop.
+	metricsCollectors []prometheus.Collector
+	observer          *raft.Observer
+	observerDone      chan struct{}
+
 	// active is the leadership in force once its epoch committed; nil otherwise.
 	active atomic.Pointer[leadership]
 
@@ -109,6 +119,7 @@ func New(cfg Config, applied *AppliedLog) *Controller {
 		// goroutine that never calls raft itself.
 		notifyCh: make(chan bool, 16),
 		stopped:  make(chan struct{}),
+		metrics:  newMetrics(),
 	}
 }
 
@@ -120,6 +131,9 @@ func (c *Controller) Start(r *raft.Raft) {
 	c.raft = r
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
+	if c.cfg.Metrics != nil {
+		c.startMetrics(ctx, c.cfg.Metrics)
+	}
 	go c.monitorLeadership(ctx)
 }
 
@@ -132,6 +146,7 @@ func (c *Controller) Stop() {
 		}
 		c.stop()
 		<-c.stopped
+		c.stopMetrics()
 	})
 }
 
@@ -223,11 +238,12 @@ func (c *Controller) Propose(ctx context.Context, records ...*keelpb.Record) (ui
 // MaxEntryBytes where the records allow a cut (splitRecords), and waits
 // until the last is applied. It returns the index of the last entry.
 func (c *Controller) commitBatch(records ...*keelpb.Record) (uint64, error) {
+	submitted := time.Now()
 	futures, err := c.submitEntries(splitRecords(records, MaxEntryBytes))
 	if err != nil {
 		return 0, err
 	}
-	return c.waitEntries(futures)
+	return c.waitEntries(futures, submitted)
 }
 
 // submitEntries hands each part to raft as one entry, back to back, so that
@@ -244,9 +260,10 @@ func (c *Controller) submitEntries(parts [][]*keelpb.Record) ([]raft.ApplyFuture
 	return futures, nil
 }
 
-// waitEntries waits for entries handed to raft and returns the index of the
-// last one, or why one failed.
-func (c *Controller) waitEntries(futures []raft.ApplyFuture) (uint64, error) {
+// waitEntries waits for entries handed to raft at submitted and returns the
+// index of the last one, or why one failed. Each committed entry's latency
+// goes to the commit time histogram.
+func (c *Controller) waitEntries(futures []raft.ApplyFuture, submitted time.Time) (uint64, error) {
 	var index uint64
 	for _, f := range futures {
 		if err := f.Error(); err != nil {
@@ -258,6 +275,7 @@ func (c *Controller) waitEntries(futures []raft.ApplyFuture) (uint64, error) {
 			}
 			return 0, err
 		}
+		c.metrics.commitTime.Observe(time.Since(submitted).Seconds())
 		if resp, ok := f.Response().(error); ok && resp != nil {
 			return 0, fmt.Errorf("batch refused by the state machine: %w", resp)
 		}

@@ -3,10 +3,7 @@ package controller
 import (
 	"strings"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
 )
 
 // Describe reports this node's own view of the quorum: its raft state and
@@ -36,17 +33,7 @@ func (c *Controller) Describe(version string) *keelpb.DescribeQuorumResponse {
 		Version:      version,
 	}
 	if f := c.raft.GetConfiguration(); f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			id, err := raftlog.ParseServerID(s.ID)
-			if err != nil {
-				continue
-			}
-			suffrage := "voter"
-			if s.Suffrage != raft.Voter {
-				suffrage = "nonvoter"
-			}
-			resp.Voters = append(resp.Voters, &keelpb.QuorumMember{Id: id, Address: string(s.Address), Suffrage: suffrage})
-		}
+		resp.Voters = quorumMembers(f.Configuration())
 	}
 	return resp
 }

@@ -29,10 +29,19 @@ var (
 type NotLeaderError struct {
 	LeaderID      int32
 	LeaderAddress string
+	// HandedOff: this node was the active controller and has just handed
+	// leadership on so that the request (removing this node) can be made by
+	// the new leader; asking the leader again completes it.
+	HandedOff bool
 }
 
 func (e *NotLeaderError) Error() string {
-	if e.LeaderID < 0 {
+	switch {
+	case e.HandedOff && e.LeaderID < 0:
+		return "this node was asked to remove itself and handed leadership on first; ask the new leader once it is elected"
+	case e.HandedOff:
+		return fmt.Sprintf("this node was asked to remove itself and handed leadership on first; the new leader, node %d at %s, removes it", e.LeaderID, e.LeaderAddress)
+	case e.LeaderID < 0:
 		return "not the active controller, and no leader is known (election in progress or no quorum)"
 	}
 	return fmt.Sprintf("not the active controller; the leader is node %d at %s", e.LeaderID, e.LeaderAddress)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -41,8 +42,9 @@ func (l *leadership) runGroup(group []event) {
 	img := l.c.fsm.Image()
 	next := l.c.raft.LastIndex() + 1
 	type pending struct {
-		ev      event
-		futures []raft.ApplyFuture
+		ev        event
+		futures   []raft.ApplyFuture
+		submitted time.Time
 	}
 	pend := make([]pending, 0, len(group))
 	for i, ev := range group {
@@ -65,16 +67,17 @@ func (l *leadership) runGroup(group []event) {
 			}
 			img = spec
 		}
+		submitted := time.Now()
 		futures, err := l.c.submitEntries(parts)
 		if err != nil {
 			ev.finish(0, err)
 			continue
 		}
 		next += uint64(len(parts))
-		pend = append(pend, pending{ev, futures})
+		pend = append(pend, pending{ev, futures, submitted})
 	}
 	for _, p := range pend {
-		p.ev.finish(l.c.waitEntries(p.futures))
+		p.ev.finish(l.c.waitEntries(p.futures, p.submitted))
 	}
 }
 

@@ -49,6 +49,8 @@ type event struct {
 
 	run     func()
 	abandon func(error)
+
+	queued time.Time // when submit queued it: the event queue time metric
 }
 
 func (c *Controller) newLeadership() *leadership {
@@ -167,6 +169,7 @@ func (l *leadership) eventLoop() {
 		case <-l.ctx.Done():
 			return
 		case ev := <-l.events:
+			l.taken(ev)
 			group = append(group[:0], ev)
 		}
 		// Take what else is queued, up to a run-type event (it runs alone,
@@ -176,6 +179,7 @@ func (l *leadership) eventLoop() {
 		for len(group) < maxGroup && group[0].decision != nil {
 			select {
 			case ev := <-l.events:
+				l.taken(ev)
 				if ev.decision == nil {
 					after = &ev
 					break drain
@@ -194,6 +198,11 @@ func (l *leadership) eventLoop() {
 			after.run()
 		}
 	}
+}
+
+// taken records how long ev waited in the queue.
+func (l *leadership) taken(ev event) {
+	l.c.metrics.eventQueueTime.Observe(time.Since(ev.queued).Seconds())
 }
 
 // close refuses further events and abandons the queued ones, so that no
@@ -222,6 +231,7 @@ func (l *leadership) submit(ctx context.Context, ev event) error {
 	if l.closed || l.ctx.Err() != nil {
 		return l.c.notLeader()
 	}
+	ev.queued = time.Now()
 	select {
 	case l.events <- ev:
 		return nil

@@ -41,6 +41,8 @@ func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetad
 	}
 	offset := req.FromOffset
 	needSnapshot := offset == 0
+	pos := c.metrics.streams.open(req.BrokerId, offset)
+	defer c.metrics.streams.close(req.BrokerId, pos)
 	for {
 		if needSnapshot {
 			img := c.applied.Current()
@@ -50,6 +52,7 @@ func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetad
 				return err
 			}
 			offset, needSnapshot = img.Offset, false
+			pos.offset.Store(offset)
 		}
 		entries, ok, more := c.applied.Since(offset, maxPushBytes)
 		if !ok {
@@ -65,6 +68,7 @@ func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetad
 				return err
 			}
 			offset = entries[len(entries)-1].Offset
+			pos.offset.Store(offset)
 			continue
 		}
 		select {

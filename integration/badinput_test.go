@@ -87,6 +87,18 @@ func TestController_RefusesBadInput(t *testing.T) {
 		}
 	})
 
+	t.Run("Join", func(t *testing.T) {
+		t.Parallel()
+		dir := filepath.Join(t.TempDir(), "data")
+		expectRefused(t, "", []string{"controller", "--node-id", "4", "--data-dir", dir, "--join"}, "--join needs --listen", "node 4")
+		addr := freeAddr(t)
+		expectRefused(t, addr, []string{"controller", "--node-id", "4", "--listen", addr, "--data-dir", dir, "--join", "--restore-from", "x.snap"},
+			"--join and --restore-from")
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("refused start created data dir %s", dir)
+		}
+	})
+
 	t.Run("ListenPortTaken", func(t *testing.T) {
 		t.Parallel()
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

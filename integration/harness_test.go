@@ -268,6 +268,9 @@ type clusterOptions struct {
 	deferred        []int32
 	controllerFlags []string
 	tls             *testPKI // withTLS: every process and client uses mutual TLS
+	// nodeFlags, if set, gives each controller flags of its own, after
+	// controllerFlags; it is called again on each start attempt.
+	nodeFlags func(id int32) []string
 }
 
 // clusterOption adjusts how startCluster runs the controllers.
@@ -363,6 +366,9 @@ func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 			}
 			nd.args = append(nd.args, c.opts.tlsFlags(fmt.Sprintf("controller-%d", nd.id))...)
 			nd.args = append(nd.args, c.opts.controllerFlags...)
+			if c.opts.nodeFlags != nil {
+				nd.args = append(nd.args, c.opts.nodeFlags(nd.id)...)
+			}
 			// A previous attempt's data names other ports: start afresh.
 			if err := os.RemoveAll(nd.dataDir); err != nil {
 				t.Fatal(err)

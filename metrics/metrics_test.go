@@ -1,9 +1,11 @@
 package metrics
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -64,5 +66,43 @@ func TestServeRefusesATakenAddress(t *testing.T) {
 	_, err = Serve(s.Addr(), NewRegistry())
 	if err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
 		t.Fatalf("second Serve on %s: %v, want an error naming --metrics-addr", s.Addr(), err)
+	}
+}
+
+func TestServe_HealthzAndMountedReadyz(t *testing.T) {
+	var ready atomic.Bool
+	check := func() error {
+		if ready.Load() {
+			return nil
+		}
+		return errors.New("no leader known")
+	}
+	s, err := Serve("127.0.0.1:0", NewRegistry(), WithHandler("/readyz", ReadyHandler(check)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + s.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(body)
+	}
+	if code, _ := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz: %d, want 200", code)
+	}
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "no leader known") {
+		t.Errorf("/readyz while not ready: %d %q, want 503 saying why", code, body)
+	}
+	ready.Store(true)
+	if code, body := get("/readyz"); code != http.StatusOK || strings.TrimSpace(body) != "ready" {
+		t.Errorf("/readyz when ready: %d %q, want 200 ready", code, body)
 	}
 }

@@ -55,6 +55,12 @@ type Config struct {
 	// Voters is used only to bootstrap an empty data dir; with existing raft
 	// state it is ignored and the node rejoins with the configuration in its log.
 	Voters []Voter
+	// Join (--join) starts a node with an empty data dir without
+	// bootstrapping: it has no configuration, calls no election, and waits
+	// for the leader of an existing quorum to add it (AddVoter), then
+	// receives the snapshot and the log from it. Voters is then not used.
+	// With existing raft state Join changes nothing.
+	Join bool
 	// ClusterID is optional. If set and the data dir has recorded another,
 	// Open fails; if the data dir has none yet, it is recorded.
 	ClusterID string
@@ -95,6 +101,7 @@ type Node struct {
 	dir       string
 	store     logStore
 	transport *raft.NetworkTransport
+	fsm       *fsmAdapter
 
 	mu     sync.Mutex // guards meta and closed
 	meta   meta
@@ -110,9 +117,10 @@ type Node struct {
 // is never used by another node id or cluster; it fails fast if another
 // process has the data dir open. On an empty data dir it bootstraps the
 // cluster from cfg.Voters (every voter may do so with the same list; raft
-// treats that as one bootstrap). With existing state it rejoins and ignores
-// cfg.Voters. Every error is one line naming the problem and the path, and
-// leaves nothing open. The caller keeps ownership of mux and sm.
+// treats that as one bootstrap), or, with cfg.Join, starts without a
+// configuration and waits to be added. With existing state it rejoins and
+// ignores cfg.Voters and cfg.Join. Every error is one line naming the
+// problem and the path, and leaves nothing open. The caller keeps ownership of mux and sm.
 func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	if err := checkConfig(cfg, sm, mux); err != nil {
 		return nil, err
@@ -196,13 +204,18 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot read raft state in %s: %v", cfg.DataDir, err)
 	}
-	if !hasState {
+	switch {
+	case !hasState && cfg.Join:
+		logger.Info("no raft state and --join: waiting to be added to a quorum (keel quorum add-voter)",
+			"data_dir", cfg.DataDir, "node_id", cfg.NodeID, "address", cfg.Advertise)
+	case !hasState:
 		if err := bootstrap(cfg, rc, logs, store, snaps, trans, logger); err != nil {
 			return nil, err
 		}
 	}
 
-	r, err := raft.NewRaft(rc, &fsmAdapter{sm: sm}, logs, store, snaps, trans)
+	n.fsm = &fsmAdapter{sm: sm}
+	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, trans)
 	if err != nil {
 		return nil, fmt.Errorf("start raft on %s: %v", cfg.DataDir, err)
 	}
@@ -384,3 +397,12 @@ func (n *Node) RecordClusterID(id string) error {
 
 // DataDir returns the node's data dir.
 func (n *Node) DataDir() string { return n.dir }
+
+// StateMachineIndex is the index of the last entry the state machine has
+// finished with since this process started: a command it applied or refused,
+// or a configuration change. Unlike raft's AppliedIndex, which moves when
+// raft hands entries over, it moves only once they are applied. Raft's own
+// no-op and barrier entries never reach the state machine, and a snapshot
+// restore does not move it: compare it with the state machine's own
+// position too.
+func (n *Node) StateMachineIndex() uint64 { return n.fsm.done.Load() }

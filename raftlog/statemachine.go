@@ -3,6 +3,7 @@ package raftlog
 import (
 	"errors"
 	"io"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -22,11 +23,29 @@ type StateMachine interface {
 	Restore(r io.Reader) error
 }
 
+// ConfigurationObserver is a StateMachine that also wants to know each
+// committed raft configuration and its log index: the index is what raft's
+// membership changes take as prevIndex, and raft's GetConfiguration does not
+// report it (its Index is always 0 in raft v1.7). It is called on raft's FSM
+// goroutine, in log order with ApplyEntry.
+type ConfigurationObserver interface {
+	// ConfigurationCommitted is called with each committed configuration
+	// entry. After a snapshot restore it is called with index 0 and an empty
+	// configuration: raft does not hand the snapshot's configuration to the
+	// state machine, so its index is unknown until the next change.
+	ConfigurationCommitted(index uint64, c raft.Configuration)
+}
+
 // fsmAdapter turns a StateMachine into the raft.FSM raft drives. It also
 // implements raft.BatchingFSM, so raft hands over every committed batch in one
 // call instead of one call per entry.
 type fsmAdapter struct {
 	sm StateMachine
+	// done is the index of the last entry the state machine has finished
+	// with: a command (applied or refused) or a configuration change. Raft
+	// sets its own applied index when it hands entries over, before the
+	// state machine has applied them; this is set after.
+	done atomic.Uint64
 }
 
 var (
@@ -37,7 +56,9 @@ var (
 // Apply is only used by raft when batching is off; it is kept consistent
 // with ApplyBatch.
 func (a *fsmAdapter) Apply(l *raft.Log) any {
+	defer a.done.Store(l.Index)
 	if l.Type != raft.LogCommand {
+		a.configuration(l)
 		return nil
 	}
 	return a.sm.ApplyEntry(l.Index, l.Term, l.Data)
@@ -52,7 +73,12 @@ func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
 	for i, l := range logs {
 		if l.Type == raft.LogCommand {
 			resp[i] = a.sm.ApplyEntry(l.Index, l.Term, l.Data)
+		} else {
+			a.configuration(l)
 		}
+	}
+	if len(logs) > 0 {
+		a.done.Store(logs[len(logs)-1].Index)
 	}
 	return resp
 }
@@ -74,7 +100,21 @@ func (a *fsmAdapter) Restore(rc io.ReadCloser) error {
 	if cerr := rc.Close(); err == nil {
 		err = cerr
 	}
+	if o, ok := a.sm.(ConfigurationObserver); ok && err == nil {
+		// The snapshot holds a configuration, but raft does not pass it here.
+		o.ConfigurationCommitted(0, raft.Configuration{})
+	}
 	return err
+}
+
+// configuration tells a ConfigurationObserver of a committed configuration entry.
+func (a *fsmAdapter) configuration(l *raft.Log) {
+	if l.Type != raft.LogConfiguration {
+		return
+	}
+	if o, ok := a.sm.(ConfigurationObserver); ok {
+		o.ConfigurationCommitted(l.Index, raft.DecodeConfiguration(l.Data))
+	}
 }
 
 // fsmSnapshot runs the state machine's write function against raft's sink.

@@ -87,6 +87,7 @@ func TestFSMAdapter_ApplyBatch(t *testing.T) {
 		logs        []*raft.Log
 		wantResp    []any
 		wantEntries []string
+		wantDone    uint64 // StateMachineIndex afterwards: the batch's last index
 	}{
 		{name: "empty batch", logs: nil, wantResp: []any{}},
 		{
@@ -97,6 +98,7 @@ func TestFSMAdapter_ApplyBatch(t *testing.T) {
 			},
 			wantResp:    []any{1, 2},
 			wantEntries: []string{"a", "b"},
+			wantDone:    4,
 		},
 		{
 			name: "other log types get nil and skip the state machine",
@@ -108,6 +110,7 @@ func TestFSMAdapter_ApplyBatch(t *testing.T) {
 			},
 			wantResp:    []any{nil, nil, 1, nil},
 			wantEntries: []string{"a"},
+			wantDone:    4,
 		},
 	}
 	for _, tt := range tests {
@@ -121,6 +124,9 @@ func TestFSMAdapter_ApplyBatch(t *testing.T) {
 			if got := sm.list(); !slices.Equal(got, tt.wantEntries) {
 				t.Errorf("state machine saw %q, want %q", got, tt.wantEntries)
 			}
+			if got := a.done.Load(); got != tt.wantDone {
+				t.Errorf("finished index = %d, want %d", got, tt.wantDone)
+			}
 		})
 	}
 }
@@ -128,11 +134,17 @@ func TestFSMAdapter_ApplyBatch(t *testing.T) {
 func TestFSMAdapter_Apply(t *testing.T) {
 	sm := &listSM{}
 	a := &fsmAdapter{sm: sm}
-	if got := a.Apply(&raft.Log{Type: raft.LogConfiguration}); got != nil {
+	if got := a.Apply(&raft.Log{Index: 1, Type: raft.LogConfiguration}); got != nil {
 		t.Errorf("Apply(configuration) = %v, want nil", got)
 	}
-	if got := a.Apply(&raft.Log{Type: raft.LogCommand, Data: []byte("x")}); got != 1 {
+	if got := a.done.Load(); got != 1 {
+		t.Errorf("finished index after a configuration = %d, want 1", got)
+	}
+	if got := a.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: []byte("x")}); got != 1 {
 		t.Errorf("Apply(command) = %v, want 1", got)
+	}
+	if got := a.done.Load(); got != 2 {
+		t.Errorf("finished index after a command = %d, want 2", got)
 	}
 }
 

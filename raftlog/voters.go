@@ -84,6 +84,10 @@ func parseIDAddrs(flag, s string) ([]Voter, error) {
 	return voters, nil
 }
 
+// CheckAddress checks a controller address as the voter list does: host:port
+// with a host and a port in 1..65535. Its error names the address.
+func CheckAddress(addr string) error { return checkHostPort(addr) }
+
 // checkHostPort accepts only addresses a peer can dial: an empty host would
 // mean "every interface" when listening but is no use as an advertised address.
 func checkHostPort(addr string) error {

@@ -79,6 +79,9 @@ var methodRules = map[string]rule{
 	keelpb.ControllerService_AlterPartitionReassignments_FullMethodName: adminOnly,
 	keelpb.ControllerService_FetchSnapshot_FullMethodName:               adminOnly,
 	keelpb.ControllerService_RestoreSnapshot_FullMethodName:             adminOnly,
+	keelpb.ControllerService_AddVoter_FullMethodName:                    adminOnly,
+	keelpb.ControllerService_RemoveVoter_FullMethodName:                 adminOnly,
+	keelpb.ControllerService_TransferLeadership_FullMethodName:          adminOnly,
 
 	// Broker service, on brokers. A fetch reports the fetching replica's
 	// progress, which moves it into the ISR: only that replica may send it.
@@ -90,7 +93,7 @@ var methodRules = map[string]rule{
 // for every access but accessBrokerSelf, which reads the broker id from it.
 // Refusals are PermissionDenied, naming the caller and what was needed.
 func authorize(id tlsauth.Identity, method string, req proto.Message) error {
-	r, ok := methodRules[method]
+	r, ok := ruleFor(method)
 	if !ok {
 		return status.Errorf(codes.PermissionDenied, "%s has no authorization rule; refused to everyone", method)
 	}
@@ -181,7 +184,7 @@ func authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, hand
 	if err != nil {
 		return err
 	}
-	if r, ok := methodRules[info.FullMethod]; !ok || r.access != accessBrokerSelf || id.Role != tlsauth.RoleBroker {
+	if r, ok := ruleFor(info.FullMethod); !ok || r.access != accessBrokerSelf || id.Role != tlsauth.RoleBroker {
 		if err := authorize(id, info.FullMethod, nil); err != nil {
 			return err
 		}

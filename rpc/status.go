@@ -34,7 +34,13 @@ func toStatus(err error) error {
 		if nl.LeaderID < 0 {
 			code = codes.Unavailable
 		}
-		return withHint(status.New(code, nl.Error()), nl.LeaderID, nl.LeaderAddress)
+		st := status.New(code, nl.Error())
+		if nl.HandedOff {
+			if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonLeadershipTransferred, Domain: ErrorDomain}); err == nil {
+				st = d
+			}
+		}
+		return withHint(st, nl.LeaderID, nl.LeaderAddress)
 	case errors.Is(err, controller.ErrNotReady):
 		return withReason(codes.Unavailable, ReasonNotReady, err.Error())
 	case errors.Is(err, controller.ErrOutcomeUnknown),
@@ -72,6 +78,16 @@ func toStatus(err error) error {
 		return withReason(codes.FailedPrecondition, ReasonIneligibleReplica, err.Error())
 	case errors.Is(err, controller.ErrReassignmentInProgress), errors.Is(err, controller.ErrNoReassignment):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, controller.ErrVoterExists):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, controller.ErrUnknownVoter):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, controller.ErrLastVoter), errors.Is(err, controller.ErrNotVoter):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, controller.ErrConfigurationChanged):
+		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, controller.ErrTransferFailed):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.As(err, new(*controller.FieldError)):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, controller.ErrQueueFull):
@@ -128,6 +144,10 @@ const (
 	ReasonFencedLeaderEpoch    = "FENCED_LEADER_EPOCH"
 	ReasonInvalidUpdateVersion = "INVALID_UPDATE_VERSION"
 	ReasonIneligibleReplica    = "INELIGIBLE_REPLICA"
+	// ReasonLeadershipTransferred: the active controller, asked to remove
+	// itself from the quorum, has handed leadership to the node in the
+	// LeaderHint, which makes the change when asked again.
+	ReasonLeadershipTransferred = "LEADERSHIP_TRANSFERRED"
 )
 
 // withReason builds a status error carrying an ErrorInfo reason.

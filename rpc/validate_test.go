@@ -113,6 +113,7 @@ var (
 		Partitions: []*keelpb.TopicPartition{{Topic: "orders", Partition: 0}, {Topic: "orders", Partition: 1}, {Topic: "other", Partition: 0}}}
 	validElectAll = &keelpb.ElectLeadersRequest{Type: keelpb.ElectionType_ELECTION_TYPE_UNCLEAN, All: true}
 	validReassign = &keelpb.AlterPartitionReassignmentsRequest{Topic: "orders", Partition: 0, Replicas: []int32{1, 2, 3}}
+	validAddVoter = &keelpb.AddVoterRequest{Id: 4, Address: "127.0.0.1:9094"}
 )
 
 // validControllerRequests are well-formed requests of every method that
@@ -143,6 +144,13 @@ func validControllerRequests() []controllerRequestCase {
 		{method: "AlterPartitionReassignments", call: unaryCall((*ControllerServer).AlterPartitionReassignments, validReassign)},
 		{method: "AlterPartitionReassignments", name: "cancel", call: unaryCall((*ControllerServer).AlterPartitionReassignments,
 			edited(validReassign, func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = nil }))},
+		{method: "AddVoter", call: unaryCall((*ControllerServer).AddVoter, validAddVoter)},
+		{method: "AddVoter", name: "a host name", call: unaryCall((*ControllerServer).AddVoter,
+			edited(validAddVoter, func(r *keelpb.AddVoterRequest) { r.Address = "controller-4.example:9091" }))},
+		{method: "RemoveVoter", call: unaryCall((*ControllerServer).RemoveVoter, &keelpb.RemoveVoterRequest{Id: 3})},
+		{method: "TransferLeadership", name: "any voter", call: unaryCall((*ControllerServer).TransferLeadership, &keelpb.TransferLeadershipRequest{})},
+		{method: "TransferLeadership", name: "to a voter", call: unaryCall((*ControllerServer).TransferLeadership,
+			&keelpb.TransferLeadershipRequest{TargetId: proto.Int32(2)})},
 	}
 }
 
@@ -207,6 +215,10 @@ func invalidControllerRequests() []controllerRequestCase {
 			out[i] = &keelpb.PartitionAssignment{Replicas: r}
 		}
 		return out
+	}
+	addVoter := func(name, field string, edit func(*keelpb.AddVoterRequest)) controllerRequestCase {
+		return controllerRequestCase{method: "AddVoter", name: name, field: field,
+			call: unaryCall((*ControllerServer).AddVoter, edited(validAddVoter, edit))}
 	}
 	restore := func(name, field string, reqs ...*keelpb.RestoreSnapshotRequest) controllerRequestCase {
 		return controllerRequestCase{method: "RestoreSnapshot", name: name, field: field, call: restoreCall(reqs...), needsController: true}
@@ -319,6 +331,23 @@ func invalidControllerRequests() []controllerRequestCase {
 		reassign("a negative replica", "replicas", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = []int32{1, -1} }),
 		reassign("too many replicas", "replicas", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = ids(maxReplicationFactor + 1) }),
 		reassign("a replica twice", "replicas", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = []int32{1, 2, 1} }),
+
+		addVoter("id 0", "id", func(r *keelpb.AddVoterRequest) { r.Id = 0 }),
+		addVoter("a negative id", "id", func(r *keelpb.AddVoterRequest) { r.Id = -4 }),
+		addVoter("no address", "address", func(r *keelpb.AddVoterRequest) { r.Address = "" }),
+		addVoter("an address without a port", "address", func(r *keelpb.AddVoterRequest) { r.Address = "127.0.0.1" }),
+		addVoter("an address without a host", "address", func(r *keelpb.AddVoterRequest) { r.Address = ":9094" }),
+		addVoter("port 0", "address", func(r *keelpb.AddVoterRequest) { r.Address = "127.0.0.1:0" }),
+		addVoter("port 65536", "address", func(r *keelpb.AddVoterRequest) { r.Address = "127.0.0.1:65536" }),
+		addVoter("an over-long address", "address", func(r *keelpb.AddVoterRequest) { r.Address = long(maxAddressLen) + ":1" }),
+
+		{method: "RemoveVoter", name: "id 0", field: "id", call: unaryCall((*ControllerServer).RemoveVoter, &keelpb.RemoveVoterRequest{})},
+		{method: "RemoveVoter", name: "a negative id", field: "id", call: unaryCall((*ControllerServer).RemoveVoter, &keelpb.RemoveVoterRequest{Id: -1})},
+
+		{method: "TransferLeadership", name: "target 0", field: "target_id",
+			call: unaryCall((*ControllerServer).TransferLeadership, &keelpb.TransferLeadershipRequest{TargetId: proto.Int32(0)})},
+		{method: "TransferLeadership", name: "a negative target", field: "target_id",
+			call: unaryCall((*ControllerServer).TransferLeadership, &keelpb.TransferLeadershipRequest{TargetId: proto.Int32(-2)})},
 
 		restore("bytes that are no snapshot", "data", &keelpb.RestoreSnapshotRequest{Data: []byte("not a snapshot"), Last: true}),
 		restore("an empty upload", "data", &keelpb.RestoreSnapshotRequest{Last: true}),

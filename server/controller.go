@@ -10,13 +10,16 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/atomicfile"
+	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/rpc"
 	"github.com/keel-dev/keel/tlsauth"
@@ -30,6 +33,11 @@ type ControllerConfig struct {
 	Listen  string
 	DataDir string
 	Voters  []raftlog.Voter
+	// Join (--join) starts a node with an empty data dir without
+	// bootstrapping, to be added to a running quorum (keel quorum
+	// add-voter). Its address is its entry in Voters if there is one, else
+	// Listen. With existing raft state it changes nothing.
+	Join bool
 	// ClusterID is the id a new cluster gets (empty: a random UUID) and, once
 	// recorded in the data dir, the id the data dir must belong to.
 	ClusterID    string
@@ -61,6 +69,9 @@ type ControllerConfig struct {
 	// Mux, if set, is an already bound listener to use instead of Listen
 	// (keel dev binds its ports before it knows the voter list).
 	Mux *raftlog.Mux
+	// Metrics, when set, gets the node's controller and raft metrics (see
+	// controller.Config.Metrics); nil registers none.
+	Metrics prometheus.Registerer
 }
 
 // Controller is a running controller node.
@@ -73,7 +84,9 @@ type Controller struct {
 	applied *controller.AppliedLog
 	ctrl    *controller.Controller
 	grpc    *grpc.Server
+	health  *rpc.Health
 
+	stopping  atomic.Bool // Close has begun: not ready
 	fatal     chan error
 	stopWatch chan struct{}
 	wg        sync.WaitGroup
@@ -86,7 +99,7 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	self, err := raftlog.FindVoter(cfg.Voters, cfg.NodeID)
+	self, err := selfVoter(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -135,12 +148,14 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 
 		LeaderImbalanceCheckInterval: cfg.LeaderImbalanceCheckInterval,
 		RestoreFrom:                  cfg.RestoreFrom,
+		Metrics:                      cfg.Metrics,
 	}, s.applied)
 	s.node, err = raftlog.Open(raftlog.Config{
 		NodeID:    cfg.NodeID,
 		Advertise: self.Address,
 		DataDir:   cfg.DataDir,
 		Voters:    cfg.Voters,
+		Join:      cfg.Join,
 		ClusterID: cfg.ClusterID,
 		Timing:    cfg.Timing,
 		NotifyCh:  s.ctrl.NotifyCh(),
@@ -160,12 +175,15 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 
 	s.grpc = grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...)
 	rpc.NewControllerServer(s.ctrl, cfg.Version, cfg.WriteTimeout).Register(s.grpc)
+	s.health = rpc.ServeHealth(s.grpc, keelpb.ControllerService_ServiceDesc.ServiceName, s.Ready)
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		_ = s.grpc.Serve(mux.GRPC())
 	}()
 	go s.watchClusterID()
+	s.wg.Add(1)
+	go s.watchRemoved()
 	s.log.Info("controller started", "node_id", cfg.NodeID, "listen", mux.Addr().String(),
 		"advertise", self.Address, "data_dir", cfg.DataDir)
 	return s, nil
@@ -195,8 +213,9 @@ func (s *Controller) watchClusterID() {
 	}
 }
 
-// Fatal delivers an error that means the node must stop (it belongs to
-// another cluster).
+// Fatal delivers an error that means the node must stop: it belongs to
+// another cluster, or it was removed from the quorum (an error wrapping
+// controller.ErrRemoved).
 func (s *Controller) Fatal() <-chan error { return s.fatal }
 
 // Addr is the address the node listens on.
@@ -208,11 +227,16 @@ func (s *Controller) Controller() *controller.Controller { return s.ctrl }
 // FSM returns the node's state machine.
 func (s *Controller) FSM() *fsm.FSM { return s.fsm }
 
-// Close stops the node: gRPC first (in-flight calls get a moment to finish),
-// then leadership work, then raft and its stores, then the listener.
+// Close stops the node: its health status goes NOT_SERVING first, then
+// gRPC stops (in-flight calls get a moment to finish), then leadership
+// work, then raft and its stores, then the listener.
 func (s *Controller) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
+		// Not ready, and NOT_SERVING, before anything stops: load
+		// balancers drain the node while it still answers.
+		s.stopping.Store(true)
+		s.health.Shutdown()
 		close(s.stopWatch)
 		// A leader hands leadership on while it still serves, so clients
 		// following its not-leader answers find the new leader at once.

@@ -37,7 +37,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 		FetchInterval: broker.DefaultReplicaFetchInterval,
 		LagTimeMax:    broker.DefaultReplicaLagTimeMax,
 	}
-	var controllers string
+	var controllers, metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run a broker (the reference broker); list and inspect brokers",
@@ -95,10 +95,17 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 			if cfg.DataPlane, err = broker.NewReplicaManager(replicas); err != nil {
 				return err
 			}
+			metricsSrv, err := startMetrics(metricsAddr, log)
+			if err != nil {
+				return err
+			}
+			defer metricsSrv.stop() // after the broker has stopped
+			cfg.Metrics = metricsSrv.registerer()
 			agent, err := broker.Start(cfg)
 			if err != nil {
 				return err
 			}
+			metricsSrv.setReady(agent.Ready)
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 			defer signal.Stop(sigs)
@@ -133,6 +140,7 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 	f.DurationVar(&replicas.FetchInterval, "replica-fetch-interval", replicas.FetchInterval, "how often a follower replica fetches from its leader")
 	f.DurationVar(&replicas.LagTimeMax, "replica-lag-time-max", replicas.LagTimeMax,
 		"how long a follower may go without fetching before its leader drops it from the ISR")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, /healthz, /readyz and pprof at /debug/pprof/; empty: off")
 	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd())
 	return cmd
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -37,9 +39,19 @@ func newControllerCmd(g *globalFlags) *cobra.Command {
 
 On first start with an empty --data-dir the node bootstraps the quorum from
 --voters (give every node the same list); afterwards it rejoins from its data
-dir and --voters is ignored.`,
+dir and --voters is ignored.
+
+With --join and an empty --data-dir the node bootstraps nothing: it waits for
+a running quorum to add it (keel quorum add-voter ID ADDR), then receives the
+snapshot and the log. Its address is --listen (or its entry in --voters, if
+given). Keep --join on a joined node's command line; with state in its data
+dir it changes nothing. A node removed from the quorum (keel quorum
+remove-voter) notices within a few seconds and exits with status 0.`,
 		Example: `  keel controller --node-id 1 --listen 127.0.0.1:9091 --data-dir /var/lib/keel/1 \
-    --voters 1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093`,
+    --voters 1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093
+
+  # a fourth controller, then: keel quorum add-voter 4 127.0.0.1:9094
+  keel controller --node-id 4 --listen 127.0.0.1:9094 --data-dir /var/lib/keel/4 --join`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if nodeID <= 0 {
@@ -60,9 +72,15 @@ dir and --voters is ignored.`,
 			if err := raftlog.CheckLogStore(cfg.LogStore); err != nil {
 				return err // it names --log-store
 			}
-			vs, err := raftlog.ParseVoters(voters) // its errors name --voters
-			if err != nil {
-				return err
+			if cfg.Join && cfg.RestoreFrom != "" {
+				return fmt.Errorf("--join and --restore-from: --restore-from starts a new quorum, --join joins a running one")
+			}
+			var vs []raftlog.Voter
+			var err error
+			if !cfg.Join || strings.TrimSpace(voters) != "" {
+				if vs, err = raftlog.ParseVoters(voters); err != nil {
+					return err // it names --voters
+				}
 			}
 			if cfg.RaftDial, err = raftlog.ParseRaftDial(raftDial); err != nil {
 				return err // it names --raft-dial
@@ -75,11 +93,12 @@ dir and --voters is ignored.`,
 				return err
 			}
 			cfg.NodeID, cfg.Voters, cfg.Logger, cfg.Version = nodeID, vs, log, buildVersion()
-			stopMetrics, err := startMetrics(metricsAddr, log)
+			metricsSrv, err := startMetrics(metricsAddr, log)
 			if err != nil {
 				return err
 			}
-			defer stopMetrics() // after the node has closed
+			defer metricsSrv.stop() // after the node has closed
+			cfg.Metrics = metricsSrv.registerer()
 			// Catch signals before starting, so a stop during a slow start
 			// (waiting for the data dir's lock) still ends cleanly.
 			sigs := make(chan os.Signal, 1)
@@ -89,21 +108,29 @@ dir and --voters is ignored.`,
 			if err != nil {
 				return err
 			}
+			metricsSrv.setReady(node.Ready)
 			select {
 			case sig := <-sigs:
 				log.Info("stopping", "signal", sig.String())
 				return node.Close()
 			case err := <-node.Fatal():
 				node.Close()
+				if errors.Is(err, controller.ErrRemoved) {
+					// What remove-voter asked for: not a failure.
+					log.Warn("stopped: removed from the quorum; to add it back, start it with an empty --data-dir and --join, then keel quorum add-voter",
+						"reason", err.Error())
+					return nil
+				}
 				return err
 			}
 		},
 	}
 	f := cmd.Flags()
-	f.Int32Var(&nodeID, "node-id", 0, "this node's id: a positive integer, one of the ids in --voters (required)")
+	f.Int32Var(&nodeID, "node-id", 0, "this node's id: a positive integer, one of the ids in --voters unless --join (required)")
 	f.StringVar(&cfg.Listen, "listen", "", "address to listen on for raft and gRPC (default: this node's address in --voters)")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the raft log, snapshots and node metadata (required)")
-	f.StringVar(&voters, "voters", "", "the initial quorum, id@host:port,... (required on first start)")
+	f.StringVar(&voters, "voters", "", "the initial quorum, id@host:port,... (required on first start, unless --join)")
+	f.BoolVar(&cfg.Join, "join", false, "with an empty --data-dir, bootstrap nothing and wait to be added to a running quorum (keel quorum add-voter); the node's address is --listen")
 	f.StringVar(&raftDial, "raft-dial", "", "dial these peers' raft traffic at other addresses than the voter list's (a proxy, NAT), id@host:port,...; empty: none")
 	f.StringVar(&cfg.RestoreFrom, "restore-from", "", "start a brand-new quorum (empty data dirs) from this snapshot file, given to every voter; ignored once the cluster has state")
 	f.StringVar(&cfg.ClusterID, "cluster-id", "", "cluster id for a new cluster (default: a random UUID); a data dir of another cluster is refused")
@@ -119,7 +146,7 @@ dir and --voters is ignored.`,
 		"log entries kept behind a snapshot, so a slightly lagging follower catches up without a snapshot install")
 	f.StringVar(&cfg.LogStore, "log-store", raftlog.LogStoreBoltDB,
 		"raft log store: boltdb (raft.db) or wal (raft-wal, in wal/); a data dir keeps the store it was created with")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (and pprof at /debug/pprof/); empty: off")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, /healthz, /readyz and pprof at /debug/pprof/; empty: off")
 	addRaftTimingFlags(f, &cfg.Timing)
 	return cmd
 }

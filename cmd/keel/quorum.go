@@ -61,8 +61,9 @@ func (a *adminFlags) connect(cmd *cobra.Command) (*rpc.Client, context.Context, 
 }
 
 func newQuorumCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "quorum", Short: "Inspect and check the controller quorum"}
-	cmd.AddCommand(newQuorumStatusCmd(), newQuorumVerifyCmd())
+	cmd := &cobra.Command{Use: "quorum", Short: "Inspect, check and change the controller quorum"}
+	cmd.AddCommand(newQuorumStatusCmd(), newQuorumVerifyCmd(),
+		newQuorumAddVoterCmd(), newQuorumRemoveVoterCmd(), newQuorumTransferLeadershipCmd())
 	return cmd
 }
 

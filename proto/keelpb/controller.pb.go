@@ -2981,6 +2981,325 @@ func (x *LeaderHint) GetLeaderAddress() string {
 	return ""
 }
 
+type AddVoterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            int32                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`          // the node's --node-id
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"` // its --listen address, host:port (raft and gRPC)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddVoterRequest) Reset() {
+	*x = AddVoterRequest{}
+	mi := &file_controller_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddVoterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddVoterRequest) ProtoMessage() {}
+
+func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
+func (*AddVoterRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *AddVoterRequest) GetId() int32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AddVoterRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+type AddVoterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The raft log index of the configuration that holds the voter.
+	ConfigurationIndex uint64 `protobuf:"varint,1,opt,name=configuration_index,json=configurationIndex,proto3" json:"configuration_index,omitempty"`
+	// The quorum's members afterwards.
+	Voters []*QuorumMember `protobuf:"bytes,2,rep,name=voters,proto3" json:"voters,omitempty"`
+	// The active controller that made the change.
+	LeaderId      int32 `protobuf:"varint,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddVoterResponse) Reset() {
+	*x = AddVoterResponse{}
+	mi := &file_controller_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddVoterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddVoterResponse) ProtoMessage() {}
+
+func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddVoterResponse.ProtoReflect.Descriptor instead.
+func (*AddVoterResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *AddVoterResponse) GetConfigurationIndex() uint64 {
+	if x != nil {
+		return x.ConfigurationIndex
+	}
+	return 0
+}
+
+func (x *AddVoterResponse) GetVoters() []*QuorumMember {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *AddVoterResponse) GetLeaderId() int32 {
+	if x != nil {
+		return x.LeaderId
+	}
+	return 0
+}
+
+type RemoveVoterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            int32                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveVoterRequest) Reset() {
+	*x = RemoveVoterRequest{}
+	mi := &file_controller_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveVoterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveVoterRequest) ProtoMessage() {}
+
+func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveVoterRequest.ProtoReflect.Descriptor instead.
+func (*RemoveVoterRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *RemoveVoterRequest) GetId() int32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type RemoveVoterResponse struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	ConfigurationIndex uint64                 `protobuf:"varint,1,opt,name=configuration_index,json=configurationIndex,proto3" json:"configuration_index,omitempty"`
+	Voters             []*QuorumMember        `protobuf:"bytes,2,rep,name=voters,proto3" json:"voters,omitempty"`
+	LeaderId           int32                  `protobuf:"varint,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *RemoveVoterResponse) Reset() {
+	*x = RemoveVoterResponse{}
+	mi := &file_controller_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveVoterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveVoterResponse) ProtoMessage() {}
+
+func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveVoterResponse.ProtoReflect.Descriptor instead.
+func (*RemoveVoterResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RemoveVoterResponse) GetConfigurationIndex() uint64 {
+	if x != nil {
+		return x.ConfigurationIndex
+	}
+	return 0
+}
+
+func (x *RemoveVoterResponse) GetVoters() []*QuorumMember {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *RemoveVoterResponse) GetLeaderId() int32 {
+	if x != nil {
+		return x.LeaderId
+	}
+	return 0
+}
+
+type TransferLeadershipRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The voter to hand leadership to; absent: the most up-to-date one.
+	TargetId      *int32 `protobuf:"varint,1,opt,name=target_id,json=targetId,proto3,oneof" json:"target_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeadershipRequest) Reset() {
+	*x = TransferLeadershipRequest{}
+	mi := &file_controller_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeadershipRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeadershipRequest) ProtoMessage() {}
+
+func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *TransferLeadershipRequest) GetTargetId() int32 {
+	if x != nil && x.TargetId != nil {
+		return *x.TargetId
+	}
+	return 0
+}
+
+type TransferLeadershipResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The active controller that handed leadership on.
+	PreviousLeaderId int32 `protobuf:"varint,1,opt,name=previous_leader_id,json=previousLeaderId,proto3" json:"previous_leader_id,omitempty"`
+	// The node leadership went to (-1 when raft has not said yet). It becomes
+	// the active controller once its epoch record commits.
+	LeaderId      int32 `protobuf:"varint,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeadershipResponse) Reset() {
+	*x = TransferLeadershipResponse{}
+	mi := &file_controller_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeadershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeadershipResponse) ProtoMessage() {}
+
+func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *TransferLeadershipResponse) GetPreviousLeaderId() int32 {
+	if x != nil {
+		return x.PreviousLeaderId
+	}
+	return 0
+}
+
+func (x *TransferLeadershipResponse) GetLeaderId() int32 {
+	if x != nil {
+		return x.LeaderId
+	}
+	return 0
+}
+
 var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
@@ -3203,11 +3522,31 @@ const file_controller_proto_rawDesc = "" +
 	"\n" +
 	"LeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\x05R\bleaderId\x12%\n" +
-	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress*e\n" +
+	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress\";\n" +
+	"\x0fAddVoterRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x8f\x01\n" +
+	"\x10AddVoterResponse\x12/\n" +
+	"\x13configuration_index\x18\x01 \x01(\x04R\x12configurationIndex\x12-\n" +
+	"\x06voters\x18\x02 \x03(\v2\x15.keel.v1.QuorumMemberR\x06voters\x12\x1b\n" +
+	"\tleader_id\x18\x03 \x01(\x05R\bleaderId\"$\n" +
+	"\x12RemoveVoterRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x05R\x02id\"\x92\x01\n" +
+	"\x13RemoveVoterResponse\x12/\n" +
+	"\x13configuration_index\x18\x01 \x01(\x04R\x12configurationIndex\x12-\n" +
+	"\x06voters\x18\x02 \x03(\v2\x15.keel.v1.QuorumMemberR\x06voters\x12\x1b\n" +
+	"\tleader_id\x18\x03 \x01(\x05R\bleaderId\"K\n" +
+	"\x19TransferLeadershipRequest\x12 \n" +
+	"\ttarget_id\x18\x01 \x01(\x05H\x00R\btargetId\x88\x01\x01B\f\n" +
+	"\n" +
+	"_target_id\"g\n" +
+	"\x1aTransferLeadershipResponse\x12,\n" +
+	"\x12previous_leader_id\x18\x01 \x01(\x05R\x10previousLeaderId\x12\x1b\n" +
+	"\tleader_id\x18\x02 \x01(\x05R\bleaderId*e\n" +
 	"\fElectionType\x12\x1d\n" +
 	"\x19ELECTION_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ELECTION_TYPE_PREFERRED\x10\x01\x12\x19\n" +
-	"\x15ELECTION_TYPE_UNCLEAN\x10\x022\xfb\v\n" +
+	"\x15ELECTION_TYPE_UNCLEAN\x10\x022\xe5\r\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +
@@ -3228,7 +3567,10 @@ const file_controller_proto_rawDesc = "" +
 	"\x1bAlterPartitionReassignments\x12+.keel.v1.AlterPartitionReassignmentsRequest\x1a,.keel.v1.AlterPartitionReassignmentsResponse\x12u\n" +
 	"\x1aListPartitionReassignments\x12*.keel.v1.ListPartitionReassignmentsRequest\x1a+.keel.v1.ListPartitionReassignmentsResponse\x12H\n" +
 	"\rFetchSnapshot\x12\x1d.keel.v1.FetchSnapshotRequest\x1a\x16.keel.v1.SnapshotChunk0\x01\x12V\n" +
-	"\x0fRestoreSnapshot\x12\x1f.keel.v1.RestoreSnapshotRequest\x1a .keel.v1.RestoreSnapshotResponse(\x01B'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\x0fRestoreSnapshot\x12\x1f.keel.v1.RestoreSnapshotRequest\x1a .keel.v1.RestoreSnapshotResponse(\x01\x12?\n" +
+	"\bAddVoter\x12\x18.keel.v1.AddVoterRequest\x1a\x19.keel.v1.AddVoterResponse\x12H\n" +
+	"\vRemoveVoter\x12\x1b.keel.v1.RemoveVoterRequest\x1a\x1c.keel.v1.RemoveVoterResponse\x12]\n" +
+	"\x12TransferLeadership\x12\".keel.v1.TransferLeadershipRequest\x1a#.keel.v1.TransferLeadershipResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -3243,7 +3585,7 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_controller_proto_goTypes = []any{
 	(ElectionType)(0),                           // 0: keel.v1.ElectionType
 	(*DescribeQuorumRequest)(nil),               // 1: keel.v1.DescribeQuorumRequest
@@ -3294,8 +3636,14 @@ var file_controller_proto_goTypes = []any{
 	(*RestoreSnapshotRequest)(nil),              // 46: keel.v1.RestoreSnapshotRequest
 	(*RestoreSnapshotResponse)(nil),             // 47: keel.v1.RestoreSnapshotResponse
 	(*LeaderHint)(nil),                          // 48: keel.v1.LeaderHint
-	nil,                                         // 49: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                         // 50: keel.v1.TopicDescription.ConfigsEntry
+	(*AddVoterRequest)(nil),                     // 49: keel.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),                    // 50: keel.v1.AddVoterResponse
+	(*RemoveVoterRequest)(nil),                  // 51: keel.v1.RemoveVoterRequest
+	(*RemoveVoterResponse)(nil),                 // 52: keel.v1.RemoveVoterResponse
+	(*TransferLeadershipRequest)(nil),           // 53: keel.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),          // 54: keel.v1.TransferLeadershipResponse
+	nil,                                         // 55: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                         // 56: keel.v1.TopicDescription.ConfigsEntry
 }
 var file_controller_proto_depIdxs = []int32{
 	3,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
@@ -3304,13 +3652,13 @@ var file_controller_proto_depIdxs = []int32{
 	15, // 3: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
 	20, // 4: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
 	22, // 5: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	49, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	55, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
 	33, // 7: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
 	22, // 8: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
 	33, // 9: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
 	30, // 10: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
 	33, // 11: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	50, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	56, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
 	34, // 13: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
 	34, // 14: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
 	0,  // 15: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
@@ -3318,47 +3666,55 @@ var file_controller_proto_depIdxs = []int32{
 	40, // 17: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
 	34, // 18: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
 	45, // 19: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
-	1,  // 20: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	4,  // 21: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	6,  // 22: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	8,  // 23: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	10, // 24: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	12, // 25: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	18, // 26: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	21, // 27: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
-	24, // 28: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
-	26, // 29: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
-	28, // 30: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
-	31, // 31: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
-	35, // 32: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
-	38, // 33: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
-	41, // 34: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
-	43, // 35: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
-	17, // 36: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	46, // 37: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
-	2,  // 38: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	5,  // 39: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	7,  // 40: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	9,  // 41: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	11, // 42: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	13, // 43: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	19, // 44: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	23, // 45: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	25, // 46: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	27, // 47: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	29, // 48: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	32, // 49: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	36, // 50: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	39, // 51: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	42, // 52: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	44, // 53: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	16, // 54: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	47, // 55: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	38, // [38:56] is the sub-list for method output_type
-	20, // [20:38] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	3,  // 20: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	3,  // 21: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	1,  // 22: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	4,  // 23: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	6,  // 24: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	8,  // 25: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	10, // 26: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	12, // 27: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	18, // 28: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	21, // 29: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	24, // 30: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	26, // 31: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	28, // 32: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	31, // 33: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	35, // 34: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	38, // 35: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	41, // 36: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	43, // 37: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	17, // 38: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
+	46, // 39: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	49, // 40: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
+	51, // 41: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
+	53, // 42: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
+	2,  // 43: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	5,  // 44: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	7,  // 45: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	9,  // 46: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	11, // 47: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	13, // 48: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	19, // 49: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	23, // 50: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	25, // 51: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	27, // 52: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	29, // 53: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	32, // 54: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	36, // 55: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	39, // 56: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	42, // 57: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	44, // 58: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	16, // 59: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	47, // 60: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	50, // 61: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	52, // 62: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	54, // 63: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	43, // [43:64] is the sub-list for method output_type
+	22, // [22:43] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -3370,13 +3726,14 @@ func file_controller_proto_init() {
 		(*MetadataPush_Entries)(nil),
 		(*MetadataPush_Snapshot)(nil),
 	}
+	file_controller_proto_msgTypes[52].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   50,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

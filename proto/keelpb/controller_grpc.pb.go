@@ -39,6 +39,9 @@ const (
 	ControllerService_ListPartitionReassignments_FullMethodName  = "/keel.v1.ControllerService/ListPartitionReassignments"
 	ControllerService_FetchSnapshot_FullMethodName               = "/keel.v1.ControllerService/FetchSnapshot"
 	ControllerService_RestoreSnapshot_FullMethodName             = "/keel.v1.ControllerService/RestoreSnapshot"
+	ControllerService_AddVoter_FullMethodName                    = "/keel.v1.ControllerService/AddVoter"
+	ControllerService_RemoveVoter_FullMethodName                 = "/keel.v1.ControllerService/RemoveVoter"
+	ControllerService_TransferLeadership_FullMethodName          = "/keel.v1.ControllerService/TransferLeadership"
 )
 
 // ControllerServiceClient is the client API for ControllerService service.
@@ -103,6 +106,26 @@ type ControllerServiceClient interface {
 	// of another cluster is refused (FailedPrecondition,
 	// INCONSISTENT_CLUSTER_ID) unless force_cluster_id is set.
 	RestoreSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RestoreSnapshotRequest, RestoreSnapshotResponse], error)
+	// AddVoter adds a controller to the quorum as a voter (a raft configuration
+	// change, made by the active controller). The node should be running with
+	// --join and an empty data dir; raft then sends it the snapshot and the log.
+	// Adding a voter already in the quorum at the same address changes nothing.
+	// AlreadyExists when the id is a voter at another address or the address is
+	// another voter's.
+	AddVoter(ctx context.Context, in *AddVoterRequest, opts ...grpc.CallOption) (*AddVoterResponse, error)
+	// RemoveVoter removes a controller from the quorum. NotFound for an id that
+	// is not in it; FailedPrecondition for the last voter. Asked to remove
+	// itself, the active controller first hands leadership to another voter and
+	// answers FailedPrecondition with the new leader in a LeaderHint and the
+	// reason LEADERSHIP_TRANSFERRED; the new leader then removes it (clients
+	// that follow hints retry there on their own). A removed node stops by
+	// itself once it notices.
+	RemoveVoter(ctx context.Context, in *RemoveVoterRequest, opts ...grpc.CallOption) (*RemoveVoterResponse, error)
+	// TransferLeadership hands raft leadership from the active controller to
+	// target_id, or, without it, to the most up-to-date other voter. NotFound
+	// for a target not in the quorum; FailedPrecondition for a target that is
+	// not a voter, or when there is no other voter.
+	TransferLeadership(ctx context.Context, in *TransferLeadershipRequest, opts ...grpc.CallOption) (*TransferLeadershipResponse, error)
 }
 
 type controllerServiceClient struct {
@@ -314,6 +337,36 @@ func (c *controllerServiceClient) RestoreSnapshot(ctx context.Context, opts ...g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ControllerService_RestoreSnapshotClient = grpc.ClientStreamingClient[RestoreSnapshotRequest, RestoreSnapshotResponse]
 
+func (c *controllerServiceClient) AddVoter(ctx context.Context, in *AddVoterRequest, opts ...grpc.CallOption) (*AddVoterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddVoterResponse)
+	err := c.cc.Invoke(ctx, ControllerService_AddVoter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) RemoveVoter(ctx context.Context, in *RemoveVoterRequest, opts ...grpc.CallOption) (*RemoveVoterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveVoterResponse)
+	err := c.cc.Invoke(ctx, ControllerService_RemoveVoter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) TransferLeadership(ctx context.Context, in *TransferLeadershipRequest, opts ...grpc.CallOption) (*TransferLeadershipResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransferLeadershipResponse)
+	err := c.cc.Invoke(ctx, ControllerService_TransferLeadership_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServiceServer is the server API for ControllerService service.
 // All implementations must embed UnimplementedControllerServiceServer
 // for forward compatibility.
@@ -376,6 +429,26 @@ type ControllerServiceServer interface {
 	// of another cluster is refused (FailedPrecondition,
 	// INCONSISTENT_CLUSTER_ID) unless force_cluster_id is set.
 	RestoreSnapshot(grpc.ClientStreamingServer[RestoreSnapshotRequest, RestoreSnapshotResponse]) error
+	// AddVoter adds a controller to the quorum as a voter (a raft configuration
+	// change, made by the active controller). The node should be running with
+	// --join and an empty data dir; raft then sends it the snapshot and the log.
+	// Adding a voter already in the quorum at the same address changes nothing.
+	// AlreadyExists when the id is a voter at another address or the address is
+	// another voter's.
+	AddVoter(context.Context, *AddVoterRequest) (*AddVoterResponse, error)
+	// RemoveVoter removes a controller from the quorum. NotFound for an id that
+	// is not in it; FailedPrecondition for the last voter. Asked to remove
+	// itself, the active controller first hands leadership to another voter and
+	// answers FailedPrecondition with the new leader in a LeaderHint and the
+	// reason LEADERSHIP_TRANSFERRED; the new leader then removes it (clients
+	// that follow hints retry there on their own). A removed node stops by
+	// itself once it notices.
+	RemoveVoter(context.Context, *RemoveVoterRequest) (*RemoveVoterResponse, error)
+	// TransferLeadership hands raft leadership from the active controller to
+	// target_id, or, without it, to the most up-to-date other voter. NotFound
+	// for a target not in the quorum; FailedPrecondition for a target that is
+	// not a voter, or when there is no other voter.
+	TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error)
 	mustEmbedUnimplementedControllerServiceServer()
 }
 
@@ -439,6 +512,15 @@ func (UnimplementedControllerServiceServer) FetchSnapshot(*FetchSnapshotRequest,
 }
 func (UnimplementedControllerServiceServer) RestoreSnapshot(grpc.ClientStreamingServer[RestoreSnapshotRequest, RestoreSnapshotResponse]) error {
 	return status.Error(codes.Unimplemented, "method RestoreSnapshot not implemented")
+}
+func (UnimplementedControllerServiceServer) AddVoter(context.Context, *AddVoterRequest) (*AddVoterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddVoter not implemented")
+}
+func (UnimplementedControllerServiceServer) RemoveVoter(context.Context, *RemoveVoterRequest) (*RemoveVoterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveVoter not implemented")
+}
+func (UnimplementedControllerServiceServer) TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransferLeadership not implemented")
 }
 func (UnimplementedControllerServiceServer) mustEmbedUnimplementedControllerServiceServer() {}
 func (UnimplementedControllerServiceServer) testEmbeddedByValue()                           {}
@@ -760,6 +842,60 @@ func _ControllerService_RestoreSnapshot_Handler(srv interface{}, stream grpc.Ser
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ControllerService_RestoreSnapshotServer = grpc.ClientStreamingServer[RestoreSnapshotRequest, RestoreSnapshotResponse]
 
+func _ControllerService_AddVoter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddVoterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).AddVoter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_AddVoter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).AddVoter(ctx, req.(*AddVoterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_RemoveVoter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveVoterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).RemoveVoter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_RemoveVoter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).RemoveVoter(ctx, req.(*RemoveVoterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_TransferLeadership_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferLeadershipRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).TransferLeadership(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_TransferLeadership_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).TransferLeadership(ctx, req.(*TransferLeadershipRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControllerService_ServiceDesc is the grpc.ServiceDesc for ControllerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -826,6 +962,18 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListPartitionReassignments",
 			Handler:    _ControllerService_ListPartitionReassignments_Handler,
+		},
+		{
+			MethodName: "AddVoter",
+			Handler:    _ControllerService_AddVoter_Handler,
+		},
+		{
+			MethodName: "RemoveVoter",
+			Handler:    _ControllerService_RemoveVoter_Handler,
+		},
+		{
+			MethodName: "TransferLeadership",
+			Handler:    _ControllerService_TransferLeadership_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,90 @@
+package raftlog
+
+import (
+	"bytes"
+	"io"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// TestCluster_JoinWaitsToBeAdded: a node opened with Join on an empty data
+// dir bootstraps nothing and calls no election; once the leader adds it, it
+// gets the whole log, and after a restart (Join still set, now ignored) it
+// rejoins from its own state.
+func TestCluster_JoinWaitsToBeAdded(t *testing.T) {
+	nodes := startCluster(t, 3)
+	apply(t, nodes, "a")
+	joiner := &testNode{id: 4, dir: t.TempDir(), mux: listen(t, "127.0.0.1:0")}
+	join := func() Config {
+		cfg := baseConfig(t)()
+		cfg.Join = true
+		return cfg
+	}
+	openNode(t, joiner, nil, join)
+	// For several heartbeat timeouts (a node that bootstrapped itself would
+	// have elected itself by then) it stays a follower with no configuration.
+	for end := time.Now().Add(10 * testTiming().HeartbeatTimeout); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if st := joiner.node.Raft.State(); st != raft.Follower {
+			t.Fatalf("a joining node is %v", st)
+		}
+		if servers := joiner.node.Raft.GetConfiguration().Configuration().Servers; len(servers) != 0 {
+			t.Fatalf("a joining node has configuration %v", servers)
+		}
+	}
+
+	leader := waitForLeader(t, nodes)
+	if err := leader.node.Raft.AddVoter(ServerID(4), raft.ServerAddress(joiner.addr()), 0, time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	all := append(slices.Clone(nodes), joiner)
+	apply(t, all, "b")
+	waitForEntries(t, all, []string{"a", "b"})
+
+	joiner.node.Close()
+	openNode(t, joiner, nil, join)
+	apply(t, all, "c")
+	waitForEntries(t, []*testNode{joiner}, []string{"a", "b", "c"})
+}
+
+// configSM is a listSM that observes committed configurations.
+type configSM struct {
+	listSM
+	mu   sync.Mutex
+	seen []uint64 // indexes, 0 for "unknown" after a restore
+	last raft.Configuration
+}
+
+func (s *configSM) ConfigurationCommitted(index uint64, c raft.Configuration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen = append(s.seen, index)
+	s.last = c
+}
+
+func TestFSMAdapter_TellsConfigurationObservers(t *testing.T) {
+	conf := raft.Configuration{Servers: []raft.Server{{ID: "1", Address: "a:1", Suffrage: raft.Voter}}}
+	sm := &configSM{}
+	a := &fsmAdapter{sm: sm}
+	a.ApplyBatch([]*raft.Log{
+		{Index: 1, Type: raft.LogConfiguration, Data: raft.EncodeConfiguration(conf)},
+		{Index: 2, Type: raft.LogCommand, Data: []byte("x")},
+		{Index: 3, Type: raft.LogNoop},
+	})
+	a.Apply(&raft.Log{Index: 4, Type: raft.LogConfiguration, Data: raft.EncodeConfiguration(conf)})
+	if err := a.Restore(io.NopCloser(bytes.NewReader(nil))); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(sm.seen, []uint64{1, 4, 0}) {
+		t.Fatalf("configurations seen at %v, want [1 4 0]", sm.seen)
+	}
+	if len(sm.last.Servers) != 0 {
+		t.Fatalf("after a restore the configuration is %v, want none (unknown)", sm.last)
+	}
+	// A state machine that does not observe is not told.
+	plain := &fsmAdapter{sm: &listSM{}}
+	plain.ApplyBatch([]*raft.Log{{Index: 1, Type: raft.LogConfiguration, Data: raft.EncodeConfiguration(conf)}})
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	"google.golang.org/grpc/status"
 )
@@ -30,10 +31,35 @@ func main() {
 	}
 }
 
-// errorLine renders an error as one line; a gRPC status shows its code.
+// errorLine renders an error as one line; a gRPC status shows its code. A
+// failure that comes from a TLS mismatch gets a hint: gRPC's own words for
+// it ("error reading server preface") do not say TLS.
 func errorLine(err error) string {
+	line := err.Error()
 	if st, ok := status.FromError(err); ok {
-		return fmt.Sprintf("%s: %s", st.Code(), st.Message())
+		line = fmt.Sprintf("%s: %s", st.Code(), st.Message())
 	}
-	return err.Error()
+	return line + tlsHint(line)
+}
+
+// tlsHints map what Go's TLS stack and gRPC say when the two ends of a
+// connection disagree about TLS to what the operator should check.
+var tlsHints = []struct{ says, hint string }{
+	{"first record does not look like a TLS handshake", "the server does not use TLS: drop --tls-* or turn TLS on for the cluster"},
+	{"certificate signed by unknown authority", "the server's certificate is not signed by --tls-ca"},
+	{"tls: certificate required", "the server wants a client certificate: give --tls-ca, --tls-cert and --tls-key"},
+	{"tls: unknown certificate authority", "the server does not trust this certificate's CA"},
+	{"tls: bad certificate", "the server refused this certificate (another CA, or expired?)"},
+	{"error reading server preface", "if the cluster uses TLS, give --tls-ca, --tls-cert and --tls-key"},
+}
+
+// tlsHint is the hint for a failure that reads like a TLS mismatch, as
+// " (hint)", or "".
+func tlsHint(line string) string {
+	for _, h := range tlsHints {
+		if strings.Contains(line, h.says) {
+			return " (" + h.hint + ")"
+		}
+	}
+	return ""
 }

@@ -125,8 +125,13 @@ func TestTLSFlags_AdminCommands(t *testing.T) {
 		{"broker", "list", "--controllers", ctrlAddr, "--timeout", "2s"},
 		{"broker", "inspect", "--address", brokerAddr, "--timeout", "2s"},
 	} {
-		if _, err := runKeel(t, args...); status.Code(err) != codes.Unavailable {
+		_, err := runKeel(t, args...)
+		if status.Code(err) != codes.Unavailable {
 			t.Errorf("plaintext keel %s: %v, want Unavailable", strings.Join(args, " "), err)
+		}
+		// gRPC's words do not say TLS; the line the operator sees does.
+		if line := errorLine(err); !strings.Contains(line, "--tls-ca, --tls-cert and --tls-key") {
+			t.Errorf("plaintext keel %s: error line %q has no TLS hint", strings.Join(args, " "), line)
 		}
 	}
 	// An admin command with a broker's certificate: PermissionDenied.
@@ -165,5 +170,28 @@ func TestMakeDevCerts(t *testing.T) {
 	var nilCerts *devCerts
 	if nilCerts.controller(1) != nil || nilCerts.broker(1) != nil {
 		t.Error("no --tls must mean no TLS")
+	}
+}
+
+// TestTLSHint: each TLS mismatch, as Go and gRPC word it, gets its hint;
+// other failures none.
+func TestTLSHint(t *testing.T) {
+	tests := []struct {
+		line, want string
+	}{
+		{`Unavailable: no controller answered; last error: connection error: desc = "error reading server preface: EOF"`, "if the cluster uses TLS"},
+		{`Unavailable: connection error: desc = "transport: authentication handshake failed: tls: first record does not look like a TLS handshake"`, "does not use TLS"},
+		{`Unavailable: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority`, "not signed by --tls-ca"},
+		{`Unavailable: connection error: remote error: tls: certificate required`, "wants a client certificate"},
+		{`Unavailable: remote error: tls: unknown certificate authority`, "does not trust this certificate's CA"},
+		{`Unavailable: remote error: tls: bad certificate`, "refused this certificate"},
+		{`NotFound: unknown topic x`, ""},
+		{`Unavailable: connection refused`, ""},
+	}
+	for _, tt := range tests {
+		got := tlsHint(tt.line)
+		if tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
+			t.Errorf("tlsHint(%q) = %q, want it to contain %q", tt.line, got, tt.want)
+		}
 	}
 }

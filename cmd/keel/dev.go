@@ -23,7 +23,7 @@ import (
 func newDevCmd(g *globalFlags) *cobra.Command {
 	var dataDir string
 	var controllers, brokers int
-	var useTLS bool
+	var useTLS, useMetrics bool
 	timing := raftlog.DefaultTiming()
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -66,24 +66,35 @@ the flags that reach the cluster with the admin certificate.`,
 					return err
 				}
 			}
+			// Each node's metrics server, on a free port, bound before the
+			// node starts: controllers first, then brokers.
+			ms, err := startDevMetrics(useMetrics, controllers+brokers, log)
+			if err != nil {
+				return err
+			}
+			defer stopDevMetrics(ms)
 			q, err := server.StartLocalQuorumWith(controllers, dataDir, timing, buildVersion(), log, func(cfg *server.ControllerConfig) {
 				cfg.TLS = certs.controller(cfg.NodeID)
+				cfg.Metrics = ms[cfg.NodeID-1].registerer()
 			})
 			if err != nil {
 				return err
 			}
+			for i, n := range q.Nodes {
+				ms[i].setReady(n.Ready)
+			}
 			addrs := q.Addrs()
-			agents, err := startDevBrokers(brokers, addrs, dataDir, log, certs)
+			agents, err := startDevBrokers(brokers, addrs, dataDir, log, certs, ms[controllers:])
 			if err != nil {
 				return errors.Join(err, q.Close())
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "Keel dev cluster: %d controllers, %d brokers, data in %s\n", controllers, brokers, dataDir)
 			for i, addr := range addrs {
-				fmt.Fprintf(out, "  controller %d  %s\n", i+1, addr)
+				fmt.Fprintf(out, "  controller %d  %s%s\n", i+1, addr, ms[i].describe())
 			}
-			for _, a := range agents {
-				fmt.Fprintf(out, "  broker %d      %s\n", a.Status().BrokerID, a.Addr())
+			for i, a := range agents {
+				fmt.Fprintf(out, "  broker %d      %s%s\n", a.Status().BrokerID, a.Addr(), ms[controllers+i].describe())
 			}
 			list := strings.Join(addrs, ",")
 			// With TLS, every command needs the admin certificate.
@@ -118,6 +129,7 @@ the flags that reach the cluster with the admin certificate.`,
 	f.IntVar(&controllers, "controllers-count", 3, "number of controllers: 1, 3 or 5")
 	f.IntVar(&brokers, "brokers-count", 3, "number of brokers (ids 1 to N)")
 	f.BoolVar(&useTLS, "tls", false, "run everything over mutual TLS, with a throwaway CA and certificates written to DATA/tls")
+	f.BoolVar(&useMetrics, "metrics", false, "serve each node's /metrics, /healthz and /readyz on a free loopback port (printed at start)")
 	addRaftTimingFlags(f, &timing)
 	return cmd
 }
@@ -125,7 +137,7 @@ the flags that reach the cluster with the admin certificate.`,
 // startDevBrokers starts brokers 1..n against the controllers at addrs, each
 // on a free loopback port with its data under dataDir, and with its own
 // certificate from certs (nil: plaintext).
-func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, certs *devCerts) ([]*broker.Agent, error) {
+func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, certs *devCerts, ms []*metricsServer) ([]*broker.Agent, error) {
 	var agents []*broker.Agent
 	for i := range n {
 		id := int32(i + 1)
@@ -144,6 +156,7 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 			DataPlane:   dp,
 			Logger:      log.With("broker", id),
 			TLS:         tlsCfg,
+			Metrics:     ms[i].registerer(),
 		})
 		if err != nil {
 			for _, a := range agents {
@@ -151,9 +164,35 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 			}
 			return nil, fmt.Errorf("broker %d: %w", id, err)
 		}
+		ms[i].setReady(a.Ready)
 		agents = append(agents, a)
 	}
 	return agents, nil
+}
+
+// startDevMetrics starts n metrics servers on free loopback ports, or n that
+// serve nothing when on is false.
+func startDevMetrics(on bool, n int, log *slog.Logger) ([]*metricsServer, error) {
+	addr := ""
+	if on {
+		addr = "127.0.0.1:0"
+	}
+	ms := make([]*metricsServer, 0, n)
+	for range n {
+		m, err := startMetrics(addr, log)
+		if err != nil {
+			stopDevMetrics(ms)
+			return nil, err
+		}
+		ms = append(ms, m)
+	}
+	return ms, nil
+}
+
+func stopDevMetrics(ms []*metricsServer) {
+	for _, m := range ms {
+		m.stop()
+	}
 }
 
 // stopDevBrokers unregisters every broker at once, while the controllers are

@@ -57,6 +57,14 @@ func (m *metricsServer) checkReady() error {
 	return errStarting
 }
 
+// describe is "  metrics http://ADDR/metrics" for a listing, or "" when off.
+func (m *metricsServer) describe() string {
+	if m.srv == nil {
+		return ""
+	}
+	return "  metrics http://" + m.srv.Addr() + "/metrics"
+}
+
 // stop stops the server, if one runs.
 func (m *metricsServer) stop() {
 	if m.srv == nil {

@@ -51,6 +51,7 @@ type streamLayer struct {
 	hsCancel    context.CancelFunc
 	handshakers sync.WaitGroup
 	log         *slog.Logger
+	refusals    *logLimiter // one refusal warning per peer host per 10s
 }
 
 // layerTLS is a stream layer's TLS: both ends of a raft connection must hold
@@ -98,6 +99,7 @@ func newTLSStreamLayer(mux *Mux, advertise string, cfg *tlsauth.Config, log *slo
 		log = slog.Default()
 	}
 	s.log = log
+	s.refusals = newLogLimiter(10 * time.Second)
 	s.handshakers.Add(1)
 	go s.acceptTLS()
 	return s
@@ -146,7 +148,11 @@ func (s *streamLayer) handshake(conn net.Conn) {
 			// A plaintext controller, a broker's or a stranger's
 			// certificate, or a peer too slow: say so, it is a
 			// misconfiguration the operator must see.
-			s.log.Warn("refused a raft connection: TLS handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
+			host, _, _ := net.SplitHostPort(conn.RemoteAddr().String())
+			if ok, held := s.refusals.allow(host, time.Now()); ok {
+				s.log.Warn("refused a raft connection: TLS handshake failed", "remote", conn.RemoteAddr().String(), "err", err,
+					"similar_refusals_not_logged", held)
+			}
 		}
 		return
 	}

@@ -224,15 +224,19 @@ func TestRestore_DisasterRecoveryFromFile(t *testing.T) {
 
 	// The restored state is the quorum's own: a restart of every node (with
 	// --restore-from still given, now ignored) keeps it and moves the epoch
-	// on by one, rather than restoring the file again.
+	// on, rather than restoring the file again (which would start over at
+	// the snapshot's epoch + 1, this quorum's first epoch). By how much it
+	// moves on depends on timing: a leader stopped with SIGTERM hands
+	// leadership on first, and its successor may commit an epoch of its own
+	// before it is stopped too.
 	for _, id := range r.IDs() {
 		r.Stop(id)
 	}
 	for _, id := range r.IDs() {
 		r.Restart(id)
 	}
-	if _, again := r.WaitForActive(t, activeTimeout); again != epoch+1 {
-		t.Errorf("controller epoch after restarting the restored quorum = %d, want %d + 1", again, epoch)
+	if _, again := r.WaitForActive(t, activeTimeout); again <= epoch {
+		t.Errorf("controller epoch after restarting the restored quorum = %d, want more than %d", again, epoch)
 	}
 	r.WaitForTopicsOnEvery(t, wantIDs)
 	for _, name := range topics {

@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -98,24 +97,11 @@ func scanBatch(data []byte, fn func(name protoreflect.Name, body []byte)) error 
 }
 
 // snapshotIndex reads the raft index from the header at the start of a
-// snapshot stream (fsm's format: "KEELSNAP", then a frame 'H', a uvarint
-// length and the SnapshotHeader), without reading the rest.
+// snapshot stream, without reading the rest.
 func snapshotIndex(first []byte) (uint64, error) {
-	const magic = "KEELSNAP"
-	if !bytes.HasPrefix(first, []byte(magic)) {
-		return 0, errors.New("snapshot without the KEELSNAP magic")
-	}
-	b := first[len(magic):]
-	if len(b) == 0 || b[0] != 'H' {
-		return 0, errors.New("snapshot without a header frame")
-	}
-	size, n := binary.Uvarint(b[1:])
-	if n <= 0 || uint64(len(b)-1-n) < size {
-		return 0, errors.New("snapshot header cut short")
-	}
-	h := &keelpb.SnapshotHeader{}
-	if err := proto.Unmarshal(b[1+n:1+n+int(size)], h); err != nil {
-		return 0, fmt.Errorf("snapshot header: %v", err)
+	h, err := fsm.ReadSnapshotHeader(bytes.NewReader(first))
+	if err != nil {
+		return 0, err
 	}
 	return h.GetIndex(), nil
 }

@@ -268,6 +268,36 @@ func VerifySnapshot(r io.Reader) (*SnapshotInfo, error) {
 	return info, err
 }
 
+// ReadSnapshotHeader reads only the start of a snapshot stream, its magic
+// and header (format version, cluster id, index, term, epoch), for a reader
+// that wants to know what a snapshot is before (or without) reading it all.
+// Nothing after the header is read or checked.
+func ReadSnapshotHeader(r io.Reader) (*keelpb.SnapshotHeader, error) {
+	return readHeader(&frameReader{r: bufio.NewReader(r), sum: sha256.New()})
+}
+
+// readHeader reads the magic and the header frame, adding both to fr's sum.
+func readHeader(fr *frameReader) (*keelpb.SnapshotHeader, error) {
+	magic := make([]byte, len(snapshotMagic))
+	if _, err := io.ReadFull(fr.r, magic); err != nil || string(magic) != snapshotMagic {
+		return nil, corrupt("not a Keel snapshot (bad magic)")
+	}
+	fr.sum.Write(magic)
+
+	kind, payload, err := fr.next()
+	if err != nil {
+		return nil, err
+	}
+	header := &keelpb.SnapshotHeader{}
+	if kind != frameHeader || proto.Unmarshal(payload, header) != nil {
+		return nil, corrupt("missing header")
+	}
+	if header.FormatVersion != SnapshotFormatVersion {
+		return nil, corrupt("format version %d is not supported (want %d)", header.FormatVersion, SnapshotFormatVersion)
+	}
+	return header, nil
+}
+
 func readSnapshot(r io.Reader, fn func(*keelpb.Record) error) (*Image, *SnapshotInfo, error) {
 	return scanFrames(r, fn, true)
 }
@@ -276,22 +306,9 @@ func readSnapshot(r io.Reader, fn func(*keelpb.Record) error) (*Image, *Snapshot
 // a new image (checking it), else it only decodes and counts them.
 func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image, *SnapshotInfo, error) {
 	fr := &frameReader{r: bufio.NewReaderSize(r, 64<<10), sum: sha256.New()}
-	magic := make([]byte, len(snapshotMagic))
-	if _, err := io.ReadFull(fr.r, magic); err != nil || string(magic) != snapshotMagic {
-		return nil, nil, corrupt("not a Keel snapshot (bad magic)")
-	}
-	fr.sum.Write(magic)
-
-	kind, payload, err := fr.next()
+	header, err := readHeader(fr)
 	if err != nil {
 		return nil, nil, err
-	}
-	header := &keelpb.SnapshotHeader{}
-	if kind != frameHeader || proto.Unmarshal(payload, header) != nil {
-		return nil, nil, corrupt("missing header")
-	}
-	if header.FormatVersion != SnapshotFormatVersion {
-		return nil, nil, corrupt("format version %d is not supported (want %d)", header.FormatVersion, SnapshotFormatVersion)
 	}
 
 	// The whole restore is one batch: the image is built in place, in its

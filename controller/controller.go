@@ -238,26 +238,37 @@ func (c *Controller) Propose(ctx context.Context, records ...*keelpb.Record) (ui
 // MaxEntryBytes where the records allow a cut (splitRecords), and waits
 // until the last is applied. It returns the index of the last entry.
 func (c *Controller) commitBatch(records ...*keelpb.Record) (uint64, error) {
-	submitted := time.Now()
-	futures, err := c.submitEntries(splitRecords(records, MaxEntryBytes))
+	entries, err := encodeEntries(splitRecords(records, MaxEntryBytes))
 	if err != nil {
 		return 0, err
 	}
-	return c.waitEntries(futures, submitted)
+	submitted := time.Now()
+	return c.waitEntries(c.submitEntries(entries), submitted)
 }
 
-// submitEntries hands each part to raft as one entry, back to back, so that
-// raft writes and replicates them together rather than one round trip each.
-func (c *Controller) submitEntries(parts [][]*keelpb.Record) ([]raft.ApplyFuture, error) {
-	futures := make([]raft.ApplyFuture, 0, len(parts))
+// encodeEntries encodes each part as one raft entry. All are encoded before
+// any is submitted, so that a part that does not encode leaves raft
+// untouched rather than holding the decision's first parts only.
+func encodeEntries(parts [][]*keelpb.Record) ([][]byte, error) {
+	entries := make([][]byte, 0, len(parts))
 	for _, part := range parts {
 		data, err := fsm.EncodeBatch(part...)
 		if err != nil {
 			return nil, fmt.Errorf("encode batch: %w", err)
 		}
+		entries = append(entries, data)
+	}
+	return entries, nil
+}
+
+// submitEntries hands each entry to raft, back to back, so that raft writes
+// and replicates them together rather than one round trip each.
+func (c *Controller) submitEntries(entries [][]byte) []raft.ApplyFuture {
+	futures := make([]raft.ApplyFuture, 0, len(entries))
+	for _, data := range entries {
 		futures = append(futures, c.raft.Apply(data, c.cfg.ApplyTimeout))
 	}
-	return futures, nil
+	return futures
 }
 
 // waitEntries waits for entries handed to raft at submitted and returns the

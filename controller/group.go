@@ -58,6 +58,14 @@ func (l *leadership) runGroup(group []event) {
 			continue
 		}
 		parts := splitRecords(records, MaxEntryBytes)
+		// Everything that can refuse the decision comes before the
+		// speculative image moves on and before raft sees an entry: a
+		// refused decision leaves both as they were, for the next one.
+		entries, err := encodeEntries(parts)
+		if err != nil {
+			ev.finish(0, err)
+			continue
+		}
 		if i < len(group)-1 {
 			// Later decisions in the group must see this one.
 			spec, err := applyParts(img, next, parts)
@@ -68,13 +76,8 @@ func (l *leadership) runGroup(group []event) {
 			img = spec
 		}
 		submitted := time.Now()
-		futures, err := l.c.submitEntries(parts)
-		if err != nil {
-			ev.finish(0, err)
-			continue
-		}
-		next += uint64(len(parts))
-		pend = append(pend, pending{ev, futures, submitted})
+		pend = append(pend, pending{ev, l.c.submitEntries(entries), submitted})
+		next += uint64(len(entries))
 	}
 	for _, p := range pend {
 		p.ev.finish(l.c.waitEntries(p.futures, p.submitted))

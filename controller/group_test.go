@@ -12,8 +12,22 @@ import (
 
 // Decisions queued together are taken together: each sees the image the
 // ones before it leave, at the very index raft gives them, and a decision
-// the FSM refuses fails alone.
+// that is refused (by the FSM, or because its records do not encode) fails
+// alone, leaving the image the later ones see as it was.
 func TestGroupCommit_DecisionsSeeEachOther(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		bad  *keelpb.Record
+	}{
+		{"refused by the FSM", &keelpb.Record{Record: &keelpb.Record_FenceBroker{FenceBroker: &keelpb.FenceBrokerRecord{BrokerId: 99, BrokerEpoch: 1}}}},
+		// Invalid UTF-8 in a string field: protobuf will not marshal it.
+		{"does not encode", &keelpb.Record{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: "\xff"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testGroupCommit(t, tc.bad) })
+	}
+}
+
+func testGroupCommit(t *testing.T, bad *keelpb.Record) {
 	c := newTestCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	l := leader.ctrl.active.Load()
@@ -31,7 +45,7 @@ func TestGroupCommit_DecisionsSeeEachOther(t *testing.T) {
 	before := leader.fsm.Image().Offset
 
 	const n = 5
-	const refused = 2 // this decision writes a record the FSM refuses
+	const refused = 2 // this decision writes bad
 	seen := make([]uint64, n)
 	index := make([]uint64, n)
 	errs := make([]error, n)
@@ -45,7 +59,7 @@ func TestGroupCommit_DecisionsSeeEachOther(t *testing.T) {
 			index[i], errs[i] = l.decide(context.Background(), func(img *fsm.Image) ([]*keelpb.Record, error) {
 				seen[i] = img.Offset
 				if i == refused {
-					return []*keelpb.Record{{Record: &keelpb.Record_FenceBroker{FenceBroker: &keelpb.FenceBrokerRecord{BrokerId: 99, BrokerEpoch: 1}}}}, nil
+					return []*keelpb.Record{bad}, nil
 				}
 				return []*keelpb.Record{noOp()}, nil
 			})

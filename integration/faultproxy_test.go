@@ -148,11 +148,14 @@ func (p *faultProxy) acceptLoop() {
 }
 
 // track registers c, under the mode in force now (Set may have run since
-// serve looked): false when the proxy is closed or the link is dropped.
+// serve looked): false when the proxy is closed, the link is dropped, or c
+// was held while the link was down and it is up again.
 func (p *faultProxy) track(c *proxyConn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.Mode() == linkDrop {
+	// A connection held from the start (no server dialled) is no use once
+	// the link is up again: close it, as Set(linkUp) closes the held ones.
+	if p.closed || p.Mode() == linkDrop || c.server == nil && p.Mode() == linkUp {
 		return false
 	}
 	if p.Mode() == linkBlackhole {

@@ -608,11 +608,20 @@ func (r *faultRun) healAndCheck(t *testing.T, brokers []int32, tally *faultTally
 		t.Logf("porcupine did not finish within %s on %d operations: not judged", checkTimeout, len(r.history))
 	}
 
-	// Controllers: one active per epoch, epochs only grow.
+	// Controllers: one active per epoch, epochs only grow. Judged only if
+	// the observers saw controllers being active at all (DescribeQuorum's
+	// active_epoch): otherwise the check would pass by seeing nothing.
+	if !slices.ContainsFunc(r.ctrlObs, func(o controllerObs) bool { return o.ActiveEpoch > 0 }) {
+		t.Errorf("no controller was ever observed active in %d observations: the one-active-per-epoch check judged nothing", len(r.ctrlObs))
+	}
 	if bad := append(activeViolations(r.ctrlObs), epochRegressions(r.ctrlObs)...); len(bad) > 0 {
 		t.Errorf("controller epochs:\n%s", summarize(bad, 20))
 	}
-	// Brokers: offsets, controller epochs and leader epochs only grow.
+	// Brokers: offsets, controller epochs and leader epochs only grow;
+	// judged only if the brokers were seen holding the fixture topic.
+	if !slices.ContainsFunc(r.brokObs, func(o brokerObs) bool { return len(o.Replicas) > 0 }) {
+		t.Errorf("no broker was ever observed holding %s in %d observations: the leader-epoch check judged nothing", fixtureTopic, len(r.brokObs))
+	}
 	if bad := brokerViolations(r.brokObs, epochOwners(r.ctrlObs)); len(bad) > 0 {
 		t.Errorf("broker views:\n%s", summarize(bad, 20))
 	}

@@ -252,7 +252,10 @@ func TestMetrics_ControllersAndBrokers(t *testing.T) {
 		return ok && sum == 1, desc
 	})
 	// The active controller observed its own writes on the hot path.
-	s, _ := scrapeAll(ctrlMetrics)
+	s, desc := scrapeAll(ctrlMetrics)
+	if len(s) != len(ctrlMetrics) {
+		t.Fatalf("scraped %d of %d controllers:\n%s", len(s), len(ctrlMetrics), desc)
+	}
 	for id, m := range s {
 		if m[active] == 1 && (m["keel_controller_event_queue_time_seconds"] == 0 || m["keel_raft_commit_time_seconds"] == 0) {
 			t.Errorf("active controller %d: event queue time %v samples, commit time %v samples; want some",

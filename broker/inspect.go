@@ -2,13 +2,13 @@ package broker
 
 import (
 	"context"
-	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
 )
 
 // brokerService serves BrokerService: the broker's own view, for
@@ -40,43 +40,13 @@ func (s brokerService) Inspect(context.Context, *keelpb.InspectRequest) (*keelpb
 }
 
 func (s brokerService) Fetch(ctx context.Context, req *keelpb.FetchRequest) (*keelpb.FetchResponse, error) {
-	if err := validFetch(req); err != nil {
+	if err := rpc.ValidateFetch(req); err != nil {
 		return nil, err
 	}
 	if s.a.cfg.DataPlane == nil {
 		return nil, status.Errorf(codes.Unimplemented, "broker %d holds no replicas (it runs without a data plane)", s.a.cfg.BrokerID)
 	}
 	return s.a.cfg.DataPlane.Fetch(ctx, req)
-}
-
-// validFetch checks a fetch's fields before any data plane sees it, so that
-// every DataPlane gets the same refusals: InvalidArgument naming the field.
-func validFetch(req *keelpb.FetchRequest) error {
-	if req.GetReplicaId() < 0 {
-		return invalidArgument("replica_id", "%d is negative", req.GetReplicaId())
-	}
-	// The length first: the parse error quotes the whole id.
-	if n := len(req.GetTopicId()); n > 36 {
-		return invalidArgument("topic_id", "is %d bytes; a topic id is a 36-character UUID", n)
-	}
-	if _, err := fsm.ParseTopicID(req.GetTopicId()); err != nil {
-		return invalidArgument("topic_id", "%v", err)
-	}
-	switch {
-	case req.GetPartition() < 0:
-		return invalidArgument("partition", "%d is negative", req.GetPartition())
-	case req.GetLeaderEpoch() < 0:
-		return invalidArgument("leader_epoch", "%d is negative", req.GetLeaderEpoch())
-	case req.GetFetchOffset() < 0:
-		return invalidArgument("fetch_offset", "%d is negative", req.GetFetchOffset())
-	}
-	return nil
-}
-
-// invalidArgument reports a bad request field by name, as the rpc package's
-// servers do.
-func invalidArgument(field, format string, args ...any) error {
-	return status.Errorf(codes.InvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
 }
 
 // Replicas lists this broker's replicas: as its data plane reports them,

@@ -10,7 +10,6 @@ import (
 
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
 )
 
 // Quorum membership: the server side (any controller takes the request; only
@@ -24,18 +23,6 @@ func validNodeID(field string, id int32) error {
 	return nil
 }
 
-// validControllerAddress checks a controller's raft and gRPC address as
-// --voters does (raftlog's check), within the request bounds.
-func validControllerAddress(field, addr string) error {
-	if len(addr) > maxAddressLen {
-		return invalidArgument(field, "longer than %d bytes", maxAddressLen)
-	}
-	if err := raftlog.CheckAddress(addr); err != nil {
-		return invalidArgument(field, "%v", err)
-	}
-	return nil
-}
-
 func membershipResponse(res *controller.MembershipResult) (uint64, []*keelpb.QuorumMember, int32) {
 	return res.Index, res.Members, res.LeaderID
 }
@@ -44,7 +31,7 @@ func membershipResponse(res *controller.MembershipResult) (uint64, []*keelpb.Quo
 func (s *ControllerServer) AddVoter(ctx context.Context, req *keelpb.AddVoterRequest) (*keelpb.AddVoterResponse, error) {
 	if err := firstError(
 		validNodeID("id", req.GetId()),
-		validControllerAddress("address", req.GetAddress()),
+		validAddress("address", req.GetAddress()),
 	); err != nil {
 		return nil, err
 	}

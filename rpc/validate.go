@@ -1,13 +1,13 @@
 package rpc
 
 import (
-	"net"
 	"slices"
-	"strconv"
 
 	"github.com/google/uuid"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/raftlog"
 )
 
 // Field bounds for requests: generous for real use, small enough that a bad
@@ -39,19 +39,15 @@ func validIncarnationID(id string) error {
 	return nil
 }
 
+// validAddress checks an address others will dial, by the rule --voters
+// uses (raftlog.CheckAddress: host:port, a host, a port in 1..65535),
+// within the request bounds.
 func validAddress(field, addr string) error {
 	if len(addr) > maxAddressLen {
 		return invalidArgument(field, "longer than %d bytes", maxAddressLen)
 	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return invalidArgument(field, "%q is not host:port", truncate(addr))
-	}
-	if host == "" {
-		return invalidArgument(field, "%q has no host", addr)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return invalidArgument(field, "%q: port must be 1..65535", addr)
+	if err := raftlog.CheckAddress(addr); err != nil {
+		return invalidArgument(field, "%v", err)
 	}
 	return nil
 }
@@ -135,4 +131,23 @@ func truncate(s string) string {
 		return s[:64] + "..."
 	}
 	return s
+}
+
+// ValidateFetch checks a replica fetch (BrokerService.Fetch, served by
+// brokers) with the rules the controllers' requests get: InvalidArgument
+// naming the field. A broker calls it before any data plane sees the
+// request, so every DataPlane gets the same refusals.
+func ValidateFetch(req *keelpb.FetchRequest) error {
+	if err := firstError(
+		validNonNegative("replica_id", req.GetReplicaId()),
+		validTopicID(req.GetTopicId()),
+		validNonNegative("partition", req.GetPartition()),
+		validNonNegative("leader_epoch", req.GetLeaderEpoch()),
+	); err != nil {
+		return err
+	}
+	if req.GetFetchOffset() < 0 {
+		return invalidArgument("fetch_offset", "%d is negative", req.GetFetchOffset())
+	}
+	return nil
 }

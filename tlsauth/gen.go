@@ -61,9 +61,6 @@ func NewCA(name string) (*CA, error) {
 	return &CA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 
-// CertPEM is the CA's certificate, for --tls-ca.
-func (ca *CA) CertPEM() []byte { return ca.certPEM }
-
 // Issue makes a leaf certificate with common name cn (an identity such as
 // controller-1, broker-2 or admin) for both server and client use, valid
 // for 127.0.0.1, ::1, localhost and hosts (IP addresses or DNS names).
@@ -157,31 +154,15 @@ func (ca *CA) WriteFiles(dir, cn string, hosts ...string) (Files, error) {
 	return f, nil
 }
 
-// writeFile replaces path with data, atomically: a process reading the file
-// meanwhile (a node starting while the next node's certificate is written,
-// which rewrites ca.pem) sees the old content or the new, never a torn file.
-// The file has mode perm from the start, so a key is never readable by others.
+// writeFile replaces path with data (atomicfile.WriteMode): a process
+// reading the file meanwhile (a node starting while the next node's
+// certificate is written, which rewrites ca.pem) sees the old content or the
+// new, never a torn file.
 func writeFile(path string, data []byte, perm os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("cannot create %s: %v", filepath.Dir(path), atomicfile.PathCause(err))
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("cannot write %s: %v", path, atomicfile.PathCause(err))
-	}
-	tmp := f.Name()
-	err = f.Chmod(perm)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
+	if err := atomicfile.WriteMode(path, data, perm); err != nil {
 		return fmt.Errorf("cannot write %s: %v", path, atomicfile.PathCause(err))
 	}
 	return nil

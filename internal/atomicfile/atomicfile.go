@@ -12,7 +12,12 @@ import (
 
 // Write writes a temp file in path's directory, fsyncs it, renames it over
 // path, then fsyncs the directory so the rename itself survives a crash.
-func Write(path string, data []byte) (err error) {
+// The file is readable by its owner only.
+func Write(path string, data []byte) error { return WriteMode(path, data, 0o600) }
+
+// WriteMode is Write for a file with mode perm, which it has from the start
+// (a key is never readable by others, even for a moment).
+func WriteMode(path string, data []byte, perm fs.FileMode) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -25,6 +30,9 @@ func Write(path string, data []byte) (err error) {
 			_ = os.Remove(tmp)
 		}
 	}()
+	if err = f.Chmod(perm); err != nil {
+		return err
+	}
 	if _, err = f.Write(data); err != nil {
 		return err
 	}

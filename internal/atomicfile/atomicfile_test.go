@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -33,5 +34,29 @@ func TestWrite_FailsInAMissingDir(t *testing.T) {
 	}
 	if !errors.Is(PathCause(err), fs.ErrNotExist) {
 		t.Fatalf("PathCause = %v", PathCause(err))
+	}
+}
+
+func TestWriteMode(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name  string
+		write func(path string) error
+		want  os.FileMode
+	}{
+		{"Write: the owner only", func(p string) error { return Write(p, []byte("x")) }, 0o600},
+		{"WriteMode 0644", func(p string) error { return WriteMode(p, []byte("x"), 0o644) }, 0o644},
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_"))
+		if err := tc.write(path); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != tc.want {
+			t.Errorf("%s: mode %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -33,6 +33,7 @@ const (
 	DefaultFullBrokers     = 1
 	DefaultRuns            = 3
 	DefaultHeartbeatWindow = 10 * time.Second
+	DefaultSteadyDuration  = 10 * time.Minute
 	// DefaultPerTopic is the largest topic the bench creates.
 	DefaultPerTopic = 10_000
 	// DefaultCreateConcurrency is how many CreateTopic requests are in
@@ -113,7 +114,7 @@ func (c *Config) check() error {
 		c.CeilingEntries = DefaultCeilingEntries
 	}
 	if c.SteadyDuration == 0 {
-		c.SteadyDuration = 10 * time.Minute
+		c.SteadyDuration = DefaultSteadyDuration
 	}
 	if c.SteadyWriteInterval == 0 {
 		c.SteadyWriteInterval = 50 * time.Millisecond
@@ -275,24 +276,9 @@ func (r *runner) scenario(ctx context.Context, name string) (Result, error) {
 	return Result{}, fmt.Errorf("unknown scenario %q", name)
 }
 
-// close stops every broker and controller; against a running quorum it
-// first removes what the bench added (its topics, its brokers).
+// close stops every broker (all at once) and controller; against a running
+// quorum it then removes what the bench added (its topics, its brokers).
 func (r *runner) close() {
-	if r.quorum == nil && r.admin != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		for _, t := range r.created {
-			if err := r.admin.DeleteTopic(ctx, t); err != nil && status.Code(err) != codes.NotFound {
-				statusf(r.cfg.Status, "could not delete topic %s: %v", t, err)
-			}
-		}
-		for _, b := range r.brokers {
-			b.Close()
-			if e := b.Epoch(); e > 0 {
-				_ = r.admin.UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: b.ID(), BrokerEpoch: e})
-			}
-		}
-		cancel()
-	}
 	var wg sync.WaitGroup
 	for _, b := range r.brokers {
 		wg.Add(1)
@@ -302,6 +288,20 @@ func (r *runner) close() {
 		}()
 	}
 	wg.Wait()
+	if r.quorum == nil && r.admin != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		for _, t := range r.created {
+			if err := r.admin.DeleteTopic(ctx, t); err != nil && status.Code(err) != codes.NotFound {
+				statusf(r.cfg.Status, "could not delete topic %s: %v", t, err)
+			}
+		}
+		for _, b := range r.brokers {
+			if e := b.Epoch(); e > 0 {
+				_ = r.admin.UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: b.ID(), BrokerEpoch: e})
+			}
+		}
+		cancel()
+	}
 	if r.admin != nil {
 		r.admin.Close()
 	}

@@ -58,8 +58,8 @@ simulated broker presents too.`,
   keel bench --controllers 127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093 --scenarios create,heartbeats -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return fmt.Errorf("-o %q: want table or json", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			list, err := bench.ParseScenarios(scenarios)
 			if err != nil {
@@ -69,11 +69,7 @@ simulated broker presents too.`,
 			if cfg.TLS, err = tlsFlags(cmd); err != nil {
 				return err
 			}
-			for _, a := range strings.Split(controllers, ",") {
-				if a = strings.TrimSpace(a); a != "" {
-					cfg.Controllers = append(cfg.Controllers, a)
-				}
-			}
+			cfg.Controllers = splitAddrs(controllers)
 			if len(cfg.Controllers) == 0 {
 				if cfg.Executable, err = os.Executable(); err != nil {
 					return fmt.Errorf("find the keel executable to start controllers with: %v", err)
@@ -114,7 +110,7 @@ simulated broker presents too.`,
 	f.StringVar(&controllers, "controllers", "", "bench a running quorum at host:port,... instead of starting one (skips failover and load)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
 	f.DurationVar(&cfg.HeartbeatWindow, "heartbeat-window", bench.DefaultHeartbeatWindow, "how long each heartbeats run measures")
-	f.DurationVar(&cfg.SteadyDuration, "steady-duration", 10*time.Minute, "how long each run of the steady scenario (named only explicitly) lasts")
+	f.DurationVar(&cfg.SteadyDuration, "steady-duration", bench.DefaultSteadyDuration, "how long each run of the steady scenario (named only explicitly) lasts")
 	return cmd
 }
 

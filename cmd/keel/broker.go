@@ -146,6 +146,14 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 }
 
 // splitAddrs splits a comma-separated address list, dropping empty items.
+// checkOutput checks an -o value: table or json.
+func checkOutput(output string) error {
+	if output != "table" && output != "json" {
+		return fmt.Errorf("-o %q: want table or json", output)
+	}
+	return nil
+}
+
 func splitAddrs(list string) []string {
 	var out []string
 	for _, s := range strings.Split(list, ",") {
@@ -250,8 +258,8 @@ func newBrokerInspectCmd() *cobra.Command {
 			if address == "" {
 				return errors.New("--address is required")
 			}
-			if output != "table" && output != "json" {
-				return fmt.Errorf("-o %q: want table or json", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			tlsCfg, err := tlsFlags(cmd)
 			if err != nil {

@@ -33,8 +33,8 @@ func (a *adminFlags) add(cmd *cobra.Command) {
 }
 
 func (a *adminFlags) client(cmd *cobra.Command) (*rpc.Client, error) {
-	if a.output != "table" && a.output != "json" {
-		return nil, fmt.Errorf("-o %q: want table or json", a.output)
+	if err := checkOutput(a.output); err != nil {
+		return nil, err
 	}
 	tlsCfg, err := tlsFlags(cmd)
 	if err != nil {

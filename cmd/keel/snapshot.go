@@ -197,8 +197,8 @@ func newSnapshotInspectCmd() *cobra.Command {
 		Short: "Verify a snapshot file and print its header, counts, size and checksum",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "table" && output != "json" {
-				return fmt.Errorf("-o %q: want table or json", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			sum, err := inspectSnapshotFile(args[0])
 			if err != nil {

@@ -91,7 +91,7 @@ func validTopicCounts(req *keelpb.CreateTopicRequest) error {
 // CreateTopic validates the request's shape; the controller decides the rest.
 func (s *ControllerServer) CreateTopic(ctx context.Context, req *keelpb.CreateTopicRequest) (*keelpb.CreateTopicResponse, error) {
 	if err := firstError(
-		validTopicName("name", req.GetName()),
+		toStatus(controller.CheckTopicName(req.GetName())),
 		validPartitionCount("partitions", req.GetPartitions()),
 		validRF(req.GetReplicationFactor()),
 		validAssignments(req.GetAssignments()),

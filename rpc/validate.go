@@ -76,25 +76,6 @@ func validNonNegative(field string, v int32) error {
 	return nil
 }
 
-// validTopicName applies Kafka's rules to a new topic's name: 1 to 249 of
-// [a-zA-Z0-9._-], not "." or "..". The controller applies them too, with
-// the collision check that needs its image; checking here refuses a bad
-// name on any controller, before it is forwarded or queued.
-func validTopicName(field, name string) error {
-	if err := validTopicRef(field, name); err != nil {
-		return err
-	}
-	if name == "." || name == ".." {
-		return invalidArgument(field, "%q is not allowed", name)
-	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return invalidArgument(field, "%q has the character %q; only [a-zA-Z0-9._-] are allowed", truncate(name), c)
-		}
-	}
-	return nil
-}
-
 // validTopicRef checks a name that refers to an existing topic: a name no
 // topic can have is refused; a well-formed unknown one is the controller's
 // NotFound.

@@ -519,7 +519,7 @@ func (b *thinBroker) streamLoop(ctx context.Context, epoch int64) error {
 		pause, follow := true, false
 		if rpc.ReasonOf(err) == rpc.ReasonNotReady {
 			pause = false
-			if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			if err := sleep(ctx, rpc.NotReadyPause); err != nil {
 				return err
 			}
 		} else if hint, _ := rpc.LeaderHintOf(err); hint != nil && hint.GetLeaderAddress() != "" && hint.GetLeaderAddress() != target {

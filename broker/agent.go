@@ -53,9 +53,6 @@ const (
 	// shutdownPoll is the heartbeat interval while a controlled shutdown
 	// waits for the controller's permission.
 	shutdownPoll = 50 * time.Millisecond
-	// notReadyPause is the wait before asking a controller that is taking
-	// over (rpc.ReasonNotReady) again.
-	notReadyPause = 5 * time.Millisecond
 )
 
 // Status is a broker's own view of itself.
@@ -635,7 +632,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-cha
 		}
 		offset := a.Image().Offset
 		wantShutdown := a.wantShutdown.Load()
-		hctx, cancel := context.WithTimeout(ctx, max(2*a.cfg.HeartbeatInterval, minHeartbeatTimeout))
+		hctx, cancel := context.WithTimeout(ctx, a.heartbeatTimeout())
 		sent := time.Now()
 		resp, err := a.client.BrokerHeartbeat(hctx, &keelpb.BrokerHeartbeatRequest{
 			BrokerId:       a.cfg.BrokerID,
@@ -748,4 +745,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// heartbeatTimeout bounds one heartbeat: two intervals, and at least
+// minHeartbeatTimeout.
+func (a *Agent) heartbeatTimeout() time.Duration {
+	return max(2*a.cfg.HeartbeatInterval, minHeartbeatTimeout)
 }

@@ -175,7 +175,7 @@ func (a *Agent) Ready() error {
 		epoch:          epoch,
 		caughtUp:       a.caughtUp.Load(),
 		sinceHeartbeat: since,
-		heartbeatStale: max(2*a.cfg.HeartbeatInterval, minHeartbeatTimeout) + a.cfg.HeartbeatInterval,
+		heartbeatStale: a.heartbeatTimeout() + a.cfg.HeartbeatInterval,
 		streamEpoch:    a.replay.epoch.Load(),
 		heartbeatEpoch: a.heartbeatEpoch.Load(),
 	}.check()

@@ -78,7 +78,7 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 		case reason == rpc.ReasonNotReady:
 			// The leader, about to be active: the same target, in a moment.
 			pause = false
-			if err := sleep(ctx, notReadyPause); err != nil {
+			if err := sleep(ctx, rpc.NotReadyPause); err != nil {
 				return err
 			}
 		case errors.Is(err, errOffsetGap), errors.Is(err, errDiverged),

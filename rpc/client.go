@@ -143,11 +143,10 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 	// Fall back through the addresses starting after the first target, so
 	// the address that just failed is not the next one tried.
 	next := (slices.Index(c.addrs, target) + 1) % len(c.addrs)
-	// A leader that is taking over is active in milliseconds: retry it at
-	// a short, even pace. Anything else (no leader known, a node down)
-	// backs off from a short pause, doubling, with jitter: thousands of
-	// brokers retrying during an election must not slow the election down.
-	const notReadyPause = 5 * time.Millisecond
+	// A leader that is taking over is retried after NotReadyPause.
+	// Anything else (no leader known, a node down) backs off from a short
+	// pause, doubling, with jitter: thousands of brokers retrying during an
+	// election must not slow the election down.
 	pause := 10 * time.Millisecond
 	var last error
 	gaveUp := func() error {
@@ -182,7 +181,7 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 			continue
 		case notReady:
 			// The leader itself, about to be active: the same target, soon.
-			wait = notReadyPause
+			wait = NotReadyPause
 		case code == codes.Unavailable || code == codes.DeadlineExceeded:
 			if hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target {
 				target = hint.LeaderAddress

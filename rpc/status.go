@@ -200,6 +200,11 @@ func DuplicateSessionOf(err error) (DuplicateSession, bool) {
 	return DuplicateSession{}, false
 }
 
+// NotReadyPause is how long a client waits before asking a controller that
+// answered ReasonNotReady again: it is active in milliseconds, so it is
+// asked again soon and at an even pace, rather than backed off from.
+const NotReadyPause = 5 * time.Millisecond
+
 // ReasonOf returns the ErrorInfo reason carried by err, or "".
 func ReasonOf(err error) string {
 	st, ok := status.FromError(err)

@@ -27,29 +27,16 @@ type RestoreResult struct {
 // image (followers by snapshot install); brokers get an image of it on
 // their streams, and brokers it does not hold must register again.
 func (c *Controller) RestoreSnapshot(ctx context.Context, path string, force bool) (*RestoreResult, error) {
-	l := c.active.Load()
-	if l == nil {
-		return nil, c.notLeader()
-	}
 	var result *RestoreResult
-	done := make(chan error, 1)
-	err := l.submit(ctx, event{
-		run: func() {
-			var err error
-			result, err = l.restore(path, force, false)
-			done <- err
-		},
-		abandon: func(err error) { done <- err },
+	err := c.onLoop(ctx, func(l *leadership) (err error) {
+		result, err = l.restore(path, force, false)
+		return err
 	})
 	if err != nil {
+		// result is not read: after ctx ends, the loop may still write it.
 		return nil, err
 	}
-	select {
-	case err := <-done:
-		return result, err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w (%v)", ErrOutcomeUnknown, ctx.Err())
-	}
+	return result, nil
 }
 
 // restore runs on the event loop (or in establish, before it starts).

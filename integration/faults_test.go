@@ -666,17 +666,13 @@ func (r *faultRun) finalTopics(t *testing.T) map[string]*keelpb.TopicDescription
 func (r *faultRun) checkBrokersConverge(t *testing.T, brokers []int32) uint64 {
 	c := r.c
 	noop := c.appendNoOp(t, healTimeout)
-	deadline := time.Now().Add(healTimeout)
-	for {
-		offset, why := r.converged(brokers, noop.GetIndex())
-		if why == "" {
-			return offset
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the brokers did not converge to the controllers' view within %s: %s", healTimeout, why)
-		}
-		time.Sleep(pollInterval)
-	}
+	var offset uint64
+	pollUntil(t, healTimeout, "the brokers converging to the controllers' view", func() (bool, string) {
+		var why string
+		offset, why = r.converged(brokers, noop.GetIndex())
+		return why == "", why
+	})
+	return offset
 }
 
 // converged returns the offset everyone has applied, or why they have not

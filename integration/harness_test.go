@@ -878,3 +878,20 @@ func (c *Cluster) appendNoOp(t testing.TB, timeout time.Duration) *keelpb.Append
 	}
 	return resp
 }
+
+// pollUntil calls check until it reports done, failing the test with its
+// last description at timeout.
+func pollUntil(t testing.TB, timeout time.Duration, what string, check func() (done bool, state string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		done, state := check()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last seen:\n%s", what, timeout, state)
+		}
+		time.Sleep(pollInterval)
+	}
+}

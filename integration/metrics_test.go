@@ -103,23 +103,6 @@ func get(url string) (int, string, error) {
 	return resp.StatusCode, string(body), err
 }
 
-// pollUntil calls check until it reports done, failing the test with its
-// last description at timeout.
-func pollUntil(t *testing.T, timeout time.Duration, what string, check func() (done bool, state string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		done, state := check()
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last seen:\n%s", what, timeout, state)
-		}
-		time.Sleep(pollInterval)
-	}
-}
-
 // scrapeAll scrapes every address in addrs (by id), describing what it saw.
 func scrapeAll(addrs map[int32]string, names ...string) (map[int32]scrape, string) {
 	out := map[int32]scrape{}

@@ -234,13 +234,13 @@ func TestTLS_Cluster(t *testing.T) {
 		nd.args = withoutTLSFlags(tlsArgs)
 		c.Start(killed)
 		others := without(c.IDs(), killed)
-		waitUntil(t, 20*time.Second, "the TLS controllers to refuse the plaintext one's raft connections", func() bool {
+		pollUntil(t, 20*time.Second, "the TLS controllers to refuse the plaintext one's raft connections", func() (bool, string) {
 			for _, id := range others {
 				if strings.Contains(c.node(id).output(), "refused a raft connection") {
-					return true
+					return true, ""
 				}
 			}
-			return false
+			return false, "no controller has logged a refusal"
 		})
 		written := c.appendNoOp(t, 10*time.Second).GetIndex()
 		plain, err := rpc.NewClient([]string{nd.addr})
@@ -266,17 +266,4 @@ func TestTLS_Cluster(t *testing.T) {
 		c.Start(killed)
 		c.WaitForConverged(t, c.IDs(), written)
 	})
-}
-
-// waitUntil polls cond every pollInterval until it holds, or fails the test
-// after timeout.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(pollInterval)
-	}
 }

@@ -341,34 +341,12 @@ func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 			id := int32(i + 1)
 			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 			voters[i] = fmt.Sprintf("%d@%s", id, c.voterAddr(id, addr))
-			c.nodes[i] = &procNode{
-				name:    fmt.Sprintf("node %d", id),
-				ready:   `msg="controller started"`,
-				id:      id,
-				addr:    addr,
-				dataDir: filepath.Join(c.dir, fmt.Sprintf("n%d", id)),
-				logPath: filepath.Join(c.dir, fmt.Sprintf("n%d.log", id)),
-			}
+			c.nodes[i] = c.newControllerNode(id)
+			c.nodes[i].addr = addr
 		}
 		c.voters = strings.Join(voters, ",")
 		for _, nd := range c.nodes {
-			nd.args = []string{"controller",
-				"--node-id", strconv.Itoa(int(nd.id)),
-				"--listen", nd.addr,
-				"--data-dir", nd.dataDir,
-				"--voters", c.voters,
-			}
-			if c.opts.clusterID != "" {
-				nd.args = append(nd.args, "--cluster-id", c.opts.clusterID)
-			}
-			if c.net != nil {
-				nd.args = append(nd.args, "--raft-dial", c.net.raftDial(nd.id))
-			}
-			nd.args = append(nd.args, c.opts.tlsFlags(fmt.Sprintf("controller-%d", nd.id))...)
-			nd.args = append(nd.args, c.opts.controllerFlags...)
-			if c.opts.nodeFlags != nil {
-				nd.args = append(nd.args, c.opts.nodeFlags(nd.id)...)
-			}
+			nd.args = c.controllerArgs(nd, "--voters", c.voters)
 			// A previous attempt's data names other ports: start afresh.
 			if err := os.RemoveAll(nd.dataDir); err != nil {
 				t.Fatal(err)
@@ -412,6 +390,41 @@ func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 	}
 	t.Fatalf("start a %d-node cluster: %d attempts: %v", n, bindAttempts, lastErr)
 	return nil
+}
+
+// newControllerNode is controller id, not started: its data dir and log
+// file in the test's temp dir.
+func (c *Cluster) newControllerNode(id int32) *procNode {
+	return &procNode{
+		name:    fmt.Sprintf("node %d", id),
+		ready:   `msg="controller started"`,
+		id:      id,
+		dataDir: filepath.Join(c.dir, fmt.Sprintf("n%d", id)),
+		logPath: filepath.Join(c.dir, fmt.Sprintf("n%d.log", id)),
+	}
+}
+
+// controllerArgs is nd's command line: how it joins the quorum (--voters
+// LIST, or --join), then every flag the cluster's options give a
+// controller.
+func (c *Cluster) controllerArgs(nd *procNode, membership ...string) []string {
+	args := append([]string{"controller",
+		"--node-id", strconv.Itoa(int(nd.id)),
+		"--listen", nd.addr,
+		"--data-dir", nd.dataDir,
+	}, membership...)
+	if c.opts.clusterID != "" {
+		args = append(args, "--cluster-id", c.opts.clusterID)
+	}
+	if c.net != nil {
+		args = append(args, "--raft-dial", c.net.raftDial(nd.id))
+	}
+	args = append(args, c.opts.tlsFlags(fmt.Sprintf("controller-%d", nd.id))...)
+	args = append(args, c.opts.controllerFlags...)
+	if c.opts.nodeFlags != nil {
+		args = append(args, c.opts.nodeFlags(nd.id)...)
+	}
+	return args
 }
 
 // launch starts nd's process, appending its output to nd's log.

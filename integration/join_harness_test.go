@@ -2,18 +2,17 @@ package integration
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 )
 
 // StartJoiner starts controller id, the next id after the cluster's nodes,
-// on a free loopback port with an empty data dir and --join (plus the
-// cluster's TLS and controller flags), and waits until it has started: a
-// node waiting to be added to the quorum (keel quorum add-voter). From then
+// on a free loopback port with an empty data dir and --join (plus the flags
+// the cluster gives every controller: controllerArgs), and waits until it
+// has started: a node waiting to be added to the quorum (keel quorum
+// add-voter). From then
 // on it is one of the cluster's nodes: Stop, Start, Kill and Live know it.
 // The cluster's client does not have its address; leader hints lead there.
 func (c *Cluster) StartJoiner(id int32) *procNode {
@@ -25,25 +24,12 @@ func (c *Cluster) StartJoiner(id int32) *procNode {
 	if c.net != nil {
 		t.Fatalf("StartJoiner(%d): not supported with withFaultNet", id)
 	}
-	nd := &procNode{
-		name:    fmt.Sprintf("node %d", id),
-		ready:   `msg="controller started"`,
-		id:      id,
-		dataDir: filepath.Join(c.dir, fmt.Sprintf("n%d", id)),
-		logPath: filepath.Join(c.dir, fmt.Sprintf("n%d.log", id)),
-	}
+	nd := c.newControllerNode(id)
 	c.nodes = append(c.nodes, nd)
 	var err error
 	for attempt := 1; attempt <= bindAttempts; attempt++ {
 		nd.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePorts(t, 1)[0]))
-		nd.args = []string{"controller",
-			"--node-id", strconv.Itoa(int(id)),
-			"--listen", nd.addr,
-			"--data-dir", nd.dataDir,
-			"--join",
-		}
-		nd.args = append(nd.args, c.opts.tlsFlags(fmt.Sprintf("controller-%d", id))...)
-		nd.args = append(nd.args, c.opts.controllerFlags...)
+		nd.args = c.controllerArgs(nd, "--join")
 		if err = os.RemoveAll(nd.dataDir); err != nil {
 			t.Fatal(err)
 		}

@@ -64,8 +64,8 @@ func parseIDAddrs(flag, s string) ([]Voter, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s entry %q: missing '@' (want ID@HOST:PORT)", flag, entry)
 		}
-		id, err := strconv.ParseInt(idStr, 10, 32)
-		if err != nil || id <= 0 {
+		id, ok := ParseNodeID(idStr)
+		if !ok {
 			return nil, fmt.Errorf("%s entry %q: node id %q is not a positive integer", flag, entry, idStr)
 		}
 		if err := checkHostPort(addr); err != nil {
@@ -132,15 +132,25 @@ func ServerID(id int32) raft.ServerID {
 	return raft.ServerID(strconv.FormatInt(int64(id), 10))
 }
 
+// ParseNodeID parses a node id as every flag and argument gives one: a
+// positive decimal integer that fits in 32 bits.
+func ParseNodeID(s string) (int32, bool) {
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return int32(n), true
+}
+
 // ParseServerID is the inverse of ServerID. It fails on anything ServerID
 // could not have produced (non-decimal, non-canonical, or not positive), so a
 // foreign id in a raft configuration is noticed rather than misread.
 func ParseServerID(id raft.ServerID) (int32, error) {
-	n, err := strconv.ParseInt(string(id), 10, 32)
-	if err != nil || n <= 0 || ServerID(int32(n)) != id {
+	n, ok := ParseNodeID(string(id))
+	if !ok || ServerID(n) != id {
 		return 0, fmt.Errorf("raft server id %q is not a Keel node id", string(id))
 	}
-	return int32(n), nil
+	return n, nil
 }
 
 // dialAddrs is raft's ServerAddressProvider for --raft-dial. A nil map gives

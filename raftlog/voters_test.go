@@ -283,3 +283,18 @@ func TestDialAddrs(t *testing.T) {
 		}
 	}
 }
+
+func TestParseNodeID(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want int32
+		ok   bool
+	}{
+		{"1", 1, true}, {"2147483647", 2147483647, true},
+		{"0", 0, false}, {"-1", 0, false}, {"2147483648", 0, false}, {"x", 0, false}, {"", 0, false}, {" 1", 0, false},
+	} {
+		if got, ok := ParseNodeID(tt.in); got != tt.want || ok != tt.ok {
+			t.Errorf("ParseNodeID(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -37,11 +36,11 @@ type transferResult struct {
 
 // parseNodeID parses a node id argument or flag value: a positive integer.
 func parseNodeID(what, s string) (int32, error) {
-	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
-	if err != nil || n <= 0 {
+	n, ok := raftlog.ParseNodeID(strings.TrimSpace(s))
+	if !ok {
 		return 0, fmt.Errorf("%s %q: want a node id, a positive integer", what, s)
 	}
-	return int32(n), nil
+	return n, nil
 }
 
 // parseControllerAddr checks ADDR as --voters does.

@@ -32,22 +32,22 @@ func (c *Controller) CreateTopic(ctx context.Context, req *keelpb.CreateTopicReq
 // PreviewTopic answers a validate-only CreateTopic: it decides the topic as
 // a create would, on the active controller's committed image, and applies
 // the records to a private copy of it, so the answer shows the placement
-// without writing anything.
-func (c *Controller) PreviewTopic(req *keelpb.CreateTopicRequest) (*keelpb.TopicDescription, error) {
+// without writing anything. It returns that copy and the topic in it.
+func (c *Controller) PreviewTopic(req *keelpb.CreateTopicRequest) (*fsm.Image, *fsm.Topic, error) {
 	if l := c.active.Load(); l == nil {
-		return nil, c.notLeader()
+		return nil, nil, c.notLeader()
 	}
 	img := c.fsm.Image()
 	recs, err := createTopicRecords(img, req, fsm.TopicID(uuid.New()), rand.IntN(1<<20))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	preview, err := fsm.Apply(img, img.Offset+1, img.Term, &keelpb.RecordBatch{Records: recs})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	t, _ := preview.Topic(req.Name)
-	return DescribeTopic(preview, t), nil
+	return preview, t, nil
 }
 
 // CreatePartitions adds partitions to a topic.
@@ -181,29 +181,4 @@ func (l *leadership) rebalanceLeaders() {
 			l.log.Info("leader rebalance: preferred leaders restored", "partitions", n)
 		}
 	}
-}
-
-// DescribePartition renders a partition for the API.
-func DescribePartition(p *fsm.Partition) *keelpb.PartitionDescription {
-	return &keelpb.PartitionDescription{
-		Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch,
-		Replicas: nonNil(p.Replicas), Isr: nonNil(p.ISR),
-		AddingReplicas: nonNil(p.AddingReplicas), RemovingReplicas: nonNil(p.RemovingReplicas),
-	}
-}
-
-// DescribeTopic renders a topic and its partitions for the API.
-func DescribeTopic(img *fsm.Image, t *fsm.Topic) *keelpb.TopicDescription {
-	d := &keelpb.TopicDescription{Name: t.Name, Id: t.ID.String(), Configs: t.Configs}
-	for _, p := range img.Partitions(t.ID) {
-		d.Partitions = append(d.Partitions, DescribePartition(p))
-	}
-	return d
-}
-
-func nonNil(s []int32) []int32 {
-	if s == nil {
-		return []int32{}
-	}
-	return s
 }

@@ -19,12 +19,12 @@ var validTopicConfigs = map[string]func(string) bool{
 	fsm.UncleanLeaderElection: func(v string) bool { return v == "true" || v == "false" },
 }
 
-// validateTopicName applies Kafka's rules: CheckTopicName, and no collision
+// validateTopicName applies Kafka's rules: fsm.CheckTopicName, and no collision
 // with an existing topic when '.' and '_' are taken as equal (they map to
 // the same metric names in Kafka).
 func validateTopicName(img *fsm.Image, name string) error {
-	if err := CheckTopicName(name); err != nil {
-		return err
+	if err := fsm.CheckTopicName(name); err != nil {
+		return fieldError("name", "%v", err)
 	}
 	if _, ok := img.Topic(name); ok {
 		return fmt.Errorf("%w: %q", ErrTopicExists, name)
@@ -33,27 +33,6 @@ func validateTopicName(img *fsm.Image, name string) error {
 	for _, t := range img.Topics() {
 		if strings.ReplaceAll(t.Name, ".", "_") == norm {
 			return fieldError("name", "%q collides with existing topic %q ('.' and '_' are equal in topic names)", name, t.Name)
-		}
-	}
-	return nil
-}
-
-// CheckTopicName checks a new topic's name by itself (no image needed): 1
-// to 249 of [a-zA-Z0-9._-], not "." or "..". The error is a *FieldError
-// naming "name". The rpc layer applies it on every controller, before a
-// request is forwarded or queued.
-func CheckTopicName(name string) error {
-	switch {
-	case name == "":
-		return fieldError("name", "is empty")
-	case len(name) > fsm.MaxTopicNameLen:
-		return fieldError("name", "is %d characters; at most %d", len(name), fsm.MaxTopicNameLen)
-	case name == "." || name == "..":
-		return fieldError("name", "%q is not allowed", name)
-	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fieldError("name", "%q has the character %q; only [a-zA-Z0-9._-] are allowed", name, c)
 		}
 	}
 	return nil

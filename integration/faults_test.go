@@ -20,11 +20,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/rpc"
+	"github.com/keel-dev/keel/server"
 )
 
 // The fault suite: a real cluster of 3 controllers and 3 brokers on
@@ -811,7 +811,7 @@ func replayDataDir(dir string, at uint64) ([]byte, []string, error) {
 		}
 		epoch = img.ControllerEpoch
 		for _, tp := range img.Topics() {
-			for _, v := range partitionViolations(tp.Name, controller.DescribeTopic(img, tp).GetPartitions()) {
+			for _, v := range partitionViolations(tp.Name, server.DescribeTopic(img, tp).GetPartitions()) {
 				bad = append(bad, fmt.Sprintf("index %d: %s", index, v))
 			}
 		}

@@ -1,6 +1,8 @@
 package raftlog
 
 import (
+	"github.com/keel-dev/keel/internal/hostport"
+
 	"errors"
 	"fmt"
 	"io/fs"
@@ -241,7 +243,7 @@ func checkConfig(cfg Config, sm StateMachine, mux *Mux) error {
 	if err := CheckLogStore(cfg.LogStore); err != nil {
 		return err
 	}
-	if err := checkHostPort(cfg.Advertise); err != nil {
+	if err := hostport.Check(cfg.Advertise); err != nil {
 		return fmt.Errorf("advertised address: %v", err)
 	}
 	if err := checkTLS(cfg); err != nil {

@@ -1,9 +1,9 @@
 package raftlog
 
 import (
-	"errors"
+	"github.com/keel-dev/keel/internal/hostport"
+
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 
@@ -68,7 +68,7 @@ func parseIDAddrs(flag, s string) ([]Voter, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s entry %q: node id %q is not a positive integer", flag, entry, idStr)
 		}
-		if err := checkHostPort(addr); err != nil {
+		if err := hostport.Check(addr); err != nil {
 			return nil, fmt.Errorf("%s entry %q: %v", flag, entry, err)
 		}
 		if ids[int32(id)] {
@@ -82,37 +82,6 @@ func parseIDAddrs(flag, s string) ([]Voter, error) {
 		voters = append(voters, Voter{ID: int32(id), Address: addr})
 	}
 	return voters, nil
-}
-
-// CheckAddress checks a controller address as the voter list does: host:port
-// with a host and a port in 1..65535. Its error names the address.
-func CheckAddress(addr string) error { return checkHostPort(addr) }
-
-// checkHostPort accepts only addresses a peer can dial: an empty host would
-// mean "every interface" when listening but is no use as an advertised address.
-func checkHostPort(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("bad address %q: %v", addr, unwrapAddrErr(err))
-	}
-	if host == "" {
-		return fmt.Errorf("bad address %q: missing host", addr)
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 1 || p > 65535 {
-		return fmt.Errorf("bad address %q: port %q is not in 1..65535", addr, port)
-	}
-	return nil
-}
-
-// unwrapAddrErr drops the address that net.AddrError repeats, since the
-// caller has already named it.
-func unwrapAddrErr(err error) error {
-	var ae *net.AddrError
-	if errors.As(err, &ae) {
-		return errors.New(ae.Err)
-	}
-	return err
 }
 
 // FindVoter returns the voter with the given id, or an error

@@ -255,8 +255,8 @@ func TestAuth_OverTLS(t *testing.T) {
 	}
 
 	t.Run("admin creates a topic", func(t *testing.T) {
-		resp, err := controller(t, WithTLS(certs["admin"])).CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "t"})
-		if err != nil || resp.GetTopic().GetName() != "t" {
+		resp, err := controller(t, WithTLS(certs["admin"])).CreateTopic(ctx, validCreateTopic)
+		if err != nil || resp.GetTopic().GetName() != validCreateTopic.GetName() {
 			t.Fatalf("CreateTopic = %v, %v", resp, err)
 		}
 	})
@@ -266,22 +266,22 @@ func TestAuth_OverTLS(t *testing.T) {
 	})
 	t.Run("a broker registers as itself only", func(t *testing.T) {
 		cl := controller(t, WithTLS(certs["broker-1"]))
-		if resp, err := cl.RegisterBroker(ctx, &keelpb.RegisterBrokerRequest{BrokerId: 1}); err != nil || resp.GetBrokerEpoch() != 101 {
+		if resp, err := cl.RegisterBroker(ctx, validRegister); err != nil || resp.GetBrokerEpoch() != 101 {
 			t.Fatalf("RegisterBroker as itself = %v, %v", resp, err)
 		}
-		_, err := cl.RegisterBroker(ctx, &keelpb.RegisterBrokerRequest{BrokerId: 2})
+		_, err := cl.RegisterBroker(ctx, edited(validRegister, func(r *keelpb.RegisterBrokerRequest) { r.BrokerId = 2 }))
 		wantCode(t, err, codes.PermissionDenied, "broker_id 2: certificate is for broker 1")
 	})
 	t.Run("a broker streams its own metadata only", func(t *testing.T) {
 		cl := controller(t, WithTLS(certs["broker-1"]))
-		s, err := cl.StreamMetadata(ctx, &keelpb.StreamMetadataRequest{BrokerId: 1})
+		s, err := cl.StreamMetadata(ctx, validStreamMetadata)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if push, err := s.Recv(); err != nil || push.GetControllerId() != 1 {
 			t.Fatalf("own stream: %v, %v", push, err)
 		}
-		s, err = cl.StreamMetadata(ctx, &keelpb.StreamMetadataRequest{BrokerId: 2})
+		s, err = cl.StreamMetadata(ctx, edited(validStreamMetadata, func(r *keelpb.StreamMetadataRequest) { r.BrokerId = 2 }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,12 +356,10 @@ func TestAuth_OverTLS(t *testing.T) {
 	})
 }
 
-// TestServerOptions_PlaintextHasNoChecks: without TLS nothing is checked,
-// as before mTLS existed.
-func TestServerOptions_PlaintextHasNoChecks(t *testing.T) {
-	if n := len(ServerOptions()); n != 2 {
-		t.Errorf("ServerOptions() has %d options, want the 2 plaintext ones", n)
-	}
+// TestServerOptions_PlaintextAuthorizesNothing: without TLS no caller is
+// identified, so nothing is authorized (every valid request is served, as
+// before mTLS existed); the requests are still checked (Validate).
+func TestServerOptions_PlaintextAuthorizesNothing(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -381,7 +379,11 @@ func TestServerOptions_PlaintextHasNoChecks(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := cl.CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "t"}); err != nil {
+	if _, err := cl.CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "t", Partitions: 1, ReplicationFactor: 1}); err != nil {
 		t.Fatalf("plaintext CreateTopic: %v", err)
+	}
+	_, err = cl.CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "t"})
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != "partitions: 0; at least 1 without assignments" {
+		t.Fatalf("plaintext CreateTopic with no partitions: %v; want InvalidArgument naming partitions", err)
 	}
 }

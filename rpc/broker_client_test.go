@@ -33,7 +33,7 @@ func (f *brokerFacingController) RegisterBroker(_ context.Context, req *keelpb.R
 
 func (f *brokerFacingController) BrokerHeartbeat(_ context.Context, req *keelpb.BrokerHeartbeatRequest) (*keelpb.BrokerHeartbeatResponse, error) {
 	if req.BrokerEpoch != 9 {
-		return nil, withReason(codes.FailedPrecondition, ReasonStaleBrokerEpoch, "stale")
+		return nil, WithReason(codes.FailedPrecondition, ReasonStaleBrokerEpoch, "stale")
 	}
 	return &keelpb.BrokerHeartbeatResponse{IsCaughtUp: true, ControllerEpoch: 2, ControllerId: 1}, nil
 }

@@ -66,13 +66,15 @@ const (
 )
 
 // ServerOptions are the options every Keel gRPC server uses: they accept the
-// clients' keepalive pings and bound request size. WithTLS adds mutual TLS
-// and the authorization of every call by the caller's certificate.
+// clients' keepalive pings, bound request size and check every request
+// message by Validate before a handler sees it. WithTLS adds mutual TLS and
+// the authorization of every call by the caller's certificate, before the
+// check.
 func ServerOptions(opts ...Option) []grpc.ServerOption {
 	return append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvMsgBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
-	}, serverTLSOptions(buildOptions(opts))...)
+	}, serverCallOptions(buildOptions(opts))...)
 }
 
 // maxRecvMsgBytes bounds one request: metadata requests are small.

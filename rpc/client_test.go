@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -190,7 +189,7 @@ func TestClient_WriteWaitsForALeaderTakingOver(t *testing.T) {
 	notReady.Store(5)
 	leader := &fakeController{answer: func() (*keelpb.AppendNoOpResponse, error) {
 		if notReady.Add(-1) >= 0 {
-			return nil, toStatus(controller.ErrNotReady)
+			return nil, WithReason(codes.Unavailable, ReasonNotReady, "taking over")
 		}
 		return &keelpb.AppendNoOpResponse{Index: 7}, nil
 	}}

@@ -8,80 +8,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
-// Quorum membership: the server side (any controller takes the request; only
-// the active controller makes the change, the others refuse with the leader
-// hint) and the client side (Write finds the active controller).
-
-func validNodeID(field string, id int32) error {
-	if id <= 0 {
-		return invalidArgument(field, "%d is not a node id (it must be positive)", id)
-	}
-	return nil
-}
-
-func membershipResponse(res *controller.MembershipResult) (uint64, []*keelpb.QuorumMember, int32) {
-	return res.Index, res.Members, res.LeaderID
-}
-
-// AddVoter adds a controller to the quorum through the active controller.
-func (s *ControllerServer) AddVoter(ctx context.Context, req *keelpb.AddVoterRequest) (*keelpb.AddVoterResponse, error) {
-	if err := firstError(
-		validNodeID("id", req.GetId()),
-		validAddress("address", req.GetAddress()),
-	); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
-	defer cancel()
-	res, err := s.ctrl.AddVoter(ctx, req.GetId(), req.GetAddress())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	var resp keelpb.AddVoterResponse
-	resp.ConfigurationIndex, resp.Voters, resp.LeaderId = membershipResponse(res)
-	return &resp, nil
-}
-
-// RemoveVoter removes a controller from the quorum through the active
-// controller. The active controller asked to remove itself hands leadership
-// on first and refuses with the new leader's hint (see controller.RemoveVoter).
-func (s *ControllerServer) RemoveVoter(ctx context.Context, req *keelpb.RemoveVoterRequest) (*keelpb.RemoveVoterResponse, error) {
-	if err := validNodeID("id", req.GetId()); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
-	defer cancel()
-	res, err := s.ctrl.RemoveVoter(ctx, req.GetId())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	var resp keelpb.RemoveVoterResponse
-	resp.ConfigurationIndex, resp.Voters, resp.LeaderId = membershipResponse(res)
-	return &resp, nil
-}
-
-// TransferLeadership hands leadership from the active controller to another
-// voter.
-func (s *ControllerServer) TransferLeadership(ctx context.Context, req *keelpb.TransferLeadershipRequest) (*keelpb.TransferLeadershipResponse, error) {
-	var target int32
-	if req.TargetId != nil {
-		if err := validNodeID("target_id", req.GetTargetId()); err != nil {
-			return nil, err
-		}
-		target = req.GetTargetId()
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
-	defer cancel()
-	leader, err := s.ctrl.TransferLeadership(ctx, target)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return &keelpb.TransferLeadershipResponse{PreviousLeaderId: s.ctrl.NodeID(), LeaderId: leader}, nil
-}
+// Quorum membership, the client side: Write finds the active controller,
+// which makes the change.
 
 // AddVoter adds node id at addr to the quorum as a voter, through the active
 // controller (see Write). A retry of a change that did commit finds the voter

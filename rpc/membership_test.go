@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -10,45 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
-
-func TestToStatus_Membership(t *testing.T) {
-	tests := []struct {
-		name     string
-		err      error
-		code     codes.Code
-		reason   string
-		hintID   int32
-		hintAddr string
-	}{
-		{name: "voter elsewhere", err: fmt.Errorf("%w: node 2 at b", controller.ErrVoterExists), code: codes.AlreadyExists},
-		{name: "unknown voter", err: fmt.Errorf("%w: node 9", controller.ErrUnknownVoter), code: codes.NotFound},
-		{name: "last voter", err: fmt.Errorf("%w: node 1", controller.ErrLastVoter), code: codes.FailedPrecondition},
-		{name: "nonvoter target", err: fmt.Errorf("%w: node 4", controller.ErrNotVoter), code: codes.FailedPrecondition},
-		{name: "configuration changed", err: fmt.Errorf("%w: since 7", controller.ErrConfigurationChanged), code: codes.Aborted},
-		{name: "transfer failed", err: fmt.Errorf("%w: timeout", controller.ErrTransferFailed), code: codes.Unavailable},
-		{name: "handed off to a known leader", err: &controller.NotLeaderError{LeaderID: 2, LeaderAddress: "h:2", HandedOff: true},
-			code: codes.FailedPrecondition, reason: ReasonLeadershipTransferred, hintID: 2, hintAddr: "h:2"},
-		{name: "handed off, new leader not known yet", err: &controller.NotLeaderError{LeaderID: -1, HandedOff: true},
-			code: codes.Unavailable, reason: ReasonLeadershipTransferred, hintID: -1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := toStatus(tt.err)
-			if status.Code(got) != tt.code || ReasonOf(got) != tt.reason {
-				t.Fatalf("toStatus = %v (reason %q); want %v (reason %q)", got, ReasonOf(got), tt.code, tt.reason)
-			}
-			if tt.reason == "" {
-				return
-			}
-			if hint, ok := LeaderHintOf(got); !ok || hint.LeaderId != tt.hintID || hint.LeaderAddress != tt.hintAddr {
-				t.Fatalf("hint = %v, want %d@%s", hint, tt.hintID, tt.hintAddr)
-			}
-		})
-	}
-}
 
 // membershipController answers the membership calls with its funcs.
 type membershipController struct {
@@ -86,7 +48,7 @@ func TestClient_RemoveVoterFollowsAHandoff(t *testing.T) {
 		if req.Id != 1 {
 			return nil, status.Errorf(codes.Internal, "asked to remove %d", req.Id)
 		}
-		return nil, toStatus(&controller.NotLeaderError{LeaderID: 2, LeaderAddress: nextAddr, HandedOff: true})
+		return nil, NotLeader(codes.FailedPrecondition, "handed off", 2, nextAddr, ReasonLeadershipTransferred)
 	}}
 	oldAddr := serveMembership(t, old)
 

@@ -45,16 +45,19 @@ func clientDialOptions(o options, role tlsauth.Role) []grpc.DialOption {
 	return append(slices.Clone(dialOptions), grpc.WithTransportCredentials(creds))
 }
 
-// serverTLSOptions are the options a server needs for o: none for
-// plaintext; with TLS, the credentials and the interceptors that authorize
-// every call.
-func serverTLSOptions(o options) []grpc.ServerOption {
+// serverCallOptions are the credentials and interceptors a server needs
+// for o: every message a client sends is checked by Validate; with TLS,
+// each call is first authorized by the caller's certificate.
+func serverCallOptions(o options) []grpc.ServerOption {
 	if o.tls == nil {
-		return nil
+		return []grpc.ServerOption{
+			grpc.ChainUnaryInterceptor(validateUnary),
+			grpc.ChainStreamInterceptor(validateStream),
+		}
 	}
 	return []grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(o.tls.Server())),
-		grpc.ChainUnaryInterceptor(authUnary),
-		grpc.ChainStreamInterceptor(authStream),
+		grpc.ChainUnaryInterceptor(authUnary, validateUnary),
+		grpc.ChainStreamInterceptor(authStream, validateStream),
 	}
 }

@@ -1,8 +1,6 @@
 package rpc
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -11,93 +9,21 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
-// toStatus maps a controller error to a gRPC status. It is the only place
-// that does: a follower's refusal becomes FailedPrecondition with the leader
-// in a LeaderHint detail; anything that a retry elsewhere or later may cure
-// (no leader, a takeover in progress, a write whose outcome is unknown)
-// becomes Unavailable.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	var nl *controller.NotLeaderError
-	switch {
-	case errors.As(err, &nl):
-		code := codes.FailedPrecondition
-		if nl.LeaderID < 0 {
-			code = codes.Unavailable
+// NotLeader is a refusal by a node that is not the active controller, in
+// the form clients follow: code (FailedPrecondition when a leader is known,
+// Unavailable when not) with the leader in a LeaderHint detail, and reason,
+// when not empty, in an ErrorInfo (ReasonLeadershipTransferred).
+func NotLeader(code codes.Code, msg string, leaderID int32, leaderAddr, reason string) error {
+	st := status.New(code, msg)
+	if reason != "" {
+		if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+			st = d
 		}
-		st := status.New(code, nl.Error())
-		if nl.HandedOff {
-			if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonLeadershipTransferred, Domain: ErrorDomain}); err == nil {
-				st = d
-			}
-		}
-		return withHint(st, nl.LeaderID, nl.LeaderAddress)
-	case errors.Is(err, controller.ErrNotReady):
-		return withReason(codes.Unavailable, ReasonNotReady, err.Error())
-	case errors.Is(err, controller.ErrOutcomeUnknown),
-		errors.Is(err, controller.ErrLeadershipUnconfirmed),
-		errors.Is(err, controller.ErrStopped):
-		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, controller.ErrInconsistentClusterID):
-		return withReason(codes.FailedPrecondition, ReasonInconsistentClusterID, err.Error())
-	case errors.Is(err, controller.ErrUnsupportedMetadataVersion):
-		return withReason(codes.FailedPrecondition, ReasonUnsupportedMetadataVersion, err.Error())
-	case errors.Is(err, controller.ErrDuplicateRegistration):
-		var meta map[string]string
-		if d := new(controller.DuplicateRegistrationError); errors.As(err, &d) {
-			meta = map[string]string{
-				sessionRemainingKey: strconv.FormatInt(d.Remaining.Milliseconds(), 10),
-				controllerEpochKey:  strconv.FormatInt(d.ControllerEpoch, 10),
-			}
-		}
-		return withReasonMeta(codes.AlreadyExists, ReasonDuplicateRegistration, err.Error(), meta)
-	case errors.Is(err, controller.ErrStaleBrokerEpoch):
-		return withReason(codes.FailedPrecondition, ReasonStaleBrokerEpoch, err.Error())
-	case errors.Is(err, controller.ErrBrokerNotRegistered):
-		return withReason(codes.FailedPrecondition, ReasonBrokerNotRegistered, err.Error())
-	case errors.Is(err, controller.ErrTopicExists):
-		return status.Error(codes.AlreadyExists, err.Error())
-	case errors.Is(err, controller.ErrUnknownTopic):
-		return withReason(codes.NotFound, ReasonUnknownTopicOrPartition, err.Error())
-	case errors.Is(err, controller.ErrNotPartitionLeader):
-		return withReason(codes.FailedPrecondition, ReasonNotLeader, err.Error())
-	case errors.Is(err, controller.ErrFencedLeaderEpoch):
-		return withReason(codes.FailedPrecondition, ReasonFencedLeaderEpoch, err.Error())
-	case errors.Is(err, controller.ErrInvalidUpdateVersion):
-		return withReason(codes.FailedPrecondition, ReasonInvalidUpdateVersion, err.Error())
-	case errors.Is(err, controller.ErrIneligibleReplica):
-		return withReason(codes.FailedPrecondition, ReasonIneligibleReplica, err.Error())
-	case errors.Is(err, controller.ErrReassignmentInProgress), errors.Is(err, controller.ErrNoReassignment):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, controller.ErrVoterExists):
-		return status.Error(codes.AlreadyExists, err.Error())
-	case errors.Is(err, controller.ErrUnknownVoter):
-		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, controller.ErrLastVoter), errors.Is(err, controller.ErrNotVoter):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, controller.ErrConfigurationChanged):
-		return status.Error(codes.Aborted, err.Error())
-	case errors.Is(err, controller.ErrTransferFailed):
-		return status.Error(codes.Unavailable, err.Error())
-	case errors.As(err, new(*controller.FieldError)):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, controller.ErrQueueFull):
-		return status.Error(codes.ResourceExhausted, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.Unavailable, fmt.Sprintf("write not committed in time (no quorum?); it may or may not commit later: %v", err))
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
 	}
-	return status.Error(codes.Internal, err.Error())
+	return withHint(st, leaderID, leaderAddr)
 }
 
 func withHint(st *status.Status, id int32, addr string) error {
@@ -121,7 +47,11 @@ func LeaderHintOf(err error) (*keelpb.LeaderHint, bool) {
 	return nil, false
 }
 
-// invalidArgument reports a bad request field by name.
+// InvalidArgument reports a bad request field by name.
+func InvalidArgument(field, format string, args ...any) error {
+	return invalidArgument(field, format, args...)
+}
+
 func invalidArgument(field, format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
 }
@@ -150,8 +80,9 @@ const (
 	ReasonLeadershipTransferred = "LEADERSHIP_TRANSFERRED"
 )
 
-// withReason builds a status error carrying an ErrorInfo reason.
-func withReason(code codes.Code, reason, msg string) error {
+// WithReason builds a status error carrying an ErrorInfo reason, which
+// clients read with ReasonOf.
+func WithReason(code codes.Code, reason, msg string) error {
 	return withReasonMeta(code, reason, msg, nil)
 }
 
@@ -179,6 +110,16 @@ type DuplicateSession struct {
 	// controller starts every session afresh, so Remaining is comparable
 	// only between refusals of one epoch.
 	ControllerEpoch int64
+}
+
+// DuplicateRegistration is the refusal of a broker registration while
+// another incarnation's session lives, carrying that session (read by
+// DuplicateSessionOf).
+func DuplicateRegistration(msg string, session DuplicateSession) error {
+	return withReasonMeta(codes.AlreadyExists, ReasonDuplicateRegistration, msg, map[string]string{
+		sessionRemainingKey: strconv.FormatInt(session.Remaining.Milliseconds(), 10),
+		controllerEpochKey:  strconv.FormatInt(session.ControllerEpoch, 10),
+	})
 }
 
 // DuplicateSessionOf reads a duplicate-registration refusal's session.

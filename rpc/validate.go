@@ -6,8 +6,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/hostport"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
 )
 
 // Field bounds for requests: generous for real use, small enough that a bad
@@ -40,13 +40,13 @@ func validIncarnationID(id string) error {
 }
 
 // validAddress checks an address others will dial, by the rule --voters
-// uses (raftlog.CheckAddress: host:port, a host, a port in 1..65535),
+// uses (hostport.Check: host:port, a host, a port in 1..65535),
 // within the request bounds.
 func validAddress(field, addr string) error {
 	if len(addr) > maxAddressLen {
 		return invalidArgument(field, "longer than %d bytes", maxAddressLen)
 	}
-	if err := raftlog.CheckAddress(addr); err != nil {
+	if err := hostport.Check(addr); err != nil {
 		return invalidArgument(field, "%v", err)
 	}
 	return nil

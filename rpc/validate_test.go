@@ -1,48 +1,25 @@
 package rpc
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
 )
 
-// controllerRequestCase is one call to a ControllerService method.
+// controllerRequestCase is one request to a ControllerService method.
 type controllerRequestCase struct {
 	method string // as in keelpb.ControllerService_ServiceDesc
 	name   string
 	field  string // the request field a refusal must name
-	call   func(*ControllerServer) error
-	// needsController: the method checks this field only once the active
-	// controller has taken the request (a snapshot upload is read, and
-	// checked, only by the node that will restore it).
-	needsController bool
-}
-
-// unaryCall calls a unary method of s with req.
-func unaryCall[Req, Resp any](m func(*ControllerServer, context.Context, *Req) (*Resp, error), req *Req) func(*ControllerServer) error {
-	return func(s *ControllerServer) error {
-		_, err := m(s, context.Background(), req)
-		return err
-	}
+	req    proto.Message
 }
 
 // edited returns a copy of base changed by edit.
@@ -50,48 +27,6 @@ func edited[M proto.Message](base M, edit func(M)) M {
 	m := proto.Clone(base).(M)
 	edit(m)
 	return m
-}
-
-// sendStream is the server side of a server-streaming call, in memory.
-type sendStream[T any] struct {
-	grpc.ServerStream
-	sent []*T
-}
-
-func (s *sendStream[T]) Context() context.Context { return context.Background() }
-func (s *sendStream[T]) Send(m *T) error          { s.sent = append(s.sent, m); return nil }
-
-// restoreStream is the server side of a RestoreSnapshot upload, in memory:
-// Recv hands out reqs, then io.EOF as a client's CloseSend does.
-type restoreStream struct {
-	grpc.ServerStream
-	ctx  context.Context
-	reqs []*keelpb.RestoreSnapshotRequest
-}
-
-func (s *restoreStream) Context() context.Context { return s.ctx }
-
-func (s *restoreStream) Recv() (*keelpb.RestoreSnapshotRequest, error) {
-	if len(s.reqs) == 0 {
-		return nil, io.EOF
-	}
-	r := s.reqs[0]
-	s.reqs = s.reqs[1:]
-	return r, nil
-}
-
-func (s *restoreStream) SendAndClose(*keelpb.RestoreSnapshotResponse) error { return nil }
-
-func restoreCall(reqs ...*keelpb.RestoreSnapshotRequest) func(*ControllerServer) error {
-	return func(s *ControllerServer) error {
-		return s.RestoreSnapshot(&restoreStream{ctx: context.Background(), reqs: reqs})
-	}
-}
-
-func streamMetadataCall(req *keelpb.StreamMetadataRequest) func(*ControllerServer) error {
-	return func(s *ControllerServer) error {
-		return s.StreamMetadata(req, &sendStream[keelpb.MetadataPush]{})
-	}
 }
 
 // Valid requests, the bases the invalid ones are edited from.
@@ -120,37 +55,31 @@ var (
 // has input: they must pass the server's checks.
 func validControllerRequests() []controllerRequestCase {
 	return []controllerRequestCase{
-		{method: "AppendNoOp", call: unaryCall((*ControllerServer).AppendNoOp, &keelpb.AppendNoOpRequest{RequestId: "r1"})},
-		{method: "AppendNoOp", name: "no request id", call: unaryCall((*ControllerServer).AppendNoOp, &keelpb.AppendNoOpRequest{})},
-		{method: "RegisterBroker", call: unaryCall((*ControllerServer).RegisterBroker, validRegister)},
-		{method: "RegisterBroker", name: "a cluster id, no rack", call: unaryCall((*ControllerServer).RegisterBroker,
-			edited(validRegister, func(r *keelpb.RegisterBrokerRequest) { r.ClusterId, r.Rack, r.BrokerId = "c", "", 0 }))},
-		{method: "BrokerHeartbeat", call: unaryCall((*ControllerServer).BrokerHeartbeat, validHeartbeat)},
-		{method: "UnregisterBroker", call: unaryCall((*ControllerServer).UnregisterBroker, validUnregister)},
-		{method: "StreamMetadata", call: streamMetadataCall(validStreamMetadata)},
-		{method: "CreateTopic", call: unaryCall((*ControllerServer).CreateTopic, validCreateTopic)},
-		{method: "CreateTopic", name: "assigned", call: unaryCall((*ControllerServer).CreateTopic, validCreateAssigned)},
-		{method: "CreateTopic", name: "assigned, partitions given", call: unaryCall((*ControllerServer).CreateTopic,
-			edited(validCreateAssigned, func(r *keelpb.CreateTopicRequest) { r.Partitions = 2 }))},
-		{method: "CreateTopic", name: "validate only", call: unaryCall((*ControllerServer).CreateTopic,
-			edited(validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.ValidateOnly = true }))},
-		{method: "CreatePartitions", call: unaryCall((*ControllerServer).CreatePartitions, validCreatePartitions)},
-		{method: "CreatePartitions", name: "assigned", call: unaryCall((*ControllerServer).CreatePartitions, validAddAssigned)},
-		{method: "DeleteTopic", call: unaryCall((*ControllerServer).DeleteTopic, &keelpb.DeleteTopicRequest{Name: "orders"})},
-		{method: "DescribeTopic", call: unaryCall((*ControllerServer).DescribeTopic, &keelpb.DescribeTopicRequest{Name: "orders"})},
-		{method: "AlterPartition", call: unaryCall((*ControllerServer).AlterPartition, validAlterPartition)},
-		{method: "ElectLeaders", call: unaryCall((*ControllerServer).ElectLeaders, validElect)},
-		{method: "ElectLeaders", name: "all", call: unaryCall((*ControllerServer).ElectLeaders, validElectAll)},
-		{method: "AlterPartitionReassignments", call: unaryCall((*ControllerServer).AlterPartitionReassignments, validReassign)},
-		{method: "AlterPartitionReassignments", name: "cancel", call: unaryCall((*ControllerServer).AlterPartitionReassignments,
-			edited(validReassign, func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = nil }))},
-		{method: "AddVoter", call: unaryCall((*ControllerServer).AddVoter, validAddVoter)},
-		{method: "AddVoter", name: "a host name", call: unaryCall((*ControllerServer).AddVoter,
-			edited(validAddVoter, func(r *keelpb.AddVoterRequest) { r.Address = "controller-4.example:9091" }))},
-		{method: "RemoveVoter", call: unaryCall((*ControllerServer).RemoveVoter, &keelpb.RemoveVoterRequest{Id: 3})},
-		{method: "TransferLeadership", name: "any voter", call: unaryCall((*ControllerServer).TransferLeadership, &keelpb.TransferLeadershipRequest{})},
-		{method: "TransferLeadership", name: "to a voter", call: unaryCall((*ControllerServer).TransferLeadership,
-			&keelpb.TransferLeadershipRequest{TargetId: proto.Int32(2)})},
+		{method: "AppendNoOp", req: &keelpb.AppendNoOpRequest{RequestId: "r1"}},
+		{method: "AppendNoOp", name: "no request id", req: &keelpb.AppendNoOpRequest{}},
+		{method: "RegisterBroker", req: validRegister},
+		{method: "RegisterBroker", name: "a cluster id, no rack", req: edited(validRegister, func(r *keelpb.RegisterBrokerRequest) { r.ClusterId, r.Rack, r.BrokerId = "c", "", 0 })},
+		{method: "BrokerHeartbeat", req: validHeartbeat},
+		{method: "UnregisterBroker", req: validUnregister},
+		{method: "StreamMetadata", req: validStreamMetadata},
+		{method: "CreateTopic", req: validCreateTopic},
+		{method: "CreateTopic", name: "assigned", req: validCreateAssigned},
+		{method: "CreateTopic", name: "assigned, partitions given", req: edited(validCreateAssigned, func(r *keelpb.CreateTopicRequest) { r.Partitions = 2 })},
+		{method: "CreateTopic", name: "validate only", req: edited(validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.ValidateOnly = true })},
+		{method: "CreatePartitions", req: validCreatePartitions},
+		{method: "CreatePartitions", name: "assigned", req: validAddAssigned},
+		{method: "DeleteTopic", req: &keelpb.DeleteTopicRequest{Name: "orders"}},
+		{method: "DescribeTopic", req: &keelpb.DescribeTopicRequest{Name: "orders"}},
+		{method: "AlterPartition", req: validAlterPartition},
+		{method: "ElectLeaders", req: validElect},
+		{method: "ElectLeaders", name: "all", req: validElectAll},
+		{method: "AlterPartitionReassignments", req: validReassign},
+		{method: "AlterPartitionReassignments", name: "cancel", req: edited(validReassign, func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = nil })},
+		{method: "AddVoter", req: validAddVoter},
+		{method: "AddVoter", name: "a host name", req: edited(validAddVoter, func(r *keelpb.AddVoterRequest) { r.Address = "controller-4.example:9091" })},
+		{method: "RemoveVoter", req: &keelpb.RemoveVoterRequest{Id: 3}},
+		{method: "TransferLeadership", name: "any voter", req: &keelpb.TransferLeadershipRequest{}},
+		{method: "TransferLeadership", name: "to a voter", req: &keelpb.TransferLeadershipRequest{TargetId: proto.Int32(2)}},
 	}
 }
 
@@ -175,39 +104,39 @@ func invalidControllerRequests() []controllerRequestCase {
 
 	register := func(name, field string, edit func(*keelpb.RegisterBrokerRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "RegisterBroker", name: name, field: field,
-			call: unaryCall((*ControllerServer).RegisterBroker, edited(validRegister, edit))}
+			req: edited(validRegister, edit)}
 	}
 	heartbeat := func(name, field string, edit func(*keelpb.BrokerHeartbeatRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "BrokerHeartbeat", name: name, field: field,
-			call: unaryCall((*ControllerServer).BrokerHeartbeat, edited(validHeartbeat, edit))}
+			req: edited(validHeartbeat, edit)}
 	}
 	unregister := func(name, field string, edit func(*keelpb.UnregisterBrokerRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "UnregisterBroker", name: name, field: field,
-			call: unaryCall((*ControllerServer).UnregisterBroker, edited(validUnregister, edit))}
+			req: edited(validUnregister, edit)}
 	}
 	streamMeta := func(name, field string, edit func(*keelpb.StreamMetadataRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "StreamMetadata", name: name, field: field,
-			call: streamMetadataCall(edited(validStreamMetadata, edit))}
+			req: edited(validStreamMetadata, edit)}
 	}
 	create := func(name, field string, base *keelpb.CreateTopicRequest, edit func(*keelpb.CreateTopicRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "CreateTopic", name: name, field: field,
-			call: unaryCall((*ControllerServer).CreateTopic, edited(base, edit))}
+			req: edited(base, edit)}
 	}
 	addParts := func(name, field string, base *keelpb.CreatePartitionsRequest, edit func(*keelpb.CreatePartitionsRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "CreatePartitions", name: name, field: field,
-			call: unaryCall((*ControllerServer).CreatePartitions, edited(base, edit))}
+			req: edited(base, edit)}
 	}
 	alter := func(name, field string, edit func(*keelpb.AlterPartitionRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "AlterPartition", name: name, field: field,
-			call: unaryCall((*ControllerServer).AlterPartition, edited(validAlterPartition, edit))}
+			req: edited(validAlterPartition, edit)}
 	}
 	elect := func(name, field string, base *keelpb.ElectLeadersRequest, edit func(*keelpb.ElectLeadersRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "ElectLeaders", name: name, field: field,
-			call: unaryCall((*ControllerServer).ElectLeaders, edited(base, edit))}
+			req: edited(base, edit)}
 	}
 	reassign := func(name, field string, edit func(*keelpb.AlterPartitionReassignmentsRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "AlterPartitionReassignments", name: name, field: field,
-			call: unaryCall((*ControllerServer).AlterPartitionReassignments, edited(validReassign, edit))}
+			req: edited(validReassign, edit)}
 	}
 	assign := func(rs ...[]int32) []*keelpb.PartitionAssignment {
 		out := make([]*keelpb.PartitionAssignment, len(rs))
@@ -218,15 +147,12 @@ func invalidControllerRequests() []controllerRequestCase {
 	}
 	addVoter := func(name, field string, edit func(*keelpb.AddVoterRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "AddVoter", name: name, field: field,
-			call: unaryCall((*ControllerServer).AddVoter, edited(validAddVoter, edit))}
-	}
-	restore := func(name, field string, reqs ...*keelpb.RestoreSnapshotRequest) controllerRequestCase {
-		return controllerRequestCase{method: "RestoreSnapshot", name: name, field: field, call: restoreCall(reqs...), needsController: true}
+			req: edited(validAddVoter, edit)}
 	}
 
 	return []controllerRequestCase{
 		{method: "AppendNoOp", name: "an over-long request id", field: "request_id",
-			call: unaryCall((*ControllerServer).AppendNoOp, &keelpb.AppendNoOpRequest{RequestId: long(maxRequestIDLen + 1)})},
+			req: &keelpb.AppendNoOpRequest{RequestId: long(maxRequestIDLen + 1)}},
 
 		register("a negative broker id", "broker_id", func(r *keelpb.RegisterBrokerRequest) { r.BrokerId = -1 }),
 		register("no incarnation id", "incarnation_id", func(r *keelpb.RegisterBrokerRequest) { r.IncarnationId = "" }),
@@ -291,14 +217,14 @@ func invalidControllerRequests() []controllerRequestCase {
 		addParts("a negative broker", "assignments", validAddAssigned, func(r *keelpb.CreatePartitionsRequest) { r.Assignments = assign([]int32{-1}) }),
 
 		{method: "DeleteTopic", name: "no name", field: "name",
-			call: unaryCall((*ControllerServer).DeleteTopic, &keelpb.DeleteTopicRequest{})},
+			req: &keelpb.DeleteTopicRequest{}},
 		{method: "DeleteTopic", name: "an over-long name", field: "name",
-			call: unaryCall((*ControllerServer).DeleteTopic, &keelpb.DeleteTopicRequest{Name: long(fsm.MaxTopicNameLen + 1)})},
+			req: &keelpb.DeleteTopicRequest{Name: long(fsm.MaxTopicNameLen + 1)}},
 
 		{method: "DescribeTopic", name: "no name", field: "name",
-			call: unaryCall((*ControllerServer).DescribeTopic, &keelpb.DescribeTopicRequest{Linearizable: true})},
+			req: &keelpb.DescribeTopicRequest{Linearizable: true}},
 		{method: "DescribeTopic", name: "an over-long name", field: "name",
-			call: unaryCall((*ControllerServer).DescribeTopic, &keelpb.DescribeTopicRequest{Name: long(fsm.MaxTopicNameLen + 1)})},
+			req: &keelpb.DescribeTopicRequest{Name: long(fsm.MaxTopicNameLen + 1)}},
 
 		alter("a negative broker id", "broker_id", func(r *keelpb.AlterPartitionRequest) { r.BrokerId = -1 }),
 		alter("broker epoch 0", "broker_epoch", func(r *keelpb.AlterPartitionRequest) { r.BrokerEpoch = 0 }),
@@ -341,17 +267,13 @@ func invalidControllerRequests() []controllerRequestCase {
 		addVoter("port 65536", "address", func(r *keelpb.AddVoterRequest) { r.Address = "127.0.0.1:65536" }),
 		addVoter("an over-long address", "address", func(r *keelpb.AddVoterRequest) { r.Address = long(maxAddressLen) + ":1" }),
 
-		{method: "RemoveVoter", name: "id 0", field: "id", call: unaryCall((*ControllerServer).RemoveVoter, &keelpb.RemoveVoterRequest{})},
-		{method: "RemoveVoter", name: "a negative id", field: "id", call: unaryCall((*ControllerServer).RemoveVoter, &keelpb.RemoveVoterRequest{Id: -1})},
+		{method: "RemoveVoter", name: "id 0", field: "id", req: &keelpb.RemoveVoterRequest{}},
+		{method: "RemoveVoter", name: "a negative id", field: "id", req: &keelpb.RemoveVoterRequest{Id: -1}},
 
 		{method: "TransferLeadership", name: "target 0", field: "target_id",
-			call: unaryCall((*ControllerServer).TransferLeadership, &keelpb.TransferLeadershipRequest{TargetId: proto.Int32(0)})},
+			req: &keelpb.TransferLeadershipRequest{TargetId: proto.Int32(0)}},
 		{method: "TransferLeadership", name: "a negative target", field: "target_id",
-			call: unaryCall((*ControllerServer).TransferLeadership, &keelpb.TransferLeadershipRequest{TargetId: proto.Int32(-2)})},
-
-		restore("bytes that are no snapshot", "data", &keelpb.RestoreSnapshotRequest{Data: []byte("not a snapshot"), Last: true}),
-		restore("an empty upload", "data", &keelpb.RestoreSnapshotRequest{Last: true}),
-		restore("no chunk marked last", "last", &keelpb.RestoreSnapshotRequest{Data: []byte("x")}),
+			req: &keelpb.TransferLeadershipRequest{TargetId: proto.Int32(-2)}},
 	}
 }
 
@@ -372,13 +294,6 @@ var anyValueFields = map[protoreflect.FullName]bool{
 	"keel.v1.StreamMetadataRequest.from_offset":      true, // behind the retained history gets an image
 }
 
-// callRecovering calls call, turning a panic into an error: a server with
-// no controller panics when a request gets past its checks.
-func callRecovering(s *ControllerServer, call func(*ControllerServer) error) (panicked any, err error) {
-	defer func() { panicked = recover() }()
-	return nil, call(s)
-}
-
 func caseName(tc controllerRequestCase) string {
 	if tc.name == "" {
 		return tc.method
@@ -386,23 +301,21 @@ func caseName(tc controllerRequestCase) string {
 	return tc.method + "/" + tc.name
 }
 
-// TestControllerServer_RefusesInvalidRequests: each request wrong in one
-// field is refused with InvalidArgument naming the field, before the server
-// touches its controller (it has none: a request that got through would
-// panic), except a snapshot upload, which only the active controller reads.
-func TestControllerServer_RefusesInvalidRequests(t *testing.T) {
-	bare := NewControllerServer(nil, "test", time.Second)
-	withCtrl := NewControllerServer(newActiveController(t), "test", 5*time.Second)
+// inputOf is the request type of a ControllerService method.
+func inputOf(method string) protoreflect.MessageDescriptor {
+	sd := keelpb.File_controller_proto.Services().ByName("ControllerService")
+	return sd.Methods().ByName(protoreflect.Name(method)).Input()
+}
+
+// TestValidate_RefusesInvalidRequests: each request wrong in one field is
+// refused with InvalidArgument naming the field.
+func TestValidate_RefusesInvalidRequests(t *testing.T) {
 	for _, tc := range invalidControllerRequests() {
 		t.Run(caseName(tc), func(t *testing.T) {
-			s := bare
-			if tc.needsController {
-				s = withCtrl
+			if got := tc.req.ProtoReflect().Descriptor(); got != inputOf(tc.method) {
+				t.Fatalf("the case sends %s, but %s takes %s", got.FullName(), tc.method, inputOf(tc.method).FullName())
 			}
-			panicked, err := callRecovering(s, tc.call)
-			if panicked != nil {
-				t.Fatalf("the request got past validation to the controller (panic: %v)", panicked)
-			}
+			err := Validate(tc.req)
 			st := status.Convert(err)
 			if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), tc.field) {
 				t.Fatalf("err = %v; want InvalidArgument naming %s", err, tc.field)
@@ -411,25 +324,29 @@ func TestControllerServer_RefusesInvalidRequests(t *testing.T) {
 	}
 }
 
-// TestControllerServer_PassesValidRequests: well-formed requests get past
-// the checks (here to a missing controller: the panic says they got there).
-func TestControllerServer_PassesValidRequests(t *testing.T) {
-	s := NewControllerServer(nil, "test", time.Second)
+// TestValidate_PassesValidRequests: well-formed requests pass.
+func TestValidate_PassesValidRequests(t *testing.T) {
 	for _, tc := range validControllerRequests() {
 		t.Run(caseName(tc), func(t *testing.T) {
-			panicked, err := callRecovering(s, tc.call)
-			if panicked == nil {
-				t.Fatalf("a valid request did not reach the controller: err = %v", err)
+			if got := tc.req.ProtoReflect().Descriptor(); got != inputOf(tc.method) {
+				t.Fatalf("the case sends %s, but %s takes %s", got.FullName(), tc.method, inputOf(tc.method).FullName())
+			}
+			if err := Validate(tc.req); err != nil {
+				t.Fatalf("a valid request was refused: %v", err)
 			}
 		})
 	}
 }
 
-// TestControllerServer_EveryMethodValidated: every method of the service
-// has invalid-request cases, or takes no input that can be invalid, and
-// every field of its request is named by a case or can hold any value. A
-// new method or field without checks fails here.
-func TestControllerServer_EveryMethodValidated(t *testing.T) {
+// uploadMethods take input that the restoring controller checks as it
+// reads it (a snapshot's bytes), not Validate: server's tests cover them.
+var uploadMethods = map[string]bool{"RestoreSnapshot": true}
+
+// TestValidate_EveryMethodValidated: every method of the service has
+// invalid-request cases, or takes no input that can be invalid, and every
+// field of its request is named by a case or can hold any value. A new
+// method or field without checks fails here.
+func TestValidate_EveryMethodValidated(t *testing.T) {
 	fields := map[string]map[string]bool{} // method → fields cases name
 	for _, tc := range invalidControllerRequests() {
 		if fields[tc.method] == nil {
@@ -455,6 +372,7 @@ func TestControllerServer_EveryMethodValidated(t *testing.T) {
 		seen[m] = true
 		in := sd.Methods().ByName(protoreflect.Name(m)).Input()
 		switch {
+		case uploadMethods[m]:
 		case controllerMethodsWithoutInput[m] && fields[m] != nil:
 			t.Errorf("%s has invalid-request cases but is listed as taking no input", m)
 		case controllerMethodsWithoutInput[m]:
@@ -472,7 +390,7 @@ func TestControllerServer_EveryMethodValidated(t *testing.T) {
 					t.Errorf("%s: no invalid-request case names %s, and it is not listed as taking any value", m, f.FullName())
 				}
 			}
-			if !valid[m] && !checkedByController(m) {
+			if !valid[m] {
 				t.Errorf("%s has no valid-request case", m)
 			}
 		}
@@ -487,102 +405,4 @@ func TestControllerServer_EveryMethodValidated(t *testing.T) {
 			t.Errorf("controllerMethodsWithoutInput has %s, which is no method of the service", m)
 		}
 	}
-}
-
-// checkedByController: the method's checks need the active controller, so
-// TestControllerServer_PassesValidRequests cannot call it.
-func checkedByController(method string) bool {
-	for _, tc := range invalidControllerRequests() {
-		if tc.method == method && tc.needsController {
-			return true
-		}
-	}
-	return false
-}
-
-// TestControllerServer_RefusesOversizedRequests: over a real connection, a
-// request above maxRecvMsgBytes, unary or one chunk of an upload, is refused
-// with ResourceExhausted, and the server goes on answering.
-func TestControllerServer_RefusesOversizedRequests(t *testing.T) {
-	ctrl := newActiveController(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(ServerOptions()...)
-	NewControllerServer(ctrl, "test", 5*time.Second).Register(g)
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	cl := keelpb.NewControllerServiceClient(cc)
-	ctx := testCtx(t)
-
-	_, err = cl.AppendNoOp(ctx, &keelpb.AppendNoOpRequest{RequestId: strings.Repeat("x", maxRecvMsgBytes+1)})
-	if status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("AppendNoOp of %d bytes: err = %v, want ResourceExhausted", maxRecvMsgBytes+1, err)
-	}
-
-	up, err := cl.RestoreSnapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Send may see the server's early answer as io.EOF; CloseAndRecv has it.
-	_ = up.Send(&keelpb.RestoreSnapshotRequest{Data: make([]byte, maxRecvMsgBytes+1), Last: true})
-	if _, err := up.CloseAndRecv(); status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("RestoreSnapshot chunk of %d bytes: err = %v, want ResourceExhausted", maxRecvMsgBytes+1, err)
-	}
-
-	resp, err := cl.AppendNoOp(ctx, &keelpb.AppendNoOpRequest{RequestId: "after"})
-	if err != nil || resp.GetIndex() == 0 {
-		t.Fatalf("AppendNoOp after the refusals = %v, %v", resp, err)
-	}
-	if q, err := cl.DescribeQuorum(ctx, &keelpb.DescribeQuorumRequest{}); err != nil || !q.GetActive() {
-		t.Fatalf("DescribeQuorum after the refusals = %v, %v", q, err)
-	}
-}
-
-// newActiveController starts a one-node controller quorum on raft's
-// in-memory transport and waits until it is the active controller. It stops
-// when the test ends.
-func newActiveController(t *testing.T) *controller.Controller {
-	t.Helper()
-	addr, trans := raft.NewInmemTransport("node-1")
-	store := raft.NewInmemStore()
-	snaps := raft.NewInmemSnapshotStore()
-	cfg := raft.DefaultConfig()
-	cfg.LocalID = raftlog.ServerID(1)
-	cfg.HeartbeatTimeout = 50 * time.Millisecond
-	cfg.ElectionTimeout = 50 * time.Millisecond
-	cfg.LeaderLeaseTimeout = 50 * time.Millisecond
-	cfg.CommitTimeout = 5 * time.Millisecond
-	cfg.Logger = hclog.NewNullLogger()
-	voters := raft.Configuration{Servers: []raft.Server{{ID: cfg.LocalID, Address: addr}}}
-	if err := raft.BootstrapCluster(cfg, store, store, snaps, trans, voters); err != nil {
-		t.Fatalf("bootstrap: %v", err)
-	}
-	applied := controller.NewAppliedLog(fsm.New(), 0, 0)
-	ctrl := controller.New(controller.Config{NodeID: 1, ClusterID: "test-cluster", ApplyTimeout: time.Second,
-		Logger: slog.New(slog.DiscardHandler)}, applied)
-	cfg.NotifyCh = ctrl.NotifyCh()
-	r, err := raft.NewRaft(cfg, raftlog.RaftFSM(applied), store, store, snaps, trans)
-	if err != nil {
-		t.Fatalf("raft: %v", err)
-	}
-	ctrl.Start(r)
-	t.Cleanup(func() {
-		ctrl.Stop()
-		_ = r.Shutdown().Error()
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for active, _ := ctrl.Active(); !active; active, _ = ctrl.Active() {
-		if time.Now().After(deadline) {
-			t.Fatal("the one-node controller did not become active")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return ctrl
 }

@@ -12,7 +12,7 @@ import (
 
 // startQuorum starts a local quorum at production timings (real TCP on
 // loopback, raft-boltdb on disk) and waits for its active controller.
-func startQuorum(tb testing.TB, n int) (*LocalQuorum, *Controller) {
+func startQuorum(tb testing.TB, n int) (*LocalQuorum, *Node) {
 	tb.Helper()
 	q, err := StartLocalQuorum(n, tb.TempDir(), raftlog.DefaultTiming(), "test", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

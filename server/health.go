@@ -52,7 +52,7 @@ func (r readiness) check() error {
 // Ready reports whether the node is ready to serve (nil) or why not: see
 // readiness.check. It backs /readyz and the keel.v1.ControllerService
 // health status.
-func (s *Controller) Ready() error {
+func (s *Node) Ready() error {
 	r := readiness{
 		stopping:     s.stopping.Load(),
 		state:        s.node.Raft.State(),

@@ -12,7 +12,7 @@ import (
 // LocalQuorum is n controllers in this process on free loopback ports: the
 // cluster of `keel dev`, benchmarks and in-process tests.
 type LocalQuorum struct {
-	Nodes []*Controller
+	Nodes []*Node
 }
 
 // StartLocalQuorum binds n free loopback ports first (the voter list needs
@@ -23,7 +23,7 @@ func StartLocalQuorum(n int, dataDir string, timing raftlog.Timing, version stri
 
 // StartLocalQuorumWith is StartLocalQuorum with each node's config adjusted
 // by tune (when not nil) before it starts.
-func StartLocalQuorumWith(n int, dataDir string, timing raftlog.Timing, version string, log *slog.Logger, tune func(*ControllerConfig)) (*LocalQuorum, error) {
+func StartLocalQuorumWith(n int, dataDir string, timing raftlog.Timing, version string, log *slog.Logger, tune func(*NodeConfig)) (*LocalQuorum, error) {
 	muxes := make([]*raftlog.Mux, n)
 	voters := make([]raftlog.Voter, n)
 	for i := range muxes {
@@ -39,7 +39,7 @@ func StartLocalQuorumWith(n int, dataDir string, timing raftlog.Timing, version 
 	}
 	q := &LocalQuorum{}
 	for i, v := range voters {
-		cfg := ControllerConfig{
+		cfg := NodeConfig{
 			NodeID:  v.ID,
 			DataDir: filepath.Join(dataDir, fmt.Sprintf("controller-%d", v.ID)),
 			Voters:  voters,
@@ -51,7 +51,7 @@ func StartLocalQuorumWith(n int, dataDir string, timing raftlog.Timing, version 
 		if tune != nil {
 			tune(&cfg)
 		}
-		node, err := StartController(cfg)
+		node, err := StartNode(cfg)
 		if err != nil {
 			for _, m := range muxes[i+1:] {
 				m.Close()
@@ -73,7 +73,7 @@ func (q *LocalQuorum) Addrs() []string {
 }
 
 // Active returns the active controller, or nil when there is none.
-func (q *LocalQuorum) Active() *Controller {
+func (q *LocalQuorum) Active() *Node {
 	for _, n := range q.Nodes {
 		if ok, _ := n.Controller().Active(); ok {
 			return n

@@ -171,7 +171,7 @@ func startQuorumWith(t *testing.T, session time.Duration) (*LocalQuorum, error) 
 		t.Cleanup(func() { w.Close() })
 		quiet = slog.New(slog.NewTextHandler(w, nil))
 	}
-	q, err := StartLocalQuorumWith(3, t.TempDir(), raftlog.DefaultTiming(), "bench", quiet, func(c *ControllerConfig) {
+	q, err := StartLocalQuorumWith(3, t.TempDir(), raftlog.DefaultTiming(), "bench", quiet, func(c *NodeConfig) {
 		c.SessionTimeout = session
 		c.LeaderImbalanceCheckInterval = -1
 	})
@@ -182,7 +182,7 @@ func startQuorumWith(t *testing.T, session time.Duration) (*LocalQuorum, error) 
 	return q, nil
 }
 
-func waitActive(t testing.TB, q *LocalQuorum) *Controller {
+func waitActive(t testing.TB, q *LocalQuorum) *Node {
 	t.Helper()
 	waitFor(t, 10*time.Second, "an active controller", func() bool { return q.Active() != nil })
 	return q.Active()

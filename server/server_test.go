@@ -44,19 +44,19 @@ func TestStartController_RefusesBadConfig(t *testing.T) {
 	badTiming.LeaderLeaseTimeout = time.Second
 	tests := []struct {
 		name    string
-		cfg     ControllerConfig
+		cfg     NodeConfig
 		wantErr string
 	}{
-		{name: "node not among voters", cfg: ControllerConfig{NodeID: 2, Voters: voters, DataDir: t.TempDir(), Timing: raftlog.DefaultTiming()}, wantErr: "--voters does not contain node id 2"},
-		{name: "lease longer than heartbeat", cfg: ControllerConfig{NodeID: 1, Voters: voters, DataDir: t.TempDir(), Timing: badTiming}, wantErr: "--raft-leader-lease-timeout"},
+		{name: "node not among voters", cfg: NodeConfig{NodeID: 2, Voters: voters, DataDir: t.TempDir(), Timing: raftlog.DefaultTiming()}, wantErr: "--voters does not contain node id 2"},
+		{name: "lease longer than heartbeat", cfg: NodeConfig{NodeID: 1, Voters: voters, DataDir: t.TempDir(), Timing: badTiming}, wantErr: "--raft-leader-lease-timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-			n, err := StartController(tt.cfg)
+			n, err := StartNode(tt.cfg)
 			if err == nil {
 				n.Close()
-				t.Fatal("StartController succeeded")
+				t.Fatal("StartNode succeeded")
 			}
 			if !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("err = %v, want it to mention %q", err, tt.wantErr)

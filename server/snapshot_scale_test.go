@@ -33,7 +33,7 @@ func TestSnapshotScale(t *testing.T) {
 	}
 	const brokers, perTopic = 100, 10_000
 	quiet := quietLogger(t)
-	tune := func(c *ControllerConfig) {
+	tune := func(c *NodeConfig) {
 		c.SessionTimeout = time.Hour // no broker heartbeats here: nobody is fenced
 		c.LeaderImbalanceCheckInterval = -1
 	}
@@ -107,7 +107,7 @@ func TestSnapshotScale(t *testing.T) {
 	client.Close()
 
 	start = time.Now()
-	q2, err := StartLocalQuorumWith(3, t.TempDir(), raftlog.DefaultTiming(), "bench", quiet, func(c *ControllerConfig) {
+	q2, err := StartLocalQuorumWith(3, t.TempDir(), raftlog.DefaultTiming(), "bench", quiet, func(c *NodeConfig) {
 		tune(c)
 		c.RestoreFrom = path
 	})

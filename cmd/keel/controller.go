@@ -29,7 +29,7 @@ func addRaftTimingFlags(fs *pflag.FlagSet, t *raftlog.Timing) {
 }
 
 func newControllerCmd(g *globalFlags) *cobra.Command {
-	cfg := server.ControllerConfig{Timing: raftlog.DefaultTiming()}
+	cfg := server.NodeConfig{Timing: raftlog.DefaultTiming()}
 	var nodeID int32
 	var voters, raftDial, metricsAddr string
 	cmd := &cobra.Command{
@@ -104,7 +104,7 @@ remove-voter) notices within a few seconds and exits with status 0.`,
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 			defer signal.Stop(sigs)
-			node, err := server.StartController(cfg)
+			node, err := server.StartNode(cfg)
 			if err != nil {
 				return err
 			}

@@ -73,7 +73,7 @@ the flags that reach the cluster with the admin certificate.`,
 				return err
 			}
 			defer stopDevMetrics(ms)
-			q, err := server.StartLocalQuorumWith(controllers, dataDir, timing, buildVersion(), log, func(cfg *server.ControllerConfig) {
+			q, err := server.StartLocalQuorumWith(controllers, dataDir, timing, buildVersion(), log, func(cfg *server.NodeConfig) {
 				cfg.TLS = certs.controller(cfg.NodeID)
 				cfg.Metrics = ms[cfg.NodeID-1].registerer()
 			})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keel-dev/keel/internal/hostport"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
 )
@@ -48,7 +49,7 @@ func parseControllerAddr(s string) (string, error) {
 	if strings.Contains(s, "@") {
 		return "", fmt.Errorf("ADDR %q: want host:port alone (the node id is the first argument)", s)
 	}
-	if err := raftlog.CheckAddress(s); err != nil {
+	if err := hostport.Check(s); err != nil {
 		return "", fmt.Errorf("ADDR: %v", err)
 	}
 	return s, nil

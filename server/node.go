@@ -1,7 +1,9 @@
-// Package server assembles one Keel controller process: the shared listener,
-// the raft node and its stores, the FSM, the controller and the gRPC services.
-// cmd/keel and the integration tests start controllers through it, so a node
-// in a test is wired exactly as a node in production.
+// Package server assembles one Keel controller process (a Node): the shared
+// listener, the raft node and its stores, the FSM, the controller, and the
+// controller's gRPC services, which turn calls into controller calls and
+// controller errors into status codes (toStatus, the only place that does).
+// cmd/keel and the tests start controllers through it, so a node in a test
+// is wired exactly as a node in production.
 package server
 
 import (
@@ -25,8 +27,8 @@ import (
 	"github.com/keel-dev/keel/tlsauth"
 )
 
-// ControllerConfig configures one controller node.
-type ControllerConfig struct {
+// NodeConfig configures one controller node.
+type NodeConfig struct {
 	NodeID int32
 	// Listen is the address to bind (raft and gRPC share it). Empty means
 	// this node's address in Voters.
@@ -74,9 +76,10 @@ type ControllerConfig struct {
 	Metrics prometheus.Registerer
 }
 
-// Controller is a running controller node.
-type Controller struct {
-	cfg     ControllerConfig
+// Node is one running controller process: the shared listener, the raft node
+// and its stores, the FSM, the controller and its gRPC services.
+type Node struct {
+	cfg     NodeConfig
 	log     *slog.Logger
 	mux     *raftlog.Mux
 	node    *raftlog.Node
@@ -93,9 +96,9 @@ type Controller struct {
 	closeOnce sync.Once
 }
 
-// StartController starts a controller node. Every error names what is wrong
+// StartNode starts a controller node. Every error names what is wrong
 // in one line and leaves nothing running.
-func StartController(cfg ControllerConfig) (_ *Controller, err error) {
+func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -131,7 +134,7 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 		}
 	}()
 
-	s := &Controller{
+	s := &Node{
 		cfg:       cfg,
 		log:       cfg.Logger,
 		mux:       mux,
@@ -174,12 +177,17 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 	s.ctrl.Start(s.node.Raft)
 
 	s.grpc = grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...)
-	rpc.NewControllerServer(s.ctrl, cfg.Version, cfg.WriteTimeout).Register(s.grpc)
+	newControllerService(s.ctrl, cfg.Version, cfg.WriteTimeout).register(s.grpc)
 	s.health = rpc.ServeHealth(s.grpc, keelpb.ControllerService_ServiceDesc.ServiceName, s.Ready)
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		_ = s.grpc.Serve(mux.GRPC())
+		// Serve returns nil once Close has stopped it; anything else means
+		// the node no longer answers brokers or operators while raft goes
+		// on, so it must stop rather than linger half alive.
+		if err := s.grpc.Serve(mux.GRPC()); err != nil && !s.stopping.Load() {
+			s.fail(fmt.Errorf("the gRPC server stopped serving: %w", err))
+		}
 	}()
 	go s.watchClusterID()
 	s.wg.Add(1)
@@ -191,7 +199,7 @@ func StartController(cfg ControllerConfig) (_ *Controller, err error) {
 
 // watchClusterID records the cluster id in the data dir once the log names
 // it, and stops the node if it turns out to belong to another cluster.
-func (s *Controller) watchClusterID() {
+func (s *Node) watchClusterID() {
 	defer s.wg.Done()
 	for {
 		img, changed := s.fsm.Watch()
@@ -201,7 +209,7 @@ func (s *Controller) watchClusterID() {
 				err = fmt.Errorf("this node's quorum is cluster %s, not --cluster-id %s", id, s.cfg.ClusterID)
 			}
 			if err != nil {
-				s.fatal <- err
+				s.fail(err)
 			}
 			return
 		}
@@ -214,23 +222,34 @@ func (s *Controller) watchClusterID() {
 }
 
 // Fatal delivers an error that means the node must stop: it belongs to
-// another cluster, or it was removed from the quorum (an error wrapping
-// controller.ErrRemoved).
-func (s *Controller) Fatal() <-chan error { return s.fatal }
+// another cluster, it was removed from the quorum (an error wrapping
+// controller.ErrRemoved), or its gRPC server stopped serving.
+func (s *Node) Fatal() <-chan error { return s.fatal }
+
+// fail delivers err on Fatal unless an earlier error already waits there:
+// the first reason to stop is the one reported, and no sender ever blocks,
+// since Close waits for every sender to return.
+func (s *Node) fail(err error) {
+	select {
+	case s.fatal <- err:
+	default:
+		s.log.Warn("the node must stop, and already has a reason to", "err", err)
+	}
+}
 
 // Addr is the address the node listens on.
-func (s *Controller) Addr() string { return s.mux.Addr().String() }
+func (s *Node) Addr() string { return s.mux.Addr().String() }
 
 // Controller returns the node's controller.
-func (s *Controller) Controller() *controller.Controller { return s.ctrl }
+func (s *Node) Controller() *controller.Controller { return s.ctrl }
 
 // FSM returns the node's state machine.
-func (s *Controller) FSM() *fsm.FSM { return s.fsm }
+func (s *Node) FSM() *fsm.FSM { return s.fsm }
 
 // Close stops the node: its health status goes NOT_SERVING first, then
 // gRPC stops (in-flight calls get a moment to finish), then leadership
 // work, then raft and its stores, then the listener.
-func (s *Controller) Close() error {
+func (s *Node) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		// Not ready, and NOT_SERVING, before anything stops: load

@@ -1,4 +1,4 @@
-package rpc
+package server
 
 import (
 	"context"
@@ -14,41 +14,40 @@ import (
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
 )
 
-// maxRequestIDLen bounds a client-chosen request id.
-const maxRequestIDLen = 128
-
-// ControllerServer serves the ControllerService on one controller node.
-type ControllerServer struct {
+// controllerService serves the ControllerService on one controller node:
+// it turns each call into a call on the controller and its error into a
+// status (toStatus). Requests arrive checked by rpc.Validate (the servers'
+// interceptor, rpc.ServerOptions); authorization ran before that.
+type controllerService struct {
 	keelpb.UnimplementedControllerServiceServer
 	ctrl         *controller.Controller
 	version      string
 	writeTimeout time.Duration
 }
 
-// NewControllerServer returns a server over ctrl. writeTimeout bounds every
-// write: without a quorum it fails with Unavailable after at most that long.
-func NewControllerServer(ctrl *controller.Controller, version string, writeTimeout time.Duration) *ControllerServer {
+// newControllerService returns the service over ctrl. writeTimeout bounds
+// every write: without a quorum it fails with Unavailable after at most that
+// long.
+func newControllerService(ctrl *controller.Controller, version string, writeTimeout time.Duration) *controllerService {
 	if writeTimeout <= 0 {
 		writeTimeout = 10 * time.Second
 	}
-	return &ControllerServer{ctrl: ctrl, version: version, writeTimeout: writeTimeout}
+	return &controllerService{ctrl: ctrl, version: version, writeTimeout: writeTimeout}
 }
 
-// Register adds the service to g.
-func (s *ControllerServer) Register(g *grpc.Server) { keelpb.RegisterControllerServiceServer(g, s) }
+// register adds the service to g.
+func (s *controllerService) register(g *grpc.Server) { keelpb.RegisterControllerServiceServer(g, s) }
 
 // DescribeQuorum answers from this node's own view, leader or not.
-func (s *ControllerServer) DescribeQuorum(context.Context, *keelpb.DescribeQuorumRequest) (*keelpb.DescribeQuorumResponse, error) {
+func (s *controllerService) DescribeQuorum(context.Context, *keelpb.DescribeQuorumRequest) (*keelpb.DescribeQuorumResponse, error) {
 	return s.ctrl.Describe(s.version), nil
 }
 
 // AppendNoOp commits a no-op record through the active controller.
-func (s *ControllerServer) AppendNoOp(ctx context.Context, req *keelpb.AppendNoOpRequest) (*keelpb.AppendNoOpResponse, error) {
-	if len(req.GetRequestId()) > maxRequestIDLen {
-		return nil, invalidArgument("request_id", "longer than %d bytes", maxRequestIDLen)
-	}
+func (s *controllerService) AppendNoOp(ctx context.Context, req *keelpb.AppendNoOpRequest) (*keelpb.AppendNoOpResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
 	index, epoch, err := s.ctrl.AppendNoOp(ctx, req.GetRequestId())
@@ -59,17 +58,7 @@ func (s *ControllerServer) AppendNoOp(ctx context.Context, req *keelpb.AppendNoO
 }
 
 // RegisterBroker validates the request and registers the broker.
-func (s *ControllerServer) RegisterBroker(ctx context.Context, req *keelpb.RegisterBrokerRequest) (*keelpb.RegisterBrokerResponse, error) {
-	if err := firstError(
-		validBrokerID(req.GetBrokerId()),
-		validIncarnationID(req.GetIncarnationId()),
-		validAddress("address", req.GetAddress()),
-		validMaxLen("rack", req.GetRack(), maxRackLen),
-		validVersionRange(req.GetMinMetadataVersion(), req.GetMaxMetadataVersion()),
-		validMaxLen("cluster_id", req.GetClusterId(), maxClusterIDLen),
-	); err != nil {
-		return nil, err
-	}
+func (s *controllerService) RegisterBroker(ctx context.Context, req *keelpb.RegisterBrokerRequest) (*keelpb.RegisterBrokerResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
 	resp, err := s.ctrl.RegisterBroker(ctx, req)
@@ -77,10 +66,7 @@ func (s *ControllerServer) RegisterBroker(ctx context.Context, req *keelpb.Regis
 }
 
 // BrokerHeartbeat validates the request and renews the broker's session.
-func (s *ControllerServer) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHeartbeatRequest) (*keelpb.BrokerHeartbeatResponse, error) {
-	if err := firstError(validBrokerID(req.GetBrokerId()), validBrokerEpoch(req.GetBrokerEpoch())); err != nil {
-		return nil, err
-	}
+func (s *controllerService) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHeartbeatRequest) (*keelpb.BrokerHeartbeatResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
 	resp, err := s.ctrl.BrokerHeartbeat(ctx, req)
@@ -88,10 +74,7 @@ func (s *ControllerServer) BrokerHeartbeat(ctx context.Context, req *keelpb.Brok
 }
 
 // UnregisterBroker validates the request and removes the broker.
-func (s *ControllerServer) UnregisterBroker(ctx context.Context, req *keelpb.UnregisterBrokerRequest) (*keelpb.UnregisterBrokerResponse, error) {
-	if err := firstError(validBrokerID(req.GetBrokerId()), validBrokerEpoch(req.GetBrokerEpoch())); err != nil {
-		return nil, err
-	}
+func (s *controllerService) UnregisterBroker(ctx context.Context, req *keelpb.UnregisterBrokerRequest) (*keelpb.UnregisterBrokerResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
 	if err := s.ctrl.UnregisterBroker(ctx, req); err != nil {
@@ -102,19 +85,12 @@ func (s *ControllerServer) UnregisterBroker(ctx context.Context, req *keelpb.Unr
 
 // StreamMetadata pushes committed metadata to one broker until it goes away
 // or this node stops being the active controller.
-func (s *ControllerServer) StreamMetadata(req *keelpb.StreamMetadataRequest, stream grpc.ServerStreamingServer[keelpb.MetadataPush]) error {
-	if err := firstError(
-		validBrokerID(req.GetBrokerId()),
-		validBrokerEpoch(req.GetBrokerEpoch()),
-		validMaxLen("cluster_id", req.GetClusterId(), maxClusterIDLen),
-	); err != nil {
-		return err
-	}
+func (s *controllerService) StreamMetadata(req *keelpb.StreamMetadataRequest, stream grpc.ServerStreamingServer[keelpb.MetadataPush]) error {
 	return toStatus(s.ctrl.StreamMetadata(stream.Context(), req, stream.Send))
 }
 
 // ListBrokers answers from this node's committed image, leader or not.
-func (s *ControllerServer) ListBrokers(context.Context, *keelpb.ListBrokersRequest) (*keelpb.ListBrokersResponse, error) {
+func (s *controllerService) ListBrokers(context.Context, *keelpb.ListBrokersRequest) (*keelpb.ListBrokersResponse, error) {
 	var resp keelpb.ListBrokersResponse
 	for _, b := range s.ctrl.Brokers() {
 		resp.Brokers = append(resp.Brokers, &keelpb.BrokerInfo{
@@ -126,7 +102,7 @@ func (s *ControllerServer) ListBrokers(context.Context, *keelpb.ListBrokersReque
 
 // FetchSnapshot streams a snapshot of the committed image in 1 MiB chunks,
 // the last one marked. Only the active controller answers.
-func (s *ControllerServer) FetchSnapshot(_ *keelpb.FetchSnapshotRequest, stream grpc.ServerStreamingServer[keelpb.SnapshotChunk]) error {
+func (s *controllerService) FetchSnapshot(_ *keelpb.FetchSnapshotRequest, stream grpc.ServerStreamingServer[keelpb.SnapshotChunk]) error {
 	w := &chunkSender{send: stream.Send}
 	if err := s.ctrl.WriteSnapshot(stream.Context(), w); err != nil {
 		return toStatus(err)
@@ -173,7 +149,7 @@ const maxRestoreBytes = 16 << 30
 // RestoreSnapshot receives a snapshot upload into a temporary file, then has
 // the active controller restore from it. The file is verified before raft
 // sees it; any refusal leaves the cluster as it was.
-func (s *ControllerServer) RestoreSnapshot(stream grpc.ClientStreamingServer[keelpb.RestoreSnapshotRequest, keelpb.RestoreSnapshotResponse]) error {
+func (s *controllerService) RestoreSnapshot(stream grpc.ClientStreamingServer[keelpb.RestoreSnapshotRequest, keelpb.RestoreSnapshotResponse]) error {
 	if active, _ := s.ctrl.Active(); !active {
 		return toStatus(s.ctrl.NotActiveError())
 	}
@@ -189,7 +165,7 @@ func (s *ControllerServer) RestoreSnapshot(stream grpc.ClientStreamingServer[kee
 		req, err := stream.Recv()
 		if err == io.EOF {
 			// The client closed its side without marking a chunk last.
-			return invalidArgument("last", "the upload ended with no chunk marked last")
+			return rpc.InvalidArgument("last", "the upload ended with no chunk marked last")
 		}
 		if err != nil {
 			return status.Errorf(codes.Canceled, "upload ended before its last chunk: %v", err)
@@ -198,7 +174,7 @@ func (s *ControllerServer) RestoreSnapshot(stream grpc.ClientStreamingServer[kee
 			force = req.GetForceClusterId()
 		}
 		if size += int64(len(req.GetData())); size > maxRestoreBytes {
-			return invalidArgument("data", "the snapshot exceeds %d bytes", int64(maxRestoreBytes))
+			return rpc.InvalidArgument("data", "the snapshot exceeds %d bytes", int64(maxRestoreBytes))
 		}
 		if _, err := tmp.Write(req.GetData()); err != nil {
 			return status.Errorf(codes.Internal, "write the upload: %v", err)
@@ -212,7 +188,7 @@ func (s *ControllerServer) RestoreSnapshot(stream grpc.ClientStreamingServer[kee
 	}
 	res, err := s.ctrl.RestoreSnapshot(stream.Context(), tmp.Name(), force)
 	if errors.Is(err, fsm.ErrCorruptSnapshot) {
-		return invalidArgument("data", "%v", err)
+		return rpc.InvalidArgument("data", "%v", err)
 	}
 	if err != nil {
 		return toStatus(err)

@@ -1,0 +1,42 @@
+package broker
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestLibrary_LinksNoControllerOrRaft: teams embed this package (and the
+// client library under it, rpc) in their own servers. Neither may pull the
+// controller quorum into their binary: raft, its log stores, bbolt, or
+// Keel's controller, raftlog and server packages. The arrows of the design
+// point the other way (docs/design.md).
+func TestLibrary_LinksNoControllerOrRaft(t *testing.T) {
+	forbidden := []string{
+		"github.com/hashicorp/raft",
+		"github.com/hashicorp/raft-boltdb",
+		"github.com/hashicorp/raft-wal",
+		"go.etcd.io/bbolt",
+		"github.com/boltdb/bolt",
+		"github.com/keel-dev/keel/controller",
+		"github.com/keel-dev/keel/raftlog",
+		"github.com/keel-dev/keel/server",
+	}
+	for _, pkg := range []string{"github.com/keel-dev/keel/broker", "github.com/keel-dev/keel/rpc"} {
+		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		deps := strings.Fields(string(out))
+		if len(deps) == 0 {
+			t.Fatalf("go list -deps %s listed nothing", pkg)
+		}
+		for _, dep := range deps {
+			for _, f := range forbidden {
+				if dep == f || strings.HasPrefix(dep, f+"/") {
+					t.Errorf("%s links %s (through %s)", pkg, f, dep)
+				}
+			}
+		}
+	}
+}

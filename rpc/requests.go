@@ -1,0 +1,310 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// Validate checks one request of a Keel service by the wire contract: the
+// shape of every field, before any controller or broker looks at it. Its
+// refusals are InvalidArgument naming the field. What only the image can
+// decide (does the topic exist, is the broker registered) is not checked
+// here. Every Keel gRPC server runs it on every message it receives
+// (ServerOptions), and a client may call it before sending.
+func Validate(req proto.Message) error {
+	switch r := req.(type) {
+	case *keelpb.AppendNoOpRequest:
+		return validMaxLen("request_id", r.GetRequestId(), maxRequestIDLen)
+	case *keelpb.RegisterBrokerRequest:
+		return firstError(
+			validBrokerID(r.GetBrokerId()),
+			validIncarnationID(r.GetIncarnationId()),
+			validAddress("address", r.GetAddress()),
+			validMaxLen("rack", r.GetRack(), maxRackLen),
+			validVersionRange(r.GetMinMetadataVersion(), r.GetMaxMetadataVersion()),
+			validMaxLen("cluster_id", r.GetClusterId(), maxClusterIDLen),
+		)
+	case *keelpb.BrokerHeartbeatRequest:
+		return firstError(validBrokerID(r.GetBrokerId()), validBrokerEpoch(r.GetBrokerEpoch()))
+	case *keelpb.UnregisterBrokerRequest:
+		return firstError(validBrokerID(r.GetBrokerId()), validBrokerEpoch(r.GetBrokerEpoch()))
+	case *keelpb.StreamMetadataRequest:
+		return firstError(
+			validBrokerID(r.GetBrokerId()),
+			validBrokerEpoch(r.GetBrokerEpoch()),
+			validMaxLen("cluster_id", r.GetClusterId(), maxClusterIDLen),
+		)
+	case *keelpb.CreateTopicRequest:
+		return firstError(
+			validTopicName(r.GetName()),
+			validPartitionCount("partitions", r.GetPartitions()),
+			validRF(r.GetReplicationFactor()),
+			validAssignments(r.GetAssignments()),
+			validTopicCounts(r),
+			validConfigMap(r.GetConfigs()),
+		)
+	case *keelpb.CreatePartitionsRequest:
+		return firstError(
+			validTopicRef("topic", r.GetTopic()),
+			validPartitionCount("count", r.GetCount()),
+			validNewPartitionTotal(r.GetCount()),
+			validAssignments(r.GetAssignments()),
+		)
+	case *keelpb.DeleteTopicRequest:
+		return validTopicRef("name", r.GetName())
+	case *keelpb.DescribeTopicRequest:
+		return validTopicRef("name", r.GetName())
+	case *keelpb.AlterPartitionRequest:
+		return checkAlterPartition(r)
+	case *keelpb.ElectLeadersRequest:
+		return checkElectLeaders(r)
+	case *keelpb.AlterPartitionReassignmentsRequest:
+		return checkReassignment(r)
+	case *keelpb.AddVoterRequest:
+		return firstError(validNodeID("id", r.GetId()), validAddress("address", r.GetAddress()))
+	case *keelpb.RemoveVoterRequest:
+		return validNodeID("id", r.GetId())
+	case *keelpb.TransferLeadershipRequest:
+		if r.TargetId != nil {
+			return validNodeID("target_id", r.GetTargetId())
+		}
+		return nil
+	case *keelpb.FetchRequest:
+		return ValidateFetch(r)
+	}
+	// Requests with no fields to check (DescribeQuorum, ListBrokers,
+	// ListTopics, FetchSnapshot, ...) and a snapshot upload's chunks, which
+	// the restoring controller checks as it reads them.
+	return nil
+}
+
+// validateUnary checks a unary call's request before its handler runs.
+func validateUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if msg, ok := req.(proto.Message); ok {
+		if err := Validate(msg); err != nil {
+			return nil, err
+		}
+	}
+	return handler(ctx, req)
+}
+
+// validateStream checks every message a streaming call receives.
+func validateStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, validatedStream{ss})
+}
+
+type validatedStream struct{ grpc.ServerStream }
+
+func (s validatedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if msg, ok := m.(proto.Message); ok {
+		return Validate(msg)
+	}
+	return nil
+}
+
+// Bounds on requests, so that one request cannot make one raft entry, or
+// what the controller stores and logs, grow without limit.
+const (
+	maxRequestIDLen         = 128
+	maxPartitionsPerRequest = 100_000
+	maxReplicationFactor    = 64
+	maxConfigs              = 64
+	maxConfigKeyLen         = 255
+	maxConfigValueLen       = 4096
+)
+
+// validTopicName is fsm.CheckTopicName as a field refusal.
+func validTopicName(name string) error {
+	if err := fsm.CheckTopicName(name); err != nil {
+		return invalidArgument("name", "%v", err)
+	}
+	return nil
+}
+
+func validPartitionCount(field string, n int32) error {
+	if n < 0 || n > maxPartitionsPerRequest {
+		return invalidArgument(field, "%d is outside 1..%d", n, maxPartitionsPerRequest)
+	}
+	return nil
+}
+
+func validRF(rf int32) error {
+	if rf < 0 || rf > maxReplicationFactor {
+		return invalidArgument("replication_factor", "%d is outside 1..%d", rf, maxReplicationFactor)
+	}
+	return nil
+}
+
+func validAssignments(as []*keelpb.PartitionAssignment) error {
+	if len(as) > maxPartitionsPerRequest {
+		return invalidArgument("assignments", "%d partitions; at most %d", len(as), maxPartitionsPerRequest)
+	}
+	for i, a := range as {
+		switch n := len(a.GetReplicas()); {
+		case n == 0:
+			return invalidArgument("assignments", "partition %d has no replicas", i)
+		case n > maxReplicationFactor:
+			return invalidArgument("assignments", "partition %d has %d replicas; at most %d", i, n, maxReplicationFactor)
+		case n != len(as[0].GetReplicas()):
+			return invalidArgument("assignments", "partition %d has %d replicas, partition 0 has %d: the replication factor must be equal", i, n, len(as[0].GetReplicas()))
+		}
+		for _, id := range a.GetReplicas() {
+			if id < 0 {
+				return invalidArgument("assignments", "partition %d: broker id %d is negative", i, id)
+			}
+		}
+		if id, ok := duplicateID(a.GetReplicas()); ok {
+			return invalidArgument("assignments", "partition %d names broker %d twice", i, id)
+		}
+	}
+	return nil
+}
+
+func validConfigMap(m map[string]string) error {
+	if len(m) > maxConfigs {
+		return invalidArgument("configs", "%d entries; at most %d", len(m), maxConfigs)
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		switch {
+		case k == "":
+			return invalidArgument("configs", "a key is empty")
+		case len(k) > maxConfigKeyLen:
+			return invalidArgument("configs", "key %q is longer than %d bytes", truncate(k), maxConfigKeyLen)
+		case len(m[k]) > maxConfigValueLen:
+			return invalidArgument("configs", "%s: the value is longer than %d bytes", truncate(k), maxConfigValueLen)
+		}
+	}
+	return nil
+}
+
+// validTopicCounts checks a CreateTopic's partitions and replication factor
+// against its assignments: without assignments both must be positive; with
+// them, partitions is their number or 0.
+func validTopicCounts(req *keelpb.CreateTopicRequest) error {
+	n := len(req.GetAssignments())
+	switch {
+	case n == 0 && req.GetPartitions() < 1:
+		return invalidArgument("partitions", "%d; at least 1 without assignments", req.GetPartitions())
+	case n == 0 && req.GetReplicationFactor() < 1:
+		return invalidArgument("replication_factor", "%d; at least 1 without assignments", req.GetReplicationFactor())
+	case n > 0 && req.GetPartitions() != 0 && int(req.GetPartitions()) != n:
+		return invalidArgument("partitions", "%d, but %d assignments are given", req.GetPartitions(), n)
+	}
+	return nil
+}
+
+// validNewPartitionTotal: CreatePartitions' count is the new total, and a
+// topic has at least one partition already.
+func validNewPartitionTotal(n int32) error {
+	if n < 1 {
+		return invalidArgument("count", "%d; the new total must be at least 1", n)
+	}
+	return nil
+}
+
+func validTopicID(id string) error {
+	if _, err := fsm.ParseTopicID(id); err != nil || len(id) != 36 {
+		return invalidArgument("topic_id", "%q is not a topic id (a UUID)", truncate(id))
+	}
+	return nil
+}
+
+func checkAlterPartition(r *keelpb.AlterPartitionRequest) error {
+	if err := firstError(
+		validBrokerID(r.GetBrokerId()),
+		validBrokerEpoch(r.GetBrokerEpoch()),
+		validTopicID(r.GetTopicId()),
+		validNonNegative("partition", r.GetPartition()),
+		validNonNegative("leader_epoch", r.GetLeaderEpoch()),
+		validNonNegative("partition_epoch", r.GetPartitionEpoch()),
+	); err != nil {
+		return err
+	}
+	isr := r.GetNewIsr()
+	if len(isr) == 0 || len(isr) > maxReplicationFactor {
+		return invalidArgument("new_isr", "has %d members; want 1..%d", len(isr), maxReplicationFactor)
+	}
+	if slices.ContainsFunc(isr, func(id int32) bool { return id < 0 }) {
+		return invalidArgument("new_isr", "%v holds a negative broker id", isr)
+	}
+	if id, ok := duplicateID(isr); ok {
+		return invalidArgument("new_isr", "%v names broker %d twice", isr, id)
+	}
+	return nil
+}
+
+func checkElectLeaders(r *keelpb.ElectLeadersRequest) error {
+	typ := r.GetType()
+	if typ != keelpb.ElectionType_ELECTION_TYPE_PREFERRED && typ != keelpb.ElectionType_ELECTION_TYPE_UNCLEAN {
+		return invalidArgument("type", "want preferred or unclean")
+	}
+	if r.GetAll() == (len(r.GetPartitions()) > 0) {
+		return invalidArgument("partitions", "give either partitions or all, not both or neither")
+	}
+	if len(r.GetPartitions()) > maxPartitionsPerRequest {
+		return invalidArgument("partitions", "%d; at most %d", len(r.GetPartitions()), maxPartitionsPerRequest)
+	}
+	return validTopicPartitions(r.GetPartitions())
+}
+
+// validTopicPartitions checks an election's partitions one by one: each
+// names a possible topic and partition, and none twice (the election is one
+// batch: a partition named twice would be decided twice from one image).
+func validTopicPartitions(tps []*keelpb.TopicPartition) error {
+	type key struct {
+		topic     string
+		partition int32
+	}
+	seen := make(map[key]bool, len(tps))
+	for i, tp := range tps {
+		// The field names are built only on refusal: there may be 100,000.
+		switch {
+		case tp.GetTopic() == "":
+			return invalidArgument(fmt.Sprintf("partitions[%d].topic", i), "is empty")
+		case len(tp.GetTopic()) > fsm.MaxTopicNameLen:
+			return invalidArgument(fmt.Sprintf("partitions[%d].topic", i), "longer than %d bytes", fsm.MaxTopicNameLen)
+		case tp.GetPartition() < 0:
+			return invalidArgument(fmt.Sprintf("partitions[%d].partition", i), "%d is negative", tp.GetPartition())
+		}
+		k := key{tp.GetTopic(), tp.GetPartition()}
+		if seen[k] {
+			return invalidArgument(fmt.Sprintf("partitions[%d]", i), "%s/%d is named twice", k.topic, k.partition)
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
+func checkReassignment(r *keelpb.AlterPartitionReassignmentsRequest) error {
+	if err := validTopicRef("topic", r.GetTopic()); err != nil {
+		return err
+	}
+	if r.GetPartition() < 0 {
+		return invalidArgument("partition", "%d is negative", r.GetPartition())
+	}
+	if len(r.GetReplicas()) > maxReplicationFactor || slices.ContainsFunc(r.GetReplicas(), func(id int32) bool { return id < 0 }) {
+		return invalidArgument("replicas", "want 1..%d broker ids, none negative", maxReplicationFactor)
+	}
+	if id, ok := duplicateID(r.GetReplicas()); ok {
+		return invalidArgument("replicas", "%v names broker %d twice", r.GetReplicas(), id)
+	}
+	return nil
+}
+
+func validNodeID(field string, id int32) error {
+	if id <= 0 {
+		return invalidArgument(field, "%d is not a node id (it must be positive)", id)
+	}
+	return nil
+}

@@ -1,0 +1,204 @@
+package server
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
+)
+
+// CreateTopic creates a topic, or with validate_only shows its placement.
+func (s *controllerService) CreateTopic(ctx context.Context, req *keelpb.CreateTopicRequest) (*keelpb.CreateTopicResponse, error) {
+	if req.ValidateOnly {
+		img, t, err := s.ctrl.PreviewTopic(req)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return &keelpb.CreateTopicResponse{Topic: DescribeTopic(img, t)}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	if _, err := s.ctrl.CreateTopic(ctx, req); err != nil {
+		return nil, toStatus(err)
+	}
+	return &keelpb.CreateTopicResponse{Topic: s.describe(req.Name)}, nil
+}
+
+// describe renders a topic from this node's image (nil if it is gone).
+func (s *controllerService) describe(name string) *keelpb.TopicDescription {
+	return describeIn(s.ctrl.Image(), name)
+}
+
+// describeIn renders a topic from img (nil if it has none by that name).
+func describeIn(img *fsm.Image, name string) *keelpb.TopicDescription {
+	t, ok := img.Topic(name)
+	if !ok {
+		return nil
+	}
+	return DescribeTopic(img, t)
+}
+
+// CreatePartitions adds partitions to a topic.
+func (s *controllerService) CreatePartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) (*keelpb.CreatePartitionsResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	if err := s.ctrl.CreatePartitions(ctx, req); err != nil {
+		return nil, toStatus(err)
+	}
+	return &keelpb.CreatePartitionsResponse{Topic: s.describe(req.Topic)}, nil
+}
+
+// DeleteTopic removes a topic.
+func (s *controllerService) DeleteTopic(ctx context.Context, req *keelpb.DeleteTopicRequest) (*keelpb.DeleteTopicResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	if err := s.ctrl.DeleteTopic(ctx, req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &keelpb.DeleteTopicResponse{}, nil
+}
+
+// readImage is the image a read answers from: with linearizable, the active
+// controller's confirmed image (controller.ReadImage); otherwise this node's
+// own committed image.
+func (s *controllerService) readImage(ctx context.Context, linearizable bool) (*fsm.Image, error) {
+	if !linearizable {
+		return s.ctrl.Image(), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	img, err := s.ctrl.ReadImage(ctx)
+	return img, toStatus(err)
+}
+
+// ListTopics answers from this node's committed image, or the active
+// controller's confirmed one when the request is linearizable.
+func (s *controllerService) ListTopics(ctx context.Context, req *keelpb.ListTopicsRequest) (*keelpb.ListTopicsResponse, error) {
+	img, err := s.readImage(ctx, req.GetLinearizable())
+	if err != nil {
+		return nil, err
+	}
+	resp := &keelpb.ListTopicsResponse{}
+	for _, t := range img.Topics() {
+		rf := 0
+		if p, ok := img.Partition(t.ID, 0); ok {
+			rf = len(p.Replicas) - len(p.AddingReplicas)
+		}
+		resp.Topics = append(resp.Topics, &keelpb.TopicSummary{Name: t.Name, Id: t.ID.String(), Partitions: t.Partitions, ReplicationFactor: int32(rf)})
+	}
+	return resp, nil
+}
+
+// DescribeTopic answers as ListTopics does.
+func (s *controllerService) DescribeTopic(ctx context.Context, req *keelpb.DescribeTopicRequest) (*keelpb.DescribeTopicResponse, error) {
+	img, err := s.readImage(ctx, req.GetLinearizable())
+	if err != nil {
+		return nil, err
+	}
+	d := describeIn(img, req.GetName())
+	if d == nil {
+		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, "unknown topic "+req.GetName())
+	}
+	return &keelpb.DescribeTopicResponse{Topic: d}, nil
+}
+
+// AlterPartition is a partition leader's ISR change.
+func (s *controllerService) AlterPartition(ctx context.Context, req *keelpb.AlterPartitionRequest) (*keelpb.AlterPartitionResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	p, err := s.ctrl.AlterPartition(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &keelpb.AlterPartitionResponse{Partition: DescribePartition(p)}, nil
+}
+
+// ElectLeaders runs a preferred or unclean election.
+func (s *controllerService) ElectLeaders(ctx context.Context, req *keelpb.ElectLeadersRequest) (*keelpb.ElectLeadersResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	results, err := s.ctrl.ElectLeaders(ctx, req.GetType(), req.GetPartitions(), req.GetAll())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &keelpb.ElectLeadersResponse{}
+	for _, r := range results {
+		er := &keelpb.ElectionResult{Topic: r.Topic, Partition: r.Partition, Leader: r.Leader}
+		if r.Err != nil {
+			er.Error = r.Err.Error()
+		}
+		resp.Results = append(resp.Results, er)
+	}
+	return resp, nil
+}
+
+// AlterPartitionReassignments starts or (empty replicas) cancels a reassignment.
+func (s *controllerService) AlterPartitionReassignments(ctx context.Context, req *keelpb.AlterPartitionReassignmentsRequest) (*keelpb.AlterPartitionReassignmentsResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	var err error
+	if len(req.GetReplicas()) == 0 {
+		err = s.ctrl.CancelReassignment(ctx, req.GetTopic(), req.GetPartition())
+	} else {
+		err = s.ctrl.Reassign(ctx, req.GetTopic(), req.GetPartition(), req.GetReplicas())
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	img := s.ctrl.Image()
+	t, ok := img.Topic(req.GetTopic())
+	if !ok {
+		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, "topic "+req.GetTopic()+" was deleted meanwhile")
+	}
+	p, ok := img.Partition(t.ID, req.GetPartition())
+	if !ok {
+		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, "partition gone")
+	}
+	return &keelpb.AlterPartitionReassignmentsResponse{Partition: DescribePartition(p)}, nil
+}
+
+// ListPartitionReassignments lists ongoing reassignments from this node's image.
+func (s *controllerService) ListPartitionReassignments(context.Context, *keelpb.ListPartitionReassignmentsRequest) (*keelpb.ListPartitionReassignmentsResponse, error) {
+	img := s.ctrl.Image()
+	resp := &keelpb.ListPartitionReassignmentsResponse{}
+	img.EachPartition(func(p *fsm.Partition) bool {
+		if p.Reassigning() {
+			t, _ := img.TopicByID(p.TopicID)
+			resp.Reassignments = append(resp.Reassignments, &keelpb.Reassignment{
+				Topic: t.Name, Partition: p.Partition, Replicas: p.Replicas,
+				AddingReplicas: p.AddingReplicas, RemovingReplicas: p.RemovingReplicas,
+			})
+		}
+		return true
+	})
+	return resp, nil
+}
+
+// DescribePartition renders a partition for the API.
+func DescribePartition(p *fsm.Partition) *keelpb.PartitionDescription {
+	return &keelpb.PartitionDescription{
+		Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch,
+		Replicas: nonNil(p.Replicas), Isr: nonNil(p.ISR),
+		AddingReplicas: nonNil(p.AddingReplicas), RemovingReplicas: nonNil(p.RemovingReplicas),
+	}
+}
+
+// DescribeTopic renders a topic and its partitions for the API.
+func DescribeTopic(img *fsm.Image, t *fsm.Topic) *keelpb.TopicDescription {
+	d := &keelpb.TopicDescription{Name: t.Name, Id: t.ID.String(), Configs: t.Configs}
+	for _, p := range img.Partitions(t.ID) {
+		d.Partitions = append(d.Partitions, DescribePartition(p))
+	}
+	return d
+}
+
+// nonNil keeps empty lists as [] in JSON output rather than null.
+func nonNil(s []int32) []int32 {
+	if s == nil {
+		return []int32{}
+	}
+	return s
+}

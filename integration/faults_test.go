@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/faultproxy"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/rpc"
@@ -309,9 +310,9 @@ func (r *faultRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration,
 			if leader == 0 {
 				leader = int32(1 + rng.IntN(len(r.ctrl)))
 			}
-			mode := linkDrop
+			mode := faultproxy.Drop
 			if rng.IntN(2) == 0 {
-				mode = linkBlackhole
+				mode = faultproxy.Blackhole
 			}
 			d := hold(500*time.Millisecond, 2500*time.Millisecond)
 			r.logFault("isolate node %d (%s) for %v", leader, mode, d)
@@ -324,7 +325,7 @@ func (r *faultRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration,
 			}
 			d := hold(500*time.Millisecond, 2500*time.Millisecond)
 			r.logFault("cut node %d's raft dials to its peers for %v", leader, d)
-			c.net.CutOutbound(leader, linkDrop)
+			c.net.CutOutbound(leader, faultproxy.Drop)
 			time.Sleep(d)
 			c.net.Heal()
 		case "pause-leader":

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-dev/keel/internal/faultproxy"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
@@ -237,10 +238,10 @@ type Cluster struct {
 	t      testing.TB
 	dir    string
 	opts   clusterOptions
-	nodes  []*procNode // nodes[id-1]
-	voters string      // the --voters value
-	net    *faultNet   // with withFaultNet: the proxies between the nodes
-	client *rpc.Client // knows every node's address
+	nodes  []*procNode     // nodes[id-1]
+	voters string          // the --voters value
+	net    *faultproxy.Net // with withFaultNet: the proxies between the nodes
+	client *rpc.Client     // knows every node's address
 
 	brokerMu    sync.Mutex
 	brokers     map[int32]*procNode          // by broker id
@@ -335,7 +336,12 @@ func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 		c.nodes = make([]*procNode, n)
 		voters := make([]string, n)
 		if c.opts.faultNet {
-			c.net = newFaultNet(t, listenAddrs(ports))
+			net, err := faultproxy.NewNet(listenAddrs(ports))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(net.Close)
+			c.net = net
 		}
 		for i, p := range ports {
 			id := int32(i + 1)
@@ -417,7 +423,7 @@ func (c *Cluster) controllerArgs(nd *procNode, membership ...string) []string {
 		args = append(args, "--cluster-id", c.opts.clusterID)
 	}
 	if c.net != nil {
-		args = append(args, "--raft-dial", c.net.raftDial(nd.id))
+		args = append(args, "--raft-dial", c.net.RaftDial(nd.id))
 	}
 	args = append(args, c.opts.tlsFlags(fmt.Sprintf("controller-%d", nd.id))...)
 	args = append(args, c.opts.controllerFlags...)

@@ -1,4 +1,4 @@
-package integration
+package faultproxy
 
 import (
 	"bufio"
@@ -51,18 +51,22 @@ func roundTrip(conn net.Conn, d time.Duration) error {
 func TestFaultProxy(t *testing.T) {
 	const quick = 300 * time.Millisecond
 	tests := []struct {
-		mode linkMode
+		mode Mode
 		// what a connection open before the change sees, and a new one
 		oldConn, newConn func(error) bool
 		want             string
 	}{
-		{linkUp, isNil, isNil, "both forward"},
-		{linkDrop, isClosed, isClosed, "both closed"},
-		{linkBlackhole, isTimeout, isTimeout, "both silent"},
+		{Up, isNil, isNil, "both forward"},
+		{Drop, isClosed, isClosed, "both closed"},
+		{Blackhole, isTimeout, isTimeout, "both silent"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {
-			p := newFaultProxy(t, "test", echoServer(t))
+			p, err := New("test", echoServer(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
 			old, err := net.Dial("tcp", p.Addr())
 			if err != nil {
 				t.Fatal(err)
@@ -85,8 +89,8 @@ func TestFaultProxy(t *testing.T) {
 			}
 
 			// Healing: held connections are closed, new ones forward.
-			p.Set(linkUp)
-			if tt.mode == linkBlackhole {
+			p.Set(Up)
+			if tt.mode == Blackhole {
 				if err := roundTrip(old, 5*time.Second); !isClosed(err) {
 					t.Errorf("held connection after healing: %v; want it closed", err)
 				}

@@ -5,7 +5,7 @@ LDFLAGS   := -X main.version=$(VERSION)
 PROTO_DIR := proto/keelpb
 SHELL     := /bin/bash
 
-.PHONY: all build run test faults lint fuzz proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel clean
+.PHONY: all build run test faults lint docs docs-check fuzz proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel clean
 
 all: build
 
@@ -30,10 +30,23 @@ faults: build
 		$(GO) test -race -count=1 -run '^TestFaults$$' -v -timeout 60m ./integration/ 2>&1 | \
 		tee faults.log | grep -v '^        time='; test $${PIPESTATUS[0]} -eq 0
 
-lint:
+lint: docs-check
 	gofmt -l . | tee /dev/stderr | (! read)
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+## docs: regenerate the generated pages under docs/ (docs/configuration.md: every
+## flag of every keel command, from the commands themselves: keel docs configuration).
+docs:
+	$(GO) run ./cmd/keel docs configuration > docs/configuration.md.tmp || { rm -f docs/configuration.md.tmp; exit 1; }
+	mv docs/configuration.md.tmp docs/configuration.md
+
+## docs-check: fail if docs/configuration.md differs from what `make docs` would write
+## (make lint runs it; TestDocs_ConfigurationUpToDate checks the same in make test).
+docs-check:
+	@tmp=$$(mktemp) && trap 'rm -f "$$tmp"' EXIT && \
+	$(GO) run ./cmd/keel docs configuration > "$$tmp" || exit 1; \
+	diff -u docs/configuration.md "$$tmp" || { echo "docs/configuration.md is stale: run make docs" >&2; exit 1; }
 
 ## proto: regenerate the Go code from the .proto files (protoc 3.21.12,
 ## protoc-gen-go v1.36.12, protoc-gen-go-grpc v1.6.0; .ci/run installs them).

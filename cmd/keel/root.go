@@ -47,6 +47,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newSnapshotCmd())
 	root.AddCommand(newMetadataCmd())
 	root.AddCommand(newBenchCmd(g))
+	root.AddCommand(newDocsCmd()) // hidden: make docs
 	return root
 }
 

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/keel-dev/keel/internal/config"
+)
+
+// configurationDoc is the committed page that `make docs` writes.
+const configurationDoc = "../../docs/configuration.md"
+
+func generateConfigurationDoc(t *testing.T) string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := writeConfigurationDoc(&out, newDocsRoot()); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
+// TestDocs_ConfigurationUpToDate fails when docs/configuration.md is not
+// what `keel docs configuration` prints now: a flag, a default or a help
+// text changed without `make docs`.
+func TestDocs_ConfigurationUpToDate(t *testing.T) {
+	committed, err := os.ReadFile(configurationDoc)
+	if err != nil {
+		t.Fatalf("%v: run make docs", err)
+	}
+	want := generateConfigurationDoc(t)
+	if string(committed) == want {
+		return
+	}
+	got, gen := strings.Split(string(committed), "\n"), strings.Split(want, "\n")
+	for i := 0; i < max(len(got), len(gen)); i++ {
+		var g, w string
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(gen) {
+			w = gen[i]
+		}
+		if g != w {
+			t.Fatalf("docs/configuration.md is stale: run make docs\nfirst difference, line %d:\ncommitted: %q\ngenerated: %q", i+1, g, w)
+		}
+	}
+}
+
+// TestDocs_ConfigurationIsStable generates the page twice, the second time
+// with another temporary, home and working directory and another
+// GOMAXPROCS, and wants the same bytes: no default may carry the machine.
+func TestDocs_ConfigurationIsStable(t *testing.T) {
+	first := generateConfigurationDoc(t)
+
+	other := t.TempDir()
+	t.Setenv("TMPDIR", filepath.Join(other, "tmp"))
+	t.Setenv("HOME", filepath.Join(other, "home"))
+	t.Setenv("KEEL_CONFIG", filepath.Join(other, "missing.yaml"))
+	t.Setenv("KEEL_CONTROLLERS", "10.9.9.9:1")
+	t.Chdir(other)
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+
+	if second := generateConfigurationDoc(t); second != first {
+		t.Fatalf("the page depends on the environment:\n--- first\n%s\n--- second\n%s", first, second)
+	}
+}
+
+// TestDocs_ConfigurationCommand runs the hidden command as a user would,
+// with a KEEL_CONFIG that names no file (the root's config loading must
+// not run for it), and checks that it is hidden from the help.
+func TestDocs_ConfigurationCommand(t *testing.T) {
+	t.Setenv("KEEL_CONFIG", filepath.Join(t.TempDir(), "missing.yaml"))
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"docs", "configuration"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("keel docs configuration: %v", err)
+	}
+	if out.String() != generateConfigurationDoc(t) {
+		t.Error("keel docs configuration prints something else than writeConfigurationDoc")
+	}
+
+	root = newRootCmd()
+	var help bytes.Buffer
+	root.SetOut(&help)
+	root.SetArgs([]string{"--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(help.String(), "docs") {
+		t.Errorf("keel --help lists the hidden docs command:\n%s", help.String())
+	}
+}
+
+// TestDocs_ConfigurationHasEveryFlag wants a section for every runnable
+// command and a row for each of its flags, with the flag's default and, for
+// a setting, its variable.
+func TestDocs_ConfigurationHasEveryFlag(t *testing.T) {
+	doc := generateConfigurationDoc(t)
+	root := newDocsRoot()
+	cmds := docCommands(root)
+	if len(cmds) < 20 {
+		t.Fatalf("only %d commands found", len(cmds))
+	}
+	for _, c := range cmds {
+		head := "\n### `" + c.CommandPath() + "`\n"
+		start := strings.Index(doc, head)
+		if start < 0 {
+			t.Errorf("no section for %s", c.CommandPath())
+			continue
+		}
+		markActions(c) // as at run time: which flags are settings
+		section := doc[start+len(head):]
+		if end := strings.Index(section, "\n### "); end >= 0 {
+			section = section[:end]
+		}
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if f.Name == "help" {
+				return
+			}
+			var row string
+			for line := range strings.Lines(section) {
+				cell, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " |")
+				if strings.HasPrefix(line, "| `") && (strings.Contains(cell, "--"+f.Name+" ") || strings.HasSuffix(cell, "--"+f.Name+"`")) {
+					row = line
+				}
+			}
+			switch {
+			case row == "":
+				t.Errorf("%s: no row for --%s", c.CommandPath(), f.Name)
+			case !strings.Contains(row, "| "+code(stableDefault(f.DefValue))+" |"):
+				t.Errorf("%s --%s: default %q not in %q", c.CommandPath(), f.Name, f.DefValue, row)
+			case configurable(c) && config.Settable(f) && !strings.Contains(row, config.EnvName(f.Name)):
+				t.Errorf("%s --%s: a setting, but its variable is not in %q", c.CommandPath(), f.Name, row)
+			}
+		})
+	}
+	for _, name := range []string{"config", "print-config", "help", "version"} {
+		if config.Settable(&pflag.Flag{Name: name}) {
+			t.Errorf("the page says --%s is never a setting, but config.Settable says it is", name)
+		}
+	}
+	if strings.Contains(doc, "### `keel docs") {
+		t.Error("the hidden docs command has a section")
+	}
+}
+
+func TestStableDefault(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	home := filepath.Join(tmp, "home")
+	t.Setenv("HOME", home)
+	host, _ := os.Hostname()
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"10s", "10s"},
+		{"127.0.0.1:9091,127.0.0.1:9092", "127.0.0.1:9091,127.0.0.1:9092"},
+		{tmp, "$TMPDIR"},
+		{filepath.Join(tmp, "keel"), "$TMPDIR/keel"},
+		{filepath.Join(home, ".keel"), "$HOME/.keel"},
+		{tmp + "x", tmp + "x"}, // a sibling, not under it
+	} {
+		if got := stableDefault(tc.in); got != tc.want {
+			t.Errorf("stableDefault(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	if host != "" && host != "localhost" {
+		if got := stableDefault(host + ":9091"); got != "$HOSTNAME:9091" {
+			t.Errorf("stableDefault(%q) = %q", host+":9091", got)
+		}
+	}
+}

@@ -146,14 +146,6 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 }
 
 // splitAddrs splits a comma-separated address list, dropping empty items.
-// checkOutput checks an -o value: table or json.
-func checkOutput(output string) error {
-	if output != "table" && output != "json" {
-		return fmt.Errorf("-o %q: want table or json", output)
-	}
-	return nil
-}
-
 func splitAddrs(list string) []string {
 	var out []string
 	for _, s := range strings.Split(list, ",") {

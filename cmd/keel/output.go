@@ -8,6 +8,23 @@ import (
 	"text/tabwriter"
 )
 
+// checkOutput checks an -o value: table or json.
+func checkOutput(output string) error {
+	if output != "table" && output != "json" {
+		return fmt.Errorf("-o %q: want table or json", output)
+	}
+	return nil
+}
+
+// printAs prints v as -o asks: JSON, the contract scripts read, or table's
+// rendering for people.
+func printAs[V any](w io.Writer, output string, v V, table func(w io.Writer, v V) error) error {
+	if output == "json" {
+		return printJSON(w, v)
+	}
+	return table(w, v)
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -103,7 +103,8 @@ func joinIDs(in []int32) string {
 	return strings.Join(s, ",")
 }
 
-// leaderCell renders a partition leader for a table: -1 is "none".
+// leaderCell renders a leader for a table, a partition's or the quorum's:
+// -1 is "none".
 func leaderCell(id int32) string {
 	if id < 0 {
 		return "none"

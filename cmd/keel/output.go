@@ -25,6 +25,23 @@ func printAs[V any](w io.Writer, output string, v V, table func(w io.Writer, v V
 	return table(w, v)
 }
 
+// tableOf prints rows as a table under header, each row's cells as cells
+// renders them. No rows print none instead, or the header alone if none is
+// empty.
+func tableOf[R any](header []string, none string, cells func(r R) []string) func(w io.Writer, rows []R) error {
+	return func(w io.Writer, rows []R) error {
+		if len(rows) == 0 && none != "" {
+			fmt.Fprintln(w, none)
+			return nil
+		}
+		table := [][]string{header}
+		for _, r := range rows {
+			table = append(table, cells(r))
+		}
+		return printTable(w, table)
+	}
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

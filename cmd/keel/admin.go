@@ -74,21 +74,3 @@ func call[C io.Closer, V any](cmd *cobra.Command, output string, timeout time.Du
 	}
 	return printAs(cmd.OutOrStdout(), output, v, table)
 }
-
-// connect makes the client and the command's deadline (--timeout): every
-// admin command starts so. done closes both.
-func (a *adminFlags) connect(cmd *cobra.Command) (*rpc.Client, context.Context, func(), error) {
-	if err := checkOutput(a.output); err != nil {
-		return nil, nil, nil, err
-	}
-	tlsCfg, err := tlsFlags(cmd)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	c, err := rpc.NewClient(splitAddrs(a.controllers), rpc.WithTLS(tlsCfg))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-	return c, ctx, func() { cancel(); c.Close() }, nil
-}

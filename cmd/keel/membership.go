@@ -66,11 +66,9 @@ func members(ms []*keelpb.QuorumMember) []memberStatus {
 }
 
 func printMembers(w io.Writer, r membershipResult) error {
-	rows := [][]string{{"ID", "ADDRESS", "SUFFRAGE"}}
-	for _, v := range r.Voters {
-		rows = append(rows, []string{fmt.Sprint(v.ID), v.Address, v.Suffrage})
-	}
-	return printTable(w, rows)
+	return tableOf([]string{"ID", "ADDRESS", "SUFFRAGE"}, "", func(v memberStatus) []string {
+		return []string{fmt.Sprint(v.ID), v.Address, v.Suffrage}
+	})(w, r.Voters)
 }
 
 func newQuorumAddVoterCmd() *cobra.Command {

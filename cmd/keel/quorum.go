@@ -87,11 +87,9 @@ func askQuorumStatus(ctx context.Context, c *rpc.Client) (quorumStatus, error) {
 func printQuorumStatus(w io.Writer, st quorumStatus) error {
 	fmt.Fprintf(w, "Cluster ID:        %s\nActive controller: %s\nController epoch:  %d\nRaft term:         %d\nCommit index:      %d\n\n",
 		st.ClusterID, leaderCell(st.LeaderID), st.ControllerEpoch, st.RaftTerm, st.CommitIndex)
-	rows := [][]string{{"ID", "ADDRESS", "STATE", "LAST INDEX", "APPLIED INDEX"}}
-	for _, v := range st.Voters {
-		rows = append(rows, []string{fmt.Sprint(v.ID), v.Address, v.State, fmt.Sprint(v.LastIndex), fmt.Sprint(v.AppliedIndex)})
-	}
-	return printTable(w, rows)
+	return tableOf([]string{"ID", "ADDRESS", "STATE", "LAST INDEX", "APPLIED INDEX"}, "", func(v voterStatus) []string {
+		return []string{fmt.Sprint(v.ID), v.Address, v.State, fmt.Sprint(v.LastIndex), fmt.Sprint(v.AppliedIndex)}
+	})(w, st.Voters)
 }
 
 type verifyResult struct {

@@ -131,6 +131,7 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 	}
 	f := cmd.Flags()
 	f.Int32Var(&cfg.BrokerID, "broker-id", -1, "this broker's id, unique in the cluster (required)")
+	hidePlaceholder(f, "broker-id")
 	f.StringVar(&cfg.Listen, "listen", "", "address to listen on for the broker's gRPC service (required)")
 	f.StringVar(&cfg.Address, "advertise", "", "address the controllers and tools reach this broker at (default: --listen)")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the broker's metadata (required)")

@@ -407,6 +407,7 @@ with 'keel partition reassignments' or 'keel topic describe'.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.topic, "topic", "", "the topic (required)")
 	fl.Int32Var(&f.partition, "partition", -1, "the partition (required)")
+	hidePlaceholder(fl, "partition")
 	fl.StringVar(&f.replicas, "replicas", "", "the target replicas, broker ids in preference order, e.g. 4,5,6")
 	fl.BoolVar(&f.cancel, "cancel", false, "cancel the partition's ongoing reassignment")
 	a.add(cmd)

@@ -95,10 +95,7 @@ simulated broker presents too.`,
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), report)
-			}
-			return printBenchTable(cmd.OutOrStdout(), report)
+			return printAs(cmd.OutOrStdout(), output, report, printBenchTable)
 		},
 	}
 	f := cmd.Flags()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
+	"github.com/keel-dev/keel/tlsauth"
 )
 
 // unregisterTimeout is how long a stopping broker waits for an active
@@ -129,6 +131,7 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 	}
 	f := cmd.Flags()
 	f.Int32Var(&cfg.BrokerID, "broker-id", -1, "this broker's id, unique in the cluster (required)")
+	hidePlaceholder(f, "broker-id")
 	f.StringVar(&cfg.Listen, "listen", "", "address to listen on for the broker's gRPC service (required)")
 	f.StringVar(&cfg.Address, "advertise", "", "address the controllers and tools reach this broker at (default: --listen)")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the broker's metadata (required)")
@@ -146,14 +149,6 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 }
 
 // splitAddrs splits a comma-separated address list, dropping empty items.
-// checkOutput checks an -o value: table or json.
-func checkOutput(output string) error {
-	if output != "table" && output != "json" {
-		return fmt.Errorf("-o %q: want table or json", output)
-	}
-	return nil
-}
-
 func splitAddrs(list string) []string {
 	var out []string
 	for _, s := range strings.Split(list, ",") {
@@ -180,28 +175,20 @@ func newBrokerListCmd() *cobra.Command {
 		Short: "List the registered brokers and their states (active, fenced, shutting_down)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			resp, err := c.ListBrokers(ctx)
-			if err != nil {
-				return err
-			}
-			rows := make([]brokerRow, 0, len(resp.GetBrokers()))
-			for _, b := range resp.GetBrokers() {
-				rows = append(rows, brokerRow{ID: b.GetId(), Epoch: b.GetEpoch(), Address: b.GetAddress(), Rack: b.GetRack(), State: b.GetState()})
-			}
-			sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
-			if a.output == "json" {
-				return printJSON(cmd.OutOrStdout(), rows)
-			}
-			table := [][]string{{"ID", "EPOCH", "ADDRESS", "RACK", "STATE"}}
-			for _, r := range rows {
-				table = append(table, []string{fmt.Sprint(r.ID), fmt.Sprint(r.Epoch), r.Address, orDash(r.Rack), r.State})
-			}
-			return printTable(cmd.OutOrStdout(), table)
+			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]brokerRow, error) {
+				resp, err := c.ListBrokers(ctx)
+				if err != nil {
+					return nil, err
+				}
+				rows := make([]brokerRow, 0, len(resp.GetBrokers()))
+				for _, b := range resp.GetBrokers() {
+					rows = append(rows, brokerRow{ID: b.GetId(), Epoch: b.GetEpoch(), Address: b.GetAddress(), Rack: b.GetRack(), State: b.GetState()})
+				}
+				sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
+				return rows, nil
+			}, tableOf([]string{"ID", "EPOCH", "ADDRESS", "RACK", "STATE"}, "", func(r brokerRow) []string {
+				return []string{fmt.Sprint(r.ID), fmt.Sprint(r.Epoch), r.Address, orDash(r.Rack), r.State}
+			}))
 		},
 	}
 	a.add(cmd)
@@ -258,48 +245,16 @@ func newBrokerInspectCmd() *cobra.Command {
 			if address == "" {
 				return errors.New("--address is required")
 			}
-			if err := checkOutput(output); err != nil {
-				return err
+			dial := func(tlsCfg *tlsauth.Config) (*rpc.BrokerClient, error) {
+				return rpc.DialBroker(address, rpc.WithTLS(tlsCfg))
 			}
-			tlsCfg, err := tlsFlags(cmd)
-			if err != nil {
-				return err
-			}
-			bc, err := rpc.DialBroker(address, rpc.WithTLS(tlsCfg))
-			if err != nil {
-				return err
-			}
-			defer bc.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			resp, err := bc.Inspect(ctx)
-			if err != nil {
-				return err
-			}
-			v := inspectView(resp)
-			out := cmd.OutOrStdout()
-			if output == "json" {
-				return printJSON(out, v)
-			}
-			controller := "none"
-			if v.ControllerID >= 0 {
-				controller = fmt.Sprint(v.ControllerID)
-			}
-			fmt.Fprintf(out, "Broker ID:        %d\nBroker epoch:     %d\nState:            %s\nCluster ID:       %s\nController:       %s\nController epoch: %d\nMetadata offset:  %d\n\n",
-				v.BrokerID, v.BrokerEpoch, v.State, orDash(v.ClusterID), controller, v.ControllerEpoch, v.MetadataOffset)
-			if len(v.Partitions) == 0 {
-				fmt.Fprintln(out, "No replicas.")
-				return nil
-			}
-			rows := [][]string{{"TOPIC", "PARTITION", "ROLE", "LEADER", "LEADER EPOCH", "ISR"}}
-			for _, p := range v.Partitions {
-				isr := make([]string, len(p.ISR))
-				for i, id := range p.ISR {
-					isr[i] = fmt.Sprint(id)
+			return call(cmd, output, timeout, dial, func(ctx context.Context, bc *rpc.BrokerClient) (brokerInspect, error) {
+				resp, err := bc.Inspect(ctx)
+				if err != nil {
+					return brokerInspect{}, err
 				}
-				rows = append(rows, []string{p.Topic, fmt.Sprint(p.Partition), p.Role, fmt.Sprint(p.Leader), fmt.Sprint(p.LeaderEpoch), strings.Join(isr, ",")})
-			}
-			return printTable(out, rows)
+				return inspectView(resp), nil
+			}, inspectTable)
 		},
 	}
 	f := cmd.Flags()
@@ -307,6 +262,18 @@ func newBrokerInspectCmd() *cobra.Command {
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the broker's answer")
 	return cmd
+}
+
+func inspectTable(w io.Writer, v brokerInspect) error {
+	fmt.Fprintf(w, "Broker ID:        %d\nBroker epoch:     %d\nState:            %s\nCluster ID:       %s\nController:       %s\nController epoch: %d\nMetadata offset:  %d\n\n",
+		v.BrokerID, v.BrokerEpoch, v.State, orDash(v.ClusterID), leaderCell(v.ControllerID), v.ControllerEpoch, v.MetadataOffset)
+	return tableOf([]string{"TOPIC", "PARTITION", "ROLE", "LEADER", "LEADER EPOCH", "ISR"}, "No replicas.", func(p replicaRow) []string {
+		isr := make([]string, len(p.ISR))
+		for i, id := range p.ISR {
+			isr[i] = fmt.Sprint(id)
+		}
+		return []string{p.Topic, fmt.Sprint(p.Partition), p.Role, fmt.Sprint(p.Leader), fmt.Sprint(p.LeaderEpoch), strings.Join(isr, ",")}
+	})(w, v.Partitions)
 }
 
 func orDash(s string) string {

@@ -162,3 +162,33 @@ func TestBrokerCommandErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRequiredFlags_HelpShowsNoPlaceholder: a required flag's placeholder
+// default is not in --help, but parses and prints as before.
+func TestRequiredFlags_HelpShowsNoPlaceholder(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"broker", "--help"}, "--broker-id int32"},
+		{[]string{"partition", "reassign", "--help"}, "--partition int32"},
+	} {
+		out, err := runKeel(t, tt.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var line string
+		for l := range strings.Lines(out) {
+			if strings.Contains(l, tt.flag) {
+				line = strings.TrimSpace(l)
+			}
+		}
+		if !strings.HasSuffix(line, "(required)") {
+			t.Errorf("keel %s: %s's line is %q, want it to end in (required), with no default", strings.Join(tt.args, " "), tt.flag, line)
+		}
+	}
+	out, err := runKeel(t, "broker", "--print-config")
+	if err != nil || !strings.Contains(out, "broker-id: -1 # default\n") {
+		t.Errorf("broker --print-config: %v\n%s", err, out)
+	}
+}

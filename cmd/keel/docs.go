@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/keel-dev/keel/internal/config"
+	"github.com/keel-dev/keel/cmd/keel/internal/config"
 )
 
 // newDocsCmd is the hidden `keel docs`: reference pages generated from the
@@ -203,7 +203,11 @@ func writeFlagTable(b *bytes.Buffer, fs *pflag.FlagSet, settings, global bool) {
 		case settings && config.Settable(f):
 			variable = "`" + config.EnvName(f.Name) + "`"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", code(name), code(stableDefault(f.DefValue)), variable, mdCell(usage))
+		def := code(stableDefault(f.DefValue))
+		if f.DefValue == "" && f.Value.Type() != "string" {
+			def = "—" // a required flag's placeholder default (hidePlaceholder)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", code(name), def, variable, mdCell(usage))
 	})
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/keel-dev/keel/internal/config"
+	"github.com/keel-dev/keel/cmd/keel/internal/config"
 )
 
 // configurationDoc is the committed page that `make docs` writes.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/keel-dev/keel/internal/hostport"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
+	"github.com/keel-dev/keel/rpc"
 )
 
 // membershipResult is the JSON of `keel quorum add-voter` and `remove-voter`.
@@ -64,11 +66,9 @@ func members(ms []*keelpb.QuorumMember) []memberStatus {
 }
 
 func printMembers(w io.Writer, r membershipResult) error {
-	rows := [][]string{{"ID", "ADDRESS", "SUFFRAGE"}}
-	for _, v := range r.Voters {
-		rows = append(rows, []string{fmt.Sprint(v.ID), v.Address, v.Suffrage})
-	}
-	return printTable(w, rows)
+	return tableOf([]string{"ID", "ADDRESS", "SUFFRAGE"}, "", func(v memberStatus) []string {
+		return []string{fmt.Sprint(v.ID), v.Address, v.Suffrage}
+	})(w, r.Voters)
 }
 
 func newQuorumAddVoterCmd() *cobra.Command {
@@ -96,27 +96,22 @@ Adding a voter already in the quorum at ADDR changes nothing.`,
 			if err != nil {
 				return err
 			}
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if !noCheck {
-				if err := c.CheckJoiner(ctx, id, addr); err != nil {
-					return err
+			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (membershipResult, error) {
+				if !noCheck {
+					if err := c.CheckJoiner(ctx, id, addr); err != nil {
+						return membershipResult{}, err
+					}
 				}
-			}
-			resp, err := c.AddVoter(ctx, id, addr)
-			if err != nil {
-				return err
-			}
-			r := membershipResult{ConfigurationIndex: resp.ConfigurationIndex, LeaderID: resp.LeaderId, Voters: members(resp.Voters)}
-			if a.output == "json" {
-				return printJSON(cmd.OutOrStdout(), r)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Voter %d at %s is in the quorum (configuration index %d, active controller %d).\n\n",
-				id, addr, r.ConfigurationIndex, r.LeaderID)
-			return printMembers(cmd.OutOrStdout(), r)
+				resp, err := c.AddVoter(ctx, id, addr)
+				if err != nil {
+					return membershipResult{}, err
+				}
+				return membershipResult{ConfigurationIndex: resp.ConfigurationIndex, LeaderID: resp.LeaderId, Voters: members(resp.Voters)}, nil
+			}, func(w io.Writer, r membershipResult) error {
+				fmt.Fprintf(w, "Voter %d at %s is in the quorum (configuration index %d, active controller %d).\n\n",
+					id, addr, r.ConfigurationIndex, r.LeaderID)
+				return printMembers(w, r)
+			})
 		},
 	}
 	a.add(cmd)
@@ -143,26 +138,21 @@ The last voter cannot be removed.`,
 			if err != nil {
 				return err
 			}
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			resp, err := c.RemoveVoter(ctx, id)
-			if err != nil {
-				return err
-			}
-			r := membershipResult{ConfigurationIndex: resp.ConfigurationIndex, LeaderID: resp.LeaderId,
-				Voters: members(resp.Voters), PreviousLeaderID: resp.HandedOffBy}
-			if a.output == "json" {
-				return printJSON(cmd.OutOrStdout(), r)
-			}
-			if r.PreviousLeaderID != 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "Node %d was the active controller: it handed leadership to node %d first.\n", id, r.LeaderID)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Voter %d is out of the quorum (configuration index %d, active controller %d).\n\n",
-				id, r.ConfigurationIndex, r.LeaderID)
-			return printMembers(cmd.OutOrStdout(), r)
+			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (membershipResult, error) {
+				resp, err := c.RemoveVoter(ctx, id)
+				if err != nil {
+					return membershipResult{}, err
+				}
+				return membershipResult{ConfigurationIndex: resp.ConfigurationIndex, LeaderID: resp.LeaderId,
+					Voters: members(resp.Voters), PreviousLeaderID: resp.HandedOffBy}, nil
+			}, func(w io.Writer, r membershipResult) error {
+				if r.PreviousLeaderID != 0 {
+					fmt.Fprintf(w, "Node %d was the active controller: it handed leadership to node %d first.\n", id, r.LeaderID)
+				}
+				fmt.Fprintf(w, "Voter %d is out of the quorum (configuration index %d, active controller %d).\n\n",
+					id, r.ConfigurationIndex, r.LeaderID)
+				return printMembers(w, r)
+			})
 		},
 	}
 	a.add(cmd)
@@ -189,36 +179,31 @@ taken over.`,
 					return err
 				}
 			}
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			resp, err := c.TransferLeadership(ctx, target)
-			if err != nil {
-				return err
-			}
-			prev := resp.PreviousLeaderId
-			active, err := c.WaitActive(ctx, func(n *keelpb.DescribeQuorumResponse) bool {
-				if target != 0 {
-					return n.NodeId == target
+			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (transferResult, error) {
+				resp, err := c.TransferLeadership(ctx, target)
+				if err != nil {
+					return transferResult{}, err
 				}
-				return n.NodeId != prev
-			})
-			if err != nil {
-				return err
-			}
-			r := transferResult{PreviousLeaderID: prev, LeaderID: active.NodeId, ControllerEpoch: active.ActiveEpoch}
-			if a.output == "json" {
-				return printJSON(cmd.OutOrStdout(), r)
-			}
-			if r.LeaderID == r.PreviousLeaderID {
-				fmt.Fprintf(cmd.OutOrStdout(), "Node %d is the active controller already (epoch %d); nothing to do.\n", r.LeaderID, r.ControllerEpoch)
+				prev := resp.PreviousLeaderId
+				active, err := c.WaitActive(ctx, func(n *keelpb.DescribeQuorumResponse) bool {
+					if target != 0 {
+						return n.NodeId == target
+					}
+					return n.NodeId != prev
+				})
+				if err != nil {
+					return transferResult{}, err
+				}
+				return transferResult{PreviousLeaderID: prev, LeaderID: active.NodeId, ControllerEpoch: active.ActiveEpoch}, nil
+			}, func(w io.Writer, r transferResult) error {
+				if r.LeaderID == r.PreviousLeaderID {
+					fmt.Fprintf(w, "Node %d is the active controller already (epoch %d); nothing to do.\n", r.LeaderID, r.ControllerEpoch)
+					return nil
+				}
+				fmt.Fprintf(w, "Leadership moved from node %d to node %d; node %d is the active controller at epoch %d.\n",
+					r.PreviousLeaderID, r.LeaderID, r.LeaderID, r.ControllerEpoch)
 				return nil
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Leadership moved from node %d to node %d; node %d is the active controller at epoch %d.\n",
-				r.PreviousLeaderID, r.LeaderID, r.LeaderID, r.ControllerEpoch)
-			return nil
+			})
 		},
 	}
 	a.add(cmd)

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"sort"
@@ -12,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
 )
 
 func newPartitionCmd() *cobra.Command {
@@ -177,16 +180,10 @@ Prints the topic as 'keel topic describe' does.`,
 			if err != nil {
 				return err
 			}
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			resp, err := c.CreatePartitions(ctx, req)
-			if err != nil {
-				return err
-			}
-			return printTopicAnswer(ctx, cmd, a, c, req.Topic, resp.GetTopic(), req.ValidateOnly, "got its partitions")
+			return writeTopic(cmd, a, req.Topic, req.ValidateOnly, "got its partitions", func(ctx context.Context, c *rpc.Client) (*keelpb.TopicDescription, error) {
+				resp, err := c.CreatePartitions(ctx, req)
+				return resp.GetTopic(), err
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -241,6 +238,18 @@ func (f *electFlags) request(changed func(flag string) bool) (req *keelpb.ElectL
 	return req, true, nil
 }
 
+// sortByPartition orders rows by topic, then partition, as key gives them.
+func sortByPartition[R any](rows []R, key func(R) (topic string, partition int32)) {
+	sort.Slice(rows, func(i, j int) bool {
+		ti, pi := key(rows[i])
+		tj, pj := key(rows[j])
+		if ti != tj {
+			return ti < tj
+		}
+		return pi < pj
+	})
+}
+
 // electionRow is what `keel partition elect -o json` prints per partition.
 type electionRow struct {
 	Topic     string `json:"topic"`
@@ -272,53 +281,36 @@ happened; the exit status is 0 unless the request itself failed.`,
 			if err != nil {
 				return err
 			}
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if wholeTopic {
-				d, err := c.DescribeTopic(ctx, f.topic)
+			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]electionRow, error) {
+				if wholeTopic {
+					d, err := c.DescribeTopic(ctx, f.topic)
+					if err != nil {
+						return nil, err
+					}
+					for _, p := range describeView(d.GetTopic()).Partitions {
+						req.Partitions = append(req.Partitions, &keelpb.TopicPartition{Topic: f.topic, Partition: p.Partition})
+					}
+					if len(req.Partitions) == 0 {
+						return nil, fmt.Errorf("topic %q has no partitions", f.topic)
+					}
+				}
+				resp, err := c.ElectLeaders(ctx, req)
 				if err != nil {
-					return err
+					return nil, err
 				}
-				for _, p := range describeView(d.GetTopic()).Partitions {
-					req.Partitions = append(req.Partitions, &keelpb.TopicPartition{Topic: f.topic, Partition: p.Partition})
+				rows := make([]electionRow, 0, len(resp.GetResults()))
+				for _, r := range resp.GetResults() {
+					rows = append(rows, electionRow{Topic: r.GetTopic(), Partition: r.GetPartition(), Leader: r.GetLeader(), Error: r.GetError()})
 				}
-				if len(req.Partitions) == 0 {
-					return fmt.Errorf("topic %q has no partitions", f.topic)
-				}
-			}
-			resp, err := c.ElectLeaders(ctx, req)
-			if err != nil {
-				return err
-			}
-			rows := make([]electionRow, 0, len(resp.GetResults()))
-			for _, r := range resp.GetResults() {
-				rows = append(rows, electionRow{Topic: r.GetTopic(), Partition: r.GetPartition(), Leader: r.GetLeader(), Error: r.GetError()})
-			}
-			sort.Slice(rows, func(i, j int) bool {
-				if rows[i].Topic != rows[j].Topic {
-					return rows[i].Topic < rows[j].Topic
-				}
-				return rows[i].Partition < rows[j].Partition
-			})
-			if a.output == "json" {
-				return printJSON(cmd.OutOrStdout(), rows)
-			}
-			if len(rows) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "No partitions.")
-				return nil
-			}
-			table := [][]string{{"TOPIC", "PARTITION", "LEADER", "RESULT"}}
-			for _, r := range rows {
+				sortByPartition(rows, func(r electionRow) (string, int32) { return r.Topic, r.Partition })
+				return rows, nil
+			}, tableOf([]string{"TOPIC", "PARTITION", "LEADER", "RESULT"}, "No partitions.", func(r electionRow) []string {
 				result := "ok"
 				if r.Error != "" {
 					result = r.Error
 				}
-				table = append(table, []string{r.Topic, fmt.Sprint(r.Partition), leaderCell(r.Leader), result})
-			}
-			return printTable(cmd.OutOrStdout(), table)
+				return []string{r.Topic, fmt.Sprint(r.Partition), leaderCell(r.Leader), result}
+			}))
 		},
 	}
 	fl := cmd.Flags()
@@ -392,35 +384,30 @@ with 'keel partition reassignments' or 'keel topic describe'.`,
 			if err != nil {
 				return err
 			}
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			resp, err := c.AlterPartitionReassignments(ctx, req)
-			if err != nil {
-				return err
-			}
-			p := resp.GetPartition()
-			if p == nil {
-				return fmt.Errorf("topic %q partition %d: the controller accepted the request but answered without the partition", req.Topic, req.Partition)
-			}
-			v := reassignView{Topic: req.Topic, partitionRow: partitionView(p)}
-			out := cmd.OutOrStdout()
-			if a.output == "json" {
-				return printJSON(out, v)
-			}
-			if f.cancel {
-				fmt.Fprintf(out, "cancelled the reassignment of topic %s partition %d\n\n", req.Topic, req.Partition)
-			} else {
-				fmt.Fprintf(out, "reassigning topic %s partition %d to %s\n\n", req.Topic, req.Partition, joinIDs(req.Replicas))
-			}
-			return printTable(out, [][]string{partitionHeader, partitionCells(v.partitionRow)})
+			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (reassignView, error) {
+				resp, err := c.AlterPartitionReassignments(ctx, req)
+				if err != nil {
+					return reassignView{}, err
+				}
+				p := resp.GetPartition()
+				if p == nil {
+					return reassignView{}, fmt.Errorf("topic %q partition %d: the controller accepted the request but answered without the partition", req.Topic, req.Partition)
+				}
+				return reassignView{Topic: req.Topic, partitionRow: partitionView(p)}, nil
+			}, func(w io.Writer, v reassignView) error {
+				if f.cancel {
+					fmt.Fprintf(w, "cancelled the reassignment of topic %s partition %d\n\n", req.Topic, req.Partition)
+				} else {
+					fmt.Fprintf(w, "reassigning topic %s partition %d to %s\n\n", req.Topic, req.Partition, joinIDs(req.Replicas))
+				}
+				return printTable(w, [][]string{partitionHeader, partitionCells(v.partitionRow)})
+			})
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.topic, "topic", "", "the topic (required)")
 	fl.Int32Var(&f.partition, "partition", -1, "the partition (required)")
+	hidePlaceholder(fl, "partition")
 	fl.StringVar(&f.replicas, "replicas", "", "the target replicas, broker ids in preference order, e.g. 4,5,6")
 	fl.BoolVar(&f.cancel, "cancel", false, "cancel the partition's ongoing reassignment")
 	a.add(cmd)
@@ -443,38 +430,21 @@ func newReassignmentsCmd() *cobra.Command {
 		Short: "List the ongoing reassignments",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			resp, err := c.ListPartitionReassignments(ctx)
-			if err != nil {
-				return err
-			}
-			rows := make([]reassignmentRow, 0, len(resp.GetReassignments()))
-			for _, r := range resp.GetReassignments() {
-				rows = append(rows, reassignmentRow{Topic: r.GetTopic(), Partition: r.GetPartition(), Replicas: ids(r.GetReplicas()),
-					AddingReplicas: ids(r.GetAddingReplicas()), RemovingReplicas: ids(r.GetRemovingReplicas())})
-			}
-			sort.Slice(rows, func(i, j int) bool {
-				if rows[i].Topic != rows[j].Topic {
-					return rows[i].Topic < rows[j].Topic
+			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]reassignmentRow, error) {
+				resp, err := c.ListPartitionReassignments(ctx)
+				if err != nil {
+					return nil, err
 				}
-				return rows[i].Partition < rows[j].Partition
-			})
-			if a.output == "json" {
-				return printJSON(cmd.OutOrStdout(), rows)
-			}
-			if len(rows) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "No reassignments in progress.")
-				return nil
-			}
-			table := [][]string{{"TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"}}
-			for _, r := range rows {
-				table = append(table, []string{r.Topic, fmt.Sprint(r.Partition), joinIDs(r.Replicas), joinIDs(r.AddingReplicas), joinIDs(r.RemovingReplicas)})
-			}
-			return printTable(cmd.OutOrStdout(), table)
+				rows := make([]reassignmentRow, 0, len(resp.GetReassignments()))
+				for _, r := range resp.GetReassignments() {
+					rows = append(rows, reassignmentRow{Topic: r.GetTopic(), Partition: r.GetPartition(), Replicas: ids(r.GetReplicas()),
+						AddingReplicas: ids(r.GetAddingReplicas()), RemovingReplicas: ids(r.GetRemovingReplicas())})
+				}
+				sortByPartition(rows, func(r reassignmentRow) (string, int32) { return r.Topic, r.Partition })
+				return rows, nil
+			}, tableOf([]string{"TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"}, "No reassignments in progress.", func(r reassignmentRow) []string {
+				return []string{r.Topic, fmt.Sprint(r.Partition), joinIDs(r.Replicas), joinIDs(r.AddingReplicas), joinIDs(r.RemovingReplicas)}
+			}))
 		},
 	}
 	a.add(cmd)

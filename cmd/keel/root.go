@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keel-dev/keel/internal/config"
+	"github.com/keel-dev/keel/cmd/keel/internal/config"
 	"github.com/keel-dev/keel/tlsauth"
 )
 

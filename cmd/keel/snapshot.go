@@ -16,7 +16,8 @@ import (
 	"github.com/keel-dev/keel/rpc"
 )
 
-// defaultSnapshotTimeout bounds `snapshot save`: a large image takes a while.
+// defaultSnapshotTimeout bounds `snapshot save` and `restore`: a large image
+// takes a while to move.
 const defaultSnapshotTimeout = 10 * time.Minute
 
 func newSnapshotCmd() *cobra.Command {
@@ -136,10 +137,7 @@ func saveSnapshot(ctx context.Context, c *rpc.Client, path string) (_ *snapshotS
 	return sum, nil
 }
 
-func printSnapshotSummary(w io.Writer, output string, s *snapshotSummary) error {
-	if output == "json" {
-		return printJSON(w, s)
-	}
+func snapshotTable(w io.Writer, s *snapshotSummary) error {
 	rows := [][]string{
 		{"Format version:", fmt.Sprint(s.FormatVersion)},
 		{"Cluster ID:", s.ClusterID},
@@ -159,7 +157,7 @@ func printSnapshotSummary(w io.Writer, output string, s *snapshotSummary) error 
 }
 
 func newSnapshotSaveCmd() *cobra.Command {
-	a := &adminFlags{}
+	a := &adminFlags{timeout: defaultSnapshotTimeout}
 	cmd := &cobra.Command{
 		Use:   "save FILE",
 		Short: "Save a consistent snapshot of the cluster metadata, fetched from the active controller",
@@ -169,24 +167,18 @@ controller. It is written to a temporary file beside FILE, synced, verified
 failure FILE is left as it was.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			start := time.Now()
-			sum, err := saveSnapshot(ctx, c, args[0])
-			if err != nil {
-				return err
-			}
-			sum.ElapsedSeconds = time.Since(start).Seconds()
-			return printSnapshotSummary(cmd.OutOrStdout(), a.output, sum)
+			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (*snapshotSummary, error) {
+				start := time.Now()
+				sum, err := saveSnapshot(ctx, c, args[0])
+				if err != nil {
+					return nil, err
+				}
+				sum.ElapsedSeconds = time.Since(start).Seconds()
+				return sum, nil
+			}, snapshotTable)
 		},
 	}
 	a.add(cmd)
-	t := cmd.Flags().Lookup("timeout")
-	t.DefValue = defaultSnapshotTimeout.String()
-	_ = t.Value.Set(t.DefValue)
 	return cmd
 }
 
@@ -204,7 +196,7 @@ func newSnapshotInspectCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printSnapshotSummary(cmd.OutOrStdout(), output, sum)
+			return printAs(cmd.OutOrStdout(), output, sum, snapshotTable)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
@@ -222,7 +214,7 @@ type restoreResult struct {
 }
 
 func newSnapshotRestoreCmd() *cobra.Command {
-	a := &adminFlags{}
+	a := &adminFlags{timeout: defaultSnapshotTimeout}
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "restore FILE",
@@ -239,28 +231,21 @@ unless --force-cluster-id, which restores it under this cluster's id.`,
 			if _, err := verifySnapshotFile(args[0]); err != nil {
 				return err
 			}
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			resp, err := c.RestoreSnapshot(ctx, args[0], force)
-			if err != nil {
-				return err
-			}
-			r := restoreResult{ClusterID: resp.ClusterId, ControllerEpoch: resp.ControllerEpoch, SnapshotIndex: resp.SnapshotIndex,
-				Brokers: resp.Brokers, Topics: resp.Topics, Partitions: resp.Partitions}
-			if a.output == "json" {
-				return printJSON(cmd.OutOrStdout(), r)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "restored cluster %s from %s (snapshot index %d): %d brokers, %d topics, %d partitions; controller epoch now %d\n",
-				r.ClusterID, args[0], r.SnapshotIndex, r.Brokers, r.Topics, r.Partitions, r.ControllerEpoch)
-			return nil
+			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (restoreResult, error) {
+				resp, err := c.RestoreSnapshot(ctx, args[0], force)
+				if err != nil {
+					return restoreResult{}, err
+				}
+				return restoreResult{ClusterID: resp.ClusterId, ControllerEpoch: resp.ControllerEpoch, SnapshotIndex: resp.SnapshotIndex,
+					Brokers: resp.Brokers, Topics: resp.Topics, Partitions: resp.Partitions}, nil
+			}, func(w io.Writer, r restoreResult) error {
+				fmt.Fprintf(w, "restored cluster %s from %s (snapshot index %d): %d brokers, %d topics, %d partitions; controller epoch now %d\n",
+					r.ClusterID, args[0], r.SnapshotIndex, r.Brokers, r.Topics, r.Partitions, r.ControllerEpoch)
+				return nil
+			})
 		},
 	}
 	a.add(cmd)
-	cmd.Flags().Lookup("timeout").DefValue = "10m0s"
-	a.timeout = 10 * time.Minute
 	cmd.Flags().BoolVar(&force, "force-cluster-id", false, "restore a snapshot of another cluster, under this cluster's id")
 	return cmd
 }

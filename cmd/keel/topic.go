@@ -103,7 +103,8 @@ func joinIDs(in []int32) string {
 	return strings.Join(s, ",")
 }
 
-// leaderCell renders a partition leader for a table: -1 is "none".
+// leaderCell renders a leader for a table, a partition's or the quorum's:
+// -1 is "none".
 func leaderCell(id int32) string {
 	if id < 0 {
 		return "none"
@@ -111,11 +112,8 @@ func leaderCell(id int32) string {
 	return fmt.Sprint(id)
 }
 
-// printTopic prints a topic as `keel topic describe` does.
-func printTopic(w io.Writer, output string, v topicView) error {
-	if output == "json" {
-		return printJSON(w, v)
-	}
+// topicTable prints a topic as `keel topic describe` does.
+func topicTable(w io.Writer, v topicView) error {
 	keys := make([]string, 0, len(v.Configs))
 	for k := range v.Configs {
 		keys = append(keys, k)
@@ -126,15 +124,7 @@ func printTopic(w io.Writer, output string, v topicView) error {
 		configs[i] = k + "=" + v.Configs[k]
 	}
 	fmt.Fprintf(w, "Topic:   %s\nID:      %s\nConfigs: %s\n\n", v.Name, orDash(v.ID), orDash(strings.Join(configs, ", ")))
-	if len(v.Partitions) == 0 {
-		fmt.Fprintln(w, "No partitions.")
-		return nil
-	}
-	rows := [][]string{partitionHeader}
-	for _, p := range v.Partitions {
-		rows = append(rows, partitionCells(p))
-	}
-	return printTable(w, rows)
+	return tableOf(partitionHeader, "No partitions.", partitionCells)(w, v.Partitions)
 }
 
 var partitionHeader = []string{"PARTITION", "LEADER", "LEADER EPOCH", "PARTITION EPOCH", "REPLICAS", "ISR", "ADDING", "REMOVING"}
@@ -245,16 +235,10 @@ Prints the topic as 'keel topic describe' does.`,
 			if err != nil {
 				return err
 			}
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			resp, err := c.CreateTopic(ctx, req)
-			if err != nil {
-				return err
-			}
-			return printTopicAnswer(ctx, cmd, a, c, req.Name, resp.GetTopic(), req.ValidateOnly, "created")
+			return writeTopic(cmd, a, req.Name, req.ValidateOnly, "created", func(ctx context.Context, c *rpc.Client) (*keelpb.TopicDescription, error) {
+				resp, err := c.CreateTopic(ctx, req)
+				return resp.GetTopic(), err
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -282,19 +266,15 @@ func newTopicDeleteCmd() *cobra.Command {
 the deletion; a broker that is down does so when it catches up.`,
 		Args: topicNameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := c.DeleteTopic(ctx, args[0]); err != nil {
-				return err
-			}
-			if a.output == "json" {
-				return printJSON(cmd.OutOrStdout(), deletedTopic{Name: args[0], Deleted: true})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted topic %s\n", args[0])
-			return nil
+			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (deletedTopic, error) {
+				if err := c.DeleteTopic(ctx, args[0]); err != nil {
+					return deletedTopic{}, err
+				}
+				return deletedTopic{Name: args[0], Deleted: true}, nil
+			}, func(w io.Writer, d deletedTopic) error {
+				fmt.Fprintf(w, "deleted topic %s\n", d.Name)
+				return nil
+			})
 		},
 	}
 	a.add(cmd)
@@ -309,28 +289,20 @@ func newTopicListCmd() *cobra.Command {
 		Short: "List topics: name, id, partition count, replication factor",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			resp, err := c.ListTopics(ctx, readOptions(linearizable)...)
-			if err != nil {
-				return err
-			}
-			rows := make([]topicSummary, 0, len(resp.GetTopics()))
-			for _, t := range resp.GetTopics() {
-				rows = append(rows, topicSummary{Name: t.GetName(), ID: t.GetId(), Partitions: t.GetPartitions(), ReplicationFactor: t.GetReplicationFactor()})
-			}
-			sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
-			if a.output == "json" {
-				return printJSON(cmd.OutOrStdout(), rows)
-			}
-			table := [][]string{{"NAME", "ID", "PARTITIONS", "REPLICATION FACTOR"}}
-			for _, r := range rows {
-				table = append(table, []string{r.Name, orDash(r.ID), fmt.Sprint(r.Partitions), fmt.Sprint(r.ReplicationFactor)})
-			}
-			return printTable(cmd.OutOrStdout(), table)
+			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]topicSummary, error) {
+				resp, err := c.ListTopics(ctx, readOptions(linearizable)...)
+				if err != nil {
+					return nil, err
+				}
+				rows := make([]topicSummary, 0, len(resp.GetTopics()))
+				for _, t := range resp.GetTopics() {
+					rows = append(rows, topicSummary{Name: t.GetName(), ID: t.GetId(), Partitions: t.GetPartitions(), ReplicationFactor: t.GetReplicationFactor()})
+				}
+				sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
+				return rows, nil
+			}, tableOf([]string{"NAME", "ID", "PARTITIONS", "REPLICATION FACTOR"}, "", func(r topicSummary) []string {
+				return []string{r.Name, orDash(r.ID), fmt.Sprint(r.Partitions), fmt.Sprint(r.ReplicationFactor)}
+			}))
 		},
 	}
 	a.add(cmd)
@@ -360,19 +332,16 @@ func newTopicDescribeCmd() *cobra.Command {
 		Short: "Show a topic: its configs, and each partition's leader, epochs, replicas and ISR",
 		Args:  topicNameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, done, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			resp, err := c.DescribeTopic(ctx, args[0], readOptions(linearizable)...)
-			if err != nil {
-				return err
-			}
-			if resp.GetTopic() == nil {
-				return fmt.Errorf("topic %q: the controller answered without a description", args[0])
-			}
-			return printTopic(cmd.OutOrStdout(), a.output, describeView(resp.GetTopic()))
+			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (topicView, error) {
+				resp, err := c.DescribeTopic(ctx, args[0], readOptions(linearizable)...)
+				if err != nil {
+					return topicView{}, err
+				}
+				if resp.GetTopic() == nil {
+					return topicView{}, fmt.Errorf("topic %q: the controller answered without a description", args[0])
+				}
+				return describeView(resp.GetTopic()), nil
+			}, topicTable)
 		},
 	}
 	a.add(cmd)
@@ -380,24 +349,33 @@ func newTopicDescribeCmd() *cobra.Command {
 	return cmd
 }
 
-// printTopicAnswer prints the topic a create or add-partitions answered
-// with, reading it back if the answer did not carry it (what names the
-// write for the error message).
-func printTopicAnswer(ctx context.Context, cmd *cobra.Command, a *adminFlags, c *rpc.Client, name string,
-	topic *keelpb.TopicDescription, validateOnly bool, what string,
+// writeTopic is the body of topic create and partition add-partitions:
+// write makes the change and returns the topic its answer carried, printed
+// as `keel topic describe` prints it. An answer without one is read back,
+// since the write is done by then: what names it in the error if that fails.
+func writeTopic(cmd *cobra.Command, a *adminFlags, name string, validateOnly bool, what string,
+	write func(ctx context.Context, c *rpc.Client) (*keelpb.TopicDescription, error),
 ) error {
-	if topic == nil && !validateOnly {
-		d, err := c.DescribeTopic(ctx, name)
+	return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (topicView, error) {
+		topic, err := write(ctx, c)
 		if err != nil {
-			return fmt.Errorf("topic %q %s, but reading it back failed: %s", name, what, errorLine(err))
+			return topicView{}, err
 		}
-		topic = d.GetTopic()
-	}
-	if topic == nil {
-		topic = &keelpb.TopicDescription{Name: name}
-	}
-	if validateOnly && a.output != "json" {
-		fmt.Fprintln(cmd.OutOrStdout(), "validated, nothing written")
-	}
-	return printTopic(cmd.OutOrStdout(), a.output, describeView(topic))
+		if topic == nil && !validateOnly {
+			d, err := c.DescribeTopic(ctx, name)
+			if err != nil {
+				return topicView{}, fmt.Errorf("topic %q %s, but reading it back failed: %s", name, what, errorLine(err))
+			}
+			topic = d.GetTopic()
+		}
+		if topic == nil {
+			topic = &keelpb.TopicDescription{Name: name}
+		}
+		return describeView(topic), nil
+	}, func(w io.Writer, v topicView) error {
+		if validateOnly {
+			fmt.Fprintln(w, "validated, nothing written")
+		}
+		return topicTable(w, v)
+	})
 }

@@ -203,12 +203,17 @@ func writeFlagTable(b *bytes.Buffer, fs *pflag.FlagSet, settings, global bool) {
 		case settings && config.Settable(f):
 			variable = "`" + config.EnvName(f.Name) + "`"
 		}
-		def := code(stableDefault(f.DefValue))
-		if f.DefValue == "" && f.Value.Type() != "string" {
-			def = "—" // a required flag's placeholder default (hidePlaceholder)
-		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", code(name), def, variable, mdCell(usage))
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", code(name), defaultCell(f), variable, mdCell(usage))
 	})
+}
+
+// defaultCell is f's default as its table cell: "—" for a required flag
+// whose placeholder default --help hides (hidePlaceholder).
+func defaultCell(f *pflag.Flag) string {
+	if f.DefValue == "" && f.Value.Type() != "string" {
+		return "—"
+	}
+	return code(stableDefault(f.DefValue))
 }
 
 // code is s as a Markdown code span inside a table cell.

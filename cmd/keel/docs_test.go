@@ -136,7 +136,7 @@ func TestDocs_ConfigurationHasEveryFlag(t *testing.T) {
 			switch {
 			case row == "":
 				t.Errorf("%s: no row for --%s", c.CommandPath(), f.Name)
-			case !strings.Contains(row, "| "+code(stableDefault(f.DefValue))+" |"):
+			case !strings.Contains(row, "| "+defaultCell(f)+" |"):
 				t.Errorf("%s --%s: default %q not in %q", c.CommandPath(), f.Name, f.DefValue, row)
 			case configurable(c) && config.Settable(f) && !strings.Contains(row, config.EnvName(f.Name)):
 				t.Errorf("%s --%s: a setting, but its variable is not in %q", c.CommandPath(), f.Name, row)

@@ -557,7 +557,7 @@ func (r *faultRun) healAndCheck(t *testing.T, brokers []int32, tally *faultTally
 	c := r.c
 	c.net.Heal()
 	for _, id := range c.IDs() {
-		if c.node(id).paused {
+		if c.node(id).Paused() {
 			c.Resume(id)
 		}
 	}

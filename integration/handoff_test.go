@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/keelproc"
 )
 
 // maxRestartPause bounds the unavailability of one restart in a rolling
@@ -51,9 +53,9 @@ func TestRollingRestartHandsOffLeadership(t *testing.T) {
 		before := time.Now()
 		c.Stop(id) // SIGTERM, and exit status 0
 		if id == leader {
-			if !strings.Contains(c.node(leader).output(), "leadership transferred before stopping") {
+			if !strings.Contains(c.node(leader).Output(), "leadership transferred before stopping") {
 				t.Fatalf("round %d: node %d did not transfer leadership before stopping; output ends:\n%s",
-					round, leader, lastLines(c.node(leader).output(), 15))
+					round, leader, keelproc.LastLines(c.node(leader).Output(), 15))
 			}
 			next, nextEpoch := c.WaitForActive(t, activeTimeout)
 			if next == leader || nextEpoch <= epoch {

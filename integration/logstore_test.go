@@ -20,9 +20,7 @@ import (
 
 // withLogStore passes --log-store to every controller.
 func withLogStore(store string) clusterOption {
-	return func(o *clusterOptions) {
-		o.controllerFlags = append(o.controllerFlags, "--log-store", store)
-	}
+	return withControllerFlags("--log-store", store)
 }
 
 // ackedWrite is a no-op the quorum acknowledged: its request id and index.
@@ -279,10 +277,8 @@ func TestLogStore_RefusesTheOtherStore(t *testing.T) {
 // with --log-store wal on an empty data dir. It rejoins from the leader's
 // snapshot plus the log, and the mixed quorum goes on committing.
 func TestLogStore_MigrateVoterToWAL(t *testing.T) {
-	c := startCluster(t, 3, func(o *clusterOptions) {
-		o.controllerFlags = append(o.controllerFlags,
-			"--snapshot-threshold", "16", "--trailing-logs", "4", "--snapshot-interval", "100ms")
-	})
+	c := startCluster(t, 3, withControllerFlags(
+		"--snapshot-threshold", "16", "--trailing-logs", "4", "--snapshot-interval", "100ms"))
 	leader, _ := c.WaitForActive(t, activeTimeout)
 	for range 40 {
 		c.appendNoOp(t, 10*time.Second)
@@ -300,7 +296,7 @@ func TestLogStore_MigrateVoterToWAL(t *testing.T) {
 	}
 
 	nd := c.node(follower)
-	nd.args = append(nd.args, "--log-store", "wal") // still with --voters
+	nd.SetArgs(append(nd.Args(), "--log-store", "wal")) // still with --voters
 	c.Start(follower)
 	resp := c.appendNoOp(t, 10*time.Second)
 	c.WaitForConverged(t, c.IDs(), resp.Index)

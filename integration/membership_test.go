@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/keelproc"
 )
 
 // maxMembershipGap bounds the longest pause between two acknowledged writes
@@ -109,7 +111,7 @@ func TestMembership_ChangesUnderLoad(t *testing.T) {
 	before := time.Now()
 	n4 := c.StartJoiner(4)
 	var added membershipJSON
-	c.keelJSON(t, &added, "quorum", "add-voter", "4", n4.addr)
+	c.keelJSON(t, &added, "quorum", "add-voter", "4", n4.Addr())
 	if got := added.ids(); !slices.Equal(got, []int32{1, 2, 3, 4}) || added.ConfigurationIndex == 0 {
 		t.Fatalf("add-voter 4: voters %v at configuration index %d", got, added.ConfigurationIndex)
 	}
@@ -119,7 +121,7 @@ func TestMembership_ChangesUnderLoad(t *testing.T) {
 	var meta struct {
 		ClusterID string `json:"cluster_id"`
 	}
-	if b, err := os.ReadFile(filepath.Join(n4.dataDir, "meta.json")); err != nil || json.Unmarshal(b, &meta) != nil || meta.ClusterID == "" {
+	if b, err := os.ReadFile(filepath.Join(n4.DataDir(), "meta.json")); err != nil || json.Unmarshal(b, &meta) != nil || meta.ClusterID == "" {
 		t.Fatalf("node 4's meta.json after it joined: %s, %v", b, err)
 	}
 
@@ -138,8 +140,8 @@ func TestMembership_ChangesUnderLoad(t *testing.T) {
 	if code := c.waitExited(follower, 20*time.Second); code != 0 {
 		t.Fatalf("removed node %d exited with status %d", follower, code)
 	}
-	if out := c.node(follower).output(); !strings.Contains(out, "removed from the quorum") {
-		t.Fatalf("removed node %d did not say why it stopped; output ends:\n%s", follower, lastLines(out, 10))
+	if out := c.node(follower).Output(); !strings.Contains(out, "removed from the quorum") {
+		t.Fatalf("removed node %d did not say why it stopped; output ends:\n%s", follower, keelproc.LastLines(out, 10))
 	}
 	step("remove follower "+strconv.Itoa(int(follower)), before)
 
@@ -162,7 +164,7 @@ func TestMembership_ChangesUnderLoad(t *testing.T) {
 	// Replace them: node 5 joins, and leadership goes to it.
 	before = time.Now()
 	n5 := c.StartJoiner(5)
-	c.keelJSON(t, &added, "quorum", "add-voter", "5", n5.addr)
+	c.keelJSON(t, &added, "quorum", "add-voter", "5", n5.Addr())
 	want := slices.Sorted(slices.Values(append(removed.ids(), 5)))
 	if got := added.ids(); !slices.Equal(got, want) {
 		t.Fatalf("add-voter 5: voters %v, want %v", got, want)
@@ -231,7 +233,7 @@ func TestMembership_TLS(t *testing.T) {
 	c.WaitForActive(t, activeTimeout)
 	n4 := c.StartJoiner(4)
 	var added membershipJSON
-	c.keelJSON(t, &added, "quorum", "add-voter", "4", n4.addr)
+	c.keelJSON(t, &added, "quorum", "add-voter", "4", n4.Addr())
 	if got := added.ids(); !slices.Equal(got, []int32{1, 2, 3, 4}) {
 		t.Fatalf("add-voter 4: voters %v", got)
 	}

@@ -10,13 +10,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,12 +25,19 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
+	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
-// withNodeFlags gives each controller flags of its own.
-func withNodeFlags(f func(id int32) []string) clusterOption {
-	return func(o *clusterOptions) { o.nodeFlags = f }
+// withMetrics gives every controller a --metrics-addr of its own
+// (keelproc.Node.MetricsAddr).
+func withMetrics() clusterOption {
+	return func(o *clusterOptions) { o.cfg.Metrics = true }
+}
+
+// withBrokerMetrics gives a broker a --metrics-addr of its own.
+func withBrokerMetrics() brokerOption {
+	return func(s *keelproc.BrokerSpec) { s.Metrics = true }
 }
 
 var httpClient = &http.Client{Timeout: 2 * time.Second}
@@ -193,22 +197,16 @@ func waitReadyz(t *testing.T, name, addr string) {
 // a topic on one broker; the broker killed, so fenced after its session,
 // and its partition offline.
 func TestMetrics_ControllersAndBrokers(t *testing.T) {
-	var mu sync.Mutex
+	c := startCluster(t, 3, withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second), withMetrics())
 	ctrlMetrics := map[int32]string{}
-	c := startCluster(t, 3, withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second),
-		withNodeFlags(func(id int32) []string {
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePorts(t, 1)[0]))
-			mu.Lock()
-			defer mu.Unlock()
-			ctrlMetrics[id] = addr // a retried start attempt picks another
-			return []string{"--metrics-addr", addr}
-		}))
+	for _, id := range c.IDs() {
+		ctrlMetrics[id] = c.node(id).MetricsAddr()
+	}
 	c.WaitForActive(t, activeTimeout)
 	brokerMetrics := map[int32]string{}
-	for i, p := range freePorts(t, 3) {
-		id := int32(i + 1)
-		brokerMetrics[id] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
-		c.StartBroker(id, withRack(fmt.Sprintf("r%d", id)), withBrokerFlags("--metrics-addr", brokerMetrics[id]))
+	for _, id := range []int32{1, 2, 3} {
+		c.StartBroker(id, withRack(fmt.Sprintf("r%d", id)), withBrokerMetrics())
+		brokerMetrics[id] = c.broker(id).MetricsAddr()
 	}
 	c.WaitForBrokers(t, allActive(1, 2, 3))
 

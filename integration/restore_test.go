@@ -46,7 +46,7 @@ func (c *Cluster) saveSnapshot(t testing.TB) (string, snapshotJSON) {
 // topicsOn asks controller ctrl alone for the topics of its committed
 // image, by name, with their ids.
 func (c *Cluster) topicsOn(ctx context.Context, ctrl int32) (map[string]string, error) {
-	cl, err := c.client.Controller(c.node(ctrl).addr)
+	cl, err := c.client.Controller(c.node(ctrl).Addr())
 	if err != nil {
 		return nil, err
 	}

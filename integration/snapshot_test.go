@@ -35,7 +35,7 @@ func (c *Cluster) waitForLog(t testing.TB, id int32, line string, n int, timeout
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		got := strings.Count(c.node(id).output(), line)
+		got := strings.Count(c.node(id).Output(), line)
 		if got >= n {
 			return
 		}
@@ -104,7 +104,7 @@ func TestSnapshot_RestartAfterTruncationKeepsCommittedState(t *testing.T) {
 	}
 	c.WaitForApplied(t, c.IDs(), last)
 	for _, id := range c.IDs() {
-		if !strings.Contains(c.node(id).output(), "restored from snapshot") {
+		if !strings.Contains(c.node(id).Output(), "restored from snapshot") {
 			t.Errorf("node %d did not restore a snapshot on restart", id)
 		}
 		list, err := c.ListBrokersOn(t.Context(), id)

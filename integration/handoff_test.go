@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 // maxRestartPause bounds the unavailability of one restart in a rolling
@@ -128,19 +130,12 @@ func (w *writer) waitWrites(t *testing.T, n int) {
 	w.mu.Lock()
 	want := len(w.acks) + n
 	w.mu.Unlock()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.UntilState(t, 30*time.Second, fmt.Sprintf("%d writes acknowledged", want), func() (bool, string) {
 		w.mu.Lock()
 		got := len(w.acks)
 		w.mu.Unlock()
-		if got >= want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d writes acknowledged within 30s; failures: %v", got, want, w.failures())
-		}
-		time.Sleep(pollInterval)
-	}
+		return got >= want, fmt.Sprintf("%d acknowledged; failures: %v", got, w.failures())
+	})
 }
 
 // longestGapSince is the longest time between two acknowledgements from the

@@ -168,10 +168,7 @@ func withFaultNet() clusterOption {
 	return func(o *clusterOptions) { o.cfg.FaultNet = true }
 }
 
-const (
-	pollInterval  = 10 * time.Millisecond
-	describeLimit = time.Second
-)
+const describeLimit = time.Second
 
 // startCluster starts n controllers on free loopback ports, each with its own
 // data dir and log file in the test's temp dir, and waits until every one has
@@ -532,21 +529,4 @@ func (c *Cluster) appendNoOp(t testing.TB, timeout time.Duration) *keelpb.Append
 		t.Fatalf("AppendNoOp: %v", err)
 	}
 	return resp
-}
-
-// pollUntil calls check until it reports done, failing the test with its
-// last description at timeout.
-func pollUntil(t testing.TB, timeout time.Duration, what string, check func() (done bool, state string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		done, state := check()
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last seen:\n%s", what, timeout, state)
-		}
-		time.Sleep(pollInterval)
-	}
 }

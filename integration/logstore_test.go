@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 // withLogStore passes --log-store to every controller.
@@ -86,13 +89,10 @@ func (w *noOpWriters) snapshot() []ackedWrite {
 // waitForMore polls until n more writes than have are acknowledged.
 func (w *noOpWriters) waitForMore(t *testing.T, have, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for len(w.snapshot()) < have+n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d writes acknowledged within 20s", len(w.snapshot())-have, n)
-		}
-		time.Sleep(pollInterval)
-	}
+	poll.UntilState(t, 20*time.Second, fmt.Sprintf("%d more writes acknowledged", n), func() (bool, string) {
+		got := len(w.snapshot())
+		return got >= have+n, fmt.Sprintf("%d of %d acknowledged", got-have, n)
+	})
 }
 
 // nodeLog is what `keel metadata dump -o json` reads from a stopped node's
@@ -320,8 +320,7 @@ func TestLogStore_MigrateVoterToWAL(t *testing.T) {
 // snapshot at index or later (raft names them term-index-time).
 func waitForSnapshot(t *testing.T, dataDir string, index uint64) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.Until(t, 30*time.Second, fmt.Sprintf("a raft snapshot at index %d or later in %s", index, dataDir), func() bool {
 		entries, _ := os.ReadDir(filepath.Join(dataDir, "snapshots"))
 		for _, e := range entries {
 			parts := strings.Split(e.Name(), "-")
@@ -329,12 +328,9 @@ func waitForSnapshot(t *testing.T, dataDir string, index uint64) {
 				continue
 			}
 			if at, err := strconv.ParseUint(parts[1], 10, 64); err == nil && at >= index {
-				return
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no raft snapshot at index %d or later in %s within 30s", index, dataDir)
-		}
-		time.Sleep(pollInterval)
-	}
+		return false
+	})
 }

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 // maxMembershipGap bounds the longest pause between two acknowledged writes
@@ -51,18 +53,19 @@ type statusJSON struct {
 // waitStatus polls `keel quorum status -o json` until ok accepts it.
 func (c *Cluster) waitStatus(t *testing.T, what string, ok func(statusJSON) bool) statusJSON {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var st statusJSON
+	// Every 100 ms, not poll.Interval: each look runs a keel process, and
+	// the writes the membership tests time must not share the CPU with a
+	// stream of them.
+	var st statusJSON
+	err := poll.Wait(context.Background(), 20*time.Second, 100*time.Millisecond, "keel quorum status to show "+what, func() (bool, error) {
+		st = statusJSON{}
 		c.keelJSON(t, &st, "quorum", "status")
-		if ok(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("keel quorum status did not show %s within 20s: %+v", what, st)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return ok(st), nil
+	})
+	if err != nil {
+		t.Fatalf("%v: %+v", err, st)
 	}
+	return st
 }
 
 // caughtUp: the quorum status lists exactly ids, each a leader or follower

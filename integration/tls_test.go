@@ -20,6 +20,7 @@ import (
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 	"github.com/keel-dev/keel/tlsauth"
@@ -229,7 +230,7 @@ func TestTLS_Cluster(t *testing.T) {
 		nd.SetArgs(withoutTLSFlags(tlsArgs))
 		c.Start(killed)
 		others := without(c.IDs(), killed)
-		pollUntil(t, 20*time.Second, "the TLS controllers to refuse the plaintext one's raft connections", func() (bool, string) {
+		poll.UntilState(t, 20*time.Second, "the TLS controllers to refuse the plaintext one's raft connections", func() (bool, string) {
 			for _, id := range others {
 				if strings.Contains(c.node(id).Output(), "refused a raft connection") {
 					return true, ""

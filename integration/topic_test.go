@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
@@ -264,13 +265,7 @@ func TestBroker_ControlledShutdownKeepsPartitionsLed(t *testing.T) {
 	}
 
 	w := c.watchLeaders(t, topic)
-	deadline := time.Now().Add(10 * time.Second)
-	for w.count() < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the watch of topic %s read nothing in 10s", topic)
-		}
-		time.Sleep(pollInterval)
-	}
+	poll.Until(t, 10*time.Second, fmt.Sprintf("the watch of topic %s to read it 3 times", topic), func() bool { return w.count() >= 3 })
 	readsBefore := w.count()
 	sigterm := time.Now()
 	c.StopBroker(id) // fails the test unless it exits 0

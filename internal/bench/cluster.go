@@ -1,45 +1,19 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
+	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/metrics"
 )
-
-// controllerProc is one `keel controller` process of a local quorum.
-type controllerProc struct {
-	id          int32
-	addr        string
-	metricsAddr string
-	dataDir     string
-	logPath     string
-	args        []string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed once the process has exited
-}
-
-// localQuorum runs a quorum of `keel controller` processes on loopback,
-// with data dirs under dir.
-type localQuorum struct {
-	exe   string
-	env   []string
-	nodes []*controllerProc
-}
 
 // controllerFlags are the flags every bench controller gets beside its
 // identity: a low snapshot threshold checked every second, so the load
@@ -52,175 +26,21 @@ var controllerFlags = []string{
 	"--leader-imbalance-check-interval", "-1s",
 }
 
-// freePorts returns n distinct free ports on 127.0.0.1.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %v", err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
-}
-
-// startLocalQuorum starts n controllers from exe (with env added to the
-// environment) on free loopback ports, data dirs and logs under dir.
-func startLocalQuorum(exe string, env []string, dir string, n int) (*localQuorum, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	ports, err := freePorts(2 * n)
-	if err != nil {
-		return nil, err
-	}
-	q := &localQuorum{exe: exe, env: env}
-	var voters []string
-	for i := range n {
-		id := int32(i + 1)
-		p := &controllerProc{
-			id:          id,
-			addr:        fmt.Sprintf("127.0.0.1:%d", ports[i]),
-			metricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[n+i]),
-			dataDir:     filepath.Join(dir, fmt.Sprintf("controller-%d", id)),
-			logPath:     filepath.Join(dir, fmt.Sprintf("controller-%d.log", id)),
-		}
-		voters = append(voters, fmt.Sprintf("%d@%s", id, p.addr))
-		q.nodes = append(q.nodes, p)
-	}
-	for _, p := range q.nodes {
-		p.args = append([]string{"controller",
-			"--node-id", strconv.Itoa(int(p.id)),
-			"--listen", p.addr,
-			"--data-dir", p.dataDir,
-			"--voters", strings.Join(voters, ","),
-			"--metrics-addr", p.metricsAddr,
-		}, controllerFlags...)
-		if err := q.start(p); err != nil {
-			q.Close()
-			return nil, err
-		}
-	}
-	return q, nil
-}
-
-// Addrs are the controllers' addresses, by node id order.
-func (q *localQuorum) Addrs() []string {
-	out := make([]string, len(q.nodes))
-	for i, p := range q.nodes {
-		out[i] = p.addr
-	}
-	return out
-}
-
-func (q *localQuorum) node(id int32) *controllerProc {
-	for _, p := range q.nodes {
-		if p.id == id {
-			return p
-		}
-	}
-	return nil
-}
-
-func (q *localQuorum) start(p *controllerProc) error {
-	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(q.exe, p.args...)
-	cmd.Env = append(os.Environ(), q.env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = procAttr()
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start controller %d (%s): %v", p.id, q.exe, err)
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logf.Close()
-		close(done)
-	}()
-	p.mu.Lock()
-	p.cmd, p.done = cmd, done
-	p.mu.Unlock()
-	return nil
-}
-
-// Start starts a stopped controller again on its data dir.
-func (q *localQuorum) Start(id int32) error { return q.start(q.node(id)) }
-
-// Kill kills a controller with SIGKILL (kill -9) and waits until it is gone.
-func (q *localQuorum) Kill(id int32) {
-	p := q.node(id)
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-done
-}
-
-// Close kills every controller.
-func (q *localQuorum) Close() {
-	for _, p := range q.nodes {
-		q.Kill(p.id)
-	}
-}
-
-// exited names a controller that is no longer running, or returns nil.
-func (q *localQuorum) exited() error {
-	for _, p := range q.nodes {
-		p.mu.Lock()
-		done := p.done
-		p.mu.Unlock()
-		select {
-		case <-done:
-			return fmt.Errorf("controller %d exited", p.id)
-		default:
-		}
-	}
-	return nil
-}
-
-// Logs returns the end of every controller's log, for an error report.
-func (q *localQuorum) Logs(lines int) string {
+// quorumLogs returns the end of every controller's log, for an error
+// report.
+func quorumLogs(q *keelproc.Cluster, lines int) string {
 	var b strings.Builder
-	for _, p := range q.nodes {
-		fmt.Fprintf(&b, "--- controller %d (%s), last %d lines of %s\n%s", p.id, p.addr, lines, p.logPath, tail(p.logPath, lines))
+	for _, nd := range q.Controllers() {
+		tail, err := nd.LogTail(lines)
+		switch {
+		case err != nil:
+			tail = err.Error() + "\n"
+		case tail != "":
+			tail += "\n"
+		}
+		fmt.Fprintf(&b, "--- controller %d (%s), last %d lines of %s\n%s", nd.ID(), nd.Addr(), lines, nd.LogPath(), tail)
 	}
 	return b.String()
-}
-
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error() + "\n"
-	}
-	defer f.Close()
-	var lines []string
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64<<10), 1<<20)
-	for s.Scan() {
-		lines = append(lines, s.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	if len(lines) == 0 {
-		return ""
-	}
-	return strings.Join(lines, "\n") + "\n"
 }
 
 // snapshotIndexOnDisk is the highest raft index of a complete raft snapshot
@@ -310,29 +130,4 @@ func parseMetric(text, name string) (uint64, error) {
 		return uint64(v), nil
 	}
 	return 0, errors.New(name + " not found in the metrics")
-}
-
-// waitFor polls cond every interval until it holds, ctx ends, or timeout
-// passes; what names the wait in the error.
-func waitFor(ctx context.Context, timeout, interval time.Duration, what string, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %v waiting for %s", timeout, what)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 }

@@ -483,26 +483,35 @@ func (c *Cluster) waitBrokerStarted(ctx context.Context, nd *Node) error {
 			return err
 		}
 		c.retrying(fmt.Errorf("%w; starting %s again on another port", err, nd.name))
-		n := 1
-		if nd.metrics {
-			n = 2
-		}
-		addrs, err := FreeAddrs(n)
-		if err != nil {
+		if err := nd.newPorts(); err != nil {
 			return err
 		}
-		nd.mu.Lock()
-		nd.addr = addrs[0]
-		nd.args = setFlag(nd.args, "--listen", addrs[0])
-		if nd.metrics {
-			nd.metricsAddr = addrs[1]
-			nd.args = setFlag(nd.args, "--metrics-addr", addrs[1])
-		}
-		nd.mu.Unlock()
 		if err := c.launch(nd); err != nil {
 			return err
 		}
 	}
+}
+
+// newPorts moves nd to free ports: its listen address and, if it has one,
+// its metrics address, in its arguments too.
+func (nd *Node) newPorts() error {
+	n := 1
+	if nd.metrics {
+		n = 2
+	}
+	addrs, err := FreeAddrs(n)
+	if err != nil {
+		return err
+	}
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	nd.addr = addrs[0]
+	nd.args = setFlag(nd.args, "--listen", addrs[0])
+	if nd.metrics {
+		nd.metricsAddr = addrs[1]
+		nd.args = setFlag(nd.args, "--metrics-addr", addrs[1])
+	}
+	return nil
 }
 
 // StartJoiner starts the next controller (the id after the highest) on a
@@ -523,20 +532,9 @@ func (c *Cluster) StartJoiner(ctx context.Context) (*Node, error) {
 	c.mu.Unlock()
 	var err error
 	for attempt := 1; attempt <= c.cfg.Attempts; attempt++ {
-		n := 1
-		if nd.metrics {
-			n = 2
-		}
-		var addrs []string
-		if addrs, err = FreeAddrs(n); err != nil {
+		if err = nd.newPorts(); err != nil {
 			return nil, err
 		}
-		nd.mu.Lock()
-		nd.addr = addrs[0]
-		if nd.metrics {
-			nd.metricsAddr = addrs[1]
-		}
-		nd.mu.Unlock()
 		nd.SetArgs(c.controllerArgs(nd, true))
 		if err = os.RemoveAll(nd.dataDir); err != nil {
 			return nil, err
@@ -562,24 +560,10 @@ func (c *Cluster) StartJoiner(ctx context.Context) (*Node, error) {
 // fails for a node that was not running, that does not exit within
 // Config.StopTimeout, or that exits with a status other than 0.
 func (c *Cluster) Stop(nodes ...*Node) error {
-	var errs []error
-	var stopping []*Node
-	for _, nd := range nodes {
-		p := nd.process()
-		if p == nil || !p.Running() {
-			errs = append(errs, fmt.Errorf("stop %s: %w", nd.name, ErrNotRunning))
-			continue
-		}
-		_ = p.Signal(syscall.SIGTERM)
-		stopping = append(stopping, nd)
-	}
-	for _, nd := range stopping {
-		p := nd.process()
-		switch {
-		case !p.Wait(c.cfg.StopTimeout):
-			errs = append(errs, fmt.Errorf("stop %s: pid %d still running %s after SIGTERM", nd.name, p.Pid(), c.cfg.StopTimeout))
-		case p.ExitCode() != 0:
-			errs = append(errs, fmt.Errorf("stop %s: exit status %d, want 0; output ends:\n%s", nd.name, p.ExitCode(), LastLines(nd.Output(), 10)))
+	exited, errs := c.signalAndWait("stop", syscall.SIGTERM, "SIGTERM", nodes)
+	for _, nd := range exited {
+		if code := nd.ExitCode(); code != 0 {
+			errs = append(errs, fmt.Errorf("stop %s: exit status %d, want 0; output ends:\n%s", nd.name, code, LastLines(nd.Output(), 10)))
 		}
 	}
 	return errors.Join(errs...)
@@ -590,23 +574,34 @@ func (c *Cluster) Stop(nodes ...*Node) error {
 // fails (ErrNotRunning) for a node that was not running, after killing the
 // others, and for one still running Config.StopTimeout after its SIGKILL.
 func (c *Cluster) Kill(nodes ...*Node) error {
-	var errs []error
-	var killed []*Node
+	_, errs := c.signalAndWait("kill", syscall.SIGKILL, "SIGKILL", nodes)
+	return errors.Join(errs...)
+}
+
+// signalAndWait sends sig to each of nodes that is running, every signal
+// before any wait, then waits up to Config.StopTimeout for each to exit. It
+// returns those that exited, and an error for each that was not running or
+// did not exit; verb and name say what the caller does and sends, for the
+// errors.
+func (c *Cluster) signalAndWait(verb string, sig syscall.Signal, name string, nodes []*Node) (exited []*Node, errs []error) {
+	var sent []*Node
 	for _, nd := range nodes {
 		p := nd.process()
 		if p == nil || !p.Running() {
-			errs = append(errs, fmt.Errorf("kill %s: %w", nd.name, ErrNotRunning))
+			errs = append(errs, fmt.Errorf("%s %s: %w", verb, nd.name, ErrNotRunning))
 			continue
 		}
-		_ = p.Signal(syscall.SIGKILL)
-		killed = append(killed, nd)
+		_ = p.Signal(sig)
+		sent = append(sent, nd)
 	}
-	for _, nd := range killed {
-		if p := nd.process(); !p.Wait(c.cfg.StopTimeout) {
-			errs = append(errs, fmt.Errorf("kill %s: pid %d still running %s after SIGKILL", nd.name, p.Pid(), c.cfg.StopTimeout))
+	for _, nd := range sent {
+		if p := nd.process(); p.Wait(c.cfg.StopTimeout) {
+			exited = append(exited, nd)
+		} else {
+			errs = append(errs, fmt.Errorf("%s %s: pid %d still running %s after %s", verb, nd.name, p.Pid(), c.cfg.StopTimeout, name))
 		}
 	}
-	return errors.Join(errs...)
+	return exited, errs
 }
 
 // Pause sends SIGSTOP to each of nodes: it keeps its connections and its

@@ -6,10 +6,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/keelproc"
 )
 
 // expectRefused runs keel with args and checks that it exits with status 1
@@ -47,12 +48,12 @@ func expectRefused(t *testing.T, listen string, args []string, want ...string) (
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(freePorts(t, 1)[0]))
+	return freeAddrs(t, 1)[0]
 }
 
+// controllerArgs is a bare controller's command line, extra last.
 func controllerArgs(id int32, listen, dataDir, voters string, extra ...string) []string {
-	return append([]string{"controller", "--node-id", strconv.Itoa(int(id)), "--listen", listen,
-		"--data-dir", dataDir, "--voters", voters}, extra...)
+	return keelproc.ControllerArgs{ID: id, Listen: listen, DataDir: dataDir, Voters: voters, Flags: extra}.Build()
 }
 
 func TestController_RefusesBadInput(t *testing.T) {
@@ -211,7 +212,7 @@ func TestClusterID_WrongFlagDoesNotClaimDataDir(t *testing.T) {
 	}
 
 	_, stderr, code := runKeel(t, 30*time.Second, controllerArgs(3, c.Addr(3), c.DataDir(3), c.VotersFlag(), "--cluster-id", "B")...)
-	last := lastLines(stderr, 1)
+	last := keelproc.LastLines(stderr, 1)
 	if code != 1 || !strings.HasPrefix(last, "keel: ") || !strings.Contains(last, v.ClusterId) {
 		t.Errorf("start with --cluster-id B: exit %d, last line %q; want exit 1 naming cluster %s", code, last, v.ClusterId)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 const (
@@ -87,23 +89,20 @@ func failoverTrial(t *testing.T, c *Cluster) (took time.Duration, ok bool) {
 // pollForEpoch asks the survivors for their own views every failoverPoll
 // until one reports itself active with epoch, and returns the time since start.
 func pollForEpoch(c *Cluster, survivors []int32, epoch int64, start time.Time) (time.Duration, bool) {
-	tick := time.NewTicker(failoverPoll)
-	defer tick.Stop()
-	for {
+	var took time.Duration
+	err := poll.Wait(context.Background(), trialLimit-time.Since(start), failoverPoll, "an active survivor", func() (bool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		views, _ := c.Views(ctx, survivors)
 		cancel()
-		now := time.Now()
+		took = time.Since(start)
 		for _, v := range views {
 			if v.Active && v.ControllerEpoch == epoch {
-				return now.Sub(start), true
+				return true, nil
 			}
 		}
-		if now.Sub(start) > trialLimit {
-			return now.Sub(start), false
-		}
-		<-tick.C
-	}
+		return false, nil
+	})
+	return took, err == nil
 }
 
 // steadyWrites commits a no-op every interval for d and fails the test if

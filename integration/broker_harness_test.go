@@ -1,18 +1,16 @@
 package integration
 
 // The broker side of the harness: `keel broker` processes started against a
-// Cluster, each with its own data dir and log file in the test's temp dir,
-// stopped by PID in t.Cleanup (SIGTERM must make them exit 0), their logs
-// checked for races and panics and printed when the test fails.
+// Cluster (keelproc.Cluster.StartBrokers), each with its own data dir and log
+// file in the test's temp dir, stopped by PID in t.Cleanup (SIGTERM must make
+// them exit 0), their logs checked for races and panics and printed when the
+// test fails.
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -22,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
@@ -42,34 +42,23 @@ const (
 	stateFenced = "fenced"
 )
 
-// brokerOptions are a broker's own flags.
-type brokerOptions struct {
-	rack      string
-	heartbeat time.Duration
-	flags     []string // more flags, last on the command line
-}
-
 // brokerOption adjusts how StartBroker runs a broker.
-type brokerOption func(*brokerOptions)
+type brokerOption func(*keelproc.BrokerSpec)
 
 // withRack passes --rack.
 func withRack(rack string) brokerOption {
-	return func(o *brokerOptions) { o.rack = rack }
+	return func(s *keelproc.BrokerSpec) { s.Rack = rack }
 }
 
-// brokerArgs is the command line of broker id.
-func brokerArgs(id int32, listen, dataDir string, controllers []string, o brokerOptions) []string {
-	args := []string{"broker",
-		"--broker-id", strconv.Itoa(int(id)),
-		"--listen", listen,
-		"--data-dir", dataDir,
-		"--controllers", strings.Join(controllers, ","),
-		"--heartbeat-interval", o.heartbeat.String(),
-	}
-	if o.rack != "" {
-		args = append(args, "--rack", o.rack)
-	}
-	return append(args, o.flags...)
+// withBrokerFlags passes flags to a broker, after the harness's own.
+func withBrokerFlags(flags ...string) brokerOption {
+	return func(s *keelproc.BrokerSpec) { s.Flags = append(s.Flags, flags...) }
+}
+
+// brokerArgs is the command line of a broker started by hand, outside the
+// cluster, heartbeating as the cluster's brokers do.
+func brokerArgs(id int32, listen, dataDir string, controllers []string) []string {
+	return keelproc.BrokerArgs{ID: id, Listen: listen, DataDir: dataDir, Controllers: controllers, Heartbeat: testHeartbeat}.Build()
 }
 
 // startBrokerCluster starts a quorum of controllers with a session timeout
@@ -107,80 +96,31 @@ func (c *Cluster) StartBroker(id int32, opts ...brokerOption) {
 	c.startBrokers([]int32{id}, [][]brokerOption{opts})
 }
 
-// startBrokers starts the brokers ids (opts[i] for ids[i]) together, then
-// waits until each has started; one whose port was taken meanwhile is
-// started again on another port.
+// startBrokers starts the brokers ids (opts[i] for ids[i]) together, each
+// heartbeating every testHeartbeat, then waits until each has started; one
+// whose port was taken meanwhile is started again on another port.
 func (c *Cluster) startBrokers(ids []int32, opts [][]brokerOption) {
 	t := c.t
 	t.Helper()
-	nds := make([]*procNode, len(ids))
-	ports := freePorts(t, len(ids)) // distinct from each other
+	specs := make([]keelproc.BrokerSpec, len(ids))
 	for i, id := range ids {
-		o := brokerOptions{heartbeat: testHeartbeat, flags: c.opts.tlsFlags(fmt.Sprintf("broker-%d", id))}
-		for _, opt := range opts[i] {
-			opt(&o)
-		}
-		c.brokerMu.Lock()
-		if c.brokers == nil {
-			c.brokers = make(map[int32]*procNode)
-		}
-		if _, ok := c.brokers[id]; ok {
-			c.brokerMu.Unlock()
+		if c.h.Broker(id) != nil {
 			t.Fatalf("StartBroker(%d): broker %d was started before; use RestartBroker", id, id)
 		}
-		nd := &procNode{
-			name:    fmt.Sprintf("broker %d", id),
-			ready:   `msg="broker started"`,
-			id:      id,
-			addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])),
-			dataDir: filepath.Join(c.dir, fmt.Sprintf("b%d", id)),
-			logPath: filepath.Join(c.dir, fmt.Sprintf("b%d.log", id)),
-		}
-		nd.args = brokerArgs(id, nd.addr, nd.dataDir, c.VoterAddrs(), o)
-		c.brokers[id] = nd
-		c.brokerMu.Unlock()
-		nds[i] = nd
-		if err := c.launch(nd); err != nil {
-			t.Fatalf("start broker %d: %v", id, err)
+		specs[i] = keelproc.BrokerSpec{ID: id, Heartbeat: testHeartbeat}
+		for _, opt := range opts[i] {
+			opt(&specs[i])
 		}
 	}
-	for _, nd := range nds {
-		c.waitBrokerStarted(nd)
+	if err := c.h.StartBrokers(context.Background(), specs...); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// waitBrokerStarted waits until nd's latest process has started. If its
-// port was taken between choosing it and binding it, it starts nd again on
-// another port: a broker's address may change across restarts.
-func (c *Cluster) waitBrokerStarted(nd *procNode) {
-	t := c.t
-	t.Helper()
-	for attempt := 1; ; attempt++ {
-		err := c.waitStarted(nd)
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, errBind) || attempt == bindAttempts {
-			t.Fatalf("start %s: %v", nd.name, err)
-		}
-		t.Logf("start %s: %v; retrying on another port", nd.name, err)
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePorts(t, 1)[0]))
-		c.brokerMu.Lock()
-		nd.addr = addr
-		nd.args[slices.Index(nd.args, "--listen")+1] = addr
-		c.brokerMu.Unlock()
-		if err := c.launch(nd); err != nil {
-			t.Fatalf("start %s: %v", nd.name, err)
-		}
-	}
-}
-
-func (c *Cluster) broker(id int32) *procNode {
+func (c *Cluster) broker(id int32) *keelproc.Node {
 	c.t.Helper()
-	c.brokerMu.Lock()
-	nd, ok := c.brokers[id]
-	c.brokerMu.Unlock()
-	if !ok {
+	nd := c.h.Broker(id)
+	if nd == nil {
 		c.t.Fatalf("no broker %d was started", id)
 	}
 	return nd
@@ -189,34 +129,30 @@ func (c *Cluster) broker(id int32) *procNode {
 // BrokerAddr returns broker id's address (its --listen).
 func (c *Cluster) BrokerAddr(id int32) string {
 	c.t.Helper()
-	nd := c.broker(id)
-	c.brokerMu.Lock()
-	defer c.brokerMu.Unlock()
-	return nd.addr
+	return c.broker(id).Addr()
 }
 
 // BrokerDataDir returns broker id's data dir.
 func (c *Cluster) BrokerDataDir(id int32) string {
 	c.t.Helper()
-	return c.broker(id).dataDir
+	return c.broker(id).DataDir()
 }
 
 // BrokerIDs returns the id of every broker started, in order.
 func (c *Cluster) BrokerIDs() []int32 {
-	c.brokerMu.Lock()
-	defer c.brokerMu.Unlock()
-	ids := make([]int32, 0, len(c.brokers))
-	for id := range c.brokers {
-		ids = append(ids, id)
+	var ids []int32
+	for _, nd := range c.h.Brokers() {
+		ids = append(ids, nd.ID())
 	}
-	slices.Sort(ids)
 	return ids
 }
 
 // KillBroker sends SIGKILL to broker id and waits for it to exit.
 func (c *Cluster) KillBroker(id int32) {
 	c.t.Helper()
-	c.killNodes(c.broker(id))
+	if err := c.h.Kill(c.broker(id)); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // KillTogether sends SIGKILL to the controllers ctrls and the brokers
@@ -224,50 +160,47 @@ func (c *Cluster) KillBroker(id int32) {
 // each to exit.
 func (c *Cluster) KillTogether(ctrls, brokers []int32) {
 	c.t.Helper()
-	var nds []*procNode
+	var nds []*keelproc.Node
 	for _, id := range ctrls {
 		nds = append(nds, c.node(id))
 	}
 	for _, id := range brokers {
 		nds = append(nds, c.broker(id))
 	}
-	c.killNodes(nds...)
+	if err := c.h.Kill(nds...); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // StopBroker sends SIGTERM to broker id, waits for it to exit, and fails the
 // test unless it exited with status 0.
 func (c *Cluster) StopBroker(id int32) {
 	c.t.Helper()
-	c.stopNode(c.broker(id))
+	if err := c.h.Stop(c.broker(id)); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // RestartBroker starts broker id again with the same flags and data dir
 // (and port, unless it has been taken meanwhile), and waits until it has
 // started.
 func (c *Cluster) RestartBroker(id int32) {
-	t := c.t
-	t.Helper()
-	nd := c.broker(id)
-	if nd.proc != nil && nd.proc.running() {
-		t.Fatalf("RestartBroker(%d): pid %d is still running", id, nd.proc.pid())
+	c.t.Helper()
+	if err := c.h.StartNodes(context.Background(), c.broker(id)); err != nil {
+		c.t.Fatalf("RestartBroker(%d): %v", id, err)
 	}
-	if err := c.launch(nd); err != nil {
-		t.Fatalf("RestartBroker(%d): %v", id, err)
-	}
-	c.waitBrokerStarted(nd)
 }
 
 // BrokerRunning reports whether broker id's latest process is running.
 func (c *Cluster) BrokerRunning(id int32) bool {
 	c.t.Helper()
-	nd := c.broker(id)
-	return nd.proc != nil && nd.proc.running()
+	return c.broker(id).Running()
 }
 
 // ListBrokersOn asks controller ctrl for the brokers of its committed image.
 func (c *Cluster) ListBrokersOn(ctx context.Context, ctrl int32) (map[int32]*keelpb.BrokerInfo, error) {
 	c.t.Helper()
-	cl, err := c.client.Controller(c.node(ctrl).addr)
+	cl, err := c.client.Controller(c.node(ctrl).Addr())
 	if err != nil {
 		return nil, err
 	}
@@ -327,15 +260,15 @@ func (c *Cluster) WaitForBrokers(t testing.TB, want map[int32]string) map[int32]
 // the awaited lists for the failure message.
 func (c *Cluster) waitForBrokerLists(t testing.TB, want map[int32]string, what string, ok func(map[int32]*keelpb.BrokerInfo) bool) map[int32]*keelpb.BrokerInfo {
 	t.Helper()
-	deadline := time.Now().Add(brokersTimeout)
-	for {
+	var first map[int32]*keelpb.BrokerInfo
+	poll.UntilState(t, brokersTimeout, "every live controller to list "+what, func() (bool, string) {
 		for id, st := range want {
 			if st != stateActive {
 				continue
 			}
-			if nd := c.broker(id); nd.proc == nil || !nd.proc.running() {
+			if nd := c.broker(id); !nd.Running() {
 				t.Fatalf("waiting for broker %d to be active, but it has exited (status %d); its output ends:\n%s",
-					id, nd.proc.exitCode(), lastLines(nd.output(), 10))
+					id, nd.ExitCode(), keelproc.LastLines(nd.Output(), 10))
 			}
 		}
 		live := c.Live()
@@ -345,14 +278,11 @@ func (c *Cluster) waitForBrokerLists(t testing.TB, want map[int32]string, what s
 			done = done && (ok == nil || ok(l))
 		}
 		if done {
-			return lists[live[0]]
+			first = lists[live[0]]
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("controllers %v did not all list %s within %s:\n%s",
-				live, what, brokersTimeout, formatBrokerLists(lists, errs))
-		}
-		time.Sleep(pollInterval)
-	}
+		return done, fmt.Sprintf("controllers %v:\n%s", live, formatBrokerLists(lists, errs))
+	})
+	return first
 }
 
 // WaitForReregistered waits until every live controller lists the brokers
@@ -430,19 +360,19 @@ func formatBrokerLists(lists map[int32]map[int32]*keelpb.BrokerInfo, errs map[in
 // test if that does not happen by deadline.
 func (c *Cluster) waitBrokerState(t testing.TB, id int32, state string, deadline time.Time) time.Time {
 	t.Helper()
-	for {
+	var seen time.Time
+	poll.UntilState(t, time.Until(deadline), fmt.Sprintf("a live controller to list broker %d as %s", id, state), func() (bool, string) {
 		live := c.Live()
 		lists, errs := c.brokerLists(context.Background(), live)
 		for _, l := range lists {
 			if b, ok := l[id]; ok && b.State == state {
-				return time.Now()
+				seen = time.Now()
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no controller of %v listed broker %d as %s by the deadline:\n%s", live, id, state, formatBrokerLists(lists, errs))
-		}
-		time.Sleep(pollInterval)
-	}
+		return false, fmt.Sprintf("controllers %v:\n%s", live, formatBrokerLists(lists, errs))
+	})
+	return seen
 }
 
 // brokerClient returns a (cached) client of the broker service at addr.
@@ -499,16 +429,15 @@ func (c *Cluster) Inspect(t testing.TB, id int32) *keelpb.InspectResponse {
 // failure message.
 func (c *Cluster) WaitForInspect(t testing.TB, ids []int32, what string, ok func(*keelpb.InspectResponse) bool) map[int32]*keelpb.InspectResponse {
 	t.Helper()
-	deadline := time.Now().Add(brokersTimeout)
-	for {
-		views := make(map[int32]*keelpb.InspectResponse, len(ids))
+	var views map[int32]*keelpb.InspectResponse
+	poll.UntilState(t, brokersTimeout, fmt.Sprintf("brokers %v all %s", ids, what), func() (bool, string) {
+		views = make(map[int32]*keelpb.InspectResponse, len(ids))
 		errs := make(map[int32]error)
 		done := true
 		for _, id := range ids {
-			if !c.BrokerRunning(id) {
-				nd := c.broker(id)
+			if nd := c.broker(id); !nd.Running() {
 				t.Fatalf("waiting for broker %d (%s), but it has exited (status %d); its output ends:\n%s",
-					id, what, nd.proc.exitCode(), lastLines(nd.output(), 10))
+					id, what, nd.ExitCode(), keelproc.LastLines(nd.Output(), 10))
 			}
 			v, err := c.InspectE(context.Background(), id)
 			if err != nil {
@@ -519,37 +448,27 @@ func (c *Cluster) WaitForInspect(t testing.TB, ids []int32, what string, ok func
 			views[id] = v
 			done = done && ok(v)
 		}
-		if done {
-			return views
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("brokers %v: not all %s within %s:\n%s", ids, what, brokersTimeout, formatInspects(views, errs))
-		}
-		time.Sleep(pollInterval)
-	}
+		return done, formatInspects(views, errs)
+	})
+	return views
 }
 
 // WaitForBrokerOffsets waits until the brokers ids have all applied the
 // same metadata offset, at least min, and returns their views.
 func (c *Cluster) WaitForBrokerOffsets(t testing.TB, ids []int32, min uint64) map[int32]*keelpb.InspectResponse {
 	t.Helper()
-	deadline := time.Now().Add(brokersTimeout)
-	for {
-		views := c.WaitForInspect(t, ids, fmt.Sprintf("at metadata offset >= %d", min), func(v *keelpb.InspectResponse) bool {
+	var views map[int32]*keelpb.InspectResponse
+	poll.UntilState(t, brokersTimeout, fmt.Sprintf("brokers %v to converge on one metadata offset >= %d", ids, min), func() (bool, string) {
+		views = c.WaitForInspect(t, ids, fmt.Sprintf("at metadata offset >= %d", min), func(v *keelpb.InspectResponse) bool {
 			return v.MetadataOffset >= min
 		})
 		same := true
 		for _, v := range views {
 			same = same && v.MetadataOffset == views[ids[0]].MetadataOffset
 		}
-		if same {
-			return views
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("brokers %v did not converge on one metadata offset within %s:\n%s", ids, brokersTimeout, formatInspects(views, nil))
-		}
-		time.Sleep(pollInterval)
-	}
+		return same, formatInspects(views, nil)
+	})
+	return views
 }
 
 func formatInspects(views map[int32]*keelpb.InspectResponse, errs map[int32]error) string {
@@ -657,7 +576,7 @@ type logMark map[int32]int64
 func (c *Cluster) brokerLogMark() logMark {
 	m := logMark{}
 	for _, id := range c.BrokerIDs() {
-		if fi, err := os.Stat(c.broker(id).logPath); err == nil {
+		if fi, err := os.Stat(c.broker(id).LogPath()); err == nil {
 			m[id] = fi.Size()
 		}
 	}
@@ -677,7 +596,7 @@ type fence struct {
 func (c *Cluster) fencesLoggedSince(mark logMark) []fence {
 	var out []fence
 	for _, id := range c.BrokerIDs() {
-		b, err := os.ReadFile(c.broker(id).logPath)
+		b, err := os.ReadFile(c.broker(id).LogPath())
 		if err != nil || int64(len(b)) < mark[id] {
 			continue
 		}
@@ -713,8 +632,7 @@ func (c *Cluster) checkNoFences(t testing.TB, mark logMark, when string, except 
 // it replayed the fence of broker id at epoch.
 func (c *Cluster) waitFenceLogged(t testing.TB, mark logMark, reporters []int32, id int32, epoch int64) {
 	t.Helper()
-	deadline := time.Now().Add(brokersTimeout)
-	for {
+	poll.UntilState(t, brokersTimeout, fmt.Sprintf("brokers %v to replay the fence of broker %d (epoch %d)", reporters, id, epoch), func() (bool, string) {
 		seen := map[int32]bool{}
 		for _, f := range c.fencesLoggedSince(mark) {
 			if f.id == id && f.epoch == epoch {
@@ -722,15 +640,8 @@ func (c *Cluster) waitFenceLogged(t testing.TB, mark logMark, reporters []int32,
 			}
 		}
 		missing := slices.DeleteFunc(slices.Clone(reporters), func(r int32) bool { return seen[r] })
-		if len(missing) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("brokers %v did not replay the fence of broker %d (epoch %d) within %s: no `msg=\"broker fenced\" ... id=%d epoch=%d` in their logs",
-				missing, id, epoch, brokersTimeout, id, epoch)
-		}
-		time.Sleep(pollInterval)
-	}
+		return len(missing) == 0, fmt.Sprintf("no `msg=\"broker fenced\" ... id=%d epoch=%d` in the logs of brokers %v", id, epoch, missing)
+	})
 }
 
 // ---------------------------------------------------------------------------
@@ -830,16 +741,17 @@ func (w *brokerWatch) stopWatch() (reads int, bad []string) {
 // if a watched broker process exits meanwhile, then stops it.
 func (c *Cluster) watchUntil(t testing.TB, w *brokerWatch, deadline time.Time, brokers []int32) (reads int, bad []string) {
 	t.Helper()
+	tick := time.NewTicker(poll.Interval)
+	defer tick.Stop()
 	for time.Now().Before(deadline) {
 		for _, id := range brokers {
-			if !c.BrokerRunning(id) {
+			if nd := c.broker(id); !nd.Running() {
 				_, bad := w.stopWatch()
-				nd := c.broker(id)
 				t.Fatalf("broker %d exited (status %d) during the watch (which had seen %d bad lists: %v); its output ends:\n%s",
-					id, nd.proc.exitCode(), len(bad), bad, lastLines(nd.output(), 10))
+					id, nd.ExitCode(), len(bad), bad, keelproc.LastLines(nd.Output(), 10))
 			}
 		}
-		time.Sleep(pollInterval)
+		<-tick.C
 	}
 	return w.stopWatch()
 }

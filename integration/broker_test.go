@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
@@ -292,27 +293,28 @@ func TestBroker_DuplicateIDRefused(t *testing.T) {
 	dir := t.TempDir()
 	outPath, errPath := filepath.Join(dir, "stdout"), filepath.Join(dir, "stderr")
 	outF, errF := mustCreate(t, outPath), mustCreate(t, errPath)
-	args := brokerArgs(id, freeAddr(t), filepath.Join(dir, "data"), c.Addrs(), brokerOptions{heartbeat: testHeartbeat})
-	dup, err := startProc(t, false, outF, errF, args...)
+	args := brokerArgs(id, freeAddr(t), filepath.Join(dir, "data"), c.Addrs())
+	dup, err := keelproc.StartProc(keelBin, nil, outF, errF, args...)
 	outF.Close()
 	errF.Close()
 	if err != nil {
 		t.Fatalf("start keel %s: %v", strings.Join(args, " "), err)
 	}
-	exited := dup.wait(exitWithin)
+	t.Cleanup(func() { dup.Stop(10 * time.Second) })
+	exited := dup.Wait(exitWithin)
 	stdout, _ := os.ReadFile(outPath)
 	stderr, _ := os.ReadFile(errPath)
 	if !exited {
-		dup.stop(5 * time.Second)
+		dup.Stop(5 * time.Second)
 		t.Errorf("a second `keel broker --broker-id %d` (pid %d) is still running %s after it started, while broker %d is alive: "+
 			"want it to exit non-zero naming the duplicate registration; its output ends:\n%s",
-			id, dup.pid(), exitWithin, id, lastLines(string(stderr), 5))
+			id, dup.Pid(), exitWithin, id, keelproc.LastLines(string(stderr), 5))
 	} else {
-		last := lastLines(string(stderr), 1)
-		if dup.exitCode() == 0 || !strings.HasPrefix(last, "keel: ") ||
+		last := keelproc.LastLines(string(stderr), 1)
+		if dup.ExitCode() == 0 || !strings.HasPrefix(last, "keel: ") ||
 			!strings.Contains(strings.ToLower(last), "duplicate") || !strings.Contains(last, "broker "+strconv.Itoa(id)) {
 			t.Errorf("second broker %d: exit status %d, last line of stderr %q; want non-zero and one line \"keel: ...\" naming the duplicate registration of broker %d",
-				id, dup.exitCode(), last, id)
+				id, dup.ExitCode(), last, id)
 		}
 		if len(stdout) > 0 {
 			t.Errorf("second broker %d wrote to stdout: %q", id, stdout)
@@ -388,7 +390,7 @@ func TestBroker_RefusesDataDirOfAnotherBroker(t *testing.T) {
 	}
 	snapshot := readTree(t, dir)
 	addr := freeAddr(t)
-	expectRefused(t, addr, brokerArgs(2, addr, dir, c.Addrs(), brokerOptions{heartbeat: testHeartbeat}),
+	expectRefused(t, addr, brokerArgs(2, addr, dir, c.Addrs()),
 		dir, "broker 1", "not broker 2")
 	if got := readTree(t, dir); !equalTrees(got, snapshot) {
 		t.Errorf("the refused start changed %s", dir)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/faultproxy"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/rpc"
@@ -557,7 +558,7 @@ func (r *faultRun) healAndCheck(t *testing.T, brokers []int32, tally *faultTally
 	c := r.c
 	c.net.Heal()
 	for _, id := range c.IDs() {
-		if c.node(id).paused {
+		if c.node(id).Paused() {
 			c.Resume(id)
 		}
 	}
@@ -668,7 +669,7 @@ func (r *faultRun) checkBrokersConverge(t *testing.T, brokers []int32) uint64 {
 	c := r.c
 	noop := c.appendNoOp(t, healTimeout)
 	var offset uint64
-	pollUntil(t, healTimeout, "the brokers converging to the controllers' view", func() (bool, string) {
+	poll.UntilState(t, healTimeout, "the brokers converging to the controllers' view", func() (bool, string) {
 		var why string
 		offset, why = r.converged(brokers, noop.GetIndex())
 		return why == "", why

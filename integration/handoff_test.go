@@ -2,11 +2,15 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 // maxRestartPause bounds the unavailability of one restart in a rolling
@@ -51,9 +55,9 @@ func TestRollingRestartHandsOffLeadership(t *testing.T) {
 		before := time.Now()
 		c.Stop(id) // SIGTERM, and exit status 0
 		if id == leader {
-			if !strings.Contains(c.node(leader).output(), "leadership transferred before stopping") {
+			if !strings.Contains(c.node(leader).Output(), "leadership transferred before stopping") {
 				t.Fatalf("round %d: node %d did not transfer leadership before stopping; output ends:\n%s",
-					round, leader, lastLines(c.node(leader).output(), 15))
+					round, leader, keelproc.LastLines(c.node(leader).Output(), 15))
 			}
 			next, nextEpoch := c.WaitForActive(t, activeTimeout)
 			if next == leader || nextEpoch <= epoch {
@@ -126,19 +130,12 @@ func (w *writer) waitWrites(t *testing.T, n int) {
 	w.mu.Lock()
 	want := len(w.acks) + n
 	w.mu.Unlock()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.UntilState(t, 30*time.Second, fmt.Sprintf("%d writes acknowledged", want), func() (bool, string) {
 		w.mu.Lock()
 		got := len(w.acks)
 		w.mu.Unlock()
-		if got >= want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d writes acknowledged within 30s; failures: %v", got, want, w.failures())
-		}
-		time.Sleep(pollInterval)
-	}
+		return got >= want, fmt.Sprintf("%d acknowledged; failures: %v", got, w.failures())
+	})
 }
 
 // longestGapSince is the longest time between two acknowledgements from the

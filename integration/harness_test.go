@@ -1,31 +1,29 @@
 // Package integration runs real keel processes on loopback and kills them.
 //
 // TestMain builds the keel binary once into a temp dir; every test starts its
-// own controllers (and brokers: broker_harness_test.go) on free ports with
-// their own data dirs, and stops every process it started, by PID, in
-// t.Cleanup. Nothing here sleeps to synchronise: each wait polls for a
-// condition until a deadline.
+// own controllers (and brokers: broker_harness_test.go) through
+// internal/keelproc, on free ports with their own data dirs, and stops every
+// process it started, by PID, in t.Cleanup. Nothing here sleeps to
+// synchronise: each wait polls (internal/poll) for a condition until a
+// deadline.
 package integration
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/keel-dev/keel/internal/faultproxy"
+	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
@@ -85,119 +83,15 @@ func moduleRoot() (string, error) {
 	return root, nil
 }
 
-// ---------------------------------------------------------------------------
-// Processes
-
-// proc is one keel process. Its exit is observed by one goroutine, which
-// closes done; every other user waits on done and never calls Wait.
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // from cmd.Wait; read only after done is closed
-}
-
-// startProc starts keel with args, its stdout and stderr going to stdout and
-// stderr (a nil writer discards), and registers a cleanup that stops it
-// (SIGTERM, then SIGKILL after a grace period) if it is still running. With
-// mustStopCleanly, that cleanup also fails the test unless SIGTERM alone
-// made the process exit with status 0.
-func startProc(t testing.TB, mustStopCleanly bool, stdout, stderr *os.File, args ...string) (*proc, error) {
-	t.Helper()
-	cmd := exec.Command(keelBin, args...)
-	if stdout != nil {
-		cmd.Stdout = stdout
-	}
-	if stderr != nil {
-		cmd.Stderr = stderr
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if !p.running() {
-			return
-		}
-		if clean := p.stop(10 * time.Second); mustStopCleanly && !clean {
-			t.Errorf("pid %d (keel %s) did not exit with status 0 on SIGTERM: %v",
-				p.pid(), strings.Join(args, " "), p.err)
-		}
-	})
-	return p, nil
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-func (p *proc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// wait reports whether the process exited within timeout.
-func (p *proc) wait(timeout time.Duration) bool {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-p.done:
-		return true
-	case <-t.C:
-		return false
-	}
-}
-
-// signal sends sig to the process by PID; a process that has already exited
-// is left alone (os.Process never signals a reaped PID).
-func (p *proc) signal(sig syscall.Signal) {
-	if p.running() {
-		_ = p.cmd.Process.Signal(sig)
-	}
-}
-
-// stop sends SIGTERM, waits up to grace, then SIGKILL and waits. It reports
-// whether the process exited with status 0 without needing the SIGKILL.
-func (p *proc) stop(grace time.Duration) (clean bool) {
-	if !p.running() {
-		return p.err == nil
-	}
-	p.signal(syscall.SIGTERM)
-	if !p.wait(grace) {
-		p.signal(syscall.SIGKILL)
-		<-p.done
-		return false
-	}
-	return p.err == nil
-}
-
-// exitCode is the exit status; only valid once the process has exited.
-func (p *proc) exitCode() int { return p.cmd.ProcessState.ExitCode() }
-
 // runKeel runs a keel subcommand to completion (at most timeout) and returns
 // its stdout, stderr and exit code.
 func runKeel(t testing.TB, timeout time.Duration, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	dir := t.TempDir()
-	outF, errF := mustCreate(t, filepath.Join(dir, "stdout")), mustCreate(t, filepath.Join(dir, "stderr"))
-	p, err := startProc(t, false, outF, errF, args...)
-	outF.Close()
-	errF.Close()
+	stdout, stderr, code, err := keelproc.Run(keelBin, timeout, args...)
 	if err != nil {
-		t.Fatalf("start keel %s: %v", strings.Join(args, " "), err)
+		t.Fatal(err)
 	}
-	if !p.wait(timeout) {
-		p.stop(time.Second)
-		t.Fatalf("keel %s did not exit within %s", strings.Join(args, " "), timeout)
-	}
-	o, _ := os.ReadFile(filepath.Join(dir, "stdout"))
-	e, _ := os.ReadFile(filepath.Join(dir, "stderr"))
-	return string(o), string(e), p.exitCode()
+	return stdout, stderr, code
 }
 
 func mustCreate(t testing.TB, path string) *os.File {
@@ -209,69 +103,38 @@ func mustCreate(t testing.TB, path string) *os.File {
 	return f
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
-// They are held open together so that no two are the same.
-func freePorts(t testing.TB, n int) []int {
+// freeAddrs returns n distinct loopback addresses that were free a moment
+// ago.
+func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	ports := make([]int, n)
-	lns := make([]net.Listener, n)
-	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("pick a free port: %v", err)
-		}
-		lns[i] = ln
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
+	addrs, err := keelproc.FreeAddrs(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
+	return addrs
 }
 
 // ---------------------------------------------------------------------------
 // Cluster
 
 // Cluster is a quorum of keel controller processes on loopback, and the
-// brokers a test starts against it (broker_harness_test.go).
+// brokers a test starts against it (broker_harness_test.go): a
+// keelproc.Cluster whose errors fail the test, with the clients and the
+// assertions the tests share.
 type Cluster struct {
 	t      testing.TB
-	dir    string
+	h      *keelproc.Cluster
 	opts   clusterOptions
-	nodes  []*procNode     // nodes[id-1]
-	voters string          // the --voters value
 	net    *faultproxy.Net // with withFaultNet: the proxies between the nodes
 	client *rpc.Client     // knows every node's address
 
 	brokerMu    sync.Mutex
-	brokers     map[int32]*procNode          // by broker id
 	brokerConns map[string]*rpc.BrokerClient // by broker address, for Inspect
 }
 
-// procNode is one keel process a test starts, stops and restarts: a
-// controller or a broker, with its own data dir and log file.
-type procNode struct {
-	name    string // "node 1", "broker 1": how messages name it
-	ready   string // the log line that says it has started
-	id      int32
-	addr    string
-	dataDir string
-	logPath string
-	args    []string
-	proc    *proc // the latest process; nil before the first start
-	logFrom int64 // where the latest process's output starts in the log
-	paused  bool  // sent SIGSTOP, not yet SIGCONT
-}
-
 type clusterOptions struct {
-	faultNet        bool
-	clusterID       string
-	deferred        []int32
-	controllerFlags []string
-	tls             *testPKI // withTLS: every process and client uses mutual TLS
-	// nodeFlags, if set, gives each controller flags of its own, after
-	// controllerFlags; it is called again on each start attempt.
-	nodeFlags func(id int32) []string
+	cfg keelproc.Config
+	tls *testPKI // withTLS: every process and client uses mutual TLS
 }
 
 // clusterOption adjusts how startCluster runs the controllers.
@@ -279,47 +142,58 @@ type clusterOption func(*clusterOptions)
 
 // withClusterID passes --cluster-id to every controller.
 func withClusterID(id string) clusterOption {
-	return func(o *clusterOptions) { o.clusterID = id }
+	return func(o *clusterOptions) { o.cfg.ClusterID = id }
 }
 
 // withDeferred leaves the given nodes unstarted; Start starts them later.
 func withDeferred(ids ...int32) clusterOption {
-	return func(o *clusterOptions) { o.deferred = append(o.deferred, ids...) }
+	return func(o *clusterOptions) { o.cfg.Deferred = append(o.cfg.Deferred, ids...) }
 }
 
 // withSessionTimeout passes --session-timeout to every controller: how long
 // a broker may go without a heartbeat before it is fenced.
 func withSessionTimeout(d time.Duration) clusterOption {
-	return func(o *clusterOptions) {
-		o.controllerFlags = append(o.controllerFlags, "--session-timeout", d.String())
-	}
+	return withControllerFlags("--session-timeout", d.String())
 }
 
-const (
-	startTimeout  = 20 * time.Second
-	stopTimeout   = 15 * time.Second
-	bindAttempts  = 5
-	pollInterval  = 10 * time.Millisecond
-	describeLimit = time.Second
-)
+// withControllerFlags passes flags to every controller.
+func withControllerFlags(flags ...string) clusterOption {
+	return func(o *clusterOptions) { o.cfg.ControllerFlags = append(o.cfg.ControllerFlags, flags...) }
+}
 
-// errBind is a controller that could not bind its port (someone took the
-// port between freePorts and the process binding it).
-var errBind = errors.New("address already in use")
+// withFaultNet runs the controllers behind a faultproxy.Net (Cluster.net):
+// their voter addresses are proxies, and each dials its peers through its
+// own.
+func withFaultNet() clusterOption {
+	return func(o *clusterOptions) { o.cfg.FaultNet = true }
+}
+
+const describeLimit = time.Second
 
 // startCluster starts n controllers on free loopback ports, each with its own
 // data dir and log file in the test's temp dir, and waits until every one has
 // started (not until there is a leader: see WaitForActive). If a port turns
-// out to be taken, it starts over with new ports. On test failure the tail of
-// every node's log is printed.
+// out to be taken, it starts over with new ports. Every process still
+// running at the end of the test is stopped, and the test fails unless
+// SIGTERM made it exit with status 0; on test failure the tail of every
+// node's log is printed.
 func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, dir: t.TempDir()}
+	c := &Cluster{t: t}
 	for _, o := range opts {
 		o(&c.opts)
 	}
-	// Registered before any process starts, so it runs after their cleanups:
-	// the logs are complete when it prints them.
+	cfg := c.opts.cfg
+	cfg.Keel, cfg.Dir, cfg.Controllers = keelBin, t.TempDir(), n
+	cfg.TLSFlags = c.opts.tlsFlags
+	cfg.Retrying = func(err error) { t.Log(err) }
+	h, err := keelproc.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.h = h
+	// Registered before the processes' Close, so it runs after it: the
+	// logs are complete when it checks and prints them.
 	t.Cleanup(func() {
 		if c.client != nil {
 			c.client.Close()
@@ -330,205 +204,57 @@ func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 			c.dumpLogs()
 		}
 	})
-	var lastErr error
-	for attempt := 1; attempt <= bindAttempts; attempt++ {
-		ports := freePorts(t, n)
-		c.nodes = make([]*procNode, n)
-		voters := make([]string, n)
-		if c.opts.faultNet {
-			net, err := faultproxy.NewNet(listenAddrs(ports))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(net.Close)
-			c.net = net
+	t.Cleanup(func() {
+		if err := h.Close(); err != nil {
+			t.Error(err)
 		}
-		for i, p := range ports {
-			id := int32(i + 1)
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
-			voters[i] = fmt.Sprintf("%d@%s", id, c.voterAddr(id, addr))
-			c.nodes[i] = c.newControllerNode(id)
-			c.nodes[i].addr = addr
-		}
-		c.voters = strings.Join(voters, ",")
-		for _, nd := range c.nodes {
-			nd.args = c.controllerArgs(nd, "--voters", c.voters)
-			// A previous attempt's data names other ports: start afresh.
-			if err := os.RemoveAll(nd.dataDir); err != nil {
-				t.Fatal(err)
-			}
-			if slices.Contains(c.opts.deferred, nd.id) {
-				continue
-			}
-			if err := c.launch(nd); err != nil {
-				t.Fatalf("start node %d: %v", nd.id, err)
-			}
-		}
-		lastErr = nil
-		for _, nd := range c.nodes {
-			if nd.proc == nil {
-				continue
-			}
-			if err := c.waitStarted(nd); err != nil {
-				lastErr = err
-				break
-			}
-		}
-		if lastErr == nil {
-			addrs := c.Addrs()
-			cl, err := rpc.NewClient(addrs, c.opts.rpcOptions()...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.client = cl
-			return c
-		}
-		for _, nd := range c.nodes {
-			if nd.proc != nil {
-				nd.proc.stop(5 * time.Second)
-				nd.proc = nil
-			}
-		}
-		if !errors.Is(lastErr, errBind) {
-			t.Fatalf("start a %d-node cluster: %v", n, lastErr)
-		}
-		t.Logf("start attempt %d: %v; retrying with new ports", attempt, lastErr)
+	})
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatalf("start a %d-node cluster: %v", n, err)
 	}
-	t.Fatalf("start a %d-node cluster: %d attempts: %v", n, bindAttempts, lastErr)
-	return nil
-}
-
-// newControllerNode is controller id, not started: its data dir and log
-// file in the test's temp dir.
-func (c *Cluster) newControllerNode(id int32) *procNode {
-	return &procNode{
-		name:    fmt.Sprintf("node %d", id),
-		ready:   `msg="controller started"`,
-		id:      id,
-		dataDir: filepath.Join(c.dir, fmt.Sprintf("n%d", id)),
-		logPath: filepath.Join(c.dir, fmt.Sprintf("n%d.log", id)),
-	}
-}
-
-// controllerArgs is nd's command line: how it joins the quorum (--voters
-// LIST, or --join), then every flag the cluster's options give a
-// controller.
-func (c *Cluster) controllerArgs(nd *procNode, membership ...string) []string {
-	args := append([]string{"controller",
-		"--node-id", strconv.Itoa(int(nd.id)),
-		"--listen", nd.addr,
-		"--data-dir", nd.dataDir,
-	}, membership...)
-	if c.opts.clusterID != "" {
-		args = append(args, "--cluster-id", c.opts.clusterID)
-	}
-	if c.net != nil {
-		args = append(args, "--raft-dial", c.net.RaftDial(nd.id))
-	}
-	args = append(args, c.opts.tlsFlags(fmt.Sprintf("controller-%d", nd.id))...)
-	args = append(args, c.opts.controllerFlags...)
-	if c.opts.nodeFlags != nil {
-		args = append(args, c.opts.nodeFlags(nd.id)...)
-	}
-	return args
-}
-
-// launch starts nd's process, appending its output to nd's log.
-func (c *Cluster) launch(nd *procNode) error {
-	f, err := os.OpenFile(nd.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	c.net = h.Net()
+	cl, err := rpc.NewClient(h.Addrs(), c.opts.rpcOptions()...)
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
-	defer f.Close() // the child has its own copy of the descriptor
-	fmt.Fprintf(f, "=== %s keel %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(nd.args, " "))
-	off, err := f.Seek(0, 2)
-	if err != nil {
-		return err
-	}
-	p, err := startProc(c.t, true, f, f, nd.args...)
-	if err != nil {
-		return err
-	}
-	nd.proc, nd.logFrom = p, off
-	return nil
+	c.client = cl
+	return c
 }
 
-// output is what nd's latest process has written so far.
-func (nd *procNode) output() string {
-	b, err := os.ReadFile(nd.logPath)
-	if err != nil || int64(len(b)) < nd.logFrom {
-		return ""
-	}
-	return string(b[nd.logFrom:])
-}
-
-// waitStarted waits until nd's process logs that it has started, or exits.
-func (c *Cluster) waitStarted(nd *procNode) error {
-	deadline := time.Now().Add(startTimeout)
-	for {
-		if strings.Contains(nd.output(), nd.ready) {
-			return nil
-		}
-		if !nd.proc.running() {
-			out := strings.TrimSpace(nd.output())
-			if strings.Contains(out, "address already in use") {
-				return fmt.Errorf("%s on %s: %w", nd.name, nd.addr, errBind)
-			}
-			return fmt.Errorf("%s exited with status %d before it started: %s", nd.name, nd.proc.exitCode(), lastLines(out, 5))
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not start within %s", nd.name, startTimeout)
-		}
-		time.Sleep(pollInterval)
-	}
-}
-
-func (c *Cluster) node(id int32) *procNode {
+func (c *Cluster) node(id int32) *keelproc.Node {
 	c.t.Helper()
-	if id < 1 || int(id) > len(c.nodes) {
-		c.t.Fatalf("no node %d in a %d-node cluster", id, len(c.nodes))
+	nd := c.h.Controller(id)
+	if nd == nil {
+		c.t.Fatalf("no node %d in a %d-node cluster", id, len(c.h.Controllers()))
 	}
-	return c.nodes[id-1]
+	return nd
 }
 
 // Addrs returns every node's address, in id order.
-func (c *Cluster) Addrs() []string {
-	addrs := make([]string, len(c.nodes))
-	for i, nd := range c.nodes {
-		addrs[i] = nd.addr
-	}
-	return addrs
-}
+func (c *Cluster) Addrs() []string { return c.h.Addrs() }
 
 // VotersFlag returns the --voters value every node was given.
-func (c *Cluster) VotersFlag() string { return c.voters }
+func (c *Cluster) VotersFlag() string { return c.h.Voters() }
 
 // Addr returns node id's address.
-func (c *Cluster) Addr(id int32) string { return c.node(id).addr }
+func (c *Cluster) Addr(id int32) string { return c.node(id).Addr() }
 
 // DataDir returns node id's data dir.
-func (c *Cluster) DataDir(id int32) string { return c.node(id).dataDir }
+func (c *Cluster) DataDir(id int32) string { return c.node(id).DataDir() }
 
 // IDs returns every node id.
 func (c *Cluster) IDs() []int32 {
-	ids := make([]int32, len(c.nodes))
-	for i, nd := range c.nodes {
-		ids[i] = nd.id
+	nds := c.h.Controllers()
+	ids := make([]int32, len(nds))
+	for i, nd := range nds {
+		ids[i] = nd.ID()
 	}
 	return ids
 }
 
 // Live returns the ids of the nodes whose process is running and not
 // paused (Pause).
-func (c *Cluster) Live() []int32 {
-	var ids []int32
-	for _, nd := range c.nodes {
-		if nd.proc != nil && nd.proc.running() && !nd.paused {
-			ids = append(ids, nd.id)
-		}
-	}
-	return ids
-}
+func (c *Cluster) Live() []int32 { return c.h.Live() }
 
 // Client returns a client that knows every node's address.
 func (c *Cluster) Client() *rpc.Client { return c.client }
@@ -536,84 +262,35 @@ func (c *Cluster) Client() *rpc.Client { return c.client }
 // Kill sends SIGKILL to node id and waits for it to exit.
 func (c *Cluster) Kill(id int32) {
 	c.t.Helper()
-	c.killNodes(c.node(id))
+	if err := c.h.Kill(c.node(id)); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // Stop sends SIGTERM to node id, waits for it to exit, and fails the test
 // unless it exited with status 0.
 func (c *Cluster) Stop(id int32) {
 	c.t.Helper()
-	c.stopNode(c.node(id))
+	if err := c.h.Stop(c.node(id)); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // Pause sends SIGSTOP to node id: it keeps its connections and its port but
 // answers nothing, as a hung or partitioned node would. Resume (or the end
 // of the test, before the process is stopped) sends SIGCONT.
 func (c *Cluster) Pause(id int32) {
-	t := c.t
-	t.Helper()
-	nd := c.node(id)
-	if nd.proc == nil || !nd.proc.running() || nd.paused {
-		t.Fatalf("Pause(%d): node is not running, or already paused", id)
+	c.t.Helper()
+	if err := c.h.Pause(c.node(id)); err != nil {
+		c.t.Fatal(err)
 	}
-	nd.proc.signal(syscall.SIGSTOP)
-	nd.paused = true
-	// Runs before the process's own cleanup (registered earlier), so that
-	// its SIGTERM is handled.
-	t.Cleanup(func() {
-		if nd.paused {
-			nd.proc.signal(syscall.SIGCONT)
-			nd.paused = false
-		}
-	})
 }
 
 // Resume sends SIGCONT to node id, paused by Pause.
 func (c *Cluster) Resume(id int32) {
-	t := c.t
-	t.Helper()
-	nd := c.node(id)
-	if !nd.paused {
-		t.Fatalf("Resume(%d): node is not paused", id)
-	}
-	nd.proc.signal(syscall.SIGCONT)
-	nd.paused = false
-}
-
-// killNodes sends SIGKILL to every one of nds before it waits for any, so
-// that they die together, then waits for each to exit.
-func (c *Cluster) killNodes(nds ...*procNode) {
-	t := c.t
-	t.Helper()
-	for _, nd := range nds {
-		if nd.proc == nil || !nd.proc.running() {
-			t.Fatalf("kill %s: it is not running", nd.name)
-		}
-	}
-	for _, nd := range nds {
-		nd.proc.signal(syscall.SIGKILL)
-	}
-	for _, nd := range nds {
-		if !nd.proc.wait(stopTimeout) {
-			t.Fatalf("kill %s: pid %d still running %s after SIGKILL", nd.name, nd.proc.pid(), stopTimeout)
-		}
-	}
-}
-
-// stopNode sends SIGTERM to nd, waits for it to exit, and fails the test
-// unless it exited with status 0.
-func (c *Cluster) stopNode(nd *procNode) {
-	t := c.t
-	t.Helper()
-	if nd.proc == nil || !nd.proc.running() {
-		t.Fatalf("stop %s: it is not running", nd.name)
-	}
-	nd.proc.signal(syscall.SIGTERM)
-	if !nd.proc.wait(stopTimeout) {
-		t.Fatalf("stop %s: pid %d still running %s after SIGTERM", nd.name, nd.proc.pid(), stopTimeout)
-	}
-	if code := nd.proc.exitCode(); code != 0 {
-		t.Fatalf("stop %s: exit status %d, want 0; output ends:\n%s", nd.name, code, lastLines(nd.output(), 10))
+	c.t.Helper()
+	if err := c.h.Resume(c.node(id)); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
@@ -627,23 +304,15 @@ func (c *Cluster) Restart(id int32) {
 // Start starts node id (a deferred node for the first time, or a stopped
 // one again) with its flags and data dir, and waits until it has started.
 func (c *Cluster) Start(id int32) {
-	t := c.t
-	t.Helper()
-	nd := c.node(id)
-	if nd.proc != nil && nd.proc.running() {
-		t.Fatalf("Start(%d): node is still running", id)
-	}
-	if err := c.launch(nd); err != nil {
-		t.Fatalf("Start(%d): %v", id, err)
-	}
-	if err := c.waitStarted(nd); err != nil {
-		t.Fatalf("Start(%d): %v", id, err)
+	c.t.Helper()
+	if err := c.h.StartNodes(context.Background(), c.node(id)); err != nil {
+		c.t.Fatalf("Start(%d): %v", id, err)
 	}
 }
 
 // Describe asks node id for its own view of the quorum.
 func (c *Cluster) Describe(ctx context.Context, id int32) (*keelpb.DescribeQuorumResponse, error) {
-	cl, err := c.client.Controller(c.node(id).addr)
+	cl, err := c.client.Controller(c.node(id).Addr())
 	if err != nil {
 		return nil, err
 	}
@@ -707,39 +376,31 @@ func activeAgreed(ids []int32, views map[int32]*keelpb.DescribeQuorumResponse) (
 // and the controller epoch. It returns them, or fails the test at timeout.
 func (c *Cluster) WaitForActive(t testing.TB, timeout time.Duration) (leaderID int32, epoch int64) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	poll.UntilState(t, timeout, "an active controller that every live node agrees on", func() (bool, string) {
 		live := c.Live()
 		views, errs := c.Views(context.Background(), live)
-		if id, ep, ok := activeAgreed(live, views); ok {
-			return id, ep
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no agreed active controller among live nodes %v within %s:\n%s", live, timeout, formatViews(views, errs))
-		}
-		time.Sleep(pollInterval)
-	}
+		var ok bool
+		leaderID, epoch, ok = activeAgreed(live, views)
+		return ok, fmt.Sprintf("live nodes %v:\n%s", live, formatViews(views, errs))
+	})
+	return leaderID, epoch
 }
 
 // WaitForApplied polls until every node in ids has applied index.
 func (c *Cluster) WaitForApplied(t testing.TB, ids []int32, index uint64) map[int32]*keelpb.DescribeQuorumResponse {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var views map[int32]*keelpb.DescribeQuorumResponse
+	poll.UntilState(t, 20*time.Second, fmt.Sprintf("nodes %v all to apply index %d", ids, index), func() (bool, string) {
 		c.requireRunning(t, ids)
-		views, errs := c.Views(context.Background(), ids)
+		var errs map[int32]error
+		views, errs = c.Views(context.Background(), ids)
 		done := len(views) == len(ids)
 		for _, v := range views {
 			done = done && v.AppliedIndex >= index
 		}
-		if done {
-			return views
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes %v did not all apply index %d within 20s:\n%s", ids, index, formatViews(views, errs))
-		}
-		time.Sleep(pollInterval)
-	}
+		return done, formatViews(views, errs)
+	})
+	return views
 }
 
 // WaitForConverged polls until every node in ids reports the same applied
@@ -747,18 +408,14 @@ func (c *Cluster) WaitForApplied(t testing.TB, ids []int32, index uint64) map[in
 // quorum that has caught up.
 func (c *Cluster) WaitForConverged(t testing.TB, ids []int32, index uint64) map[int32]*keelpb.DescribeQuorumResponse {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var views map[int32]*keelpb.DescribeQuorumResponse
+	poll.UntilState(t, 20*time.Second, fmt.Sprintf("nodes %v to converge on one applied index >= %d", ids, index), func() (bool, string) {
 		c.requireRunning(t, ids)
-		views, errs := c.Views(context.Background(), ids)
-		if converged(ids, views, index) {
-			return views
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes %v did not converge on one applied index >= %d within 20s:\n%s", ids, index, formatViews(views, errs))
-		}
-		time.Sleep(pollInterval)
-	}
+		var errs map[int32]error
+		views, errs = c.Views(context.Background(), ids)
+		return converged(ids, views, index), formatViews(views, errs)
+	})
+	return views
 }
 
 // requireRunning fails the test at once if any of ids has exited: waiting
@@ -767,11 +424,11 @@ func (c *Cluster) requireRunning(t testing.TB, ids []int32) {
 	t.Helper()
 	for _, id := range ids {
 		nd := c.node(id)
-		if nd.proc == nil {
+		if nd.Pid() == 0 {
 			t.Fatalf("node %d was never started", id)
 		}
-		if !nd.proc.running() {
-			t.Fatalf("node %d exited with status %d; its output ends:\n%s", id, nd.proc.exitCode(), lastLines(nd.output(), 5))
+		if !nd.Running() {
+			t.Fatalf("node %d exited with status %d; its output ends:\n%s", id, nd.ExitCode(), keelproc.LastLines(nd.Output(), 5))
 		}
 	}
 }
@@ -816,14 +473,14 @@ func formatViews(views map[int32]*keelpb.DescribeQuorumResponse, errs map[int32]
 // keel built with KEEL_INTEGRATION_RACE=1) or panicked.
 func (c *Cluster) checkLogs(t testing.TB) {
 	t.Helper()
-	for _, nd := range c.procNodes() {
-		b, err := os.ReadFile(nd.logPath)
+	for _, nd := range c.h.Nodes() {
+		b, err := os.ReadFile(nd.LogPath())
 		if err != nil {
 			continue
 		}
 		for _, bad := range []string{"WARNING: DATA RACE", "panic: ", "fatal error: "} {
 			if i := bytes.Index(b, []byte(bad)); i >= 0 {
-				t.Errorf("%s's log (%s) reports %q:\n%s", nd.name, nd.logPath, bad, firstLines(string(b[i:]), 40))
+				t.Errorf("%s's log (%s) reports %q:\n%s", nd.Name(), nd.LogPath(), bad, firstLines(string(b[i:]), 40))
 			}
 		}
 	}
@@ -839,37 +496,13 @@ func firstLines(s string, n int) string {
 
 // dumpLogs prints the tail of every node's and broker's log.
 func (c *Cluster) dumpLogs() {
-	for _, nd := range c.procNodes() {
-		b, err := os.ReadFile(nd.logPath)
+	for _, nd := range c.h.Nodes() {
+		tail, err := nd.LogTail(40)
 		if err != nil {
 			continue
 		}
-		c.t.Logf("--- %s log (%s), last lines:\n%s", nd.name, nd.logPath, lastLines(string(b), 40))
+		c.t.Logf("--- %s log (%s), last lines:\n%s", nd.Name(), nd.LogPath(), tail)
 	}
-}
-
-// procNodes returns the controllers in id order, then the brokers in id order.
-func (c *Cluster) procNodes() []*procNode {
-	out := slices.Clone(c.nodes)
-	c.brokerMu.Lock()
-	defer c.brokerMu.Unlock()
-	ids := make([]int32, 0, len(c.brokers))
-	for id := range c.brokers {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		out = append(out, c.brokers[id])
-	}
-	return out
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // newRequestID returns a request id unique within the test run.
@@ -896,21 +529,4 @@ func (c *Cluster) appendNoOp(t testing.TB, timeout time.Duration) *keelpb.Append
 		t.Fatalf("AppendNoOp: %v", err)
 	}
 	return resp
-}
-
-// pollUntil calls check until it reports done, failing the test with its
-// last description at timeout.
-func pollUntil(t testing.TB, timeout time.Duration, what string, check func() (done bool, state string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		done, state := check()
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last seen:\n%s", what, timeout, state)
-		}
-		time.Sleep(pollInterval)
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,13 +17,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 // withLogStore passes --log-store to every controller.
 func withLogStore(store string) clusterOption {
-	return func(o *clusterOptions) {
-		o.controllerFlags = append(o.controllerFlags, "--log-store", store)
-	}
+	return withControllerFlags("--log-store", store)
 }
 
 // ackedWrite is a no-op the quorum acknowledged: its request id and index.
@@ -88,13 +89,10 @@ func (w *noOpWriters) snapshot() []ackedWrite {
 // waitForMore polls until n more writes than have are acknowledged.
 func (w *noOpWriters) waitForMore(t *testing.T, have, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for len(w.snapshot()) < have+n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d writes acknowledged within 20s", len(w.snapshot())-have, n)
-		}
-		time.Sleep(pollInterval)
-	}
+	poll.UntilState(t, 20*time.Second, fmt.Sprintf("%d more writes acknowledged", n), func() (bool, string) {
+		got := len(w.snapshot())
+		return got >= have+n, fmt.Sprintf("%d of %d acknowledged", got-have, n)
+	})
 }
 
 // nodeLog is what `keel metadata dump -o json` reads from a stopped node's
@@ -279,10 +277,8 @@ func TestLogStore_RefusesTheOtherStore(t *testing.T) {
 // with --log-store wal on an empty data dir. It rejoins from the leader's
 // snapshot plus the log, and the mixed quorum goes on committing.
 func TestLogStore_MigrateVoterToWAL(t *testing.T) {
-	c := startCluster(t, 3, func(o *clusterOptions) {
-		o.controllerFlags = append(o.controllerFlags,
-			"--snapshot-threshold", "16", "--trailing-logs", "4", "--snapshot-interval", "100ms")
-	})
+	c := startCluster(t, 3, withControllerFlags(
+		"--snapshot-threshold", "16", "--trailing-logs", "4", "--snapshot-interval", "100ms"))
 	leader, _ := c.WaitForActive(t, activeTimeout)
 	for range 40 {
 		c.appendNoOp(t, 10*time.Second)
@@ -300,7 +296,7 @@ func TestLogStore_MigrateVoterToWAL(t *testing.T) {
 	}
 
 	nd := c.node(follower)
-	nd.args = append(nd.args, "--log-store", "wal") // still with --voters
+	nd.SetArgs(append(nd.Args(), "--log-store", "wal")) // still with --voters
 	c.Start(follower)
 	resp := c.appendNoOp(t, 10*time.Second)
 	c.WaitForConverged(t, c.IDs(), resp.Index)
@@ -324,8 +320,7 @@ func TestLogStore_MigrateVoterToWAL(t *testing.T) {
 // snapshot at index or later (raft names them term-index-time).
 func waitForSnapshot(t *testing.T, dataDir string, index uint64) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.Until(t, 30*time.Second, fmt.Sprintf("a raft snapshot at index %d or later in %s", index, dataDir), func() bool {
 		entries, _ := os.ReadDir(filepath.Join(dataDir, "snapshots"))
 		for _, e := range entries {
 			parts := strings.Split(e.Name(), "-")
@@ -333,12 +328,9 @@ func waitForSnapshot(t *testing.T, dataDir string, index uint64) {
 				continue
 			}
 			if at, err := strconv.ParseUint(parts[1], 10, 64); err == nil && at >= index {
-				return
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no raft snapshot at index %d or later in %s within 30s", index, dataDir)
-		}
-		time.Sleep(pollInterval)
-	}
+		return false
+	})
 }

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 // maxMembershipGap bounds the longest pause between two acknowledged writes
@@ -49,18 +53,19 @@ type statusJSON struct {
 // waitStatus polls `keel quorum status -o json` until ok accepts it.
 func (c *Cluster) waitStatus(t *testing.T, what string, ok func(statusJSON) bool) statusJSON {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var st statusJSON
+	// Every 100 ms, not poll.Interval: each look runs a keel process, and
+	// the writes the membership tests time must not share the CPU with a
+	// stream of them.
+	var st statusJSON
+	err := poll.Wait(context.Background(), 20*time.Second, 100*time.Millisecond, "keel quorum status to show "+what, func() (bool, error) {
+		st = statusJSON{}
 		c.keelJSON(t, &st, "quorum", "status")
-		if ok(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("keel quorum status did not show %s within 20s: %+v", what, st)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return ok(st), nil
+	})
+	if err != nil {
+		t.Fatalf("%v: %+v", err, st)
 	}
+	return st
 }
 
 // caughtUp: the quorum status lists exactly ids, each a leader or follower
@@ -109,7 +114,7 @@ func TestMembership_ChangesUnderLoad(t *testing.T) {
 	before := time.Now()
 	n4 := c.StartJoiner(4)
 	var added membershipJSON
-	c.keelJSON(t, &added, "quorum", "add-voter", "4", n4.addr)
+	c.keelJSON(t, &added, "quorum", "add-voter", "4", n4.Addr())
 	if got := added.ids(); !slices.Equal(got, []int32{1, 2, 3, 4}) || added.ConfigurationIndex == 0 {
 		t.Fatalf("add-voter 4: voters %v at configuration index %d", got, added.ConfigurationIndex)
 	}
@@ -119,7 +124,7 @@ func TestMembership_ChangesUnderLoad(t *testing.T) {
 	var meta struct {
 		ClusterID string `json:"cluster_id"`
 	}
-	if b, err := os.ReadFile(filepath.Join(n4.dataDir, "meta.json")); err != nil || json.Unmarshal(b, &meta) != nil || meta.ClusterID == "" {
+	if b, err := os.ReadFile(filepath.Join(n4.DataDir(), "meta.json")); err != nil || json.Unmarshal(b, &meta) != nil || meta.ClusterID == "" {
 		t.Fatalf("node 4's meta.json after it joined: %s, %v", b, err)
 	}
 
@@ -138,8 +143,8 @@ func TestMembership_ChangesUnderLoad(t *testing.T) {
 	if code := c.waitExited(follower, 20*time.Second); code != 0 {
 		t.Fatalf("removed node %d exited with status %d", follower, code)
 	}
-	if out := c.node(follower).output(); !strings.Contains(out, "removed from the quorum") {
-		t.Fatalf("removed node %d did not say why it stopped; output ends:\n%s", follower, lastLines(out, 10))
+	if out := c.node(follower).Output(); !strings.Contains(out, "removed from the quorum") {
+		t.Fatalf("removed node %d did not say why it stopped; output ends:\n%s", follower, keelproc.LastLines(out, 10))
 	}
 	step("remove follower "+strconv.Itoa(int(follower)), before)
 
@@ -162,7 +167,7 @@ func TestMembership_ChangesUnderLoad(t *testing.T) {
 	// Replace them: node 5 joins, and leadership goes to it.
 	before = time.Now()
 	n5 := c.StartJoiner(5)
-	c.keelJSON(t, &added, "quorum", "add-voter", "5", n5.addr)
+	c.keelJSON(t, &added, "quorum", "add-voter", "5", n5.Addr())
 	want := slices.Sorted(slices.Values(append(removed.ids(), 5)))
 	if got := added.ids(); !slices.Equal(got, want) {
 		t.Fatalf("add-voter 5: voters %v, want %v", got, want)
@@ -231,7 +236,7 @@ func TestMembership_TLS(t *testing.T) {
 	c.WaitForActive(t, activeTimeout)
 	n4 := c.StartJoiner(4)
 	var added membershipJSON
-	c.keelJSON(t, &added, "quorum", "add-voter", "4", n4.addr)
+	c.keelJSON(t, &added, "quorum", "add-voter", "4", n4.Addr())
 	if got := added.ids(); !slices.Equal(got, []int32{1, 2, 3, 4}) {
 		t.Fatalf("add-voter 4: voters %v", got)
 	}

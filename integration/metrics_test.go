@@ -10,13 +10,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,12 +25,20 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
+	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
-// withNodeFlags gives each controller flags of its own.
-func withNodeFlags(f func(id int32) []string) clusterOption {
-	return func(o *clusterOptions) { o.nodeFlags = f }
+// withMetrics gives every controller a --metrics-addr of its own
+// (keelproc.Node.MetricsAddr).
+func withMetrics() clusterOption {
+	return func(o *clusterOptions) { o.cfg.Metrics = true }
+}
+
+// withBrokerMetrics gives a broker a --metrics-addr of its own.
+func withBrokerMetrics() brokerOption {
+	return func(s *keelproc.BrokerSpec) { s.Metrics = true }
 }
 
 var httpClient = &http.Client{Timeout: 2 * time.Second}
@@ -169,7 +174,7 @@ func reflectedServices(cc *grpc.ClientConn) ([]string, error) {
 func waitServing(t *testing.T, name, addr, service string) {
 	t.Helper()
 	cc := dialPlain(t, addr)
-	pollUntil(t, brokersTimeout, fmt.Sprintf("%s's health for %q to be SERVING", name, service), func() (bool, string) {
+	poll.UntilState(t, brokersTimeout, fmt.Sprintf("%s's health for %q to be SERVING", name, service), func() (bool, string) {
 		st, err := healthStatus(cc, service)
 		return err == nil && st == healthpb.HealthCheckResponse_SERVING, fmt.Sprintf("%v, %v", st, err)
 	})
@@ -178,7 +183,7 @@ func waitServing(t *testing.T, name, addr, service string) {
 // waitReadyz polls a metrics server's /readyz until it answers 200.
 func waitReadyz(t *testing.T, name, addr string) {
 	t.Helper()
-	pollUntil(t, brokersTimeout, name+"'s /readyz to answer 200", func() (bool, string) {
+	poll.UntilState(t, brokersTimeout, name+"'s /readyz to answer 200", func() (bool, string) {
 		code, body, err := get("http://" + addr + "/readyz")
 		return err == nil && code == http.StatusOK, fmt.Sprintf("%d %q %v", code, strings.TrimSpace(body), err)
 	})
@@ -193,22 +198,16 @@ func waitReadyz(t *testing.T, name, addr string) {
 // a topic on one broker; the broker killed, so fenced after its session,
 // and its partition offline.
 func TestMetrics_ControllersAndBrokers(t *testing.T) {
-	var mu sync.Mutex
+	c := startCluster(t, 3, withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second), withMetrics())
 	ctrlMetrics := map[int32]string{}
-	c := startCluster(t, 3, withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second),
-		withNodeFlags(func(id int32) []string {
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePorts(t, 1)[0]))
-			mu.Lock()
-			defer mu.Unlock()
-			ctrlMetrics[id] = addr // a retried start attempt picks another
-			return []string{"--metrics-addr", addr}
-		}))
+	for _, id := range c.IDs() {
+		ctrlMetrics[id] = c.node(id).MetricsAddr()
+	}
 	c.WaitForActive(t, activeTimeout)
 	brokerMetrics := map[int32]string{}
-	for i, p := range freePorts(t, 3) {
-		id := int32(i + 1)
-		brokerMetrics[id] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
-		c.StartBroker(id, withRack(fmt.Sprintf("r%d", id)), withBrokerFlags("--metrics-addr", brokerMetrics[id]))
+	for _, id := range []int32{1, 2, 3} {
+		c.StartBroker(id, withRack(fmt.Sprintf("r%d", id)), withBrokerMetrics())
+		brokerMetrics[id] = c.broker(id).MetricsAddr()
 	}
 	c.WaitForBrokers(t, allActive(1, 2, 3))
 
@@ -224,7 +223,7 @@ func TestMetrics_ControllersAndBrokers(t *testing.T) {
 		epoch      = "keel_controller_epoch"
 		applied    = "keel_raft_applied_index"
 	)
-	pollUntil(t, brokersTimeout, "one active controller and three active brokers in the controllers' metrics", func() (bool, string) {
+	poll.UntilState(t, brokersTimeout, "one active controller and three active brokers in the controllers' metrics", func() (bool, string) {
 		s, desc := scrapeAll(ctrlMetrics, active, brokers, fenced, epoch, applied)
 		sum := 0.0
 		ok := len(s) == 3
@@ -297,7 +296,7 @@ func TestMetrics_ControllersAndBrokers(t *testing.T) {
 
 	// A topic whose only replica is on broker 3.
 	c.createTopic(t, "on-three", "--assignment", "0:3")
-	pollUntil(t, partitionTimeout, "every controller to count the topic, online", func() (bool, string) {
+	poll.UntilState(t, partitionTimeout, "every controller to count the topic, online", func() (bool, string) {
 		s, desc := scrapeAll(ctrlMetrics, topics, partitions, offline)
 		ok := len(s) == 3
 		for _, m := range s {
@@ -305,7 +304,7 @@ func TestMetrics_ControllersAndBrokers(t *testing.T) {
 		}
 		return ok, desc
 	})
-	pollUntil(t, partitionTimeout, "broker 3 to lead its replica", func() (bool, string) {
+	poll.UntilState(t, partitionTimeout, "broker 3 to lead its replica", func() (bool, string) {
 		s, desc := scrapeAll(map[int32]string{3: brokerMetrics[3]}, `keel_broker_replicas{role="leader"}`)
 		return s[3][`keel_broker_replicas{role="leader"}`] == 1, desc
 	})
@@ -313,7 +312,7 @@ func TestMetrics_ControllersAndBrokers(t *testing.T) {
 	// Broker 3 dies: fenced once its session runs out, and its partition,
 	// with no replica left, offline.
 	c.KillBroker(3)
-	pollUntil(t, partitionTimeout, "every controller to count broker 3 fenced and its partition offline", func() (bool, string) {
+	poll.UntilState(t, partitionTimeout, "every controller to count broker 3 fenced and its partition offline", func() (bool, string) {
 		s, desc := scrapeAll(ctrlMetrics, fenced, brokers, offline)
 		ok := len(s) == 3
 		for _, m := range s {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -46,7 +47,7 @@ func (c *Cluster) saveSnapshot(t testing.TB) (string, snapshotJSON) {
 // topicsOn asks controller ctrl alone for the topics of its committed
 // image, by name, with their ids.
 func (c *Cluster) topicsOn(ctx context.Context, ctrl int32) (map[string]string, error) {
-	cl, err := c.client.Controller(c.node(ctrl).addr)
+	cl, err := c.client.Controller(c.node(ctrl).Addr())
 	if err != nil {
 		return nil, err
 	}
@@ -67,8 +68,7 @@ func (c *Cluster) topicsOn(ctx context.Context, ctrl int32) (map[string]string, 
 // exactly the topics of want (name to id).
 func (c *Cluster) WaitForTopicsOnEvery(t testing.TB, want map[string]string) {
 	t.Helper()
-	deadline := time.Now().Add(partitionTimeout)
-	for {
+	poll.UntilState(t, partitionTimeout, fmt.Sprintf("every controller to list exactly the topics %v", want), func() (bool, string) {
 		c.requireRunning(t, c.IDs())
 		var diffs []string
 		for _, id := range c.IDs() {
@@ -80,14 +80,8 @@ func (c *Cluster) WaitForTopicsOnEvery(t testing.TB, want map[string]string) {
 				diffs = append(diffs, fmt.Sprintf("node %d lists %v", id, got))
 			}
 		}
-		if len(diffs) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("controllers did not all list exactly the topics %v within %s:\n  %s", want, partitionTimeout, strings.Join(diffs, "\n  "))
-		}
-		time.Sleep(pollInterval)
-	}
+		return len(diffs) == 0, "  " + strings.Join(diffs, "\n  ")
+	})
 }
 
 // topicIDs is the name-to-id map of a `keel topic list`.

@@ -2,11 +2,14 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 // snapshotFlags make the controllers snapshot (and truncate their logs)
@@ -33,17 +36,10 @@ type snapshotJSON struct {
 // n times.
 func (c *Cluster) waitForLog(t testing.TB, id int32, line string, n int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		got := strings.Count(c.node(id).output(), line)
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %d logged %q %d times within %s, want at least %d", id, line, got, timeout, n)
-		}
-		time.Sleep(pollInterval)
-	}
+	poll.UntilState(t, timeout, fmt.Sprintf("node %d to log %q at least %d times", id, line, n), func() (bool, string) {
+		got := strings.Count(c.node(id).Output(), line)
+		return got >= n, fmt.Sprintf("logged %d times", got)
+	})
 }
 
 func TestSnapshot_StoppedFollowerCatchesUpByInstall(t *testing.T) {
@@ -104,7 +100,7 @@ func TestSnapshot_RestartAfterTruncationKeepsCommittedState(t *testing.T) {
 	}
 	c.WaitForApplied(t, c.IDs(), last)
 	for _, id := range c.IDs() {
-		if !strings.Contains(c.node(id).output(), "restored from snapshot") {
+		if !strings.Contains(c.node(id).Output(), "restored from snapshot") {
 			t.Errorf("node %d did not restore a snapshot on restart", id)
 		}
 		list, err := c.ListBrokersOn(t.Context(), id)

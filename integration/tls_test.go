@@ -6,9 +6,7 @@ package integration
 import (
 	"context"
 	"crypto/tls"
-	"net"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 	"github.com/keel-dev/keel/tlsauth"
@@ -198,17 +198,13 @@ func TestTLS_Cluster(t *testing.T) {
 	})
 
 	t.Run("keel broker with another broker's certificate is refused", func(t *testing.T) {
-		port := freePorts(t, 1)[0]
-		args := append([]string{"broker", "--broker-id", "2",
-			"--listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			"--data-dir", filepath.Join(t.TempDir(), "b2"),
-			"--controllers", strings.Join(c.Addrs(), ","),
-		}, pki.flags("broker-1")...)
+		args := keelproc.BrokerArgs{ID: 2, Listen: freeAddr(t), DataDir: filepath.Join(t.TempDir(), "b2"),
+			Controllers: c.Addrs(), Flags: pki.flags("broker-1")}.Build()
 		_, stderr, code := runKeel(t, 30*time.Second, args...)
 		want := "broker_id 2: certificate is for broker 1"
 		if code == 0 || !strings.Contains(stderr, want) {
 			t.Fatalf("keel broker --broker-id 2 with broker-1's certificate: exit status %d, stderr ends:\n%s\nwant a failure naming %q",
-				code, lastLines(stderr, 5), want)
+				code, keelproc.LastLines(stderr, 5), want)
 		}
 		c.WaitForBrokers(t, allActive(1)) // and no broker 2
 	})
@@ -230,25 +226,25 @@ func TestTLS_Cluster(t *testing.T) {
 			t.Skip("no node was killed")
 		}
 		nd := c.node(killed)
-		tlsArgs := nd.args
-		nd.args = withoutTLSFlags(tlsArgs)
+		tlsArgs := nd.Args()
+		nd.SetArgs(withoutTLSFlags(tlsArgs))
 		c.Start(killed)
 		others := without(c.IDs(), killed)
-		pollUntil(t, 20*time.Second, "the TLS controllers to refuse the plaintext one's raft connections", func() (bool, string) {
+		poll.UntilState(t, 20*time.Second, "the TLS controllers to refuse the plaintext one's raft connections", func() (bool, string) {
 			for _, id := range others {
-				if strings.Contains(c.node(id).output(), "refused a raft connection") {
+				if strings.Contains(c.node(id).Output(), "refused a raft connection") {
 					return true, ""
 				}
 			}
 			return false, "no controller has logged a refusal"
 		})
 		written := c.appendNoOp(t, 10*time.Second).GetIndex()
-		plain, err := rpc.NewClient([]string{nd.addr})
+		plain, err := rpc.NewClient([]string{nd.Addr()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer plain.Close()
-		cl, err := plain.Controller(nd.addr)
+		cl, err := plain.Controller(nd.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +258,7 @@ func TestTLS_Cluster(t *testing.T) {
 
 		// With its certificate again it rejoins and catches up.
 		c.Stop(killed)
-		nd.args = tlsArgs
+		nd.SetArgs(tlsArgs)
 		c.Start(killed)
 		c.WaitForConverged(t, c.IDs(), written)
 	})

@@ -13,13 +13,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -37,11 +38,6 @@ const (
 	roleFollower = "follower"
 	roleStopped  = "stopped"
 )
-
-// withControllerFlags passes flags to every controller.
-func withControllerFlags(flags ...string) clusterOption {
-	return func(o *clusterOptions) { o.controllerFlags = append(o.controllerFlags, flags...) }
-}
 
 // withLeaderImbalanceCheck passes --leader-imbalance-check-interval to every
 // controller: how often it restores preferred leaders (negative: never).
@@ -79,44 +75,23 @@ func startPartitionClusterWith(t *testing.T, brokers []int32, racks map[int32]st
 	return c
 }
 
-// withBrokerFlags passes flags to a broker, after the harness's own.
-func withBrokerFlags(flags ...string) brokerOption {
-	return func(o *brokerOptions) { o.flags = append(o.flags, flags...) }
-}
-
 // PauseBroker sends SIGSTOP to broker id: it keeps its connections and its
 // port but answers nothing, fetches nothing and stops heartbeating, as a
 // hung broker would. ResumeBroker (or the end of the test, before the
 // process is stopped) sends SIGCONT.
 func (c *Cluster) PauseBroker(id int32) {
-	t := c.t
-	t.Helper()
-	nd := c.broker(id)
-	if nd.proc == nil || !nd.proc.running() || nd.paused {
-		t.Fatalf("PauseBroker(%d): broker is not running, or already paused", id)
+	c.t.Helper()
+	if err := c.h.Pause(c.broker(id)); err != nil {
+		c.t.Fatal(err)
 	}
-	nd.proc.signal(syscall.SIGSTOP)
-	nd.paused = true
-	// Runs before the process's own cleanup (registered earlier), so that
-	// its SIGTERM is handled.
-	t.Cleanup(func() {
-		if nd.paused {
-			nd.proc.signal(syscall.SIGCONT)
-			nd.paused = false
-		}
-	})
 }
 
 // ResumeBroker sends SIGCONT to broker id, paused by PauseBroker.
 func (c *Cluster) ResumeBroker(id int32) {
-	t := c.t
-	t.Helper()
-	nd := c.broker(id)
-	if !nd.paused {
-		t.Fatalf("ResumeBroker(%d): broker is not paused", id)
+	c.t.Helper()
+	if err := c.h.Resume(c.broker(id)); err != nil {
+		c.t.Fatal(err)
 	}
-	nd.proc.signal(syscall.SIGCONT)
-	nd.paused = false
 }
 
 // ---------------------------------------------------------------------------
@@ -291,20 +266,15 @@ func (c *Cluster) DescribeTopicE(ctx context.Context, name string) (topicJSON, e
 // and returns it. what says what is awaited, for the failure message.
 func (c *Cluster) WaitForTopic(t testing.TB, name, what string, ok func(topicJSON) bool) topicJSON {
 	t.Helper()
-	deadline := time.Now().Add(partitionTimeout)
-	for {
-		d, err := c.DescribeTopicE(context.Background(), name)
-		if err == nil && ok(d) {
-			return d
+	var d topicJSON
+	poll.UntilState(t, partitionTimeout, fmt.Sprintf("topic %s to be %s", name, what), func() (bool, string) {
+		var err error
+		if d, err = c.DescribeTopicE(context.Background(), name); err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			if err != nil {
-				t.Fatalf("topic %s: not %s within %s: %v", name, what, partitionTimeout, err)
-			}
-			t.Fatalf("topic %s: not %s within %s; it is:\n%s", name, what, partitionTimeout, formatTopic(d))
-		}
-		time.Sleep(pollInterval)
-	}
+		return ok(d), formatTopic(d)
+	})
+	return d
 }
 
 // partition returns partition p of the topic, failing the test if there is
@@ -449,16 +419,19 @@ func disagreement(id int32, v *keelpb.InspectResponse, d topicJSON) string {
 // description (see disagreement), and returns both.
 func (c *Cluster) WaitForAgreement(t testing.TB, name string, ids []int32) (topicJSON, map[int32]*keelpb.InspectResponse) {
 	t.Helper()
-	deadline := time.Now().Add(partitionTimeout)
-	for {
-		d, derr := c.DescribeTopicE(context.Background(), name)
-		views := make(map[int32]*keelpb.InspectResponse, len(ids))
+	var (
+		d     topicJSON
+		views map[int32]*keelpb.InspectResponse
+	)
+	poll.UntilState(t, partitionTimeout, fmt.Sprintf("brokers %v to agree with the controllers on topic %s", ids, name), func() (bool, string) {
+		var derr error
+		d, derr = c.DescribeTopicE(context.Background(), name)
+		views = make(map[int32]*keelpb.InspectResponse, len(ids))
 		diffs := map[int32]string{}
 		for _, id := range ids {
-			if !c.BrokerRunning(id) {
-				nd := c.broker(id)
+			if nd := c.broker(id); !nd.Running() {
 				t.Fatalf("waiting for broker %d to agree on topic %s, but it has exited (status %d); its output ends:\n%s",
-					id, name, nd.proc.exitCode(), lastLines(nd.output(), 10))
+					id, name, nd.ExitCode(), keelproc.LastLines(nd.Output(), 10))
 			}
 			v, err := c.InspectE(context.Background(), id)
 			switch {
@@ -471,24 +444,18 @@ func (c *Cluster) WaitForAgreement(t testing.TB, name string, ids []int32) (topi
 				}
 			}
 		}
-		if derr == nil && len(diffs) == 0 {
-			return d, views
+		if derr != nil {
+			return false, fmt.Sprintf("cannot describe topic %s: %v", name, derr)
 		}
-		if time.Now().After(deadline) {
-			if derr != nil {
-				t.Fatalf("topic %s: cannot describe it: %v", name, derr)
+		var b strings.Builder
+		for _, id := range ids {
+			if s, ok := diffs[id]; ok {
+				fmt.Fprintf(&b, "  broker %d %s\n", id, s)
 			}
-			var b strings.Builder
-			for _, id := range ids {
-				if s, ok := diffs[id]; ok {
-					fmt.Fprintf(&b, "  broker %d %s\n", id, s)
-				}
-			}
-			t.Fatalf("brokers %v do not all agree with the controllers on topic %s within %s; the controllers say:\n%s%s",
-				ids, name, partitionTimeout, formatTopic(d), b.String())
 		}
-		time.Sleep(pollInterval)
-	}
+		return len(diffs) == 0, fmt.Sprintf("the controllers say:\n%s%s", formatTopic(d), b.String())
+	})
+	return d, views
 }
 
 // ---------------------------------------------------------------------------

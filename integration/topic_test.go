@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
@@ -263,13 +265,7 @@ func TestBroker_ControlledShutdownKeepsPartitionsLed(t *testing.T) {
 	}
 
 	w := c.watchLeaders(t, topic)
-	deadline := time.Now().Add(10 * time.Second)
-	for w.count() < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the watch of topic %s read nothing in 10s", topic)
-		}
-		time.Sleep(pollInterval)
-	}
+	poll.Until(t, 10*time.Second, fmt.Sprintf("the watch of topic %s to read it 3 times", topic), func() bool { return w.count() >= 3 })
 	readsBefore := w.count()
 	sigterm := time.Now()
 	c.StopBroker(id) // fails the test unless it exits 0
@@ -287,9 +283,9 @@ func TestBroker_ControlledShutdownKeepsPartitionsLed(t *testing.T) {
 	reads, leaderless, samples := w.stopWatch()
 	t.Logf("broker %d exited %s after SIGTERM; the watch read the topic %d times", id, took.Round(time.Millisecond), reads)
 
-	out := c.broker(id).output()
+	out := c.broker(id).Output()
 	if !strings.Contains(out, "controlled shutdown complete") || strings.Contains(out, "did not shut down cleanly") {
-		t.Errorf("broker %d exited without completing its controlled shutdown; its output ends:\n%s", id, lastLines(out, 10))
+		t.Errorf("broker %d exited without completing its controlled shutdown; its output ends:\n%s", id, keelproc.LastLines(out, 10))
 	}
 	if leaderless > 0 {
 		t.Errorf("during broker %d's controlled shutdown, %d of %d descriptions had a partition without a leader, though each had two more live ISR members:\n  %s",

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keel-dev/keel/bench"
+	"github.com/keel-dev/keel/internal/bench"
 )
 
 // asKeelEnv makes this test binary act as the keel binary: the bench

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -35,19 +36,21 @@ func (r *runner) failover(ctx context.Context) (Result, error) {
 		}
 		id, epoch := leader.GetNodeId(), leader.GetControllerEpoch()
 		var survivors []string
-		for _, p := range r.quorum.nodes {
-			if p.id != id {
-				survivors = append(survivors, p.addr)
+		for _, nd := range r.quorum.Controllers() {
+			if nd.ID() != id {
+				survivors = append(survivors, nd.Addr())
 			}
 		}
 		statusf(r.cfg.Status, "failover: run %d/%d: kill -9 of controller %d (epoch %d)", run, r.cfg.Runs, id, epoch)
 		killed := time.Now()
-		r.quorum.Kill(id)
+		if err := r.kill(r.quorum.Controller(id)); err != nil {
+			return Result{}, err
+		}
 		var (
 			newEpoch int64
 			raftAt   time.Time // a survivor is raft leader
 		)
-		err = waitFor(ctx, r.timeout, 2*time.Millisecond, "a new active controller", func() (bool, error) {
+		err = poll.Wait(ctx, r.timeout, 2*time.Millisecond, "a new active controller", func() (bool, error) {
 			for _, addr := range survivors {
 				cl, err := r.admin.Controller(addr)
 				if err != nil {
@@ -78,7 +81,7 @@ func (r *runner) failover(ctx context.Context) (Result, error) {
 		}
 		obs := r.observer(-1)
 		var epochEntry uint64
-		err = waitFor(ctx, r.timeout, 5*time.Millisecond, "the new controller epoch in the stream", func() (bool, error) {
+		err = poll.Wait(ctx, r.timeout, 5*time.Millisecond, "the new controller epoch in the stream", func() (bool, error) {
 			for _, e := range obs.Events(EventControllerEpoch) {
 				if e.Epoch == newEpoch {
 					epochEntry = e.Offset
@@ -102,7 +105,7 @@ func (r *runner) failover(ctx context.Context) (Result, error) {
 		streaming = append(streaming, streamAt.Sub(killed))
 
 		statusf(r.cfg.Status, "failover: restarting controller %d", id)
-		if err := r.quorum.Start(id); err != nil {
+		if err := r.quorum.StartNodes(ctx, r.quorum.Controller(id)); err != nil {
 			return Result{}, err
 		}
 		if err := r.waitConverged(ctx); err != nil {
@@ -161,25 +164,20 @@ func (r *runner) load(ctx context.Context) (Result, error) {
 		commit := view.Leader.GetCommitIndex()
 		statusf(r.cfg.Status, "load: run %d/%d: kill -9 of every controller (snapshots at index %d or later, commit index %d), then a restart",
 			run, r.cfg.Runs, idx, commit)
-		var wg sync.WaitGroup
-		for _, p := range r.quorum.nodes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r.quorum.Kill(p.id)
-			}()
+		ctrls := r.quorum.Controllers()
+		if err := r.kill(ctrls...); err != nil { // together: every signal before any wait
+			return Result{}, err
 		}
-		wg.Wait()
 		start := time.Now()
-		for _, p := range r.quorum.nodes {
-			if err := r.quorum.Start(p.id); err != nil {
-				return Result{}, err
-			}
+		// All started before any is waited for: each says it has started
+		// only once it has loaded its snapshot.
+		if err := r.quorum.StartNodes(ctx, ctrls...); err != nil {
+			return Result{}, err
 		}
 		bar := r.prog.start(-1, "controllers loading")
-		err = waitFor(ctx, r.timeout, 20*time.Millisecond, fmt.Sprintf("the controllers to load %d partitions", expected), func() (bool, error) {
+		err = poll.Wait(ctx, r.timeout, 20*time.Millisecond, fmt.Sprintf("the controllers to load %d partitions", expected), func() (bool, error) {
 			v, err := r.activeQuorum(ctx)
-			if v == nil || err != nil || !appliedBy(v, len(r.quorum.nodes), commit) {
+			if v == nil || err != nil || !appliedBy(v, len(ctrls), commit) {
 				return false, err
 			}
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -193,12 +191,12 @@ func (r *runner) load(ctx context.Context) (Result, error) {
 		}
 		ready = append(ready, time.Since(start))
 		var most, rss uint64
-		for _, p := range r.quorum.nodes {
+		for _, nd := range ctrls {
 			hctx, cancel := context.WithTimeout(ctx, time.Minute)
-			m, err := readMemory(hctx, p.metricsAddr)
+			m, err := readMemory(hctx, nd.MetricsAddr())
 			cancel()
 			if err != nil {
-				return Result{}, fmt.Errorf("memory of controller %d: %w", p.id, err)
+				return Result{}, fmt.Errorf("memory of controller %d: %w", nd.ID(), err)
 			}
 			most, rss = max(most, m.heapLive), max(rss, m.rss)
 		}
@@ -222,7 +220,7 @@ func (r *runner) load(ctx context.Context) (Result, error) {
 // waitConverged waits until every voter has applied the active
 // controller's commit index.
 func (r *runner) waitConverged(ctx context.Context) error {
-	return waitFor(ctx, r.timeout, 20*time.Millisecond, "every controller to catch up", func() (bool, error) {
+	return poll.Wait(ctx, r.timeout, 20*time.Millisecond, "every controller to catch up", func() (bool, error) {
 		v, err := r.activeQuorum(ctx)
 		if v == nil || err != nil {
 			return false, err
@@ -253,8 +251,8 @@ const snapshotPump = 1100
 // threshold if raft does not take one by itself.
 func (r *runner) ensureSnapshots(ctx context.Context, index uint64) error {
 	have := func() (bool, error) {
-		for _, p := range r.quorum.nodes {
-			if snapshotIndexOnDisk(p.dataDir) < index {
+		for _, nd := range r.quorum.Controllers() {
+			if snapshotIndexOnDisk(nd.DataDir()) < index {
 				return false, nil
 			}
 		}
@@ -265,7 +263,7 @@ func (r *runner) ensureSnapshots(ctx context.Context, index uint64) error {
 	}
 	// Raft checks every second (--snapshot-interval 1s) whether the
 	// threshold is reached.
-	if err := waitFor(ctx, 3*time.Second, 100*time.Millisecond, "a raft snapshot", have); err == nil {
+	if err := poll.Wait(ctx, 3*time.Second, 100*time.Millisecond, "a raft snapshot", have); err == nil {
 		return nil
 	} else if ctx.Err() != nil {
 		return ctx.Err()
@@ -307,5 +305,5 @@ func (r *runner) ensureSnapshots(ctx context.Context, index uint64) error {
 	}
 	sp := r.prog.start(-1, "waiting for raft snapshots")
 	defer sp.done()
-	return waitFor(ctx, r.timeout, 100*time.Millisecond, "every controller to take a raft snapshot", have)
+	return poll.Wait(ctx, r.timeout, 100*time.Millisecond, "every controller to take a raft snapshot", have)
 }

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +20,8 @@ import (
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 	"github.com/keel-dev/keel/tlsauth"
@@ -161,7 +162,7 @@ type simBroker interface {
 type runner struct {
 	cfg    Config
 	dir    string
-	quorum *localQuorum // nil against a running quorum
+	quorum *keelproc.Cluster // nil against a running quorum
 	addrs  []string
 	admin  *rpc.Client
 	hb     *latencies
@@ -253,7 +254,7 @@ func (r *runner) withLogs(ctx context.Context, err error) error {
 	if r.quorum == nil {
 		return err
 	}
-	return fmt.Errorf("%w\n%s", err, r.quorum.Logs(10))
+	return fmt.Errorf("%w\n%s", err, quorumLogs(r.quorum, 10))
 }
 
 func (r *runner) scenario(ctx context.Context, name string) (Result, error) {
@@ -306,7 +307,11 @@ func (r *runner) close() {
 		r.admin.Close()
 	}
 	if r.quorum != nil {
-		r.quorum.Close()
+		// SIGKILL, not Close's SIGTERM: nothing the bench reports needs a
+		// graceful stop, and controllers handing leadership around on the
+		// way out would only delay the exit.
+		_ = r.kill(r.quorum.Controllers()...)
+		_ = r.quorum.Close()
 	}
 }
 
@@ -315,23 +320,40 @@ func (r *runner) startQuorum(ctx context.Context) error {
 		return r.connect(ctx, r.cfg.Controllers)
 	}
 	statusf(r.cfg.Status, "starting 3 controllers (%s controller) on loopback", r.cfg.Executable)
-	// The ports are found free and then bound by the controllers: another
-	// process may take one in between. Then the quorum starts again on
-	// other ports.
-	for attempt := 1; ; attempt++ {
-		q, err := startLocalQuorum(r.cfg.Executable, r.cfg.Env, filepath.Join(r.dir, fmt.Sprint("quorum-", attempt)), 3)
-		if err != nil {
-			return err
-		}
-		r.quorum = q
-		err = r.connect(ctx, q.Addrs())
-		if err == nil || attempt == 3 || q.exited() == nil || !strings.Contains(q.Logs(5), "address already in use") {
-			return err
-		}
-		statusf(r.cfg.Status, "a controller's port was taken; starting the quorum again on other ports")
-		q.Close()
-		r.admin.Close()
+	q, err := keelproc.New(keelproc.Config{
+		Keel:            r.cfg.Executable,
+		Dir:             filepath.Join(r.dir, "quorum"),
+		Controllers:     3,
+		Env:             r.cfg.Env,
+		ControllerFlags: controllerFlags,
+		Metrics:         true, // the load scenario reads each controller's memory
+		// The ports are found free and then bound by the controllers:
+		// another process may take one in between. Then the quorum starts
+		// again on other ports, three times in all.
+		Attempts: 3,
+		Retrying: func(error) {
+			statusf(r.cfg.Status, "a controller's port was taken; starting the quorum again on other ports")
+		},
+		// A restarted controller says it has started once it has loaded
+		// its snapshot: as long as any wait of the bench may take.
+		StartTimeout: r.timeout,
+	})
+	if err != nil {
+		return err
 	}
+	r.quorum = q
+	if err := q.Start(ctx); err != nil {
+		return err
+	}
+	return r.connect(ctx, q.Addrs())
+}
+
+// kill sends kill -9 to the controllers that are running and waits until
+// they have exited; one that has exited already is left alone, as
+// activeQuorum reports it where that matters.
+func (r *runner) kill(nodes ...*keelproc.Node) error {
+	nodes = slices.DeleteFunc(nodes, func(nd *keelproc.Node) bool { return !nd.Running() })
+	return r.quorum.Kill(nodes...)
 }
 
 // connect makes the admin client for the controllers at addrs and waits
@@ -350,7 +372,7 @@ func (r *runner) connect(ctx context.Context, addrs []string) error {
 // waitActive waits until a controller is active and returns its view.
 func (r *runner) waitActive(ctx context.Context, timeout time.Duration) (*keelpb.DescribeQuorumResponse, error) {
 	var leader *keelpb.DescribeQuorumResponse
-	err := waitFor(ctx, timeout, 20*time.Millisecond, "an active controller", func() (bool, error) {
+	err := poll.Wait(ctx, timeout, 20*time.Millisecond, "an active controller", func() (bool, error) {
 		v, err := r.activeQuorum(ctx)
 		if v == nil || err != nil {
 			return false, err
@@ -366,8 +388,10 @@ func (r *runner) waitActive(ctx context.Context, timeout time.Duration) (*keelpb
 // controller is active or none answers.
 func (r *runner) activeQuorum(ctx context.Context) (*rpc.QuorumView, error) {
 	if r.quorum != nil {
-		if err := r.quorum.exited(); err != nil {
-			return nil, err
+		for _, nd := range r.quorum.Controllers() {
+			if !nd.Running() {
+				return nil, fmt.Errorf("controller %d exited", nd.ID())
+			}
 		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -443,7 +467,7 @@ func (r *runner) waitActiveBrokers(ctx context.Context, bs []simBroker) error {
 	}
 	bar := r.prog.start(int64(len(bs)), desc)
 	defer bar.done()
-	return waitFor(ctx, r.timeout, 50*time.Millisecond, "every broker registered and active", func() (bool, error) {
+	return poll.Wait(ctx, r.timeout, 50*time.Millisecond, "every broker registered and active", func() (bool, error) {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		resp, err := r.admin.ListBrokers(cctx)
@@ -503,7 +527,7 @@ func (r *runner) replace(ctx context.Context, id int32) error {
 func (r *runner) waitOffset(ctx context.Context, bs []simBroker, offset uint64, what string) error {
 	bar := r.prog.start(int64(len(bs)), what)
 	defer bar.done()
-	return waitFor(ctx, r.timeout, 5*time.Millisecond, cmp.Or(what, "every broker to catch up"), func() (bool, error) {
+	return poll.Wait(ctx, r.timeout, 5*time.Millisecond, cmp.Or(what, "every broker to catch up"), func() (bool, error) {
 		n := 0
 		for _, b := range bs {
 			if b.Offset() >= offset {
@@ -522,7 +546,7 @@ func (r *runner) barrier(ctx context.Context) (uint64, error) { return r.barrier
 // barrierShown is barrier with a progress bar called desc on the wait.
 func (r *runner) barrierShown(ctx context.Context, desc string) (uint64, error) {
 	var resp *keelpb.AppendNoOpResponse
-	err := waitFor(ctx, r.timeout, 50*time.Millisecond, "a no-op to commit", func() (bool, error) {
+	err := poll.Wait(ctx, r.timeout, 50*time.Millisecond, "a no-op to commit", func() (bool, error) {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		var err error

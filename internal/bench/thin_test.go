@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -250,21 +251,21 @@ func TestThinBroker(t *testing.T) {
 	}
 	t.Cleanup(b.Kill)
 	ctx := context.Background()
-	poll := func(what string, cond func() bool) {
+	await := func(what string, cond func() bool) {
 		t.Helper()
-		if err := waitFor(ctx, 10*time.Second, time.Millisecond, what, func() (bool, error) { return cond(), nil }); err != nil {
+		if err := poll.Wait(ctx, 10*time.Second, time.Millisecond, what, func() (bool, error) { return cond(), nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	poll("the snapshot", func() bool { return b.Offset() == 5 })
+	await("the snapshot", func() bool { return b.Offset() == 5 })
 	if b.Epoch() != 5 || b.SnapshotsSince(time.Time{}) != 1 {
 		t.Fatalf("epoch %d, %d snapshots; want 5, 1", b.Epoch(), b.SnapshotsSince(time.Time{}))
 	}
 	w := newLeaderWatch(3, []partKey{{topicID, 0}})
 	b.setWatch(w)
 	close(f.goOn)
-	poll("the entries", func() bool { return b.Offset() == 7 })
-	poll("a heartbeat acknowledging offset 7", func() bool { h := f.lastHeartbeat(); return h != nil && h.GetMetadataOffset() == 7 })
+	await("the entries", func() bool { return b.Offset() == 7 })
+	await("a heartbeat acknowledging offset 7", func() bool { h := f.lastHeartbeat(); return h != nil && h.GetMetadataOffset() == 7 })
 
 	at6, ok6 := b.ReachedAt(6)
 	at7, ok7 := b.ReachedAt(7)

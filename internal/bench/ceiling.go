@@ -15,6 +15,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
 )
@@ -135,7 +136,7 @@ func MeasureRaftCeiling(ctx context.Context, dir string, entries int) (Ceiling, 
 		}
 	}
 	var leader *raft.Raft
-	err = waitFor(ctx, 30*time.Second, 5*time.Millisecond, "a raft leader", func() (bool, error) {
+	err = poll.Wait(ctx, 30*time.Second, 5*time.Millisecond, "a raft leader", func() (bool, error) {
 		for _, nd := range nodes {
 			if nd.r.State() == raft.Leader {
 				leader = nd.r

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 // create: P partitions over B brokers, created from scratch each run (the
@@ -170,7 +172,7 @@ func (r *runner) brokerFailure(ctx context.Context) (Result, error) {
 		victim.Kill()
 		var fence Event
 		bar := r.prog.start(-1, "waiting for the fencing")
-		err = waitFor(ctx, r.timeout, 5*time.Millisecond, fmt.Sprintf("broker %d to be fenced", id), func() (bool, error) {
+		err = poll.Wait(ctx, r.timeout, 5*time.Millisecond, fmt.Sprintf("broker %d to be fenced", id), func() (bool, error) {
 			for _, e := range obs.Events(EventFence) {
 				if e.Broker == id && e.Epoch == epoch {
 					fence = e

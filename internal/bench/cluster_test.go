@@ -88,7 +88,7 @@ func TestStartQuorumGivesUpOnTakenPorts(t *testing.T) {
 	if n := strings.Count(status.String(), "starting the quorum again"); n != 2 {
 		t.Fatalf("%d restarts, want 2:\n%s", n, status.String())
 	}
-	if !strings.Contains(r.quorum.Logs(5), "address already in use") {
-		t.Fatalf("logs: %s", r.quorum.Logs(5))
+	if logs := quorumLogs(r.quorum, 5); !strings.Contains(logs, "address already in use") {
+		t.Fatalf("logs: %s", logs)
 	}
 }

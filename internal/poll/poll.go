@@ -7,9 +7,17 @@ package poll
 import (
 	"context"
 	"fmt"
-	"testing"
 	"time"
 )
+
+// TB is the part of testing.TB the helpers use. It is declared here, not
+// imported, so that code that links this package for Wait (keel bench, in
+// the production binary) does not link the testing package.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
 
 // Interval is how often the test helpers ask again: often enough that a
 // wait ends within milliseconds of its condition, rarely enough that the
@@ -18,14 +26,14 @@ const Interval = 5 * time.Millisecond
 
 // Until polls cond until it holds, failing t at timeout with what was
 // awaited.
-func Until(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+func Until(t TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	UntilState(t, timeout, what, func() (bool, string) { return cond(), "" })
 }
 
 // UntilState polls check until it reports done, failing t at timeout with
 // what was awaited and the state check last described.
-func UntilState(t testing.TB, timeout time.Duration, what string, check func() (done bool, state string)) {
+func UntilState(t TB, timeout time.Duration, what string, check func() (done bool, state string)) {
 	t.Helper()
 	var last string
 	err := Wait(context.Background(), timeout, Interval, what, func() (bool, error) {

@@ -156,14 +156,20 @@ func (a *AppliedLog) span(from, to int) (first, second []Entry) {
 func (a *AppliedLog) Snapshot() (func(w io.Writer) error, error) { return a.fsm.Snapshot() }
 
 // Restore replaces the image and starts a new history after it: brokers
-// behind the restored image get a snapshot of it.
+// behind the restored image get a snapshot of it. A snapshot that does not
+// verify leaves the image and the history as they were.
 func (a *AppliedLog) Restore(r io.Reader) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.fsm.Restore(r); err != nil {
+	// Read before taking mu: a large image takes seconds to read, and every
+	// broker stream waits on mu. Raft calls Restore and ApplyEntry from one
+	// goroutine, so nothing is applied between the read and the install.
+	img, err := fsm.ReadSnapshot(r)
+	if err != nil {
 		return err
 	}
-	a.base, a.ring, a.head, a.n, a.bytes = a.fsm.Image().Offset, nil, 0, 0, 0
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.fsm.Install(img)
+	a.base, a.ring, a.head, a.n, a.bytes = img.Offset, nil, 0, 0, 0
 	close(a.grown)
 	a.grown = make(chan struct{})
 	return nil

@@ -3,10 +3,12 @@ package controller
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,6 +91,15 @@ func TestAppliedLog_RestoreStartsANewHistory(t *testing.T) {
 
 	a := NewAppliedLog(fsm.New(), 0, 0)
 	a.ApplyEntry(1, 1, entryData(t, clusterStart()...))
+	// A snapshot that does not verify changes nothing.
+	bad := bytes.Clone(snap.Bytes())
+	bad[len(bad)/2] ^= 0xff
+	if err := a.Restore(bytes.NewReader(bad)); err == nil {
+		t.Fatal("a corrupt snapshot was restored")
+	}
+	if got, ok, _ := a.Since(0, 1<<20); !ok || a.Current().Offset != 1 || !slices.Equal(offsets(got), []uint64{1}) {
+		t.Fatalf("after a failed restore: offset %d, history %v, %v", a.Current().Offset, offsets(got), ok)
+	}
 	if err := a.Restore(&snap); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +111,99 @@ func TestAppliedLog_RestoreStartsANewHistory(t *testing.T) {
 	}
 	if _, ok, _ := a.Since(7, 1<<20); !ok {
 		t.Fatal("the restored offset is not served")
+	}
+}
+
+// gatedReader holds its first Read until release is closed, and closes
+// reading as that Read begins: a snapshot whose reading the test controls.
+type gatedReader struct {
+	r                io.Reader
+	reading, release chan struct{}
+	once             sync.Once
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	g.once.Do(func() {
+		close(g.reading)
+		<-g.release
+	})
+	return g.r.Read(p)
+}
+
+// closed reports whether ch is closed, for waitFor.
+func closed(ch <-chan struct{}) func() bool {
+	return func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+func TestAppliedLog_RestoreReadsTheSnapshotOutsideTheLock(t *testing.T) {
+	src := fsm.New()
+	src.ApplyEntry(7, 1, entryData(t, clusterStart()...))
+	write, _ := src.Snapshot()
+	var snap bytes.Buffer
+	if err := write(&snap); err != nil {
+		t.Fatal(err)
+	}
+	a := NewAppliedLog(fsm.New(), 0, 0)
+	a.ApplyEntry(1, 1, entryData(t, clusterStart()...))
+	a.ApplyEntry(2, 1, entryData(t, noOp()))
+
+	gate := &gatedReader{r: &snap, reading: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(gate.release) }) }
+	// Should the test fail with the read held, Restore and whatever waits
+	// behind it must still end (goleak).
+	t.Cleanup(release)
+	restored := make(chan error, 1)
+	go func() { restored <- a.Restore(gate) }()
+	waitFor(t, 5*time.Second, "Restore to start reading the snapshot", closed(gate.reading))
+
+	// Since and Current take the lock every broker stream takes.
+	type view struct {
+		history []uint64
+		offset  uint64
+	}
+	viewed := make(chan view, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		got, _, _ := a.Since(0, 1<<20)
+		viewed <- view{offsets(got), a.Current().Offset}
+	}()
+	waitFor(t, 5*time.Second, "Since and Current to return while the snapshot is being read", closed(done))
+	if v := <-viewed; v.offset != 2 || !slices.Equal(v.history, []uint64{1, 2}) {
+		t.Fatalf("while the snapshot is read: offset %d, history %v; want the old image and history", v.offset, v.history)
+	}
+	select {
+	case err := <-restored:
+		t.Fatalf("Restore returned (%v) before its snapshot could be read", err)
+	default:
+	}
+
+	release()
+	var err error
+	waitFor(t, 5*time.Second, "Restore to return", func() bool {
+		select {
+		case err = <-restored:
+			return true
+		default:
+			return false
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Current().Offset != 7 {
+		t.Fatalf("restored offset = %d, want 7", a.Current().Offset)
+	}
+	if _, ok, _ := a.Since(2, 1<<20); ok {
+		t.Fatal("an offset from before the restore is still served")
 	}
 }
 

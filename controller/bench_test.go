@@ -106,3 +106,54 @@ func BenchmarkTakeover_LeaderlessScan1M(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAppliedLog_ApplyAtBound applies a no-op entry to an applied log
+// whose history is at its bound, so that every entry applied evicts the
+// oldest: the steady state of a long-running controller, paid on raft's FSM
+// goroutine under the lock every broker stream takes. The bound is reached
+// by entry count, or by bytes with room for as many entries.
+func BenchmarkAppliedLog_ApplyAtBound(b *testing.B) {
+	data, err := fsm.EncodeBatch(noOp())
+	if err != nil {
+		b.Fatal(err)
+	}
+	start, err := fsm.EncodeBatch(clusterStart()...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name                 string
+		maxEntries, maxBytes int
+	}{
+		{"entries", DefaultHistoryEntries, DefaultHistoryBytes},
+		{"bytes", 2 * DefaultHistoryEntries, len(start) + (DefaultHistoryEntries-1)*len(data)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			a := NewAppliedLog(fsm.New(), bc.maxEntries, bc.maxBytes)
+			if resp := a.ApplyEntry(1, 1, start); resp != nil {
+				b.Fatal(resp)
+			}
+			index := uint64(1)
+			apply := func() {
+				index++
+				if resp := a.ApplyEntry(index, 1, data); resp != nil {
+					b.Fatal(resp)
+				}
+			}
+			for range DefaultHistoryEntries {
+				apply()
+			}
+			if _, ok, _ := a.Since(0, 1<<30); ok {
+				b.Fatal("the history is not at its bound: nothing was evicted")
+			}
+			if got, _, _ := a.Since(1, 1<<30); len(got) != DefaultHistoryEntries {
+				b.Fatalf("the history holds %d entries, want %d", len(got), DefaultHistoryEntries)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				apply()
+			}
+		})
+	}
+}

@@ -27,6 +27,9 @@ type testCluster struct {
 	now            func() time.Time
 	// metrics gives every node a registry of its own (testNode.metrics).
 	metrics bool
+	// takeoverFault, when set, fails a takeover attempt on node id with
+	// the error it returns.
+	takeoverFault func(id int32) error
 }
 
 // clusterOption adjusts a test cluster before its nodes start.
@@ -34,6 +37,12 @@ type clusterOption func(*testCluster)
 
 func withSessions(timeout time.Duration, now func() time.Time) clusterOption {
 	return func(c *testCluster) { c.sessionTimeout, c.now = timeout, now }
+}
+
+// withTakeoverFault fails takeover attempts on the nodes for which fault
+// returns an error.
+func withTakeoverFault(fault func(id int32) error) clusterOption {
+	return func(c *testCluster) { c.takeoverFault = fault }
 }
 
 type testNode struct {
@@ -99,6 +108,10 @@ func (c *testCluster) start(nd *testNode) {
 	applied := NewAppliedLog(nd.fsm, 0, 0)
 	cfg := Config{NodeID: nd.id, ClusterID: "test-cluster", Logger: testLogger(), ApplyTimeout: time.Second,
 		SessionTimeout: c.sessionTimeout, Now: c.now}
+	if c.takeoverFault != nil {
+		id := nd.id
+		cfg.takeoverFault = func() error { return c.takeoverFault(id) }
+	}
 	if c.metrics {
 		// A restart registers on the same registry: Stop unregistered.
 		if nd.metrics == nil {

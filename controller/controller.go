@@ -48,6 +48,12 @@ type Config struct {
 	// Metrics, when set, gets the controller's metrics (metrics.go) once
 	// Start is called, until Stop; nil registers none.
 	Metrics prometheus.Registerer
+
+	// takeoverFault, when set, is called at the start of every takeover
+	// attempt and fails it with the error it returns. Tests only: a leader
+	// that keeps leading but cannot take over (a full disk, say) is a fault
+	// the in-memory raft cluster cannot produce.
+	takeoverFault func() error
 }
 
 // DefaultSessionTimeout is KRaft's default broker session timeout.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"io"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -41,11 +42,19 @@ type AppliedLog struct {
 	// (raftlog.ConfigurationObserver); nil until one is.
 	conf atomic.Pointer[committedConfiguration]
 
-	mu      sync.Mutex
-	base    uint64  // offset the first retained entry follows
-	entries []Entry // a contiguous chain: entries[0].Prev == base
-	bytes   int
-	grown   chan struct{} // closed when entries are appended or reset
+	mu   sync.Mutex
+	base uint64 // offset the first retained entry follows
+	// ring holds the retained entries, a contiguous chain, oldest first
+	// from ring[head] and wrapping at its end: the oldest's Prev is base.
+	// Evicting moves head on, so that an entry applied at the bound costs
+	// the same as one below it rather than a copy of the whole history, on
+	// raft's FSM goroutine and under mu. It grows by doubling up to
+	// maxEntries, never beyond.
+	ring  []Entry
+	head  int
+	n     int           // entries retained
+	bytes int           // their data
+	grown chan struct{} // closed when entries are appended or reset
 }
 
 // NewAppliedLog wraps f. Zero bounds mean the defaults.
@@ -72,25 +81,74 @@ func (a *AppliedLog) ApplyEntry(index, term uint64, data []byte) any {
 	if resp != nil {
 		return resp
 	}
-	a.entries = append(a.entries, Entry{Prev: prev, Offset: index, Term: term, Data: data})
-	a.bytes += len(data)
-	a.evict()
+	a.push(Entry{Prev: prev, Offset: index, Term: term, Data: data})
 	close(a.grown)
 	a.grown = make(chan struct{})
 	return nil
 }
 
-func (a *AppliedLog) evict() {
-	n := 0
-	for len(a.entries)-n > a.maxEntries || (a.bytes > a.maxBytes && len(a.entries)-n > 1) {
-		a.bytes -= len(a.entries[n].Data)
-		a.base = a.entries[n].Offset
-		n++
+// push appends e to the history and evicts the oldest entries until it is
+// within both bounds again; the newest entry is kept whatever its size.
+func (a *AppliedLog) push(e Entry) {
+	if a.n == a.maxEntries {
+		a.evictOldest()
 	}
-	if n > 0 {
-		// Copy down rather than reslice so the evicted entries' data can be
-		// collected; amortised by evicting only when over the bound.
-		a.entries = append(a.entries[:0], a.entries[n:]...)
+	if a.n == len(a.ring) {
+		a.grow()
+	}
+	*a.at(a.n) = e
+	a.n++
+	a.bytes += len(e.Data)
+	for a.bytes > a.maxBytes && a.n > 1 {
+		a.evictOldest()
+	}
+}
+
+func (a *AppliedLog) evictOldest() {
+	e := &a.ring[a.head]
+	a.base = e.Offset
+	a.bytes -= len(e.Data)
+	// Cleared so that the evicted data can be collected before the slot is
+	// reused.
+	*e = Entry{}
+	a.head++
+	if a.head == len(a.ring) {
+		a.head = 0
+	}
+	a.n--
+}
+
+// grow doubles the ring, up to maxEntries, when it is full. The ring starts
+// small so that a short history does not hold maxEntries slots; copying it
+// on growth costs O(1) per entry over the ring's life.
+func (a *AppliedLog) grow() {
+	ring := make([]Entry, min(max(2*len(a.ring), 64), a.maxEntries))
+	first, second := a.span(0, a.n)
+	copy(ring[copy(ring, first):], second)
+	a.ring, a.head = ring, 0
+}
+
+// at returns the i-th retained entry, oldest first; i may be n to reach the
+// free slot after the newest.
+func (a *AppliedLog) at(i int) *Entry {
+	i += a.head
+	if i >= len(a.ring) {
+		i -= len(a.ring)
+	}
+	return &a.ring[i]
+}
+
+// span returns retained entries [from, to) as at most two slices of the
+// ring, the second non-empty only when the range wraps past its end.
+func (a *AppliedLog) span(from, to int) (first, second []Entry) {
+	i, j, size := a.head+from, a.head+to, len(a.ring)
+	switch {
+	case i >= size:
+		return a.ring[i-size : j-size], nil
+	case j <= size:
+		return a.ring[i:j], nil
+	default:
+		return a.ring[i:], a.ring[:j-size]
 	}
 }
 
@@ -98,14 +156,20 @@ func (a *AppliedLog) evict() {
 func (a *AppliedLog) Snapshot() (func(w io.Writer) error, error) { return a.fsm.Snapshot() }
 
 // Restore replaces the image and starts a new history after it: brokers
-// behind the restored image get a snapshot of it.
+// behind the restored image get a snapshot of it. A snapshot that does not
+// verify leaves the image and the history as they were.
 func (a *AppliedLog) Restore(r io.Reader) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.fsm.Restore(r); err != nil {
+	// Read before taking mu: a large image takes seconds to read, and every
+	// broker stream waits on mu. Raft calls Restore and ApplyEntry from one
+	// goroutine, so nothing is applied between the read and the install.
+	img, err := fsm.ReadSnapshot(r)
+	if err != nil {
 		return err
 	}
-	a.base, a.entries, a.bytes = a.fsm.Image().Offset, nil, 0
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.fsm.Install(img)
+	a.base, a.ring, a.head, a.n, a.bytes = img.Offset, nil, 0, 0, 0
 	close(a.grown)
 	a.grown = make(chan struct{})
 	return nil
@@ -150,17 +214,19 @@ func (a *AppliedLog) Since(offset uint64, maxBytes int) (entries []Entry, ok boo
 	defer a.mu.Unlock()
 	start := 0
 	if offset != a.base {
-		i := sort.Search(len(a.entries), func(i int) bool { return a.entries[i].Offset >= offset })
-		if i == len(a.entries) || a.entries[i].Offset != offset {
+		i := sort.Search(a.n, func(i int) bool { return a.at(i).Offset >= offset })
+		if i == a.n || a.at(i).Offset != offset {
 			return nil, false, a.grown
 		}
 		start = i + 1
 	}
 	size := 0
 	end := start
-	for end < len(a.entries) && (end == start || size+len(a.entries[end].Data) <= maxBytes) {
-		size += len(a.entries[end].Data)
+	for end < a.n && (end == start || size+len(a.at(end).Data) <= maxBytes) {
+		size += len(a.at(end).Data)
 		end++
 	}
-	return append([]Entry(nil), a.entries[start:end]...), true, a.grown
+	// A copy: the ring's slots are reused once their entries are evicted.
+	first, second := a.span(start, end)
+	return slices.Concat(first, second), true, a.grown
 }

@@ -12,9 +12,21 @@ import (
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
-// establishAttempts is how many times a new leader tries to take over before
-// it hands leadership to another node.
-const establishAttempts = 3
+// takeoverElectionTimeouts is how many raft election timeouts a leader
+// keeps failing to take over before it hands leadership to another node:
+// long enough to ride out a barrier or a commit that failed once, short
+// enough that a node that cannot take over (a full disk, say) costs the
+// cluster a few elections' worth of time without an active controller,
+// not forever.
+const takeoverElectionTimeouts = 5
+
+// takeoverTiming returns, from raft's election timeout, the first wait
+// between takeover attempts, the longest (the waits double), and how long
+// takeover may keep failing before leadership is handed away.
+func (c *Controller) takeoverTiming() (first, longest, giveUp time.Duration) {
+	election := c.raft.ReloadableConfig().ElectionTimeout
+	return max(election/10, time.Millisecond), election, takeoverElectionTimeouts * election
+}
 
 // leadership is one term of this node as raft leader: everything started for
 // it hangs off its context and is waited for by revoke.
@@ -70,13 +82,6 @@ func (l *leadership) run() {
 	start := time.Now()
 	if err := l.establish(); err != nil {
 		l.close()
-		if l.ctx.Err() == nil {
-			l.log.Error("could not become the active controller; transferring leadership", "err", err)
-			// Another node may succeed where this one cannot (a full disk, say).
-			if err := l.c.raft.LeadershipTransfer().Error(); err != nil {
-				l.log.Warn("leadership transfer failed", "err", err)
-			}
-		}
 		return
 	}
 	// Every registered broker gets a fresh session before anyone can be
@@ -96,33 +101,65 @@ func (l *leadership) run() {
 }
 
 // establish makes this leader the active controller: the epoch record (and,
-// on a new cluster, the cluster id), decided from a current image.
+// on a new cluster, the cluster id), decided from a current image. It keeps
+// trying, with backoff, for as long as this node leads: a leader that gave
+// up would stay leader, never active, and every write would get ErrNotReady
+// until something else ended its term. Once takeover has failed for
+// takeoverElectionTimeouts election timeouts it also hands leadership away,
+// since another node may succeed where this one cannot, and tries again
+// after as long should the transfer fail. It returns nil once this node is
+// active, and an error once the leadership has ended or been handed away.
 func (l *leadership) establish() error {
-	var err error
-	for attempt := 1; attempt <= establishAttempts; attempt++ {
-		// The first attempt skips the barrier when the state machine has
-		// applied everything raft has handed it, as after a handoff: one
-		// raft round less. Should the image still be stale, the FSM refuses
-		// the stale epoch and the next attempt starts with a barrier.
-		barrier := attempt > 1 || l.c.fsm.Image().Offset < l.c.raft.AppliedIndex()
-		if err = l.tryEstablish(barrier); err == nil || l.ctx.Err() != nil {
+	first, longest, giveUp := l.c.takeoverTiming()
+	start := time.Now()
+	transferAt := start.Add(giveUp)
+	wait := first
+	// The first attempt skips the barrier when the state machine has
+	// applied everything raft has handed it, as after a handoff: one raft
+	// round less. Should the image still be stale, the FSM refuses the
+	// stale epoch and the next attempt, at once, has a barrier.
+	barrier := l.c.fsm.Image().Offset < l.c.raft.AppliedIndex()
+	for attempt := 1; ; attempt++ {
+		err := l.tryEstablish(barrier)
+		if err == nil || l.ctx.Err() != nil {
 			return err
 		}
-		if attempt == 1 {
+		if !barrier {
 			l.log.Info("takeover without a barrier was refused; retrying with one", "err", err)
+			barrier = true
 			continue
 		}
-		l.log.Warn("takeover attempt failed", "attempt", attempt, "err", err)
+		failing := time.Since(start).Round(time.Millisecond)
+		l.log.Warn("takeover attempt failed", "attempt", attempt, "failing_for", failing, "err", err)
+		if !time.Now().Before(transferAt) {
+			l.log.Error("could not become the active controller; transferring leadership", "failing_for", failing, "err", err)
+			terr := l.c.raft.LeadershipTransfer().Error()
+			if terr == nil {
+				return fmt.Errorf("leadership handed away after %d takeover attempts: %w", attempt, err)
+			}
+			if l.ctx.Err() != nil {
+				return l.ctx.Err()
+			}
+			l.log.Warn("leadership transfer failed; still trying to take over", "err", terr)
+			transferAt = time.Now().Add(giveUp)
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-l.ctx.Done():
+			timer.Stop()
 			return l.ctx.Err()
-		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		case <-timer.C:
 		}
+		wait = min(2*wait, longest)
 	}
-	return err
 }
 
 func (l *leadership) tryEstablish(barrier bool) error {
+	if fault := l.c.cfg.takeoverFault; fault != nil {
+		if err := fault(); err != nil {
+			return err
+		}
+	}
 	// A restore decides from the image (is this quorum empty?): only a
 	// current image will do.
 	if barrier || l.c.cfg.RestoreFrom != "" {

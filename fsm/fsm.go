@@ -72,6 +72,12 @@ func (f *FSM) Restore(r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	f.publish(img)
+	f.Install(img)
 	return nil
 }
+
+// Install replaces the image with img, one ReadSnapshot rebuilt: Restore in
+// two steps, for a caller that must not hold its own lock while a large
+// snapshot is read. Like Restore it runs on the goroutine that applies
+// entries, so that none is applied between the read and the install.
+func (f *FSM) Install(img *Image) { f.publish(img) }

@@ -17,6 +17,10 @@ func entryData(t *testing.T, recs ...*keelpb.Record) []byte {
 	return data
 }
 
+func noOp() *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{}}}
+}
+
 func offsets(entries []Entry) []uint64 {
 	var out []uint64
 	for _, e := range entries {

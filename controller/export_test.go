@@ -1,0 +1,52 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// What the quorum tests (package controller_test, over keeltest) need of the
+// controller's insides. They are external tests because keeltest assembles
+// real nodes through package server, which imports this package: a test
+// inside it could not import keeltest.
+
+// Raft is the raft the controller follows.
+func (c *Controller) Raft() *raft.Raft { return c.raft }
+
+// Configuration is configuration: the latest raft configuration and the
+// index a change guarded by it passes raft.
+func (c *Controller) Configuration() (raft.Configuration, uint64, error) { return c.configuration() }
+
+// ConfigChangeError is configChangeError.
+var ConfigChangeError = configChangeError
+
+// ExpiredSessions lists the brokers the active leadership's session tracker
+// holds expired at now; it panics when the node is not active.
+func (c *Controller) ExpiredSessions(now time.Time) []*fsm.Broker {
+	return c.active.Load().sessions.expired(c.fsm.Image(), now)
+}
+
+// Leadership is the active controller's leadership, for the group-commit
+// test, which holds its event loop and queues decisions behind it.
+type Leadership = leadership
+
+// ActiveLeadership is the leadership in force, or nil.
+func (c *Controller) ActiveLeadership() *Leadership { return c.active.Load() }
+
+// Run queues run on the event loop, as onLoop does without waiting.
+func (l *leadership) Run(ctx context.Context, run func()) error {
+	return l.submit(ctx, event{run: run, abandon: func(error) {}})
+}
+
+// Decide is decide: it queues d and waits for its records to commit.
+func (l *leadership) Decide(ctx context.Context, d func(*fsm.Image) ([]*keelpb.Record, error)) (uint64, error) {
+	return l.decide(ctx, d)
+}
+
+// Queued is how many events wait in the event loop's queue.
+func (l *leadership) Queued() int { return len(l.events) }

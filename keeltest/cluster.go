@@ -67,7 +67,7 @@ type options struct {
 	now            func() time.Time
 	metrics        bool
 	logger         *slog.Logger
-	tune           func(*server.NodeConfig)
+	tunes          []func(*server.NodeConfig)
 }
 
 // WithTiming runs raft at t instead of FastTiming; raftlog.DefaultTiming()
@@ -99,8 +99,10 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // fields, just before the node starts, for anything the other options do
 // not cover (a cluster id, snapshot thresholds, --restore-from). It runs for
 // every node, by id, and again for a node StartJoiner starts; Restart reuses
-// the config it produced.
-func WithTune(tune func(*server.NodeConfig)) Option { return func(o *options) { o.tune = tune } }
+// the config it produced. Given more than once, the funcs run in order.
+func WithTune(tune func(*server.NodeConfig)) Option {
+	return func(o *options) { o.tunes = append(o.tunes, tune) }
+}
 
 // Cluster is a quorum of controllers in this process. Its methods are
 // meant for the test's goroutine, though Node, Nodes and Addrs may be
@@ -200,8 +202,8 @@ func (c *Cluster) configure(cfg *server.NodeConfig) {
 		m.metrics = prometheus.NewRegistry()
 		cfg.Metrics = m.metrics
 	}
-	if c.opts.tune != nil {
-		c.opts.tune(cfg)
+	for _, tune := range c.opts.tunes {
+		tune(cfg)
 	}
 	m.cfg = *cfg
 	// The listener is the node's to close; a restart binds the address
@@ -421,6 +423,18 @@ func (c *Cluster) Partition(ids ...int32) {
 
 // Heal brings every raft link up again.
 func (c *Cluster) Heal() { c.net.Heal() }
+
+// Active returns the running node that is the active controller now, or
+// nil when none is (or, for a moment around a failover, the first of two):
+// for a condition the test polls itself. To wait for one, WaitForActive.
+func (c *Cluster) Active() *server.Node {
+	for _, node := range c.Nodes() {
+		if ok, _ := node.Controller().Active(); ok {
+			return node
+		}
+	}
+	return nil
+}
 
 // WaitForActive waits until exactly one running node among ids (every
 // running node when none are given) is the active controller, and returns

@@ -43,10 +43,8 @@ func (l *leadership) Run(ctx context.Context, run func()) error {
 	return l.submit(ctx, event{run: run, abandon: func(error) {}})
 }
 
-// Decide is decide: it queues d and waits for its records to commit.
-func (l *leadership) Decide(ctx context.Context, d func(*fsm.Image) ([]*keelpb.Record, error)) (uint64, error) {
-	return l.decide(ctx, d)
+// Queue is queue: it puts d on the event loop and returns the wait for its
+// outcome.
+func (l *leadership) Queue(ctx context.Context, d func(*fsm.Image) ([]*keelpb.Record, error)) (func() (uint64, error), error) {
+	return l.queue(ctx, d)
 }
-
-// Queued is how many events wait in the event loop's queue.
-func (l *leadership) Queued() int { return len(l.events) }

@@ -67,6 +67,7 @@ type options struct {
 	metrics        bool
 	logger         *slog.Logger
 	tunes          []func(*server.NodeConfig)
+	direct         bool
 }
 
 // WithTiming runs raft at t instead of FastTiming; raftlog.DefaultTiming()
@@ -93,6 +94,12 @@ func WithMetrics() Option { return func(o *options) { o.metrics = true } }
 // Without it they are dropped, unless KEEL_TEST_LOG is set in the
 // environment, which sends them to stderr at debug level.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithDirectRaft has raft dial each peer directly, as in production, with
+// no fault proxy on the link: for benchmarks and measurements, whose figures
+// must not include the proxies' extra hop. Partition and Heal then fail the
+// test.
+func WithDirectRaft() Option { return func(o *options) { o.direct = true } }
 
 // WithTune adjusts each node's config after the Cluster has set its own
 // fields, just before the node starts, for anything the other options do
@@ -149,7 +156,7 @@ func NewCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		// The first node's config is the first moment every node's address
 		// is known (the quorum binds them all before it starts any), and
 		// each node must know its peers' proxies before it starts.
-		if c.net == nil && netErr == nil {
+		if !o.direct && c.net == nil && netErr == nil {
 			listen := make(map[int32]string, len(cfg.Voters))
 			for _, v := range cfg.Voters {
 				listen[v.ID] = v.Address
@@ -404,6 +411,7 @@ func (c *Cluster) Restart(id int32) {
 // it.
 func (c *Cluster) Partition(ids ...int32) {
 	c.t.Helper()
+	c.mustProxies("Partition")
 	cut := make(map[int32]bool, len(ids))
 	for _, id := range ids {
 		c.mustMember("Partition", id)
@@ -423,7 +431,19 @@ func (c *Cluster) Partition(ids ...int32) {
 }
 
 // Heal brings every raft link up again.
-func (c *Cluster) Heal() { c.net.Heal() }
+func (c *Cluster) Heal() {
+	c.t.Helper()
+	c.mustProxies("Heal")
+	c.net.Heal()
+}
+
+// mustProxies fails the test when the cluster has no fault proxies to cut.
+func (c *Cluster) mustProxies(op string) {
+	c.t.Helper()
+	if c.net == nil {
+		c.t.Fatalf("keeltest: %s: the cluster was started WithDirectRaft, with no fault proxies", op)
+	}
+}
 
 // Active returns the running node that is the active controller now, or
 // nil when none is (or, for a moment around a failover, the first of two):

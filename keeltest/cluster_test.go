@@ -162,3 +162,11 @@ func TestCluster_Options(t *testing.T) {
 		return err == nil && len(fams) > 0
 	})
 }
+
+// TestCluster_DirectRaft: without the fault proxies, the nodes dial each
+// other directly, elect and commit.
+func TestCluster_DirectRaft(t *testing.T) {
+	c := keeltest.NewCluster(t, 3, keeltest.WithDirectRaft())
+	active := c.WaitForActive(5 * time.Second)
+	c.WaitForApplied(propose(t, active))
+}

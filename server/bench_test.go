@@ -13,7 +13,9 @@ import (
 
 // startCluster starts n controllers at production timings (keeltest: real
 // TCP on loopback, raft-boltdb on disk), stopped when the test ends, and
-// waits for the active controller.
+// waits for the active controller. Benchmarks and measurements add
+// keeltest.WithDirectRaft, so that their figures are production's, without
+// the fault proxies' hop.
 func startCluster(tb testing.TB, n int, opts ...keeltest.Option) (*keeltest.Cluster, *server.Node) {
 	tb.Helper()
 	c := keeltest.NewCluster(tb, n, append([]keeltest.Option{keeltest.WithTiming(raftlog.DefaultTiming())}, opts...)...)
@@ -31,7 +33,7 @@ func noOps(n int) []*keelpb.Record {
 // BenchmarkCommit_SingleWriter: one small record per raft entry, one writer
 // waiting for each commit: the latency-bound case.
 func BenchmarkCommit_SingleWriter(b *testing.B) {
-	_, active := startCluster(b, 3)
+	_, active := startCluster(b, 3, keeltest.WithDirectRaft())
 	rec := noOps(1)
 	ctx := context.Background()
 	b.ResetTimer()
@@ -46,7 +48,7 @@ func BenchmarkCommit_SingleWriter(b *testing.B) {
 // BenchmarkCommit_Batched: 1,000 small records per raft entry, as the
 // controller writes large decisions.
 func BenchmarkCommit_Batched(b *testing.B) {
-	_, active := startCluster(b, 3)
+	_, active := startCluster(b, 3, keeltest.WithDirectRaft())
 	const perBatch = 1000
 	recs := noOps(perBatch)
 	ctx := context.Background()
@@ -62,7 +64,7 @@ func BenchmarkCommit_Batched(b *testing.B) {
 // BenchmarkCommit_ConcurrentWriters: many writers of one record each; the
 // event loop takes them one at a time.
 func BenchmarkCommit_ConcurrentWriters(b *testing.B) {
-	_, active := startCluster(b, 3)
+	_, active := startCluster(b, 3, keeltest.WithDirectRaft())
 	rec := noOps(1)
 	ctx := context.Background()
 	b.SetParallelism(16)

@@ -175,11 +175,13 @@ func measureUntil(t *testing.T, timeout time.Duration, what string, cond func() 
 }
 
 // startScaleCluster starts a cluster for a measurement: production
-// timings and no automatic leader rebalance.
+// timings, raft dialling directly (no fault proxies) and no automatic
+// leader rebalance.
 func startScaleCluster(t *testing.T, n int, opts ...keeltest.Option) *keeltest.Cluster {
 	t.Helper()
 	opts = append([]keeltest.Option{
 		keeltest.WithTiming(raftlog.DefaultTiming()),
+		keeltest.WithDirectRaft(),
 		keeltest.WithTune(func(c *server.NodeConfig) { c.LeaderImbalanceCheckInterval = -1 }),
 	}, opts...)
 	return keeltest.NewCluster(t, n, opts...)

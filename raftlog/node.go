@@ -180,7 +180,7 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 		Stream: n.stream,
 		// Consulted on every dial; peers it does not know are dialled at
 		// their configured address.
-		ServerAddressProvider: dialAddrs(cfg.DialAddrs),
+		ServerAddressProvider: dialAddrs(cfg.DialAddrs, cfg.NodeID, cfg.Advertise),
 		MaxPool:               transportMaxPool,
 		Timeout:               transportTimeout,
 		Logger:                logger.Named("net"),

@@ -458,22 +458,28 @@ func (c *Cluster) Active() *server.Node {
 }
 
 // WaitForActive waits until exactly one running node among ids (every
-// running node when none are given) is the active controller, and returns
-// it. At timeout it fails the test, saying what each node was doing.
+// running node when none are given) is the active controller and the
+// others among ids follow it, and returns it. Waiting for the followers too
+// means the leader is in touch with them, not just elected by some while
+// another is still starting: a test that goes on at once does not lose the
+// leadership to a 50 ms lease that one slow node could not renew. A node
+// cut off by Partition, or outside the quorum, must not be among ids. At
+// timeout it fails the test, saying what each node was doing.
 func (c *Cluster) WaitForActive(timeout time.Duration, ids ...int32) *server.Node {
 	c.t.Helper()
 	if len(ids) == 0 {
 		ids = c.ids()
 	}
 	var active *server.Node
-	what := "one active controller"
+	what := "one active controller, followed by the other nodes"
 	if len(ids) < len(c.ids()) {
-		what = fmt.Sprintf("one active controller among nodes %v", ids)
+		what = fmt.Sprintf("one active controller among nodes %v, followed by the others of them", ids)
 	}
 	poll.UntilState(c.t, timeout, what, func() (bool, string) {
 		active = nil
 		n := 0
 		var seen []string
+		var following []int32 // the leader each running non-active node knows
 		for _, id := range ids {
 			c.mu.Lock()
 			m := c.members[id]
@@ -489,13 +495,23 @@ func (c *Cluster) WaitForActive(timeout time.Duration, ids ...int32) *server.Nod
 				seen = append(seen, fmt.Sprintf("node %d: active at epoch %d", id, epoch))
 				continue
 			}
-			if leader, _ := node.Controller().Leader(); leader >= 0 {
+			leader, _ := node.Controller().Leader()
+			following = append(following, leader)
+			if leader >= 0 {
 				seen = append(seen, fmt.Sprintf("node %d: not active, following node %d", id, leader))
 			} else {
 				seen = append(seen, fmt.Sprintf("node %d: not active, no leader known", id))
 			}
 		}
-		return n == 1, strings.Join(seen, "\n")
+		if n != 1 {
+			return false, strings.Join(seen, "\n")
+		}
+		for _, leader := range following {
+			if leader != active.ID() {
+				return false, strings.Join(seen, "\n")
+			}
+		}
+		return true, ""
 	})
 	return active
 }
@@ -529,29 +545,29 @@ func (c *Cluster) Close() {
 	}
 	c.closed = true
 	cl := c.client
+	c.mu.Unlock()
 	var nodes []*server.Node
-	for _, m := range c.members {
-		if m.node != nil && !m.killed {
+	for _, id := range c.ids() {
+		c.mu.Lock()
+		if m := c.members[id]; !m.killed {
 			nodes = append(nodes, m.node)
 			m.killed = true
 		}
+		c.mu.Unlock()
 	}
-	c.mu.Unlock()
 	if cl != nil {
 		_ = cl.Close() // its connections' errors say nothing about the quorum
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(nodes))
-	for i, node := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := node.Crash(); err != nil {
-				errs[i] = fmt.Errorf("node %d: %w", node.ID(), err)
-			}
-		}()
+	// One after the other: raft nodes stopping at the same moment can wait
+	// on each other's in-flight RPCs (each node's shutdown waits for its
+	// RPCs, and the peer answers only once it has stopped) until the
+	// transport's 10 s I/O timeout breaks the wait.
+	var errs []error
+	for _, node := range nodes {
+		if err := node.Crash(); err != nil {
+			errs = append(errs, fmt.Errorf("node %d: %w", node.ID(), err))
+		}
 	}
-	wg.Wait()
 	if c.net != nil {
 		c.net.Close()
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/server"
 )
@@ -32,6 +33,18 @@ func memberIDs(r *controller.MembershipResult) []int32 {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// transferTiming is keeltest's 50 ms timing with a longer election timeout,
+// for the tests that hand leadership on: raft gives a transfer one election
+// timeout to finish, and on real disks the target's election (a term and a
+// vote written and synced on each node) and the old leader hearing of it
+// can take more than 50 ms on a loaded machine, where in memory they never
+// did. Heartbeats and leases stay at 50 ms.
+func transferTiming() raftlog.Timing {
+	t := keeltest.FastTiming()
+	t.ElectionTimeout = 250 * time.Millisecond
+	return t
 }
 
 // waitRemoved runs nd's WaitRemoved in the background; the returned func
@@ -146,7 +159,7 @@ func TestMembership_RemoveTheLastVoter(t *testing.T) {
 // TestMembership_RemoveTheLeader: the active controller asked to remove
 // itself hands leadership on and names the new leader, which removes it.
 func TestMembership_RemoveTheLeader(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newCluster(t, 3, keeltest.WithTiming(transferTiming()))
 	old := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 	removed := waitRemoved(old, 10*time.Second)
@@ -173,7 +186,7 @@ func TestMembership_RemoveTheLeader(t *testing.T) {
 }
 
 func TestMembership_TransferLeadership(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newCluster(t, 3, keeltest.WithTiming(transferTiming()))
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 

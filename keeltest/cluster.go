@@ -538,6 +538,7 @@ func (c *Cluster) WaitForApplied(index uint64) {
 // are stopped as Kill stops them: at the end of a test a leadership
 // handoff would only cost time. Errors fail the test.
 func (c *Cluster) Close() {
+	c.t.Helper()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -136,9 +136,9 @@ type member struct {
 }
 
 // NewCluster starts n controllers on free loopback ports with their data in
-// t.TempDir(), each raft link between them through a fault proxy, and stops
-// them all when the test ends. It does not wait for an election:
-// WaitForActive does. It fails t if anything cannot start.
+// t.TempDir(), each raft link between them through a fault proxy (unless
+// WithDirectRaft), and stops them all when the test ends. It does not wait
+// for an election: WaitForActive does. It fails t if anything cannot start.
 func NewCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	o := options{timing: FastTiming()}

@@ -458,13 +458,15 @@ func (c *Cluster) Active() *server.Node {
 }
 
 // WaitForActive waits until exactly one running node among ids (every
-// running node when none are given) is the active controller and the
-// others among ids follow it, and returns it. Waiting for the followers too
-// means the leader is in touch with them, not just elected by some while
-// another is still starting: a test that goes on at once does not lose the
-// leadership to a 50 ms lease that one slow node could not renew. A node
-// cut off by Partition, or outside the quorum, must not be among ids. At
-// timeout it fails the test, saying what each node was doing.
+// running node when none are given) is the active controller, and the
+// others among ids follow it and have applied its epoch record, and returns
+// it. Waiting for the followers too means the leader is in touch with them,
+// not just elected by some while another is still starting: a test that
+// goes on at once neither loses the leadership to a 50 ms lease that a slow
+// node could not renew, nor removes a node raft has not yet replicated to
+// (raft tells a removed node of its removal only if it can reach it then).
+// A node cut off by Partition, or outside the quorum, must not be among ids.
+// At timeout it fails the test, saying what each node was doing.
 func (c *Cluster) WaitForActive(timeout time.Duration, ids ...int32) *server.Node {
 	c.t.Helper()
 	if len(ids) == 0 {
@@ -476,10 +478,15 @@ func (c *Cluster) WaitForActive(timeout time.Duration, ids ...int32) *server.Nod
 		what = fmt.Sprintf("one active controller among nodes %v, followed by the others of them", ids)
 	}
 	poll.UntilState(c.t, timeout, what, func() (bool, string) {
+		type follower struct {
+			leader int32
+			epoch  int64 // the controller epoch its state machine holds
+		}
 		active = nil
-		n := 0
+		var activeEpoch int64
+		var followers []follower
 		var seen []string
-		var following []int32 // the leader each running non-active node knows
+		n := 0
 		for _, id := range ids {
 			c.mu.Lock()
 			m := c.members[id]
@@ -489,29 +496,25 @@ func (c *Cluster) WaitForActive(timeout time.Duration, ids ...int32) *server.Nod
 				seen = append(seen, fmt.Sprintf("node %d: killed", id))
 				continue
 			}
-			ok, epoch := node.Controller().Active()
-			if ok {
-				active, n = node, n+1
+			if ok, epoch := node.Controller().Active(); ok {
+				active, activeEpoch, n = node, epoch, n+1
 				seen = append(seen, fmt.Sprintf("node %d: active at epoch %d", id, epoch))
 				continue
 			}
-			leader, _ := node.Controller().Leader()
-			following = append(following, leader)
-			if leader >= 0 {
-				seen = append(seen, fmt.Sprintf("node %d: not active, following node %d", id, leader))
+			f := follower{epoch: node.FSM().Image().ControllerEpoch}
+			f.leader, _ = node.Controller().Leader()
+			followers = append(followers, f)
+			if f.leader >= 0 {
+				seen = append(seen, fmt.Sprintf("node %d: not active, following node %d, at epoch %d", id, f.leader, f.epoch))
 			} else {
-				seen = append(seen, fmt.Sprintf("node %d: not active, no leader known", id))
+				seen = append(seen, fmt.Sprintf("node %d: not active, no leader known, at epoch %d", id, f.epoch))
 			}
 		}
-		if n != 1 {
-			return false, strings.Join(seen, "\n")
+		done := n == 1
+		for _, f := range followers {
+			done = done && f.leader == active.ID() && f.epoch >= activeEpoch
 		}
-		for _, leader := range following {
-			if leader != active.ID() {
-				return false, strings.Join(seen, "\n")
-			}
-		}
-		return true, ""
+		return done, strings.Join(seen, "\n")
 	})
 	return active
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/rpc"
 )
 
@@ -54,7 +55,7 @@ func inSync(a *Agent, c *fakeCluster) func() bool {
 func TestAgent_RegistersCatchesUpAndIsUnfenced(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	a := startAgent(t, c, nil)
-	waitFor(t, "the broker to be active and in sync", inSync(a, c))
+	poll.Until(t, waitTimeout, "the broker to be active and in sync", inSync(a, c))
 
 	st := a.Status()
 	regs := c.registrationCalls()
@@ -127,29 +128,29 @@ func TestAgent_Sessions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newFakeCluster(t, 1)
 			a := startAgent(t, c, nil)
-			waitFor(t, "the broker to be active", inSync(a, c))
+			poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
 			epoch := a.Status().BrokerEpoch
 
 			tt.act(t, c, epoch)
 			if !tt.reregisters {
-				waitFor(t, "the broker to be fenced", func() bool { return a.Status().State == StateFenced })
+				poll.Until(t, waitTimeout, "the broker to be fenced", func() bool { return a.Status().State == StateFenced })
 				// It stays fenced while the controller says so...
 				_, hb, _, _ := c.counts()
-				waitFor(t, "more heartbeats", func() bool { _, n, _, _ := c.counts(); return n >= hb+3 })
+				poll.Until(t, waitTimeout, "more heartbeats", func() bool { _, n, _, _ := c.counts(); return n >= hb+3 })
 				if st := a.Status(); st.State != StateFenced || st.BrokerEpoch != epoch {
 					t.Fatalf("status = %+v, want fenced at epoch %d", st, epoch)
 				}
 				// ...and is active again once it does not.
 				c.setHoldFenced(false)
-				waitFor(t, "the broker to be active again", inSync(a, c))
+				poll.Until(t, waitTimeout, "the broker to be active again", inSync(a, c))
 				if regs := c.registrationCalls(); len(regs) != 1 {
 					t.Fatalf("%d registrations, want 1", len(regs))
 				}
 				return
 			}
 
-			waitFor(t, "a new registration", func() bool { return len(c.registrationCalls()) == 2 })
-			waitFor(t, "the broker to be active again", func() bool {
+			poll.Until(t, waitTimeout, "a new registration", func() bool { return len(c.registrationCalls()) == 2 })
+			poll.Until(t, waitTimeout, "the broker to be active again", func() bool {
 				st := a.Status()
 				return st.BrokerEpoch > epoch && inSync(a, c)()
 			})
@@ -179,7 +180,7 @@ func TestAgent_FollowsLeaderHints(t *testing.T) {
 	c := newFakeCluster(t, 2)
 	c.failover(1) // node 2 is active; the broker knows only node 1
 	a := startAgent(t, c, func(cfg *Config) { cfg.Controllers = c.addrs()[:1] })
-	waitFor(t, "the broker to be active", inSync(a, c))
+	poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
 
 	st := a.Status()
 	if st.ControllerID != 2 || st.ControllerEpoch != 2 {
@@ -196,12 +197,12 @@ func TestAgent_FollowsLeaderHints(t *testing.T) {
 func TestAgent_ResumesAfterFailoverWithoutSnapshot(t *testing.T) {
 	c := newFakeCluster(t, 3)
 	a := startAgent(t, c, nil)
-	waitFor(t, "the broker to be active", inSync(a, c))
+	poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
 	before := a.Status().MetadataOffset
 
 	c.failover(2)
 	c.append(noOpRec())
-	waitFor(t, "the broker to follow controller 3", func() bool {
+	poll.Until(t, waitTimeout, "the broker to follow controller 3", func() bool {
 		st := a.Status()
 		return st.ControllerID == 3 && st.ControllerEpoch == 2 && st.MetadataOffset == c.image().Offset
 	})
@@ -221,7 +222,7 @@ func TestAgent_ResumesAfterFailoverWithoutSnapshot(t *testing.T) {
 func TestAgent_ReconnectsAStreamStuckOnADeposedController(t *testing.T) {
 	c := newFakeCluster(t, 2)
 	a := startAgent(t, c, nil)
-	waitFor(t, "the broker to be active", inSync(a, c))
+	poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
 
 	// Node 1 is cut off: its stream neither ends nor sends. Only the
 	// heartbeats, answered by node 2 at epoch 2, show the broker it is behind.
@@ -229,7 +230,7 @@ func TestAgent_ReconnectsAStreamStuckOnADeposedController(t *testing.T) {
 	c.partitioned = true
 	c.mu.Unlock()
 	c.failover(1)
-	waitFor(t, "the broker to follow controller 2", func() bool {
+	poll.Until(t, waitTimeout, "the broker to follow controller 2", func() bool {
 		st := a.Status()
 		return st.ControllerID == 2 && st.ControllerEpoch == 2 && inSync(a, c)()
 	})
@@ -298,7 +299,7 @@ func TestAgent_KeepsClusterIDAcrossRestarts(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	dir := t.TempDir()
 	a := startAgent(t, c, func(cfg *Config) { cfg.DataDir = dir })
-	waitFor(t, "the broker to be active", inSync(a, c))
+	poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
 	first := a.Status().IncarnationID
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
@@ -311,7 +312,7 @@ func TestAgent_KeepsClusterIDAcrossRestarts(t *testing.T) {
 	// The restarted broker is a new incarnation, and says which cluster it
 	// belongs to in every registration and stream.
 	a = startAgent(t, c, func(cfg *Config) { cfg.DataDir = dir })
-	waitFor(t, "the restarted broker to be active", func() bool { return a.Status().IncarnationID != first && inSync(a, c)() })
+	poll.Until(t, waitTimeout, "the restarted broker to be active", func() bool { return a.Status().IncarnationID != first && inSync(a, c)() })
 	regs := c.registrationCalls()
 	if last := regs[len(regs)-1]; last.ClusterId != "test-cluster" || last.IncarnationId == first {
 		t.Fatalf("registration after restart = %v", last)
@@ -325,7 +326,7 @@ func TestAgent_KeepsClusterIDAcrossRestarts(t *testing.T) {
 func TestAgent_ShutdownUnregisters(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	a := startAgent(t, c, nil)
-	waitFor(t, "the broker to be active", inSync(a, c))
+	poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
 	epoch := a.Status().BrokerEpoch
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -372,14 +373,14 @@ func TestAgent_RegistrationRefusals(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, "a second attempt", func() bool { return len(c.registrationCalls()) >= 2 })
+			poll.Until(t, waitTimeout, "a second attempt", func() bool { return len(c.registrationCalls()) >= 2 })
 			if st := a.Status(); st.State != StateRegistering {
 				t.Fatalf("state = %q while refused", st.State)
 			}
 			c.mu.Lock()
 			c.registerErr = nil
 			c.mu.Unlock()
-			waitFor(t, "the broker to be active", inSync(a, c))
+			poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
 		})
 	}
 }
@@ -480,7 +481,7 @@ func TestAgent_DuplicateRegistrationWait(t *testing.T) {
 			return duplicateErr(left, int64(n)) // a new controller each time
 		}
 		a := startAgent(t, c, nil)
-		waitFor(t, "refusals past the give-up deadline", func() bool {
+		poll.Until(t, waitTimeout, "refusals past the give-up deadline", func() bool {
 			return time.Since(start) > 2*giveUpAfter && len(c.registrationCalls()) >= 3
 		})
 		select {
@@ -489,6 +490,6 @@ func TestAgent_DuplicateRegistrationWait(t *testing.T) {
 		default:
 		}
 		admitted.Store(true)
-		waitFor(t, "the broker to be active", inSync(a, c))
+		poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
 	})
 }

@@ -24,16 +24,8 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitTimeout bounds the tests' waits for the agent (poll.Until): far
+// above what any takes, so that reaching it means the agent is stuck.
+const waitTimeout = 10 * time.Second
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -14,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -113,12 +114,12 @@ func TestAgent_MetricsAndHealth(t *testing.T) {
 		t.Errorf("overall health %v, want SERVING once started", got)
 	}
 
-	waitFor(t, "the broker to be active", inSync(a, c))
+	poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
 	tid := fsm.TopicID{0x9}
 	c.append(topicRec("t", tid), partitionRec(tid, 0, []int32{1}, []int32{1}, 1), partitionRec(tid, 1, []int32{2, 1}, []int32{2, 1}, 2))
-	waitFor(t, "the broker to be ready", func() bool { return a.Ready() == nil && inSync(a, c)() })
+	poll.Until(t, waitTimeout, "the broker to be ready", func() bool { return a.Ready() == nil && inSync(a, c)() })
 	service := keelpb.BrokerService_ServiceDesc.ServiceName
-	waitFor(t, "health SERVING", func() bool { return status(service) == healthpb.HealthCheckResponse_SERVING })
+	poll.Until(t, waitTimeout, "health SERVING", func() bool { return status(service) == healthpb.HealthCheckResponse_SERVING })
 
 	st := a.Status()
 	m := gatherBroker(t, reg)
@@ -144,7 +145,7 @@ func TestAgent_MetricsAndHealth(t *testing.T) {
 
 	// A failover ends the stream: the broker reconnects to the new leader.
 	c.failover(1)
-	waitFor(t, "the broker to follow the new controller", func() bool {
+	poll.Until(t, waitTimeout, "the broker to follow the new controller", func() bool {
 		return a.Status().ControllerEpoch == 2 && a.Ready() == nil
 	})
 	if m := gatherBroker(t, reg); m[MetricStreamReconnects] < 1 || m[MetricControllerEpoch] != 2 {

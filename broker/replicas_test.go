@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
@@ -577,7 +578,7 @@ func TestReplicaManager_FollowersAndLeaders(t *testing.T) {
 	// step advances the fake clock by a fetch interval until cond holds.
 	step := func(what string, cond func() bool) {
 		t.Helper()
-		waitFor(t, what, func() bool {
+		poll.Until(t, waitTimeout, what, func() bool {
 			if cond() {
 				return true
 			}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
@@ -121,7 +122,7 @@ func TestAgent_ReplicatesThroughTheControllers(t *testing.T) {
 		})
 	}
 	for id, a := range agents {
-		waitFor(t, fmt.Sprintf("broker %d to be active", id), inSync(a, c))
+		poll.Until(t, waitTimeout, fmt.Sprintf("broker %d to be active", id), inSync(a, c))
 	}
 	c.append(topicRec("t", topicT), partitionRec(topicT, 0, []int32{1, 2}, []int32{1}, 1))
 	isrIs := func(isr ...int32) func() bool {
@@ -130,7 +131,7 @@ func TestAgent_ReplicatesThroughTheControllers(t *testing.T) {
 			return ok && slices.Equal(p.ISR, isr)
 		}
 	}
-	waitFor(t, "broker 2 to join the ISR", isrIs(1, 2))
+	poll.Until(t, waitTimeout, "broker 2 to join the ISR", isrIs(1, 2))
 	alters := c.alterCalls()
 	if r := alters[0]; r.BrokerId != 1 || r.BrokerEpoch != agents[1].Status().BrokerEpoch || r.TopicId != topicT.String() ||
 		r.Partition != 0 || r.LeaderEpoch != 0 || r.PartitionEpoch != 0 || !slices.Equal(r.NewIsr, []int32{1, 2}) {
@@ -142,7 +143,7 @@ func TestAgent_ReplicatesThroughTheControllers(t *testing.T) {
 		2: "t-0 follower leader=1 epoch=0 isr=[1 2]",
 	}
 	for id, a := range agents {
-		waitFor(t, fmt.Sprintf("broker %d to apply the ISR change", id), inSync(a, c))
+		poll.Until(t, waitTimeout, fmt.Sprintf("broker %d to apply the ISR change", id), inSync(a, c))
 		if got := describeReplicas(inspect(t, a).Partitions); got != want[id] {
 			t.Fatalf("broker %d inspect: %s, want %s", id, got, want[id])
 		}
@@ -152,16 +153,16 @@ func TestAgent_ReplicatesThroughTheControllers(t *testing.T) {
 	if err := agents[2].Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "broker 1 to drop broker 2 from the ISR", isrIs(1))
+	poll.Until(t, waitTimeout, "broker 1 to drop broker 2 from the ISR", isrIs(1))
 }
 
 func TestAgent_WithoutDataPlane(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	a := startAgent(t, c, nil)
-	waitFor(t, "the broker to be active", inSync(a, c))
+	poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
 	c.append(topicRec("t", topicT), partitionRec(topicT, 0, []int32{1, 2}, []int32{1}, 1),
 		partitionRec(topicT, 1, []int32{2, 1}, []int32{1}, 1), partitionRec(topicT, 2, []int32{2}, []int32{2}, 2))
-	waitFor(t, "the broker to apply the topic", inSync(a, c))
+	poll.Until(t, waitTimeout, "the broker to apply the topic", inSync(a, c))
 
 	// Roles come from the image.
 	want := "t-0 leader leader=1 epoch=0 isr=[1]; t-1 leader leader=1 epoch=0 isr=[1]"
@@ -192,9 +193,9 @@ func TestAgent_HandlerOrder(t *testing.T) {
 	h := newRecordingHandler("handler: ")
 	dp := recordingDataPlane{&recordingHandler{name: "data plane: ", mu: h.mu, log: h.log}}
 	a := startAgent(t, c, func(cfg *Config) { cfg.Handler, cfg.DataPlane = h, dp })
-	waitFor(t, "the broker to be active", inSync(a, c))
+	poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
 	c.append(topicRec("t", topicT), partitionRec(topicT, 0, []int32{1, 2}, []int32{1}, 1), partitionRec(topicT, 1, []int32{2, 1}, []int32{2, 1}, 2))
-	waitFor(t, "the broker to apply the topic", inSync(a, c))
+	poll.Until(t, waitTimeout, "the broker to apply the topic", inSync(a, c))
 	want := []string{
 		"data plane: metadata", "handler: metadata",
 		"data plane: leader t-0 epoch=0", "data plane: follower t-1 leader=2 epoch=0",
@@ -236,10 +237,10 @@ func TestAgent_ControlledShutdown(t *testing.T) {
 				cfg.Handler, cfg.DataPlane = h, rm
 				cfg.ControlledShutdownTimeout = tt.timeout
 			})
-			waitFor(t, "the broker to be active", inSync(a, c))
+			poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
 			epoch := a.Status().BrokerEpoch
 			c.append(topicRec("t", topicT), partitionRec(topicT, 0, []int32{1, 2}, []int32{1, 2}, 1))
-			waitFor(t, "the broker to apply the topic", inSync(a, c))
+			poll.Until(t, waitTimeout, "the broker to apply the topic", inSync(a, c))
 
 			done := make(chan error, 1)
 			go func() {
@@ -248,7 +249,7 @@ func TestAgent_ControlledShutdown(t *testing.T) {
 				done <- a.Shutdown(ctx)
 			}()
 			if tt.during != nil {
-				waitFor(t, "a heartbeat asking to shut down", func() bool {
+				poll.Until(t, waitTimeout, "a heartbeat asking to shut down", func() bool {
 					for _, hb := range c.heartbeatCalls() {
 						if hb.WantShutdown {
 							return true
@@ -311,7 +312,7 @@ func TestAgent_ShutdownBeforeRegistering(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	c.registerErr = status.Error(codes.Unavailable, "no leader")
 	a := startAgent(t, c, func(cfg *Config) { cfg.DataPlane = newTestReplicaManager(t, time.Minute) })
-	waitFor(t, "a registration attempt", func() bool { return len(c.registrationCalls()) > 0 })
+	poll.Until(t, waitTimeout, "a registration attempt", func() bool { return len(c.registrationCalls()) > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := a.Shutdown(ctx); err != nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 	"github.com/keel-dev/keel/tlsauth"
@@ -53,10 +54,10 @@ func TestAgent_ReplicatesOverTLS(t *testing.T) {
 		})
 	}
 	for id, a := range agents {
-		waitFor(t, fmt.Sprintf("broker %d to be active", id), inSync(a, c))
+		poll.Until(t, waitTimeout, fmt.Sprintf("broker %d to be active", id), inSync(a, c))
 	}
 	c.append(topicRec("t", topicT), partitionRec(topicT, 0, []int32{1, 2}, []int32{1}, 1))
-	waitFor(t, "broker 2 to join the ISR (its fetches and broker 1's AlterPartition over TLS)", func() bool {
+	poll.Until(t, waitTimeout, "broker 2 to join the ISR (its fetches and broker 1's AlterPartition over TLS)", func() bool {
 		p, ok := c.image().Partition(topicT, 0)
 		return ok && slices.Equal(p.ISR, []int32{1, 2})
 	})

@@ -1,4 +1,4 @@
-package controller
+package controller_test
 
 import (
 	"bytes"
@@ -7,30 +7,40 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/server"
 )
 
 const testSession = 400 * time.Millisecond
+
+// Two brokers' incarnation ids.
+const (
+	incA = "00000000-0000-0000-0000-00000000000a"
+	incB = "00000000-0000-0000-0000-00000000000b"
+)
 
 func registerReq(id int32, inc string) *keelpb.RegisterBrokerRequest {
 	return &keelpb.RegisterBrokerRequest{BrokerId: id, IncarnationId: inc, Address: "127.0.0.1:9201", MinMetadataVersion: 1, MaxMetadataVersion: 1}
 }
 
-func brokerFenced(nd *testNode, id int32) bool {
-	b, ok := nd.fsm.Image().Broker(id)
+func brokerFenced(nd *server.Node, id int32) bool {
+	b, ok := nd.FSM().Image().Broker(id)
 	return ok && b.Fenced
 }
 
 // registerActive registers broker id and heartbeats it into the active state.
-func registerActive(t *testing.T, leader *testNode, id int32, inc string) int64 {
+func registerActive(t *testing.T, leader *server.Node, id int32, inc string) int64 {
 	t.Helper()
 	ctx := context.Background()
-	resp, err := leader.ctrl.RegisterBroker(ctx, registerReq(id, inc))
+	resp, err := leader.Controller().RegisterBroker(ctx, registerReq(id, inc))
 	if err != nil {
 		t.Fatalf("RegisterBroker(%d): %v", id, err)
 	}
-	hb, err := leader.ctrl.BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: id, BrokerEpoch: resp.BrokerEpoch, MetadataOffset: uint64(resp.BrokerEpoch)})
+	hb, err := leader.Controller().BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: id, BrokerEpoch: resp.BrokerEpoch, MetadataOffset: uint64(resp.BrokerEpoch)})
 	if err != nil || hb.IsFenced || !hb.IsCaughtUp {
 		t.Fatalf("heartbeat after catching up = %+v, %v; want unfenced", hb, err)
 	}
@@ -38,12 +48,12 @@ func registerActive(t *testing.T, leader *testNode, id int32, inc string) int64 
 }
 
 func TestBrokers_RegisterUnfenceAndFenceOnExpiry(t *testing.T) {
-	clock := newFakeClock()
-	c := newTestCluster(t, 3, withSessions(testSession, clock.Now))
+	clock := keeltest.NewClock()
+	c := newCluster(t, 3, keeltest.WithSessionTimeout(testSession), keeltest.WithClock(clock.Now))
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 
-	resp, err := leader.ctrl.RegisterBroker(ctx, registerReq(1, incA))
+	resp, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incA))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,27 +61,27 @@ func TestBrokers_RegisterUnfenceAndFenceOnExpiry(t *testing.T) {
 		t.Fatal("a new broker is not fenced")
 	}
 	// Not yet caught up with its own registration: stays fenced.
-	hb, err := leader.ctrl.BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: resp.BrokerEpoch, MetadataOffset: uint64(resp.BrokerEpoch) - 1})
+	hb, err := leader.Controller().BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: resp.BrokerEpoch, MetadataOffset: uint64(resp.BrokerEpoch) - 1})
 	if err != nil || !hb.IsFenced || hb.IsCaughtUp {
 		t.Fatalf("heartbeat behind = %+v, %v", hb, err)
 	}
 	registerActiveAgain := func() {
-		hb, err := leader.ctrl.BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: resp.BrokerEpoch, MetadataOffset: uint64(resp.BrokerEpoch)})
-		if err != nil || hb.IsFenced || hb.ControllerId != leader.id {
+		hb, err := leader.Controller().BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: resp.BrokerEpoch, MetadataOffset: uint64(resp.BrokerEpoch)})
+		if err != nil || hb.IsFenced || hb.ControllerId != leader.ID() {
 			t.Fatalf("heartbeat caught up = %+v, %v", hb, err)
 		}
 	}
 	registerActiveAgain()
-	c.WaitForApplied(leader.fsm.Image().Offset, 5*time.Second)
-	for _, nd := range c.live() {
+	c.WaitForApplied(leader.FSM().Image().Offset)
+	for _, nd := range c.Nodes() {
 		if brokerFenced(nd, 1) {
-			t.Fatalf("node %d still sees broker 1 fenced", nd.id)
+			t.Fatalf("node %d still sees broker 1 fenced", nd.ID())
 		}
 	}
 
 	// Silence past the session timeout: the active controller fences it.
 	clock.Add(testSession + time.Millisecond)
-	waitFor(t, 5*time.Second, "broker 1 fenced after its session expired", func() bool { return brokerFenced(leader, 1) })
+	poll.Until(t, 5*time.Second, "broker 1 fenced after its session expired", func() bool { return brokerFenced(leader, 1) })
 	// A heartbeat brings it back.
 	registerActiveAgain()
 }
@@ -79,8 +89,8 @@ func TestBrokers_RegisterUnfenceAndFenceOnExpiry(t *testing.T) {
 // KAFKA-18138: a broker that dies while the controller fails over must still
 // be fenced, one session after the new controller took over, and not before.
 func TestFailover_BrokerDyingDuringFailoverIsFencedOneSessionLater(t *testing.T) {
-	clock := newFakeClock()
-	c := newTestCluster(t, 3, withSessions(testSession, clock.Now))
+	clock := keeltest.NewClock()
+	c := newCluster(t, 3, keeltest.WithSessionTimeout(testSession), keeltest.WithClock(clock.Now))
 	leader := c.WaitForActive(5 * time.Second)
 	registerActive(t, leader, 1, incA)
 	registerActive(t, leader, 2, incB)
@@ -88,10 +98,9 @@ func TestFailover_BrokerDyingDuringFailoverIsFencedOneSessionLater(t *testing.T)
 	// Broker 1 and the leader die together; the clock has moved on most of a
 	// session since broker 1's last heartbeat.
 	clock.Add(testSession * 3 / 4)
-	c.Kill(leader.id)
+	c.Kill(leader.ID())
 	next := c.WaitForActive(5 * time.Second)
-	l := next.ctrl.active.Load()
-	if got := l.sessions.expired(next.fsm.Image(), clock.Now()); len(got) != 0 {
+	if got := next.Controller().ExpiredSessions(clock.Now()); len(got) != 0 {
 		t.Fatalf("right after failover, expired = %v: the new controller must start fresh sessions", got)
 	}
 	// Broker 2 keeps heartbeating; broker 1 is silent.
@@ -99,58 +108,58 @@ func TestFailover_BrokerDyingDuringFailoverIsFencedOneSessionLater(t *testing.T)
 	if brokerFenced(next, 1) {
 		t.Fatal("broker 1 fenced before a full session passed under the new controller")
 	}
-	b2, _ := next.fsm.Image().Broker(2)
-	if _, err := next.ctrl.BrokerHeartbeat(context.Background(), &keelpb.BrokerHeartbeatRequest{BrokerId: 2, BrokerEpoch: b2.Epoch, MetadataOffset: next.fsm.Image().Offset}); err != nil {
+	b2, _ := next.FSM().Image().Broker(2)
+	if _, err := next.Controller().BrokerHeartbeat(context.Background(), &keelpb.BrokerHeartbeatRequest{BrokerId: 2, BrokerEpoch: b2.Epoch, MetadataOffset: next.FSM().Image().Offset}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Add(testSession / 2)
-	waitFor(t, 5*time.Second, "broker 1 fenced one session after the failover", func() bool { return brokerFenced(next, 1) })
+	poll.Until(t, 5*time.Second, "broker 1 fenced one session after the failover", func() bool { return brokerFenced(next, 1) })
 	if brokerFenced(next, 2) {
 		t.Fatal("broker 2, which kept heartbeating, was fenced")
 	}
 }
 
 func TestBrokers_DuplicateRegistrationAndStaleEpoch(t *testing.T) {
-	clock := newFakeClock()
-	c := newTestCluster(t, 3, withSessions(testSession, clock.Now))
+	clock := keeltest.NewClock()
+	c := newCluster(t, 3, keeltest.WithSessionTimeout(testSession), keeltest.WithClock(clock.Now))
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 	first := registerActive(t, leader, 1, incA)
 
-	if _, err := leader.ctrl.RegisterBroker(ctx, registerReq(1, incB)); !errors.Is(err, ErrDuplicateRegistration) {
+	if _, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB)); !errors.Is(err, controller.ErrDuplicateRegistration) {
 		t.Fatalf("second process with the same id while the first lives: err = %v", err)
 	}
 	// Same incarnation retrying: accepted, with a new epoch.
-	retry, err := leader.ctrl.RegisterBroker(ctx, registerReq(1, incA))
+	retry, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incA))
 	if err != nil || retry.BrokerEpoch <= first {
 		t.Fatalf("retry = %+v, %v", retry, err)
 	}
 	// Once the session has expired, another incarnation may take the id.
 	clock.Add(testSession + time.Millisecond)
-	bounced, err := leader.ctrl.RegisterBroker(ctx, registerReq(1, incB))
+	bounced, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB))
 	if err != nil || bounced.BrokerEpoch <= retry.BrokerEpoch {
 		t.Fatalf("bounced broker = %+v, %v", bounced, err)
 	}
 	// The old incarnation's heartbeat is refused, so it would re-register.
-	_, err = leader.ctrl.BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: first})
-	if !errors.Is(err, ErrStaleBrokerEpoch) {
+	_, err = leader.Controller().BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: first})
+	if !errors.Is(err, controller.ErrStaleBrokerEpoch) {
 		t.Fatalf("stale heartbeat: err = %v", err)
 	}
-	if err := leader.ctrl.UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: 1, BrokerEpoch: bounced.BrokerEpoch}); err != nil {
+	if err := leader.Controller().UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: 1, BrokerEpoch: bounced.BrokerEpoch}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := leader.fsm.Image().Broker(1); ok {
+	if _, ok := leader.FSM().Image().Broker(1); ok {
 		t.Fatal("broker 1 still registered after unregistering")
 	}
 }
 
 // collectStream runs StreamMetadata in the background, returning its pushes
 // and, once it ends, its error.
-func collectStream(ctx context.Context, nd *testNode, req *keelpb.StreamMetadataRequest) (<-chan *keelpb.MetadataPush, <-chan error) {
+func collectStream(ctx context.Context, nd *server.Node, req *keelpb.StreamMetadataRequest) (<-chan *keelpb.MetadataPush, <-chan error) {
 	pushes := make(chan *keelpb.MetadataPush, 1024)
 	done := make(chan error, 1)
 	go func() {
-		done <- nd.ctrl.StreamMetadata(ctx, req, func(p *keelpb.MetadataPush) error {
+		done <- nd.Controller().StreamMetadata(ctx, req, func(p *keelpb.MetadataPush) error {
 			pushes <- p
 			return nil
 		})
@@ -170,7 +179,7 @@ func nextPush(t *testing.T, pushes <-chan *keelpb.MetadataPush) *keelpb.Metadata
 }
 
 func TestStream_NewBrokerGetsSnapshotThenTail(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	epoch := registerActive(t, leader, 1, incA)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -179,9 +188,9 @@ func TestStream_NewBrokerGetsSnapshotThenTail(t *testing.T) {
 	var snap bytes.Buffer
 	for {
 		p := nextPush(t, pushes)
-		_, ctrlEpoch := leader.ctrl.Active()
-		if p.ControllerEpoch != ctrlEpoch || p.ControllerId != leader.id {
-			t.Fatalf("push stamped %d/%d, want %d/%d", p.ControllerEpoch, p.ControllerId, ctrlEpoch, leader.id)
+		_, ctrlEpoch := leader.Controller().Active()
+		if p.ControllerEpoch != ctrlEpoch || p.ControllerId != leader.ID() {
+			t.Fatalf("push stamped %d/%d, want %d/%d", p.ControllerEpoch, p.ControllerId, ctrlEpoch, leader.ID())
 		}
 		chunk := p.GetSnapshot()
 		if chunk == nil {
@@ -200,7 +209,7 @@ func TestStream_NewBrokerGetsSnapshotThenTail(t *testing.T) {
 		t.Fatalf("snapshot image broker 1 = %+v", b)
 	}
 
-	index, err := leader.ctrl.Propose(context.Background(), noOp())
+	index, err := leader.Controller().Propose(context.Background(), noOp())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,11 +235,11 @@ func TestStream_NewBrokerGetsSnapshotThenTail(t *testing.T) {
 }
 
 func TestStream_ResumesFromOffsetAndEndsOnLeadershipLoss(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	epoch := registerActive(t, leader, 1, incA)
-	from := leader.fsm.Image().Offset
-	index, err := leader.ctrl.Propose(context.Background(), noOp())
+	from := leader.FSM().Image().Offset
+	index, err := leader.Controller().Propose(context.Background(), noOp())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,10 +249,10 @@ func TestStream_ResumesFromOffsetAndEndsOnLeadershipLoss(t *testing.T) {
 	if len(entries) != 1 || entries[0].PrevOffset != from || entries[0].Offset != index {
 		t.Fatalf("resumed stream sent %v, want just entry %d after %d", p, index, from)
 	}
-	c.Kill(leader.id)
+	c.Kill(leader.ID())
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNotReady) {
+		if !errors.Is(err, controller.ErrNotLeader) && !errors.Is(err, controller.ErrNotReady) {
 			t.Fatalf("stream ended with %v, want not-leader", err)
 		}
 	case <-time.After(5 * time.Second):
@@ -252,15 +261,15 @@ func TestStream_ResumesFromOffsetAndEndsOnLeadershipLoss(t *testing.T) {
 }
 
 func TestStream_RefusesStaleEpochAndOtherCluster(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	epoch := registerActive(t, leader, 1, incA)
 	send := func(*keelpb.MetadataPush) error { return nil }
 	ctx := context.Background()
-	if err := leader.ctrl.StreamMetadata(ctx, &keelpb.StreamMetadataRequest{BrokerId: 1, BrokerEpoch: epoch - 1}, send); !errors.Is(err, ErrStaleBrokerEpoch) {
+	if err := leader.Controller().StreamMetadata(ctx, &keelpb.StreamMetadataRequest{BrokerId: 1, BrokerEpoch: epoch - 1}, send); !errors.Is(err, controller.ErrStaleBrokerEpoch) {
 		t.Fatalf("stale epoch: %v", err)
 	}
-	if err := leader.ctrl.StreamMetadata(ctx, &keelpb.StreamMetadataRequest{BrokerId: 1, BrokerEpoch: epoch, ClusterId: "other"}, send); !errors.Is(err, ErrInconsistentClusterID) {
+	if err := leader.Controller().StreamMetadata(ctx, &keelpb.StreamMetadataRequest{BrokerId: 1, BrokerEpoch: epoch, ClusterId: "other"}, send); !errors.Is(err, controller.ErrInconsistentClusterID) {
 		t.Fatalf("other cluster: %v", err)
 	}
 }

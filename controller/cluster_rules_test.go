@@ -2,33 +2,12 @@ package controller
 
 import (
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
-
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 const (
 	incA = "00000000-0000-0000-0000-00000000000a"
@@ -164,32 +143,34 @@ func TestCluster_HeartbeatRules(t *testing.T) {
 }
 
 func TestSessions(t *testing.T) {
-	clock := newFakeClock()
+	// The tracker takes the time from its caller: a plain value stands in
+	// for the clock.
+	now := time.Unix(1_700_000_000, 0)
 	img := imageWith(t, clusterStart(), []*keelpb.Record{regRecord(1, incA)}, []*keelpb.Record{regRecord(2, incB)},
 		[]*keelpb.Record{
 			{Record: &keelpb.Record_UnfenceBroker{UnfenceBroker: &keelpb.UnfenceBrokerRecord{BrokerId: 1, BrokerEpoch: 2}}},
 			{Record: &keelpb.Record_UnfenceBroker{UnfenceBroker: &keelpb.UnfenceBrokerRecord{BrokerId: 2, BrokerEpoch: 3}}},
 		})
 	s := newSessionTracker(9 * time.Second)
-	if got := s.expired(img, clock.Now()); len(got) != 2 {
+	if got := s.expired(img, now); len(got) != 2 {
 		t.Fatalf("before any session every active broker is expired; got %d", len(got))
 	}
-	s.reset(img.Brokers(), clock.Now())
-	if got := s.expired(img, clock.Now()); len(got) != 0 {
+	s.reset(img.Brokers(), now)
+	if got := s.expired(img, now); len(got) != 0 {
 		t.Fatalf("after reset: expired %v", got)
 	}
-	clock.Add(5 * time.Second)
-	s.touch(1, 2, clock.Now(), 0)
-	clock.Add(5 * time.Second) // broker 2: 10s since reset; broker 1: 5s since touch
-	got := s.expired(img, clock.Now())
+	now = now.Add(5 * time.Second)
+	s.touch(1, 2, now, 0)
+	now = now.Add(5 * time.Second) // broker 2: 10s since reset; broker 1: 5s since touch
+	got := s.expired(img, now)
 	if len(got) != 1 || got[0].ID != 2 {
 		t.Fatalf("expired = %v, want broker 2", got)
 	}
-	if !s.alive(1, 2, clock.Now()) || s.alive(2, 3, clock.Now()) || s.alive(1, 1, clock.Now()) {
+	if !s.alive(1, 2, now) || s.alive(2, 3, now) || s.alive(1, 1, now) {
 		t.Fatal("alive disagrees with the sessions")
 	}
 	s.forget(1)
-	if s.alive(1, 2, clock.Now()) {
+	if s.alive(1, 2, now) {
 		t.Fatal("a forgotten session is alive")
 	}
 }

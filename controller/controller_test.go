@@ -1,4 +1,4 @@
-package controller
+package controller_test
 
 import (
 	"context"
@@ -8,12 +8,27 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/server"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
+}
+
+// clusterID is the id the first active controller of a test cluster writes.
+const clusterID = "test-cluster"
+
+// newCluster starts n controllers, assembled as in production, at
+// keeltest's 50 ms timings, with clusterID for the first controller to
+// write.
+func newCluster(t *testing.T, n int, opts ...keeltest.Option) *keeltest.Cluster {
+	t.Helper()
+	opts = append([]keeltest.Option{keeltest.WithTune(func(cfg *server.NodeConfig) { cfg.ClusterID = clusterID })}, opts...)
+	return keeltest.NewCluster(t, n, opts...)
 }
 
 func noOp() *keelpb.Record {
@@ -21,20 +36,20 @@ func noOp() *keelpb.Record {
 }
 
 func TestController_FirstActiveWritesClusterIDAndEpochOne(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
-	_, epoch := leader.ctrl.Active()
+	_, epoch := leader.Controller().Active()
 	if epoch != 1 {
 		t.Fatalf("first epoch = %d, want 1", epoch)
 	}
-	img := leader.fsm.Image()
-	if img.ClusterID != "test-cluster" || img.ControllerEpoch != 1 || img.ControllerLeaderID != leader.id {
+	img := leader.FSM().Image()
+	if img.ClusterID != clusterID || img.ControllerEpoch != 1 || img.ControllerLeaderID != leader.ID() {
 		t.Fatalf("image after takeover = %+v", img)
 	}
-	c.WaitForApplied(img.Offset, 5*time.Second)
-	for _, nd := range c.live() {
-		if got := nd.fsm.Image(); got.ControllerEpoch != 1 || got.ClusterID != "test-cluster" {
-			t.Fatalf("node %d image = %+v", nd.id, got)
+	c.WaitForApplied(img.Offset)
+	for _, nd := range c.Nodes() {
+		if got := nd.FSM().Image(); got.ControllerEpoch != 1 || got.ClusterID != clusterID {
+			t.Fatalf("node %d image = %+v", nd.ID(), got)
 		}
 	}
 }
@@ -42,54 +57,54 @@ func TestController_FirstActiveWritesClusterIDAndEpochOne(t *testing.T) {
 // Each takeover adds exactly one to the epoch, and the cluster id written by
 // the first controller survives them all.
 func TestFailover_EpochIncrementsByOnePerTakeover(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	for want := int64(2); want <= 5; want++ {
-		old := leader.id
+		old := leader.ID()
 		c.Kill(old)
 		leader = c.WaitForActive(5 * time.Second)
-		_, epoch := leader.ctrl.Active()
-		if epoch != want || leader.id == old {
-			t.Fatalf("after killing node %d: node %d active with epoch %d, want a new leader with epoch %d", old, leader.id, epoch, want)
+		_, epoch := leader.Controller().Active()
+		if epoch != want || leader.ID() == old {
+			t.Fatalf("after killing node %d: node %d active with epoch %d, want a new leader with epoch %d", old, leader.ID(), epoch, want)
 		}
 		c.Restart(old)
-		c.WaitForApplied(leader.fsm.Image().Offset, 5*time.Second)
+		c.WaitForApplied(leader.FSM().Image().Offset)
 	}
-	for _, nd := range c.live() {
-		if img := nd.fsm.Image(); img.ClusterID != "test-cluster" || img.ControllerEpoch != 5 {
-			t.Fatalf("node %d image = %+v", nd.id, img)
+	for _, nd := range c.Nodes() {
+		if img := nd.FSM().Image(); img.ClusterID != clusterID || img.ControllerEpoch != 5 {
+			t.Fatalf("node %d image = %+v", nd.ID(), img)
 		}
 	}
 }
 
 func TestController_ProposeCommitsOnEveryNode(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
-	index, err := leader.ctrl.Propose(context.Background(), noOp(), noOp())
+	index, err := leader.Controller().Propose(context.Background(), noOp(), noOp())
 	if err != nil {
 		t.Fatalf("Propose: %v", err)
 	}
-	c.WaitForApplied(index, 5*time.Second)
+	c.WaitForApplied(index)
 }
 
 func TestController_FollowerRefusesWithLeaderHint(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
-	for _, nd := range c.live() {
+	for _, nd := range c.Nodes() {
 		if nd == leader {
 			continue
 		}
-		waitFor(t, 5*time.Second, "follower to learn the leader", func() bool {
-			id, _ := nd.ctrl.Leader()
-			return id == leader.id
+		poll.Until(t, 5*time.Second, "follower to learn the leader", func() bool {
+			id, _ := nd.Controller().Leader()
+			return id == leader.ID()
 		})
-		_, err := nd.ctrl.Propose(context.Background(), noOp())
-		var nl *NotLeaderError
-		if !errors.As(err, &nl) || !errors.Is(err, ErrNotLeader) {
+		_, err := nd.Controller().Propose(context.Background(), noOp())
+		var nl *controller.NotLeaderError
+		if !errors.As(err, &nl) || !errors.Is(err, controller.ErrNotLeader) {
 			t.Fatalf("Propose on follower: err = %v, want *NotLeaderError", err)
 		}
-		if nl.LeaderID != leader.id || nl.LeaderAddress != string(leader.addr) {
-			t.Fatalf("hint = %d@%s, want %d@%s", nl.LeaderID, nl.LeaderAddress, leader.id, leader.addr)
+		if nl.LeaderID != leader.ID() || nl.LeaderAddress != leader.Addr() {
+			t.Fatalf("hint = %d@%s, want %d@%s", nl.LeaderID, nl.LeaderAddress, leader.ID(), leader.Addr())
 		}
 	}
 }
@@ -98,84 +113,64 @@ func TestController_FollowerRefusesWithLeaderHint(t *testing.T) {
 // within a bounded time; the majority carries on with the next epoch; after
 // healing the old leader follows and agrees.
 func TestFailover_PartitionedLeaderStepsDown(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	old := c.WaitForActive(5 * time.Second)
-	_, oldEpoch := old.ctrl.Active()
-	c.Partition(old.id)
+	_, oldEpoch := old.Controller().Active()
+	c.Partition(old.ID())
 
 	start := time.Now()
-	_, err := old.ctrl.Propose(context.Background(), noOp())
+	_, err := old.Controller().Propose(context.Background(), noOp())
 	if err == nil {
 		t.Fatal("a write on a partitioned leader succeeded")
 	}
-	if !errors.Is(err, ErrOutcomeUnknown) && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNotReady) {
+	if !errors.Is(err, controller.ErrOutcomeUnknown) && !errors.Is(err, controller.ErrNotLeader) && !errors.Is(err, controller.ErrNotReady) {
 		t.Fatalf("partitioned write: err = %v", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("partitioned write took %v to fail", d)
 	}
-	waitFor(t, 5*time.Second, "the partitioned leader to stop being active", func() bool {
-		ok, _ := old.ctrl.Active()
+	poll.Until(t, 5*time.Second, "the partitioned leader to stop being active", func() bool {
+		ok, _ := old.Controller().Active()
 		return !ok
 	})
 
 	var others []int32
-	for _, nd := range c.live() {
+	for _, nd := range c.Nodes() {
 		if nd != old {
-			others = append(others, nd.id)
+			others = append(others, nd.ID())
 		}
 	}
 	leader := c.WaitForActive(5*time.Second, others...)
-	if _, epoch := leader.ctrl.Active(); epoch != oldEpoch+1 {
+	if _, epoch := leader.Controller().Active(); epoch != oldEpoch+1 {
 		t.Fatalf("new epoch = %d, want %d", epoch, oldEpoch+1)
 	}
 	c.Heal()
-	index, err := leader.ctrl.Propose(context.Background(), noOp())
+	index, err := leader.Controller().Propose(context.Background(), noOp())
 	if err != nil {
 		t.Fatalf("Propose after heal: %v", err)
 	}
-	c.WaitForApplied(index, 5*time.Second)
-	if img := old.fsm.Image(); img.ControllerEpoch != oldEpoch+1 {
+	c.WaitForApplied(index)
+	if img := old.FSM().Image(); img.ControllerEpoch != oldEpoch+1 {
 		t.Fatalf("healed node's epoch = %d, want %d", img.ControllerEpoch, oldEpoch+1)
 	}
 }
 
 func TestController_WriteWithoutQuorumFailsInBoundedTime(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
-	for _, nd := range c.live() {
+	for _, nd := range c.Nodes() {
 		if nd != leader {
-			c.Kill(nd.id)
+			c.Kill(nd.ID())
 		}
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if _, err := leader.ctrl.Propose(ctx, noOp()); err == nil {
+	if _, err := leader.Controller().Propose(ctx, noOp()); err == nil {
 		t.Fatal("a write without a quorum succeeded")
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("write without quorum took %v to fail", d)
-	}
-}
-
-func TestLeadership_SubmitRefusesWhenFullOrClosed(t *testing.T) {
-	c := &Controller{cfg: Config{EventQueueSize: 2, SessionTimeout: time.Second}, fsm: fsm.New()}
-	l := c.newLeadership()
-	defer l.cancel()
-	ev := event{run: func() {}, abandon: func(error) {}}
-	for i := 0; i < 2; i++ {
-		if err := l.submit(context.Background(), ev); err != nil {
-			t.Fatalf("submit %d: %v", i, err)
-		}
-	}
-	if err := l.submit(context.Background(), ev); !errors.Is(err, ErrQueueFull) {
-		t.Fatalf("submit to a full queue: err = %v, want ErrQueueFull", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := l.submit(ctx, ev); !errors.Is(err, context.Canceled) {
-		t.Fatalf("submit with a cancelled context: err = %v", err)
 	}
 }
 
@@ -184,48 +179,48 @@ func TestLeadership_SubmitRefusesWhenFullOrClosed(t *testing.T) {
 // refuses rather than answer from an image the new leader has moved past,
 // and the new leader's answer holds its latest write.
 func TestController_ReadImageIsLinearizable(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	old := c.WaitForActive(5 * time.Second)
-	img, err := old.ctrl.ReadImage(context.Background())
+	img, err := old.Controller().ReadImage(context.Background())
 	if err != nil {
 		t.Fatalf("ReadImage on the active controller: %v", err)
 	}
-	_, epoch := old.ctrl.Active()
+	_, epoch := old.Controller().Active()
 	if img.ControllerEpoch != epoch {
 		t.Fatalf("ReadImage epoch = %d, want the active epoch %d", img.ControllerEpoch, epoch)
 	}
-	for _, nd := range c.live() {
+	for _, nd := range c.Nodes() {
 		if nd == old {
 			continue
 		}
-		waitFor(t, 5*time.Second, "follower to learn the leader", func() bool {
-			id, _ := nd.ctrl.Leader()
-			return id == old.id
+		poll.Until(t, 5*time.Second, "follower to learn the leader", func() bool {
+			id, _ := nd.Controller().Leader()
+			return id == old.ID()
 		})
-		if _, err := nd.ctrl.ReadImage(context.Background()); !errors.Is(err, ErrNotLeader) {
-			t.Fatalf("ReadImage on follower %d: err = %v, want not-leader", nd.id, err)
+		if _, err := nd.Controller().ReadImage(context.Background()); !errors.Is(err, controller.ErrNotLeader) {
+			t.Fatalf("ReadImage on follower %d: err = %v, want not-leader", nd.ID(), err)
 		}
 	}
 
-	c.Partition(old.id)
+	c.Partition(old.ID())
 	var others []int32
-	for _, nd := range c.live() {
+	for _, nd := range c.Nodes() {
 		if nd != old {
-			others = append(others, nd.id)
+			others = append(others, nd.ID())
 		}
 	}
 	leader := c.WaitForActive(5*time.Second, others...)
-	index, err := leader.ctrl.Propose(context.Background(), noOp())
+	index, err := leader.Controller().Propose(context.Background(), noOp())
 	if err != nil {
 		t.Fatalf("Propose on the new leader: %v", err)
 	}
 	// The old leader may not have noticed yet; either way it must not answer.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if img, err := old.ctrl.ReadImage(ctx); err == nil {
+	if img, err := old.Controller().ReadImage(ctx); err == nil {
 		t.Fatalf("partitioned old leader answered a linearizable read (epoch %d, offset %d)", img.ControllerEpoch, img.Offset)
 	}
-	img, err = leader.ctrl.ReadImage(context.Background())
+	img, err = leader.Controller().ReadImage(context.Background())
 	if err != nil {
 		t.Fatalf("ReadImage on the new leader: %v", err)
 	}

@@ -1,4 +1,4 @@
-package controller
+package controller_test
 
 import (
 	"context"
@@ -28,54 +28,55 @@ func TestGroupCommit_DecisionsSeeEachOther(t *testing.T) {
 }
 
 func testGroupCommit(t *testing.T, bad *keelpb.Record) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
-	l := leader.ctrl.active.Load()
+	l := leader.Controller().ActiveLeadership()
 
 	// Hold the event loop so that the decisions queue up behind it.
 	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseLoop := func() { releaseOnce.Do(func() { close(release) }) }
+	// A test that fails while it holds the loop must still let it go, or
+	// stopping the cluster would wait for the loop forever.
+	t.Cleanup(releaseLoop)
 	held := make(chan struct{})
-	if err := l.submit(context.Background(), event{
-		run:     func() { close(held); <-release },
-		abandon: func(error) {},
-	}); err != nil {
+	if err := l.Run(context.Background(), func() { close(held); <-release }); err != nil {
 		t.Fatal(err)
 	}
-	<-held
-	before := leader.fsm.Image().Offset
+	select {
+	case <-held:
+	case <-time.After(5 * time.Second):
+		// Leadership lost before the event's turn: it was abandoned.
+		t.Fatal("the event loop did not take the event that holds it")
+	}
+	before := leader.FSM().Image().Offset
 
 	const n = 5
 	const refused = 2 // this decision writes bad
 	seen := make([]uint64, n)
 	index := make([]uint64, n)
 	errs := make([]error, n)
-	var wg sync.WaitGroup
+	// Queued one after the other from here, so in this order. (Other events
+	// may fall between them, such as the takeover's scan for leaderless
+	// partitions: it writes nothing here, so it moves no offset.)
+	waits := make([]func() (uint64, error), n)
 	for i := range n {
-		queued := make(chan struct{})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			close(queued)
-			index[i], errs[i] = l.decide(context.Background(), func(img *fsm.Image) ([]*keelpb.Record, error) {
-				seen[i] = img.Offset
-				if i == refused {
-					return []*keelpb.Record{bad}, nil
-				}
-				return []*keelpb.Record{noOp()}, nil
-			})
-		}()
-		<-queued
-		// In order: wait until it is queued before the next one.
-		deadline := time.Now().Add(5 * time.Second)
-		for len(l.events) < i+1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("decision %d was not queued", i)
+		wait, err := l.Queue(context.Background(), func(img *fsm.Image) ([]*keelpb.Record, error) {
+			seen[i] = img.Offset
+			if i == refused {
+				return []*keelpb.Record{bad}, nil
 			}
-			time.Sleep(time.Millisecond)
+			return []*keelpb.Record{noOp()}, nil
+		})
+		if err != nil {
+			t.Fatalf("queueing decision %d: %v", i, err)
 		}
+		waits[i] = wait
 	}
-	close(release)
-	wg.Wait()
+	releaseLoop()
+	for i, wait := range waits {
+		index[i], errs[i] = wait()
+	}
 
 	want := before
 	for i := range n {
@@ -96,8 +97,8 @@ func testGroupCommit(t *testing.T, bad *keelpb.Record) {
 		}
 		want = index[i]
 	}
-	c.WaitForApplied(want, 5*time.Second)
-	if got := leader.fsm.Image().Offset; got != want {
+	c.WaitForApplied(want)
+	if got := leader.FSM().Image().Offset; got != want {
 		t.Fatalf("applied offset %d, want %d", got, want)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -22,6 +23,10 @@ func entryData(t *testing.T, recs ...*keelpb.Record) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+func noOp() *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{}}}
 }
 
 func offsets(entries []Entry) []uint64 {
@@ -161,7 +166,7 @@ func TestAppliedLog_RestoreReadsTheSnapshotOutsideTheLock(t *testing.T) {
 	t.Cleanup(release)
 	restored := make(chan error, 1)
 	go func() { restored <- a.Restore(gate) }()
-	waitFor(t, 5*time.Second, "Restore to start reading the snapshot", closed(gate.reading))
+	poll.Until(t, 5*time.Second, "Restore to start reading the snapshot", closed(gate.reading))
 
 	// Since and Current take the lock every broker stream takes.
 	type view struct {
@@ -175,7 +180,7 @@ func TestAppliedLog_RestoreReadsTheSnapshotOutsideTheLock(t *testing.T) {
 		got, _, _ := a.Since(0, 1<<20)
 		viewed <- view{offsets(got), a.Current().Offset}
 	}()
-	waitFor(t, 5*time.Second, "Since and Current to return while the snapshot is being read", closed(done))
+	poll.Until(t, 5*time.Second, "Since and Current to return while the snapshot is being read", closed(done))
 	if v := <-viewed; v.offset != 2 || !slices.Equal(v.history, []uint64{1, 2}) {
 		t.Fatalf("while the snapshot is read: offset %d, history %v; want the old image and history", v.offset, v.history)
 	}
@@ -187,7 +192,7 @@ func TestAppliedLog_RestoreReadsTheSnapshotOutsideTheLock(t *testing.T) {
 
 	release()
 	var err error
-	waitFor(t, 5*time.Second, "Restore to return", func() bool {
+	poll.Until(t, 5*time.Second, "Restore to return", func() bool {
 		select {
 		case err = <-restored:
 			return true

@@ -279,25 +279,38 @@ func (l *leadership) submit(ctx context.Context, ev event) error {
 
 // decide queues d on the event loop and waits for its outcome.
 func (l *leadership) decide(ctx context.Context, d decision) (uint64, error) {
+	wait, err := l.queue(ctx, d)
+	if err != nil {
+		return 0, err
+	}
+	return wait()
+}
+
+// queue puts d on the event loop, behind every event queued before it, and
+// returns the wait for its outcome: decide in two steps, so that a caller
+// (the group-commit test) can queue several decisions in a known order.
+func (l *leadership) queue(ctx context.Context, d decision) (wait func() (uint64, error), err error) {
 	type result struct {
 		index uint64
 		err   error
 	}
 	done := make(chan result, 1)
 	finish := func(index uint64, err error) { done <- result{index, err} }
-	err := l.submit(ctx, event{
+	err = l.submit(ctx, event{
 		decision: d, ctx: ctx, finish: finish,
 		abandon: func(err error) { finish(0, err) },
 	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	select {
-	case r := <-done:
-		return r.index, r.err
-	case <-ctx.Done():
-		return 0, fmt.Errorf("%w (%v)", ErrOutcomeUnknown, ctx.Err())
-	}
+	return func() (uint64, error) {
+		select {
+		case r := <-done:
+			return r.index, r.err
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w (%v)", ErrOutcomeUnknown, ctx.Err())
+		}
+	}, nil
 }
 
 // fenceExpiredSessions fences, in one batch per check, every active broker

@@ -3,122 +3,28 @@ package controller
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/keel-dev/keel/fsm"
 )
 
-var errInjected = errors.New("injected takeover fault")
-
-// faultLog counts the takeover attempts a fault failed and when the first
-// and the last were.
-type faultLog struct {
-	attempts    atomic.Int32
-	first, last atomic.Int64 // unix nanoseconds
-}
-
-func (f *faultLog) fail() error {
-	now := time.Now().UnixNano()
-	f.first.CompareAndSwap(0, now)
-	f.last.Store(now)
-	f.attempts.Add(1)
-	return errInjected
-}
-
-func (f *faultLog) failingFor() time.Duration {
-	return time.Duration(f.last.Load() - f.first.Load())
-}
-
-// TestTakeover_RetriedUntilTheFaultClears: a leader whose takeover keeps
-// failing, with no other voter to hand leadership to, keeps trying for as
-// long as it leads, past the bound after which it tries to hand leadership
-// away, and becomes active once the fault clears. It used to give up after
-// three attempts and stay leader, never active, answering NOT_READY.
-func TestTakeover_RetriedUntilTheFaultClears(t *testing.T) {
-	var failing atomic.Bool
-	failing.Store(true)
-	var faults faultLog
-	c := newTestCluster(t, 1, withTakeoverFault(func(int32) error {
-		if !failing.Load() {
-			return nil
+func TestLeadership_SubmitRefusesWhenFullOrClosed(t *testing.T) {
+	c := &Controller{cfg: Config{EventQueueSize: 2, SessionTimeout: time.Second}, fsm: fsm.New()}
+	l := c.newLeadership()
+	defer l.cancel()
+	ev := event{run: func() {}, abandon: func(error) {}}
+	for i := 0; i < 2; i++ {
+		if err := l.submit(context.Background(), ev); err != nil {
+			t.Fatalf("submit %d: %v", i, err)
 		}
-		return faults.fail()
-	}))
-	nd := c.nodes[1]
-	_, _, giveUp := nd.ctrl.takeoverTiming()
-	waitFor(t, 10*time.Second, "takeover to keep failing past the bound and the old three attempts", func() bool {
-		return faults.attempts.Load() > 3 && faults.failingFor() > 2*giveUp
-	})
-	if nd.raft.State() != raft.Leader {
-		t.Fatalf("the node is %v, want the leader it has been throughout", nd.raft.State())
 	}
-	if active, _ := nd.ctrl.Active(); active {
-		t.Fatal("active although every takeover attempt failed")
+	if err := l.submit(context.Background(), ev); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("submit to a full queue: err = %v, want ErrQueueFull", err)
 	}
-	if _, err := nd.ctrl.Propose(context.Background(), noOp()); !errors.Is(err, ErrNotReady) {
-		t.Fatalf("a write before takeover: %v, want ErrNotReady", err)
-	}
-
-	failing.Store(false)
-	c.WaitForActive(5 * time.Second)
-	if _, epoch := nd.ctrl.Active(); epoch != 1 {
-		t.Fatalf("epoch after the takeover = %d, want 1", epoch)
-	}
-	if _, err := nd.ctrl.Propose(context.Background(), noOp()); err != nil {
-		t.Fatalf("a write once active: %v", err)
-	}
-}
-
-// TestTakeover_PersistentFaultHandsLeadershipAway: the first leader cannot
-// take over, ever. It keeps trying for the bound, then hands leadership to
-// another node, which becomes active.
-func TestTakeover_PersistentFaultHandsLeadershipAway(t *testing.T) {
-	var bad atomic.Int32
-	var faults faultLog
-	c := newTestCluster(t, 3, withTakeoverFault(func(id int32) error {
-		// Only leaders take over: the first to try is the first leader.
-		bad.CompareAndSwap(0, id)
-		if id == bad.Load() {
-			return faults.fail()
-		}
-		return nil
-	}))
-	active := c.WaitForActive(10 * time.Second)
-	if active.id == bad.Load() {
-		t.Fatalf("node %d is active although its every takeover attempt failed", active.id)
-	}
-	if state := c.nodes[bad.Load()].raft.State(); state == raft.Leader {
-		t.Fatalf("node %d, which cannot take over, still leads", bad.Load())
-	}
-	// It hands leadership away once the failures have lasted the bound:
-	// the last failed attempt comes at most a few milliseconds before it.
-	_, longest, giveUp := active.ctrl.takeoverTiming()
-	if n, d := faults.attempts.Load(), faults.failingFor(); n < 4 || d < giveUp-longest/2 {
-		t.Fatalf("node %d handed leadership away after %d attempts over %v, want it to retry for %v", bad.Load(), n, d, giveUp)
-	}
-	if _, err := active.ctrl.Propose(context.Background(), noOp()); err != nil {
-		t.Fatalf("a write on the new active controller: %v", err)
-	}
-}
-
-// TestTakeover_RetriesEndOnStop: Stop (like losing leadership, which
-// cancels the same context) ends a takeover that is still retrying.
-func TestTakeover_RetriesEndOnStop(t *testing.T) {
-	var faults faultLog
-	c := newTestCluster(t, 1, withTakeoverFault(func(int32) error { return faults.fail() }))
-	nd := c.nodes[1]
-	waitFor(t, 5*time.Second, "takeover to fail twice", func() bool { return faults.attempts.Load() >= 2 })
-	stopped := make(chan struct{})
-	go func() {
-		nd.ctrl.Stop()
-		close(stopped)
-	}()
-	// Stop waits for the leadership's goroutines, establish among them.
-	_, longest, _ := nd.ctrl.takeoverTiming()
-	waitFor(t, longest+time.Second, "Stop to end the takeover retries", closed(stopped))
-	if active, _ := nd.ctrl.Active(); active {
-		t.Fatal("active after Stop")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.submit(ctx, ev); !errors.Is(err, context.Canceled) {
+		t.Fatalf("submit with a cancelled context: err = %v", err)
 	}
 }

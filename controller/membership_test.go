@@ -1,175 +1,32 @@
-package controller
+package controller_test
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
+	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/raftlog"
+	"github.com/keel-dev/keel/server"
 )
 
-func conf(members ...string) raft.Configuration {
-	var c raft.Configuration
-	for _, m := range members {
-		var id int32
-		var addr string
-		suffrage := raft.Voter
-		if _, err := fmt.Sscanf(m, "%d@%s", &id, &addr); err != nil {
-			panic(m)
-		}
-		if n := len(addr); n > 1 && addr[n-1] == '~' { // "4@node-4~": a nonvoter
-			addr, suffrage = addr[:n-1], raft.Nonvoter
-		}
-		c.Servers = append(c.Servers, raft.Server{ID: raftlog.ServerID(id), Address: raft.ServerAddress(addr), Suffrage: suffrage})
-	}
-	return c
-}
-
-func TestDecideAddVoter(t *testing.T) {
-	three := conf("1@a:1", "2@b:2", "3@c:3")
-	tests := []struct {
-		name     string
-		conf     raft.Configuration
-		id       int32
-		addr     string
-		wantNoop bool
-		wantErr  error
-	}{
-		{name: "a new voter", conf: three, id: 4, addr: "d:4"},
-		{name: "the first voter of an empty configuration", conf: conf(), id: 1, addr: "a:1"},
-		{name: "a voter already there at that address: nothing to do", conf: three, id: 2, addr: "b:2", wantNoop: true},
-		{name: "a voter already there at another address", conf: three, id: 2, addr: "b:9", wantErr: ErrVoterExists},
-		{name: "another voter's address", conf: three, id: 4, addr: "c:3", wantErr: ErrVoterExists},
-		{name: "a nonvoter at that address is promoted", conf: conf("1@a:1", "4@d:4~"), id: 4, addr: "d:4"},
-		{name: "a nonvoter at another address", conf: conf("1@a:1", "4@d:4~"), id: 4, addr: "d:5", wantErr: ErrVoterExists},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			noop, err := decideAddVoter(tt.conf, tt.id, tt.addr)
-			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
-				t.Fatalf("err = %v, want %v", err, tt.wantErr)
-			}
-			if noop != tt.wantNoop {
-				t.Fatalf("noop = %v, want %v", noop, tt.wantNoop)
-			}
-		})
-	}
-}
-
-func TestDecideRemoveVoter(t *testing.T) {
-	three := conf("1@a:1", "2@b:2", "3@c:3")
-	tests := []struct {
-		name     string
-		conf     raft.Configuration
-		leader   int32
-		id       int32
-		wantSelf bool
-		wantErr  error
-	}{
-		{name: "a follower", conf: three, leader: 1, id: 3},
-		{name: "the leader itself: hand off first", conf: three, leader: 1, id: 1, wantSelf: true},
-		{name: "the leader of two", conf: conf("1@a:1", "2@b:2"), leader: 1, id: 1, wantSelf: true},
-		{name: "an unknown id", conf: three, leader: 1, id: 9, wantErr: ErrUnknownVoter},
-		{name: "the last voter", conf: conf("1@a:1"), leader: 1, id: 1, wantErr: ErrLastVoter},
-		{name: "the last voter, with a nonvoter beside it", conf: conf("1@a:1", "4@d:4~"), leader: 1, id: 1, wantErr: ErrLastVoter},
-		{name: "a nonvoter beside the last voter", conf: conf("1@a:1", "4@d:4~"), leader: 1, id: 4},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			self, err := decideRemoveVoter(tt.conf, tt.leader, tt.id)
-			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
-				t.Fatalf("err = %v, want %v", err, tt.wantErr)
-			}
-			if self != tt.wantSelf {
-				t.Fatalf("self = %v, want %v", self, tt.wantSelf)
-			}
-		})
-	}
-}
-
-func TestDecideTransfer(t *testing.T) {
-	three := conf("1@a:1", "2@b:2", "3@c:3")
-	tests := []struct {
-		name     string
-		conf     raft.Configuration
-		target   int32
-		wantTo   raft.ServerID // "" for raft's pick
-		wantNoop bool
-		wantErr  error
-	}{
-		{name: "any voter", conf: three, target: 0},
-		{name: "a voter", conf: three, target: 3, wantTo: "3"},
-		{name: "itself: it leads already", conf: three, target: 1, wantNoop: true},
-		{name: "an unknown id", conf: three, target: 9, wantErr: ErrUnknownVoter},
-		{name: "a nonvoter", conf: conf("1@a:1", "2@b:2", "4@d:4~"), target: 4, wantErr: ErrNotVoter},
-		{name: "any voter, when there is none but itself", conf: conf("1@a:1", "4@d:4~"), target: 0, wantErr: ErrLastVoter},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			to, noop, err := decideTransfer(tt.conf, 1, tt.target)
-			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
-				t.Fatalf("err = %v, want %v", err, tt.wantErr)
-			}
-			var gotTo raft.ServerID
-			if to != nil {
-				gotTo = to.ID
-			}
-			if noop != tt.wantNoop || gotTo != tt.wantTo {
-				t.Fatalf("to, noop = %q, %v; want %q, %v", gotTo, noop, tt.wantTo, tt.wantNoop)
-			}
-		})
-	}
-}
-
-func TestOutside(t *testing.T) {
-	tests := []struct {
-		name string
-		conf raft.Configuration
-		want bool
-	}{
-		{name: "no configuration yet (--join)", conf: conf(), want: false},
-		{name: "a voter", conf: conf("1@a:1", "4@d:4"), want: false},
-		{name: "a nonvoter", conf: conf("1@a:1", "4@d:4~"), want: false},
-		{name: "removed", conf: conf("1@a:1", "2@b:2"), want: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := outside(tt.conf, 4); got != tt.want {
-				t.Fatalf("outside = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
-// startJoiner starts node id with empty stores and no bootstrap, as
-// `keel controller --join` does, connected to every node.
-func (c *testCluster) startJoiner(id int32) *testNode {
-	c.t.Helper()
-	addr, trans := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("node-%d", id)))
-	nd := &testNode{id: id, addr: addr, trans: trans, logs: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()}
-	c.nodes[id] = nd
-	c.connectAll()
-	c.start(nd)
-	return nd
-}
-
 // voterIDs returns the ids in nd's latest configuration, sorted.
-func voterIDs(t *testing.T, nd *testNode) []int32 {
+func voterIDs(t *testing.T, nd *server.Node) []int32 {
 	t.Helper()
 	var ids []int32
-	for _, m := range quorumMembers(nd.raft.GetConfiguration().Configuration()) {
+	// Describe's voters are the latest configuration, as raft has it.
+	for _, m := range nd.Controller().Describe("").Voters {
 		ids = append(ids, m.Id)
 	}
 	slices.Sort(ids)
 	return ids
 }
 
-func memberIDs(r *MembershipResult) []int32 {
+func memberIDs(r *controller.MembershipResult) []int32 {
 	var ids []int32
 	for _, m := range r.Members {
 		ids = append(ids, m.Id)
@@ -178,40 +35,52 @@ func memberIDs(r *MembershipResult) []int32 {
 	return ids
 }
 
+// transferTiming is keeltest's 50 ms timing with a longer election timeout,
+// for the tests that hand leadership on: raft gives a transfer one election
+// timeout to finish, and on real disks the target's election (a term and a
+// vote written and synced on each node) and the old leader hearing of it
+// can take more than 50 ms on a loaded machine, where in memory they never
+// did. Heartbeats and leases stay at 50 ms.
+func transferTiming() raftlog.Timing {
+	t := keeltest.FastTiming()
+	t.ElectionTimeout = 250 * time.Millisecond
+	return t
+}
+
 // waitRemoved runs nd's WaitRemoved in the background; the returned func
 // waits for its result (nil if nd did not find itself removed in time).
-func waitRemoved(nd *testNode, timeout time.Duration) func() error {
+func waitRemoved(nd *server.Node, timeout time.Duration) func() error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	done := make(chan error, 1)
-	go func() { done <- nd.ctrl.WaitRemoved(ctx) }()
+	go func() { done <- nd.Controller().WaitRemoved(ctx) }()
 	return func() error { defer cancel(); return <-done }
 }
 
 func TestMembership_AddVoter(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 
-	joiner := c.startJoiner(4)
+	joiner := c.StartJoiner(4)
 	if ids := voterIDs(t, joiner); len(ids) != 0 {
 		t.Fatalf("a joining node has configuration %v before it is added", ids)
 	}
 	stillOutside := waitRemoved(joiner, 700*time.Millisecond)
 
-	res, err := leader.ctrl.AddVoter(ctx, 4, string(joiner.addr))
+	res, err := leader.Controller().AddVoter(ctx, 4, joiner.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := memberIDs(res); !slices.Equal(got, []int32{1, 2, 3, 4}) || res.Index == 0 || res.LeaderID != leader.id {
+	if got := memberIDs(res); !slices.Equal(got, []int32{1, 2, 3, 4}) || res.Index == 0 || res.LeaderID != leader.ID() {
 		t.Fatalf("AddVoter = %v at index %d by %d", got, res.Index, res.LeaderID)
 	}
 	// The new voter catches up with the log, epoch and cluster id included.
-	index, err := leader.ctrl.Propose(ctx, noOp())
+	index, err := leader.Controller().Propose(ctx, noOp())
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.WaitForApplied(index, 5*time.Second)
-	if img := joiner.fsm.Image(); img.ClusterID != "test-cluster" || img.ControllerEpoch != leader.fsm.Image().ControllerEpoch {
+	c.WaitForApplied(index)
+	if img := joiner.FSM().Image(); img.ClusterID != clusterID || img.ControllerEpoch != leader.FSM().Image().ControllerEpoch {
 		t.Fatalf("the new voter's image: cluster %q epoch %d", img.ClusterID, img.ControllerEpoch)
 	}
 	if got := voterIDs(t, joiner); !slices.Equal(got, []int32{1, 2, 3, 4}) {
@@ -222,31 +91,31 @@ func TestMembership_AddVoter(t *testing.T) {
 	}
 
 	// Again, the same: nothing to change, the same answer.
-	again, err := leader.ctrl.AddVoter(ctx, 4, string(joiner.addr))
+	again, err := leader.Controller().AddVoter(ctx, 4, joiner.Addr())
 	if err != nil || again.Index != res.Index || !slices.Equal(memberIDs(again), memberIDs(res)) {
 		t.Fatalf("AddVoter again = %+v, %v; want index %d", again, err, res.Index)
 	}
-	if _, err := leader.ctrl.AddVoter(ctx, 4, "node-elsewhere"); !errors.Is(err, ErrVoterExists) {
+	if _, err := leader.Controller().AddVoter(ctx, 4, "node-elsewhere"); !errors.Is(err, controller.ErrVoterExists) {
 		t.Fatalf("AddVoter at another address: err = %v, want ErrVoterExists", err)
 	}
-	if _, err := leader.ctrl.AddVoter(ctx, 5, string(joiner.addr)); !errors.Is(err, ErrVoterExists) {
+	if _, err := leader.Controller().AddVoter(ctx, 5, joiner.Addr()); !errors.Is(err, controller.ErrVoterExists) {
 		t.Fatalf("AddVoter of another id at node 4's address: err = %v, want ErrVoterExists", err)
 	}
 
 	// A follower refuses and names the leader.
-	follower := c.nodes[leader.id%4+1]
-	var nl *NotLeaderError
-	if _, err := follower.ctrl.AddVoter(ctx, 5, "node-5"); !errors.As(err, &nl) || nl.LeaderID != leader.id {
-		t.Fatalf("AddVoter on a follower: err = %v, want a NotLeaderError naming %d", err, leader.id)
+	follower := c.Node(leader.ID()%4 + 1)
+	var nl *controller.NotLeaderError
+	if _, err := follower.Controller().AddVoter(ctx, 5, "node-5"); !errors.As(err, &nl) || nl.LeaderID != leader.ID() {
+		t.Fatalf("AddVoter on a follower: err = %v, want a NotLeaderError naming %d", err, leader.ID())
 	}
 }
 
 func TestMembership_RemoveVoter(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
-	var victim *testNode
-	for _, nd := range c.nodes {
+	var victim *server.Node
+	for _, nd := range c.Nodes() {
 		if nd != leader {
 			victim = nd
 			break
@@ -254,35 +123,35 @@ func TestMembership_RemoveVoter(t *testing.T) {
 	}
 	removed := waitRemoved(victim, 5*time.Second)
 
-	res, err := leader.ctrl.RemoveVoter(ctx, victim.id)
+	res, err := leader.Controller().RemoveVoter(ctx, victim.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := memberIDs(res); len(got) != 2 || slices.Contains(got, victim.id) {
-		t.Fatalf("RemoveVoter(%d) = %v", victim.id, got)
+	if got := memberIDs(res); len(got) != 2 || slices.Contains(got, victim.ID()) {
+		t.Fatalf("RemoveVoter(%d) = %v", victim.ID(), got)
 	}
 	// The removed node notices and says so; the rest still commit.
-	if err := removed(); !errors.Is(err, ErrRemoved) {
+	if err := removed(); !errors.Is(err, controller.ErrRemoved) {
 		t.Fatalf("WaitRemoved on the removed node = %v, want ErrRemoved", err)
 	}
-	if _, err := leader.ctrl.Propose(ctx, noOp()); err != nil {
+	if _, err := leader.Controller().Propose(ctx, noOp()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := leader.ctrl.RemoveVoter(ctx, victim.id); !errors.Is(err, ErrUnknownVoter) {
+	if _, err := leader.Controller().RemoveVoter(ctx, victim.ID()); !errors.Is(err, controller.ErrUnknownVoter) {
 		t.Fatalf("removing it again: err = %v, want ErrUnknownVoter", err)
 	}
-	if _, err := leader.ctrl.RemoveVoter(ctx, 9); !errors.Is(err, ErrUnknownVoter) {
+	if _, err := leader.Controller().RemoveVoter(ctx, 9); !errors.Is(err, controller.ErrUnknownVoter) {
 		t.Fatalf("RemoveVoter(9): err = %v, want ErrUnknownVoter", err)
 	}
 }
 
 func TestMembership_RemoveTheLastVoter(t *testing.T) {
-	c := newTestCluster(t, 1)
+	c := newCluster(t, 1)
 	leader := c.WaitForActive(5 * time.Second)
-	if _, err := leader.ctrl.RemoveVoter(context.Background(), 1); !errors.Is(err, ErrLastVoter) {
+	if _, err := leader.Controller().RemoveVoter(context.Background(), 1); !errors.Is(err, controller.ErrLastVoter) {
 		t.Fatalf("err = %v, want ErrLastVoter", err)
 	}
-	if _, err := leader.ctrl.TransferLeadership(context.Background(), 0); !errors.Is(err, ErrLastVoter) {
+	if _, err := leader.Controller().TransferLeadership(context.Background(), 0); !errors.Is(err, controller.ErrLastVoter) {
 		t.Fatalf("TransferLeadership with no other voter: err = %v, want ErrLastVoter", err)
 	}
 }
@@ -290,61 +159,61 @@ func TestMembership_RemoveTheLastVoter(t *testing.T) {
 // TestMembership_RemoveTheLeader: the active controller asked to remove
 // itself hands leadership on and names the new leader, which removes it.
 func TestMembership_RemoveTheLeader(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3, keeltest.WithTiming(transferTiming()))
 	old := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 	removed := waitRemoved(old, 10*time.Second)
 
-	_, err := old.ctrl.RemoveVoter(ctx, old.id)
-	var nl *NotLeaderError
-	if !errors.As(err, &nl) || !nl.HandedOff || nl.LeaderID == old.id || nl.LeaderID < 0 {
+	_, err := old.Controller().RemoveVoter(ctx, old.ID())
+	var nl *controller.NotLeaderError
+	if !errors.As(err, &nl) || !nl.HandedOff || nl.LeaderID == old.ID() || nl.LeaderID < 0 {
 		t.Fatalf("RemoveVoter(itself) = %v; want a handed-off NotLeaderError naming the new leader", err)
 	}
 	if got := voterIDs(t, old); len(got) != 3 {
 		t.Fatalf("the configuration changed before the new leader was asked: %v", got)
 	}
 	next := c.WaitForActive(5*time.Second, nl.LeaderID)
-	res, err := next.ctrl.RemoveVoter(ctx, old.id)
+	res, err := next.Controller().RemoveVoter(ctx, old.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := memberIDs(res); len(got) != 2 || slices.Contains(got, old.id) {
-		t.Fatalf("RemoveVoter(%d) at the new leader = %v", old.id, got)
+	if got := memberIDs(res); len(got) != 2 || slices.Contains(got, old.ID()) {
+		t.Fatalf("RemoveVoter(%d) at the new leader = %v", old.ID(), got)
 	}
-	if err := removed(); !errors.Is(err, ErrRemoved) {
+	if err := removed(); !errors.Is(err, controller.ErrRemoved) {
 		t.Fatalf("WaitRemoved on the old leader = %v, want ErrRemoved", err)
 	}
 }
 
 func TestMembership_TransferLeadership(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3, keeltest.WithTiming(transferTiming()))
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 
-	if got, err := leader.ctrl.TransferLeadership(ctx, leader.id); err != nil || got != leader.id {
-		t.Fatalf("TransferLeadership to itself = %d, %v; want %d, nothing done", got, err, leader.id)
+	if got, err := leader.Controller().TransferLeadership(ctx, leader.ID()); err != nil || got != leader.ID() {
+		t.Fatalf("TransferLeadership to itself = %d, %v; want %d, nothing done", got, err, leader.ID())
 	}
-	if _, err := leader.ctrl.TransferLeadership(ctx, 9); !errors.Is(err, ErrUnknownVoter) {
+	if _, err := leader.Controller().TransferLeadership(ctx, 9); !errors.Is(err, controller.ErrUnknownVoter) {
 		t.Fatalf("TransferLeadership to 9: err = %v, want ErrUnknownVoter", err)
 	}
-	target := c.nodes[leader.id%3+1]
-	got, err := leader.ctrl.TransferLeadership(ctx, target.id)
+	target := c.Node(leader.ID()%3 + 1)
+	got, err := leader.Controller().TransferLeadership(ctx, target.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != target.id && got != -1 {
-		t.Fatalf("TransferLeadership(%d) answered %d", target.id, got)
+	if got != target.ID() && got != -1 {
+		t.Fatalf("TransferLeadership(%d) answered %d", target.ID(), got)
 	}
-	c.WaitForActive(5*time.Second, target.id)
+	c.WaitForActive(5*time.Second, target.ID())
 	// Without a target, raft picks.
-	got, err = target.ctrl.TransferLeadership(ctx, 0)
-	if err != nil || got == target.id {
+	got, err = target.Controller().TransferLeadership(ctx, 0)
+	if err != nil || got == target.ID() {
 		t.Fatalf("TransferLeadership(any) = %d, %v", got, err)
 	}
 	var others []int32
-	for id := range c.nodes {
-		if id != target.id {
-			others = append(others, id)
+	for _, nd := range c.Nodes() {
+		if nd.ID() != target.ID() {
+			others = append(others, nd.ID())
 		}
 	}
 	c.WaitForActive(5*time.Second, others...)
@@ -354,27 +223,27 @@ func TestMembership_TransferLeadership(t *testing.T) {
 // index 0, so the controller takes the index of the last committed
 // configuration from its state machine, and a stale one is refused.
 func TestMembership_ConfigurationIndex(t *testing.T) {
-	c := newTestCluster(t, 3)
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
-	if i := leader.raft.GetConfiguration().Index(); i != 0 {
+	if i := leader.Controller().Raft().GetConfiguration().Index(); i != 0 {
 		t.Logf("raft's GetConfiguration now reports index %d: configuration() could use it directly", i)
 	}
-	_, index, err := leader.ctrl.configuration()
+	_, index, err := leader.Controller().Configuration()
 	if err != nil || index != 1 {
 		t.Fatalf("configuration index = %d, %v; want 1, the bootstrap's", index, err)
 	}
-	joiner := c.startJoiner(4)
-	res, err := leader.ctrl.AddVoter(context.Background(), 4, string(joiner.addr))
+	joiner := c.StartJoiner(4)
+	res, err := leader.Controller().AddVoter(context.Background(), 4, joiner.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the change to reach the state machine", func() bool {
-		_, index, _ = leader.ctrl.configuration()
+	poll.Until(t, 5*time.Second, "the change to reach the state machine", func() bool {
+		_, index, _ = leader.Controller().Configuration()
 		return index == res.Index
 	})
 	// A change guarded by the configuration before is refused.
-	err = configChangeError(leader.raft.RemoveServer(raftlog.ServerID(4), 1, time.Second).Error())
-	if !errors.Is(err, ErrConfigurationChanged) {
+	err = controller.ConfigChangeError(leader.Controller().Raft().RemoveServer(raftlog.ServerID(4), 1, time.Second).Error())
+	if !errors.Is(err, controller.ErrConfigurationChanged) {
 		t.Fatalf("a change at a stale index: err = %v, want ErrConfigurationChanged", err)
 	}
 }

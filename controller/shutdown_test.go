@@ -1,4 +1,4 @@
-package controller
+package controller_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -13,8 +15,8 @@ import (
 // every other active broker has applied the moves (KRaft's rule), and a
 // broker that dies has its leaderships moved when its session ends.
 func TestControlledShutdown_WaitsForEveryActiveBroker(t *testing.T) {
-	clock := newFakeClock()
-	c := newTestCluster(t, 3, withSessions(testSession, clock.Now))
+	clock := keeltest.NewClock()
+	c := newCluster(t, 3, keeltest.WithSessionTimeout(testSession), keeltest.WithClock(clock.Now))
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 	epochs := map[int32]int64{}
@@ -22,16 +24,16 @@ func TestControlledShutdown_WaitsForEveryActiveBroker(t *testing.T) {
 		epochs[id] = registerActive(t, leader, id, []string{incA, incB, "00000000-0000-0000-0000-00000000000c"}[id-1])
 	}
 	// Broker 2 is the preferred leader of partitions 0 and 2.
-	_, err := leader.ctrl.CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "orders", Assignments: []*keelpb.PartitionAssignment{
+	_, err := leader.Controller().CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "orders", Assignments: []*keelpb.PartitionAssignment{
 		{Replicas: []int32{2, 1, 3}}, {Replicas: []int32{1, 2, 3}}, {Replicas: []int32{2, 3, 1}},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	offset := leader.fsm.Image().Offset
+	offset := leader.FSM().Image().Offset
 	hb := func(id int32, shutdown bool) *keelpb.BrokerHeartbeatResponse {
 		t.Helper()
-		resp, err := leader.ctrl.BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: id, BrokerEpoch: epochs[id], MetadataOffset: offset, WantShutdown: shutdown})
+		resp, err := leader.Controller().BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: id, BrokerEpoch: epochs[id], MetadataOffset: offset, WantShutdown: shutdown})
 		if err != nil {
 			t.Fatalf("heartbeat %d: %v", id, err)
 		}
@@ -40,7 +42,7 @@ func TestControlledShutdown_WaitsForEveryActiveBroker(t *testing.T) {
 	if hb(2, true).ShouldShutDown {
 		t.Fatal("broker 2 may shut down before anyone applied its moves")
 	}
-	img := leader.fsm.Image()
+	img := leader.FSM().Image()
 	if b, _ := img.Broker(2); b.State() != fsm.BrokerShuttingDown {
 		t.Fatalf("broker 2 is %s", b.State())
 	}
@@ -72,8 +74,8 @@ func TestControlledShutdown_WaitsForEveryActiveBroker(t *testing.T) {
 	clock.Add(testSession / 2)
 	hb(3, false)
 	clock.Add(testSession/2 + time.Millisecond)
-	waitFor(t, 5*time.Second, "partitions 0 and 1 led by broker 3", func() bool {
-		img := leader.fsm.Image()
+	poll.Until(t, 5*time.Second, "partitions 0 and 1 led by broker 3", func() bool {
+		img := leader.FSM().Image()
 		p0, _ := img.Partition(topic.ID, 0)
 		p1, _ := img.Partition(topic.ID, 1)
 		return p0.Leader == 3 && p1.Leader == 3

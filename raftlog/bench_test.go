@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -66,7 +67,7 @@ func benchLeader(b *testing.B, store string) *raft.Raft {
 		b.Cleanup(func() { _ = n.Close() })
 	}
 	var leader *raft.Raft
-	waitFor(b, 30*time.Second, "a leader", func() bool {
+	poll.Until(b, 30*time.Second, "a leader", func() bool {
 		for _, n := range nodes {
 			if n.Raft.State() == raft.Leader {
 				leader = n.Raft

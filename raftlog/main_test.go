@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 )
@@ -48,16 +47,3 @@ func (w *testLogWriter) stop() {
 }
 
 var _ io.Writer = (*testLogWriter)(nil)
-
-// waitFor polls cond every few milliseconds until it holds or the deadline
-// passes; what describes the awaited condition in the failure message.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

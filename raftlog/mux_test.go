@@ -188,6 +188,35 @@ func TestMux_CloseUnblocksAccept(t *testing.T) {
 	}
 }
 
+// TestStreamLayer_CloseWaitsForHandlers: after Close, waitHandlers (and so
+// Node.Close, before it closes the raft store) waits until raft's handler of
+// every inbound connection has let go of it, since a heartbeat the handler
+// was already passing to raft may write a term to the store.
+func TestStreamLayer_CloseWaitsForHandlers(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	m := listen(t, "127.0.0.1:0")
+	sl := newStreamLayer(m, m.Addr().String())
+	out, err := sl.Dial(raft.ServerAddress(m.Addr().String()), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := sl.Accept() // the handler's connection: our own dial, routed back
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if sl.waitHandlers(50 * time.Millisecond) {
+		t.Fatal("waitHandlers returned while a handler still held its connection")
+	}
+	_ = in.Close() // the handler returns, closing its connection
+	if !sl.waitHandlers(5 * time.Second) {
+		t.Fatal("waitHandlers still waiting after the handler let go")
+	}
+	_ = out.Close()
+}
+
 // TestMux_GRPCListenerCloseKeepsMux checks that grpc.Server.Stop closing its
 // listener does not take raft's side of the port down with it.
 func TestMux_GRPCListenerCloseKeepsMux(t *testing.T) {

@@ -103,6 +103,7 @@ type Node struct {
 	dir       string
 	store     logStore
 	transport *raft.NetworkTransport
+	stream    *streamLayer
 	fsm       *fsmAdapter
 
 	mu     sync.Mutex // guards meta and closed
@@ -174,11 +175,12 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 		return nil, fmt.Errorf("cannot open snapshot store in %s: %v", cfg.DataDir, atomicfile.PathCause(err))
 	}
 
+	n.stream = streamLayerFor(mux, cfg)
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: streamLayerFor(mux, cfg),
+		Stream: n.stream,
 		// Consulted on every dial; peers it does not know are dialled at
 		// their configured address.
-		ServerAddressProvider: dialAddrs(cfg.DialAddrs),
+		ServerAddressProvider: dialAddrs(cfg.DialAddrs, cfg.NodeID, cfg.Advertise),
 		MaxPool:               transportMaxPool,
 		Timeout:               transportTimeout,
 		Logger:                logger.Named("net"),
@@ -353,6 +355,11 @@ func (n *Node) Close() error {
 		// correct should that change.
 		if err := n.transport.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close raft transport: %w", err))
+		}
+		// A heartbeat from a peer that raft's transport was handling as it
+		// shut down may still write a term to the store: let it finish.
+		if !n.stream.waitHandlers(transportTimeout) {
+			errs = append(errs, fmt.Errorf("raft connection handlers still running %v after shutdown; closing the raft store under them", transportTimeout))
 		}
 		if err := n.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close raft store: %w", err))

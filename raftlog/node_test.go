@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 // testTiming is fast enough for a test cluster to elect in well under a second.
@@ -116,7 +117,7 @@ func forEachStore(t *testing.T, f func(t *testing.T, store string)) {
 func waitForLeader(t testing.TB, nodes []*testNode) *testNode {
 	t.Helper()
 	var leader *testNode
-	waitFor(t, waitTimeout, "a leader all nodes agree on", func() bool {
+	poll.Until(t, waitTimeout, "a leader all nodes agree on", func() bool {
 		leader = nil
 		for _, n := range nodes {
 			if n.node.Raft.State() == raft.Leader {
@@ -143,7 +144,7 @@ func waitForLeader(t testing.TB, nodes []*testNode) *testNode {
 func waitForEntries(t testing.TB, nodes []*testNode, want []string) {
 	t.Helper()
 	for _, n := range nodes {
-		waitFor(t, waitTimeout, fmt.Sprintf("node %d to apply %q", n.id, want), func() bool {
+		poll.Until(t, waitTimeout, fmt.Sprintf("node %d to apply %q", n.id, want), func() bool {
 			return slices.Equal(n.sm.list(), want)
 		})
 	}
@@ -474,7 +475,7 @@ func testDataDirInUse(t *testing.T, store string) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("second Open took %s to fail", d)
 	}
-	waitFor(t, waitTimeout, "the first node to lead", func() bool { return first.Raft.State() == raft.Leader })
+	poll.Until(t, waitTimeout, "the first node to lead", func() bool { return first.Raft.State() == raft.Leader })
 	if err := first.Raft.Apply([]byte("x"), 5*time.Second).Error(); err != nil {
 		t.Errorf("first node after a failed second Open: %v", err)
 	}

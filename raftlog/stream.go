@@ -38,6 +38,9 @@ type streamLayer struct {
 	mu     sync.Mutex
 	closed bool
 	conns  map[*layerConn]struct{}
+	// handlers counts the inbound connections whose raft handler has not
+	// let go of them yet (see waitHandlers).
+	handlers sync.WaitGroup
 
 	closeOnce sync.Once
 
@@ -200,7 +203,7 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		_ = conn.SetDeadline(time.Time{})
 		conn = tc
 	}
-	return s.adopt(conn)
+	return s.adopt(conn, false)
 }
 
 // Accept returns the next connection the mux routed to raft. It returns
@@ -212,7 +215,7 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 	}
 	select {
 	case conn := <-in:
-		return s.adopt(conn)
+		return s.adopt(conn, true)
 	case <-s.done:
 		return nil, net.ErrClosed
 	case <-s.mux.done:
@@ -221,17 +224,44 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 }
 
 // adopt tracks conn so Close can close it; a conn that arrives after Close is
-// closed at once.
-func (s *streamLayer) adopt(conn net.Conn) (net.Conn, error) {
+// closed at once. An inbound conn is one raft's handler goroutine will
+// hold until it calls Close, which waitHandlers waits for.
+func (s *streamLayer) adopt(conn net.Conn, inbound bool) (net.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		_ = conn.Close()
 		return nil, net.ErrClosed
 	}
-	lc := &layerConn{Conn: conn, layer: s}
+	lc := &layerConn{Conn: conn, layer: s, handled: inbound}
+	if inbound {
+		s.handlers.Add(1)
+	}
 	s.conns[lc] = struct{}{}
 	return lc, nil
+}
+
+// waitHandlers waits, after Close, until raft's handler of every inbound
+// connection has let go of it (raft's handleConn closes its connection as it
+// returns), or timeout passes; it reports whether they all did.
+//
+// raft's NetworkTransport neither waits for those handlers on Close nor
+// stops one halfway: a heartbeat it was already handling goes on into raft,
+// which may write a new term to the stable store. Closing the store under
+// it makes raft panic ("failed to save current term: database not open"),
+// so Node.Close waits here before it closes the store. Close has closed
+// every connection, so a handler that is reading or writing fails at once,
+// and one inside raft returns as soon as raft answers or sees it is shut
+// down.
+func (s *streamLayer) waitHandlers(timeout time.Duration) bool {
+	done := make(chan struct{})
+	go func() { s.handlers.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }
 
 // Close stops Accept and closes every connection this layer handed out. The
@@ -280,6 +310,10 @@ type layerConn struct {
 	byLayer   atomic.Bool // closed by streamLayer.Close
 	closeOnce sync.Once
 	closeErr  error
+	// handled: an inbound connection, counted in layer.handlers until the
+	// handler's own Close, whether or not the layer closed it first.
+	handled     bool
+	releaseOnce sync.Once
 }
 
 // Read reports io.EOF once the layer has closed the conn, so raft's handler
@@ -298,6 +332,9 @@ func (c *layerConn) Close() error {
 		c.layer.forget(c)
 		c.closeErr = c.Conn.Close()
 	})
+	if c.handled {
+		c.releaseOnce.Do(c.layer.handlers.Done)
+	}
 	return c.closeErr
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 	"go.uber.org/goleak"
 
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
@@ -78,7 +79,7 @@ func TestCluster_TLS(t *testing.T) {
 	tlsNodes := nodes[:2]
 	apply(t, tlsNodes, "over-tls")
 	waitForEntries(t, tlsNodes, []string{"over-tls"})
-	waitFor(t, waitTimeout, "a TLS node to log the plaintext node's refusal", func() bool {
+	poll.Until(t, waitTimeout, "a TLS node to log the plaintext node's refusal", func() bool {
 		return logs.contains("refused a raft connection")
 	})
 	if got := nodes[2].sm.list(); len(got) != 0 {
@@ -182,7 +183,7 @@ func TestStreamLayer_TLS(t *testing.T) {
 		t.Errorf("accepted another connection, from %s", c.RemoteAddr())
 	default:
 	}
-	waitFor(t, waitTimeout, "the refusals to be logged", func() bool { return logs.contains("refused a raft connection") })
+	poll.Until(t, waitTimeout, "the refusals to be logged", func() bool { return logs.contains("refused a raft connection") })
 
 	// A TLS node dialling a plaintext one fails its handshake in time.
 	pm := listen(t, "127.0.0.1:0")

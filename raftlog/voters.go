@@ -124,21 +124,34 @@ func ParseServerID(id raft.ServerID) (int32, error) {
 
 // dialAddrs is raft's ServerAddressProvider for --raft-dial. A nil map gives
 // a nil provider, so raft dials every peer at its configured address.
-func dialAddrs(m map[int32]string) raft.ServerAddressProvider {
+//
+// raft asks the provider for this node's own address too, on every RPC, to
+// put in the RPC's header (NetworkTransport.EncodePeer): the provider answers
+// advertise, the address the peers know the node by, so that raft neither
+// falls back to it with a warning per RPC nor sends a dial address as the
+// leader's.
+func dialAddrs(m map[int32]string, self int32, advertise string) raft.ServerAddressProvider {
 	if len(m) == 0 {
 		return nil
 	}
-	return dialAddrMap(m)
+	return dialAddrMap{addrs: m, self: self, advertise: raft.ServerAddress(advertise)}
 }
 
-type dialAddrMap map[int32]string
+type dialAddrMap struct {
+	addrs     map[int32]string
+	self      int32
+	advertise raft.ServerAddress
+}
 
 func (m dialAddrMap) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
 	n, err := ParseServerID(id)
 	if err != nil {
 		return "", err
 	}
-	addr, ok := m[n]
+	if n == m.self {
+		return m.advertise, nil
+	}
+	addr, ok := m.addrs[n]
 	if !ok {
 		// raft logs this and falls back to the configured address.
 		return "", fmt.Errorf("no --raft-dial address for node %d", n)

@@ -263,16 +263,19 @@ func TestParseRaftDial(t *testing.T) {
 }
 
 func TestDialAddrs(t *testing.T) {
-	if p := dialAddrs(nil); p != nil {
+	if p := dialAddrs(nil, 1, "127.0.0.1:7001"); p != nil {
 		t.Fatalf("dialAddrs(nil) = %v, want no provider (raft dials configured addresses)", p)
 	}
-	p := dialAddrs(map[int32]string{2: "127.0.0.1:7002"})
+	p := dialAddrs(map[int32]string{2: "127.0.0.1:7002"}, 1, "127.0.0.1:7001")
 	tests := []struct {
 		id      raft.ServerID
 		want    raft.ServerAddress
 		wantErr bool
 	}{
 		{id: "2", want: "127.0.0.1:7002"},
+		// Itself, for the header of its own RPCs: the address the peers
+		// know, not an error raft would warn about on every RPC.
+		{id: "1", want: "127.0.0.1:7001"},
 		{id: "3", wantErr: true}, // raft falls back to the configured address
 		{id: "x", wantErr: true},
 	}

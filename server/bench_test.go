@@ -1,25 +1,25 @@
-package server
+package server_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
+	"time"
 
+	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
+	"github.com/keel-dev/keel/server"
 )
 
-// startQuorum starts a local quorum at production timings (real TCP on
-// loopback, raft-boltdb on disk) and waits for its active controller.
-func startQuorum(tb testing.TB, n int) (*LocalQuorum, *Node) {
+// startCluster starts n controllers at production timings (keeltest: real
+// TCP on loopback, raft-boltdb on disk), stopped when the test ends, and
+// waits for the active controller. Benchmarks and measurements add
+// keeltest.WithDirectRaft, so that their figures are production's, without
+// the fault proxies' hop.
+func startCluster(tb testing.TB, n int, opts ...keeltest.Option) (*keeltest.Cluster, *server.Node) {
 	tb.Helper()
-	q, err := StartLocalQuorum(n, tb.TempDir(), raftlog.DefaultTiming(), "test", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { q.Close() })
-	return q, waitActive(tb, q)
+	c := keeltest.NewCluster(tb, n, append([]keeltest.Option{keeltest.WithTiming(raftlog.DefaultTiming())}, opts...)...)
+	return c, c.WaitForActive(10 * time.Second)
 }
 
 func noOps(n int) []*keelpb.Record {
@@ -33,7 +33,7 @@ func noOps(n int) []*keelpb.Record {
 // BenchmarkCommit_SingleWriter: one small record per raft entry, one writer
 // waiting for each commit: the latency-bound case.
 func BenchmarkCommit_SingleWriter(b *testing.B) {
-	_, active := startQuorum(b, 3)
+	_, active := startCluster(b, 3, keeltest.WithDirectRaft())
 	rec := noOps(1)
 	ctx := context.Background()
 	b.ResetTimer()
@@ -48,7 +48,7 @@ func BenchmarkCommit_SingleWriter(b *testing.B) {
 // BenchmarkCommit_Batched: 1,000 small records per raft entry, as the
 // controller writes large decisions.
 func BenchmarkCommit_Batched(b *testing.B) {
-	_, active := startQuorum(b, 3)
+	_, active := startCluster(b, 3, keeltest.WithDirectRaft())
 	const perBatch = 1000
 	recs := noOps(perBatch)
 	ctx := context.Background()
@@ -64,7 +64,7 @@ func BenchmarkCommit_Batched(b *testing.B) {
 // BenchmarkCommit_ConcurrentWriters: many writers of one record each; the
 // event loop takes them one at a time.
 func BenchmarkCommit_ConcurrentWriters(b *testing.B) {
-	_, active := startQuorum(b, 3)
+	_, active := startCluster(b, 3, keeltest.WithDirectRaft())
 	rec := noOps(1)
 	ctx := context.Background()
 	b.SetParallelism(16)

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -37,7 +38,7 @@ func TestHeartbeatCapacity(t *testing.T) {
 			t.Fatalf("KEEL_BENCH_HEARTBEATS: bad count %q", f)
 		}
 		t.Run(fmt.Sprintf("brokers=%d", n), func(t *testing.T) {
-			_, active := startQuorum(t, 3)
+			_, active := startCluster(t, 3, keeltest.WithDirectRaft())
 			lat := measureHeartbeats(t, active.Addr(), n, interval, rounds)
 			slices.Sort(lat)
 			p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }

@@ -1,15 +1,9 @@
 package server
 
 import (
-	"context"
-	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/raftlog"
 )
 
@@ -42,59 +36,5 @@ func TestSelfVoter(t *testing.T) {
 				t.Fatalf("selfVoter = %v, %v; want %v", got, err, tt.want)
 			}
 		})
-	}
-}
-
-// TestJoin_AddedThenRemoved: a node started with Join and an empty data dir
-// bootstraps nothing; added, it catches up and records the cluster id in its
-// data dir; removed, it reports ErrRemoved on Fatal.
-func TestJoin_AddedThenRemoved(t *testing.T) {
-	q, active := startQuorum(t, 3)
-	ctx := context.Background()
-	mux, err := raftlog.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := mux.Addr().String()
-	n4, err := StartNode(NodeConfig{NodeID: 4, Join: true, Listen: addr, Mux: mux, DataDir: t.TempDir(),
-		Timing: raftlog.DefaultTiming(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n4.Close()
-	if d := n4.Controller().Describe("test"); len(d.Voters) != 0 || d.ClusterId != "" {
-		t.Fatalf("a joining node bootstrapped: %v", d)
-	}
-
-	res, err := active.Controller().AddVoter(ctx, 4, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Members) != 4 {
-		t.Fatalf("AddVoter: members %v", res.Members)
-	}
-	index, err := active.Controller().Propose(ctx, noOps(1)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := active.FSM().Image().ClusterID
-	deadline := time.Now().Add(10 * time.Second)
-	for n4.FSM().Image().Offset < index || n4.node.ClusterID() != cluster {
-		if time.Now().After(deadline) {
-			t.Fatalf("node 4: applied %d of %d, recorded cluster id %q of %q", n4.FSM().Image().Offset, index, n4.node.ClusterID(), cluster)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-
-	if _, err := q.Active().Controller().RemoveVoter(ctx, 4); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-n4.Fatal():
-		if !errors.Is(err, controller.ErrRemoved) {
-			t.Fatalf("Fatal = %v, want ErrRemoved", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the removed node did not notice within 15s")
 	}
 }

@@ -74,6 +74,13 @@ type NodeConfig struct {
 	// Metrics, when set, gets the node's controller and raft metrics (see
 	// controller.Config.Metrics); nil registers none.
 	Metrics prometheus.Registerer
+	// TuneController, for tests, adjusts the controller's config before it
+	// starts (a fault injected into its takeover, say).
+	TuneController func(*controller.Config)
+	// Now is the clock of broker sessions (controller.Config.Now); nil is
+	// time.Now. It is for tests, which move a fake clock to expire
+	// sessions without waiting for them: no command sets it.
+	Now func() time.Time
 }
 
 // Node is one running controller process: the shared listener, the raft node
@@ -143,7 +150,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		stopWatch: make(chan struct{}),
 	}
 	s.applied = controller.NewAppliedLog(s.fsm, 0, 0)
-	s.ctrl = controller.New(controller.Config{
+	ccfg := controller.Config{
 		NodeID:         cfg.NodeID,
 		ClusterID:      cfg.ClusterID,
 		SessionTimeout: cfg.SessionTimeout,
@@ -152,7 +159,12 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		LeaderImbalanceCheckInterval: cfg.LeaderImbalanceCheckInterval,
 		RestoreFrom:                  cfg.RestoreFrom,
 		Metrics:                      cfg.Metrics,
-	}, s.applied)
+		Now:                          cfg.Now,
+	}
+	if cfg.TuneController != nil {
+		cfg.TuneController(&ccfg)
+	}
+	s.ctrl = controller.New(ccfg, s.applied)
 	s.node, err = raftlog.Open(raftlog.Config{
 		NodeID:    cfg.NodeID,
 		Advertise: self.Address,
@@ -237,6 +249,9 @@ func (s *Node) fail(err error) {
 	}
 }
 
+// ID is the node's id (--node-id).
+func (s *Node) ID() int32 { return s.cfg.NodeID }
+
 // Addr is the address the node listens on.
 func (s *Node) Addr() string { return s.mux.Addr().String() }
 
@@ -249,7 +264,18 @@ func (s *Node) FSM() *fsm.FSM { return s.fsm }
 // Close stops the node: its health status goes NOT_SERVING first, then
 // gRPC stops (in-flight calls get a moment to finish), then leadership
 // work, then raft and its stores, then the listener.
-func (s *Node) Close() error {
+func (s *Node) Close() error { return s.stop(true) }
+
+// Crash stops the node as a crash would look to the rest of the quorum: a
+// leader hands nothing on, so the others elect a new one only once their
+// election timeout passes, and in-flight calls are cut off instead of
+// finishing. Raft's stores are still closed properly, so the data dir opens
+// again. It is for tests of failover (keeltest's Kill); stopping a node on
+// purpose is Close. Crash after Close, or Close after Crash, does nothing.
+func (s *Node) Crash() error { return s.stop(false) }
+
+// stop is Close, or with graceful false, Crash.
+func (s *Node) stop(graceful bool) error {
 	var err error
 	s.closeOnce.Do(func() {
 		// Not ready, and NOT_SERVING, before anything stops: load
@@ -257,20 +283,25 @@ func (s *Node) Close() error {
 		s.stopping.Store(true)
 		s.health.Shutdown()
 		close(s.stopWatch)
-		// A leader hands leadership on while it still serves, so clients
-		// following its not-leader answers find the new leader at once.
-		s.ctrl.HandOff()
-		stopped := make(chan struct{})
-		go func() { s.grpc.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(2 * time.Second):
+		if graceful {
+			// A leader hands leadership on while it still serves, so
+			// clients following its not-leader answers find the new leader
+			// at once.
+			s.ctrl.HandOff()
+			stopped := make(chan struct{})
+			go func() { s.grpc.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(2 * time.Second):
+				s.grpc.Stop()
+			}
+		} else {
 			s.grpc.Stop()
 		}
 		s.ctrl.Stop()
 		err = errors.Join(s.node.Close(), s.mux.Close())
 		s.wg.Wait()
-		s.log.Info("controller stopped", "node_id", s.cfg.NodeID)
+		s.log.Info("controller stopped", "node_id", s.cfg.NodeID, "graceful", graceful)
 	})
 	return err
 }

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"errors"
@@ -11,8 +11,8 @@ import (
 // its own (here: its listener closed under it) says so on Fatal, rather
 // than go on as a raft voter that answers no broker or operator.
 func TestNode_ServeFailureIsFatal(t *testing.T) {
-	_, n := startQuorum(t, 1)
-	if err := n.mux.GRPC().Close(); err != nil {
+	_, n := startCluster(t, 1)
+	if err := n.CloseGRPCListener(); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -29,12 +29,12 @@ func TestNode_ServeFailureIsFatal(t *testing.T) {
 // at once (say the node was removed and its gRPC server failed), the first
 // is reported and Close still returns: no sender blocks on Fatal.
 func TestNode_SeveralFatalErrorsDoNotHangClose(t *testing.T) {
-	q, n := startQuorum(t, 1)
+	_, n := startCluster(t, 1)
 	first, second := errors.New("first reason"), errors.New("second reason")
-	n.fail(first)
-	n.fail(second)
+	n.Fail(first)
+	n.Fail(second)
 	closed := make(chan error, 1)
-	go func() { closed <- q.Close() }()
+	go func() { closed <- n.Close() }()
 	select {
 	case <-closed:
 	case <-time.After(15 * time.Second):

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -15,9 +15,11 @@ import (
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
-	"github.com/keel-dev/keel/rpc"
+	"github.com/keel-dev/keel/server"
 )
 
 // TestPartitionScale measures, against a real 3-node quorum with real broker
@@ -38,10 +40,16 @@ func TestPartitionScale(t *testing.T) {
 	}
 	const session = time.Second
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	q, err := startQuorumWith(t, session)
-	if err != nil {
-		t.Fatal(err)
+	opts := []keeltest.Option{keeltest.WithSessionTimeout(session)}
+	if f := os.Getenv("KEEL_BENCH_LOG"); f != "" {
+		w, err := os.Create(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+		opts = append(opts, keeltest.WithLogger(slog.New(slog.NewTextHandler(w, nil))))
 	}
+	q := startScaleCluster(t, 3, opts...)
 	agents := make([]*broker.Agent, brokers)
 	for i := range agents {
 		a, err := broker.Start(broker.Config{
@@ -54,8 +62,8 @@ func TestPartitionScale(t *testing.T) {
 		agents[i] = a
 		t.Cleanup(func() { a.Close() })
 	}
-	active := waitActive(t, q)
-	waitFor(t, 30*time.Second, "every broker active", func() bool {
+	active := q.WaitForActive(10 * time.Second)
+	poll.Until(t, 30*time.Second, "every broker active", func() bool {
 		img := active.FSM().Image()
 		for i := range agents {
 			if b, ok := img.Broker(int32(i + 1)); !ok || b.Fenced {
@@ -68,11 +76,7 @@ func TestPartitionScale(t *testing.T) {
 	// Create: topics of at most 10,000 partitions each, one request each,
 	// through the client every tool uses (it follows leadership).
 	const perTopic = 10_000
-	client, err := rpc.NewClient(q.Addrs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := q.Client()
 	ctx := context.Background()
 	start := time.Now()
 	for n, i := 0, 0; n < total; i++ {
@@ -89,12 +93,12 @@ func TestPartitionScale(t *testing.T) {
 		n += p
 	}
 	committed := time.Since(start)
-	active = waitActive(t, q)
+	active = q.WaitForActive(10 * time.Second)
 	created := active.FSM().Image().Offset
 	if got := active.FSM().Image().PartitionCount(); got != total {
 		t.Fatalf("%d partitions committed, want %d", got, total)
 	}
-	waitFor(t, 5*time.Minute, "every broker to apply the topics", func() bool { return allApplied(agents, nil, created) })
+	measureUntil(t, 5*time.Minute, "every broker to apply the topics", func() bool { return allApplied(agents, nil, created) })
 	applied := time.Since(start)
 	t.Logf("create: partitions=%d brokers=%d committed=%v (%.0f partitions/s) applied_by_all_brokers=%v",
 		total, brokers, committed.Round(time.Millisecond), float64(total)/committed.Seconds(), applied.Round(time.Millisecond))
@@ -118,7 +122,7 @@ func TestPartitionScale(t *testing.T) {
 	agents[victim-1].Close()
 	var fencedAt time.Time
 	var fenceOffset uint64
-	waitFor(t, 30*time.Second, "the victim fenced", func() bool {
+	measureUntil(t, 30*time.Second, "the victim fenced", func() bool {
 		active := q.Active()
 		if active == nil {
 			return false
@@ -131,9 +135,9 @@ func TestPartitionScale(t *testing.T) {
 		}
 		return false
 	})
-	waitFor(t, time.Minute, "every live broker to apply the fencing", func() bool { return allApplied(agents, &victim, fenceOffset) })
+	measureUntil(t, time.Minute, "every live broker to apply the fencing", func() bool { return allApplied(agents, &victim, fenceOffset) })
 	spread := time.Since(fencedAt)
-	img = waitActive(t, q).FSM().Image()
+	img = q.WaitForActive(10 * time.Second).FSM().Image()
 	leaderless := 0
 	img.PartitionsOnBroker(victim, func(p *fsm.Partition) bool {
 		if p.Leader == victim {
@@ -160,41 +164,25 @@ func allApplied(agents []*broker.Agent, except *int32, offset uint64) bool {
 	return true
 }
 
-func startQuorumWith(t *testing.T, session time.Duration) (*LocalQuorum, error) {
+// measureUntil polls cond every millisecond until it holds, failing t at
+// timeout: poll.Until with the finer interval a measurement needs, so that
+// the time taken when cond first holds is right to the millisecond.
+func measureUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if f := os.Getenv("KEEL_BENCH_LOG"); f != "" {
-		w, err := os.Create(f)
-		if err != nil {
-			return nil, err
-		}
-		t.Cleanup(func() { w.Close() })
-		quiet = slog.New(slog.NewTextHandler(w, nil))
+	if err := poll.Wait(context.Background(), timeout, time.Millisecond, what, func() (bool, error) { return cond(), nil }); err != nil {
+		t.Fatal(err)
 	}
-	q, err := StartLocalQuorumWith(3, t.TempDir(), raftlog.DefaultTiming(), "bench", quiet, func(c *NodeConfig) {
-		c.SessionTimeout = session
-		c.LeaderImbalanceCheckInterval = -1
-	})
-	if err != nil {
-		return nil, err
-	}
-	t.Cleanup(func() { q.Close() })
-	return q, nil
 }
 
-func waitActive(t testing.TB, q *LocalQuorum) *Node {
+// startScaleCluster starts a cluster for a measurement: production
+// timings, raft dialling directly (no fault proxies) and no automatic
+// leader rebalance.
+func startScaleCluster(t *testing.T, n int, opts ...keeltest.Option) *keeltest.Cluster {
 	t.Helper()
-	waitFor(t, 10*time.Second, "an active controller", func() bool { return q.Active() != nil })
-	return q.Active()
-}
-
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	opts = append([]keeltest.Option{
+		keeltest.WithTiming(raftlog.DefaultTiming()),
+		keeltest.WithDirectRaft(),
+		keeltest.WithTune(func(c *server.NodeConfig) { c.LeaderImbalanceCheckInterval = -1 }),
+	}, opts...)
+	return keeltest.NewCluster(t, n, opts...)
 }

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -12,11 +12,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/server"
 )
 
 // dialNode is a raw ControllerService client of one node, closed when the
 // test ends.
-func dialNode(t *testing.T, n *Node) keelpb.ControllerServiceClient {
+func dialNode(t *testing.T, n *server.Node) keelpb.ControllerServiceClient {
 	t.Helper()
 	cc, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -38,7 +39,7 @@ func testCtx(t *testing.T) context.Context {
 // is refused naming the field, and writes nothing; a malformed stream
 // request is refused too.
 func TestControllerService_ChecksEveryRequest(t *testing.T) {
-	_, active := startQuorum(t, 1)
+	_, active := startCluster(t, 1)
 	cl := dialNode(t, active)
 	ctx := testCtx(t)
 	before := active.FSM().Image().Offset
@@ -65,7 +66,7 @@ func TestControllerService_ChecksEveryRequest(t *testing.T) {
 // empty upload and one whose last chunk never came are refused, naming the
 // field, and the cluster keeps its image.
 func TestControllerService_RefusesBadUploads(t *testing.T) {
-	_, active := startQuorum(t, 1)
+	_, active := startCluster(t, 1)
 	cl := dialNode(t, active)
 	tests := []struct {
 		name  string
@@ -104,7 +105,7 @@ func TestControllerService_RefusesBadUploads(t *testing.T) {
 // refused with ResourceExhausted, and the server goes on answering.
 func TestControllerService_RefusesOversizedRequests(t *testing.T) {
 	const tooBig = 4<<20 + 1
-	_, active := startQuorum(t, 1)
+	_, active := startCluster(t, 1)
 	cl := dialNode(t, active)
 	ctx := testCtx(t)
 

@@ -1,10 +1,9 @@
-package server
+package server_test
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,9 +14,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
-	"github.com/keel-dev/keel/rpc"
+	"github.com/keel-dev/keel/server"
 )
 
 // TestSnapshotScale measures, for P partitions (RF 3) over 100 brokers: the
@@ -32,23 +31,11 @@ func TestSnapshotScale(t *testing.T) {
 		t.Skip("set KEEL_BENCH_SNAPSHOT=1000000 to measure")
 	}
 	const brokers, perTopic = 100, 10_000
-	quiet := quietLogger(t)
-	tune := func(c *NodeConfig) {
-		c.SessionTimeout = time.Hour // no broker heartbeats here: nobody is fenced
-		c.LeaderImbalanceCheckInterval = -1
-	}
-	q, err := StartLocalQuorumWith(3, t.TempDir(), raftlog.DefaultTiming(), "bench", quiet, tune)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	client, err := rpc.NewClient(q.Addrs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	// No broker heartbeats here: nobody is fenced.
+	q := startScaleCluster(t, 3, keeltest.WithSessionTimeout(time.Hour))
+	client := q.Client()
 	ctx := context.Background()
-	waitActive(t, q)
+	q.WaitForActive(10 * time.Second)
 	for i := range brokers {
 		id := int32(i + 1)
 		resp, err := client.RegisterBroker(ctx, &keelpb.RegisterBrokerRequest{BrokerId: id, IncarnationId: uuid.NewString(),
@@ -103,19 +90,12 @@ func TestSnapshotScale(t *testing.T) {
 	f.Close()
 	t.Logf("snapshot: partitions=%d size=%.1f MiB (%.0f bytes per partition) fetched=%v fetched+verified=%v",
 		info.Partitions, float64(st.Size())/(1<<20), float64(st.Size())/float64(total), fetched.Round(time.Millisecond), saved.Round(time.Millisecond))
-	q.Close()
-	client.Close()
+	q.Close() // its memory and CPU are not the new quorum's to share
 
 	start = time.Now()
-	q2, err := StartLocalQuorumWith(3, t.TempDir(), raftlog.DefaultTiming(), "bench", quiet, func(c *NodeConfig) {
-		tune(c)
-		c.RestoreFrom = path
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q2.Close()
-	waitFor(t, 5*time.Minute, "the new quorum to hold every partition", func() bool {
+	q2 := startScaleCluster(t, 3, keeltest.WithSessionTimeout(time.Hour),
+		keeltest.WithTune(func(c *server.NodeConfig) { c.RestoreFrom = path }))
+	measureUntil(t, 5*time.Minute, "the new quorum to hold every partition", func() bool {
 		a := q2.Active()
 		return a != nil && a.FSM().Image().PartitionCount() == total
 	})
@@ -127,9 +107,4 @@ func heapInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
-}
-
-func quietLogger(t *testing.T) *slog.Logger {
-	t.Helper()
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }

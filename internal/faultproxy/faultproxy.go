@@ -302,6 +302,12 @@ func (n *Net) RaftDial(id int32) string {
 	return strings.Join(parts, ",")
 }
 
+// Link is the proxy on node from's raft dials to node to, for a fault that
+// Isolate and CutOutbound do not cover: cutting a group of nodes off from
+// the rest while the links inside each group stay up (keeltest's
+// Partition). It is nil when either node is not in the net.
+func (n *Net) Link(from, to int32) *Proxy { return n.peer[from][to] }
+
 // Isolate cuts node id off from the other controllers (both directions)
 // and from everything that reaches it through its public address (brokers).
 func (n *Net) Isolate(id int32, m Mode) {

@@ -1,0 +1,59 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// What the quorum tests (package controller_test, over keeltest) need of the
+// controller's insides. They are external tests because keeltest assembles
+// real nodes through package server, which imports this package: a test
+// inside it could not import keeltest.
+
+// Raft is the raft the controller follows.
+func (c *Controller) Raft() *raft.Raft { return c.raft }
+
+// Configuration is configuration: the latest raft configuration and the
+// index a change guarded by it passes raft.
+func (c *Controller) Configuration() (raft.Configuration, uint64, error) { return c.configuration() }
+
+// ConfigChangeError is configChangeError.
+var ConfigChangeError = configChangeError
+
+// ExpiredSessions lists the brokers the active leadership's session tracker
+// holds expired at now; it panics when the node is not active.
+func (c *Controller) ExpiredSessions(now time.Time) []*fsm.Broker {
+	return c.active.Load().sessions.expired(c.fsm.Image(), now)
+}
+
+// Leadership is the active controller's leadership, for the group-commit
+// test, which holds its event loop and queues decisions behind it.
+type Leadership = leadership
+
+// ActiveLeadership is the leadership in force, or nil.
+func (c *Controller) ActiveLeadership() *Leadership { return c.active.Load() }
+
+// Run queues run on the event loop, as onLoop does without waiting.
+func (l *leadership) Run(ctx context.Context, run func()) error {
+	return l.submit(ctx, event{run: run, abandon: func(error) {}})
+}
+
+// Queue is queue: it puts d on the event loop and returns the wait for its
+// outcome.
+func (l *leadership) Queue(ctx context.Context, d func(*fsm.Image) ([]*keelpb.Record, error)) (func() (uint64, error), error) {
+	return l.queue(ctx, d)
+}
+
+// SetTakeoverFault makes every takeover attempt of a controller built from
+// cfg call fault first, and fail with its error.
+func SetTakeoverFault(cfg *Config, fault func() error) { cfg.takeoverFault = fault }
+
+// TakeoverTiming is takeoverTiming.
+func (c *Controller) TakeoverTiming() (first, longest, giveUp time.Duration) {
+	return c.takeoverTiming()
+}

@@ -1,0 +1,75 @@
+package server
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+func TestReadiness_Check(t *testing.T) {
+	tests := []struct {
+		name    string
+		r       readiness
+		wantErr string // "" for ready
+	}{
+		{
+			name: "caught-up follower",
+			r:    readiness{state: raft.Follower, leaderID: 2, commitIndex: 40, appliedIndex: 40},
+		},
+		{
+			name: "follower ahead of the commit index it last heard",
+			r:    readiness{state: raft.Follower, leaderID: 2, commitIndex: 40, appliedIndex: 41},
+		},
+		{
+			name:    "follower behind",
+			r:       readiness{state: raft.Follower, leaderID: 2, commitIndex: 40, appliedIndex: 12},
+			wantErr: "applied up to index 12 of the leader's commit index 40",
+		},
+		{
+			name:    "no leader known",
+			r:       readiness{state: raft.Follower, leaderID: -1, commitIndex: 40, appliedIndex: 40},
+			wantErr: "no raft leader known (raft state Follower)",
+		},
+		{
+			name:    "candidate",
+			r:       readiness{state: raft.Candidate, leaderID: -1},
+			wantErr: "no raft leader known (raft state Candidate)",
+		},
+		{
+			name: "active leader",
+			r:    readiness{state: raft.Leader, leaderID: 1, active: true, commitIndex: 40, appliedIndex: 40},
+		},
+		{
+			// Its own writes in flight: committed, not yet applied.
+			name: "active leader with writes in flight",
+			r:    readiness{state: raft.Leader, leaderID: 1, active: true, commitIndex: 41, appliedIndex: 40},
+		},
+		{
+			name:    "leader taking over",
+			r:       readiness{state: raft.Leader, leaderID: 1, commitIndex: 40, appliedIndex: 40},
+			wantErr: "not the active controller yet",
+		},
+		{
+			name:    "stopping",
+			r:       readiness{stopping: true, state: raft.Leader, leaderID: 1, active: true, commitIndex: 40, appliedIndex: 40},
+			wantErr: "stopping",
+		},
+		{
+			name:    "shut down",
+			r:       readiness{state: raft.Shutdown, leaderID: -1},
+			wantErr: "no raft leader known",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.r.check()
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("check() = %v, want ready", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("check() = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/tlsauth"
 )
@@ -126,12 +127,7 @@ func TestServeHealth_FollowsReadinessAndDrainsOnShutdown(t *testing.T) {
 	}
 	waitStatus := func(service string, want healthpb.HealthCheckResponse_ServingStatus) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); check(service) != want; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%q did not become %v", service, want)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		poll.Until(t, 5*time.Second, fmt.Sprintf("%q to become %v", service, want), func() bool { return check(service) == want })
 	}
 	if got := check(""); got != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("overall status %v, want SERVING once started", got)

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
 )
@@ -60,13 +61,7 @@ func dumpDataDir(t *testing.T) (string, uint64) {
 		t.Fatal(err)
 	}
 	defer node.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for node.Raft.State() != raft.Leader {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the one node to lead", func() bool { return node.Raft.State() == raft.Leader })
 	apply := func(data []byte) {
 		t.Helper()
 		if err := node.Raft.Apply(data, 5*time.Second).Error(); err != nil {

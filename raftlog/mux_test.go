@@ -80,7 +80,7 @@ func TestMux_SharesPortBetweenRaftAndGRPC(t *testing.T) {
 	serveHealth(t, m.GRPC())
 	checkHealth(t, addr)
 
-	sl := newStreamLayer(m, "keel-1.example:9091")
+	sl := newStreamLayer(m, "keel-1.example:9091", staticGuard(1, map[int32]string{1: "keel-1.example:9091", 2: addr}, nil))
 	t.Cleanup(func() { _ = sl.Close() })
 	if got := sl.Addr().String(); got != "keel-1.example:9091" {
 		t.Errorf("stream layer Addr() = %q, want the advertised address", got)
@@ -112,14 +112,12 @@ func TestMux_SharesPortBetweenRaftAndGRPC(t *testing.T) {
 	defer server.Close()
 
 	// The marker must have been consumed: raft sees exactly what was sent.
-	if _, err := client.Write([]byte("ping")); err != nil {
-		t.Fatal(err)
+	writeRequest(t, client, rpcRequestVote, vote(2, 7))
+	_ = server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := readVote(server); err != nil || got.Term != 7 {
+		t.Fatalf("server read %+v, %v; want node 2's vote", got, err)
 	}
 	buf := make([]byte, 4)
-	_ = server.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadFull(server, buf); err != nil || string(buf) != "ping" {
-		t.Fatalf("server read %q, %v; want \"ping\"", buf, err)
-	}
 
 	// gRPC still works after the raft connection.
 	checkHealth(t, addr)
@@ -147,7 +145,7 @@ func TestMux_SharesPortBetweenRaftAndGRPC(t *testing.T) {
 func TestMux_CloseUnblocksAccept(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	m := listen(t, "127.0.0.1:0")
-	sl := newStreamLayer(m, m.Addr().String())
+	sl := newStreamLayer(m, m.Addr().String(), staticGuard(1, map[int32]string{1: m.Addr().String()}, nil))
 
 	errs := make(chan error, 2)
 	go func() { _, err := m.GRPC().Accept(); errs <- err }()
@@ -215,7 +213,7 @@ func TestMux_GRPCListenerCloseKeepsMux(t *testing.T) {
 		t.Error("gRPC connection left open after the gRPC listener closed")
 	}
 
-	sl := newStreamLayer(m, m.Addr().String())
+	sl := newStreamLayer(m, m.Addr().String(), staticGuard(1, map[int32]string{1: m.Addr().String()}, nil))
 	defer sl.Close()
 	go func() {
 		if c, err := sl.Accept(); err == nil {

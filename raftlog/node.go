@@ -174,8 +174,9 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 		return nil, fmt.Errorf("cannot open snapshot store in %s: %v", cfg.DataDir, atomicfile.PathCause(err))
 	}
 
+	guard := newPeerGuard(cfg.NodeID, cfg.DialAddrs, cfg.Logger)
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: streamLayerFor(mux, cfg),
+		Stream: streamLayerFor(mux, cfg, guard),
 		// Consulted on every dial; peers it does not know are dialled at
 		// their configured address.
 		ServerAddressProvider: dialAddrs(cfg.DialAddrs),
@@ -222,6 +223,7 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 		return nil, fmt.Errorf("start raft on %s: %v", cfg.DataDir, err)
 	}
 	n.Raft = r
+	guard.setRaft(r)
 	ok = true
 	return n, nil
 }

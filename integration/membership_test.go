@@ -3,13 +3,15 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -253,10 +255,12 @@ func TestMembership_TLS(t *testing.T) {
 }
 
 // TestMembership_RemovedNodeIsNotCalled: once an unreachable voter is
-// removed, the leader stops calling it. (It used to go on dialling the
-// removed address for about 18 s, one timed-out dial after another.) A
-// listener at the removed node's address counts the calls that still
-// arrive once the removal has committed.
+// removed, the leader stops calling it at once. (It used to go on for about
+// 18 s: a call already under way to the removed node held on until the
+// transport's timeout.) At the dead node's address a listener accepts the
+// leader's calls and never answers, as an unreachable host's half-open
+// connections do; once the removal has committed, the leader must drop the
+// connections it holds there and open no more.
 func TestMembership_RemovedNodeIsNotCalled(t *testing.T) {
 	c := startCluster(t, 3)
 	leader, _ := c.WaitForActive(t, activeTimeout)
@@ -265,38 +269,66 @@ func TestMembership_RemovedNodeIsNotCalled(t *testing.T) {
 		gone++
 	}
 	c.Kill(gone)
-	// Take the dead node's port, so the leader's dials there connect and
-	// are counted rather than refused by the kernel.
 	ln, err := net.Listen("tcp", c.Addr(gone))
 	if err != nil {
 		t.Fatalf("listen at the dead node's address: %v", err)
 	}
 	defer ln.Close()
-	var calls atomic.Int32
+	var (
+		mu     sync.Mutex
+		held   []net.Conn
+		closed = map[net.Conn]bool{}
+	)
 	go func() {
 		for {
 			conn, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			calls.Add(1)
+			mu.Lock()
+			held = append(held, conn)
+			mu.Unlock()
+			go func() {
+				// Swallow what the leader sends; note when it hangs up.
+				_, _ = io.Copy(io.Discard, conn)
+				mu.Lock()
+				closed[conn] = true
+				mu.Unlock()
+			}()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, conn := range held {
 			conn.Close()
 		}
 	}()
-	poll.Until(t, 10*time.Second, "the leader to call the dead node's address", func() bool { return calls.Load() > 0 })
+	poll.Until(t, 10*time.Second, "the leader to call the dead node's address", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(held) > len(closed)
+	})
 
 	var removed membershipJSON
 	c.keelJSON(t, &removed, "quorum", "remove-voter", strconv.Itoa(int(gone)))
 	if slices.Contains(removed.ids(), gone) {
 		t.Fatalf("remove-voter %d: %+v", gone, removed)
 	}
-	// A dial under way when the removal committed is abandoned within
-	// milliseconds; after that, nothing. What is checked is an absence, so
-	// the test watches for a while rather than polling for an event.
-	<-time.After(500 * time.Millisecond)
-	settled := calls.Load()
-	<-time.After(3 * time.Second)
-	if n := calls.Load() - settled; n != 0 {
-		t.Fatalf("the leader called the removed node %d times in the 3 s after its removal", n)
+	poll.UntilState(t, 2*time.Second, "the leader to hang up on the removed node", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(closed) == len(held), fmt.Sprintf("%d of %d connections still open", len(held)-len(closed), len(held))
+	})
+	mu.Lock()
+	calls := len(held)
+	mu.Unlock()
+	// What is checked now is an absence, so the test watches for a while
+	// rather than polling for an event.
+	<-time.After(2 * time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if n := len(held) - calls; n != 0 {
+		t.Fatalf("the leader called the removed node %d times after hanging up", n)
 	}
 }

@@ -163,15 +163,27 @@ func (g *peerGuard) dialTarget(ctx context.Context, address raft.ServerAddress) 
 	return 0, fmt.Errorf("no member of the quorum's configuration (%s) is at %s", memberList(m), address)
 }
 
+// current returns the members now, without waiting: false before raft has
+// started.
+func (g *peerGuard) current() (map[int32]raft.ServerAddress, bool) {
+	select {
+	case <-g.started:
+	default:
+		return nil, false
+	}
+	m, err := g.members(context.Background())
+	return m, err == nil
+}
+
 // stillMember reports whether id is in the latest configuration (a dial
 // toward a node that was removed meanwhile is abandoned).
 func (g *peerGuard) stillMember(id int32) bool {
-	m, err := g.members(context.Background())
-	if err != nil {
+	m, ok := g.current()
+	if !ok {
 		return true
 	}
-	_, ok := m[id]
-	return ok
+	_, member := m[id]
+	return member
 }
 
 // refused logs a refusal once per peer and reason every 10s, with the count

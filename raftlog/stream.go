@@ -43,6 +43,7 @@ type streamLayer struct {
 	conns  map[*layerConn]struct{}
 
 	closeOnce sync.Once
+	watchOnce sync.Once // starts dropRemoved
 
 	// With TLS (nil: plaintext): inbound connections are handshaken each in
 	// its own goroutine, never in Accept, so that a peer that never finishes
@@ -247,7 +248,7 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		_ = conn.SetDeadline(time.Time{})
 		conn = tc
 	}
-	return s.adopt(conn)
+	return s.adopt(conn, target)
 }
 
 // Accept returns the next connection the mux routed to raft. It returns
@@ -264,7 +265,7 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 			// name a member (the TLS path guarded conn in handshake).
 			conn = s.guard.guard(conn, 0)
 		}
-		return s.adopt(conn)
+		return s.adopt(conn, 0)
 	case <-s.done:
 		return nil, net.ErrClosed
 	case <-s.mux.done:
@@ -272,18 +273,53 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 	}
 }
 
-// adopt tracks conn so Close can close it; a conn that arrives after Close is
-// closed at once.
-func (s *streamLayer) adopt(conn net.Conn) (net.Conn, error) {
+// adopt tracks conn so Close can close it, and (target, the member an
+// outbound conn reaches; 0 inbound) so that it is closed once that member
+// leaves the quorum. A conn that arrives after Close is closed at once.
+func (s *streamLayer) adopt(conn net.Conn, target int32) (net.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		_ = conn.Close()
 		return nil, net.ErrClosed
 	}
-	lc := &layerConn{Conn: conn, layer: s}
+	lc := &layerConn{Conn: conn, layer: s, target: target}
 	s.conns[lc] = struct{}{}
+	s.watchOnce.Do(func() { go s.dropRemoved() })
 	return lc, nil
+}
+
+// dropRemoved closes, every abandonPoll, the outbound connections to nodes
+// that are no longer members: raft stops replicating to a removed node, but
+// a call already under way on a connection to it (an unreachable node's,
+// say) would otherwise hold on until the transport's timeout, and raft
+// would call again meanwhile. It runs from the first adopted connection
+// until Close.
+func (s *streamLayer) dropRemoved() {
+	tick := time.NewTicker(abandonPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-tick.C:
+		}
+		members, ok := s.guard.current()
+		if !ok {
+			continue
+		}
+		var drop []*layerConn
+		s.mu.Lock()
+		for c := range s.conns {
+			if _, member := members[c.target]; c.target != 0 && !member {
+				drop = append(drop, c)
+			}
+		}
+		s.mu.Unlock()
+		for _, c := range drop {
+			_ = c.Close()
+		}
+	}
 }
 
 // Close stops Accept and closes every connection this layer handed out. The
@@ -329,6 +365,7 @@ func (a advertiseAddr) String() string  { return string(a) }
 type layerConn struct {
 	net.Conn
 	layer     *streamLayer
+	target    int32       // the member an outbound conn reaches; 0 inbound
 	byLayer   atomic.Bool // closed by streamLayer.Close
 	closeOnce sync.Once
 	closeErr  error

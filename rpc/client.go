@@ -140,6 +140,13 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 	target := c.leader
 	c.mu.Unlock()
 	if target == "" {
+		// Ask every controller at once which one is active, rather than try
+		// them in order: one that is frozen (SIGSTOP, a half-open
+		// connection) would cost a whole attempt before the others are
+		// asked.
+		target = c.findLeader(ctx)
+	}
+	if target == "" {
 		target = c.addrs[0]
 	}
 	// Fall back through the addresses starting after the first target, so
@@ -185,9 +192,12 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 			// The leader itself, about to be active: the same target, soon.
 			wait = NotReadyPause
 		case code == codes.Unavailable || code == codes.DeadlineExceeded:
-			if hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target {
+			switch found := c.findLeader(ctx); {
+			case hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target:
 				target = hint.LeaderAddress
-			} else {
+			case found != "" && found != target:
+				target = found
+			default:
 				target = c.addrs[next%len(c.addrs)]
 				next++
 			}

@@ -30,6 +30,8 @@ type testCluster struct {
 	// takeoverFault, when set, fails a takeover attempt on node id with
 	// the error it returns.
 	takeoverFault func(id int32) error
+	// tune adjusts each node's controller config before it starts.
+	tune func(id int32, cfg *Config)
 }
 
 // clusterOption adjusts a test cluster before its nodes start.
@@ -37,6 +39,11 @@ type clusterOption func(*testCluster)
 
 func withSessions(timeout time.Duration, now func() time.Time) clusterOption {
 	return func(c *testCluster) { c.sessionTimeout, c.now = timeout, now }
+}
+
+// withTune adjusts each node's controller config before it starts.
+func withTune(tune func(id int32, cfg *Config)) clusterOption {
+	return func(c *testCluster) { c.tune = tune }
 }
 
 // withTakeoverFault fails takeover attempts on the nodes for which fault
@@ -111,6 +118,9 @@ func (c *testCluster) start(nd *testNode) {
 	if c.takeoverFault != nil {
 		id := nd.id
 		cfg.takeoverFault = func() error { return c.takeoverFault(id) }
+	}
+	if c.tune != nil {
+		c.tune(nd.id, &cfg)
 	}
 	if c.metrics {
 		// A restart registers on the same registry: Stop unregistered.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -376,5 +378,90 @@ func TestMembership_ConfigurationIndex(t *testing.T) {
 	err = configChangeError(leader.raft.RemoveServer(raftlog.ServerID(4), 1, time.Second).Error())
 	if !errors.Is(err, ErrConfigurationChanged) {
 		t.Fatalf("a change at a stale index: err = %v, want ErrConfigurationChanged", err)
+	}
+}
+
+// TestMembership_TransferOnlyToAFitVoter: a transfer goes only to a voter
+// that answers, is ready and has caught up; otherwise it is refused, naming
+// the voter and why, and nothing changes: the same node leads, in the same
+// term, and takes writes.
+func TestMembership_TransferOnlyToAFitVoter(t *testing.T) {
+	var asked atomic.Int32
+	status := func(id int32) (PeerStatus, error) {
+		switch id {
+		case 1:
+			return PeerStatus{}, errors.New("connection refused")
+		case 2:
+			return PeerStatus{LastIndex: 1 << 40, NotReady: "a storage write failed 2s ago"}, nil
+		}
+		return PeerStatus{LastIndex: 0, Ready: true}, nil
+	}
+	c := newTestCluster(t, 3, withTune(func(_ int32, cfg *Config) {
+		cfg.AskPeer = func(_ context.Context, id int32, _ string) (PeerStatus, error) {
+			asked.Add(1)
+			return status(id)
+		}
+		cfg.TimeoutNow = func(int32, string) error { t.Error("TimeoutNow was sent to an unfit voter"); return nil }
+	}))
+	leader := c.WaitForActive(5 * time.Second)
+	term := leader.raft.CurrentTerm()
+	for _, tt := range []struct {
+		target int32
+		want   string
+	}{
+		{1, "node 1 did not answer: connection refused"},
+		{2, "node 2 is not ready: a storage write failed 2s ago"},
+		{3, "node 3 is behind: its log ends at index 0"},
+	} {
+		if tt.target == leader.id {
+			continue
+		}
+		_, err := leader.ctrl.TransferLeadership(context.Background(), tt.target)
+		if !errors.Is(err, ErrTransferRefused) || !strings.Contains(err.Error(), tt.want) {
+			t.Fatalf("TransferLeadership(%d) = %v; want ErrTransferRefused saying %q", tt.target, err, tt.want)
+		}
+	}
+	if _, err := leader.ctrl.TransferLeadership(context.Background(), 0); !errors.Is(err, ErrTransferRefused) {
+		t.Fatalf("TransferLeadership(any) with no fit voter = %v; want ErrTransferRefused", err)
+	}
+	if asked.Load() == 0 {
+		t.Fatal("no voter was asked")
+	}
+	if now := c.WaitForActive(5 * time.Second); now != leader || leader.raft.CurrentTerm() != term {
+		t.Fatalf("a refused transfer moved leadership or the term (node %d, term %d → node %d, term %d)", leader.id, term, now.id, leader.raft.CurrentTerm())
+	}
+	if _, _, err := leader.ctrl.AppendNoOp(context.Background(), "after"); err != nil {
+		t.Fatalf("write after the refusals: %v", err)
+	}
+}
+
+// TestMembership_TransferGivenUpOn: a voter that was fit when asked but
+// does not take over (its TimeoutNow is lost) is given up on within two
+// election timeouts: the transfer fails, and this node still leads and
+// takes writes. (Raft's own transfer refused every write until it
+// completed: 80 s behind a follower whose disk had failed.)
+func TestMembership_TransferGivenUpOn(t *testing.T) {
+	c := newTestCluster(t, 3, withTune(func(_ int32, cfg *Config) {
+		cfg.AskPeer = func(context.Context, int32, string) (PeerStatus, error) {
+			return PeerStatus{LastIndex: 1 << 40, Ready: true}, nil
+		}
+		cfg.TimeoutNow = func(int32, string) error { return nil } // lost
+	}))
+	leader := c.WaitForActive(5 * time.Second)
+	target := leader.id%3 + 1
+	start := time.Now()
+	_, err := leader.ctrl.TransferLeadership(context.Background(), target)
+	if !errors.Is(err, ErrTransferFailed) || !strings.Contains(err.Error(), "given up") {
+		t.Fatalf("TransferLeadership(%d) to a voter that never takes over = %v; want ErrTransferFailed, given up", target, err)
+	}
+	// Two election timeouts of 50 ms, and the catching-up window before.
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the transfer was given up on after %v", took)
+	}
+	if active, _ := leader.ctrl.Active(); !active {
+		t.Fatal("the leader is no longer active after a transfer it gave up on")
+	}
+	if _, _, err := leader.ctrl.AppendNoOp(context.Background(), "after"); err != nil {
+		t.Fatalf("write after the given-up transfer: %v", err)
 	}
 }

@@ -332,3 +332,51 @@ func TestMembership_RemovedNodeIsNotCalled(t *testing.T) {
 		t.Fatalf("the leader called the removed node %d times after hanging up", n)
 	}
 }
+
+// TestMembership_TransferRefusedToAnUnfitVoter: `quorum transfer-leadership
+// --to N` toward a voter that cannot lead (here frozen with SIGSTOP) is
+// refused, naming the voter and why, without pausing writes; once the
+// voter is back, the same transfer succeeds. (A transfer toward a follower
+// whose disk had failed used to block every write for 80-95 s.)
+func TestMembership_TransferRefusedToAnUnfitVoter(t *testing.T) {
+	c := startCluster(t, 3)
+	leader, _ := c.WaitForActive(t, activeTimeout)
+	target := int32(1)
+	for target == leader {
+		target++
+	}
+	c.Pause(target)
+	paused := true
+	defer func() {
+		if paused {
+			c.Resume(target)
+		}
+	}()
+	start := time.Now()
+	_, stderr, code := runKeel(t, 30*time.Second, c.adminArgs("quorum", "transfer-leadership", "--to", strconv.Itoa(int(target)))...)
+	if code == 0 || !strings.Contains(stderr, fmt.Sprintf("node %d did not answer", target)) {
+		t.Fatalf("transfer to frozen node %d: exit %d, stderr %q; want a refusal naming it", target, code, stderr)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the refusal took %v", took)
+	}
+	// Nothing moved, and writes go on at once.
+	if now, _ := c.WaitForActive(t, activeTimeout); now != leader {
+		t.Fatalf("a refused transfer moved leadership from %d to %d", leader, now)
+	}
+	wstart := time.Now()
+	c.appendNoOp(t, 2*time.Second)
+	if took := time.Since(wstart); took > time.Second {
+		t.Errorf("a write after the refusal took %v", took)
+	}
+
+	c.Resume(target)
+	paused = false
+	poll.Until(t, 20*time.Second, fmt.Sprintf("a transfer to node %d once it is back", target), func() bool {
+		_, _, code := runKeel(t, 30*time.Second, c.adminArgs("quorum", "transfer-leadership", "--to", strconv.Itoa(int(target)))...)
+		return code == 0
+	})
+	if now, _ := c.WaitForActive(t, activeTimeout); now != target {
+		t.Fatalf("after the transfer node %d is active, want %d", now, target)
+	}
+}

@@ -101,6 +101,8 @@ type Node struct {
 	Raft *raft.Raft
 
 	dir       string
+	id        int32
+	advertise string
 	store     logStore
 	transport *raft.NetworkTransport
 	fsm       *fsmAdapter
@@ -163,7 +165,7 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 
 	// The cluster id is recorded only once the committed log names it
 	// (RecordClusterID): a mistyped --cluster-id must not claim the data dir.
-	n := &Node{dir: cfg.DataDir, store: store, meta: m}
+	n := &Node{dir: cfg.DataDir, id: cfg.NodeID, advertise: cfg.Advertise, store: store, meta: m}
 
 	logs, err := raft.NewLogCache(logCacheSize, store)
 	if err != nil {
@@ -397,6 +399,21 @@ func (n *Node) RecordClusterID(id string) error {
 	}
 	n.meta = m
 	return nil
+}
+
+// TimeoutNow tells voter id at addr to start an election at once, as raft
+// does at the end of a leadership transfer (the voter skips its pre-vote,
+// and the others grant it their vote though they have a leader). It goes
+// over raft's own transport, in this node's name; it returns once the voter
+// has answered, or after the transport's timeout.
+func (n *Node) TimeoutNow(id int32, addr string) error {
+	req := &raft.TimeoutNowRequest{RPCHeader: raft.RPCHeader{
+		ProtocolVersion: raft.ProtocolVersionMax,
+		ID:              []byte(ServerID(n.id)),
+		Addr:            []byte(n.advertise),
+	}}
+	var resp raft.TimeoutNowResponse
+	return n.transport.TimeoutNow(ServerID(id), raft.ServerAddress(addr), req, &resp)
 }
 
 // DataDir returns the node's data dir.

@@ -7,6 +7,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -152,6 +153,8 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		LeaderImbalanceCheckInterval: cfg.LeaderImbalanceCheckInterval,
 		RestoreFrom:                  cfg.RestoreFrom,
 		Metrics:                      cfg.Metrics,
+		AskPeer:                      askPeer(cfg.TLS),
+		TimeoutNow:                   func(id int32, addr string) error { return s.node.TimeoutNow(id, addr) },
 	}, s.applied)
 	s.node, err = raftlog.Open(raftlog.Config{
 		NodeID:    cfg.NodeID,
@@ -177,7 +180,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	s.ctrl.Start(s.node.Raft)
 
 	s.grpc = grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...)
-	newControllerService(s.ctrl, cfg.Version, cfg.WriteTimeout).register(s.grpc)
+	newControllerService(s.ctrl, s.Ready, cfg.Version, cfg.WriteTimeout).register(s.grpc)
 	s.health = rpc.ServeHealth(s.grpc, keelpb.ControllerService_ServiceDesc.ServiceName, s.Ready)
 	s.wg.Add(2)
 	go func() {
@@ -273,6 +276,31 @@ func (s *Node) Close() error {
 		s.log.Info("controller stopped", "node_id", s.cfg.NodeID)
 	})
 	return err
+}
+
+// askPeer asks a voter how it is through its gRPC DescribeQuorum (its raft
+// address is its gRPC address: they share one port), with this node's
+// certificate when TLS is on.
+func askPeer(tls *tlsauth.Config) func(ctx context.Context, id int32, addr string) (controller.PeerStatus, error) {
+	return func(ctx context.Context, id int32, addr string) (controller.PeerStatus, error) {
+		cl, err := rpc.NewClient([]string{addr}, rpc.WithTLS(tls))
+		if err != nil {
+			return controller.PeerStatus{}, err
+		}
+		defer cl.Close()
+		cc, err := cl.Controller(addr)
+		if err != nil {
+			return controller.PeerStatus{}, err
+		}
+		resp, err := cc.DescribeQuorum(ctx, &keelpb.DescribeQuorumRequest{})
+		if err != nil {
+			return controller.PeerStatus{}, err
+		}
+		if resp.GetNodeId() != id {
+			return controller.PeerStatus{}, fmt.Errorf("the node at %s is node %d", addr, resp.GetNodeId())
+		}
+		return controller.PeerStatus{LastIndex: resp.GetLastIndex(), Ready: resp.GetReady(), NotReady: resp.GetNotReadyReason()}, nil
+	}
 }
 
 func verifySnapshotFile(path string) error {

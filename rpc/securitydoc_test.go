@@ -21,8 +21,8 @@ import (
 // securityDoc is the page whose table says which role may call what.
 var securityDoc = filepath.Join("..", "docs", "security.md")
 
-// notGRPC are the first cells of the table's rows that are no gRPC call,
-// which the rule tables do not cover.
+// notGRPC are how the first cells of the table's rows that are no gRPC
+// call begin: the rule tables do not cover them.
 var notGRPC = []string{"raft (not gRPC)", "the metrics listener"}
 
 // TestSecurityDoc_RoleTableMatchesRules reads the table of who may call
@@ -59,6 +59,9 @@ func TestSecurityDoc_RoleTableMatchesRules(t *testing.T) {
 	documented := map[string]int{}
 	backticked := regexp.MustCompile("`([^`]+)`")
 	for _, row := range rows {
+		if slices.ContainsFunc(notGRPC, func(p string) bool { return strings.HasPrefix(row[0], p) }) {
+			continue
+		}
 		var methods []string
 		for _, tok := range backticked.FindAllStringSubmatch(row[0], -1) {
 			found := methodsNamed(all, tok[1])
@@ -72,9 +75,7 @@ func TestSecurityDoc_RoleTableMatchesRules(t *testing.T) {
 			}
 		}
 		if len(methods) == 0 {
-			if !slices.ContainsFunc(notGRPC, func(p string) bool { return strings.HasPrefix(row[0], p) }) {
-				t.Errorf("row %q names no method", row[0])
-			}
+			t.Errorf("row %q names no method", row[0])
 			continue
 		}
 		for _, m := range methods {

@@ -27,6 +27,11 @@ const (
 	RoleProbe
 )
 
+// KeelRoles are every role a keel certificate may name: a server that
+// lets in any keel identity, and nothing else, requires one of them
+// (Config.Server).
+func KeelRoles() []Role { return []Role{RoleController, RoleBroker, RoleAdmin, RoleProbe} }
+
 func (r Role) String() string {
 	switch r {
 	case RoleController:

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/metrics"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 	"github.com/keel-dev/keel/tlsauth"
@@ -40,7 +41,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 		LagTimeMax:    broker.DefaultReplicaLagTimeMax,
 	}
 	var controllers, metricsAddr string
-	var insecure bool
+	var insecure, pprof bool
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run a broker (the reference broker); list and inspect brokers",
@@ -108,7 +109,7 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 			if cfg.DataPlane, err = broker.NewReplicaManager(replicas); err != nil {
 				return err
 			}
-			metricsSrv, err := startMetrics(metricsAddr, log)
+			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS}, log)
 			if err != nil {
 				return err
 			}
@@ -158,7 +159,7 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 	f.DurationVar(&replicas.FetchInterval, "replica-fetch-interval", replicas.FetchInterval, "how often a follower replica fetches from its leader")
 	f.DurationVar(&replicas.LagTimeMax, "replica-lag-time-max", replicas.LagTimeMax,
 		"how long a follower may go without fetching before its leader drops it from the ISR")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, /healthz, /readyz and pprof at /debug/pprof/; empty: off")
+	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
 	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd())
 	return cmd
@@ -172,7 +173,7 @@ func brokerAddrs(listen, advertise string, controllers []string, metricsAddr str
 	for _, c := range controllers {
 		addrs = append(addrs, flagAddr{flag: "--controllers", addr: c})
 	}
-	return append(addrs, flagAddr{flag: "--metrics-addr", addr: metricsAddr})
+	return append(addrs, flagAddr{flag: "--metrics-addr", addr: metrics.ListenAddr(metricsAddr)})
 }
 
 // splitAddrs splits a comma-separated address list, dropping empty items.

@@ -41,7 +41,7 @@ func newCertCmd() *cobra.Command {
   controller-<id>   the controller with --node-id <id>
   broker-<id>       the broker with --broker-id <id>
   admin, admin-<n>  an operator: the admin commands
-  probe, probe-<n>  a health checker: gRPC health checks, nothing else
+  probe, probe-<n>  a health checker: gRPC health and the metrics listener only
 
 Every process then runs with --tls-ca DIR/ca.pem --tls-cert DIR/NAME.pem
 --tls-key DIR/NAME-key.pem. Keys are written readable by their owner only, and

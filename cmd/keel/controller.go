@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/metrics"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/server"
 )
@@ -34,7 +35,7 @@ func newControllerCmd(g *globalFlags) *cobra.Command {
 	cfg := server.NodeConfig{Timing: raftlog.DefaultTiming()}
 	var nodeID int32
 	var voters, raftDial, metricsAddr string
-	var insecure bool
+	var insecure, pprof bool
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run one controller node of the quorum",
@@ -106,7 +107,7 @@ loopback, or --insecure says plaintext is meant.`,
 				return err
 			}
 			cfg.NodeID, cfg.Voters, cfg.Logger, cfg.Version = nodeID, vs, log, buildVersion()
-			metricsSrv, err := startMetrics(metricsAddr, log)
+			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS}, log)
 			if err != nil {
 				return err
 			}
@@ -163,7 +164,7 @@ loopback, or --insecure says plaintext is meant.`,
 		"log entries kept behind a snapshot, so a slightly lagging follower catches up without a snapshot install")
 	f.StringVar(&cfg.LogStore, "log-store", raftlog.LogStoreBoltDB,
 		"raft log store: boltdb (raft.db) or wal (raft-wal, in wal/); a data dir keeps the store it was created with")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, /healthz, /readyz and pprof at /debug/pprof/; empty: off")
+	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
 	addRaftTimingFlags(f, &cfg.Timing)
 	return cmd
@@ -180,5 +181,5 @@ func controllerAddrs(listen string, voters []raftlog.Voter, raftDial map[int32]s
 	for _, id := range slices.Sorted(maps.Keys(raftDial)) {
 		addrs = append(addrs, flagAddr{flag: "--raft-dial", id: id, addr: raftDial[id]})
 	}
-	return append(addrs, flagAddr{flag: "--metrics-addr", addr: metricsAddr})
+	return append(addrs, flagAddr{flag: "--metrics-addr", addr: metrics.ListenAddr(metricsAddr)})
 }

@@ -51,8 +51,8 @@ func (d *raftDialer) Dial(address raft.ServerAddress, timeout time.Duration) (ne
 }
 
 func (d *raftDialer) Accept() (net.Conn, error) { <-d.done; return nil, net.ErrClosed }
-func (d *raftDialer) Close() error                { close(d.done); return nil }
-func (d *raftDialer) Addr() net.Addr              { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
+func (d *raftDialer) Close() error              { close(d.done); return nil }
+func (d *raftDialer) Addr() net.Addr            { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
 
 // forger speaks raft to the quorum with a certificate from its CA.
 type forger struct {

@@ -47,7 +47,9 @@ func clientDialOptions(o options, role tlsauth.Role) []grpc.DialOption {
 
 // serverCallOptions are the credentials and interceptors a server needs
 // for o: every message a client sends is checked by Validate; with TLS,
-// each call is first authorized by the caller's certificate.
+// each call is first authorized by the caller's certificate, by its method
+// before the request is read (authorizeTap) and, for what depends on the
+// request, once it is decoded (authUnary, authStream).
 func serverCallOptions(o options) []grpc.ServerOption {
 	if o.tls == nil {
 		return []grpc.ServerOption{
@@ -57,6 +59,7 @@ func serverCallOptions(o options) []grpc.ServerOption {
 	}
 	return []grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(o.tls.Server())),
+		grpc.InTapHandle(authorizeTap),
 		grpc.ChainUnaryInterceptor(authUnary, validateUnary),
 		grpc.ChainStreamInterceptor(authStream, validateStream),
 	}

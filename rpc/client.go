@@ -65,7 +65,9 @@ const (
 	keepaliveTimeout = 3 * time.Second
 )
 
-// ServerOptions are the options every Keel gRPC server uses: they accept the
+// ServerOptions are the options every Keel gRPC server uses: they give a
+// connection HandshakeTimeout to finish its handshake (and tell the
+// listener's bound on unauthenticated connections when it has), accept the
 // clients' keepalive pings, bound each request's size by its method and its
 // repeated fields by Validate's bounds before it is decoded (serverCodec),
 // and check every request message by Validate before a handler sees it.
@@ -74,6 +76,7 @@ const (
 // the request, where that decides, before the check.
 func ServerOptions(opts ...Option) []grpc.ServerOption {
 	return append([]grpc.ServerOption{
+		grpc.ConnectionTimeout(HandshakeTimeout),
 		grpc.MaxRecvMsgSize(maxRecvMsgBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
 	}, serverCallOptions(buildOptions(opts))...)

@@ -57,12 +57,13 @@ func serverCallOptions(o options) []grpc.ServerOption {
 	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(codec)}
 	if o.tls == nil {
 		return append(opts,
+			grpc.Creds(serverCreds(o)),
 			grpc.ChainUnaryInterceptor(codec.refusedUnary, validateUnary),
 			grpc.ChainStreamInterceptor(codec.refusedStream, validateStream),
 		)
 	}
 	return append(opts,
-		grpc.Creds(credentials.NewTLS(o.tls.Server())),
+		grpc.Creds(serverCreds(o)),
 		grpc.InTapHandle(authorizeTap),
 		grpc.ChainUnaryInterceptor(codec.refusedUnary, authUnary, validateUnary),
 		grpc.ChainStreamInterceptor(codec.refusedStream, authStream, validateStream),

@@ -323,8 +323,12 @@ type serverCodec struct {
 
 var _ encoding.CodecV2 = (*serverCodec)(nil)
 
+// protoCodec is gRPC's own proto codec, registered by its package's init:
+// it marshals the responses.
+var protoCodec = encoding.GetCodecV2(grpcproto.Name)
+
 func (c *serverCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return encoding.GetCodecV2(grpcproto.Name).Marshal(v)
+	return protoCodec.Marshal(v)
 }
 
 func (c *serverCodec) Unmarshal(data mem.BufferSlice, v any) error {

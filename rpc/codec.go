@@ -20,8 +20,8 @@ import (
 )
 
 // Decoding is where a request costs memory: an empty PartitionAssignment is
-// two bytes on the wire and about eighty once decoded, so 4 MiB of them
-// take over 150 MiB. Validate refuses such a request, but only once it is
+// two bytes on the wire and about seventy once decoded, so 4 MiB of them
+// take some 140 MiB. Validate refuses such a request, but only once it is
 // decoded. The server codec refuses it before: it bounds each request's
 // size by its method, and counts each repeated field's entries in the raw
 // bytes against the bounds Validate applies, allocating nothing per entry.

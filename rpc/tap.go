@@ -15,7 +15,7 @@ import (
 // DATA frames the client goes on sending are dropped unbuffered. The
 // interceptors (authUnary, authStream) run after decoding; alone, they let
 // anyone with a certificate from the CA make the server decode up to
-// maxRecvMsgBytes of, say, empty repeated entries, which cost fifty times
+// maxRecvMsgBytes of, say, empty repeated entries, which cost thirty times
 // their size in memory before the refusal.
 //
 // gRPC passes the tap the connection's context, which carries the peer and

@@ -14,6 +14,8 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
+
+	"github.com/keel-dev/keel/internal/connlimit"
 )
 
 // Raft's request types: the byte before each request on a raft connection
@@ -101,6 +103,11 @@ func (g *peerGuard) filter(conn net.Conn, certID int32, w *io.PipeWriter) {
 			if first {
 				_ = conn.SetReadDeadline(time.Time{})
 				first = false
+				// In plaintext, a first request that names a member is
+				// all a peer can show: it no longer counts against the
+				// port's bound on strangers. (With TLS, the handshake
+				// already did.)
+				connlimit.Authenticated(conn)
 			}
 			continue
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
@@ -172,6 +173,8 @@ func (s *streamLayer) handshake(conn net.Conn) {
 		s.guard.refused(conn.RemoteAddr().String(), "a connection", err)
 		return
 	}
+	// A member: it no longer counts against the port's bound on strangers.
+	connlimit.Authenticated(conn)
 	guarded := s.guard.guard(tc, id)
 	select {
 	case s.ready <- guarded:

@@ -223,3 +223,37 @@ func TestOpen_TLSCertificateMustBeThisNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamLayer_TLSMemberStopsCounting: a member's connection stops
+// counting against the port's bound on strangers once its handshake has
+// shown who it is, before it sends anything.
+func TestStreamLayer_TLSMemberStopsCounting(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	certs := testCerts(t, "controller-1", "controller-2")
+	m := listen(t, "127.0.0.1:0")
+	addr := m.Addr().String()
+	members := map[int32]string{1: addr, 2: "127.0.0.1:1"}
+	sl := newTLSStreamLayer(m, addr, certs["controller-1"], slog.New(slog.DiscardHandler), staticGuard(1, members, nil))
+	defer sl.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := sl.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	peer := newTLSStreamLayer(listen(t, "127.0.0.1:0"), "127.0.0.1:1", certs["controller-2"], slog.New(slog.DiscardHandler), staticGuard(2, members, nil))
+	defer peer.Close()
+	client, err := peer.Dial(raft.ServerAddress(addr), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	select {
+	case server := <-accepted:
+		defer server.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("controller-2's connection was not accepted")
+	}
+	// Well within the handshake deadline and the limiter's hold time.
+	waitFor(t, time.Second, "controller-2's connection to stop counting", func() bool { return m.Unauthenticated().Pending() == 0 })
+}

@@ -65,19 +65,27 @@ const (
 	keepaliveTimeout = 3 * time.Second
 )
 
-// ServerOptions are the options every Keel gRPC server uses: they accept the
-// clients' keepalive pings, bound request size and check every request
-// message by Validate before a handler sees it. WithTLS adds mutual TLS and
-// the authorization of every call by the caller's certificate, before the
-// check.
+// ServerOptions are the options every Keel gRPC server uses: they give a
+// connection HandshakeTimeout to finish its handshake (and tell the
+// listener's bound on unauthenticated connections when it has), accept the
+// clients' keepalive pings, bound each request's size by its method and its
+// repeated fields by Validate's bounds before it is decoded (serverCodec),
+// and check every request message by Validate before a handler sees it.
+// WithTLS adds mutual TLS and the authorization of every call by the
+// caller's certificate: by its method before the request is read, and by
+// the request, where that decides, before the check.
 func ServerOptions(opts ...Option) []grpc.ServerOption {
 	return append([]grpc.ServerOption{
+		grpc.ConnectionTimeout(HandshakeTimeout),
 		grpc.MaxRecvMsgSize(maxRecvMsgBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
 	}, serverCallOptions(buildOptions(opts))...)
 }
 
-// maxRecvMsgBytes bounds one request: metadata requests are small.
+// maxRecvMsgBytes bounds one request of any method (largeRequestMethods);
+// the others are bounded lower (smallRequestBytes). gRPC reads a request
+// whole before any check can see it, so this is also what one call in
+// flight may cost before it is refused.
 const maxRecvMsgBytes = 4 << 20
 
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {

@@ -73,7 +73,8 @@ type NodeConfig struct {
 	// (keel dev binds its ports before it knows the voter list).
 	Mux *raftlog.Mux
 	// Metrics, when set, gets the node's controller and raft metrics (see
-	// controller.Config.Metrics); nil registers none.
+	// controller.Config.Metrics) and its port's count of unauthenticated
+	// connections (connlimit); nil registers none.
 	Metrics prometheus.Registerer
 }
 
@@ -89,6 +90,8 @@ type Node struct {
 	ctrl    *controller.Controller
 	grpc    *grpc.Server
 	health  *rpc.Health
+	// registered are the node's own metrics on cfg.Metrics, until Close.
+	registered []prometheus.Collector
 
 	stopping  atomic.Bool // Close has begun: not ready
 	fatal     chan error
@@ -134,6 +137,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 			mux.Close()
 		}
 	}()
+	mux.SetLogger(cfg.Logger)
 
 	s := &Node{
 		cfg:       cfg,
@@ -143,6 +147,14 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		fatal:     make(chan error, 1),
 		stopWatch: make(chan struct{}),
 	}
+	if err := s.registerMetrics(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.unregisterMetrics()
+		}
+	}()
 	s.applied = controller.NewAppliedLog(s.fsm, 0, 0)
 	s.ctrl = controller.New(controller.Config{
 		NodeID:         cfg.NodeID,
@@ -273,6 +285,7 @@ func (s *Node) Close() error {
 		s.ctrl.Stop()
 		err = errors.Join(s.node.Close(), s.mux.Close())
 		s.wg.Wait()
+		s.unregisterMetrics()
 		s.log.Info("controller stopped", "node_id", s.cfg.NodeID)
 	})
 	return err
@@ -301,6 +314,29 @@ func askPeer(tls *tlsauth.Config) func(ctx context.Context, id int32, addr strin
 		}
 		return controller.PeerStatus{LastIndex: resp.GetLastIndex(), Ready: resp.GetReady(), NotReady: resp.GetNotReadyReason()}, nil
 	}
+}
+
+// registerMetrics registers the port's count of connections whose peer
+// has not yet authenticated, and of those refused, on cfg.Metrics.
+func (s *Node) registerMetrics() error {
+	if s.cfg.Metrics == nil {
+		return nil
+	}
+	for _, col := range s.mux.Unauthenticated().Collectors() {
+		if err := s.cfg.Metrics.Register(col); err != nil {
+			s.unregisterMetrics()
+			return fmt.Errorf("register the controller's connection metrics: %v", err)
+		}
+		s.registered = append(s.registered, col)
+	}
+	return nil
+}
+
+func (s *Node) unregisterMetrics() {
+	for _, col := range s.registered {
+		s.cfg.Metrics.Unregister(col)
+	}
+	s.registered = nil
 }
 
 func verifySnapshotFile(path string) error {

@@ -5,6 +5,7 @@ import (
 
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -89,6 +90,12 @@ type Config struct {
 	// what every other node and client knows them by.
 	DialAddrs map[int32]string
 
+	// VerifySnapshot, if set, checks a snapshot the state machine wrote
+	// (Keel's: fsm.VerifySnapshot), as Open checks the newest snapshot in
+	// the data dir before raft restores it. Nil: raft's CRC is checked, not
+	// the content.
+	VerifySnapshot func(r io.Reader) error
+
 	// walSegmentSize is raft-wal's segment size; 0 means its default
 	// (64 MiB). Tests lower it to make segments rotate.
 	walSegmentSize int
@@ -121,8 +128,11 @@ type Node struct {
 // cluster from cfg.Voters (every voter may do so with the same list; raft
 // treats that as one bootstrap), or, with cfg.Join, starts without a
 // configuration and waits to be added. With existing state it rejoins and
-// ignores cfg.Voters and cfg.Join. Every error is one line naming the
-// problem and the path, and leaves nothing open. The caller keeps ownership of mux and sm.
+// ignores cfg.Voters and cfg.Join. Before raft starts it refuses a data dir
+// that has held raft state but lost its log store, a damaged log store, a
+// damaged newest snapshot and a log that no snapshot covers (checkStart),
+// changing nothing in it. Every error is one line naming the problem and
+// the path, and leaves nothing open. The caller keeps ownership of mux and sm.
 func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	if err := checkConfig(cfg, sm, mux); err != nil {
 		return nil, err
@@ -155,11 +165,15 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 		}
 	}()
 
-	store, err := openLogStore(m.logStore(), cfg.DataDir, cfg.walSegmentSize, logger.Named("wal"))
+	store, err := openLogStore(m.logStore(), cfg.DataDir, cfg.NodeID, cfg.walSegmentSize, logger.Named("wal"))
 	if err != nil {
 		return nil, err
 	}
 	undo = append(undo, func() { _ = store.Close() })
+	held, err := checkStart(cfg.DataDir, m, cfg.NodeID, store, cfg.VerifySnapshot)
+	if err != nil {
+		return nil, err
+	}
 
 	// The cluster id is recorded only once the committed log names it
 	// (RecordClusterID): a mistyped --cluster-id must not claim the data dir.
@@ -169,10 +183,11 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raft log cache: %v", err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, logger.Named("snapshot"))
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, logger.Named("snapshot"))
 	if err != nil {
 		return nil, fmt.Errorf("cannot open snapshot store in %s: %v", cfg.DataDir, atomicfile.PathCause(err))
 	}
+	snaps := newestSnapshotOnly{fileSnaps}
 
 	guard := newPeerGuard(cfg.NodeID, cfg.DialAddrs, cfg.Logger)
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
@@ -215,11 +230,26 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 		if err := bootstrap(cfg, rc, logs, store, snaps, trans, logger); err != nil {
 			return nil, err
 		}
+		held = true
+	}
+	if held {
+		if err := n.recordRaftState(); err != nil {
+			return nil, err
+		}
 	}
 
 	n.fsm = &fsmAdapter{sm: sm}
 	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, trans)
 	if err != nil {
+		if rerr := n.fsm.restoreFailure(); rerr != nil {
+			// checkStart verified the newest snapshot, the only one raft
+			// tries (newestSnapshotOnly), yet the state machine refused it.
+			path := filepath.Join(cfg.DataDir, snapshotDirName)
+			if s, _, _ := listSnapshotDirs(cfg.DataDir); len(s) > 0 {
+				path = filepath.Join(s[0].path, snapshotStateFileName)
+			}
+			return nil, fmt.Errorf("cannot restore snapshot %s (%v); %s", path, rerr, rejoinHint(cfg.NodeID))
+		}
 		return nil, fmt.Errorf("start raft on %s: %v", cfg.DataDir, err)
 	}
 	n.Raft = r
@@ -286,6 +316,10 @@ func prepareDataDir(cfg Config) (meta, error) {
 		if have, want := m.logStore(), logStoreOrDefault(cfg.LogStore); have != want {
 			return meta{}, fmt.Errorf("data dir %s holds a %s raft log, not --log-store %s; to switch, start the node on an empty data dir and let it rejoin",
 				dir, have, want)
+		}
+		// Checked before the store is opened, which would create it.
+		if err := checkStoreExists(dir, m, cfg.NodeID); err != nil {
+			return meta{}, err
 		}
 		return m, nil
 	}
@@ -392,6 +426,23 @@ func (n *Node) RecordClusterID(id string) error {
 	}
 	m := n.meta
 	m.ClusterID = id
+	if err := writeMeta(n.dir, m); err != nil {
+		return err
+	}
+	n.meta = m
+	return nil
+}
+
+// recordRaftState marks the data dir as having held raft state (meta's
+// RaftState), once, so that it never starts without its store again.
+func (n *Node) recordRaftState() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.meta.RaftState {
+		return nil
+	}
+	m := n.meta
+	m.RaftState = true
 	if err := writeMeta(n.dir, m); err != nil {
 		return err
 	}

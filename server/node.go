@@ -9,6 +9,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -170,6 +171,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		LogStore:          cfg.LogStore,
 		DialAddrs:         cfg.RaftDial,
 		TLS:               cfg.TLS,
+		VerifySnapshot:    verifySnapshot,
 	}, s.applied, mux)
 	if err != nil {
 		return nil, err
@@ -272,6 +274,14 @@ func (s *Node) Close() error {
 		s.wg.Wait()
 		s.log.Info("controller stopped", "node_id", s.cfg.NodeID)
 	})
+	return err
+}
+
+// verifySnapshot is raftlog's check of the newest snapshot in the data dir
+// before raft restores it: the framing, every record and the SHA-256
+// trailer.
+func verifySnapshot(r io.Reader) error {
+	_, err := fsm.VerifySnapshot(r)
 	return err
 }
 

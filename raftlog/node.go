@@ -99,6 +99,8 @@ type Config struct {
 	// walSegmentSize is raft-wal's segment size; 0 means its default
 	// (64 MiB). Tests lower it to make segments rotate.
 	walSegmentSize int
+	// wrapStore, if set, wraps the opened store: tests make it fail.
+	wrapStore func(logStore) logStore
 }
 
 // Node is a running raft node and the stores it owns.
@@ -108,9 +110,12 @@ type Node struct {
 	Raft *raft.Raft
 
 	dir       string
-	store     logStore
+	store     *watchedStore
 	transport *raft.NetworkTransport
+	watched   *watchedTransport // the transport as raft sees it
+	commits   commitWatch
 	fsm       *fsmAdapter
+	logger    *slog.Logger
 
 	mu     sync.Mutex // guards meta and closed
 	meta   meta
@@ -165,19 +170,26 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 		}
 	}()
 
-	store, err := openLogStore(m.logStore(), cfg.DataDir, cfg.NodeID, cfg.walSegmentSize, logger.Named("wal"))
+	opened, err := openLogStore(m.logStore(), cfg.DataDir, cfg.NodeID, cfg.walSegmentSize, logger.Named("wal"))
 	if err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { _ = store.Close() })
-	held, err := checkStart(cfg.DataDir, m, cfg.NodeID, store, cfg.VerifySnapshot)
+	undo = append(undo, func() { _ = opened.Close() })
+	if cfg.wrapStore != nil {
+		opened = cfg.wrapStore(opened)
+	}
+	held, err := checkStart(cfg.DataDir, m, cfg.NodeID, opened, cfg.VerifySnapshot)
 	if err != nil {
 		return nil, err
 	}
 
 	// The cluster id is recorded only once the committed log names it
 	// (RecordClusterID): a mistyped --cluster-id must not claim the data dir.
-	n := &Node{dir: cfg.DataDir, store: store, meta: m}
+	n := &Node{dir: cfg.DataDir, meta: m, logger: cfg.Logger}
+	store := &watchedStore{logStore: opened}
+	store.markState = n.markRaftState
+	store.marked.Store(m.RaftState)
+	n.store = store
 
 	logs, err := raft.NewLogCache(logCacheSize, store)
 	if err != nil {
@@ -201,6 +213,8 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	})
 	undo = append(undo, func() { _ = trans.Close() })
 	n.transport = trans
+	n.watched = newWatchedTransport(trans, &n.commits)
+	undo = append(undo, n.watched.stop)
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = ServerID(cfg.NodeID)
@@ -227,7 +241,7 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 		logger.Info("no raft state and --join: waiting to be added to a quorum (keel quorum add-voter)",
 			"data_dir", cfg.DataDir, "node_id", cfg.NodeID, "address", cfg.Advertise)
 	case !hasState:
-		if err := bootstrap(cfg, rc, logs, store, snaps, trans, logger); err != nil {
+		if err := bootstrap(cfg, rc, logs, store, snaps, n.watched, logger); err != nil {
 			return nil, err
 		}
 		held = true
@@ -239,7 +253,7 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	}
 
 	n.fsm = &fsmAdapter{sm: sm}
-	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, trans)
+	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, n.watched)
 	if err != nil {
 		if rerr := n.fsm.restoreFailure(); rerr != nil {
 			// checkStart verified the newest snapshot, the only one raft
@@ -385,6 +399,7 @@ func (n *Node) Close() error {
 		if err := n.Raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
 		}
+		n.watched.stop()
 		// Raft's shutdown closes the transport already; this keeps Close
 		// correct should that change.
 		if err := n.transport.Close(); err != nil {
@@ -433,6 +448,16 @@ func (n *Node) RecordClusterID(id string) error {
 	return nil
 }
 
+// markRaftState is recordRaftState for the store's first successful
+// write. It is tried once: should the meta file not be written, Open
+// records it at the next start, as the store then holds state.
+func (n *Node) markRaftState() {
+	n.store.marked.Store(true)
+	if err := n.recordRaftState(); err != nil {
+		n.logger.Warn("cannot record in the meta file that the data dir holds raft state; it is recorded at the next start", "err", err)
+	}
+}
+
 // recordRaftState marks the data dir as having held raft state (meta's
 // RaftState), once, so that it never starts without its store again.
 func (n *Node) recordRaftState() error {
@@ -448,6 +473,25 @@ func (n *Node) recordRaftState() error {
 	}
 	n.meta = m
 	return nil
+}
+
+// StorageErrors counts the raft log and stable store's failed reads and
+// writes since the node started ("not found" is not a failure).
+func (n *Node) StorageErrors() uint64 { return n.store.errors.Load() }
+
+// StorageFailure reports when the raft log or stable store last failed,
+// and with what error, or a zero time if no write has failed since the
+// last one that succeeded.
+func (n *Node) StorageFailure() (time.Time, error) { return n.store.Failure() }
+
+// LeaderCommit reports the oldest commit index a leader has announced to
+// this node that is above applied, and how long ago it was announced: how
+// long this node has been behind the leader, as it knows it (see
+// commitWatch). It is 0 when applied reaches every index announced. The
+// caller passes how far its state machine has got (StateMachineIndex, or
+// further after a snapshot restore).
+func (n *Node) LeaderCommit(applied uint64) (index uint64, behindFor time.Duration) {
+	return n.commits.oldestAbove(applied, time.Now())
 }
 
 // DataDir returns the node's data dir.

@@ -77,6 +77,12 @@ type NodeConfig struct {
 	Metrics prometheus.Registerer
 }
 
+// MetricRaftStorageErrors counts the raft log and stable store's failed
+// reads and writes on this node (a full or read-only disk, an I/O error);
+// the node registers it with NodeConfig.Metrics. While the latest failed
+// write has not been followed by one that succeeds, the node is not ready.
+const MetricRaftStorageErrors = "keel_raft_storage_errors_total"
+
 // Node is one running controller process: the shared listener, the raft node
 // and its stores, the FSM, the controller and its gRPC services.
 type Node struct {
@@ -89,6 +95,7 @@ type Node struct {
 	ctrl    *controller.Controller
 	grpc    *grpc.Server
 	health  *rpc.Health
+	metrics []prometheus.Collector // registered with cfg.Metrics
 
 	stopping  atomic.Bool // Close has begun: not ready
 	fatal     chan error
@@ -177,6 +184,16 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		return nil, err
 	}
 	s.ctrl.Start(s.node.Raft)
+	if cfg.Metrics != nil {
+		storageErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: MetricRaftStorageErrors,
+			Help: "Failed reads and writes of this node's raft log and stable store (a full or read-only disk, an I/O error). The node is not ready from a failed write until a write succeeds.",
+		}, func() float64 { return float64(s.node.StorageErrors()) })
+		// Like the controller's, it panics on a registry that already
+		// holds it (two nodes on one registry).
+		cfg.Metrics.MustRegister(storageErrors)
+		s.metrics = append(s.metrics, storageErrors)
+	}
 
 	s.grpc = grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...)
 	newControllerService(s.ctrl, cfg.Version, cfg.WriteTimeout).register(s.grpc)
@@ -270,6 +287,9 @@ func (s *Node) Close() error {
 			s.grpc.Stop()
 		}
 		s.ctrl.Stop()
+		for _, c := range s.metrics {
+			s.cfg.Metrics.Unregister(c)
+		}
 		err = errors.Join(s.node.Close(), s.mux.Close())
 		s.wg.Wait()
 		s.log.Info("controller stopped", "node_id", s.cfg.NodeID)

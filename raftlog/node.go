@@ -99,6 +99,13 @@ type Config struct {
 	// walSegmentSize is raft-wal's segment size; 0 means its default
 	// (64 MiB). Tests lower it to make segments rotate.
 	walSegmentSize int
+	// FailStop, if set, is called instead of letting raft panic when the
+	// stable store cannot store a new current term (raft cannot go on
+	// without it on disk: a full or read-only disk, an I/O error). It must
+	// stop the process and not return; keel controller prints one line and
+	// exits. Nil: raft panics.
+	FailStop func(err error)
+
 	// wrapStore, if set, wraps the opened store: tests make it fail.
 	wrapStore func(logStore) logStore
 }
@@ -253,7 +260,14 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	}
 
 	n.fsm = &fsmAdapter{sm: sm}
-	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, n.watched)
+	// Guarded: a panic in NewRaft (a log entry checkStart did not foresee
+	// missing, a term it cannot store) comes before it starts anything.
+	var r *raft.Raft
+	err = guarded(func() error {
+		var err error
+		r, err = raft.NewRaft(rc, n.fsm, logs, store, snaps, n.watched)
+		return err
+	})
 	if err != nil {
 		if rerr := n.fsm.restoreFailure(); rerr != nil {
 			// checkStart verified the newest snapshot, the only one raft
@@ -268,6 +282,9 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	}
 	n.Raft = r
 	guard.setRaft(r)
+	if cfg.FailStop != nil {
+		store.failStop.Store(&cfg.FailStop)
+	}
 	ok = true
 	return n, nil
 }

@@ -1,6 +1,8 @@
 package raftlog
 
 import (
+	"bytes"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +31,9 @@ type watchedStore struct {
 
 	marked    atomic.Bool
 	markState func() // records RaftState; called until it has once succeeded
+
+	// failStop, once Open has started raft, is Config.FailStop.
+	failStop atomic.Pointer[func(error)]
 }
 
 // Failure reports when storage last failed and how, or a zero time when
@@ -104,8 +109,18 @@ func (s *watchedStore) Get(key []byte) ([]byte, error) {
 	return v, s.read(err)
 }
 
+// SetUint64 writes a stable value. Raft panics when it cannot store a new
+// current term (it must not take part in an election it cannot remember),
+// so that failure goes to failStop instead, which ends the process with one
+// line, when one is set.
 func (s *watchedStore) SetUint64(key []byte, val uint64) error {
-	return s.write(s.logStore.SetUint64(key, val), val > 0)
+	err := s.write(s.logStore.SetUint64(key, val), val > 0)
+	if err != nil && bytes.Equal(key, keyCurrentTerm) {
+		if stop := s.failStop.Load(); stop != nil {
+			(*stop)(fmt.Errorf("raft cannot store its current term %d, and a node that cannot must stop: %w", val, err))
+		}
+	}
+	return err
 }
 
 func (s *watchedStore) GetUint64(key []byte) (uint64, error) {

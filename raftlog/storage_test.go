@@ -208,6 +208,19 @@ func TestWatchedStore_CountsFailures(t *testing.T) {
 	if s.IsMonotonic() {
 		t.Errorf("IsMonotonic over raft's in-memory store: true, want false")
 	}
+
+	// Once armed, a term that cannot be stored goes to FailStop (raft
+	// would panic); other stable values do not.
+	var stopped []error
+	stop := func(err error) { stopped = append(stopped, err) }
+	s.failStop.Store(&stop)
+	fail.Store(true)
+	_ = s.SetUint64([]byte("LastVoteTerm"), 4)
+	_ = s.SetUint64(keyCurrentTerm, 4)
+	if len(stopped) != 1 || !errors.Is(stopped[0], syscall.ENOSPC) ||
+		stopped[0].Error() != "raft cannot store its current term 4, and a node that cannot must stop: write raft.db: no space left on device" {
+		t.Errorf("FailStop called with %v; want once, for the term", stopped)
+	}
 }
 
 // TestCluster_FollowerWithFailingStore: a follower whose disk stops taking

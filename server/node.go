@@ -75,6 +75,10 @@ type NodeConfig struct {
 	// Metrics, when set, gets the node's controller and raft metrics (see
 	// controller.Config.Metrics); nil registers none.
 	Metrics prometheus.Registerer
+	// FailStop, if set, stops the process when raft cannot store a new
+	// term (see raftlog.Config.FailStop); it must not return. Nil: raft
+	// panics.
+	FailStop func(err error)
 }
 
 // MetricRaftStorageErrors counts the raft log and stable store's failed
@@ -179,6 +183,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		DialAddrs:         cfg.RaftDial,
 		TLS:               cfg.TLS,
 		VerifySnapshot:    verifySnapshot,
+		FailStop:          cfg.FailStop,
 	}, s.applied, mux)
 	if err != nil {
 		return nil, err

@@ -93,6 +93,7 @@ remove-voter) notices within a few seconds and exits with status 0.`,
 				return err
 			}
 			cfg.NodeID, cfg.Voters, cfg.Logger, cfg.Version = nodeID, vs, log, buildVersion()
+			cfg.FailStop = failStop
 			metricsSrv, err := startMetrics(metricsAddr, log)
 			if err != nil {
 				return err
@@ -149,4 +150,13 @@ remove-voter) notices within a few seconds and exits with status 0.`,
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, /healthz, /readyz and pprof at /debug/pprof/; empty: off")
 	addRaftTimingFlags(f, &cfg.Timing)
 	return cmd
+}
+
+// failStop ends the process when raft cannot store a new term (a full or
+// read-only disk): raft must not go on, and would panic. It says why in one
+// line, as main does for any error, and exits 1 without the clean stop,
+// which would need raft.
+func failStop(err error) {
+	fmt.Fprintln(os.Stderr, "keel:", errorLine(err))
+	os.Exit(1)
 }

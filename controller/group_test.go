@@ -2,11 +2,13 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -99,5 +101,67 @@ func testGroupCommit(t *testing.T, bad *keelpb.Record) {
 	c.WaitForApplied(want, 5*time.Second)
 	if got := leader.fsm.Image().Offset; got != want {
 		t.Fatalf("applied offset %d, want %d", got, want)
+	}
+}
+
+// TestGroupCommit_RefusalWaitsForTheWritesItSaw: a decision refused
+// because of a write queued before it in the same group (a delete answered
+// "not found" because another delete of the topic is in flight) is
+// answered only once that write has committed, so that no read after the
+// answer can still see what it says is gone. (The fault suite's history
+// caught this as a linearizability violation.)
+func TestGroupCommit_RefusalWaitsForTheWritesItSaw(t *testing.T) {
+	c := newTestCluster(t, 3)
+	leader := c.WaitForActive(5 * time.Second)
+	l := leader.ctrl.active.Load()
+
+	release := make(chan struct{})
+	held := make(chan struct{})
+	if err := l.submit(context.Background(), event{
+		run:     func() { close(held); <-release },
+		abandon: func(error) {},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	before := leader.fsm.Image().Offset
+
+	var (
+		wg          sync.WaitGroup
+		writeIndex  uint64
+		writeErr    error
+		refusedErr  error
+		seenRefused uint64 // the committed offset when the refusal was answered
+	)
+	errGone := errors.New("gone: the write before it took it")
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		writeIndex, writeErr = l.decide(context.Background(), func(*fsm.Image) ([]*keelpb.Record, error) {
+			return []*keelpb.Record{noOp()}, nil
+		})
+	}()
+	poll.Until(t, 5*time.Second, "the write to be queued", func() bool { return len(l.events) == 1 })
+	go func() {
+		defer wg.Done()
+		_, refusedErr = l.decide(context.Background(), func(img *fsm.Image) ([]*keelpb.Record, error) {
+			if img.Offset > before {
+				return nil, errGone
+			}
+			return []*keelpb.Record{noOp()}, nil
+		})
+		seenRefused = leader.fsm.Image().Offset
+	}()
+	poll.Until(t, 5*time.Second, "the refusal to be queued", func() bool { return len(l.events) == 2 })
+	close(release)
+	wg.Wait()
+	if writeErr != nil {
+		t.Fatal(writeErr)
+	}
+	if !errors.Is(refusedErr, errGone) {
+		t.Fatalf("second decision: %v, want %v", refusedErr, errGone)
+	}
+	if seenRefused < writeIndex {
+		t.Errorf("the refusal was answered with the committed image at %d, before the write it saw committed at %d", seenRefused, writeIndex)
 	}
 }

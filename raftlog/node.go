@@ -95,10 +95,6 @@ type Config struct {
 	// the data dir before raft restores it. Nil: raft's CRC is checked, not
 	// the content.
 	VerifySnapshot func(r io.Reader) error
-
-	// walSegmentSize is raft-wal's segment size; 0 means its default
-	// (64 MiB). Tests lower it to make segments rotate.
-	walSegmentSize int
 	// FailStop, if set, is called instead of letting raft panic when the
 	// stable store cannot store a new current term (raft cannot go on
 	// without it on disk: a full or read-only disk, an I/O error). It must
@@ -106,6 +102,9 @@ type Config struct {
 	// exits. Nil: raft panics.
 	FailStop func(err error)
 
+	// walSegmentSize is raft-wal's segment size; 0 means its default
+	// (64 MiB). Tests lower it to make segments rotate.
+	walSegmentSize int
 	// wrapStore, if set, wraps the opened store: tests make it fail.
 	wrapStore func(logStore) logStore
 }

@@ -4,10 +4,12 @@ package integration
 // refuses it, exits with status 1 and says in one line on stderr which file
 // is at fault and how to recover; it never panics and never starts from
 // what is left (a node that lost raft.db once started at term 1 from its
-// snapshot, voted again, and an acknowledged topic was lost).
+// snapshot, voted again, and an acknowledged topic was lost). And a disk
+// that fails under a running node (disks_test.go).
 
 import (
 	"encoding/json"
+	"fmt"
 	"hash/crc64"
 	"io/fs"
 	"os"
@@ -17,6 +19,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 func TestDataDir_DamageRefusedAtStart(t *testing.T) {
@@ -214,4 +219,40 @@ func copyTree(t *testing.T, src, dst string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestDisk_ReadOnlyLeaderStops: the leader's file system turns read-only
+// under load. It cannot store entries, steps down, and when the next
+// election asks it to store a new term it cannot, so it stops: exit status
+// 1 and one line saying why, not raft's panic. Checked and mounted again,
+// the disk takes the node back, which catches up.
+func TestDisk_ReadOnlyLeaderStops(t *testing.T) {
+	if why, whyRO := disksAvailable(); why != "" || whyRO != "" {
+		t.Skipf("no disks to fault: %s%s", why, whyRO)
+	}
+	ds := newDisks(t, 1, 2, 3)
+	c := startCluster(t, 3, withControllerDataDirs(ds.dataDir))
+	leader, _ := c.WaitForActive(t, activeTimeout)
+	w := c.startNoOpWriters(t, 2)
+	w.waitForMore(t, 0, 20)
+	if err := ds[leader].turnReadOnly(); err != nil {
+		t.Fatal(err)
+	}
+	nd := c.node(leader)
+	poll.Until(t, 30*time.Second, fmt.Sprintf("node %d to stop", leader), func() bool { return !nd.Running() })
+	out := strings.TrimSpace(nd.Output())
+	last := keelproc.LastLines(out, 1)
+	const want = "keel: raft cannot store its current term "
+	if nd.ExitCode() != 1 || !strings.HasPrefix(last, want) || !strings.Contains(last, "read-only file system") {
+		t.Errorf("node %d exited with status %d, last line %q; want 1 and %q...", leader, nd.ExitCode(), last, want)
+	}
+	if strings.Contains(out, "panic:") {
+		t.Errorf("node %d panicked:\n%s", leader, out)
+	}
+	w.halt()
+	if err := ds[leader].repair(); err != nil {
+		t.Fatal(err)
+	}
+	c.Restart(leader)
+	c.WaitForConverged(t, c.IDs(), c.appendNoOp(t, 10*time.Second).Index)
 }

@@ -3,11 +3,16 @@ package server
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/keel-dev/keel/raftlog"
 )
 
 func TestReadiness_Check(t *testing.T) {
@@ -59,6 +64,31 @@ func TestReadiness_Check(t *testing.T) {
 			wantErr: "stopping",
 		},
 		{
+			// Raft's commit index is all applied, but the leader announced
+			// a later one long ago: the follower cannot store entries.
+			name: "follower behind the leader's announced commit",
+			r: readiness{state: raft.Follower, leaderID: 2, commitIndex: 40, appliedIndex: 40,
+				announced: 41, announcedAgo: applyLagBound + time.Millisecond},
+			wantErr: "applied up to index 40; the leader announced commit index 41 2.001s ago",
+		},
+		{
+			name: "follower a moment behind the leader's announced commit",
+			r: readiness{state: raft.Follower, leaderID: 2, commitIndex: 40, appliedIndex: 40,
+				announced: 90, announcedAgo: applyLagBound / 2},
+		},
+		{
+			name: "storage failed",
+			r: readiness{state: raft.Follower, leaderID: 2, commitIndex: 40, appliedIndex: 40,
+				storageFailedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), storageErr: errors.New("write raft.db: no space left on device")},
+			wantErr: "raft storage failed at 2026-01-02T03:04:05Z: write raft.db: no space left on device (ready again once a write succeeds)",
+		},
+		{
+			name: "storage failed on the active leader",
+			r: readiness{state: raft.Leader, leaderID: 1, active: true, commitIndex: 40, appliedIndex: 40,
+				storageFailedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), storageErr: errors.New("read-only file system")},
+			wantErr: "raft storage failed at",
+		},
+		{
 			name:    "shut down",
 			r:       readiness{state: raft.Shutdown, leaderID: -1},
 			wantErr: "no raft leader known",
@@ -91,4 +121,41 @@ func TestController_ReadyOnEveryCaughtUpNode(t *testing.T) {
 	if err := n.Ready(); !errors.Is(err, errStopping) {
 		t.Errorf("Ready after Close = %v, want %v", err, errStopping)
 	}
+}
+
+// TestNode_StorageErrorsMetric: the node registers its storage error
+// counter with its registry, and takes it away when it closes.
+func TestNode_StorageErrorsMetric(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	q, err := StartLocalQuorumWith(1, t.TempDir(), raftlog.DefaultTiming(), "test", slog.New(slog.NewTextHandler(io.Discard, nil)),
+		func(c *NodeConfig) { c.Metrics = reg })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	waitActive(t, q)
+	if v, ok := gathered(t, reg, MetricRaftStorageErrors); !ok || v != 0 {
+		t.Errorf("%s = %v (registered: %v) on a healthy node, want 0", MetricRaftStorageErrors, v, ok)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := gathered(t, reg, MetricRaftStorageErrors); ok {
+		t.Errorf("%s still registered after Close", MetricRaftStorageErrors)
+	}
+}
+
+// gathered returns the value of the counter name in reg, if it is there.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) (float64, bool) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue(), true
+		}
+	}
+	return 0, false
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -76,7 +77,17 @@ type NodeConfig struct {
 	// controller.Config.Metrics) and its port's count of unauthenticated
 	// connections (connlimit); nil registers none.
 	Metrics prometheus.Registerer
+	// FailStop, if set, stops the process when raft cannot store a new
+	// term (see raftlog.Config.FailStop); it must not return. Nil: raft
+	// panics.
+	FailStop func(err error)
 }
+
+// MetricRaftStorageErrors counts the raft log and stable store's failed
+// reads and writes on this node (a full or read-only disk, an I/O error);
+// the node registers it with NodeConfig.Metrics. While the latest failed
+// write has not been followed by one that succeeds, the node is not ready.
+const MetricRaftStorageErrors = "keel_raft_storage_errors_total"
 
 // Node is one running controller process: the shared listener, the raft node
 // and its stores, the FSM, the controller and its gRPC services.
@@ -185,11 +196,23 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		LogStore:          cfg.LogStore,
 		DialAddrs:         cfg.RaftDial,
 		TLS:               cfg.TLS,
+		VerifySnapshot:    verifySnapshot,
+		FailStop:          cfg.FailStop,
 	}, s.applied, mux)
 	if err != nil {
 		return nil, err
 	}
 	s.ctrl.Start(s.node.Raft)
+	if cfg.Metrics != nil {
+		storageErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: MetricRaftStorageErrors,
+			Help: "Failed reads and writes of this node's raft log and stable store (a full or read-only disk, an I/O error). The node is not ready from a failed write until a write succeeds.",
+		}, func() float64 { return float64(s.node.StorageErrors()) })
+		// Like the controller's, it panics on a registry that already
+		// holds it (two nodes on one registry).
+		cfg.Metrics.MustRegister(storageErrors)
+		s.registered = append(s.registered, storageErrors)
+	}
 
 	s.grpc = grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...)
 	newControllerService(s.ctrl, s.Ready, cfg.Version, cfg.WriteTimeout).register(s.grpc)
@@ -337,6 +360,14 @@ func (s *Node) unregisterMetrics() {
 		s.cfg.Metrics.Unregister(col)
 	}
 	s.registered = nil
+}
+
+// verifySnapshot is raftlog's check of the newest snapshot in the data dir
+// before raft restores it: the framing, every record and the SHA-256
+// trailer.
+func verifySnapshot(r io.Reader) error {
+	_, err := fsm.VerifySnapshot(r)
+	return err
 }
 
 func verifySnapshotFile(path string) error {

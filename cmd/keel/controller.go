@@ -107,6 +107,7 @@ loopback, or --insecure says plaintext is meant.`,
 				return err
 			}
 			cfg.NodeID, cfg.Voters, cfg.Logger, cfg.Version = nodeID, vs, log, buildVersion()
+			cfg.FailStop = failStop
 			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS}, log)
 			if err != nil {
 				return err
@@ -182,4 +183,13 @@ func controllerAddrs(listen string, voters []raftlog.Voter, raftDial map[int32]s
 		addrs = append(addrs, flagAddr{flag: "--raft-dial", id: id, addr: raftDial[id]})
 	}
 	return append(addrs, flagAddr{flag: "--metrics-addr", addr: metrics.ListenAddr(metricsAddr)})
+}
+
+// failStop ends the process when raft cannot store a new term (a full or
+// read-only disk): raft must not go on, and would panic. It says why in one
+// line, as main does for any error, and exits 1 without the clean stop,
+// which would need raft.
+func failStop(err error) {
+	fmt.Fprintln(os.Stderr, "keel:", errorLine(err))
+	os.Exit(1)
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
@@ -72,6 +73,21 @@ type Status struct {
 	MetadataOffset uint64
 }
 
+const (
+	// maxUnauthenticated bounds the connections the broker's port holds
+	// whose peer has not yet finished its TLS handshake (or, in
+	// plaintext, sent the HTTP/2 preface), each for at most
+	// rpc.HandshakeTimeout: beyond it a new connection is closed at once,
+	// counted and logged, so a flood of strangers costs a bounded number
+	// of goroutines and descriptors and never the connections of peers
+	// already in (replicas fetching, operators).
+	maxUnauthenticated = 1024
+	// unauthenticatedHold is the longest one connection counts: longer than
+	// the handshake deadline, so it only matters if a path forgot to say
+	// its peer authenticated.
+	unauthenticatedHold = 2 * rpc.HandshakeTimeout
+)
+
 // Agent is a running broker agent: it registers, heartbeats, replays the
 // metadata stream into its image and serves the broker's gRPC service.
 type Agent struct {
@@ -83,7 +99,10 @@ type Agent struct {
 	client      *rpc.Client
 	lis         net.Listener
 	grpc        *grpc.Server
-	replay      *replayer // owned by the stream loop
+	// unauth bounds the connections lis holds whose peer has not yet
+	// authenticated (maxUnauthenticated).
+	unauth *connlimit.Limiter
+	replay *replayer // owned by the stream loop
 	// handlers are told of every change: the data plane first, if any.
 	handlers []Handler
 	// diff: some handler may act on replica changes, so they are computed.
@@ -164,6 +183,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 		client:       client,
 		lis:          lis,
 		grpc:         grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...),
+		unauth:       connlimit.New(maxUnauthenticated, unauthenticatedHold, lis.Addr().String()),
 		applied:      make(chan struct{}, 1),
 		state:        StateRegistering,
 		shutdownPoke: make(chan struct{}, 1),
@@ -172,6 +192,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 		runDone:      make(chan struct{}),
 		metrics:      newAgentMetrics(),
 	}
+	a.unauth.SetLogger(a.log)
 	if err = a.registerMetrics(); err != nil {
 		client.Close()
 		return nil, err
@@ -197,7 +218,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 	a.serving.Add(1)
 	go func() {
 		defer a.serving.Done()
-		_ = a.grpc.Serve(lis)
+		_ = a.grpc.Serve(a.unauth.Listener(lis))
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel

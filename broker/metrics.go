@@ -96,7 +96,8 @@ func (a *Agent) registerMetrics() error {
 	if a.cfg.Metrics == nil {
 		return nil
 	}
-	for _, col := range []prometheus.Collector{agentCollector{a}, a.metrics.reconnects, a.metrics.heartbeat} {
+	cols := append([]prometheus.Collector{agentCollector{a}, a.metrics.reconnects, a.metrics.heartbeat}, a.unauth.Collectors()...)
+	for _, col := range cols {
 		if err := a.cfg.Metrics.Register(col); err != nil {
 			a.unregisterMetrics()
 			return fmt.Errorf("register the broker's metrics: %v", err)

@@ -48,6 +48,14 @@ type Config struct {
 	// Metrics, when set, gets the controller's metrics (metrics.go) once
 	// Start is called, until Stop; nil registers none.
 	Metrics prometheus.Registerer
+	// AskPeer asks voter id at addr how it is (server wires it to the
+	// voter's DescribeQuorum): a leadership transfer goes only to a voter
+	// that is ready and caught up. Nil: a transfer to a named voter is not
+	// checked, and one to any voter is refused.
+	AskPeer func(ctx context.Context, id int32, addr string) (PeerStatus, error)
+	// TimeoutNow tells voter id at addr to start an election at once (raft's
+	// TimeoutNow; raftlog.Node.TimeoutNow). Required with AskPeer.
+	TimeoutNow func(id int32, addr string) error
 
 	// takeoverFault, when set, is called at the start of every takeover
 	// attempt and fails it with the error it returns. Tests only: a leader

@@ -32,6 +32,14 @@ const maxGroup = 64
 //
 // A decision alone in its group is taken against the committed image, as
 // before, and costs no extra apply.
+//
+// A decision that writes nothing (refused, or with nothing to do) after
+// others in the group that write is answered only once their entries have
+// committed: it was taken on the image they leave, and answering earlier
+// would tell its caller of a state no read can see yet (a delete answered
+// "not found" because of another delete still in flight, then a read that
+// finds the topic). Should one of them fail, so that the image it was
+// decided on may never exist, its outcome is unknown too.
 func (l *leadership) runGroup(group []event) {
 	if l.ctx.Err() != nil {
 		for _, ev := range group {
@@ -43,10 +51,21 @@ func (l *leadership) runGroup(group []event) {
 	next := l.c.raft.LastIndex() + 1
 	type pending struct {
 		ev        event
-		futures   []raft.ApplyFuture
+		futures   []raft.ApplyFuture // nil: a decision that wrote nothing
 		submitted time.Time
+		err       error // the answer of one that wrote nothing
 	}
 	pend := make([]pending, 0, len(group))
+	writes := 0 // decisions in pend that wrote
+	// answer answers a decision that writes nothing: at once if it was
+	// taken on the committed image, else after the writes before it.
+	answer := func(ev event, err error) {
+		if writes == 0 {
+			ev.finish(0, err)
+			return
+		}
+		pend = append(pend, pending{ev: ev, err: err})
+	}
 	for i, ev := range group {
 		if err := ev.ctx.Err(); err != nil { // the caller has given up: write nothing
 			ev.finish(0, err)
@@ -54,7 +73,7 @@ func (l *leadership) runGroup(group []event) {
 		}
 		records, err := ev.decision(img)
 		if err != nil || len(records) == 0 {
-			ev.finish(0, err)
+			answer(ev, err)
 			continue
 		}
 		parts := splitRecords(records, MaxEntryBytes)
@@ -63,24 +82,37 @@ func (l *leadership) runGroup(group []event) {
 		// refused decision leaves both as they were, for the next one.
 		entries, err := encodeEntries(parts)
 		if err != nil {
-			ev.finish(0, err)
+			answer(ev, err)
 			continue
 		}
 		if i < len(group)-1 {
 			// Later decisions in the group must see this one.
 			spec, err := applyParts(img, next, parts)
 			if err != nil {
-				ev.finish(0, fmt.Errorf("batch refused by the state machine: %w", err))
+				answer(ev, fmt.Errorf("batch refused by the state machine: %w", err))
 				continue
 			}
 			img = spec
 		}
 		submitted := time.Now()
-		pend = append(pend, pending{ev, l.c.submitEntries(entries), submitted})
+		pend = append(pend, pending{ev: ev, futures: l.c.submitEntries(entries), submitted: submitted})
+		writes++
 		next += uint64(len(entries))
 	}
+	var failed error // the first write in the group that did not commit
 	for _, p := range pend {
-		p.ev.finish(l.c.waitEntries(p.futures, p.submitted))
+		switch {
+		case p.futures != nil:
+			index, err := l.c.waitEntries(p.futures, p.submitted)
+			if err != nil && failed == nil {
+				failed = err
+			}
+			p.ev.finish(index, err)
+		case failed != nil:
+			p.ev.finish(0, fmt.Errorf("%w: it was decided after writes that did not commit (%v)", ErrOutcomeUnknown, failed))
+		default:
+			p.ev.finish(0, p.err)
+		}
 	}
 }
 

@@ -2,10 +2,12 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
@@ -33,22 +35,7 @@ func testGroupCommit(t *testing.T, bad *keelpb.Record) {
 	l := leader.Controller().ActiveLeadership()
 
 	// Hold the event loop so that the decisions queue up behind it.
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	releaseLoop := func() { releaseOnce.Do(func() { close(release) }) }
-	// A test that fails while it holds the loop must still let it go, or
-	// stopping the cluster would wait for the loop forever.
-	t.Cleanup(releaseLoop)
-	held := make(chan struct{})
-	if err := l.Run(context.Background(), func() { close(held); <-release }); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-held:
-	case <-time.After(5 * time.Second):
-		// Leadership lost before the event's turn: it was abandoned.
-		t.Fatal("the event loop did not take the event that holds it")
-	}
+	releaseLoop := holdEventLoop(t, l)
 	before := leader.FSM().Image().Offset
 
 	const n = 5
@@ -101,4 +88,84 @@ func testGroupCommit(t *testing.T, bad *keelpb.Record) {
 	if got := leader.FSM().Image().Offset; got != want {
 		t.Fatalf("applied offset %d, want %d", got, want)
 	}
+}
+
+// TestGroupCommit_RefusalWaitsForTheWritesItSaw: a decision refused
+// because of a write queued before it in the same group (a delete answered
+// "not found" because another delete of the topic is in flight) is
+// answered only once that write has committed, so that no read after the
+// answer can still see what it says is gone. (The fault suite's history
+// caught this as a linearizability violation.)
+func TestGroupCommit_RefusalWaitsForTheWritesItSaw(t *testing.T) {
+	c := newCluster(t, 3)
+	leader := c.WaitForActive(5 * time.Second)
+	l := leader.Controller().ActiveLeadership()
+	release := holdEventLoop(t, l)
+	before := leader.FSM().Image().Offset
+	ctx := context.Background()
+
+	errGone := errors.New("gone: the write before it took it")
+	waitWrite, err := l.Queue(ctx, func(*fsm.Image) ([]*keelpb.Record, error) {
+		return []*keelpb.Record{noOp()}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRefusal, err := l.Queue(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		if img.Offset > before {
+			return nil, errGone
+		}
+		return []*keelpb.Record{noOp()}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		refusedErr  error
+		seenRefused uint64 // the committed offset when the refusal was answered
+		refused     = make(chan struct{})
+	)
+	go func() {
+		defer close(refused)
+		_, refusedErr = waitRefusal()
+		seenRefused = leader.FSM().Image().Offset
+	}()
+	release()
+	writeIndex, writeErr := waitWrite()
+	<-refused
+	if writeErr != nil {
+		if leader.Controller().ActiveLeadership() != l {
+			t.Skipf("leadership moved during the test (%v): nothing to judge", writeErr)
+		}
+		t.Fatal(writeErr)
+	}
+	if !errors.Is(refusedErr, errGone) {
+		t.Fatalf("second decision: %v, want %v", refusedErr, errGone)
+	}
+	if seenRefused < writeIndex {
+		t.Errorf("the refusal was answered with the committed image at %d, before the write it saw committed at %d", seenRefused, writeIndex)
+	}
+}
+
+// holdEventLoop blocks l's event loop until the returned release is
+// called, so that decisions queue up behind it. The test's end releases it
+// too, before the cluster stops: a test that fails while holding it must
+// not leave the event loop, and the cluster's shutdown, waiting forever.
+func holdEventLoop(t *testing.T, l *controller.Leadership) (release func()) {
+	t.Helper()
+	ch := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(release)
+	held := make(chan struct{})
+	if err := l.Run(context.Background(), func() { close(held); <-ch }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(5 * time.Second):
+		// Leadership lost before the event's turn: it was abandoned.
+		t.Fatal("the event loop did not take the event that holds it")
+	}
+	return release
 }

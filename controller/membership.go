@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -53,6 +54,10 @@ var (
 	// ErrTransferFailed: raft could not hand leadership on in time (the
 	// target did not catch up or answer); this node still leads (Unavailable).
 	ErrTransferFailed = errors.New("leadership transfer failed")
+	// ErrTransferRefused: no voter fit to lead was found: the target (or
+	// every other voter) is not ready, behind, or did not answer
+	// (FailedPrecondition). Nothing was done.
+	ErrTransferRefused = errors.New("leadership transfer refused")
 	// ErrRemoved: this node has been removed from the quorum (WaitRemoved).
 	ErrRemoved = errors.New("this node was removed from the quorum")
 )
@@ -341,35 +346,66 @@ func (c *Controller) RemoveVoter(ctx context.Context, id int32) (*MembershipResu
 	return res, nil
 }
 
-// TransferLeadership hands raft leadership from the active controller to
-// target (0: the most up-to-date other voter, as raft picks) and returns the
-// node it went to, or -1 if this node has not heard from the new leader yet.
-// A target that already leads is answered with itself, with nothing done.
+// TransferLeadership hands leadership from this node, the active
+// controller, to target (0: the most up-to-date other voter that is fit to
+// lead) and returns the node it went to, or -1 if this node has not heard
+// from the new leader yet. A target that already leads is answered with
+// itself, with nothing done.
+//
+// Leadership goes only to a voter that answers, says it is ready, and whose
+// log has caught up with this node's (Config.AskPeer); otherwise the
+// transfer is refused, naming why, and nothing changes. The target is then
+// told to start an election at once (raft's TimeoutNow, sent here rather
+// than through raft's own transfer, which refuses every write until it
+// completes and does not give up on a target that broke meanwhile: writes
+// stalled for 80 s behind a transfer to a follower whose disk had failed).
+// A target that has not taken over within two election timeouts is given
+// up on: this node still leads, and writes go on.
+//
 // It fails with ErrUnknownVoter, ErrNotVoter, ErrLastVoter,
-// ErrTransferFailed, or as a write does.
+// ErrTransferRefused, ErrTransferFailed, or as a write does.
 func (c *Controller) TransferLeadership(ctx context.Context, target int32) (int32, error) {
 	noop := false
+	var to int32
 	err := c.onLoop(ctx, func(*leadership) error {
 		conf, _, err := c.configuration()
 		if err != nil {
 			return err
 		}
-		to, nothing, err := decideTransfer(conf, c.cfg.NodeID, target)
+		dest, nothing, err := decideTransfer(conf, c.cfg.NodeID, target)
 		if err != nil || nothing {
 			noop = nothing
 			return err
 		}
+		candidates := otherVoters(conf, c.cfg.NodeID)
+		if dest != nil {
+			candidates = []raft.Server{*dest}
+		}
 		start := time.Now()
-		var f raft.Future
-		if to == nil {
-			f = c.raft.LeadershipTransfer()
-		} else {
-			f = c.raft.LeadershipTransferToServer(to.ID, to.Address)
+		if c.cfg.AskPeer == nil {
+			// Unchecked (tests without a network): raft's own transfer.
+			var f raft.Future
+			if dest != nil {
+				f = c.raft.LeadershipTransferToServer(dest.ID, dest.Address)
+			} else {
+				f = c.raft.LeadershipTransfer()
+			}
+			if err := f.Error(); err != nil {
+				return fmt.Errorf("%w: %v", ErrTransferFailed, err)
+			}
+			c.log.Info("leadership transferred on request", "target", target, "took", time.Since(start).Round(time.Microsecond))
+			return nil
 		}
-		if err := f.Error(); err != nil {
-			return fmt.Errorf("%w: %v", ErrTransferFailed, err)
+		chosen, err := c.fitToLead(ctx, candidates)
+		if err != nil {
+			return err
 		}
-		c.log.Info("leadership transferred on request", "target", target, "took", time.Since(start).Round(time.Microsecond))
+		id, _ := raftlog.ParseServerID(chosen.ID)
+		to = id
+		if err := c.handTo(ctx, id, string(chosen.Address)); err != nil {
+			return err
+		}
+		c.log.Info("leadership transferred on request", "target", id, "took", time.Since(start).Round(time.Microsecond))
 		return nil
 	})
 	switch {
@@ -379,7 +415,110 @@ func (c *Controller) TransferLeadership(ctx context.Context, target int32) (int3
 		return c.cfg.NodeID, nil
 	}
 	leader, _ := c.waitNewLeader(ctx)
+	if leader < 0 {
+		leader = to
+	}
 	return leader, nil
+}
+
+// otherVoters are conf's voters but self.
+func otherVoters(conf raft.Configuration, self int32) []raft.Server {
+	var out []raft.Server
+	for _, s := range conf.Servers {
+		if s.Suffrage == raft.Voter && s.ID != raftlog.ServerID(self) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// PeerStatus is what a voter says of itself when asked (AskPeer).
+type PeerStatus struct {
+	LastIndex uint64 // the last index in its raft log
+	Ready     bool   // its readiness (/readyz)
+	NotReady  string // why it is not ready
+}
+
+// fitToLead asks every candidate, in parallel, how it is, until one is
+// ready and its log has reached this node's last index, and returns the one
+// of them with the longest log; it waits up to an election timeout for
+// candidates to catch up (entries in flight). Without one, the error names
+// each candidate and why it is unfit.
+func (c *Controller) fitToLead(ctx context.Context, candidates []raft.Server) (raft.Server, error) {
+	wait := c.raft.ReloadableConfig().ElectionTimeout
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		last := c.raft.LastIndex()
+		why := make([]string, len(candidates))
+		status := make([]PeerStatus, len(candidates))
+		var wg sync.WaitGroup
+		for i, s := range candidates {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id, _ := raftlog.ParseServerID(s.ID)
+				st, err := c.cfg.AskPeer(ctx, id, string(s.Address))
+				switch {
+				case err != nil:
+					why[i] = fmt.Sprintf("node %d did not answer: %v", id, err)
+				case !st.Ready:
+					why[i] = fmt.Sprintf("node %d is not ready: %s", id, st.NotReady)
+				case st.LastIndex < last:
+					why[i] = fmt.Sprintf("node %d is behind: its log ends at index %d, this node's at %d", id, st.LastIndex, last)
+				}
+				status[i] = st
+			}()
+		}
+		wg.Wait()
+		best := -1
+		for i := range candidates {
+			if why[i] == "" && (best < 0 || status[i].LastIndex > status[best].LastIndex) {
+				best = i
+			}
+		}
+		if best >= 0 {
+			return candidates[best], nil
+		}
+		select {
+		case <-ctx.Done():
+			return raft.Server{}, fmt.Errorf("%w: %s", ErrTransferRefused, strings.Join(why, "; "))
+		case <-time.After(wait / 10):
+		}
+	}
+}
+
+// handTo tells voter id at addr to start an election now, and waits up to
+// two election timeouts for this node to lose leadership to it. A target
+// that does not take over is given up on: ErrTransferFailed, and this node
+// still leads.
+func (c *Controller) handTo(ctx context.Context, id int32, addr string) error {
+	wait := 2 * c.raft.ReloadableConfig().ElectionTimeout
+	sent := make(chan error, 1)
+	// The transport's call has its own timeout; it is not waited for
+	// beyond ours.
+	go func() { sent <- c.cfg.TimeoutNow(id, addr) }()
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if c.raft.State() != raft.Leader {
+			return nil
+		}
+		select {
+		case err := <-sent:
+			if err != nil {
+				return fmt.Errorf("%w: telling node %d to take over: %v", ErrTransferFailed, id, err)
+			}
+			sent = nil
+		case <-deadline.C:
+			return fmt.Errorf("%w: node %d did not take over within %v; given up, this node still leads", ErrTransferFailed, id, wait)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 // waitNewLeader waits, briefly, until this node (which just handed

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/faultproxy"
+	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
@@ -58,7 +60,9 @@ const (
 // kvTopics are the names the porcupine workload creates, deletes and reads.
 var kvTopics = []string{"k0", "k1", "k2", "k3"}
 
-// faultKinds are what the nemesis injects, with their weights.
+// faultKinds are what the nemesis injects, with their weights. The disk
+// faults (disks_test.go) run only where this machine can mount file
+// systems; each runs at least once in every run that has them.
 var faultKinds = []struct {
 	name   string
 	weight int
@@ -69,7 +73,14 @@ var faultKinds = []struct {
 	{"isolate-leader", 3},
 	{"cut-leader-out", 2},
 	{"pause-leader", 3},
+	{"disk-full", 1},
+	{"disk-read-only", 1},
 }
+
+// notReadyWithin bounds how long a controller whose disk failed may go on
+// reporting ready: its next raft write fails (the clients keep writing),
+// and from then on it is not ready.
+const notReadyWithin = 10 * time.Second
 
 type faultSuiteConfig struct {
 	runs     int
@@ -108,6 +119,11 @@ func TestFaults(t *testing.T) {
 		t.Skip("the fault suite starts clusters and runs for a while")
 	}
 	cfg := faultConfig(t)
+	if why, whyRO := disksAvailable(); why != "" {
+		t.Logf("disk faults skipped: %s", why)
+	} else if whyRO != "" {
+		t.Logf("disk-read-only skipped: %s", whyRO)
+	}
 	total := newFaultTally()
 	var failed []int64
 	for i := range cfg.runs {
@@ -169,6 +185,8 @@ func (f *faultTally) String() string {
 // faultRun is the state of one run shared by its goroutines.
 type faultRun struct {
 	c       *Cluster
+	disks   disks           // nil without disk faults
+	kinds   map[string]bool // the fault kinds this run injects
 	start   time.Time
 	ctrl    map[int32]string // controller id -> listen address
 	ctrlInc map[int32]*atomic.Int64
@@ -193,7 +211,21 @@ func (r *faultRun) logFault(format string, args ...any) {
 func runFaults(t *testing.T, seed int64, duration time.Duration) *faultTally {
 	t.Logf("seed %d: replay with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make faults", seed, seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>32|1))
-	c := startCluster(t, 3, withFaultNet(), withSessionTimeout(testSessionTimeout))
+	kinds := make(map[string]bool)
+	for _, k := range faultKinds {
+		kinds[k.name] = true
+	}
+	opts := []clusterOption{withFaultNet(), withSessionTimeout(testSessionTimeout)}
+	var ds disks
+	why, whyRO := disksAvailable()
+	if why == "" {
+		// Made before the cluster starts, so unmounted after it stops.
+		ds = newDisks(t, 1, 2, 3)
+		opts = append(opts, withControllerDataDirs(ds.dataDir), withMetrics())
+	}
+	kinds["disk-full"] = why == ""
+	kinds["disk-read-only"] = why == "" && whyRO == ""
+	c := startCluster(t, 3, opts...)
 	c.WaitForActive(t, activeTimeout)
 	brokers := []int32{1, 2, 3}
 	c.startBrokers(brokers, make([][]brokerOption, len(brokers)))
@@ -206,7 +238,7 @@ func runFaults(t *testing.T, seed int64, duration time.Duration) *faultTally {
 	}
 
 	r := &faultRun{
-		c: c, start: time.Now(),
+		c: c, disks: ds, kinds: kinds, start: time.Now(),
 		ctrl: make(map[int32]string), ctrlInc: make(map[int32]*atomic.Int64), brkInc: make(map[int32]*atomic.Int64),
 		creates: make(map[string]outcome),
 	}
@@ -273,18 +305,34 @@ func (r *faultRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration,
 	deadline := time.Now().Add(duration)
 	totalWeight := 0
 	for _, k := range faultKinds {
-		totalWeight += k.weight
+		if r.kinds[k.name] {
+			totalWeight += k.weight
+		}
 	}
 	hold := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	// Each disk fault once, first, in random order; then any fault.
+	var first []string
+	for _, k := range []string{"disk-full", "disk-read-only"} {
+		if r.kinds[k] {
+			first = append(first, k)
+		}
+	}
+	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
 	for time.Now().Before(deadline) {
 		n := rng.IntN(totalWeight)
 		var kind string
 		for _, k := range faultKinds {
+			if !r.kinds[k.name] {
+				continue
+			}
 			if n < k.weight {
 				kind = k.name
 				break
 			}
 			n -= k.weight
+		}
+		if len(first) > 0 {
+			kind, first = first[0], first[1:]
 		}
 		leader := r.leader()
 		switch kind {
@@ -340,10 +388,101 @@ func (r *faultRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration,
 			c.Pause(leader)
 			time.Sleep(d)
 			c.Resume(leader)
+		case "disk-full", "disk-read-only":
+			id := int32(1 + rng.IntN(len(r.ctrl)))
+			r.diskFault(t, kind, id, hold(time.Second, 3*time.Second))
 		}
 		tally.faults[kind]++
 		time.Sleep(hold(100*time.Millisecond, 800*time.Millisecond))
 	}
+}
+
+// diskFault fills node id's file system, or turns it read-only, under the
+// running node while the clients write; checks that the node reports not
+// ready (/readyz) within notReadyWithin, or has stopped (a node that cannot
+// store a new raft term exits with one line); holds the fault for d once
+// seen; then undoes it. A full disk is emptied and the node carries on (or
+// is started again if it stopped); a read-only one is repaired as an
+// operator would: the node is killed, the file system checked and mounted
+// again, and the node started. That it is ready again is checked with
+// everything else once the run is healed.
+func (r *faultRun) diskFault(t *testing.T, kind string, id int32, d time.Duration) {
+	t.Helper()
+	c, dk := r.c, r.disks[id]
+	nd := c.node(id)
+	// Ready first, so that what follows is this fault's doing (a node
+	// whose disk just failed may still be catching up).
+	poll.UntilState(t, healTimeout, fmt.Sprintf("node %d ready before its disk fails", id), func() (bool, string) {
+		code, body, err := get("http://" + nd.MetricsAddr() + "/readyz")
+		return err == nil && code == http.StatusOK, fmt.Sprintf("%d %s %v", code, strings.TrimSpace(body), err)
+	})
+	start := time.Now()
+	switch kind {
+	case "disk-full":
+		if err := dk.fill(); err != nil {
+			t.Fatalf("fill node %d's disk: %v", id, err)
+		}
+	case "disk-read-only":
+		if err := dk.turnReadOnly(); err != nil {
+			t.Fatalf("turn node %d's disk read-only: %v", id, err)
+		}
+	}
+	var seen string
+	err := poll.Wait(context.Background(), notReadyWithin, observeEvery, fmt.Sprintf("node %d to report not ready", id), func() (bool, error) {
+		// Whether it runs is asked first: once it has exited, its output
+		// holds all it will write.
+		if !nd.Running() {
+			seen = fmt.Sprintf("exited with status %d: %s", nd.ExitCode(), keelproc.LastLines(strings.TrimSpace(nd.Output()), 1))
+		} else if code, body, err := get("http://" + nd.MetricsAddr() + "/readyz"); err == nil && code == http.StatusServiceUnavailable {
+			seen = strings.TrimSpace(body)
+		}
+		return seen != "", nil
+	})
+	if err != nil {
+		t.Errorf("%s: node %d's disk failed, and it still reports ready: %v", kind, id, err)
+	}
+	r.logFault("%s: node %d's disk for %v; after %v: %s", kind, id, d, time.Since(start).Round(time.Millisecond), seen)
+	t.Logf("%s on node %d: after %v, %s", kind, id, time.Since(start).Round(time.Millisecond), seen)
+	time.Sleep(d) // the fault's length, not synchronisation
+
+	switch kind {
+	case "disk-full":
+		if err := dk.unfill(); err != nil {
+			t.Fatalf("empty node %d's disk: %v", id, err)
+		}
+		if !nd.Running() {
+			r.ctrlInc[id].Add(1)
+			c.Restart(id)
+		}
+	case "disk-read-only":
+		r.ctrlInc[id].Add(1)
+		if nd.Running() {
+			c.Kill(id)
+		}
+		if err := dk.repair(); err != nil {
+			t.Fatalf("repair node %d's disk: %v", id, err)
+		}
+		c.Restart(id)
+	}
+}
+
+// waitAllReady polls every controller's /readyz until each answers 200
+// (with disk faults, the controllers serve it).
+func (r *faultRun) waitAllReady(t *testing.T) {
+	t.Helper()
+	if r.disks == nil {
+		return
+	}
+	poll.UntilState(t, healTimeout, "every controller ready (/readyz)", func() (bool, string) {
+		var why []string
+		for _, id := range r.c.IDs() {
+			code, body, err := get("http://" + r.c.node(id).MetricsAddr() + "/readyz")
+			if err != nil || code != http.StatusOK {
+				why = append(why, fmt.Sprintf("node %d: %d %s %v", id, code, strings.TrimSpace(body), err))
+			}
+		}
+		return len(why) == 0, strings.Join(why, "; ")
+	})
 }
 
 // leader is the active controller with the highest epoch in the latest
@@ -564,6 +703,9 @@ func (r *faultRun) healAndCheck(t *testing.T, brokers []int32, tally *faultTally
 	}
 	c.WaitForActive(t, healTimeout)
 	c.WaitForBrokers(t, allActive(brokers...))
+	// A node whose disk failed is ready again (its storage failure cleared
+	// by a write that succeeded, its log caught up).
+	r.waitAllReady(t)
 
 	// Final reads, linearizable, after every fault is undone: part of the
 	// history, so they must agree with everything acknowledged before.

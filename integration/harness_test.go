@@ -161,6 +161,11 @@ func withControllerFlags(flags ...string) clusterOption {
 	return func(o *clusterOptions) { o.cfg.ControllerFlags = append(o.cfg.ControllerFlags, flags...) }
 }
 
+// withControllerDataDirs puts controller id's data dir at dataDir(id).
+func withControllerDataDirs(dataDir func(id int32) string) clusterOption {
+	return func(o *clusterOptions) { o.cfg.ControllerDataDir = dataDir }
+}
+
 // withFaultNet runs the controllers behind a faultproxy.Net (Cluster.net):
 // their voter addresses are proxies, and each dials its peers through its
 // own.

@@ -3,11 +3,15 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -247,5 +251,132 @@ func TestMembership_TLS(t *testing.T) {
 	c.keelJSON(t, &moved, "quorum", "transfer-leadership", "--to", "4")
 	if active, _ := c.WaitForActive(t, activeTimeout); moved.LeaderID != 4 || active != 4 {
 		t.Fatalf("transfer-leadership --to 4: printed %d, active %d", moved.LeaderID, active)
+	}
+}
+
+// TestMembership_RemovedNodeIsNotCalled: once an unreachable voter is
+// removed, the leader stops calling it at once. (It used to go on for about
+// 18 s: a call already under way to the removed node held on until the
+// transport's timeout.) At the dead node's address a listener accepts the
+// leader's calls and never answers, as an unreachable host's half-open
+// connections do; once the removal has committed, the leader must drop the
+// connections it holds there and open no more.
+func TestMembership_RemovedNodeIsNotCalled(t *testing.T) {
+	c := startCluster(t, 3)
+	leader, _ := c.WaitForActive(t, activeTimeout)
+	gone := int32(1)
+	for gone == leader {
+		gone++
+	}
+	c.Kill(gone)
+	ln, err := net.Listen("tcp", c.Addr(gone))
+	if err != nil {
+		t.Fatalf("listen at the dead node's address: %v", err)
+	}
+	defer ln.Close()
+	var (
+		mu     sync.Mutex
+		held   []net.Conn
+		closed = map[net.Conn]bool{}
+	)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, conn)
+			mu.Unlock()
+			go func() {
+				// Swallow what the leader sends; note when it hangs up.
+				_, _ = io.Copy(io.Discard, conn)
+				mu.Lock()
+				closed[conn] = true
+				mu.Unlock()
+			}()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, conn := range held {
+			conn.Close()
+		}
+	}()
+	poll.Until(t, 10*time.Second, "the leader to call the dead node's address", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(held) > len(closed)
+	})
+
+	var removed membershipJSON
+	c.keelJSON(t, &removed, "quorum", "remove-voter", strconv.Itoa(int(gone)))
+	if slices.Contains(removed.ids(), gone) {
+		t.Fatalf("remove-voter %d: %+v", gone, removed)
+	}
+	poll.UntilState(t, 2*time.Second, "the leader to hang up on the removed node", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(closed) == len(held), fmt.Sprintf("%d of %d connections still open", len(held)-len(closed), len(held))
+	})
+	mu.Lock()
+	calls := len(held)
+	mu.Unlock()
+	// What is checked now is an absence, so the test watches for a while
+	// rather than polling for an event.
+	<-time.After(2 * time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if n := len(held) - calls; n != 0 {
+		t.Fatalf("the leader called the removed node %d times after hanging up", n)
+	}
+}
+
+// TestMembership_TransferRefusedToAnUnfitVoter: `quorum transfer-leadership
+// --to N` toward a voter that cannot lead (here frozen with SIGSTOP) is
+// refused, naming the voter and why, without pausing writes; once the
+// voter is back, the same transfer succeeds. (A transfer toward a follower
+// whose disk had failed used to block every write for 80-95 s.)
+func TestMembership_TransferRefusedToAnUnfitVoter(t *testing.T) {
+	c := startCluster(t, 3)
+	leader, _ := c.WaitForActive(t, activeTimeout)
+	target := int32(1)
+	for target == leader {
+		target++
+	}
+	c.Pause(target)
+	paused := true
+	defer func() {
+		if paused {
+			c.Resume(target)
+		}
+	}()
+	start := time.Now()
+	_, stderr, code := runKeel(t, 30*time.Second, c.adminArgs("quorum", "transfer-leadership", "--to", strconv.Itoa(int(target)))...)
+	if code == 0 || !strings.Contains(stderr, fmt.Sprintf("node %d did not answer", target)) {
+		t.Fatalf("transfer to frozen node %d: exit %d, stderr %q; want a refusal naming it", target, code, stderr)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the refusal took %v", took)
+	}
+	// Nothing moved, and writes go on at once.
+	if now, _ := c.WaitForActive(t, activeTimeout); now != leader {
+		t.Fatalf("a refused transfer moved leadership from %d to %d", leader, now)
+	}
+	wstart := time.Now()
+	c.appendNoOp(t, 2*time.Second)
+	if took := time.Since(wstart); took > time.Second {
+		t.Errorf("a write after the refusal took %v", took)
+	}
+
+	c.Resume(target)
+	paused = false
+	poll.Until(t, 20*time.Second, fmt.Sprintf("a transfer to node %d once it is back", target), func() bool {
+		_, _, code := runKeel(t, 30*time.Second, c.adminArgs("quorum", "transfer-leadership", "--to", strconv.Itoa(int(target)))...)
+		return code == 0
+	})
+	if now, _ := c.WaitForActive(t, activeTimeout); now != target {
+		t.Fatalf("after the transfer node %d is active, want %d", now, target)
 	}
 }

@@ -5,16 +5,20 @@
 // The Go collector includes the runtime/metrics value /gc/heap/live:bytes,
 // exposed as go_gc_heap_live_bytes: the heap held by live objects as of the
 // last garbage collection, which is what `keel bench` reports as a
-// controller's heap. The server also mounts net/http/pprof under
-// /debug/pprof/, so a controller can be profiled where it runs;
-// /debug/pprof/heap?gc=1 runs a collection first, which makes
-// go_gc_heap_live_bytes current. /healthz answers 200 while the process
-// serves; the caller mounts /readyz (WithHandler, ReadyHandler), since only
-// it knows what ready means.
+// controller's heap. /healthz answers 200 while the process serves; the
+// caller mounts /readyz (WithHandler, ReadyHandler), since only it knows
+// what ready means.
+//
+// What the listener exposes is kept small by default: net/http/pprof
+// (which profiles the process and shows its command line) only WithPprof;
+// an address with an empty host (":9100") binds 127.0.0.1, not every
+// interface; and WithTLS serves HTTPS, requiring whatever client
+// certificate its config requires.
 package metrics
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -46,18 +50,56 @@ func NewRegistry() *prometheus.Registry {
 
 // Server is a running metrics endpoint.
 type Server struct {
-	lis  net.Listener
-	srv  *http.Server
-	done chan struct{}
+	lis    net.Listener
+	srv    *http.Server
+	scheme string
+	done   chan struct{}
 }
 
-// Option adds to what Serve serves.
-type Option func(*http.ServeMux)
+// serveConfig is what Serve's options set.
+type serveConfig struct {
+	mux        *http.ServeMux
+	tls        *tls.Config
+	pprof      bool
+	pprofAllow func(*http.Request) error
+}
+
+// Option adds to what Serve serves, or changes how.
+type Option func(*serveConfig)
 
 // WithHandler mounts h at pattern (http.ServeMux syntax) beside /metrics:
 // how a process adds its /readyz.
 func WithHandler(pattern string, h http.Handler) Option {
-	return func(mux *http.ServeMux) { mux.Handle(pattern, h) }
+	return func(c *serveConfig) { c.mux.Handle(pattern, h) }
+}
+
+// WithPprof mounts net/http/pprof under /debug/pprof/:
+// /debug/pprof/heap?gc=1 runs a collection first, which makes
+// go_gc_heap_live_bytes current. Without it those paths are 404: a profile
+// shows what the process holds, and /debug/pprof/cmdline its command line,
+// key paths included. allow, if set, decides each request first: an error
+// is a 403 with its text.
+func WithPprof(allow func(*http.Request) error) Option {
+	return func(c *serveConfig) { c.pprof, c.pprofAllow = true, allow }
+}
+
+// WithTLS serves HTTPS with cfg (a server config: its certificate, and
+// the client certificates it requires) instead of plain HTTP. Nil keeps
+// plain HTTP.
+func WithTLS(cfg *tls.Config) Option {
+	return func(c *serveConfig) { c.tls = cfg }
+}
+
+// ListenAddr is the address Serve binds for addr: addr itself, except that
+// an empty host (":9100") is 127.0.0.1, so the listener is loopback unless
+// a host is given (0.0.0.0 or [::] for every interface). An empty addr
+// stays empty.
+func ListenAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "" {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
 }
 
 // ReadyHandler answers /readyz from check: 200 "ready" when it returns nil,
@@ -75,37 +117,62 @@ func ReadyHandler(check func() error) http.Handler {
 	})
 }
 
-// Serve binds addr and serves reg at /metrics, pprof at /debug/pprof/,
-// /healthz (200 as long as the process serves: liveness) and whatever opts
-// mount, until Close. A bind failure is returned at once, naming the
-// address.
+// Serve binds addr (ListenAddr: an empty host is loopback) and serves reg
+// at /metrics, /healthz (200 as long as the process serves: liveness),
+// pprof at /debug/pprof/ WithPprof, and whatever opts mount, until Close:
+// over HTTPS WithTLS, else plain HTTP. A bind failure is returned at once,
+// naming the address.
 func Serve(addr string, reg *prometheus.Registry, opts ...Option) (*Server, error) {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr %s: %v", addr, err)
-	}
-	mux := http.NewServeMux()
+	cfg := &serveConfig{mux: http.NewServeMux()}
+	mux := cfg.mux
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	for _, opt := range opts {
-		opt(mux)
+		opt(cfg)
+	}
+	if cfg.pprof {
+		guard := func(h http.HandlerFunc) http.HandlerFunc {
+			if cfg.pprofAllow == nil {
+				return h
+			}
+			return func(w http.ResponseWriter, r *http.Request) {
+				if err := cfg.pprofAllow(r); err != nil {
+					http.Error(w, err.Error(), http.StatusForbidden)
+					return
+				}
+				h(w, r)
+			}
+		}
+		mux.HandleFunc("/debug/pprof/", guard(pprof.Index))
+		mux.HandleFunc("/debug/pprof/cmdline", guard(pprof.Cmdline))
+		mux.HandleFunc("/debug/pprof/profile", guard(pprof.Profile))
+		mux.HandleFunc("/debug/pprof/symbol", guard(pprof.Symbol))
+		mux.HandleFunc("/debug/pprof/trace", guard(pprof.Trace))
+	}
+	lis, err := net.Listen("tcp", ListenAddr(addr))
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %v", addr, err)
 	}
 	s := &Server{
-		lis:  lis,
-		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
-		done: make(chan struct{}),
+		lis: lis,
+		// ReadHeaderTimeout bounds the TLS handshake too.
+		srv:    &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: cfg.tls},
+		scheme: "http",
+		done:   make(chan struct{}),
+	}
+	if cfg.tls != nil {
+		s.scheme = "https"
 	}
 	go func() {
 		defer close(s.done)
+		if cfg.tls != nil {
+			_ = s.srv.ServeTLS(lis, "", "") // the certificate is in TLSConfig
+			return
+		}
 		_ = s.srv.Serve(lis)
 	}()
 	return s, nil
@@ -113,6 +180,9 @@ func Serve(addr string, reg *prometheus.Registry, opts ...Option) (*Server, erro
 
 // Addr is the address the server listens on.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// URL is the server's base URL: http://ADDR, or https://ADDR WithTLS.
+func (s *Server) URL() string { return s.scheme + "://" + s.Addr() }
 
 // Close stops the server: requests in flight get a moment to finish, then
 // every connection is closed. It waits for the serving goroutine.

@@ -25,6 +25,9 @@ func TestCluster_JoinWaitsToBeAdded(t *testing.T) {
 		return cfg
 	}
 	openNode(t, joiner, nil, join)
+	if _, ok := readMetaFile(t, joiner.dir)["raft_state"]; ok {
+		t.Errorf("meta.json of a joining node before it is added: %v, want no raft_state", readMetaFile(t, joiner.dir))
+	}
 	// For several heartbeat timeouts (a node that bootstrapped itself would
 	// have elected itself by then) it stays a follower with no configuration.
 	for end := time.Now().Add(10 * testTiming().HeartbeatTimeout); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
@@ -43,6 +46,11 @@ func TestCluster_JoinWaitsToBeAdded(t *testing.T) {
 	all := append(slices.Clone(nodes), joiner)
 	apply(t, all, "b")
 	waitForEntries(t, all, []string{"a", "b"})
+	// Its first term on disk marked the data dir: it must never start
+	// without its log again.
+	if got := readMetaFile(t, joiner.dir)["raft_state"]; got != true {
+		t.Errorf("meta.json of a joined node: %v, want raft_state", readMetaFile(t, joiner.dir))
+	}
 
 	joiner.node.Close()
 	openNode(t, joiner, nil, join)

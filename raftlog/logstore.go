@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -100,19 +101,31 @@ type logStore interface {
 
 // openLogStore opens (creating if need be) the store kind in dataDir for a
 // running node. Every error is one line.
-func openLogStore(kind, dataDir string, walSegmentSize int, logger hclog.Logger) (logStore, error) {
+// A damaged store is refused (checkBoltFile; openWAL), never a panic.
+func openLogStore(kind, dataDir string, nodeID int32, walSegmentSize int, logger hclog.Logger) (logStore, error) {
 	if kind == LogStoreWAL {
-		return openWAL(dataDir, walSegmentSize, logger)
+		return openWAL(dataDir, nodeID, walSegmentSize, logger)
+	}
+	if err := checkBoltFile(dataDir, nodeID); err != nil {
+		return nil, err
 	}
 	dbPath := filepath.Join(dataDir, raftDBFileName)
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path:        dbPath,
-		BoltOptions: &bbolt.Options{Timeout: boltLockTimeout},
+	var store *raftboltdb.BoltStore
+	err := guarded(func() error {
+		var err error
+		store, err = raftboltdb.New(raftboltdb.Options{
+			Path:        dbPath,
+			BoltOptions: &bbolt.Options{Timeout: boltLockTimeout},
+		})
+		return err
 	})
-	if errors.Is(err, berrors.ErrTimeout) {
+	var pe *panicError
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("data dir %s is in use by another process", dataDir)
-	}
-	if err != nil {
+	case errors.As(err, &pe):
+		return nil, fmt.Errorf("raft log %s is damaged (%v); %s", dbPath, err, rejoinHint(nodeID))
+	case err != nil:
 		return nil, fmt.Errorf("cannot open raft store %s: %v", dbPath, atomicfile.PathCause(err))
 	}
 	return store, nil
@@ -174,7 +187,11 @@ func (s *walStore) Close() error {
 // openWAL opens DATA/wal for writing. It takes an exclusive lock on the
 // directory first: raft-wal opens its bolt meta file without a lock timeout,
 // so a second process would otherwise wait forever instead of failing.
-func openWAL(dataDir string, segmentSize int, logger hclog.Logger) (*walStore, error) {
+//
+// raft-wal checks what it reads (each segment's frames, its meta store) and
+// reports damage as an error wrapping types.ErrCorrupt; it runs guarded all
+// the same, so that damage it does not foresee is an error too.
+func openWAL(dataDir string, nodeID int32, segmentSize int, logger hclog.Logger) (*walStore, error) {
 	dir := filepath.Join(dataDir, walDirName)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create raft log dir %s: %v", dir, atomicfile.PathCause(err))
@@ -187,15 +204,25 @@ func openWAL(dataDir string, segmentSize int, logger hclog.Logger) (*walStore, e
 		return nil, fmt.Errorf("cannot lock raft log dir %s: %v", dir, atomicfile.PathCause(err))
 	}
 	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(dir,
-		wal.WithMetaStore(meta),
-		wal.WithSegmentFiler(truncatedTailFiler{segment.NewFiler(dir, walfs.New())}),
-		wal.WithLogger(logger),
-		wal.WithSegmentSize(segmentSize), // 0 is raft-wal's default, 64 MiB
-	)
+	var w *wal.WAL
+	err = guarded(func() error {
+		var err error
+		w, err = wal.Open(dir,
+			wal.WithMetaStore(meta),
+			wal.WithSegmentFiler(truncatedTailFiler{segment.NewFiler(dir, walfs.New())}),
+			wal.WithLogger(logger),
+			wal.WithSegmentSize(segmentSize), // 0 is raft-wal's default, 64 MiB
+		)
+		return err
+	})
 	if err != nil {
 		_ = meta.Close()
 		unlock()
+		// A segment the meta store lists but the dir lacks is damage too.
+		var pe *panicError
+		if errors.Is(err, waltypes.ErrCorrupt) || errors.Is(err, fs.ErrNotExist) || errors.As(err, &pe) {
+			return nil, fmt.Errorf("raft log %s is damaged (%v); %s", dir, err, rejoinHint(nodeID))
+		}
 		return nil, fmt.Errorf("cannot open raft log %s: %v", dir, err)
 	}
 	return &walStore{WAL: w, meta: meta, unlock: unlock}, nil

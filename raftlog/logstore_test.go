@@ -63,7 +63,7 @@ func readAll(t *testing.T, s interface {
 // start. The log must read back whole after the restart, and offline too.
 func TestWAL_TailTruncationSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openWAL(dir, 0, hclog.NewNullLogger())
+	s, err := openWAL(dir, 1, 0, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestWAL_TailTruncationSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, err = openWAL(dir, 0, hclog.NewNullLogger())
+	s, err = openWAL(dir, 1, 0, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestWAL_WriteErrorStopsWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s2, err := openWAL(dataDir, 0, hclog.NewNullLogger())
+	s2, err := openWAL(dataDir, 1, 0, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

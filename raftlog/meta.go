@@ -34,6 +34,12 @@ type meta struct {
 	// LogStore is LogStoreWAL in a format 2 file; in memory, "" is read as
 	// LogStoreBoltDB (format 1 has no such field).
 	LogStore string `json:"log_store,omitempty"`
+	// RaftState is set once the log store has held raft state (a term, a
+	// log entry): from then on the data dir must never start without it
+	// (checkHeldState). The meta file is written before the store exists,
+	// so its presence alone does not say that. Keels before this field
+	// ignore it; a data dir they wrote gets it on its next start.
+	RaftState bool `json:"raft_state,omitempty"`
 }
 
 // newMeta is the meta file of a new data dir for node id with store.

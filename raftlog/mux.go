@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/keel-dev/keel/internal/connlimit"
 )
 
 // RaftMarker is the first byte raft connections send; gRPC connections start
@@ -17,12 +20,30 @@ const RaftMarker byte = 0x01
 
 const (
 	// firstByteTimeout bounds how long a connection may stay silent before
-	// the mux gives up on routing it.
-	firstByteTimeout = 10 * time.Second
+	// the mux gives up on routing it. Every client of the port speaks
+	// first, at once (a TLS ClientHello, the HTTP/2 preface, the raft
+	// marker): a silent connection is a stranger's.
+	firstByteTimeout = 5 * time.Second
 	// handoffTimeout bounds how long a routed connection waits for someone to
 	// accept it (a gRPC server not yet serving, a raft node not yet open)
 	// before it is dropped; the peer will redial.
 	handoffTimeout = 10 * time.Second
+
+	// maxUnauthenticated bounds the connections the port holds whose peer
+	// has not yet authenticated: accepted and not yet routed, or routed and
+	// not through their TLS handshake (raft's tlsHandshakeTimeout, the
+	// connection timeout of rpc.ServerOptions) or, in plaintext raft, their
+	// first request (firstRequestTimeout). Beyond it new connections are closed at once:
+	// a flood of strangers costs at most this many goroutines, descriptors
+	// and buffers, and never the connections of peers already in. Peers
+	// that dial during a flood are refused and redial.
+	maxUnauthenticated = 1024
+	// unauthenticatedHold is the longest one connection counts against
+	// maxUnauthenticated: longer than the longest way through the port
+	// (first byte, handoff, then the slower of a handshake and a first
+	// request), so it only matters if a path forgot to say its peer
+	// authenticated.
+	unauthenticatedHold = firstByteTimeout + handoffTimeout + firstRequestTimeout + 5*time.Second
 )
 
 // Mux splits one TCP listener into raft and gRPC connections by their first
@@ -32,6 +53,10 @@ type Mux struct {
 	raftCh chan net.Conn // unbuffered: a send is a completed handoff
 	grpc   *muxListener
 	done   chan struct{} // closed by Close
+	// limit counts every accepted connection until its peer authenticates
+	// (connlimit.Authenticated: the stream layer for raft, rpc's server
+	// credentials for gRPC) or it closes.
+	limit *connlimit.Limiter
 
 	mu      sync.Mutex
 	closed  bool
@@ -46,6 +71,12 @@ type Mux struct {
 // "listen ADDR: address already in use", which errors.Is matches against
 // syscall.EADDRINUSE.
 func Listen(addr string) (*Mux, error) {
+	return listenLimited(addr, maxUnauthenticated)
+}
+
+// listenLimited is Listen with a bound of its own on unauthenticated
+// connections (tests make it small).
+func listenLimited(addr string, maxUnauth int) (*Mux, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, listenCause(err))
@@ -54,6 +85,7 @@ func Listen(addr string) (*Mux, error) {
 		ln:      ln,
 		raftCh:  make(chan net.Conn),
 		done:    make(chan struct{}),
+		limit:   connlimit.New(maxUnauth, unauthenticatedHold, ln.Addr().String()),
 		pending: make(map[net.Conn]struct{}),
 	}
 	m.grpc = &muxListener{mux: m, ch: make(chan net.Conn), done: make(chan struct{})}
@@ -81,6 +113,13 @@ func listenCause(err error) error {
 
 // Addr returns the bound address (with the real port when addr had port 0).
 func (m *Mux) Addr() net.Addr { return m.ln.Addr() }
+
+// SetLogger makes the mux log its refusals to log (slog.Default until then).
+func (m *Mux) SetLogger(log *slog.Logger) { m.limit.SetLogger(log) }
+
+// Unauthenticated is the limiter of the port's connections whose peer has
+// not yet authenticated: its metrics are the node's.
+func (m *Mux) Unauthenticated() *connlimit.Limiter { return m.limit }
 
 // GRPC returns the listener that receives every non-raft connection, with its
 // first byte replayed. Closing it makes the mux drop later gRPC connections;
@@ -139,6 +178,10 @@ func (m *Mux) acceptLoop() {
 			continue
 		}
 		backoff = 0
+		conn, ok := m.limit.Admit(conn)
+		if !ok {
+			continue // closed, counted and logged by the limiter
+		}
 		// Reading the first byte in the accept loop would let one silent
 		// client stall every other connection, so each gets its own goroutine.
 		m.wg.Add(1)
@@ -252,3 +295,7 @@ func (c *replayConn) Read(p []byte) (int, error) {
 	}
 	return c.Conn.Read(p)
 }
+
+// NetConn is the connection c replays for, so that connlimit.Authenticated
+// finds the mux's count through it.
+func (c *replayConn) NetConn() net.Conn { return c.Conn }

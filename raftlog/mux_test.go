@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/keel-dev/keel/internal/poll"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -80,7 +82,7 @@ func TestMux_SharesPortBetweenRaftAndGRPC(t *testing.T) {
 	serveHealth(t, m.GRPC())
 	checkHealth(t, addr)
 
-	sl := newStreamLayer(m, "keel-1.example:9091")
+	sl := newStreamLayer(m, "keel-1.example:9091", staticGuard(1, map[int32]string{1: "keel-1.example:9091", 2: addr}, nil))
 	t.Cleanup(func() { _ = sl.Close() })
 	if got := sl.Addr().String(); got != "keel-1.example:9091" {
 		t.Errorf("stream layer Addr() = %q, want the advertised address", got)
@@ -112,14 +114,12 @@ func TestMux_SharesPortBetweenRaftAndGRPC(t *testing.T) {
 	defer server.Close()
 
 	// The marker must have been consumed: raft sees exactly what was sent.
-	if _, err := client.Write([]byte("ping")); err != nil {
-		t.Fatal(err)
+	writeRequest(t, client, rpcRequestVote, vote(2, 7))
+	_ = server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := readVote(server); err != nil || got.Term != 7 {
+		t.Fatalf("server read %+v, %v; want node 2's vote", got, err)
 	}
 	buf := make([]byte, 4)
-	_ = server.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadFull(server, buf); err != nil || string(buf) != "ping" {
-		t.Fatalf("server read %q, %v; want \"ping\"", buf, err)
-	}
 
 	// gRPC still works after the raft connection.
 	checkHealth(t, addr)
@@ -147,7 +147,7 @@ func TestMux_SharesPortBetweenRaftAndGRPC(t *testing.T) {
 func TestMux_CloseUnblocksAccept(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	m := listen(t, "127.0.0.1:0")
-	sl := newStreamLayer(m, m.Addr().String())
+	sl := newStreamLayer(m, m.Addr().String(), staticGuard(1, map[int32]string{1: m.Addr().String()}, nil))
 
 	errs := make(chan error, 2)
 	go func() { _, err := m.GRPC().Accept(); errs <- err }()
@@ -195,7 +195,7 @@ func TestMux_CloseUnblocksAccept(t *testing.T) {
 func TestStreamLayer_CloseWaitsForHandlers(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	m := listen(t, "127.0.0.1:0")
-	sl := newStreamLayer(m, m.Addr().String())
+	sl := newStreamLayer(m, m.Addr().String(), staticGuard(1, map[int32]string{1: m.Addr().String()}, nil))
 	out, err := sl.Dial(raft.ServerAddress(m.Addr().String()), time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestMux_GRPCListenerCloseKeepsMux(t *testing.T) {
 		t.Error("gRPC connection left open after the gRPC listener closed")
 	}
 
-	sl := newStreamLayer(m, m.Addr().String())
+	sl := newStreamLayer(m, m.Addr().String(), staticGuard(1, map[int32]string{1: m.Addr().String()}, nil))
 	defer sl.Close()
 	go func() {
 		if c, err := sl.Accept(); err == nil {
@@ -278,5 +278,106 @@ func TestListen_BadAddress(t *testing.T) {
 	_, err := Listen("127.0.0.1")
 	if err == nil || !strings.HasPrefix(err.Error(), "listen 127.0.0.1: ") || strings.Count(err.Error(), "127.0.0.1") != 1 {
 		t.Errorf("Listen(no port) error = %v, want one line naming the address once", err)
+	}
+}
+
+// closedWithin reports whether c's peer closed it within d.
+func closedWithin(c net.Conn, d time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	_, err := c.Read(make([]byte, 1))
+	return err != nil && !isTimeout(err)
+}
+
+// TestMux_BoundsUnauthenticatedConnections: the port holds at most its
+// bound of connections whose peer has not shown who it is; beyond it new
+// ones are closed at once and counted. A raft peer whose first request got
+// through no longer counts, and its pooled connection keeps working while
+// strangers fill the port.
+func TestMux_BoundsUnauthenticatedConnections(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	const bound = 3
+	serverMux, err := listenLimited("127.0.0.1:0", bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = serverMux.Close() })
+	serverMux.SetLogger(slog.New(slog.DiscardHandler))
+	limit := serverMux.Unauthenticated()
+	serverGuard := newPeerGuard(1, nil, slog.New(slog.DiscardHandler))
+	serverLayer := newStreamLayer(serverMux, serverMux.Addr().String(), serverGuard)
+	t.Cleanup(func() { _ = serverLayer.Close() })
+	clientGuard := newPeerGuard(2, nil, slog.New(slog.DiscardHandler))
+	clientLayer, clientAddr := guardedLayer(t, clientGuard)
+	members := map[int32]string{1: serverMux.Addr().String(), 2: clientAddr}
+	setMembers(serverGuard, members)
+	setMembers(clientGuard, members)
+	serverTrans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: serverLayer, MaxPool: 1, Timeout: 5 * time.Second})
+	defer serverTrans.Close()
+	clientTrans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: clientLayer, MaxPool: 1, Timeout: 5 * time.Second})
+	defer clientTrans.Close()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case rpc := <-serverTrans.Consumer():
+				rpc.Respond(&raft.RequestVoteResponse{Granted: true}, nil)
+			case <-done:
+				return
+			}
+		}
+	}()
+	vote := func() error {
+		var resp raft.RequestVoteResponse
+		hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(ServerID(2)), Addr: []byte(clientAddr)}
+		return clientTrans.RequestVote(ServerID(1), raft.ServerAddress(serverMux.Addr().String()), &raft.RequestVoteRequest{RPCHeader: hdr, Term: 1}, &resp)
+	}
+
+	if err := vote(); err != nil {
+		t.Fatalf("a member's vote request: %v", err)
+	}
+	poll.Until(t, 5*time.Second, "the member's connection to stop counting", func() bool { return limit.Pending() == 0 })
+
+	// Strangers: silent, the raft marker alone, half a TLS ClientHello.
+	var strangers []net.Conn
+	for _, first := range [][]byte{nil, {RaftMarker}, {0x16, 0x03, 0x01, 0x01}} {
+		c, err := net.Dial("tcp", serverMux.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write(first); err != nil {
+			t.Fatal(err)
+		}
+		strangers = append(strangers, c)
+	}
+	poll.Until(t, 5*time.Second, "the strangers to fill the bound", func() bool { return limit.Pending() == bound })
+	over, err := net.Dial("tcp", serverMux.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	if !closedWithin(over, 5*time.Second) {
+		t.Fatal("a connection beyond the bound was not closed")
+	}
+	if limit.Refused() != 1 {
+		t.Errorf("refused %d, want 1", limit.Refused())
+	}
+	// The member's pooled connection is not a stranger's.
+	if err := vote(); err != nil {
+		t.Fatalf("a member's vote request with the port full of strangers: %v", err)
+	}
+
+	// A stranger gone frees its slot for the next.
+	strangers[0].Close()
+	poll.Until(t, 5*time.Second, "a stranger's slot to be freed", func() bool { return limit.Pending() == bound-1 })
+	next, err := net.Dial("tcp", serverMux.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	poll.Until(t, 5*time.Second, "the next connection to be admitted", func() bool { return limit.Pending() == bound })
+	if limit.Refused() != 1 {
+		t.Errorf("refused %d, want still 1", limit.Refused())
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -89,9 +90,23 @@ type Config struct {
 	// what every other node and client knows them by.
 	DialAddrs map[int32]string
 
+	// VerifySnapshot, if set, checks a snapshot the state machine wrote
+	// (Keel's: fsm.VerifySnapshot), as Open checks the newest snapshot in
+	// the data dir before raft restores it. Nil: raft's CRC is checked, not
+	// the content.
+	VerifySnapshot func(r io.Reader) error
+	// FailStop, if set, is called instead of letting raft panic when the
+	// stable store cannot store a new current term (raft cannot go on
+	// without it on disk: a full or read-only disk, an I/O error). It must
+	// stop the process and not return; keel controller prints one line and
+	// exits. Nil: raft panics.
+	FailStop func(err error)
+
 	// walSegmentSize is raft-wal's segment size; 0 means its default
 	// (64 MiB). Tests lower it to make segments rotate.
 	walSegmentSize int
+	// wrapStore, if set, wraps the opened store: tests make it fail.
+	wrapStore func(logStore) logStore
 }
 
 // Node is a running raft node and the stores it owns.
@@ -101,10 +116,15 @@ type Node struct {
 	Raft *raft.Raft
 
 	dir       string
-	store     logStore
+	id        int32
+	advertise string
+	store     *watchedStore
 	transport *raft.NetworkTransport
 	stream    *streamLayer
+	watched   *watchedTransport // the transport as raft sees it
+	commits   commitWatch
 	fsm       *fsmAdapter
+	logger    *slog.Logger
 
 	mu     sync.Mutex // guards meta and closed
 	meta   meta
@@ -122,8 +142,11 @@ type Node struct {
 // cluster from cfg.Voters (every voter may do so with the same list; raft
 // treats that as one bootstrap), or, with cfg.Join, starts without a
 // configuration and waits to be added. With existing state it rejoins and
-// ignores cfg.Voters and cfg.Join. Every error is one line naming the
-// problem and the path, and leaves nothing open. The caller keeps ownership of mux and sm.
+// ignores cfg.Voters and cfg.Join. Before raft starts it refuses a data dir
+// that has held raft state but lost its log store, a damaged log store, a
+// damaged newest snapshot and a log that no snapshot covers (checkStart),
+// changing nothing in it. Every error is one line naming the problem and
+// the path, and leaves nothing open. The caller keeps ownership of mux and sm.
 func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	if err := checkConfig(cfg, sm, mux); err != nil {
 		return nil, err
@@ -156,26 +179,39 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 		}
 	}()
 
-	store, err := openLogStore(m.logStore(), cfg.DataDir, cfg.walSegmentSize, logger.Named("wal"))
+	opened, err := openLogStore(m.logStore(), cfg.DataDir, cfg.NodeID, cfg.walSegmentSize, logger.Named("wal"))
 	if err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { _ = store.Close() })
+	undo = append(undo, func() { _ = opened.Close() })
+	if cfg.wrapStore != nil {
+		opened = cfg.wrapStore(opened)
+	}
+	held, err := checkStart(cfg.DataDir, m, cfg.NodeID, opened, cfg.VerifySnapshot)
+	if err != nil {
+		return nil, err
+	}
 
 	// The cluster id is recorded only once the committed log names it
 	// (RecordClusterID): a mistyped --cluster-id must not claim the data dir.
-	n := &Node{dir: cfg.DataDir, store: store, meta: m}
+	n := &Node{dir: cfg.DataDir, id: cfg.NodeID, advertise: cfg.Advertise, meta: m, logger: cfg.Logger}
+	store := &watchedStore{logStore: opened}
+	store.markState = n.markRaftState
+	store.marked.Store(m.RaftState)
+	n.store = store
 
 	logs, err := raft.NewLogCache(logCacheSize, store)
 	if err != nil {
 		return nil, fmt.Errorf("raft log cache: %v", err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, logger.Named("snapshot"))
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, logger.Named("snapshot"))
 	if err != nil {
 		return nil, fmt.Errorf("cannot open snapshot store in %s: %v", cfg.DataDir, atomicfile.PathCause(err))
 	}
+	snaps := newestSnapshotOnly{fileSnaps}
 
-	n.stream = streamLayerFor(mux, cfg)
+	guard := newPeerGuard(cfg.NodeID, cfg.DialAddrs, cfg.Logger)
+	n.stream = streamLayerFor(mux, cfg, guard)
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: n.stream,
 		// Consulted on every dial; peers it does not know are dialled at
@@ -187,6 +223,8 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	})
 	undo = append(undo, func() { _ = trans.Close() })
 	n.transport = trans
+	n.watched = newWatchedTransport(trans, &n.commits)
+	undo = append(undo, n.watched.stop)
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = ServerID(cfg.NodeID)
@@ -213,17 +251,43 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 		logger.Info("no raft state and --join: waiting to be added to a quorum (keel quorum add-voter)",
 			"data_dir", cfg.DataDir, "node_id", cfg.NodeID, "address", cfg.Advertise)
 	case !hasState:
-		if err := bootstrap(cfg, rc, logs, store, snaps, trans, logger); err != nil {
+		if err := bootstrap(cfg, rc, logs, store, snaps, n.watched, logger); err != nil {
+			return nil, err
+		}
+		held = true
+	}
+	if held {
+		if err := n.recordRaftState(); err != nil {
 			return nil, err
 		}
 	}
 
 	n.fsm = &fsmAdapter{sm: sm}
-	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, trans)
+	// Guarded: a panic in NewRaft (a log entry checkStart did not foresee
+	// missing, a term it cannot store) comes before it starts anything.
+	var r *raft.Raft
+	err = guarded(func() error {
+		var err error
+		r, err = raft.NewRaft(rc, n.fsm, logs, store, snaps, n.watched)
+		return err
+	})
 	if err != nil {
+		if rerr := n.fsm.restoreFailure(); rerr != nil {
+			// checkStart verified the newest snapshot, the only one raft
+			// tries (newestSnapshotOnly), yet the state machine refused it.
+			path := filepath.Join(cfg.DataDir, snapshotDirName)
+			if s, _, _ := listSnapshotDirs(cfg.DataDir); len(s) > 0 {
+				path = filepath.Join(s[0].path, snapshotStateFileName)
+			}
+			return nil, fmt.Errorf("cannot restore snapshot %s (%v); %s", path, rerr, rejoinHint(cfg.NodeID))
+		}
 		return nil, fmt.Errorf("start raft on %s: %v", cfg.DataDir, err)
 	}
 	n.Raft = r
+	guard.setRaft(r)
+	if cfg.FailStop != nil {
+		store.failStop.Store(&cfg.FailStop)
+	}
 	ok = true
 	return n, nil
 }
@@ -286,6 +350,10 @@ func prepareDataDir(cfg Config) (meta, error) {
 		if have, want := m.logStore(), logStoreOrDefault(cfg.LogStore); have != want {
 			return meta{}, fmt.Errorf("data dir %s holds a %s raft log, not --log-store %s; to switch, start the node on an empty data dir and let it rejoin",
 				dir, have, want)
+		}
+		// Checked before the store is opened, which would create it.
+		if err := checkStoreExists(dir, m, cfg.NodeID); err != nil {
+			return meta{}, err
 		}
 		return m, nil
 	}
@@ -351,6 +419,7 @@ func (n *Node) Close() error {
 		if err := n.Raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
 		}
+		n.watched.stop()
 		// Raft's shutdown closes the transport already; this keeps Close
 		// correct should that change.
 		if err := n.transport.Close(); err != nil {
@@ -402,6 +471,67 @@ func (n *Node) RecordClusterID(id string) error {
 	}
 	n.meta = m
 	return nil
+}
+
+// TimeoutNow tells voter id at addr to start an election at once, as raft
+// does at the end of a leadership transfer (the voter skips its pre-vote,
+// and the others grant it their vote though they have a leader). It goes
+// over raft's own transport, in this node's name; it returns once the voter
+// has answered, or after the transport's timeout.
+func (n *Node) TimeoutNow(id int32, addr string) error {
+	req := &raft.TimeoutNowRequest{RPCHeader: raft.RPCHeader{
+		ProtocolVersion: raft.ProtocolVersionMax,
+		ID:              []byte(ServerID(n.id)),
+		Addr:            []byte(n.advertise),
+	}}
+	var resp raft.TimeoutNowResponse
+	return n.transport.TimeoutNow(ServerID(id), raft.ServerAddress(addr), req, &resp)
+}
+
+// markRaftState is recordRaftState for the store's first successful
+// write. It is tried once: should the meta file not be written, Open
+// records it at the next start, as the store then holds state.
+func (n *Node) markRaftState() {
+	n.store.marked.Store(true)
+	if err := n.recordRaftState(); err != nil {
+		n.logger.Warn("cannot record in the meta file that the data dir holds raft state; it is recorded at the next start", "err", err)
+	}
+}
+
+// recordRaftState marks the data dir as having held raft state (meta's
+// RaftState), once, so that it never starts without its store again.
+func (n *Node) recordRaftState() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.meta.RaftState {
+		return nil
+	}
+	m := n.meta
+	m.RaftState = true
+	if err := writeMeta(n.dir, m); err != nil {
+		return err
+	}
+	n.meta = m
+	return nil
+}
+
+// StorageErrors counts the raft log and stable store's failed reads and
+// writes since the node started ("not found" is not a failure).
+func (n *Node) StorageErrors() uint64 { return n.store.errors.Load() }
+
+// StorageFailure reports when the raft log or stable store last failed,
+// and with what error, or a zero time if no write has failed since the
+// last one that succeeded.
+func (n *Node) StorageFailure() (time.Time, error) { return n.store.Failure() }
+
+// LeaderCommit reports the oldest commit index a leader has announced to
+// this node that is above applied, and how long ago it was announced: how
+// long this node has been behind the leader, as it knows it (see
+// commitWatch). It is 0 when applied reaches every index announced. The
+// caller passes how far its state machine has got (StateMachineIndex, or
+// further after a snapshot restore).
+func (n *Node) LeaderCommit(applied uint64) (index uint64, behindFor time.Duration) {
+	return n.commits.oldestAbove(applied, time.Now())
 }
 
 // DataDir returns the node's data dir.

@@ -499,7 +499,8 @@ func TestNode_ClusterID(t *testing.T) {
 }
 
 // testNodeClusterID also checks the meta file's format and log store: a
-// boltdb data dir's meta file is exactly what keel wrote before --log-store.
+// boltdb data dir's meta file is what keel wrote before --log-store, with
+// raft_state, which keels before it ignore.
 func testNodeClusterID(t *testing.T, store string) {
 	dir := t.TempDir()
 	setStore := func(c *Config) { c.LogStore = store }
@@ -510,7 +511,7 @@ func testNodeClusterID(t *testing.T, store string) {
 	if n.DataDir() != dir {
 		t.Errorf("DataDir() = %q, want %q", n.DataDir(), dir)
 	}
-	wantMeta := map[string]any{"format": 1.0, "node_id": 1.0, "cluster_id": ""}
+	wantMeta := map[string]any{"format": 1.0, "node_id": 1.0, "cluster_id": "", "raft_state": true}
 	if store == LogStoreWAL {
 		wantMeta["format"], wantMeta["log_store"] = 2.0, "wal"
 	}

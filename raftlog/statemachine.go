@@ -3,6 +3,7 @@ package raftlog
 import (
 	"errors"
 	"io"
+	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
@@ -46,6 +47,18 @@ type fsmAdapter struct {
 	// sets its own applied index when it hands entries over, before the
 	// state machine has applied them; this is set after.
 	done atomic.Uint64
+
+	// restoreErr is the state machine's last refusal of a snapshot: raft
+	// logs it and reports only that no snapshot could be loaded.
+	restoreMu  sync.Mutex
+	restoreErr error
+}
+
+// restoreFailure returns the state machine's last refusal of a snapshot.
+func (a *fsmAdapter) restoreFailure() error {
+	a.restoreMu.Lock()
+	defer a.restoreMu.Unlock()
+	return a.restoreErr
 }
 
 var (
@@ -103,6 +116,11 @@ func (a *fsmAdapter) Restore(rc io.ReadCloser) error {
 	if o, ok := a.sm.(ConfigurationObserver); ok && err == nil {
 		// The snapshot holds a configuration, but raft does not pass it here.
 		o.ConfigurationCommitted(0, raft.Configuration{})
+	}
+	if err != nil {
+		a.restoreMu.Lock()
+		a.restoreErr = err
+		a.restoreMu.Unlock()
 	}
 	return err
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
@@ -34,6 +35,9 @@ type streamLayer struct {
 	mux       *Mux
 	advertise advertiseAddr
 	done      chan struct{}
+	// guard checks every inbound connection and request against the
+	// quorum's membership, and every dial (peerGuard).
+	guard *peerGuard
 
 	mu     sync.Mutex
 	closed bool
@@ -43,6 +47,7 @@ type streamLayer struct {
 	handlers sync.WaitGroup
 
 	closeOnce sync.Once
+	watchOnce sync.Once // starts dropRemoved
 
 	// With TLS (nil: plaintext): inbound connections are handshaken each in
 	// its own goroutine, never in Accept, so that a peer that never finishes
@@ -66,22 +71,23 @@ type layerTLS struct {
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
 
-func newStreamLayer(mux *Mux, advertise string) *streamLayer {
+func newStreamLayer(mux *Mux, advertise string, guard *peerGuard) *streamLayer {
 	return &streamLayer{
 		mux:       mux,
 		advertise: advertiseAddr(advertise),
 		done:      make(chan struct{}),
+		guard:     guard,
 		conns:     make(map[*layerConn]struct{}),
 	}
 }
 
-// streamLayerFor is the stream layer cfg asks for: with cfg.TLS, mutual TLS
-// between controllers; without, plaintext.
-func streamLayerFor(mux *Mux, cfg Config) *streamLayer {
+// streamLayerFor is the stream layer cfg asks for, guarded by guard: with
+// cfg.TLS, mutual TLS between controllers; without, plaintext.
+func streamLayerFor(mux *Mux, cfg Config, guard *peerGuard) *streamLayer {
 	if cfg.TLS == nil {
-		return newStreamLayer(mux, cfg.Advertise)
+		return newStreamLayer(mux, cfg.Advertise, guard)
 	}
-	return newTLSStreamLayer(mux, cfg.Advertise, cfg.TLS, cfg.Logger)
+	return newTLSStreamLayer(mux, cfg.Advertise, cfg.TLS, cfg.Logger, guard)
 }
 
 // newTLSStreamLayer is newStreamLayer with every connection, inbound and
@@ -90,8 +96,8 @@ func streamLayerFor(mux *Mux, cfg Config) *streamLayer {
 // Each end requires the other's certificate to be a controller's. Host
 // names are not checked: a peer may be dialled through an address that is
 // not its own (--raft-dial), and the controller role is what authenticates.
-func newTLSStreamLayer(mux *Mux, advertise string, cfg *tlsauth.Config, log *slog.Logger) *streamLayer {
-	s := newStreamLayer(mux, advertise)
+func newTLSStreamLayer(mux *Mux, advertise string, cfg *tlsauth.Config, log *slog.Logger, guard *peerGuard) *streamLayer {
+	s := newStreamLayer(mux, advertise, guard)
 	s.tls = &layerTLS{
 		server: cfg.Server(tlsauth.RoleController),
 		client: cfg.PeerClient(tlsauth.RoleController),
@@ -159,13 +165,40 @@ func (s *streamLayer) handshake(conn net.Conn) {
 		}
 		return
 	}
-	select {
-	case s.ready <- tc:
-	case <-s.done:
-		_ = tc.Close()
-	case <-s.mux.done:
-		_ = tc.Close()
+	// The handshake proved a controller certificate from the CA; only a
+	// member of the quorum may talk raft.
+	id, err := peerController(tc)
+	if err == nil {
+		err = s.guard.admit(ctx, id)
 	}
+	if err != nil {
+		_ = conn.Close()
+		s.guard.refused(conn.RemoteAddr().String(), "a connection", err)
+		return
+	}
+	// A member: it no longer counts against the port's bound on strangers.
+	connlimit.Authenticated(conn)
+	guarded := s.guard.guard(tc, id)
+	select {
+	case s.ready <- guarded:
+	case <-s.done:
+		_ = guarded.Close()
+	case <-s.mux.done:
+		_ = guarded.Close()
+	}
+}
+
+// peerController is the node id of the controller certificate a finished
+// handshake verified.
+func peerController(tc *tls.Conn) (int32, error) {
+	id, err := tlsauth.PeerIdentity(tc.ConnectionState().PeerCertificates)
+	if err != nil {
+		return 0, err
+	}
+	if id.Role != tlsauth.RoleController {
+		return 0, fmt.Errorf("certificate %s is not a controller's", id)
+	}
+	return id.ID, nil
 }
 
 // Dial connects to a peer's mux and sends RaftMarker so the peer routes the
@@ -176,8 +209,17 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		return nil, net.ErrClosed
 	default:
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	target, err := s.guard.dialTarget(ctx, address)
+	if err != nil {
+		return nil, fmt.Errorf("not dialing %s: %w", address, err)
+	}
+	// A dial toward a node removed meanwhile is abandoned at once rather
+	// than left to time out: raft would go on calling a node that left.
+	go s.guard.abandonIfRemoved(ctx, cancel, target)
 	d := net.Dialer{Timeout: timeout}
-	conn, err := d.Dial("tcp", string(address))
+	conn, err := d.DialContext(ctx, "tcp", string(address))
 	if err != nil {
 		return nil, err
 	}
@@ -196,14 +238,23 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		}
 		_ = conn.SetDeadline(time.Now().Add(hsTimeout))
 		tc := tls.Client(conn, s.tls.client)
-		if err := tc.Handshake(); err != nil {
+		if err := tc.HandshakeContext(ctx); err != nil {
 			_ = conn.Close()
 			return nil, fmt.Errorf("dial %s: TLS handshake: %w", address, err)
+		}
+		// Any controller of the CA would pass the handshake; the one at
+		// this address must be the member raft means to reach.
+		if id, err := peerController(tc); err != nil || id != target {
+			_ = conn.Close()
+			if err == nil {
+				err = fmt.Errorf("its certificate is controller-%d, not controller-%d", id, target)
+			}
+			return nil, fmt.Errorf("dial %s: %w", address, err)
 		}
 		_ = conn.SetDeadline(time.Time{})
 		conn = tc
 	}
-	return s.adopt(conn, false)
+	return s.adopt(conn, target)
 }
 
 // Accept returns the next connection the mux routed to raft. It returns
@@ -215,7 +266,12 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 	}
 	select {
 	case conn := <-in:
-		return s.adopt(conn, true)
+		if s.tls == nil {
+			// Plaintext proves no identity: each request must at least
+			// name a member (the TLS path guarded conn in handshake).
+			conn = s.guard.guard(conn, 0)
+		}
+		return s.adopt(conn, 0)
 	case <-s.done:
 		return nil, net.ErrClosed
 	case <-s.mux.done:
@@ -223,21 +279,25 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 	}
 }
 
-// adopt tracks conn so Close can close it; a conn that arrives after Close is
-// closed at once. An inbound conn is one raft's handler goroutine will
-// hold until it calls Close, which waitHandlers waits for.
-func (s *streamLayer) adopt(conn net.Conn, inbound bool) (net.Conn, error) {
+// adopt tracks conn so Close can close it, and (target, the member an
+// outbound conn reaches; 0 for an inbound one) so that it is closed once
+// that member leaves the quorum. An inbound conn is one raft's handler
+// goroutine will hold until it calls Close, which waitHandlers waits for. A
+// conn that arrives after Close is closed at once.
+func (s *streamLayer) adopt(conn net.Conn, target int32) (net.Conn, error) {
+	inbound := target == 0
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		_ = conn.Close()
 		return nil, net.ErrClosed
 	}
-	lc := &layerConn{Conn: conn, layer: s, handled: inbound}
+	lc := &layerConn{Conn: conn, layer: s, handled: inbound, target: target}
 	if inbound {
 		s.handlers.Add(1)
 	}
 	s.conns[lc] = struct{}{}
+	s.watchOnce.Do(func() { go s.dropRemoved() })
 	return lc, nil
 }
 
@@ -261,6 +321,39 @@ func (s *streamLayer) waitHandlers(timeout time.Duration) bool {
 		return true
 	case <-time.After(timeout):
 		return false
+	}
+}
+
+// dropRemoved closes, every abandonPoll, the outbound connections to nodes
+// that are no longer members: raft stops replicating to a removed node, but
+// a call already under way on a connection to it (an unreachable node's,
+// say) would otherwise hold on until the transport's timeout, and raft
+// would call again meanwhile. It runs from the first adopted connection
+// until Close.
+func (s *streamLayer) dropRemoved() {
+	tick := time.NewTicker(abandonPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-tick.C:
+		}
+		members, ok := s.guard.current()
+		if !ok {
+			continue
+		}
+		var drop []*layerConn
+		s.mu.Lock()
+		for c := range s.conns {
+			if _, member := members[c.target]; c.target != 0 && !member {
+				drop = append(drop, c)
+			}
+		}
+		s.mu.Unlock()
+		for _, c := range drop {
+			_ = c.Close()
+		}
 	}
 }
 
@@ -307,6 +400,7 @@ func (a advertiseAddr) String() string  { return string(a) }
 type layerConn struct {
 	net.Conn
 	layer     *streamLayer
+	target    int32       // the member an outbound conn reaches; 0 inbound
 	byLayer   atomic.Bool // closed by streamLayer.Close
 	closeOnce sync.Once
 	closeErr  error
@@ -344,9 +438,14 @@ func (c *layerConn) Close() error {
 // per connection.
 func (c *layerConn) closeByLayer() {
 	c.byLayer.Store(true)
-	conn := c.Conn
-	if tc, ok := conn.(*tls.Conn); ok {
-		conn = tc.NetConn()
-	}
-	c.closeOnce.Do(func() { c.closeErr = conn.Close() })
+	c.closeOnce.Do(func() {
+		switch conn := c.Conn.(type) {
+		case *guardedConn:
+			conn.closeNow()
+		case *tls.Conn:
+			c.closeErr = conn.NetConn().Close()
+		default:
+			c.closeErr = conn.Close()
+		}
+	})
 }

@@ -103,7 +103,9 @@ func TestStreamLayer_TLS(t *testing.T) {
 	m := listen(t, "127.0.0.1:0")
 	addr := raft.ServerAddress(m.Addr().String())
 	logs := &logBuffer{}
-	sl := newTLSStreamLayer(m, string(addr), certs["controller-1"], slog.New(slog.NewTextHandler(logs, nil)))
+	pm := listen(t, "127.0.0.1:0") // a plaintext node, dialled below
+	members := map[int32]string{1: string(addr), 2: "127.0.0.1:1", 3: pm.Addr().String()}
+	sl := newTLSStreamLayer(m, string(addr), certs["controller-1"], slog.New(slog.NewTextHandler(logs, nil)), staticGuard(1, members, nil))
 
 	accepted := make(chan net.Conn, 8)
 	var wg sync.WaitGroup
@@ -143,7 +145,7 @@ func TestStreamLayer_TLS(t *testing.T) {
 	// clients finish their handshake before the server has checked their
 	// certificate, so the refusal shows on the server: nothing accepted.
 	for _, c := range []*tlsauth.Config{certs["broker-2"], certs["admin"], other["controller-2"]} {
-		bad := newTLSStreamLayer(listen(t, "127.0.0.1:0"), "127.0.0.1:1", c, slog.New(slog.DiscardHandler))
+		bad := newTLSStreamLayer(listen(t, "127.0.0.1:0"), "127.0.0.1:1", c, slog.New(slog.DiscardHandler), staticGuard(2, members, nil))
 		if conn, err := bad.Dial(addr, 2*time.Second); err == nil {
 			_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
 			if _, err := conn.Read(make([]byte, 1)); err == nil {
@@ -153,7 +155,7 @@ func TestStreamLayer_TLS(t *testing.T) {
 		_ = bad.Close()
 	}
 
-	good := newTLSStreamLayer(listen(t, "127.0.0.1:0"), "127.0.0.1:1", certs["controller-2"], slog.New(slog.DiscardHandler))
+	good := newTLSStreamLayer(listen(t, "127.0.0.1:0"), "127.0.0.1:1", certs["controller-2"], slog.New(slog.DiscardHandler), staticGuard(2, members, nil))
 	defer good.Close()
 	client, err := good.Dial(addr, 2*time.Second)
 	if err != nil {
@@ -170,14 +172,12 @@ func TestStreamLayer_TLS(t *testing.T) {
 	if server.RemoteAddr().String() != client.LocalAddr().String() {
 		t.Fatalf("accepted %s, want controller-2's connection from %s", server.RemoteAddr(), client.LocalAddr())
 	}
-	if _, err := client.Write([]byte("ping")); err != nil {
-		t.Fatal(err)
+	writeRequest(t, client, rpcRequestVote, vote(2, 7))
+	_ = server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := readVote(server); err != nil || got.Term != 7 {
+		t.Fatalf("server read %+v, %v; want controller-2's vote", got, err)
 	}
 	buf := make([]byte, 4)
-	_ = server.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadFull(server, buf); err != nil || string(buf) != "ping" {
-		t.Fatalf("server read %q, %v; want \"ping\"", buf, err)
-	}
 	select {
 	case c := <-accepted:
 		t.Errorf("accepted another connection, from %s", c.RemoteAddr())
@@ -186,8 +186,7 @@ func TestStreamLayer_TLS(t *testing.T) {
 	poll.Until(t, waitTimeout, "the refusals to be logged", func() bool { return logs.contains("refused a raft connection") })
 
 	// A TLS node dialling a plaintext one fails its handshake in time.
-	pm := listen(t, "127.0.0.1:0")
-	plainLayer := newStreamLayer(pm, pm.Addr().String())
+	plainLayer := newStreamLayer(pm, pm.Addr().String(), staticGuard(3, members, nil))
 	go func() {
 		if c, err := plainLayer.Accept(); err == nil {
 			_, _ = io.Copy(io.Discard, c) // raft reading garbage, until closed
@@ -224,4 +223,38 @@ func TestOpen_TLSCertificateMustBeThisNodes(t *testing.T) {
 			t.Errorf("Open with %s's certificate: %v, want %q", name, err, want)
 		}
 	}
+}
+
+// TestStreamLayer_TLSMemberStopsCounting: a member's connection stops
+// counting against the port's bound on strangers once its handshake has
+// shown who it is, before it sends anything.
+func TestStreamLayer_TLSMemberStopsCounting(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	certs := testCerts(t, "controller-1", "controller-2")
+	m := listen(t, "127.0.0.1:0")
+	addr := m.Addr().String()
+	members := map[int32]string{1: addr, 2: "127.0.0.1:1"}
+	sl := newTLSStreamLayer(m, addr, certs["controller-1"], slog.New(slog.DiscardHandler), staticGuard(1, members, nil))
+	defer sl.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := sl.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	peer := newTLSStreamLayer(listen(t, "127.0.0.1:0"), "127.0.0.1:1", certs["controller-2"], slog.New(slog.DiscardHandler), staticGuard(2, members, nil))
+	defer peer.Close()
+	client, err := peer.Dial(raft.ServerAddress(addr), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	select {
+	case server := <-accepted:
+		defer server.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("controller-2's connection was not accepted")
+	}
+	// Well within the handshake deadline and the limiter's hold time.
+	poll.Until(t, time.Second, "controller-2's connection to stop counting", func() bool { return m.Unauthenticated().Pending() == 0 })
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -210,7 +211,10 @@ func tryElsewhere(err error) bool {
 // returns its address, or "" when none can tell. A controller that says it
 // is active is taken at once (and remembered, so that writes start there);
 // otherwise the leader address that the first controller to answer names
-// is used. A controller that does not answer costs at most one attempt.
+// is used, once the others have had hintGrace to say they are active. A
+// controller that does not answer (down, or frozen with its port open)
+// costs at most hintGrace when another names the leader, and one attempt
+// when none does.
 func (c *Client) findLeader(ctx context.Context) string {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -238,8 +242,14 @@ func (c *Client) findLeader(ctx context.Context) string {
 	defer wg.Wait()
 	defer cancel()
 	hint := ""
+	var grace <-chan time.Time
 	for range c.addrs {
-		a := <-answers
+		var a answer
+		select {
+		case a = <-answers:
+		case <-grace:
+			return hint
+		}
 		switch {
 		case a.resp == nil:
 		case a.resp.GetActive():
@@ -251,7 +261,13 @@ func (c *Client) findLeader(ctx context.Context) string {
 			return a.addr
 		case hint == "" && a.resp.GetLeaderId() >= 0 && a.resp.GetLeaderAddress() != "":
 			hint = a.resp.GetLeaderAddress()
+			grace = time.After(hintGrace)
 		}
 	}
 	return hint
 }
+
+// hintGrace is how long findLeader waits, once a follower has named the
+// leader, for the leader itself to answer that it is active: about a round
+// trip and a little, not a whole attempt.
+const hintGrace = 100 * time.Millisecond

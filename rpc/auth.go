@@ -21,7 +21,8 @@ import (
 type access int
 
 const (
-	// accessAny: any keel identity (controller, broker, admin). Reads.
+	// accessAny: any keel identity but a probe (controller, broker, admin).
+	// Reads.
 	accessAny access = iota + 1
 	// accessAdmin: an admin certificate. Every operator action that changes
 	// metadata, and snapshots.
@@ -31,6 +32,9 @@ const (
 	accessBrokerSelf
 	// accessBrokerOrAdmin: any broker, or an admin. A broker's own service.
 	accessBrokerOrAdmin
+	// accessHealth: any keel identity, probes included. Health checks and
+	// reflection (grpcServiceRules), the only calls a probe may make.
+	accessHealth
 )
 
 // rule is one method's access; field names the request's broker id field
@@ -46,6 +50,7 @@ var (
 	anyIdentity   = rule{access: accessAny}
 	adminOnly     = rule{access: accessAdmin}
 	brokerOrAdmin = rule{access: accessBrokerOrAdmin}
+	healthCheck   = rule{access: accessHealth}
 )
 
 // methodRules is the one table of who may call what when TLS is on. Every
@@ -101,6 +106,10 @@ func authorize(id tlsauth.Identity, method string, req proto.Message) error {
 	switch {
 	case id.Role == tlsauth.RoleNone:
 		return status.Errorf(codes.PermissionDenied, "%s: certificate %q names no keel role", name, id.Name)
+	case r.access == accessHealth:
+		return nil
+	case id.Role == tlsauth.RoleProbe:
+		return status.Errorf(codes.PermissionDenied, "%s: a probe certificate (%s) may only check health; this needs a controller, broker or admin certificate", name, id)
 	case id.Role == tlsauth.RoleAdmin:
 		return nil
 	}

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -124,6 +126,24 @@ func TestAuthorize(t *testing.T) {
 		{caller: "controller-1", method: inspect, wantCode: codes.PermissionDenied, wantMsg: "Inspect needs a broker or admin certificate; the caller's is controller-1"},
 		{caller: "broker-2", method: fetch, req: &keelpb.FetchRequest{ReplicaId: 2}, wantCode: codes.OK},
 		{caller: "broker-2", method: fetch, req: &keelpb.FetchRequest{ReplicaId: 3}, wantCode: codes.PermissionDenied, wantMsg: "replica_id 3: certificate is for broker 2"},
+
+		// A probe: health and reflection, nothing else.
+		{caller: "probe", method: healthpb.Health_Check_FullMethodName, wantCode: codes.OK},
+		{caller: "probe-lb", method: healthpb.Health_Watch_FullMethodName, wantCode: codes.OK},
+		{caller: "probe", method: healthpb.Health_List_FullMethodName, wantCode: codes.OK},
+		{caller: "probe", method: reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName, wantCode: codes.OK},
+		{caller: "probe", method: describe, wantCode: codes.PermissionDenied, wantMsg: "DescribeQuorum: a probe certificate (probe) may only check health; this needs a controller, broker or admin certificate"},
+		{caller: "probe-lb", method: listTopics, wantCode: codes.PermissionDenied, wantMsg: "ListTopics: a probe certificate (probe-lb) may only check health"},
+		{caller: "probe", method: create, wantCode: codes.PermissionDenied, wantMsg: "CreateTopic: a probe certificate"},
+		{caller: "probe", method: keelpb.ControllerService_AddVoter_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "AddVoter: a probe certificate"},
+		{caller: "probe", method: register, req: reg(0), wantCode: codes.PermissionDenied, wantMsg: "RegisterBroker: a probe certificate"},
+		{caller: "probe", method: inspect, wantCode: codes.PermissionDenied, wantMsg: "Inspect: a probe certificate"},
+		{caller: "probe", method: fetch, req: &keelpb.FetchRequest{ReplicaId: 0}, wantCode: codes.PermissionDenied, wantMsg: "Fetch: a probe certificate"},
+		// Everyone else may check health too.
+		{caller: "broker-3", method: healthpb.Health_Check_FullMethodName, wantCode: codes.OK},
+		{caller: "controller-2", method: reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName, wantCode: codes.OK},
+		{caller: "admin-ops", method: healthpb.Health_Watch_FullMethodName, wantCode: codes.OK},
+		{caller: "nobody", method: healthpb.Health_Check_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: `Check: certificate "nobody" names no keel role`},
 
 		// Fail closed.
 		{caller: "admin", method: "/keel.v1.ControllerService/Unknown", wantCode: codes.PermissionDenied, wantMsg: "has no authorization rule"},

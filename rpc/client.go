@@ -65,19 +65,27 @@ const (
 	keepaliveTimeout = 3 * time.Second
 )
 
-// ServerOptions are the options every Keel gRPC server uses: they accept the
-// clients' keepalive pings, bound request size and check every request
-// message by Validate before a handler sees it. WithTLS adds mutual TLS and
-// the authorization of every call by the caller's certificate, before the
-// check.
+// ServerOptions are the options every Keel gRPC server uses: they give a
+// connection HandshakeTimeout to finish its handshake (and tell the
+// listener's bound on unauthenticated connections when it has), accept the
+// clients' keepalive pings, bound each request's size by its method and its
+// repeated fields by Validate's bounds before it is decoded (serverCodec),
+// and check every request message by Validate before a handler sees it.
+// WithTLS adds mutual TLS and the authorization of every call by the
+// caller's certificate: by its method before the request is read, and by
+// the request, where that decides, before the check.
 func ServerOptions(opts ...Option) []grpc.ServerOption {
 	return append([]grpc.ServerOption{
+		grpc.ConnectionTimeout(HandshakeTimeout),
 		grpc.MaxRecvMsgSize(maxRecvMsgBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
 	}, serverCallOptions(buildOptions(opts))...)
 }
 
-// maxRecvMsgBytes bounds one request: metadata requests are small.
+// maxRecvMsgBytes bounds one request of any method (largeRequestMethods);
+// the others are bounded lower (smallRequestBytes). gRPC reads a request
+// whole before any check can see it, so this is also what one call in
+// flight may cost before it is refused.
 const maxRecvMsgBytes = 4 << 20
 
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
@@ -140,6 +148,13 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 	target := c.leader
 	c.mu.Unlock()
 	if target == "" {
+		// Ask every controller at once which one is active, rather than try
+		// them in order: one that is frozen (SIGSTOP, a half-open
+		// connection) would cost a whole attempt before the others are
+		// asked.
+		target = c.findLeader(ctx)
+	}
+	if target == "" {
 		target = c.addrs[0]
 	}
 	// Fall back through the addresses starting after the first target, so
@@ -185,9 +200,12 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 			// The leader itself, about to be active: the same target, soon.
 			wait = NotReadyPause
 		case code == codes.Unavailable || code == codes.DeadlineExceeded:
-			if hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target {
+			switch found := c.findLeader(ctx); {
+			case hint != nil && hint.LeaderAddress != "" && hint.LeaderAddress != target:
 				target = hint.LeaderAddress
-			} else {
+			case found != "" && found != target:
+				target = found
+			default:
 				target = c.addrs[next%len(c.addrs)]
 				next++
 			}

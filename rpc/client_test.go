@@ -211,3 +211,65 @@ func TestClient_WriteWaitsForALeaderTakingOver(t *testing.T) {
 		t.Errorf("another controller was asked %d times while the leader was taking over", got)
 	}
 }
+
+// frozenAddr is a controller that is there and says nothing, as a stopped
+// (SIGSTOP) process does: the kernel accepts the connection, nobody reads
+// it. Its connections close when the test ends.
+func frozenAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan net.Conn, 64)
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			held <- conn
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		for {
+			select {
+			case c := <-held:
+				c.Close()
+			default:
+				return
+			}
+		}
+	})
+	return lis.Addr().String()
+}
+
+// TestClient_WriteDoesNotWaitOnAFrozenController: with the first address
+// frozen, a write with a 2 s deadline still reaches the active controller,
+// and soon: the client asks every controller at once which one is active
+// instead of trying them in order (it used to spend the whole deadline on
+// the frozen one).
+func TestClient_WriteDoesNotWaitOnAFrozenController(t *testing.T) {
+	leader := &fakeController{answer: func() (*keelpb.AppendNoOpResponse, error) {
+		return &keelpb.AppendNoOpResponse{Index: 7}, nil
+	}}
+	leader.view = &keelpb.DescribeQuorumResponse{NodeId: 2, Active: true, LeaderId: 2}
+	follower := &fakeController{answer: func() (*keelpb.AppendNoOpResponse, error) {
+		return nil, status.Error(codes.FailedPrecondition, "not the leader")
+	}}
+	leaderAddr := serve(t, leader)
+	follower.view = &keelpb.DescribeQuorumResponse{NodeId: 3, LeaderId: 2, LeaderAddress: leaderAddr}
+	c, _ := NewClient([]string{frozenAddr(t), serve(t, follower), leaderAddr})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	resp, err := c.AppendNoOp(ctx, "r1")
+	if err != nil || resp.GetIndex() != 7 {
+		t.Fatalf("AppendNoOp with the first controller frozen = %v, %v", resp, err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("the write took %v: it waited on the frozen controller", took)
+	}
+}

@@ -88,14 +88,16 @@ func (h *Health) Shutdown() {
 
 // grpcServiceRules authorize, with TLS, the gRPC services Keel's servers
 // run beside their own: any keel identity may check health and list the
-// services (a load balancer's or grpcurl's certificate needs a keel role,
-// e.g. admin-lb).
+// services, and these are all a probe certificate (probe, probe-<name>: a
+// load balancer's, a monitoring system's) may call. Reflection describes
+// the services' schema, which is public (the .proto files); it reads no
+// metadata.
 var grpcServiceRules = map[string]rule{
-	healthpb.Health_Check_FullMethodName:                                   anyIdentity,
-	healthpb.Health_List_FullMethodName:                                    anyIdentity,
-	healthpb.Health_Watch_FullMethodName:                                   anyIdentity,
-	reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName:      anyIdentity,
-	reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName: anyIdentity,
+	healthpb.Health_Check_FullMethodName:                                   healthCheck,
+	healthpb.Health_List_FullMethodName:                                    healthCheck,
+	healthpb.Health_Watch_FullMethodName:                                   healthCheck,
+	reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName:      healthCheck,
+	reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName: healthCheck,
 }
 
 // ruleFor is the rule for method: Keel's own (methodRules) or gRPC's.

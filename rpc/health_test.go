@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
@@ -23,7 +26,8 @@ import (
 
 // TestGRPCServiceRules_CoverHealthAndReflection: with TLS, every method of
 // the health and reflection services has a rule (else the interceptor
-// refuses it to everyone), and none shadows a keel method.
+// refuses it to everyone), the one probes may use too, and none shadows a
+// keel method.
 func TestGRPCServiceRules_CoverHealthAndReflection(t *testing.T) {
 	seen := map[string]bool{}
 	for _, pkg := range []protoreflect.FullName{"grpc.health.v1", "grpc.reflection.v1", "grpc.reflection.v1alpha"} {
@@ -33,8 +37,8 @@ func TestGRPCServiceRules_CoverHealthAndReflection(t *testing.T) {
 				for j := range sd.Methods().Len() {
 					full := fmt.Sprintf("/%s/%s", sd.FullName(), sd.Methods().Get(j).Name())
 					seen[full] = true
-					if r, ok := grpcServiceRules[full]; !ok || r.access != accessAny {
-						t.Errorf("%s: rule %+v (present %v), want any identity", full, r, ok)
+					if r, ok := grpcServiceRules[full]; !ok || r.access != accessHealth {
+						t.Errorf("%s: rule %+v (present %v), want any identity and probes", full, r, ok)
 					}
 				}
 			}
@@ -152,8 +156,9 @@ func TestServeHealth_FollowsReadinessAndDrainsOnShutdown(t *testing.T) {
 	}
 }
 
-// TestServeHealth_OverTLS: any keel identity may check health and use
-// reflection; the interceptor refuses neither.
+// TestServeHealth_OverTLS: any keel identity, a probe's included, may check
+// health and use reflection; the interceptor refuses neither. A probe may
+// do nothing else.
 func TestServeHealth_OverTLS(t *testing.T) {
 	ca, err := tlsauth.NewCA("keel health test CA")
 	if err != nil {
@@ -166,7 +171,7 @@ func TestServeHealth_OverTLS(t *testing.T) {
 	addr, _ := serveHealth(t, server, func() error { return nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, cn := range []string{"controller-2", "broker-1", "admin"} {
+	for _, cn := range []string{"controller-2", "broker-1", "admin", "probe", "probe-lb"} {
 		cfg, err := ca.Config(cn)
 		if err != nil {
 			t.Fatal(err)
@@ -185,6 +190,20 @@ func TestServeHealth_OverTLS(t *testing.T) {
 			if !slices.Contains(names, want) {
 				t.Errorf("%s: reflection lists %v, without %s", cn, names, want)
 			}
+		}
+		// Watch streams the status; the first message is the current one.
+		wctx, wcancel := context.WithCancel(ctx)
+		w, err := healthpb.NewHealthClient(cc).Watch(wctx, &healthpb.HealthCheckRequest{})
+		if err == nil {
+			_, err = w.Recv()
+		}
+		wcancel()
+		if err != nil {
+			t.Errorf("%s: Watch: %v", cn, err)
+		}
+		_, err = keelpb.NewControllerServiceClient(cc).DescribeQuorum(ctx, &keelpb.DescribeQuorumRequest{})
+		if probe := strings.HasPrefix(cn, "probe"); probe != (status.Code(err) == codes.PermissionDenied) {
+			t.Errorf("%s: DescribeQuorum = %v; want PermissionDenied for a probe only", cn, err)
 		}
 	}
 }

@@ -45,19 +45,27 @@ func clientDialOptions(o options, role tlsauth.Role) []grpc.DialOption {
 	return append(slices.Clone(dialOptions), grpc.WithTransportCredentials(creds))
 }
 
-// serverCallOptions are the credentials and interceptors a server needs
-// for o: every message a client sends is checked by Validate; with TLS,
-// each call is first authorized by the caller's certificate.
+// serverCallOptions are the codec, credentials and interceptors a server
+// needs for o: every request is bounded before it is decoded (serverCodec)
+// and checked by Validate once it is; with TLS, each call is first
+// authorized by the caller's certificate, by its method before the request
+// is read (authorizeTap) and, for what depends on the request, once it is
+// decoded (authUnary, authStream). The codec's refusals come first in the
+// chains: they stand in for a decoding error.
 func serverCallOptions(o options) []grpc.ServerOption {
+	codec := &serverCodec{}
+	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(codec)}
 	if o.tls == nil {
-		return []grpc.ServerOption{
-			grpc.ChainUnaryInterceptor(validateUnary),
-			grpc.ChainStreamInterceptor(validateStream),
-		}
+		return append(opts,
+			grpc.Creds(serverCreds(o)),
+			grpc.ChainUnaryInterceptor(codec.refusedUnary, validateUnary),
+			grpc.ChainStreamInterceptor(codec.refusedStream, validateStream),
+		)
 	}
-	return []grpc.ServerOption{
-		grpc.Creds(credentials.NewTLS(o.tls.Server())),
-		grpc.ChainUnaryInterceptor(authUnary, validateUnary),
-		grpc.ChainStreamInterceptor(authStream, validateStream),
-	}
+	return append(opts,
+		grpc.Creds(serverCreds(o)),
+		grpc.InTapHandle(authorizeTap),
+		grpc.ChainUnaryInterceptor(codec.refusedUnary, authUnary, validateUnary),
+		grpc.ChainStreamInterceptor(codec.refusedStream, authStream, validateStream),
+	)
 }

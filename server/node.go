@@ -7,8 +7,10 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -72,7 +74,8 @@ type NodeConfig struct {
 	// (keel dev binds its ports before it knows the voter list).
 	Mux *raftlog.Mux
 	// Metrics, when set, gets the node's controller and raft metrics (see
-	// controller.Config.Metrics); nil registers none.
+	// controller.Config.Metrics) and its port's count of unauthenticated
+	// connections (connlimit); nil registers none.
 	Metrics prometheus.Registerer
 	// TuneController, for tests, adjusts the controller's config before it
 	// starts (a fault injected into its takeover, say).
@@ -81,7 +84,17 @@ type NodeConfig struct {
 	// time.Now. It is for tests, which move a fake clock to expire
 	// sessions without waiting for them: no command sets it.
 	Now func() time.Time
+	// FailStop, if set, stops the process when raft cannot store a new
+	// term (see raftlog.Config.FailStop); it must not return. Nil: raft
+	// panics.
+	FailStop func(err error)
 }
+
+// MetricRaftStorageErrors counts the raft log and stable store's failed
+// reads and writes on this node (a full or read-only disk, an I/O error);
+// the node registers it with NodeConfig.Metrics. While the latest failed
+// write has not been followed by one that succeeds, the node is not ready.
+const MetricRaftStorageErrors = "keel_raft_storage_errors_total"
 
 // Node is one running controller process: the shared listener, the raft node
 // and its stores, the FSM, the controller and its gRPC services.
@@ -95,6 +108,8 @@ type Node struct {
 	ctrl    *controller.Controller
 	grpc    *grpc.Server
 	health  *rpc.Health
+	// registered are the node's own metrics on cfg.Metrics, until Close.
+	registered []prometheus.Collector
 
 	stopping  atomic.Bool // Close has begun: not ready
 	fatal     chan error
@@ -140,6 +155,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 			mux.Close()
 		}
 	}()
+	mux.SetLogger(cfg.Logger)
 
 	s := &Node{
 		cfg:       cfg,
@@ -149,6 +165,14 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		fatal:     make(chan error, 1),
 		stopWatch: make(chan struct{}),
 	}
+	if err := s.registerMetrics(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.unregisterMetrics()
+		}
+	}()
 	s.applied = controller.NewAppliedLog(s.fsm, 0, 0)
 	ccfg := controller.Config{
 		NodeID:         cfg.NodeID,
@@ -160,6 +184,8 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		RestoreFrom:                  cfg.RestoreFrom,
 		Metrics:                      cfg.Metrics,
 		Now:                          cfg.Now,
+		AskPeer:                      askPeer(cfg.TLS),
+		TimeoutNow:                   func(id int32, addr string) error { return s.node.TimeoutNow(id, addr) },
 	}
 	if cfg.TuneController != nil {
 		cfg.TuneController(&ccfg)
@@ -182,14 +208,26 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		LogStore:          cfg.LogStore,
 		DialAddrs:         cfg.RaftDial,
 		TLS:               cfg.TLS,
+		VerifySnapshot:    verifySnapshot,
+		FailStop:          cfg.FailStop,
 	}, s.applied, mux)
 	if err != nil {
 		return nil, err
 	}
 	s.ctrl.Start(s.node.Raft)
+	if cfg.Metrics != nil {
+		storageErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: MetricRaftStorageErrors,
+			Help: "Failed reads and writes of this node's raft log and stable store (a full or read-only disk, an I/O error). The node is not ready from a failed write until a write succeeds.",
+		}, func() float64 { return float64(s.node.StorageErrors()) })
+		// Like the controller's, it panics on a registry that already
+		// holds it (two nodes on one registry).
+		cfg.Metrics.MustRegister(storageErrors)
+		s.registered = append(s.registered, storageErrors)
+	}
 
 	s.grpc = grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...)
-	newControllerService(s.ctrl, cfg.Version, cfg.WriteTimeout).register(s.grpc)
+	newControllerService(s.ctrl, s.Ready, cfg.Version, cfg.WriteTimeout).register(s.grpc)
 	s.health = rpc.ServeHealth(s.grpc, keelpb.ControllerService_ServiceDesc.ServiceName, s.Ready)
 	s.wg.Add(2)
 	go func() {
@@ -301,8 +339,65 @@ func (s *Node) stop(graceful bool) error {
 		s.ctrl.Stop()
 		err = errors.Join(s.node.Close(), s.mux.Close())
 		s.wg.Wait()
+		s.unregisterMetrics()
 		s.log.Info("controller stopped", "node_id", s.cfg.NodeID, "graceful", graceful)
 	})
+	return err
+}
+
+// askPeer asks a voter how it is through its gRPC DescribeQuorum (its raft
+// address is its gRPC address: they share one port), with this node's
+// certificate when TLS is on.
+func askPeer(tls *tlsauth.Config) func(ctx context.Context, id int32, addr string) (controller.PeerStatus, error) {
+	return func(ctx context.Context, id int32, addr string) (controller.PeerStatus, error) {
+		cl, err := rpc.NewClient([]string{addr}, rpc.WithTLS(tls))
+		if err != nil {
+			return controller.PeerStatus{}, err
+		}
+		defer cl.Close()
+		cc, err := cl.Controller(addr)
+		if err != nil {
+			return controller.PeerStatus{}, err
+		}
+		resp, err := cc.DescribeQuorum(ctx, &keelpb.DescribeQuorumRequest{})
+		if err != nil {
+			return controller.PeerStatus{}, err
+		}
+		if resp.GetNodeId() != id {
+			return controller.PeerStatus{}, fmt.Errorf("the node at %s is node %d", addr, resp.GetNodeId())
+		}
+		return controller.PeerStatus{LastIndex: resp.GetLastIndex(), Ready: resp.GetReady(), NotReady: resp.GetNotReadyReason()}, nil
+	}
+}
+
+// registerMetrics registers the port's count of connections whose peer
+// has not yet authenticated, and of those refused, on cfg.Metrics.
+func (s *Node) registerMetrics() error {
+	if s.cfg.Metrics == nil {
+		return nil
+	}
+	for _, col := range s.mux.Unauthenticated().Collectors() {
+		if err := s.cfg.Metrics.Register(col); err != nil {
+			s.unregisterMetrics()
+			return fmt.Errorf("register the controller's connection metrics: %v", err)
+		}
+		s.registered = append(s.registered, col)
+	}
+	return nil
+}
+
+func (s *Node) unregisterMetrics() {
+	for _, col := range s.registered {
+		s.cfg.Metrics.Unregister(col)
+	}
+	s.registered = nil
+}
+
+// verifySnapshot is raftlog's check of the newest snapshot in the data dir
+// before raft restores it: the framing, every record and the SHA-256
+// trailer.
+func verifySnapshot(r io.Reader) error {
+	_, err := fsm.VerifySnapshot(r)
 	return err
 }
 

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -54,6 +56,31 @@ func TestReadiness_Check(t *testing.T) {
 			name:    "stopping",
 			r:       readiness{stopping: true, state: raft.Leader, leaderID: 1, active: true, commitIndex: 40, appliedIndex: 40},
 			wantErr: "stopping",
+		},
+		{
+			// Raft's commit index is all applied, but the leader announced
+			// a later one long ago: the follower cannot store entries.
+			name: "follower behind the leader's announced commit",
+			r: readiness{state: raft.Follower, leaderID: 2, commitIndex: 40, appliedIndex: 40,
+				announced: 41, announcedAgo: applyLagBound + time.Millisecond},
+			wantErr: "applied up to index 40; the leader announced commit index 41 2.001s ago",
+		},
+		{
+			name: "follower a moment behind the leader's announced commit",
+			r: readiness{state: raft.Follower, leaderID: 2, commitIndex: 40, appliedIndex: 40,
+				announced: 90, announcedAgo: applyLagBound / 2},
+		},
+		{
+			name: "storage failed",
+			r: readiness{state: raft.Follower, leaderID: 2, commitIndex: 40, appliedIndex: 40,
+				storageFailedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), storageErr: errors.New("write raft.db: no space left on device")},
+			wantErr: "raft storage failed at 2026-01-02T03:04:05Z: write raft.db: no space left on device (ready again once a write succeeds)",
+		},
+		{
+			name: "storage failed on the active leader",
+			r: readiness{state: raft.Leader, leaderID: 1, active: true, commitIndex: 40, appliedIndex: 40,
+				storageFailedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), storageErr: errors.New("read-only file system")},
+			wantErr: "raft storage failed at",
 		},
 		{
 			name:    "shut down",

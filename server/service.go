@@ -24,6 +24,7 @@ import (
 type controllerService struct {
 	keelpb.UnimplementedControllerServiceServer
 	ctrl         *controller.Controller
+	ready        func() error // the node's readiness (Node.Ready)
 	version      string
 	writeTimeout time.Duration
 }
@@ -31,11 +32,11 @@ type controllerService struct {
 // newControllerService returns the service over ctrl. writeTimeout bounds
 // every write: without a quorum it fails with Unavailable after at most that
 // long.
-func newControllerService(ctrl *controller.Controller, version string, writeTimeout time.Duration) *controllerService {
+func newControllerService(ctrl *controller.Controller, ready func() error, version string, writeTimeout time.Duration) *controllerService {
 	if writeTimeout <= 0 {
 		writeTimeout = 10 * time.Second
 	}
-	return &controllerService{ctrl: ctrl, version: version, writeTimeout: writeTimeout}
+	return &controllerService{ctrl: ctrl, ready: ready, version: version, writeTimeout: writeTimeout}
 }
 
 // register adds the service to g.
@@ -43,7 +44,13 @@ func (s *controllerService) register(g *grpc.Server) { keelpb.RegisterController
 
 // DescribeQuorum answers from this node's own view, leader or not.
 func (s *controllerService) DescribeQuorum(context.Context, *keelpb.DescribeQuorumRequest) (*keelpb.DescribeQuorumResponse, error) {
-	return s.ctrl.Describe(s.version), nil
+	resp := s.ctrl.Describe(s.version)
+	if err := s.ready(); err != nil {
+		resp.NotReadyReason = err.Error()
+	} else {
+		resp.Ready = true
+	}
+	return resp, nil
 }
 
 // AppendNoOp commits a no-op record through the active controller.

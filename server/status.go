@@ -71,7 +71,7 @@ func toStatus(err error) error {
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, controller.ErrUnknownVoter):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, controller.ErrLastVoter), errors.Is(err, controller.ErrNotVoter):
+	case errors.Is(err, controller.ErrLastVoter), errors.Is(err, controller.ErrNotVoter), errors.Is(err, controller.ErrTransferRefused):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, controller.ErrConfigurationChanged):
 		return status.Error(codes.Aborted, err.Error())

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 )
 
 // The flags every keel command takes; errors name them.
@@ -76,6 +77,9 @@ func Load(certFile, keyFile, caFile string) (*Config, error) {
 	}
 	return c, nil
 }
+
+// NotAfter is when this process's certificate expires.
+func (c *Config) NotAfter() time.Time { return c.cert.Leaf.NotAfter }
 
 // FromPEM is Load from PEM bytes instead of files (tests, keel dev).
 func FromPEM(certPEM, keyPEM, caPEM []byte) (*Config, error) {

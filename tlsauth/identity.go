@@ -21,7 +21,16 @@ const (
 	RoleBroker
 	// RoleAdmin is an operator: common name admin or admin-<name>.
 	RoleAdmin
+	// RoleProbe is a health checker (a load balancer, a monitoring probe):
+	// common name probe or probe-<name>. It may check health and nothing
+	// else: no reads of metadata, no writes.
+	RoleProbe
 )
+
+// KeelRoles are every role a keel certificate may name: a server that
+// lets in any keel identity, and nothing else, requires one of them
+// (Config.Server).
+func KeelRoles() []Role { return []Role{RoleController, RoleBroker, RoleAdmin, RoleProbe} }
 
 func (r Role) String() string {
 	switch r {
@@ -31,6 +40,8 @@ func (r Role) String() string {
 		return "broker"
 	case RoleAdmin:
 		return "admin"
+	case RoleProbe:
+		return "probe"
 	}
 	return "none"
 }
@@ -38,7 +49,8 @@ func (r Role) String() string {
 // Identity is who a certificate says its holder is.
 type Identity struct {
 	Role Role
-	// ID is the controller's node id or the broker's id; 0 for an admin.
+	// ID is the controller's node id or the broker's id; 0 for an admin or
+	// a probe.
 	ID int32
 	// Name is the certificate's common name, as written.
 	Name string
@@ -47,20 +59,30 @@ type Identity struct {
 // String is the common name, which is how errors name a caller.
 func (id Identity) String() string { return id.Name }
 
-// maxAdminName bounds the <name> of admin-<name>.
+// maxAdminName bounds the <name> of admin-<name> and probe-<name>.
 const maxAdminName = 64
+
+// IdentityForms lists the common names ParseIdentity accepts, as errors
+// name them.
+const IdentityForms = "controller-<id>, broker-<id>, admin, admin-<name>, probe or probe-<name>"
 
 // ParseIdentity reads the identity a certificate's Subject Common Name
 // names: controller-<id> (id a positive node id), broker-<id> (id a broker
-// id, 0 or more), admin, or admin-<name> (letters, digits, '.', '_', '-').
-// Ids are plain decimal without a sign or leading zeros, so that one broker
-// has exactly one name. Anything else fails, naming the common name.
+// id, 0 or more), admin or admin-<name>, probe or probe-<name> (<name>:
+// letters, digits, '.', '_', '-'). Ids are plain decimal without a sign or
+// leading zeros, so that one broker has exactly one name. Anything else
+// fails, naming the common name.
 func ParseIdentity(cn string) (Identity, error) {
-	if cn == "admin" {
-		return Identity{Role: RoleAdmin, Name: cn}, nil
-	}
-	if name, ok := strings.CutPrefix(cn, "admin-"); ok && validAdminName(name) {
-		return Identity{Role: RoleAdmin, Name: cn}, nil
+	for _, named := range []struct {
+		prefix string
+		role   Role
+	}{{"admin", RoleAdmin}, {"probe", RoleProbe}} {
+		if cn == named.prefix {
+			return Identity{Role: named.role, Name: cn}, nil
+		}
+		if name, ok := strings.CutPrefix(cn, named.prefix+"-"); ok && validAdminName(name) {
+			return Identity{Role: named.role, Name: cn}, nil
+		}
 	}
 	if s, ok := strings.CutPrefix(cn, "controller-"); ok {
 		if id, ok := parseID(s); ok && id > 0 {
@@ -72,7 +94,7 @@ func ParseIdentity(cn string) (Identity, error) {
 			return Identity{Role: RoleBroker, ID: id, Name: cn}, nil
 		}
 	}
-	return Identity{Name: cn}, fmt.Errorf("certificate common name %q names no keel role (want controller-<id>, broker-<id>, admin or admin-<name>)", cn)
+	return Identity{Name: cn}, fmt.Errorf("certificate common name %q names no keel role (want %s)", cn, IdentityForms)
 }
 
 // parseID accepts the canonical decimal form of a non-negative int32.

@@ -20,6 +20,9 @@ func TestParseIdentity(t *testing.T) {
 		{cn: "admin", want: Identity{Role: RoleAdmin, Name: "admin"}},
 		{cn: "admin-alice", want: Identity{Role: RoleAdmin, Name: "admin-alice"}},
 		{cn: "admin-ops.team_1-a", want: Identity{Role: RoleAdmin, Name: "admin-ops.team_1-a"}},
+		{cn: "probe", want: Identity{Role: RoleProbe, Name: "probe"}},
+		{cn: "probe-lb", want: Identity{Role: RoleProbe, Name: "probe-lb"}},
+		{cn: "probe-k8s.eu-1_a", want: Identity{Role: RoleProbe, Name: "probe-k8s.eu-1_a"}},
 
 		{cn: "", wantErr: true},
 		{cn: "controller-0", wantErr: true}, // node ids are positive
@@ -40,6 +43,11 @@ func TestParseIdentity(t *testing.T) {
 		{cn: "admin-a b", wantErr: true},
 		{cn: "admin-" + strings.Repeat("a", maxAdminName+1), wantErr: true},
 		{cn: "administrator", wantErr: true},
+		{cn: "probe-", wantErr: true},
+		{cn: "probe-a/b", wantErr: true},
+		{cn: "probe-" + strings.Repeat("p", maxAdminName+1), wantErr: true},
+		{cn: "probes", wantErr: true},
+		{cn: "Probe", wantErr: true},
 		{cn: "root", wantErr: true},
 		{cn: "keel dev CA", wantErr: true},
 	}
@@ -81,7 +89,7 @@ func TestPeerIdentity(t *testing.T) {
 }
 
 func TestRole_String(t *testing.T) {
-	for r, want := range map[Role]string{RoleNone: "none", RoleController: "controller", RoleBroker: "broker", RoleAdmin: "admin"} {
+	for r, want := range map[Role]string{RoleNone: "none", RoleController: "controller", RoleBroker: "broker", RoleAdmin: "admin", RoleProbe: "probe"} {
 		if r.String() != want {
 			t.Errorf("%d.String() = %q, want %q", r, r.String(), want)
 		}

@@ -253,6 +253,15 @@ func TestControllerMetricsAddr(t *testing.T) {
 			t.Errorf("the metrics lack %q", strings.TrimSpace(want))
 		}
 	}
+	// No profiler without --pprof: it would show the command line.
+	if resp, err := client.Get("http://" + metricsAddr + "/debug/pprof/cmdline"); err != nil {
+		t.Error(err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET /debug/pprof/cmdline without --pprof: %s, want 404", resp.Status)
+		}
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

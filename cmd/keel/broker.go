@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/metrics"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 	"github.com/keel-dev/keel/tlsauth"
@@ -40,6 +41,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 		LagTimeMax:    broker.DefaultReplicaLagTimeMax,
 	}
 	var controllers, metricsAddr string
+	var insecure, pprof bool
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run a broker (the reference broker); list and inspect brokers",
@@ -56,6 +58,12 @@ SIGTERM or SIGINT makes a controlled shutdown: the controller moves this
 broker's leaderships to other ISR members first (waiting at most
 --controlled-shutdown-timeout, then leaving anyway), then the broker
 unregisters and stops.
+
+With --tls-cert, --tls-key and --tls-ca (keel cert makes them) every
+connection is mutual TLS. Without them the broker runs plaintext, and so
+refuses to start unless every address it listens on, advertises and dials
+(--listen, --advertise, --controllers, --metrics-addr) is loopback, or
+--insecure says plaintext is meant.
 
 With a subcommand, list the cluster's brokers or inspect one broker.`,
 		Example: `  keel broker --broker-id 1 --listen 127.0.0.1:9201 --data-dir /var/lib/keel/broker-1 \
@@ -83,11 +91,15 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 			if cfg.Controllers = splitAddrs(controllers); len(cfg.Controllers) == 0 {
 				return errors.New("--controllers: no controller address given")
 			}
-			log, err := g.logger()
+			exposed, err := checkPlaintext(tlsGiven(cmd), insecure, brokerAddrs(cfg.Listen, cfg.Address, cfg.Controllers, metricsAddr))
 			if err != nil {
 				return err
 			}
 			if cfg.TLS, err = tlsFlags(cmd); err != nil {
+				return err
+			}
+			log, err := g.logger()
+			if err != nil {
 				return err
 			}
 			replicas.TLS = cfg.TLS
@@ -97,7 +109,7 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 			if cfg.DataPlane, err = broker.NewReplicaManager(replicas); err != nil {
 				return err
 			}
-			metricsSrv, err := startMetrics(metricsAddr, log)
+			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS}, log)
 			if err != nil {
 				return err
 			}
@@ -106,6 +118,10 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 			agent, err := broker.Start(cfg)
 			if err != nil {
 				return err
+			}
+			if cfg.TLS == nil {
+				// Said once started, so that a refused start stays one line.
+				logPlaintext(log, insecure, exposed)
 			}
 			metricsSrv.setReady(agent.Ready)
 			sigs := make(chan os.Signal, 1)
@@ -143,9 +159,21 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 	f.DurationVar(&replicas.FetchInterval, "replica-fetch-interval", replicas.FetchInterval, "how often a follower replica fetches from its leader")
 	f.DurationVar(&replicas.LagTimeMax, "replica-lag-time-max", replicas.LagTimeMax,
 		"how long a follower may go without fetching before its leader drops it from the ISR")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, /healthz, /readyz and pprof at /debug/pprof/; empty: off")
+	addMetricsFlags(cmd, &metricsAddr, &pprof)
+	addInsecureFlag(cmd, &insecure)
 	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd())
 	return cmd
+}
+
+// brokerAddrs are the addresses a broker listens on, advertises and dials,
+// as its flags give them: --listen, --advertise, every --controllers
+// address, --metrics-addr.
+func brokerAddrs(listen, advertise string, controllers []string, metricsAddr string) []flagAddr {
+	addrs := []flagAddr{{flag: "--listen", addr: listen}, {flag: "--advertise", addr: advertise}}
+	for _, c := range controllers {
+		addrs = append(addrs, flagAddr{flag: "--controllers", addr: c})
+	}
+	return append(addrs, flagAddr{flag: "--metrics-addr", addr: metrics.ListenAddr(metricsAddr)})
 }
 
 // splitAddrs splits a comma-separated address list, dropping empty items.

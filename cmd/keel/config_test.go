@@ -221,11 +221,33 @@ func TestConfig_DeployExamples(t *testing.T) {
 			if err != nil {
 				t.Fatalf("TimeoutStopSec=%s: %v", unit["TimeoutStopSec"], err)
 			}
+			// The example must start: with TLS, or saying --insecure.
+			str := func(key string) string { v, _ := values[key].(string); return v }
+			insecure, _ := values["insecure"].(bool)
+			var addrs []flagAddr
 			switch name {
 			case "controller":
-				if _, err := raftlog.ParseVoters(values["voters"].(string)); err != nil {
+				vs, err := raftlog.ParseVoters(str("voters"))
+				if err != nil {
 					t.Error(err)
 				}
+				dial, err := raftlog.ParseRaftDial(str("raft-dial"))
+				if err != nil {
+					t.Error(err)
+				}
+				addrs = controllerAddrs(str("listen"), vs, dial, str("metrics-addr"))
+			case "broker":
+				addrs = brokerAddrs(str("listen"), str("advertise"), splitAddrs(str("controllers")), str("metrics-addr"))
+			}
+			anyTLS := str("tls-cert") != "" || str("tls-key") != "" || str("tls-ca") != ""
+			if anyTLS && (str("tls-cert") == "" || str("tls-key") == "" || str("tls-ca") == "") {
+				t.Errorf("%s: give tls-cert, tls-key and tls-ca together", example)
+			}
+			if _, err := checkPlaintext(anyTLS, insecure, addrs); err != nil {
+				t.Errorf("%s would be refused: %v", example, err)
+			}
+			switch name {
+			case "controller":
 			case "broker":
 				shutdown, err := time.ParseDuration(values["controlled-shutdown-timeout"].(string))
 				if err != nil {

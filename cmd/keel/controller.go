@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/metrics"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/server"
 )
@@ -32,6 +35,7 @@ func newControllerCmd(g *globalFlags) *cobra.Command {
 	cfg := server.NodeConfig{Timing: raftlog.DefaultTiming()}
 	var nodeID int32
 	var voters, raftDial, metricsAddr string
+	var insecure, pprof bool
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run one controller node of the quorum",
@@ -46,7 +50,13 @@ a running quorum to add it (keel quorum add-voter ID ADDR), then receives the
 snapshot and the log. Its address is --listen (or its entry in --voters, if
 given). Keep --join on a joined node's command line; with state in its data
 dir it changes nothing. A node removed from the quorum (keel quorum
-remove-voter) notices within a few seconds and exits with status 0.`,
+remove-voter) notices within a few seconds and exits with status 0.
+
+With --tls-cert, --tls-key and --tls-ca (keel cert makes them) raft and gRPC
+are mutual TLS. Without them the node runs plaintext, trusting everyone who
+can reach its port, and so refuses to start unless every address it listens
+on, advertises and dials (--listen, --voters, --raft-dial, --metrics-addr) is
+loopback, or --insecure says plaintext is meant.`,
 		Example: `  keel controller --node-id 1 --listen 127.0.0.1:9091 --data-dir /var/lib/keel/1 \
     --voters 1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093
 
@@ -85,6 +95,10 @@ remove-voter) notices within a few seconds and exits with status 0.`,
 			if cfg.RaftDial, err = raftlog.ParseRaftDial(raftDial); err != nil {
 				return err // it names --raft-dial
 			}
+			exposed, err := checkPlaintext(tlsGiven(cmd), insecure, controllerAddrs(cfg.Listen, vs, cfg.RaftDial, metricsAddr))
+			if err != nil {
+				return err
+			}
 			if cfg.TLS, err = tlsFlags(cmd); err != nil {
 				return err // it names the flag and the file
 			}
@@ -93,7 +107,8 @@ remove-voter) notices within a few seconds and exits with status 0.`,
 				return err
 			}
 			cfg.NodeID, cfg.Voters, cfg.Logger, cfg.Version = nodeID, vs, log, buildVersion()
-			metricsSrv, err := startMetrics(metricsAddr, log)
+			cfg.FailStop = failStop
+			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS}, log)
 			if err != nil {
 				return err
 			}
@@ -107,6 +122,10 @@ remove-voter) notices within a few seconds and exits with status 0.`,
 			node, err := server.StartNode(cfg)
 			if err != nil {
 				return err
+			}
+			if cfg.TLS == nil {
+				// Said once started, so that a refused start stays one line.
+				logPlaintext(log, insecure, exposed)
 			}
 			metricsSrv.setReady(node.Ready)
 			select {
@@ -146,7 +165,31 @@ remove-voter) notices within a few seconds and exits with status 0.`,
 		"log entries kept behind a snapshot, so a slightly lagging follower catches up without a snapshot install")
 	f.StringVar(&cfg.LogStore, "log-store", raftlog.LogStoreBoltDB,
 		"raft log store: boltdb (raft.db) or wal (raft-wal, in wal/); a data dir keeps the store it was created with")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, /healthz, /readyz and pprof at /debug/pprof/; empty: off")
+	addMetricsFlags(cmd, &metricsAddr, &pprof)
+	addInsecureFlag(cmd, &insecure)
 	addRaftTimingFlags(f, &cfg.Timing)
 	return cmd
+}
+
+// controllerAddrs are the addresses a controller listens on, advertises and
+// dials, as its flags give them: --listen, every --voters address (its own
+// among them), every --raft-dial address (by id), --metrics-addr.
+func controllerAddrs(listen string, voters []raftlog.Voter, raftDial map[int32]string, metricsAddr string) []flagAddr {
+	addrs := []flagAddr{{flag: "--listen", addr: listen}}
+	for _, v := range voters {
+		addrs = append(addrs, flagAddr{flag: "--voters", id: v.ID, addr: v.Address})
+	}
+	for _, id := range slices.Sorted(maps.Keys(raftDial)) {
+		addrs = append(addrs, flagAddr{flag: "--raft-dial", id: id, addr: raftDial[id]})
+	}
+	return append(addrs, flagAddr{flag: "--metrics-addr", addr: metrics.ListenAddr(metricsAddr)})
+}
+
+// failStop ends the process when raft cannot store a new term (a full or
+// read-only disk): raft must not go on, and would panic. It says why in one
+// line, as main does for any error, and exits 1 without the clean stop,
+// which would need raft.
+func failStop(err error) {
+	fmt.Fprintln(os.Stderr, "keel:", errorLine(err))
+	os.Exit(1)
 }

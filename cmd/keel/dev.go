@@ -23,7 +23,7 @@ import (
 func newDevCmd(g *globalFlags) *cobra.Command {
 	var dataDir string
 	var controllers, brokers int
-	var useTLS, useMetrics bool
+	var useTLS, useMetrics, usePprof bool
 	timing := raftlog.DefaultTiming()
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -42,6 +42,9 @@ the flags that reach the cluster with the admin certificate.`,
 			}
 			if brokers < 0 {
 				return fmt.Errorf("--brokers-count %d: want 0 or more", brokers)
+			}
+			if usePprof && !useMetrics {
+				return errors.New("--pprof serves the profiler on each node's metrics listener: give --metrics too")
 			}
 			if cert, key, ca := tlsFlagValues(cmd); cert != "" || key != "" || ca != "" {
 				return errors.New("keel dev makes its own certificates: use --tls, not --tls-cert, --tls-key or --tls-ca")
@@ -68,7 +71,7 @@ the flags that reach the cluster with the admin certificate.`,
 			}
 			// Each node's metrics server, on a free port, bound before the
 			// node starts: controllers first, then brokers.
-			ms, err := startDevMetrics(useMetrics, controllers+brokers, log)
+			ms, err := startDevMetrics(useMetrics, usePprof, certs.nodes(controllers, brokers), log)
 			if err != nil {
 				return err
 			}
@@ -129,7 +132,8 @@ the flags that reach the cluster with the admin certificate.`,
 	f.IntVar(&controllers, "controllers-count", 3, "number of controllers: 1, 3 or 5")
 	f.IntVar(&brokers, "brokers-count", 3, "number of brokers (ids 1 to N)")
 	f.BoolVar(&useTLS, "tls", false, "run everything over mutual TLS, with a throwaway CA and certificates written to DATA/tls")
-	f.BoolVar(&useMetrics, "metrics", false, "serve each node's /metrics, /healthz and /readyz on a free loopback port (printed at start)")
+	f.BoolVar(&useMetrics, "metrics", false, "serve each node's /metrics, /healthz and /readyz on a free loopback port (printed at start; HTTPS with --tls)")
+	f.BoolVar(&usePprof, "pprof", false, "with --metrics, also serve Go's profiler at /debug/pprof/")
 	addRaftTimingFlags(f, &timing)
 	return cmd
 }
@@ -170,16 +174,17 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 	return agents, nil
 }
 
-// startDevMetrics starts n metrics servers on free loopback ports, or n that
+// startDevMetrics starts a metrics server per node on a free loopback port,
+// HTTPS with its certificate in certs (nil: plain HTTP), or servers that
 // serve nothing when on is false.
-func startDevMetrics(on bool, n int, log *slog.Logger) ([]*metricsServer, error) {
+func startDevMetrics(on, pprof bool, certs []*tlsauth.Config, log *slog.Logger) ([]*metricsServer, error) {
 	addr := ""
 	if on {
 		addr = "127.0.0.1:0"
 	}
-	ms := make([]*metricsServer, 0, n)
-	for range n {
-		m, err := startMetrics(addr, log)
+	ms := make([]*metricsServer, 0, len(certs))
+	for _, c := range certs {
+		m, err := startMetrics(metricsOptions{addr: addr, pprof: pprof, tls: c}, log)
 		if err != nil {
 			stopDevMetrics(ms)
 			return nil, err
@@ -278,6 +283,19 @@ func (d *devCerts) controller(id int32) *tlsauth.Config {
 		return nil
 	}
 	return d.controllers[id]
+}
+
+// nodes are the TLS of controllers 1..nControllers, then of brokers
+// 1..nBrokers: nils without --tls.
+func (d *devCerts) nodes(nControllers, nBrokers int) []*tlsauth.Config {
+	out := make([]*tlsauth.Config, 0, nControllers+nBrokers)
+	for i := 1; i <= nControllers; i++ {
+		out = append(out, d.controller(int32(i)))
+	}
+	for i := 1; i <= nBrokers; i++ {
+		out = append(out, d.broker(int32(i)))
+	}
+	return out
 }
 
 // broker is broker id's TLS; nil without --tls.

@@ -2,17 +2,22 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"net/http"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/metrics"
+	"github.com/keel-dev/keel/tlsauth"
 )
 
-// metricsServer is a node's --metrics-addr: /metrics, pprof, /healthz and
-// /readyz. The server starts before the node (so a taken address fails
-// first), so /readyz answers "starting" until setReady.
+// metricsServer is a node's --metrics-addr: /metrics, /healthz, /readyz,
+// and pprof with --pprof; HTTPS with the node's certificate when TLS is on.
+// The server starts before the node (so a taken address fails first), so
+// /readyz answers "starting" until setReady.
 type metricsServer struct {
 	reg   *prometheus.Registry // nil when --metrics-addr is empty
 	srv   *metrics.Server
@@ -22,20 +27,56 @@ type metricsServer struct {
 
 var errStarting = errors.New("starting")
 
-// startMetrics serves the process's metrics at addr (--metrics-addr). An
-// empty addr serves nothing, and the result's methods do nothing.
-func startMetrics(addr string, log *slog.Logger) (*metricsServer, error) {
+// metricsOptions are a node's --metrics-addr, --pprof and TLS.
+type metricsOptions struct {
+	addr  string
+	pprof bool
+	tls   *tlsauth.Config // nil: plain HTTP
+}
+
+// errPprofWithoutMetrics: --pprof serves on the metrics listener.
+var errPprofWithoutMetrics = errors.New("--pprof serves the profiler on the metrics listener: give --metrics-addr too")
+
+// check refuses --pprof without --metrics-addr.
+func (o metricsOptions) check() error {
+	if o.pprof && o.addr == "" {
+		return errPprofWithoutMetrics
+	}
+	return nil
+}
+
+// startMetrics serves the process's metrics at o.addr (--metrics-addr),
+// over HTTPS requiring a client certificate of any keel role from the CA
+// when o.tls is set. An empty addr serves nothing, and the result's
+// methods do nothing.
+func startMetrics(o metricsOptions, log *slog.Logger) (*metricsServer, error) {
 	m := &metricsServer{log: log}
-	if addr == "" {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if o.addr == "" {
 		return m, nil
 	}
 	m.reg = metrics.NewRegistry()
-	srv, err := metrics.Serve(addr, m.reg, metrics.WithHandler("/readyz", metrics.ReadyHandler(m.checkReady)))
+	opts := []metrics.Option{metrics.WithHandler("/readyz", metrics.ReadyHandler(m.checkReady))}
+	if o.pprof {
+		var allow func(*http.Request) error
+		if o.tls != nil {
+			allow = pprofNeedsAdmin
+		}
+		opts = append(opts, metrics.WithPprof(allow))
+	}
+	if o.tls != nil {
+		// Any keel role, a probe's included: scraping and health checks
+		// need no more than that.
+		opts = append(opts, metrics.WithTLS(o.tls.Server(tlsauth.KeelRoles()...)))
+	}
+	srv, err := metrics.Serve(o.addr, m.reg, opts...)
 	if err != nil {
 		return nil, err
 	}
 	m.srv = srv
-	log.Info("serving metrics", "address", "http://"+srv.Addr()+"/metrics")
+	log.Info("serving metrics", "address", srv.URL()+"/metrics", "pprof", o.pprof, "client_certificate_required", o.tls != nil)
 	return m, nil
 }
 
@@ -57,12 +98,13 @@ func (m *metricsServer) checkReady() error {
 	return errStarting
 }
 
-// describe is "  metrics http://ADDR/metrics" for a listing, or "" when off.
+// describe is "  metrics http://ADDR/metrics" (https with TLS) for a
+// listing, or "" when off.
 func (m *metricsServer) describe() string {
 	if m.srv == nil {
 		return ""
 	}
-	return "  metrics http://" + m.srv.Addr() + "/metrics"
+	return "  metrics " + m.srv.URL() + "/metrics"
 }
 
 // stop stops the server, if one runs.
@@ -73,4 +115,30 @@ func (m *metricsServer) stop() {
 	if err := m.srv.Close(); err != nil {
 		m.log.Warn("metrics server did not stop cleanly", "err", err)
 	}
+}
+
+// addMetricsFlags gives a command that runs a node --metrics-addr and
+// --pprof.
+func addMetricsFlags(cmd *cobra.Command, addr *string, pprof *bool) {
+	cmd.Flags().StringVar(addr, "metrics-addr", "",
+		"serve /metrics, /healthz and /readyz at ADDR: plain HTTP, or with TLS on, HTTPS requiring a client certificate of any keel role; an empty host (:9100) is 127.0.0.1; empty: off")
+	cmd.Flags().BoolVar(pprof, "pprof", false,
+		"also serve Go's profiler at /debug/pprof/ on --metrics-addr (it shows the process's memory and command line)")
+}
+
+// pprofNeedsAdmin lets only an admin certificate profile a TLS node: a
+// profile is an operator's tool, and a probe's or a broker's certificate
+// may scrape but has no business reading the process's memory.
+func pprofNeedsAdmin(r *http.Request) error {
+	if r.TLS == nil {
+		return errors.New("pprof needs an admin certificate")
+	}
+	id, err := tlsauth.PeerIdentity(r.TLS.PeerCertificates)
+	if err != nil {
+		return err
+	}
+	if id.Role != tlsauth.RoleAdmin {
+		return fmt.Errorf("pprof needs an admin certificate; the caller's is %s", id)
+	}
+	return nil
 }

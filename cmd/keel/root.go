@@ -45,6 +45,7 @@ func newRootCmd() *cobra.Command {
 		withPrintConfig(g, newDevCmd(g)), newQuorumCmd())
 	root.AddCommand(newTopicCmd(), newPartitionCmd())
 	root.AddCommand(newSnapshotCmd())
+	root.AddCommand(newCertCmd())
 	root.AddCommand(newMetadataCmd())
 	root.AddCommand(newBenchCmd(g))
 	root.AddCommand(newDocsCmd()) // hidden: make docs

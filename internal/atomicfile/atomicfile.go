@@ -17,7 +17,27 @@ func Write(path string, data []byte) error { return WriteMode(path, data, 0o600)
 
 // WriteMode is Write for a file with mode perm, which it has from the start
 // (a key is never readable by others, even for a moment).
-func WriteMode(path string, data []byte, perm fs.FileMode) (err error) {
+func WriteMode(path string, data []byte, perm fs.FileMode) error {
+	return write(path, data, perm, os.Rename)
+}
+
+// WriteNew is WriteMode for a file that must not exist yet: it fails with
+// an error matching fs.ErrExist, and changes nothing, if path exists,
+// even if another process creates it meanwhile (the temp file is linked to
+// path, which never replaces a file, and then removed). A certificate
+// authority's key, say, is never overwritten by mistake.
+func WriteNew(path string, data []byte, perm fs.FileMode) error {
+	return write(path, data, perm, func(tmp, path string) error {
+		if err := os.Link(tmp, path); err != nil {
+			return err
+		}
+		return os.Remove(tmp)
+	})
+}
+
+// write writes data to a temp file beside path, with mode perm, fsyncs it,
+// puts it at path with place, and fsyncs the directory.
+func write(path string, data []byte, perm fs.FileMode, place func(tmp, path string) error) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -42,7 +62,7 @@ func WriteMode(path string, data []byte, perm fs.FileMode) (err error) {
 	if err = f.Close(); err != nil {
 		return err
 	}
-	if err = os.Rename(tmp, path); err != nil {
+	if err = place(tmp, path); err != nil {
 		return err
 	}
 	d, err := os.Open(dir)

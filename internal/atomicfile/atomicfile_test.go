@@ -60,3 +60,27 @@ func TestWriteMode(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteNew_NeverReplaces(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ca-key.pem")
+	if err := WriteNew(path, []byte("first"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := WriteNew(path, []byte("second"), 0o600)
+	if !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("second WriteNew = %v, want fs.ErrExist", err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil || string(got) != "first" {
+		t.Fatalf("read %q, %v; want the first content", got, err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, %v; want 0600", fi.Mode().Perm(), err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("dir holds %d entries, want only the file (no temp left)", len(entries))
+	}
+}

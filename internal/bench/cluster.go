@@ -17,13 +17,15 @@ import (
 
 // controllerFlags are the flags every bench controller gets beside its
 // identity: a low snapshot threshold checked every second, so the load
-// scenario finds a raft snapshot soon after it asks for one, and no
+// scenario finds a raft snapshot soon after it asks for one; no
 // automatic leader rebalance, which would move leaderships in the middle
-// of a measurement.
+// of a measurement; and the profiler on the metrics listener (loopback),
+// whose heap?gc=1 readMemory asks for.
 var controllerFlags = []string{
 	"--snapshot-threshold", "1024",
 	"--snapshot-interval", "1s",
 	"--leader-imbalance-check-interval", "-1s",
+	"--pprof",
 }
 
 // quorumLogs returns the end of every controller's log, for an error

@@ -1,8 +1,10 @@
-// Package hostport holds the one rule for an address another process dials
-// (a controller in --voters, a broker's advertised address, a voter being
-// added): host:port with a host and a port in 1..65535. The controller's
-// process, its gRPC services and the client library all check addresses by
-// it, so a value one accepts the others accept too.
+// Package hostport holds the rules for addresses: the one for an address
+// another process dials (a controller in --voters, a broker's advertised
+// address, a voter being added): host:port with a host and a port in
+// 1..65535, which the controller's process, its gRPC services and the client
+// library all check, so a value one accepts the others accept too; and the
+// one that says whether an address stays on this machine (IsLoopback), which
+// decides whether a process may run without TLS.
 package hostport
 
 import (
@@ -10,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 )
 
 // Check accepts only addresses a peer can dial: an empty host would mean
@@ -38,4 +41,22 @@ func unwrapAddrErr(err error) error {
 		return errors.New(ae.Err)
 	}
 	return err
+}
+
+// IsLoopback reports whether addr (host:port) names this machine only: a
+// host of 127.0.0.0/8, ::1 or "localhost". Anything else is not: another
+// host name (it may resolve anywhere), an empty host (":9091", every
+// interface when listening), 0.0.0.0 or ::, and an address that does not
+// parse. A process without TLS may run on loopback addresses only, unless
+// told --insecure.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -88,6 +88,10 @@ type Config struct {
 	// Deferred controllers are not started by Start; StartNodes starts
 	// them.
 	Deferred []int32
+	// ControllerDataDir, if set, gives controller id's data dir instead of
+	// Dir/controller-<id> (a test puts it on a file system of its own).
+	// Like the default, it is emptied before each start attempt.
+	ControllerDataDir func(id int32) string
 
 	// Attempts (DefaultAttempts) is how many times a start is tried on
 	// fresh ports.
@@ -190,13 +194,17 @@ func (c *Cluster) newNode(r role, id int32) *Node {
 		kind, ready = "broker", `msg="broker started"`
 	}
 	base := fmt.Sprintf("%s-%d", kind, id)
+	dataDir := filepath.Join(c.cfg.Dir, base)
+	if r == controllerRole && c.cfg.ControllerDataDir != nil {
+		dataDir = c.cfg.ControllerDataDir(id)
+	}
 	return &Node{
 		c:       c,
 		role:    r,
 		id:      id,
 		name:    fmt.Sprintf("%s %d", kind, id),
 		ready:   ready,
-		dataDir: filepath.Join(c.cfg.Dir, base),
+		dataDir: dataDir,
 		logPath: filepath.Join(c.cfg.Dir, base+".log"),
 	}
 }

@@ -129,9 +129,13 @@ type DescribeQuorumResponse struct {
 	// The epoch this node is the active controller in; 0 when it is not
 	// active. It can trail controller_epoch for a moment after a newer
 	// controller took over and before this node noticed.
-	ActiveEpoch   int64 `protobuf:"varint,15,opt,name=active_epoch,json=activeEpoch,proto3" json:"active_epoch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ActiveEpoch int64 `protobuf:"varint,15,opt,name=active_epoch,json=activeEpoch,proto3" json:"active_epoch,omitempty"`
+	// Whether this node is ready (its /readyz), and if not, why not. A
+	// leadership transfer goes only to a voter that is ready and caught up.
+	Ready          bool   `protobuf:"varint,16,opt,name=ready,proto3" json:"ready,omitempty"`
+	NotReadyReason string `protobuf:"bytes,17,opt,name=not_ready_reason,json=notReadyReason,proto3" json:"not_ready_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DescribeQuorumResponse) Reset() {
@@ -267,6 +271,20 @@ func (x *DescribeQuorumResponse) GetActiveEpoch() int64 {
 		return x.ActiveEpoch
 	}
 	return 0
+}
+
+func (x *DescribeQuorumResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *DescribeQuorumResponse) GetNotReadyReason() string {
+	if x != nil {
+		return x.NotReadyReason
+	}
+	return ""
 }
 
 type QuorumMember struct {
@@ -3305,7 +3323,7 @@ var File_controller_proto protoreflect.FileDescriptor
 const file_controller_proto_rawDesc = "" +
 	"\n" +
 	"\x10controller.proto\x12\akeel.v1\"\x17\n" +
-	"\x15DescribeQuorumRequest\"\x9a\x04\n" +
+	"\x15DescribeQuorumRequest\"\xda\x04\n" +
 	"\x16DescribeQuorumResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
@@ -3324,7 +3342,9 @@ const file_controller_proto_rawDesc = "" +
 	"\rapplied_index\x18\f \x01(\x04R\fappliedIndex\x12-\n" +
 	"\x06voters\x18\r \x03(\v2\x15.keel.v1.QuorumMemberR\x06voters\x12\x18\n" +
 	"\aversion\x18\x0e \x01(\tR\aversion\x12!\n" +
-	"\factive_epoch\x18\x0f \x01(\x03R\vactiveEpoch\"T\n" +
+	"\factive_epoch\x18\x0f \x01(\x03R\vactiveEpoch\x12\x14\n" +
+	"\x05ready\x18\x10 \x01(\bR\x05ready\x12(\n" +
+	"\x10not_ready_reason\x18\x11 \x01(\tR\x0enotReadyReason\"T\n" +
 	"\fQuorumMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +

@@ -603,13 +603,38 @@ func (c *Cluster) signalAndWait(verb string, sig syscall.Signal, name string, no
 		sent = append(sent, nd)
 	}
 	for _, nd := range sent {
-		if p := nd.process(); p.Wait(c.cfg.StopTimeout) {
+		p := nd.process()
+		if p.Wait(c.cfg.StopTimeout) {
 			exited = append(exited, nd)
-		} else {
-			errs = append(errs, fmt.Errorf("%s %s: pid %d still running %s after %s", verb, nd.name, p.Pid(), c.cfg.StopTimeout, name))
+			continue
 		}
+		// Ask a hung process where it is stuck: SIGQUIT makes a Go program
+		// write every goroutine's stack to its log, and exit.
+		stacks := ""
+		if sig != syscall.SIGKILL && p.Signal(syscall.SIGQUIT) == nil && p.Wait(quitGrace) {
+			stacks = goroutineDump(nd.Output())
+		}
+		errs = append(errs, fmt.Errorf("%s %s: pid %d still running %s after %s%s", verb, nd.name, p.Pid(), c.cfg.StopTimeout, name, stacks))
 	}
 	return exited, errs
+}
+
+// goroutineDump is the goroutine stacks a SIGQUIT wrote at the end of a
+// process's output, cut to a readable length, or "".
+func goroutineDump(out string) string {
+	i := strings.LastIndex(out, "SIGQUIT: quit")
+	if i < 0 {
+		return ""
+	}
+	return "; its goroutines at SIGQUIT:\n" + firstLinesOf(out[i:], 400)
+}
+
+func firstLinesOf(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // Pause sends SIGSTOP to each of nodes: it keeps its connections and its

@@ -82,18 +82,27 @@ func (p *Proc) Signal(sig os.Signal) error {
 
 // Stop sends SIGTERM, waits up to grace, then sends SIGKILL and waits. It
 // reports whether the process exited with status 0 without the SIGKILL.
+// A process still running after grace first gets SIGQUIT, which makes a Go
+// program write every goroutine's stack to its stderr (its log): a stop
+// that hangs then says where.
 func (p *Proc) Stop(grace time.Duration) (clean bool) {
 	if !p.Running() {
 		return p.err == nil
 	}
 	_ = p.Signal(syscall.SIGTERM)
 	if !p.Wait(grace) {
-		_ = p.Signal(syscall.SIGKILL)
+		_ = p.Signal(syscall.SIGQUIT)
+		if !p.Wait(quitGrace) {
+			_ = p.Signal(syscall.SIGKILL)
+		}
 		<-p.done
 		return false
 	}
 	return p.err == nil
 }
+
+// quitGrace is how long a SIGQUIT process has to write its stacks.
+const quitGrace = 2 * time.Second
 
 // ExitCode is the exit status, or -1 while the process runs or if a signal
 // ended it.

@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -620,21 +621,27 @@ func (c *Cluster) signalAndWait(verb string, sig syscall.Signal, name string, no
 }
 
 // goroutineDump is the goroutine stacks a SIGQUIT wrote at the end of a
-// process's output, cut to a readable length, or "".
+// process's output, without those that run only the Go runtime's own code
+// (every frame under GOROOT), or "".
 func goroutineDump(out string) string {
 	i := strings.LastIndex(out, "SIGQUIT: quit")
 	if i < 0 {
 		return ""
 	}
-	return "; its goroutines at SIGQUIT:\n" + firstLinesOf(out[i:], 400)
-}
-
-func firstLinesOf(s string, n int) string {
-	lines := strings.SplitN(s, "\n", n+1)
-	if len(lines) > n {
-		lines = lines[:n]
+	goroot := runtime.GOROOT()
+	var kept []string
+	for _, block := range strings.Split(out[i:], "\n\n") {
+		if !strings.HasPrefix(block, "goroutine ") {
+			continue
+		}
+		for _, line := range strings.Split(block, "\n") {
+			if f := strings.TrimSpace(line); strings.HasPrefix(f, "/") && (goroot == "" || !strings.HasPrefix(f, goroot)) {
+				kept = append(kept, block)
+				break
+			}
+		}
 	}
-	return strings.Join(lines, "\n")
+	return "; its goroutines at SIGQUIT (the runtime's own left out):\n" + strings.Join(kept, "\n\n")
 }
 
 // Pause sends SIGSTOP to each of nodes: it keeps its connections and its

@@ -61,14 +61,17 @@ var (
 
 // Errors of topic and partition requests; rpc maps each to a status code.
 var (
-	ErrTopicExists            = errors.New("topic already exists")
-	ErrUnknownTopic           = errors.New("unknown topic or partition")
-	ErrNotPartitionLeader     = errors.New("not the partition leader")
-	ErrFencedLeaderEpoch      = errors.New("stale leader epoch")
-	ErrInvalidUpdateVersion   = errors.New("stale partition epoch")
-	ErrIneligibleReplica      = errors.New("ineligible replica")
-	ErrReassignmentInProgress = errors.New("reassignment in progress")
-	ErrNoReassignment         = errors.New("no reassignment in progress")
+	ErrTopicExists          = errors.New("topic already exists")
+	ErrUnknownTopic         = errors.New("unknown topic or partition")
+	ErrNotPartitionLeader   = errors.New("not the partition leader")
+	ErrFencedLeaderEpoch    = errors.New("stale leader epoch")
+	ErrInvalidUpdateVersion = errors.New("stale partition epoch")
+	ErrIneligibleReplica    = errors.New("ineligible replica")
+	ErrNoReassignment       = errors.New("no reassignment in progress")
+	// ErrInvalidReplicaAssignment: a reassignment the partition's state does
+	// not allow (Kafka's INVALID_REPLICA_ASSIGNMENT), such as cancelling
+	// one whose revert would need an unclean election.
+	ErrInvalidReplicaAssignment = errors.New("invalid replica assignment")
 )
 
 // FieldError is a request that is invalid in one named field.

@@ -230,7 +230,10 @@ func createPartitionsRecords(img *fsm.Image, req *keelpb.CreatePartitionsRequest
 	if req.Count <= t.Partitions {
 		return nil, fieldError("count", "%d; topic %q already has %d partitions", req.Count, t.Name, t.Partitions)
 	}
-	rf := int32(len(img.Partitions(t.ID)[0].Replicas))
+	// The replication factor is partition 0's, as the topic will have it:
+	// during a reassignment its replicas also hold the ones being removed.
+	p0 := img.Partitions(t.ID)[0]
+	rf := int32(len(p0.Replicas) - len(p0.RemovingReplicas))
 	add := req.Count - t.Partitions
 	if len(req.Assignments) > 0 && int32(len(req.Assignments)) != add {
 		return nil, fieldError("assignments", "%d given for %d new partitions", len(req.Assignments), add)

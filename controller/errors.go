@@ -23,6 +23,11 @@ var (
 	ErrQueueFull = errors.New("controller event queue is full")
 	// ErrStopped: the controller is shutting down.
 	ErrStopped = errors.New("controller is shutting down")
+	// ErrRefused: a decision's records do not apply to the metadata they
+	// were decided on (the state machine refuses them). The event loop
+	// checks every decision before it goes to raft, so such a decision is
+	// written nowhere. It wraps the state machine's reason.
+	ErrRefused = errors.New("the decision does not apply to the current metadata")
 )
 
 // NotLeaderError says who the leader is, when known (LeaderID -1 when not).

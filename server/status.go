@@ -67,6 +67,8 @@ func toStatus(err error) error {
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonIneligibleReplica, err.Error())
 	case errors.Is(err, controller.ErrNoReassignment):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, controller.ErrRefused):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, controller.ErrInvalidReplicaAssignment):
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonInvalidReplicaAssignment, err.Error())
 	case errors.Is(err, controller.ErrVoterExists):

@@ -240,7 +240,7 @@ func electForLeaderless(v brokerView, each func(func(*fsm.Partition) bool)) []*k
 
 func topicUnclean(img *fsm.Image, id fsm.TopicID) bool {
 	t, ok := img.TopicByID(id)
-	return ok && t.Unclean()
+	return ok && img.UncleanElection(t)
 }
 
 // leaderlessChanges elects a leader for every partition that has none but

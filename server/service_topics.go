@@ -183,6 +183,8 @@ func DescribePartition(p *fsm.Partition) *keelpb.PartitionDescription {
 		Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch,
 		Replicas: nonNil(p.Replicas), Isr: nonNil(p.ISR),
 		AddingReplicas: nonNil(p.AddingReplicas), RemovingReplicas: nonNil(p.RemovingReplicas),
+		EligibleLeaderReplicas: nonNil(p.ELR()), LastKnownElr: nonNil(p.LastKnownELR()),
+		LeaderRecoveryState: p.LeaderRecoveryState,
 	}
 }
 

@@ -190,7 +190,7 @@ func DescribePartition(p *fsm.Partition) *keelpb.PartitionDescription {
 
 // DescribeTopic renders a topic and its partitions for the API.
 func DescribeTopic(img *fsm.Image, t *fsm.Topic) *keelpb.TopicDescription {
-	d := &keelpb.TopicDescription{Name: t.Name, Id: t.ID.String(), Configs: t.Configs}
+	d := &keelpb.TopicDescription{Name: t.Name, Id: t.ID.String(), Configs: t.Configs, EffectiveConfigs: configEntries(img.TopicConfigs(t))}
 	for _, p := range img.Partitions(t.ID) {
 		d.Partitions = append(d.Partitions, DescribePartition(p))
 	}

@@ -74,6 +74,9 @@ const (
 	ReasonFencedLeaderEpoch    = "FENCED_LEADER_EPOCH"
 	ReasonInvalidUpdateVersion = "INVALID_UPDATE_VERSION"
 	ReasonIneligibleReplica    = "INELIGIBLE_REPLICA"
+	// ReasonInvalidReplicaAssignment: a reassignment the partition's state
+	// does not allow, such as a cancel that would need an unclean election.
+	ReasonInvalidReplicaAssignment = "INVALID_REPLICA_ASSIGNMENT"
 	// ReasonLeadershipTransferred: the active controller, asked to remove
 	// itself from the quorum, has handed leadership to the node in the
 	// LeaderHint, which makes the change when asked again.

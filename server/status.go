@@ -65,8 +65,12 @@ func toStatus(err error) error {
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonInvalidUpdateVersion, err.Error())
 	case errors.Is(err, controller.ErrIneligibleReplica):
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonIneligibleReplica, err.Error())
-	case errors.Is(err, controller.ErrReassignmentInProgress), errors.Is(err, controller.ErrNoReassignment):
+	case errors.Is(err, controller.ErrNoReassignment):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, controller.ErrRefused):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, controller.ErrInvalidReplicaAssignment):
+		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonInvalidReplicaAssignment, err.Error())
 	case errors.Is(err, controller.ErrVoterExists):
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, controller.ErrUnknownVoter):

@@ -155,7 +155,7 @@ func alterConfigsRecords(img *fsm.Image, req *keelpb.IncrementalAlterConfigsRequ
 	recs = append(recs, configs...)
 	next, err := fsm.Apply(img, img.Offset+1, img.Term, &keelpb.RecordBatch{Records: recs})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("config change refused by the state machine: %w", err)
+		return nil, nil, nil, fmt.Errorf("%w; nothing was written: %w", ErrRefused, err)
 	}
 
 	var elections []Election
@@ -185,7 +185,7 @@ func alterConfigsRecords(img *fsm.Image, req *keelpb.IncrementalAlterConfigsRequ
 		}
 		if len(more) > 0 {
 			if next, err = fsm.Apply(next, next.Offset, next.Term, &keelpb.RecordBatch{Records: more}); err != nil {
-				return nil, nil, nil, fmt.Errorf("unclean elections refused by the state machine: %w", err)
+				return nil, nil, nil, fmt.Errorf("%w; nothing was written: %w", ErrRefused, err)
 			}
 			recs = append(recs, more...)
 		}
@@ -195,9 +195,12 @@ func alterConfigsRecords(img *fsm.Image, req *keelpb.IncrementalAlterConfigsRequ
 
 // AlterConfigs sets and deletes configs of a topic or of the cluster
 // defaults (IncrementalAlterConfigs), with the elections and ELR clears the
-// change brings about, in one decision. With validate_only it decides on
-// the active controller's committed image and writes nothing. Errors: a
-// *FieldError naming the bad config, ErrUnknownTopic, and decide's.
+// change brings about, in one decision, which the event loop applies to its
+// speculative image before raft sees it, as every decision. With
+// validate_only it decides on the active controller's committed image,
+// applies the records to a private copy of it, and writes nothing. Errors:
+// a *FieldError naming the bad config, ErrUnknownTopic, ErrRefused for
+// records the state machine would refuse, and decide's.
 func (c *Controller) AlterConfigs(ctx context.Context, req *keelpb.IncrementalAlterConfigsRequest) (*ConfigAlteration, error) {
 	if req.GetValidateOnly() {
 		if l := c.active.Load(); l == nil {

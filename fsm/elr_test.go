@@ -216,3 +216,44 @@ func snapshotWithHeader(t *testing.T, img *Image, edit func(*keelpb.SnapshotHead
 	tw.Flush()
 	return buf.Bytes()
 }
+
+// TestSnapshot_RoundTripKeepsConfigsAndELR: a snapshot restores the
+// cluster defaults, a topic's own configs, and each partition's ELR, last
+// known leader and recovery state, and a log replayed on top of it goes on
+// as on the image it was taken from.
+func TestSnapshot_RoundTripKeepsConfigsAndELR(t *testing.T) {
+	img := apply1(t, withTopics(t),
+		configRec("", MinInsyncReplicas, str("2")), configRec("", UncleanLeaderElection, str("TRUE")),
+		configRec("a", MinInsyncReplicas, str("3")), configRec("a", RetentionMs, str("1000")),
+		elrChange(topicA, 0, leader(NoLeader), []int32{1}, []int32{2, 3}, []int32{1}, nil),
+		elrChange(topicA, 1, leader(2), []int32{2}, nil, nil, recState(recovering)))
+	var buf bytes.Buffer
+	if err := WriteSnapshot(&buf, img); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadSnapshot(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameImage(t, back, img) {
+		t.Fatal("the restored image differs")
+	}
+	a, _ := back.Topic("a")
+	// The log's values as written (the controller writes them canonical);
+	// read as Kafka reads them.
+	if v, _ := back.ClusterConfig(UncleanLeaderElection); v != "TRUE" || !back.UncleanElection(nil) || back.MinISR(a) != 3 || a.Configs[RetentionMs] != "1000" {
+		t.Fatalf("configs after restore: cluster %v, topic %v", back.ClusterConfigs(), a.Configs)
+	}
+	p0, _ := back.Partition(topicA, 0)
+	p1, _ := back.Partition(topicA, 1)
+	if !slices.Equal(p0.ELR(), []int32{2, 3}) || !slices.Equal(p0.LastKnownELR(), []int32{1}) || p0.Recovering() || !p1.Recovering() {
+		t.Fatalf("partitions after restore: %+v %+v", p0, p1)
+	}
+	// The same next entry applies the same way to both.
+	next := batch(elrChange(topicA, 0, leader(2), []int32{2}, []int32{}, []int32{}, nil))
+	want, err1 := Apply(img, img.Offset+1, img.Term, next)
+	got, err2 := Apply(back, back.Offset+1, back.Term, next)
+	if err1 != nil || err2 != nil || !sameImage(t, got, want) {
+		t.Fatalf("after restore the log goes on differently: %v, %v", err1, err2)
+	}
+}

@@ -377,11 +377,6 @@ func electForLeaderless(v brokerView, each func(func(*fsm.Partition) bool)) []*k
 	return recs
 }
 
-// topicUnclean reports whether topic id allows unclean leader election.
-func topicUnclean(img *fsm.Image, id fsm.TopicID) bool {
-	return rulesFor(img, id).unclean
-}
-
 // leaderlessChanges elects a leader for every partition that has none but
 // could have one: the seeds' triggerOnlinePartitionStateChange, run once by
 // each new active controller. A decision the previous controller had cut

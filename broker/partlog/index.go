@@ -2,7 +2,9 @@ package partlog
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sync/atomic"
 )
@@ -23,19 +25,25 @@ type indexEntry struct {
 // so a broker's memory does not grow with the data it holds. One writer
 // appends; readers see only the first n entries, which never change.
 type offsetIndex struct {
-	path string
-	f    *os.File
-	base int64
-	n    atomic.Int64
-	max  int64 // entries the index may hold before the segment rolls
+	path    string
+	created bool // there was no file: it must be rebuilt if its log is not empty
+	f       *os.File
+	base    int64
+	n       atomic.Int64
+	max     int64 // entries the index may hold before the segment rolls
 }
 
 func openIndex(path string, base, maxEntries int64) (*offsetIndex, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	created := false
+	if errors.Is(err, fs.ErrNotExist) {
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		created = true
+	}
 	if err != nil {
 		return nil, err
 	}
-	return &offsetIndex{path: path, f: f, base: base, max: maxEntries}, nil
+	return &offsetIndex{path: path, created: created, f: f, base: base, max: maxEntries}, nil
 }
 
 func (x *offsetIndex) entry(i int64) (indexEntry, error) {
@@ -130,10 +138,19 @@ func (x *offsetIndex) truncateTo(offset int64) error {
 // load reads an existing index and checks it against its log (Kafka's
 // sanityCheck, and more: every entry). A bad index is not an error to the
 // caller, only a reason to rebuild it from the log.
-func (x *offsetIndex) load(logSize int64) (ok bool, why string, err error) {
+//
+// An index with no entries for a log longer than minIndexed must have lost
+// them (it was missing, or never written before a crash).
+func (x *offsetIndex) load(logSize, minIndexed int64) (ok bool, why string, err error) {
 	fi, err := x.f.Stat()
 	if err != nil {
 		return false, "", fmt.Errorf("partlog: %s: %w", x.path, err)
+	}
+	if x.created && logSize > 0 {
+		return false, "missing", nil
+	}
+	if fi.Size() == 0 && logSize > minIndexed {
+		return false, fmt.Sprintf("missing or empty, for a log of %d bytes", logSize), nil
 	}
 	if fi.Size()%indexEntrySize != 0 {
 		return false, fmt.Sprintf("size %d is not a multiple of %d", fi.Size(), indexEntrySize), nil

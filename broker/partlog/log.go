@@ -237,7 +237,8 @@ func (l *Log) load() error {
 func (l *Log) loadSegment(i int, s *segment, recover bool, rp int64) error {
 	last := i == len(l.segs)-1
 	if !recover {
-		ok, why, err := s.idx.load(s.size.Load())
+		// An entry comes after IndexIntervalBytes and at most one batch.
+		ok, why, err := s.idx.load(s.size.Load(), l.cfg.IndexIntervalBytes+l.cfg.MaxBatchBytes)
 		if err != nil {
 			return err
 		}

@@ -63,7 +63,9 @@ func TestLog_AppendAsLeader(t *testing.T) {
 	}
 }
 
-func be32(b []byte) uint32 { return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) }
+func be32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
 
 // TestLog_AppendRefusesBadBatches: LogValidator's checks; a refused batch
 // appends nothing (LogTest's testAppendWithInvalidCrc...,
@@ -239,7 +241,7 @@ func TestLog_Read(t *testing.T) {
 		{"inside a batch", 4, int(size), -1, 3, 1, nil},
 		{"last record of a batch", 5, int(size), -1, 3, 1, nil},
 		{"maxBytes under one batch still returns it", 7, 10, -1, 6, 1, nil},
-		{"maxBytes of two and a half", 9, int(size*5/2), -1, 9, 2, nil},
+		{"maxBytes of two and a half", 9, int(size * 5 / 2), -1, 9, 2, nil},
 		{"stops at the segment's end", 0, 1 << 20, -1, 0, int((4 << 10) / size), nil},
 		{"a later segment", 100, int(size), -1, 99, 1, nil},
 		{"the last batch", 119, 1 << 20, -1, 117, 1, nil},

@@ -167,3 +167,5 @@ func wantErr(t testing.TB, err, target error, contains string) {
 func putCRC(b []byte) {
 	binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttrs:], castagnoli))
 }
+
+func errorsJoin(errs ...error) error { return errors.Join(errs...) }

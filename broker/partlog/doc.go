@@ -52,10 +52,11 @@
 // Open scans the segments. Those wholly below the recovery point are read
 // header by header (their index checked, and rebuilt if missing or
 // damaged); from the segment holding the recovery point on, every batch's
-// length, magic, CRC and offsets are checked, and the index rebuilt. A torn
-// tail (a batch running past the end of the last segment, a bad last batch,
-// or zeros to the end, past the recovery point) is cut off and logged. Any
-// other damage refuses the open with one line naming the file: damage a
+// length, magic, CRC and offsets are checked, and the index rebuilt. Past
+// the recovery point, in the last segment, the log is cut at the first bad
+// batch and the cut logged, as Kafka does: unflushed data may be torn or
+// hold stale blocks after a power loss, even with valid batches after them.
+// Any other damage refuses the open with one line naming the file: damage a
 // crash cannot explain is not silently dropped. The producer state and any
 // epochs the checkpoint lacks are rebuilt from the batch headers.
 package partlog

@@ -256,9 +256,13 @@ func (l *Log) loadSegment(i int, s *segment, recover bool, rp int64) error {
 		if n := len(res.batches); n > 0 {
 			next = res.batches[n-1].NextOffset()
 		}
-		// A crash can only tear what was not fsynced: the last segment,
-		// past the recovery point.
-		if !last || !res.tornTail || next < rp {
+		// A crash can only damage what was not fsynced: the last segment,
+		// past the recovery point. There, as Kafka's log recovery does,
+		// everything from the first bad batch on is cut, even when valid
+		// batches follow (a power loss can leave zeroed or stale blocks in
+		// the middle of unflushed data, and the replicas hold it again).
+		// Damage in fsynced data is refused: it is not a crash's doing.
+		if !last || next < rp {
 			return fmt.Errorf("partlog: %s: damaged at position %d (after offset %d), not a torn tail: %s", s.logPath, res.badPos, next-1, res.why)
 		}
 		dropped := s.size.Load() - res.badPos
@@ -266,7 +270,7 @@ func (l *Log) loadSegment(i int, s *segment, recover bool, rp int64) error {
 			return fmt.Errorf("partlog: %s: cutting a torn tail: %w", s.logPath, err)
 		}
 		s.size.Store(res.badPos)
-		l.cfg.Logger.Warn("partlog: cut a torn tail", "file", s.logPath, "position", res.badPos, "offset", next, "bytes", dropped, "why", res.why)
+		l.cfg.Logger.Warn("partlog: cut the unflushed tail from its first bad batch", "file", s.logPath, "position", res.badPos, "offset", next, "bytes", dropped, "torn_write", res.tornTail, "why", res.why)
 	}
 	if recover {
 		if err := s.idx.reset(res.index); err != nil {

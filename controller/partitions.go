@@ -9,56 +9,6 @@ import (
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
-// alterPartitionRecords decides a partition leader's ISR change, with
-// KRaft's checks: the sender's broker epoch is current, it is the leader,
-// its leader epoch and partition epoch are the current ones (a stale
-// partition epoch is refused even when the ISR is unchanged), and the new
-// ISR holds the leader and only eligible replicas. An ISR that completes a
-// reassignment finishes it in the same record.
-func alterPartitionRecords(img *fsm.Image, req *keelpb.AlterPartitionRequest) ([]*keelpb.Record, error) {
-	if _, err := currentBroker(img, req.BrokerId, req.BrokerEpoch); err != nil {
-		return nil, err
-	}
-	id, err := fsm.ParseTopicID(req.TopicId)
-	if err != nil {
-		return nil, fieldError("topic_id", "%v", err)
-	}
-	p, ok := img.Partition(id, req.Partition)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s/%d", ErrUnknownTopic, req.TopicId, req.Partition)
-	}
-	switch {
-	case p.Leader != req.BrokerId:
-		return nil, fmt.Errorf("%w: broker %d is not the leader of %s/%d (leader %d)", ErrNotPartitionLeader, req.BrokerId, req.TopicId, req.Partition, p.Leader)
-	case req.LeaderEpoch != p.LeaderEpoch:
-		return nil, fmt.Errorf("%w: leader epoch %d, current %d", ErrFencedLeaderEpoch, req.LeaderEpoch, p.LeaderEpoch)
-	case req.PartitionEpoch != p.PartitionEpoch:
-		return nil, fmt.Errorf("%w: partition epoch %d, current %d", ErrInvalidUpdateVersion, req.PartitionEpoch, p.PartitionEpoch)
-	}
-	isr := req.NewIsr
-	if !slices.Contains(isr, p.Leader) {
-		return nil, fmt.Errorf("%w: new ISR %v omits the leader %d", ErrIneligibleReplica, isr, p.Leader)
-	}
-	v := newView(img)
-	for i, b := range isr {
-		switch {
-		case slices.Contains(isr[:i], b):
-			return nil, fieldError("new_isr", "%v names broker %d twice", isr, b)
-		case !slices.Contains(p.Replicas, b):
-			return nil, fmt.Errorf("%w: broker %d is not a replica of %s/%d", ErrIneligibleReplica, b, req.TopicId, req.Partition)
-		case !v.eligible(b):
-			return nil, fmt.Errorf("%w: broker %d is fenced, shutting down or unregistered", ErrIneligibleReplica, b)
-		}
-	}
-	t := targetOf(p)
-	t.isr = slices.Clone(isr)
-	completeReassignment(&t, v, topicUnclean(img, p.TopicID))
-	if r := changeRecord(p, t); r != nil {
-		return []*keelpb.Record{r}, nil
-	}
-	return nil, nil
-}
-
 // completeReassignment finishes a reassignment whose added replicas have all
 // joined the ISR: the replicas become the target set, the removed ones leave
 // the ISR, and a new leader is elected if the old one was removed.

@@ -753,9 +753,10 @@ func (x *BrokerHeartbeatResponse) GetControllerId() int32 {
 }
 
 type UnregisterBrokerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BrokerId      int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	BrokerEpoch   int64                  `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	// The incarnation to remove; 0: whichever is registered.
+	BrokerEpoch   int64 `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -805,7 +806,9 @@ func (x *UnregisterBrokerRequest) GetBrokerEpoch() int64 {
 }
 
 type UnregisterBrokerResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The epoch of the incarnation removed.
+	BrokerEpoch   int64 `protobuf:"varint,1,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -838,6 +841,13 @@ func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use UnregisterBrokerResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterBrokerResponse) Descriptor() ([]byte, []int) {
 	return file_controller_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *UnregisterBrokerResponse) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
 }
 
 type StreamMetadataRequest struct {
@@ -2185,9 +2195,17 @@ type AlterPartitionRequest struct {
 	Partition      int32                  `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
 	LeaderEpoch    int32                  `protobuf:"varint,5,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
 	PartitionEpoch int32                  `protobuf:"varint,6,opt,name=partition_epoch,json=partitionEpoch,proto3" json:"partition_epoch,omitempty"`
-	NewIsr         []int32                `protobuf:"varint,7,rep,packed,name=new_isr,json=newIsr,proto3" json:"new_isr,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The new ISR, without broker epochs: the form of senders that predate
+	// new_isr_with_epochs. Alongside new_isr_with_epochs it must name the same
+	// brokers in the same order (so that a controller that knows only new_isr
+	// reads the same ISR).
+	NewIsr []int32 `protobuf:"varint,7,rep,packed,name=new_isr,json=newIsr,proto3" json:"new_isr,omitempty"`
+	// The new ISR with each member's broker epoch as the leader knows it
+	// (KIP-903): a member whose epoch is no longer its registered one has
+	// restarted since, and the change is refused (INELIGIBLE_REPLICA).
+	NewIsrWithEpochs []*BrokerState `protobuf:"bytes,8,rep,name=new_isr_with_epochs,json=newIsrWithEpochs,proto3" json:"new_isr_with_epochs,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *AlterPartitionRequest) Reset() {
@@ -2269,6 +2287,67 @@ func (x *AlterPartitionRequest) GetNewIsr() []int32 {
 	return nil
 }
 
+func (x *AlterPartitionRequest) GetNewIsrWithEpochs() []*BrokerState {
+	if x != nil {
+		return x.NewIsrWithEpochs
+	}
+	return nil
+}
+
+// BrokerState is an ISR member and the broker epoch it is known at.
+type BrokerState struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	// -1: not known, the epoch is not checked; otherwise positive.
+	BrokerEpoch   int64 `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerState) Reset() {
+	*x = BrokerState{}
+	mi := &file_controller_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerState) ProtoMessage() {}
+
+func (x *BrokerState) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerState.ProtoReflect.Descriptor instead.
+func (*BrokerState) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *BrokerState) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *BrokerState) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
 type AlterPartitionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Partition     *PartitionDescription  `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
@@ -2278,7 +2357,7 @@ type AlterPartitionResponse struct {
 
 func (x *AlterPartitionResponse) Reset() {
 	*x = AlterPartitionResponse{}
-	mi := &file_controller_proto_msgTypes[35]
+	mi := &file_controller_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2369,7 @@ func (x *AlterPartitionResponse) String() string {
 func (*AlterPartitionResponse) ProtoMessage() {}
 
 func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[35]
+	mi := &file_controller_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2382,7 @@ func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{35}
+	return file_controller_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AlterPartitionResponse) GetPartition() *PartitionDescription {
@@ -2323,7 +2402,7 @@ type TopicPartition struct {
 
 func (x *TopicPartition) Reset() {
 	*x = TopicPartition{}
-	mi := &file_controller_proto_msgTypes[36]
+	mi := &file_controller_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2414,7 @@ func (x *TopicPartition) String() string {
 func (*TopicPartition) ProtoMessage() {}
 
 func (x *TopicPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[36]
+	mi := &file_controller_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2427,7 @@ func (x *TopicPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicPartition.ProtoReflect.Descriptor instead.
 func (*TopicPartition) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{36}
+	return file_controller_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TopicPartition) GetTopic() string {
@@ -2377,7 +2456,7 @@ type ElectLeadersRequest struct {
 
 func (x *ElectLeadersRequest) Reset() {
 	*x = ElectLeadersRequest{}
-	mi := &file_controller_proto_msgTypes[37]
+	mi := &file_controller_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2468,7 @@ func (x *ElectLeadersRequest) String() string {
 func (*ElectLeadersRequest) ProtoMessage() {}
 
 func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[37]
+	mi := &file_controller_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2481,7 @@ func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersRequest.ProtoReflect.Descriptor instead.
 func (*ElectLeadersRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{37}
+	return file_controller_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ElectLeadersRequest) GetType() ElectionType {
@@ -2435,7 +2514,7 @@ type ElectLeadersResponse struct {
 
 func (x *ElectLeadersResponse) Reset() {
 	*x = ElectLeadersResponse{}
-	mi := &file_controller_proto_msgTypes[38]
+	mi := &file_controller_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2526,7 @@ func (x *ElectLeadersResponse) String() string {
 func (*ElectLeadersResponse) ProtoMessage() {}
 
 func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[38]
+	mi := &file_controller_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2539,7 @@ func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersResponse.ProtoReflect.Descriptor instead.
 func (*ElectLeadersResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{38}
+	return file_controller_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ElectLeadersResponse) GetResults() []*ElectionResult {
@@ -2483,7 +2562,7 @@ type ElectionResult struct {
 
 func (x *ElectionResult) Reset() {
 	*x = ElectionResult{}
-	mi := &file_controller_proto_msgTypes[39]
+	mi := &file_controller_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2495,7 +2574,7 @@ func (x *ElectionResult) String() string {
 func (*ElectionResult) ProtoMessage() {}
 
 func (x *ElectionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[39]
+	mi := &file_controller_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2508,7 +2587,7 @@ func (x *ElectionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectionResult.ProtoReflect.Descriptor instead.
 func (*ElectionResult) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{39}
+	return file_controller_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ElectionResult) GetTopic() string {
@@ -2551,7 +2630,7 @@ type AlterPartitionReassignmentsRequest struct {
 
 func (x *AlterPartitionReassignmentsRequest) Reset() {
 	*x = AlterPartitionReassignmentsRequest{}
-	mi := &file_controller_proto_msgTypes[40]
+	mi := &file_controller_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2642,7 @@ func (x *AlterPartitionReassignmentsRequest) String() string {
 func (*AlterPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[40]
+	mi := &file_controller_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2655,7 @@ func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use AlterPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{40}
+	return file_controller_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AlterPartitionReassignmentsRequest) GetTopic() string {
@@ -2609,7 +2688,7 @@ type AlterPartitionReassignmentsResponse struct {
 
 func (x *AlterPartitionReassignmentsResponse) Reset() {
 	*x = AlterPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[41]
+	mi := &file_controller_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2700,7 @@ func (x *AlterPartitionReassignmentsResponse) String() string {
 func (*AlterPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[41]
+	mi := &file_controller_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2713,7 @@ func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use AlterPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{41}
+	return file_controller_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AlterPartitionReassignmentsResponse) GetPartition() *PartitionDescription {
@@ -2652,7 +2731,7 @@ type ListPartitionReassignmentsRequest struct {
 
 func (x *ListPartitionReassignmentsRequest) Reset() {
 	*x = ListPartitionReassignmentsRequest{}
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +2743,7 @@ func (x *ListPartitionReassignmentsRequest) String() string {
 func (*ListPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +2756,7 @@ func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{42}
+	return file_controller_proto_rawDescGZIP(), []int{43}
 }
 
 type ListPartitionReassignmentsResponse struct {
@@ -2689,7 +2768,7 @@ type ListPartitionReassignmentsResponse struct {
 
 func (x *ListPartitionReassignmentsResponse) Reset() {
 	*x = ListPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2701,7 +2780,7 @@ func (x *ListPartitionReassignmentsResponse) String() string {
 func (*ListPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2714,7 +2793,7 @@ func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ListPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{43}
+	return file_controller_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListPartitionReassignmentsResponse) GetReassignments() []*Reassignment {
@@ -2737,7 +2816,7 @@ type Reassignment struct {
 
 func (x *Reassignment) Reset() {
 	*x = Reassignment{}
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +2828,7 @@ func (x *Reassignment) String() string {
 func (*Reassignment) ProtoMessage() {}
 
 func (x *Reassignment) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +2841,7 @@ func (x *Reassignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reassignment.ProtoReflect.Descriptor instead.
 func (*Reassignment) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{44}
+	return file_controller_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Reassignment) GetTopic() string {
@@ -2812,7 +2891,7 @@ type RestoreSnapshotRequest struct {
 
 func (x *RestoreSnapshotRequest) Reset() {
 	*x = RestoreSnapshotRequest{}
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +2903,7 @@ func (x *RestoreSnapshotRequest) String() string {
 func (*RestoreSnapshotRequest) ProtoMessage() {}
 
 func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +2916,7 @@ func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{45}
+	return file_controller_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RestoreSnapshotRequest) GetForceClusterId() bool {
@@ -2875,7 +2954,7 @@ type RestoreSnapshotResponse struct {
 
 func (x *RestoreSnapshotResponse) Reset() {
 	*x = RestoreSnapshotResponse{}
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2887,7 +2966,7 @@ func (x *RestoreSnapshotResponse) String() string {
 func (*RestoreSnapshotResponse) ProtoMessage() {}
 
 func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2900,7 +2979,7 @@ func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{46}
+	return file_controller_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RestoreSnapshotResponse) GetClusterId() string {
@@ -2957,7 +3036,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3048,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3061,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{47}
+	return file_controller_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *LeaderHint) GetLeaderId() int32 {
@@ -3009,7 +3088,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3021,7 +3100,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3034,7 +3113,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{48}
+	return file_controller_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AddVoterRequest) GetId() int32 {
@@ -3065,7 +3144,7 @@ type AddVoterResponse struct {
 
 func (x *AddVoterResponse) Reset() {
 	*x = AddVoterResponse{}
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3077,7 +3156,7 @@ func (x *AddVoterResponse) String() string {
 func (*AddVoterResponse) ProtoMessage() {}
 
 func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3090,7 +3169,7 @@ func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterResponse.ProtoReflect.Descriptor instead.
 func (*AddVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{49}
+	return file_controller_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AddVoterResponse) GetConfigurationIndex() uint64 {
@@ -3123,7 +3202,7 @@ type RemoveVoterRequest struct {
 
 func (x *RemoveVoterRequest) Reset() {
 	*x = RemoveVoterRequest{}
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3135,7 +3214,7 @@ func (x *RemoveVoterRequest) String() string {
 func (*RemoveVoterRequest) ProtoMessage() {}
 
 func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3148,7 +3227,7 @@ func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{50}
+	return file_controller_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RemoveVoterRequest) GetId() int32 {
@@ -3169,7 +3248,7 @@ type RemoveVoterResponse struct {
 
 func (x *RemoveVoterResponse) Reset() {
 	*x = RemoveVoterResponse{}
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3260,7 @@ func (x *RemoveVoterResponse) String() string {
 func (*RemoveVoterResponse) ProtoMessage() {}
 
 func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3273,7 @@ func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{51}
+	return file_controller_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoveVoterResponse) GetConfigurationIndex() uint64 {
@@ -3228,7 +3307,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3240,7 +3319,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3253,7 +3332,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{52}
+	return file_controller_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TransferLeadershipRequest) GetTargetId() int32 {
@@ -3276,7 +3355,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3367,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3380,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{53}
+	return file_controller_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TransferLeadershipResponse) GetPreviousLeaderId() int32 {
@@ -3385,8 +3464,9 @@ const file_controller_proto_rawDesc = "" +
 	"\rcontroller_id\x18\x05 \x01(\x05R\fcontrollerId\"Y\n" +
 	"\x17UnregisterBrokerRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
-	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"\x1a\n" +
-	"\x18UnregisterBrokerResponse\"\x97\x01\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"=\n" +
+	"\x18UnregisterBrokerResponse\x12!\n" +
+	"\fbroker_epoch\x18\x01 \x01(\x03R\vbrokerEpoch\"\x97\x01\n" +
 	"\x15StreamMetadataRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12\x1f\n" +
@@ -3483,7 +3563,7 @@ const file_controller_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x03(\x05R\breplicas\x12\x10\n" +
 	"\x03isr\x18\x06 \x03(\x05R\x03isr\x12'\n" +
 	"\x0fadding_replicas\x18\a \x03(\x05R\x0eaddingReplicas\x12+\n" +
-	"\x11removing_replicas\x18\b \x03(\x05R\x10removingReplicas\"\xf5\x01\n" +
+	"\x11removing_replicas\x18\b \x03(\x05R\x10removingReplicas\"\xba\x02\n" +
 	"\x15AlterPartitionRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12\x19\n" +
@@ -3491,7 +3571,11 @@ const file_controller_proto_rawDesc = "" +
 	"\tpartition\x18\x04 \x01(\x05R\tpartition\x12!\n" +
 	"\fleader_epoch\x18\x05 \x01(\x05R\vleaderEpoch\x12'\n" +
 	"\x0fpartition_epoch\x18\x06 \x01(\x05R\x0epartitionEpoch\x12\x17\n" +
-	"\anew_isr\x18\a \x03(\x05R\x06newIsr\"U\n" +
+	"\anew_isr\x18\a \x03(\x05R\x06newIsr\x12C\n" +
+	"\x13new_isr_with_epochs\x18\b \x03(\v2\x14.keel.v1.BrokerStateR\x10newIsrWithEpochs\"M\n" +
+	"\vBrokerState\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"U\n" +
 	"\x16AlterPartitionResponse\x12;\n" +
 	"\tpartition\x18\x01 \x01(\v2\x1d.keel.v1.PartitionDescriptionR\tpartition\"D\n" +
 	"\x0eTopicPartition\x12\x14\n" +
@@ -3605,7 +3689,7 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_controller_proto_goTypes = []any{
 	(ElectionType)(0),                           // 0: keel.v1.ElectionType
 	(*DescribeQuorumRequest)(nil),               // 1: keel.v1.DescribeQuorumRequest
@@ -3643,27 +3727,28 @@ var file_controller_proto_goTypes = []any{
 	(*TopicDescription)(nil),                    // 33: keel.v1.TopicDescription
 	(*PartitionDescription)(nil),                // 34: keel.v1.PartitionDescription
 	(*AlterPartitionRequest)(nil),               // 35: keel.v1.AlterPartitionRequest
-	(*AlterPartitionResponse)(nil),              // 36: keel.v1.AlterPartitionResponse
-	(*TopicPartition)(nil),                      // 37: keel.v1.TopicPartition
-	(*ElectLeadersRequest)(nil),                 // 38: keel.v1.ElectLeadersRequest
-	(*ElectLeadersResponse)(nil),                // 39: keel.v1.ElectLeadersResponse
-	(*ElectionResult)(nil),                      // 40: keel.v1.ElectionResult
-	(*AlterPartitionReassignmentsRequest)(nil),  // 41: keel.v1.AlterPartitionReassignmentsRequest
-	(*AlterPartitionReassignmentsResponse)(nil), // 42: keel.v1.AlterPartitionReassignmentsResponse
-	(*ListPartitionReassignmentsRequest)(nil),   // 43: keel.v1.ListPartitionReassignmentsRequest
-	(*ListPartitionReassignmentsResponse)(nil),  // 44: keel.v1.ListPartitionReassignmentsResponse
-	(*Reassignment)(nil),                        // 45: keel.v1.Reassignment
-	(*RestoreSnapshotRequest)(nil),              // 46: keel.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),             // 47: keel.v1.RestoreSnapshotResponse
-	(*LeaderHint)(nil),                          // 48: keel.v1.LeaderHint
-	(*AddVoterRequest)(nil),                     // 49: keel.v1.AddVoterRequest
-	(*AddVoterResponse)(nil),                    // 50: keel.v1.AddVoterResponse
-	(*RemoveVoterRequest)(nil),                  // 51: keel.v1.RemoveVoterRequest
-	(*RemoveVoterResponse)(nil),                 // 52: keel.v1.RemoveVoterResponse
-	(*TransferLeadershipRequest)(nil),           // 53: keel.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil),          // 54: keel.v1.TransferLeadershipResponse
-	nil,                                         // 55: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                         // 56: keel.v1.TopicDescription.ConfigsEntry
+	(*BrokerState)(nil),                         // 36: keel.v1.BrokerState
+	(*AlterPartitionResponse)(nil),              // 37: keel.v1.AlterPartitionResponse
+	(*TopicPartition)(nil),                      // 38: keel.v1.TopicPartition
+	(*ElectLeadersRequest)(nil),                 // 39: keel.v1.ElectLeadersRequest
+	(*ElectLeadersResponse)(nil),                // 40: keel.v1.ElectLeadersResponse
+	(*ElectionResult)(nil),                      // 41: keel.v1.ElectionResult
+	(*AlterPartitionReassignmentsRequest)(nil),  // 42: keel.v1.AlterPartitionReassignmentsRequest
+	(*AlterPartitionReassignmentsResponse)(nil), // 43: keel.v1.AlterPartitionReassignmentsResponse
+	(*ListPartitionReassignmentsRequest)(nil),   // 44: keel.v1.ListPartitionReassignmentsRequest
+	(*ListPartitionReassignmentsResponse)(nil),  // 45: keel.v1.ListPartitionReassignmentsResponse
+	(*Reassignment)(nil),                        // 46: keel.v1.Reassignment
+	(*RestoreSnapshotRequest)(nil),              // 47: keel.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),             // 48: keel.v1.RestoreSnapshotResponse
+	(*LeaderHint)(nil),                          // 49: keel.v1.LeaderHint
+	(*AddVoterRequest)(nil),                     // 50: keel.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),                    // 51: keel.v1.AddVoterResponse
+	(*RemoveVoterRequest)(nil),                  // 52: keel.v1.RemoveVoterRequest
+	(*RemoveVoterResponse)(nil),                 // 53: keel.v1.RemoveVoterResponse
+	(*TransferLeadershipRequest)(nil),           // 54: keel.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),          // 55: keel.v1.TransferLeadershipResponse
+	nil,                                         // 56: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                         // 57: keel.v1.TopicDescription.ConfigsEntry
 }
 var file_controller_proto_depIdxs = []int32{
 	3,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
@@ -3672,69 +3757,70 @@ var file_controller_proto_depIdxs = []int32{
 	15, // 3: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
 	20, // 4: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
 	22, // 5: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	55, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	56, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
 	33, // 7: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
 	22, // 8: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
 	33, // 9: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
 	30, // 10: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
 	33, // 11: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	56, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	57, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
 	34, // 13: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
-	34, // 14: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
-	0,  // 15: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
-	37, // 16: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
-	40, // 17: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
-	34, // 18: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
-	45, // 19: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
-	3,  // 20: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	3,  // 21: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	1,  // 22: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	4,  // 23: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	6,  // 24: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	8,  // 25: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	10, // 26: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	12, // 27: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	18, // 28: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	21, // 29: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
-	24, // 30: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
-	26, // 31: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
-	28, // 32: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
-	31, // 33: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
-	35, // 34: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
-	38, // 35: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
-	41, // 36: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
-	43, // 37: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
-	17, // 38: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	46, // 39: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
-	49, // 40: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
-	51, // 41: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
-	53, // 42: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
-	2,  // 43: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	5,  // 44: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	7,  // 45: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	9,  // 46: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	11, // 47: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	13, // 48: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	19, // 49: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	23, // 50: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	25, // 51: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	27, // 52: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	29, // 53: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	32, // 54: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	36, // 55: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	39, // 56: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	42, // 57: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	44, // 58: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	16, // 59: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	47, // 60: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	50, // 61: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	52, // 62: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	54, // 63: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	43, // [43:64] is the sub-list for method output_type
-	22, // [22:43] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	36, // 14: keel.v1.AlterPartitionRequest.new_isr_with_epochs:type_name -> keel.v1.BrokerState
+	34, // 15: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
+	0,  // 16: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
+	38, // 17: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
+	41, // 18: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
+	34, // 19: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
+	46, // 20: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
+	3,  // 21: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	3,  // 22: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	1,  // 23: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	4,  // 24: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	6,  // 25: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	8,  // 26: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	10, // 27: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	12, // 28: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	18, // 29: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	21, // 30: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	24, // 31: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	26, // 32: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	28, // 33: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	31, // 34: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	35, // 35: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	39, // 36: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	42, // 37: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	44, // 38: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	17, // 39: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
+	47, // 40: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	50, // 41: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
+	52, // 42: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
+	54, // 43: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
+	2,  // 44: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	5,  // 45: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	7,  // 46: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	9,  // 47: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	11, // 48: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	13, // 49: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	19, // 50: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	23, // 51: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	25, // 52: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	27, // 53: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	29, // 54: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	32, // 55: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	37, // 56: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	40, // 57: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	43, // 58: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	45, // 59: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	16, // 60: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	48, // 61: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	51, // 62: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	53, // 63: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	55, // 64: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	44, // [44:65] is the sub-list for method output_type
+	23, // [23:44] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -3746,14 +3832,14 @@ func file_controller_proto_init() {
 		(*MetadataPush_Entries)(nil),
 		(*MetadataPush_Snapshot)(nil),
 	}
-	file_controller_proto_msgTypes[52].OneofWrappers = []any{}
+	file_controller_proto_msgTypes[53].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   56,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -302,7 +302,7 @@ func (c *Controller) waitEntries(futures []raft.ApplyFuture, submitted time.Time
 		}
 		c.metrics.commitTime.Observe(time.Since(submitted).Seconds())
 		if resp, ok := f.Response().(error); ok && resp != nil {
-			return 0, fmt.Errorf("batch refused by the state machine: %w", resp)
+			return 0, fmt.Errorf("%w (at raft index %d): %w", ErrRefused, f.Index(), resp)
 		}
 		index = f.Index()
 	}

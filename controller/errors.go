@@ -23,6 +23,11 @@ var (
 	ErrQueueFull = errors.New("controller event queue is full")
 	// ErrStopped: the controller is shutting down.
 	ErrStopped = errors.New("controller is shutting down")
+	// ErrRefused: a decision's records do not apply to the metadata they
+	// were decided on (the state machine refuses them). The event loop
+	// checks every decision before it goes to raft, so such a decision is
+	// written nowhere. It wraps the state machine's reason.
+	ErrRefused = errors.New("the decision does not apply to the current metadata")
 )
 
 // NotLeaderError says who the leader is, when known (LeaderID -1 when not).
@@ -73,9 +78,12 @@ var (
 	ErrInvalidRequest = errors.New("invalid request")
 	// ErrNotController: an AlterPartition names epochs above the
 	// controller's (Kafka's NOT_CONTROLLER): the controller is behind.
-	ErrNotController          = errors.New("the request is ahead of this controller's metadata")
-	ErrReassignmentInProgress = errors.New("reassignment in progress")
-	ErrNoReassignment         = errors.New("no reassignment in progress")
+	ErrNotController  = errors.New("the request is ahead of this controller's metadata")
+	ErrNoReassignment = errors.New("no reassignment in progress")
+	// ErrInvalidReplicaAssignment: a reassignment the partition's state does
+	// not allow (Kafka's INVALID_REPLICA_ASSIGNMENT), such as cancelling
+	// one whose revert would need an unclean election.
+	ErrInvalidReplicaAssignment = errors.New("invalid replica assignment")
 )
 
 // FieldError is a request that is invalid in one named field.

@@ -23,15 +23,19 @@ const maxGroup = 64
 // followers write them in one AppendEntries and one fsync, and every caller
 // gets the outcome of its own entries.
 //
+// Every decision's records are applied to that copy before raft sees them,
+// the last decision's too: a decision whose records the FSM would refuse is
+// refused there, with ErrRefused, takes no log slot, and leaves the copy the
+// later decisions see as it was. No decision ever proposes a batch the FSM
+// refuses. (This costs one apply on the leader per decision, beside the
+// FSM's own: a fraction of a commit.)
+//
 // The copy applies each entry at the index raft will give it: the event loop
 // is the only writer while this node is active, and the group starts only
 // once every earlier entry is applied, so the next index is LastIndex+1. If
 // that ever did not hold, the FSM would refuse a record whose check
 // depended on it (a broker epoch), and that decision alone would fail: the
 // FSM, not the copy, has the last word.
-//
-// A decision alone in its group is taken against the committed image, as
-// before, and costs no extra apply.
 //
 // A decision that writes nothing (refused, or with nothing to do) after
 // others in the group that write is answered only once their entries have
@@ -66,7 +70,7 @@ func (l *leadership) runGroup(group []event) {
 		}
 		pend = append(pend, pending{ev: ev, err: err})
 	}
-	for i, ev := range group {
+	for _, ev := range group {
 		if err := ev.ctx.Err(); err != nil { // the caller has given up: write nothing
 			ev.finish(0, err)
 			continue
@@ -85,15 +89,12 @@ func (l *leadership) runGroup(group []event) {
 			answer(ev, err)
 			continue
 		}
-		if i < len(group)-1 {
-			// Later decisions in the group must see this one.
-			spec, err := applyParts(img, next, parts)
-			if err != nil {
-				answer(ev, fmt.Errorf("batch refused by the state machine: %w", err))
-				continue
-			}
-			img = spec
+		spec, err := applyParts(img, next, parts)
+		if err != nil {
+			answer(ev, fmt.Errorf("%w; nothing was written: %w", ErrRefused, err))
+			continue
 		}
+		img = spec // later decisions in the group see this one
 		submitted := time.Now()
 		pend = append(pend, pending{ev: ev, futures: l.c.submitEntries(entries), submitted: submitted})
 		writes++

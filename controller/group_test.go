@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,24 +13,60 @@ import (
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
+// refusedByFSM is a record the FSM refuses: it fences a broker that is
+// not registered.
+var refusedByFSM = &keelpb.Record{Record: &keelpb.Record_FenceBroker{FenceBroker: &keelpb.FenceBrokerRecord{BrokerId: 99, BrokerEpoch: 1}}}
+
 // Decisions queued together are taken together: each sees the image the
 // ones before it leave, at the very index raft gives them, and a decision
 // that is refused (by the FSM, or because its records do not encode) fails
-// alone, leaving the image the later ones see as it was.
+// alone, leaving the image the later ones see as it was. The last decision
+// of a group is checked as the others are: it takes no log slot either.
 func TestGroupCommit_DecisionsSeeEachOther(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		bad  *keelpb.Record
+		name    string
+		bad     *keelpb.Record
+		refused int // which of the 5 decisions writes bad
 	}{
-		{"refused by the FSM", &keelpb.Record{Record: &keelpb.Record_FenceBroker{FenceBroker: &keelpb.FenceBrokerRecord{BrokerId: 99, BrokerEpoch: 1}}}},
+		{"refused by the FSM", refusedByFSM, 2},
+		{"refused by the FSM, last in the group", refusedByFSM, 4},
 		// Invalid UTF-8 in a string field: protobuf will not marshal it.
-		{"does not encode", &keelpb.Record{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: "\xff"}}}},
+		{"does not encode", &keelpb.Record{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: "\xff"}}}, 2},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testGroupCommit(t, tc.bad) })
+		t.Run(tc.name, func(t *testing.T) { testGroupCommit(t, tc.bad, tc.refused) })
 	}
 }
 
-func testGroupCommit(t *testing.T, bad *keelpb.Record) {
+// TestGroupCommit_RefusedDecisionTakesNoLogSlot: a decision alone on the
+// event loop whose records the FSM would refuse is refused before raft
+// sees it, with ErrRefused and the FSM's reason: raft's log does not grow,
+// and the next write takes the next index.
+func TestGroupCommit_RefusedDecisionTakesNoLogSlot(t *testing.T) {
+	c := newCluster(t, 3)
+	leader := c.WaitForActive(5 * time.Second)
+	ctrl := leader.Controller()
+	ctx := context.Background()
+	first, err := ctrl.Propose(ctx, noOp())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := ctrl.Raft().LastIndex()
+	if _, err := ctrl.Propose(ctx, refusedByFSM); !errors.Is(err, controller.ErrRefused) || !strings.Contains(err.Error(), "broker 99 is not registered") {
+		t.Fatalf("a batch the FSM refuses: err = %v, want %v with the FSM's reason", err, controller.ErrRefused)
+	}
+	if got := ctrl.Raft().LastIndex(); got != last {
+		t.Fatalf("raft's last index moved from %d to %d: the refused decision took a log slot", last, got)
+	}
+	next, err := ctrl.Propose(ctx, noOp())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next != last+1 || first >= next {
+		t.Fatalf("the next write committed at %d, want %d", next, last+1)
+	}
+}
+
+func testGroupCommit(t *testing.T, bad *keelpb.Record, refused int) {
 	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	l := leader.Controller().ActiveLeadership()
@@ -39,7 +76,6 @@ func testGroupCommit(t *testing.T, bad *keelpb.Record) {
 	before := leader.FSM().Image().Offset
 
 	const n = 5
-	const refused = 2 // this decision writes bad
 	seen := make([]uint64, n)
 	index := make([]uint64, n)
 	errs := make([]error, n)

@@ -9,78 +9,101 @@ import (
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
-// completeReassignment finishes a reassignment whose added replicas have all
-// joined the ISR: the replicas become the target set, the removed ones leave
-// the ISR, and a new leader is elected if the old one was removed.
+// completeReassignment finishes a reassignment once it is safe, by KRaft's
+// rule (PartitionReassignmentReplicas.maybeCompleteReassignment): the ISR
+// less the replicas being removed is not empty and holds every replica of
+// the target. Then the replicas become the target, the removed ones leave
+// the ISR, and a new leader is elected if the old one was removed. Until
+// then nothing changes: a target whose replicas have not all caught up
+// (one fenced, say) keeps the replicas being removed, in the ISR and
+// leading, however long that takes, so that a move never leaves a partition
+// with fewer in-sync replicas than its target asks for.
 func completeReassignment(t *target, v brokerView, unclean bool) {
 	if len(t.addingReplicas) == 0 && len(t.removingRep) == 0 {
 		return
 	}
-	for _, b := range t.addingReplicas {
-		if !slices.Contains(t.isr, b) {
+	removed := func(b int32) bool { return slices.Contains(t.removingRep, b) }
+	isr := slices.DeleteFunc(slices.Clone(t.isr), removed)
+	if len(isr) == 0 {
+		return
+	}
+	replicas := slices.DeleteFunc(slices.Clone(t.replicas), removed)
+	if len(replicas) == 0 {
+		return
+	}
+	for _, b := range replicas {
+		if !slices.Contains(isr, b) {
 			return
 		}
 	}
-	gone := map[int32]bool{}
-	for _, b := range t.removingRep {
-		gone[b] = true
-	}
-	t.replicas = slices.DeleteFunc(t.replicas, func(b int32) bool { return gone[b] })
-	withoutISR(t, gone)
-	if gone[t.leader] {
+	if removed(t.leader) {
 		t.leader = fsm.NoLeader
 	}
-	electLeader(t, v, unclean)
+	t.replicas, t.isr = replicas, isr
 	t.addingReplicas, t.removingRep = nil, nil
+	electLeader(t, v, unclean)
 }
 
-// reassignRecords starts a reassignment to replicas (KRaft's way: the
-// target set first, then the replicas being removed; the added ones must
-// join the ISR before the switch). A target that adds nothing completes at
-// once.
+// reassignmentReplicas computes a reassignment of p to target, against p's
+// current replicas (KRaft's PartitionReassignmentReplicas; during another
+// reassignment these are its target and the replicas it is removing): the
+// target first, then the current replicas it leaves out, which are
+// removing; the target's replicas that are not current replicas are
+// adding, and so are the ones an ongoing reassignment is still adding
+// (they may not have caught up, and a cancel must take them away).
+func reassignmentReplicas(p *fsm.Partition, target []int32) (replicas, adding, removing []int32) {
+	for _, b := range target {
+		if !slices.Contains(p.Replicas, b) || slices.Contains(p.AddingReplicas, b) {
+			adding = append(adding, b)
+		}
+	}
+	for _, b := range p.Replicas {
+		if !slices.Contains(target, b) {
+			removing = append(removing, b)
+		}
+	}
+	return append(slices.Clone(target), removing...), adding, removing
+}
+
+// reassignRecords starts a reassignment to replicas, KRaft's way: the
+// partition takes the target and keeps the replicas being removed; the
+// switch to the target happens once every target replica is in the ISR
+// (completeReassignment), at once if that is already so (a new order, or
+// a removal the ISR allows). A reassignment over an ongoing one replaces it;
+// one to the current replicas, with none ongoing, changes nothing and is
+// no error.
 func reassignRecords(img *fsm.Image, topic string, partition int32, replicas []int32) ([]*keelpb.Record, error) {
 	_, p, err := partitionOf(img, topic, partition)
 	if err != nil {
 		return nil, err
 	}
-	if p.Reassigning() {
-		return nil, fmt.Errorf("%w: %s/%d is moving to %v; cancel it first", ErrReassignmentInProgress, topic, partition,
-			slices.DeleteFunc(slices.Clone(p.Replicas), func(b int32) bool { return slices.Contains(p.RemovingReplicas, b) }))
-	}
 	if err := checkAssignments(img, [][]int32{replicas}); err != nil {
 		return nil, fieldError("replicas", "%v", err.(*FieldError).Msg)
 	}
-	if slices.Equal(replicas, p.Replicas) {
-		return nil, fieldError("replicas", "%v is already the assignment", replicas)
-	}
-	var adding, removing []int32
-	for _, b := range replicas {
-		if !slices.Contains(p.Replicas, b) {
-			adding = append(adding, b)
-		}
-	}
-	for _, b := range p.Replicas {
-		if !slices.Contains(replicas, b) {
-			removing = append(removing, b)
-		}
+	if !p.Reassigning() && slices.Equal(replicas, p.Replicas) {
+		return nil, nil
 	}
 	t := targetOf(p)
-	t.replicas = append(slices.Clone(replicas), removing...)
-	t.addingReplicas, t.removingRep = adding, removing
+	t.replicas, t.addingReplicas, t.removingRep = reassignmentReplicas(p, replicas)
 	v := newView(img)
-	if len(adding) == 0 {
-		if !slices.ContainsFunc(t.isr, func(b int32) bool { return slices.Contains(replicas, b) }) {
-			return nil, fieldError("replicas", "%v holds no ISR member of %s/%d (ISR %v): the partition would lose its data", replicas, topic, partition, p.ISR)
-		}
-		completeReassignment(&t, v, false)
-		// Without additions the order may change too: take the target's.
-		t.replicas = slices.Clone(replicas)
+	// A reassignment is not an election: the leader stays while it may
+	// (KRaft's ONLINE election), even if it is being removed.
+	electLeader(&t, v, false)
+	completeReassignment(&t, v, false)
+	if r := changeRecord(p, t); r != nil {
+		return []*keelpb.Record{r}, nil
 	}
-	return []*keelpb.Record{changeRecord(p, t)}, nil
+	return nil, nil
 }
 
-// cancelReassignmentRecords reverts an ongoing reassignment: the added
-// replicas leave, the removed ones stay.
+// cancelReassignmentRecords reverts an ongoing reassignment, KRaft's way
+// (PartitionReassignmentRevert): the replicas being added leave the
+// replicas and the ISR, the ones being removed stay. If the ISR holds only
+// replicas being added, the revert would need an unclean election (the
+// replicas kept are all out of sync): it is refused with
+// ErrInvalidReplicaAssignment unless the topic allows unclean election, in
+// which case the first replica kept becomes the ISR and a leader is
+// elected as an unclean election would.
 func cancelReassignmentRecords(img *fsm.Image, topic string, partition int32) ([]*keelpb.Record, error) {
 	_, p, err := partitionOf(img, topic, partition)
 	if err != nil {
@@ -89,18 +112,24 @@ func cancelReassignmentRecords(img *fsm.Image, topic string, partition int32) ([
 	if !p.Reassigning() {
 		return nil, fmt.Errorf("%w: %s/%d", ErrNoReassignment, topic, partition)
 	}
-	gone := map[int32]bool{}
-	for _, b := range p.AddingReplicas {
-		gone[b] = true
-	}
+	added := func(b int32) bool { return slices.Contains(p.AddingReplicas, b) }
 	t := targetOf(p)
-	t.replicas = slices.DeleteFunc(t.replicas, func(b int32) bool { return gone[b] })
-	withoutISR(&t, gone)
-	if gone[t.leader] {
+	t.replicas = slices.DeleteFunc(t.replicas, added)
+	t.isr = slices.DeleteFunc(t.isr, added)
+	unclean := topicUnclean(img, p.TopicID)
+	if len(t.isr) == 0 {
+		if !unclean {
+			return nil, fmt.Errorf("%w: cannot cancel the reassignment of %s/%d: its ISR %v holds only replicas being added, so reverting to %v would need an unclean leader election; "+
+				"wait until one of %v is back in the ISR, or allow unclean election on the topic (%s=true)",
+				ErrInvalidReplicaAssignment, topic, partition, p.ISR, t.replicas, t.replicas, fsm.UncleanLeaderElection)
+		}
+		t.isr = []int32{t.replicas[0]}
+	}
+	if !slices.Contains(t.isr, t.leader) {
 		t.leader = fsm.NoLeader
 	}
 	t.addingReplicas, t.removingRep = nil, nil
-	electLeader(&t, newView(img), topicUnclean(img, p.TopicID))
+	electLeader(&t, newView(img), unclean)
 	return []*keelpb.Record{changeRecord(p, t)}, nil
 }
 

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 
 	"math/rand/v2"
 	"time"
@@ -44,7 +45,7 @@ func (c *Controller) PreviewTopic(req *keelpb.CreateTopicRequest) (*fsm.Image, *
 	}
 	preview, err := fsm.Apply(img, img.Offset+1, img.Term, &keelpb.RecordBatch{Records: recs})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w; nothing was written: %w", ErrRefused, err)
 	}
 	t, _ := preview.Topic(req.Name)
 	return preview, t, nil
@@ -57,8 +58,17 @@ func (c *Controller) CreatePartitions(ctx context.Context, req *keelpb.CreatePar
 		if l := c.active.Load(); l == nil {
 			return c.notLeader()
 		}
-		_, err := createPartitionsRecords(c.fsm.Image(), req, start)
-		return err
+		// Answered as the write would be: decided, then applied to a
+		// private copy of the image, so a refusal shows here too.
+		img := c.fsm.Image()
+		recs, err := createPartitionsRecords(img, req, start)
+		if err != nil {
+			return err
+		}
+		if _, err := fsm.Apply(img, img.Offset+1, img.Term, &keelpb.RecordBatch{Records: recs}); err != nil {
+			return fmt.Errorf("%w; nothing was written: %w", ErrRefused, err)
+		}
+		return nil
 	}
 	_, err := c.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
 		return createPartitionsRecords(img, req, start)

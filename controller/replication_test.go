@@ -242,56 +242,6 @@ func TestReplication_Elections(t *testing.T) {
 	}
 }
 
-func TestReplication_Reassignment(t *testing.T) {
-	img := fixture(t, false)
-	// Move partition 0 from [1 2 3] to [2 3 4]: 4 is fenced, but may follow.
-	recs, err := reassignRecords(img, "t", 0, []int32{2, 3, 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img = apply(t, img, recs)
-	p, _ := img.Partition(tid, 0)
-	if !slices.Equal(p.Replicas, []int32{2, 3, 4, 1}) || !slices.Equal(p.AddingReplicas, []int32{4}) || !slices.Equal(p.RemovingReplicas, []int32{1}) || p.Leader != 1 {
-		t.Fatalf("during reassignment: %+v", p)
-	}
-	if _, err := reassignRecords(img, "t", 0, []int32{1, 2, 3}); !errors.Is(err, ErrReassignmentInProgress) {
-		t.Fatalf("second reassignment: err = %v", err)
-	}
-	// Broker 4 comes up and its leader adds it to the ISR: the move completes
-	// in the same change, and leader 1, being removed, hands over.
-	img = apply(t, img, []*keelpb.Record{{Record: &keelpb.Record_UnfenceBroker{UnfenceBroker: &keelpb.UnfenceBrokerRecord{BrokerId: 4, BrokerEpoch: 5}}}})
-	recs, err = alterPartitionRecords(img, &keelpb.AlterPartitionRequest{BrokerId: 1, BrokerEpoch: 2, TopicId: tid.String(), Partition: 0,
-		LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch, NewIsr: []int32{1, 2, 3, 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img = apply(t, img, recs)
-	p, _ = img.Partition(tid, 0)
-	if !slices.Equal(p.Replicas, []int32{2, 3, 4}) || !slices.Equal(p.ISR, []int32{2, 3, 4}) || p.Leader != 2 || p.Reassigning() {
-		t.Fatalf("after completion: %+v", p)
-	}
-
-	// Cancel: start another move, then revert it.
-	recs, err = reassignRecords(img, "t", 1, []int32{2, 4, 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img = apply(t, img, recs)
-	recs, err = cancelReassignmentRecords(img, "t", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img = apply(t, img, recs)
-	// As in KRaft, a revert keeps the original set (less what was being
-	// added), in the merged order: the target's replicas first.
-	if p, _ := img.Partition(tid, 1); !slices.Equal(p.Replicas, []int32{2, 1, 3}) || p.Reassigning() {
-		t.Fatalf("after cancel: %+v", p)
-	}
-	if _, err := cancelReassignmentRecords(img, "t", 1); !errors.Is(err, ErrNoReassignment) {
-		t.Fatalf("cancel without a reassignment: err = %v", err)
-	}
-}
-
 func TestReplication_ImbalanceAndLeads(t *testing.T) {
 	// Partition 0's preferred leader (1) is in the ISR but 2 leads: broker 1
 	// leads 0 of its 1 preferred partitions, over any ratio.

@@ -52,7 +52,7 @@ func validateConfigs(configs map[string]string) error {
 }
 
 // placementBrokers are the brokers new replicas may go to: every registered
-// broker not shutting down (fenced ones included: they may hold followers).
+// broker not shutting down. placeReplicas prefers the active ones.
 func placementBrokers(img *fsm.Image) []*fsm.Broker {
 	return slices.DeleteFunc(img.Brokers(), func(b *fsm.Broker) bool { return b.ShuttingDown })
 }
@@ -76,52 +76,100 @@ func rackOrder(brokers []*fsm.Broker) []*fsm.Broker {
 	return out
 }
 
-// placeReplicas assigns rf replicas to each of count partitions, starting at
-// partition number first. Preferred leaders go round-robin over the
-// rack-ordered brokers from start, so leadership is spread evenly; followers
-// are taken from a shifting offset, racks not yet used first.
-func placeReplicas(brokers []*fsm.Broker, first, count, rf int32, start int) [][]int32 {
+// placementTier is a set of brokers placement takes replicas from, in rack
+// order, with each broker's rack as a small number (so that checking "rack
+// already used" is a scan of at most rf ints rather than a map per
+// partition).
+type placementTier struct {
+	ids     []int32
+	rackNo  []int
+	oneRack bool
+}
+
+// newTier orders brokers by rack, numbering racks in racks (shared between
+// tiers, so that a rack used by one tier counts as used for the other).
+func newTier(brokers []*fsm.Broker, racks map[string]int) placementTier {
 	order := rackOrder(brokers)
-	n := len(order)
-	// Racks as small numbers, so that checking "rack already used" is a
-	// scan of at most rf ints rather than a map per partition.
-	rackNo := make([]int, n)
-	racks := map[string]int{}
+	t := placementTier{ids: make([]int32, len(order)), rackNo: make([]int, len(order)), oneRack: true}
 	for i, b := range order {
 		if _, ok := racks[b.Rack]; !ok {
 			racks[b.Rack] = len(racks)
 		}
-		rackNo[i] = racks[b.Rack]
+		t.ids[i], t.rackNo[i] = b.ID, racks[b.Rack]
+		if t.rackNo[i] != t.rackNo[0] {
+			t.oneRack = false
+		}
 	}
-	width := int(min(rf, int32(n)))
+	return t
+}
+
+// take appends to the partition being placed (out[from:]) up to want more
+// of the tier's brokers not in it yet, going round from index at, brokers
+// in racks not used yet first; used holds the racks the partition uses.
+func (t placementTier) take(out []int32, from int, used []int, at, want int) ([]int32, []int) {
+	n := len(t.ids)
+	end := len(out) + want
+	// Pass 0 takes brokers in racks not used yet; with a single rack it
+	// would take the same brokers as pass 1, in the same order, after
+	// scanning every broker: skip it.
+	firstPass := 0
+	if t.oneRack {
+		firstPass = 1
+	}
+	for pass := firstPass; pass < 2 && len(out) < end; pass++ {
+		for j := 0; j < n && len(out) < end; j++ {
+			i := (at + j) % n
+			if slices.Contains(out[from:], t.ids[i]) || (pass == 0 && slices.Contains(used, t.rackNo[i])) {
+				continue
+			}
+			out = append(out, t.ids[i])
+			used = append(used, t.rackNo[i])
+		}
+	}
+	return out, used
+}
+
+// placeReplicas assigns rf replicas to each of count partitions, starting at
+// partition number first, KRaft's way (the StripedReplicaPlacer's rules):
+// active brokers first, fenced ones only when there are fewer active
+// brokers than rf, and never as the first replica, the preferred leader.
+// Preferred leaders go round-robin over the rack-ordered active brokers
+// from start, so leadership is spread evenly; followers are taken from a
+// shifting offset, racks not yet used first. A fenced broker holds no data
+// yet and is in no ISR, so a replica there adds no safety until it
+// returns: it only makes up the count.
+func placeReplicas(brokers []*fsm.Broker, first, count, rf int32, start int) [][]int32 {
+	var active, fenced []*fsm.Broker
+	for _, b := range brokers {
+		if b.Eligible() {
+			active = append(active, b)
+		} else {
+			fenced = append(fenced, b)
+		}
+	}
+	if len(active) == 0 { // the callers refuse this; place anyway
+		active, fenced = fenced, nil
+	}
+	racks := map[string]int{}
+	lead, rest := newTier(active, racks), newTier(fenced, racks)
+	n := len(lead.ids)
+	width := int(min(rf, int32(len(brokers))))
 	backing := make([]int32, 0, int(count)*width) // one allocation for every assignment
 	used := make([]int, 0, width)
 	out := make([][]int32, count)
 	for i := range count {
 		k := start + int(first+i)
-		lead := k % n
+		at := k % n
 		shift := 1
 		if n > 1 {
 			shift = 1 + (k/n)%(n-1)
 		}
 		from := len(backing)
-		backing = append(backing, order[lead].ID)
-		used = append(used[:0], rackNo[lead])
-		// Pass 0 takes brokers in racks not used yet; with a single rack
-		// there are none, so it would only scan every broker in vain.
-		firstPass := 0
-		if len(racks) == 1 {
-			firstPass = 1
-		}
-		for pass := firstPass; pass < 2 && len(backing)-from < int(rf); pass++ {
-			for j := 0; j < n && len(backing)-from < int(rf); j++ {
-				at := (lead + shift + j) % n
-				if slices.Contains(backing[from:], order[at].ID) || (pass == 0 && slices.Contains(used, rackNo[at])) {
-					continue
-				}
-				backing = append(backing, order[at].ID)
-				used = append(used, rackNo[at])
-			}
+		backing = append(backing, lead.ids[at])
+		used = append(used[:0], lead.rackNo[at])
+		backing, used = lead.take(backing, from, used, at+shift, width-1)
+		if short := width - (len(backing) - from); short > 0 && len(rest.ids) > 0 {
+			backing, used = rest.take(backing, from, used, k%len(rest.ids), short)
 		}
 		out[i] = backing[from:len(backing):len(backing)]
 	}
@@ -230,7 +278,10 @@ func createPartitionsRecords(img *fsm.Image, req *keelpb.CreatePartitionsRequest
 	if req.Count <= t.Partitions {
 		return nil, fieldError("count", "%d; topic %q already has %d partitions", req.Count, t.Name, t.Partitions)
 	}
-	rf := int32(len(img.Partitions(t.ID)[0].Replicas))
+	// The replication factor is partition 0's, as the topic will have it:
+	// during a reassignment its replicas also hold the ones being removed.
+	p0 := img.Partitions(t.ID)[0]
+	rf := int32(len(p0.Replicas) - len(p0.RemovingReplicas))
 	add := req.Count - t.Partitions
 	if len(req.Assignments) > 0 && int32(len(req.Assignments)) != add {
 		return nil, fieldError("assignments", "%d given for %d new partitions", len(req.Assignments), add)

@@ -86,6 +86,9 @@ const (
 	// ReasonBrokerNotFenced: UnregisterBroker of a broker that is running
 	// (active or shutting down); stop it first.
 	ReasonBrokerNotFenced = "BROKER_NOT_FENCED"
+	// ReasonInvalidReplicaAssignment: a reassignment the partition's state
+	// does not allow, such as a cancel that would need an unclean election.
+	ReasonInvalidReplicaAssignment = "INVALID_REPLICA_ASSIGNMENT"
 	// ReasonLeadershipTransferred: the active controller, asked to remove
 	// itself from the quorum, has handed leadership to the node in the
 	// LeaderHint, which makes the change when asked again.

@@ -71,8 +71,12 @@ func toStatus(err error) error {
 		// Not Unavailable: this is the active controller, and asking it
 		// again at once is refused again; the sender decides anew.
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonNotController, err.Error())
-	case errors.Is(err, controller.ErrReassignmentInProgress), errors.Is(err, controller.ErrNoReassignment):
+	case errors.Is(err, controller.ErrNoReassignment):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, controller.ErrRefused):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, controller.ErrInvalidReplicaAssignment):
+		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonInvalidReplicaAssignment, err.Error())
 	case errors.Is(err, controller.ErrVoterExists):
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, controller.ErrUnknownVoter):

@@ -31,6 +31,8 @@ func TestToStatus(t *testing.T) {
 		{name: "queue full", err: controller.ErrQueueFull, code: codes.ResourceExhausted, noHint: true},
 		{name: "deadline", err: context.DeadlineExceeded, code: codes.Unavailable, noHint: true},
 		{name: "cancelled", err: context.Canceled, code: codes.Canceled, noHint: true},
+		{name: "refused by the state machine", err: fmt.Errorf("%w; nothing was written: %w", controller.ErrRefused, errors.New("isr is empty")), code: codes.FailedPrecondition, noHint: true},
+		{name: "invalid replica assignment", err: fmt.Errorf("%w: revert needs an unclean election", controller.ErrInvalidReplicaAssignment), code: codes.FailedPrecondition, noHint: true},
 		{name: "anything else", err: errors.New("disk on fire"), code: codes.Internal, noHint: true},
 		{name: "already a status", err: status.Error(codes.NotFound, "gone"), code: codes.NotFound, noHint: true},
 	}

@@ -370,9 +370,14 @@ func newReassignCmd() *cobra.Command {
 		Use:   "reassign",
 		Short: "Move a partition to new replicas, or cancel its ongoing move",
 		Long: `Move a partition to the target replicas: the controller adds the new ones,
-waits until they are in the ISR, then switches to the target set, electing a
-leader from it if the old leader leaves. --cancel stops an ongoing move and
-returns the partition to its original replicas.
+waits until every target replica is in the ISR, then switches to the target
+set, electing a leader from it if the old leader leaves. Until then the
+replicas being removed stay, in the ISR and leading. A move over an ongoing
+one replaces it; a move to the current replicas changes nothing.
+
+--cancel stops an ongoing move and returns the partition to its replicas
+before the move (those being added leave). It is refused when only replicas
+being added are in the ISR, unless the topic allows unclean leader election.
 
 Prints the partition as it is once the request is accepted; follow the move
 with 'keel partition reassignments' or 'keel topic describe'.`,

@@ -19,7 +19,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -621,27 +620,32 @@ func (c *Cluster) signalAndWait(verb string, sig syscall.Signal, name string, no
 }
 
 // goroutineDump is the goroutine stacks a SIGQUIT wrote at the end of a
-// process's output, without those that run only the Go runtime's own code
-// (every frame under GOROOT), or "".
+// process's output, without those that run only the standard library's own
+// code, or "". A frame's function names its package path; only paths outside
+// the standard library have a dot in their first element (github.com/...,
+// google.golang.org/...), which needs no GOROOT of the machine that built it.
 func goroutineDump(out string) string {
 	i := strings.LastIndex(out, "SIGQUIT: quit")
 	if i < 0 {
 		return ""
 	}
-	goroot := runtime.GOROOT()
 	var kept []string
 	for _, block := range strings.Split(out[i:], "\n\n") {
 		if !strings.HasPrefix(block, "goroutine ") {
 			continue
 		}
-		for _, line := range strings.Split(block, "\n") {
-			if f := strings.TrimSpace(line); strings.HasPrefix(f, "/") && (goroot == "" || !strings.HasPrefix(f, goroot)) {
+		for _, line := range strings.Split(block, "\n")[1:] {
+			if line == "" || line[0] == '\t' || line[0] == ' ' {
+				continue // a file:line, not a function
+			}
+			first, _, _ := strings.Cut(line, "/")
+			if strings.Contains(first, ".") && strings.Contains(line, "/") {
 				kept = append(kept, block)
 				break
 			}
 		}
 	}
-	return "; its goroutines at SIGQUIT (the runtime's own left out):\n" + strings.Join(kept, "\n\n")
+	return "; its goroutines at SIGQUIT (the standard library's own left out):\n" + strings.Join(kept, "\n\n")
 }
 
 // Pause sends SIGSTOP to each of nodes: it keeps its connections and its

@@ -623,3 +623,39 @@ func TestFailover_HungLeaderFencesNoBroker(t *testing.T) {
 	c.WaitForBrokers(t, allActive(threeBrokers...))
 	c.checkNoFences(t, mark, "after the old leader came back")
 }
+
+// TestBroker_FencedBrokerReplacedAtOnceAfterFailover: a broker killed with -9
+// is fenced when its session expires. The active controller then fails over;
+// the new one starts every registered broker's session afresh, the fenced
+// one's included. Restarted, the broker's new incarnation registers at once:
+// a fenced incarnation that nobody has heard from holds its id against no
+// one (before, it was refused as a duplicate until that fresh session ran
+// out).
+func TestBroker_FencedBrokerReplacedAtOnceAfterFailover(t *testing.T) {
+	t.Parallel()
+	c, leader, _ := startBrokerCluster(t, 3, threeBrokers...)
+	before := c.WaitForBrokers(t, allActive(threeBrokers...))
+	const victim = 3
+	c.KillBroker(victim)
+	c.WaitForBrokers(t, map[int32]string{1: stateActive, 2: stateActive, victim: stateFenced})
+
+	c.Kill(leader)
+	next, _ := c.WaitForActive(t, activeTimeout)
+	if next == leader {
+		t.Fatalf("controller %d, killed, is still the active one", leader)
+	}
+	restarted := time.Now()
+	c.RestartBroker(victim)
+	after := c.WaitForReregistered(t, allActive(threeBrokers...), victim, before[victim].Epoch)
+	t.Logf("broker %d registered again %s after its restart, the new active controller %d having started every session afresh (session timeout %s)",
+		victim, time.Since(restarted).Round(time.Millisecond), next, testSessionTimeout)
+	if out := c.broker(victim).Output(); strings.Contains(out, "another incarnation of this broker is still registered") {
+		t.Errorf("restarted broker %d was refused as a duplicate of its fenced incarnation; its output ends:\n%s", victim, keelproc.LastLines(out, 10))
+	}
+	for _, id := range []int32{1, 2} {
+		if after[id].Epoch != before[id].Epoch {
+			t.Errorf("broker %d: epoch %d, want %d (no broker is fenced by a failover)", id, after[id].Epoch, before[id].Epoch)
+		}
+	}
+	c.Restart(leader)
+}

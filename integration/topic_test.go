@@ -3,7 +3,9 @@ package integration
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -898,4 +900,69 @@ func TestAlterPartition_Refusals(t *testing.T) {
 	if resp, err := cl.AlterPartition(ctx2, members(now[3].Epoch)); err != nil || resp.GetPartition().GetPartitionEpoch() != q.PartitionEpoch {
 		t.Errorf("AlterPartition naming broker 3 at its new epoch %d: %v, %v; want accepted, nothing to change", now[3].Epoch, resp, err)
 	}
+}
+
+// fencingOrder reads, from controller id's log, the brokers it fenced for an
+// expired session, in the order it fenced them.
+func fencingOrder(out string) []int32 {
+	re := regexp.MustCompile(`fencing broker: session expired"[^\n]*? broker_id=(\d+)`)
+	var order []int32
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
+		id, _ := strconv.ParseInt(m[1], 10, 32)
+		order = append(order, int32(id))
+	}
+	return order
+}
+
+// TestPartition_ISRMembersExpiringTogetherFencedOldestFirst: a topic on
+// brokers 1 and 2, ISR [1 2]. Both are killed together, and broker 2 is
+// heard from last: their sessions run out together, and the active controller fences them one at a
+// time, the one silent the longest (1) first, as Kafka's
+// BrokerHeartbeatManager does. So leadership goes to 2 when 1 is fenced, and
+// when 2 is fenced the ISR keeps 2, the member heard from last, not 1, which
+// a single decision fencing both would keep. Broker 2 restarted leads again;
+// broker 1 rejoins the ISR through it.
+func TestPartition_ISRMembersExpiringTogetherFencedOldestFirst(t *testing.T) {
+	t.Parallel()
+	c := startPartitionCluster(t, threeBrokers)
+	leader, _ := c.WaitForActive(t, activeTimeout)
+	const topic = "pair"
+	c.createTopic(t, topic, "--assignment", "0:1,2;1:2,1")
+	c.WaitForAgreement(t, topic, threeBrokers)
+	brokers := c.WaitForBrokers(t, allActive(threeBrokers...))
+	c.WaitForTopic(t, topic, "with ISR [1 2] or [2 1] everywhere", func(d topicJSON) bool {
+		return d.every(func(p partitionJSON) bool { return len(p.ISR) == 2 })
+	})
+	logged := len(fencingOrder(c.node(leader).Output()))
+
+	// Both die at once; broker 2 is heard from last, by a heartbeat in its
+	// name right after (an admin may send one), so their sessions run out
+	// within one session check of each other, broker 1's first.
+	c.KillTogether(nil, []int32{1, 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Client().BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: 2, BrokerEpoch: brokers[2].Epoch}); err != nil {
+		t.Fatalf("a heartbeat in broker 2's name: %v", err)
+	}
+	down := c.WaitForTopic(t, topic, "without a leader", func(d topicJSON) bool {
+		return d.every(func(p partitionJSON) bool { return p.Leader == noLeader })
+	})
+	for _, p := range down.Partitions {
+		if !slices.Equal(p.ISR, []int32{2}) {
+			t.Errorf("brokers 1 and 2 killed, 2 heard from last: %s; want no leader, ISR [2]", p)
+		}
+	}
+	if order := fencingOrder(c.node(leader).Output())[logged:]; !slices.Equal(order, []int32{1, 2}) {
+		t.Errorf("active controller %d fenced, for expired sessions, brokers %v; want 1 then 2, one at a time", leader, order)
+	}
+
+	c.RestartBroker(2)
+	c.WaitForTopic(t, topic, "led by broker 2 again", func(d topicJSON) bool {
+		return d.every(func(p partitionJSON) bool { return p.Leader == 2 })
+	})
+	c.RestartBroker(1)
+	c.WaitForTopic(t, topic, "with broker 1 back in the ISR", func(d topicJSON) bool {
+		return d.every(func(p partitionJSON) bool { return p.Leader == 2 && len(p.ISR) == 2 })
+	})
+	c.WaitForAgreement(t, topic, threeBrokers)
 }

@@ -548,6 +548,7 @@ func (a *Agent) register(ctx context.Context) (int64, error) {
 			BrokerId:           a.cfg.BrokerID,
 			IncarnationId:      a.incarnation,
 			Address:            a.address,
+			KafkaAddress:       a.cfg.KafkaAddress,
 			Rack:               a.cfg.Rack,
 			MinMetadataVersion: fsm.MinMetadataVersion,
 			MaxMetadataVersion: fsm.MaxMetadataVersion,

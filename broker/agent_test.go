@@ -542,3 +542,30 @@ func TestAgent_ISRWithEpochs(t *testing.T) {
 		})
 	}
 }
+
+// TestAgent_KafkaAddressAndProducerIds: the broker registers its Kafka
+// listener, which its image then shows, and asks for producer id blocks
+// under its current epoch.
+func TestAgent_KafkaAddressAndProducerIds(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	a := startAgent(t, c, func(cfg *Config) { cfg.KafkaAddress = "127.0.0.1:9092" })
+	if _, _, err := a.AllocateProducerIds(context.Background()); status.Code(err) != codes.Unavailable && a.Status().BrokerEpoch == 0 {
+		t.Fatalf("before registering: err = %v, want Unavailable", err)
+	}
+	poll.Until(t, waitTimeout, "the broker to be active and in sync", inSync(a, c))
+	if b, _ := a.Image().Broker(1); b.KafkaAddress != "127.0.0.1:9092" {
+		t.Fatalf("own registration in the image = %+v", b)
+	}
+	ctx := context.Background()
+	s1, n1, err := a.AllocateProducerIds(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, n2, err := a.AllocateProducerIds(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n1 != fsm.ProducerIDBlockSize || n2 != n1 || s2 != s1+int64(n1) {
+		t.Fatalf("blocks [%d, +%d) and [%d, +%d): want consecutive blocks of %d", s1, n1, s2, n2, fsm.ProducerIDBlockSize)
+	}
+}

@@ -34,6 +34,10 @@ type Config struct {
 	// Listen is the address to bind the broker's gRPC service to. Empty
 	// means Address.
 	Listen string
+	// KafkaAddress, when set, is the host:port Kafka clients reach this
+	// broker's Kafka listener at (broker/kafka). It is registered with the
+	// controllers, so that every broker's Metadata answer can name it.
+	KafkaAddress string
 	// Rack is registered with the controllers for rack-aware placement.
 	Rack string
 	// DataDir holds meta.json, which ties the directory to one broker id and,
@@ -87,7 +91,7 @@ func (c *Config) check() error {
 	case c.ControlledShutdownTimeout < 0:
 		return fmt.Errorf("controlled shutdown timeout %v is negative", c.ControlledShutdownTimeout)
 	}
-	for _, addr := range append([]string{c.Address, c.Listen}, c.Controllers...) {
+	for _, addr := range append([]string{c.Address, c.Listen, c.KafkaAddress}, c.Controllers...) {
 		if addr == "" {
 			continue
 		}

@@ -218,8 +218,26 @@ func (n *fakeNode) RegisterBroker(_ context.Context, req *keelpb.RegisterBrokerR
 	}
 	rec := registerRec(req.GetBrokerId(), req.GetIncarnationId())
 	rec.GetBrokerRegistration().Address = req.GetAddress() // where followers fetch from
+	rec.GetBrokerRegistration().KafkaAddress = req.GetKafkaAddress()
 	epoch := c.appendLocked(rec)
 	return &keelpb.RegisterBrokerResponse{BrokerEpoch: int64(epoch), ClusterId: c.clusterID, ControllerEpoch: c.img.ControllerEpoch}, nil
+}
+
+// AllocateProducerIds hands out the next block, as the controller does.
+func (n *fakeNode) AllocateProducerIds(_ context.Context, req *keelpb.AllocateProducerIdsRequest) (*keelpb.AllocateProducerIdsResponse, error) {
+	c := n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := n.notActive(); err != nil {
+		return nil, err
+	}
+	if _, err := c.checkEpoch(req.GetBrokerId(), req.GetBrokerEpoch()); err != nil {
+		return nil, err
+	}
+	start := c.img.NextProducerID
+	c.appendLocked(&keelpb.Record{Record: &keelpb.Record_ProducerIds{ProducerIds: &keelpb.ProducerIdsRecord{
+		BrokerId: req.GetBrokerId(), BrokerEpoch: req.GetBrokerEpoch(), NextProducerId: start + fsm.ProducerIDBlockSize}}})
+	return &keelpb.AllocateProducerIdsResponse{ProducerIdStart: start, ProducerIdLen: fsm.ProducerIDBlockSize}, nil
 }
 
 // checkEpoch answers as the controller does for a broker epoch that is not

@@ -275,3 +275,49 @@ func TestStream_RefusesStaleEpochAndOtherCluster(t *testing.T) {
 		t.Fatalf("other cluster: %v", err)
 	}
 }
+
+// TestFailover_ProducerIdBlocksNeverOverlap: blocks handed out by one active
+// controller and then by the next (after a kill, with the log replayed from
+// a snapshot on a restarted node too) never share an id.
+func TestFailover_ProducerIdBlocksNeverOverlap(t *testing.T) {
+	c := newCluster(t, 3)
+	leader := c.WaitForActive(5 * time.Second)
+	ctx := context.Background()
+	epoch := registerActive(t, leader, 1, incA)
+
+	seen := map[int64]bool{}
+	take := func(nd *server.Node) {
+		t.Helper()
+		b, err := nd.Controller().AllocateProducerIds(ctx, 1, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Len != fsm.ProducerIDBlockSize {
+			t.Fatalf("block %+v: want %d ids", b, fsm.ProducerIDBlockSize)
+		}
+		if seen[b.Start] {
+			t.Fatalf("block starting at %d handed out twice", b.Start)
+		}
+		for s := range seen {
+			if b.Start < s+int64(b.Len) && s < b.Start+int64(b.Len) {
+				t.Fatalf("block %+v overlaps the block at %d", b, s)
+			}
+		}
+		seen[b.Start] = true
+	}
+	take(leader)
+	take(leader)
+	if _, err := leader.Controller().AllocateProducerIds(ctx, 1, epoch+100); !errors.Is(err, controller.ErrStaleBrokerEpoch) {
+		t.Fatalf("a stale broker epoch: err = %v", err)
+	}
+	old := leader.ID()
+	c.Kill(old)
+	next := c.WaitForActive(5 * time.Second)
+	take(next)
+	c.Restart(old)
+	c.WaitForApplied(next.FSM().Image().Offset)
+	if got := c.Node(old).FSM().Image().NextProducerID; got != 3*fsm.ProducerIDBlockSize {
+		t.Fatalf("the restarted node's next producer id is %d, want %d", got, 3*fsm.ProducerIDBlockSize)
+	}
+	take(next)
+}

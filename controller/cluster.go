@@ -57,6 +57,7 @@ func registrationRecords(img *fsm.Image, req *keelpb.RegisterBrokerRequest, hold
 		BrokerId:           req.BrokerId,
 		IncarnationId:      req.IncarnationId,
 		Address:            req.Address,
+		KafkaAddress:       req.KafkaAddress,
 		Rack:               req.Rack,
 		MinMetadataVersion: req.MinMetadataVersion,
 		MaxMetadataVersion: req.MaxMetadataVersion,
@@ -73,6 +74,8 @@ func sameRegistration(b *fsm.Broker, req *keelpb.RegisterBrokerRequest) error {
 	switch {
 	case req.Address != b.Address:
 		return differs("address", b.Address, req.Address)
+	case req.KafkaAddress != b.KafkaAddress:
+		return differs("kafka_address", fmt.Sprintf("%q", b.KafkaAddress), fmt.Sprintf("%q", req.KafkaAddress))
 	case req.Rack != b.Rack:
 		return differs("rack", fmt.Sprintf("%q", b.Rack), fmt.Sprintf("%q", req.Rack))
 	case req.MinMetadataVersion != b.MinMetadataVersion || req.MaxMetadataVersion != b.MaxMetadataVersion:

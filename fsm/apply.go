@@ -150,6 +150,8 @@ func applyRecord(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 		return applyUnregisterBroker(img, rec, ctx)
 	case *keelpb.Record_Config:
 		return applyConfig(img, rec, ctx)
+	case *keelpb.Record_ProducerIds:
+		return applyProducerIds(img, rec, ctx)
 	}
 	return errors.New("unknown record type")
 }

@@ -39,6 +39,7 @@ func applyBrokerRegistration(img *Image, rec *keelpb.Record, ctx *applyContext) 
 		ID:                 r.GetBrokerId(),
 		IncarnationID:      r.GetIncarnationId(),
 		Address:            r.GetAddress(),
+		KafkaAddress:       r.GetKafkaAddress(),
 		Rack:               r.GetRack(),
 		MinMetadataVersion: r.GetMinMetadataVersion(),
 		MaxMetadataVersion: r.GetMaxMetadataVersion(),
@@ -111,5 +112,27 @@ func applyUnregisterBroker(img *Image, rec *keelpb.Record, ctx *applyContext) er
 		return err
 	}
 	delete(ctx.mutBrokers(img), r.GetBrokerId())
+	return nil
+}
+
+// ProducerIDBlockSize is how many producer ids one ProducerIdsRecord hands a
+// broker (KRaft's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE).
+const ProducerIDBlockSize = 1000
+
+// applyProducerIds moves the next free producer id on: a block was handed
+// to a broker. The id must grow, so that no two blocks overlap; from the
+// log the broker must be registered at that epoch. A snapshot states the
+// next free id alone.
+func applyProducerIds(img *Image, rec *keelpb.Record, ctx *applyContext) error {
+	r := rec.GetProducerIds()
+	if r.GetNextProducerId() <= img.NextProducerID {
+		return fmt.Errorf("next producer id %d is not above the current %d", r.GetNextProducerId(), img.NextProducerID)
+	}
+	if !ctx.restoring {
+		if _, err := currentBroker(img, r.GetBrokerId(), r.GetBrokerEpoch()); err != nil {
+			return err
+		}
+	}
+	img.NextProducerID = r.GetNextProducerId()
 	return nil
 }

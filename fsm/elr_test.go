@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -169,8 +170,8 @@ func TestSnapshot_ReadsFormatVersion1(t *testing.T) {
 		t.Fatal("a version 1 snapshot restores another image")
 	}
 	future := snapshotWithHeader(t, img, func(h *keelpb.SnapshotHeader) { h.FormatVersion = SnapshotFormatVersion + 1 })
-	if _, err := ReadSnapshot(bytes.NewReader(future)); err == nil || !strings.Contains(err.Error(), "format version 3 is not supported (want 1 to 2)") {
-		t.Fatalf("a version 3 snapshot: err = %v", err)
+	if _, err := ReadSnapshot(bytes.NewReader(future)); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("format version %d is not supported (want 1 to %d)", SnapshotFormatVersion+1, SnapshotFormatVersion)) {
+		t.Fatalf("a version %d snapshot: err = %v", SnapshotFormatVersion+1, err)
 	}
 	// A header that miscounts the cluster's configs is refused.
 	withConfigs := apply1(t, img, configRec("", RetentionMs, str("1")))

@@ -219,7 +219,13 @@ func randomLog(seed uint64, n int) [][]byte {
 				recs = append(recs, epoch(e, int32(1+r.IntN(5))))
 				epochNow = e
 			default:
-				recs = append(recs, noOp())
+				if r.IntN(3) == 0 {
+					// A block of producer ids: refused unless the broker
+					// epoch is current and the next id grows.
+					recs = append(recs, producerIDs(id, int64(r.IntN(i+2)), int64(r.IntN(4)*ProducerIDBlockSize)))
+				} else {
+					recs = append(recs, noOp())
+				}
 			}
 		}
 		data, _ := EncodeBatch(recs...)

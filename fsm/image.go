@@ -29,7 +29,10 @@ type Broker struct {
 	Epoch         int64 // raft index of its registration record
 	IncarnationID string
 	Address       string
-	Rack          string
+	// KafkaAddress is the broker's Kafka listener as clients reach it;
+	// empty when it has none.
+	KafkaAddress string
+	Rack         string
 	// The metadata versions the broker can read.
 	MinMetadataVersion, MaxMetadataVersion uint32
 	Fenced                                 bool
@@ -72,6 +75,9 @@ type Image struct {
 	// MetadataVersion is the cluster's metadata.version feature level; 0
 	// until the first active controller writes it.
 	MetadataVersion uint32
+	// NextProducerID is the first producer id no broker has been given yet
+	// (ProducerIdsRecord): the next block starts here.
+	NextProducerID int64
 
 	// clusterConfigs are the cluster-wide config defaults (configs.go).
 	// Never modified once published: a change copies the map.

@@ -33,8 +33,9 @@ const (
 	// Version 2 added cluster-default ConfigRecords (and their count in the
 	// header) and the partitions' eligible leader replicas, last known
 	// leader and leader recovery state, which a version 1 reader would
-	// drop unseen.
-	SnapshotFormatVersion = 2
+	// drop unseen. Version 3 added the next free producer id (a
+	// ProducerIdsRecord) and the brokers' Kafka addresses.
+	SnapshotFormatVersion = 3
 	// MinSnapshotFormatVersion is the oldest version this reader takes.
 	MinSnapshotFormatVersion = 1
 
@@ -55,7 +56,7 @@ var ErrCorruptSnapshot = errors.New("corrupt snapshot")
 // cluster's configs and the brokers.
 func identityRecords(img *Image) int {
 	n := 0
-	for _, present := range []bool{img.ClusterID != "", img.MetadataVersion > 0, img.ControllerEpoch > 0} {
+	for _, present := range []bool{img.ClusterID != "", img.MetadataVersion > 0, img.ControllerEpoch > 0, img.NextProducerID > 0} {
 		if present {
 			n++
 		}
@@ -84,6 +85,12 @@ func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
 			return err
 		}
 	}
+	if img.NextProducerID > 0 {
+		rec := &keelpb.ProducerIdsRecord{BrokerId: -1, BrokerEpoch: -1, NextProducerId: img.NextProducerID}
+		if err := emit(&keelpb.Record{Record: &keelpb.Record_ProducerIds{ProducerIds: rec}}); err != nil {
+			return err
+		}
+	}
 	// The cluster's config defaults, by name. Topics' own configs travel
 	// in their TopicRecords.
 	if err := configRecords(img, emit); err != nil {
@@ -94,6 +101,7 @@ func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
 			BrokerId:           b.ID,
 			IncarnationId:      b.IncarnationID,
 			Address:            b.Address,
+			KafkaAddress:       b.KafkaAddress,
 			Rack:               b.Rack,
 			MinMetadataVersion: b.MinMetadataVersion,
 			MaxMetadataVersion: b.MaxMetadataVersion,

@@ -74,16 +74,23 @@ var methodRules = map[string]rule{
 	keelpb.ControllerService_BrokerHeartbeat_FullMethodName: brokerSelf("broker_id"),
 	keelpb.ControllerService_StreamMetadata_FullMethodName:  brokerSelf("broker_id"),
 	keelpb.ControllerService_AlterPartition_FullMethodName:  brokerSelf("broker_id"),
+	// A block of producer ids for the idempotent producers a broker's
+	// Kafka listener serves.
+	keelpb.ControllerService_AllocateProducerIds_FullMethodName: brokerSelf("broker_id"),
 
 	// Controller service: operator actions.
 	keelpb.ControllerService_AppendNoOp_FullMethodName: adminOnly,
 	// Removing a broker for good is the operator's decision (Kafka's
 	// UnregisterBroker needs ALTER on the cluster): a broker that stops
 	// stays registered, fenced.
-	keelpb.ControllerService_UnregisterBroker_FullMethodName:            adminOnly,
-	keelpb.ControllerService_CreateTopic_FullMethodName:                 adminOnly,
-	keelpb.ControllerService_CreatePartitions_FullMethodName:            adminOnly,
-	keelpb.ControllerService_DeleteTopic_FullMethodName:                 adminOnly,
+	keelpb.ControllerService_UnregisterBroker_FullMethodName: adminOnly,
+	// Topics: an operator, or a broker forwarding a Kafka client's
+	// CreateTopics, DeleteTopics or CreatePartitions, as KRaft brokers
+	// forward them to the controller. With TLS the broker's Kafka
+	// listener lets only admin certificates send them (broker/kafka).
+	keelpb.ControllerService_CreateTopic_FullMethodName:                 brokerOrAdmin,
+	keelpb.ControllerService_CreatePartitions_FullMethodName:            brokerOrAdmin,
+	keelpb.ControllerService_DeleteTopic_FullMethodName:                 brokerOrAdmin,
 	keelpb.ControllerService_ElectLeaders_FullMethodName:                adminOnly,
 	keelpb.ControllerService_AlterPartitionReassignments_FullMethodName: adminOnly,
 	keelpb.ControllerService_FetchSnapshot_FullMethodName:               adminOnly,

@@ -103,7 +103,8 @@ func TestAuthorize(t *testing.T) {
 		// Operator actions: admin only.
 		{caller: "admin", method: create, wantCode: codes.OK},
 		{caller: "admin-alice", method: restore, wantCode: codes.OK},
-		{caller: "broker-1", method: create, wantCode: codes.PermissionDenied, wantMsg: "CreateTopic needs an admin certificate; the caller's is broker-1"},
+		{caller: "broker-1", method: create, wantCode: codes.OK},
+		{caller: "controller-1", method: create, wantCode: codes.PermissionDenied, wantMsg: "CreateTopic needs a broker or admin certificate; the caller's is controller-1"},
 		{caller: "controller-2", method: noop, wantCode: codes.PermissionDenied, wantMsg: "AppendNoOp needs an admin certificate; the caller's is controller-2"},
 		{caller: "broker-1", method: restore, wantCode: codes.PermissionDenied, wantMsg: "RestoreSnapshot needs an admin certificate"},
 
@@ -281,9 +282,15 @@ func TestAuth_OverTLS(t *testing.T) {
 			t.Fatalf("CreateTopic = %v, %v", resp, err)
 		}
 	})
-	t.Run("a broker cannot create topics", func(t *testing.T) {
-		_, err := controller(t, WithTLS(certs["broker-1"])).CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "t"})
-		wantCode(t, err, codes.PermissionDenied, "CreateTopic needs an admin certificate; the caller's is broker-1")
+	t.Run("a broker forwards a Kafka client's topic creation", func(t *testing.T) {
+		resp, err := controller(t, WithTLS(certs["broker-1"])).CreateTopic(ctx, validCreateTopic)
+		if err != nil || resp.GetTopic().GetName() != validCreateTopic.GetName() {
+			t.Fatalf("CreateTopic = %v, %v", resp, err)
+		}
+	})
+	t.Run("a controller cannot create topics", func(t *testing.T) {
+		_, err := controller(t, WithTLS(certs["controller-1"])).CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "t"})
+		wantCode(t, err, codes.PermissionDenied, "CreateTopic needs a broker or admin certificate; the caller's is controller-1")
 	})
 	t.Run("a broker registers as itself only", func(t *testing.T) {
 		cl := controller(t, WithTLS(certs["broker-1"]))

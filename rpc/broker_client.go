@@ -122,3 +122,16 @@ func (b *BrokerClient) Inspect(ctx context.Context) (*keelpb.InspectResponse, er
 
 // Close closes the connection.
 func (b *BrokerClient) Close() error { return b.cc.Close() }
+
+// AllocateProducerIds asks the active controller for a block of producer
+// ids for broker id at epoch. A stale or unknown broker epoch fails with
+// reason ReasonStaleBrokerEpoch or ReasonBrokerNotRegistered.
+func (c *Client) AllocateProducerIds(ctx context.Context, req *keelpb.AllocateProducerIdsRequest) (*keelpb.AllocateProducerIdsResponse, error) {
+	var resp *keelpb.AllocateProducerIdsResponse
+	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.AllocateProducerIds(ctx, req)
+		return err
+	})
+	return resp, err
+}

@@ -32,8 +32,11 @@ func Validate(req proto.Message) error {
 			validMaxLen("rack", r.GetRack(), maxRackLen),
 			validVersionRange(r.GetMinMetadataVersion(), r.GetMaxMetadataVersion()),
 			validMaxLen("cluster_id", r.GetClusterId(), maxClusterIDLen),
+			validOptionalAddress("kafka_address", r.GetKafkaAddress()),
 		)
 	case *keelpb.BrokerHeartbeatRequest:
+		return firstError(validBrokerID(r.GetBrokerId()), validBrokerEpoch(r.GetBrokerEpoch()))
+	case *keelpb.AllocateProducerIdsRequest:
 		return firstError(validBrokerID(r.GetBrokerId()), validBrokerEpoch(r.GetBrokerEpoch()))
 	case *keelpb.UnregisterBrokerRequest:
 		// broker_epoch 0: whichever incarnation is registered (an operator

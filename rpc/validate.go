@@ -52,6 +52,14 @@ func validAddress(field, addr string) error {
 	return nil
 }
 
+// validOptionalAddress is validAddress for a field that may be empty.
+func validOptionalAddress(field, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	return validAddress(field, addr)
+}
+
 func validMaxLen(field, v string, n int) error {
 	if len(v) > n {
 		return invalidArgument(field, "longer than %d bytes", n)

@@ -92,6 +92,18 @@ func (s *controllerService) UnregisterBroker(ctx context.Context, req *keelpb.Un
 	return &keelpb.UnregisterBrokerResponse{BrokerEpoch: epoch}, nil
 }
 
+// AllocateProducerIds hands the broker a block of producer ids through the
+// active controller.
+func (s *controllerService) AllocateProducerIds(ctx context.Context, req *keelpb.AllocateProducerIdsRequest) (*keelpb.AllocateProducerIdsResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	block, err := s.ctrl.AllocateProducerIds(ctx, req.GetBrokerId(), req.GetBrokerEpoch())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &keelpb.AllocateProducerIdsResponse{ProducerIdStart: block.Start, ProducerIdLen: block.Len}, nil
+}
+
 // StreamMetadata pushes committed metadata to one broker until it goes away
 // or this node stops being the active controller.
 func (s *controllerService) StreamMetadata(req *keelpb.StreamMetadataRequest, stream grpc.ServerStreamingServer[keelpb.MetadataPush]) error {
@@ -104,6 +116,7 @@ func (s *controllerService) ListBrokers(context.Context, *keelpb.ListBrokersRequ
 	for _, b := range s.ctrl.Brokers() {
 		resp.Brokers = append(resp.Brokers, &keelpb.BrokerInfo{
 			Id: b.ID, Epoch: b.Epoch, Address: b.Address, Rack: b.Rack, State: b.State(), IncarnationId: b.IncarnationID,
+			KafkaAddress: b.KafkaAddress,
 		})
 	}
 	return &resp, nil

@@ -562,7 +562,10 @@ type RegisterBrokerRequest struct {
 	MinMetadataVersion uint32                 `protobuf:"varint,5,opt,name=min_metadata_version,json=minMetadataVersion,proto3" json:"min_metadata_version,omitempty"`
 	MaxMetadataVersion uint32                 `protobuf:"varint,6,opt,name=max_metadata_version,json=maxMetadataVersion,proto3" json:"max_metadata_version,omitempty"`
 	// The cluster the broker belongs to; empty on its very first start.
-	ClusterId     string `protobuf:"bytes,7,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterId string `protobuf:"bytes,7,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// host:port Kafka clients reach the broker's Kafka listener at; empty
+	// when it has none.
+	KafkaAddress  string `protobuf:"bytes,8,opt,name=kafka_address,json=kafkaAddress,proto3" json:"kafka_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -642,6 +645,13 @@ func (x *RegisterBrokerRequest) GetMaxMetadataVersion() uint32 {
 func (x *RegisterBrokerRequest) GetClusterId() string {
 	if x != nil {
 		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *RegisterBrokerRequest) GetKafkaAddress() string {
+	if x != nil {
+		return x.KafkaAddress
 	}
 	return ""
 }
@@ -1426,6 +1436,8 @@ type BrokerInfo struct {
 	// active, fenced or shutting_down
 	State         string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	IncarnationId string `protobuf:"bytes,6,opt,name=incarnation_id,json=incarnationId,proto3" json:"incarnation_id,omitempty"`
+	// The broker's Kafka listener, as clients reach it; empty: none.
+	KafkaAddress  string `protobuf:"bytes,7,opt,name=kafka_address,json=kafkaAddress,proto3" json:"kafka_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1498,6 +1510,13 @@ func (x *BrokerInfo) GetState() string {
 func (x *BrokerInfo) GetIncarnationId() string {
 	if x != nil {
 		return x.IncarnationId
+	}
+	return ""
+}
+
+func (x *BrokerInfo) GetKafkaAddress() string {
+	if x != nil {
+		return x.KafkaAddress
 	}
 	return ""
 }
@@ -3894,6 +3913,112 @@ func (x *DescribeConfigsRequest) GetLinearizable() bool {
 	return false
 }
 
+type AllocateProducerIdsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId      int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	BrokerEpoch   int64                  `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocateProducerIdsRequest) Reset() {
+	*x = AllocateProducerIdsRequest{}
+	mi := &file_controller_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocateProducerIdsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocateProducerIdsRequest) ProtoMessage() {}
+
+func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocateProducerIdsRequest.ProtoReflect.Descriptor instead.
+func (*AllocateProducerIdsRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *AllocateProducerIdsRequest) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *AllocateProducerIdsRequest) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+type AllocateProducerIdsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The block: producer_id_start up to producer_id_start + producer_id_len,
+	// exclusive.
+	ProducerIdStart int64 `protobuf:"varint,1,opt,name=producer_id_start,json=producerIdStart,proto3" json:"producer_id_start,omitempty"`
+	ProducerIdLen   int32 `protobuf:"varint,2,opt,name=producer_id_len,json=producerIdLen,proto3" json:"producer_id_len,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AllocateProducerIdsResponse) Reset() {
+	*x = AllocateProducerIdsResponse{}
+	mi := &file_controller_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocateProducerIdsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocateProducerIdsResponse) ProtoMessage() {}
+
+func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocateProducerIdsResponse.ProtoReflect.Descriptor instead.
+func (*AllocateProducerIdsResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *AllocateProducerIdsResponse) GetProducerIdStart() int64 {
+	if x != nil {
+		return x.ProducerIdStart
+	}
+	return 0
+}
+
+func (x *AllocateProducerIdsResponse) GetProducerIdLen() int32 {
+	if x != nil {
+		return x.ProducerIdLen
+	}
+	return 0
+}
+
 type DescribeConfigsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Effective configs, in name order.
@@ -3904,7 +4029,7 @@ type DescribeConfigsResponse struct {
 
 func (x *DescribeConfigsResponse) Reset() {
 	*x = DescribeConfigsResponse{}
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3916,7 +4041,7 @@ func (x *DescribeConfigsResponse) String() string {
 func (*DescribeConfigsResponse) ProtoMessage() {}
 
 func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3929,7 +4054,7 @@ func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{61}
+	return file_controller_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DescribeConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -3975,7 +4100,7 @@ const file_controller_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"U\n" +
 	"\x12AppendNoOpResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12)\n" +
-	"\x10controller_epoch\x18\x02 \x01(\x03R\x0fcontrollerEpoch\"\x8c\x02\n" +
+	"\x10controller_epoch\x18\x02 \x01(\x03R\x0fcontrollerEpoch\"\xb1\x02\n" +
 	"\x15RegisterBrokerRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12%\n" +
 	"\x0eincarnation_id\x18\x02 \x01(\tR\rincarnationId\x12\x18\n" +
@@ -3984,7 +4109,8 @@ const file_controller_proto_rawDesc = "" +
 	"\x14min_metadata_version\x18\x05 \x01(\rR\x12minMetadataVersion\x120\n" +
 	"\x14max_metadata_version\x18\x06 \x01(\rR\x12maxMetadataVersion\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\a \x01(\tR\tclusterId\"\x85\x01\n" +
+	"cluster_id\x18\a \x01(\tR\tclusterId\x12#\n" +
+	"\rkafka_address\x18\b \x01(\tR\fkafkaAddress\"\x85\x01\n" +
 	"\x16RegisterBrokerResponse\x12!\n" +
 	"\fbroker_epoch\x18\x01 \x01(\x03R\vbrokerEpoch\x12\x1d\n" +
 	"\n" +
@@ -4036,7 +4162,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x14FetchSnapshotRequest\"\x14\n" +
 	"\x12ListBrokersRequest\"D\n" +
 	"\x13ListBrokersResponse\x12-\n" +
-	"\abrokers\x18\x01 \x03(\v2\x13.keel.v1.BrokerInfoR\abrokers\"\x9d\x01\n" +
+	"\abrokers\x18\x01 \x03(\v2\x13.keel.v1.BrokerInfoR\abrokers\"\xc2\x01\n" +
 	"\n" +
 	"BrokerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x14\n" +
@@ -4044,7 +4170,8 @@ const file_controller_proto_rawDesc = "" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04rack\x18\x04 \x01(\tR\x04rack\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12%\n" +
-	"\x0eincarnation_id\x18\x06 \x01(\tR\rincarnationId\"\xdc\x02\n" +
+	"\x0eincarnation_id\x18\x06 \x01(\tR\rincarnationId\x12#\n" +
+	"\rkafka_address\x18\a \x01(\tR\fkafkaAddress\"\xdc\x02\n" +
 	"\x12CreateTopicRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -4215,7 +4342,13 @@ const file_controller_proto_rawDesc = "" +
 	"\telections\x18\x02 \x03(\v2\x17.keel.v1.ElectionResultR\telections\"q\n" +
 	"\x16DescribeConfigsRequest\x123\n" +
 	"\bresource\x18\x01 \x01(\v2\x17.keel.v1.ConfigResourceR\bresource\x12\"\n" +
-	"\flinearizable\x18\x02 \x01(\bR\flinearizable\"I\n" +
+	"\flinearizable\x18\x02 \x01(\bR\flinearizable\"\\\n" +
+	"\x1aAllocateProducerIdsRequest\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"q\n" +
+	"\x1bAllocateProducerIdsResponse\x12*\n" +
+	"\x11producer_id_start\x18\x01 \x01(\x03R\x0fproducerIdStart\x12&\n" +
+	"\x0fproducer_id_len\x18\x02 \x01(\x05R\rproducerIdLen\"I\n" +
 	"\x17DescribeConfigsResponse\x12.\n" +
 	"\aconfigs\x18\x01 \x03(\v2\x14.keel.v1.ConfigEntryR\aconfigs*e\n" +
 	"\fElectionType\x12\x1d\n" +
@@ -4230,7 +4363,7 @@ const file_controller_proto_rawDesc = "" +
 	"\rAlterConfigOp\x12\x1f\n" +
 	"\x1bALTER_CONFIG_OP_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ALTER_CONFIG_OP_SET\x10\x01\x12\x1a\n" +
-	"\x16ALTER_CONFIG_OP_DELETE\x10\x022\xa9\x0f\n" +
+	"\x16ALTER_CONFIG_OP_DELETE\x10\x022\x8b\x10\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +
@@ -4256,7 +4389,8 @@ const file_controller_proto_rawDesc = "" +
 	"\vRemoveVoter\x12\x1b.keel.v1.RemoveVoterRequest\x1a\x1c.keel.v1.RemoveVoterResponse\x12]\n" +
 	"\x12TransferLeadership\x12\".keel.v1.TransferLeadershipRequest\x1a#.keel.v1.TransferLeadershipResponse\x12l\n" +
 	"\x17IncrementalAlterConfigs\x12'.keel.v1.IncrementalAlterConfigsRequest\x1a(.keel.v1.IncrementalAlterConfigsResponse\x12T\n" +
-	"\x0fDescribeConfigs\x12\x1f.keel.v1.DescribeConfigsRequest\x1a .keel.v1.DescribeConfigsResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\x0fDescribeConfigs\x12\x1f.keel.v1.DescribeConfigsRequest\x1a .keel.v1.DescribeConfigsResponse\x12`\n" +
+	"\x13AllocateProducerIds\x12#.keel.v1.AllocateProducerIdsRequest\x1a$.keel.v1.AllocateProducerIdsResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -4271,7 +4405,7 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_controller_proto_goTypes = []any{
 	(ElectionType)(0),                           // 0: keel.v1.ElectionType
 	(ConfigSource)(0),                           // 1: keel.v1.ConfigSource
@@ -4337,11 +4471,13 @@ var file_controller_proto_goTypes = []any{
 	(*IncrementalAlterConfigsRequest)(nil),      // 61: keel.v1.IncrementalAlterConfigsRequest
 	(*IncrementalAlterConfigsResponse)(nil),     // 62: keel.v1.IncrementalAlterConfigsResponse
 	(*DescribeConfigsRequest)(nil),              // 63: keel.v1.DescribeConfigsRequest
-	(*DescribeConfigsResponse)(nil),             // 64: keel.v1.DescribeConfigsResponse
-	nil,                                         // 65: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                         // 66: keel.v1.TopicDescription.ConfigsEntry
-	(LeaderRecoveryState)(0),                    // 67: keel.v1.LeaderRecoveryState
-	(ConfigResourceType)(0),                     // 68: keel.v1.ConfigResourceType
+	(*AllocateProducerIdsRequest)(nil),          // 64: keel.v1.AllocateProducerIdsRequest
+	(*AllocateProducerIdsResponse)(nil),         // 65: keel.v1.AllocateProducerIdsResponse
+	(*DescribeConfigsResponse)(nil),             // 66: keel.v1.DescribeConfigsResponse
+	nil,                                         // 67: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                         // 68: keel.v1.TopicDescription.ConfigsEntry
+	(LeaderRecoveryState)(0),                    // 69: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),                     // 70: keel.v1.ConfigResourceType
 }
 var file_controller_proto_depIdxs = []int32{
 	5,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
@@ -4350,17 +4486,17 @@ var file_controller_proto_depIdxs = []int32{
 	17, // 3: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
 	22, // 4: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
 	24, // 5: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	65, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	67, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
 	35, // 7: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
 	24, // 8: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
 	35, // 9: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
 	32, // 10: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
 	35, // 11: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	66, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	68, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
 	36, // 13: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
 	59, // 14: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
-	67, // 15: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	67, // 16: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	69, // 15: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	69, // 16: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
 	38, // 17: keel.v1.AlterPartitionRequest.new_isr_with_epochs:type_name -> keel.v1.BrokerState
 	36, // 18: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
 	0,  // 19: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
@@ -4370,7 +4506,7 @@ var file_controller_proto_depIdxs = []int32{
 	48, // 23: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
 	5,  // 24: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
 	5,  // 25: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	68, // 26: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
+	70, // 26: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
 	1,  // 27: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
 	2,  // 28: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
 	58, // 29: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
@@ -4402,31 +4538,33 @@ var file_controller_proto_depIdxs = []int32{
 	56, // 55: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
 	61, // 56: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
 	63, // 57: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
-	4,  // 58: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	7,  // 59: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	9,  // 60: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	11, // 61: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	13, // 62: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	15, // 63: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	21, // 64: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	25, // 65: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	27, // 66: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	29, // 67: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	31, // 68: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	34, // 69: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	39, // 70: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	42, // 71: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	45, // 72: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	47, // 73: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	18, // 74: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	50, // 75: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	53, // 76: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	55, // 77: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	57, // 78: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	62, // 79: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
-	64, // 80: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
-	58, // [58:81] is the sub-list for method output_type
-	35, // [35:58] is the sub-list for method input_type
+	64, // 58: keel.v1.ControllerService.AllocateProducerIds:input_type -> keel.v1.AllocateProducerIdsRequest
+	4,  // 59: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	7,  // 60: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	9,  // 61: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	11, // 62: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	13, // 63: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	15, // 64: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	21, // 65: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	25, // 66: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	27, // 67: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	29, // 68: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	31, // 69: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	34, // 70: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	39, // 71: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	42, // 72: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	45, // 73: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	47, // 74: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	18, // 75: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	50, // 76: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	53, // 77: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	55, // 78: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	57, // 79: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	62, // 80: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
+	66, // 81: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
+	65, // 82: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
+	59, // [59:83] is the sub-list for method output_type
+	35, // [35:59] is the sub-list for method input_type
 	35, // [35:35] is the sub-list for extension type_name
 	35, // [35:35] is the sub-list for extension extendee
 	0,  // [0:35] is the sub-list for field type_name
@@ -4449,7 +4587,7 @@ func file_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   64,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -44,6 +44,7 @@ const (
 	ControllerService_TransferLeadership_FullMethodName          = "/keel.v1.ControllerService/TransferLeadership"
 	ControllerService_IncrementalAlterConfigs_FullMethodName     = "/keel.v1.ControllerService/IncrementalAlterConfigs"
 	ControllerService_DescribeConfigs_FullMethodName             = "/keel.v1.ControllerService/DescribeConfigs"
+	ControllerService_AllocateProducerIds_FullMethodName         = "/keel.v1.ControllerService/AllocateProducerIds"
 )
 
 // ControllerServiceClient is the client API for ControllerService service.
@@ -152,6 +153,12 @@ type ControllerServiceClient interface {
 	// source, from this controller's committed image (or, linearizable, the
 	// active controller's confirmed one).
 	DescribeConfigs(ctx context.Context, in *DescribeConfigsRequest, opts ...grpc.CallOption) (*DescribeConfigsResponse, error)
+	// AllocateProducerIds hands the calling broker a block of producer ids for
+	// the idempotent producers it serves (KRaft's AllocateProducerIds): the
+	// block is written as a ProducerIdsRecord, so no two blocks overlap, across
+	// failovers too. Refused for a broker epoch that is not the registered one
+	// (FailedPrecondition, STALE_BROKER_EPOCH or BROKER_NOT_REGISTERED).
+	AllocateProducerIds(ctx context.Context, in *AllocateProducerIdsRequest, opts ...grpc.CallOption) (*AllocateProducerIdsResponse, error)
 }
 
 type controllerServiceClient struct {
@@ -413,6 +420,16 @@ func (c *controllerServiceClient) DescribeConfigs(ctx context.Context, in *Descr
 	return out, nil
 }
 
+func (c *controllerServiceClient) AllocateProducerIds(ctx context.Context, in *AllocateProducerIdsRequest, opts ...grpc.CallOption) (*AllocateProducerIdsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AllocateProducerIdsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_AllocateProducerIds_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServiceServer is the server API for ControllerService service.
 // All implementations must embed UnimplementedControllerServiceServer
 // for forward compatibility.
@@ -519,6 +536,12 @@ type ControllerServiceServer interface {
 	// source, from this controller's committed image (or, linearizable, the
 	// active controller's confirmed one).
 	DescribeConfigs(context.Context, *DescribeConfigsRequest) (*DescribeConfigsResponse, error)
+	// AllocateProducerIds hands the calling broker a block of producer ids for
+	// the idempotent producers it serves (KRaft's AllocateProducerIds): the
+	// block is written as a ProducerIdsRecord, so no two blocks overlap, across
+	// failovers too. Refused for a broker epoch that is not the registered one
+	// (FailedPrecondition, STALE_BROKER_EPOCH or BROKER_NOT_REGISTERED).
+	AllocateProducerIds(context.Context, *AllocateProducerIdsRequest) (*AllocateProducerIdsResponse, error)
 	mustEmbedUnimplementedControllerServiceServer()
 }
 
@@ -597,6 +620,9 @@ func (UnimplementedControllerServiceServer) IncrementalAlterConfigs(context.Cont
 }
 func (UnimplementedControllerServiceServer) DescribeConfigs(context.Context, *DescribeConfigsRequest) (*DescribeConfigsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DescribeConfigs not implemented")
+}
+func (UnimplementedControllerServiceServer) AllocateProducerIds(context.Context, *AllocateProducerIdsRequest) (*AllocateProducerIdsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AllocateProducerIds not implemented")
 }
 func (UnimplementedControllerServiceServer) mustEmbedUnimplementedControllerServiceServer() {}
 func (UnimplementedControllerServiceServer) testEmbeddedByValue()                           {}
@@ -1008,6 +1034,24 @@ func _ControllerService_DescribeConfigs_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_AllocateProducerIds_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AllocateProducerIdsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).AllocateProducerIds(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_AllocateProducerIds_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).AllocateProducerIds(ctx, req.(*AllocateProducerIdsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControllerService_ServiceDesc is the grpc.ServiceDesc for ControllerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1094,6 +1138,10 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DescribeConfigs",
 			Handler:    _ControllerService_DescribeConfigs_Handler,
+		},
+		{
+			MethodName: "AllocateProducerIds",
+			Handler:    _ControllerService_AllocateProducerIds_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

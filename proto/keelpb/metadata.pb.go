@@ -194,6 +194,7 @@ type Record struct {
 	//	*Record_RemoveTopic
 	//	*Record_BrokerShuttingDown
 	//	*Record_Config
+	//	*Record_ProducerIds
 	Record        isRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -362,6 +363,15 @@ func (x *Record) GetConfig() *ConfigRecord {
 	return nil
 }
 
+func (x *Record) GetProducerIds() *ProducerIdsRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_ProducerIds); ok {
+			return x.ProducerIds
+		}
+	}
+	return nil
+}
+
 type isRecord_Record interface {
 	isRecord_Record()
 }
@@ -422,6 +432,10 @@ type Record_Config struct {
 	Config *ConfigRecord `protobuf:"bytes,14,opt,name=config,proto3,oneof"`
 }
 
+type Record_ProducerIds struct {
+	ProducerIds *ProducerIdsRecord `protobuf:"bytes,15,opt,name=producer_ids,json=producerIds,proto3,oneof"`
+}
+
 func (*Record_ClusterId) isRecord_Record() {}
 
 func (*Record_ControllerEpoch) isRecord_Record() {}
@@ -449,6 +463,8 @@ func (*Record_RemoveTopic) isRecord_Record() {}
 func (*Record_BrokerShuttingDown) isRecord_Record() {}
 
 func (*Record_Config) isRecord_Record() {}
+
+func (*Record_ProducerIds) isRecord_Record() {}
 
 // ClusterIdRecord names the cluster. The first active controller writes it once;
 // it can never change afterwards.
@@ -667,9 +683,12 @@ type BrokerRegistrationRecord struct {
 	MaxMetadataVersion uint32 `protobuf:"varint,6,opt,name=max_metadata_version,json=maxMetadataVersion,proto3" json:"max_metadata_version,omitempty"`
 	// Set only in snapshots, which state facts: from the log the epoch is the
 	// entry's index and the broker is fenced.
-	BrokerEpoch   int64 `protobuf:"varint,7,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
-	Fenced        bool  `protobuf:"varint,8,opt,name=fenced,proto3" json:"fenced,omitempty"`
-	ShuttingDown  bool  `protobuf:"varint,9,opt,name=shutting_down,json=shuttingDown,proto3" json:"shutting_down,omitempty"`
+	BrokerEpoch  int64 `protobuf:"varint,7,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	Fenced       bool  `protobuf:"varint,8,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	ShuttingDown bool  `protobuf:"varint,9,opt,name=shutting_down,json=shuttingDown,proto3" json:"shutting_down,omitempty"`
+	// host:port of the broker's Kafka listener, as Kafka clients reach it
+	// (Kafka's registration carries its listeners); empty: none.
+	KafkaAddress  string `protobuf:"bytes,10,opt,name=kafka_address,json=kafkaAddress,proto3" json:"kafka_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -765,6 +784,13 @@ func (x *BrokerRegistrationRecord) GetShuttingDown() bool {
 		return x.ShuttingDown
 	}
 	return false
+}
+
+func (x *BrokerRegistrationRecord) GetKafkaAddress() string {
+	if x != nil {
+		return x.KafkaAddress
+	}
+	return ""
 }
 
 // FenceBrokerRecord fences a broker: it missed its session, asked to be
@@ -1427,6 +1453,71 @@ func (x *ConfigRecord) GetValue() string {
 	return ""
 }
 
+// ProducerIdsRecord hands a block of producer ids to a broker (KRaft's
+// ProducerIdsRecord): ids from the previous next_producer_id up to this one,
+// exclusive, are the broker's to give idempotent producers. next_producer_id
+// must grow with every record, so no id is handed out twice. In a snapshot
+// it states the next free id, with broker_id and broker_epoch -1.
+type ProducerIdsRecord struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId       int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	BrokerEpoch    int64                  `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	NextProducerId int64                  `protobuf:"varint,3,opt,name=next_producer_id,json=nextProducerId,proto3" json:"next_producer_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ProducerIdsRecord) Reset() {
+	*x = ProducerIdsRecord{}
+	mi := &file_metadata_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProducerIdsRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProducerIdsRecord) ProtoMessage() {}
+
+func (x *ProducerIdsRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProducerIdsRecord.ProtoReflect.Descriptor instead.
+func (*ProducerIdsRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ProducerIdsRecord) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *ProducerIdsRecord) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+func (x *ProducerIdsRecord) GetNextProducerId() int64 {
+	if x != nil {
+		return x.NextProducerId
+	}
+	return 0
+}
+
 // RemoveTopicRecord deletes a topic and all its partitions.
 type RemoveTopicRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1437,7 +1528,7 @@ type RemoveTopicRecord struct {
 
 func (x *RemoveTopicRecord) Reset() {
 	*x = RemoveTopicRecord{}
-	mi := &file_metadata_proto_msgTypes[16]
+	mi := &file_metadata_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1540,7 @@ func (x *RemoveTopicRecord) String() string {
 func (*RemoveTopicRecord) ProtoMessage() {}
 
 func (x *RemoveTopicRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[16]
+	mi := &file_metadata_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1553,7 @@ func (x *RemoveTopicRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTopicRecord.ProtoReflect.Descriptor instead.
 func (*RemoveTopicRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{16}
+	return file_metadata_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RemoveTopicRecord) GetTopicId() []byte {
@@ -1495,7 +1586,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_metadata_proto_msgTypes[17]
+	mi := &file_metadata_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1598,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[17]
+	mi := &file_metadata_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1611,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{17}
+	return file_metadata_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -1605,7 +1696,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_metadata_proto_msgTypes[18]
+	mi := &file_metadata_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1708,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[18]
+	mi := &file_metadata_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1721,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{18}
+	return file_metadata_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotTrailer) GetRecordCount() uint64 {
@@ -1653,7 +1744,7 @@ const file_metadata_proto_rawDesc = "" +
 	"\n" +
 	"\x0emetadata.proto\x12\akeel.v1\"8\n" +
 	"\vRecordBatch\x12)\n" +
-	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\xb6\a\n" +
+	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\xf7\a\n" +
 	"\x06Record\x129\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\v2\x18.keel.v1.ClusterIdRecordH\x00R\tclusterId\x12K\n" +
@@ -1670,7 +1761,8 @@ const file_metadata_proto_rawDesc = "" +
 	"\x10partition_change\x18\v \x01(\v2\x1e.keel.v1.PartitionChangeRecordH\x00R\x0fpartitionChange\x12?\n" +
 	"\fremove_topic\x18\f \x01(\v2\x1a.keel.v1.RemoveTopicRecordH\x00R\vremoveTopic\x12U\n" +
 	"\x14broker_shutting_down\x18\r \x01(\v2!.keel.v1.BrokerShuttingDownRecordH\x00R\x12brokerShuttingDown\x12/\n" +
-	"\x06config\x18\x0e \x01(\v2\x15.keel.v1.ConfigRecordH\x00R\x06configB\b\n" +
+	"\x06config\x18\x0e \x01(\v2\x15.keel.v1.ConfigRecordH\x00R\x06config\x12?\n" +
+	"\fproducer_ids\x18\x0f \x01(\v2\x1a.keel.v1.ProducerIdsRecordH\x00R\vproducerIdsB\b\n" +
 	"\x06record\"0\n" +
 	"\x0fClusterIdRecord\x12\x1d\n" +
 	"\n" +
@@ -1684,7 +1776,7 @@ const file_metadata_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\">\n" +
 	"\x12FeatureLevelRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05level\x18\x02 \x01(\rR\x05level\"\xd0\x02\n" +
+	"\x05level\x18\x02 \x01(\rR\x05level\"\xf5\x02\n" +
 	"\x18BrokerRegistrationRecord\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12%\n" +
 	"\x0eincarnation_id\x18\x02 \x01(\tR\rincarnationId\x12\x18\n" +
@@ -1694,7 +1786,9 @@ const file_metadata_proto_rawDesc = "" +
 	"\x14max_metadata_version\x18\x06 \x01(\rR\x12maxMetadataVersion\x12!\n" +
 	"\fbroker_epoch\x18\a \x01(\x03R\vbrokerEpoch\x12\x16\n" +
 	"\x06fenced\x18\b \x01(\bR\x06fenced\x12#\n" +
-	"\rshutting_down\x18\t \x01(\bR\fshuttingDown\"S\n" +
+	"\rshutting_down\x18\t \x01(\bR\fshuttingDown\x12#\n" +
+	"\rkafka_address\x18\n" +
+	" \x01(\tR\fkafkaAddress\"S\n" +
 	"\x11FenceBrokerRecord\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"U\n" +
@@ -1749,7 +1843,11 @@ const file_metadata_proto_rawDesc = "" +
 	"\rresource_name\x18\x02 \x01(\tR\fresourceName\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x19\n" +
 	"\x05value\x18\x04 \x01(\tH\x00R\x05value\x88\x01\x01B\b\n" +
-	"\x06_value\".\n" +
+	"\x06_value\"}\n" +
+	"\x11ProducerIdsRecord\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12(\n" +
+	"\x10next_producer_id\x18\x03 \x01(\x03R\x0enextProducerId\".\n" +
 	"\x11RemoveTopicRecord\x12\x19\n" +
 	"\btopic_id\x18\x01 \x01(\fR\atopicId\"\xba\x02\n" +
 	"\x0eSnapshotHeader\x12%\n" +
@@ -1791,7 +1889,7 @@ func file_metadata_proto_rawDescGZIP() []byte {
 }
 
 var file_metadata_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_metadata_proto_goTypes = []any{
 	(LeaderRecoveryState)(0),         // 0: keel.v1.LeaderRecoveryState
 	(ConfigResourceType)(0),          // 1: keel.v1.ConfigResourceType
@@ -1811,10 +1909,11 @@ var file_metadata_proto_goTypes = []any{
 	(*Int32List)(nil),                // 15: keel.v1.Int32List
 	(*PartitionChangeRecord)(nil),    // 16: keel.v1.PartitionChangeRecord
 	(*ConfigRecord)(nil),             // 17: keel.v1.ConfigRecord
-	(*RemoveTopicRecord)(nil),        // 18: keel.v1.RemoveTopicRecord
-	(*SnapshotHeader)(nil),           // 19: keel.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),          // 20: keel.v1.SnapshotTrailer
-	nil,                              // 21: keel.v1.TopicRecord.ConfigsEntry
+	(*ProducerIdsRecord)(nil),        // 18: keel.v1.ProducerIdsRecord
+	(*RemoveTopicRecord)(nil),        // 19: keel.v1.RemoveTopicRecord
+	(*SnapshotHeader)(nil),           // 20: keel.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),          // 21: keel.v1.SnapshotTrailer
+	nil,                              // 22: keel.v1.TopicRecord.ConfigsEntry
 }
 var file_metadata_proto_depIdxs = []int32{
 	3,  // 0: keel.v1.RecordBatch.records:type_name -> keel.v1.Record
@@ -1829,24 +1928,25 @@ var file_metadata_proto_depIdxs = []int32{
 	13, // 9: keel.v1.Record.topic:type_name -> keel.v1.TopicRecord
 	14, // 10: keel.v1.Record.partition:type_name -> keel.v1.PartitionRecord
 	16, // 11: keel.v1.Record.partition_change:type_name -> keel.v1.PartitionChangeRecord
-	18, // 12: keel.v1.Record.remove_topic:type_name -> keel.v1.RemoveTopicRecord
+	19, // 12: keel.v1.Record.remove_topic:type_name -> keel.v1.RemoveTopicRecord
 	12, // 13: keel.v1.Record.broker_shutting_down:type_name -> keel.v1.BrokerShuttingDownRecord
 	17, // 14: keel.v1.Record.config:type_name -> keel.v1.ConfigRecord
-	21, // 15: keel.v1.TopicRecord.configs:type_name -> keel.v1.TopicRecord.ConfigsEntry
-	0,  // 16: keel.v1.PartitionRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	15, // 17: keel.v1.PartitionChangeRecord.isr:type_name -> keel.v1.Int32List
-	15, // 18: keel.v1.PartitionChangeRecord.replicas:type_name -> keel.v1.Int32List
-	15, // 19: keel.v1.PartitionChangeRecord.adding_replicas:type_name -> keel.v1.Int32List
-	15, // 20: keel.v1.PartitionChangeRecord.removing_replicas:type_name -> keel.v1.Int32List
-	15, // 21: keel.v1.PartitionChangeRecord.eligible_leader_replicas:type_name -> keel.v1.Int32List
-	15, // 22: keel.v1.PartitionChangeRecord.last_known_elr:type_name -> keel.v1.Int32List
-	0,  // 23: keel.v1.PartitionChangeRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	1,  // 24: keel.v1.ConfigRecord.resource_type:type_name -> keel.v1.ConfigResourceType
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	18, // 15: keel.v1.Record.producer_ids:type_name -> keel.v1.ProducerIdsRecord
+	22, // 16: keel.v1.TopicRecord.configs:type_name -> keel.v1.TopicRecord.ConfigsEntry
+	0,  // 17: keel.v1.PartitionRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	15, // 18: keel.v1.PartitionChangeRecord.isr:type_name -> keel.v1.Int32List
+	15, // 19: keel.v1.PartitionChangeRecord.replicas:type_name -> keel.v1.Int32List
+	15, // 20: keel.v1.PartitionChangeRecord.adding_replicas:type_name -> keel.v1.Int32List
+	15, // 21: keel.v1.PartitionChangeRecord.removing_replicas:type_name -> keel.v1.Int32List
+	15, // 22: keel.v1.PartitionChangeRecord.eligible_leader_replicas:type_name -> keel.v1.Int32List
+	15, // 23: keel.v1.PartitionChangeRecord.last_known_elr:type_name -> keel.v1.Int32List
+	0,  // 24: keel.v1.PartitionChangeRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	1,  // 25: keel.v1.ConfigRecord.resource_type:type_name -> keel.v1.ConfigResourceType
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_metadata_proto_init() }
@@ -1869,6 +1969,7 @@ func file_metadata_proto_init() {
 		(*Record_RemoveTopic)(nil),
 		(*Record_BrokerShuttingDown)(nil),
 		(*Record_Config)(nil),
+		(*Record_ProducerIds)(nil),
 	}
 	file_metadata_proto_msgTypes[14].OneofWrappers = []any{}
 	file_metadata_proto_msgTypes[15].OneofWrappers = []any{}
@@ -1878,7 +1979,7 @@ func file_metadata_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metadata_proto_rawDesc), len(file_metadata_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,272 @@
+package kafka
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// codeOf is the Kafka error code of a Backend error: its kerr code, or
+// UNKNOWN_SERVER_ERROR.
+func codeOf(err error) int16 {
+	if err == nil {
+		return 0
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Code
+	}
+	return kerr.UnknownServerError.Code
+}
+
+// v2 record batch header positions (DefaultRecordBatch).
+const (
+	batchHeaderSize = 61
+	batchLengthAt   = 8
+	batchMagicAt    = 16
+)
+
+// checkBatch checks the framing of one produced partition's records: one
+// whole v2 batch, within the size limit. What is inside (CRC, counts,
+// attributes, sequences) is the data plane's to check.
+func (s *Server) checkBatch(records []byte) *kerr.Error {
+	switch {
+	case len(records) > int(s.cfg.MaxBatchSize):
+		return kerr.MessageTooLarge
+	case len(records) < batchHeaderSize:
+		return kerr.CorruptMessage
+	case records[batchMagicAt] != 2:
+		return kerr.UnsupportedForMessageFormat
+	}
+	if n := int64(int32(binary.BigEndian.Uint32(records[batchLengthAt:]))); n+12 != int64(len(records)) {
+		// Kafka takes one batch per partition of a produce request.
+		return kerr.InvalidRecord
+	}
+	return nil
+}
+
+func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Response, bool) {
+	resp := r.ResponseKind().(*kmsg.ProduceResponse)
+	img := s.cfg.Image.Image()
+	timeout := time.Duration(r.TimeoutMillis) * time.Millisecond
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	// The whole request must be valid first, as Kafka checks it.
+	var whole *kerr.Error
+	switch {
+	case r.Acks != 0 && r.Acks != 1 && r.Acks != -1:
+		whole = kerr.InvalidRequiredAcks
+	case r.TransactionID != nil:
+		// Transactions are not served (ApiVersions does not list them).
+		whole = kerr.TransactionalIDAuthorizationFailed
+	case r.Version < 3:
+		// Message formats v0 and v1 are not kept.
+		whole = kerr.UnsupportedForMessageFormat
+	}
+	var wg sync.WaitGroup
+	failed := false
+	var mu sync.Mutex
+	resp.Topics = make([]kmsg.ProduceResponseTopic, len(r.Topics))
+	for i, rt := range r.Topics {
+		t := &resp.Topics[i]
+		t.Topic = rt.Topic
+		t.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
+		for j, rp := range rt.Partitions {
+			p := &t.Partitions[j]
+			*p = kmsg.NewProduceResponseTopicPartition()
+			p.Partition, p.BaseOffset, p.LogAppendTime, p.LogStartOffset = rp.Partition, -1, -1, -1
+			ke := whole
+			if ke == nil {
+				ke = s.leaderCheck(img, rt.Topic, rp.Partition)
+			}
+			if ke == nil {
+				ke = s.checkBatch(rp.Records)
+			}
+			if ke != nil {
+				p.ErrorCode = ke.Code
+				failed = true
+				continue
+			}
+			// Partitions are appended side by side, and waited for
+			// together (acks=all), as Kafka does.
+			wg.Add(1)
+			go func(topic string, partition int32, records []byte) {
+				defer wg.Done()
+				res, err := s.cfg.Backend.Produce(ctx, topic, partition, records, r.Acks, timeout)
+				if err != nil {
+					p.ErrorCode = codeOf(err)
+					if p.ErrorCode == kerr.UnknownServerError.Code {
+						s.log.Warn("produce failed", "topic", topic, "partition", partition, "err", err)
+					}
+					mu.Lock()
+					failed = true
+					mu.Unlock()
+					return
+				}
+				p.BaseOffset, p.LogStartOffset, p.LogAppendTime = res.BaseOffset, res.LogStartOffset, res.LogAppendTime
+			}(rt.Topic, rp.Partition, rp.Records)
+		}
+	}
+	wg.Wait()
+	if r.Acks == 0 {
+		// No answer at all; a failure closes the connection instead.
+		return nil, failed
+	}
+	return resp, false
+}
+
+func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.FetchResponse)
+	img := s.cfg.Image.Image()
+	// Sessionless (no KIP-227): session id 0 tells the client so.
+	resp.SessionID = 0
+	budget := int64(r.MaxBytes)
+	if r.Version < 3 || budget <= 0 || budget > maxFetchResponse {
+		budget = maxFetchResponse
+	}
+	type slot struct {
+		topic string
+		rp    kmsg.FetchRequestTopicPartition
+		out   *kmsg.FetchResponseTopicPartition
+		ok    bool // the image let it through to the backend
+	}
+	var slots []*slot
+	resp.Topics = make([]kmsg.FetchResponseTopic, len(r.Topics))
+	for i, rt := range r.Topics {
+		t := &resp.Topics[i]
+		t.Topic = rt.Topic
+		t.Partitions = make([]kmsg.FetchResponseTopicPartition, len(rt.Partitions))
+		for j, rp := range rt.Partitions {
+			p := &t.Partitions[j]
+			*p = kmsg.NewFetchResponseTopicPartition()
+			p.Partition, p.HighWatermark, p.LastStableOffset, p.LogStartOffset = rp.Partition, -1, -1, -1
+			sl := &slot{topic: rt.Topic, rp: rp, out: p}
+			if ke := s.leaderCheck(img, rt.Topic, rp.Partition); ke != nil {
+				p.ErrorCode = ke.Code
+			} else {
+				sl.ok = true
+			}
+			slots = append(slots, sl)
+		}
+	}
+	var total int64
+	read := func(ctx context.Context, sl *slot, wait time.Duration) bool {
+		max := sl.rp.PartitionMaxBytes
+		if left := budget - total; int64(max) > left {
+			max = int32(max64(left, 1)) // KIP-74: at least one batch
+		}
+		res, err := s.cfg.Backend.Fetch(ctx, sl.topic, sl.rp.Partition, sl.rp.CurrentLeaderEpoch, sl.rp.FetchOffset, max, wait)
+		if err != nil {
+			if ctx.Err() != nil && s.ctx.Err() == nil {
+				return false // an abandoned wait: the first pass's answer stands
+			}
+			sl.out.ErrorCode = codeOf(err)
+			return false
+		}
+		sl.out.ErrorCode = 0
+		sl.out.HighWatermark, sl.out.LastStableOffset, sl.out.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
+		if total > 0 && total+int64(len(res.Records)) > budget {
+			return false // over the response's budget: the next fetch gets it
+		}
+		sl.out.RecordBatches = res.Records
+		total += int64(len(res.Records))
+		return len(res.Records) > 0
+	}
+	for _, sl := range slots {
+		if sl.ok {
+			read(ctx, sl, 0)
+		}
+	}
+	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
+	if total >= int64(max32(r.MinBytes, 1)) || wait <= 0 {
+		return resp
+	}
+	// Nothing yet: wait up to MaxWait on every partition at once, and
+	// answer as soon as one has data.
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, sl := range slots {
+		if !sl.ok || sl.out.ErrorCode != 0 {
+			continue
+		}
+		wg.Add(1)
+		go func(sl *slot) {
+			defer wg.Done()
+			res, err := s.cfg.Backend.Fetch(wctx, sl.topic, sl.rp.Partition, sl.rp.CurrentLeaderEpoch, sl.rp.FetchOffset, sl.rp.PartitionMaxBytes, wait)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if wctx.Err() == nil {
+					sl.out.ErrorCode = codeOf(err)
+				}
+				return
+			}
+			sl.out.HighWatermark, sl.out.LastStableOffset, sl.out.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
+			if len(res.Records) > 0 && total+int64(len(res.Records)) <= budget || total == 0 {
+				sl.out.RecordBatches = res.Records
+				total += int64(len(res.Records))
+			}
+			if len(res.Records) > 0 {
+				cancel()
+			}
+		}(sl)
+	}
+	wg.Wait()
+	return resp
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func max32(a, b int32) int32 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func (s *Server) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
+	img := s.cfg.Image.Image()
+	resp.Topics = make([]kmsg.ListOffsetsResponseTopic, len(r.Topics))
+	for i, rt := range r.Topics {
+		t := &resp.Topics[i]
+		t.Topic = rt.Topic
+		t.Partitions = make([]kmsg.ListOffsetsResponseTopicPartition, len(rt.Partitions))
+		for j, rp := range rt.Partitions {
+			p := &t.Partitions[j]
+			*p = kmsg.NewListOffsetsResponseTopicPartition()
+			p.Partition = rp.Partition
+			if ke := s.leaderCheck(img, rt.Topic, rp.Partition); ke != nil {
+				p.ErrorCode = ke.Code
+				continue
+			}
+			epoch := rp.CurrentLeaderEpoch
+			if r.Version < 4 {
+				epoch = -1
+			}
+			off, leaderEpoch, err := s.cfg.Backend.ListOffsets(ctx, rt.Topic, rp.Partition, epoch, rp.Timestamp)
+			if err != nil {
+				p.ErrorCode = codeOf(err)
+				continue
+			}
+			p.Timestamp, p.Offset, p.LeaderEpoch = -1, off, leaderEpoch
+			if r.Version == 0 {
+				p.OldStyleOffsets = []int64{off}
+			}
+		}
+	}
+	return resp
+}

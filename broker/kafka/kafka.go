@@ -1,0 +1,109 @@
+package kafka
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/tlsauth"
+)
+
+// Backend is what the Kafka listener needs from the broker's data plane.
+// Its errors are franz-go's kerr values, returned directly or wrapped; the
+// listener answers with their codes, and UnknownServerError for anything
+// else.
+type Backend interface {
+	// Produce appends one v2 record batch (as the client sent it) to the
+	// partition this broker leads. acks: 0, 1 or -1 (all). With -1 it
+	// returns once the high watermark passes the batch, or
+	// kerr.RequestTimedOut when timeout passes first; with fewer ISR members
+	// than min.insync.replicas it refuses before appending with
+	// kerr.NotEnoughReplicas (kerr.NotEnoughReplicasAfterAppend if the ISR
+	// shrank while waiting). An idempotent duplicate returns the original
+	// base offset with a nil error.
+	Produce(ctx context.Context, topic string, partition int32, batch []byte, acks int16, timeout time.Duration) (ProduceResult, error)
+	// Fetch reads whole batches starting at the one holding offset, up to
+	// maxBytes (at least one batch, KIP-74), only below the high watermark,
+	// from the partition this broker leads. currentLeaderEpoch, if >= 0, is
+	// checked as KIP-320. Offset out of [logStart, HW] →
+	// kerr.OffsetOutOfRange. maxWait: with no data at offset yet, wait up to
+	// maxWait for some.
+	Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (FetchResult, error)
+	// ListOffsets answers timestamp -2 (earliest: log start), -1 (latest:
+	// the high watermark); other timestamps may answer
+	// kerr.UnsupportedVersion. Only the leader answers.
+	ListOffsets(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (offset int64, leaderEpoch int32, err error)
+}
+
+// ProduceResult is where a produced batch landed.
+type ProduceResult struct {
+	BaseOffset, LogStartOffset int64
+	LogAppendTime              int64 // -1: the topic uses CreateTime
+}
+
+// FetchResult is what a fetch read.
+type FetchResult struct {
+	Records                       []byte // whole v2 batches
+	HighWatermark, LogStartOffset int64  // LastStableOffset = HighWatermark
+}
+
+// ImageSource gives the broker's current metadata image; *broker.Agent is
+// one.
+type ImageSource interface {
+	Image() *fsm.Image
+}
+
+// Controller is the broker's way to the active controller; *broker.Agent
+// is one. Errors are the controllers' gRPC statuses.
+type Controller interface {
+	// AllocateProducerIds returns a block of producer ids for this broker.
+	AllocateProducerIds(ctx context.Context) (start int64, count int32, err error)
+	CreateTopic(ctx context.Context, req *keelpb.CreateTopicRequest) (*keelpb.CreateTopicResponse, error)
+	CreatePartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) (*keelpb.CreatePartitionsResponse, error)
+	DeleteTopic(ctx context.Context, name string) error
+}
+
+// Defaults.
+const (
+	// DefaultMaxRequestSize is Kafka's socket.request.max.bytes: a request
+	// frame larger than this closes its connection before it is read.
+	DefaultMaxRequestSize = 100 << 20
+	// DefaultMaxBatchSize is Kafka's message.max.bytes: one produced batch
+	// larger than this is refused with MESSAGE_TOO_LARGE.
+	DefaultMaxBatchSize = 1<<20 + 12
+	// DefaultIdleTimeout is Kafka's connections.max.idle.ms.
+	DefaultIdleTimeout = 10 * time.Minute
+	// maxFetchResponse bounds one Fetch answer whatever the client asks.
+	maxFetchResponse = 64 << 20
+)
+
+// Config configures a Server.
+type Config struct {
+	// BrokerID is this broker's id: the leader partitions must name for
+	// Produce, Fetch and ListOffsets to be served here.
+	BrokerID int32
+	// Image is the broker's replayed metadata (required).
+	Image ImageSource
+	// Backend is the data plane (required).
+	Backend Backend
+	// Controller forwards admin requests and allocates producer ids
+	// (required).
+	Controller Controller
+	// TLS, when set, serves TLS with the broker's certificate and requires
+	// a client certificate from the cluster's CA: any keel identity but a
+	// probe may produce and consume; only an admin may create or delete
+	// topics or add partitions. Nil is plaintext, where anyone who reaches
+	// the port may do everything.
+	TLS *tlsauth.Config
+	// MaxRequestSize bounds a request frame; default DefaultMaxRequestSize.
+	MaxRequestSize int32
+	// MaxBatchSize bounds one produced batch; default DefaultMaxBatchSize.
+	MaxBatchSize int32
+	// IdleTimeout closes a connection that sends nothing for this long;
+	// default DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}

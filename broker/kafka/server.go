@@ -1,0 +1,319 @@
+package kafka
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/tlsauth"
+)
+
+// handshakeTimeout bounds a TLS handshake.
+const handshakeTimeout = 10 * time.Second
+
+// Server is a running Kafka listener.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	lis  net.Listener
+	pids *producerIDs
+
+	ctx    context.Context // ends at Close: every request's parent
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// Serve serves the Kafka protocol on lis until Close; it takes lis over.
+// It fails only on a config it cannot run with.
+func Serve(lis net.Listener, cfg Config) (*Server, error) {
+	switch {
+	case cfg.Image == nil:
+		return nil, errors.New("kafka listener: no metadata image source")
+	case cfg.Backend == nil:
+		return nil, errors.New("kafka listener: no data plane backend")
+	case cfg.Controller == nil:
+		return nil, errors.New("kafka listener: no controller client")
+	case cfg.MaxRequestSize < 0, cfg.MaxBatchSize < 0, cfg.IdleTimeout < 0:
+		return nil, errors.New("kafka listener: negative limit")
+	}
+	if cfg.MaxRequestSize == 0 {
+		cfg.MaxRequestSize = DefaultMaxRequestSize
+	}
+	if cfg.MaxBatchSize == 0 {
+		cfg.MaxBatchSize = DefaultMaxBatchSize
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg:    cfg,
+		log:    cfg.Logger.With("component", "kafka", "broker_id", cfg.BrokerID),
+		lis:    lis,
+		ctx:    ctx,
+		cancel: cancel,
+		conns:  map[net.Conn]struct{}{},
+	}
+	s.pids = newProducerIDs(ctx, cfg.Controller, s.log)
+	s.wg.Add(1)
+	go s.accept()
+	s.log.Info("kafka listener started", "listen", lis.Addr().String(), "tls", cfg.TLS != nil)
+	return s, nil
+}
+
+// Addr is the address the listener is bound to.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Close stops accepting, closes every connection (a request in progress is
+// abandoned) and waits for every goroutine the server started.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.cancel()
+	err := s.lis.Close()
+	s.wg.Wait()
+	s.pids.wait()
+	return err
+}
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	var delay time.Duration
+	for {
+		c, err := s.lis.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// A temporary failure (out of descriptors): back off, as
+			// net/http does, rather than spin.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.log.Warn("kafka listener: accept failed; retrying", "err", err, "in", delay)
+			select {
+			case <-time.After(delay):
+			case <-s.ctx.Done():
+				return
+			}
+			continue
+		}
+		delay = 0
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+// conn is one client connection: who it is, and where it writes.
+type conn struct {
+	net.Conn
+	// admin: the client may create and delete topics (plaintext, or an
+	// admin certificate).
+	admin bool
+	w     *bufio.Writer
+}
+
+func (s *Server) serveConn(raw net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		raw.Close()
+		s.mu.Lock()
+		delete(s.conns, raw)
+		s.mu.Unlock()
+	}()
+	// Nothing a client sends may stop the listener: a handler's panic
+	// closes this connection only.
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("kafka listener: request handling panicked; connection closed", "remote", raw.RemoteAddr().String(), "panic", fmt.Sprint(r))
+		}
+	}()
+	c := &conn{Conn: raw, admin: s.cfg.TLS == nil}
+	if s.cfg.TLS != nil {
+		tc := tls.Server(raw, s.cfg.TLS.Server(tlsauth.RoleController, tlsauth.RoleBroker, tlsauth.RoleAdmin))
+		_ = tc.SetDeadline(time.Now().Add(handshakeTimeout))
+		if err := tc.HandshakeContext(s.ctx); err != nil {
+			s.log.Debug("kafka listener: TLS handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
+			return
+		}
+		_ = tc.SetDeadline(time.Time{})
+		if chains := tc.ConnectionState().VerifiedChains; len(chains) > 0 {
+			id, _ := tlsauth.PeerIdentity(chains[0])
+			c.admin = id.Role == tlsauth.RoleAdmin
+		}
+		c.Conn = tc
+	}
+	c.w = bufio.NewWriterSize(c.Conn, 64<<10)
+	r := bufio.NewReaderSize(c.Conn, 64<<10)
+	var sizeBuf [4]byte
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
+		if _, err := io.ReadFull(r, sizeBuf[:]); err != nil {
+			return // closed, idle, or gone
+		}
+		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
+		if size < 8 || size > s.cfg.MaxRequestSize {
+			s.log.Warn("kafka listener: request size out of bounds; connection closed", "remote", raw.RemoteAddr().String(),
+				"size", size, "max", s.cfg.MaxRequestSize)
+			return
+		}
+		frame := make([]byte, size)
+		// A large request may take a while to arrive, but not forever.
+		_ = c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
+		if _, err := io.ReadFull(r, frame); err != nil {
+			return
+		}
+		if err := s.handleFrame(c, frame); err != nil {
+			s.log.Warn("kafka listener: request refused; connection closed", "remote", raw.RemoteAddr().String(), "err", err)
+			return
+		}
+	}
+}
+
+// header is a request header (v1, or v2 for flexible requests).
+type header struct {
+	key, version int16
+	correlation  int32
+	clientID     *string
+}
+
+// handleFrame parses one request, answers it and writes the answer. An
+// error closes the connection, as Kafka closes it on a request it cannot
+// parse or does not serve.
+func (s *Server) handleFrame(c *conn, frame []byte) error {
+	rd := kbin.Reader{Src: frame}
+	h := header{key: rd.Int16(), version: rd.Int16(), correlation: rd.Int32(), clientID: rd.NullableString()}
+	if !rd.Ok() {
+		return errors.New("truncated request header")
+	}
+	if h.key == apiVersionsKey && h.version > versions[apiVersionsKey].max {
+		// KIP-511: a client newer than this broker learns its range from
+		// a v0 answer, whatever its request's body.
+		return s.write(c, h, false, unsupportedApiVersions())
+	}
+	vr, ok := versions[h.key]
+	if !ok {
+		return fmt.Errorf("API key %d is not served", h.key)
+	}
+	if h.version < vr.min || h.version > vr.max {
+		return fmt.Errorf("%s v%d is not served (%d-%d)", kmsg.NameForKey(h.key), h.version, vr.min, vr.max)
+	}
+	req := kmsg.RequestForKey(h.key)
+	req.SetVersion(h.version)
+	body := rd.Src
+	if req.IsFlexible() {
+		rd.Src = body
+		if !skipTags(&rd) {
+			return errors.New("malformed request header tags")
+		}
+		body = rd.Src
+	}
+	if err := req.ReadFrom(body); err != nil {
+		return fmt.Errorf("%s v%d does not parse: %v", kmsg.NameForKey(h.key), h.version, err)
+	}
+	resp, closeAfter := s.handle(c, req)
+	if resp != nil {
+		if err := s.write(c, h, req.IsFlexible() && h.key != apiVersionsKey, resp); err != nil {
+			return err
+		}
+	}
+	if closeAfter {
+		// acks=0 produce that failed: closing is how Kafka tells such a
+		// client to refresh its metadata.
+		return errors.New("a produce with acks=0 failed")
+	}
+	return nil
+}
+
+// skipTags skips a tagged-field section.
+func skipTags(rd *kbin.Reader) bool {
+	n := rd.Uvarint()
+	for i := uint32(0); i < n && rd.Ok(); i++ {
+		rd.Uvarint() // tag
+		size := rd.Uvarint()
+		if int(size) > len(rd.Src) {
+			return false
+		}
+		rd.Span(int(size))
+	}
+	return rd.Ok()
+}
+
+// write sends one response: size, correlation id, header tags for flexible
+// responses (never ApiVersions'), body.
+func (s *Server) write(c *conn, h header, flexibleHeader bool, resp kmsg.Response) error {
+	buf := make([]byte, 8, 256)
+	binary.BigEndian.PutUint32(buf[4:], uint32(h.correlation))
+	if flexibleHeader {
+		buf = append(buf, 0)
+	}
+	buf = resp.AppendTo(buf)
+	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.IdleTimeout))
+	if _, err := c.w.Write(buf); err != nil {
+		return err
+	}
+	return c.w.Flush()
+}
+
+// handle answers one parsed request. closeAfter asks for the connection to
+// close once the answer (if any) is written.
+func (s *Server) handle(c *conn, req kmsg.Request) (resp kmsg.Response, closeAfter bool) {
+	ctx := s.ctx
+	switch r := req.(type) {
+	case *kmsg.ApiVersionsRequest:
+		return s.apiVersions(r), false
+	case *kmsg.MetadataRequest:
+		return s.metadata(r), false
+	case *kmsg.DescribeClusterRequest:
+		return s.describeCluster(r), false
+	case *kmsg.ProduceRequest:
+		return s.produce(ctx, r)
+	case *kmsg.FetchRequest:
+		return s.fetch(ctx, r), false
+	case *kmsg.ListOffsetsRequest:
+		return s.listOffsets(ctx, r), false
+	case *kmsg.InitProducerIDRequest:
+		return s.initProducerID(ctx, r), false
+	case *kmsg.CreateTopicsRequest:
+		return s.createTopics(ctx, c, r), false
+	case *kmsg.DeleteTopicsRequest:
+		return s.deleteTopics(ctx, c, r), false
+	case *kmsg.CreatePartitionsRequest:
+		return s.createPartitions(ctx, c, r), false
+	}
+	// versions lists only the keys above.
+	panic(fmt.Sprintf("no handler for %s", kmsg.NameForKey(req.Key())))
+}

@@ -57,7 +57,7 @@ func consumeN(t *testing.T, addrs []string, topic string, n int) []*kgo.Record {
 // acks=all: its defaults) and consumer through the listener; the producer
 // id comes from a block the controller allocated.
 func TestServer_ProduceAndConsumeIdempotent(t *testing.T) {
-	meta, backend := newFakeMeta(t), newFakeBackend()
+	meta, backend := newFakeMeta(t), NewMemoryBackend()
 	s := startServer(t, 1, meta, backend, nil)
 	meta.createTopic("orders", []int32{1}, []int32{1})
 
@@ -100,7 +100,7 @@ func TestServer_ProduceAndConsumeIdempotent(t *testing.T) {
 // same client, answered NOT_LEADER_OR_FOLLOWER by broker 1, refreshes its
 // metadata and produces to broker 2.
 func TestServer_MetadataFollowsLeaderChange(t *testing.T) {
-	meta, backend := newFakeMeta(t), newFakeBackend()
+	meta, backend := newFakeMeta(t), NewMemoryBackend()
 	s1 := startServer(t, 1, meta, backend, nil)
 	s2 := startServer(t, 2, meta, backend, nil)
 	meta.createTopic("moves", []int32{1, 2})
@@ -193,7 +193,7 @@ func batchOf(value []byte) []byte {
 // TestServer_Errors: what a client is answered when the image, the data
 // plane or the request says no, as Kafka answers it.
 func TestServer_Errors(t *testing.T) {
-	meta, backend := newFakeMeta(t), newFakeBackend()
+	meta, backend := newFakeMeta(t), NewMemoryBackend()
 	s := startServer(t, 1, meta, backend, func(c *Config) { c.MaxBatchSize = 1024 })
 	meta.addBroker(2, "127.0.0.1:1") // another broker, never dialled
 	meta.createTopic("mine", []int32{1})
@@ -288,7 +288,7 @@ func seedMetadata(t *testing.T, cl *kgo.Client) {
 // consumer groups; a newer ApiVersions gets KIP-511's answer.
 func TestServer_ApiVersions(t *testing.T) {
 	meta := newFakeMeta(t)
-	s := startServer(t, 1, meta, newFakeBackend(), nil)
+	s := startServer(t, 1, meta, NewMemoryBackend(), nil)
 	cl := newClient(t, []string{s.Addr()})
 	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(context.Background(), cl)
 	if err != nil {
@@ -336,7 +336,7 @@ func TestServer_ApiVersions(t *testing.T) {
 // client as before.
 func TestServer_BadInputClosesTheConnectionOnly(t *testing.T) {
 	meta := newFakeMeta(t)
-	s := startServer(t, 1, meta, newFakeBackend(), func(c *Config) { c.MaxRequestSize = 1 << 20 })
+	s := startServer(t, 1, meta, NewMemoryBackend(), func(c *Config) { c.MaxRequestSize = 1 << 20 })
 	meta.createTopic("t", []int32{1})
 
 	huge := make([]byte, 4)
@@ -386,7 +386,7 @@ func isReset(err error) bool {
 // Kafka errors.
 func TestServer_CreateAndDeleteTopicsForwarded(t *testing.T) {
 	meta := newFakeMeta(t)
-	s := startServer(t, 1, meta, newFakeBackend(), nil)
+	s := startServer(t, 1, meta, NewMemoryBackend(), nil)
 	cl := newClient(t, []string{s.Addr()})
 	create := func(name string, partitions int32, rf int16) kmsg.CreateTopicsResponseTopic {
 		t.Helper()
@@ -444,7 +444,7 @@ func TestServer_CreateAndDeleteTopicsForwarded(t *testing.T) {
 // TestServer_DescribeCluster lists every live broker's Kafka listener.
 func TestServer_DescribeCluster(t *testing.T) {
 	meta := newFakeMeta(t)
-	s := startServer(t, 1, meta, newFakeBackend(), nil)
+	s := startServer(t, 1, meta, NewMemoryBackend(), nil)
 	meta.addBroker(2, "127.0.0.1:19092")
 	cl := newClient(t, []string{s.Addr()})
 	resp, err := kmsg.NewPtrDescribeClusterRequest().RequestWith(context.Background(), cl)

@@ -40,7 +40,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 		FetchInterval: broker.DefaultReplicaFetchInterval,
 		LagTimeMax:    broker.DefaultReplicaLagTimeMax,
 	}
-	var controllers, metricsAddr string
+	var controllers, metricsAddr, kafkaListen, kafkaAdvertise string
 	var insecure, pprof bool
 	cmd := &cobra.Command{
 		Use:   "broker",
@@ -67,8 +67,14 @@ unregister one that is gone for good.
 With --tls-cert, --tls-key and --tls-ca (keel cert makes them) every
 connection is mutual TLS. Without them the broker runs plaintext, and so
 refuses to start unless every address it listens on, advertises and dials
-(--listen, --advertise, --controllers, --metrics-addr) is loopback, or
---insecure says plaintext is meant.
+(--listen, --advertise, --controllers, --metrics-addr, --kafka-listen,
+--kafka-advertise) is loopback, or --insecure says plaintext is meant.
+
+With --kafka-listen it serves the Kafka protocol too (docs/kafka.md):
+Kafka clients produce and consume through it (keel produce, keel consume,
+kcat, franz-go), learning every broker's --kafka-advertise address from its
+metadata. With TLS the Kafka listener requires a client certificate from the
+same CA; SASL is not served.
 `,
 		Example: `  keel broker --broker-id 1 --listen 127.0.0.1:9201 --data-dir /var/lib/keel/broker-1 \
     --controllers 127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093
@@ -95,7 +101,9 @@ refuses to start unless every address it listens on, advertises and dials
 			if cfg.Controllers = splitAddrs(controllers); len(cfg.Controllers) == 0 {
 				return errors.New("--controllers: no controller address given")
 			}
-			exposed, err := checkPlaintext(tlsGiven(cmd), insecure, brokerAddrs(cfg.Listen, cfg.Address, cfg.Controllers, metricsAddr))
+			addrs := append(brokerAddrs(cfg.Listen, cfg.Address, cfg.Controllers, metricsAddr),
+				flagAddr{flag: "--kafka-listen", addr: kafkaListen}, flagAddr{flag: "--kafka-advertise", addr: kafkaAdvertise})
+			exposed, err := checkPlaintext(tlsGiven(cmd), insecure, addrs)
 			if err != nil {
 				return err
 			}
@@ -119,9 +127,23 @@ refuses to start unless every address it listens on, advertises and dials
 			}
 			defer metricsSrv.stop() // after the broker has stopped
 			cfg.Metrics = metricsSrv.registerer()
+			kl, err := bindKafka(kafkaListen, kafkaAdvertise)
+			if err != nil {
+				return err
+			}
+			defer kl.close() // after the agent's shutdown: clients follow its leaderships away
+			if kl != nil {
+				cfg.KafkaAddress = kl.advertise
+			}
 			agent, err := broker.Start(cfg)
 			if err != nil {
 				return err
+			}
+			if kl != nil {
+				if err := kl.serve(agent, cfg.BrokerID, cfg.TLS, log); err != nil {
+					agent.Close()
+					return err
+				}
 			}
 			if cfg.TLS == nil {
 				// Said once started, so that a refused start stays one line.
@@ -163,6 +185,8 @@ refuses to start unless every address it listens on, advertises and dials
 	f.DurationVar(&replicas.FetchInterval, "replica-fetch-interval", replicas.FetchInterval, "how often a follower replica fetches from its leader")
 	f.DurationVar(&replicas.LagTimeMax, "replica-lag-time-max", replicas.LagTimeMax,
 		"how long a follower may go without fetching before its leader drops it from the ISR")
+	f.StringVar(&kafkaListen, "kafka-listen", "", "address to serve the Kafka protocol on, for Kafka clients (keel produce, kcat, franz-go); empty: none")
+	f.StringVar(&kafkaAdvertise, "kafka-advertise", "", "address Kafka clients reach this broker's Kafka listener at (default: --kafka-listen)")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
 	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerUnregisterCmd())

@@ -88,7 +88,7 @@ the flags that reach the cluster with the admin certificate.`,
 				ms[i].setReady(n.Ready)
 			}
 			addrs := q.Addrs()
-			agents, err := startDevBrokers(brokers, addrs, dataDir, log, certs, ms[controllers:])
+			agents, kafkas, err := startDevBrokers(brokers, addrs, dataDir, log, certs, ms[controllers:])
 			if err != nil {
 				return errors.Join(err, q.Close())
 			}
@@ -97,8 +97,10 @@ the flags that reach the cluster with the admin certificate.`,
 			for i, addr := range addrs {
 				fmt.Fprintf(out, "  controller %d  %s%s\n", i+1, addr, ms[i].describe())
 			}
+			bootstrap := make([]string, len(kafkas))
 			for i, a := range agents {
-				fmt.Fprintf(out, "  broker %d      %s%s\n", a.Status().BrokerID, a.Addr(), ms[controllers+i].describe())
+				bootstrap[i] = kafkas[i].advertise
+				fmt.Fprintf(out, "  broker %d      %s  kafka %s%s\n", a.Status().BrokerID, a.Addr(), kafkas[i].advertise, ms[controllers+i].describe())
 			}
 			list := strings.Join(addrs, ",")
 			// With TLS, every command needs the admin certificate.
@@ -113,6 +115,10 @@ the flags that reach the cluster with the admin certificate.`,
 			if len(agents) > 0 {
 				fmt.Fprintf(out, "  keel broker list --controllers %s%s\n", list, flags)
 				fmt.Fprintf(out, "  keel broker inspect --address %s%s\n", agents[0].Addr(), flags)
+				fmt.Fprintf(out, "\nKafka bootstrap: %s\n", strings.Join(bootstrap, ","))
+				fmt.Fprintf(out, "  keel topic create demo --partitions 3 --replication-factor %d --controllers %s%s\n", min(3, len(agents)), list, flags)
+				fmt.Fprintf(out, "  echo hello | keel produce --topic demo --bootstrap %s%s\n", strings.Join(bootstrap, ","), flags)
+				fmt.Fprintf(out, "  keel consume --topic demo --from-beginning --max 1 --bootstrap %s%s\n", strings.Join(bootstrap, ","), flags)
 			}
 			fmt.Fprintf(out, "\nCtrl-C stops the cluster.\n")
 
@@ -125,6 +131,9 @@ the flags that reach the cluster with the admin certificate.`,
 			close(done)
 			fmt.Fprintln(out, "stopping...")
 			stopDevBrokers(agents, log)
+			for _, k := range kafkas {
+				k.close()
+			}
 			return errors.Join(fatal, q.Close())
 		},
 	}
@@ -140,10 +149,22 @@ the flags that reach the cluster with the admin certificate.`,
 }
 
 // startDevBrokers starts brokers 1..n against the controllers at addrs, each
-// on a free loopback port with its data under dataDir, and with its own
-// certificate from certs (nil: plaintext).
-func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, certs *devCerts, ms []*metricsServer) ([]*broker.Agent, error) {
+// on a free loopback port with its data under dataDir, with a Kafka
+// listener on another, and with its own certificate from certs (nil:
+// plaintext).
+func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, certs *devCerts, ms []*metricsServer) (_ []*broker.Agent, _ []*kafkaListener, err error) {
 	var agents []*broker.Agent
+	var kafkas []*kafkaListener
+	defer func() {
+		if err != nil {
+			for _, k := range kafkas {
+				k.close()
+			}
+			for _, a := range agents {
+				a.Close()
+			}
+		}
+	}()
 	for i := range n {
 		id := int32(i + 1)
 		tlsCfg := certs.broker(id)
@@ -151,28 +172,35 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 		// ISRs shrink and grow as brokers come and go, as in a real cluster.
 		dp, err := broker.NewReplicaManager(broker.ReplicaManagerConfig{TLS: tlsCfg})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		kl, err := bindKafka("127.0.0.1:0", "")
+		if err != nil {
+			return nil, nil, err
 		}
 		a, err := broker.Start(broker.Config{
-			BrokerID:    id,
-			Listen:      "127.0.0.1:0",
-			DataDir:     filepath.Join(dataDir, fmt.Sprintf("broker-%d", id)),
-			Controllers: addrs,
-			DataPlane:   dp,
-			Logger:      log.With("broker", id),
-			TLS:         tlsCfg,
-			Metrics:     ms[i].registerer(),
+			BrokerID:     id,
+			KafkaAddress: kl.advertise,
+			Listen:       "127.0.0.1:0",
+			DataDir:      filepath.Join(dataDir, fmt.Sprintf("broker-%d", id)),
+			Controllers:  addrs,
+			DataPlane:    dp,
+			Logger:       log.With("broker", id),
+			TLS:          tlsCfg,
+			Metrics:      ms[i].registerer(),
 		})
 		if err != nil {
-			for _, a := range agents {
-				a.Close()
-			}
-			return nil, fmt.Errorf("broker %d: %w", id, err)
+			kl.close()
+			return nil, nil, fmt.Errorf("broker %d: %w", id, err)
 		}
-		ms[i].setReady(a.Ready)
 		agents = append(agents, a)
+		if err := kl.serve(a, id, tlsCfg, log.With("broker", id)); err != nil {
+			return nil, nil, fmt.Errorf("broker %d: %w", id, err)
+		}
+		kafkas = append(kafkas, kl)
+		ms[i].setReady(a.Ready)
 	}
-	return agents, nil
+	return agents, kafkas, nil
 }
 
 // startDevMetrics starts a metrics server per node on a free loopback port,

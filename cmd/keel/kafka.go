@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/broker/kafka"
+	"github.com/keel-dev/keel/tlsauth"
+)
+
+// kafkaListener is a broker's Kafka listener: bound before the agent starts
+// (so that the address it registers is the real one, port 0 included),
+// served once the agent is there.
+type kafkaListener struct {
+	lis       net.Listener
+	advertise string
+	srv       *kafka.Server
+}
+
+// bindKafka binds --kafka-listen and works out the address to register:
+// --kafka-advertise, or the bound address, which must then name a host.
+// An empty listen address means no Kafka listener (nil).
+func bindKafka(listen, advertise string) (*kafkaListener, error) {
+	if listen == "" {
+		if advertise != "" {
+			return nil, fmt.Errorf("--kafka-advertise %s without --kafka-listen", advertise)
+		}
+		return nil, nil
+	}
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("--kafka-listen %s: %v", listen, err)
+	}
+	if advertise == "" {
+		tcp, ok := lis.Addr().(*net.TCPAddr)
+		if !ok || tcp.IP == nil || tcp.IP.IsUnspecified() {
+			lis.Close()
+			return nil, fmt.Errorf("--kafka-listen %s is a wildcard address: give --kafka-advertise, the address clients reach", listen)
+		}
+		advertise = lis.Addr().String()
+	}
+	return &kafkaListener{lis: lis, advertise: advertise}, nil
+}
+
+// serve starts the Kafka protocol on the bound listener over agent's image
+// and controller link, with the broker's TLS (nil: plaintext).
+func (k *kafkaListener) serve(agent *broker.Agent, brokerID int32, tlsCfg *tlsauth.Config, log *slog.Logger) error {
+	srv, err := kafka.Serve(k.lis, kafka.Config{
+		BrokerID:   brokerID,
+		Image:      agent,
+		Backend:    kafkaBackend(agent),
+		Controller: agent,
+		TLS:        tlsCfg,
+		Logger:     log,
+	})
+	if err != nil {
+		k.lis.Close()
+		return err
+	}
+	k.srv = srv
+	return nil
+}
+
+// close stops the listener (nil-safe); a bound listener never served is
+// closed too.
+func (k *kafkaListener) close() {
+	switch {
+	case k == nil:
+	case k.srv != nil:
+		k.srv.Close()
+	default:
+		k.lis.Close()
+	}
+}
+
+// kafkaBackend is the data plane the Kafka listener appends to and reads
+// from. Until the replicated data plane (broker/replication) is wired in
+// here, it is kafka.MemoryBackend: each leader keeps its partitions'
+// records in memory, unreplicated, lost when the broker stops.
+func kafkaBackend(*broker.Agent) kafka.Backend {
+	return kafka.NewMemoryBackend()
+}

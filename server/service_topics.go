@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
@@ -100,7 +102,8 @@ func (s *controllerService) DescribeTopic(ctx context.Context, req *keelpb.Descr
 	}
 	d := describeIn(img, req.GetName())
 	if d == nil {
-		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, "unknown topic "+req.GetName())
+		// Worded as a write's refusal (toStatus) is: describe and delete say the same.
+		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, fmt.Sprintf("%v: topic %q", controller.ErrUnknownTopic, req.GetName()))
 	}
 	return &keelpb.DescribeTopicResponse{Topic: d}, nil
 }

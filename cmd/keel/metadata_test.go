@@ -245,3 +245,16 @@ func TestMetadataDump_NoDataDir(t *testing.T) {
 		t.Errorf("err = %v, want no raft.db", err)
 	}
 }
+
+// A broker's data dir is named as one, not called corrupt.
+func TestMetadataDump_BrokerDataDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "meta.json"), []byte(`{"format":1,"broker_id":3,"cluster_id":"c1"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := runDump(t, "--data-dir", dir)
+	want := "data dir " + dir + " is broker 3's (its meta.json names a broker_id), not a controller's"
+	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "corrupt") {
+		t.Errorf("err = %v, want %q", err, want)
+	}
+}

@@ -43,8 +43,16 @@ func describeIn(img *fsm.Image, name string) *keelpb.TopicDescription {
 	return DescribeTopic(img, t)
 }
 
-// CreatePartitions adds partitions to a topic.
+// CreatePartitions adds partitions to a topic, or with validate_only shows
+// the topic with the new partitions placed.
 func (s *controllerService) CreatePartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) (*keelpb.CreatePartitionsResponse, error) {
+	if req.ValidateOnly {
+		img, t, err := s.ctrl.PreviewPartitions(req)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return &keelpb.CreatePartitionsResponse{Topic: DescribeTopic(img, t)}, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
 	if err := s.ctrl.CreatePartitions(ctx, req); err != nil {

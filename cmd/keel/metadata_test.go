@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -38,6 +39,56 @@ func noOpRec() *keelpb.Record {
 // It returns the dir and the snapshot's index.
 func dumpDataDir(t *testing.T) (string, uint64) {
 	t.Helper()
+	var snapIndex uint64
+	dir := oneNodeDataDir(t, func(n *oneNode) {
+		n.apply(n.batch(clusterIDRec("c1")))
+		n.apply(n.batch(epochRec(1, 1), noOpRec()))
+		snapIndex = n.snapshot()
+		n.apply(n.batch(epochRec(2, 1)))
+		if err := n.node.Raft.Barrier(5 * time.Second).Error(); err != nil {
+			t.Fatalf("barrier: %v", err)
+		}
+		n.apply([]byte{0xee, 1, 2}) // not a batch: dump must report it and go on
+		n.apply(n.batch(noOpRec()))
+	})
+	return dir, snapIndex
+}
+
+// oneNode is a running one-node quorum that a test writes entries to.
+type oneNode struct {
+	t    *testing.T
+	node *raftlog.Node
+}
+
+func (n *oneNode) apply(data []byte) {
+	n.t.Helper()
+	if err := n.node.Raft.Apply(data, 5*time.Second).Error(); err != nil {
+		n.t.Fatalf("apply: %v", err)
+	}
+}
+
+func (n *oneNode) batch(recs ...*keelpb.Record) []byte {
+	n.t.Helper()
+	b, err := fsm.EncodeBatch(recs...)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return b
+}
+
+// snapshot takes a raft snapshot and returns its index.
+func (n *oneNode) snapshot() uint64 {
+	n.t.Helper()
+	if err := n.node.Raft.Snapshot().Error(); err != nil {
+		n.t.Fatalf("snapshot: %v", err)
+	}
+	return n.node.Raft.LastIndex()
+}
+
+// oneNodeDataDir runs a one-node quorum on a temp data dir, lets write
+// write to it, then stops it and returns the dir.
+func oneNodeDataDir(t *testing.T, write func(n *oneNode)) string {
+	t.Helper()
 	dir := t.TempDir()
 	mux, err := raftlog.Listen("127.0.0.1:0")
 	if err != nil {
@@ -62,32 +113,8 @@ func dumpDataDir(t *testing.T) (string, uint64) {
 	}
 	defer node.Close()
 	poll.Until(t, 10*time.Second, "the one node to lead", func() bool { return node.Raft.State() == raft.Leader })
-	apply := func(data []byte) {
-		t.Helper()
-		if err := node.Raft.Apply(data, 5*time.Second).Error(); err != nil {
-			t.Fatalf("apply: %v", err)
-		}
-	}
-	batch := func(recs ...*keelpb.Record) []byte {
-		b, err := fsm.EncodeBatch(recs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	apply(batch(clusterIDRec("c1")))
-	apply(batch(epochRec(1, 1), noOpRec()))
-	if err := node.Raft.Snapshot().Error(); err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
-	snapIndex := node.Raft.LastIndex()
-	apply(batch(epochRec(2, 1)))
-	if err := node.Raft.Barrier(5 * time.Second).Error(); err != nil {
-		t.Fatalf("barrier: %v", err)
-	}
-	apply([]byte{0xee, 1, 2}) // not a batch: dump must report it and go on
-	apply(batch(noOpRec()))
-	return dir, snapIndex
+	write(&oneNode{t: t, node: node})
+	return dir
 }
 
 func runDump(t *testing.T, args ...string) (stdout, stderr string, err error) {
@@ -154,8 +181,8 @@ func TestMetadataDump(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("dump = %q, want %q", got, want)
 		}
-		if string(lines[1].Record) != `{"epoch":"1","leader_id":1}` {
-			t.Errorf("snapshot epoch record = %s, want snake_case protojson", lines[1].Record)
+		if string(lines[1].Record) != `{"epoch":1,"leader_id":1}` {
+			t.Errorf("snapshot epoch record = %s, want snake_case names and numbers as numbers", lines[1].Record)
 		}
 	})
 
@@ -256,5 +283,82 @@ func TestMetadataDump_BrokerDataDir(t *testing.T) {
 	want := "data dir " + dir + " is broker 3's (its meta.json names a broker_id), not a controller's"
 	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "corrupt") {
 		t.Errorf("err = %v, want %q", err, want)
+	}
+}
+
+var (
+	ordersID = fsm.TopicID{0x6f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+	otherID  = fsm.TopicID{0x07, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+)
+
+func brokerRec(id int32) *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_BrokerRegistration{BrokerRegistration: &keelpb.BrokerRegistrationRecord{
+		BrokerId: id, IncarnationId: fmt.Sprintf("inc-%d", id), Address: fmt.Sprintf("127.0.0.1:92%02d", id), Rack: "r1",
+		MinMetadataVersion: 1, MaxMetadataVersion: 1}}}
+}
+
+func topicRecord(name string, id fsm.TopicID, configs map[string]string) *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_Topic{Topic: &keelpb.TopicRecord{Name: name, TopicId: bytes.Clone(id[:]), Configs: configs}}}
+}
+
+func partitionRecord(id fsm.TopicID, p int32, replicas, isr []int32, leader int32) *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_Partition{Partition: &keelpb.PartitionRecord{
+		TopicId: bytes.Clone(id[:]), Partition: p, Replicas: replicas, Isr: isr, Leader: leader}}}
+}
+
+// topicsDataDir is a stopped controller's data dir with two brokers and
+// two topics in its snapshot, and in the log after it: an ISR change of
+// orders/0 and the removal of "other".
+func topicsDataDir(t *testing.T) string {
+	t.Helper()
+	return oneNodeDataDir(t, func(n *oneNode) {
+		n.apply(n.batch(clusterIDRec("c1"), epochRec(1, 1)))
+		n.apply(n.batch(brokerRec(1), brokerRec(2)))
+		n.apply(n.batch(topicRecord("orders", ordersID, map[string]string{"unclean.leader.election.enable": "true"}),
+			partitionRecord(ordersID, 0, []int32{1, 2}, []int32{1, 2}, 1),
+			partitionRecord(ordersID, 1, []int32{2, 1}, []int32{2, 1}, 2)))
+		n.apply(n.batch(topicRecord("other", otherID, nil), partitionRecord(otherID, 0, []int32{2}, []int32{2}, 2)))
+		n.snapshot()
+		n.apply(n.batch(&keelpb.Record{Record: &keelpb.Record_PartitionChange{PartitionChange: &keelpb.PartitionChangeRecord{
+			TopicId: bytes.Clone(ordersID[:]), Partition: 0, Isr: &keelpb.Int32List{Values: []int32{1}}}}}))
+		n.apply(n.batch(&keelpb.Record{Record: &keelpb.Record_RemoveTopic{RemoveTopic: &keelpb.RemoveTopicRecord{TopicId: bytes.Clone(otherID[:])}}}))
+	})
+}
+
+func TestMetadataDump_ReadableJSONAndTopicFilter(t *testing.T) {
+	dir := topicsDataDir(t)
+	out, errOut, err := runDump(t, "--data-dir", dir, "-o", "json", "--topic", "orders")
+	if err != nil {
+		t.Fatalf("%v: %s", err, errOut)
+	}
+	var got []string
+	for _, l := range parseLines(t, out) {
+		got = append(got, l.Source+":"+l.Type+" "+string(l.Record))
+	}
+	want := []string{
+		`snapshot:topic {"name":"orders","topic_id":"` + ordersID.String() + `","configs":{"unclean.leader.election.enable":"true"}}`,
+		// Partition 0 and epoch 0 are there: zero values are values.
+		`snapshot:partition {"topic_id":"` + ordersID.String() + `","partition":0,"replicas":[1,2],"isr":[1,2],"leader":1,"leader_epoch":0,"partition_epoch":0,"adding_replicas":[],"removing_replicas":[]}`,
+		`snapshot:partition {"topic_id":"` + ordersID.String() + `","partition":1,"replicas":[2,1],"isr":[2,1],"leader":2,"leader_epoch":0,"partition_epoch":0,"adding_replicas":[],"removing_replicas":[]}`,
+		// Unchanged fields of a change are absent, not zero.
+		`log:partition_change {"topic_id":"` + ordersID.String() + `","partition":0,"isr":{"values":[1]}}`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("dump --topic orders:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// A topic id picks out a deleted topic's records, removal included.
+	out, _, err = runDump(t, "--data-dir", dir, "--topic", otherID.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || !strings.Contains(lines[2], "remove_topic") ||
+		!strings.Contains(lines[0], `"name":"other"`) {
+		t.Errorf("dump --topic %s:\n%s\nwant other's topic, partition and removal", otherID, out)
+	}
+	// The broker registration's 64-bit and zero fields are plain JSON.
+	out, _, _ = runDump(t, "--data-dir", dir, "-o", "json", "--type", "broker_registration")
+	if lines := parseLines(t, out); len(lines) != 2 || !strings.Contains(string(lines[0].Record), `"broker_id":1,`) {
+		t.Errorf("broker registrations: %s", out)
 	}
 }

@@ -31,7 +31,7 @@ func newMetadataCmd() *cobra.Command {
 		Use:   "metadata",
 		Short: "Offline tools for a controller's metadata log",
 	}
-	cmd.AddCommand(newMetadataDumpCmd())
+	cmd.AddCommand(newMetadataDumpCmd(), newMetadataShellCmd())
 	return cmd
 }
 

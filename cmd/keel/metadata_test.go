@@ -362,3 +362,130 @@ func TestMetadataDump_ReadableJSONAndTopicFilter(t *testing.T) {
 		t.Errorf("broker registrations: %s", out)
 	}
 }
+
+// runShell runs `keel metadata shell` with args and stdin.
+func runShell(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := newRootCmd()
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetIn(strings.NewReader(stdin))
+	cmd.SetArgs(append([]string{"metadata", "shell"}, args...))
+	err = cmd.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func TestMetadataShell(t *testing.T) {
+	dir := topicsDataDir(t)
+
+	t.Run("a command from the arguments", func(t *testing.T) {
+		out, errOut, err := runShell(t, "", "--data-dir", dir, "ls", "/")
+		if err != nil || out != "brokers/\nconfigs/\nquorum/\ntopics/\n" || errOut != "" {
+			t.Errorf("ls /: %q, stderr %q, %v", out, errOut, err)
+		}
+		// The log after the snapshot is replayed: other is gone, orders/0's ISR shrank.
+		out, _, err = runShell(t, "", "--data-dir", dir, "ls", "/topics")
+		if err != nil || out != "orders/\n" {
+			t.Errorf("ls /topics: %q, %v; want orders alone (other was removed in the log)", out, err)
+		}
+		out, _, err = runShell(t, "", "--data-dir", dir, "cat", "/topics/orders/0")
+		var p partitionRow
+		if err != nil || json.Unmarshal([]byte(out), &p) != nil || !slices.Equal(p.ISR, []int32{1}) || p.Leader != 1 || p.PartitionEpoch != 1 {
+			t.Errorf("cat /topics/orders/0: %q, %v; want ISR [1] after the log's change", out, err)
+		}
+	})
+
+	t.Run("a script on stdin", func(t *testing.T) {
+		script := "# a comment\ncd /topics/orders\npwd\nls\ncat id\ncd ../../brokers\nls\ncat 2\ncat /configs/topics/orders\ncat /quorum/cluster_id /quorum/controller_epoch\nexit\nls /\n"
+		out, errOut, err := runShell(t, script, "--data-dir", dir)
+		if err != nil || errOut != "" {
+			t.Fatalf("script: %v, stderr %q", err, errOut)
+		}
+		for _, want := range []string{
+			"/topics/orders\nconfigs\nid\n0\n1\n",
+			`"` + ordersID.String() + `"`,
+			"1\n2\n{\n",
+			`"address": "127.0.0.1:9202"`,
+			`"state": "fenced"`, // registered, never unfenced
+			`"unclean.leader.election.enable": "true"`,
+			"\"c1\"\n1\n",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("script output lacks %q:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "brokers/\nconfigs/") {
+			t.Errorf("a command after exit ran:\n%s", out)
+		}
+	})
+
+	t.Run("tree and find", func(t *testing.T) {
+		out, _, err := runShell(t, "", "--data-dir", dir, "tree", "/topics")
+		want := "/topics\n└── orders/\n    ├── configs\n    ├── id\n    ├── 0\n    └── 1\n"
+		if err != nil || out != want {
+			t.Errorf("tree /topics = %q, %v; want %q", out, err, want)
+		}
+		out, _, err = runShell(t, "", "--data-dir", dir, "find", "/brokers")
+		if err != nil || out != "/brokers\n/brokers/1\n/brokers/2\n" {
+			t.Errorf("find /brokers = %q, %v", out, err)
+		}
+		out, _, _ = runShell(t, "", "--data-dir", dir, "cat", "/quorum/voters")
+		if !strings.Contains(out, `"suffrage": "voter"`) {
+			t.Errorf("cat /quorum/voters = %q; want the raft configuration", out)
+		}
+	})
+
+	t.Run("a snapshot file", func(t *testing.T) {
+		st, err := loadDataDirImage(dir, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := fsm.WriteSnapshot(&buf, st.img); err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(t.TempDir(), "backup.snap")
+		if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fromFile, _, err := runShell(t, "", "--snapshot", file, "find", "/topics")
+		fromDir, _, _ := runShell(t, "", "--data-dir", dir, "find", "/topics")
+		if err != nil || fromFile != fromDir {
+			t.Errorf("find /topics in the snapshot file = %q, %v; want the data dir's %q", fromFile, err, fromDir)
+		}
+		damaged := filepath.Join(t.TempDir(), "damaged.snap")
+		if err := os.WriteFile(damaged, buf.Bytes()[:buf.Len()-7], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = runShell(t, "", "--snapshot", damaged, "ls")
+		if err == nil || !strings.HasPrefix(err.Error(), damaged+": ") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("a damaged snapshot file: err = %v, want one line naming it", err)
+		}
+	})
+
+	t.Run("mistakes", func(t *testing.T) {
+		for _, tc := range []struct {
+			stdin   string
+			args    []string
+			wantErr string
+		}{
+			{"", []string{"ls"}, "give --data-dir DIR"},
+			{"", []string{"--data-dir", dir, "--snapshot", "x", "ls"}, "give --data-dir DIR"},
+			{"", []string{"--data-dir", dir, "cat", "/topics/nope"}, "cat: /topics/nope: no such file or directory\n"},
+			{"", []string{"--data-dir", dir, "cat", "/topics"}, "cat: /topics: is a directory\n"},
+			{"", []string{"--data-dir", dir, "cd", "/quorum/term"}, "cd: /quorum/term: not a directory\n"},
+			{"", []string{"--data-dir", dir, "rm", "/topics"}, "rm: unknown command"},
+			// A script goes on past a failure, and fails at the end.
+			{"cat /nope\npwd\n", []string{"--data-dir", dir}, "cat: /nope: no such file or directory\n"},
+		} {
+			out, errOut, err := runShell(t, tc.stdin, tc.args...)
+			if err == nil || !strings.Contains(errOut+err.Error(), tc.wantErr) {
+				t.Errorf("shell %q <<< %q: out %q, stderr %q, err %v; want an error containing %q", tc.args, tc.stdin, out, errOut, err, tc.wantErr)
+			}
+			if tc.stdin != "" && out != "/\n" {
+				t.Errorf("shell <<< %q: out %q; want the pwd after the failure to run", tc.stdin, out)
+			}
+		}
+	})
+}

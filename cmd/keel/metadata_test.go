@@ -338,8 +338,8 @@ func TestMetadataDump_ReadableJSONAndTopicFilter(t *testing.T) {
 	want := []string{
 		`snapshot:topic {"name":"orders","topic_id":"` + ordersID.String() + `","configs":{"unclean.leader.election.enable":"true"}}`,
 		// Partition 0 and epoch 0 are there: zero values are values.
-		`snapshot:partition {"topic_id":"` + ordersID.String() + `","partition":0,"replicas":[1,2],"isr":[1,2],"leader":1,"leader_epoch":0,"partition_epoch":0,"adding_replicas":[],"removing_replicas":[]}`,
-		`snapshot:partition {"topic_id":"` + ordersID.String() + `","partition":1,"replicas":[2,1],"isr":[2,1],"leader":2,"leader_epoch":0,"partition_epoch":0,"adding_replicas":[],"removing_replicas":[]}`,
+		`snapshot:partition {"topic_id":"` + ordersID.String() + `","partition":0,"replicas":[1,2],"isr":[1,2],"leader":1,"leader_epoch":0,"partition_epoch":0,"adding_replicas":[],"removing_replicas":[],"eligible_leader_replicas":[],"last_known_elr":[],"leader_recovery_state":"LEADER_RECOVERY_STATE_RECOVERED"}`,
+		`snapshot:partition {"topic_id":"` + ordersID.String() + `","partition":1,"replicas":[2,1],"isr":[2,1],"leader":2,"leader_epoch":0,"partition_epoch":0,"adding_replicas":[],"removing_replicas":[],"eligible_leader_replicas":[],"last_known_elr":[],"leader_recovery_state":"LEADER_RECOVERY_STATE_RECOVERED"}`,
 		// Unchanged fields of a change are absent, not zero.
 		`log:partition_change {"topic_id":"` + ordersID.String() + `","partition":0,"isr":{"values":[1]}}`,
 	}
@@ -408,7 +408,7 @@ func TestMetadataShell(t *testing.T) {
 			"1\n2\n{\n",
 			`"address": "127.0.0.1:9202"`,
 			`"state": "fenced"`, // registered, never unfenced
-			`"unclean.leader.election.enable": "true"`,
+			"\"name\": \"unclean.leader.election.enable\",\n    \"value\": \"true\",\n    \"source\": \"topic\"",
 			"\"c1\"\n1\n",
 		} {
 			if !strings.Contains(out, want) {
@@ -429,6 +429,10 @@ func TestMetadataShell(t *testing.T) {
 		out, _, err = runShell(t, "", "--data-dir", dir, "find", "/brokers")
 		if err != nil || out != "/brokers\n/brokers/1\n/brokers/2\n" {
 			t.Errorf("find /brokers = %q, %v", out, err)
+		}
+		out, _, _ = runShell(t, "", "--data-dir", dir, "cat", "/configs/cluster")
+		if !strings.Contains(out, `"name": "min.insync.replicas"`) {
+			t.Errorf("cat /configs/cluster = %q; want every config's cluster-wide value", out)
 		}
 		out, _, _ = runShell(t, "", "--data-dir", dir, "cat", "/quorum/voters")
 		if !strings.Contains(out, `"suffrage": "voter"`) {

@@ -10,12 +10,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/raft"
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
+	"github.com/keel-dev/keel/server"
 )
 
 // The metadata shell is Kafka's kafka-metadata-shell for Keel: the image a
@@ -33,9 +36,10 @@ save), as Kafka's metadata shell does:
 
   /brokers/ID               a registered broker
   /topics/NAME/id           a topic's id
-  /topics/NAME/configs      its configs
-  /topics/NAME/N            partition N: leader, epochs, replicas, ISR
-  /configs/topics/NAME      a topic's configs
+  /topics/NAME/configs      its configs in effect, each with its source
+  /topics/NAME/N            partition N: leader, epochs, replicas, ISR, ELR
+  /configs/cluster          the cluster-wide defaults in effect
+  /configs/topics/NAME      a topic's configs in effect
   /quorum/                  cluster id, controller epoch and leader, metadata
                             version, the raft index and term the image is at,
                             and the voters (from a data dir)
@@ -212,26 +216,23 @@ func (st *shellState) tree() *vnode {
 		}
 		return out
 	})
-	configsOf := func(t *fsm.Topic) map[string]string {
-		out := map[string]string{}
-		for k, v := range t.Configs {
-			out[k] = v
-		}
-		return out
+	// A topic's configs in effect, each with its source, as topic describe
+	// shows them.
+	configsOf := func(t *fsm.Topic) []configRow {
+		return describeView(&keelpb.TopicDescription{EffectiveConfigs: server.DescribeTopic(img, t).GetEffectiveConfigs()}).EffectiveConfigs
 	}
 	topics := dir(func() []namedNode {
 		var out []namedNode
 		for _, t := range img.Topics() {
+			// Described once, when a partition of it is first read.
+			view := sync.OnceValue(func() topicView { return describeView(server.DescribeTopic(img, t)) })
 			out = append(out, namedNode{t.Name, dir(func() []namedNode {
 				nodes := []namedNode{
 					{"configs", file(func() any { return configsOf(t) })},
 					{"id", file(func() any { return t.ID.String() })},
 				}
-				for _, p := range img.Partitions(t.ID) {
-					nodes = append(nodes, namedNode{strconv.Itoa(int(p.Partition)), file(func() any {
-						return partitionRow{Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch,
-							Replicas: ids(p.Replicas), ISR: ids(p.ISR), AddingReplicas: ids(p.AddingReplicas), RemovingReplicas: ids(p.RemovingReplicas)}
-					})})
+				for i, p := range img.Partitions(t.ID) {
+					nodes = append(nodes, namedNode{strconv.Itoa(int(p.Partition)), file(func() any { return view().Partitions[i] })})
 				}
 				return nodes
 			})})
@@ -239,13 +240,23 @@ func (st *shellState) tree() *vnode {
 		return out
 	})
 	configs := dir(func() []namedNode {
-		return []namedNode{{"topics", dir(func() []namedNode {
-			var out []namedNode
-			for _, t := range img.Topics() {
-				out = append(out, namedNode{t.Name, file(func() any { return configsOf(t) })})
-			}
-			return out
-		})}}
+		return []namedNode{
+			{"cluster", file(func() any {
+				d := img.ClusterDefaults()
+				rows := make([]configRow, len(d))
+				for i, c := range d {
+					rows[i] = configRow{Name: c.Name, Value: c.Value, Source: c.Source.String()}
+				}
+				return rows
+			})},
+			{"topics", dir(func() []namedNode {
+				var out []namedNode
+				for _, t := range img.Topics() {
+					out = append(out, namedNode{t.Name, file(func() any { return configsOf(t) })})
+				}
+				return out
+			})},
+		}
 	})
 	quorum := dir(func() []namedNode {
 		nodes := []namedNode{

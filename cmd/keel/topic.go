@@ -15,13 +15,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
 
 func newTopicCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "topic", Short: "Create, delete, list and describe topics"}
-	cmd.AddCommand(newTopicCreateCmd(), newTopicDeleteCmd(), newTopicListCmd(), newTopicDescribeCmd())
+	cmd := &cobra.Command{Use: "topic", Short: "Create, alter, delete, list and describe topics"}
+	cmd.AddCommand(newTopicCreateCmd(), newTopicAlterCmd(), newTopicDeleteCmd(), newTopicListCmd(), newTopicDescribeCmd())
 	return cmd
 }
 
@@ -46,11 +47,13 @@ type topicSummary struct {
 
 // topicView is the JSON contract of `keel topic describe` (DESIGN.md); topic
 // create and partition add-partitions print the topic the same way.
+// Configs are the topic's own; EffectiveConfigs every config in effect.
 type topicView struct {
-	Name       string            `json:"name"`
-	ID         string            `json:"id"`
-	Configs    map[string]string `json:"configs"`
-	Partitions []partitionRow    `json:"partitions"`
+	Name             string            `json:"name"`
+	ID               string            `json:"id"`
+	Configs          map[string]string `json:"configs"`
+	EffectiveConfigs []configRow       `json:"effective_configs"`
+	Partitions       []partitionRow    `json:"partitions"`
 }
 
 type partitionRow struct {
@@ -62,12 +65,66 @@ type partitionRow struct {
 	ISR              []int32 `json:"isr"`
 	AddingReplicas   []int32 `json:"adding_replicas"`
 	RemovingReplicas []int32 `json:"removing_replicas"`
+	// Eligible leader replicas (KIP-966) and the last known leader.
+	ELR          []int32 `json:"eligible_leader_replicas"`
+	LastKnownELR []int32 `json:"last_known_elr"`
+	// recovered, or recovering after an unclean election (KIP-704).
+	LeaderRecoveryState string `json:"leader_recovery_state"`
+}
+
+// configRow is one config in effect, as `keel topic describe`, `keel topic
+// alter` and `keel config describe|alter` print it: source is topic,
+// cluster_default or default.
+type configRow struct {
+	Name   string `json:"name"`
+	Value  string `json:"value"`
+	Source string `json:"source"`
+}
+
+// configRows turns configs in effect into their printed form, in name order.
+func configRows(cs []*keelpb.ConfigEntry) []configRow {
+	rows := make([]configRow, 0, len(cs))
+	for _, c := range cs {
+		if c != nil {
+			rows = append(rows, configRow{Name: c.GetName(), Value: c.GetValue(), Source: configSourceName(c.GetSource())})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
+	return rows
+}
+
+func configSourceName(s keelpb.ConfigSource) string {
+	switch s {
+	case keelpb.ConfigSource_CONFIG_SOURCE_TOPIC:
+		return "topic"
+	case keelpb.ConfigSource_CONFIG_SOURCE_CLUSTER_DEFAULT:
+		return "cluster_default"
+	case keelpb.ConfigSource_CONFIG_SOURCE_DEFAULT:
+		return "default"
+	}
+	return "unknown"
+}
+
+var configTable = tableOf([]string{"CONFIG", "VALUE", "SOURCE"}, "No configs.", func(r configRow) []string {
+	return []string{r.Name, orDash(r.Value), r.Source}
+})
+
+// recoveryStateName is a leader recovery state as the CLI prints it.
+func recoveryStateName(s keelpb.LeaderRecoveryState) string {
+	switch s {
+	case keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED:
+		return "recovered"
+	case keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING:
+		return "recovering"
+	}
+	return fmt.Sprintf("unknown(%d)", s)
 }
 
 // describeView turns a topic description into its printed form: partitions
 // in order, and no null where a list or map belongs.
 func describeView(t *keelpb.TopicDescription) topicView {
-	v := topicView{Name: t.GetName(), ID: t.GetId(), Configs: map[string]string{}, Partitions: make([]partitionRow, 0, len(t.GetPartitions()))}
+	v := topicView{Name: t.GetName(), ID: t.GetId(), Configs: map[string]string{}, Partitions: make([]partitionRow, 0, len(t.GetPartitions())),
+		EffectiveConfigs: configRows(t.GetEffectiveConfigs())}
 	for k, val := range t.GetConfigs() {
 		v.Configs[k] = val
 	}
@@ -82,14 +139,17 @@ func describeView(t *keelpb.TopicDescription) topicView {
 
 func partitionView(p *keelpb.PartitionDescription) partitionRow {
 	return partitionRow{
-		Partition:        p.GetPartition(),
-		Leader:           p.GetLeader(),
-		LeaderEpoch:      p.GetLeaderEpoch(),
-		PartitionEpoch:   p.GetPartitionEpoch(),
-		Replicas:         ids(p.GetReplicas()),
-		ISR:              ids(p.GetIsr()),
-		AddingReplicas:   ids(p.GetAddingReplicas()),
-		RemovingReplicas: ids(p.GetRemovingReplicas()),
+		Partition:           p.GetPartition(),
+		Leader:              p.GetLeader(),
+		LeaderEpoch:         p.GetLeaderEpoch(),
+		PartitionEpoch:      p.GetPartitionEpoch(),
+		Replicas:            ids(p.GetReplicas()),
+		ISR:                 ids(p.GetIsr()),
+		AddingReplicas:      ids(p.GetAddingReplicas()),
+		RemovingReplicas:    ids(p.GetRemovingReplicas()),
+		ELR:                 ids(p.GetEligibleLeaderReplicas()),
+		LastKnownELR:        ids(p.GetLastKnownElr()),
+		LeaderRecoveryState: recoveryStateName(p.GetLeaderRecoveryState()),
 	}
 }
 
@@ -129,14 +189,22 @@ func topicTable(w io.Writer, v topicView) error {
 		configs[i] = k + "=" + v.Configs[k]
 	}
 	fmt.Fprintf(w, "Topic:   %s\nID:      %s\nConfigs: %s\n\n", v.Name, orDash(v.ID), orDash(strings.Join(configs, ", ")))
+	// Every config in effect and its source, when the controller said.
+	if len(v.EffectiveConfigs) > 0 {
+		if err := configTable(w, v.EffectiveConfigs); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
 	return tableOf(partitionHeader, "No partitions.", partitionCells)(w, v.Partitions)
 }
 
-var partitionHeader = []string{"PARTITION", "LEADER", "LEADER EPOCH", "PARTITION EPOCH", "REPLICAS", "ISR", "ADDING", "REMOVING"}
+var partitionHeader = []string{"PARTITION", "LEADER", "LEADER EPOCH", "PARTITION EPOCH", "REPLICAS", "ISR", "ELR", "LAST KNOWN LEADER", "RECOVERY", "ADDING", "REMOVING"}
 
 func partitionCells(p partitionRow) []string {
 	return []string{fmt.Sprint(p.Partition), leaderCell(p.Leader), fmt.Sprint(p.LeaderEpoch), fmt.Sprint(p.PartitionEpoch),
-		joinIDs(p.Replicas), joinIDs(p.ISR), joinIDs(p.AddingReplicas), joinIDs(p.RemovingReplicas)}
+		joinIDs(p.Replicas), joinIDs(p.ISR), joinIDs(p.ELR), joinIDs(p.LastKnownELR), p.LeaderRecoveryState,
+		joinIDs(p.AddingReplicas), joinIDs(p.RemovingReplicas)}
 }
 
 // topicCreateFlags are the flags of `keel topic create`.
@@ -385,22 +453,26 @@ func (f partitionFilters) any() bool {
 	return f.underReplicated || f.underMinISR || f.atMinISR || f.unavailable
 }
 
-// defaultMinISR is the cluster's min.insync.replicas, Kafka's default.
+// defaultMinISR is Keel's built-in min.insync.replicas, Kafka's default.
 const defaultMinISR = 1
 
 // minISR is the min.insync.replicas a topic's partitions are measured
-// against: the topic's own config when it has one (the topic configs of
-// issue 15 part B, which describe prints in configs), else the cluster
-// default.
+// against: the value in effect as the controller reports it (the topic's
+// own, else the cluster default, else the built-in one), else the topic's
+// own config, else the built-in default.
 func minISR(v topicView) int {
-	if n, err := strconv.Atoi(v.Configs[minISRConfig]); err == nil && n > 0 {
+	for _, c := range v.EffectiveConfigs {
+		if c.Name == fsm.MinInsyncReplicas {
+			if n, err := strconv.Atoi(c.Value); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	if n, err := strconv.Atoi(v.Configs[fsm.MinInsyncReplicas]); err == nil && n > 0 {
 		return n
 	}
 	return defaultMinISR
 }
-
-// minISRConfig is Kafka's topic config name for the minimum ISR.
-const minISRConfig = "min.insync.replicas"
 
 // keep reports whether p, of a topic whose min ISR is min, passes f.
 func (f partitionFilters) keep(p partitionRow, min int) bool {
@@ -498,7 +570,8 @@ with none are left out):
   --under-min-isr-partitions      fewer in the ISR than min.insync.replicas
   --at-min-isr-partitions         exactly min.insync.replicas in the ISR
   --unavailable-partitions        no leader
-min.insync.replicas is the topic's config when it has one, else ` + strconv.Itoa(defaultMinISR) + `.`,
+min.insync.replicas is the value in effect for the topic (topic describe
+shows it with its source).`,
 		Example: `  keel topic describe orders
   keel topic describe
   keel topic describe --under-replicated-partitions

@@ -207,7 +207,7 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 		last = err
 		if c.failFast && notListening(err) {
 			unreachable[target] = true
-			if len(unreachable) == len(c.addrs) {
+			if len(unreachable) == distinct(c.addrs) {
 				return status.Errorf(codes.Unavailable, "no controller is listening at %v; last error: %s", c.addrs, status.Convert(err).Message())
 			}
 			// A refused connection costs the cluster nothing: try the
@@ -255,6 +255,15 @@ func (c *Client) forgetLeader(addr string) {
 	if c.leader == addr {
 		c.leader = ""
 	}
+}
+
+// distinct counts the different addresses in addrs.
+func distinct(addrs []string) int {
+	seen := make(map[string]bool, len(addrs))
+	for _, a := range addrs {
+		seen[a] = true
+	}
+	return len(seen)
 }
 
 // notListening reports whether err says that nothing listens at the

@@ -285,7 +285,8 @@ func TestNewClient_RefusesAnAddressWithoutPort(t *testing.T) {
 }
 
 func TestClient_FailFastWriteToNothingListening(t *testing.T) {
-	c, _ := NewClient([]string{deadAddr(t), deadAddr(t), deadAddr(t)}, FailFast())
+	dead := deadAddr(t)
+	c, _ := NewClient([]string{deadAddr(t), dead, deadAddr(t), dead}, FailFast()) // one given twice
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -275,6 +275,12 @@ func createPartitionsRecords(img *fsm.Image, req *keelpb.CreatePartitionsRequest
 	if !ok {
 		return nil, fmt.Errorf("%w: topic %q", ErrUnknownTopic, req.Topic)
 	}
+	// An explicit assignment names the new partitions only, so it starts at
+	// the current count; one that starts lower reads as a count too small.
+	if n := int32(len(req.Assignments)); n > 0 && req.Count-n != t.Partitions {
+		return nil, fieldError("assignments", "the new partitions start at %d, topic %q's current partition count, not at %d: give only the new ones (%d:...;...)",
+			t.Partitions, t.Name, req.Count-n, t.Partitions)
+	}
 	if req.Count <= t.Partitions {
 		return nil, fieldError("count", "%d; topic %q already has %d partitions", req.Count, t.Name, t.Partitions)
 	}

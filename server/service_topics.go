@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
@@ -41,8 +43,16 @@ func describeIn(img *fsm.Image, name string) *keelpb.TopicDescription {
 	return DescribeTopic(img, t)
 }
 
-// CreatePartitions adds partitions to a topic.
+// CreatePartitions adds partitions to a topic, or with validate_only shows
+// the topic with the new partitions placed.
 func (s *controllerService) CreatePartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) (*keelpb.CreatePartitionsResponse, error) {
+	if req.ValidateOnly {
+		img, t, err := s.ctrl.PreviewPartitions(req)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return &keelpb.CreatePartitionsResponse{Topic: DescribeTopic(img, t)}, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
 	if err := s.ctrl.CreatePartitions(ctx, req); err != nil {
@@ -100,7 +110,8 @@ func (s *controllerService) DescribeTopic(ctx context.Context, req *keelpb.Descr
 	}
 	d := describeIn(img, req.GetName())
 	if d == nil {
-		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, "unknown topic "+req.GetName())
+		// Worded as a write's refusal (toStatus) is: describe and delete say the same.
+		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, fmt.Sprintf("%v: topic %q", controller.ErrUnknownTopic, req.GetName()))
 	}
 	return &keelpb.DescribeTopicResponse{Topic: d}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -95,19 +96,34 @@ func (d *devRun) controllers(t *testing.T) string {
 	return m[1]
 }
 
+var exportBootstrap = regexp.MustCompile(`(?m)^  export KEEL_BOOTSTRAP=(\S+)`)
+
 // pasted runs one of the banner's command lines as a shell would after
-// the banner's exports: KEEL_CONTROLLERS set, nothing else given.
+// the banner's exports: KEEL_CONTROLLERS and KEEL_BOOTSTRAP set, nothing
+// else given. A line `echo 'TEXT' | keel ...` gets TEXT on its stdin.
 func pasted(t *testing.T, controllers string, line string) string {
 	t.Helper()
+	var stdin string
+	if rest, ok := strings.CutPrefix(line, "echo '"); ok {
+		text, cmdLine, found := strings.Cut(rest, "' | ")
+		if !found {
+			t.Fatalf("banner line %q: an echo without a pipe", line)
+		}
+		stdin, line = text+"\n", cmdLine
+	}
 	fields := strings.Fields(line)
 	cmd := exec.Command(fields[0], fields[1:]...)
-	cmd.Env = append(os.Environ(), "KEEL_CONTROLLERS="+controllers)
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Env = append(os.Environ(), "KEEL_CONTROLLERS="+controllers, "KEEL_BOOTSTRAP="+bannerBootstrap)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", line, err, out)
 	}
 	return string(out)
 }
+
+// bannerBootstrap is the KEEL_BOOTSTRAP of the banner being pasted.
+var bannerBootstrap string
 
 // TestDev_BannerCommandsPasteAndDataDirRestarts: the banner's commands run
 // as printed; a second `keel dev` on the same data dir starts the same
@@ -119,10 +135,17 @@ func TestDev_BannerCommandsPasteAndDataDirRestarts(t *testing.T) {
 	args := []string{"--data-dir", dir, "--controllers-count", "3", "--brokers-count", "1"}
 	first := startDev(t, args...)
 	controllers := first.controllers(t)
-	// The banner's commands, as printed, with the exported variable.
+	m := exportBootstrap.FindStringSubmatch(first.stdout.String())
+	if m == nil {
+		t.Fatalf("keel dev's banner has no export KEEL_BOOTSTRAP line:\n%s", first.stdout)
+	}
+	bannerBootstrap = m[1]
+	// The banner's commands, as printed, with the exported variables:
+	// topics, then a record produced and consumed through the Kafka
+	// listeners.
 	var lines []string
 	for l := range strings.Lines(first.stdout.String()) {
-		if l = strings.TrimSpace(l); strings.HasPrefix(l, keelBin+" ") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, keelBin+" ") || strings.HasPrefix(l, "echo '") && strings.Contains(l, "| "+keelBin+" ") {
 			lines = append(lines, l)
 		}
 	}
@@ -131,6 +154,9 @@ func TestDev_BannerCommandsPasteAndDataDirRestarts(t *testing.T) {
 	}
 	for _, l := range lines {
 		pasted(t, controllers, l)
+	}
+	if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, " consume ") }) {
+		t.Fatalf("keel dev's banner has no consume line:\n%s", first.stdout)
 	}
 	if out := pasted(t, controllers, keelBin+" topic describe orders"); !strings.Contains(out, "Topic:   orders") {
 		t.Fatalf("topic describe orders after the banner's create:\n%s", out)

@@ -52,10 +52,11 @@ func (g *globalFlags) applyConfig(cmd *cobra.Command) error {
 // connectionFlags are the flags of the commands that do not run a process
 // (admin and offline tools) that are settings: where the cluster or the data
 // is and how to talk to it (KEEL_CONTROLLERS, like etcdctl's
-// ETCDCTL_ENDPOINTS; KEEL_CERTS_DIR, like COCKROACH_CERTS_DIR). Their other
+// ETCDCTL_ENDPOINTS; KEEL_BOOTSTRAP, the brokers' Kafka listeners; KEEL_CERTS_DIR,
+// like COCKROACH_CERTS_DIR). Their other
 // flags say what the command does.
 var connectionFlags = map[string]bool{"controllers": true, "timeout": true, "output": true, "address": true, "data-dir": true,
-	"certs-dir": true, "ca-key": true}
+	"certs-dir": true, "ca-key": true, "bootstrap": true}
 
 // markActions annotates as config.NotASetting every local flag of a command
 // that does not run a process (has no --print-config), except

@@ -32,6 +32,7 @@ func Validate(req proto.Message) error {
 			validMaxLen("rack", r.GetRack(), maxRackLen),
 			validVersionRange(r.GetMinMetadataVersion(), r.GetMaxMetadataVersion()),
 			validMaxLen("cluster_id", r.GetClusterId(), maxClusterIDLen),
+			validPreviousBrokerEpoch(r.GetPreviousBrokerEpoch()),
 		)
 	case *keelpb.BrokerHeartbeatRequest:
 		return firstError(validBrokerID(r.GetBrokerId()), validBrokerEpoch(r.GetBrokerEpoch()))

@@ -67,6 +67,7 @@ func validControllerRequests() []controllerRequestCase {
 		{method: "AppendNoOp", name: "no request id", req: &keelpb.AppendNoOpRequest{}},
 		{method: "RegisterBroker", req: validRegister},
 		{method: "RegisterBroker", name: "a cluster id, no rack", req: edited(validRegister, func(r *keelpb.RegisterBrokerRequest) { r.ClusterId, r.Rack, r.BrokerId = "c", "", 0 })},
+		{method: "RegisterBroker", name: "an unclean shutdown reported", req: edited(validRegister, func(r *keelpb.RegisterBrokerRequest) { r.PreviousBrokerEpoch = -1 })},
 		{method: "BrokerHeartbeat", req: validHeartbeat},
 		{method: "UnregisterBroker", req: validUnregister},
 		{method: "UnregisterBroker", name: "any incarnation (epoch 0)", req: edited(validUnregister, func(r *keelpb.UnregisterBrokerRequest) { r.BrokerEpoch = 0 })},
@@ -184,6 +185,7 @@ func invalidControllerRequests() []controllerRequestCase {
 
 		register("a negative broker id", "broker_id", func(r *keelpb.RegisterBrokerRequest) { r.BrokerId = -1 }),
 		register("no incarnation id", "incarnation_id", func(r *keelpb.RegisterBrokerRequest) { r.IncarnationId = "" }),
+		register("a previous broker epoch below -1", "previous_broker_epoch", func(r *keelpb.RegisterBrokerRequest) { r.PreviousBrokerEpoch = -2 }),
 		register("an incarnation id that is no UUID", "incarnation_id", func(r *keelpb.RegisterBrokerRequest) { r.IncarnationId = "broker-1" }),
 		register("an incarnation id in braces", "incarnation_id", func(r *keelpb.RegisterBrokerRequest) { r.IncarnationId = "{" + validRegister.IncarnationId + "}" }),
 		register("no address", "address", func(r *keelpb.RegisterBrokerRequest) { r.Address = "" }),

@@ -562,9 +562,16 @@ type RegisterBrokerRequest struct {
 	MinMetadataVersion uint32                 `protobuf:"varint,5,opt,name=min_metadata_version,json=minMetadataVersion,proto3" json:"min_metadata_version,omitempty"`
 	MaxMetadataVersion uint32                 `protobuf:"varint,6,opt,name=max_metadata_version,json=maxMetadataVersion,proto3" json:"max_metadata_version,omitempty"`
 	// The cluster the broker belongs to; empty on its very first start.
-	ClusterId     string `protobuf:"bytes,7,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ClusterId string `protobuf:"bytes,7,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// KIP-966's previous_broker_epoch: the broker epoch of the incarnation
+	// before this one if it shut down cleanly (every log flushed and closed),
+	// or -1 if it did not (killed, crashed, or a data dir without the
+	// marker). A new incarnation whose previous epoch is not the registered
+	// one's leaves every ELR: it may have lost unflushed records. 0 (a
+	// broker that keeps no logs, or predates the field) reports nothing.
+	PreviousBrokerEpoch int64 `protobuf:"varint,8,opt,name=previous_broker_epoch,json=previousBrokerEpoch,proto3" json:"previous_broker_epoch,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *RegisterBrokerRequest) Reset() {
@@ -644,6 +651,13 @@ func (x *RegisterBrokerRequest) GetClusterId() string {
 		return x.ClusterId
 	}
 	return ""
+}
+
+func (x *RegisterBrokerRequest) GetPreviousBrokerEpoch() int64 {
+	if x != nil {
+		return x.PreviousBrokerEpoch
+	}
+	return 0
 }
 
 type RegisterBrokerResponse struct {
@@ -3975,7 +3989,7 @@ const file_controller_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"U\n" +
 	"\x12AppendNoOpResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12)\n" +
-	"\x10controller_epoch\x18\x02 \x01(\x03R\x0fcontrollerEpoch\"\x8c\x02\n" +
+	"\x10controller_epoch\x18\x02 \x01(\x03R\x0fcontrollerEpoch\"\xc0\x02\n" +
 	"\x15RegisterBrokerRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12%\n" +
 	"\x0eincarnation_id\x18\x02 \x01(\tR\rincarnationId\x12\x18\n" +
@@ -3984,7 +3998,8 @@ const file_controller_proto_rawDesc = "" +
 	"\x14min_metadata_version\x18\x05 \x01(\rR\x12minMetadataVersion\x120\n" +
 	"\x14max_metadata_version\x18\x06 \x01(\rR\x12maxMetadataVersion\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\a \x01(\tR\tclusterId\"\x85\x01\n" +
+	"cluster_id\x18\a \x01(\tR\tclusterId\x122\n" +
+	"\x15previous_broker_epoch\x18\b \x01(\x03R\x13previousBrokerEpoch\"\x85\x01\n" +
 	"\x16RegisterBrokerResponse\x12!\n" +
 	"\fbroker_epoch\x18\x01 \x01(\x03R\vbrokerEpoch\x12\x1d\n" +
 	"\n" +

@@ -7,7 +7,8 @@ import (
 )
 
 // TestLibrary_LinksNoControllerOrRaft: teams embed this package (and the
-// client library under it, rpc, and the storage, partlog) in their own
+// client library under it, rpc, the storage, partlog, and the data plane,
+// replication) in their own
 // servers. None may pull the controller quorum into their binary: raft,
 // its log stores, bbolt, or Keel's controller, raftlog and server packages.
 // The arrows of the design point the other way (docs/design.md).
@@ -22,7 +23,7 @@ func TestLibrary_LinksNoControllerOrRaft(t *testing.T) {
 		"github.com/keel-dev/keel/raftlog",
 		"github.com/keel-dev/keel/server",
 	}
-	for _, pkg := range []string{"github.com/keel-dev/keel/broker", "github.com/keel-dev/keel/broker/partlog", "github.com/keel-dev/keel/rpc"} {
+	for _, pkg := range []string{"github.com/keel-dev/keel/broker", "github.com/keel-dev/keel/broker/partlog", "github.com/keel-dev/keel/broker/replication", "github.com/keel-dev/keel/rpc"} {
 		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/broker/replication"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/server"
 	"github.com/keel-dev/keel/tlsauth"
@@ -147,16 +148,18 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 	for i := range n {
 		id := int32(i + 1)
 		tlsCfg := certs.broker(id)
-		// The reference data plane: followers fetch from their leaders, so
-		// ISRs shrink and grow as brokers come and go, as in a real cluster.
-		dp, err := broker.NewReplicaManager(broker.ReplicaManagerConfig{TLS: tlsCfg})
+		// The reference data plane: a log per replica, followers fetching
+		// from their leaders, so ISRs shrink and grow as brokers come and
+		// go, as in a real cluster.
+		brokerDir := filepath.Join(dataDir, fmt.Sprintf("broker-%d", id))
+		dp, err := replication.New(replication.Config{DataDir: brokerDir, TLS: tlsCfg, Logger: log.With("broker", id)})
 		if err != nil {
 			return nil, err
 		}
 		a, err := broker.Start(broker.Config{
 			BrokerID:    id,
 			Listen:      "127.0.0.1:0",
-			DataDir:     filepath.Join(dataDir, fmt.Sprintf("broker-%d", id)),
+			DataDir:     brokerDir,
 			Controllers: addrs,
 			DataPlane:   dp,
 			Logger:      log.With("broker", id),

@@ -63,9 +63,11 @@ type Config struct {
 	// with. Nil is plaintext.
 	TLS *tlsauth.Config
 
-	// Tests replace the clock and the connections to leaders.
-	clock clock
-	dial  func(addr string) (fetchClient, error)
+	// Tests replace the clock and the connections to leaders, and may
+	// drive the followers' fetches by hand (manualFetch: no fetch loops).
+	clock       clock
+	dial        func(addr string) (fetchClient, error)
+	manualFetch bool
 }
 
 func (c *Config) check() error {

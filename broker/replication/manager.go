@@ -448,7 +448,7 @@ func (m *Manager) BecomeFollower(p broker.PartitionState) {
 	m.reset(r)
 	r.role, r.leader, r.leaderEpoch = broker.RoleFollower, p.Leader, p.LeaderEpoch
 	r.hw = min(r.hw, r.log.LogEndOffset())
-	if p.Leader != fsm.NoLeader && p.Leader != m.self && m.ctx != nil && !m.closed {
+	if p.Leader != fsm.NoLeader && p.Leader != m.self && m.ctx != nil && !m.closed && !m.cfg.manualFetch {
 		ctx, cancel := context.WithCancel(m.ctx)
 		r.stopFetch = cancel
 		m.wg.Add(1)

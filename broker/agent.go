@@ -593,7 +593,7 @@ func (a *Agent) register(ctx context.Context) (int64, error) {
 				a.log.Info("joined cluster", "cluster_id", resp.GetClusterId())
 			}
 			a.log.Info("registered", "broker_epoch", resp.GetBrokerEpoch(), "cluster_id", resp.GetClusterId(),
-				"controller_epoch", resp.GetControllerEpoch())
+				"controller_epoch", resp.GetControllerEpoch(), "previous_broker_epoch", req.GetPreviousBrokerEpoch())
 			a.mu.Lock()
 			a.epoch = resp.GetBrokerEpoch()
 			a.mu.Unlock()

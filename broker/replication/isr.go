@@ -90,10 +90,9 @@ func (m *Manager) desiredISR(p *fsm.Partition, r *replica, img *fsm.Image, now t
 	if !eligible(m.self) {
 		return nil, nil
 	}
-	leo := r.log.LogEndOffset()
 	isr := make([]int32, 0, len(p.Replicas))
 	for _, id := range p.ISR {
-		if id == m.self || (eligible(id) && !m.lagging(r, id, leo, now)) {
+		if id == m.self || (eligible(id) && !m.lagging(r, id, now)) {
 			isr = append(isr, id)
 		}
 	}
@@ -116,18 +115,17 @@ func (m *Manager) desiredISR(p *fsm.Partition, r *replica, img *fsm.Image, now t
 	return isr, epochs
 }
 
-// lagging: an ISR member has not caught up for ReplicaLagTimeMax (Kafka's
-// isCaughtUp, negated): neither is its log end the leader's, nor did it
-// have everything the leader had within that time.
-func (m *Manager) lagging(r *replica, id int32, leo int64, now time.Time) bool {
+// lagging: an ISR member has not caught up for ReplicaLagTimeMax: it has
+// not had everything the leader had within that time (Kafka's isCaughtUp,
+// negated). Unlike Kafka, a follower whose log end is the leader's but that
+// has stopped fetching lags too: a fetch at the log end counts as catching
+// up, so a live follower of an idle partition is caught up at every fetch,
+// and one that is silent (hung, cut off) leaves the ISR instead of holding
+// the high watermark of the next produce.
+func (m *Manager) lagging(r *replica, id int32, now time.Time) bool {
 	last := r.since
-	if f := r.followers[id]; f != nil {
-		if f.fetched && f.leo == leo {
-			return false
-		}
-		if f.lastCaughtUp.After(last) {
-			last = f.lastCaughtUp
-		}
+	if f := r.followers[id]; f != nil && f.lastCaughtUp.After(last) {
+		last = f.lastCaughtUp
 	}
 	return now.Sub(last) > m.cfg.ReplicaLagTimeMax
 }

@@ -99,19 +99,30 @@ func TestPartition_MaybeShrinkIsr(t *testing.T) {
 }
 
 // TestPartition_ShouldNotShrinkIsrIfFollowerCaughtUpToLogEnd: a follower
-// that has the leader's whole log is in sync however long ago it last
-// caught up (no produce since).
+// that keeps fetching at the leader's log end stays in the ISR however long
+// ago the last produce was. Unlike Kafka, one at the log end that stops
+// fetching leaves it (see lagging).
 func TestPartition_ShouldNotShrinkIsrIfFollowerCaughtUpToLogEnd(t *testing.T) {
 	e := newEnv(t, clusterImage(t, nil, 1, 2, 3))
 	e.produce(1, 1)
 	e.catchUp(2)
 	e.catchUp(3)
+	for range 6 {
+		e.clock.Advance(testLag / 2)
+		e.fetch(2)
+		e.fetch(3)
+		e.ms[1].checkLag()
+		if e.send(1) {
+			t.Fatalf("ISR changed to %v with every follower fetching at the log end", e.isr())
+		}
+	}
+	e.clock.Advance(testLag / 2)
+	e.fetch(2) // 3 stops fetching, at the log end
+	e.clock.Advance(testLag/2 + time.Millisecond)
 	e.fetch(2)
-	e.fetch(3)
-	e.clock.Advance(3 * testLag)
 	e.ms[1].checkLag()
-	if e.send(1) {
-		t.Fatalf("ISR changed to %v with every follower at the log end", e.isr())
+	if !e.send(1) || !slices.Equal(e.isr(), []int32{1, 2}) {
+		t.Fatalf("ISR %v, want [1 2] once 3 stopped fetching for the lag time", e.isr())
 	}
 }
 

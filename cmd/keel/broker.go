@@ -42,7 +42,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 		ReplicaLagTimeMax:      replication.DefaultReplicaLagTimeMax,
 		RetentionCheckInterval: replication.DefaultRetentionCheckInterval,
 	}
-	var controllers, metricsAddr string
+	var controllers, metricsAddr, testProduce string
 	var insecure, pprof bool
 	cmd := &cobra.Command{
 		Use:   "broker",
@@ -135,6 +135,14 @@ refuses to start unless every address it listens on, advertises and dials
 			if err != nil {
 				return err
 			}
+			if testProduce != "" {
+				stop, err := serveTestProduce(testProduce, dataPlane, log)
+				if err != nil {
+					agent.Close()
+					return err
+				}
+				defer stop()
+			}
 			if cfg.TLS == nil {
 				// Said once started, so that a refused start stays one line.
 				logPlaintext(log, insecure, exposed)
@@ -180,6 +188,8 @@ refuses to start unless every address it listens on, advertises and dials
 		"fsync each log at least this often while it takes writes (Kafka's flush.ms); 0 leaves durability to replication, as Kafka does")
 	f.DurationVar(&replicas.RetentionCheckInterval, "log-retention-check-interval", replicas.RetentionCheckInterval,
 		"how often each log applies its topic's retention.ms and retention.bytes (Kafka's log.retention.check.interval.ms)")
+	f.StringVar(&testProduce, "test-produce-listen", "", "for Keel's own tests: serve a produce path over HTTP on this loopback address")
+	_ = f.MarkHidden("test-produce-listen")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
 	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerUnregisterCmd())

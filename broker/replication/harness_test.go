@@ -89,7 +89,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 var topicT = fsm.TopicID{0x7}
 
-func applyBatch(t *testing.T, img *fsm.Image, records ...*keelpb.Record) *fsm.Image {
+func applyBatch(t testing.TB, img *fsm.Image, records ...*keelpb.Record) *fsm.Image {
 	t.Helper()
 	next, err := fsm.Apply(img, img.Offset+1, 1, &keelpb.RecordBatch{Records: records})
 	if err != nil {
@@ -126,7 +126,7 @@ func leaderID(id int32) *int32 { return &id }
 
 // clusterImage: brokers 1-3 registered and active (epochs 2-4), topic "t"
 // (configs as given) with partition 0 on replicas 1,2,3, ISR isr, led by 1.
-func clusterImage(t *testing.T, configs map[string]string, isr ...int32) *fsm.Image {
+func clusterImage(t testing.TB, configs map[string]string, isr ...int32) *fsm.Image {
 	t.Helper()
 	img := applyBatch(t, fsm.Empty(),
 		&keelpb.Record{Record: &keelpb.Record_ClusterId{ClusterId: &keelpb.ClusterIdRecord{ClusterId: "c"}}},
@@ -180,7 +180,7 @@ func batchOffsets(records []byte) [][2]int64 {
 // The controllers, as a data plane sees them through its Link.
 
 type fakeController struct {
-	t        *testing.T
+	t        testing.TB
 	mu       sync.Mutex
 	img      *fsm.Image
 	requests []broker.ISRChange

@@ -78,4 +78,3 @@ func BenchmarkManager_Produce(b *testing.B) {
 		})
 	}
 }
-

@@ -66,7 +66,7 @@ func toStatus(err error) error {
 	case errors.Is(err, controller.ErrIneligibleReplica):
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonIneligibleReplica, err.Error())
 	case errors.Is(err, controller.ErrNoReassignment):
-		return status.Error(codes.FailedPrecondition, err.Error())
+		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonNoReassignmentInProgress, err.Error())
 	case errors.Is(err, controller.ErrRefused):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, controller.ErrInvalidReplicaAssignment):

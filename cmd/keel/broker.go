@@ -161,7 +161,7 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 		"how long a follower may go without fetching before its leader drops it from the ISR")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
-	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd())
+	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerDrainCmd())
 	return cmd
 }
 

@@ -56,6 +56,7 @@ var repeatedBounds = map[protoreflect.FullName]int{
 	"keel.v1.AlterPartitionReassignmentsRequest.replicas":   maxReplicationFactor,
 	"keel.v1.AlterPartitionReassignmentsRequest.partitions": maxPartitionsPerRequest,
 	"keel.v1.ReassignmentTarget.replicas":                   maxReplicationFactor,
+	"keel.v1.IncrementalAlterConfigsRequest.configs":        maxConfigs,
 }
 
 // defaultRepeatedBound is the largest bound Validate applies to any list.

@@ -72,6 +72,114 @@ func (ElectionType) EnumDescriptor() ([]byte, []int) {
 	return file_controller_proto_rawDescGZIP(), []int{0}
 }
 
+// ConfigSource says where an effective config comes from, the first of them
+// that has it.
+type ConfigSource int32
+
+const (
+	ConfigSource_CONFIG_SOURCE_UNSPECIFIED ConfigSource = 0
+	// The topic's own config (Kafka's DYNAMIC_TOPIC_CONFIG).
+	ConfigSource_CONFIG_SOURCE_TOPIC ConfigSource = 1
+	// The cluster-wide default (Kafka's DYNAMIC_DEFAULT_BROKER_CONFIG).
+	ConfigSource_CONFIG_SOURCE_CLUSTER_DEFAULT ConfigSource = 2
+	// Keel's built-in default, Kafka's (DEFAULT_CONFIG).
+	ConfigSource_CONFIG_SOURCE_DEFAULT ConfigSource = 3
+)
+
+// Enum value maps for ConfigSource.
+var (
+	ConfigSource_name = map[int32]string{
+		0: "CONFIG_SOURCE_UNSPECIFIED",
+		1: "CONFIG_SOURCE_TOPIC",
+		2: "CONFIG_SOURCE_CLUSTER_DEFAULT",
+		3: "CONFIG_SOURCE_DEFAULT",
+	}
+	ConfigSource_value = map[string]int32{
+		"CONFIG_SOURCE_UNSPECIFIED":     0,
+		"CONFIG_SOURCE_TOPIC":           1,
+		"CONFIG_SOURCE_CLUSTER_DEFAULT": 2,
+		"CONFIG_SOURCE_DEFAULT":         3,
+	}
+)
+
+func (x ConfigSource) Enum() *ConfigSource {
+	p := new(ConfigSource)
+	*p = x
+	return p
+}
+
+func (x ConfigSource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConfigSource) Descriptor() protoreflect.EnumDescriptor {
+	return file_controller_proto_enumTypes[1].Descriptor()
+}
+
+func (ConfigSource) Type() protoreflect.EnumType {
+	return &file_controller_proto_enumTypes[1]
+}
+
+func (x ConfigSource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConfigSource.Descriptor instead.
+func (ConfigSource) EnumDescriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{1}
+}
+
+type AlterConfigOp int32
+
+const (
+	AlterConfigOp_ALTER_CONFIG_OP_UNSPECIFIED AlterConfigOp = 0
+	AlterConfigOp_ALTER_CONFIG_OP_SET         AlterConfigOp = 1
+	// Back to the next source down; deleting a config that is not set is a
+	// no-op.
+	AlterConfigOp_ALTER_CONFIG_OP_DELETE AlterConfigOp = 2
+)
+
+// Enum value maps for AlterConfigOp.
+var (
+	AlterConfigOp_name = map[int32]string{
+		0: "ALTER_CONFIG_OP_UNSPECIFIED",
+		1: "ALTER_CONFIG_OP_SET",
+		2: "ALTER_CONFIG_OP_DELETE",
+	}
+	AlterConfigOp_value = map[string]int32{
+		"ALTER_CONFIG_OP_UNSPECIFIED": 0,
+		"ALTER_CONFIG_OP_SET":         1,
+		"ALTER_CONFIG_OP_DELETE":      2,
+	}
+)
+
+func (x AlterConfigOp) Enum() *AlterConfigOp {
+	p := new(AlterConfigOp)
+	*p = x
+	return p
+}
+
+func (x AlterConfigOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AlterConfigOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_controller_proto_enumTypes[2].Descriptor()
+}
+
+func (AlterConfigOp) Type() protoreflect.EnumType {
+	return &file_controller_proto_enumTypes[2]
+}
+
+func (x AlterConfigOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AlterConfigOp.Descriptor instead.
+func (AlterConfigOp) EnumDescriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{2}
+}
+
 type DescribeQuorumRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2010,13 +2118,16 @@ func (x *DescribeTopicResponse) GetTopic() *TopicDescription {
 }
 
 type TopicDescription struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	Name          string                  `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Id            string                  `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	Configs       map[string]string       `protobuf:"bytes,3,rep,name=configs,proto3" json:"configs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Partitions    []*PartitionDescription `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Id    string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The topic's own configs (its overrides).
+	Configs    map[string]string       `protobuf:"bytes,3,rep,name=configs,proto3" json:"configs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Partitions []*PartitionDescription `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// Every config the topic has in effect, in name order, with its source.
+	EffectiveConfigs []*ConfigEntry `protobuf:"bytes,5,rep,name=effective_configs,json=effectiveConfigs,proto3" json:"effective_configs,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TopicDescription) Reset() {
@@ -2077,18 +2188,28 @@ func (x *TopicDescription) GetPartitions() []*PartitionDescription {
 	return nil
 }
 
+func (x *TopicDescription) GetEffectiveConfigs() []*ConfigEntry {
+	if x != nil {
+		return x.EffectiveConfigs
+	}
+	return nil
+}
+
 type PartitionDescription struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	Partition        int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
-	Leader           int32                  `protobuf:"varint,2,opt,name=leader,proto3" json:"leader,omitempty"` // -1 when none
-	LeaderEpoch      int32                  `protobuf:"varint,3,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
-	PartitionEpoch   int32                  `protobuf:"varint,4,opt,name=partition_epoch,json=partitionEpoch,proto3" json:"partition_epoch,omitempty"`
-	Replicas         []int32                `protobuf:"varint,5,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
-	Isr              []int32                `protobuf:"varint,6,rep,packed,name=isr,proto3" json:"isr,omitempty"`
-	AddingReplicas   []int32                `protobuf:"varint,7,rep,packed,name=adding_replicas,json=addingReplicas,proto3" json:"adding_replicas,omitempty"`
-	RemovingReplicas []int32                `protobuf:"varint,8,rep,packed,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	Partition              int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Leader                 int32                  `protobuf:"varint,2,opt,name=leader,proto3" json:"leader,omitempty"` // -1 when none
+	LeaderEpoch            int32                  `protobuf:"varint,3,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	PartitionEpoch         int32                  `protobuf:"varint,4,opt,name=partition_epoch,json=partitionEpoch,proto3" json:"partition_epoch,omitempty"`
+	Replicas               []int32                `protobuf:"varint,5,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	Isr                    []int32                `protobuf:"varint,6,rep,packed,name=isr,proto3" json:"isr,omitempty"`
+	AddingReplicas         []int32                `protobuf:"varint,7,rep,packed,name=adding_replicas,json=addingReplicas,proto3" json:"adding_replicas,omitempty"`
+	RemovingReplicas       []int32                `protobuf:"varint,8,rep,packed,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
+	EligibleLeaderReplicas []int32                `protobuf:"varint,9,rep,packed,name=eligible_leader_replicas,json=eligibleLeaderReplicas,proto3" json:"eligible_leader_replicas,omitempty"`
+	LastKnownElr           []int32                `protobuf:"varint,10,rep,packed,name=last_known_elr,json=lastKnownElr,proto3" json:"last_known_elr,omitempty"`
+	LeaderRecoveryState    LeaderRecoveryState    `protobuf:"varint,11,opt,name=leader_recovery_state,json=leaderRecoveryState,proto3,enum=keel.v1.LeaderRecoveryState" json:"leader_recovery_state,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *PartitionDescription) Reset() {
@@ -2177,6 +2298,27 @@ func (x *PartitionDescription) GetRemovingReplicas() []int32 {
 	return nil
 }
 
+func (x *PartitionDescription) GetEligibleLeaderReplicas() []int32 {
+	if x != nil {
+		return x.EligibleLeaderReplicas
+	}
+	return nil
+}
+
+func (x *PartitionDescription) GetLastKnownElr() []int32 {
+	if x != nil {
+		return x.LastKnownElr
+	}
+	return nil
+}
+
+func (x *PartitionDescription) GetLeaderRecoveryState() LeaderRecoveryState {
+	if x != nil {
+		return x.LeaderRecoveryState
+	}
+	return LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED
+}
+
 type AlterPartitionRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	BrokerId       int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
@@ -2186,8 +2328,12 @@ type AlterPartitionRequest struct {
 	LeaderEpoch    int32                  `protobuf:"varint,5,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
 	PartitionEpoch int32                  `protobuf:"varint,6,opt,name=partition_epoch,json=partitionEpoch,proto3" json:"partition_epoch,omitempty"`
 	NewIsr         []int32                `protobuf:"varint,7,rep,packed,name=new_isr,json=newIsr,proto3" json:"new_isr,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The state the leader reports (KIP-704): RECOVERED, the default, confirms
+	// a RECOVERING partition; RECOVERING is refused for a recovered partition
+	// and for an ISR of more than the leader.
+	LeaderRecoveryState LeaderRecoveryState `protobuf:"varint,8,opt,name=leader_recovery_state,json=leaderRecoveryState,proto3,enum=keel.v1.LeaderRecoveryState" json:"leader_recovery_state,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *AlterPartitionRequest) Reset() {
@@ -2267,6 +2413,13 @@ func (x *AlterPartitionRequest) GetNewIsr() []int32 {
 		return x.NewIsr
 	}
 	return nil
+}
+
+func (x *AlterPartitionRequest) GetLeaderRecoveryState() LeaderRecoveryState {
+	if x != nil {
+		return x.LeaderRecoveryState
+	}
+	return LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED
 }
 
 type AlterPartitionResponse struct {
@@ -3455,11 +3608,400 @@ func (x *TransferLeadershipResponse) GetLeaderId() int32 {
 	return 0
 }
 
+// ConfigResource names what configs belong to.
+type ConfigResource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Type  ConfigResourceType     `protobuf:"varint,1,opt,name=type,proto3,enum=keel.v1.ConfigResourceType" json:"type,omitempty"`
+	// The topic's name; empty for the cluster defaults.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigResource) Reset() {
+	*x = ConfigResource{}
+	mi := &file_controller_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigResource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigResource) ProtoMessage() {}
+
+func (x *ConfigResource) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigResource.ProtoReflect.Descriptor instead.
+func (*ConfigResource) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ConfigResource) GetType() ConfigResourceType {
+	if x != nil {
+		return x.Type
+	}
+	return ConfigResourceType_CONFIG_RESOURCE_TYPE_UNSPECIFIED
+}
+
+func (x *ConfigResource) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ConfigEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Source        ConfigSource           `protobuf:"varint,3,opt,name=source,proto3,enum=keel.v1.ConfigSource" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigEntry) Reset() {
+	*x = ConfigEntry{}
+	mi := &file_controller_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigEntry) ProtoMessage() {}
+
+func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
+func (*ConfigEntry) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ConfigEntry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigEntry) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *ConfigEntry) GetSource() ConfigSource {
+	if x != nil {
+		return x.Source
+	}
+	return ConfigSource_CONFIG_SOURCE_UNSPECIFIED
+}
+
+type AlterableConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Op    AlterConfigOp          `protobuf:"varint,2,opt,name=op,proto3,enum=keel.v1.AlterConfigOp" json:"op,omitempty"`
+	// For SET; empty for DELETE.
+	Value         string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterableConfig) Reset() {
+	*x = AlterableConfig{}
+	mi := &file_controller_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterableConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterableConfig) ProtoMessage() {}
+
+func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterableConfig.ProtoReflect.Descriptor instead.
+func (*AlterableConfig) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *AlterableConfig) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AlterableConfig) GetOp() AlterConfigOp {
+	if x != nil {
+		return x.Op
+	}
+	return AlterConfigOp_ALTER_CONFIG_OP_UNSPECIFIED
+}
+
+func (x *AlterableConfig) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+type IncrementalAlterConfigsRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Resource *ConfigResource        `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	// At most one entry per name.
+	Configs []*AlterableConfig `protobuf:"bytes,2,rep,name=configs,proto3" json:"configs,omitempty"`
+	// Check everything and answer as the change would, but write nothing.
+	ValidateOnly  bool `protobuf:"varint,3,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IncrementalAlterConfigsRequest) Reset() {
+	*x = IncrementalAlterConfigsRequest{}
+	mi := &file_controller_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IncrementalAlterConfigsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IncrementalAlterConfigsRequest) ProtoMessage() {}
+
+func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IncrementalAlterConfigsRequest.ProtoReflect.Descriptor instead.
+func (*IncrementalAlterConfigsRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *IncrementalAlterConfigsRequest) GetResource() *ConfigResource {
+	if x != nil {
+		return x.Resource
+	}
+	return nil
+}
+
+func (x *IncrementalAlterConfigsRequest) GetConfigs() []*AlterableConfig {
+	if x != nil {
+		return x.Configs
+	}
+	return nil
+}
+
+func (x *IncrementalAlterConfigsRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+type IncrementalAlterConfigsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The resource's effective configs afterwards, in name order.
+	Configs []*ConfigEntry `protobuf:"bytes,1,rep,name=configs,proto3" json:"configs,omitempty"`
+	// Partitions that this change gave a leader (unclean election turned on).
+	Elections     []*ElectionResult `protobuf:"bytes,2,rep,name=elections,proto3" json:"elections,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IncrementalAlterConfigsResponse) Reset() {
+	*x = IncrementalAlterConfigsResponse{}
+	mi := &file_controller_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IncrementalAlterConfigsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IncrementalAlterConfigsResponse) ProtoMessage() {}
+
+func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IncrementalAlterConfigsResponse.ProtoReflect.Descriptor instead.
+func (*IncrementalAlterConfigsResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *IncrementalAlterConfigsResponse) GetConfigs() []*ConfigEntry {
+	if x != nil {
+		return x.Configs
+	}
+	return nil
+}
+
+func (x *IncrementalAlterConfigsResponse) GetElections() []*ElectionResult {
+	if x != nil {
+		return x.Elections
+	}
+	return nil
+}
+
+type DescribeConfigsRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Resource *ConfigResource        `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	// linearizable: as in ListTopicsRequest.
+	Linearizable  bool `protobuf:"varint,2,opt,name=linearizable,proto3" json:"linearizable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeConfigsRequest) Reset() {
+	*x = DescribeConfigsRequest{}
+	mi := &file_controller_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeConfigsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeConfigsRequest) ProtoMessage() {}
+
+func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeConfigsRequest.ProtoReflect.Descriptor instead.
+func (*DescribeConfigsRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *DescribeConfigsRequest) GetResource() *ConfigResource {
+	if x != nil {
+		return x.Resource
+	}
+	return nil
+}
+
+func (x *DescribeConfigsRequest) GetLinearizable() bool {
+	if x != nil {
+		return x.Linearizable
+	}
+	return false
+}
+
+type DescribeConfigsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Effective configs, in name order.
+	Configs       []*ConfigEntry `protobuf:"bytes,1,rep,name=configs,proto3" json:"configs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeConfigsResponse) Reset() {
+	*x = DescribeConfigsResponse{}
+	mi := &file_controller_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeConfigsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeConfigsResponse) ProtoMessage() {}
+
+func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeConfigsResponse.ProtoReflect.Descriptor instead.
+func (*DescribeConfigsResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *DescribeConfigsResponse) GetConfigs() []*ConfigEntry {
+	if x != nil {
+		return x.Configs
+	}
+	return nil
+}
+
 var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
 	"\n" +
-	"\x10controller.proto\x12\akeel.v1\"\x17\n" +
+	"\x10controller.proto\x12\akeel.v1\x1a\x0emetadata.proto\"\x17\n" +
 	"\x15DescribeQuorumRequest\"\xda\x04\n" +
 	"\x16DescribeQuorumResponse\x12\x1d\n" +
 	"\n" +
@@ -3601,17 +4143,18 @@ const file_controller_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\"\n" +
 	"\flinearizable\x18\x02 \x01(\bR\flinearizable\"H\n" +
 	"\x15DescribeTopicResponse\x12/\n" +
-	"\x05topic\x18\x01 \x01(\v2\x19.keel.v1.TopicDescriptionR\x05topic\"\xf3\x01\n" +
+	"\x05topic\x18\x01 \x01(\v2\x19.keel.v1.TopicDescriptionR\x05topic\"\xb6\x02\n" +
 	"\x10TopicDescription\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12@\n" +
 	"\aconfigs\x18\x03 \x03(\v2&.keel.v1.TopicDescription.ConfigsEntryR\aconfigs\x12=\n" +
 	"\n" +
 	"partitions\x18\x04 \x03(\v2\x1d.keel.v1.PartitionDescriptionR\n" +
-	"partitions\x1a:\n" +
+	"partitions\x12A\n" +
+	"\x11effective_configs\x18\x05 \x03(\v2\x14.keel.v1.ConfigEntryR\x10effectiveConfigs\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9c\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\x03\n" +
 	"\x14PartitionDescription\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\x05R\x06leader\x12!\n" +
@@ -3620,7 +4163,11 @@ const file_controller_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x03(\x05R\breplicas\x12\x10\n" +
 	"\x03isr\x18\x06 \x03(\x05R\x03isr\x12'\n" +
 	"\x0fadding_replicas\x18\a \x03(\x05R\x0eaddingReplicas\x12+\n" +
-	"\x11removing_replicas\x18\b \x03(\x05R\x10removingReplicas\"\xf5\x01\n" +
+	"\x11removing_replicas\x18\b \x03(\x05R\x10removingReplicas\x128\n" +
+	"\x18eligible_leader_replicas\x18\t \x03(\x05R\x16eligibleLeaderReplicas\x12$\n" +
+	"\x0elast_known_elr\x18\n" +
+	" \x03(\x05R\flastKnownElr\x12P\n" +
+	"\x15leader_recovery_state\x18\v \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\"\xc7\x02\n" +
 	"\x15AlterPartitionRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12\x19\n" +
@@ -3628,7 +4175,8 @@ const file_controller_proto_rawDesc = "" +
 	"\tpartition\x18\x04 \x01(\x05R\tpartition\x12!\n" +
 	"\fleader_epoch\x18\x05 \x01(\x05R\vleaderEpoch\x12'\n" +
 	"\x0fpartition_epoch\x18\x06 \x01(\x05R\x0epartitionEpoch\x12\x17\n" +
-	"\anew_isr\x18\a \x03(\x05R\x06newIsr\"U\n" +
+	"\anew_isr\x18\a \x03(\x05R\x06newIsr\x12P\n" +
+	"\x15leader_recovery_state\x18\b \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\"U\n" +
 	"\x16AlterPartitionResponse\x12;\n" +
 	"\tpartition\x18\x01 \x01(\v2\x1d.keel.v1.PartitionDescriptionR\tpartition\"D\n" +
 	"\x0eTopicPartition\x12\x14\n" +
@@ -3712,11 +4260,43 @@ const file_controller_proto_rawDesc = "" +
 	"_target_id\"g\n" +
 	"\x1aTransferLeadershipResponse\x12,\n" +
 	"\x12previous_leader_id\x18\x01 \x01(\x05R\x10previousLeaderId\x12\x1b\n" +
-	"\tleader_id\x18\x02 \x01(\x05R\bleaderId*e\n" +
+	"\tleader_id\x18\x02 \x01(\x05R\bleaderId\"U\n" +
+	"\x0eConfigResource\x12/\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1b.keel.v1.ConfigResourceTypeR\x04type\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"f\n" +
+	"\vConfigEntry\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12-\n" +
+	"\x06source\x18\x03 \x01(\x0e2\x15.keel.v1.ConfigSourceR\x06source\"c\n" +
+	"\x0fAlterableConfig\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x16.keel.v1.AlterConfigOpR\x02op\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\"\xae\x01\n" +
+	"\x1eIncrementalAlterConfigsRequest\x123\n" +
+	"\bresource\x18\x01 \x01(\v2\x17.keel.v1.ConfigResourceR\bresource\x122\n" +
+	"\aconfigs\x18\x02 \x03(\v2\x18.keel.v1.AlterableConfigR\aconfigs\x12#\n" +
+	"\rvalidate_only\x18\x03 \x01(\bR\fvalidateOnly\"\x88\x01\n" +
+	"\x1fIncrementalAlterConfigsResponse\x12.\n" +
+	"\aconfigs\x18\x01 \x03(\v2\x14.keel.v1.ConfigEntryR\aconfigs\x125\n" +
+	"\telections\x18\x02 \x03(\v2\x17.keel.v1.ElectionResultR\telections\"q\n" +
+	"\x16DescribeConfigsRequest\x123\n" +
+	"\bresource\x18\x01 \x01(\v2\x17.keel.v1.ConfigResourceR\bresource\x12\"\n" +
+	"\flinearizable\x18\x02 \x01(\bR\flinearizable\"I\n" +
+	"\x17DescribeConfigsResponse\x12.\n" +
+	"\aconfigs\x18\x01 \x03(\v2\x14.keel.v1.ConfigEntryR\aconfigs*e\n" +
 	"\fElectionType\x12\x1d\n" +
 	"\x19ELECTION_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ELECTION_TYPE_PREFERRED\x10\x01\x12\x19\n" +
-	"\x15ELECTION_TYPE_UNCLEAN\x10\x022\xe5\r\n" +
+	"\x15ELECTION_TYPE_UNCLEAN\x10\x02*\x84\x01\n" +
+	"\fConfigSource\x12\x1d\n" +
+	"\x19CONFIG_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13CONFIG_SOURCE_TOPIC\x10\x01\x12!\n" +
+	"\x1dCONFIG_SOURCE_CLUSTER_DEFAULT\x10\x02\x12\x19\n" +
+	"\x15CONFIG_SOURCE_DEFAULT\x10\x03*e\n" +
+	"\rAlterConfigOp\x12\x1f\n" +
+	"\x1bALTER_CONFIG_OP_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13ALTER_CONFIG_OP_SET\x10\x01\x12\x1a\n" +
+	"\x16ALTER_CONFIG_OP_DELETE\x10\x022\xa9\x0f\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +
@@ -3740,7 +4320,9 @@ const file_controller_proto_rawDesc = "" +
 	"\x0fRestoreSnapshot\x12\x1f.keel.v1.RestoreSnapshotRequest\x1a .keel.v1.RestoreSnapshotResponse(\x01\x12?\n" +
 	"\bAddVoter\x12\x18.keel.v1.AddVoterRequest\x1a\x19.keel.v1.AddVoterResponse\x12H\n" +
 	"\vRemoveVoter\x12\x1b.keel.v1.RemoveVoterRequest\x1a\x1c.keel.v1.RemoveVoterResponse\x12]\n" +
-	"\x12TransferLeadership\x12\".keel.v1.TransferLeadershipRequest\x1a#.keel.v1.TransferLeadershipResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\x12TransferLeadership\x12\".keel.v1.TransferLeadershipRequest\x1a#.keel.v1.TransferLeadershipResponse\x12l\n" +
+	"\x17IncrementalAlterConfigs\x12'.keel.v1.IncrementalAlterConfigsRequest\x1a(.keel.v1.IncrementalAlterConfigsResponse\x12T\n" +
+	"\x0fDescribeConfigs\x12\x1f.keel.v1.DescribeConfigsRequest\x1a .keel.v1.DescribeConfigsResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -3754,142 +4336,169 @@ func file_controller_proto_rawDescGZIP() []byte {
 	return file_controller_proto_rawDescData
 }
 
-var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_controller_proto_goTypes = []any{
 	(ElectionType)(0),                           // 0: keel.v1.ElectionType
-	(*DescribeQuorumRequest)(nil),               // 1: keel.v1.DescribeQuorumRequest
-	(*DescribeQuorumResponse)(nil),              // 2: keel.v1.DescribeQuorumResponse
-	(*QuorumMember)(nil),                        // 3: keel.v1.QuorumMember
-	(*AppendNoOpRequest)(nil),                   // 4: keel.v1.AppendNoOpRequest
-	(*AppendNoOpResponse)(nil),                  // 5: keel.v1.AppendNoOpResponse
-	(*RegisterBrokerRequest)(nil),               // 6: keel.v1.RegisterBrokerRequest
-	(*RegisterBrokerResponse)(nil),              // 7: keel.v1.RegisterBrokerResponse
-	(*BrokerHeartbeatRequest)(nil),              // 8: keel.v1.BrokerHeartbeatRequest
-	(*BrokerHeartbeatResponse)(nil),             // 9: keel.v1.BrokerHeartbeatResponse
-	(*UnregisterBrokerRequest)(nil),             // 10: keel.v1.UnregisterBrokerRequest
-	(*UnregisterBrokerResponse)(nil),            // 11: keel.v1.UnregisterBrokerResponse
-	(*StreamMetadataRequest)(nil),               // 12: keel.v1.StreamMetadataRequest
-	(*MetadataPush)(nil),                        // 13: keel.v1.MetadataPush
-	(*MetadataEntries)(nil),                     // 14: keel.v1.MetadataEntries
-	(*MetadataEntry)(nil),                       // 15: keel.v1.MetadataEntry
-	(*SnapshotChunk)(nil),                       // 16: keel.v1.SnapshotChunk
-	(*FetchSnapshotRequest)(nil),                // 17: keel.v1.FetchSnapshotRequest
-	(*ListBrokersRequest)(nil),                  // 18: keel.v1.ListBrokersRequest
-	(*ListBrokersResponse)(nil),                 // 19: keel.v1.ListBrokersResponse
-	(*BrokerInfo)(nil),                          // 20: keel.v1.BrokerInfo
-	(*CreateTopicRequest)(nil),                  // 21: keel.v1.CreateTopicRequest
-	(*PartitionAssignment)(nil),                 // 22: keel.v1.PartitionAssignment
-	(*CreateTopicResponse)(nil),                 // 23: keel.v1.CreateTopicResponse
-	(*CreatePartitionsRequest)(nil),             // 24: keel.v1.CreatePartitionsRequest
-	(*CreatePartitionsResponse)(nil),            // 25: keel.v1.CreatePartitionsResponse
-	(*DeleteTopicRequest)(nil),                  // 26: keel.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),                 // 27: keel.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),                   // 28: keel.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),                  // 29: keel.v1.ListTopicsResponse
-	(*TopicSummary)(nil),                        // 30: keel.v1.TopicSummary
-	(*DescribeTopicRequest)(nil),                // 31: keel.v1.DescribeTopicRequest
-	(*DescribeTopicResponse)(nil),               // 32: keel.v1.DescribeTopicResponse
-	(*TopicDescription)(nil),                    // 33: keel.v1.TopicDescription
-	(*PartitionDescription)(nil),                // 34: keel.v1.PartitionDescription
-	(*AlterPartitionRequest)(nil),               // 35: keel.v1.AlterPartitionRequest
-	(*AlterPartitionResponse)(nil),              // 36: keel.v1.AlterPartitionResponse
-	(*TopicPartition)(nil),                      // 37: keel.v1.TopicPartition
-	(*ElectLeadersRequest)(nil),                 // 38: keel.v1.ElectLeadersRequest
-	(*ElectLeadersResponse)(nil),                // 39: keel.v1.ElectLeadersResponse
-	(*ElectionResult)(nil),                      // 40: keel.v1.ElectionResult
-	(*AlterPartitionReassignmentsRequest)(nil),  // 41: keel.v1.AlterPartitionReassignmentsRequest
-	(*ReassignmentTarget)(nil),                  // 42: keel.v1.ReassignmentTarget
-	(*AlterPartitionReassignmentsResponse)(nil), // 43: keel.v1.AlterPartitionReassignmentsResponse
-	(*ReassignedPartition)(nil),                 // 44: keel.v1.ReassignedPartition
-	(*ListPartitionReassignmentsRequest)(nil),   // 45: keel.v1.ListPartitionReassignmentsRequest
-	(*ListPartitionReassignmentsResponse)(nil),  // 46: keel.v1.ListPartitionReassignmentsResponse
-	(*Reassignment)(nil),                        // 47: keel.v1.Reassignment
-	(*RestoreSnapshotRequest)(nil),              // 48: keel.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),             // 49: keel.v1.RestoreSnapshotResponse
-	(*LeaderHint)(nil),                          // 50: keel.v1.LeaderHint
-	(*AddVoterRequest)(nil),                     // 51: keel.v1.AddVoterRequest
-	(*AddVoterResponse)(nil),                    // 52: keel.v1.AddVoterResponse
-	(*RemoveVoterRequest)(nil),                  // 53: keel.v1.RemoveVoterRequest
-	(*RemoveVoterResponse)(nil),                 // 54: keel.v1.RemoveVoterResponse
-	(*TransferLeadershipRequest)(nil),           // 55: keel.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil),          // 56: keel.v1.TransferLeadershipResponse
-	nil,                                         // 57: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                         // 58: keel.v1.TopicDescription.ConfigsEntry
+	(ConfigSource)(0),                           // 1: keel.v1.ConfigSource
+	(AlterConfigOp)(0),                          // 2: keel.v1.AlterConfigOp
+	(*DescribeQuorumRequest)(nil),               // 3: keel.v1.DescribeQuorumRequest
+	(*DescribeQuorumResponse)(nil),              // 4: keel.v1.DescribeQuorumResponse
+	(*QuorumMember)(nil),                        // 5: keel.v1.QuorumMember
+	(*AppendNoOpRequest)(nil),                   // 6: keel.v1.AppendNoOpRequest
+	(*AppendNoOpResponse)(nil),                  // 7: keel.v1.AppendNoOpResponse
+	(*RegisterBrokerRequest)(nil),               // 8: keel.v1.RegisterBrokerRequest
+	(*RegisterBrokerResponse)(nil),              // 9: keel.v1.RegisterBrokerResponse
+	(*BrokerHeartbeatRequest)(nil),              // 10: keel.v1.BrokerHeartbeatRequest
+	(*BrokerHeartbeatResponse)(nil),             // 11: keel.v1.BrokerHeartbeatResponse
+	(*UnregisterBrokerRequest)(nil),             // 12: keel.v1.UnregisterBrokerRequest
+	(*UnregisterBrokerResponse)(nil),            // 13: keel.v1.UnregisterBrokerResponse
+	(*StreamMetadataRequest)(nil),               // 14: keel.v1.StreamMetadataRequest
+	(*MetadataPush)(nil),                        // 15: keel.v1.MetadataPush
+	(*MetadataEntries)(nil),                     // 16: keel.v1.MetadataEntries
+	(*MetadataEntry)(nil),                       // 17: keel.v1.MetadataEntry
+	(*SnapshotChunk)(nil),                       // 18: keel.v1.SnapshotChunk
+	(*FetchSnapshotRequest)(nil),                // 19: keel.v1.FetchSnapshotRequest
+	(*ListBrokersRequest)(nil),                  // 20: keel.v1.ListBrokersRequest
+	(*ListBrokersResponse)(nil),                 // 21: keel.v1.ListBrokersResponse
+	(*BrokerInfo)(nil),                          // 22: keel.v1.BrokerInfo
+	(*CreateTopicRequest)(nil),                  // 23: keel.v1.CreateTopicRequest
+	(*PartitionAssignment)(nil),                 // 24: keel.v1.PartitionAssignment
+	(*CreateTopicResponse)(nil),                 // 25: keel.v1.CreateTopicResponse
+	(*CreatePartitionsRequest)(nil),             // 26: keel.v1.CreatePartitionsRequest
+	(*CreatePartitionsResponse)(nil),            // 27: keel.v1.CreatePartitionsResponse
+	(*DeleteTopicRequest)(nil),                  // 28: keel.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),                 // 29: keel.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),                   // 30: keel.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),                  // 31: keel.v1.ListTopicsResponse
+	(*TopicSummary)(nil),                        // 32: keel.v1.TopicSummary
+	(*DescribeTopicRequest)(nil),                // 33: keel.v1.DescribeTopicRequest
+	(*DescribeTopicResponse)(nil),               // 34: keel.v1.DescribeTopicResponse
+	(*TopicDescription)(nil),                    // 35: keel.v1.TopicDescription
+	(*PartitionDescription)(nil),                // 36: keel.v1.PartitionDescription
+	(*AlterPartitionRequest)(nil),               // 37: keel.v1.AlterPartitionRequest
+	(*AlterPartitionResponse)(nil),              // 38: keel.v1.AlterPartitionResponse
+	(*TopicPartition)(nil),                      // 39: keel.v1.TopicPartition
+	(*ElectLeadersRequest)(nil),                 // 40: keel.v1.ElectLeadersRequest
+	(*ElectLeadersResponse)(nil),                // 41: keel.v1.ElectLeadersResponse
+	(*ElectionResult)(nil),                      // 42: keel.v1.ElectionResult
+	(*AlterPartitionReassignmentsRequest)(nil),  // 43: keel.v1.AlterPartitionReassignmentsRequest
+	(*ReassignmentTarget)(nil),                  // 44: keel.v1.ReassignmentTarget
+	(*AlterPartitionReassignmentsResponse)(nil), // 45: keel.v1.AlterPartitionReassignmentsResponse
+	(*ReassignedPartition)(nil),                 // 46: keel.v1.ReassignedPartition
+	(*ListPartitionReassignmentsRequest)(nil),   // 47: keel.v1.ListPartitionReassignmentsRequest
+	(*ListPartitionReassignmentsResponse)(nil),  // 48: keel.v1.ListPartitionReassignmentsResponse
+	(*Reassignment)(nil),                        // 49: keel.v1.Reassignment
+	(*RestoreSnapshotRequest)(nil),              // 50: keel.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),             // 51: keel.v1.RestoreSnapshotResponse
+	(*LeaderHint)(nil),                          // 52: keel.v1.LeaderHint
+	(*AddVoterRequest)(nil),                     // 53: keel.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),                    // 54: keel.v1.AddVoterResponse
+	(*RemoveVoterRequest)(nil),                  // 55: keel.v1.RemoveVoterRequest
+	(*RemoveVoterResponse)(nil),                 // 56: keel.v1.RemoveVoterResponse
+	(*TransferLeadershipRequest)(nil),           // 57: keel.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),          // 58: keel.v1.TransferLeadershipResponse
+	(*ConfigResource)(nil),                      // 59: keel.v1.ConfigResource
+	(*ConfigEntry)(nil),                         // 60: keel.v1.ConfigEntry
+	(*AlterableConfig)(nil),                     // 61: keel.v1.AlterableConfig
+	(*IncrementalAlterConfigsRequest)(nil),      // 62: keel.v1.IncrementalAlterConfigsRequest
+	(*IncrementalAlterConfigsResponse)(nil),     // 63: keel.v1.IncrementalAlterConfigsResponse
+	(*DescribeConfigsRequest)(nil),              // 64: keel.v1.DescribeConfigsRequest
+	(*DescribeConfigsResponse)(nil),             // 65: keel.v1.DescribeConfigsResponse
+	nil,                                         // 66: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                         // 67: keel.v1.TopicDescription.ConfigsEntry
+	(LeaderRecoveryState)(0),                    // 68: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),                     // 69: keel.v1.ConfigResourceType
 }
 var file_controller_proto_depIdxs = []int32{
-	3,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
-	14, // 1: keel.v1.MetadataPush.entries:type_name -> keel.v1.MetadataEntries
-	16, // 2: keel.v1.MetadataPush.snapshot:type_name -> keel.v1.SnapshotChunk
-	15, // 3: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
-	20, // 4: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
-	22, // 5: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	57, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
-	33, // 7: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	22, // 8: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	33, // 9: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
-	30, // 10: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
-	33, // 11: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	58, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
-	34, // 13: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
-	34, // 14: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
-	0,  // 15: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
-	37, // 16: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
-	40, // 17: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
-	42, // 18: keel.v1.AlterPartitionReassignmentsRequest.partitions:type_name -> keel.v1.ReassignmentTarget
-	34, // 19: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
-	44, // 20: keel.v1.AlterPartitionReassignmentsResponse.partitions:type_name -> keel.v1.ReassignedPartition
-	34, // 21: keel.v1.ReassignedPartition.partition:type_name -> keel.v1.PartitionDescription
-	47, // 22: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
-	3,  // 23: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	3,  // 24: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	1,  // 25: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	4,  // 26: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	6,  // 27: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	8,  // 28: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	10, // 29: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	12, // 30: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	18, // 31: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	21, // 32: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
-	24, // 33: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
-	26, // 34: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
-	28, // 35: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
-	31, // 36: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
-	35, // 37: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
-	38, // 38: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
-	41, // 39: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
-	45, // 40: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
-	17, // 41: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	48, // 42: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
-	51, // 43: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
-	53, // 44: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
-	55, // 45: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
-	2,  // 46: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	5,  // 47: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	7,  // 48: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	9,  // 49: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	11, // 50: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	13, // 51: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	19, // 52: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	23, // 53: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	25, // 54: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	27, // 55: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	29, // 56: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	32, // 57: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	36, // 58: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	39, // 59: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	43, // 60: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	46, // 61: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	16, // 62: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	49, // 63: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	52, // 64: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	54, // 65: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	56, // 66: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	46, // [46:67] is the sub-list for method output_type
-	25, // [25:46] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	5,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
+	16, // 1: keel.v1.MetadataPush.entries:type_name -> keel.v1.MetadataEntries
+	18, // 2: keel.v1.MetadataPush.snapshot:type_name -> keel.v1.SnapshotChunk
+	17, // 3: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
+	22, // 4: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
+	24, // 5: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
+	66, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	35, // 7: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
+	24, // 8: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
+	35, // 9: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
+	32, // 10: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
+	35, // 11: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
+	67, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	36, // 13: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
+	60, // 14: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
+	68, // 15: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	68, // 16: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	36, // 17: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
+	0,  // 18: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
+	39, // 19: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
+	42, // 20: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
+	44, // 21: keel.v1.AlterPartitionReassignmentsRequest.partitions:type_name -> keel.v1.ReassignmentTarget
+	36, // 22: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
+	46, // 23: keel.v1.AlterPartitionReassignmentsResponse.partitions:type_name -> keel.v1.ReassignedPartition
+	36, // 24: keel.v1.ReassignedPartition.partition:type_name -> keel.v1.PartitionDescription
+	49, // 25: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
+	5,  // 26: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	5,  // 27: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	69, // 28: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
+	1,  // 29: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
+	2,  // 30: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
+	59, // 31: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	61, // 32: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
+	60, // 33: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	42, // 34: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
+	59, // 35: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	60, // 36: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	3,  // 37: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	6,  // 38: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	8,  // 39: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	10, // 40: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	12, // 41: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	14, // 42: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	20, // 43: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	23, // 44: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	26, // 45: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	28, // 46: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	30, // 47: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	33, // 48: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	37, // 49: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	40, // 50: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	43, // 51: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	47, // 52: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	19, // 53: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
+	50, // 54: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	53, // 55: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
+	55, // 56: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
+	57, // 57: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
+	62, // 58: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
+	64, // 59: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
+	4,  // 60: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	7,  // 61: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	9,  // 62: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	11, // 63: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	13, // 64: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	15, // 65: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	21, // 66: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	25, // 67: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	27, // 68: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	29, // 69: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	31, // 70: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	34, // 71: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	38, // 72: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	41, // 73: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	45, // 74: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	48, // 75: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	18, // 76: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	51, // 77: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	54, // 78: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	56, // 79: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	58, // 80: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	63, // 81: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
+	65, // 82: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
+	60, // [60:83] is the sub-list for method output_type
+	37, // [37:60] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -3897,6 +4506,7 @@ func file_controller_proto_init() {
 	if File_controller_proto != nil {
 		return
 	}
+	file_metadata_proto_init()
 	file_controller_proto_msgTypes[12].OneofWrappers = []any{
 		(*MetadataPush_Entries)(nil),
 		(*MetadataPush_Snapshot)(nil),
@@ -3907,8 +4517,8 @@ func file_controller_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   58,
+			NumEnums:      3,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -268,7 +268,7 @@ func TestPartitionReassign_Plan(t *testing.T) {
 		t.Errorf("the rollback plan is %s", got)
 	}
 	for _, want := range []string{"Save this to use as the --plan file during rollback", "Successfully started partition reassignments for orders-0,orders-1",
-		"orders  0          1       0             0                2,3,1     1,2  3       1"} {
+		"orders  0          1       0             0                2,3,1     1,2  -    -                  recovered  3       1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("reassign --plan output lacks %q:\n%s", want, out)
 		}

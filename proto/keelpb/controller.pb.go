@@ -861,9 +861,10 @@ func (x *BrokerHeartbeatResponse) GetControllerId() int32 {
 }
 
 type UnregisterBrokerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BrokerId      int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	BrokerEpoch   int64                  `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	// The incarnation to remove; 0: whichever is registered.
+	BrokerEpoch   int64 `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -913,7 +914,9 @@ func (x *UnregisterBrokerRequest) GetBrokerEpoch() int64 {
 }
 
 type UnregisterBrokerResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The epoch of the incarnation removed.
+	BrokerEpoch   int64 `protobuf:"varint,1,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -946,6 +949,13 @@ func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use UnregisterBrokerResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterBrokerResponse) Descriptor() ([]byte, []int) {
 	return file_controller_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *UnregisterBrokerResponse) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
 }
 
 type StreamMetadataRequest struct {
@@ -2327,13 +2337,21 @@ type AlterPartitionRequest struct {
 	Partition      int32                  `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
 	LeaderEpoch    int32                  `protobuf:"varint,5,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
 	PartitionEpoch int32                  `protobuf:"varint,6,opt,name=partition_epoch,json=partitionEpoch,proto3" json:"partition_epoch,omitempty"`
-	NewIsr         []int32                `protobuf:"varint,7,rep,packed,name=new_isr,json=newIsr,proto3" json:"new_isr,omitempty"`
+	// The new ISR, without broker epochs: the form of senders that predate
+	// new_isr_with_epochs. Alongside new_isr_with_epochs it must name the same
+	// brokers in the same order (so that a controller that knows only new_isr
+	// reads the same ISR).
+	NewIsr []int32 `protobuf:"varint,7,rep,packed,name=new_isr,json=newIsr,proto3" json:"new_isr,omitempty"`
 	// The state the leader reports (KIP-704): RECOVERED, the default, confirms
 	// a RECOVERING partition; RECOVERING is refused for a recovered partition
 	// and for an ISR of more than the leader.
 	LeaderRecoveryState LeaderRecoveryState `protobuf:"varint,8,opt,name=leader_recovery_state,json=leaderRecoveryState,proto3,enum=keel.v1.LeaderRecoveryState" json:"leader_recovery_state,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The new ISR with each member's broker epoch as the leader knows it
+	// (KIP-903): a member whose epoch is no longer its registered one has
+	// restarted since, and the change is refused (INELIGIBLE_REPLICA).
+	NewIsrWithEpochs []*BrokerState `protobuf:"bytes,9,rep,name=new_isr_with_epochs,json=newIsrWithEpochs,proto3" json:"new_isr_with_epochs,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *AlterPartitionRequest) Reset() {
@@ -2422,6 +2440,67 @@ func (x *AlterPartitionRequest) GetLeaderRecoveryState() LeaderRecoveryState {
 	return LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED
 }
 
+func (x *AlterPartitionRequest) GetNewIsrWithEpochs() []*BrokerState {
+	if x != nil {
+		return x.NewIsrWithEpochs
+	}
+	return nil
+}
+
+// BrokerState is an ISR member and the broker epoch it is known at.
+type BrokerState struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	// -1: not known, the epoch is not checked; otherwise positive.
+	BrokerEpoch   int64 `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerState) Reset() {
+	*x = BrokerState{}
+	mi := &file_controller_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerState) ProtoMessage() {}
+
+func (x *BrokerState) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerState.ProtoReflect.Descriptor instead.
+func (*BrokerState) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *BrokerState) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *BrokerState) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
 type AlterPartitionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Partition     *PartitionDescription  `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
@@ -2431,7 +2510,7 @@ type AlterPartitionResponse struct {
 
 func (x *AlterPartitionResponse) Reset() {
 	*x = AlterPartitionResponse{}
-	mi := &file_controller_proto_msgTypes[35]
+	mi := &file_controller_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2522,7 @@ func (x *AlterPartitionResponse) String() string {
 func (*AlterPartitionResponse) ProtoMessage() {}
 
 func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[35]
+	mi := &file_controller_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2535,7 @@ func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{35}
+	return file_controller_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AlterPartitionResponse) GetPartition() *PartitionDescription {
@@ -2476,7 +2555,7 @@ type TopicPartition struct {
 
 func (x *TopicPartition) Reset() {
 	*x = TopicPartition{}
-	mi := &file_controller_proto_msgTypes[36]
+	mi := &file_controller_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2567,7 @@ func (x *TopicPartition) String() string {
 func (*TopicPartition) ProtoMessage() {}
 
 func (x *TopicPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[36]
+	mi := &file_controller_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2580,7 @@ func (x *TopicPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicPartition.ProtoReflect.Descriptor instead.
 func (*TopicPartition) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{36}
+	return file_controller_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TopicPartition) GetTopic() string {
@@ -2530,7 +2609,7 @@ type ElectLeadersRequest struct {
 
 func (x *ElectLeadersRequest) Reset() {
 	*x = ElectLeadersRequest{}
-	mi := &file_controller_proto_msgTypes[37]
+	mi := &file_controller_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2621,7 @@ func (x *ElectLeadersRequest) String() string {
 func (*ElectLeadersRequest) ProtoMessage() {}
 
 func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[37]
+	mi := &file_controller_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2634,7 @@ func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersRequest.ProtoReflect.Descriptor instead.
 func (*ElectLeadersRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{37}
+	return file_controller_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ElectLeadersRequest) GetType() ElectionType {
@@ -2588,7 +2667,7 @@ type ElectLeadersResponse struct {
 
 func (x *ElectLeadersResponse) Reset() {
 	*x = ElectLeadersResponse{}
-	mi := &file_controller_proto_msgTypes[38]
+	mi := &file_controller_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2679,7 @@ func (x *ElectLeadersResponse) String() string {
 func (*ElectLeadersResponse) ProtoMessage() {}
 
 func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[38]
+	mi := &file_controller_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2692,7 @@ func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersResponse.ProtoReflect.Descriptor instead.
 func (*ElectLeadersResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{38}
+	return file_controller_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ElectLeadersResponse) GetResults() []*ElectionResult {
@@ -2636,7 +2715,7 @@ type ElectionResult struct {
 
 func (x *ElectionResult) Reset() {
 	*x = ElectionResult{}
-	mi := &file_controller_proto_msgTypes[39]
+	mi := &file_controller_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2648,7 +2727,7 @@ func (x *ElectionResult) String() string {
 func (*ElectionResult) ProtoMessage() {}
 
 func (x *ElectionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[39]
+	mi := &file_controller_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2661,7 +2740,7 @@ func (x *ElectionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectionResult.ProtoReflect.Descriptor instead.
 func (*ElectionResult) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{39}
+	return file_controller_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ElectionResult) GetTopic() string {
@@ -2709,7 +2788,7 @@ type AlterPartitionReassignmentsRequest struct {
 
 func (x *AlterPartitionReassignmentsRequest) Reset() {
 	*x = AlterPartitionReassignmentsRequest{}
-	mi := &file_controller_proto_msgTypes[40]
+	mi := &file_controller_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2800,7 @@ func (x *AlterPartitionReassignmentsRequest) String() string {
 func (*AlterPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[40]
+	mi := &file_controller_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2813,7 @@ func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use AlterPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{40}
+	return file_controller_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AlterPartitionReassignmentsRequest) GetTopic() string {
@@ -2778,7 +2857,7 @@ type ReassignmentTarget struct {
 
 func (x *ReassignmentTarget) Reset() {
 	*x = ReassignmentTarget{}
-	mi := &file_controller_proto_msgTypes[41]
+	mi := &file_controller_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +2869,7 @@ func (x *ReassignmentTarget) String() string {
 func (*ReassignmentTarget) ProtoMessage() {}
 
 func (x *ReassignmentTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[41]
+	mi := &file_controller_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +2882,7 @@ func (x *ReassignmentTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignmentTarget.ProtoReflect.Descriptor instead.
 func (*ReassignmentTarget) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{41}
+	return file_controller_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReassignmentTarget) GetTopic() string {
@@ -2839,7 +2918,7 @@ type AlterPartitionReassignmentsResponse struct {
 
 func (x *AlterPartitionReassignmentsResponse) Reset() {
 	*x = AlterPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +2930,7 @@ func (x *AlterPartitionReassignmentsResponse) String() string {
 func (*AlterPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +2943,7 @@ func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use AlterPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{42}
+	return file_controller_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AlterPartitionReassignmentsResponse) GetPartition() *PartitionDescription {
@@ -2892,7 +2971,7 @@ type ReassignedPartition struct {
 
 func (x *ReassignedPartition) Reset() {
 	*x = ReassignedPartition{}
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +2983,7 @@ func (x *ReassignedPartition) String() string {
 func (*ReassignedPartition) ProtoMessage() {}
 
 func (x *ReassignedPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +2996,7 @@ func (x *ReassignedPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignedPartition.ProtoReflect.Descriptor instead.
 func (*ReassignedPartition) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{43}
+	return file_controller_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReassignedPartition) GetTopic() string {
@@ -2942,7 +3021,7 @@ type ListPartitionReassignmentsRequest struct {
 
 func (x *ListPartitionReassignmentsRequest) Reset() {
 	*x = ListPartitionReassignmentsRequest{}
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2954,7 +3033,7 @@ func (x *ListPartitionReassignmentsRequest) String() string {
 func (*ListPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2967,7 +3046,7 @@ func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{44}
+	return file_controller_proto_rawDescGZIP(), []int{45}
 }
 
 type ListPartitionReassignmentsResponse struct {
@@ -2979,7 +3058,7 @@ type ListPartitionReassignmentsResponse struct {
 
 func (x *ListPartitionReassignmentsResponse) Reset() {
 	*x = ListPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3070,7 @@ func (x *ListPartitionReassignmentsResponse) String() string {
 func (*ListPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3083,7 @@ func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ListPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{45}
+	return file_controller_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListPartitionReassignmentsResponse) GetReassignments() []*Reassignment {
@@ -3027,7 +3106,7 @@ type Reassignment struct {
 
 func (x *Reassignment) Reset() {
 	*x = Reassignment{}
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3118,7 @@ func (x *Reassignment) String() string {
 func (*Reassignment) ProtoMessage() {}
 
 func (x *Reassignment) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3131,7 @@ func (x *Reassignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reassignment.ProtoReflect.Descriptor instead.
 func (*Reassignment) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{46}
+	return file_controller_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Reassignment) GetTopic() string {
@@ -3102,7 +3181,7 @@ type RestoreSnapshotRequest struct {
 
 func (x *RestoreSnapshotRequest) Reset() {
 	*x = RestoreSnapshotRequest{}
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3114,7 +3193,7 @@ func (x *RestoreSnapshotRequest) String() string {
 func (*RestoreSnapshotRequest) ProtoMessage() {}
 
 func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3127,7 +3206,7 @@ func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{47}
+	return file_controller_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RestoreSnapshotRequest) GetForceClusterId() bool {
@@ -3165,7 +3244,7 @@ type RestoreSnapshotResponse struct {
 
 func (x *RestoreSnapshotResponse) Reset() {
 	*x = RestoreSnapshotResponse{}
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3177,7 +3256,7 @@ func (x *RestoreSnapshotResponse) String() string {
 func (*RestoreSnapshotResponse) ProtoMessage() {}
 
 func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3190,7 +3269,7 @@ func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{48}
+	return file_controller_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RestoreSnapshotResponse) GetClusterId() string {
@@ -3247,7 +3326,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3338,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +3351,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{49}
+	return file_controller_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *LeaderHint) GetLeaderId() int32 {
@@ -3299,7 +3378,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3311,7 +3390,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3324,7 +3403,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{50}
+	return file_controller_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AddVoterRequest) GetId() int32 {
@@ -3355,7 +3434,7 @@ type AddVoterResponse struct {
 
 func (x *AddVoterResponse) Reset() {
 	*x = AddVoterResponse{}
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3446,7 @@ func (x *AddVoterResponse) String() string {
 func (*AddVoterResponse) ProtoMessage() {}
 
 func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3459,7 @@ func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterResponse.ProtoReflect.Descriptor instead.
 func (*AddVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{51}
+	return file_controller_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AddVoterResponse) GetConfigurationIndex() uint64 {
@@ -3413,7 +3492,7 @@ type RemoveVoterRequest struct {
 
 func (x *RemoveVoterRequest) Reset() {
 	*x = RemoveVoterRequest{}
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3504,7 @@ func (x *RemoveVoterRequest) String() string {
 func (*RemoveVoterRequest) ProtoMessage() {}
 
 func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3517,7 @@ func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{52}
+	return file_controller_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RemoveVoterRequest) GetId() int32 {
@@ -3459,7 +3538,7 @@ type RemoveVoterResponse struct {
 
 func (x *RemoveVoterResponse) Reset() {
 	*x = RemoveVoterResponse{}
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3471,7 +3550,7 @@ func (x *RemoveVoterResponse) String() string {
 func (*RemoveVoterResponse) ProtoMessage() {}
 
 func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3484,7 +3563,7 @@ func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{53}
+	return file_controller_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RemoveVoterResponse) GetConfigurationIndex() uint64 {
@@ -3518,7 +3597,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_controller_proto_msgTypes[54]
+	mi := &file_controller_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +3609,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[54]
+	mi := &file_controller_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3543,7 +3622,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{54}
+	return file_controller_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TransferLeadershipRequest) GetTargetId() int32 {
@@ -3566,7 +3645,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_controller_proto_msgTypes[55]
+	mi := &file_controller_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +3657,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[55]
+	mi := &file_controller_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +3670,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{55}
+	return file_controller_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TransferLeadershipResponse) GetPreviousLeaderId() int32 {
@@ -3620,7 +3699,7 @@ type ConfigResource struct {
 
 func (x *ConfigResource) Reset() {
 	*x = ConfigResource{}
-	mi := &file_controller_proto_msgTypes[56]
+	mi := &file_controller_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3632,7 +3711,7 @@ func (x *ConfigResource) String() string {
 func (*ConfigResource) ProtoMessage() {}
 
 func (x *ConfigResource) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[56]
+	mi := &file_controller_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3645,7 +3724,7 @@ func (x *ConfigResource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigResource.ProtoReflect.Descriptor instead.
 func (*ConfigResource) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{56}
+	return file_controller_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ConfigResource) GetType() ConfigResourceType {
@@ -3673,7 +3752,7 @@ type ConfigEntry struct {
 
 func (x *ConfigEntry) Reset() {
 	*x = ConfigEntry{}
-	mi := &file_controller_proto_msgTypes[57]
+	mi := &file_controller_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3685,7 +3764,7 @@ func (x *ConfigEntry) String() string {
 func (*ConfigEntry) ProtoMessage() {}
 
 func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[57]
+	mi := &file_controller_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3698,7 +3777,7 @@ func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
 func (*ConfigEntry) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{57}
+	return file_controller_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ConfigEntry) GetName() string {
@@ -3734,7 +3813,7 @@ type AlterableConfig struct {
 
 func (x *AlterableConfig) Reset() {
 	*x = AlterableConfig{}
-	mi := &file_controller_proto_msgTypes[58]
+	mi := &file_controller_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3746,7 +3825,7 @@ func (x *AlterableConfig) String() string {
 func (*AlterableConfig) ProtoMessage() {}
 
 func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[58]
+	mi := &file_controller_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3759,7 +3838,7 @@ func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterableConfig.ProtoReflect.Descriptor instead.
 func (*AlterableConfig) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{58}
+	return file_controller_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AlterableConfig) GetName() string {
@@ -3796,7 +3875,7 @@ type IncrementalAlterConfigsRequest struct {
 
 func (x *IncrementalAlterConfigsRequest) Reset() {
 	*x = IncrementalAlterConfigsRequest{}
-	mi := &file_controller_proto_msgTypes[59]
+	mi := &file_controller_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3808,7 +3887,7 @@ func (x *IncrementalAlterConfigsRequest) String() string {
 func (*IncrementalAlterConfigsRequest) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[59]
+	mi := &file_controller_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3821,7 +3900,7 @@ func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsRequest.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{59}
+	return file_controller_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *IncrementalAlterConfigsRequest) GetResource() *ConfigResource {
@@ -3857,7 +3936,7 @@ type IncrementalAlterConfigsResponse struct {
 
 func (x *IncrementalAlterConfigsResponse) Reset() {
 	*x = IncrementalAlterConfigsResponse{}
-	mi := &file_controller_proto_msgTypes[60]
+	mi := &file_controller_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3869,7 +3948,7 @@ func (x *IncrementalAlterConfigsResponse) String() string {
 func (*IncrementalAlterConfigsResponse) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[60]
+	mi := &file_controller_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3882,7 +3961,7 @@ func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsResponse.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{60}
+	return file_controller_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *IncrementalAlterConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -3910,7 +3989,7 @@ type DescribeConfigsRequest struct {
 
 func (x *DescribeConfigsRequest) Reset() {
 	*x = DescribeConfigsRequest{}
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3922,7 +4001,7 @@ func (x *DescribeConfigsRequest) String() string {
 func (*DescribeConfigsRequest) ProtoMessage() {}
 
 func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3935,7 +4014,7 @@ func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{61}
+	return file_controller_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DescribeConfigsRequest) GetResource() *ConfigResource {
@@ -3962,7 +4041,7 @@ type DescribeConfigsResponse struct {
 
 func (x *DescribeConfigsResponse) Reset() {
 	*x = DescribeConfigsResponse{}
-	mi := &file_controller_proto_msgTypes[62]
+	mi := &file_controller_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3974,7 +4053,7 @@ func (x *DescribeConfigsResponse) String() string {
 func (*DescribeConfigsResponse) ProtoMessage() {}
 
 func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[62]
+	mi := &file_controller_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3987,7 +4066,7 @@ func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{62}
+	return file_controller_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DescribeConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -4064,8 +4143,9 @@ const file_controller_proto_rawDesc = "" +
 	"\rcontroller_id\x18\x05 \x01(\x05R\fcontrollerId\"Y\n" +
 	"\x17UnregisterBrokerRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
-	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"\x1a\n" +
-	"\x18UnregisterBrokerResponse\"\x97\x01\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"=\n" +
+	"\x18UnregisterBrokerResponse\x12!\n" +
+	"\fbroker_epoch\x18\x01 \x01(\x03R\vbrokerEpoch\"\x97\x01\n" +
 	"\x15StreamMetadataRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12\x1f\n" +
@@ -4167,7 +4247,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x18eligible_leader_replicas\x18\t \x03(\x05R\x16eligibleLeaderReplicas\x12$\n" +
 	"\x0elast_known_elr\x18\n" +
 	" \x03(\x05R\flastKnownElr\x12P\n" +
-	"\x15leader_recovery_state\x18\v \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\"\xc7\x02\n" +
+	"\x15leader_recovery_state\x18\v \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\"\x8c\x03\n" +
 	"\x15AlterPartitionRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12\x19\n" +
@@ -4176,7 +4256,11 @@ const file_controller_proto_rawDesc = "" +
 	"\fleader_epoch\x18\x05 \x01(\x05R\vleaderEpoch\x12'\n" +
 	"\x0fpartition_epoch\x18\x06 \x01(\x05R\x0epartitionEpoch\x12\x17\n" +
 	"\anew_isr\x18\a \x03(\x05R\x06newIsr\x12P\n" +
-	"\x15leader_recovery_state\x18\b \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\"U\n" +
+	"\x15leader_recovery_state\x18\b \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\x12C\n" +
+	"\x13new_isr_with_epochs\x18\t \x03(\v2\x14.keel.v1.BrokerStateR\x10newIsrWithEpochs\"M\n" +
+	"\vBrokerState\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"U\n" +
 	"\x16AlterPartitionResponse\x12;\n" +
 	"\tpartition\x18\x01 \x01(\v2\x1d.keel.v1.PartitionDescriptionR\tpartition\"D\n" +
 	"\x0eTopicPartition\x12\x14\n" +
@@ -4337,7 +4421,7 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_controller_proto_goTypes = []any{
 	(ElectionType)(0),                           // 0: keel.v1.ElectionType
 	(ConfigSource)(0),                           // 1: keel.v1.ConfigSource
@@ -4377,38 +4461,39 @@ var file_controller_proto_goTypes = []any{
 	(*TopicDescription)(nil),                    // 35: keel.v1.TopicDescription
 	(*PartitionDescription)(nil),                // 36: keel.v1.PartitionDescription
 	(*AlterPartitionRequest)(nil),               // 37: keel.v1.AlterPartitionRequest
-	(*AlterPartitionResponse)(nil),              // 38: keel.v1.AlterPartitionResponse
-	(*TopicPartition)(nil),                      // 39: keel.v1.TopicPartition
-	(*ElectLeadersRequest)(nil),                 // 40: keel.v1.ElectLeadersRequest
-	(*ElectLeadersResponse)(nil),                // 41: keel.v1.ElectLeadersResponse
-	(*ElectionResult)(nil),                      // 42: keel.v1.ElectionResult
-	(*AlterPartitionReassignmentsRequest)(nil),  // 43: keel.v1.AlterPartitionReassignmentsRequest
-	(*ReassignmentTarget)(nil),                  // 44: keel.v1.ReassignmentTarget
-	(*AlterPartitionReassignmentsResponse)(nil), // 45: keel.v1.AlterPartitionReassignmentsResponse
-	(*ReassignedPartition)(nil),                 // 46: keel.v1.ReassignedPartition
-	(*ListPartitionReassignmentsRequest)(nil),   // 47: keel.v1.ListPartitionReassignmentsRequest
-	(*ListPartitionReassignmentsResponse)(nil),  // 48: keel.v1.ListPartitionReassignmentsResponse
-	(*Reassignment)(nil),                        // 49: keel.v1.Reassignment
-	(*RestoreSnapshotRequest)(nil),              // 50: keel.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),             // 51: keel.v1.RestoreSnapshotResponse
-	(*LeaderHint)(nil),                          // 52: keel.v1.LeaderHint
-	(*AddVoterRequest)(nil),                     // 53: keel.v1.AddVoterRequest
-	(*AddVoterResponse)(nil),                    // 54: keel.v1.AddVoterResponse
-	(*RemoveVoterRequest)(nil),                  // 55: keel.v1.RemoveVoterRequest
-	(*RemoveVoterResponse)(nil),                 // 56: keel.v1.RemoveVoterResponse
-	(*TransferLeadershipRequest)(nil),           // 57: keel.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil),          // 58: keel.v1.TransferLeadershipResponse
-	(*ConfigResource)(nil),                      // 59: keel.v1.ConfigResource
-	(*ConfigEntry)(nil),                         // 60: keel.v1.ConfigEntry
-	(*AlterableConfig)(nil),                     // 61: keel.v1.AlterableConfig
-	(*IncrementalAlterConfigsRequest)(nil),      // 62: keel.v1.IncrementalAlterConfigsRequest
-	(*IncrementalAlterConfigsResponse)(nil),     // 63: keel.v1.IncrementalAlterConfigsResponse
-	(*DescribeConfigsRequest)(nil),              // 64: keel.v1.DescribeConfigsRequest
-	(*DescribeConfigsResponse)(nil),             // 65: keel.v1.DescribeConfigsResponse
-	nil,                                         // 66: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                         // 67: keel.v1.TopicDescription.ConfigsEntry
-	(LeaderRecoveryState)(0),                    // 68: keel.v1.LeaderRecoveryState
-	(ConfigResourceType)(0),                     // 69: keel.v1.ConfigResourceType
+	(*BrokerState)(nil),                         // 38: keel.v1.BrokerState
+	(*AlterPartitionResponse)(nil),              // 39: keel.v1.AlterPartitionResponse
+	(*TopicPartition)(nil),                      // 40: keel.v1.TopicPartition
+	(*ElectLeadersRequest)(nil),                 // 41: keel.v1.ElectLeadersRequest
+	(*ElectLeadersResponse)(nil),                // 42: keel.v1.ElectLeadersResponse
+	(*ElectionResult)(nil),                      // 43: keel.v1.ElectionResult
+	(*AlterPartitionReassignmentsRequest)(nil),  // 44: keel.v1.AlterPartitionReassignmentsRequest
+	(*ReassignmentTarget)(nil),                  // 45: keel.v1.ReassignmentTarget
+	(*AlterPartitionReassignmentsResponse)(nil), // 46: keel.v1.AlterPartitionReassignmentsResponse
+	(*ReassignedPartition)(nil),                 // 47: keel.v1.ReassignedPartition
+	(*ListPartitionReassignmentsRequest)(nil),   // 48: keel.v1.ListPartitionReassignmentsRequest
+	(*ListPartitionReassignmentsResponse)(nil),  // 49: keel.v1.ListPartitionReassignmentsResponse
+	(*Reassignment)(nil),                        // 50: keel.v1.Reassignment
+	(*RestoreSnapshotRequest)(nil),              // 51: keel.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),             // 52: keel.v1.RestoreSnapshotResponse
+	(*LeaderHint)(nil),                          // 53: keel.v1.LeaderHint
+	(*AddVoterRequest)(nil),                     // 54: keel.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),                    // 55: keel.v1.AddVoterResponse
+	(*RemoveVoterRequest)(nil),                  // 56: keel.v1.RemoveVoterRequest
+	(*RemoveVoterResponse)(nil),                 // 57: keel.v1.RemoveVoterResponse
+	(*TransferLeadershipRequest)(nil),           // 58: keel.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),          // 59: keel.v1.TransferLeadershipResponse
+	(*ConfigResource)(nil),                      // 60: keel.v1.ConfigResource
+	(*ConfigEntry)(nil),                         // 61: keel.v1.ConfigEntry
+	(*AlterableConfig)(nil),                     // 62: keel.v1.AlterableConfig
+	(*IncrementalAlterConfigsRequest)(nil),      // 63: keel.v1.IncrementalAlterConfigsRequest
+	(*IncrementalAlterConfigsResponse)(nil),     // 64: keel.v1.IncrementalAlterConfigsResponse
+	(*DescribeConfigsRequest)(nil),              // 65: keel.v1.DescribeConfigsRequest
+	(*DescribeConfigsResponse)(nil),             // 66: keel.v1.DescribeConfigsResponse
+	nil,                                         // 67: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                         // 68: keel.v1.TopicDescription.ConfigsEntry
+	(LeaderRecoveryState)(0),                    // 69: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),                     // 70: keel.v1.ConfigResourceType
 }
 var file_controller_proto_depIdxs = []int32{
 	5,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
@@ -4417,88 +4502,89 @@ var file_controller_proto_depIdxs = []int32{
 	17, // 3: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
 	22, // 4: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
 	24, // 5: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	66, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	67, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
 	35, // 7: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
 	24, // 8: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
 	35, // 9: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
 	32, // 10: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
 	35, // 11: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	67, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	68, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
 	36, // 13: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
-	60, // 14: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
-	68, // 15: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	68, // 16: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	36, // 17: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
-	0,  // 18: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
-	39, // 19: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
-	42, // 20: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
-	44, // 21: keel.v1.AlterPartitionReassignmentsRequest.partitions:type_name -> keel.v1.ReassignmentTarget
-	36, // 22: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
-	46, // 23: keel.v1.AlterPartitionReassignmentsResponse.partitions:type_name -> keel.v1.ReassignedPartition
-	36, // 24: keel.v1.ReassignedPartition.partition:type_name -> keel.v1.PartitionDescription
-	49, // 25: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
-	5,  // 26: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	5,  // 27: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	69, // 28: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
-	1,  // 29: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
-	2,  // 30: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
-	59, // 31: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
-	61, // 32: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
-	60, // 33: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
-	42, // 34: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
-	59, // 35: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
-	60, // 36: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
-	3,  // 37: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	6,  // 38: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	8,  // 39: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	10, // 40: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	12, // 41: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	14, // 42: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	20, // 43: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	23, // 44: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
-	26, // 45: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
-	28, // 46: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
-	30, // 47: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
-	33, // 48: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
-	37, // 49: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
-	40, // 50: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
-	43, // 51: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
-	47, // 52: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
-	19, // 53: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	50, // 54: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
-	53, // 55: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
-	55, // 56: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
-	57, // 57: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
-	62, // 58: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
-	64, // 59: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
-	4,  // 60: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	7,  // 61: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	9,  // 62: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	11, // 63: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	13, // 64: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	15, // 65: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	21, // 66: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	25, // 67: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	27, // 68: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	29, // 69: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	31, // 70: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	34, // 71: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	38, // 72: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	41, // 73: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	45, // 74: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	48, // 75: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	18, // 76: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	51, // 77: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	54, // 78: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	56, // 79: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	58, // 80: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	63, // 81: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
-	65, // 82: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
-	60, // [60:83] is the sub-list for method output_type
-	37, // [37:60] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	61, // 14: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
+	69, // 15: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	69, // 16: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	38, // 17: keel.v1.AlterPartitionRequest.new_isr_with_epochs:type_name -> keel.v1.BrokerState
+	36, // 18: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
+	0,  // 19: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
+	40, // 20: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
+	43, // 21: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
+	45, // 22: keel.v1.AlterPartitionReassignmentsRequest.partitions:type_name -> keel.v1.ReassignmentTarget
+	36, // 23: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
+	47, // 24: keel.v1.AlterPartitionReassignmentsResponse.partitions:type_name -> keel.v1.ReassignedPartition
+	36, // 25: keel.v1.ReassignedPartition.partition:type_name -> keel.v1.PartitionDescription
+	50, // 26: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
+	5,  // 27: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	5,  // 28: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	70, // 29: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
+	1,  // 30: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
+	2,  // 31: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
+	60, // 32: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	62, // 33: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
+	61, // 34: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	43, // 35: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
+	60, // 36: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	61, // 37: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	3,  // 38: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	6,  // 39: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	8,  // 40: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	10, // 41: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	12, // 42: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	14, // 43: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	20, // 44: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	23, // 45: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	26, // 46: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	28, // 47: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	30, // 48: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	33, // 49: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	37, // 50: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	41, // 51: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	44, // 52: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	48, // 53: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	19, // 54: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
+	51, // 55: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	54, // 56: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
+	56, // 57: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
+	58, // 58: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
+	63, // 59: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
+	65, // 60: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
+	4,  // 61: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	7,  // 62: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	9,  // 63: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	11, // 64: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	13, // 65: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	15, // 66: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	21, // 67: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	25, // 68: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	27, // 69: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	29, // 70: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	31, // 71: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	34, // 72: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	39, // 73: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	42, // 74: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	46, // 75: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	49, // 76: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	18, // 77: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	52, // 78: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	55, // 79: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	57, // 80: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	59, // 81: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	64, // 82: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
+	66, // 83: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
+	61, // [61:84] is the sub-list for method output_type
+	38, // [38:61] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -4511,14 +4597,14 @@ func file_controller_proto_init() {
 		(*MetadataPush_Entries)(nil),
 		(*MetadataPush_Snapshot)(nil),
 	}
-	file_controller_proto_msgTypes[54].OneofWrappers = []any{}
+	file_controller_proto_msgTypes[55].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   65,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

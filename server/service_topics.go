@@ -150,6 +150,9 @@ func (s *controllerService) ElectLeaders(ctx context.Context, req *keelpb.ElectL
 func (s *controllerService) AlterPartitionReassignments(ctx context.Context, req *keelpb.AlterPartitionReassignmentsRequest) (*keelpb.AlterPartitionReassignmentsResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
+	if len(req.GetPartitions()) > 0 {
+		return s.reassignPlan(ctx, req.GetPartitions())
+	}
 	var err error
 	if len(req.GetReplicas()) == 0 {
 		err = s.ctrl.CancelReassignment(ctx, req.GetTopic(), req.GetPartition())
@@ -169,6 +172,31 @@ func (s *controllerService) AlterPartitionReassignments(ctx context.Context, req
 		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, "partition gone")
 	}
 	return &keelpb.AlterPartitionReassignmentsResponse{Partition: DescribePartition(p)}, nil
+}
+
+// reassignPlan starts or cancels many reassignments in one decision, and
+// answers with each partition as it is once accepted.
+func (s *controllerService) reassignPlan(ctx context.Context, targets []*keelpb.ReassignmentTarget) (*keelpb.AlterPartitionReassignmentsResponse, error) {
+	plan := make([]controller.ReassignmentTarget, len(targets))
+	for i, t := range targets {
+		plan[i] = controller.ReassignmentTarget{Topic: t.GetTopic(), Partition: t.GetPartition(), Replicas: t.GetReplicas()}
+	}
+	if err := s.ctrl.ReassignPlan(ctx, plan); err != nil {
+		return nil, toStatus(err)
+	}
+	img := s.ctrl.Image()
+	resp := &keelpb.AlterPartitionReassignmentsResponse{Partitions: make([]*keelpb.ReassignedPartition, 0, len(plan))}
+	for _, t := range plan {
+		rp := &keelpb.ReassignedPartition{Topic: t.Topic}
+		// A topic deleted meanwhile is left without its partition.
+		if tp, ok := img.Topic(t.Topic); ok {
+			if p, ok := img.Partition(tp.ID, t.Partition); ok {
+				rp.Partition = DescribePartition(p)
+			}
+		}
+		resp.Partitions = append(resp.Partitions, rp)
+	}
+	return resp, nil
 }
 
 // ListPartitionReassignments lists ongoing reassignments from this node's image.

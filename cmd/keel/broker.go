@@ -165,7 +165,7 @@ refuses to start unless every address it listens on, advertises and dials
 		"how long a follower may go without fetching before its leader drops it from the ISR")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
-	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerUnregisterCmd())
+	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerUnregisterCmd(), newBrokerDrainCmd())
 	return cmd
 }
 

@@ -1,7 +1,8 @@
 GO        ?= go
 BIN       := bin/keel
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X main.version=$(VERSION)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 PROTO_DIR := proto/keelpb
 SHELL     := /bin/bash
 

@@ -236,3 +236,34 @@ func TestController_ReadImageIsLinearizable(t *testing.T) {
 		t.Fatalf("new leader's linearizable image is at %d, before its acknowledged write at %d", img.Offset, index)
 	}
 }
+
+// A whole quorum restarted on its data dirs: each node's state machine has
+// applied nothing of the log when a leader is elected, so the takeover must
+// wait for the log of earlier terms before deciding (no second cluster id,
+// the next epoch), and no node refuses any committed entry.
+func TestTakeover_WholeQuorumRestartRefusesNothing(t *testing.T) {
+	c := newCluster(t, 3)
+	leader := c.WaitForActive(5 * time.Second)
+	if _, err := leader.Controller().Propose(context.Background(), noOp(), noOp()); err != nil {
+		t.Fatal(err)
+	}
+	_, before := leader.Controller().Active()
+	c.WaitForApplied(leader.FSM().Image().Offset)
+	for _, nd := range c.Nodes() {
+		c.Kill(nd.ID())
+	}
+	for _, id := range []int32{1, 2, 3} {
+		c.Restart(id)
+	}
+	leader = c.WaitForActive(10 * time.Second)
+	c.WaitForApplied(leader.FSM().Image().Offset)
+	for _, nd := range c.Nodes() {
+		img := nd.FSM().Image()
+		if n := nd.FSM().Refused(); n != 0 {
+			t.Errorf("node %d refused %d committed entries", nd.ID(), n)
+		}
+		if img.ClusterID != clusterID || img.ControllerEpoch <= before {
+			t.Errorf("node %d: cluster %q epoch %d, want cluster %q and an epoch above %d", nd.ID(), img.ClusterID, img.ControllerEpoch, clusterID, before)
+		}
+	}
+}

@@ -114,20 +114,10 @@ func (l *leadership) establish() error {
 	start := time.Now()
 	transferAt := start.Add(giveUp)
 	wait := first
-	// The first attempt skips the barrier when the state machine has
-	// applied everything raft has handed it, as after a handoff: one raft
-	// round less. Should the image still be stale, the FSM refuses the
-	// stale epoch and the next attempt, at once, has a barrier.
-	barrier := l.c.fsm.Image().Offset < l.c.raft.AppliedIndex()
 	for attempt := 1; ; attempt++ {
-		err := l.tryEstablish(barrier)
+		err := l.tryEstablish()
 		if err == nil || l.ctx.Err() != nil {
 			return err
-		}
-		if !barrier {
-			l.log.Info("takeover without a barrier was refused; retrying with one", "err", err)
-			barrier = true
-			continue
 		}
 		failing := time.Since(start).Round(time.Millisecond)
 		l.log.Warn("takeover attempt failed", "attempt", attempt, "failing_for", failing, "err", err)
@@ -154,18 +144,22 @@ func (l *leadership) establish() error {
 	}
 }
 
-func (l *leadership) tryEstablish(barrier bool) error {
+func (l *leadership) tryEstablish() error {
 	if fault := l.c.cfg.takeoverFault; fault != nil {
 		if err := fault(); err != nil {
 			return err
 		}
 	}
-	// A restore decides from the image (is this quorum empty?): only a
-	// current image will do.
-	if barrier || l.c.cfg.RestoreFrom != "" {
-		if err := l.c.raft.Barrier(l.c.cfg.ApplyTimeout).Error(); err != nil {
-			return fmt.Errorf("barrier: %w", err)
-		}
+	// The takeover decides from the image (is there a cluster id yet? which
+	// epoch is next? is this quorum empty, for a restore?), and a new
+	// leader's state machine may not have applied every entry of earlier
+	// terms: raft counts them committed only once an entry of the new term
+	// is. The barrier waits for that, so that the takeover's batch is
+	// decided on the committed image and the state machine never refuses
+	// it (a whole cluster restarted on its data dirs would otherwise write
+	// a second cluster id, which every node refuses).
+	if err := l.c.raft.Barrier(l.c.cfg.ApplyTimeout).Error(); err != nil {
+		return fmt.Errorf("barrier: %w", err)
 	}
 	img := l.c.fsm.Image()
 	if l.c.cfg.RestoreFrom != "" && img.ClusterID == "" && img.ControllerEpoch == 0 {

@@ -36,6 +36,7 @@ const (
 	MetricRaftCommitTime                 = "keel_raft_commit_time_seconds"
 	MetricRaftLeaderChanges              = "keel_raft_leader_changes_total"
 	MetricRaftTerm                       = "keel_raft_term"
+	MetricRefusedEntries                 = "keel_fsm_refused_entries_total"
 )
 
 // latencyBuckets suit both the event queue (microseconds when idle) and a
@@ -188,12 +189,14 @@ var (
 		"The raft index of the last batch this node's state machine has applied to its image (its metadata offset).", nil, nil)
 	descTerm = prometheus.NewDesc(MetricRaftTerm,
 		"This node's current raft term.", nil, nil)
+	descRefused = prometheus.NewDesc(MetricRefusedEntries,
+		"Committed entries this node's state machine refused since it started. Every node refuses the same ones, so their images agree, but the active controller checks each batch before raft: anything above 0 is a bug to report.", nil, nil)
 )
 
 func (col *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descActiveControllerCount, descOfflinePartitions, descImbalance, descTopics,
 		descPartitions, descFenced, descActiveBrokers, descEpoch, descQueueSize, descStreamLag, descLastIndex,
-		descCommitIndex, descAppliedIndex, descTerm} {
+		descCommitIndex, descAppliedIndex, descTerm, descRefused} {
 		ch <- d
 	}
 }
@@ -240,6 +243,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descCommitIndex, float64(c.raft.CommitIndex()))
 	gauge(descAppliedIndex, float64(img.Offset))
 	gauge(descTerm, float64(c.raft.CurrentTerm()))
+	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(c.fsm.Refused()))
 }
 
 // startMetrics registers the controller's metrics with reg and starts

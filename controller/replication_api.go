@@ -51,29 +51,40 @@ func (c *Controller) PreviewTopic(req *keelpb.CreateTopicRequest) (*fsm.Image, *
 	return preview, t, nil
 }
 
-// CreatePartitions adds partitions to a topic.
+// CreatePartitions adds partitions to a topic. With ValidateOnly it writes
+// nothing and answers as PreviewPartitions does.
 func (c *Controller) CreatePartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) error {
-	start := rand.IntN(1 << 20)
 	if req.ValidateOnly {
-		if l := c.active.Load(); l == nil {
-			return c.notLeader()
-		}
-		// Answered as the write would be: decided, then applied to a
-		// private copy of the image, so a refusal shows here too.
-		img := c.fsm.Image()
-		recs, err := createPartitionsRecords(img, req, start)
-		if err != nil {
-			return err
-		}
-		if _, err := fsm.Apply(img, img.Offset+1, img.Term, &keelpb.RecordBatch{Records: recs}); err != nil {
-			return fmt.Errorf("%w; nothing was written: %w", ErrRefused, err)
-		}
-		return nil
+		_, _, err := c.PreviewPartitions(req)
+		return err
 	}
+	start := rand.IntN(1 << 20)
 	_, err := c.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
 		return createPartitionsRecords(img, req, start)
 	})
 	return err
+}
+
+// PreviewPartitions answers a validate-only CreatePartitions as
+// PreviewTopic answers a create: decided as the write would be, then
+// applied to a private copy of the committed image, so a refusal shows
+// here too and the answer holds the new partitions' placement. It returns
+// that copy and the topic in it.
+func (c *Controller) PreviewPartitions(req *keelpb.CreatePartitionsRequest) (*fsm.Image, *fsm.Topic, error) {
+	if l := c.active.Load(); l == nil {
+		return nil, nil, c.notLeader()
+	}
+	img := c.fsm.Image()
+	recs, err := createPartitionsRecords(img, req, rand.IntN(1<<20))
+	if err != nil {
+		return nil, nil, err
+	}
+	preview, err := fsm.Apply(img, img.Offset+1, img.Term, &keelpb.RecordBatch{Records: recs})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w; nothing was written: %w", ErrRefused, err)
+	}
+	t, _ := preview.Topic(req.Topic)
+	return preview, t, nil
 }
 
 // DeleteTopic removes a topic.
@@ -157,6 +168,19 @@ func (c *Controller) CancelReassignment(ctx context.Context, topic string, parti
 	_, err := c.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
 		return cancelReassignmentRecords(img, topic, partition)
 	})
+	return err
+}
+
+// ReassignPlan starts or cancels the reassignments of many partitions in one
+// decision (planRecords): every one is accepted, or none is and the error
+// names the first refused entry.
+func (c *Controller) ReassignPlan(ctx context.Context, plan []ReassignmentTarget) error {
+	_, err := c.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		return planRecords(img, plan)
+	})
+	if err == nil {
+		c.log.Info("reassignment plan accepted", "partitions", len(plan))
+	}
 	return err
 }
 

@@ -55,7 +55,7 @@ func (l *leadership) restore(path string, force, keepIdentity bool) (*RestoreRes
 	cur := l.c.fsm.Image()
 	if !keepIdentity {
 		if img.ClusterID != cur.ClusterID && !force {
-			return nil, fmt.Errorf("%w: the snapshot is of cluster %s, this is cluster %s (force it to restore it here)",
+			return nil, fmt.Errorf("%w: the snapshot is of cluster %s, this is cluster %s (keel snapshot restore --force-cluster-id restores it under this cluster's id)",
 				ErrInconsistentClusterID, img.ClusterID, cur.ClusterID)
 		}
 		img = img.WithIdentity(cur.ClusterID, cur.ControllerEpoch, l.c.cfg.NodeID)

@@ -133,6 +133,12 @@ func TestTopics_AddPartitionsAndDelete(t *testing.T) {
 	if _, err := createPartitionsRecords(img, &keelpb.CreatePartitionsRequest{Topic: "t", Count: 2}, 0); !errors.As(err, &fe) || fe.Field != "count" {
 		t.Fatalf("shrinking: err = %v", err)
 	}
+	// An assignment from 0 (or any index but the count) says where to start.
+	from0 := &keelpb.CreatePartitionsRequest{Topic: "t", Count: 1, Assignments: []*keelpb.PartitionAssignment{{Replicas: []int32{1, 2, 3}}}}
+	if _, err := createPartitionsRecords(img, from0, 0); !errors.As(err, &fe) || fe.Field != "assignments" ||
+		!strings.Contains(err.Error(), `the new partitions start at 4, topic "t"'s current partition count, not at 0`) {
+		t.Fatalf("assignment from 0: err = %v", err)
+	}
 	if _, err := createPartitionsRecords(img, &keelpb.CreatePartitionsRequest{Topic: "nope", Count: 2}, 0); !errors.Is(err, ErrUnknownTopic) {
 		t.Fatalf("unknown topic: err = %v", err)
 	}

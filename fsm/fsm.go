@@ -11,6 +11,11 @@ import (
 // number of readers may call Image or Watch concurrently.
 type FSM struct {
 	img atomic.Pointer[Image]
+	// refused counts committed entries this FSM refused. Every node refuses
+	// the same ones (Apply is deterministic), so the images still agree;
+	// but the active controller checks every batch before raft, so any
+	// refusal is a bug worth an alert.
+	refused atomic.Uint64
 
 	mu      sync.Mutex    // guards changed
 	changed chan struct{} // closed and replaced each time the image changes
@@ -48,15 +53,21 @@ func (f *FSM) publish(img *Image) {
 func (f *FSM) ApplyEntry(index, term uint64, data []byte) any {
 	batch, err := DecodeBatch(data)
 	if err != nil {
+		f.refused.Add(1)
 		return err
 	}
 	next, err := Apply(f.img.Load(), index, term, batch)
 	if err != nil {
+		f.refused.Add(1)
 		return err
 	}
 	f.publish(next)
 	return nil
 }
+
+// Refused is the number of committed entries this FSM has refused since it
+// was made (decoding errors included).
+func (f *FSM) Refused() uint64 { return f.refused.Load() }
 
 // Snapshot captures the current image in O(1); the returned function streams
 // it out and may run while later entries are applied.

@@ -418,6 +418,9 @@ func TestRestore_RefusesCorruptAndForeignSnapshots(t *testing.T) {
 		t.Fatalf("two clusters share the id %s", saved.ClusterID)
 	}
 	c.refusedOneLine(t, "FailedPrecondition: inconsistent cluster id", "snapshot", "restore", foreignFile)
+	// The refusal names the file and the flag that restores it anyway.
+	c.refusedOneLine(t, "restore "+foreignFile+": ", "snapshot", "restore", foreignFile)
+	c.refusedOneLine(t, "--force-cluster-id", "snapshot", "restore", foreignFile)
 	unchanged("after restoring another cluster's snapshot without --force-cluster-id")
 
 	var res restoreJSON

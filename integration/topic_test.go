@@ -605,7 +605,8 @@ func TestTopic_RefusesBadInput(t *testing.T) {
 		{"an existing name, validate only", append([]string{"topic", "create", "dup", "--validate-only"}, one...), []string{"keel: AlreadyExists: ", "dup"}},
 		{"a replication factor above the brokers, validate only", []string{"topic", "create", "rf4", "--partitions", "1", "--replication-factor", "4", "--validate-only"},
 			[]string{"keel: InvalidArgument: replication_factor: "}},
-		{"deleting an unknown topic", []string{"topic", "delete", "nosuch"}, []string{"keel: NotFound: ", "nosuch"}},
+		{"deleting an unknown topic", []string{"topic", "delete", "nosuch"}, []string{`keel: NotFound: unknown topic or partition: topic "nosuch"`}},
+		{"describing an unknown topic", []string{"topic", "describe", "nosuch"}, []string{`keel: NotFound: unknown topic or partition: topic "nosuch"`}},
 		{"fewer partitions", []string{"partition", "add-partitions", "--topic", "dup", "--count", "1"}, []string{"keel: InvalidArgument: count: "}},
 		{"reassigning to an unregistered broker", []string{"partition", "reassign", "--topic", "dup", "--partition", "0", "--replicas", "1,9"},
 			[]string{"keel: InvalidArgument: replicas: ", "9"}},
@@ -638,6 +639,30 @@ func TestTopic_RefusesBadInput(t *testing.T) {
 	stdout, stderr, code := runKeel(t, 30*time.Second, c.adminArgs("topic", "create", "preview", "--partitions", "1", "--replication-factor", "1", "--validate-only")...)
 	if code != 0 || !strings.HasPrefix(stdout, "validated, nothing written\n") {
 		t.Errorf("keel topic create --validate-only (table): exit %d, stdout %q, stderr %q; want it to say it wrote nothing", code, stdout, stderr)
+	}
+
+	// Validate-only add-partitions shows the new partitions placed, and
+	// adds nothing (checked below: dup is as it was).
+	var grown topicJSON
+	c.keelJSON(t, &grown, "partition", "add-partitions", "--topic", "dup", "--count", "4", "--validate-only")
+	if len(grown.Partitions) != 4 || grown.ID != dup.ID {
+		t.Errorf("keel partition add-partitions --topic dup --count 4 --validate-only:\n%s; want dup with 4 partitions", formatTopic(grown))
+	}
+	for _, p := range grown.Partitions[min(2, len(grown.Partitions)):] {
+		if len(p.Replicas) != 2 || !slices.Contains(p.Replicas, 3) || p.Leader != p.Replicas[0] {
+			t.Errorf("add-partitions --validate-only: new %s; want 2 replicas, one in each rack, led by the first", p)
+		}
+	}
+	expectRefused(t, "", c.adminArgs("partition", "add-partitions", "--topic", "dup", "--assignment", "0:1,3;1:2,3"),
+		`keel: InvalidArgument: assignments: the new partitions start at 2, topic "dup"'s current partition count, not at 0`)
+
+	// --if-not-exists and --if-exists succeed on what is, or is not, there.
+	if stdout, stderr, code := runKeel(t, 30*time.Second, c.adminArgs(append([]string{"topic", "create", "dup", "--if-not-exists"}, one...)...)...); code != 0 ||
+		!strings.Contains(stderr, "topic dup already exists; nothing created") || !strings.Contains(stdout, dup.ID) {
+		t.Errorf("keel topic create dup --if-not-exists: exit %d, stdout %q, stderr %q; want exit 0 and dup shown", code, stdout, stderr)
+	}
+	if stdout, _, code := runKeel(t, 30*time.Second, c.adminArgs("topic", "delete", "nosuch", "--if-exists")...); code != 0 || stdout != "topic nosuch does not exist; nothing deleted\n" {
+		t.Errorf("keel topic delete nosuch --if-exists: exit %d, stdout %q", code, stdout)
 	}
 
 	// Nothing was created, nothing changed.

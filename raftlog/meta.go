@@ -67,6 +67,14 @@ func readMeta(dir string) (m meta, ok bool, err error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return meta{}, false, fmt.Errorf("meta file %s is corrupt: %v", path, err)
 	}
+	// A broker's data dir has a meta.json too, naming a broker_id: the
+	// wrong --data-dir, not a damaged one.
+	var b2 struct {
+		BrokerID *int32 `json:"broker_id"`
+	}
+	if json.Unmarshal(b, &b2) == nil && b2.BrokerID != nil && m.NodeID == 0 {
+		return meta{}, false, fmt.Errorf("data dir %s is broker %d's (its %s names a broker_id), not a controller's: give a controller's data dir", dir, *b2.BrokerID, metaFileName)
+	}
 	switch {
 	case m.Format == metaFormat && m.LogStore == "":
 	case m.Format == metaFormatLogStore && m.LogStore == LogStoreWAL:

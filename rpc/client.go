@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-dev/keel/internal/hostport"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/tlsauth"
 )
@@ -24,6 +26,7 @@ import (
 type Client struct {
 	addrs    []string
 	dialOpts []grpc.DialOption
+	failFast bool // FailFast
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
@@ -31,14 +34,23 @@ type Client struct {
 }
 
 // NewClient returns a client for the controllers at addrs (plaintext unless
-// WithTLS). Connections are made lazily, on first use of each address.
+// WithTLS). Connections are made lazily, on first use of each address. An
+// address that is not host:port is refused here, naming it, rather than
+// left to fail later in gRPC's words.
 func NewClient(addrs []string, opts ...Option) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("--controllers: no controller address given")
 	}
+	for _, a := range addrs {
+		if err := hostport.Check(a); err != nil {
+			return nil, fmt.Errorf("--controllers: %v (want host:port, e.g. 127.0.0.1:9091)", err)
+		}
+	}
+	o := buildOptions(opts)
 	return &Client{
 		addrs:    addrs,
-		dialOpts: clientDialOptions(buildOptions(opts), tlsauth.RoleController),
+		dialOpts: clientDialOptions(o, tlsauth.RoleController),
+		failFast: o.failFast,
 		conns:    make(map[string]*grpc.ClientConn),
 	}, nil
 }
@@ -169,6 +181,9 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 	gaveUp := func() error {
 		return status.Errorf(codes.Unavailable, "no active controller accepted the write before the deadline; last error: %s", status.Convert(last).Message())
 	}
+	// With failFast, the addresses found not listening in this call: once
+	// that is all of them, nothing will answer before the deadline either.
+	unreachable := map[string]bool{}
 	for {
 		err := c.tryFor(ctx, attempt, target, call)
 		if err == nil {
@@ -190,6 +205,17 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 			return gaveUp()
 		}
 		last = err
+		if c.failFast && notListening(err) {
+			unreachable[target] = true
+			if len(unreachable) == distinct(c.addrs) {
+				return status.Errorf(codes.Unavailable, "no controller is listening at %v; last error: %s", c.addrs, status.Convert(err).Message())
+			}
+			// A refused connection costs the cluster nothing: try the
+			// next address at once.
+			target = c.addrs[next%len(c.addrs)]
+			next++
+			continue
+		}
 		hint, _ := LeaderHintOf(err)
 		wait := pause/2 + rand.N(pause/2+1)
 		switch {
@@ -231,6 +257,27 @@ func (c *Client) forgetLeader(addr string) {
 	}
 }
 
+// distinct counts the different addresses in addrs.
+func distinct(addrs []string) int {
+	seen := make(map[string]bool, len(addrs))
+	for _, a := range addrs {
+		seen[a] = true
+	}
+	return len(seen)
+}
+
+// notListening reports whether err says that nothing listens at the
+// address tried: the connection was refused or the name does not resolve,
+// as opposed to a controller that answered, or hung.
+func notListening(err error) bool {
+	if status.Code(err) != codes.Unavailable {
+		return false
+	}
+	msg := status.Convert(err).Message()
+	return strings.Contains(msg, "connect: connection refused") || strings.Contains(msg, "produced zero addresses") ||
+		strings.Contains(msg, "no such host")
+}
+
 func (c *Client) try(ctx context.Context, addr string, call func(context.Context, keelpb.ControllerServiceClient) error) error {
 	return c.tryFor(ctx, attemptTimeout, addr, call)
 }
@@ -242,7 +289,38 @@ func (c *Client) tryFor(ctx context.Context, timeout time.Duration, addr string,
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return call(actx, cl)
+	err = call(actx, cl)
+	if isBrokerAnswer(err) {
+		return c.notAController(ctx, addr, err)
+	}
+	return err
+}
+
+// isBrokerAnswer reports whether err is the answer of a server without the
+// controller service: a broker, given as a controller by mistake.
+func isBrokerAnswer(err error) bool {
+	return status.Code(err) == codes.Unimplemented &&
+		strings.Contains(status.Convert(err).Message(), "unknown service "+keelpb.ControllerService_ServiceDesc.ServiceName)
+}
+
+// isNotAController reports whether err is notAController's.
+func isNotAController(err error) bool {
+	return status.Code(err) == codes.Unimplemented && strings.Contains(status.Convert(err).Message(), "not a controller")
+}
+
+// notAController turns gRPC's "unknown service" from addr into words an
+// operator acts on: a Keel broker says who it is when asked.
+func (c *Client) notAController(ctx context.Context, addr string, err error) error {
+	cc, cerr := c.conn(addr)
+	if cerr == nil {
+		ictx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		defer cancel()
+		if resp, ierr := keelpb.NewBrokerServiceClient(cc).Inspect(ictx, &keelpb.InspectRequest{}); ierr == nil {
+			return status.Errorf(codes.Unimplemented, "%s is broker %d, not a controller: give the controllers' addresses (--controllers)", addr, resp.GetBrokerId())
+		}
+	}
+	return status.Errorf(codes.Unimplemented, "%s is not a controller (it has no controller service: a broker, or another program?): give the controllers' addresses (--controllers); the server said: %s",
+		addr, status.Convert(err).Message())
 }
 
 // AppendNoOp commits a no-op record: proof that the quorum can commit.
@@ -284,6 +362,9 @@ func (c *Client) DescribeQuorum(ctx context.Context) (*QuorumView, error) {
 		}
 	}
 	if any == nil {
+		if isNotAController(first[0].err) {
+			return nil, first[0].err
+		}
 		return nil, status.Errorf(codes.Unavailable, "no controller answered at %v: %v", c.addrs, first[0].err)
 	}
 	if leader == nil {

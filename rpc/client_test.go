@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -271,5 +272,79 @@ func TestClient_WriteDoesNotWaitOnAFrozenController(t *testing.T) {
 	}
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("the write took %v: it waited on the frozen controller", took)
+	}
+}
+
+func TestNewClient_RefusesAnAddressWithoutPort(t *testing.T) {
+	for _, addr := range []string{"garbage", "garbage:", ":9091"} {
+		_, err := NewClient([]string{"127.0.0.1:9091", addr})
+		if err == nil || !strings.Contains(err.Error(), "--controllers: bad address") || !strings.Contains(err.Error(), "want host:port") {
+			t.Errorf("NewClient(%q) = %v, want a bad address error asking for host:port", addr, err)
+		}
+	}
+}
+
+func TestClient_FailFastWriteToNothingListening(t *testing.T) {
+	dead := deadAddr(t)
+	c, _ := NewClient([]string{deadAddr(t), dead, deadAddr(t), dead}, FailFast()) // one given twice
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := c.AppendNoOp(ctx, "")
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no controller is listening") {
+		t.Fatalf("err = %v, want Unavailable: no controller is listening", err)
+	}
+	// A read gives up in milliseconds; the write must too, not at the 10s deadline.
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("gave up after %v, want at once", d)
+	}
+}
+
+func TestClient_FailFastStillFindsTheLiveController(t *testing.T) {
+	live := &fakeController{answer: func() (*keelpb.AppendNoOpResponse, error) {
+		return &keelpb.AppendNoOpResponse{Index: 1}, nil
+	}}
+	c, _ := NewClient([]string{deadAddr(t), deadAddr(t), serve(t, live)}, FailFast())
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.AppendNoOp(ctx, ""); err != nil {
+		t.Fatalf("AppendNoOp: %v", err)
+	}
+}
+
+// fakeBroker is a broker's gRPC service: no controller service.
+type fakeBroker struct {
+	keelpb.UnimplementedBrokerServiceServer
+}
+
+func (fakeBroker) Inspect(context.Context, *keelpb.InspectRequest) (*keelpb.InspectResponse, error) {
+	return &keelpb.InspectResponse{BrokerId: 7}, nil
+}
+
+func TestClient_SaysABrokerIsNotAController(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	keelpb.RegisterBrokerServiceServer(g, fakeBroker{})
+	go g.Serve(lis)
+	defer g.Stop()
+	addr := lis.Addr().String()
+	c, _ := NewClient([]string{addr}, FailFast())
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	want := addr + " is broker 7, not a controller"
+	if _, err := c.AppendNoOp(ctx, ""); !strings.Contains(err.Error(), want) {
+		t.Errorf("write: err = %v, want %q", err, want)
+	}
+	if _, err := c.ListTopics(ctx); !strings.Contains(err.Error(), want) {
+		t.Errorf("read: err = %v, want %q", err, want)
+	}
+	if _, err := c.DescribeQuorum(ctx); !strings.Contains(err.Error(), want) {
+		t.Errorf("describe quorum: err = %v, want %q", err, want)
 	}
 }

@@ -15,7 +15,8 @@ import (
 type Option func(*options)
 
 type options struct {
-	tls *tlsauth.Config
+	tls      *tlsauth.Config
+	failFast bool
 }
 
 // WithTLS turns on mutual TLS with cfg; nil keeps plaintext. A client
@@ -25,6 +26,15 @@ type options struct {
 // call by it (see methodRules).
 func WithTLS(cfg *tlsauth.Config) Option {
 	return func(o *options) { o.tls = cfg }
+}
+
+// FailFast makes a client's writes give up at once, as its reads do, when no
+// controller it was given is listening (every address refuses the
+// connection or does not resolve), instead of retrying until the deadline.
+// It is for tools, where a typo in --controllers should cost milliseconds; a
+// broker keeps trying, since its controllers may be restarting.
+func FailFast() Option {
+	return func(o *options) { o.failFast = true }
 }
 
 func buildOptions(opts []Option) options {

@@ -89,10 +89,21 @@ const (
 	// ReasonInvalidReplicaAssignment: a reassignment the partition's state
 	// does not allow, such as a cancel that would need an unclean election.
 	ReasonInvalidReplicaAssignment = "INVALID_REPLICA_ASSIGNMENT"
+	// ReasonNoReassignmentInProgress: a cancel of a partition that is not
+	// being reassigned (its move may have just completed).
+	ReasonNoReassignmentInProgress = "NO_REASSIGNMENT_IN_PROGRESS"
 	// ReasonLeadershipTransferred: the active controller, asked to remove
 	// itself from the quorum, has handed leadership to the node in the
 	// LeaderHint, which makes the change when asked again.
 	ReasonLeadershipTransferred = "LEADERSHIP_TRANSFERRED"
+
+	// ReasonNotLeader was AlterPartition's answer to a sender that is not
+	// the partition's leader.
+	//
+	// Deprecated: controllers answer such a sender ReasonInvalidRequest, as
+	// Kafka does, and never send this reason; a data plane may still
+	// compare against it, so the name stays.
+	ReasonNotLeader = "NOT_LEADER"
 )
 
 // WithReason builds a status error carrying an ErrorInfo reason, which

@@ -24,15 +24,29 @@ func StartLocalQuorum(n int, dataDir string, timing raftlog.Timing, version stri
 // StartLocalQuorumWith is StartLocalQuorum with each node's config adjusted
 // by tune (when not nil) before it starts.
 func StartLocalQuorumWith(n int, dataDir string, timing raftlog.Timing, version string, log *slog.Logger, tune func(*NodeConfig)) (*LocalQuorum, error) {
+	return StartLocalQuorumAt(make([]string, n), dataDir, timing, version, log, tune)
+}
+
+// StartLocalQuorumAt is StartLocalQuorumWith with node i+1 listening on
+// addrs[i], or on a free loopback port where addrs[i] is "". A quorum
+// restarted on its data dir needs its old addresses: they are in raft's
+// configuration, and a node on a new port is never reached by the others.
+// An address that cannot be bound fails with an error naming the node.
+func StartLocalQuorumAt(addrs []string, dataDir string, timing raftlog.Timing, version string, log *slog.Logger, tune func(*NodeConfig)) (*LocalQuorum, error) {
+	n := len(addrs)
 	muxes := make([]*raftlog.Mux, n)
 	voters := make([]raftlog.Voter, n)
 	for i := range muxes {
-		m, err := raftlog.Listen("127.0.0.1:0")
+		addr := addrs[i]
+		if addr == "" {
+			addr = "127.0.0.1:0"
+		}
+		m, err := raftlog.Listen(addr)
 		if err != nil {
 			for _, m := range muxes[:i] {
 				m.Close()
 			}
-			return nil, err
+			return nil, fmt.Errorf("controller %d: %w", i+1, err)
 		}
 		muxes[i] = m
 		voters[i] = raftlog.Voter{ID: int32(i + 1), Address: m.Addr().String()}

@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
@@ -41,8 +43,16 @@ func describeIn(img *fsm.Image, name string) *keelpb.TopicDescription {
 	return DescribeTopic(img, t)
 }
 
-// CreatePartitions adds partitions to a topic.
+// CreatePartitions adds partitions to a topic, or with validate_only shows
+// the topic with the new partitions placed.
 func (s *controllerService) CreatePartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) (*keelpb.CreatePartitionsResponse, error) {
+	if req.ValidateOnly {
+		img, t, err := s.ctrl.PreviewPartitions(req)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return &keelpb.CreatePartitionsResponse{Topic: DescribeTopic(img, t)}, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
 	if err := s.ctrl.CreatePartitions(ctx, req); err != nil {
@@ -100,7 +110,8 @@ func (s *controllerService) DescribeTopic(ctx context.Context, req *keelpb.Descr
 	}
 	d := describeIn(img, req.GetName())
 	if d == nil {
-		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, "unknown topic "+req.GetName())
+		// Worded as a write's refusal (toStatus) is: describe and delete say the same.
+		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, fmt.Sprintf("%v: topic %q", controller.ErrUnknownTopic, req.GetName()))
 	}
 	return &keelpb.DescribeTopicResponse{Topic: d}, nil
 }
@@ -139,6 +150,9 @@ func (s *controllerService) ElectLeaders(ctx context.Context, req *keelpb.ElectL
 func (s *controllerService) AlterPartitionReassignments(ctx context.Context, req *keelpb.AlterPartitionReassignmentsRequest) (*keelpb.AlterPartitionReassignmentsResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
+	if len(req.GetPartitions()) > 0 {
+		return s.reassignPlan(ctx, req.GetPartitions())
+	}
 	var err error
 	if len(req.GetReplicas()) == 0 {
 		err = s.ctrl.CancelReassignment(ctx, req.GetTopic(), req.GetPartition())
@@ -158,6 +172,31 @@ func (s *controllerService) AlterPartitionReassignments(ctx context.Context, req
 		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, "partition gone")
 	}
 	return &keelpb.AlterPartitionReassignmentsResponse{Partition: DescribePartition(p)}, nil
+}
+
+// reassignPlan starts or cancels many reassignments in one decision, and
+// answers with each partition as it is once accepted.
+func (s *controllerService) reassignPlan(ctx context.Context, targets []*keelpb.ReassignmentTarget) (*keelpb.AlterPartitionReassignmentsResponse, error) {
+	plan := make([]controller.ReassignmentTarget, len(targets))
+	for i, t := range targets {
+		plan[i] = controller.ReassignmentTarget{Topic: t.GetTopic(), Partition: t.GetPartition(), Replicas: t.GetReplicas()}
+	}
+	if err := s.ctrl.ReassignPlan(ctx, plan); err != nil {
+		return nil, toStatus(err)
+	}
+	img := s.ctrl.Image()
+	resp := &keelpb.AlterPartitionReassignmentsResponse{Partitions: make([]*keelpb.ReassignedPartition, 0, len(plan))}
+	for _, t := range plan {
+		rp := &keelpb.ReassignedPartition{Topic: t.Topic}
+		// A topic deleted meanwhile is left without its partition.
+		if tp, ok := img.Topic(t.Topic); ok {
+			if p, ok := img.Partition(tp.ID, t.Partition); ok {
+				rp.Partition = DescribePartition(p)
+			}
+		}
+		resp.Partitions = append(resp.Partitions, rp)
+	}
+	return resp, nil
 }
 
 // ListPartitionReassignments lists ongoing reassignments from this node's image.

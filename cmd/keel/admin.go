@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"io"
 	"time"
 
@@ -42,7 +43,7 @@ func adminCall[V any](cmd *cobra.Command, a *adminFlags,
 	table func(w io.Writer, v V) error,
 ) error {
 	open := func(tlsCfg *tlsauth.Config) (*rpc.Client, error) {
-		return rpc.NewClient(splitAddrs(a.controllers), rpc.WithTLS(tlsCfg))
+		return rpc.NewClient(splitAddrs(a.controllers), rpc.WithTLS(tlsCfg), rpc.FailFast())
 	}
 	return call(cmd, a.output, a.timeout, open, ask, table)
 }
@@ -55,6 +56,9 @@ func call[C io.Closer, V any](cmd *cobra.Command, output string, timeout time.Du
 	table func(w io.Writer, v V) error,
 ) error {
 	if err := checkOutput(output); err != nil {
+		return err
+	}
+	if err := checkTimeout(timeout); err != nil {
 		return err
 	}
 	tlsCfg, err := tlsFlags(cmd)
@@ -73,4 +77,13 @@ func call[C io.Closer, V any](cmd *cobra.Command, output string, timeout time.Du
 		return err
 	}
 	return printAs(cmd.OutOrStdout(), output, v, table)
+}
+
+// checkTimeout refuses a --timeout that leaves no time to ask: 0 would fail
+// every call at once with a deadline error that reads like a dead cluster.
+func checkTimeout(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("--timeout %v: want a positive duration, e.g. 10s", d)
+	}
+	return nil
 }

@@ -192,7 +192,7 @@ refuses to start unless every address it listens on, advertises and dials
 	_ = f.MarkHidden("test-produce-listen")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
-	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerUnregisterCmd())
+	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerUnregisterCmd(), newBrokerDrainCmd())
 	return cmd
 }
 

@@ -2,20 +2,26 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/broker/replication"
+	"github.com/keel-dev/keel/internal/atomicfile"
+	"github.com/keel-dev/keel/internal/hostport"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/server"
 	"github.com/keel-dev/keel/tlsauth"
@@ -33,6 +39,10 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 ports, with their data in a temporary directory that is removed on exit (or in
 --data-dir, kept). Ctrl-C stops the brokers (each with a controlled shutdown),
 then the controllers.
+
+Run again with the same --data-dir, it starts the same cluster: the
+controllers listen on the addresses they had (saved in DATA/dev.json), since
+raft's configuration names them. It refuses, in one line, if one is taken.
 
 With --tls, everything runs over mutual TLS with certificates from a
 throwaway CA written to DATA/tls: controller-N, broker-N and admin. It prints
@@ -61,6 +71,23 @@ the flags that reach the cluster with the admin certificate.`,
 				}
 				defer os.RemoveAll(dataDir)
 			}
+			if dataDir, err = filepath.Abs(dataDir); err != nil {
+				return err
+			}
+			// A data dir that held a dev cluster restarts it where it was:
+			// raft's configuration names the controllers' old addresses.
+			saved, err := loadDevState(dataDir)
+			if err != nil {
+				return err
+			}
+			listen := make([]string, controllers)
+			if saved != nil {
+				if cmd.Flags().Changed("controllers-count") && controllers != len(saved.Controllers) {
+					return fmt.Errorf("--controllers-count %d: the dev cluster in %s has %d controllers (%s); give another --data-dir for a new cluster",
+						controllers, dataDir, len(saved.Controllers), devStateFile)
+				}
+				controllers, listen = len(saved.Controllers), saved.Controllers
+			}
 			// Catch Ctrl-C from here on, so that it always cleans up.
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -78,19 +105,32 @@ the flags that reach the cluster with the admin certificate.`,
 				return err
 			}
 			defer stopDevMetrics(ms)
-			q, err := server.StartLocalQuorumWith(controllers, dataDir, timing, buildVersion(), log, func(cfg *server.NodeConfig) {
+			q, err := server.StartLocalQuorumAt(listen, dataDir, timing, buildVersion(), log, func(cfg *server.NodeConfig) {
 				cfg.TLS = certs.controller(cfg.NodeID)
 				cfg.Metrics = ms[cfg.NodeID-1].registerer()
 			})
 			if err != nil {
+				if saved != nil {
+					return fmt.Errorf("%w (the address saved in %s: stop what holds it, or give another --data-dir)", err, filepath.Join(dataDir, devStateFile))
+				}
 				return err
 			}
 			for i, n := range q.Nodes {
 				ms[i].setReady(n.Ready)
 			}
 			addrs := q.Addrs()
+			if saved == nil {
+				if err := saveDevState(dataDir, devState{Controllers: addrs}); err != nil {
+					return errors.Join(err, q.Close())
+				}
+			}
 			agents, err := startDevBrokers(brokers, addrs, dataDir, log, certs, ms[controllers:])
 			if err != nil {
+				return errors.Join(err, q.Close())
+			}
+			// The banner says the cluster works: only once it does.
+			if err := waitForCluster(q, agents, devActiveTimeout, sigs); err != nil {
+				stopDevBrokers(agents, log)
 				return errors.Join(err, q.Close())
 			}
 			out := cmd.OutOrStdout()
@@ -101,19 +141,20 @@ the flags that reach the cluster with the admin certificate.`,
 			for i, a := range agents {
 				fmt.Fprintf(out, "  broker %d      %s%s\n", a.Status().BrokerID, a.Addr(), ms[controllers+i].describe())
 			}
-			list := strings.Join(addrs, ",")
-			// With TLS, every command needs the admin certificate.
-			flags := ""
+			// Commands that paste as they are into another shell: the
+			// variables every admin command reads, then the commands.
+			fmt.Fprintf(out, "\nIn another shell:\n  export KEEL_CONTROLLERS=%s\n", strings.Join(addrs, ","))
 			if certs != nil {
-				flags = " " + strings.Join(certs.admin.Flags(), " ")
-				fmt.Fprintf(out, "\nMutual TLS: certificates in %s; reach the cluster as admin with\n  %s\n",
-					certs.dir, strings.Join(certs.admin.Flags(), " "))
+				fmt.Fprintf(out, "  export KEEL_TLS_CA=%s KEEL_TLS_CERT=%s KEEL_TLS_KEY=%s   # mutual TLS: the admin certificate\n",
+					certs.admin.CA, certs.admin.Cert, certs.admin.Key)
 			}
-			fmt.Fprintf(out, "\nTry:\n  keel quorum status --controllers %s%s\n", list, flags)
-			fmt.Fprintf(out, "  keel quorum verify --controllers %s%s\n", list, flags)
+			keel := devCommandName()
+			fmt.Fprintf(out, "  %s quorum status\n", keel)
 			if len(agents) > 0 {
-				fmt.Fprintf(out, "  keel broker list --controllers %s%s\n", list, flags)
-				fmt.Fprintf(out, "  keel broker inspect --address %s%s\n", agents[0].Addr(), flags)
+				fmt.Fprintf(out, "  %s broker list\n", keel)
+				fmt.Fprintf(out, "  %s topic create orders --partitions 6 --replication-factor %d\n", keel, min(len(agents), 3))
+				fmt.Fprintf(out, "  %s topic describe orders\n", keel)
+				fmt.Fprintf(out, "  %s broker inspect --address %s\n", keel, agents[0].Addr())
 			}
 			fmt.Fprintf(out, "\nCtrl-C stops the cluster.\n")
 
@@ -138,6 +179,120 @@ the flags that reach the cluster with the admin certificate.`,
 	f.BoolVar(&usePprof, "pprof", false, "with --metrics, also serve Go's profiler at /debug/pprof/")
 	addRaftTimingFlags(f, &timing)
 	return cmd
+}
+
+// devStateFile, in a dev cluster's data dir, holds what a second run needs.
+const devStateFile = "dev.json"
+
+// devActiveTimeout bounds the wait for an active controller and ready
+// brokers before the banner: an election takes about a second; a quorum
+// that cannot elect (its nodes unable to reach each other) never will.
+const devActiveTimeout = 30 * time.Second
+
+// devState is DATA/dev.json: the controllers' addresses, which raft's
+// configuration holds, so a second run listens where the first did.
+type devState struct {
+	Controllers []string `json:"controllers"`
+}
+
+// loadDevState reads dataDir's dev.json: nil when dataDir holds no dev
+// cluster yet. A dev cluster without the file (an older keel made it) is
+// refused, as is a damaged file, in one line naming it.
+func loadDevState(dataDir string) (*devState, error) {
+	path := filepath.Join(dataDir, devStateFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(filepath.Join(dataDir, "controller-1")); serr == nil {
+			return nil, fmt.Errorf("data dir %s holds a dev cluster but no %s with its controllers' addresses (an older keel made it): remove it, or give another --data-dir", dataDir, devStateFile)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %v", path, atomicfile.PathCause(err))
+	}
+	var st devState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s is damaged: %v", path, err)
+	}
+	if n := len(st.Controllers); n != 1 && n != 3 && n != 5 {
+		return nil, fmt.Errorf("%s is damaged: %d controllers, want 1, 3 or 5", path, n)
+	}
+	for _, a := range st.Controllers {
+		if err := hostport.Check(a); err != nil {
+			return nil, fmt.Errorf("%s is damaged: %v", path, err)
+		}
+	}
+	return &st, nil
+}
+
+func saveDevState(dataDir string, st devState) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dataDir, devStateFile)
+	if err := atomicfile.WriteMode(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write %s: %v", path, atomicfile.PathCause(err))
+	}
+	return nil
+}
+
+// waitForCluster waits until q has an active controller and every agent
+// is ready (registered, active, caught up), at most timeout, or until a
+// signal (Ctrl-C) arrives.
+func waitForCluster(q *server.LocalQuorum, agents []*broker.Agent, timeout time.Duration, sigs <-chan os.Signal) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		waiting := ""
+		if q.Active() == nil {
+			waiting = "no active controller: the controllers cannot elect one"
+		} else {
+			for _, a := range agents {
+				if err := a.Ready(); err != nil {
+					waiting = fmt.Sprintf("broker %d is not ready: %v", a.BrokerID(), err)
+					break
+				}
+			}
+		}
+		if waiting == "" {
+			return nil
+		}
+		select {
+		case <-deadline.C:
+			return fmt.Errorf("after %v, %s (see the log above)", timeout, waiting)
+		case <-sigs:
+			return errors.New("interrupted before the cluster was up")
+		case <-tick.C:
+		}
+	}
+}
+
+// devCommandName is how the banner's commands call keel so that they paste
+// as they are: "keel" when that is this binary on PATH, "go run ./cmd/keel"
+// under go run, else the path this process was started by (./bin/keel
+// from make run).
+func devCommandName() string {
+	self, err := os.Executable()
+	if err != nil {
+		return "keel"
+	}
+	if p, err := exec.LookPath("keel"); err == nil {
+		if a, _ := filepath.EvalSymlinks(p); a != "" {
+			if b, _ := filepath.EvalSymlinks(self); a == b {
+				return "keel"
+			}
+		}
+	}
+	if strings.Contains(self, string(filepath.Separator)+"go-build") {
+		return "go run ./cmd/keel"
+	}
+	if strings.ContainsRune(os.Args[0], filepath.Separator) {
+		return os.Args[0]
+	}
+	return self
 }
 
 // startDevBrokers starts brokers 1..n against the controllers at addrs, each

@@ -11,8 +11,12 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// version is set at build time (make build); otherwise the module version.
-var version = ""
+// version and commit are set at build time (make build: -ldflags -X);
+// otherwise they come from the build info Go stamps into the binary.
+var (
+	version = ""
+	commit  = ""
+)
 
 func buildVersion() string {
 	if version != "" {
@@ -22,6 +26,34 @@ func buildVersion() string {
 		return bi.Main.Version
 	}
 	return "dev"
+}
+
+// buildCommit is the commit the binary was built from, "+dirty" when the
+// tree had changes, or "unknown" (go run, go test) when Go recorded none.
+func buildCommit() string {
+	if commit != "" {
+		return commit
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	switch {
+	case rev == "":
+		return "unknown"
+	case dirty:
+		return rev + "+dirty"
+	}
+	return rev
 }
 
 func main() {

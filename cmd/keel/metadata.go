@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,10 +9,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -32,7 +31,7 @@ func newMetadataCmd() *cobra.Command {
 		Use:   "metadata",
 		Short: "Offline tools for a controller's metadata log",
 	}
-	cmd.AddCommand(newMetadataDumpCmd())
+	cmd.AddCommand(newMetadataDumpCmd(), newMetadataShellCmd())
 	return cmd
 }
 
@@ -41,6 +40,7 @@ type dumpOptions struct {
 	output    string
 	fromIndex uint64
 	types     []string
+	topic     string
 }
 
 func newMetadataDumpCmd() *cobra.Command {
@@ -57,8 +57,15 @@ own entries are shown as raft_configuration, raft_noop or raft_barrier.
 at or below its index: it stands for every entry up to that index, which the
 log may no longer hold.
 
+Each record is one line of JSON: every field with its proto name, zero values
+included, numbers as numbers, topic ids as the UUID text other commands print.
+--topic keeps only the records about one topic.
+
 A corrupt snapshot or an entry that does not decode is reported on stderr, the
 dump goes on, and the command exits non-zero at the end.`,
+		Example: `  keel metadata dump --data-dir /var/lib/keel/controller
+  keel metadata dump --data-dir /var/lib/keel/controller --topic orders -o json
+  keel metadata dump --data-dir /var/lib/keel/controller --type broker_registration,fence_broker`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runMetadataDump(cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
@@ -68,6 +75,7 @@ dump goes on, and the command exits non-zero at the end.`,
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json (JSON lines)")
 	cmd.Flags().Uint64Var(&o.fromIndex, "from-index", 0, "skip entries below this raft index")
 	cmd.Flags().StringSliceVar(&o.types, "type", nil, "only these record types (comma-separated)")
+	cmd.Flags().StringVar(&o.topic, "topic", "", "only the records about this topic (a name, or a topic id): its creation, partitions, changes and removal")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
 }
@@ -104,11 +112,20 @@ type dumper struct {
 	errOut io.Writer
 	json   bool
 	types  map[string]bool // nil: every type
-	failed bool
+	// topic, when set, keeps only the records about the topic of that
+	// name (or id), whose ids are in topicIDs.
+	topic    string
+	topicIDs map[string]bool
+	failed   bool
 }
 
 func runMetadataDump(stdout, stderr io.Writer, o *dumpOptions) error {
-	d := &dumper{out: bufio.NewWriter(stdout), errOut: stderr}
+	d := &dumper{out: bufio.NewWriter(stdout), errOut: stderr, topic: o.topic, topicIDs: map[string]bool{}}
+	// A topic's id (the UUID text other commands print) stands for it too:
+	// a deleted topic's name may since belong to another.
+	if id, err := uuid.Parse(o.topic); err == nil && len(o.topic) == 36 {
+		d.topicIDs[string(id[:])] = true
+	}
 	switch strings.ToLower(o.output) {
 	case "text", "table":
 	case "json":
@@ -198,22 +215,36 @@ func (d *dumper) record(index, term uint64, source string, rec *keelpb.Record) e
 	if d.types != nil && !d.types[typ] {
 		return nil
 	}
-	var body proto.Message = rec
-	if of := rec.ProtoReflect().Descriptor().Oneofs().ByName("record"); of != nil {
-		if f := rec.ProtoReflect().WhichOneof(of); f != nil && f.Message() != nil {
-			body = rec.ProtoReflect().Get(f).Message().Interface()
+	body := recordBody(rec)
+	if d.topic != "" && !d.aboutTopic(body) {
+		return nil
+	}
+	return d.line(index, term, source, typ, appendMessageJSON(nil, body))
+}
+
+// recordBody is the message a record holds (its oneof's), or the record
+// itself when it holds none.
+func recordBody(rec *keelpb.Record) protoreflect.Message {
+	m := rec.ProtoReflect()
+	if of := m.Descriptor().Oneofs().ByName("record"); of != nil {
+		if f := m.WhichOneof(of); f != nil && f.Message() != nil {
+			return m.Get(f).Message()
 		}
 	}
-	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(body)
-	if err != nil {
-		return fmt.Errorf("entry %d: encode %s record: %v", index, typ, err)
+	return m
+}
+
+// aboutTopic reports whether body concerns --topic: the TopicRecord that
+// names it, whose id it then remembers (the snapshot and the log come in
+// order, so a topic's creation precedes the records that refer to its id),
+// or a record whose topic_id is one of the ids the name has had.
+func (d *dumper) aboutTopic(body protoreflect.Message) bool {
+	if t, ok := body.Interface().(*keelpb.TopicRecord); ok && t.GetName() == d.topic {
+		d.topicIDs[string(t.GetTopicId())] = true
+		return true
 	}
-	// protojson varies its whitespace on purpose; one line per record wants none.
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, b); err != nil {
-		return fmt.Errorf("entry %d: encode %s record: %v", index, typ, err)
-	}
-	return d.line(index, term, source, typ, compact.Bytes())
+	fd := body.Descriptor().Fields().ByName("topic_id")
+	return fd != nil && isTopicIDField(fd) && d.topicIDs[string(body.Get(fd).Bytes())]
 }
 
 func (d *dumper) line(index, term uint64, source, typ string, record []byte) error {

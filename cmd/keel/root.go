@@ -48,6 +48,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newCertCmd())
 	root.AddCommand(newMetadataCmd())
 	root.AddCommand(newBenchCmd(g))
+	root.AddCommand(newVersionCmd())
 	root.AddCommand(newDocsCmd()) // hidden: make docs
 	return root
 }

@@ -21,7 +21,7 @@ import (
 const defaultSnapshotTimeout = 10 * time.Minute
 
 func newSnapshotCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "snapshot", Short: "Save and inspect snapshots of the cluster metadata"}
+	cmd := &cobra.Command{Use: "snapshot", Short: "Save, inspect and restore snapshots of the cluster metadata"}
 	cmd.AddCommand(newSnapshotSaveCmd(), newSnapshotInspectCmd(), newSnapshotRestoreCmd())
 	return cmd
 }
@@ -229,12 +229,13 @@ unless --force-cluster-id, which restores it under this cluster's id.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := verifySnapshotFile(args[0]); err != nil {
-				return err
+				return fmt.Errorf("%s: %w", args[0], err)
 			}
 			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (restoreResult, error) {
 				resp, err := c.RestoreSnapshot(ctx, args[0], force)
 				if err != nil {
-					return restoreResult{}, err
+					// The file, named: the error alone may be the cluster's.
+					return restoreResult{}, fmt.Errorf("restore %s: %s", args[0], errorLine(err))
 				}
 				return restoreResult{ClusterID: resp.ClusterId, ControllerEpoch: resp.ControllerEpoch, SnapshotIndex: resp.SnapshotIndex,
 					Brokers: resp.Brokers, Topics: resp.Topics, Partitions: resp.Partitions}, nil

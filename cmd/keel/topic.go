@@ -5,11 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
@@ -283,6 +289,7 @@ func parseConfigs(kvs []string) (map[string]string, error) {
 func newTopicCreateCmd() *cobra.Command {
 	a := &adminFlags{}
 	f := &topicCreateFlags{}
+	var ifNotExists bool
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a topic, with placed replicas or an explicit assignment",
@@ -295,7 +302,8 @@ Prints the topic as 'keel topic describe' does.`,
 		Example: `  keel topic create orders --partitions 6 --replication-factor 3
   keel topic create orders --assignment "0:1,2,3;1:2,3,1;2:3,1,2"
   keel topic create audit --partitions 1 --replication-factor 3 --config unclean.leader.election.enable=true
-  keel topic create orders --partitions 6 --replication-factor 3 --validate-only`,
+  keel topic create orders --partitions 6 --replication-factor 3 --validate-only
+  keel topic create orders --partitions 6 --replication-factor 3 --if-not-exists`,
 		Args: topicNameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req, err := f.request(args[0], cmd.Flags().Changed)
@@ -304,6 +312,15 @@ Prints the topic as 'keel topic describe' does.`,
 			}
 			return writeTopic(cmd, a, req.Name, req.ValidateOnly, "created", func(ctx context.Context, c *rpc.Client) (*keelpb.TopicDescription, error) {
 				resp, err := c.CreateTopic(ctx, req)
+				if ifNotExists && status.Code(err) == codes.AlreadyExists {
+					// Kafka's --if-not-exists: the topic there is the answer.
+					fmt.Fprintf(cmd.ErrOrStderr(), "topic %s already exists; nothing created\n", req.Name)
+					d, derr := c.DescribeTopic(ctx, req.Name)
+					if derr != nil {
+						return nil, fmt.Errorf("topic %q already exists, but reading it failed: %s", req.Name, errorLine(derr))
+					}
+					return d.GetTopic(), nil
+				}
 				return resp.GetTopic(), err
 			})
 		},
@@ -314,6 +331,7 @@ Prints the topic as 'keel topic describe' does.`,
 	fl.StringVar(&f.assignment, "assignment", "", `explicit replicas, "partition:broker,broker,...;..." numbered from 0, e.g. "0:1,2,3;1:2,3,1"`)
 	fl.StringArrayVar(&f.configs, "config", nil, "topic config key=value (repeatable), e.g. unclean.leader.election.enable=true")
 	fl.BoolVar(&f.validateOnly, "validate-only", false, "check the request and show the result, but create nothing")
+	fl.BoolVar(&ifNotExists, "if-not-exists", false, "if the topic exists already, show it and succeed (its settings are not compared)")
 	a.add(cmd)
 	return cmd
 }
@@ -326,6 +344,7 @@ type deletedTopic struct {
 
 func newTopicDeleteCmd() *cobra.Command {
 	a := &adminFlags{}
+	var ifExists bool
 	cmd := &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a topic; its brokers stop and delete the replicas",
@@ -334,16 +353,25 @@ the deletion; a broker that is down does so when it catches up.`,
 		Args: topicNameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (deletedTopic, error) {
-				if err := c.DeleteTopic(ctx, args[0]); err != nil {
+				err := c.DeleteTopic(ctx, args[0])
+				if ifExists && status.Code(err) == codes.NotFound && rpc.ReasonOf(err) == rpc.ReasonUnknownTopicOrPartition {
+					return deletedTopic{Name: args[0], Deleted: false}, nil
+				}
+				if err != nil {
 					return deletedTopic{}, err
 				}
 				return deletedTopic{Name: args[0], Deleted: true}, nil
 			}, func(w io.Writer, d deletedTopic) error {
+				if !d.Deleted {
+					fmt.Fprintf(w, "topic %s does not exist; nothing deleted\n", d.Name)
+					return nil
+				}
 				fmt.Fprintf(w, "deleted topic %s\n", d.Name)
 				return nil
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&ifExists, "if-exists", false, "succeed, deleting nothing, if there is no such topic")
 	a.add(cmd)
 	return cmd
 }
@@ -351,11 +379,18 @@ the deletion; a broker that is down does so when it catches up.`,
 func newTopicListCmd() *cobra.Command {
 	a := &adminFlags{}
 	var linearizable bool
+	var pattern string
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List topics: name, id, partition count, replication factor",
-		Args:  cobra.NoArgs,
+		Example: `  keel topic list
+  keel topic list --pattern 'orders\..*'`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			match, err := namePattern(pattern)
+			if err != nil {
+				return err
+			}
 			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]topicSummary, error) {
 				resp, err := c.ListTopics(ctx, readOptions(linearizable)...)
 				if err != nil {
@@ -363,6 +398,9 @@ func newTopicListCmd() *cobra.Command {
 				}
 				rows := make([]topicSummary, 0, len(resp.GetTopics()))
 				for _, t := range resp.GetTopics() {
+					if !match(t.GetName()) {
+						continue
+					}
 					rows = append(rows, topicSummary{Name: t.GetName(), ID: t.GetId(), Partitions: t.GetPartitions(), ReplicationFactor: t.GetReplicationFactor()})
 				}
 				sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
@@ -372,9 +410,23 @@ func newTopicListCmd() *cobra.Command {
 			}))
 		},
 	}
+	cmd.Flags().StringVar(&pattern, "pattern", "", "only topics whose whole name matches this regular expression (RE2), e.g. 'orders\\..*'")
 	a.add(cmd)
 	addLinearizableFlag(cmd, &linearizable)
 	return cmd
+}
+
+// namePattern compiles --pattern to a test of a whole topic name, as
+// Kafka's topic regexes match: "orders" matches orders, not orders-eu.
+// An empty pattern matches every name.
+func namePattern(pattern string) (func(string) bool, error) {
+	if pattern == "" {
+		return func(string) bool { return true }, nil
+	}
+	if _, err := regexp.Compile(pattern); err != nil {
+		return nil, fmt.Errorf("--pattern %q: %v", pattern, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+	}
+	return regexp.MustCompile("^(?:" + pattern + ")$").MatchString, nil
 }
 
 // addLinearizableFlag adds --linearizable to a read command.
@@ -391,26 +443,203 @@ func readOptions(linearizable bool) []rpc.ReadOption {
 	return nil
 }
 
+// partitionFilters are topic describe's filters, Kafka's: a partition is
+// shown when it matches any one given; none given shows every partition.
+type partitionFilters struct {
+	underReplicated, underMinISR, atMinISR, unavailable bool
+}
+
+func (f partitionFilters) any() bool {
+	return f.underReplicated || f.underMinISR || f.atMinISR || f.unavailable
+}
+
+// defaultMinISR is Keel's built-in min.insync.replicas, Kafka's default.
+const defaultMinISR = 1
+
+// minISR is the min.insync.replicas a topic's partitions are measured
+// against: the value in effect as the controller reports it (the topic's
+// own, else the cluster default, else the built-in one), else the topic's
+// own config, else the built-in default.
+func minISR(v topicView) int {
+	for _, c := range v.EffectiveConfigs {
+		if c.Name == fsm.MinInsyncReplicas {
+			if n, err := strconv.Atoi(c.Value); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	if n, err := strconv.Atoi(v.Configs[fsm.MinInsyncReplicas]); err == nil && n > 0 {
+		return n
+	}
+	return defaultMinISR
+}
+
+// keep reports whether p, of a topic whose min ISR is min, passes f.
+func (f partitionFilters) keep(p partitionRow, min int) bool {
+	if !f.any() {
+		return true
+	}
+	isr := len(p.ISR)
+	return (f.underReplicated && isr < len(p.Replicas)) ||
+		(f.underMinISR && isr < min) ||
+		(f.atMinISR && isr == min) ||
+		(f.unavailable && p.Leader < 0)
+}
+
+// filter returns v with only the partitions f keeps.
+func (f partitionFilters) filter(v topicView) topicView {
+	if !f.any() {
+		return v
+	}
+	min := minISR(v)
+	kept := make([]partitionRow, 0, len(v.Partitions))
+	for _, p := range v.Partitions {
+		if f.keep(p, min) {
+			kept = append(kept, p)
+		}
+	}
+	v.Partitions = kept
+	return v
+}
+
+// describeParallelism bounds the describes of `topic describe` without a
+// name in flight at once.
+const describeParallelism = 8
+
+// describeAll describes every topic, in name order. A topic deleted
+// between the list and its describe is left out.
+func describeAll(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]topicView, error) {
+	list, err := c.ListTopics(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(list.GetTopics()))
+	for _, t := range list.GetTopics() {
+		names = append(names, t.GetName())
+	}
+	sort.Strings(names)
+	views := make([]*topicView, len(names))
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, describeParallelism)
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			resp, err := c.DescribeTopic(ctx, name, opts...)
+			switch {
+			case status.Code(err) == codes.NotFound:
+			case err != nil:
+				errs[i] = fmt.Errorf("topic %q: %s", name, errorLine(err))
+			case resp.GetTopic() != nil:
+				v := describeView(resp.GetTopic())
+				views[i] = &v
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out := make([]topicView, 0, len(views))
+	for _, v := range views {
+		if v != nil {
+			out = append(out, *v)
+		}
+	}
+	return out, nil
+}
+
 func newTopicDescribeCmd() *cobra.Command {
 	a := &adminFlags{}
 	var linearizable bool
+	var f partitionFilters
 	cmd := &cobra.Command{
-		Use:   "describe NAME",
-		Short: "Show a topic: its configs, and each partition's leader, epochs, replicas and ISR",
-		Args:  topicNameArg,
+		Use:   "describe [NAME]",
+		Short: "Show topics: their configs, and each partition's leader, epochs, replicas and ISR",
+		Long: `Show a topic, or without NAME every topic: its configs, and each partition's
+leader, epochs, replicas and ISR. -o json prints one topic as an object, all of
+them as an array.
+
+The filters show only the partitions that need attention, as Kafka's do (a
+partition is shown when it matches any filter given; without NAME, topics
+with none are left out):
+  --under-replicated-partitions   fewer replicas in the ISR than assigned
+  --under-min-isr-partitions      fewer in the ISR than min.insync.replicas
+  --at-min-isr-partitions         exactly min.insync.replicas in the ISR
+  --unavailable-partitions        no leader
+min.insync.replicas is the value in effect for the topic (topic describe
+shows it with its source).`,
+		Example: `  keel topic describe orders
+  keel topic describe
+  keel topic describe --under-replicated-partitions
+  keel topic describe orders --unavailable-partitions -o json`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			return topicNameArg(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := readOptions(linearizable)
+			if len(args) == 0 {
+				return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]topicView, error) {
+					all, err := describeAll(ctx, c, opts)
+					if err != nil {
+						return nil, err
+					}
+					out := make([]topicView, 0, len(all))
+					for _, v := range all {
+						if v = f.filter(v); !f.any() || len(v.Partitions) > 0 {
+							out = append(out, v)
+						}
+					}
+					return out, nil
+				}, func(w io.Writer, views []topicView) error {
+					if len(views) == 0 {
+						if f.any() {
+							fmt.Fprintln(w, "No partitions match.")
+						} else {
+							fmt.Fprintln(w, "No topics.")
+						}
+						return nil
+					}
+					for i, v := range views {
+						if i > 0 {
+							fmt.Fprintln(w)
+						}
+						if err := topicTable(w, v); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}
 			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (topicView, error) {
-				resp, err := c.DescribeTopic(ctx, args[0], readOptions(linearizable)...)
+				resp, err := c.DescribeTopic(ctx, args[0], opts...)
 				if err != nil {
 					return topicView{}, err
 				}
 				if resp.GetTopic() == nil {
 					return topicView{}, fmt.Errorf("topic %q: the controller answered without a description", args[0])
 				}
-				return describeView(resp.GetTopic()), nil
-			}, topicTable)
+				return f.filter(describeView(resp.GetTopic())), nil
+			}, func(w io.Writer, v topicView) error {
+				if f.any() && len(v.Partitions) == 0 {
+					fmt.Fprintf(w, "Topic:   %s\nID:      %s\n\nNo partitions match.\n", v.Name, orDash(v.ID))
+					return nil
+				}
+				return topicTable(w, v)
+			})
 		},
 	}
+	fl := cmd.Flags()
+	fl.BoolVar(&f.underReplicated, "under-replicated-partitions", false, "only partitions with fewer replicas in the ISR than assigned")
+	fl.BoolVar(&f.underMinISR, "under-min-isr-partitions", false, "only partitions with fewer replicas in the ISR than min.insync.replicas")
+	fl.BoolVar(&f.atMinISR, "at-min-isr-partitions", false, "only partitions with exactly min.insync.replicas in the ISR")
+	fl.BoolVar(&f.unavailable, "unavailable-partitions", false, "only partitions without a leader")
 	a.add(cmd)
 	addLinearizableFlag(cmd, &linearizable)
 	return cmd

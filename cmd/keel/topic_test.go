@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
 )
 
 // fakeAdmin is an active controller for the admin calls: it records each
@@ -32,12 +33,19 @@ type fakeAdmin struct {
 	results         []*keelpb.ElectionResult
 	reassignments   []*keelpb.Reassignment
 	noTopicInAnswer bool
+	// described answers DescribeTopic by name, before topic.
+	described map[string]*keelpb.TopicDescription
+	// errFor fails one method's calls, before err.
+	errFor map[string]error
 }
 
 // record notes a call; the caller holds f.mu.
 func (f *fakeAdmin) record(name string, req proto.Message) error {
 	f.calls = append(f.calls, name)
 	f.last = req
+	if err, ok := f.errFor[name]; ok {
+		return err
+	}
 	return f.err
 }
 
@@ -103,6 +111,9 @@ func (f *fakeAdmin) DescribeTopic(_ context.Context, req *keelpb.DescribeTopicRe
 	defer f.mu.Unlock()
 	if err := f.record("DescribeTopic", req); err != nil {
 		return nil, err
+	}
+	if d, ok := f.described[req.Name]; ok {
+		return &keelpb.DescribeTopicResponse{Topic: d}, nil
 	}
 	if f.topic == nil || f.topic.Name != req.Name {
 		return nil, status.Errorf(codes.NotFound, "topic %q not found", req.Name)
@@ -375,5 +386,170 @@ func TestParseConfigs(t *testing.T) {
 				t.Fatalf("parseConfigs(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
 			}
 		})
+	}
+}
+
+// healthTopics are three topics of three replicas each: "ok" is fully in
+// sync; "sick" has a partition under-replicated (ISR 2), one at its min ISR
+// of 2 and without a leader, and a healthy one; "min1" has an ISR of 1, at
+// the default min ISR.
+func healthTopics() map[string]*keelpb.TopicDescription {
+	p := func(n, leader int32, isr ...int32) *keelpb.PartitionDescription {
+		return &keelpb.PartitionDescription{Partition: n, Leader: leader, Replicas: []int32{1, 2, 3}, Isr: isr}
+	}
+	return map[string]*keelpb.TopicDescription{
+		"ok":   {Name: "ok", Id: "id-ok", Partitions: []*keelpb.PartitionDescription{p(0, 1, 1, 2, 3)}},
+		"sick": {Name: "sick", Id: "id-sick", Configs: map[string]string{"min.insync.replicas": "2"}, Partitions: []*keelpb.PartitionDescription{p(0, 1, 1, 2), p(1, -1, 2, 3), p(2, 3, 1, 2, 3)}},
+		"min1": {Name: "min1", Id: "id-min1", Partitions: []*keelpb.PartitionDescription{p(0, 2, 2)}},
+	}
+}
+
+func TestTopicDescribe_AllAndFilters(t *testing.T) {
+	topics := healthTopics()
+	fake := &fakeAdmin{described: topics}
+	for _, name := range []string{"sick", "ok", "min1"} {
+		fake.topics = append(fake.topics, &keelpb.TopicSummary{Name: name})
+	}
+	addr := serveAdmin(t, fake)
+
+	// partitions runs describe -o json with args and returns topic -> partitions.
+	partitions := func(args ...string) map[string][]int32 {
+		t.Helper()
+		out, err := runKeel(t, append(append([]string{"topic", "describe"}, args...), "--controllers", addr, "-o", "json")...)
+		if err != nil {
+			t.Fatalf("keel topic describe %s: %v", strings.Join(args, " "), err)
+		}
+		var views []topicView
+		if err := json.Unmarshal([]byte(out), &views); err != nil {
+			t.Fatalf("keel topic describe %s: want a JSON array: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		got := map[string][]int32{}
+		for _, v := range views {
+			got[v.Name] = []int32{}
+			for _, p := range v.Partitions {
+				got[v.Name] = append(got[v.Name], p.Partition)
+			}
+		}
+		return got
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "map[min1:[0] ok:[0] sick:[0 1 2]]"},
+		{[]string{"--under-replicated-partitions"}, "map[min1:[0] sick:[0 1]]"},
+		{[]string{"--under-min-isr-partitions"}, "map[]"},
+		{[]string{"--at-min-isr-partitions"}, "map[min1:[0] sick:[0 1]]"},
+		{[]string{"--unavailable-partitions"}, "map[sick:[1]]"},
+		{[]string{"--unavailable-partitions", "--at-min-isr-partitions"}, "map[min1:[0] sick:[0 1]]"},
+	} {
+		if got := fmt.Sprint(partitions(tt.args...)); got != tt.want {
+			t.Errorf("keel topic describe %s: partitions %s, want %s", strings.Join(tt.args, " "), got, tt.want)
+		}
+	}
+
+	// Below the min ISR: sick's partitions of ISR 2 are under a min ISR of 3.
+	fake.set(func(*fakeAdmin) { topics["sick"].Configs["min.insync.replicas"] = "3" })
+	if got := fmt.Sprint(partitions("--under-min-isr-partitions")); got != "map[sick:[0 1]]" {
+		t.Errorf("with min.insync.replicas=3: under-min-isr partitions %s, want map[sick:[0 1]]", got)
+	}
+
+	// The value in effect wins: a cluster default of 3 with no topic value.
+	fake.set(func(*fakeAdmin) {
+		delete(topics["sick"].Configs, "min.insync.replicas")
+		topics["sick"].EffectiveConfigs = []*keelpb.ConfigEntry{{Name: "min.insync.replicas", Value: "3", Source: keelpb.ConfigSource_CONFIG_SOURCE_CLUSTER_DEFAULT}}
+	})
+	if got := fmt.Sprint(partitions("--under-min-isr-partitions")); got != "map[sick:[0 1]]" {
+		t.Errorf("with a cluster default of min.insync.replicas=3: under-min-isr partitions %s, want map[sick:[0 1]]", got)
+	}
+	fake.set(func(*fakeAdmin) { topics["sick"].EffectiveConfigs = nil })
+
+	// Tables: every topic in name order, blank-line separated.
+	out, err := runKeel(t, "topic", "describe", "--controllers", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i, j, k := strings.Index(out, "Topic:   min1"), strings.Index(out, "Topic:   ok"), strings.Index(out, "Topic:   sick"); i < 0 || !(i < j && j < k) {
+		t.Errorf("keel topic describe: want min1, ok, sick in order:\n%s", out)
+	}
+	// One topic with a filter that matches nothing says so.
+	out, err = runKeel(t, "topic", "describe", "ok", "--unavailable-partitions", "--controllers", addr)
+	if err != nil || !strings.Contains(out, "Topic:   ok\n") || !strings.HasSuffix(out, "No partitions match.\n") {
+		t.Errorf("keel topic describe ok --unavailable-partitions: %v\n%s", err, out)
+	}
+	// ... and so does every topic.
+	fake.set(func(*fakeAdmin) { topics["sick"].Configs["min.insync.replicas"] = "2" })
+	out, err = runKeel(t, "topic", "describe", "--under-min-isr-partitions", "--controllers", addr)
+	if err != nil || out != "No partitions match.\n" {
+		t.Errorf("keel topic describe --under-min-isr-partitions with none under: %q, %v", out, err)
+	}
+}
+
+func TestTopicList_Pattern(t *testing.T) {
+	fake := &fakeAdmin{}
+	for _, name := range []string{"orders", "orders.eu", "orders.us", "audit"} {
+		fake.topics = append(fake.topics, &keelpb.TopicSummary{Name: name, Id: "id-" + name, Partitions: 1, ReplicationFactor: 1})
+	}
+	addr := serveAdmin(t, fake)
+	for _, tt := range []struct{ pattern, want string }{
+		{`orders\..*`, "orders.eu orders.us"},
+		{"orders", "orders"}, // the whole name, not a part of it
+		{"audit|orders", "audit orders"},
+		{"nothing", ""},
+	} {
+		out, err := runKeel(t, "topic", "list", "--pattern", tt.pattern, "--controllers", addr, "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []topicSummary
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var names []string
+		for _, r := range rows {
+			names = append(names, r.Name)
+		}
+		if got := strings.Join(names, " "); got != tt.want {
+			t.Errorf("topic list --pattern %q = %q, want %q", tt.pattern, got, tt.want)
+		}
+	}
+	_, err := runKeel(t, "topic", "list", "--pattern", "a(", "--controllers", addr)
+	if err == nil || errorLine(err) != `--pattern "a(": missing closing ): `+"`a(`" {
+		t.Errorf("topic list --pattern a(: err = %v", err)
+	}
+}
+
+func TestTopic_IfNotExistsAndIfExists(t *testing.T) {
+	fake := &fakeAdmin{topic: sampleTopic(), errFor: map[string]error{
+		"CreateTopic": status.Error(codes.AlreadyExists, `topic "orders" already exists`),
+		"DeleteTopic": rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, `unknown topic or partition: topic "gone"`),
+	}}
+	addr := serveAdmin(t, fake)
+	create := []string{"topic", "create", "orders", "--partitions", "1", "--replication-factor", "1", "--controllers", addr}
+
+	if _, err := runKeel(t, create...); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("create of an existing topic: err = %v, want AlreadyExists", err)
+	}
+	out, err := runKeel(t, append(create, "--if-not-exists")...)
+	if err != nil || !strings.Contains(out, "topic orders already exists; nothing created\n") || !strings.Contains(out, "Topic:   orders\n") {
+		t.Errorf("create --if-not-exists of an existing topic: %v\n%s", err, out)
+	}
+
+	del := []string{"topic", "delete", "gone", "--controllers", addr}
+	if _, err := runKeel(t, del...); status.Code(err) != codes.NotFound {
+		t.Errorf("delete of an unknown topic: err = %v, want NotFound", err)
+	}
+	out, err = runKeel(t, append(del, "--if-exists")...)
+	if err != nil || out != "topic gone does not exist; nothing deleted\n" {
+		t.Errorf("delete --if-exists of an unknown topic: %q, %v", out, err)
+	}
+	out, err = runKeel(t, append(del, "--if-exists", "-o", "json")...)
+	if err != nil || decodeJSON(t, out) != "map[deleted:false name:gone]" {
+		t.Errorf("delete --if-exists -o json of an unknown topic: %q, %v", out, err)
+	}
+	// Any other refusal is still one.
+	fake.set(func(f *fakeAdmin) { f.errFor["DeleteTopic"] = status.Error(codes.PermissionDenied, "no") })
+	if _, err := runKeel(t, append(del, "--if-exists")...); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("delete --if-exists refused otherwise: err = %v, want PermissionDenied", err)
 	}
 }

@@ -2786,11 +2786,16 @@ func (x *ElectionResult) GetError() string {
 }
 
 type AlterPartitionReassignmentsRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
-	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One partition: topic, partition and replicas. Left empty when
+	// partitions is given.
+	Topic     string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
 	// The target replicas; empty cancels an ongoing reassignment.
-	Replicas      []int32 `protobuf:"varint,3,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	Replicas []int32 `protobuf:"varint,3,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	// Many partitions, each moved or cancelled as the single form would be,
+	// in one decision: all are accepted or none is.
+	Partitions    []*ReassignmentTarget `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2846,16 +2851,88 @@ func (x *AlterPartitionReassignmentsRequest) GetReplicas() []int32 {
 	return nil
 }
 
+func (x *AlterPartitionReassignmentsRequest) GetPartitions() []*ReassignmentTarget {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// ReassignmentTarget is one partition of a reassignment plan.
+type ReassignmentTarget struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The target replicas; empty cancels the partition's ongoing reassignment.
+	Replicas      []int32 `protobuf:"varint,3,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReassignmentTarget) Reset() {
+	*x = ReassignmentTarget{}
+	mi := &file_controller_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReassignmentTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReassignmentTarget) ProtoMessage() {}
+
+func (x *ReassignmentTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReassignmentTarget.ProtoReflect.Descriptor instead.
+func (*ReassignmentTarget) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ReassignmentTarget) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ReassignmentTarget) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ReassignmentTarget) GetReplicas() []int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
 type AlterPartitionReassignmentsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Partition     *PartitionDescription  `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The partition of the single form, as it is once the request is accepted.
+	Partition *PartitionDescription `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// With partitions in the request: each of them, in the request's order.
+	Partitions    []*ReassignedPartition `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AlterPartitionReassignmentsResponse) Reset() {
 	*x = AlterPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2867,7 +2944,7 @@ func (x *AlterPartitionReassignmentsResponse) String() string {
 func (*AlterPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,10 +2957,70 @@ func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use AlterPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{42}
+	return file_controller_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AlterPartitionReassignmentsResponse) GetPartition() *PartitionDescription {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+func (x *AlterPartitionReassignmentsResponse) GetPartitions() []*ReassignedPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// ReassignedPartition is one partition of a plan once it is accepted.
+type ReassignedPartition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition     *PartitionDescription  `protobuf:"bytes,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReassignedPartition) Reset() {
+	*x = ReassignedPartition{}
+	mi := &file_controller_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReassignedPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReassignedPartition) ProtoMessage() {}
+
+func (x *ReassignedPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReassignedPartition.ProtoReflect.Descriptor instead.
+func (*ReassignedPartition) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ReassignedPartition) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ReassignedPartition) GetPartition() *PartitionDescription {
 	if x != nil {
 		return x.Partition
 	}
@@ -2898,7 +3035,7 @@ type ListPartitionReassignmentsRequest struct {
 
 func (x *ListPartitionReassignmentsRequest) Reset() {
 	*x = ListPartitionReassignmentsRequest{}
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +3047,7 @@ func (x *ListPartitionReassignmentsRequest) String() string {
 func (*ListPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3060,7 @@ func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{43}
+	return file_controller_proto_rawDescGZIP(), []int{45}
 }
 
 type ListPartitionReassignmentsResponse struct {
@@ -2935,7 +3072,7 @@ type ListPartitionReassignmentsResponse struct {
 
 func (x *ListPartitionReassignmentsResponse) Reset() {
 	*x = ListPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2947,7 +3084,7 @@ func (x *ListPartitionReassignmentsResponse) String() string {
 func (*ListPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2960,7 +3097,7 @@ func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ListPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{44}
+	return file_controller_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListPartitionReassignmentsResponse) GetReassignments() []*Reassignment {
@@ -2983,7 +3120,7 @@ type Reassignment struct {
 
 func (x *Reassignment) Reset() {
 	*x = Reassignment{}
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2995,7 +3132,7 @@ func (x *Reassignment) String() string {
 func (*Reassignment) ProtoMessage() {}
 
 func (x *Reassignment) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3008,7 +3145,7 @@ func (x *Reassignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reassignment.ProtoReflect.Descriptor instead.
 func (*Reassignment) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{45}
+	return file_controller_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Reassignment) GetTopic() string {
@@ -3058,7 +3195,7 @@ type RestoreSnapshotRequest struct {
 
 func (x *RestoreSnapshotRequest) Reset() {
 	*x = RestoreSnapshotRequest{}
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3207,7 @@ func (x *RestoreSnapshotRequest) String() string {
 func (*RestoreSnapshotRequest) ProtoMessage() {}
 
 func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3220,7 @@ func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{46}
+	return file_controller_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RestoreSnapshotRequest) GetForceClusterId() bool {
@@ -3121,7 +3258,7 @@ type RestoreSnapshotResponse struct {
 
 func (x *RestoreSnapshotResponse) Reset() {
 	*x = RestoreSnapshotResponse{}
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3133,7 +3270,7 @@ func (x *RestoreSnapshotResponse) String() string {
 func (*RestoreSnapshotResponse) ProtoMessage() {}
 
 func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3146,7 +3283,7 @@ func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{47}
+	return file_controller_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RestoreSnapshotResponse) GetClusterId() string {
@@ -3203,7 +3340,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3215,7 +3352,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3228,7 +3365,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{48}
+	return file_controller_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *LeaderHint) GetLeaderId() int32 {
@@ -3255,7 +3392,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3267,7 +3404,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3280,7 +3417,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{49}
+	return file_controller_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AddVoterRequest) GetId() int32 {
@@ -3311,7 +3448,7 @@ type AddVoterResponse struct {
 
 func (x *AddVoterResponse) Reset() {
 	*x = AddVoterResponse{}
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3323,7 +3460,7 @@ func (x *AddVoterResponse) String() string {
 func (*AddVoterResponse) ProtoMessage() {}
 
 func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3336,7 +3473,7 @@ func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterResponse.ProtoReflect.Descriptor instead.
 func (*AddVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{50}
+	return file_controller_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AddVoterResponse) GetConfigurationIndex() uint64 {
@@ -3369,7 +3506,7 @@ type RemoveVoterRequest struct {
 
 func (x *RemoveVoterRequest) Reset() {
 	*x = RemoveVoterRequest{}
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3518,7 @@ func (x *RemoveVoterRequest) String() string {
 func (*RemoveVoterRequest) ProtoMessage() {}
 
 func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3531,7 @@ func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{51}
+	return file_controller_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RemoveVoterRequest) GetId() int32 {
@@ -3415,7 +3552,7 @@ type RemoveVoterResponse struct {
 
 func (x *RemoveVoterResponse) Reset() {
 	*x = RemoveVoterResponse{}
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3564,7 @@ func (x *RemoveVoterResponse) String() string {
 func (*RemoveVoterResponse) ProtoMessage() {}
 
 func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3577,7 @@ func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{52}
+	return file_controller_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RemoveVoterResponse) GetConfigurationIndex() uint64 {
@@ -3474,7 +3611,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +3623,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +3636,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{53}
+	return file_controller_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TransferLeadershipRequest) GetTargetId() int32 {
@@ -3522,7 +3659,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_controller_proto_msgTypes[54]
+	mi := &file_controller_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3534,7 +3671,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[54]
+	mi := &file_controller_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3547,7 +3684,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{54}
+	return file_controller_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TransferLeadershipResponse) GetPreviousLeaderId() int32 {
@@ -3576,7 +3713,7 @@ type ConfigResource struct {
 
 func (x *ConfigResource) Reset() {
 	*x = ConfigResource{}
-	mi := &file_controller_proto_msgTypes[55]
+	mi := &file_controller_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3588,7 +3725,7 @@ func (x *ConfigResource) String() string {
 func (*ConfigResource) ProtoMessage() {}
 
 func (x *ConfigResource) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[55]
+	mi := &file_controller_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3601,7 +3738,7 @@ func (x *ConfigResource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigResource.ProtoReflect.Descriptor instead.
 func (*ConfigResource) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{55}
+	return file_controller_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ConfigResource) GetType() ConfigResourceType {
@@ -3629,7 +3766,7 @@ type ConfigEntry struct {
 
 func (x *ConfigEntry) Reset() {
 	*x = ConfigEntry{}
-	mi := &file_controller_proto_msgTypes[56]
+	mi := &file_controller_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3641,7 +3778,7 @@ func (x *ConfigEntry) String() string {
 func (*ConfigEntry) ProtoMessage() {}
 
 func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[56]
+	mi := &file_controller_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3654,7 +3791,7 @@ func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
 func (*ConfigEntry) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{56}
+	return file_controller_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ConfigEntry) GetName() string {
@@ -3690,7 +3827,7 @@ type AlterableConfig struct {
 
 func (x *AlterableConfig) Reset() {
 	*x = AlterableConfig{}
-	mi := &file_controller_proto_msgTypes[57]
+	mi := &file_controller_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3702,7 +3839,7 @@ func (x *AlterableConfig) String() string {
 func (*AlterableConfig) ProtoMessage() {}
 
 func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[57]
+	mi := &file_controller_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3715,7 +3852,7 @@ func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterableConfig.ProtoReflect.Descriptor instead.
 func (*AlterableConfig) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{57}
+	return file_controller_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AlterableConfig) GetName() string {
@@ -3752,7 +3889,7 @@ type IncrementalAlterConfigsRequest struct {
 
 func (x *IncrementalAlterConfigsRequest) Reset() {
 	*x = IncrementalAlterConfigsRequest{}
-	mi := &file_controller_proto_msgTypes[58]
+	mi := &file_controller_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3764,7 +3901,7 @@ func (x *IncrementalAlterConfigsRequest) String() string {
 func (*IncrementalAlterConfigsRequest) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[58]
+	mi := &file_controller_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3777,7 +3914,7 @@ func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsRequest.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{58}
+	return file_controller_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *IncrementalAlterConfigsRequest) GetResource() *ConfigResource {
@@ -3813,7 +3950,7 @@ type IncrementalAlterConfigsResponse struct {
 
 func (x *IncrementalAlterConfigsResponse) Reset() {
 	*x = IncrementalAlterConfigsResponse{}
-	mi := &file_controller_proto_msgTypes[59]
+	mi := &file_controller_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +3962,7 @@ func (x *IncrementalAlterConfigsResponse) String() string {
 func (*IncrementalAlterConfigsResponse) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[59]
+	mi := &file_controller_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +3975,7 @@ func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsResponse.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{59}
+	return file_controller_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *IncrementalAlterConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -3866,7 +4003,7 @@ type DescribeConfigsRequest struct {
 
 func (x *DescribeConfigsRequest) Reset() {
 	*x = DescribeConfigsRequest{}
-	mi := &file_controller_proto_msgTypes[60]
+	mi := &file_controller_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3878,7 +4015,7 @@ func (x *DescribeConfigsRequest) String() string {
 func (*DescribeConfigsRequest) ProtoMessage() {}
 
 func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[60]
+	mi := &file_controller_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3891,7 +4028,7 @@ func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{60}
+	return file_controller_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DescribeConfigsRequest) GetResource() *ConfigResource {
@@ -3918,7 +4055,7 @@ type DescribeConfigsResponse struct {
 
 func (x *DescribeConfigsResponse) Reset() {
 	*x = DescribeConfigsResponse{}
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3930,7 +4067,7 @@ func (x *DescribeConfigsResponse) String() string {
 func (*DescribeConfigsResponse) ProtoMessage() {}
 
 func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3943,7 +4080,7 @@ func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{61}
+	return file_controller_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DescribeConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -4156,13 +4293,26 @@ const file_controller_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
 	"\x06leader\x18\x03 \x01(\x05R\x06leader\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"t\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xb1\x01\n" +
 	"\"AlterPartitionReassignmentsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
-	"\breplicas\x18\x03 \x03(\x05R\breplicas\"b\n" +
+	"\breplicas\x18\x03 \x03(\x05R\breplicas\x12;\n" +
+	"\n" +
+	"partitions\x18\x04 \x03(\v2\x1b.keel.v1.ReassignmentTargetR\n" +
+	"partitions\"d\n" +
+	"\x12ReassignmentTarget\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
+	"\breplicas\x18\x03 \x03(\x05R\breplicas\"\xa0\x01\n" +
 	"#AlterPartitionReassignmentsResponse\x12;\n" +
-	"\tpartition\x18\x01 \x01(\v2\x1d.keel.v1.PartitionDescriptionR\tpartition\"#\n" +
+	"\tpartition\x18\x01 \x01(\v2\x1d.keel.v1.PartitionDescriptionR\tpartition\x12<\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2\x1c.keel.v1.ReassignedPartitionR\n" +
+	"partitions\"h\n" +
+	"\x13ReassignedPartition\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12;\n" +
+	"\tpartition\x18\x02 \x01(\v2\x1d.keel.v1.PartitionDescriptionR\tpartition\"#\n" +
 	"!ListPartitionReassignmentsRequest\"a\n" +
 	"\"ListPartitionReassignmentsResponse\x12;\n" +
 	"\rreassignments\x18\x01 \x03(\v2\x15.keel.v1.ReassignmentR\rreassignments\"\xb4\x01\n" +
@@ -4286,7 +4436,7 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_controller_proto_goTypes = []any{
 	(ElectionType)(0),                           // 0: keel.v1.ElectionType
 	(ConfigSource)(0),                           // 1: keel.v1.ConfigSource
@@ -4333,30 +4483,32 @@ var file_controller_proto_goTypes = []any{
 	(*ElectLeadersResponse)(nil),                // 42: keel.v1.ElectLeadersResponse
 	(*ElectionResult)(nil),                      // 43: keel.v1.ElectionResult
 	(*AlterPartitionReassignmentsRequest)(nil),  // 44: keel.v1.AlterPartitionReassignmentsRequest
-	(*AlterPartitionReassignmentsResponse)(nil), // 45: keel.v1.AlterPartitionReassignmentsResponse
-	(*ListPartitionReassignmentsRequest)(nil),   // 46: keel.v1.ListPartitionReassignmentsRequest
-	(*ListPartitionReassignmentsResponse)(nil),  // 47: keel.v1.ListPartitionReassignmentsResponse
-	(*Reassignment)(nil),                        // 48: keel.v1.Reassignment
-	(*RestoreSnapshotRequest)(nil),              // 49: keel.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),             // 50: keel.v1.RestoreSnapshotResponse
-	(*LeaderHint)(nil),                          // 51: keel.v1.LeaderHint
-	(*AddVoterRequest)(nil),                     // 52: keel.v1.AddVoterRequest
-	(*AddVoterResponse)(nil),                    // 53: keel.v1.AddVoterResponse
-	(*RemoveVoterRequest)(nil),                  // 54: keel.v1.RemoveVoterRequest
-	(*RemoveVoterResponse)(nil),                 // 55: keel.v1.RemoveVoterResponse
-	(*TransferLeadershipRequest)(nil),           // 56: keel.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil),          // 57: keel.v1.TransferLeadershipResponse
-	(*ConfigResource)(nil),                      // 58: keel.v1.ConfigResource
-	(*ConfigEntry)(nil),                         // 59: keel.v1.ConfigEntry
-	(*AlterableConfig)(nil),                     // 60: keel.v1.AlterableConfig
-	(*IncrementalAlterConfigsRequest)(nil),      // 61: keel.v1.IncrementalAlterConfigsRequest
-	(*IncrementalAlterConfigsResponse)(nil),     // 62: keel.v1.IncrementalAlterConfigsResponse
-	(*DescribeConfigsRequest)(nil),              // 63: keel.v1.DescribeConfigsRequest
-	(*DescribeConfigsResponse)(nil),             // 64: keel.v1.DescribeConfigsResponse
-	nil,                                         // 65: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                         // 66: keel.v1.TopicDescription.ConfigsEntry
-	(LeaderRecoveryState)(0),                    // 67: keel.v1.LeaderRecoveryState
-	(ConfigResourceType)(0),                     // 68: keel.v1.ConfigResourceType
+	(*ReassignmentTarget)(nil),                  // 45: keel.v1.ReassignmentTarget
+	(*AlterPartitionReassignmentsResponse)(nil), // 46: keel.v1.AlterPartitionReassignmentsResponse
+	(*ReassignedPartition)(nil),                 // 47: keel.v1.ReassignedPartition
+	(*ListPartitionReassignmentsRequest)(nil),   // 48: keel.v1.ListPartitionReassignmentsRequest
+	(*ListPartitionReassignmentsResponse)(nil),  // 49: keel.v1.ListPartitionReassignmentsResponse
+	(*Reassignment)(nil),                        // 50: keel.v1.Reassignment
+	(*RestoreSnapshotRequest)(nil),              // 51: keel.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),             // 52: keel.v1.RestoreSnapshotResponse
+	(*LeaderHint)(nil),                          // 53: keel.v1.LeaderHint
+	(*AddVoterRequest)(nil),                     // 54: keel.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),                    // 55: keel.v1.AddVoterResponse
+	(*RemoveVoterRequest)(nil),                  // 56: keel.v1.RemoveVoterRequest
+	(*RemoveVoterResponse)(nil),                 // 57: keel.v1.RemoveVoterResponse
+	(*TransferLeadershipRequest)(nil),           // 58: keel.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),          // 59: keel.v1.TransferLeadershipResponse
+	(*ConfigResource)(nil),                      // 60: keel.v1.ConfigResource
+	(*ConfigEntry)(nil),                         // 61: keel.v1.ConfigEntry
+	(*AlterableConfig)(nil),                     // 62: keel.v1.AlterableConfig
+	(*IncrementalAlterConfigsRequest)(nil),      // 63: keel.v1.IncrementalAlterConfigsRequest
+	(*IncrementalAlterConfigsResponse)(nil),     // 64: keel.v1.IncrementalAlterConfigsResponse
+	(*DescribeConfigsRequest)(nil),              // 65: keel.v1.DescribeConfigsRequest
+	(*DescribeConfigsResponse)(nil),             // 66: keel.v1.DescribeConfigsResponse
+	nil,                                         // 67: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                         // 68: keel.v1.TopicDescription.ConfigsEntry
+	(LeaderRecoveryState)(0),                    // 69: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),                     // 70: keel.v1.ConfigResourceType
 }
 var file_controller_proto_depIdxs = []int32{
 	5,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
@@ -4365,86 +4517,89 @@ var file_controller_proto_depIdxs = []int32{
 	17, // 3: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
 	22, // 4: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
 	24, // 5: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	65, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	67, // 6: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
 	35, // 7: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
 	24, // 8: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
 	35, // 9: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
 	32, // 10: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
 	35, // 11: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	66, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	68, // 12: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
 	36, // 13: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
-	59, // 14: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
-	67, // 15: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	67, // 16: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	61, // 14: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
+	69, // 15: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	69, // 16: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
 	38, // 17: keel.v1.AlterPartitionRequest.new_isr_with_epochs:type_name -> keel.v1.BrokerState
 	36, // 18: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
 	0,  // 19: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
 	40, // 20: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
 	43, // 21: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
-	36, // 22: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
-	48, // 23: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
-	5,  // 24: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	5,  // 25: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	68, // 26: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
-	1,  // 27: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
-	2,  // 28: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
-	58, // 29: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
-	60, // 30: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
-	59, // 31: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
-	43, // 32: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
-	58, // 33: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
-	59, // 34: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
-	3,  // 35: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	6,  // 36: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	8,  // 37: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	10, // 38: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	12, // 39: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	14, // 40: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	20, // 41: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	23, // 42: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
-	26, // 43: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
-	28, // 44: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
-	30, // 45: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
-	33, // 46: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
-	37, // 47: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
-	41, // 48: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
-	44, // 49: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
-	46, // 50: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
-	19, // 51: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	49, // 52: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
-	52, // 53: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
-	54, // 54: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
-	56, // 55: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
-	61, // 56: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
-	63, // 57: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
-	4,  // 58: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	7,  // 59: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	9,  // 60: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	11, // 61: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	13, // 62: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	15, // 63: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	21, // 64: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	25, // 65: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	27, // 66: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	29, // 67: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	31, // 68: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	34, // 69: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	39, // 70: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	42, // 71: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	45, // 72: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	47, // 73: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	18, // 74: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	50, // 75: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	53, // 76: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	55, // 77: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	57, // 78: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	62, // 79: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
-	64, // 80: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
-	58, // [58:81] is the sub-list for method output_type
-	35, // [35:58] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	45, // 22: keel.v1.AlterPartitionReassignmentsRequest.partitions:type_name -> keel.v1.ReassignmentTarget
+	36, // 23: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
+	47, // 24: keel.v1.AlterPartitionReassignmentsResponse.partitions:type_name -> keel.v1.ReassignedPartition
+	36, // 25: keel.v1.ReassignedPartition.partition:type_name -> keel.v1.PartitionDescription
+	50, // 26: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
+	5,  // 27: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	5,  // 28: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	70, // 29: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
+	1,  // 30: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
+	2,  // 31: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
+	60, // 32: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	62, // 33: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
+	61, // 34: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	43, // 35: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
+	60, // 36: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	61, // 37: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	3,  // 38: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	6,  // 39: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	8,  // 40: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	10, // 41: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	12, // 42: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	14, // 43: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	20, // 44: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	23, // 45: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	26, // 46: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	28, // 47: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	30, // 48: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	33, // 49: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	37, // 50: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	41, // 51: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	44, // 52: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	48, // 53: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	19, // 54: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
+	51, // 55: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	54, // 56: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
+	56, // 57: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
+	58, // 58: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
+	63, // 59: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
+	65, // 60: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
+	4,  // 61: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	7,  // 62: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	9,  // 63: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	11, // 64: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	13, // 65: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	15, // 66: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	21, // 67: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	25, // 68: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	27, // 69: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	29, // 70: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	31, // 71: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	34, // 72: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	39, // 73: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	42, // 74: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	46, // 75: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	49, // 76: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	18, // 77: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	52, // 78: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	55, // 79: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	57, // 80: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	59, // 81: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	64, // 82: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
+	66, // 83: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
+	61, // [61:84] is the sub-list for method output_type
+	38, // [38:61] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -4457,14 +4612,14 @@ func file_controller_proto_init() {
 		(*MetadataPush_Entries)(nil),
 		(*MetadataPush_Snapshot)(nil),
 	}
-	file_controller_proto_msgTypes[53].OneofWrappers = []any{}
+	file_controller_proto_msgTypes[55].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   64,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

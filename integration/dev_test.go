@@ -1,0 +1,161 @@
+package integration
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/internal/poll"
+)
+
+// lockedBuffer is a bytes.Buffer a process writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// devRun is one `keel dev` process.
+type devRun struct {
+	cmd            *exec.Cmd
+	stdout, stderr *lockedBuffer
+	done           chan error
+}
+
+// startDev starts `keel dev` with args and waits for its banner. The
+// process is interrupted (then killed) when the test ends, if still running.
+func startDev(t *testing.T, args ...string) *devRun {
+	t.Helper()
+	d := &devRun{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan error, 1)}
+	d.cmd = exec.Command(keelBin, append([]string{"dev"}, args...)...)
+	d.cmd.Stdout, d.cmd.Stderr = d.stdout, d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() { d.stop(t) })
+	poll.Until(t, 60*time.Second, "keel dev's banner", func() bool {
+		select {
+		case err := <-d.done:
+			d.done <- err
+			t.Fatalf("keel dev exited before its banner: %v\nstdout:\n%s\nstderr:\n%s", err, d.stdout, d.stderr)
+		default:
+		}
+		return strings.Contains(d.stdout.String(), "Ctrl-C stops the cluster.")
+	})
+	return d
+}
+
+// stop interrupts the process, as Ctrl-C does, and waits for it to exit.
+func (d *devRun) stop(t *testing.T) {
+	t.Helper()
+	if d.cmd.ProcessState != nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Errorf("keel dev after Ctrl-C: %v\nstderr:\n%s", err, d.stderr)
+		}
+	case <-time.After(60 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+		t.Errorf("keel dev did not stop within 60s of SIGINT")
+	}
+}
+
+var exportControllers = regexp.MustCompile(`(?m)^  export KEEL_CONTROLLERS=(\S+)$`)
+
+// controllers is the KEEL_CONTROLLERS the banner exports.
+func (d *devRun) controllers(t *testing.T) string {
+	t.Helper()
+	m := exportControllers.FindStringSubmatch(d.stdout.String())
+	if m == nil {
+		t.Fatalf("keel dev's banner has no export KEEL_CONTROLLERS line:\n%s", d.stdout)
+	}
+	return m[1]
+}
+
+// pasted runs one of the banner's command lines as a shell would after
+// the banner's exports: KEEL_CONTROLLERS set, nothing else given.
+func pasted(t *testing.T, controllers string, line string) string {
+	t.Helper()
+	fields := strings.Fields(line)
+	cmd := exec.Command(fields[0], fields[1:]...)
+	cmd.Env = append(os.Environ(), "KEEL_CONTROLLERS="+controllers)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", line, err, out)
+	}
+	return string(out)
+}
+
+// TestDev_BannerCommandsPasteAndDataDirRestarts: the banner's commands run
+// as printed; a second `keel dev` on the same data dir starts the same
+// cluster on the same addresses, with its topics, and one started while the
+// first runs is refused in one line.
+func TestDev_BannerCommandsPasteAndDataDirRestarts(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "dev")
+	args := []string{"--data-dir", dir, "--controllers-count", "3", "--brokers-count", "1"}
+	first := startDev(t, args...)
+	controllers := first.controllers(t)
+	// The banner's commands, as printed, with the exported variable.
+	var lines []string
+	for l := range strings.Lines(first.stdout.String()) {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, keelBin+" ") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) < 3 {
+		t.Fatalf("keel dev's banner has %d commands starting %q:\n%s", len(lines), keelBin, first.stdout)
+	}
+	for _, l := range lines {
+		pasted(t, controllers, l)
+	}
+	if out := pasted(t, controllers, keelBin+" topic describe orders"); !strings.Contains(out, "Topic:   orders") {
+		t.Fatalf("topic describe orders after the banner's create:\n%s", out)
+	}
+
+	// A second run on the same data dir while the first holds its ports.
+	_, stderr, code := runKeel(t, 60*time.Second, append([]string{"dev"}, args...)...)
+	if code != 1 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, "address already in use") ||
+		!strings.Contains(stderr, filepath.Join(dir, "dev.json")) {
+		t.Errorf("keel dev on a data dir in use: exit %d, stderr %q; want exit 1 and one line naming the address and dev.json", code, stderr)
+	}
+
+	first.stop(t)
+	second := startDev(t, args...)
+	if got := second.controllers(t); got != controllers {
+		t.Errorf("second run's controllers = %s, want the first run's %s", got, controllers)
+	}
+	if out := pasted(t, controllers, keelBin+" topic list"); !strings.Contains(out, "orders") {
+		t.Errorf("topic list on the second run lacks the first run's topic:\n%s", out)
+	}
+	second.stop(t)
+
+	// Another count of controllers on the same data dir is refused.
+	_, stderr, code = runKeel(t, 60*time.Second, "dev", "--data-dir", dir, "--controllers-count", "1")
+	if code != 1 || !strings.Contains(stderr, "--controllers-count 1: the dev cluster in "+dir+" has 3 controllers") {
+		t.Errorf("keel dev with another --controllers-count: exit %d, stderr %q", code, stderr)
+	}
+}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/broker/partlog"
-	"github.com/keel-dev/keel/fsm"
 )
 
 // ProduceResult is a produce's answer: where the batch went.
@@ -252,13 +251,4 @@ func (m *Manager) ListOffsets(_ context.Context, topic string, partition int32, 
 		return r.hw, r.leaderEpoch, nil
 	}
 	return -1, -1, fmt.Errorf("%w: %s/%d: offsets by timestamp (%d) are not kept", kerr.UnsupportedVersion, topic, partition, timestamp)
-}
-
-// topicID is a helper for tests and tools: the id of a topic this broker
-// holds a replica of.
-func (m *Manager) topicID(topic string) (fsm.TopicID, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	id, ok := m.byName[topic]
-	return id, ok
 }

@@ -283,69 +283,55 @@ the deletion; a broker that is down does so when it catches up.`,
 
 func newTopicListCmd() *cobra.Command {
 	a := &adminFlags{}
-	var linearizable bool
+	r := &readFlags{}
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List topics: name, id, partition count, replication factor",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]topicSummary, error) {
-				resp, err := c.ListTopics(ctx, readOptions(linearizable)...)
+			return readCall(cmd, a, r, func(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]topicSummary, *keelpb.ReadSource, error) {
+				resp, err := c.ListTopics(ctx, opts...)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				rows := make([]topicSummary, 0, len(resp.GetTopics()))
 				for _, t := range resp.GetTopics() {
 					rows = append(rows, topicSummary{Name: t.GetName(), ID: t.GetId(), Partitions: t.GetPartitions(), ReplicationFactor: t.GetReplicationFactor()})
 				}
 				sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
-				return rows, nil
+				return rows, resp.GetSource(), nil
 			}, tableOf([]string{"NAME", "ID", "PARTITIONS", "REPLICATION FACTOR"}, "", func(r topicSummary) []string {
 				return []string{r.Name, orDash(r.ID), fmt.Sprint(r.Partitions), fmt.Sprint(r.ReplicationFactor)}
 			}))
 		},
 	}
 	a.add(cmd)
-	addLinearizableFlag(cmd, &linearizable)
+	r.add(cmd)
 	return cmd
-}
-
-// addLinearizableFlag adds --linearizable to a read command.
-func addLinearizableFlag(cmd *cobra.Command, v *bool) {
-	cmd.Flags().BoolVar(v, "linearizable", false,
-		"answer only from the active controller, after it confirms with a quorum that it still leads (reflects every acknowledged write); default: any controller answers from its own, possibly slightly older, image")
-}
-
-// readOptions are the rpc read options for --linearizable.
-func readOptions(linearizable bool) []rpc.ReadOption {
-	if linearizable {
-		return []rpc.ReadOption{rpc.Linearizable()}
-	}
-	return nil
 }
 
 func newTopicDescribeCmd() *cobra.Command {
 	a := &adminFlags{}
-	var linearizable bool
+	r := &readFlags{}
 	cmd := &cobra.Command{
 		Use:   "describe NAME",
 		Short: "Show a topic: its configs, and each partition's leader, epochs, replicas and ISR",
 		Args:  topicNameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (topicView, error) {
-				resp, err := c.DescribeTopic(ctx, args[0], readOptions(linearizable)...)
+			return readCall(cmd, a, r, func(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) (topicView, *keelpb.ReadSource, error) {
+				resp, err := c.DescribeTopic(ctx, args[0], opts...)
 				if err != nil {
-					return topicView{}, err
+					return topicView{}, nil, err
 				}
 				if resp.GetTopic() == nil {
-					return topicView{}, fmt.Errorf("topic %q: the controller answered without a description", args[0])
+					return topicView{}, nil, fmt.Errorf("topic %q: the controller answered without a description", args[0])
 				}
-				return describeView(resp.GetTopic()), nil
+				return describeView(resp.GetTopic()), resp.GetSource(), nil
 			}, topicTable)
 		},
 	}
 	a.add(cmd)
-	addLinearizableFlag(cmd, &linearizable)
+	r.add(cmd)
 	return cmd
 }
 

@@ -74,7 +74,9 @@ func TestReads_CutOffControllerIsUnavailableUnlessStale(t *testing.T) {
 	// The active controller answers a stale read given every controller,
 	// and says so.
 	out, errOut, err := runKeelSplit(t, "topic", "list", "--controllers", addrs, "--stale")
-	if err != nil || !strings.Contains(out, "NAME") || !strings.Contains(errOut, fmt.Sprintf("answered by the active controller %d", leader.ID())) {
+	// (Not necessarily leader: a loaded machine may have moved leadership
+	// on meanwhile.)
+	if err != nil || !strings.Contains(out, "NAME") || !strings.Contains(errOut, "stale read: answered by the active controller ") {
 		t.Errorf("topic list --stale with every controller: %v\n%s%s", err, out, errOut)
 	}
 	out, errOut, err = runKeelSplit(t, "broker", "list", "--controllers", addrs)

@@ -48,7 +48,10 @@ type Link interface {
 }
 
 // ISRChange is a partition leader's request to set the ISR, valid only at
-// the leader and partition epochs it names.
+// the leader and partition epochs it names. It also says the leader has
+// recovered (KIP-704's RECOVERED, the AlterPartition default): a partition
+// led after an unclean election is RECOVERING until its leader's first
+// change.
 type ISRChange struct {
 	TopicID        fsm.TopicID
 	Partition      int32

@@ -306,6 +306,12 @@ func (rm *ReplicaManager) BecomeLeader(p PartitionState) {
 		}
 	}
 	rm.log.Debug("leading", "topic", p.Topic, "partition", p.Partition, "leader_epoch", p.LeaderEpoch)
+	// A recovering partition's leader confirms now, not at the next lag check.
+	if img := rm.img.Load(); img != nil {
+		if cur, ok := img.Partition(tp.TopicID, tp.Partition); ok && cur.Recovering() {
+			rm.maybeAlter(tp, r, now)
+		}
+	}
 }
 
 // BecomeFollower moves the partition to the fetcher of its new leader.
@@ -469,7 +475,8 @@ func (rm *ReplicaManager) maybeAlter(tp TopicPartition, r *replica, now time.Tim
 
 // desiredISR is the ISR the leader wants, or nil when it wants the current
 // one: the ISR without members that lag or may not be in it, plus the
-// replicas that have caught up and may be. Nothing is wanted while this
+// replicas that have caught up and may be. A recovering partition wants an
+// AlterPartition even with its ISR unchanged, to confirm its recovery. Nothing is wanted while this
 // broker itself may not lead (fenced or in controlled shutdown): the
 // controller would refuse, and is moving leadership away anyway.
 func (rm *ReplicaManager) desiredISR(p *fsm.Partition, r *replica, img *fsm.Image, now time.Time) []int32 {
@@ -491,9 +498,14 @@ func (rm *ReplicaManager) desiredISR(p *fsm.Partition, r *replica, img *fsm.Imag
 			isr = append(isr, id)
 		}
 	}
-	if slices.Equal(isr, p.ISR) {
+	if slices.Equal(isr, p.ISR) && !p.Recovering() {
 		return nil
 	}
+	// A leader elected uncleanly leads a RECOVERING partition (KIP-704)
+	// until its AlterPartition says RECOVERED, which every one of this data
+	// plane's does: its replicas hold no log to recover, so, like Kafka's
+	// leaders today, it confirms at once, with the ISR as it is if nothing
+	// else changes.
 	return isr
 }
 

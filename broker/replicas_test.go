@@ -132,7 +132,12 @@ func (c *fakeController) decideLocked(from int32, ch ISRChange) (*keelpb.Partiti
 			return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonIneligibleReplica, fmt.Sprintf("broker %d", id))
 		}
 	}
-	c.commitLocked(changeRec(ch.TopicID, ch.Partition, nil, ch.ISR, nil))
+	rec := changeRec(ch.TopicID, ch.Partition, nil, ch.ISR, nil)
+	if p.Recovering() { // every ISR change says RECOVERED, as the controller reads it
+		recovered := keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED
+		rec.GetPartitionChange().LeaderRecoveryState = &recovered
+	}
+	c.commitLocked(rec)
 	p, _ = c.img.Partition(ch.TopicID, ch.Partition)
 	return &keelpb.PartitionDescription{Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch,
 		PartitionEpoch: p.PartitionEpoch, Replicas: p.Replicas, Isr: p.ISR}, nil
@@ -449,6 +454,37 @@ func TestReplicaManager_ISR(t *testing.T) {
 				e.clk.Advance(2 * time.Second)
 				e.rm.checkLag()
 				e.send("broker 1: isr=[2 1] epochs=2/2")
+			},
+		},
+		{
+			// KIP-704: the uncleanly elected leader confirms RECOVERED with
+			// its ISR unchanged as soon as it leads, then never again.
+			name: "a leader elected uncleanly confirms its recovery at once",
+			isr:  []int32{1, 2},
+			run: func(t *testing.T, e *isrEnv) {
+				recovering := keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING
+				rec := changeRec(topicT, 0, leaderID(fsm.NoLeader), []int32{2}, nil)
+				e.ctl.commit(rec)
+				e.ctl.publish(e.rm)
+				rec = changeRec(topicT, 0, leaderID(1), []int32{1}, nil)
+				rec.GetPartitionChange().LeaderRecoveryState = &recovering
+				e.ctl.commit(rec)
+				e.ctl.publish(e.rm) // leader at epoch 2, recovering
+				e.send("broker 1: isr=[1] epochs=2/2")
+				if p, _ := e.ctl.image().Partition(topicT, 0); p.Recovering() || !slices.Equal(p.ISR, []int32{1}) {
+					t.Fatalf("after the confirmation: %+v", p)
+				}
+				e.ctl.publish(e.rm)
+				e.rm.checkLag()
+				e.noSend()
+			},
+		},
+		{
+			name: "a recovered partition asks nothing while its ISR is right",
+			isr:  []int32{1},
+			run: func(t *testing.T, e *isrEnv) {
+				e.rm.checkLag()
+				e.noSend()
 			},
 		},
 	}

@@ -120,5 +120,5 @@ func unregisterRecords(img *fsm.Image, id int32, epoch int64) ([]*keelpb.Record,
 		return nil, err
 	}
 	rec := &keelpb.Record{Record: &keelpb.Record_UnregisterBroker{UnregisterBroker: &keelpb.UnregisterBrokerRecord{BrokerId: b.ID, BrokerEpoch: b.Epoch}}}
-	return append(offlineChanges(img, []int32{b.ID}), rec), nil
+	return append(unregisterChanges(img, []int32{b.ID}), rec), nil
 }

@@ -18,7 +18,8 @@ import (
 // (brokers registering, fenced, unfenced, shutting down, unregistered;
 // topics created, grown, deleted; reassignments started, replaced and
 // cancelled; preferred, unclean and leaderless elections; rebalances; ISR
-// changes) are decided on the image, and every batch a decision returns is
+// changes, recovery confirmed or not; min.insync.replicas and unclean
+// election altered on topics and the cluster defaults) are decided on the image, and every batch a decision returns is
 // applied with the FSM's own Apply, cut into raft entries as the event loop
 // cuts them (with a small entry size, so that cuts happen), each entry on
 // its own. No decision but a cancel removes a replica from a partition
@@ -38,12 +39,18 @@ func TestDecisions_EveryBatchApplies(t *testing.T) {
 		first, seeds = n, 1
 	}
 	start := time.Now()
+	var seen propertySeen
 	for seed := first; seed < first+seeds; seed++ {
-		if !runDecisionProperty(t, seed, steps) {
+		if !runDecisionProperty(t, seed, steps, &seen) {
 			return
 		}
 	}
-	t.Logf("%d seeds × %d operations in %v", seeds, steps, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d seeds × %d operations in %v; %d steps left a partition with eligible leader replicas, %d one recovering",
+		seeds, steps, time.Since(start).Round(time.Millisecond), seen.elr, seen.recovering)
+	// The ELR and recovery rules are exercised, not only allowed.
+	if seeds > 1 && (seen.elr == 0 || seen.recovering == 0) {
+		t.Errorf("no step reached an ELR (%d) or a recovering partition (%d): the property does not cover them", seen.elr, seen.recovering)
+	}
 }
 
 // propertyRun is one seed's cluster.
@@ -55,7 +62,11 @@ type propertyRun struct {
 	incs  int // incarnations handed out
 	ids   int // topic ids handed out
 	steps []string
+	seen  *propertySeen
 }
+
+// propertySeen counts the steps that left the states a property must reach.
+type propertySeen struct{ elr, recovering int }
 
 const (
 	propertyBrokers = 7 // broker ids 1..7; 8 and 9 are never registered
@@ -63,8 +74,8 @@ const (
 	propertyEntry   = 256
 )
 
-func runDecisionProperty(t *testing.T, seed uint64, steps int) bool {
-	r := &propertyRun{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x6b65656c)), img: fsm.Empty()}
+func runDecisionProperty(t *testing.T, seed uint64, steps int, seen *propertySeen) bool {
+	r := &propertyRun{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x6b65656c)), img: fsm.Empty(), seen: seen}
 	if !r.apply("start", clusterStart()) {
 		return false
 	}
@@ -101,6 +112,8 @@ func runDecisionProperty(t *testing.T, seed uint64, steps int) bool {
 		{"leaderless elections", 1, func() ([]*keelpb.Record, error) { return leaderlessChanges(r.img), nil }},
 		{"rebalance", 1, r.rebalance},
 		{"alter ISR", 8, r.alterISR},
+		{"alter topic configs", 2, r.alterTopicConfigs},
+		{"alter cluster defaults", 1, r.alterClusterDefaults},
 	}
 	total := 0
 	for _, op := range ops {
@@ -116,6 +129,9 @@ func runDecisionProperty(t *testing.T, seed uint64, steps int) bool {
 					return false
 				}
 				if err == nil && op.name != "cancel reassignment" && !r.reassignmentsSafe(op.name, before) {
+					return false
+				}
+				if err == nil && !r.eligibleSound(op.name) {
 					return false
 				}
 				break
@@ -204,6 +220,80 @@ func (r *propertyRun) reassignmentsSafe(what string, before map[partKey][]int32)
 
 func subsetOf(a, b []int32) bool {
 	return !slices.ContainsFunc(a, func(x int32) bool { return !slices.Contains(b, x) })
+}
+
+// eligibleSound checks every partition's eligible leader replicas and
+// recovery state after a step: the ELR holds replicas only, none of them in
+// the ISR (KIP-966), and a partition recovering from an unclean election
+// has an ISR of at most its one replica (KIP-704).
+func (r *propertyRun) eligibleSound(what string) bool {
+	ok := true
+	var elrs, recovering bool
+	defer func() {
+		if elrs {
+			r.seen.elr++
+		}
+		if recovering {
+			r.seen.recovering++
+		}
+	}()
+	r.img.EachPartition(func(p *fsm.Partition) bool {
+		elr := p.ELR()
+		elrs = elrs || len(elr) > 0
+		recovering = recovering || p.Recovering()
+		switch {
+		case !subsetOf(elr, p.Replicas):
+			r.t.Errorf("seed %d, step %d (%s): %s/%d has ELR %v outside its replicas %v", r.seed, len(r.steps), what, p.TopicID, p.Partition, elr, p.Replicas)
+			ok = false
+		case slices.ContainsFunc(elr, p.InISR):
+			r.t.Errorf("seed %d, step %d (%s): %s/%d has ELR %v overlapping its ISR %v", r.seed, len(r.steps), what, p.TopicID, p.Partition, elr, p.ISR)
+			ok = false
+		case p.Recovering() && len(p.ISR) > 1:
+			r.t.Errorf("seed %d, step %d (%s): %s/%d is recovering with ISR %v", r.seed, len(r.steps), what, p.TopicID, p.Partition, p.ISR)
+			ok = false
+		}
+		if !ok {
+			r.t.Logf("rerun with KEEL_PROPERTY_SEED=%d; steps before:\n  %s", r.seed, joinSteps(r.steps))
+		}
+		return ok
+	})
+	return ok
+}
+
+// configChange is a random IncrementalAlterConfigs of the two configs
+// partition decisions follow: min.insync.replicas (sometimes above the
+// replication factor) and unclean.leader.election.enable, set or deleted.
+func (r *propertyRun) configChange(resource *keelpb.ConfigResource) *keelpb.IncrementalAlterConfigsRequest {
+	req := &keelpb.IncrementalAlterConfigsRequest{Resource: resource}
+	if r.rng.IntN(4) > 0 {
+		op := &keelpb.AlterableConfig{Name: fsm.MinInsyncReplicas, Op: keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET, Value: strconv.Itoa(1 + r.rng.IntN(4))}
+		if r.rng.IntN(4) == 0 {
+			op.Op, op.Value = keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE, ""
+		}
+		req.Configs = append(req.Configs, op)
+	}
+	if r.rng.IntN(2) == 0 {
+		op := &keelpb.AlterableConfig{Name: fsm.UncleanLeaderElection, Op: keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET, Value: strconv.FormatBool(r.rng.IntN(2) == 0)}
+		if r.rng.IntN(4) == 0 {
+			op.Op, op.Value = keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE, ""
+		}
+		req.Configs = append(req.Configs, op)
+	}
+	return req
+}
+
+func (r *propertyRun) alterTopicConfigs() ([]*keelpb.Record, error) {
+	t, ok := r.topic()
+	if !ok {
+		return nil, nil
+	}
+	recs, _, _, err := alterConfigsRecords(r.img, r.configChange(&keelpb.ConfigResource{Type: keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_TOPIC, Name: t.Name}))
+	return recs, err
+}
+
+func (r *propertyRun) alterClusterDefaults() ([]*keelpb.Record, error) {
+	recs, _, _, err := alterConfigsRecords(r.img, r.configChange(&keelpb.ConfigResource{Type: keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_CLUSTER}))
+	return recs, err
 }
 
 // brokerID is a broker id, usually of a registered broker.
@@ -412,6 +502,9 @@ func (r *propertyRun) alterISR() ([]*keelpb.Record, error) {
 		LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch, NewIsr: isr}
 	if r.rng.IntN(10) == 0 {
 		req.PartitionEpoch--
+	}
+	if p.Recovering() && r.rng.IntN(3) == 0 {
+		req.LeaderRecoveryState = keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING // not confirmed yet
 	}
 	return alterPartitionRecords(r.img, req)
 }

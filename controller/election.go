@@ -48,12 +48,29 @@ type target struct {
 	leader                      int32
 	isr, replicas               []int32
 	addingReplicas, removingRep []int32
+	// elr and lastKnown are the eligible leader replicas and the last
+	// known leader (KIP-966); changeRecord settles them (settleEligible).
+	elr, lastKnown []int32
+	recovery       keelpb.LeaderRecoveryState
+
+	// minISR is the topic's min.insync.replicas in effect, for
+	// settleEligible; 0 when the decision did not look it up, and then the
+	// ELR is only kept consistent (replicas outside the ISR), never grown
+	// or cleared.
+	minISR int32
+	// uncleanElected: electLeader chose a leader from outside the ISR and
+	// the ELR.
+	uncleanElected bool
+	// ineligible are replicas that may no longer be eligible leader
+	// replicas (unregistered brokers).
+	ineligible []int32
 }
 
 func targetOf(p *fsm.Partition) target {
 	return target{
 		leader: p.Leader, isr: slices.Clone(p.ISR), replicas: slices.Clone(p.Replicas),
 		addingReplicas: slices.Clone(p.AddingReplicas), removingRep: slices.Clone(p.RemovingReplicas),
+		elr: slices.Clone(p.ELR()), lastKnown: slices.Clone(p.LastKnownELR()), recovery: p.LeaderRecoveryState,
 	}
 }
 
@@ -64,11 +81,84 @@ func sharedTarget(p *fsm.Partition) target {
 	return target{
 		leader: p.Leader, isr: p.ISR, replicas: p.Replicas,
 		addingReplicas: p.AddingReplicas, removingRep: p.RemovingReplicas,
+		elr: p.ELR(), lastKnown: p.LastKnownELR(), recovery: p.LeaderRecoveryState,
 	}
 }
 
-// changeRecord returns the record that takes p to t, or nil if t is p.
+// topicRules are the configs of a partition's topic that its decisions
+// follow.
+type topicRules struct {
+	unclean bool
+	minISR  int32
+}
+
+// rulesFor reads the rules of topic id from img: its own configs, else the
+// cluster defaults, else the built-in ones.
+func rulesFor(img *fsm.Image, id fsm.TopicID) topicRules {
+	t, ok := img.TopicByID(id)
+	if !ok {
+		return topicRules{minISR: 1}
+	}
+	return topicRules{unclean: img.UncleanElection(t), minISR: img.MinISR(t)}
+}
+
+// settleEligible brings t's eligible leader replicas and last known leader
+// in line with its ISR and leader, by KIP-966's rules as KRaft applies them
+// (PartitionChangeBuilder, with the last known leader kept in
+// LastKnownElr):
+//   - an unclean election clears the ELR: its leader may lack records the
+//     eligible replicas have, and so must not be followed by them;
+//   - an ISR at or above min.insync.replicas (at most the replication
+//     factor, as in KRaft's getTopicEffectiveMinIsr) needs no ELR;
+//   - an ISR below it: every replica that was in the ISR or the ELR and is
+//     not in the new ISR is eligible. Strict min ISR means the high
+//     watermark cannot advance while the ISR is that small, so a replica
+//     that left the ISR then holds every committed record;
+//   - the last known leader is set to the leader the partition loses when
+//     no replica can take over, and cleared once it has a leader again.
+//
+// Where Kafka empties the ISR into the ELR, Keel keeps the ISR's last
+// member (election.go's withoutISR): it is what Kafka would hold as an ELR
+// member, and "no live ISR member" is Keel's "empty ISR".
+func settleEligible(p *fsm.Partition, t *target) {
+	keep := func(id int32) bool {
+		return slices.Contains(t.replicas, id) && !slices.Contains(t.isr, id) && !slices.Contains(t.ineligible, id)
+	}
+	// KRaft's effective min ISR: never above the replication factor.
+	minISR := min(t.minISR, int32(len(t.replicas)))
+	switch {
+	case t.uncleanElected:
+		t.elr = nil
+	case minISR > 0 && int32(len(t.isr)) >= minISR:
+		t.elr = nil
+	case minISR > 0:
+		// In assignment order, the order elections try them in.
+		var elr []int32
+		for _, id := range t.replicas {
+			if (slices.Contains(t.elr, id) || slices.Contains(p.ISR, id)) && keep(id) {
+				elr = append(elr, id)
+			}
+		}
+		t.elr = elr
+	default:
+		if slices.ContainsFunc(t.elr, func(id int32) bool { return !keep(id) }) {
+			t.elr = slices.DeleteFunc(slices.Clone(t.elr), func(id int32) bool { return !keep(id) })
+		}
+	}
+	switch {
+	case t.leader != fsm.NoLeader:
+		t.lastKnown = nil
+	case p.Leader != fsm.NoLeader && slices.Contains(t.replicas, p.Leader):
+		t.lastKnown = []int32{p.Leader}
+	case slices.ContainsFunc(t.lastKnown, func(id int32) bool { return !slices.Contains(t.replicas, id) }):
+		t.lastKnown = nil
+	}
+}
+
+// changeRecord returns the record that takes p to t, or nil if t is p. It
+// settles t's eligible leader replicas first (settleEligible).
 func changeRecord(p *fsm.Partition, t target) *keelpb.Record {
+	settleEligible(p, &t)
 	r := &keelpb.PartitionChangeRecord{TopicId: bytes.Clone(p.TopicID[:]), Partition: p.Partition}
 	changed := false
 	if t.leader != p.Leader {
@@ -86,18 +176,35 @@ func changeRecord(p *fsm.Partition, t target) *keelpb.Record {
 	if !slices.Equal(t.removingRep, p.RemovingReplicas) {
 		r.RemovingReplicas, changed = &keelpb.Int32List{Values: t.removingRep}, true
 	}
+	if !slices.Equal(t.elr, p.ELR()) {
+		r.EligibleLeaderReplicas, changed = &keelpb.Int32List{Values: t.elr}, true
+	}
+	if !slices.Equal(t.lastKnown, p.LastKnownELR()) {
+		r.LastKnownElr, changed = &keelpb.Int32List{Values: t.lastKnown}, true
+	}
+	if t.recovery != p.LeaderRecoveryState {
+		r.LeaderRecoveryState, changed = &t.recovery, true
+	}
 	if !changed {
 		return nil
 	}
 	return &keelpb.Record{Record: &keelpb.Record_PartitionChange{PartitionChange: r}}
 }
 
-// electLeader sets t.leader by KRaft's rules, given t.isr and t.replicas:
-// the current leader stays while it is in the ISR and eligible; otherwise
-// the first replica, in assignment order, that is in the ISR and eligible;
-// otherwise, if unclean election is allowed, the first eligible replica
-// outside the ISR, which then becomes the whole ISR; otherwise no leader,
-// and the ISR keeps what it has (it is never emptied).
+// electLeader sets t.leader by KRaft's rules, given t.isr, t.elr and
+// t.replicas:
+//   - the current leader stays while it is in the ISR and eligible;
+//   - otherwise the first replica, in assignment order, that is in the ISR
+//     and eligible;
+//   - otherwise, when no ISR member is eligible, the first eligible replica
+//     that is an eligible leader replica (KIP-966), which becomes the whole
+//     ISR: a clean election, since it holds every committed record;
+//   - otherwise, if unclean election is allowed, the last known leader if
+//     it is eligible, else the first eligible replica: it becomes the
+//     whole ISR, the ELR is cleared and the partition is RECOVERING until
+//     its new leader confirms (KIP-704);
+//   - otherwise no leader, and the ISR keeps what it has (it is never
+//     emptied).
 func electLeader(t *target, v brokerView, unclean bool) {
 	if t.leader != fsm.NoLeader && slices.Contains(t.isr, t.leader) && v.eligible(t.leader) {
 		return
@@ -108,10 +215,22 @@ func electLeader(t *target, v brokerView, unclean bool) {
 			return
 		}
 	}
+	for _, id := range t.replicas {
+		if slices.Contains(t.elr, id) && v.eligible(id) {
+			t.leader, t.isr = id, []int32{id}
+			return
+		}
+	}
 	if unclean {
-		for _, id := range t.replicas {
+		candidates := t.replicas
+		if len(t.lastKnown) == 1 && slices.Contains(t.replicas, t.lastKnown[0]) {
+			candidates = append([]int32{t.lastKnown[0]}, t.replicas...)
+		}
+		for _, id := range candidates {
 			if v.eligible(id) {
 				t.leader, t.isr = id, []int32{id}
+				t.uncleanElected = true
+				t.recovery = keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING
 				return
 			}
 		}
@@ -138,8 +257,21 @@ func withoutISR(t *target, gone map[int32]bool) {
 // decision takes offline (fenced, shutting down, unregistered): the seeds'
 // onBrokerFailure and controlled shutdown. Each affected partition gets one
 // record, whichever of the brokers it touches. It visits only the
-// partitions on those brokers.
+// partitions on those brokers. Below min.insync.replicas the brokers that
+// leave an ISR become its eligible leader replicas.
 func offlineChanges(img *fsm.Image, brokers []int32) []*keelpb.Record {
+	return offlineChangesRemoving(img, brokers, false)
+}
+
+// unregisterChanges is offlineChanges for brokers that are unregistered:
+// they also leave every ELR, as in KRaft's handleBrokerUnregistered (a
+// broker that comes back under the same id is a new one, and may have
+// nothing).
+func unregisterChanges(img *fsm.Image, brokers []int32) []*keelpb.Record {
+	return offlineChangesRemoving(img, brokers, true)
+}
+
+func offlineChangesRemoving(img *fsm.Image, brokers []int32, unregistering bool) []*keelpb.Record {
 	v := newView(img, brokers...)
 	type partitionID struct {
 		topic fsm.TopicID
@@ -163,6 +295,9 @@ func offlineChanges(img *fsm.Image, brokers []int32) []*keelpb.Record {
 			}
 			t := sharedTarget(p)
 			withoutISR(&t, v.offline)
+			if unregistering {
+				t.ineligible = brokers
+			}
 			electLeader(&t, v, topics.unclean(p.TopicID))
 			if r := topics.changeRecord(p, t); r != nil {
 				recs = append(recs, r)
@@ -178,11 +313,11 @@ func offlineChanges(img *fsm.Image, brokers []int32) []*keelpb.Record {
 // thousands of them looks each topic up once, and its records share one
 // copy of the topic id.
 type topicCache struct {
-	img       *fsm.Image
-	id        fsm.TopicID
-	valid     bool
-	uncleanOK bool
-	idBytes   []byte
+	img     *fsm.Image
+	id      fsm.TopicID
+	valid   bool
+	rules   topicRules
+	idBytes []byte
 }
 
 func (c *topicCache) load(id fsm.TopicID) {
@@ -190,18 +325,22 @@ func (c *topicCache) load(id fsm.TopicID) {
 		return
 	}
 	c.id, c.valid = id, true
-	c.uncleanOK = topicUnclean(c.img, id)
+	c.rules = rulesFor(c.img, id)
 	c.idBytes = bytes.Clone(id[:])
 }
 
 func (c *topicCache) unclean(id fsm.TopicID) bool {
 	c.load(id)
-	return c.uncleanOK
+	return c.rules.unclean
 }
 
-// changeRecord is the package's changeRecord with the shared topic id.
+// changeRecord is the package's changeRecord with the shared topic id, and
+// the topic's min.insync.replicas when t has none.
 func (c *topicCache) changeRecord(p *fsm.Partition, t target) *keelpb.Record {
 	c.load(p.TopicID)
+	if t.minISR == 0 {
+		t.minISR = c.rules.minISR
+	}
 	r := changeRecord(p, t)
 	if r != nil {
 		r.GetPartitionChange().TopicId = c.idBytes
@@ -236,11 +375,6 @@ func electForLeaderless(v brokerView, each func(func(*fsm.Partition) bool)) []*k
 		return true
 	})
 	return recs
-}
-
-func topicUnclean(img *fsm.Image, id fsm.TopicID) bool {
-	t, ok := img.TopicByID(id)
-	return ok && t.Unclean()
 }
 
 // leaderlessChanges elects a leader for every partition that has none but

@@ -111,3 +111,7 @@ func (e *DuplicateRegistrationError) Error() string {
 }
 
 func (e *DuplicateRegistrationError) Is(target error) bool { return target == ErrDuplicateRegistration }
+
+// UnknownTopic is the error for a topic name the image does not hold, as
+// the controller's decisions return it (ErrUnknownTopic).
+func UnknownTopic(name string) error { return fmt.Errorf("%w: topic %q", ErrUnknownTopic, name) }

@@ -39,6 +39,9 @@ func alterPartitionRecords(img *fsm.Image, req *keelpb.AlterPartitionRequest) ([
 	if !slices.Contains(isr, p.Leader) {
 		return nil, fmt.Errorf("%w: new ISR %v omits the leader %d", ErrIneligibleReplica, isr, p.Leader)
 	}
+	if err := checkLeaderRecovery(p, req); err != nil {
+		return nil, err
+	}
 	v := newView(img)
 	for i, b := range isr {
 		switch {
@@ -50,13 +53,31 @@ func alterPartitionRecords(img *fsm.Image, req *keelpb.AlterPartitionRequest) ([
 			return nil, fmt.Errorf("%w: broker %d is fenced, shutting down or unregistered", ErrIneligibleReplica, b)
 		}
 	}
+	rules := rulesFor(img, p.TopicID)
 	t := targetOf(p)
-	t.isr = slices.Clone(isr)
-	completeReassignment(&t, v, topicUnclean(img, p.TopicID))
+	t.isr, t.minISR = slices.Clone(isr), rules.minISR
+	t.recovery = req.LeaderRecoveryState
+	completeReassignment(&t, v, rules.unclean)
 	if r := changeRecord(p, t); r != nil {
 		return []*keelpb.Record{r}, nil
 	}
 	return nil, nil
+}
+
+// checkLeaderRecovery applies KRaft's leader recovery rules (KIP-704) to an
+// AlterPartition: a leader still RECOVERING from an unclean election may
+// not grow the ISR beyond itself, and a RECOVERED partition cannot go back
+// to RECOVERING. The request's state is the one the partition takes, so
+// RECOVERED (the default) confirms a RECOVERING partition.
+func checkLeaderRecovery(p *fsm.Partition, req *keelpb.AlterPartitionRequest) error {
+	const recovering = keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING
+	switch {
+	case req.LeaderRecoveryState == recovering && len(req.NewIsr) > 1:
+		return fieldError("leader_recovery_state", "RECOVERING with an ISR of %d members: a leader recovering from an unclean election leads an ISR of itself alone until it confirms RECOVERED", len(req.NewIsr))
+	case req.LeaderRecoveryState == recovering && !p.Recovering():
+		return fieldError("leader_recovery_state", "RECOVERING, but the partition is RECOVERED, and cannot go back")
+	}
+	return nil
 }
 
 // completeReassignment finishes a reassignment once it is safe, by KRaft's
@@ -135,6 +156,7 @@ func reassignRecords(img *fsm.Image, topic string, partition int32, replicas []i
 	}
 	t := targetOf(p)
 	t.replicas, t.addingReplicas, t.removingRep = reassignmentReplicas(p, replicas)
+	t.minISR = rulesFor(img, p.TopicID).minISR
 	v := newView(img)
 	// A reassignment is not an election: the leader stays while it may
 	// (KRaft's ONLINE election), even if it is being removed.
@@ -163,10 +185,12 @@ func cancelReassignmentRecords(img *fsm.Image, topic string, partition int32) ([
 		return nil, fmt.Errorf("%w: %s/%d", ErrNoReassignment, topic, partition)
 	}
 	added := func(b int32) bool { return slices.Contains(p.AddingReplicas, b) }
+	rules := rulesFor(img, p.TopicID)
 	t := targetOf(p)
+	t.minISR = rules.minISR
 	t.replicas = slices.DeleteFunc(t.replicas, added)
 	t.isr = slices.DeleteFunc(t.isr, added)
-	unclean := topicUnclean(img, p.TopicID)
+	unclean := rules.unclean
 	if len(t.isr) == 0 {
 		if !unclean {
 			return nil, fmt.Errorf("%w: cannot cancel the reassignment of %s/%d: its ISR %v holds only replicas being added, so reverting to %v would need an unclean leader election; "+
@@ -194,6 +218,7 @@ var (
 func electionRecord(img *fsm.Image, p *fsm.Partition, typ keelpb.ElectionType) (*keelpb.Record, int32, error) {
 	v := newView(img)
 	t := targetOf(p)
+	t.minISR = rulesFor(img, p.TopicID).minISR
 	switch typ {
 	case keelpb.ElectionType_ELECTION_TYPE_PREFERRED:
 		pref := p.Replicas[0]

@@ -14,11 +14,6 @@ import (
 // The topic manager: pure functions from the committed image and a request
 // to records (Kafka's ReplicationControlManager.createTopics and friends).
 
-// validTopicConfigs are the topic configs Keel knows, with their check.
-var validTopicConfigs = map[string]func(string) bool{
-	fsm.UncleanLeaderElection: func(v string) bool { return v == "true" || v == "false" },
-}
-
 // validateTopicName applies Kafka's rules: fsm.CheckTopicName, and no collision
 // with an existing topic when '.' and '_' are taken as equal (they map to
 // the same metric names in Kafka).
@@ -38,17 +33,21 @@ func validateTopicName(img *fsm.Image, name string) error {
 	return nil
 }
 
-func validateConfigs(configs map[string]string) error {
-	for _, k := range slices.Sorted(maps.Keys(configs)) {
-		check, ok := validTopicConfigs[k]
-		if !ok {
-			return fieldError("configs", "unknown topic config %q", k)
-		}
-		if !check(configs[k]) {
-			return fieldError("configs", "%s=%q is not a valid value", k, configs[k])
-		}
+// validateConfigs checks a new topic's configs by fsm.CheckConfig and
+// returns them in canonical form (nil for none).
+func validateConfigs(configs map[string]string) (map[string]string, error) {
+	if len(configs) == 0 {
+		return nil, nil
 	}
-	return nil
+	out := make(map[string]string, len(configs))
+	for _, k := range slices.Sorted(maps.Keys(configs)) {
+		v, err := fsm.CheckConfig(k, configs[k])
+		if err != nil {
+			return nil, fieldError("configs", "%v", err)
+		}
+		out[k] = v
+	}
+	return out, nil
 }
 
 // placementBrokers are the brokers new replicas may go to: every registered
@@ -225,7 +224,8 @@ func createTopicRecords(img *fsm.Image, req *keelpb.CreateTopicRequest, id fsm.T
 	if err := validateTopicName(img, req.Name); err != nil {
 		return nil, err
 	}
-	if err := validateConfigs(req.Configs); err != nil {
+	configs, err := validateConfigs(req.Configs)
+	if err != nil {
 		return nil, err
 	}
 	assignments, err := resolveAssignments(img, req.Assignments, 0, req.Partitions, req.ReplicationFactor, start)
@@ -236,7 +236,7 @@ func createTopicRecords(img *fsm.Image, req *keelpb.CreateTopicRequest, id fsm.T
 	if err != nil {
 		return nil, err
 	}
-	topic := &keelpb.Record{Record: &keelpb.Record_Topic{Topic: &keelpb.TopicRecord{Name: req.Name, TopicId: bytes.Clone(id[:]), Configs: req.Configs}}}
+	topic := &keelpb.Record{Record: &keelpb.Record_Topic{Topic: &keelpb.TopicRecord{Name: req.Name, TopicId: bytes.Clone(id[:]), Configs: configs}}}
 	return append([]*keelpb.Record{topic}, parts...), nil
 }
 

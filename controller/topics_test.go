@@ -41,7 +41,7 @@ func TestTopics_CreateRules(t *testing.T) {
 		{name: "unequal replication factors", req: &keelpb.CreateTopicRequest{Name: "x", Assignments: assign([]int32{1, 2}, []int32{3})}, wantField: "assignments"},
 		{name: "only fenced replicas", req: &keelpb.CreateTopicRequest{Name: "x", Assignments: assign([]int32{4})}, wantField: "assignments"},
 		{name: "partition count disagrees with assignments", req: &keelpb.CreateTopicRequest{Name: "x", Partitions: 3, Assignments: assign([]int32{1})}, wantField: "partitions"},
-		{name: "unknown config", req: &keelpb.CreateTopicRequest{Name: "x", Partitions: 1, ReplicationFactor: 1, Configs: map[string]string{"retention.ms": "1"}}, wantField: "configs"},
+		{name: "unknown config", req: &keelpb.CreateTopicRequest{Name: "x", Partitions: 1, ReplicationFactor: 1, Configs: map[string]string{"retention.hours": "1"}}, wantField: "configs"},
 		{name: "bad config value", req: &keelpb.CreateTopicRequest{Name: "x", Partitions: 1, ReplicationFactor: 1, Configs: map[string]string{fsm.UncleanLeaderElection: "yes"}}, wantField: "configs"},
 	}
 	for _, tt := range tests {

@@ -148,6 +148,8 @@ func applyRecord(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 		return applyUnfenceBroker(img, rec, ctx)
 	case *keelpb.Record_UnregisterBroker:
 		return applyUnregisterBroker(img, rec, ctx)
+	case *keelpb.Record_Config:
+		return applyConfig(img, rec, ctx)
 	}
 	return errors.New("unknown record type")
 }

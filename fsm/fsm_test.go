@@ -164,7 +164,27 @@ func randomLog(seed uint64, n int) [][]byte {
 		for j := 0; j < 1+r.IntN(4); j++ {
 			id := int32(r.IntN(4))
 			tid := TopicID{byte(1 + r.IntN(3))}
-			switch r.IntN(11) {
+			switch r.IntN(13) {
+			case 11:
+				// Configs of the cluster or a topic, set (sometimes badly) or
+				// deleted.
+				res := ""
+				if r.IntN(2) == 0 {
+					res = fmt.Sprintf("t%d", tid[0])
+				}
+				name := []string{MinInsyncReplicas, UncleanLeaderElection, RetentionMs, "nope"}[r.IntN(4)]
+				var value *string
+				if r.IntN(3) > 0 {
+					v := []string{"1", "2", "TRUE", "-1", "x"}[r.IntN(5)]
+					value = &v
+				}
+				recs = append(recs, configRec(res, name, value))
+			case 12:
+				// Eligible leader replicas, a last known leader, a recovery
+				// state: as often refused as not.
+				elr := [][]int32{{}, {2}, {2, 3}, {1}}[r.IntN(4)]
+				state := keelpb.LeaderRecoveryState(r.IntN(2))
+				recs = append(recs, elrChange(tid, 0, nil, []int32{1}, elr, [][]int32{nil, {1}, {}}[r.IntN(3)], &state))
 			case 8:
 				recs = append(recs, topicRec(fmt.Sprintf("t%d", tid[0]), tid, nil),
 					partRec(tid, 0, []int32{1, 2, 3}, []int32{1, 2, 3}, int32(1+r.IntN(3))))

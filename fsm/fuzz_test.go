@@ -21,6 +21,11 @@ func fuzzBase(tb testing.TB) *Image {
 			partRec(id, 1, []int32{2, 3, 1}, []int32{2, 3}, 2),
 			partRec(id, 2, []int32{3, 1, 2}, []int32{3}, 3),
 			partRec(id, 3, []int32{1, 4}, []int32{1}, 1)),
+		// A cluster default, a topic config, and a partition with eligible
+		// leader replicas, a last known leader and a recovering leader.
+		batch(configRec("", MinInsyncReplicas, str("2")), configRec("t", RetentionMs, str("60000")),
+			elrChange(id, 2, leader(NoLeader), nil, []int32{1, 2}, []int32{3}, nil)),
+		batch(elrChange(id, 3, leader(4), []int32{4}, nil, nil, recState(recovering))),
 	}
 	img := Empty()
 	for i, b := range batches {
@@ -57,6 +62,10 @@ func FuzzApply(f *testing.F) {
 		batch(topicRec("u", TopicID{0xe}, nil), partRec(TopicID{0xe}, 0, []int32{1}, []int32{1}, 1)),
 		batch(&keelpb.Record{Record: &keelpb.Record_RemoveTopic{RemoveTopic: &keelpb.RemoveTopicRecord{TopicId: id[:]}}}),
 		batch(epoch(2, 3)),
+		batch(configRec("", UncleanLeaderElection, str("FALSE")), configRec("t", MinInsyncReplicas, nil)),
+		batch(configRec("t", CleanupPolicy, str("compact"))),
+		batch(elrChange(id, 2, &leader, []int32{2}, []int32{1}, []int32{}, nil)),
+		batch(elrChange(id, 3, nil, nil, nil, nil, recState(keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED))),
 	} {
 		data, err := EncodeBatch(b.Records...)
 		if err != nil {

@@ -73,6 +73,10 @@ type Image struct {
 	// until the first active controller writes it.
 	MetadataVersion uint32
 
+	// clusterConfigs are the cluster-wide config defaults (configs.go).
+	// Never modified once published: a change copies the map.
+	clusterConfigs map[string]string
+
 	// brokers by id. Shared between image versions until a batch changes a
 	// broker; then that batch copies the map once (see applyContext).
 	brokers map[int32]*Broker

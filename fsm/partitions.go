@@ -30,6 +30,9 @@ func applyTopic(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	if _, ok := ctx.topic(img, id); ok {
 		return fmt.Errorf("topic id %s already exists", id)
 	}
+	if err := checkConfigs(r.GetConfigs()); err != nil {
+		return err
+	}
 	t := &Topic{Name: r.GetName(), ID: id, Configs: maps.Clone(r.GetConfigs())}
 	img.topicsByName.set(ctx.own, topicName(t.Name), t)
 	ctx.setTopic(img, topicEntry{topic: t, owner: ctx.own})
@@ -64,6 +67,21 @@ func checkReplicas(p *Partition) error {
 			return fmt.Errorf("replica %d is both being added and removed", id)
 		}
 	}
+	elr, lastKnown := p.ELR(), p.LastKnownELR()
+	if hasDuplicates(elr) || !subset(elr, p.Replicas) {
+		return fmt.Errorf("eligible leader replicas %v must be distinct replicas of %v", elr, p.Replicas)
+	}
+	for _, id := range elr {
+		if slices.Contains(p.ISR, id) {
+			return fmt.Errorf("replica %d is both in the isr %v and an eligible leader replica", id, p.ISR)
+		}
+	}
+	if hasDuplicates(lastKnown) || !subset(lastKnown, p.Replicas) {
+		return fmt.Errorf("last known elr %v must be distinct replicas of %v", lastKnown, p.Replicas)
+	}
+	if _, ok := keelpb.LeaderRecoveryState_name[int32(p.LeaderRecoveryState)]; !ok {
+		return fmt.Errorf("leader recovery state %d is unknown", p.LeaderRecoveryState)
+	}
 	return nil
 }
 
@@ -90,6 +108,10 @@ func applyPartition(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	}
 	p.AddingReplicas = ctx.slab.int32s(r.GetAddingReplicas())
 	p.RemovingReplicas = ctx.slab.int32s(r.GetRemovingReplicas())
+	p.LeaderRecoveryState = r.GetLeaderRecoveryState()
+	if len(r.GetEligibleLeaderReplicas()) > 0 || len(r.GetLastKnownElr()) > 0 {
+		p.setEligible(ctx.slab.int32s(r.GetEligibleLeaderReplicas()), ctx.slab.int32s(r.GetLastKnownElr()))
+	}
 	if ctx.restoring {
 		p.LeaderEpoch, p.PartitionEpoch = r.GetLeaderEpoch(), r.GetPartitionEpoch()
 	} else if r.GetLeaderEpoch() != 0 || r.GetPartitionEpoch() != 0 {
@@ -161,6 +183,19 @@ func applyPartitionChange(img *Image, rec *keelpb.Record, ctx *applyContext) err
 	if r.RemovingReplicas != nil {
 		p.RemovingReplicas = reuse(r.GetRemovingReplicas().GetValues(), old.RemovingReplicas)
 	}
+	if r.EligibleLeaderReplicas != nil || r.LastKnownElr != nil {
+		elr, lastKnown := old.ELR(), old.LastKnownELR()
+		if r.EligibleLeaderReplicas != nil {
+			elr = reuse(r.GetEligibleLeaderReplicas().GetValues())
+		}
+		if r.LastKnownElr != nil {
+			lastKnown = reuse(r.GetLastKnownElr().GetValues())
+		}
+		p.setEligible(elr, lastKnown)
+	}
+	if r.LeaderRecoveryState != nil {
+		p.LeaderRecoveryState = r.GetLeaderRecoveryState()
+	}
 	if err := checkReplicas(p); err != nil {
 		return err
 	}
@@ -168,12 +203,15 @@ func applyPartitionChange(img *Image, rec *keelpb.Record, ctx *applyContext) err
 	replicaRemoved := !subset(old.Replicas, p.Replicas)
 	replicasChanged := !slices.Equal(p.Replicas, old.Replicas)
 	if !leaderChanged && !replicasChanged && slices.Equal(p.ISR, old.ISR) &&
-		slices.Equal(p.AddingReplicas, old.AddingReplicas) && slices.Equal(p.RemovingReplicas, old.RemovingReplicas) {
+		slices.Equal(p.AddingReplicas, old.AddingReplicas) && slices.Equal(p.RemovingReplicas, old.RemovingReplicas) &&
+		slices.Equal(p.ELR(), old.ELR()) && slices.Equal(p.LastKnownELR(), old.LastKnownELR()) &&
+		p.LeaderRecoveryState == old.LeaderRecoveryState {
 		return errors.New("the change changes nothing")
 	}
 	// KRaft's epochs: the leader epoch moves when leadership moves or a
-	// replica leaves (so a removed replica's fetches are fenced); an ISR
-	// change alone keeps it. The partition epoch moves on every change.
+	// replica leaves (so a removed replica's fetches are fenced); an ISR,
+	// ELR or recovery state change alone keeps it. The partition epoch
+	// moves on every change.
 	if leaderChanged || replicaRemoved {
 		p.LeaderEpoch++
 	}

@@ -120,7 +120,7 @@ func TestFSM_Partitions(t *testing.T) {
 			batch: batch(topicRec("b", topicB, map[string]string{UncleanLeaderElection: "true"}), partRec(topicB, 0, []int32{3}, []int32{3}, 3)),
 			check: func(t *testing.T, img *Image) {
 				tp, ok := img.Topic("b")
-				if !ok || tp.Partitions != 1 || !tp.Unclean() || img.TopicCount() != 2 || img.PartitionCount() != 3 {
+				if !ok || tp.Partitions != 1 || !img.UncleanElection(tp) || img.TopicCount() != 2 || img.PartitionCount() != 3 {
 					t.Fatalf("topic b = %+v, %d topics, %d partitions", tp, img.TopicCount(), img.PartitionCount())
 				}
 				if got := partitionsOn(img, 3); len(got) != 3 {

@@ -61,7 +61,9 @@ func (d *recordDecoder) decodePartition(b []byte) bool {
 	p := &d.part
 	p.TopicId, p.Replicas, p.Isr = p.TopicId[:0], p.Replicas[:0], p.Isr[:0]
 	p.AddingReplicas, p.RemovingReplicas = p.AddingReplicas[:0], p.RemovingReplicas[:0]
+	p.EligibleLeaderReplicas, p.LastKnownElr = p.EligibleLeaderReplicas[:0], p.LastKnownElr[:0]
 	p.Partition, p.Leader, p.LeaderEpoch, p.PartitionEpoch = 0, 0, 0, 0
+	p.LeaderRecoveryState = 0
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -98,6 +100,21 @@ func (d *recordDecoder) decodePartition(b []byte) bool {
 			list = &p.AddingReplicas
 		case 9:
 			list = &p.RemovingReplicas
+		case 10:
+			list = &p.EligibleLeaderReplicas
+		case 11:
+			list = &p.LastKnownElr
+		case 12:
+			if typ != protowire.VarintType {
+				return false
+			}
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			p.LeaderRecoveryState = keelpb.LeaderRecoveryState(int32(v))
+			b = b[n:]
+			continue
 		default:
 			return false
 		}

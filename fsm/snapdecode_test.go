@@ -42,6 +42,8 @@ func TestRecordDecoder_AgreesWithUnmarshal(t *testing.T) {
 			TopicId: make([]byte, r.IntN(20)), Partition: int32(r.Uint32()), Replicas: randomInts(r), Isr: randomInts(r),
 			Leader: int32(r.Uint32()) >> r.IntN(32), LeaderEpoch: int32(r.IntN(1000)), PartitionEpoch: int32(r.IntN(1000)),
 			AddingReplicas: randomInts(r), RemovingReplicas: randomInts(r),
+			EligibleLeaderReplicas: randomInts(r), LastKnownElr: randomInts(r),
+			LeaderRecoveryState: keelpb.LeaderRecoveryState(r.IntN(3)),
 		}
 		payload, err := marshal.Marshal(&keelpb.Record{Record: &keelpb.Record_Partition{Partition: pr}})
 		if err != nil {

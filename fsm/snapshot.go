@@ -27,8 +27,16 @@ import (
 // deterministic protobuf encoding. Equal images give equal bytes.
 const (
 	snapshotMagic = "KEELSNAP"
-	// SnapshotFormatVersion is written in every header; readers refuse others.
-	SnapshotFormatVersion = 1
+	// SnapshotFormatVersion is written in every header. Readers take every
+	// version from MinSnapshotFormatVersion up to it and refuse others, so
+	// a snapshot an older reader would misread is refused by it instead.
+	// Version 2 added cluster-default ConfigRecords (and their count in the
+	// header) and the partitions' eligible leader replicas, last known
+	// leader and leader recovery state, which a version 1 reader would
+	// drop unseen.
+	SnapshotFormatVersion = 2
+	// MinSnapshotFormatVersion is the oldest version this reader takes.
+	MinSnapshotFormatVersion = 1
 
 	frameHeader  = 'H'
 	frameRecord  = 'R'
@@ -43,7 +51,8 @@ const (
 // snapshot (as opposed to the reader failing).
 var ErrCorruptSnapshot = errors.New("corrupt snapshot")
 
-// identityRecords counts the records imageRecords writes before the brokers.
+// identityRecords counts the records imageRecords writes before the
+// cluster's configs and the brokers.
 func identityRecords(img *Image) int {
 	n := 0
 	for _, present := range []bool{img.ClusterID != "", img.MetadataVersion > 0, img.ControllerEpoch > 0} {
@@ -74,6 +83,11 @@ func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
 		if err := emit(&keelpb.Record{Record: &keelpb.Record_ControllerEpoch{ControllerEpoch: rec}}); err != nil {
 			return err
 		}
+	}
+	// The cluster's config defaults, by name. Topics' own configs travel
+	// in their TopicRecords.
+	if err := configRecords(img, emit); err != nil {
+		return err
 	}
 	for _, b := range img.Brokers() {
 		rec := &keelpb.BrokerRegistrationRecord{
@@ -110,6 +124,8 @@ func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
 			prec.Replicas, prec.Isr, prec.Leader = p.Replicas, p.ISR, p.Leader
 			prec.LeaderEpoch, prec.PartitionEpoch = p.LeaderEpoch, p.PartitionEpoch
 			prec.AddingReplicas, prec.RemovingReplicas = p.AddingReplicas, p.RemovingReplicas
+			prec.EligibleLeaderReplicas, prec.LastKnownElr = p.ELR(), p.LastKnownELR()
+			prec.LeaderRecoveryState = p.LeaderRecoveryState
 			err = emit(precord)
 			return err == nil
 		})
@@ -151,7 +167,8 @@ func WriteSnapshot(w io.Writer, img *Image) error {
 		Brokers:         uint64(img.BrokerCount()),
 		Topics:          uint64(img.TopicCount()),
 		Partitions:      uint64(img.PartitionCount()),
-		RecordCount:     uint64(img.BrokerCount() + img.TopicCount() + img.PartitionCount() + identityRecords(img)),
+		Configs:         uint64(len(img.clusterConfigs)),
+		RecordCount:     uint64(img.BrokerCount() + img.TopicCount() + img.PartitionCount() + len(img.clusterConfigs) + identityRecords(img)),
 	}
 	if err := fw.frame(frameHeader, header); err != nil {
 		return err
@@ -234,6 +251,8 @@ type SnapshotInfo struct {
 	Brokers         int
 	Topics          int
 	Partitions      int
+	// Configs counts the cluster's config defaults.
+	Configs int
 	// SHA256 is the checksum the trailer carries, of every byte before it.
 	SHA256 []byte
 }
@@ -292,8 +311,8 @@ func readHeader(fr *frameReader) (*keelpb.SnapshotHeader, error) {
 	if kind != frameHeader || proto.Unmarshal(payload, header) != nil {
 		return nil, corrupt("missing header")
 	}
-	if header.FormatVersion != SnapshotFormatVersion {
-		return nil, corrupt("format version %d is not supported (want %d)", header.FormatVersion, SnapshotFormatVersion)
+	if header.FormatVersion < MinSnapshotFormatVersion || header.FormatVersion > SnapshotFormatVersion {
+		return nil, corrupt("format version %d is not supported (want %d to %d)", header.FormatVersion, MinSnapshotFormatVersion, SnapshotFormatVersion)
 	}
 	return header, nil
 }
@@ -316,7 +335,7 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 	img := Empty()
 	ctx := newApplyContext(header.Index, header.Term, true, int(min(header.Partitions, 1<<20)))
 	var count uint64
-	var typeCounts [3]int // brokers, topics, partitions
+	var typeCounts [4]int // brokers, topics, partitions, configs
 	dec := &recordDecoder{reuse: fn == nil}
 	for {
 		kind, payload, err := fr.next()
@@ -341,6 +360,8 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 				typeCounts[1]++
 			case *keelpb.Record_Partition:
 				typeCounts[2]++
+			case *keelpb.Record_Config:
+				typeCounts[3]++
 			}
 			if fn != nil {
 				if err := fn(rec); err != nil {
@@ -357,9 +378,10 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 				return nil, nil, corrupt("trailer counts %d records, read %d", trailer.RecordCount, count)
 			}
 			if header.RecordCount != count || header.Brokers != uint64(typeCounts[0]) ||
-				header.Topics != uint64(typeCounts[1]) || header.Partitions != uint64(typeCounts[2]) {
-				return nil, nil, corrupt("header counts (%d records, %d brokers, %d topics, %d partitions) do not match the body (%d, %d, %d, %d)",
-					header.RecordCount, header.Brokers, header.Topics, header.Partitions, count, typeCounts[0], typeCounts[1], typeCounts[2])
+				header.Topics != uint64(typeCounts[1]) || header.Partitions != uint64(typeCounts[2]) || header.Configs != uint64(typeCounts[3]) {
+				return nil, nil, corrupt("header counts (%d records, %d brokers, %d topics, %d partitions, %d configs) do not match the body (%d, %d, %d, %d, %d)",
+					header.RecordCount, header.Brokers, header.Topics, header.Partitions, header.Configs,
+					count, typeCounts[0], typeCounts[1], typeCounts[2], typeCounts[3])
 			}
 			if !bytes.Equal(trailer.Sha256, fr.sum.Sum(nil)) {
 				return nil, nil, corrupt("checksum mismatch")
@@ -370,7 +392,7 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 			info := &SnapshotInfo{
 				FormatVersion: header.FormatVersion, ClusterID: header.ClusterId, Index: header.Index, Term: header.Term,
 				ControllerEpoch: header.ControllerEpoch, Records: count, SHA256: trailer.Sha256,
-				Brokers: typeCounts[0], Topics: typeCounts[1], Partitions: typeCounts[2],
+				Brokers: typeCounts[0], Topics: typeCounts[1], Partitions: typeCounts[2], Configs: typeCounts[3],
 			}
 			if !build {
 				return nil, info, nil

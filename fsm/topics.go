@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/keel-dev/keel/proto/keelpb"
 )
 
 // TopicID is a topic's 16-byte id (a UUID), chosen by the controller.
@@ -54,19 +56,14 @@ func topicIDFromBytes(b []byte) (TopicID, error) {
 
 // Topic is one topic. Immutable once published, like every image value.
 type Topic struct {
-	Name       string
-	ID         TopicID
-	Configs    map[string]string // never modified after creation
-	Partitions int32             // number of partitions, numbered 0..Partitions-1
+	Name string
+	ID   TopicID
+	// Configs are the topic's own configs (configs.go), each one that
+	// CheckConfig accepts. The map is never modified once published: a
+	// ConfigRecord gives the topic a new one.
+	Configs    map[string]string
+	Partitions int32 // number of partitions, numbered 0..Partitions-1
 }
-
-// UncleanLeaderElection is the topic config that lets a replica outside the
-// ISR become leader when no ISR member is alive (Kafka's
-// unclean.leader.election.enable, default false).
-const UncleanLeaderElection = "unclean.leader.election.enable"
-
-// Unclean reports whether the topic allows unclean leader election.
-func (t *Topic) Unclean() bool { return t.Configs[UncleanLeaderElection] == "true" }
 
 // NoLeader is the leader of a partition without one.
 const NoLeader int32 = -1
@@ -86,8 +83,64 @@ type Partition struct {
 	// PartitionEpoch on every change.
 	LeaderEpoch    int32
 	PartitionEpoch int32
+	// LeaderRecoveryState is RECOVERING after an unclean election, until
+	// the leader confirms through AlterPartition (KIP-704).
+	LeaderRecoveryState keelpb.LeaderRecoveryState
 	// An ongoing reassignment.
 	AddingReplicas, RemovingReplicas []int32
+	// eligible holds the eligible leader replicas and the last known
+	// leader: nil for a partition with neither, which is nearly all of
+	// them, so that they cost a healthy partition one pointer.
+	eligible *eligibleReplicas
+}
+
+// eligibleReplicas are a degraded partition's KIP-966 fields.
+type eligibleReplicas struct {
+	elr, lastKnown []int32
+}
+
+// ELR returns the eligible leader replicas (KIP-966): replicas that left
+// the ISR while it was below min.insync.replicas, so that they hold every
+// committed record and may lead when no ISR member can. They are never in
+// the ISR. Do not modify the slice.
+func (p *Partition) ELR() []int32 {
+	if p.eligible == nil {
+		return nil
+	}
+	return p.eligible.elr
+}
+
+// LastKnownELR returns the last known leader (KRaft's LastKnownElr, in
+// its last-known-leader mode): set when the partition loses its leader and
+// no replica can take over, cleared when it has a leader again. Do not
+// modify the slice.
+func (p *Partition) LastKnownELR() []int32 {
+	if p.eligible == nil {
+		return nil
+	}
+	return p.eligible.lastKnown
+}
+
+// Recovering reports whether the partition's leader is recovering from an
+// unclean election.
+func (p *Partition) Recovering() bool {
+	return p.LeaderRecoveryState == keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING
+}
+
+// WithEligible returns a copy of p with the given eligible leader replicas
+// and last known leader, for tests and tools that build partitions by
+// hand. The image's own partitions change only through records.
+func (p Partition) WithEligible(elr, lastKnown []int32) *Partition {
+	p.setEligible(slices.Clone(elr), slices.Clone(lastKnown))
+	return &p
+}
+
+func (p *Partition) setEligible(elr, lastKnown []int32) {
+	if len(elr) == 0 && len(lastKnown) == 0 {
+		p.eligible = nil
+		return
+	}
+	p.eligible = &eligibleReplicas{elr: elr, lastKnown: lastKnown}
 }
 
 // HasLeader reports whether the partition has a leader.

@@ -364,12 +364,12 @@ func TestRestore_RefusesCorruptAndForeignSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The header frame (fsm/snapshot.go) follows the 8-byte magic: 'H', a
-	// one-byte length, then format_version as field 1 (0x08, then 1).
-	if len(data) < 12 || string(data[:9]) != "KEELSNAPH" || data[10] != 0x08 || data[11] != 1 {
+	// one-byte length, then format_version as field 1 (0x08, then 2).
+	if len(data) < 12 || string(data[:9]) != "KEELSNAPH" || data[10] != 0x08 || data[11] != 2 {
 		t.Fatalf("snapshot file does not start as fsm/snapshot.go lays out: % x", data[:min(len(data), 16)])
 	}
 	versioned := slices.Clone(data)
-	versioned[11] = 2
+	versioned[11] = 3 // a version from the future
 	bads := []struct {
 		name string
 		data []byte
@@ -378,7 +378,7 @@ func TestRestore_RefusesCorruptAndForeignSnapshots(t *testing.T) {
 		{"a flipped byte in the middle", flip(data, len(data)/2), "corrupt snapshot"},
 		{"a flipped byte in the trailer", flip(data, len(data)-3), "corrupt snapshot"},
 		{"a file cut in half", data[:len(data)/2], "corrupt snapshot"},
-		{"format version 2", versioned, "format version 2"},
+		{"format version 3", versioned, "format version 3"},
 	}
 	for i, bad := range bads {
 		badFile := filepath.Join(t.TempDir(), fmt.Sprintf("bad-%d.snap", i))

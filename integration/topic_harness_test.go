@@ -99,11 +99,30 @@ func (c *Cluster) ResumeBroker(id int32) {
 
 // topicJSON is `keel topic describe -o json` (and what topic create prints).
 type topicJSON struct {
-	Name       string            `json:"name"`
-	ID         string            `json:"id"`
-	Configs    map[string]string `json:"configs"`
-	Partitions []partitionJSON   `json:"partitions"`
+	Name             string            `json:"name"`
+	ID               string            `json:"id"`
+	Configs          map[string]string `json:"configs"`
+	EffectiveConfigs []configJSON      `json:"effective_configs"`
+	Partitions       []partitionJSON   `json:"partitions"`
 }
+
+// configJSON is one config in effect, as `keel topic describe`, `keel topic
+// alter` and `keel config describe|alter` print it.
+type configJSON struct {
+	Name   string `json:"name"`
+	Value  string `json:"value"`
+	Source string `json:"source"`
+}
+
+// Where a config in effect comes from, and the recovery states, as the CLI
+// prints them.
+const (
+	sourceTopic          = "topic"
+	sourceClusterDefault = "cluster_default"
+	sourceDefault        = "default"
+	stateRecovered       = "recovered"
+	stateRecovering      = "recovering"
+)
 
 // partitionJSON is one partition of topicJSON.
 type partitionJSON struct {
@@ -115,6 +134,11 @@ type partitionJSON struct {
 	ISR              []int32 `json:"isr"`
 	AddingReplicas   []int32 `json:"adding_replicas"`
 	RemovingReplicas []int32 `json:"removing_replicas"`
+	// KIP-966's eligible leader replicas and last known leader, KIP-704's
+	// leader recovery state.
+	ELR           []int32 `json:"eligible_leader_replicas"`
+	LastKnownELR  []int32 `json:"last_known_elr"`
+	RecoveryState string  `json:"leader_recovery_state"`
 }
 
 // topicListJSON is one row of `keel topic list -o json`.
@@ -237,10 +261,18 @@ func (c *Cluster) cliReplicas(t testing.TB, id int32) []replicaJSON {
 // order.
 func describeFrom(d *keelpb.TopicDescription) topicJSON {
 	v := topicJSON{Name: d.GetName(), ID: d.GetId(), Configs: d.GetConfigs()}
+	for _, c := range d.GetEffectiveConfigs() {
+		v.EffectiveConfigs = append(v.EffectiveConfigs, configJSON{Name: c.GetName(), Value: c.GetValue(), Source: sourceName(c.GetSource())})
+	}
 	for _, p := range d.GetPartitions() {
+		state := stateRecovered
+		if p.GetLeaderRecoveryState() == keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING {
+			state = stateRecovering
+		}
 		v.Partitions = append(v.Partitions, partitionJSON{
 			Partition: p.GetPartition(), Leader: p.GetLeader(), LeaderEpoch: p.GetLeaderEpoch(), PartitionEpoch: p.GetPartitionEpoch(),
 			Replicas: p.GetReplicas(), ISR: p.GetIsr(), AddingReplicas: p.GetAddingReplicas(), RemovingReplicas: p.GetRemovingReplicas(),
+			ELR: p.GetEligibleLeaderReplicas(), LastKnownELR: p.GetLastKnownElr(), RecoveryState: state,
 		})
 	}
 	slices.SortFunc(v.Partitions, func(a, b partitionJSON) int { return int(a.Partition - b.Partition) })
@@ -315,8 +347,41 @@ func (d topicJSON) every(ok func(partitionJSON) bool) bool {
 }
 
 func (p partitionJSON) String() string {
-	return fmt.Sprintf("partition %d: leader %d leader_epoch %d partition_epoch %d replicas %v isr %v adding %v removing %v",
+	s := fmt.Sprintf("partition %d: leader %d leader_epoch %d partition_epoch %d replicas %v isr %v adding %v removing %v",
 		p.Partition, p.Leader, p.LeaderEpoch, p.PartitionEpoch, p.Replicas, p.ISR, p.AddingReplicas, p.RemovingReplicas)
+	if len(p.ELR) > 0 || len(p.LastKnownELR) > 0 {
+		s += fmt.Sprintf(" elr %v last_known_leader %v", p.ELR, p.LastKnownELR)
+	}
+	if p.RecoveryState != stateRecovered {
+		s += " " + p.RecoveryState
+	}
+	return s
+}
+
+// sourceName is a config's source as the CLI prints it.
+func sourceName(s keelpb.ConfigSource) string {
+	switch s {
+	case keelpb.ConfigSource_CONFIG_SOURCE_TOPIC:
+		return sourceTopic
+	case keelpb.ConfigSource_CONFIG_SOURCE_CLUSTER_DEFAULT:
+		return sourceClusterDefault
+	case keelpb.ConfigSource_CONFIG_SOURCE_DEFAULT:
+		return sourceDefault
+	}
+	return "unknown"
+}
+
+// config returns the config name in effect, failing the test if there is
+// none.
+func (d topicJSON) config(t testing.TB, name string) configJSON {
+	t.Helper()
+	for _, c := range d.EffectiveConfigs {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("topic %s has no config %s in effect: %+v", d.Name, name, d.EffectiveConfigs)
+	return configJSON{}
 }
 
 func formatTopic(d topicJSON) string {

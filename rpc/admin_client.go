@@ -78,6 +78,35 @@ func (c *Client) AlterPartitionReassignments(ctx context.Context, req *keelpb.Al
 	return resp, err
 }
 
+// IncrementalAlterConfigs sets and deletes configs of a topic or of the
+// cluster defaults through the active controller, all or none, and returns
+// the resource's effective configs afterwards. InvalidArgument naming the
+// bad config; NotFound for an unknown topic. With ValidateOnly set the
+// answer is the same and nothing is written.
+func (c *Client) IncrementalAlterConfigs(ctx context.Context, req *keelpb.IncrementalAlterConfigsRequest) (*keelpb.IncrementalAlterConfigsResponse, error) {
+	var resp *keelpb.IncrementalAlterConfigsResponse
+	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.IncrementalAlterConfigs(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// DescribeConfigs reads a topic's or the cluster's effective configs, each
+// with its source, from the active controller (see ListTopics), or with
+// Linearizable its confirmed image.
+func (c *Client) DescribeConfigs(ctx context.Context, resource *keelpb.ConfigResource, opts ...ReadOption) (*keelpb.DescribeConfigsResponse, error) {
+	o := readOpts(opts)
+	var resp *keelpb.DescribeConfigsResponse
+	err := c.read(ctx, o, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.DescribeConfigs(ctx, &keelpb.DescribeConfigsRequest{Resource: resource, Linearizable: o.linearizable})
+		return err
+	})
+	return resp, err
+}
+
 // ListTopics reads every topic's summary from the active controller; see
 // Linearizable and Stale for the other choices. The response's Source says
 // which controller answered, and how fresh its image was.

@@ -67,6 +67,7 @@ var methodRules = map[string]rule{
 	keelpb.ControllerService_ListTopics_FullMethodName:                 anyIdentity,
 	keelpb.ControllerService_DescribeTopic_FullMethodName:              anyIdentity,
 	keelpb.ControllerService_ListPartitionReassignments_FullMethodName: anyIdentity,
+	keelpb.ControllerService_DescribeConfigs_FullMethodName:            anyIdentity,
 
 	// Controller service: a broker about itself.
 	keelpb.ControllerService_RegisterBroker_FullMethodName:   brokerSelf("broker_id"),
@@ -87,6 +88,7 @@ var methodRules = map[string]rule{
 	keelpb.ControllerService_AddVoter_FullMethodName:                    adminOnly,
 	keelpb.ControllerService_RemoveVoter_FullMethodName:                 adminOnly,
 	keelpb.ControllerService_TransferLeadership_FullMethodName:          adminOnly,
+	keelpb.ControllerService_IncrementalAlterConfigs_FullMethodName:     adminOnly,
 
 	// Broker service, on brokers. A fetch reports the fetching replica's
 	// progress, which moves it into the ISR: only that replica may send it.

@@ -53,6 +53,7 @@ var repeatedBounds = map[protoreflect.FullName]int{
 	"keel.v1.ElectLeadersRequest.partitions":              maxPartitionsPerRequest,
 	"keel.v1.AlterPartitionRequest.new_isr":               maxReplicationFactor,
 	"keel.v1.AlterPartitionReassignmentsRequest.replicas": maxReplicationFactor,
+	"keel.v1.IncrementalAlterConfigsRequest.configs":      maxConfigs,
 }
 
 // defaultRepeatedBound is the largest bound Validate applies to any list.

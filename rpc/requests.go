@@ -68,6 +68,10 @@ func Validate(req proto.Message) error {
 		return checkElectLeaders(r)
 	case *keelpb.AlterPartitionReassignmentsRequest:
 		return checkReassignment(r)
+	case *keelpb.IncrementalAlterConfigsRequest:
+		return checkAlterConfigs(r)
+	case *keelpb.DescribeConfigsRequest:
+		return validConfigResource(r.GetResource())
 	case *keelpb.AddVoterRequest:
 		return firstError(validNodeID("id", r.GetId()), validAddress("address", r.GetAddress()))
 	case *keelpb.RemoveVoterRequest:
@@ -184,6 +188,67 @@ func validConfigMap(m map[string]string) error {
 		case len(m[k]) > maxConfigValueLen:
 			return invalidArgument("configs", "%s: the value is longer than %d bytes", truncate(k), maxConfigValueLen)
 		}
+		if _, err := fsm.CheckConfig(k, m[k]); err != nil {
+			return invalidArgument("configs", "%v", err)
+		}
+	}
+	return nil
+}
+
+// validConfigResource checks what a config request names: a topic by a
+// possible name, or the cluster defaults by none.
+func validConfigResource(r *keelpb.ConfigResource) error {
+	switch r.GetType() {
+	case keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_TOPIC:
+		return validTopicRef("resource.name", r.GetName())
+	case keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_CLUSTER:
+		if r.GetName() != "" {
+			return invalidArgument("resource.name", "%q: the cluster defaults have no name", truncate(r.GetName()))
+		}
+		return nil
+	}
+	return invalidArgument("resource.type", "%v is not topic or cluster", r.GetType())
+}
+
+// checkAlterConfigs checks an IncrementalAlterConfigs request: each config
+// once, known, and with a value fsm.CheckConfig takes (SET) or none
+// (DELETE).
+func checkAlterConfigs(r *keelpb.IncrementalAlterConfigsRequest) error {
+	if err := validConfigResource(r.GetResource()); err != nil {
+		return err
+	}
+	cs := r.GetConfigs()
+	if len(cs) == 0 || len(cs) > maxConfigs {
+		return invalidArgument("configs", "%d entries; want 1..%d", len(cs), maxConfigs)
+	}
+	for i, c := range cs {
+		field := fmt.Sprintf("configs[%d]", i)
+		switch {
+		case c.GetName() == "":
+			return invalidArgument(field+".name", "is empty")
+		case len(c.GetName()) > maxConfigKeyLen:
+			return invalidArgument(field+".name", "longer than %d bytes", maxConfigKeyLen)
+		case len(c.GetValue()) > maxConfigValueLen:
+			return invalidArgument(field+".value", "longer than %d bytes", maxConfigValueLen)
+		case slices.ContainsFunc(cs[:i], func(o *keelpb.AlterableConfig) bool { return o.GetName() == c.GetName() }):
+			return invalidArgument(field+".name", "%s is named twice", c.GetName())
+		}
+		switch c.GetOp() {
+		case keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET:
+			if _, err := fsm.CheckConfig(c.GetName(), c.GetValue()); err != nil {
+				return invalidArgument(field, "%v", err)
+			}
+		case keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE:
+			if _, ok := fsm.LookupConfig(c.GetName()); !ok {
+				_, err := fsm.CheckConfig(c.GetName(), "")
+				return invalidArgument(field+".name", "%v", err)
+			}
+			if c.GetValue() != "" {
+				return invalidArgument(field+".value", "a delete takes no value")
+			}
+		default:
+			return invalidArgument(field+".op", "%v is not set or delete", c.GetOp())
+		}
 	}
 	return nil
 }
@@ -240,6 +305,9 @@ func checkAlterPartition(r *keelpb.AlterPartitionRequest) error {
 	}
 	if id, ok := duplicateID(isr); ok {
 		return invalidArgument("new_isr", "%v names broker %d twice", isr, id)
+	}
+	if _, ok := keelpb.LeaderRecoveryState_name[int32(r.GetLeaderRecoveryState())]; !ok {
+		return invalidArgument("leader_recovery_state", "%d is not RECOVERED or RECOVERING", r.GetLeaderRecoveryState())
 	}
 	return nil
 }

@@ -46,9 +46,17 @@ var (
 		Partition: 0, LeaderEpoch: 0, PartitionEpoch: 0, NewIsr: []int32{1, 2}}
 	validElect = &keelpb.ElectLeadersRequest{Type: keelpb.ElectionType_ELECTION_TYPE_PREFERRED,
 		Partitions: []*keelpb.TopicPartition{{Topic: "orders", Partition: 0}, {Topic: "orders", Partition: 1}, {Topic: "other", Partition: 0}}}
-	validElectAll = &keelpb.ElectLeadersRequest{Type: keelpb.ElectionType_ELECTION_TYPE_UNCLEAN, All: true}
-	validReassign = &keelpb.AlterPartitionReassignmentsRequest{Topic: "orders", Partition: 0, Replicas: []int32{1, 2, 3}}
-	validAddVoter = &keelpb.AddVoterRequest{Id: 4, Address: "127.0.0.1:9094"}
+	validElectAll  = &keelpb.ElectLeadersRequest{Type: keelpb.ElectionType_ELECTION_TYPE_UNCLEAN, All: true}
+	validReassign  = &keelpb.AlterPartitionReassignmentsRequest{Topic: "orders", Partition: 0, Replicas: []int32{1, 2, 3}}
+	validAddVoter  = &keelpb.AddVoterRequest{Id: 4, Address: "127.0.0.1:9094"}
+	validAlterConf = &keelpb.IncrementalAlterConfigsRequest{
+		Resource: &keelpb.ConfigResource{Type: keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_TOPIC, Name: "orders"},
+		Configs: []*keelpb.AlterableConfig{
+			{Name: fsm.MinInsyncReplicas, Op: keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET, Value: "2"},
+			{Name: fsm.UncleanLeaderElection, Op: keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET, Value: "TRUE"},
+			{Name: fsm.RetentionMs, Op: keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE},
+		}}
+	clusterResource = &keelpb.ConfigResource{Type: keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_CLUSTER}
 )
 
 // validControllerRequests are well-formed requests of every method that
@@ -71,6 +79,15 @@ func validControllerRequests() []controllerRequestCase {
 		{method: "DeleteTopic", req: &keelpb.DeleteTopicRequest{Name: "orders"}},
 		{method: "DescribeTopic", req: &keelpb.DescribeTopicRequest{Name: "orders"}},
 		{method: "AlterPartition", req: validAlterPartition},
+		{method: "AlterPartition", name: "recovering", req: edited(validAlterPartition, func(r *keelpb.AlterPartitionRequest) {
+			r.NewIsr, r.LeaderRecoveryState = []int32{1}, keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING
+		})},
+		{method: "IncrementalAlterConfigs", req: validAlterConf},
+		{method: "IncrementalAlterConfigs", name: "cluster defaults, validate only", req: edited(validAlterConf, func(r *keelpb.IncrementalAlterConfigsRequest) {
+			r.Resource, r.ValidateOnly = clusterResource, true
+		})},
+		{method: "DescribeConfigs", req: &keelpb.DescribeConfigsRequest{Resource: validAlterConf.Resource}},
+		{method: "DescribeConfigs", name: "cluster defaults", req: &keelpb.DescribeConfigsRequest{Resource: clusterResource, Linearizable: true}},
 		{method: "ElectLeaders", req: validElect},
 		{method: "ElectLeaders", name: "all", req: validElectAll},
 		{method: "AlterPartitionReassignments", req: validReassign},
@@ -133,6 +150,10 @@ func invalidControllerRequests() []controllerRequestCase {
 	elect := func(name, field string, base *keelpb.ElectLeadersRequest, edit func(*keelpb.ElectLeadersRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "ElectLeaders", name: name, field: field,
 			req: edited(base, edit)}
+	}
+	alterConf := func(name, field string, edit func(*keelpb.IncrementalAlterConfigsRequest)) controllerRequestCase {
+		return controllerRequestCase{method: "IncrementalAlterConfigs", name: name, field: field,
+			req: edited(validAlterConf, edit)}
 	}
 	reassign := func(name, field string, edit func(*keelpb.AlterPartitionReassignmentsRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "AlterPartitionReassignments", name: name, field: field,
@@ -203,6 +224,8 @@ func invalidControllerRequests() []controllerRequestCase {
 		create("too many configs", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Configs = manyConfigs }),
 		create("an empty config key", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Configs = map[string]string{"": "x"} }),
 		create("an over-long config key", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Configs = map[string]string{long(maxConfigKeyLen + 1): "x"} }),
+		create("an unknown config", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Configs = map[string]string{"retention.hours": "1"} }),
+		create("a bad config value", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Configs = map[string]string{fsm.SegmentBytes: "1000"} }),
 		create("an over-long config value", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) {
 			r.Configs = map[string]string{fsm.UncleanLeaderElection: long(maxConfigValueLen + 1)}
 		}),
@@ -239,6 +262,32 @@ func invalidControllerRequests() []controllerRequestCase {
 		alter("an over-long ISR", "new_isr", func(r *keelpb.AlterPartitionRequest) { r.NewIsr = ids(maxReplicationFactor + 1) }),
 		alter("a negative ISR member", "new_isr", func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{1, -2} }),
 		alter("an ISR member twice", "new_isr", func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{1, 2, 1} }),
+
+		alter("an unknown leader recovery state", "leader_recovery_state", func(r *keelpb.AlterPartitionRequest) { r.LeaderRecoveryState = 3 }),
+
+		alterConf("no resource", "resource", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Resource = nil }),
+		alterConf("a topic without a name", "resource", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Resource.Name = "" }),
+		alterConf("the cluster with a name", "resource", func(r *keelpb.IncrementalAlterConfigsRequest) {
+			r.Resource = &keelpb.ConfigResource{Type: clusterResource.Type, Name: "x"}
+		}),
+		alterConf("an unknown resource type", "resource", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Resource.Type = 9 }),
+		alterConf("no configs", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs = nil }),
+		alterConf("an unknown config", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[0].Name = "retention.hours" }),
+		alterConf("a config twice", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[1].Name = fsm.MinInsyncReplicas }),
+		alterConf("a value out of range", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[0].Value = "0" }),
+		alterConf("a boolean that is none", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[1].Value = "yes" }),
+		alterConf("compact", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) {
+			r.Configs[0].Name, r.Configs[0].Value = fsm.CleanupPolicy, "compact"
+		}),
+		alterConf("a delete with a value", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[2].Value = "1" }),
+		alterConf("no op", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) {
+			r.Configs[0].Op = keelpb.AlterConfigOp_ALTER_CONFIG_OP_UNSPECIFIED
+		}),
+		alterConf("an over-long value", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[0].Value = long(maxConfigValueLen + 1) }),
+
+		{method: "DescribeConfigs", name: "no resource", field: "resource", req: &keelpb.DescribeConfigsRequest{}},
+		{method: "DescribeConfigs", name: "an over-long topic", field: "resource", req: &keelpb.DescribeConfigsRequest{
+			Resource: &keelpb.ConfigResource{Type: keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_TOPIC, Name: long(fsm.MaxTopicNameLen + 1)}}},
 
 		elect("no type", "type", validElect, func(r *keelpb.ElectLeadersRequest) { r.Type = keelpb.ElectionType_ELECTION_TYPE_UNSPECIFIED }),
 		elect("an unknown type", "type", validElect, func(r *keelpb.ElectLeadersRequest) { r.Type = 7 }),

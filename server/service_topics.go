@@ -180,12 +180,14 @@ func DescribePartition(p *fsm.Partition) *keelpb.PartitionDescription {
 		Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch,
 		Replicas: nonNil(p.Replicas), Isr: nonNil(p.ISR),
 		AddingReplicas: nonNil(p.AddingReplicas), RemovingReplicas: nonNil(p.RemovingReplicas),
+		EligibleLeaderReplicas: nonNil(p.ELR()), LastKnownElr: nonNil(p.LastKnownELR()),
+		LeaderRecoveryState: p.LeaderRecoveryState,
 	}
 }
 
 // DescribeTopic renders a topic and its partitions for the API.
 func DescribeTopic(img *fsm.Image, t *fsm.Topic) *keelpb.TopicDescription {
-	d := &keelpb.TopicDescription{Name: t.Name, Id: t.ID.String(), Configs: t.Configs}
+	d := &keelpb.TopicDescription{Name: t.Name, Id: t.ID.String(), Configs: t.Configs, EffectiveConfigs: configEntries(img.TopicConfigs(t))}
 	for _, p := range img.Partitions(t.ID) {
 		d.Partitions = append(d.Partitions, DescribePartition(p))
 	}

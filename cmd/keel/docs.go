@@ -132,8 +132,19 @@ func writeConfigurationDoc(w io.Writer, root *cobra.Command) error {
 	p("`\"1@a:9091,2@b:9091\"`), numbers, `true` or `false`, durations with a unit (`300ms`, `1m30s`); a\n")
 	p("flag that takes a list (`metadata dump --type`) also takes a YAML list, each item one\n")
 	p("occurrence of the flag.\n\n")
-	p("`keel topic create` has a `--config` of its own (the topic's configs, `key=value`), which hides\n")
-	p("the global one: for that command the file can be named only by `%s`.\n\n", config.EnvName(flagConfig))
+	var shadows []string
+	for _, c := range cmds {
+		if f := c.LocalFlags().Lookup(flagConfig); f != nil && f != root.PersistentFlags().Lookup(flagConfig) {
+			shadows = append(shadows, "`"+c.CommandPath()+"`")
+		}
+	}
+	if len(shadows) == 1 {
+		p("%s has a `--config` of its own (the configs it sets, `key=value`), which hides\n", shadows[0])
+		p("the global one: for that command the file can be named only by `%s`.\n\n", config.EnvName(flagConfig))
+	} else if len(shadows) > 1 {
+		p("%s each have a `--config` of their own (the configs they set, `key=value`),\n", joinAnd(shadows))
+		p("which hides the global one: for those commands the file can be named only by `%s`.\n\n", config.EnvName(flagConfig))
+	}
 	p("`--%s`, on %s, prints every setting of the command and the global ones with\n", flagPrintConfig, joinAnd(processes))
 	p("its effective value and where it came from, as a file that `--%s` reads back to the same\n", flagConfig)
 	p("values, and exits without starting anything.\n\n")

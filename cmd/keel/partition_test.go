@@ -286,7 +286,8 @@ func TestPartitionReassign(t *testing.T) {
 	if _, req := fake.got(); !proto.Equal(req, &keelpb.AlterPartitionReassignmentsRequest{Topic: "orders", Partition: 0, Replicas: []int32{4, 5, 6}}) {
 		t.Fatalf("request %v", req)
 	}
-	want := "map[adding_replicas:[4 5 6] isr:[1 2 3] leader:1 leader_epoch:2 partition:0 partition_epoch:5 removing_replicas:[] replicas:[1 2 3 4] topic:orders]"
+	want := "map[adding_replicas:[4 5 6] eligible_leader_replicas:[] isr:[1 2 3] last_known_elr:[] leader:1 leader_epoch:2 leader_recovery_state:recovered " +
+		"partition:0 partition_epoch:5 removing_replicas:[] replicas:[1 2 3 4] topic:orders]"
 	if got := decodeJSON(t, out); got != want {
 		t.Fatalf("reassign -o json = %s\nwant %s", got, want)
 	}

@@ -15,8 +15,8 @@ import (
 )
 
 func newTopicCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "topic", Short: "Create, delete, list and describe topics"}
-	cmd.AddCommand(newTopicCreateCmd(), newTopicDeleteCmd(), newTopicListCmd(), newTopicDescribeCmd())
+	cmd := &cobra.Command{Use: "topic", Short: "Create, alter, delete, list and describe topics"}
+	cmd.AddCommand(newTopicCreateCmd(), newTopicAlterCmd(), newTopicDeleteCmd(), newTopicListCmd(), newTopicDescribeCmd())
 	return cmd
 }
 
@@ -41,11 +41,13 @@ type topicSummary struct {
 
 // topicView is the JSON contract of `keel topic describe` (DESIGN.md); topic
 // create and partition add-partitions print the topic the same way.
+// Configs are the topic's own; EffectiveConfigs every config in effect.
 type topicView struct {
-	Name       string            `json:"name"`
-	ID         string            `json:"id"`
-	Configs    map[string]string `json:"configs"`
-	Partitions []partitionRow    `json:"partitions"`
+	Name             string            `json:"name"`
+	ID               string            `json:"id"`
+	Configs          map[string]string `json:"configs"`
+	EffectiveConfigs []configRow       `json:"effective_configs"`
+	Partitions       []partitionRow    `json:"partitions"`
 }
 
 type partitionRow struct {
@@ -57,12 +59,66 @@ type partitionRow struct {
 	ISR              []int32 `json:"isr"`
 	AddingReplicas   []int32 `json:"adding_replicas"`
 	RemovingReplicas []int32 `json:"removing_replicas"`
+	// Eligible leader replicas (KIP-966) and the last known leader.
+	ELR          []int32 `json:"eligible_leader_replicas"`
+	LastKnownELR []int32 `json:"last_known_elr"`
+	// recovered, or recovering after an unclean election (KIP-704).
+	LeaderRecoveryState string `json:"leader_recovery_state"`
+}
+
+// configRow is one config in effect, as `keel topic describe`, `keel topic
+// alter` and `keel config describe|alter` print it: source is topic,
+// cluster_default or default.
+type configRow struct {
+	Name   string `json:"name"`
+	Value  string `json:"value"`
+	Source string `json:"source"`
+}
+
+// configRows turns configs in effect into their printed form, in name order.
+func configRows(cs []*keelpb.ConfigEntry) []configRow {
+	rows := make([]configRow, 0, len(cs))
+	for _, c := range cs {
+		if c != nil {
+			rows = append(rows, configRow{Name: c.GetName(), Value: c.GetValue(), Source: configSourceName(c.GetSource())})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
+	return rows
+}
+
+func configSourceName(s keelpb.ConfigSource) string {
+	switch s {
+	case keelpb.ConfigSource_CONFIG_SOURCE_TOPIC:
+		return "topic"
+	case keelpb.ConfigSource_CONFIG_SOURCE_CLUSTER_DEFAULT:
+		return "cluster_default"
+	case keelpb.ConfigSource_CONFIG_SOURCE_DEFAULT:
+		return "default"
+	}
+	return "unknown"
+}
+
+var configTable = tableOf([]string{"CONFIG", "VALUE", "SOURCE"}, "No configs.", func(r configRow) []string {
+	return []string{r.Name, orDash(r.Value), r.Source}
+})
+
+// recoveryStateName is a leader recovery state as the CLI prints it.
+func recoveryStateName(s keelpb.LeaderRecoveryState) string {
+	switch s {
+	case keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED:
+		return "recovered"
+	case keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING:
+		return "recovering"
+	}
+	return fmt.Sprintf("unknown(%d)", s)
 }
 
 // describeView turns a topic description into its printed form: partitions
 // in order, and no null where a list or map belongs.
 func describeView(t *keelpb.TopicDescription) topicView {
-	v := topicView{Name: t.GetName(), ID: t.GetId(), Configs: map[string]string{}, Partitions: make([]partitionRow, 0, len(t.GetPartitions()))}
+	v := topicView{Name: t.GetName(), ID: t.GetId(), Configs: map[string]string{}, Partitions: make([]partitionRow, 0, len(t.GetPartitions())),
+		EffectiveConfigs: configRows(t.GetEffectiveConfigs())}
 	for k, val := range t.GetConfigs() {
 		v.Configs[k] = val
 	}
@@ -77,14 +133,17 @@ func describeView(t *keelpb.TopicDescription) topicView {
 
 func partitionView(p *keelpb.PartitionDescription) partitionRow {
 	return partitionRow{
-		Partition:        p.GetPartition(),
-		Leader:           p.GetLeader(),
-		LeaderEpoch:      p.GetLeaderEpoch(),
-		PartitionEpoch:   p.GetPartitionEpoch(),
-		Replicas:         ids(p.GetReplicas()),
-		ISR:              ids(p.GetIsr()),
-		AddingReplicas:   ids(p.GetAddingReplicas()),
-		RemovingReplicas: ids(p.GetRemovingReplicas()),
+		Partition:           p.GetPartition(),
+		Leader:              p.GetLeader(),
+		LeaderEpoch:         p.GetLeaderEpoch(),
+		PartitionEpoch:      p.GetPartitionEpoch(),
+		Replicas:            ids(p.GetReplicas()),
+		ISR:                 ids(p.GetIsr()),
+		AddingReplicas:      ids(p.GetAddingReplicas()),
+		RemovingReplicas:    ids(p.GetRemovingReplicas()),
+		ELR:                 ids(p.GetEligibleLeaderReplicas()),
+		LastKnownELR:        ids(p.GetLastKnownElr()),
+		LeaderRecoveryState: recoveryStateName(p.GetLeaderRecoveryState()),
 	}
 }
 
@@ -124,14 +183,22 @@ func topicTable(w io.Writer, v topicView) error {
 		configs[i] = k + "=" + v.Configs[k]
 	}
 	fmt.Fprintf(w, "Topic:   %s\nID:      %s\nConfigs: %s\n\n", v.Name, orDash(v.ID), orDash(strings.Join(configs, ", ")))
+	// Every config in effect and its source, when the controller said.
+	if len(v.EffectiveConfigs) > 0 {
+		if err := configTable(w, v.EffectiveConfigs); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
 	return tableOf(partitionHeader, "No partitions.", partitionCells)(w, v.Partitions)
 }
 
-var partitionHeader = []string{"PARTITION", "LEADER", "LEADER EPOCH", "PARTITION EPOCH", "REPLICAS", "ISR", "ADDING", "REMOVING"}
+var partitionHeader = []string{"PARTITION", "LEADER", "LEADER EPOCH", "PARTITION EPOCH", "REPLICAS", "ISR", "ELR", "LAST KNOWN LEADER", "RECOVERY", "ADDING", "REMOVING"}
 
 func partitionCells(p partitionRow) []string {
 	return []string{fmt.Sprint(p.Partition), leaderCell(p.Leader), fmt.Sprint(p.LeaderEpoch), fmt.Sprint(p.PartitionEpoch),
-		joinIDs(p.Replicas), joinIDs(p.ISR), joinIDs(p.AddingReplicas), joinIDs(p.RemovingReplicas)}
+		joinIDs(p.Replicas), joinIDs(p.ISR), joinIDs(p.ELR), joinIDs(p.LastKnownELR), p.LeaderRecoveryState,
+		joinIDs(p.AddingReplicas), joinIDs(p.RemovingReplicas)}
 }
 
 // topicCreateFlags are the flags of `keel topic create`.

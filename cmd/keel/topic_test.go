@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -149,16 +150,27 @@ func sampleTopic() *keelpb.TopicDescription {
 	return &keelpb.TopicDescription{
 		Name: "orders", Id: "tid", Configs: map[string]string{"unclean.leader.election.enable": "true", "a": "b"},
 		Partitions: []*keelpb.PartitionDescription{
-			{Partition: 1, Leader: -1, LeaderEpoch: 4, PartitionEpoch: 9, Replicas: []int32{2, 3}, Isr: []int32{2}},
+			{Partition: 1, Leader: -1, LeaderEpoch: 4, PartitionEpoch: 9, Replicas: []int32{2, 3, 5}, Isr: []int32{2},
+				EligibleLeaderReplicas: []int32{3}, LastKnownElr: []int32{5},
+				LeaderRecoveryState: keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING},
 			{Partition: 0, Leader: 1, LeaderEpoch: 1, PartitionEpoch: 3, Replicas: []int32{1, 2, 4}, Isr: []int32{1, 2},
 				AddingReplicas: []int32{4}, RemovingReplicas: []int32{}},
+		},
+		EffectiveConfigs: []*keelpb.ConfigEntry{
+			{Name: "unclean.leader.election.enable", Value: "true", Source: keelpb.ConfigSource_CONFIG_SOURCE_TOPIC},
+			{Name: "min.insync.replicas", Value: "2", Source: keelpb.ConfigSource_CONFIG_SOURCE_CLUSTER_DEFAULT},
+			{Name: "retention.ms", Value: "604800000", Source: keelpb.ConfigSource_CONFIG_SOURCE_DEFAULT},
 		},
 	}
 }
 
-const sampleTopicJSON = `map[configs:map[a:b unclean.leader.election.enable:true] id:tid name:orders partitions:[` +
-	`map[adding_replicas:[4] isr:[1 2] leader:1 leader_epoch:1 partition:0 partition_epoch:3 removing_replicas:[] replicas:[1 2 4]] ` +
-	`map[adding_replicas:[] isr:[2] leader:-1 leader_epoch:4 partition:1 partition_epoch:9 removing_replicas:[] replicas:[2 3]]]]`
+const sampleTopicJSON = `map[configs:map[a:b unclean.leader.election.enable:true] ` +
+	`effective_configs:[map[name:min.insync.replicas source:cluster_default value:2] map[name:retention.ms source:default value:604800000] ` +
+	`map[name:unclean.leader.election.enable source:topic value:true]] id:tid name:orders partitions:[` +
+	`map[adding_replicas:[4] eligible_leader_replicas:[] isr:[1 2] last_known_elr:[] leader:1 leader_epoch:1 leader_recovery_state:recovered ` +
+	`partition:0 partition_epoch:3 removing_replicas:[] replicas:[1 2 4]] ` +
+	`map[adding_replicas:[] eligible_leader_replicas:[3] isr:[2] last_known_elr:[5] leader:-1 leader_epoch:4 leader_recovery_state:recovering ` +
+	`partition:1 partition_epoch:9 removing_replicas:[] replicas:[2 3 5]]]]`
 
 // decodeJSON decodes printed JSON to generic values, printed with fmt.
 func decodeJSON(t *testing.T, out string) string {
@@ -191,17 +203,22 @@ func TestTopicDescribe(t *testing.T) {
 			t.Fatalf("topic describe lacks %q:\n%s", want, out)
 		}
 	}
+	// Every config in effect, with its source, between the header and the partitions.
+	if !regexp.MustCompile(`CONFIG +VALUE +SOURCE\nmin\.insync\.replicas +2 +cluster_default\nretention\.ms +604800000 +default\n` +
+		`unclean\.leader\.election\.enable +true +topic\n`).MatchString(out) {
+		t.Fatalf("topic describe configs table:\n%s", out)
+	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	rows := lines[len(lines)-3:]
 	if !strings.HasPrefix(rows[0], "PARTITION") || strings.Fields(rows[1])[0] != "0" ||
-		fmt.Sprint(strings.Fields(rows[2])) != "[1 none 4 9 2,3 2 - -]" {
+		fmt.Sprint(strings.Fields(rows[2])) != "[1 none 4 9 2,3,5 2 3 5 recovering - -]" {
 		t.Fatalf("topic describe table:\n%s", out)
 	}
 
 	// A topic without configs or partitions still prints {} and [].
 	fake.set(func(f *fakeAdmin) { f.topic = &keelpb.TopicDescription{Name: "empty", Id: "e"} })
 	if out, err = runKeel(t, "topic", "describe", "empty", "--controllers", addr, "-o", "json"); err != nil ||
-		decodeJSON(t, out) != "map[configs:map[] id:e name:empty partitions:[]]" {
+		decodeJSON(t, out) != "map[configs:map[] effective_configs:[] id:e name:empty partitions:[]]" {
 		t.Fatalf("empty topic: %s, %v", out, err)
 	}
 

@@ -72,6 +72,114 @@ func (ElectionType) EnumDescriptor() ([]byte, []int) {
 	return file_controller_proto_rawDescGZIP(), []int{0}
 }
 
+// ConfigSource says where an effective config comes from, the first of them
+// that has it.
+type ConfigSource int32
+
+const (
+	ConfigSource_CONFIG_SOURCE_UNSPECIFIED ConfigSource = 0
+	// The topic's own config (Kafka's DYNAMIC_TOPIC_CONFIG).
+	ConfigSource_CONFIG_SOURCE_TOPIC ConfigSource = 1
+	// The cluster-wide default (Kafka's DYNAMIC_DEFAULT_BROKER_CONFIG).
+	ConfigSource_CONFIG_SOURCE_CLUSTER_DEFAULT ConfigSource = 2
+	// Keel's built-in default, Kafka's (DEFAULT_CONFIG).
+	ConfigSource_CONFIG_SOURCE_DEFAULT ConfigSource = 3
+)
+
+// Enum value maps for ConfigSource.
+var (
+	ConfigSource_name = map[int32]string{
+		0: "CONFIG_SOURCE_UNSPECIFIED",
+		1: "CONFIG_SOURCE_TOPIC",
+		2: "CONFIG_SOURCE_CLUSTER_DEFAULT",
+		3: "CONFIG_SOURCE_DEFAULT",
+	}
+	ConfigSource_value = map[string]int32{
+		"CONFIG_SOURCE_UNSPECIFIED":     0,
+		"CONFIG_SOURCE_TOPIC":           1,
+		"CONFIG_SOURCE_CLUSTER_DEFAULT": 2,
+		"CONFIG_SOURCE_DEFAULT":         3,
+	}
+)
+
+func (x ConfigSource) Enum() *ConfigSource {
+	p := new(ConfigSource)
+	*p = x
+	return p
+}
+
+func (x ConfigSource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConfigSource) Descriptor() protoreflect.EnumDescriptor {
+	return file_controller_proto_enumTypes[1].Descriptor()
+}
+
+func (ConfigSource) Type() protoreflect.EnumType {
+	return &file_controller_proto_enumTypes[1]
+}
+
+func (x ConfigSource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConfigSource.Descriptor instead.
+func (ConfigSource) EnumDescriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{1}
+}
+
+type AlterConfigOp int32
+
+const (
+	AlterConfigOp_ALTER_CONFIG_OP_UNSPECIFIED AlterConfigOp = 0
+	AlterConfigOp_ALTER_CONFIG_OP_SET         AlterConfigOp = 1
+	// Back to the next source down; deleting a config that is not set is a
+	// no-op.
+	AlterConfigOp_ALTER_CONFIG_OP_DELETE AlterConfigOp = 2
+)
+
+// Enum value maps for AlterConfigOp.
+var (
+	AlterConfigOp_name = map[int32]string{
+		0: "ALTER_CONFIG_OP_UNSPECIFIED",
+		1: "ALTER_CONFIG_OP_SET",
+		2: "ALTER_CONFIG_OP_DELETE",
+	}
+	AlterConfigOp_value = map[string]int32{
+		"ALTER_CONFIG_OP_UNSPECIFIED": 0,
+		"ALTER_CONFIG_OP_SET":         1,
+		"ALTER_CONFIG_OP_DELETE":      2,
+	}
+)
+
+func (x AlterConfigOp) Enum() *AlterConfigOp {
+	p := new(AlterConfigOp)
+	*p = x
+	return p
+}
+
+func (x AlterConfigOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AlterConfigOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_controller_proto_enumTypes[2].Descriptor()
+}
+
+func (AlterConfigOp) Type() protoreflect.EnumType {
+	return &file_controller_proto_enumTypes[2]
+}
+
+func (x AlterConfigOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AlterConfigOp.Descriptor instead.
+func (AlterConfigOp) EnumDescriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{2}
+}
+
 type DescribeQuorumRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2240,13 +2348,16 @@ func (x *DescribeTopicResponse) GetSource() *ReadSource {
 }
 
 type TopicDescription struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	Name          string                  `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Id            string                  `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	Configs       map[string]string       `protobuf:"bytes,3,rep,name=configs,proto3" json:"configs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Partitions    []*PartitionDescription `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Id    string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The topic's own configs (its overrides).
+	Configs    map[string]string       `protobuf:"bytes,3,rep,name=configs,proto3" json:"configs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Partitions []*PartitionDescription `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// Every config the topic has in effect, in name order, with its source.
+	EffectiveConfigs []*ConfigEntry `protobuf:"bytes,5,rep,name=effective_configs,json=effectiveConfigs,proto3" json:"effective_configs,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TopicDescription) Reset() {
@@ -2307,18 +2418,28 @@ func (x *TopicDescription) GetPartitions() []*PartitionDescription {
 	return nil
 }
 
+func (x *TopicDescription) GetEffectiveConfigs() []*ConfigEntry {
+	if x != nil {
+		return x.EffectiveConfigs
+	}
+	return nil
+}
+
 type PartitionDescription struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	Partition        int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
-	Leader           int32                  `protobuf:"varint,2,opt,name=leader,proto3" json:"leader,omitempty"` // -1 when none
-	LeaderEpoch      int32                  `protobuf:"varint,3,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
-	PartitionEpoch   int32                  `protobuf:"varint,4,opt,name=partition_epoch,json=partitionEpoch,proto3" json:"partition_epoch,omitempty"`
-	Replicas         []int32                `protobuf:"varint,5,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
-	Isr              []int32                `protobuf:"varint,6,rep,packed,name=isr,proto3" json:"isr,omitempty"`
-	AddingReplicas   []int32                `protobuf:"varint,7,rep,packed,name=adding_replicas,json=addingReplicas,proto3" json:"adding_replicas,omitempty"`
-	RemovingReplicas []int32                `protobuf:"varint,8,rep,packed,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	Partition              int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Leader                 int32                  `protobuf:"varint,2,opt,name=leader,proto3" json:"leader,omitempty"` // -1 when none
+	LeaderEpoch            int32                  `protobuf:"varint,3,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	PartitionEpoch         int32                  `protobuf:"varint,4,opt,name=partition_epoch,json=partitionEpoch,proto3" json:"partition_epoch,omitempty"`
+	Replicas               []int32                `protobuf:"varint,5,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	Isr                    []int32                `protobuf:"varint,6,rep,packed,name=isr,proto3" json:"isr,omitempty"`
+	AddingReplicas         []int32                `protobuf:"varint,7,rep,packed,name=adding_replicas,json=addingReplicas,proto3" json:"adding_replicas,omitempty"`
+	RemovingReplicas       []int32                `protobuf:"varint,8,rep,packed,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
+	EligibleLeaderReplicas []int32                `protobuf:"varint,9,rep,packed,name=eligible_leader_replicas,json=eligibleLeaderReplicas,proto3" json:"eligible_leader_replicas,omitempty"`
+	LastKnownElr           []int32                `protobuf:"varint,10,rep,packed,name=last_known_elr,json=lastKnownElr,proto3" json:"last_known_elr,omitempty"`
+	LeaderRecoveryState    LeaderRecoveryState    `protobuf:"varint,11,opt,name=leader_recovery_state,json=leaderRecoveryState,proto3,enum=keel.v1.LeaderRecoveryState" json:"leader_recovery_state,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *PartitionDescription) Reset() {
@@ -2407,6 +2528,27 @@ func (x *PartitionDescription) GetRemovingReplicas() []int32 {
 	return nil
 }
 
+func (x *PartitionDescription) GetEligibleLeaderReplicas() []int32 {
+	if x != nil {
+		return x.EligibleLeaderReplicas
+	}
+	return nil
+}
+
+func (x *PartitionDescription) GetLastKnownElr() []int32 {
+	if x != nil {
+		return x.LastKnownElr
+	}
+	return nil
+}
+
+func (x *PartitionDescription) GetLeaderRecoveryState() LeaderRecoveryState {
+	if x != nil {
+		return x.LeaderRecoveryState
+	}
+	return LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED
+}
+
 type AlterPartitionRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	BrokerId       int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
@@ -2416,8 +2558,12 @@ type AlterPartitionRequest struct {
 	LeaderEpoch    int32                  `protobuf:"varint,5,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
 	PartitionEpoch int32                  `protobuf:"varint,6,opt,name=partition_epoch,json=partitionEpoch,proto3" json:"partition_epoch,omitempty"`
 	NewIsr         []int32                `protobuf:"varint,7,rep,packed,name=new_isr,json=newIsr,proto3" json:"new_isr,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The state the leader reports (KIP-704): RECOVERED, the default, confirms
+	// a RECOVERING partition; RECOVERING is refused for a recovered partition
+	// and for an ISR of more than the leader.
+	LeaderRecoveryState LeaderRecoveryState `protobuf:"varint,8,opt,name=leader_recovery_state,json=leaderRecoveryState,proto3,enum=keel.v1.LeaderRecoveryState" json:"leader_recovery_state,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *AlterPartitionRequest) Reset() {
@@ -2497,6 +2643,13 @@ func (x *AlterPartitionRequest) GetNewIsr() []int32 {
 		return x.NewIsr
 	}
 	return nil
+}
+
+func (x *AlterPartitionRequest) GetLeaderRecoveryState() LeaderRecoveryState {
+	if x != nil {
+		return x.LeaderRecoveryState
+	}
+	return LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED
 }
 
 type AlterPartitionResponse struct {
@@ -3565,11 +3718,400 @@ func (x *TransferLeadershipResponse) GetLeaderId() int32 {
 	return 0
 }
 
+// ConfigResource names what configs belong to.
+type ConfigResource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Type  ConfigResourceType     `protobuf:"varint,1,opt,name=type,proto3,enum=keel.v1.ConfigResourceType" json:"type,omitempty"`
+	// The topic's name; empty for the cluster defaults.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigResource) Reset() {
+	*x = ConfigResource{}
+	mi := &file_controller_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigResource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigResource) ProtoMessage() {}
+
+func (x *ConfigResource) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigResource.ProtoReflect.Descriptor instead.
+func (*ConfigResource) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ConfigResource) GetType() ConfigResourceType {
+	if x != nil {
+		return x.Type
+	}
+	return ConfigResourceType_CONFIG_RESOURCE_TYPE_UNSPECIFIED
+}
+
+func (x *ConfigResource) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ConfigEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Source        ConfigSource           `protobuf:"varint,3,opt,name=source,proto3,enum=keel.v1.ConfigSource" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigEntry) Reset() {
+	*x = ConfigEntry{}
+	mi := &file_controller_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigEntry) ProtoMessage() {}
+
+func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
+func (*ConfigEntry) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ConfigEntry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigEntry) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *ConfigEntry) GetSource() ConfigSource {
+	if x != nil {
+		return x.Source
+	}
+	return ConfigSource_CONFIG_SOURCE_UNSPECIFIED
+}
+
+type AlterableConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Op    AlterConfigOp          `protobuf:"varint,2,opt,name=op,proto3,enum=keel.v1.AlterConfigOp" json:"op,omitempty"`
+	// For SET; empty for DELETE.
+	Value         string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterableConfig) Reset() {
+	*x = AlterableConfig{}
+	mi := &file_controller_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterableConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterableConfig) ProtoMessage() {}
+
+func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterableConfig.ProtoReflect.Descriptor instead.
+func (*AlterableConfig) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *AlterableConfig) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AlterableConfig) GetOp() AlterConfigOp {
+	if x != nil {
+		return x.Op
+	}
+	return AlterConfigOp_ALTER_CONFIG_OP_UNSPECIFIED
+}
+
+func (x *AlterableConfig) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+type IncrementalAlterConfigsRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Resource *ConfigResource        `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	// At most one entry per name.
+	Configs []*AlterableConfig `protobuf:"bytes,2,rep,name=configs,proto3" json:"configs,omitempty"`
+	// Check everything and answer as the change would, but write nothing.
+	ValidateOnly  bool `protobuf:"varint,3,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IncrementalAlterConfigsRequest) Reset() {
+	*x = IncrementalAlterConfigsRequest{}
+	mi := &file_controller_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IncrementalAlterConfigsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IncrementalAlterConfigsRequest) ProtoMessage() {}
+
+func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IncrementalAlterConfigsRequest.ProtoReflect.Descriptor instead.
+func (*IncrementalAlterConfigsRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *IncrementalAlterConfigsRequest) GetResource() *ConfigResource {
+	if x != nil {
+		return x.Resource
+	}
+	return nil
+}
+
+func (x *IncrementalAlterConfigsRequest) GetConfigs() []*AlterableConfig {
+	if x != nil {
+		return x.Configs
+	}
+	return nil
+}
+
+func (x *IncrementalAlterConfigsRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+type IncrementalAlterConfigsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The resource's effective configs afterwards, in name order.
+	Configs []*ConfigEntry `protobuf:"bytes,1,rep,name=configs,proto3" json:"configs,omitempty"`
+	// Partitions that this change gave a leader (unclean election turned on).
+	Elections     []*ElectionResult `protobuf:"bytes,2,rep,name=elections,proto3" json:"elections,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IncrementalAlterConfigsResponse) Reset() {
+	*x = IncrementalAlterConfigsResponse{}
+	mi := &file_controller_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IncrementalAlterConfigsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IncrementalAlterConfigsResponse) ProtoMessage() {}
+
+func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IncrementalAlterConfigsResponse.ProtoReflect.Descriptor instead.
+func (*IncrementalAlterConfigsResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *IncrementalAlterConfigsResponse) GetConfigs() []*ConfigEntry {
+	if x != nil {
+		return x.Configs
+	}
+	return nil
+}
+
+func (x *IncrementalAlterConfigsResponse) GetElections() []*ElectionResult {
+	if x != nil {
+		return x.Elections
+	}
+	return nil
+}
+
+type DescribeConfigsRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Resource *ConfigResource        `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	// linearizable: as in ListTopicsRequest.
+	Linearizable  bool `protobuf:"varint,2,opt,name=linearizable,proto3" json:"linearizable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeConfigsRequest) Reset() {
+	*x = DescribeConfigsRequest{}
+	mi := &file_controller_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeConfigsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeConfigsRequest) ProtoMessage() {}
+
+func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeConfigsRequest.ProtoReflect.Descriptor instead.
+func (*DescribeConfigsRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *DescribeConfigsRequest) GetResource() *ConfigResource {
+	if x != nil {
+		return x.Resource
+	}
+	return nil
+}
+
+func (x *DescribeConfigsRequest) GetLinearizable() bool {
+	if x != nil {
+		return x.Linearizable
+	}
+	return false
+}
+
+type DescribeConfigsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Effective configs, in name order.
+	Configs       []*ConfigEntry `protobuf:"bytes,1,rep,name=configs,proto3" json:"configs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeConfigsResponse) Reset() {
+	*x = DescribeConfigsResponse{}
+	mi := &file_controller_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeConfigsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeConfigsResponse) ProtoMessage() {}
+
+func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeConfigsResponse.ProtoReflect.Descriptor instead.
+func (*DescribeConfigsResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *DescribeConfigsResponse) GetConfigs() []*ConfigEntry {
+	if x != nil {
+		return x.Configs
+	}
+	return nil
+}
+
 var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
 	"\n" +
-	"\x10controller.proto\x12\akeel.v1\"\x17\n" +
+	"\x10controller.proto\x12\akeel.v1\x1a\x0emetadata.proto\"\x17\n" +
 	"\x15DescribeQuorumRequest\"\x97\x05\n" +
 	"\x16DescribeQuorumResponse\x12\x1d\n" +
 	"\n" +
@@ -3732,17 +4274,18 @@ const file_controller_proto_rawDesc = "" +
 	"\x05stale\x18\x03 \x01(\bR\x05stale\"u\n" +
 	"\x15DescribeTopicResponse\x12/\n" +
 	"\x05topic\x18\x01 \x01(\v2\x19.keel.v1.TopicDescriptionR\x05topic\x12+\n" +
-	"\x06source\x18\x02 \x01(\v2\x13.keel.v1.ReadSourceR\x06source\"\xf3\x01\n" +
+	"\x06source\x18\x02 \x01(\v2\x13.keel.v1.ReadSourceR\x06source\"\xb6\x02\n" +
 	"\x10TopicDescription\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12@\n" +
 	"\aconfigs\x18\x03 \x03(\v2&.keel.v1.TopicDescription.ConfigsEntryR\aconfigs\x12=\n" +
 	"\n" +
 	"partitions\x18\x04 \x03(\v2\x1d.keel.v1.PartitionDescriptionR\n" +
-	"partitions\x1a:\n" +
+	"partitions\x12A\n" +
+	"\x11effective_configs\x18\x05 \x03(\v2\x14.keel.v1.ConfigEntryR\x10effectiveConfigs\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9c\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\x03\n" +
 	"\x14PartitionDescription\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\x05R\x06leader\x12!\n" +
@@ -3751,7 +4294,11 @@ const file_controller_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x03(\x05R\breplicas\x12\x10\n" +
 	"\x03isr\x18\x06 \x03(\x05R\x03isr\x12'\n" +
 	"\x0fadding_replicas\x18\a \x03(\x05R\x0eaddingReplicas\x12+\n" +
-	"\x11removing_replicas\x18\b \x03(\x05R\x10removingReplicas\"\xf5\x01\n" +
+	"\x11removing_replicas\x18\b \x03(\x05R\x10removingReplicas\x128\n" +
+	"\x18eligible_leader_replicas\x18\t \x03(\x05R\x16eligibleLeaderReplicas\x12$\n" +
+	"\x0elast_known_elr\x18\n" +
+	" \x03(\x05R\flastKnownElr\x12P\n" +
+	"\x15leader_recovery_state\x18\v \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\"\xc7\x02\n" +
 	"\x15AlterPartitionRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12\x19\n" +
@@ -3759,7 +4306,8 @@ const file_controller_proto_rawDesc = "" +
 	"\tpartition\x18\x04 \x01(\x05R\tpartition\x12!\n" +
 	"\fleader_epoch\x18\x05 \x01(\x05R\vleaderEpoch\x12'\n" +
 	"\x0fpartition_epoch\x18\x06 \x01(\x05R\x0epartitionEpoch\x12\x17\n" +
-	"\anew_isr\x18\a \x03(\x05R\x06newIsr\"U\n" +
+	"\anew_isr\x18\a \x03(\x05R\x06newIsr\x12P\n" +
+	"\x15leader_recovery_state\x18\b \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\"U\n" +
 	"\x16AlterPartitionResponse\x12;\n" +
 	"\tpartition\x18\x01 \x01(\v2\x1d.keel.v1.PartitionDescriptionR\tpartition\"D\n" +
 	"\x0eTopicPartition\x12\x14\n" +
@@ -3832,11 +4380,43 @@ const file_controller_proto_rawDesc = "" +
 	"_target_id\"g\n" +
 	"\x1aTransferLeadershipResponse\x12,\n" +
 	"\x12previous_leader_id\x18\x01 \x01(\x05R\x10previousLeaderId\x12\x1b\n" +
-	"\tleader_id\x18\x02 \x01(\x05R\bleaderId*e\n" +
+	"\tleader_id\x18\x02 \x01(\x05R\bleaderId\"U\n" +
+	"\x0eConfigResource\x12/\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1b.keel.v1.ConfigResourceTypeR\x04type\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"f\n" +
+	"\vConfigEntry\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12-\n" +
+	"\x06source\x18\x03 \x01(\x0e2\x15.keel.v1.ConfigSourceR\x06source\"c\n" +
+	"\x0fAlterableConfig\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x16.keel.v1.AlterConfigOpR\x02op\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\"\xae\x01\n" +
+	"\x1eIncrementalAlterConfigsRequest\x123\n" +
+	"\bresource\x18\x01 \x01(\v2\x17.keel.v1.ConfigResourceR\bresource\x122\n" +
+	"\aconfigs\x18\x02 \x03(\v2\x18.keel.v1.AlterableConfigR\aconfigs\x12#\n" +
+	"\rvalidate_only\x18\x03 \x01(\bR\fvalidateOnly\"\x88\x01\n" +
+	"\x1fIncrementalAlterConfigsResponse\x12.\n" +
+	"\aconfigs\x18\x01 \x03(\v2\x14.keel.v1.ConfigEntryR\aconfigs\x125\n" +
+	"\telections\x18\x02 \x03(\v2\x17.keel.v1.ElectionResultR\telections\"q\n" +
+	"\x16DescribeConfigsRequest\x123\n" +
+	"\bresource\x18\x01 \x01(\v2\x17.keel.v1.ConfigResourceR\bresource\x12\"\n" +
+	"\flinearizable\x18\x02 \x01(\bR\flinearizable\"I\n" +
+	"\x17DescribeConfigsResponse\x12.\n" +
+	"\aconfigs\x18\x01 \x03(\v2\x14.keel.v1.ConfigEntryR\aconfigs*e\n" +
 	"\fElectionType\x12\x1d\n" +
 	"\x19ELECTION_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ELECTION_TYPE_PREFERRED\x10\x01\x12\x19\n" +
-	"\x15ELECTION_TYPE_UNCLEAN\x10\x022\xe5\r\n" +
+	"\x15ELECTION_TYPE_UNCLEAN\x10\x02*\x84\x01\n" +
+	"\fConfigSource\x12\x1d\n" +
+	"\x19CONFIG_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13CONFIG_SOURCE_TOPIC\x10\x01\x12!\n" +
+	"\x1dCONFIG_SOURCE_CLUSTER_DEFAULT\x10\x02\x12\x19\n" +
+	"\x15CONFIG_SOURCE_DEFAULT\x10\x03*e\n" +
+	"\rAlterConfigOp\x12\x1f\n" +
+	"\x1bALTER_CONFIG_OP_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13ALTER_CONFIG_OP_SET\x10\x01\x12\x1a\n" +
+	"\x16ALTER_CONFIG_OP_DELETE\x10\x022\xa9\x0f\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +
@@ -3860,7 +4440,9 @@ const file_controller_proto_rawDesc = "" +
 	"\x0fRestoreSnapshot\x12\x1f.keel.v1.RestoreSnapshotRequest\x1a .keel.v1.RestoreSnapshotResponse(\x01\x12?\n" +
 	"\bAddVoter\x12\x18.keel.v1.AddVoterRequest\x1a\x19.keel.v1.AddVoterResponse\x12H\n" +
 	"\vRemoveVoter\x12\x1b.keel.v1.RemoveVoterRequest\x1a\x1c.keel.v1.RemoveVoterResponse\x12]\n" +
-	"\x12TransferLeadership\x12\".keel.v1.TransferLeadershipRequest\x1a#.keel.v1.TransferLeadershipResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\x12TransferLeadership\x12\".keel.v1.TransferLeadershipRequest\x1a#.keel.v1.TransferLeadershipResponse\x12l\n" +
+	"\x17IncrementalAlterConfigs\x12'.keel.v1.IncrementalAlterConfigsRequest\x1a(.keel.v1.IncrementalAlterConfigsResponse\x12T\n" +
+	"\x0fDescribeConfigs\x12\x1f.keel.v1.DescribeConfigsRequest\x1a .keel.v1.DescribeConfigsResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -3874,144 +4456,171 @@ func file_controller_proto_rawDescGZIP() []byte {
 	return file_controller_proto_rawDescData
 }
 
-var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_controller_proto_goTypes = []any{
 	(ElectionType)(0),                           // 0: keel.v1.ElectionType
-	(*DescribeQuorumRequest)(nil),               // 1: keel.v1.DescribeQuorumRequest
-	(*DescribeQuorumResponse)(nil),              // 2: keel.v1.DescribeQuorumResponse
-	(*VoterReplication)(nil),                    // 3: keel.v1.VoterReplication
-	(*ReadSource)(nil),                          // 4: keel.v1.ReadSource
-	(*QuorumMember)(nil),                        // 5: keel.v1.QuorumMember
-	(*AppendNoOpRequest)(nil),                   // 6: keel.v1.AppendNoOpRequest
-	(*AppendNoOpResponse)(nil),                  // 7: keel.v1.AppendNoOpResponse
-	(*RegisterBrokerRequest)(nil),               // 8: keel.v1.RegisterBrokerRequest
-	(*RegisterBrokerResponse)(nil),              // 9: keel.v1.RegisterBrokerResponse
-	(*BrokerHeartbeatRequest)(nil),              // 10: keel.v1.BrokerHeartbeatRequest
-	(*BrokerHeartbeatResponse)(nil),             // 11: keel.v1.BrokerHeartbeatResponse
-	(*UnregisterBrokerRequest)(nil),             // 12: keel.v1.UnregisterBrokerRequest
-	(*UnregisterBrokerResponse)(nil),            // 13: keel.v1.UnregisterBrokerResponse
-	(*StreamMetadataRequest)(nil),               // 14: keel.v1.StreamMetadataRequest
-	(*MetadataPush)(nil),                        // 15: keel.v1.MetadataPush
-	(*MetadataEntries)(nil),                     // 16: keel.v1.MetadataEntries
-	(*MetadataEntry)(nil),                       // 17: keel.v1.MetadataEntry
-	(*SnapshotChunk)(nil),                       // 18: keel.v1.SnapshotChunk
-	(*FetchSnapshotRequest)(nil),                // 19: keel.v1.FetchSnapshotRequest
-	(*ListBrokersRequest)(nil),                  // 20: keel.v1.ListBrokersRequest
-	(*ListBrokersResponse)(nil),                 // 21: keel.v1.ListBrokersResponse
-	(*BrokerInfo)(nil),                          // 22: keel.v1.BrokerInfo
-	(*CreateTopicRequest)(nil),                  // 23: keel.v1.CreateTopicRequest
-	(*PartitionAssignment)(nil),                 // 24: keel.v1.PartitionAssignment
-	(*CreateTopicResponse)(nil),                 // 25: keel.v1.CreateTopicResponse
-	(*CreatePartitionsRequest)(nil),             // 26: keel.v1.CreatePartitionsRequest
-	(*CreatePartitionsResponse)(nil),            // 27: keel.v1.CreatePartitionsResponse
-	(*DeleteTopicRequest)(nil),                  // 28: keel.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),                 // 29: keel.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),                   // 30: keel.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),                  // 31: keel.v1.ListTopicsResponse
-	(*TopicSummary)(nil),                        // 32: keel.v1.TopicSummary
-	(*DescribeTopicRequest)(nil),                // 33: keel.v1.DescribeTopicRequest
-	(*DescribeTopicResponse)(nil),               // 34: keel.v1.DescribeTopicResponse
-	(*TopicDescription)(nil),                    // 35: keel.v1.TopicDescription
-	(*PartitionDescription)(nil),                // 36: keel.v1.PartitionDescription
-	(*AlterPartitionRequest)(nil),               // 37: keel.v1.AlterPartitionRequest
-	(*AlterPartitionResponse)(nil),              // 38: keel.v1.AlterPartitionResponse
-	(*TopicPartition)(nil),                      // 39: keel.v1.TopicPartition
-	(*ElectLeadersRequest)(nil),                 // 40: keel.v1.ElectLeadersRequest
-	(*ElectLeadersResponse)(nil),                // 41: keel.v1.ElectLeadersResponse
-	(*ElectionResult)(nil),                      // 42: keel.v1.ElectionResult
-	(*AlterPartitionReassignmentsRequest)(nil),  // 43: keel.v1.AlterPartitionReassignmentsRequest
-	(*AlterPartitionReassignmentsResponse)(nil), // 44: keel.v1.AlterPartitionReassignmentsResponse
-	(*ListPartitionReassignmentsRequest)(nil),   // 45: keel.v1.ListPartitionReassignmentsRequest
-	(*ListPartitionReassignmentsResponse)(nil),  // 46: keel.v1.ListPartitionReassignmentsResponse
-	(*Reassignment)(nil),                        // 47: keel.v1.Reassignment
-	(*RestoreSnapshotRequest)(nil),              // 48: keel.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),             // 49: keel.v1.RestoreSnapshotResponse
-	(*LeaderHint)(nil),                          // 50: keel.v1.LeaderHint
-	(*AddVoterRequest)(nil),                     // 51: keel.v1.AddVoterRequest
-	(*AddVoterResponse)(nil),                    // 52: keel.v1.AddVoterResponse
-	(*RemoveVoterRequest)(nil),                  // 53: keel.v1.RemoveVoterRequest
-	(*RemoveVoterResponse)(nil),                 // 54: keel.v1.RemoveVoterResponse
-	(*TransferLeadershipRequest)(nil),           // 55: keel.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil),          // 56: keel.v1.TransferLeadershipResponse
-	nil,                                         // 57: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                         // 58: keel.v1.TopicDescription.ConfigsEntry
+	(ConfigSource)(0),                           // 1: keel.v1.ConfigSource
+	(AlterConfigOp)(0),                          // 2: keel.v1.AlterConfigOp
+	(*DescribeQuorumRequest)(nil),               // 3: keel.v1.DescribeQuorumRequest
+	(*DescribeQuorumResponse)(nil),              // 4: keel.v1.DescribeQuorumResponse
+	(*VoterReplication)(nil),                    // 5: keel.v1.VoterReplication
+	(*ReadSource)(nil),                          // 6: keel.v1.ReadSource
+	(*QuorumMember)(nil),                        // 7: keel.v1.QuorumMember
+	(*AppendNoOpRequest)(nil),                   // 8: keel.v1.AppendNoOpRequest
+	(*AppendNoOpResponse)(nil),                  // 9: keel.v1.AppendNoOpResponse
+	(*RegisterBrokerRequest)(nil),               // 10: keel.v1.RegisterBrokerRequest
+	(*RegisterBrokerResponse)(nil),              // 11: keel.v1.RegisterBrokerResponse
+	(*BrokerHeartbeatRequest)(nil),              // 12: keel.v1.BrokerHeartbeatRequest
+	(*BrokerHeartbeatResponse)(nil),             // 13: keel.v1.BrokerHeartbeatResponse
+	(*UnregisterBrokerRequest)(nil),             // 14: keel.v1.UnregisterBrokerRequest
+	(*UnregisterBrokerResponse)(nil),            // 15: keel.v1.UnregisterBrokerResponse
+	(*StreamMetadataRequest)(nil),               // 16: keel.v1.StreamMetadataRequest
+	(*MetadataPush)(nil),                        // 17: keel.v1.MetadataPush
+	(*MetadataEntries)(nil),                     // 18: keel.v1.MetadataEntries
+	(*MetadataEntry)(nil),                       // 19: keel.v1.MetadataEntry
+	(*SnapshotChunk)(nil),                       // 20: keel.v1.SnapshotChunk
+	(*FetchSnapshotRequest)(nil),                // 21: keel.v1.FetchSnapshotRequest
+	(*ListBrokersRequest)(nil),                  // 22: keel.v1.ListBrokersRequest
+	(*ListBrokersResponse)(nil),                 // 23: keel.v1.ListBrokersResponse
+	(*BrokerInfo)(nil),                          // 24: keel.v1.BrokerInfo
+	(*CreateTopicRequest)(nil),                  // 25: keel.v1.CreateTopicRequest
+	(*PartitionAssignment)(nil),                 // 26: keel.v1.PartitionAssignment
+	(*CreateTopicResponse)(nil),                 // 27: keel.v1.CreateTopicResponse
+	(*CreatePartitionsRequest)(nil),             // 28: keel.v1.CreatePartitionsRequest
+	(*CreatePartitionsResponse)(nil),            // 29: keel.v1.CreatePartitionsResponse
+	(*DeleteTopicRequest)(nil),                  // 30: keel.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),                 // 31: keel.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),                   // 32: keel.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),                  // 33: keel.v1.ListTopicsResponse
+	(*TopicSummary)(nil),                        // 34: keel.v1.TopicSummary
+	(*DescribeTopicRequest)(nil),                // 35: keel.v1.DescribeTopicRequest
+	(*DescribeTopicResponse)(nil),               // 36: keel.v1.DescribeTopicResponse
+	(*TopicDescription)(nil),                    // 37: keel.v1.TopicDescription
+	(*PartitionDescription)(nil),                // 38: keel.v1.PartitionDescription
+	(*AlterPartitionRequest)(nil),               // 39: keel.v1.AlterPartitionRequest
+	(*AlterPartitionResponse)(nil),              // 40: keel.v1.AlterPartitionResponse
+	(*TopicPartition)(nil),                      // 41: keel.v1.TopicPartition
+	(*ElectLeadersRequest)(nil),                 // 42: keel.v1.ElectLeadersRequest
+	(*ElectLeadersResponse)(nil),                // 43: keel.v1.ElectLeadersResponse
+	(*ElectionResult)(nil),                      // 44: keel.v1.ElectionResult
+	(*AlterPartitionReassignmentsRequest)(nil),  // 45: keel.v1.AlterPartitionReassignmentsRequest
+	(*AlterPartitionReassignmentsResponse)(nil), // 46: keel.v1.AlterPartitionReassignmentsResponse
+	(*ListPartitionReassignmentsRequest)(nil),   // 47: keel.v1.ListPartitionReassignmentsRequest
+	(*ListPartitionReassignmentsResponse)(nil),  // 48: keel.v1.ListPartitionReassignmentsResponse
+	(*Reassignment)(nil),                        // 49: keel.v1.Reassignment
+	(*RestoreSnapshotRequest)(nil),              // 50: keel.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),             // 51: keel.v1.RestoreSnapshotResponse
+	(*LeaderHint)(nil),                          // 52: keel.v1.LeaderHint
+	(*AddVoterRequest)(nil),                     // 53: keel.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),                    // 54: keel.v1.AddVoterResponse
+	(*RemoveVoterRequest)(nil),                  // 55: keel.v1.RemoveVoterRequest
+	(*RemoveVoterResponse)(nil),                 // 56: keel.v1.RemoveVoterResponse
+	(*TransferLeadershipRequest)(nil),           // 57: keel.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),          // 58: keel.v1.TransferLeadershipResponse
+	(*ConfigResource)(nil),                      // 59: keel.v1.ConfigResource
+	(*ConfigEntry)(nil),                         // 60: keel.v1.ConfigEntry
+	(*AlterableConfig)(nil),                     // 61: keel.v1.AlterableConfig
+	(*IncrementalAlterConfigsRequest)(nil),      // 62: keel.v1.IncrementalAlterConfigsRequest
+	(*IncrementalAlterConfigsResponse)(nil),     // 63: keel.v1.IncrementalAlterConfigsResponse
+	(*DescribeConfigsRequest)(nil),              // 64: keel.v1.DescribeConfigsRequest
+	(*DescribeConfigsResponse)(nil),             // 65: keel.v1.DescribeConfigsResponse
+	nil,                                         // 66: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                         // 67: keel.v1.TopicDescription.ConfigsEntry
+	(LeaderRecoveryState)(0),                    // 68: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),                     // 69: keel.v1.ConfigResourceType
 }
 var file_controller_proto_depIdxs = []int32{
-	5,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
-	3,  // 1: keel.v1.DescribeQuorumResponse.replication:type_name -> keel.v1.VoterReplication
-	16, // 2: keel.v1.MetadataPush.entries:type_name -> keel.v1.MetadataEntries
-	18, // 3: keel.v1.MetadataPush.snapshot:type_name -> keel.v1.SnapshotChunk
-	17, // 4: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
-	22, // 5: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
-	4,  // 6: keel.v1.ListBrokersResponse.source:type_name -> keel.v1.ReadSource
-	24, // 7: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	57, // 8: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
-	35, // 9: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	24, // 10: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	35, // 11: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
-	32, // 12: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
-	4,  // 13: keel.v1.ListTopicsResponse.source:type_name -> keel.v1.ReadSource
-	35, // 14: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	4,  // 15: keel.v1.DescribeTopicResponse.source:type_name -> keel.v1.ReadSource
-	58, // 16: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
-	36, // 17: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
-	36, // 18: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
-	0,  // 19: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
-	39, // 20: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
-	42, // 21: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
-	36, // 22: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
-	47, // 23: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
-	4,  // 24: keel.v1.ListPartitionReassignmentsResponse.source:type_name -> keel.v1.ReadSource
-	5,  // 25: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	5,  // 26: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	1,  // 27: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	6,  // 28: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	8,  // 29: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	10, // 30: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	12, // 31: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	14, // 32: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	20, // 33: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	23, // 34: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
-	26, // 35: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
-	28, // 36: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
-	30, // 37: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
-	33, // 38: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
-	37, // 39: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
-	40, // 40: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
-	43, // 41: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
-	45, // 42: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
-	19, // 43: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	48, // 44: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
-	51, // 45: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
-	53, // 46: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
-	55, // 47: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
-	2,  // 48: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	7,  // 49: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	9,  // 50: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	11, // 51: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	13, // 52: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	15, // 53: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	21, // 54: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	25, // 55: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	27, // 56: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	29, // 57: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	31, // 58: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	34, // 59: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	38, // 60: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	41, // 61: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	44, // 62: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	46, // 63: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	18, // 64: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	49, // 65: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	52, // 66: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	54, // 67: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	56, // 68: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	48, // [48:69] is the sub-list for method output_type
-	27, // [27:48] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	7,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
+	5,  // 1: keel.v1.DescribeQuorumResponse.replication:type_name -> keel.v1.VoterReplication
+	18, // 2: keel.v1.MetadataPush.entries:type_name -> keel.v1.MetadataEntries
+	20, // 3: keel.v1.MetadataPush.snapshot:type_name -> keel.v1.SnapshotChunk
+	19, // 4: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
+	24, // 5: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
+	6,  // 6: keel.v1.ListBrokersResponse.source:type_name -> keel.v1.ReadSource
+	26, // 7: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
+	66, // 8: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	37, // 9: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
+	26, // 10: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
+	37, // 11: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
+	34, // 12: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
+	6,  // 13: keel.v1.ListTopicsResponse.source:type_name -> keel.v1.ReadSource
+	37, // 14: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
+	6,  // 15: keel.v1.DescribeTopicResponse.source:type_name -> keel.v1.ReadSource
+	67, // 16: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	38, // 17: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
+	60, // 18: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
+	68, // 19: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	68, // 20: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	38, // 21: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
+	0,  // 22: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
+	41, // 23: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
+	44, // 24: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
+	38, // 25: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
+	49, // 26: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
+	6,  // 27: keel.v1.ListPartitionReassignmentsResponse.source:type_name -> keel.v1.ReadSource
+	7,  // 28: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	7,  // 29: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	69, // 30: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
+	1,  // 31: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
+	2,  // 32: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
+	59, // 33: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	61, // 34: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
+	60, // 35: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	44, // 36: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
+	59, // 37: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	60, // 38: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	3,  // 39: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	8,  // 40: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	10, // 41: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	12, // 42: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	14, // 43: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	16, // 44: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	22, // 45: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	25, // 46: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	28, // 47: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	30, // 48: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	32, // 49: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	35, // 50: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	39, // 51: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	42, // 52: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	45, // 53: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	47, // 54: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	21, // 55: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
+	50, // 56: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	53, // 57: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
+	55, // 58: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
+	57, // 59: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
+	62, // 60: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
+	64, // 61: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
+	4,  // 62: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	9,  // 63: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	11, // 64: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	13, // 65: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	15, // 66: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	17, // 67: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	23, // 68: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	27, // 69: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	29, // 70: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	31, // 71: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	33, // 72: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	36, // 73: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	40, // 74: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	43, // 75: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	46, // 76: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	48, // 77: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	20, // 78: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	51, // 79: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	54, // 80: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	56, // 81: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	58, // 82: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	63, // 83: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
+	65, // 84: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
+	62, // [62:85] is the sub-list for method output_type
+	39, // [39:62] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -4019,6 +4628,7 @@ func file_controller_proto_init() {
 	if File_controller_proto != nil {
 		return
 	}
+	file_metadata_proto_init()
 	file_controller_proto_msgTypes[14].OneofWrappers = []any{
 		(*MetadataPush_Entries)(nil),
 		(*MetadataPush_Snapshot)(nil),
@@ -4029,8 +4639,8 @@ func file_controller_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   58,
+			NumEnums:      3,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

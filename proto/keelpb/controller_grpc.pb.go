@@ -42,6 +42,8 @@ const (
 	ControllerService_AddVoter_FullMethodName                    = "/keel.v1.ControllerService/AddVoter"
 	ControllerService_RemoveVoter_FullMethodName                 = "/keel.v1.ControllerService/RemoveVoter"
 	ControllerService_TransferLeadership_FullMethodName          = "/keel.v1.ControllerService/TransferLeadership"
+	ControllerService_IncrementalAlterConfigs_FullMethodName     = "/keel.v1.ControllerService/IncrementalAlterConfigs"
+	ControllerService_DescribeConfigs_FullMethodName             = "/keel.v1.ControllerService/DescribeConfigs"
 )
 
 // ControllerServiceClient is the client API for ControllerService service.
@@ -126,6 +128,18 @@ type ControllerServiceClient interface {
 	// for a target not in the quorum; FailedPrecondition for a target that is
 	// not a voter, or when there is no other voter.
 	TransferLeadership(ctx context.Context, in *TransferLeadershipRequest, opts ...grpc.CallOption) (*TransferLeadershipResponse, error)
+	// IncrementalAlterConfigs sets and deletes configs of one resource (a
+	// topic, or the cluster defaults), all or none (Kafka's
+	// IncrementalAlterConfigs). InvalidArgument naming the config for an
+	// unknown name or a bad value; NotFound for an unknown topic. Turning
+	// unclean.leader.election.enable on elects the leaderless partitions it
+	// allows in the same decision; changing min.insync.replicas clears the
+	// eligible leader replicas it governs.
+	IncrementalAlterConfigs(ctx context.Context, in *IncrementalAlterConfigsRequest, opts ...grpc.CallOption) (*IncrementalAlterConfigsResponse, error)
+	// DescribeConfigs answers a resource's effective configs, each with its
+	// source, from this controller's committed image (or, linearizable, the
+	// active controller's confirmed one).
+	DescribeConfigs(ctx context.Context, in *DescribeConfigsRequest, opts ...grpc.CallOption) (*DescribeConfigsResponse, error)
 }
 
 type controllerServiceClient struct {
@@ -367,6 +381,26 @@ func (c *controllerServiceClient) TransferLeadership(ctx context.Context, in *Tr
 	return out, nil
 }
 
+func (c *controllerServiceClient) IncrementalAlterConfigs(ctx context.Context, in *IncrementalAlterConfigsRequest, opts ...grpc.CallOption) (*IncrementalAlterConfigsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IncrementalAlterConfigsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_IncrementalAlterConfigs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) DescribeConfigs(ctx context.Context, in *DescribeConfigsRequest, opts ...grpc.CallOption) (*DescribeConfigsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeConfigsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_DescribeConfigs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServiceServer is the server API for ControllerService service.
 // All implementations must embed UnimplementedControllerServiceServer
 // for forward compatibility.
@@ -449,6 +483,18 @@ type ControllerServiceServer interface {
 	// for a target not in the quorum; FailedPrecondition for a target that is
 	// not a voter, or when there is no other voter.
 	TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error)
+	// IncrementalAlterConfigs sets and deletes configs of one resource (a
+	// topic, or the cluster defaults), all or none (Kafka's
+	// IncrementalAlterConfigs). InvalidArgument naming the config for an
+	// unknown name or a bad value; NotFound for an unknown topic. Turning
+	// unclean.leader.election.enable on elects the leaderless partitions it
+	// allows in the same decision; changing min.insync.replicas clears the
+	// eligible leader replicas it governs.
+	IncrementalAlterConfigs(context.Context, *IncrementalAlterConfigsRequest) (*IncrementalAlterConfigsResponse, error)
+	// DescribeConfigs answers a resource's effective configs, each with its
+	// source, from this controller's committed image (or, linearizable, the
+	// active controller's confirmed one).
+	DescribeConfigs(context.Context, *DescribeConfigsRequest) (*DescribeConfigsResponse, error)
 	mustEmbedUnimplementedControllerServiceServer()
 }
 
@@ -521,6 +567,12 @@ func (UnimplementedControllerServiceServer) RemoveVoter(context.Context, *Remove
 }
 func (UnimplementedControllerServiceServer) TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TransferLeadership not implemented")
+}
+func (UnimplementedControllerServiceServer) IncrementalAlterConfigs(context.Context, *IncrementalAlterConfigsRequest) (*IncrementalAlterConfigsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IncrementalAlterConfigs not implemented")
+}
+func (UnimplementedControllerServiceServer) DescribeConfigs(context.Context, *DescribeConfigsRequest) (*DescribeConfigsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeConfigs not implemented")
 }
 func (UnimplementedControllerServiceServer) mustEmbedUnimplementedControllerServiceServer() {}
 func (UnimplementedControllerServiceServer) testEmbeddedByValue()                           {}
@@ -896,6 +948,42 @@ func _ControllerService_TransferLeadership_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_IncrementalAlterConfigs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IncrementalAlterConfigsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).IncrementalAlterConfigs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_IncrementalAlterConfigs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).IncrementalAlterConfigs(ctx, req.(*IncrementalAlterConfigsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_DescribeConfigs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeConfigsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).DescribeConfigs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_DescribeConfigs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).DescribeConfigs(ctx, req.(*DescribeConfigsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControllerService_ServiceDesc is the grpc.ServiceDesc for ControllerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -974,6 +1062,14 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TransferLeadership",
 			Handler:    _ControllerService_TransferLeadership_Handler,
+		},
+		{
+			MethodName: "IncrementalAlterConfigs",
+			Handler:    _ControllerService_IncrementalAlterConfigs_Handler,
+		},
+		{
+			MethodName: "DescribeConfigs",
+			Handler:    _ControllerService_DescribeConfigs_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

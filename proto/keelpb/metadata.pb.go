@@ -26,6 +26,109 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// LeaderRecoveryState is KRaft's (KIP-704): a leader elected uncleanly may
+// hold less than the old ISR did, and says so until it has recovered.
+type LeaderRecoveryState int32
+
+const (
+	// The default, and every partition's state before this field existed.
+	LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED  LeaderRecoveryState = 0
+	LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING LeaderRecoveryState = 1
+)
+
+// Enum value maps for LeaderRecoveryState.
+var (
+	LeaderRecoveryState_name = map[int32]string{
+		0: "LEADER_RECOVERY_STATE_RECOVERED",
+		1: "LEADER_RECOVERY_STATE_RECOVERING",
+	}
+	LeaderRecoveryState_value = map[string]int32{
+		"LEADER_RECOVERY_STATE_RECOVERED":  0,
+		"LEADER_RECOVERY_STATE_RECOVERING": 1,
+	}
+)
+
+func (x LeaderRecoveryState) Enum() *LeaderRecoveryState {
+	p := new(LeaderRecoveryState)
+	*p = x
+	return p
+}
+
+func (x LeaderRecoveryState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LeaderRecoveryState) Descriptor() protoreflect.EnumDescriptor {
+	return file_metadata_proto_enumTypes[0].Descriptor()
+}
+
+func (LeaderRecoveryState) Type() protoreflect.EnumType {
+	return &file_metadata_proto_enumTypes[0]
+}
+
+func (x LeaderRecoveryState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LeaderRecoveryState.Descriptor instead.
+func (LeaderRecoveryState) EnumDescriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{0}
+}
+
+// ConfigResourceType is what a config belongs to (KRaft's ConfigResource
+// types, as far as Keel has them).
+type ConfigResourceType int32
+
+const (
+	ConfigResourceType_CONFIG_RESOURCE_TYPE_UNSPECIFIED ConfigResourceType = 0
+	// One topic, named by resource_name.
+	ConfigResourceType_CONFIG_RESOURCE_TYPE_TOPIC ConfigResourceType = 1
+	// The cluster-wide defaults of topic configs (Kafka's default broker
+	// resource); resource_name is empty.
+	ConfigResourceType_CONFIG_RESOURCE_TYPE_CLUSTER ConfigResourceType = 2
+)
+
+// Enum value maps for ConfigResourceType.
+var (
+	ConfigResourceType_name = map[int32]string{
+		0: "CONFIG_RESOURCE_TYPE_UNSPECIFIED",
+		1: "CONFIG_RESOURCE_TYPE_TOPIC",
+		2: "CONFIG_RESOURCE_TYPE_CLUSTER",
+	}
+	ConfigResourceType_value = map[string]int32{
+		"CONFIG_RESOURCE_TYPE_UNSPECIFIED": 0,
+		"CONFIG_RESOURCE_TYPE_TOPIC":       1,
+		"CONFIG_RESOURCE_TYPE_CLUSTER":     2,
+	}
+)
+
+func (x ConfigResourceType) Enum() *ConfigResourceType {
+	p := new(ConfigResourceType)
+	*p = x
+	return p
+}
+
+func (x ConfigResourceType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConfigResourceType) Descriptor() protoreflect.EnumDescriptor {
+	return file_metadata_proto_enumTypes[1].Descriptor()
+}
+
+func (ConfigResourceType) Type() protoreflect.EnumType {
+	return &file_metadata_proto_enumTypes[1]
+}
+
+func (x ConfigResourceType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConfigResourceType.Descriptor instead.
+func (ConfigResourceType) EnumDescriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{1}
+}
+
 // RecordBatch is the payload of one raft entry (after the format byte). It is
 // one controller decision and is applied all or nothing.
 type RecordBatch struct {
@@ -90,6 +193,7 @@ type Record struct {
 	//	*Record_PartitionChange
 	//	*Record_RemoveTopic
 	//	*Record_BrokerShuttingDown
+	//	*Record_Config
 	Record        isRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -249,6 +353,15 @@ func (x *Record) GetBrokerShuttingDown() *BrokerShuttingDownRecord {
 	return nil
 }
 
+func (x *Record) GetConfig() *ConfigRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_Config); ok {
+			return x.Config
+		}
+	}
+	return nil
+}
+
 type isRecord_Record interface {
 	isRecord_Record()
 }
@@ -305,6 +418,10 @@ type Record_BrokerShuttingDown struct {
 	BrokerShuttingDown *BrokerShuttingDownRecord `protobuf:"bytes,13,opt,name=broker_shutting_down,json=brokerShuttingDown,proto3,oneof"`
 }
 
+type Record_Config struct {
+	Config *ConfigRecord `protobuf:"bytes,14,opt,name=config,proto3,oneof"`
+}
+
 func (*Record_ClusterId) isRecord_Record() {}
 
 func (*Record_ControllerEpoch) isRecord_Record() {}
@@ -330,6 +447,8 @@ func (*Record_PartitionChange) isRecord_Record() {}
 func (*Record_RemoveTopic) isRecord_Record() {}
 
 func (*Record_BrokerShuttingDown) isRecord_Record() {}
+
+func (*Record_Config) isRecord_Record() {}
 
 // ClusterIdRecord names the cluster. The first active controller writes it once;
 // it can never change afterwards.
@@ -943,8 +1062,18 @@ type PartitionRecord struct {
 	// An ongoing reassignment: replicas being added and being removed.
 	AddingReplicas   []int32 `protobuf:"varint,8,rep,packed,name=adding_replicas,json=addingReplicas,proto3" json:"adding_replicas,omitempty"`
 	RemovingReplicas []int32 `protobuf:"varint,9,rep,packed,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Eligible leader replicas (KIP-966): replicas that left the ISR while it
+	// was below min.insync.replicas, and so hold every committed record; one
+	// may lead when no ISR member can. Never in the ISR, always replicas.
+	EligibleLeaderReplicas []int32 `protobuf:"varint,10,rep,packed,name=eligible_leader_replicas,json=eligibleLeaderReplicas,proto3" json:"eligible_leader_replicas,omitempty"`
+	// The last known leader (KRaft's LastKnownElr): set when the partition
+	// loses its leader with no successor, cleared when it has one again.
+	LastKnownElr []int32 `protobuf:"varint,11,rep,packed,name=last_known_elr,json=lastKnownElr,proto3" json:"last_known_elr,omitempty"`
+	// RECOVERING after an unclean election, until the new leader confirms
+	// through AlterPartition (KIP-704).
+	LeaderRecoveryState LeaderRecoveryState `protobuf:"varint,12,opt,name=leader_recovery_state,json=leaderRecoveryState,proto3,enum=keel.v1.LeaderRecoveryState" json:"leader_recovery_state,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *PartitionRecord) Reset() {
@@ -1040,6 +1169,27 @@ func (x *PartitionRecord) GetRemovingReplicas() []int32 {
 	return nil
 }
 
+func (x *PartitionRecord) GetEligibleLeaderReplicas() []int32 {
+	if x != nil {
+		return x.EligibleLeaderReplicas
+	}
+	return nil
+}
+
+func (x *PartitionRecord) GetLastKnownElr() []int32 {
+	if x != nil {
+		return x.LastKnownElr
+	}
+	return nil
+}
+
+func (x *PartitionRecord) GetLeaderRecoveryState() LeaderRecoveryState {
+	if x != nil {
+		return x.LeaderRecoveryState
+	}
+	return LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED
+}
+
 // Int32List lets a change record tell "unchanged" (absent) from "empty".
 type Int32List struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1090,16 +1240,19 @@ func (x *Int32List) GetValues() []int32 {
 // the leader changes or a replica is removed, and the partition epoch on
 // every change (KRaft's rules).
 type PartitionChangeRecord struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	TopicId          []byte                 `protobuf:"bytes,1,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
-	Partition        int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	Leader           *int32                 `protobuf:"varint,3,opt,name=leader,proto3,oneof" json:"leader,omitempty"`
-	Isr              *Int32List             `protobuf:"bytes,4,opt,name=isr,proto3" json:"isr,omitempty"`
-	Replicas         *Int32List             `protobuf:"bytes,5,opt,name=replicas,proto3" json:"replicas,omitempty"`
-	AddingReplicas   *Int32List             `protobuf:"bytes,6,opt,name=adding_replicas,json=addingReplicas,proto3" json:"adding_replicas,omitempty"`
-	RemovingReplicas *Int32List             `protobuf:"bytes,7,opt,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	TopicId                []byte                 `protobuf:"bytes,1,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	Partition              int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Leader                 *int32                 `protobuf:"varint,3,opt,name=leader,proto3,oneof" json:"leader,omitempty"`
+	Isr                    *Int32List             `protobuf:"bytes,4,opt,name=isr,proto3" json:"isr,omitempty"`
+	Replicas               *Int32List             `protobuf:"bytes,5,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	AddingReplicas         *Int32List             `protobuf:"bytes,6,opt,name=adding_replicas,json=addingReplicas,proto3" json:"adding_replicas,omitempty"`
+	RemovingReplicas       *Int32List             `protobuf:"bytes,7,opt,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
+	EligibleLeaderReplicas *Int32List             `protobuf:"bytes,8,opt,name=eligible_leader_replicas,json=eligibleLeaderReplicas,proto3" json:"eligible_leader_replicas,omitempty"`
+	LastKnownElr           *Int32List             `protobuf:"bytes,9,opt,name=last_known_elr,json=lastKnownElr,proto3" json:"last_known_elr,omitempty"`
+	LeaderRecoveryState    *LeaderRecoveryState   `protobuf:"varint,10,opt,name=leader_recovery_state,json=leaderRecoveryState,proto3,enum=keel.v1.LeaderRecoveryState,oneof" json:"leader_recovery_state,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *PartitionChangeRecord) Reset() {
@@ -1181,6 +1334,99 @@ func (x *PartitionChangeRecord) GetRemovingReplicas() *Int32List {
 	return nil
 }
 
+func (x *PartitionChangeRecord) GetEligibleLeaderReplicas() *Int32List {
+	if x != nil {
+		return x.EligibleLeaderReplicas
+	}
+	return nil
+}
+
+func (x *PartitionChangeRecord) GetLastKnownElr() *Int32List {
+	if x != nil {
+		return x.LastKnownElr
+	}
+	return nil
+}
+
+func (x *PartitionChangeRecord) GetLeaderRecoveryState() LeaderRecoveryState {
+	if x != nil && x.LeaderRecoveryState != nil {
+		return *x.LeaderRecoveryState
+	}
+	return LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED
+}
+
+// ConfigRecord sets or deletes one config of a resource (KRaft's
+// ConfigRecord). Absent value deletes it: the config then comes from the
+// next source down (topic, cluster default, built-in default). Names and
+// values are checked by fsm.CheckConfig.
+type ConfigRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ResourceType  ConfigResourceType     `protobuf:"varint,1,opt,name=resource_type,json=resourceType,proto3,enum=keel.v1.ConfigResourceType" json:"resource_type,omitempty"`
+	ResourceName  string                 `protobuf:"bytes,2,opt,name=resource_name,json=resourceName,proto3" json:"resource_name,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Value         *string                `protobuf:"bytes,4,opt,name=value,proto3,oneof" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigRecord) Reset() {
+	*x = ConfigRecord{}
+	mi := &file_metadata_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigRecord) ProtoMessage() {}
+
+func (x *ConfigRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigRecord.ProtoReflect.Descriptor instead.
+func (*ConfigRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ConfigRecord) GetResourceType() ConfigResourceType {
+	if x != nil {
+		return x.ResourceType
+	}
+	return ConfigResourceType_CONFIG_RESOURCE_TYPE_UNSPECIFIED
+}
+
+func (x *ConfigRecord) GetResourceName() string {
+	if x != nil {
+		return x.ResourceName
+	}
+	return ""
+}
+
+func (x *ConfigRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigRecord) GetValue() string {
+	if x != nil && x.Value != nil {
+		return *x.Value
+	}
+	return ""
+}
+
 // RemoveTopicRecord deletes a topic and all its partitions.
 type RemoveTopicRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1191,7 +1437,7 @@ type RemoveTopicRecord struct {
 
 func (x *RemoveTopicRecord) Reset() {
 	*x = RemoveTopicRecord{}
-	mi := &file_metadata_proto_msgTypes[15]
+	mi := &file_metadata_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1449,7 @@ func (x *RemoveTopicRecord) String() string {
 func (*RemoveTopicRecord) ProtoMessage() {}
 
 func (x *RemoveTopicRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[15]
+	mi := &file_metadata_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1462,7 @@ func (x *RemoveTopicRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTopicRecord.ProtoReflect.Descriptor instead.
 func (*RemoveTopicRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{15}
+	return file_metadata_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RemoveTopicRecord) GetTopicId() []byte {
@@ -1237,17 +1483,19 @@ type SnapshotHeader struct {
 	// What the records hold, so a reader can tell without reading them all;
 	// checked against the records when they are read. (The SHA-256 of the
 	// body is in the trailer: a streamed writer knows it only at the end.)
-	RecordCount   uint64 `protobuf:"varint,6,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
-	Brokers       uint64 `protobuf:"varint,7,opt,name=brokers,proto3" json:"brokers,omitempty"`
-	Topics        uint64 `protobuf:"varint,8,opt,name=topics,proto3" json:"topics,omitempty"`
-	Partitions    uint64 `protobuf:"varint,9,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	RecordCount uint64 `protobuf:"varint,6,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
+	Brokers     uint64 `protobuf:"varint,7,opt,name=brokers,proto3" json:"brokers,omitempty"`
+	Topics      uint64 `protobuf:"varint,8,opt,name=topics,proto3" json:"topics,omitempty"`
+	Partitions  uint64 `protobuf:"varint,9,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	// Cluster-default ConfigRecords (topic configs travel in TopicRecords).
+	Configs       uint64 `protobuf:"varint,10,opt,name=configs,proto3" json:"configs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_metadata_proto_msgTypes[16]
+	mi := &file_metadata_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1507,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[16]
+	mi := &file_metadata_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1520,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{16}
+	return file_metadata_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -1338,6 +1586,13 @@ func (x *SnapshotHeader) GetPartitions() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetConfigs() uint64 {
+	if x != nil {
+		return x.Configs
+	}
+	return 0
+}
+
 // SnapshotTrailer closes every FSM snapshot: the record count and the SHA-256
 // of every byte before the trailer, so truncation and corruption are detected.
 type SnapshotTrailer struct {
@@ -1350,7 +1605,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_metadata_proto_msgTypes[17]
+	mi := &file_metadata_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1617,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[17]
+	mi := &file_metadata_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1630,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{17}
+	return file_metadata_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotTrailer) GetRecordCount() uint64 {
@@ -1398,7 +1653,7 @@ const file_metadata_proto_rawDesc = "" +
 	"\n" +
 	"\x0emetadata.proto\x12\akeel.v1\"8\n" +
 	"\vRecordBatch\x12)\n" +
-	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\x85\a\n" +
+	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\xb6\a\n" +
 	"\x06Record\x129\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\v2\x18.keel.v1.ClusterIdRecordH\x00R\tclusterId\x12K\n" +
@@ -1414,7 +1669,8 @@ const file_metadata_proto_rawDesc = "" +
 	" \x01(\v2\x18.keel.v1.PartitionRecordH\x00R\tpartition\x12K\n" +
 	"\x10partition_change\x18\v \x01(\v2\x1e.keel.v1.PartitionChangeRecordH\x00R\x0fpartitionChange\x12?\n" +
 	"\fremove_topic\x18\f \x01(\v2\x1a.keel.v1.RemoveTopicRecordH\x00R\vremoveTopic\x12U\n" +
-	"\x14broker_shutting_down\x18\r \x01(\v2!.keel.v1.BrokerShuttingDownRecordH\x00R\x12brokerShuttingDownB\b\n" +
+	"\x14broker_shutting_down\x18\r \x01(\v2!.keel.v1.BrokerShuttingDownRecordH\x00R\x12brokerShuttingDown\x12/\n" +
+	"\x06config\x18\x0e \x01(\v2\x15.keel.v1.ConfigRecordH\x00R\x06configB\b\n" +
 	"\x06record\"0\n" +
 	"\x0fClusterIdRecord\x12\x1d\n" +
 	"\n" +
@@ -1457,7 +1713,7 @@ const file_metadata_proto_rawDesc = "" +
 	"\aconfigs\x18\x03 \x03(\v2!.keel.v1.TopicRecord.ConfigsEntryR\aconfigs\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x03\n" +
 	"\x0fPartitionRecord\x12\x19\n" +
 	"\btopic_id\x18\x01 \x01(\fR\atopicId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
@@ -1467,9 +1723,13 @@ const file_metadata_proto_rawDesc = "" +
 	"\fleader_epoch\x18\x06 \x01(\x05R\vleaderEpoch\x12'\n" +
 	"\x0fpartition_epoch\x18\a \x01(\x05R\x0epartitionEpoch\x12'\n" +
 	"\x0fadding_replicas\x18\b \x03(\x05R\x0eaddingReplicas\x12+\n" +
-	"\x11removing_replicas\x18\t \x03(\x05R\x10removingReplicas\"#\n" +
+	"\x11removing_replicas\x18\t \x03(\x05R\x10removingReplicas\x128\n" +
+	"\x18eligible_leader_replicas\x18\n" +
+	" \x03(\x05R\x16eligibleLeaderReplicas\x12$\n" +
+	"\x0elast_known_elr\x18\v \x03(\x05R\flastKnownElr\x12P\n" +
+	"\x15leader_recovery_state\x18\f \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\"#\n" +
 	"\tInt32List\x12\x16\n" +
-	"\x06values\x18\x01 \x03(\x05R\x06values\"\xcc\x02\n" +
+	"\x06values\x18\x01 \x03(\x05R\x06values\"\xc5\x04\n" +
 	"\x15PartitionChangeRecord\x12\x19\n" +
 	"\btopic_id\x18\x01 \x01(\fR\atopicId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1b\n" +
@@ -1477,10 +1737,21 @@ const file_metadata_proto_rawDesc = "" +
 	"\x03isr\x18\x04 \x01(\v2\x12.keel.v1.Int32ListR\x03isr\x12.\n" +
 	"\breplicas\x18\x05 \x01(\v2\x12.keel.v1.Int32ListR\breplicas\x12;\n" +
 	"\x0fadding_replicas\x18\x06 \x01(\v2\x12.keel.v1.Int32ListR\x0eaddingReplicas\x12?\n" +
-	"\x11removing_replicas\x18\a \x01(\v2\x12.keel.v1.Int32ListR\x10removingReplicasB\t\n" +
-	"\a_leader\".\n" +
+	"\x11removing_replicas\x18\a \x01(\v2\x12.keel.v1.Int32ListR\x10removingReplicas\x12L\n" +
+	"\x18eligible_leader_replicas\x18\b \x01(\v2\x12.keel.v1.Int32ListR\x16eligibleLeaderReplicas\x128\n" +
+	"\x0elast_known_elr\x18\t \x01(\v2\x12.keel.v1.Int32ListR\flastKnownElr\x12U\n" +
+	"\x15leader_recovery_state\x18\n" +
+	" \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateH\x01R\x13leaderRecoveryState\x88\x01\x01B\t\n" +
+	"\a_leaderB\x18\n" +
+	"\x16_leader_recovery_state\"\xae\x01\n" +
+	"\fConfigRecord\x12@\n" +
+	"\rresource_type\x18\x01 \x01(\x0e2\x1b.keel.v1.ConfigResourceTypeR\fresourceType\x12#\n" +
+	"\rresource_name\x18\x02 \x01(\tR\fresourceName\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x19\n" +
+	"\x05value\x18\x04 \x01(\tH\x00R\x05value\x88\x01\x01B\b\n" +
+	"\x06_value\".\n" +
 	"\x11RemoveTopicRecord\x12\x19\n" +
-	"\btopic_id\x18\x01 \x01(\fR\atopicId\"\xa0\x02\n" +
+	"\btopic_id\x18\x01 \x01(\fR\atopicId\"\xba\x02\n" +
 	"\x0eSnapshotHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x1d\n" +
 	"\n" +
@@ -1493,10 +1764,19 @@ const file_metadata_proto_rawDesc = "" +
 	"\x06topics\x18\b \x01(\x04R\x06topics\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\t \x01(\x04R\n" +
-	"partitions\"L\n" +
+	"partitions\x12\x18\n" +
+	"\aconfigs\x18\n" +
+	" \x01(\x04R\aconfigs\"L\n" +
 	"\x0fSnapshotTrailer\x12!\n" +
 	"\frecord_count\x18\x01 \x01(\x04R\vrecordCount\x12\x16\n" +
-	"\x06sha256\x18\x02 \x01(\fR\x06sha256B'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\x06sha256\x18\x02 \x01(\fR\x06sha256*`\n" +
+	"\x13LeaderRecoveryState\x12#\n" +
+	"\x1fLEADER_RECOVERY_STATE_RECOVERED\x10\x00\x12$\n" +
+	" LEADER_RECOVERY_STATE_RECOVERING\x10\x01*|\n" +
+	"\x12ConfigResourceType\x12$\n" +
+	" CONFIG_RESOURCE_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aCONFIG_RESOURCE_TYPE_TOPIC\x10\x01\x12 \n" +
+	"\x1cCONFIG_RESOURCE_TYPE_CLUSTER\x10\x02B'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_metadata_proto_rawDescOnce sync.Once
@@ -1510,53 +1790,63 @@ func file_metadata_proto_rawDescGZIP() []byte {
 	return file_metadata_proto_rawDescData
 }
 
-var file_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_metadata_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_metadata_proto_goTypes = []any{
-	(*RecordBatch)(nil),              // 0: keel.v1.RecordBatch
-	(*Record)(nil),                   // 1: keel.v1.Record
-	(*ClusterIdRecord)(nil),          // 2: keel.v1.ClusterIdRecord
-	(*ControllerEpochRecord)(nil),    // 3: keel.v1.ControllerEpochRecord
-	(*NoOpRecord)(nil),               // 4: keel.v1.NoOpRecord
-	(*FeatureLevelRecord)(nil),       // 5: keel.v1.FeatureLevelRecord
-	(*BrokerRegistrationRecord)(nil), // 6: keel.v1.BrokerRegistrationRecord
-	(*FenceBrokerRecord)(nil),        // 7: keel.v1.FenceBrokerRecord
-	(*UnfenceBrokerRecord)(nil),      // 8: keel.v1.UnfenceBrokerRecord
-	(*UnregisterBrokerRecord)(nil),   // 9: keel.v1.UnregisterBrokerRecord
-	(*BrokerShuttingDownRecord)(nil), // 10: keel.v1.BrokerShuttingDownRecord
-	(*TopicRecord)(nil),              // 11: keel.v1.TopicRecord
-	(*PartitionRecord)(nil),          // 12: keel.v1.PartitionRecord
-	(*Int32List)(nil),                // 13: keel.v1.Int32List
-	(*PartitionChangeRecord)(nil),    // 14: keel.v1.PartitionChangeRecord
-	(*RemoveTopicRecord)(nil),        // 15: keel.v1.RemoveTopicRecord
-	(*SnapshotHeader)(nil),           // 16: keel.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),          // 17: keel.v1.SnapshotTrailer
-	nil,                              // 18: keel.v1.TopicRecord.ConfigsEntry
+	(LeaderRecoveryState)(0),         // 0: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),          // 1: keel.v1.ConfigResourceType
+	(*RecordBatch)(nil),              // 2: keel.v1.RecordBatch
+	(*Record)(nil),                   // 3: keel.v1.Record
+	(*ClusterIdRecord)(nil),          // 4: keel.v1.ClusterIdRecord
+	(*ControllerEpochRecord)(nil),    // 5: keel.v1.ControllerEpochRecord
+	(*NoOpRecord)(nil),               // 6: keel.v1.NoOpRecord
+	(*FeatureLevelRecord)(nil),       // 7: keel.v1.FeatureLevelRecord
+	(*BrokerRegistrationRecord)(nil), // 8: keel.v1.BrokerRegistrationRecord
+	(*FenceBrokerRecord)(nil),        // 9: keel.v1.FenceBrokerRecord
+	(*UnfenceBrokerRecord)(nil),      // 10: keel.v1.UnfenceBrokerRecord
+	(*UnregisterBrokerRecord)(nil),   // 11: keel.v1.UnregisterBrokerRecord
+	(*BrokerShuttingDownRecord)(nil), // 12: keel.v1.BrokerShuttingDownRecord
+	(*TopicRecord)(nil),              // 13: keel.v1.TopicRecord
+	(*PartitionRecord)(nil),          // 14: keel.v1.PartitionRecord
+	(*Int32List)(nil),                // 15: keel.v1.Int32List
+	(*PartitionChangeRecord)(nil),    // 16: keel.v1.PartitionChangeRecord
+	(*ConfigRecord)(nil),             // 17: keel.v1.ConfigRecord
+	(*RemoveTopicRecord)(nil),        // 18: keel.v1.RemoveTopicRecord
+	(*SnapshotHeader)(nil),           // 19: keel.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),          // 20: keel.v1.SnapshotTrailer
+	nil,                              // 21: keel.v1.TopicRecord.ConfigsEntry
 }
 var file_metadata_proto_depIdxs = []int32{
-	1,  // 0: keel.v1.RecordBatch.records:type_name -> keel.v1.Record
-	2,  // 1: keel.v1.Record.cluster_id:type_name -> keel.v1.ClusterIdRecord
-	3,  // 2: keel.v1.Record.controller_epoch:type_name -> keel.v1.ControllerEpochRecord
-	4,  // 3: keel.v1.Record.no_op:type_name -> keel.v1.NoOpRecord
-	5,  // 4: keel.v1.Record.feature_level:type_name -> keel.v1.FeatureLevelRecord
-	6,  // 5: keel.v1.Record.broker_registration:type_name -> keel.v1.BrokerRegistrationRecord
-	7,  // 6: keel.v1.Record.fence_broker:type_name -> keel.v1.FenceBrokerRecord
-	8,  // 7: keel.v1.Record.unfence_broker:type_name -> keel.v1.UnfenceBrokerRecord
-	9,  // 8: keel.v1.Record.unregister_broker:type_name -> keel.v1.UnregisterBrokerRecord
-	11, // 9: keel.v1.Record.topic:type_name -> keel.v1.TopicRecord
-	12, // 10: keel.v1.Record.partition:type_name -> keel.v1.PartitionRecord
-	14, // 11: keel.v1.Record.partition_change:type_name -> keel.v1.PartitionChangeRecord
-	15, // 12: keel.v1.Record.remove_topic:type_name -> keel.v1.RemoveTopicRecord
-	10, // 13: keel.v1.Record.broker_shutting_down:type_name -> keel.v1.BrokerShuttingDownRecord
-	18, // 14: keel.v1.TopicRecord.configs:type_name -> keel.v1.TopicRecord.ConfigsEntry
-	13, // 15: keel.v1.PartitionChangeRecord.isr:type_name -> keel.v1.Int32List
-	13, // 16: keel.v1.PartitionChangeRecord.replicas:type_name -> keel.v1.Int32List
-	13, // 17: keel.v1.PartitionChangeRecord.adding_replicas:type_name -> keel.v1.Int32List
-	13, // 18: keel.v1.PartitionChangeRecord.removing_replicas:type_name -> keel.v1.Int32List
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	3,  // 0: keel.v1.RecordBatch.records:type_name -> keel.v1.Record
+	4,  // 1: keel.v1.Record.cluster_id:type_name -> keel.v1.ClusterIdRecord
+	5,  // 2: keel.v1.Record.controller_epoch:type_name -> keel.v1.ControllerEpochRecord
+	6,  // 3: keel.v1.Record.no_op:type_name -> keel.v1.NoOpRecord
+	7,  // 4: keel.v1.Record.feature_level:type_name -> keel.v1.FeatureLevelRecord
+	8,  // 5: keel.v1.Record.broker_registration:type_name -> keel.v1.BrokerRegistrationRecord
+	9,  // 6: keel.v1.Record.fence_broker:type_name -> keel.v1.FenceBrokerRecord
+	10, // 7: keel.v1.Record.unfence_broker:type_name -> keel.v1.UnfenceBrokerRecord
+	11, // 8: keel.v1.Record.unregister_broker:type_name -> keel.v1.UnregisterBrokerRecord
+	13, // 9: keel.v1.Record.topic:type_name -> keel.v1.TopicRecord
+	14, // 10: keel.v1.Record.partition:type_name -> keel.v1.PartitionRecord
+	16, // 11: keel.v1.Record.partition_change:type_name -> keel.v1.PartitionChangeRecord
+	18, // 12: keel.v1.Record.remove_topic:type_name -> keel.v1.RemoveTopicRecord
+	12, // 13: keel.v1.Record.broker_shutting_down:type_name -> keel.v1.BrokerShuttingDownRecord
+	17, // 14: keel.v1.Record.config:type_name -> keel.v1.ConfigRecord
+	21, // 15: keel.v1.TopicRecord.configs:type_name -> keel.v1.TopicRecord.ConfigsEntry
+	0,  // 16: keel.v1.PartitionRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	15, // 17: keel.v1.PartitionChangeRecord.isr:type_name -> keel.v1.Int32List
+	15, // 18: keel.v1.PartitionChangeRecord.replicas:type_name -> keel.v1.Int32List
+	15, // 19: keel.v1.PartitionChangeRecord.adding_replicas:type_name -> keel.v1.Int32List
+	15, // 20: keel.v1.PartitionChangeRecord.removing_replicas:type_name -> keel.v1.Int32List
+	15, // 21: keel.v1.PartitionChangeRecord.eligible_leader_replicas:type_name -> keel.v1.Int32List
+	15, // 22: keel.v1.PartitionChangeRecord.last_known_elr:type_name -> keel.v1.Int32List
+	0,  // 23: keel.v1.PartitionChangeRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	1,  // 24: keel.v1.ConfigRecord.resource_type:type_name -> keel.v1.ConfigResourceType
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_metadata_proto_init() }
@@ -1578,20 +1868,23 @@ func file_metadata_proto_init() {
 		(*Record_PartitionChange)(nil),
 		(*Record_RemoveTopic)(nil),
 		(*Record_BrokerShuttingDown)(nil),
+		(*Record_Config)(nil),
 	}
 	file_metadata_proto_msgTypes[14].OneofWrappers = []any{}
+	file_metadata_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metadata_proto_rawDesc), len(file_metadata_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   19,
+			NumEnums:      2,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_metadata_proto_goTypes,
 		DependencyIndexes: file_metadata_proto_depIdxs,
+		EnumInfos:         file_metadata_proto_enumTypes,
 		MessageInfos:      file_metadata_proto_msgTypes,
 	}.Build()
 	File_metadata_proto = out.File

@@ -1,0 +1,214 @@
+package fsm
+
+import (
+	"bytes"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// configRec sets (value non-nil) or deletes a config of a topic (name) or
+// of the cluster (name "").
+func configRec(resource, name string, value *string) *keelpb.Record {
+	typ := keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_TOPIC
+	if resource == "" {
+		typ = keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_CLUSTER
+	}
+	return &keelpb.Record{Record: &keelpb.Record_Config{Config: &keelpb.ConfigRecord{
+		ResourceType: typ, ResourceName: resource, Name: name, Value: value}}}
+}
+
+func str(s string) *string { return &s }
+
+// TestCheckConfig: Kafka's names, types and ranges (LogConfig, with
+// KIP-1030's segment.bytes floor), case-insensitive booleans, and the
+// canonical form values are stored in.
+func TestCheckConfig(t *testing.T) {
+	tests := []struct {
+		name, value string
+		want        string
+		wantErr     string
+	}{
+		{UncleanLeaderElection, "true", "true", ""},
+		{UncleanLeaderElection, "TRUE", "true", ""},
+		{UncleanLeaderElection, " False ", "false", ""},
+		{UncleanLeaderElection, "yes", "", `"yes" is not a boolean`},
+		{UncleanLeaderElection, "", "", "is not a boolean"},
+		{MinInsyncReplicas, "2", "2", ""},
+		{MinInsyncReplicas, "+3", "3", ""},
+		{MinInsyncReplicas, "0", "", "0 is outside [1,...]"},
+		{MinInsyncReplicas, "2147483648", "", "outside [1,...] (a 32-bit int)"},
+		{MinInsyncReplicas, "two", "", "is not a whole number"},
+		{RetentionMs, "-1", "-1", ""},
+		{RetentionMs, "-2", "", "-2 is outside [-1,...]"},
+		{RetentionMs, "9223372036854775807", "9223372036854775807", ""},
+		{RetentionMs, "1.5", "", "not a whole number"},
+		{RetentionBytes, "-5", "-5", ""},
+		{RetentionBytes, "1073741824", "1073741824", ""},
+		{SegmentBytes, "1048576", "1048576", ""},
+		{SegmentBytes, "1048575", "", "1048575 is outside [1048576,...]"},
+		{SegmentBytes, "14", "", "outside"},
+		{MaxMessageBytes, "0", "0", ""},
+		{MaxMessageBytes, "-1", "", "-1 is outside [0,...]"},
+		{CleanupPolicy, "delete", "delete", ""},
+		{CleanupPolicy, " delete , delete", "delete", ""},
+		{CleanupPolicy, "compact", "", "compact is not supported"},
+		{CleanupPolicy, "compact,delete", "", "compact is not supported"},
+		{CleanupPolicy, "Delete", "", `"Delete" is not one of delete`},
+		{CleanupPolicy, "", "", "empty"},
+		{"retention.hours", "1", "", `unknown config "retention.hours"; Keel knows cleanup.policy, max.message.bytes`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
+			got, err := CheckConfig(tt.name, tt.value)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("CheckConfig = %q, %v; want an error with %q", got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("CheckConfig = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+	// Every default is a value its own config takes.
+	for _, d := range ConfigDefs() {
+		if v, err := CheckConfig(d.Name, d.Default); err != nil || v != d.Default {
+			t.Errorf("%s: default %q checks to %q, %v", d.Name, d.Default, v, err)
+		}
+	}
+	if !slices.IsSorted(ConfigNames()) {
+		t.Errorf("configs are not in name order: %v", ConfigNames())
+	}
+}
+
+// TestConfigurationControlManager_Replay (ConfigurationControlManagerTest
+// .testReplay): ConfigRecords set and delete a resource's configs; a
+// deleted config falls back to the next source.
+func TestConfigurationControlManager_Replay(t *testing.T) {
+	img := withTopics(t)
+	a, _ := img.Topic("a")
+	if got := img.TopicConfig(a, MinInsyncReplicas); got != (ConfigValue{MinInsyncReplicas, "1", SourceDefault}) {
+		t.Fatalf("before any record: %+v", got)
+	}
+	steps := []struct {
+		rec  *keelpb.Record
+		want ConfigValue // a's min.insync.replicas afterwards
+		// cluster: the cluster configs afterwards
+		cluster map[string]string
+	}{
+		{configRec("", MinInsyncReplicas, str("2")), ConfigValue{MinInsyncReplicas, "2", SourceClusterDefault}, map[string]string{MinInsyncReplicas: "2"}},
+		{configRec("a", MinInsyncReplicas, str("3")), ConfigValue{MinInsyncReplicas, "3", SourceTopic}, map[string]string{MinInsyncReplicas: "2"}},
+		{configRec("", MinInsyncReplicas, nil), ConfigValue{MinInsyncReplicas, "3", SourceTopic}, nil},
+		{configRec("a", MinInsyncReplicas, nil), ConfigValue{MinInsyncReplicas, "1", SourceDefault}, nil},
+		// Deleting what is not set changes nothing, and is no error.
+		{configRec("a", MinInsyncReplicas, nil), ConfigValue{MinInsyncReplicas, "1", SourceDefault}, nil},
+		{configRec("", UncleanLeaderElection, str("TRUE")), ConfigValue{MinInsyncReplicas, "1", SourceDefault}, map[string]string{UncleanLeaderElection: "TRUE"}},
+	}
+	for i, s := range steps {
+		before := imageBytes(t, img)
+		next, err := Apply(img, img.Offset+1, 1, batch(s.rec))
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if !bytes.Equal(imageBytes(t, img), before) {
+			t.Fatalf("step %d changed the image it was applied to", i)
+		}
+		img = next
+		a, _ = img.Topic("a")
+		if got := img.TopicConfig(a, MinInsyncReplicas); got != s.want {
+			t.Errorf("step %d: min.insync.replicas = %+v, want %+v", i, got, s.want)
+		}
+		if got := img.ClusterConfigs(); !maps.Equal(got, s.cluster) {
+			t.Errorf("step %d: cluster configs %v, want %v", i, got, s.cluster)
+		}
+	}
+	// Booleans are Kafka's: the cluster default TRUE turns unclean on.
+	if !img.UncleanElection(a) || img.MinISR(a) != 1 {
+		t.Fatalf("unclean %v, min ISR %d", img.UncleanElection(a), img.MinISR(a))
+	}
+	// A topic's configs survive a snapshot in its TopicRecord, the
+	// cluster's in ConfigRecords.
+	img = apply1(t, img, configRec("a", RetentionMs, str("1000")))
+	back, err := ReadSnapshot(bytes.NewReader(imageBytes(t, img)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ba, _ := back.Topic("a")
+	if !sameImage(t, back, img) || ba.Configs[RetentionMs] != "1000" || !back.UncleanElection(ba) {
+		t.Fatalf("after a snapshot: topic configs %v, cluster %v", ba.Configs, back.ClusterConfigs())
+	}
+	if got := back.TopicConfigs(ba); len(got) != len(ConfigDefs()) || got[0].Name != CleanupPolicy {
+		t.Fatalf("TopicConfigs = %+v", got)
+	}
+}
+
+func apply1(t *testing.T, img *Image, recs ...*keelpb.Record) *Image {
+	t.Helper()
+	next, err := Apply(img, img.Offset+1, 1, batch(recs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return next
+}
+
+// TestFSM_ConfigRecordRefusals: what Apply refuses of a ConfigRecord, and
+// of a TopicRecord's configs; the batch is refused whole.
+func TestFSM_ConfigRecordRefusals(t *testing.T) {
+	img := withTopics(t)
+	tests := []struct {
+		name    string
+		batch   *keelpb.RecordBatch
+		wantErr string
+	}{
+		{"an unknown config", batch(configRec("a", "retention.hours", str("1"))), `unknown config "retention.hours"`},
+		{"deleting an unknown config", batch(configRec("", "retention.hours", nil)), `unknown config "retention.hours"`},
+		{"a value out of range", batch(configRec("a", MinInsyncReplicas, str("0"))), "0 is outside"},
+		{"compact", batch(configRec("", CleanupPolicy, str("compact"))), "compact is not supported"},
+		{"an unknown topic", batch(configRec("zz", MinInsyncReplicas, str("2"))), `topic "zz" does not exist`},
+		{"the cluster with a name", batch(&keelpb.Record{Record: &keelpb.Record_Config{Config: &keelpb.ConfigRecord{
+			ResourceType: keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_CLUSTER, ResourceName: "x", Name: MinInsyncReplicas, Value: str("2")}}}), "no resource name"},
+		{"no resource type", batch(&keelpb.Record{Record: &keelpb.Record_Config{Config: &keelpb.ConfigRecord{Name: MinInsyncReplicas, Value: str("2")}}}), "is not topic or cluster"},
+		{"a topic created with a bad config", batch(topicRec("b", topicB, map[string]string{SegmentBytes: "1"})), "segment.bytes: 1 is outside"},
+		{"all or nothing", batch(configRec("", MinInsyncReplicas, str("2")), configRec("a", MinInsyncReplicas, str("x"))), "record 1 (config)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Apply(img, img.Offset+1, 1, tt.batch)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || got != img {
+				t.Fatalf("err = %v, want %q and the image unchanged", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestFSM_TopicConfigsAreCopiedOnWrite: a ConfigRecord gives the topic a new
+// configs map; earlier images keep theirs, and a deleted topic takes its
+// configs with it (KRaft's deleteTopicConfigs).
+func TestFSM_TopicConfigsAreCopiedOnWrite(t *testing.T) {
+	img := replay(t,
+		batch(clusterID("c"), featureLevel(1), epoch(1, 1)),
+		batch(topicRec("b", topicB, map[string]string{UncleanLeaderElection: "false"})),
+	)
+	b0, _ := img.Topic("b")
+	img2 := apply1(t, img, configRec("b", UncleanLeaderElection, str("true")), configRec("b", MaxMessageBytes, str("100")))
+	b2, _ := img2.Topic("b")
+	if b0.Configs[UncleanLeaderElection] != "false" || len(b0.Configs) != 1 {
+		t.Fatalf("the earlier image's topic changed: %v", b0.Configs)
+	}
+	if !img2.UncleanElection(b2) || b2.Configs[MaxMessageBytes] != "100" {
+		t.Fatalf("after: %v", b2.Configs)
+	}
+	if byID, _ := img2.TopicByID(topicB); byID != b2 {
+		t.Fatal("the topic by id and by name differ")
+	}
+	img3 := apply1(t, img2, removeTopic(topicB))
+	img3 = apply1(t, img3, topicRec("b", topicA, nil))
+	if b3, _ := img3.Topic("b"); len(b3.Configs) != 0 || img3.UncleanElection(b3) {
+		t.Fatalf("a topic re-created under the name has configs %v", b3.Configs)
+	}
+}

@@ -41,23 +41,28 @@ func statusJSON(t *testing.T, args ...string) (quorumStatus, error) {
 
 func TestQuorumStatus_OneFollowerIsEnough(t *testing.T) {
 	c := keeltest.NewCluster(t, 3)
-	leader := c.WaitForActive(10 * time.Second)
-	var follower string
-	for _, n := range c.Nodes() {
-		if n.ID() != leader.ID() {
-			follower = n.Addr()
-			break
+	c.WaitForActive(10 * time.Second)
+	// Polled: on a loaded machine a 50 ms lease may move leadership on
+	// between looking and asking.
+	poll.UntilState(t, 20*time.Second, "quorum status from one follower to name the active controller", func() (bool, string) {
+		leader := c.Active()
+		if leader == nil {
+			return false, "no active controller"
 		}
-	}
-
-	st, err := statusJSON(t, "--controllers", follower)
-	if err != nil || st.LeaderID != leader.ID() || st.LeaderKnownBy != leader.ID() || len(st.Voters) != 3 {
-		t.Fatalf("quorum status from follower %s: %v, %+v; want leader %d", follower, err, st, leader.ID())
-	}
-	out, _, err := runKeelSplit(t, "quorum", "status", "--controllers", follower)
-	if err != nil || !strings.Contains(out, fmt.Sprintf("Active controller: %d\n", leader.ID())) {
-		t.Fatalf("quorum status table from a follower: %v\n%s", err, out)
-	}
+		var follower string
+		for _, n := range c.Nodes() {
+			if n.ID() != leader.ID() {
+				follower = n.Addr()
+				break
+			}
+		}
+		st, err := statusJSON(t, "--controllers", follower)
+		if err != nil || st.LeaderID != leader.ID() || st.LeaderKnownBy != leader.ID() || len(st.Voters) != 3 {
+			return false, fmt.Sprintf("from follower %s: %v, %+v; want leader %d", follower, err, st, leader.ID())
+		}
+		out, _, err := runKeelSplit(t, "quorum", "status", "--controllers", follower)
+		return err == nil && strings.Contains(out, fmt.Sprintf("Active controller: %d\n", leader.ID())), fmt.Sprint(err, out)
+	})
 }
 
 func TestQuorumStatus_Replication(t *testing.T) {
@@ -73,7 +78,7 @@ func TestQuorumStatus_Replication(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		done := st.LeaderID == leader.ID()
+		done := st.LeaderID >= 0 && st.LeaderKnownBy == st.LeaderID
 		for _, v := range st.Voters {
 			r := v.Replication
 			done = done && r != nil && r.LastContactMS >= 0 && r.LastContactMS < 5000 && r.Lag == 0 && r.MatchIndex > 0
@@ -99,19 +104,19 @@ func TestQuorumStatus_Replication(t *testing.T) {
 	}
 	poll.UntilState(t, 10*time.Second, fmt.Sprintf("voter %d behind, not heard from", cut), func() (bool, string) {
 		var err error
-		st, err = statusJSON(t, "--controllers", leader.Addr(), "--replication")
+		st, err = statusJSON(t, "--controllers", strings.Join(c.Addrs(), ","), "--replication")
 		if err != nil {
 			return false, err.Error()
 		}
 		for _, v := range st.Voters {
-			if v.ID == cut {
+			if v.ID == cut && st.LeaderID != cut {
 				r := v.Replication
 				return r != nil && r.Lag > 0 && r.LastContactMS >= 200, fmt.Sprintf("%+v", r)
 			}
 		}
 		return false, "no voter " + fmt.Sprint(cut)
 	})
-	out, _, err := runKeelSplit(t, "quorum", "status", "--controllers", leader.Addr(), "--replication")
+	out, _, err := runKeelSplit(t, "quorum", "status", "--controllers", strings.Join(c.Addrs(), ","), "--replication")
 	if err != nil || !strings.Contains(out, "MATCH INDEX") || !strings.Contains(out, "LAG") || !strings.Contains(out, " ago") {
 		t.Fatalf("quorum status --replication: %v\n%s", err, out)
 	}
@@ -135,12 +140,11 @@ func TestQuorumStatus_NoActiveControllerExits1(t *testing.T) {
 		return id < 0
 	})
 	// The client reaches every node: only the lone one must be asked.
-	st, err := statusJSON(t, "--controllers", addr, "--timeout", "3s")
-	_ = st
 	// The lone node names the others as voters, and they do answer: the
-	// active controller is found through them.
-	if err != nil || st.LeaderID != leader.ID() {
-		t.Fatalf("status via a cut-off node, the others reachable: %v, leader %d; want %d", err, st.LeaderID, leader.ID())
+	// active controller (one of them) is found through them.
+	st, err := statusJSON(t, "--controllers", addr, "--timeout", "3s")
+	if err != nil || st.LeaderID < 0 || st.LeaderID == lone {
+		t.Fatalf("status via a cut-off node, the others reachable: %v, leader %d; want one of the others", err, st.LeaderID)
 	}
 
 	// With the others gone there is no active controller: the status is
@@ -168,9 +172,12 @@ func TestQuorumStatus_AppliedReachesCommitAfterMembershipChange(t *testing.T) {
 	c.WaitForActive(10 * time.Second)
 	joiner := c.StartJoiner(4)
 	addrs := strings.Join(c.Addrs(), ",")
-	if out, err := runKeel(t, "quorum", "add-voter", "4", joiner.Addr(), "--controllers", addrs); err != nil {
-		t.Fatalf("add-voter: %v\n%s", err, out)
-	}
+	// A retry of a change that did commit succeeds: on a loaded machine a
+	// 50 ms lease can cost the first attempt its leader.
+	poll.UntilState(t, 30*time.Second, "add-voter 4 to succeed", func() (bool, string) {
+		out, err := runKeel(t, "quorum", "add-voter", "4", joiner.Addr(), "--controllers", addrs)
+		return err == nil, fmt.Sprint(err, out)
+	})
 	caughtUp := func(n int) func() (bool, string) {
 		return func() (bool, string) {
 			st, err := statusJSON(t, "--controllers", addrs)
@@ -186,7 +193,7 @@ func TestQuorumStatus_AppliedReachesCommitAfterMembershipChange(t *testing.T) {
 		}
 	}
 	poll.UntilState(t, 10*time.Second, "applied = commit on 4 voters after add-voter", caughtUp(4))
-	if out, err := runKeel(t, "quorum", "remove-voter", "4", "--controllers", addrs); err != nil {
+	if out, err := runKeel(t, "quorum", "remove-voter", "4", "--controllers", addrs); err != nil && status.Code(err) != codes.NotFound {
 		t.Fatalf("remove-voter: %v\n%s", err, out)
 	}
 	poll.UntilState(t, 10*time.Second, "applied = commit on 3 voters after remove-voter", caughtUp(3))

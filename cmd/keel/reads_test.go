@@ -71,12 +71,11 @@ func TestReads_CutOffControllerIsUnavailableUnlessStale(t *testing.T) {
 		t.Errorf("--stale with --linearizable: %v; want a refusal", err)
 	}
 
-	// The active controller answers a stale read given every controller,
-	// and says so.
+	// Given every controller, a stale read is answered (by the active
+	// controller unless it is slow to answer on a loaded machine) and says
+	// by whom.
 	out, errOut, err := runKeelSplit(t, "topic", "list", "--controllers", addrs, "--stale")
-	// (Not necessarily leader: a loaded machine may have moved leadership
-	// on meanwhile.)
-	if err != nil || !strings.Contains(out, "NAME") || !strings.Contains(errOut, "stale read: answered by the active controller ") {
+	if err != nil || !strings.Contains(out, "NAME") || !strings.Contains(errOut, "stale read: answered by ") {
 		t.Errorf("topic list --stale with every controller: %v\n%s%s", err, out, errOut)
 	}
 	out, errOut, err = runKeelSplit(t, "broker", "list", "--controllers", addrs)

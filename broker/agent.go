@@ -264,12 +264,18 @@ func (a *Agent) Status() Status {
 func (a *Agent) BrokerID() int32 { return a.cfg.BrokerID }
 
 // AlterPartition sends a partition leader's ISR change to the active
-// controller, stamped with this broker's id and current broker epoch (Link).
-// Before the broker has registered it fails with Unavailable.
+// controller, stamped with this broker's id and current broker epoch, and
+// each member's broker epoch (Link). Before the broker has registered it
+// fails with Unavailable; a change whose BrokerEpochs does not match its
+// ISR fails with InvalidArgument.
 func (a *Agent) AlterPartition(ctx context.Context, change ISRChange) (*keelpb.PartitionDescription, error) {
 	epoch := a.currentEpoch()
 	if epoch == 0 {
 		return nil, status.Errorf(codes.Unavailable, "broker %d has not registered yet", a.cfg.BrokerID)
+	}
+	members, err := isrWithEpochs(a.Image(), change)
+	if err != nil {
+		return nil, err
 	}
 	req := &keelpb.AlterPartitionRequest{
 		BrokerId:       a.cfg.BrokerID,
@@ -278,15 +284,39 @@ func (a *Agent) AlterPartition(ctx context.Context, change ISRChange) (*keelpb.P
 		Partition:      change.Partition,
 		LeaderEpoch:    change.LeaderEpoch,
 		PartitionEpoch: change.PartitionEpoch,
-		NewIsr:         change.ISR,
+		// Both forms: a controller that predates new_isr_with_epochs
+		// reads new_isr.
+		NewIsr:           change.ISR,
+		NewIsrWithEpochs: members,
 	}
 	var resp *keelpb.AlterPartitionResponse
-	err := a.client.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+	err = a.client.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
 		var err error
 		resp, err = cl.AlterPartition(ctx, req)
 		return err
 	})
 	return resp.GetPartition(), err
+}
+
+// isrWithEpochs pairs each member of change's ISR with its broker epoch:
+// change.BrokerEpochs if given, else the member's epoch in img (-1, not
+// checked, for a broker img does not hold).
+func isrWithEpochs(img *fsm.Image, change ISRChange) ([]*keelpb.BrokerState, error) {
+	if change.BrokerEpochs != nil && len(change.BrokerEpochs) != len(change.ISR) {
+		return nil, status.Errorf(codes.InvalidArgument, "ISR change of %s/%d: %d broker epochs for %d ISR members",
+			change.TopicID, change.Partition, len(change.BrokerEpochs), len(change.ISR))
+	}
+	out := make([]*keelpb.BrokerState, len(change.ISR))
+	for i, id := range change.ISR {
+		epoch := int64(-1)
+		if change.BrokerEpochs != nil {
+			epoch = change.BrokerEpochs[i]
+		} else if b, ok := img.Broker(id); ok {
+			epoch = b.Epoch
+		}
+		out[i] = &keelpb.BrokerState{BrokerId: id, BrokerEpoch: epoch}
+	}
+	return out, nil
 }
 
 func (a *Agent) currentEpoch() int64 {
@@ -295,19 +325,23 @@ func (a *Agent) currentEpoch() int64 {
 	return a.epoch
 }
 
-// Shutdown leaves the cluster cleanly, in KRaft's way. First a controlled
-// shutdown: the agent heartbeats with want_shutdown, and keeps applying the
+// Shutdown stops the broker cleanly, in KRaft's way: a controlled
+// shutdown. The agent heartbeats with want_shutdown, and keeps applying the
 // metadata stream and reporting its offset, until the controller answers
 // should_shut_down: it has moved this broker's leaderships to other ISR
-// members and every active broker has applied the moves, so no partition
-// that had another live ISR member is left without a leader. That wait ends
-// early at ControlledShutdownTimeout or when ctx ends, and the broker leaves
-// anyway. Then the agent stops heartbeating and streaming, stops every
-// replica (StopReplica without delete), unregisters the broker through the
-// active controller (waiting for it at most until ctx ends), and stops
-// everything as Close does. It returns what went wrong, a controlled
-// shutdown that did not complete or a failed unregistration; the agent is
-// stopped either way.
+// members, every active broker has applied the moves, and it has fenced the
+// broker, so no partition that had another live ISR member is left without
+// a leader. That wait ends early at ControlledShutdownTimeout or when ctx
+// ends, and the broker leaves anyway (the controller then fences it when
+// its session expires). Then the agent stops heartbeating and streaming,
+// stops every replica (StopReplica without delete), and stops everything as
+// Close does.
+//
+// The broker stays registered, fenced: it keeps its place in replica sets
+// and in placement while it restarts, and comes back under a new broker
+// epoch. Removing a broker for good is an operator's act
+// (UnregisterBroker, `keel broker unregister`). It returns a controlled
+// shutdown that did not complete; the agent is stopped either way.
 func (a *Agent) Shutdown(ctx context.Context) error {
 	a.setState(StateShuttingDown)
 	// Load balancers drain the broker while it hands its leaderships over.
@@ -315,21 +349,7 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	csErr := a.controlledShutdown(ctx)
 	a.stopLoops()
 	a.stopReplicas()
-	epoch := a.currentEpoch()
-	var err error
-	if epoch > 0 {
-		err = a.client.UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: a.cfg.BrokerID, BrokerEpoch: epoch})
-		switch rpc.ReasonOf(err) {
-		case rpc.ReasonStaleBrokerEpoch, rpc.ReasonBrokerNotRegistered:
-			err = nil // already gone: replaced, or unregistered before
-		}
-		if err != nil {
-			err = fmt.Errorf("unregister broker %d (epoch %d): %s", a.cfg.BrokerID, epoch, status.Convert(err).Message())
-		} else {
-			a.log.Info("unregistered", "broker_epoch", epoch)
-		}
-	}
-	return errors.Join(csErr, err, a.Close())
+	return errors.Join(csErr, a.Close())
 }
 
 // controlledShutdown asks the controller to release the broker and waits
@@ -386,8 +406,9 @@ func (a *Agent) stopReplicas() {
 	}
 }
 
-// Close stops the agent without unregistering: the controllers fence the
-// broker when its session expires. It waits for every goroutine it started.
+// Close stops the agent without a controlled shutdown, as a crash would:
+// the controllers fence the broker when its session expires and move its
+// leaderships then. It waits for every goroutine it started.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
 		a.stopping.Store(true)

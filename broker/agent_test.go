@@ -18,6 +18,7 @@ import (
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
 
@@ -323,7 +324,9 @@ func TestAgent_KeepsClusterIDAcrossRestarts(t *testing.T) {
 	}
 }
 
-func TestAgent_ShutdownUnregisters(t *testing.T) {
+// A controlled shutdown leaves the broker registered and fenced, as KRaft
+// does: the agent never unregisters (an operator's act).
+func TestAgent_ShutdownLeavesBrokerFenced(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	a := startAgent(t, c, nil)
 	poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
@@ -334,14 +337,14 @@ func TestAgent_ShutdownUnregisters(t *testing.T) {
 	if err := a.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := c.image().Broker(1); ok {
-		t.Fatal("broker 1 still registered after Shutdown")
+	if b, ok := c.image().Broker(1); !ok || !b.Fenced || b.Epoch != epoch {
+		t.Fatalf("broker 1 after Shutdown: %+v (registered %v); want registered at epoch %d, fenced", b, ok, epoch)
 	}
 	c.mu.Lock()
 	unregs := c.unregisters
 	c.mu.Unlock()
-	if len(unregs) != 1 || unregs[0].BrokerId != 1 || unregs[0].BrokerEpoch != epoch {
-		t.Fatalf("unregister requests = %v", unregs)
+	if len(unregs) != 0 {
+		t.Fatalf("unregister requests = %v; want none", unregs)
 	}
 	if st := a.Status(); st.State != StateShuttingDown {
 		t.Fatalf("state after Shutdown = %q", st.State)
@@ -492,4 +495,50 @@ func TestAgent_DuplicateRegistrationWait(t *testing.T) {
 		admitted.Store(true)
 		poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
 	})
+}
+
+// The ISR of an AlterPartition goes with each member's broker epoch
+// (KIP-903): the data plane's, when it gives them, else the agent's image's,
+// and -1 (unchecked) for a broker the image does not hold.
+func TestAgent_ISRWithEpochs(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	b1 := c.append(registerRec(1, "one"))
+	b2 := c.append(registerRec(2, "two"))
+	img := c.image()
+	tp := TopicPartition{TopicID: topicT, Partition: 0}
+	tests := []struct {
+		name    string
+		change  ISRChange
+		want    []*keelpb.BrokerState
+		wantErr codes.Code
+	}{
+		{name: "epochs from the image; unknown broker unchecked", change: ISRChange{TopicID: tp.TopicID, ISR: []int32{2, 1, 9}},
+			want: []*keelpb.BrokerState{{BrokerId: 2, BrokerEpoch: int64(b2)}, {BrokerId: 1, BrokerEpoch: int64(b1)}, {BrokerId: 9, BrokerEpoch: -1}}},
+		{name: "epochs the data plane learned", change: ISRChange{TopicID: tp.TopicID, ISR: []int32{1, 2}, BrokerEpochs: []int64{7, 8}},
+			want: []*keelpb.BrokerState{{BrokerId: 1, BrokerEpoch: 7}, {BrokerId: 2, BrokerEpoch: 8}}},
+		{name: "as many epochs as members, or none", change: ISRChange{TopicID: tp.TopicID, ISR: []int32{1, 2}, BrokerEpochs: []int64{7}},
+			wantErr: codes.InvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := isrWithEpochs(img, tt.change)
+			if tt.wantErr != codes.OK {
+				if status.Code(err) != tt.wantErr {
+					t.Fatalf("err = %v, want %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+			for i := range got {
+				if got[i].BrokerId != tt.want[i].BrokerId || got[i].BrokerEpoch != tt.want[i].BrokerEpoch {
+					t.Fatalf("got %v, want %v", got, tt.want)
+				}
+			}
+		})
+	}
 }

@@ -36,10 +36,13 @@ type Link interface {
 	BrokerID() int32
 	// AlterPartition sends a partition leader's ISR change to the active
 	// controller, stamped with this broker's id and current broker epoch,
-	// and returns the partition as the controller left it. Refusals are
-	// FailedPrecondition statuses with a reason (rpc.ReasonOf):
-	// FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, NOT_LEADER,
-	// INELIGIBLE_REPLICA, STALE_BROKER_EPOCH; NotFound for a partition that
+	// each ISR member with its broker epoch (KIP-903), and returns the
+	// partition as the controller left it. Refusals carry a reason
+	// (rpc.ReasonOf): FailedPrecondition with FENCED_LEADER_EPOCH,
+	// INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA (a member fenced, shutting
+	// down, or registered again since), STALE_BROKER_EPOCH, or
+	// NOT_CONTROLLER (the controller is behind this broker's metadata);
+	// InvalidArgument with INVALID_REQUEST; NotFound for a partition that
 	// no longer exists; Unavailable when no controller answered (the change
 	// may or may not have been made). After any refusal the leader waits
 	// for the metadata to show a newer partition state and decides again:
@@ -58,6 +61,12 @@ type ISRChange struct {
 	LeaderEpoch    int32
 	PartitionEpoch int32
 	ISR            []int32
+	// BrokerEpochs, when set, holds the broker epoch of each member of ISR,
+	// in its order, as the leader knows it: a data plane that learns its
+	// followers' epochs from their fetches (as Kafka's does) gives them
+	// here, so that a follower that restarted since it fetched is refused.
+	// Otherwise the agent sends each member's epoch in its own image.
+	BrokerEpochs []int64
 }
 
 // Replica roles, as `keel broker inspect` shows them.

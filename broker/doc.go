@@ -21,7 +21,9 @@
 // leaders and whose leaders change ISRs through AlterPartition, as Kafka's do.
 // Shutdown is KRaft's controlled shutdown: the broker asks to leave, keeps
 // applying metadata while the controller moves its leaderships away, and
-// goes once the controller says every broker has applied the moves.
+// goes once the controller says every broker has applied the moves and has
+// fenced it. It stays registered, fenced, until its next start; removing it
+// for good is an operator's act (keel broker unregister).
 //
 // The replay refuses anything that could make the image diverge: a push from
 // a controller epoch lower than one already seen (a deposed controller), an

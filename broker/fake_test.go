@@ -259,8 +259,14 @@ func (n *fakeNode) BrokerHeartbeat(_ context.Context, req *keelpb.BrokerHeartbea
 		if !b.Fenced && !b.ShuttingDown {
 			c.shutdownAt[b.ID] = c.appendLocked(c.shutdownRecordsLocked(b)...)
 		}
-		resp.ShouldShutDown = b.Fenced || (c.shutdownAfter >= 0 && c.wantShutdowns[b.ID] >= c.shutdownAfter &&
-			req.GetMetadataOffset() >= c.shutdownAt[b.ID])
+		if !b.Fenced && c.shutdownAfter >= 0 && c.wantShutdowns[b.ID] >= c.shutdownAfter &&
+			req.GetMetadataOffset() >= c.shutdownAt[b.ID] {
+			// As KRaft does, the controlled shutdown ends with the
+			// broker fenced, still registered.
+			c.appendLocked(fenceRec(b.ID, b.Epoch))
+			b, _ = c.img.Broker(b.ID)
+		}
+		resp.IsFenced, resp.ShouldShutDown = b.Fenced, b.Fenced
 	}
 	return resp, nil
 }
@@ -308,12 +314,17 @@ func (n *fakeNode) AlterPartition(_ context.Context, req *keelpb.AlterPartitionR
 	switch {
 	case !ok:
 		return nil, status.Errorf(codes.NotFound, "no partition %s/%d", id, req.GetPartition())
-	case p.Leader != req.GetBrokerId():
-		return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonNotLeader, "not the leader")
 	case p.LeaderEpoch != req.GetLeaderEpoch():
 		return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonFencedLeaderEpoch, "stale leader epoch")
+	case p.Leader != req.GetBrokerId():
+		return nil, reasonErr(codes.InvalidArgument, rpc.ReasonInvalidRequest, "not the leader")
 	case p.PartitionEpoch != req.GetPartitionEpoch():
 		return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonInvalidUpdateVersion, "stale partition epoch")
+	}
+	for _, m := range req.GetNewIsrWithEpochs() {
+		if br, ok := c.img.Broker(m.GetBrokerId()); ok && m.GetBrokerEpoch() != -1 && m.GetBrokerEpoch() != br.Epoch {
+			return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonIneligibleReplica, fmt.Sprintf("broker %d epoch", m.GetBrokerId()))
+		}
 	}
 	for _, b := range req.GetNewIsr() {
 		if br, ok := c.img.Broker(b); !ok || !br.Eligible() || !slices.Contains(p.Replicas, b) {
@@ -348,11 +359,15 @@ func (n *fakeNode) UnregisterBroker(_ context.Context, req *keelpb.UnregisterBro
 		return nil, err
 	}
 	c.unregisters = append(c.unregisters, req)
-	if _, err := c.checkEpoch(req.GetBrokerId(), req.GetBrokerEpoch()); err != nil {
+	b, err := c.checkEpoch(req.GetBrokerId(), req.GetBrokerEpoch())
+	if err != nil {
 		return nil, err
 	}
+	if !b.Fenced {
+		return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonBrokerNotFenced, fmt.Sprintf("broker %d is not fenced", b.ID))
+	}
 	c.appendLocked(unregisterRec(req.GetBrokerId(), req.GetBrokerEpoch()))
-	return &keelpb.UnregisterBrokerResponse{}, nil
+	return &keelpb.UnregisterBrokerResponse{BrokerEpoch: b.Epoch}, nil
 }
 
 // StreamMetadata sends a snapshot to a new broker, then every entry after

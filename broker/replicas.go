@@ -636,18 +636,19 @@ func (rm *ReplicaManager) answered(tp TopicPartition, r *replica, change ISRChan
 		a.anyOffset, a.afterOffset = true, sentAt
 		log.Warn("ISR change accepted without a new partition epoch; waiting for newer metadata",
 			"committed_partition_epoch", desc.GetPartitionEpoch(), "isr", desc.GetIsr())
-	case reason == rpc.ReasonFencedLeaderEpoch, reason == rpc.ReasonInvalidUpdateVersion, reason == rpc.ReasonNotLeader,
-		code == codes.NotFound:
+	case reason == rpc.ReasonFencedLeaderEpoch, reason == rpc.ReasonInvalidUpdateVersion, code == codes.NotFound:
 		// The controller has a newer state of the partition than this
 		// broker's image; it is on its way.
 		log.Info("ISR change refused; waiting for the partition's newer state", "reason", reason, "err", status.Convert(err).Message())
-	case code == codes.Unavailable, code == codes.DeadlineExceeded, code == codes.Canceled:
+	case code == codes.Unavailable, code == codes.DeadlineExceeded, code == codes.Canceled, reason == rpc.ReasonNotController:
+		// No answer, or a controller behind this broker's metadata
+		// (NOT_CONTROLLER): it may catch up with no newer metadata here.
 		a.retryAt = now.Add(alterRetryBackoff)
 		log.Warn("ISR change not answered; deciding again shortly", "err", status.Convert(err).Message())
 	default:
-		// INELIGIBLE_REPLICA, STALE_BROKER_EPOCH and the like: the
-		// controller knows newer broker states than the image this decision
-		// was made on.
+		// INELIGIBLE_REPLICA, STALE_BROKER_EPOCH, INVALID_REQUEST and the
+		// like: the controller knows newer broker or partition states than
+		// the image this decision was made on.
 		a.anyOffset, a.afterOffset = true, sentAt
 		log.Warn("ISR change refused; waiting for newer metadata", "reason", reason, "err", status.Convert(err).Message())
 	}

@@ -120,10 +120,10 @@ func (c *fakeController) decideLocked(from int32, ch ISRChange) (*keelpb.Partiti
 	switch {
 	case !ok:
 		return nil, status.Error(codes.NotFound, "no such partition")
-	case p.Leader != from:
-		return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonNotLeader, "not the leader")
 	case p.LeaderEpoch != ch.LeaderEpoch:
 		return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonFencedLeaderEpoch, "stale leader epoch")
+	case p.Leader != from:
+		return nil, reasonErr(codes.InvalidArgument, rpc.ReasonInvalidRequest, "not the leader")
 	case p.PartitionEpoch != ch.PartitionEpoch:
 		return nil, reasonErr(codes.FailedPrecondition, rpc.ReasonInvalidUpdateVersion, "stale partition epoch")
 	}

@@ -137,6 +137,13 @@ func TestAgent_ReplicatesThroughTheControllers(t *testing.T) {
 		r.Partition != 0 || r.LeaderEpoch != 0 || r.PartitionEpoch != 0 || !slices.Equal(r.NewIsr, []int32{1, 2}) {
 		t.Fatalf("AlterPartition = %v", r)
 	}
+	// KIP-903: each member with the broker epoch the leader's image holds.
+	if m := alters[0].NewIsrWithEpochs; len(m) != 2 ||
+		m[0].BrokerId != 1 || m[0].BrokerEpoch != agents[1].Status().BrokerEpoch ||
+		m[1].BrokerId != 2 || m[1].BrokerEpoch != agents[2].Status().BrokerEpoch {
+		t.Fatalf("AlterPartition new_isr_with_epochs = %v; want brokers 1 and 2 at epochs %d and %d",
+			m, agents[1].Status().BrokerEpoch, agents[2].Status().BrokerEpoch)
+	}
 
 	want := map[int32]string{
 		1: "t-0 leader leader=1 epoch=0 isr=[1 2]",
@@ -278,6 +285,7 @@ func TestAgent_ControlledShutdown(t *testing.T) {
 			c.mu.Lock()
 			at, unregs := c.shutdownAt[1], len(c.unregisters)
 			c.mu.Unlock()
+			b, registered := c.image().Broker(1)
 			if len(asks) == 0 || at == 0 {
 				t.Fatalf("%d heartbeats asked to shut down; shutdown batch at %d", len(asks), at)
 			}
@@ -298,8 +306,11 @@ func TestAgent_ControlledShutdown(t *testing.T) {
 			if rs := rm.Replicas(); len(rs) != 1 || rs[0].Role != RoleStopped {
 				t.Fatalf("replicas after shutdown: %+v", rs)
 			}
-			if unregs != 1 {
-				t.Fatalf("%d unregistrations, want 1", unregs)
+			if unregs != 0 {
+				t.Fatalf("%d unregistrations; want none: the broker stays registered", unregs)
+			}
+			if tt.wantRelease && (!registered || !b.Fenced) {
+				t.Fatalf("broker 1 after its controlled shutdown: %+v (registered %v); want registered, fenced", b, registered)
 			}
 			if st := a.Status(); st.State != StateShuttingDown {
 				t.Fatalf("state after Shutdown = %q", st.State)

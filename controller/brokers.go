@@ -9,29 +9,46 @@ import (
 )
 
 // RegisterBroker registers a broker incarnation and returns its broker epoch
-// (the raft index of its registration record). The request is validated by
-// the caller; the decision is made on the event loop from the committed image.
+// (the raft index of its registration record). A retry of the registration
+// in force (same incarnation) writes nothing and returns the epoch it has.
+// The request is validated by the caller; the decision is made on the event
+// loop from the committed image.
 func (c *Controller) RegisterBroker(ctx context.Context, req *keelpb.RegisterBrokerRequest) (*keelpb.RegisterBrokerResponse, error) {
 	l := c.active.Load()
 	if l == nil {
 		return nil, c.notLeader()
 	}
-	remaining := func(id int32, epoch int64) time.Duration { return l.sessions.remaining(id, epoch, c.cfg.Now()) }
+	holding := func(b *fsm.Broker) time.Duration { return l.sessions.holding(b, c.cfg.Now()) }
+	var kept int64 // the epoch a retry keeps
 	index, err := l.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
-		return registrationRecords(img, req, remaining)
+		recs, err := registrationRecords(img, req, holding)
+		kept = 0
+		if b, ok := img.Broker(req.BrokerId); ok && err == nil && len(recs) == 0 {
+			kept = b.Epoch
+		}
+		return recs, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	l.sessions.touch(req.BrokerId, int64(index), c.cfg.Now(), 0)
-	c.log.Info("broker registered", "broker_id", req.BrokerId, "broker_epoch", index,
-		"incarnation_id", req.IncarnationId, "address", req.Address, "rack", req.Rack)
-	return &keelpb.RegisterBrokerResponse{BrokerEpoch: int64(index), ClusterId: c.fsm.Image().ClusterID, ControllerEpoch: l.epoch.Load()}, nil
+	epoch := int64(index)
+	if kept > 0 {
+		epoch = kept
+	}
+	l.sessions.registered(req.BrokerId, epoch, c.cfg.Now())
+	if kept > 0 {
+		c.log.Info("broker registration retried: epoch and state kept", "broker_id", req.BrokerId, "broker_epoch", epoch,
+			"incarnation_id", req.IncarnationId)
+	} else {
+		c.log.Info("broker registered", "broker_id", req.BrokerId, "broker_epoch", epoch,
+			"incarnation_id", req.IncarnationId, "address", req.Address, "rack", req.Rack)
+	}
+	return &keelpb.RegisterBrokerResponse{BrokerEpoch: epoch, ClusterId: c.fsm.Image().ClusterID, ControllerEpoch: l.epoch.Load()}, nil
 }
 
 // BrokerHeartbeat renews a broker's session from memory, and writes a record
 // only when the heartbeat changes the broker's state (unfence, fence,
-// controlled shutdown).
+// controlled shutdown and its end).
 func (c *Controller) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHeartbeatRequest) (*keelpb.BrokerHeartbeatResponse, error) {
 	l := c.active.Load()
 	if l == nil {
@@ -41,7 +58,7 @@ func (c *Controller) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHear
 	if _, err := currentBroker(img, req.BrokerId, req.BrokerEpoch); err != nil {
 		return nil, err
 	}
-	l.sessions.touch(req.BrokerId, req.BrokerEpoch, c.cfg.Now(), req.MetadataOffset)
+	l.sessions.touch(req.BrokerId, req.BrokerEpoch, c.cfg.Now(), req.MetadataOffset, req.WantShutdown)
 	// The common case, no change, costs no event and no write.
 	if recs, err := heartbeatRecords(img, req); err != nil {
 		return nil, err
@@ -52,44 +69,64 @@ func (c *Controller) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHear
 		if err != nil {
 			return nil, err
 		}
-		if req.WantShutdown && index > 0 {
-			l.noteShutdown(req.BrokerId, uint64(index))
-		}
 		img = c.fsm.Image()
+		if b, ok := img.Broker(req.BrokerId); ok && b.ShuttingDown && index > 0 {
+			l.noteShutdown(req.BrokerId, index)
+		}
 	}
 	b, err := currentBroker(img, req.BrokerId, req.BrokerEpoch)
 	if err != nil {
 		return nil, err
 	}
-	resp := &keelpb.BrokerHeartbeatResponse{
+	// KRaft's rule: a broker in controlled shutdown may go once it leads
+	// nothing and every active broker has applied the moves it caused; it
+	// is then fenced, and stays registered.
+	if req.WantShutdown && b.ShuttingDown && !leadsAny(img, b.ID) &&
+		l.sessions.allApplied(img, l.shutdownOffset(b.ID, img.Offset), b.ID) {
+		if _, err := l.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+			return shutdownRecords(img, req.BrokerId, req.BrokerEpoch)
+		}); err != nil {
+			return nil, err
+		}
+		img = c.fsm.Image()
+		if b, err = currentBroker(img, req.BrokerId, req.BrokerEpoch); err != nil {
+			return nil, err
+		}
+		if b.Fenced {
+			c.log.Info("broker fenced: controlled shutdown complete", "broker_id", b.ID, "broker_epoch", b.Epoch)
+		}
+	}
+	return &keelpb.BrokerHeartbeatResponse{
 		IsCaughtUp:      caughtUp(b, req.MetadataOffset),
 		IsFenced:        b.Fenced,
+		ShouldShutDown:  req.WantShutdown && b.Fenced,
 		ControllerEpoch: l.epoch.Load(),
 		ControllerId:    c.cfg.NodeID,
-	}
-	if req.WantShutdown {
-		// KRaft's rule: a broker in controlled shutdown may go once it leads
-		// nothing and every active broker has applied the moves it caused.
-		resp.ShouldShutDown = b.Fenced || (b.ShuttingDown && !leadsAny(img, b.ID) &&
-			l.sessions.allApplied(img, l.shutdownOffset(b.ID, img.Offset), b.ID))
-	}
-	return resp, nil
+	}, nil
 }
 
-// UnregisterBroker removes a broker for good.
-func (c *Controller) UnregisterBroker(ctx context.Context, req *keelpb.UnregisterBrokerRequest) error {
+// UnregisterBroker removes a broker for good: an operator's act. It returns
+// the epoch of the incarnation removed. A broker that is not fenced is
+// refused with ErrBrokerNotFenced; an epoch (0: any) that is not the
+// registered one with ErrStaleBrokerEpoch.
+func (c *Controller) UnregisterBroker(ctx context.Context, req *keelpb.UnregisterBrokerRequest) (int64, error) {
 	l := c.active.Load()
 	if l == nil {
-		return c.notLeader()
+		return 0, c.notLeader()
 	}
+	var epoch int64
 	if _, err := l.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
-		return unregisterRecords(img, req.BrokerId, req.BrokerEpoch)
+		recs, err := unregisterRecords(img, req.BrokerId, req.BrokerEpoch)
+		if b, ok := img.Broker(req.BrokerId); ok && err == nil {
+			epoch = b.Epoch
+		}
+		return recs, err
 	}); err != nil {
-		return err
+		return 0, err
 	}
 	l.sessions.forget(req.BrokerId)
-	c.log.Info("broker unregistered", "broker_id", req.BrokerId, "broker_epoch", req.BrokerEpoch)
-	return nil
+	c.log.Info("broker unregistered", "broker_id", req.BrokerId, "broker_epoch", epoch)
+	return epoch, nil
 }
 
 // Brokers lists the brokers of the committed image this node holds.

@@ -129,10 +129,10 @@ func TestBrokers_DuplicateRegistrationAndStaleEpoch(t *testing.T) {
 	if _, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB)); !errors.Is(err, controller.ErrDuplicateRegistration) {
 		t.Fatalf("second process with the same id while the first lives: err = %v", err)
 	}
-	// Same incarnation retrying: accepted, with a new epoch.
+	// Same incarnation retrying: accepted, keeping its epoch and state.
 	retry, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incA))
-	if err != nil || retry.BrokerEpoch <= first {
-		t.Fatalf("retry = %+v, %v", retry, err)
+	if err != nil || retry.BrokerEpoch != first || brokerFenced(leader, 1) {
+		t.Fatalf("retry = %+v, %v (fenced %v); want epoch %d, still active", retry, err, brokerFenced(leader, 1), first)
 	}
 	// Once the session has expired, another incarnation may take the id.
 	clock.Add(testSession + time.Millisecond)
@@ -145,7 +145,9 @@ func TestBrokers_DuplicateRegistrationAndStaleEpoch(t *testing.T) {
 	if !errors.Is(err, controller.ErrStaleBrokerEpoch) {
 		t.Fatalf("stale heartbeat: err = %v", err)
 	}
-	if err := leader.Controller().UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: 1, BrokerEpoch: bounced.BrokerEpoch}); err != nil {
+	// The bounced incarnation is fenced until it catches up: an operator
+	// may unregister it.
+	if _, err := leader.Controller().UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: 1, BrokerEpoch: bounced.BrokerEpoch}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := leader.FSM().Image().Broker(1); ok {

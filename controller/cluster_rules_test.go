@@ -59,11 +59,10 @@ func TestCluster_RegistrationRules(t *testing.T) {
 		{name: "metadata version too new for the broker", req: req(2, incB, "c1", 2, 3), wantErr: ErrUnsupportedMetadataVersion},
 		{name: "another incarnation while the old session lives", req: req(1, incB, "c1", 1, 1), alive: true, wantErr: ErrDuplicateRegistration},
 		{name: "another incarnation after the old session expired (bounced)", req: req(1, incB, "c1", 1, 1), alive: false},
-		{name: "same incarnation again while alive (a retry)", req: req(1, incA, "c1", 1, 1), alive: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			recs, err := registrationRecords(img, tt.req, func(int32, int64) time.Duration {
+			recs, err := registrationRecords(img, tt.req, func(*fsm.Broker) time.Duration {
 				if tt.alive {
 					return time.Second
 				}
@@ -106,7 +105,8 @@ func TestCluster_HeartbeatRules(t *testing.T) {
 		{name: "fenced broker not caught up stays fenced", req: &keelpb.BrokerHeartbeatRequest{BrokerId: 2, BrokerEpoch: 3, MetadataOffset: 2}, noRecords: true},
 		{name: "fenced broker caught up is unfenced", req: &keelpb.BrokerHeartbeatRequest{BrokerId: 2, BrokerEpoch: 3, MetadataOffset: 3}, wantFenced: map[int32]bool{2: false}},
 		{name: "caught up but wants to stay fenced", req: &keelpb.BrokerHeartbeatRequest{BrokerId: 2, BrokerEpoch: 3, MetadataOffset: 4, WantFence: true}, noRecords: true},
-		{name: "caught up but shutting down", req: &keelpb.BrokerHeartbeatRequest{BrokerId: 2, BrokerEpoch: 3, MetadataOffset: 4, WantShutdown: true}, noRecords: true},
+		{name: "fenced and asking to shut down: may go at once", req: &keelpb.BrokerHeartbeatRequest{BrokerId: 2, BrokerEpoch: 3, MetadataOffset: 4, WantShutdown: true}, noRecords: true},
+		{name: "active broker leading nothing asks to shut down: fenced at once", req: &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: 2, MetadataOffset: 4, WantShutdown: true}, wantFenced: map[int32]bool{1: true}},
 		{name: "active broker asks to be fenced", req: &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: 2, MetadataOffset: 4, WantFence: true}, wantFenced: map[int32]bool{1: true}},
 		{name: "stale epoch", req: &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: 1}, wantErr: ErrStaleBrokerEpoch},
 		{name: "unknown broker", req: &keelpb.BrokerHeartbeatRequest{BrokerId: 7, BrokerEpoch: 1}, wantErr: ErrBrokerNotRegistered},
@@ -160,7 +160,7 @@ func TestSessions(t *testing.T) {
 		t.Fatalf("after reset: expired %v", got)
 	}
 	now = now.Add(5 * time.Second)
-	s.touch(1, 2, now, 0)
+	s.touch(1, 2, now, 0, false)
 	now = now.Add(5 * time.Second) // broker 2: 10s since reset; broker 1: 5s since touch
 	got := s.expired(img, now)
 	if len(got) != 1 || got[0].ID != 2 {

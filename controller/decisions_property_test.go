@@ -101,6 +101,7 @@ func runDecisionProperty(t *testing.T, seed uint64, steps int, seen *propertySee
 		{"fence by heartbeat", 2, func() ([]*keelpb.Record, error) { return r.heartbeat(r.brokerID(), true, false) }},
 		{"shut down", 2, func() ([]*keelpb.Record, error) { return r.heartbeat(r.brokerID(), false, true) }},
 		{"fence expired", 3, r.fenceExpired},
+		{"end a controlled shutdown", 2, r.shutdownDone},
 		{"unregister", 1, r.unregister},
 		{"create topic", 4, r.createTopic},
 		{"add partitions", 2, r.addPartitions},
@@ -313,16 +314,20 @@ func (r *propertyRun) register(id int32) ([]*keelpb.Record, error) {
 	}
 	// Half the time the old incarnation's session is still running.
 	live := r.rng.IntN(2) == 0
-	remaining := func(int32, int64) time.Duration {
+	holding := func(*fsm.Broker) time.Duration {
 		if live {
 			return time.Second
 		}
 		return 0
 	}
-	return registrationRecords(r.img, &keelpb.RegisterBrokerRequest{
+	req := &keelpb.RegisterBrokerRequest{
 		BrokerId: id, IncarnationId: inc, Address: "127.0.0.1:9200", Rack: fmt.Sprintf("r%d", r.rng.IntN(3)),
 		MinMetadataVersion: 1, MaxMetadataVersion: 1,
-	}, remaining)
+	}
+	if b, ok := r.img.Broker(id); ok && b.IncarnationID == inc && r.rng.IntN(4) > 0 {
+		req.Rack = b.Rack // a retry that says what the registration says
+	}
+	return registrationRecords(r.img, req, holding)
 }
 
 func (r *propertyRun) heartbeat(id int32, fence, shutdown bool) ([]*keelpb.Record, error) {
@@ -337,7 +342,32 @@ func (r *propertyRun) heartbeat(id int32, fence, shutdown bool) ([]*keelpb.Recor
 	return heartbeatRecords(r.img, heartbeat(id, epoch, offset, fence, shutdown))
 }
 
+// shutdownDone ends a controlled shutdown: the broker leading nothing any
+// more is fenced.
+func (r *propertyRun) shutdownDone() ([]*keelpb.Record, error) {
+	id := r.brokerID()
+	epoch := int64(1)
+	if b, ok := r.img.Broker(id); ok {
+		epoch = b.Epoch
+	}
+	return shutdownRecords(r.img, id, epoch)
+}
+
+// fenceExpired fences one expired broker, as the active controller does,
+// or (as a decision may) several at once.
 func (r *propertyRun) fenceExpired() ([]*keelpb.Record, error) {
+	if r.rng.IntN(2) == 0 {
+		var active []*fsm.Broker
+		for _, b := range r.img.Brokers() {
+			if !b.Fenced {
+				active = append(active, b)
+			}
+		}
+		if len(active) == 0 {
+			return nil, nil
+		}
+		return fenceRecords(r.img, active[r.rng.IntN(len(active)):][:1]), nil
+	}
 	var expired []*fsm.Broker
 	for _, b := range r.img.Brokers() {
 		if !b.Fenced && r.rng.IntN(3) == 0 {
@@ -355,6 +385,9 @@ func (r *propertyRun) unregister() ([]*keelpb.Record, error) {
 	epoch := int64(1)
 	if b, ok := r.img.Broker(id); ok {
 		epoch = b.Epoch
+	}
+	if r.rng.IntN(3) == 0 {
+		epoch = 0 // whichever incarnation is registered
 	}
 	return unregisterRecords(r.img, id, epoch)
 }
@@ -505,6 +538,22 @@ func (r *propertyRun) alterISR() ([]*keelpb.Record, error) {
 	}
 	if p.Recovering() && r.rng.IntN(3) == 0 {
 		req.LeaderRecoveryState = keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING // not confirmed yet
+	}
+	if r.rng.IntN(2) == 0 {
+		// KIP-903: the members' broker epochs, now and then a stale one.
+		for _, id := range isr {
+			epoch := NoBrokerEpoch
+			if m, ok := r.img.Broker(id); ok && r.rng.IntN(4) > 0 {
+				epoch = m.Epoch
+				if r.rng.IntN(10) == 0 {
+					epoch--
+				}
+			}
+			req.NewIsrWithEpochs = append(req.NewIsrWithEpochs, &keelpb.BrokerState{BrokerId: id, BrokerEpoch: epoch})
+		}
+		if r.rng.IntN(2) == 0 {
+			req.NewIsr = nil
+		}
 	}
 	return alterPartitionRecords(r.img, req)
 }

@@ -62,17 +62,24 @@ var (
 	ErrDuplicateRegistration      = errors.New("duplicate broker registration")
 	ErrStaleBrokerEpoch           = errors.New("stale broker epoch")
 	ErrBrokerNotRegistered        = errors.New("broker not registered")
+	// ErrBrokerNotFenced refuses to unregister a broker that is running.
+	ErrBrokerNotFenced = errors.New("broker not fenced")
 )
 
 // Errors of topic and partition requests; rpc maps each to a status code.
 var (
 	ErrTopicExists          = errors.New("topic already exists")
 	ErrUnknownTopic         = errors.New("unknown topic or partition")
-	ErrNotPartitionLeader   = errors.New("not the partition leader")
 	ErrFencedLeaderEpoch    = errors.New("stale leader epoch")
 	ErrInvalidUpdateVersion = errors.New("stale partition epoch")
 	ErrIneligibleReplica    = errors.New("ineligible replica")
-	ErrNoReassignment       = errors.New("no reassignment in progress")
+	// ErrInvalidRequest: an AlterPartition that is wrong whatever the
+	// timing (Kafka's INVALID_REQUEST); the message names the field.
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrNotController: an AlterPartition names epochs above the
+	// controller's (Kafka's NOT_CONTROLLER): the controller is behind.
+	ErrNotController  = errors.New("the request is ahead of this controller's metadata")
+	ErrNoReassignment = errors.New("no reassignment in progress")
 	// ErrInvalidReplicaAssignment: a reassignment the partition's state does
 	// not allow (Kafka's INVALID_REPLICA_ASSIGNMENT), such as cancelling
 	// one whose revert would need an unclean election.

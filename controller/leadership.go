@@ -313,9 +313,15 @@ func (l *leadership) queue(ctx context.Context, d decision) (wait func() (uint64
 	}, nil
 }
 
-// fenceExpiredSessions fences, in one batch per check, every active broker
-// whose session has run out. It checks several times per session timeout so
-// a dead broker is fenced soon after its session ends.
+// fenceExpiredSessions fences every active broker whose session has run
+// out, one broker per decision, the longest silent first (Kafka's
+// maybeFenceOneStaleBroker): each fencing is decided on the image the one
+// before it leaves, so when several members of an ISR expire together,
+// leadership and the last ISR place go, step by step, to the member heard
+// from last, not to whichever a single decision happened to visit first.
+// The decisions are queued together, so they still commit in one raft
+// round. It checks several times per session timeout so a dead broker is
+// fenced soon after its session ends.
 func (l *leadership) fenceExpiredSessions() {
 	defer l.wg.Done()
 	tick := time.NewTicker(max(l.c.cfg.SessionTimeout/8, 10*time.Millisecond))
@@ -326,21 +332,36 @@ func (l *leadership) fenceExpiredSessions() {
 			return
 		case <-tick.C:
 		}
-		if len(l.sessions.expired(l.c.fsm.Image(), l.c.cfg.Now())) == 0 {
-			continue
-		}
-		_, err := l.decide(l.ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
-			// Decided again on the loop: a heartbeat may have come meanwhile.
-			expired := l.sessions.expired(img, l.c.cfg.Now())
-			for _, b := range expired {
-				l.log.Info("fencing broker: session expired", "broker_id", b.ID, "broker_epoch", b.Epoch)
+		n := len(l.sessions.expired(l.c.fsm.Image(), l.c.cfg.Now()))
+		waits := make([]func() (uint64, error), 0, n)
+		for range n {
+			wait, err := l.queue(l.ctx, l.fenceOneExpired)
+			if err != nil {
+				if l.ctx.Err() == nil {
+					l.log.Warn("fencing expired brokers failed", "err", err)
+				}
+				break
 			}
-			return fenceRecords(img, expired), nil
-		})
-		if err != nil && l.ctx.Err() == nil {
-			l.log.Warn("fencing expired brokers failed", "err", err)
+			waits = append(waits, wait)
+		}
+		for _, wait := range waits {
+			if _, err := wait(); err != nil && l.ctx.Err() == nil {
+				l.log.Warn("fencing an expired broker failed", "err", err)
+			}
 		}
 	}
+}
+
+// fenceOneExpired decides the fencing of the broker silent the longest, if
+// any session has run out: decided on the loop, since a heartbeat may have
+// come meanwhile.
+func (l *leadership) fenceOneExpired(img *fsm.Image) ([]*keelpb.Record, error) {
+	b, ok := l.sessions.oldestExpired(img, l.c.cfg.Now())
+	if !ok {
+		return nil, nil
+	}
+	l.log.Info("fencing broker: session expired", "broker_id", b.ID, "broker_epoch", b.Epoch)
+	return fenceRecords(img, []*fsm.Broker{b}), nil
 }
 
 // revoke stops the leadership and waits until all it started has stopped.

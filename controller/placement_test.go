@@ -185,7 +185,13 @@ func TestStripedReplicaPlacer_ShuttingDownGetsNothing(t *testing.T) {
 	c := newReplicationCtx(t)
 	c.registerBrokers(1, 2, 3, 4)
 	c.unfenceBrokers(1, 2, 3, 4)
+	// Broker 4 leads a partition, so its controlled shutdown does not end
+	// at once (one that leads nothing is fenced at once).
+	c.must(createTopicRecords(c.img, &keelpb.CreateTopicRequest{Name: "led", Assignments: []*keelpb.PartitionAssignment{{Replicas: []int32{4, 1}}}}, fsm.TopicID{0xd}, 0))
 	c.must(heartbeatRecords(c.img, heartbeat(4, c.broker(4).Epoch, 0, false, true)))
+	if b := c.broker(4); !b.ShuttingDown || b.Fenced {
+		t.Fatalf("broker 4 after asking to shut down: %+v; want it in controlled shutdown", b)
+	}
 	recs, err := createTopicRecords(c.img, &keelpb.CreateTopicRequest{Name: "x", Partitions: 8, ReplicationFactor: 3}, fsm.TopicID{0xe}, 0)
 	c.must(recs, err)
 	for _, p := range c.img.Partitions(fsm.TopicID{0xe}) {

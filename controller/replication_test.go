@@ -150,15 +150,17 @@ func TestReplication_BrokerStateChanges(t *testing.T) {
 			want: map[int32]partState{0: {1, []int32{1, 3}}, 1: {3, []int32{3}}},
 		},
 		{
-			name:   "unregistering a broker is a failure for its partitions",
-			decide: func(img *fsm.Image) ([]*keelpb.Record, error) { return unregisterRecords(img, 1, 2) },
-			want:   map[int32]partState{0: {2, []int32{2, 3}}},
+			name:   "unregistering a fenced broker: an ISR it is the last member of keeps it",
+			extra:  [][]*keelpb.Record{{fenceRec(2, 3), fenceRec(3, 4), change(1, leaderPtr(fsm.NoLeader), []int32{2}), change(0, nil, []int32{1})}},
+			decide: func(img *fsm.Image) ([]*keelpb.Record, error) { return unregisterRecords(img, 2, 3) },
+			// The ISR is never emptied: broker 2 stays its last member.
+			want: map[int32]partState{0: {1, []int32{1}}, 1: {fsm.NoLeader, []int32{2}}},
 		},
 		{
 			name: "a bounced broker (new incarnation) loses its leaderships at once",
 			decide: func(img *fsm.Image) ([]*keelpb.Record, error) {
 				return registrationRecords(img, &keelpb.RegisterBrokerRequest{BrokerId: 1, IncarnationId: incB, Address: "h:1", MinMetadataVersion: 1, MaxMetadataVersion: 1},
-					func(int32, int64) time.Duration { return 0 })
+					func(*fsm.Broker) time.Duration { return 0 })
 			},
 			want: map[int32]partState{0: {2, []int32{2, 3}}},
 		},
@@ -188,79 +190,6 @@ func change(p int32, leader *int32, isr []int32) *keelpb.Record {
 		r.Isr = &keelpb.Int32List{Values: isr}
 	}
 	return &keelpb.Record{Record: &keelpb.Record_PartitionChange{PartitionChange: r}}
-}
-
-func TestReplication_AlterPartition(t *testing.T) {
-	// Partition 1: leader 2, leader epoch 0, partition epoch 0, ISR [2 3].
-	req := func(mut func(r *keelpb.AlterPartitionRequest)) *keelpb.AlterPartitionRequest {
-		r := &keelpb.AlterPartitionRequest{BrokerId: 2, BrokerEpoch: 3, TopicId: tid.String(), Partition: 1, NewIsr: []int32{2, 3, 1}}
-		if mut != nil {
-			mut(r)
-		}
-		return r
-	}
-	tests := []struct {
-		name    string
-		extra   [][]*keelpb.Record
-		req     *keelpb.AlterPartitionRequest
-		wantErr error
-		want    *partState
-	}{
-		{name: "leader expands the ISR", req: req(nil), want: &partState{2, []int32{2, 3, 1}}},
-		{name: "leader shrinks the ISR", req: req(func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{2} }), want: &partState{2, []int32{2}}},
-		{name: "an unchanged ISR writes nothing", req: req(func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{2, 3} })},
-		{name: "sender is not the leader", req: req(func(r *keelpb.AlterPartitionRequest) { r.BrokerId, r.BrokerEpoch = 3, 4 }), wantErr: ErrNotPartitionLeader},
-		{name: "stale leader epoch", req: req(func(r *keelpb.AlterPartitionRequest) { r.LeaderEpoch = -1 }), wantErr: ErrFencedLeaderEpoch},
-		{
-			name:    "stale partition epoch is refused even with the ISR unchanged",
-			extra:   [][]*keelpb.Record{{change(1, nil, []int32{2})}, {change(1, nil, []int32{2, 3})}},
-			req:     req(func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{2, 3} }),
-			wantErr: ErrInvalidUpdateVersion,
-		},
-		{name: "new ISR omits the leader", req: req(func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{3, 1} }), wantErr: ErrIneligibleReplica},
-		{name: "new ISR holds a fenced broker", extra: [][]*keelpb.Record{{fenceRec(1, 2), change(0, leaderPtr(2), []int32{2, 3})}}, req: req(nil), wantErr: ErrIneligibleReplica},
-		{
-			name:    "new ISR holds a shutting-down broker",
-			extra:   [][]*keelpb.Record{{{Record: &keelpb.Record_BrokerShuttingDown{BrokerShuttingDown: &keelpb.BrokerShuttingDownRecord{BrokerId: 1, BrokerEpoch: 2}}}}},
-			req:     req(nil),
-			wantErr: ErrIneligibleReplica,
-		},
-		{name: "new ISR holds a non-replica", req: req(func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{2, 4} }), wantErr: ErrIneligibleReplica},
-		{name: "stale broker epoch", req: req(func(r *keelpb.AlterPartitionRequest) { r.BrokerEpoch = 2 }), wantErr: ErrStaleBrokerEpoch},
-		{name: "unknown partition", req: req(func(r *keelpb.AlterPartitionRequest) { r.Partition = 9 }), wantErr: ErrUnknownTopic},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			img := fixture(t, false, tt.extra...)
-			if p, _ := img.Partition(tid, 1); tt.req.PartitionEpoch == 0 && tt.wantErr != ErrInvalidUpdateVersion {
-				tt.req.PartitionEpoch, tt.req.LeaderEpoch = p.PartitionEpoch, p.LeaderEpoch+tt.req.LeaderEpoch
-			}
-			recs, err := alterPartitionRecords(img, tt.req)
-			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) {
-					t.Fatalf("err = %v, want %v", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tt.want == nil {
-				if len(recs) != 0 {
-					t.Fatalf("records %v, want none", recs)
-				}
-				return
-			}
-			after := apply(t, img, recs)
-			if got := state(after, 1); !equalState(got, *tt.want) {
-				t.Fatalf("partition 1: %v, want %v", got, *tt.want)
-			}
-			p, _ := after.Partition(tid, 1)
-			if p.LeaderEpoch != 0 || p.PartitionEpoch != 1 {
-				t.Fatalf("an ISR change moved epochs to leader %d partition %d, want 0 and 1", p.LeaderEpoch, p.PartitionEpoch)
-			}
-		})
-	}
 }
 
 func TestReplication_Elections(t *testing.T) {

@@ -1,14 +1,16 @@
 package controller
 
 import (
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/keel-dev/keel/fsm"
 )
 
-// sessionTracker holds broker sessions in the active controller's memory:
-// heartbeats are not logged; only what they change is.
+// sessionTracker holds broker sessions in the active controller's memory
+// (Kafka's BrokerHeartbeatManager): heartbeats are not logged; only what
+// they change is.
 type sessionTracker struct {
 	timeout time.Duration
 
@@ -17,9 +19,16 @@ type sessionTracker struct {
 }
 
 type session struct {
-	epoch   int64
-	expires time.Time
+	epoch int64
+	// contact is when the broker was last heard from (or when a new active
+	// controller started the session); the session ends timeout after it.
+	contact time.Time
 	offset  uint64 // the metadata offset the broker last reported applied
+	// heard: the broker itself has registered or heartbeated at this epoch
+	// since the session started, rather than a takeover starting it afresh.
+	heard bool
+	// leaving: its last heartbeat asked to shut down.
+	leaving bool
 }
 
 func newSessionTracker(timeout time.Duration) *sessionTracker {
@@ -34,16 +43,30 @@ func (s *sessionTracker) reset(brokers []*fsm.Broker, now time.Time) {
 	defer s.mu.Unlock()
 	s.sessions = make(map[int32]session, len(brokers))
 	for _, b := range brokers {
-		s.sessions[b.ID] = session{epoch: b.Epoch, expires: now.Add(s.timeout)}
+		s.sessions[b.ID] = session{epoch: b.Epoch, contact: now}
 	}
 }
 
-// touch renews the session of broker id at epoch, noting the metadata
-// offset it reports.
-func (s *sessionTracker) touch(id int32, epoch int64, now time.Time, offset uint64) {
+// touch renews the session of broker id at epoch on a heartbeat, noting the
+// metadata offset it reports and whether it asks to shut down.
+func (s *sessionTracker) touch(id int32, epoch int64, now time.Time, offset uint64, leaving bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sessions[id] = session{epoch: epoch, expires: now.Add(s.timeout), offset: offset}
+	s.sessions[id] = session{epoch: epoch, contact: now, offset: offset, heard: true, leaving: leaving}
+}
+
+// registered renews the session of broker id at epoch on a registration.
+// A registration retried at the same epoch keeps the offset reported
+// before, which a controlled shutdown of another broker may be waiting on.
+func (s *sessionTracker) registered(id int32, epoch int64, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.sessions[id]
+	if ss.epoch != epoch {
+		ss = session{epoch: epoch}
+	}
+	ss.contact, ss.heard, ss.leaving = now, true, false
+	s.sessions[id] = ss
 }
 
 // allApplied reports whether every eligible broker of img other than except
@@ -72,11 +95,33 @@ func (s *sessionTracker) alive(id int32, epoch int64, now time.Time) bool {
 func (s *sessionTracker) remaining(id int32, epoch int64, now time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.left(id, epoch, now)
+}
+
+func (s *sessionTracker) left(id int32, epoch int64, now time.Time) time.Duration {
 	ss, ok := s.sessions[id]
-	if !ok || ss.epoch != epoch || !now.Before(ss.expires) {
+	if !ok || ss.epoch != epoch {
 		return 0
 	}
-	return ss.expires.Sub(now)
+	return max(ss.contact.Add(s.timeout).Sub(now), 0)
+}
+
+// holding is how long the registration b holds its broker id against a new
+// incarnation (0: not at all). An unfenced broker holds it while its session
+// lives (Kafka's hasValidSession). A fenced one holds it only while its
+// process is heard from and wants to run: one that registered or came back
+// and is catching up. A fenced broker whose session a takeover started
+// afresh, or that left through a controlled shutdown, or whose session
+// expired, does not: its next incarnation registers at once.
+func (s *sessionTracker) holding(b *fsm.Broker, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.Fenced {
+		if ss := s.sessions[b.ID]; !ss.heard || ss.leaving {
+			return 0
+		}
+	}
+	return s.left(b.ID, b.Epoch, now)
 }
 
 func (s *sessionTracker) forget(id int32) {
@@ -86,19 +131,43 @@ func (s *sessionTracker) forget(id int32) {
 }
 
 // expired lists the unfenced brokers of img whose session at their current
-// epoch has run out (or was never started), in id order.
+// epoch has run out (or was never started), the longest silent first (ties
+// in id order): the order they are fenced in.
 func (s *sessionTracker) expired(img *fsm.Image, now time.Time) []*fsm.Broker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*fsm.Broker
+	type stale struct {
+		b       *fsm.Broker
+		contact time.Time
+	}
+	var found []stale
 	for _, b := range img.Brokers() {
 		if b.Fenced {
 			continue
 		}
 		ss, ok := s.sessions[b.ID]
-		if !ok || ss.epoch != b.Epoch || !now.Before(ss.expires) {
-			out = append(out, b)
+		switch {
+		case !ok || ss.epoch != b.Epoch:
+			found = append(found, stale{b: b}) // no session: silent since forever
+		case !now.Before(ss.contact.Add(s.timeout)):
+			found = append(found, stale{b, ss.contact})
 		}
 	}
+	slices.SortStableFunc(found, func(x, y stale) int { return x.contact.Compare(y.contact) })
+	out := make([]*fsm.Broker, len(found))
+	for i, f := range found {
+		out[i] = f.b
+	}
 	return out
+}
+
+// oldestExpired is the broker to fence next (Kafka's findOneStaleBroker):
+// of the unfenced brokers of img whose session has run out, the one silent
+// the longest.
+func (s *sessionTracker) oldestExpired(img *fsm.Image, now time.Time) (*fsm.Broker, bool) {
+	exp := s.expired(img, now)
+	if len(exp) == 0 {
+		return nil, false
+	}
+	return exp[0], true
 }

@@ -65,8 +65,13 @@ func TestControlledShutdown_WaitsForEveryActiveBroker(t *testing.T) {
 		t.Fatal("broker 2 may shut down before broker 3 applied its moves")
 	}
 	hb(3, false)
-	if !hb(2, true).ShouldShutDown {
-		t.Fatal("broker 2 may not shut down though everyone applied its moves")
+	if resp := hb(2, true); !resp.ShouldShutDown || !resp.IsFenced {
+		t.Fatalf("broker 2's heartbeat once everyone applied its moves: %+v; want fenced, may shut down", resp)
+	}
+	// As in KRaft, the end of a controlled shutdown is a fencing: broker 2
+	// stays registered, at its epoch, in every replica set.
+	if b, ok := leader.FSM().Image().Broker(2); !ok || !b.Fenced || b.ShuttingDown || b.Epoch != epochs[2] {
+		t.Fatalf("broker 2 after its controlled shutdown: %+v (registered %v); want registered at epoch %d, fenced", b, ok, epochs[2])
 	}
 
 	// Broker 1, now leading partitions 0 and 1, dies: its session ends and

@@ -339,36 +339,114 @@ func sameBrokerInfo(a, b *keelpb.BrokerInfo) bool {
 		a.GetRack() == b.GetRack() && a.GetState() == b.GetState() && a.GetIncarnationId() == b.GetIncarnationId()
 }
 
-// TestBroker_SIGTERMUnregisters: SIGTERM makes a broker unregister and exit
-// 0; it leaves the list at once, without ever being fenced.
-func TestBroker_SIGTERMUnregisters(t *testing.T) {
+// TestBroker_SIGTERMLeavesItFencedThenActiveAgain: SIGTERM makes a
+// broker's controlled shutdown, which ends, as KRaft's does, with the broker
+// fenced and still registered: `keel broker list` shows it fenced at its
+// epoch (it stays in placement and in the replica sets during a rolling
+// restart), and the other brokers replay its fencing. Started again, its
+// new incarnation registers at once, with no old session to wait out, and
+// is active again.
+func TestBroker_SIGTERMLeavesItFencedThenActiveAgain(t *testing.T) {
 	t.Parallel()
-	c, leader, _ := startBrokerCluster(t, 3, threeBrokers...)
+	c, _, _ := startBrokerCluster(t, 3, threeBrokers...)
 	before := c.WaitForBrokers(t, allActive(threeBrokers...))
 	const id = 3
 	mark := c.brokerLogMark()
 
 	c.StopBroker(id) // fails the test unless it exits 0
-	// It unregistered before it exited: the active controller no longer
-	// lists it, and no session had to expire.
-	list, err := c.ListBrokersOn(context.Background(), leader)
-	if err != nil {
-		t.Fatalf("ListBrokers on the active controller %d: %v", leader, err)
+	if out := c.broker(id).Output(); !strings.Contains(out, "controlled shutdown complete") || strings.Contains(out, "did not shut down cleanly") {
+		t.Errorf("broker %d exited without completing its controlled shutdown; its output ends:\n%s", id, keelproc.LastLines(out, 10))
 	}
-	if b, ok := list[id]; ok {
-		t.Errorf("broker %d exited on SIGTERM, but the active controller still lists it: %v", id, b)
-	}
-	after := c.WaitForBrokers(t, allActive(1, 2))
-	for _, bid := range []int32{1, 2} {
-		if after[bid].Epoch != before[bid].Epoch {
-			t.Errorf("broker %d: epoch %d, want %d", bid, after[bid].Epoch, before[bid].Epoch)
+	after := c.WaitForBrokers(t, map[int32]string{1: stateActive, 2: stateActive, id: stateFenced})
+	for _, bid := range threeBrokers {
+		if after[bid].Epoch != before[bid].Epoch || after[bid].Address != before[bid].Address {
+			t.Errorf("broker %d: epoch %d at %s, want %d at %s", bid, after[bid].Epoch, after[bid].Address, before[bid].Epoch, before[bid].Address)
 		}
 	}
 	rows := c.cliBrokerList(t)
-	if _, ok := rows[id]; ok || len(rows) != 2 {
-		t.Errorf("keel broker list after broker %d stopped: %+v; want brokers 1 and 2 only", id, rows)
+	if r, ok := rows[id]; !ok || r.State != stateFenced || r.Epoch != before[id].Epoch || len(rows) != 3 {
+		t.Errorf("keel broker list after broker %d stopped: %+v; want all three, broker %d fenced at epoch %d", id, rows, id, before[id].Epoch)
 	}
-	c.checkNoFences(t, mark, "after a clean stop (which unregisters, it does not fence)")
+	c.waitFenceLogged(t, mark, []int32{1, 2}, id, before[id].Epoch)
+	c.checkNoFences(t, mark, "after broker 3's clean stop", id)
+
+	c.RestartBroker(id)
+	c.WaitForReregistered(t, allActive(threeBrokers...), id, before[id].Epoch)
+	if out := c.broker(id).Output(); strings.Contains(out, "another incarnation of this broker is still registered") {
+		t.Errorf("restarted broker %d waited for the session of the incarnation that had stopped cleanly; its output:\n%s", id, keelproc.LastLines(out, 10))
+	}
+}
+
+// TestBroker_RetriedRegistrationKeepsEpoch: a registration retried by the
+// incarnation already registered (as a broker whose answer was lost sends
+// it again) is answered with the epoch it has; the broker stays active, at
+// that epoch, and nothing is written.
+func TestBroker_RetriedRegistrationKeepsEpoch(t *testing.T) {
+	t.Parallel()
+	c, _, _ := startBrokerCluster(t, 3, threeBrokers...)
+	before := c.WaitForBrokers(t, allActive(threeBrokers...))
+	const id = 2
+	b := before[id]
+	mark := c.brokerLogMark()
+	leader, _ := c.WaitForActive(t, activeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := &keelpb.RegisterBrokerRequest{BrokerId: id, IncarnationId: b.IncarnationId, Address: b.Address, Rack: b.Rack,
+		MinMetadataVersion: 1, MaxMetadataVersion: 1, ClusterId: c.Inspect(t, id).ClusterId}
+	for attempt := 1; attempt <= 2; attempt++ {
+		resp, err := c.Client().RegisterBroker(ctx, req)
+		if err != nil || resp.GetBrokerEpoch() != b.Epoch {
+			t.Fatalf("registration retry %d of broker %d: %v, %v; want epoch %d", attempt, id, resp, err, b.Epoch)
+		}
+	}
+	// Another address is another broker: refused, naming the field.
+	req.Address = freeAddr(t)
+	if _, err := c.Client().RegisterBroker(ctx, req); status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "address") {
+		t.Errorf("a retry of incarnation %s with another address: %v; want InvalidArgument naming address", b.IncarnationId, err)
+	}
+	after := c.WaitForBrokers(t, allActive(threeBrokers...))
+	if list, err := c.ListBrokersOn(ctx, leader); err != nil || !sameBrokerInfo(list[id], b) || !sameBrokerInfo(after[id], b) {
+		t.Errorf("broker %d after the retried registrations: %v (%v), want %v", id, list[id], err, b)
+	}
+	if v := c.Inspect(t, id); v.State != stateActive || v.BrokerEpoch != b.Epoch {
+		t.Errorf("broker %d's own view: %s at epoch %d; want active at %d", id, v.State, v.BrokerEpoch, b.Epoch)
+	}
+	c.checkNoFences(t, mark, "after a retried registration")
+}
+
+// TestBroker_UnregisterOnlyWhenFenced: `keel broker unregister` is refused,
+// with the reason, while the broker runs; once it has stopped (SIGTERM:
+// fenced) it is accepted, and the broker leaves the list. Started again,
+// it registers anew.
+func TestBroker_UnregisterOnlyWhenFenced(t *testing.T) {
+	t.Parallel()
+	c, _, _ := startBrokerCluster(t, 3, threeBrokers...)
+	before := c.WaitForBrokers(t, allActive(threeBrokers...))
+	const id = 1
+	controllers := strings.Join(c.Addrs(), ",")
+	_, stderr, code := runKeel(t, 30*time.Second, "broker", "unregister", "--broker-id", "1", "--controllers", controllers)
+	if code == 0 || !strings.Contains(stderr, "FailedPrecondition") || !strings.Contains(stderr, "broker 1") || !strings.Contains(stderr, "is active") {
+		t.Fatalf("keel broker unregister of an active broker: exit %d, %s; want a refusal saying it is active", code, stderr)
+	}
+	c.WaitForBrokers(t, allActive(threeBrokers...))
+
+	c.StopBroker(id)
+	c.WaitForBrokers(t, map[int32]string{id: stateFenced, 2: stateActive, 3: stateActive})
+	stdout, stderr, code := runKeel(t, 30*time.Second, "broker", "unregister", "--broker-id", "1", "--controllers", controllers, "-o", "json")
+	var got struct {
+		BrokerID    int32 `json:"broker_id"`
+		BrokerEpoch int64 `json:"broker_epoch"`
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &got) != nil || got.BrokerID != id || got.BrokerEpoch != before[id].Epoch {
+		t.Fatalf("keel broker unregister of the stopped broker: exit %d, %s %s; want broker 1, epoch %d", code, stdout, stderr, before[id].Epoch)
+	}
+	c.WaitForBrokers(t, allActive(2, 3))
+	if rows := c.cliBrokerList(t); len(rows) != 2 {
+		t.Errorf("keel broker list after unregistering broker 1: %+v", rows)
+	}
+
+	c.RestartBroker(id)
+	c.WaitForReregistered(t, allActive(threeBrokers...), id, before[id].Epoch)
 }
 
 // TestBroker_RefusesDataDirOfAnotherBroker: a data dir belongs to the broker
@@ -381,7 +459,7 @@ func TestBroker_RefusesDataDirOfAnotherBroker(t *testing.T) {
 	c.StartBroker(1)
 	first := c.WaitForBrokers(t, allActive(1))
 	c.StopBroker(1)
-	c.WaitForBrokers(t, map[int32]string{})
+	c.WaitForBrokers(t, map[int32]string{1: stateFenced}) // stopped: registered, fenced
 
 	dir := c.BrokerDataDir(1)
 	entries, err := os.ReadDir(dir)
@@ -395,8 +473,8 @@ func TestBroker_RefusesDataDirOfAnotherBroker(t *testing.T) {
 	if got := readTree(t, dir); !equalTrees(got, snapshot) {
 		t.Errorf("the refused start changed %s", dir)
 	}
-	if l := c.WaitForBrokers(t, map[int32]string{}); len(l) != 0 {
-		t.Errorf("brokers listed after the refused start: %v", l)
+	if l := c.WaitForBrokers(t, map[int32]string{1: stateFenced}); len(l) != 1 {
+		t.Errorf("brokers listed after the refused start: %v; want broker 1 only, fenced", l)
 	}
 
 	c.RestartBroker(1)
@@ -544,4 +622,40 @@ func TestFailover_HungLeaderFencesNoBroker(t *testing.T) {
 	}
 	c.WaitForBrokers(t, allActive(threeBrokers...))
 	c.checkNoFences(t, mark, "after the old leader came back")
+}
+
+// TestBroker_FencedBrokerReplacedAtOnceAfterFailover: a broker killed with -9
+// is fenced when its session expires. The active controller then fails over;
+// the new one starts every registered broker's session afresh, the fenced
+// one's included. Restarted, the broker's new incarnation registers at once:
+// a fenced incarnation that nobody has heard from holds its id against no
+// one (before, it was refused as a duplicate until that fresh session ran
+// out).
+func TestBroker_FencedBrokerReplacedAtOnceAfterFailover(t *testing.T) {
+	t.Parallel()
+	c, leader, _ := startBrokerCluster(t, 3, threeBrokers...)
+	before := c.WaitForBrokers(t, allActive(threeBrokers...))
+	const victim = 3
+	c.KillBroker(victim)
+	c.WaitForBrokers(t, map[int32]string{1: stateActive, 2: stateActive, victim: stateFenced})
+
+	c.Kill(leader)
+	next, _ := c.WaitForActive(t, activeTimeout)
+	if next == leader {
+		t.Fatalf("controller %d, killed, is still the active one", leader)
+	}
+	restarted := time.Now()
+	c.RestartBroker(victim)
+	after := c.WaitForReregistered(t, allActive(threeBrokers...), victim, before[victim].Epoch)
+	t.Logf("broker %d registered again %s after its restart, the new active controller %d having started every session afresh (session timeout %s)",
+		victim, time.Since(restarted).Round(time.Millisecond), next, testSessionTimeout)
+	if out := c.broker(victim).Output(); strings.Contains(out, "another incarnation of this broker is still registered") {
+		t.Errorf("restarted broker %d was refused as a duplicate of its fenced incarnation; its output ends:\n%s", victim, keelproc.LastLines(out, 10))
+	}
+	for _, id := range []int32{1, 2} {
+		if after[id].Epoch != before[id].Epoch {
+			t.Errorf("broker %d: epoch %d, want %d (no broker is fenced by a failover)", id, after[id].Epoch, before[id].Epoch)
+		}
+	}
+	c.Restart(leader)
 }

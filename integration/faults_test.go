@@ -70,6 +70,7 @@ var faultKinds = []struct {
 	{"kill-leader", 3},
 	{"kill-controller", 2},
 	{"kill-broker", 3},
+	{"restart-broker", 2},
 	{"isolate-leader", 3},
 	{"cut-leader-out", 2},
 	{"pause-leader", 3},
@@ -355,6 +356,17 @@ func (r *faultRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration,
 			c.KillBroker(id)
 			time.Sleep(d)
 			c.RestartBroker(id)
+		case "restart-broker":
+			// A rolling restart's step: SIGTERM, a controlled shutdown that
+			// leaves the broker registered and fenced, then a start.
+			id := brokers[rng.IntN(len(brokers))]
+			d := hold(200*time.Millisecond, 2*time.Second)
+			r.logFault("SIGTERM broker %d, start it again after %v", id, d)
+			r.brkInc[id].Add(1)
+			c.StopBroker(id) // fails the test unless it exits 0
+			r.checkStoppedBrokerFenced(t, id)
+			time.Sleep(d)
+			c.RestartBroker(id)
 		case "isolate-leader":
 			if leader == 0 {
 				leader = int32(1 + rng.IntN(len(r.ctrl)))
@@ -394,6 +406,33 @@ func (r *faultRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration,
 		}
 		tally.faults[kind]++
 		time.Sleep(hold(100*time.Millisecond, 800*time.Millisecond))
+	}
+}
+
+// checkStoppedBrokerFenced checks that broker id, stopped with SIGTERM, is
+// still registered and fenced in every live controller's list: it keeps its
+// place in placement and replica sets while it restarts.
+func (r *faultRun) checkStoppedBrokerFenced(t *testing.T, id int32) {
+	t.Helper()
+	c := r.c
+	ok := poll.Wait(t.Context(), healTimeout, 20*time.Millisecond, "", func() (bool, error) {
+		live := c.Live()
+		lists, _ := c.brokerLists(t.Context(), live)
+		if len(live) == 0 || len(lists) != len(live) {
+			return false, nil
+		}
+		for _, l := range lists {
+			if b, found := l[id]; !found || b.GetState() != stateFenced {
+				return false, nil
+			}
+		}
+		return true, nil
+	}) == nil
+	if !ok {
+		live := c.Live()
+		lists, errs := c.brokerLists(t.Context(), live)
+		t.Errorf("broker %d, stopped with SIGTERM, is not listed fenced by every live controller within %v:\n%s",
+			id, healTimeout, formatBrokerLists(lists, errs))
 	}
 }
 

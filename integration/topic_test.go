@@ -3,7 +3,9 @@ package integration
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -779,13 +781,20 @@ func TestPartition_ControllerFailoverKeepsPartitions(t *testing.T) {
 }
 
 // TestAlterPartition_Refusals: AlterPartition requests sent over gRPC, as
-// the partition leader's broker would send them, are refused with
-// FailedPrecondition and KRaft's reason for a stale broker epoch, a stale
-// leader epoch, a stale partition epoch (even with the ISR unchanged), a
-// sender that is not the leader, and a new ISR that holds a fenced broker
-// or omits the leader; NotFound for an unknown partition. None changes the
+// the partition leader's broker would send them, are refused as Kafka's
+// controller refuses them, with its error codes as reasons: an unknown
+// sender or a stale broker epoch (STALE_BROKER_EPOCH), epochs above the
+// controller's (NOT_CONTROLLER), a stale leader epoch (FENCED_LEADER_EPOCH),
+// a stale partition epoch even with the ISR unchanged
+// (INVALID_UPDATE_VERSION), all FailedPrecondition; a sender that is not the
+// leader, an ISR without the leader or with a broker that is no replica
+// (InvalidArgument, INVALID_REQUEST); an ISR member fenced, or at another
+// broker epoch than its registration's (FailedPrecondition,
+// INELIGIBLE_REPLICA); NotFound for an unknown partition. None changes the
 // partition. A valid one shrinks the ISR, and the leader, which sees the
-// follower still fetching, adds it back.
+// follower still fetching, adds it back. Once broker 3 restarts and is back
+// in the ISR, an ISR that names it at the epoch of its previous incarnation
+// is refused (KIP-903), and at its new one accepted.
 func TestAlterPartition_Refusals(t *testing.T) {
 	t.Parallel()
 	c := startPartitionCluster(t, threeBrokers)
@@ -810,10 +819,14 @@ func TestAlterPartition_Refusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e1, e2 := brokers[1].Epoch, brokers[2].Epoch
+	e1, e2, e3 := brokers[1].Epoch, brokers[2].Epoch, brokers[3].Epoch
 	req := func(broker int32, epoch int64, leaderEpoch, partitionEpoch int32, isr ...int32) *keelpb.AlterPartitionRequest {
 		return &keelpb.AlterPartitionRequest{BrokerId: broker, BrokerEpoch: epoch, TopicId: d.ID, Partition: 0,
 			LeaderEpoch: leaderEpoch, PartitionEpoch: partitionEpoch, NewIsr: isr}
+	}
+	withEpochs := func(r *keelpb.AlterPartitionRequest, members ...*keelpb.BrokerState) *keelpb.AlterPartitionRequest {
+		r.NewIsr, r.NewIsrWithEpochs = nil, members
+		return r
 	}
 	for _, tc := range []struct {
 		what   string
@@ -822,12 +835,19 @@ func TestAlterPartition_Refusals(t *testing.T) {
 		reason string
 	}{
 		{"a stale broker epoch", req(1, e1-1, p.LeaderEpoch, p.PartitionEpoch, 1), codes.FailedPrecondition, rpc.ReasonStaleBrokerEpoch},
+		{"an unknown sender", req(9, e1, p.LeaderEpoch, p.PartitionEpoch, 1), codes.FailedPrecondition, rpc.ReasonStaleBrokerEpoch},
+		{"a leader epoch above the controller's", req(1, e1, p.LeaderEpoch+1, p.PartitionEpoch, 1), codes.FailedPrecondition, rpc.ReasonNotController},
+		{"a partition epoch above the controller's", req(1, e1, p.LeaderEpoch, p.PartitionEpoch+1, 1), codes.FailedPrecondition, rpc.ReasonNotController},
 		{"a stale leader epoch", req(1, e1, p.LeaderEpoch-1, p.PartitionEpoch, 1), codes.FailedPrecondition, rpc.ReasonFencedLeaderEpoch},
 		{"a stale partition epoch", req(1, e1, p.LeaderEpoch, p.PartitionEpoch-1, 1), codes.FailedPrecondition, rpc.ReasonInvalidUpdateVersion},
 		{"a stale partition epoch, ISR unchanged", req(1, e1, p.LeaderEpoch, p.PartitionEpoch-1, 1, 2), codes.FailedPrecondition, rpc.ReasonInvalidUpdateVersion},
-		{"a sender that is not the leader", req(2, e2, p.LeaderEpoch, p.PartitionEpoch, 2), codes.FailedPrecondition, rpc.ReasonNotLeader},
+		{"a sender that is not the leader", req(2, e2, p.LeaderEpoch, p.PartitionEpoch, 2), codes.InvalidArgument, rpc.ReasonInvalidRequest},
 		{"a fenced broker in the ISR", req(1, e1, p.LeaderEpoch, p.PartitionEpoch, 1, 2, 3), codes.FailedPrecondition, rpc.ReasonIneligibleReplica},
-		{"an ISR without the leader", req(1, e1, p.LeaderEpoch, p.PartitionEpoch, 2), codes.FailedPrecondition, rpc.ReasonIneligibleReplica},
+		{"an ISR without the leader", req(1, e1, p.LeaderEpoch, p.PartitionEpoch, 2), codes.InvalidArgument, rpc.ReasonInvalidRequest},
+		{"an ISR with a broker that is no replica", req(1, e1, p.LeaderEpoch, p.PartitionEpoch, 1, 4), codes.InvalidArgument, rpc.ReasonInvalidRequest},
+		{"an ISR naming a broker twice", req(1, e1, p.LeaderEpoch, p.PartitionEpoch, 1, 1), codes.InvalidArgument, rpc.ReasonInvalidRequest},
+		{"an ISR member at another broker epoch", withEpochs(req(1, e1, p.LeaderEpoch, p.PartitionEpoch),
+			&keelpb.BrokerState{BrokerId: 1, BrokerEpoch: e1}, &keelpb.BrokerState{BrokerId: 2, BrokerEpoch: e2 + 1}), codes.FailedPrecondition, rpc.ReasonIneligibleReplica},
 		{"an unknown partition", &keelpb.AlterPartitionRequest{BrokerId: 1, BrokerEpoch: e1, TopicId: d.ID, Partition: 5,
 			LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch, NewIsr: []int32{1}}, codes.NotFound, rpc.ReasonUnknownTopicOrPartition},
 	} {
@@ -858,4 +878,91 @@ func TestAlterPartition_Refusals(t *testing.T) {
 		return q.Leader == 1 && q.LeaderEpoch == p.LeaderEpoch && slices.Equal(q.ISR, []int32{1, 2}) && q.PartitionEpoch > p.PartitionEpoch+1
 	})
 	c.WaitForAgreement(t, topic, []int32{1, 2})
+
+	// KIP-903: broker 3 comes back as a new incarnation, and its leader
+	// adds it to the ISR. Naming it at its old epoch is refused; at its new
+	// one the (unchanged) ISR is accepted.
+	c.RestartBroker(3)
+	now := c.WaitForReregistered(t, allActive(threeBrokers...), 3, e3)
+	q := c.WaitForTopic(t, topic, "with broker 3 back in the ISR", func(d topicJSON) bool {
+		return slices.Equal(d.Partitions[0].ISR, []int32{1, 2, 3})
+	}).partition(t, 0)
+	members := func(epoch3 int64) *keelpb.AlterPartitionRequest {
+		return withEpochs(req(1, e1, q.LeaderEpoch, q.PartitionEpoch), &keelpb.BrokerState{BrokerId: 1, BrokerEpoch: e1},
+			&keelpb.BrokerState{BrokerId: 2, BrokerEpoch: e2}, &keelpb.BrokerState{BrokerId: 3, BrokerEpoch: epoch3})
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if _, err := cl.AlterPartition(ctx2, members(e3)); status.Code(err) != codes.FailedPrecondition || rpc.ReasonOf(err) != rpc.ReasonIneligibleReplica {
+		t.Errorf("AlterPartition naming broker 3 at its previous epoch %d (now %d): %v; want FailedPrecondition, reason %s",
+			e3, now[3].Epoch, err, rpc.ReasonIneligibleReplica)
+	}
+	if resp, err := cl.AlterPartition(ctx2, members(now[3].Epoch)); err != nil || resp.GetPartition().GetPartitionEpoch() != q.PartitionEpoch {
+		t.Errorf("AlterPartition naming broker 3 at its new epoch %d: %v, %v; want accepted, nothing to change", now[3].Epoch, resp, err)
+	}
+}
+
+// fencingOrder reads, from controller id's log, the brokers it fenced for an
+// expired session, in the order it fenced them.
+func fencingOrder(out string) []int32 {
+	re := regexp.MustCompile(`fencing broker: session expired"[^\n]*? broker_id=(\d+)`)
+	var order []int32
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
+		id, _ := strconv.ParseInt(m[1], 10, 32)
+		order = append(order, int32(id))
+	}
+	return order
+}
+
+// TestPartition_ISRMembersExpiringTogetherFencedOldestFirst: a topic on
+// brokers 1 and 2, ISR [1 2]. Both are killed together, and broker 2 is
+// heard from last: their sessions run out together, and the active controller fences them one at a
+// time, the one silent the longest (1) first, as Kafka's
+// BrokerHeartbeatManager does. So leadership goes to 2 when 1 is fenced, and
+// when 2 is fenced the ISR keeps 2, the member heard from last, not 1, which
+// a single decision fencing both would keep. Broker 2 restarted leads again;
+// broker 1 rejoins the ISR through it.
+func TestPartition_ISRMembersExpiringTogetherFencedOldestFirst(t *testing.T) {
+	t.Parallel()
+	c := startPartitionCluster(t, threeBrokers)
+	leader, _ := c.WaitForActive(t, activeTimeout)
+	const topic = "pair"
+	c.createTopic(t, topic, "--assignment", "0:1,2;1:2,1")
+	c.WaitForAgreement(t, topic, threeBrokers)
+	brokers := c.WaitForBrokers(t, allActive(threeBrokers...))
+	c.WaitForTopic(t, topic, "with ISR [1 2] or [2 1] everywhere", func(d topicJSON) bool {
+		return d.every(func(p partitionJSON) bool { return len(p.ISR) == 2 })
+	})
+	logged := len(fencingOrder(c.node(leader).Output()))
+
+	// Both die at once; broker 2 is heard from last, by a heartbeat in its
+	// name right after (an admin may send one), so their sessions run out
+	// within one session check of each other, broker 1's first.
+	c.KillTogether(nil, []int32{1, 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Client().BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: 2, BrokerEpoch: brokers[2].Epoch}); err != nil {
+		t.Fatalf("a heartbeat in broker 2's name: %v", err)
+	}
+	down := c.WaitForTopic(t, topic, "without a leader", func(d topicJSON) bool {
+		return d.every(func(p partitionJSON) bool { return p.Leader == noLeader })
+	})
+	for _, p := range down.Partitions {
+		if !slices.Equal(p.ISR, []int32{2}) {
+			t.Errorf("brokers 1 and 2 killed, 2 heard from last: %s; want no leader, ISR [2]", p)
+		}
+	}
+	if order := fencingOrder(c.node(leader).Output())[logged:]; !slices.Equal(order, []int32{1, 2}) {
+		t.Errorf("active controller %d fenced, for expired sessions, brokers %v; want 1 then 2, one at a time", leader, order)
+	}
+
+	c.RestartBroker(2)
+	c.WaitForTopic(t, topic, "led by broker 2 again", func(d topicJSON) bool {
+		return d.every(func(p partitionJSON) bool { return p.Leader == 2 })
+	})
+	c.RestartBroker(1)
+	c.WaitForTopic(t, topic, "with broker 1 back in the ISR", func(d topicJSON) bool {
+		return d.every(func(p partitionJSON) bool { return p.Leader == 2 && len(p.ISR) == 2 })
+	})
+	c.WaitForAgreement(t, topic, threeBrokers)
 }

@@ -58,8 +58,8 @@ var (
 // without a rule is refused to everyone.
 //
 // An admin certificate may do everything, brokers' calls included: an
-// operator may unregister a dead broker, and `keel bench` attaches its
-// simulated brokers with the operator's certificate.
+// operator may fence a dead broker in its name, and `keel bench` attaches
+// its simulated brokers with the operator's certificate.
 var methodRules = map[string]rule{
 	// Controller service: reads.
 	keelpb.ControllerService_DescribeQuorum_FullMethodName:             anyIdentity,
@@ -70,14 +70,17 @@ var methodRules = map[string]rule{
 	keelpb.ControllerService_DescribeConfigs_FullMethodName:            anyIdentity,
 
 	// Controller service: a broker about itself.
-	keelpb.ControllerService_RegisterBroker_FullMethodName:   brokerSelf("broker_id"),
-	keelpb.ControllerService_BrokerHeartbeat_FullMethodName:  brokerSelf("broker_id"),
-	keelpb.ControllerService_UnregisterBroker_FullMethodName: brokerSelf("broker_id"),
-	keelpb.ControllerService_StreamMetadata_FullMethodName:   brokerSelf("broker_id"),
-	keelpb.ControllerService_AlterPartition_FullMethodName:   brokerSelf("broker_id"),
+	keelpb.ControllerService_RegisterBroker_FullMethodName:  brokerSelf("broker_id"),
+	keelpb.ControllerService_BrokerHeartbeat_FullMethodName: brokerSelf("broker_id"),
+	keelpb.ControllerService_StreamMetadata_FullMethodName:  brokerSelf("broker_id"),
+	keelpb.ControllerService_AlterPartition_FullMethodName:  brokerSelf("broker_id"),
 
 	// Controller service: operator actions.
-	keelpb.ControllerService_AppendNoOp_FullMethodName:                  adminOnly,
+	keelpb.ControllerService_AppendNoOp_FullMethodName: adminOnly,
+	// Removing a broker for good is the operator's decision (Kafka's
+	// UnregisterBroker needs ALTER on the cluster): a broker that stops
+	// stays registered, fenced.
+	keelpb.ControllerService_UnregisterBroker_FullMethodName:            adminOnly,
 	keelpb.ControllerService_CreateTopic_FullMethodName:                 adminOnly,
 	keelpb.ControllerService_CreatePartitions_FullMethodName:            adminOnly,
 	keelpb.ControllerService_DeleteTopic_FullMethodName:                 adminOnly,

@@ -114,9 +114,10 @@ func TestAuthorize(t *testing.T) {
 		{caller: "broker-1", method: heartbeat, req: &keelpb.BrokerHeartbeatRequest{BrokerId: 3}, wantCode: codes.PermissionDenied, wantMsg: "broker_id 3: certificate is for broker 1"},
 		{caller: "broker-1", method: stream, req: &keelpb.StreamMetadataRequest{BrokerId: 1}, wantCode: codes.OK},
 		{caller: "broker-1", method: alter, req: &keelpb.AlterPartitionRequest{BrokerId: 4}, wantCode: codes.PermissionDenied, wantMsg: "broker_id 4: certificate is for broker 1"},
-		{caller: "broker-1", method: unregister, req: &keelpb.UnregisterBrokerRequest{BrokerId: 1}, wantCode: codes.OK},
+		// Unregistering is the operator's act, not a broker's, even about itself.
+		{caller: "broker-1", method: unregister, req: &keelpb.UnregisterBrokerRequest{BrokerId: 1}, wantCode: codes.PermissionDenied, wantMsg: "UnregisterBroker needs an admin certificate; the caller's is broker-1"},
 		{caller: "controller-1", method: register, req: reg(1), wantCode: codes.PermissionDenied, wantMsg: "RegisterBroker needs the certificate of the broker in broker_id (broker-<broker_id>) or an admin's; the caller's is controller-1"},
-		// An admin may act for any broker (unregister a dead one; keel bench).
+		// An admin may act for any broker (keel bench), and unregister one.
 		{caller: "admin", method: unregister, req: &keelpb.UnregisterBrokerRequest{BrokerId: 9}, wantCode: codes.OK},
 		{caller: "admin", method: register, req: reg(5), wantCode: codes.OK},
 

@@ -54,12 +54,18 @@ func (c *Client) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHeartbea
 	return resp, err
 }
 
-// UnregisterBroker removes a broker incarnation through the active controller.
-func (c *Client) UnregisterBroker(ctx context.Context, req *keelpb.UnregisterBrokerRequest) error {
-	return c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
-		_, err := cl.UnregisterBroker(ctx, req)
+// UnregisterBroker removes a fenced broker through the active controller
+// (broker_epoch 0: whichever incarnation is registered) and returns the
+// epoch it removed. A broker that is not fenced is refused with reason
+// ReasonBrokerNotFenced.
+func (c *Client) UnregisterBroker(ctx context.Context, req *keelpb.UnregisterBrokerRequest) (*keelpb.UnregisterBrokerResponse, error) {
+	var resp *keelpb.UnregisterBrokerResponse
+	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.UnregisterBroker(ctx, req)
 		return err
 	})
+	return resp, err
 }
 
 // ListBrokers reads the registered brokers, as ListTopics: from the active

@@ -52,6 +52,7 @@ var repeatedBounds = map[protoreflect.FullName]int{
 	"keel.v1.PartitionAssignment.replicas":                maxReplicationFactor,
 	"keel.v1.ElectLeadersRequest.partitions":              maxPartitionsPerRequest,
 	"keel.v1.AlterPartitionRequest.new_isr":               maxReplicationFactor,
+	"keel.v1.AlterPartitionRequest.new_isr_with_epochs":   maxReplicationFactor,
 	"keel.v1.AlterPartitionReassignmentsRequest.replicas": maxReplicationFactor,
 	"keel.v1.IncrementalAlterConfigsRequest.configs":      maxConfigs,
 }

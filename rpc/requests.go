@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/keel-dev/keel/fsm"
@@ -35,6 +36,11 @@ func Validate(req proto.Message) error {
 	case *keelpb.BrokerHeartbeatRequest:
 		return firstError(validBrokerID(r.GetBrokerId()), validBrokerEpoch(r.GetBrokerEpoch()))
 	case *keelpb.UnregisterBrokerRequest:
+		// broker_epoch 0: whichever incarnation is registered (an operator
+		// does not know it).
+		if r.GetBrokerEpoch() == 0 {
+			return validBrokerID(r.GetBrokerId())
+		}
 		return firstError(validBrokerID(r.GetBrokerId()), validBrokerEpoch(r.GetBrokerEpoch()))
 	case *keelpb.StreamMetadataRequest:
 		return firstError(
@@ -285,6 +291,12 @@ func validTopicID(id string) error {
 	return nil
 }
 
+// checkAlterPartition checks an AlterPartition's shape. Its ISR comes in
+// new_isr_with_epochs (each member's broker epoch, -1 when unknown) or, from
+// a sender that predates it, in new_isr; given both, they must name the same
+// brokers in the same order. A malformed ISR is refused with reason
+// INVALID_REQUEST, as the controller refuses one that is not a set of the
+// partition's replicas.
 func checkAlterPartition(r *keelpb.AlterPartitionRequest) error {
 	if err := firstError(
 		validBrokerID(r.GetBrokerId()),
@@ -296,20 +308,48 @@ func checkAlterPartition(r *keelpb.AlterPartitionRequest) error {
 	); err != nil {
 		return err
 	}
-	isr := r.GetNewIsr()
-	if len(isr) == 0 || len(isr) > maxReplicationFactor {
-		return invalidArgument("new_isr", "has %d members; want 1..%d", len(isr), maxReplicationFactor)
-	}
-	if slices.ContainsFunc(isr, func(id int32) bool { return id < 0 }) {
-		return invalidArgument("new_isr", "%v holds a negative broker id", isr)
-	}
-	if id, ok := duplicateID(isr); ok {
-		return invalidArgument("new_isr", "%v names broker %d twice", isr, id)
-	}
 	if _, ok := keelpb.LeaderRecoveryState_name[int32(r.GetLeaderRecoveryState())]; !ok {
 		return invalidArgument("leader_recovery_state", "%d is not RECOVERED or RECOVERING", r.GetLeaderRecoveryState())
 	}
+	withEpochs := r.GetNewIsrWithEpochs()
+	if len(withEpochs) > 0 {
+		ids := make([]int32, len(withEpochs))
+		for i, m := range withEpochs {
+			ids[i] = m.GetBrokerId()
+			if e := m.GetBrokerEpoch(); e != -1 && e <= 0 {
+				return invalidISR("new_isr_with_epochs", "broker %d has broker_epoch %d; want its epoch, or -1 when it is not known", m.GetBrokerId(), e)
+			}
+		}
+		if err := validISR("new_isr_with_epochs", ids); err != nil {
+			return err
+		}
+		if len(r.GetNewIsr()) > 0 && !slices.Equal(r.GetNewIsr(), ids) {
+			return invalidISR("new_isr", "%v is not the ISR new_isr_with_epochs gives (%v); send the same brokers in both, or only new_isr_with_epochs", r.GetNewIsr(), ids)
+		}
+		return nil
+	}
+	return validISR("new_isr", r.GetNewIsr())
+}
+
+// validISR checks a requested ISR: 1 to maxReplicationFactor brokers, none
+// negative, none twice.
+func validISR(field string, isr []int32) error {
+	if len(isr) == 0 || len(isr) > maxReplicationFactor {
+		return invalidISR(field, "has %d members; want 1..%d", len(isr), maxReplicationFactor)
+	}
+	if slices.ContainsFunc(isr, func(id int32) bool { return id < 0 }) {
+		return invalidISR(field, "%v holds a negative broker id", isr)
+	}
+	if id, ok := duplicateID(isr); ok {
+		return invalidISR(field, "%v names broker %d twice", isr, id)
+	}
 	return nil
+}
+
+// invalidISR refuses a malformed ISR: InvalidArgument naming the field,
+// with Kafka's reason.
+func invalidISR(field, format string, args ...any) error {
+	return WithReason(codes.InvalidArgument, ReasonInvalidRequest, field+": "+fmt.Sprintf(format, args...))
 }
 
 func checkElectLeaders(r *keelpb.ElectLeadersRequest) error {

@@ -67,13 +67,25 @@ const (
 	ReasonStaleBrokerEpoch           = "STALE_BROKER_EPOCH"
 	ReasonBrokerNotRegistered        = "BROKER_NOT_REGISTERED"
 	ReasonUnknownTopicOrPartition    = "UNKNOWN_TOPIC_OR_PARTITION"
-	ReasonNotLeader                  = "NOT_LEADER"
 	// ReasonNotReady: this node is the raft leader and is committing its
 	// controller epoch; it will be active in a few milliseconds.
 	ReasonNotReady             = "NOT_READY"
 	ReasonFencedLeaderEpoch    = "FENCED_LEADER_EPOCH"
 	ReasonInvalidUpdateVersion = "INVALID_UPDATE_VERSION"
 	ReasonIneligibleReplica    = "INELIGIBLE_REPLICA"
+	// ReasonInvalidRequest: an AlterPartition that cannot be right whatever
+	// the metadata's timing (Kafka's INVALID_REQUEST): its sender is not the
+	// leader at its own leader epoch, or its ISR is not a set of the
+	// partition's replicas holding the leader.
+	ReasonInvalidRequest = "INVALID_REQUEST"
+	// ReasonNotController: an AlterPartition names a leader or partition
+	// epoch above the controller's own (Kafka's NOT_CONTROLLER): the sender
+	// has seen metadata this controller has not, so it is behind (a restored
+	// snapshot, say). The sender decides again on newer metadata.
+	ReasonNotController = "NOT_CONTROLLER"
+	// ReasonBrokerNotFenced: UnregisterBroker of a broker that is running
+	// (active or shutting down); stop it first.
+	ReasonBrokerNotFenced = "BROKER_NOT_FENCED"
 	// ReasonInvalidReplicaAssignment: a reassignment the partition's state
 	// does not allow, such as a cancel that would need an unclean election.
 	ReasonInvalidReplicaAssignment = "INVALID_REPLICA_ASSIGNMENT"

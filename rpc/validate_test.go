@@ -69,6 +69,7 @@ func validControllerRequests() []controllerRequestCase {
 		{method: "RegisterBroker", name: "a cluster id, no rack", req: edited(validRegister, func(r *keelpb.RegisterBrokerRequest) { r.ClusterId, r.Rack, r.BrokerId = "c", "", 0 })},
 		{method: "BrokerHeartbeat", req: validHeartbeat},
 		{method: "UnregisterBroker", req: validUnregister},
+		{method: "UnregisterBroker", name: "any incarnation (epoch 0)", req: edited(validUnregister, func(r *keelpb.UnregisterBrokerRequest) { r.BrokerEpoch = 0 })},
 		{method: "StreamMetadata", req: validStreamMetadata},
 		{method: "CreateTopic", req: validCreateTopic},
 		{method: "CreateTopic", name: "assigned", req: validCreateAssigned},
@@ -88,6 +89,12 @@ func validControllerRequests() []controllerRequestCase {
 		})},
 		{method: "DescribeConfigs", req: &keelpb.DescribeConfigsRequest{Resource: validAlterConf.Resource}},
 		{method: "DescribeConfigs", name: "cluster defaults", req: &keelpb.DescribeConfigsRequest{Resource: clusterResource, Linearizable: true}},
+		{method: "AlterPartition", name: "with epochs", req: edited(validAlterPartition, func(r *keelpb.AlterPartitionRequest) {
+			r.NewIsr, r.NewIsrWithEpochs = nil, []*keelpb.BrokerState{{BrokerId: 1, BrokerEpoch: 5}, {BrokerId: 2, BrokerEpoch: -1}}
+		})},
+		{method: "AlterPartition", name: "with epochs, and the same ISR without", req: edited(validAlterPartition, func(r *keelpb.AlterPartitionRequest) {
+			r.NewIsrWithEpochs = []*keelpb.BrokerState{{BrokerId: 1, BrokerEpoch: 5}, {BrokerId: 2, BrokerEpoch: 7}}
+		})},
 		{method: "ElectLeaders", req: validElect},
 		{method: "ElectLeaders", name: "all", req: validElectAll},
 		{method: "AlterPartitionReassignments", req: validReassign},
@@ -195,7 +202,7 @@ func invalidControllerRequests() []controllerRequestCase {
 		heartbeat("a negative broker epoch", "broker_epoch", func(r *keelpb.BrokerHeartbeatRequest) { r.BrokerEpoch = -5 }),
 
 		unregister("a negative broker id", "broker_id", func(r *keelpb.UnregisterBrokerRequest) { r.BrokerId = -1 }),
-		unregister("broker epoch 0", "broker_epoch", func(r *keelpb.UnregisterBrokerRequest) { r.BrokerEpoch = 0 }),
+		unregister("a negative broker epoch", "broker_epoch", func(r *keelpb.UnregisterBrokerRequest) { r.BrokerEpoch = -1 }),
 
 		streamMeta("a negative broker id", "broker_id", func(r *keelpb.StreamMetadataRequest) { r.BrokerId = -1 }),
 		streamMeta("broker epoch 0", "broker_epoch", func(r *keelpb.StreamMetadataRequest) { r.BrokerEpoch = 0 }),
@@ -262,6 +269,27 @@ func invalidControllerRequests() []controllerRequestCase {
 		alter("an over-long ISR", "new_isr", func(r *keelpb.AlterPartitionRequest) { r.NewIsr = ids(maxReplicationFactor + 1) }),
 		alter("a negative ISR member", "new_isr", func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{1, -2} }),
 		alter("an ISR member twice", "new_isr", func(r *keelpb.AlterPartitionRequest) { r.NewIsr = []int32{1, 2, 1} }),
+		alter("an ISR with epochs unlike new_isr", "new_isr", func(r *keelpb.AlterPartitionRequest) {
+			r.NewIsrWithEpochs = []*keelpb.BrokerState{{BrokerId: 2, BrokerEpoch: 5}, {BrokerId: 1, BrokerEpoch: 7}}
+		}),
+		alter("an ISR member at broker epoch 0", "new_isr_with_epochs", func(r *keelpb.AlterPartitionRequest) {
+			r.NewIsrWithEpochs = []*keelpb.BrokerState{{BrokerId: 1, BrokerEpoch: 5}, {BrokerId: 2}}
+		}),
+		alter("an ISR member at broker epoch -2", "new_isr_with_epochs", func(r *keelpb.AlterPartitionRequest) {
+			r.NewIsrWithEpochs = []*keelpb.BrokerState{{BrokerId: 1, BrokerEpoch: -2}}
+		}),
+		alter("an ISR with epochs naming a broker twice", "new_isr_with_epochs", func(r *keelpb.AlterPartitionRequest) {
+			r.NewIsr, r.NewIsrWithEpochs = nil, []*keelpb.BrokerState{{BrokerId: 1, BrokerEpoch: 5}, {BrokerId: 1, BrokerEpoch: 5}}
+		}),
+		alter("an ISR with epochs holding a negative id", "new_isr_with_epochs", func(r *keelpb.AlterPartitionRequest) {
+			r.NewIsr, r.NewIsrWithEpochs = nil, []*keelpb.BrokerState{{BrokerId: -1, BrokerEpoch: 5}}
+		}),
+		alter("an over-long ISR with epochs", "new_isr_with_epochs", func(r *keelpb.AlterPartitionRequest) {
+			r.NewIsr = nil
+			for i := range maxReplicationFactor + 1 {
+				r.NewIsrWithEpochs = append(r.NewIsrWithEpochs, &keelpb.BrokerState{BrokerId: int32(i), BrokerEpoch: -1})
+			}
+		}),
 
 		alter("an unknown leader recovery state", "leader_recovery_state", func(r *keelpb.AlterPartitionRequest) { r.LeaderRecoveryState = 3 }),
 
@@ -452,6 +480,17 @@ func TestValidate_EveryMethodValidated(t *testing.T) {
 	for m := range controllerMethodsWithoutInput {
 		if !seen[m] {
 			t.Errorf("controllerMethodsWithoutInput has %s, which is no method of the service", m)
+		}
+	}
+}
+
+// A malformed ISR is refused with Kafka's INVALID_REQUEST, as the
+// controller refuses an ISR that is not a set of the partition's replicas.
+func TestValidate_MalformedISRIsInvalidRequest(t *testing.T) {
+	for _, isr := range [][]int32{nil, {1, 1}, {-1}} {
+		err := Validate(edited(validAlterPartition, func(r *keelpb.AlterPartitionRequest) { r.NewIsr = isr }))
+		if status.Code(err) != codes.InvalidArgument || ReasonOf(err) != ReasonInvalidRequest {
+			t.Errorf("new_isr %v: %v (reason %q); want InvalidArgument, %s", isr, err, ReasonOf(err), ReasonInvalidRequest)
 		}
 	}
 }

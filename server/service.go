@@ -83,14 +83,16 @@ func (s *controllerService) BrokerHeartbeat(ctx context.Context, req *keelpb.Bro
 	return resp, toStatus(err)
 }
 
-// UnregisterBroker validates the request and removes the broker.
+// UnregisterBroker validates the request and removes the broker, if it is
+// fenced.
 func (s *controllerService) UnregisterBroker(ctx context.Context, req *keelpb.UnregisterBrokerRequest) (*keelpb.UnregisterBrokerResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
-	if err := s.ctrl.UnregisterBroker(ctx, req); err != nil {
+	epoch, err := s.ctrl.UnregisterBroker(ctx, req)
+	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &keelpb.UnregisterBrokerResponse{}, nil
+	return &keelpb.UnregisterBrokerResponse{BrokerEpoch: epoch}, nil
 }
 
 // StreamMetadata pushes committed metadata to one broker until it goes away

@@ -53,18 +53,24 @@ func toStatus(err error) error {
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonStaleBrokerEpoch, err.Error())
 	case errors.Is(err, controller.ErrBrokerNotRegistered):
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonBrokerNotRegistered, err.Error())
+	case errors.Is(err, controller.ErrBrokerNotFenced):
+		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonBrokerNotFenced, err.Error())
 	case errors.Is(err, controller.ErrTopicExists):
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, controller.ErrUnknownTopic):
 		return rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, err.Error())
-	case errors.Is(err, controller.ErrNotPartitionLeader):
-		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonNotLeader, err.Error())
 	case errors.Is(err, controller.ErrFencedLeaderEpoch):
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonFencedLeaderEpoch, err.Error())
 	case errors.Is(err, controller.ErrInvalidUpdateVersion):
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonInvalidUpdateVersion, err.Error())
 	case errors.Is(err, controller.ErrIneligibleReplica):
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonIneligibleReplica, err.Error())
+	case errors.Is(err, controller.ErrInvalidRequest):
+		return rpc.WithReason(codes.InvalidArgument, rpc.ReasonInvalidRequest, err.Error())
+	case errors.Is(err, controller.ErrNotController):
+		// Not Unavailable: this is the active controller, and asking it
+		// again at once is refused again; the sender decides anew.
+		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonNotController, err.Error())
 	case errors.Is(err, controller.ErrNoReassignment):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, controller.ErrRefused):

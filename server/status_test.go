@@ -107,3 +107,29 @@ func TestToStatus_Membership(t *testing.T) {
 		})
 	}
 }
+
+// The broker and AlterPartition refusals carry Kafka's error codes as
+// reasons, with the gRPC code a client acts on.
+func TestToStatus_BrokerAndAlterPartitionReasons(t *testing.T) {
+	tests := []struct {
+		err    error
+		code   codes.Code
+		reason string
+	}{
+		{fmt.Errorf("%w: broker 1", controller.ErrStaleBrokerEpoch), codes.FailedPrecondition, rpc.ReasonStaleBrokerEpoch},
+		{fmt.Errorf("%w: broker 1", controller.ErrBrokerNotRegistered), codes.FailedPrecondition, rpc.ReasonBrokerNotRegistered},
+		{fmt.Errorf("%w: broker 1 is active", controller.ErrBrokerNotFenced), codes.FailedPrecondition, rpc.ReasonBrokerNotFenced},
+		{fmt.Errorf("%w: t/0", controller.ErrUnknownTopic), codes.NotFound, rpc.ReasonUnknownTopicOrPartition},
+		{fmt.Errorf("%w: leader epoch 9", controller.ErrNotController), codes.FailedPrecondition, rpc.ReasonNotController},
+		{fmt.Errorf("%w: leader epoch 1", controller.ErrFencedLeaderEpoch), codes.FailedPrecondition, rpc.ReasonFencedLeaderEpoch},
+		{fmt.Errorf("%w: broker_id: not the leader", controller.ErrInvalidRequest), codes.InvalidArgument, rpc.ReasonInvalidRequest},
+		{fmt.Errorf("%w: partition epoch 1", controller.ErrInvalidUpdateVersion), codes.FailedPrecondition, rpc.ReasonInvalidUpdateVersion},
+		{fmt.Errorf("%w: broker 3 is fenced", controller.ErrIneligibleReplica), codes.FailedPrecondition, rpc.ReasonIneligibleReplica},
+	}
+	for _, tt := range tests {
+		got := toStatus(tt.err)
+		if status.Code(got) != tt.code || rpc.ReasonOf(got) != tt.reason || status.Convert(got).Message() != tt.err.Error() {
+			t.Errorf("toStatus(%v) = %v (reason %q); want %v, %s, the message kept", tt.err, got, rpc.ReasonOf(got), tt.code, tt.reason)
+		}
+	}
+}

@@ -21,13 +21,13 @@ import (
 	"github.com/keel-dev/keel/tlsauth"
 )
 
-// unregisterTimeout is how long a stopping broker waits for an active
-// controller to unregister it, after its controlled shutdown.
-const unregisterTimeout = 10 * time.Second
+// stopGrace is how long a stopping broker may take beyond its controlled
+// shutdown: stopping its replicas, its data plane and its gRPC service.
+const stopGrace = 10 * time.Second
 
 // brokerShutdownTimeout bounds a broker's clean exit with the default
-// controlled shutdown timeout: the controlled shutdown, then unregistering.
-const brokerShutdownTimeout = broker.DefaultControlledShutdownTimeout + unregisterTimeout
+// controlled shutdown timeout: the controlled shutdown, then the stop.
+const brokerShutdownTimeout = broker.DefaultControlledShutdownTimeout + stopGrace
 
 // newBrokerCmd is `keel broker`: run without a subcommand it runs a broker;
 // `keel broker list` and `keel broker inspect` are admin tools.
@@ -56,16 +56,20 @@ follower that fetches to the ISR, and drops one silent for
 
 SIGTERM or SIGINT makes a controlled shutdown: the controller moves this
 broker's leaderships to other ISR members first (waiting at most
---controlled-shutdown-timeout, then leaving anyway), then the broker
-unregisters and stops.
+--controlled-shutdown-timeout, then leaving anyway), then fences the broker,
+which stops. It stays registered, fenced, in its replica sets and in
+placement, until it starts again (a rolling restart) or an operator removes
+it for good with keel broker unregister.
+
+With a subcommand, list the cluster's brokers, inspect one broker, or
+unregister one that is gone for good.
 
 With --tls-cert, --tls-key and --tls-ca (keel cert makes them) every
 connection is mutual TLS. Without them the broker runs plaintext, and so
 refuses to start unless every address it listens on, advertises and dials
 (--listen, --advertise, --controllers, --metrics-addr) is loopback, or
 --insecure says plaintext is meant.
-
-With a subcommand, list the cluster's brokers or inspect one broker.`,
+`,
 		Example: `  keel broker --broker-id 1 --listen 127.0.0.1:9201 --data-dir /var/lib/keel/broker-1 \
     --controllers 127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093
   keel broker list
@@ -130,11 +134,11 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 			select {
 			case sig := <-sigs:
 				log.Info("stopping", "signal", sig.String())
-				ctx, cancel := context.WithTimeout(context.Background(), cfg.ControlledShutdownTimeout+unregisterTimeout)
+				ctx, cancel := context.WithTimeout(context.Background(), cfg.ControlledShutdownTimeout+stopGrace)
 				defer cancel()
-				// A broker whose controlled shutdown times out, or that
-				// cannot unregister, still stops: the controllers fence it
-				// when its session expires, and move its leaderships then.
+				// A broker whose controlled shutdown times out still
+				// stops: the controllers fence it when its session
+				// expires, and move its leaderships then.
 				if err := agent.Shutdown(ctx); err != nil {
 					log.Warn("broker did not shut down cleanly", "err", err)
 				}
@@ -161,7 +165,7 @@ With a subcommand, list the cluster's brokers or inspect one broker.`,
 		"how long a follower may go without fetching before its leader drops it from the ISR")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
-	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd())
+	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerUnregisterCmd())
 	return cmd
 }
 
@@ -222,6 +226,57 @@ func newBrokerListCmd() *cobra.Command {
 	}
 	a.add(cmd)
 	r.add(cmd)
+	return cmd
+}
+
+// unregisteredBroker is the JSON contract of `keel broker unregister`.
+type unregisteredBroker struct {
+	BrokerID    int32 `json:"broker_id"`
+	BrokerEpoch int64 `json:"broker_epoch"`
+}
+
+func newBrokerUnregisterCmd() *cobra.Command {
+	a := &adminFlags{}
+	var id int32
+	var epoch int64
+	cmd := &cobra.Command{
+		Use:   "unregister",
+		Short: "Remove a stopped (fenced) broker from the cluster for good",
+		Long: `Remove a broker that is gone for good: it leaves keel broker list, placement
+and the replication-factor counts, and the ISRs it is still in. A broker
+stopped with SIGTERM (or killed, once its session has expired) stays
+registered, fenced, so that a restart finds its place kept; unregistering is
+the operator's decision that it will not come back.
+
+Refused while the broker is active or shutting down (not fenced): stop it
+first. A broker that starts again after being unregistered simply registers
+anew. --broker-epoch, when given, removes only that incarnation.`,
+		Example: `  keel broker unregister --broker-id 4`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case id < 0:
+				return errors.New("--broker-id is required and must be a non-negative integer")
+			case epoch < 0:
+				return fmt.Errorf("--broker-epoch %d: want a positive epoch, or 0 for whichever is registered", epoch)
+			}
+			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (unregisteredBroker, error) {
+				resp, err := c.UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: id, BrokerEpoch: epoch})
+				if err != nil {
+					return unregisteredBroker{}, err
+				}
+				return unregisteredBroker{BrokerID: id, BrokerEpoch: resp.GetBrokerEpoch()}, nil
+			}, func(w io.Writer, u unregisteredBroker) error {
+				fmt.Fprintf(w, "unregistered broker %d (epoch %d)\n", u.BrokerID, u.BrokerEpoch)
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.Int32Var(&id, "broker-id", -1, "the broker to remove (required)")
+	hidePlaceholder(f, "broker-id")
+	f.Int64Var(&epoch, "broker-epoch", 0, "remove only this incarnation (default: whichever is registered)")
+	a.add(cmd)
 	return cmd
 }
 

@@ -12,8 +12,10 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
 )
 
 // runKeel runs the keel command line in this process and returns stdout.
@@ -127,6 +129,40 @@ func TestBrokerInspect(t *testing.T) {
 	}
 }
 
+type fakeUnregister struct {
+	keelpb.UnimplementedControllerServiceServer
+	got []*keelpb.UnregisterBrokerRequest
+}
+
+func (f *fakeUnregister) UnregisterBroker(_ context.Context, req *keelpb.UnregisterBrokerRequest) (*keelpb.UnregisterBrokerResponse, error) {
+	f.got = append(f.got, req)
+	if req.GetBrokerId() == 2 {
+		return nil, rpc.WithReason(codes.FailedPrecondition, rpc.ReasonBrokerNotFenced, "broker not fenced: broker 2 (epoch 9) is active; stop it first")
+	}
+	return &keelpb.UnregisterBrokerResponse{BrokerEpoch: 7}, nil
+}
+
+func TestBrokerUnregister(t *testing.T) {
+	fake := &fakeUnregister{}
+	addr := serveGRPC(t, func(g *grpc.Server) { keelpb.RegisterControllerServiceServer(g, fake) })
+	out, err := runKeel(t, "broker", "unregister", "--broker-id", "1", "--controllers", addr)
+	if err != nil || out != "unregistered broker 1 (epoch 7)\n" {
+		t.Fatalf("unregister: %q, %v", out, err)
+	}
+	out, err = runKeel(t, "broker", "unregister", "--broker-id", "1", "--broker-epoch", "7", "--controllers", addr, "-o", "json")
+	if err != nil || strings.Join(strings.Fields(out), "") != `{"broker_id":1,"broker_epoch":7}` {
+		t.Fatalf("unregister -o json: %q, %v", out, err)
+	}
+	if len(fake.got) != 2 || fake.got[0].GetBrokerEpoch() != 0 || fake.got[1].GetBrokerEpoch() != 7 {
+		t.Fatalf("requests %v; want epoch 0 (any), then 7", fake.got)
+	}
+	// A refusal comes back as one line with its reason's message.
+	_, err = runKeel(t, "broker", "unregister", "--broker-id", "2", "--controllers", addr)
+	if err == nil || !strings.Contains(errorLine(err), "FailedPrecondition: broker not fenced: broker 2 (epoch 9) is active; stop it first") {
+		t.Fatalf("unregister of an active broker: %v", err)
+	}
+}
+
 func TestBrokerCommandErrors(t *testing.T) {
 	// A data dir that broker 2 has claimed.
 	taken := t.TempDir()
@@ -151,6 +187,8 @@ func TestBrokerCommandErrors(t *testing.T) {
 		{"inspect without an address", []string{"broker", "inspect"}, "--address is required"},
 		{"inspect with a bad output", []string{"broker", "inspect", "--address", "127.0.0.1:1", "-o", "yaml"}, `-o "yaml"`},
 		{"list with a bad output", []string{"broker", "list", "-o", "yaml"}, `-o "yaml"`},
+		{"unregister without a broker id", []string{"broker", "unregister"}, "--broker-id is required"},
+		{"unregister with a negative epoch", []string{"broker", "unregister", "--broker-id", "1", "--broker-epoch", "-3"}, "--broker-epoch -3"},
 		{"dev with negative brokers", []string{"dev", "--brokers-count", "-1"}, "--brokers-count -1"},
 	}
 	for _, tt := range tests {

@@ -253,9 +253,9 @@ func TestConfig_DeployExamples(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if stop <= shutdown+unregisterTimeout {
-					t.Errorf("TimeoutStopSec=%v: systemd would kill a broker still in its controlled shutdown (%v) or unregistering (%v)",
-						stop, shutdown, unregisterTimeout)
+				if stop <= shutdown+stopGrace {
+					t.Errorf("TimeoutStopSec=%v: systemd would kill a broker still in its controlled shutdown (%v) or stopping (%v)",
+						stop, shutdown, stopGrace)
 				}
 			}
 			for _, key := range []string{"User", "Restart", "KillSignal", "LimitNOFILE", "NoNewPrivileges", "ProtectSystem"} {

@@ -30,7 +30,8 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 		Short: "Run a local cluster in one process (temporary data; Ctrl-C stops it)",
 		Long: `Run a local controller quorum and brokers in one process on free loopback
 ports, with their data in a temporary directory that is removed on exit (or in
---data-dir, kept). Ctrl-C unregisters the brokers, then stops the controllers.
+--data-dir, kept). Ctrl-C stops the brokers (each with a controlled shutdown),
+then the controllers.
 
 With --tls, everything runs over mutual TLS with certificates from a
 throwaway CA written to DATA/tls: controller-N, broker-N and admin. It prints
@@ -200,9 +201,9 @@ func stopDevMetrics(ms []*metricsServer) {
 	}
 }
 
-// stopDevBrokers unregisters every broker at once, while the controllers are
-// still up to take the unregistrations, and stops them. A broker that could
-// not unregister is stopped all the same.
+// stopDevBrokers stops every broker at once with a controlled shutdown,
+// while the controllers are still up to take it. A broker whose controlled
+// shutdown does not complete is stopped all the same.
 func stopDevBrokers(agents []*broker.Agent, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), brokerShutdownTimeout)
 	defer cancel()

@@ -26,7 +26,8 @@
 //     without a word; from the commit of its FenceBroker record until every
 //     partition it led has a new leader, and until every live broker has it.
 //   - controlled-shutdown: the thin broker leading the most partitions shuts
-//     down cleanly; the time until the controller lets it exit.
+//     down cleanly; the time until the controller lets it exit, having
+//     fenced it (it stays registered; the bench starts a new incarnation).
 //   - failover: kill -9 of the active controller; the time to a new active
 //     controller, and until every broker streams from it again.
 //   - load: kill -9 of every controller after a raft snapshot of the P

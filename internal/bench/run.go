@@ -298,7 +298,7 @@ func (r *runner) close() {
 		}
 		for _, b := range r.brokers {
 			if e := b.Epoch(); e > 0 {
-				_ = r.admin.UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: b.ID(), BrokerEpoch: e})
+				r.removeBroker(ctx, b.ID(), e)
 			}
 		}
 		cancel()
@@ -312,6 +312,22 @@ func (r *runner) close() {
 		// way out would only delay the exit.
 		_ = r.kill(r.quorum.Controllers()...)
 		_ = r.quorum.Close()
+	}
+}
+
+// removeBroker takes a bench broker that has stopped out of a running
+// quorum: fenced at once (a heartbeat asking for it, in the broker's name,
+// rather than wait for its session to end), then unregistered, which only a
+// fenced broker may be.
+func (r *runner) removeBroker(ctx context.Context, id int32, epoch int64) {
+	_, err := r.admin.BrokerHeartbeat(ctx, &keelpb.BrokerHeartbeatRequest{BrokerId: id, BrokerEpoch: epoch, WantFence: true})
+	if err == nil {
+		_, err = r.admin.UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: id, BrokerEpoch: epoch})
+	}
+	switch {
+	case err == nil, rpc.ReasonOf(err) == rpc.ReasonStaleBrokerEpoch, rpc.ReasonOf(err) == rpc.ReasonBrokerNotRegistered:
+	default:
+		statusf(r.cfg.Status, "could not unregister broker %d: %s", id, status.Convert(err).Message())
 	}
 }
 

@@ -316,8 +316,9 @@ func (b *thinBroker) Close() { b.Kill() }
 // Shutdown runs a controlled shutdown: heartbeats ask to shut down (the
 // first at once, one after every push received) until the controller
 // answers that the broker may exit. It returns the time from the first
-// asking heartbeat to that answer. Then the broker stops and unregisters,
-// as broker.Agent.Shutdown does.
+// asking heartbeat to that answer, when the controller has fenced it. Then
+// the broker stops, still registered (fenced), as broker.Agent.Shutdown
+// does.
 func (b *thinBroker) Shutdown(ctx context.Context) (time.Duration, error) {
 	b.wantShutdown.Store(true)
 	b.pokeHeartbeat()
@@ -331,18 +332,7 @@ func (b *thinBroker) Shutdown(ctx context.Context) (time.Duration, error) {
 	b.wg.Wait()
 	b.mu.Lock()
 	took := b.releasedAt.Sub(b.askedAt)
-	epoch := b.epoch
 	b.mu.Unlock()
-	if err == nil && epoch > 0 {
-		uerr := b.client.UnregisterBroker(ctx, &keelpb.UnregisterBrokerRequest{BrokerId: b.id, BrokerEpoch: epoch})
-		switch rpc.ReasonOf(uerr) {
-		case rpc.ReasonStaleBrokerEpoch, rpc.ReasonBrokerNotRegistered:
-			uerr = nil
-		}
-		if uerr != nil {
-			err = fmt.Errorf("unregister broker %d: %s", b.id, status.Convert(uerr).Message())
-		}
-	}
 	b.stopOnce.Do(func() { b.client.Close() })
 	return took, err
 }

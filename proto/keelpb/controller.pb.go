@@ -1039,9 +1039,10 @@ func (x *BrokerHeartbeatResponse) GetControllerId() int32 {
 }
 
 type UnregisterBrokerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BrokerId      int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	BrokerEpoch   int64                  `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	// The incarnation to remove; 0: whichever is registered.
+	BrokerEpoch   int64 `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1091,7 +1092,9 @@ func (x *UnregisterBrokerRequest) GetBrokerEpoch() int64 {
 }
 
 type UnregisterBrokerResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The epoch of the incarnation removed.
+	BrokerEpoch   int64 `protobuf:"varint,1,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1124,6 +1127,13 @@ func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use UnregisterBrokerResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterBrokerResponse) Descriptor() ([]byte, []int) {
 	return file_controller_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *UnregisterBrokerResponse) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
 }
 
 type StreamMetadataRequest struct {
@@ -2557,13 +2567,21 @@ type AlterPartitionRequest struct {
 	Partition      int32                  `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
 	LeaderEpoch    int32                  `protobuf:"varint,5,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
 	PartitionEpoch int32                  `protobuf:"varint,6,opt,name=partition_epoch,json=partitionEpoch,proto3" json:"partition_epoch,omitempty"`
-	NewIsr         []int32                `protobuf:"varint,7,rep,packed,name=new_isr,json=newIsr,proto3" json:"new_isr,omitempty"`
+	// The new ISR, without broker epochs: the form of senders that predate
+	// new_isr_with_epochs. Alongside new_isr_with_epochs it must name the same
+	// brokers in the same order (so that a controller that knows only new_isr
+	// reads the same ISR).
+	NewIsr []int32 `protobuf:"varint,7,rep,packed,name=new_isr,json=newIsr,proto3" json:"new_isr,omitempty"`
 	// The state the leader reports (KIP-704): RECOVERED, the default, confirms
 	// a RECOVERING partition; RECOVERING is refused for a recovered partition
 	// and for an ISR of more than the leader.
 	LeaderRecoveryState LeaderRecoveryState `protobuf:"varint,8,opt,name=leader_recovery_state,json=leaderRecoveryState,proto3,enum=keel.v1.LeaderRecoveryState" json:"leader_recovery_state,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The new ISR with each member's broker epoch as the leader knows it
+	// (KIP-903): a member whose epoch is no longer its registered one has
+	// restarted since, and the change is refused (INELIGIBLE_REPLICA).
+	NewIsrWithEpochs []*BrokerState `protobuf:"bytes,9,rep,name=new_isr_with_epochs,json=newIsrWithEpochs,proto3" json:"new_isr_with_epochs,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *AlterPartitionRequest) Reset() {
@@ -2652,6 +2670,67 @@ func (x *AlterPartitionRequest) GetLeaderRecoveryState() LeaderRecoveryState {
 	return LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED
 }
 
+func (x *AlterPartitionRequest) GetNewIsrWithEpochs() []*BrokerState {
+	if x != nil {
+		return x.NewIsrWithEpochs
+	}
+	return nil
+}
+
+// BrokerState is an ISR member and the broker epoch it is known at.
+type BrokerState struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	// -1: not known, the epoch is not checked; otherwise positive.
+	BrokerEpoch   int64 `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerState) Reset() {
+	*x = BrokerState{}
+	mi := &file_controller_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerState) ProtoMessage() {}
+
+func (x *BrokerState) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerState.ProtoReflect.Descriptor instead.
+func (*BrokerState) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *BrokerState) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+func (x *BrokerState) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
 type AlterPartitionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Partition     *PartitionDescription  `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
@@ -2661,7 +2740,7 @@ type AlterPartitionResponse struct {
 
 func (x *AlterPartitionResponse) Reset() {
 	*x = AlterPartitionResponse{}
-	mi := &file_controller_proto_msgTypes[37]
+	mi := &file_controller_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2673,7 +2752,7 @@ func (x *AlterPartitionResponse) String() string {
 func (*AlterPartitionResponse) ProtoMessage() {}
 
 func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[37]
+	mi := &file_controller_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2686,7 +2765,7 @@ func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{37}
+	return file_controller_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AlterPartitionResponse) GetPartition() *PartitionDescription {
@@ -2706,7 +2785,7 @@ type TopicPartition struct {
 
 func (x *TopicPartition) Reset() {
 	*x = TopicPartition{}
-	mi := &file_controller_proto_msgTypes[38]
+	mi := &file_controller_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +2797,7 @@ func (x *TopicPartition) String() string {
 func (*TopicPartition) ProtoMessage() {}
 
 func (x *TopicPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[38]
+	mi := &file_controller_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +2810,7 @@ func (x *TopicPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicPartition.ProtoReflect.Descriptor instead.
 func (*TopicPartition) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{38}
+	return file_controller_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TopicPartition) GetTopic() string {
@@ -2760,7 +2839,7 @@ type ElectLeadersRequest struct {
 
 func (x *ElectLeadersRequest) Reset() {
 	*x = ElectLeadersRequest{}
-	mi := &file_controller_proto_msgTypes[39]
+	mi := &file_controller_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +2851,7 @@ func (x *ElectLeadersRequest) String() string {
 func (*ElectLeadersRequest) ProtoMessage() {}
 
 func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[39]
+	mi := &file_controller_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +2864,7 @@ func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersRequest.ProtoReflect.Descriptor instead.
 func (*ElectLeadersRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{39}
+	return file_controller_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ElectLeadersRequest) GetType() ElectionType {
@@ -2818,7 +2897,7 @@ type ElectLeadersResponse struct {
 
 func (x *ElectLeadersResponse) Reset() {
 	*x = ElectLeadersResponse{}
-	mi := &file_controller_proto_msgTypes[40]
+	mi := &file_controller_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +2909,7 @@ func (x *ElectLeadersResponse) String() string {
 func (*ElectLeadersResponse) ProtoMessage() {}
 
 func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[40]
+	mi := &file_controller_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +2922,7 @@ func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersResponse.ProtoReflect.Descriptor instead.
 func (*ElectLeadersResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{40}
+	return file_controller_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ElectLeadersResponse) GetResults() []*ElectionResult {
@@ -2866,7 +2945,7 @@ type ElectionResult struct {
 
 func (x *ElectionResult) Reset() {
 	*x = ElectionResult{}
-	mi := &file_controller_proto_msgTypes[41]
+	mi := &file_controller_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +2957,7 @@ func (x *ElectionResult) String() string {
 func (*ElectionResult) ProtoMessage() {}
 
 func (x *ElectionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[41]
+	mi := &file_controller_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +2970,7 @@ func (x *ElectionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectionResult.ProtoReflect.Descriptor instead.
 func (*ElectionResult) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{41}
+	return file_controller_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ElectionResult) GetTopic() string {
@@ -2934,7 +3013,7 @@ type AlterPartitionReassignmentsRequest struct {
 
 func (x *AlterPartitionReassignmentsRequest) Reset() {
 	*x = AlterPartitionReassignmentsRequest{}
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2946,7 +3025,7 @@ func (x *AlterPartitionReassignmentsRequest) String() string {
 func (*AlterPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2959,7 +3038,7 @@ func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use AlterPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{42}
+	return file_controller_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AlterPartitionReassignmentsRequest) GetTopic() string {
@@ -2992,7 +3071,7 @@ type AlterPartitionReassignmentsResponse struct {
 
 func (x *AlterPartitionReassignmentsResponse) Reset() {
 	*x = AlterPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3083,7 @@ func (x *AlterPartitionReassignmentsResponse) String() string {
 func (*AlterPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3096,7 @@ func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use AlterPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{43}
+	return file_controller_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AlterPartitionReassignmentsResponse) GetPartition() *PartitionDescription {
@@ -3037,7 +3116,7 @@ type ListPartitionReassignmentsRequest struct {
 
 func (x *ListPartitionReassignmentsRequest) Reset() {
 	*x = ListPartitionReassignmentsRequest{}
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3049,7 +3128,7 @@ func (x *ListPartitionReassignmentsRequest) String() string {
 func (*ListPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3062,7 +3141,7 @@ func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{44}
+	return file_controller_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListPartitionReassignmentsRequest) GetStale() bool {
@@ -3082,7 +3161,7 @@ type ListPartitionReassignmentsResponse struct {
 
 func (x *ListPartitionReassignmentsResponse) Reset() {
 	*x = ListPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3094,7 +3173,7 @@ func (x *ListPartitionReassignmentsResponse) String() string {
 func (*ListPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3107,7 +3186,7 @@ func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ListPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{45}
+	return file_controller_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListPartitionReassignmentsResponse) GetReassignments() []*Reassignment {
@@ -3137,7 +3216,7 @@ type Reassignment struct {
 
 func (x *Reassignment) Reset() {
 	*x = Reassignment{}
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3149,7 +3228,7 @@ func (x *Reassignment) String() string {
 func (*Reassignment) ProtoMessage() {}
 
 func (x *Reassignment) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3162,7 +3241,7 @@ func (x *Reassignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reassignment.ProtoReflect.Descriptor instead.
 func (*Reassignment) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{46}
+	return file_controller_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Reassignment) GetTopic() string {
@@ -3212,7 +3291,7 @@ type RestoreSnapshotRequest struct {
 
 func (x *RestoreSnapshotRequest) Reset() {
 	*x = RestoreSnapshotRequest{}
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3224,7 +3303,7 @@ func (x *RestoreSnapshotRequest) String() string {
 func (*RestoreSnapshotRequest) ProtoMessage() {}
 
 func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3237,7 +3316,7 @@ func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{47}
+	return file_controller_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RestoreSnapshotRequest) GetForceClusterId() bool {
@@ -3275,7 +3354,7 @@ type RestoreSnapshotResponse struct {
 
 func (x *RestoreSnapshotResponse) Reset() {
 	*x = RestoreSnapshotResponse{}
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3287,7 +3366,7 @@ func (x *RestoreSnapshotResponse) String() string {
 func (*RestoreSnapshotResponse) ProtoMessage() {}
 
 func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3300,7 +3379,7 @@ func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{48}
+	return file_controller_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RestoreSnapshotResponse) GetClusterId() string {
@@ -3357,7 +3436,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3448,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3461,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{49}
+	return file_controller_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *LeaderHint) GetLeaderId() int32 {
@@ -3409,7 +3488,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3421,7 +3500,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3434,7 +3513,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{50}
+	return file_controller_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AddVoterRequest) GetId() int32 {
@@ -3465,7 +3544,7 @@ type AddVoterResponse struct {
 
 func (x *AddVoterResponse) Reset() {
 	*x = AddVoterResponse{}
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3556,7 @@ func (x *AddVoterResponse) String() string {
 func (*AddVoterResponse) ProtoMessage() {}
 
 func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3569,7 @@ func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterResponse.ProtoReflect.Descriptor instead.
 func (*AddVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{51}
+	return file_controller_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AddVoterResponse) GetConfigurationIndex() uint64 {
@@ -3523,7 +3602,7 @@ type RemoveVoterRequest struct {
 
 func (x *RemoveVoterRequest) Reset() {
 	*x = RemoveVoterRequest{}
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3535,7 +3614,7 @@ func (x *RemoveVoterRequest) String() string {
 func (*RemoveVoterRequest) ProtoMessage() {}
 
 func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3548,7 +3627,7 @@ func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{52}
+	return file_controller_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RemoveVoterRequest) GetId() int32 {
@@ -3569,7 +3648,7 @@ type RemoveVoterResponse struct {
 
 func (x *RemoveVoterResponse) Reset() {
 	*x = RemoveVoterResponse{}
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3581,7 +3660,7 @@ func (x *RemoveVoterResponse) String() string {
 func (*RemoveVoterResponse) ProtoMessage() {}
 
 func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3594,7 +3673,7 @@ func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{53}
+	return file_controller_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RemoveVoterResponse) GetConfigurationIndex() uint64 {
@@ -3628,7 +3707,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_controller_proto_msgTypes[54]
+	mi := &file_controller_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3640,7 +3719,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[54]
+	mi := &file_controller_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3653,7 +3732,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{54}
+	return file_controller_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TransferLeadershipRequest) GetTargetId() int32 {
@@ -3676,7 +3755,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_controller_proto_msgTypes[55]
+	mi := &file_controller_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3688,7 +3767,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[55]
+	mi := &file_controller_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3701,7 +3780,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{55}
+	return file_controller_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TransferLeadershipResponse) GetPreviousLeaderId() int32 {
@@ -3730,7 +3809,7 @@ type ConfigResource struct {
 
 func (x *ConfigResource) Reset() {
 	*x = ConfigResource{}
-	mi := &file_controller_proto_msgTypes[56]
+	mi := &file_controller_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3742,7 +3821,7 @@ func (x *ConfigResource) String() string {
 func (*ConfigResource) ProtoMessage() {}
 
 func (x *ConfigResource) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[56]
+	mi := &file_controller_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3755,7 +3834,7 @@ func (x *ConfigResource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigResource.ProtoReflect.Descriptor instead.
 func (*ConfigResource) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{56}
+	return file_controller_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ConfigResource) GetType() ConfigResourceType {
@@ -3783,7 +3862,7 @@ type ConfigEntry struct {
 
 func (x *ConfigEntry) Reset() {
 	*x = ConfigEntry{}
-	mi := &file_controller_proto_msgTypes[57]
+	mi := &file_controller_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +3874,7 @@ func (x *ConfigEntry) String() string {
 func (*ConfigEntry) ProtoMessage() {}
 
 func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[57]
+	mi := &file_controller_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +3887,7 @@ func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
 func (*ConfigEntry) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{57}
+	return file_controller_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ConfigEntry) GetName() string {
@@ -3844,7 +3923,7 @@ type AlterableConfig struct {
 
 func (x *AlterableConfig) Reset() {
 	*x = AlterableConfig{}
-	mi := &file_controller_proto_msgTypes[58]
+	mi := &file_controller_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3856,7 +3935,7 @@ func (x *AlterableConfig) String() string {
 func (*AlterableConfig) ProtoMessage() {}
 
 func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[58]
+	mi := &file_controller_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3869,7 +3948,7 @@ func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterableConfig.ProtoReflect.Descriptor instead.
 func (*AlterableConfig) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{58}
+	return file_controller_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AlterableConfig) GetName() string {
@@ -3906,7 +3985,7 @@ type IncrementalAlterConfigsRequest struct {
 
 func (x *IncrementalAlterConfigsRequest) Reset() {
 	*x = IncrementalAlterConfigsRequest{}
-	mi := &file_controller_proto_msgTypes[59]
+	mi := &file_controller_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3918,7 +3997,7 @@ func (x *IncrementalAlterConfigsRequest) String() string {
 func (*IncrementalAlterConfigsRequest) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[59]
+	mi := &file_controller_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3931,7 +4010,7 @@ func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsRequest.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{59}
+	return file_controller_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *IncrementalAlterConfigsRequest) GetResource() *ConfigResource {
@@ -3967,7 +4046,7 @@ type IncrementalAlterConfigsResponse struct {
 
 func (x *IncrementalAlterConfigsResponse) Reset() {
 	*x = IncrementalAlterConfigsResponse{}
-	mi := &file_controller_proto_msgTypes[60]
+	mi := &file_controller_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4058,7 @@ func (x *IncrementalAlterConfigsResponse) String() string {
 func (*IncrementalAlterConfigsResponse) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[60]
+	mi := &file_controller_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4071,7 @@ func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsResponse.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{60}
+	return file_controller_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *IncrementalAlterConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -4020,7 +4099,7 @@ type DescribeConfigsRequest struct {
 
 func (x *DescribeConfigsRequest) Reset() {
 	*x = DescribeConfigsRequest{}
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4032,7 +4111,7 @@ func (x *DescribeConfigsRequest) String() string {
 func (*DescribeConfigsRequest) ProtoMessage() {}
 
 func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4045,7 +4124,7 @@ func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{61}
+	return file_controller_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DescribeConfigsRequest) GetResource() *ConfigResource {
@@ -4072,7 +4151,7 @@ type DescribeConfigsResponse struct {
 
 func (x *DescribeConfigsResponse) Reset() {
 	*x = DescribeConfigsResponse{}
-	mi := &file_controller_proto_msgTypes[62]
+	mi := &file_controller_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +4163,7 @@ func (x *DescribeConfigsResponse) String() string {
 func (*DescribeConfigsResponse) ProtoMessage() {}
 
 func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[62]
+	mi := &file_controller_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4097,7 +4176,7 @@ func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{62}
+	return file_controller_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DescribeConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -4189,8 +4268,9 @@ const file_controller_proto_rawDesc = "" +
 	"\rcontroller_id\x18\x05 \x01(\x05R\fcontrollerId\"Y\n" +
 	"\x17UnregisterBrokerRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
-	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"\x1a\n" +
-	"\x18UnregisterBrokerResponse\"\x97\x01\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"=\n" +
+	"\x18UnregisterBrokerResponse\x12!\n" +
+	"\fbroker_epoch\x18\x01 \x01(\x03R\vbrokerEpoch\"\x97\x01\n" +
 	"\x15StreamMetadataRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12\x1f\n" +
@@ -4298,7 +4378,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x18eligible_leader_replicas\x18\t \x03(\x05R\x16eligibleLeaderReplicas\x12$\n" +
 	"\x0elast_known_elr\x18\n" +
 	" \x03(\x05R\flastKnownElr\x12P\n" +
-	"\x15leader_recovery_state\x18\v \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\"\xc7\x02\n" +
+	"\x15leader_recovery_state\x18\v \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\"\x8c\x03\n" +
 	"\x15AlterPartitionRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12\x19\n" +
@@ -4307,7 +4387,11 @@ const file_controller_proto_rawDesc = "" +
 	"\fleader_epoch\x18\x05 \x01(\x05R\vleaderEpoch\x12'\n" +
 	"\x0fpartition_epoch\x18\x06 \x01(\x05R\x0epartitionEpoch\x12\x17\n" +
 	"\anew_isr\x18\a \x03(\x05R\x06newIsr\x12P\n" +
-	"\x15leader_recovery_state\x18\b \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\"U\n" +
+	"\x15leader_recovery_state\x18\b \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\x12C\n" +
+	"\x13new_isr_with_epochs\x18\t \x03(\v2\x14.keel.v1.BrokerStateR\x10newIsrWithEpochs\"M\n" +
+	"\vBrokerState\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"U\n" +
 	"\x16AlterPartitionResponse\x12;\n" +
 	"\tpartition\x18\x01 \x01(\v2\x1d.keel.v1.PartitionDescriptionR\tpartition\"D\n" +
 	"\x0eTopicPartition\x12\x14\n" +
@@ -4457,7 +4541,7 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_controller_proto_goTypes = []any{
 	(ElectionType)(0),                           // 0: keel.v1.ElectionType
 	(ConfigSource)(0),                           // 1: keel.v1.ConfigSource
@@ -4499,36 +4583,37 @@ var file_controller_proto_goTypes = []any{
 	(*TopicDescription)(nil),                    // 37: keel.v1.TopicDescription
 	(*PartitionDescription)(nil),                // 38: keel.v1.PartitionDescription
 	(*AlterPartitionRequest)(nil),               // 39: keel.v1.AlterPartitionRequest
-	(*AlterPartitionResponse)(nil),              // 40: keel.v1.AlterPartitionResponse
-	(*TopicPartition)(nil),                      // 41: keel.v1.TopicPartition
-	(*ElectLeadersRequest)(nil),                 // 42: keel.v1.ElectLeadersRequest
-	(*ElectLeadersResponse)(nil),                // 43: keel.v1.ElectLeadersResponse
-	(*ElectionResult)(nil),                      // 44: keel.v1.ElectionResult
-	(*AlterPartitionReassignmentsRequest)(nil),  // 45: keel.v1.AlterPartitionReassignmentsRequest
-	(*AlterPartitionReassignmentsResponse)(nil), // 46: keel.v1.AlterPartitionReassignmentsResponse
-	(*ListPartitionReassignmentsRequest)(nil),   // 47: keel.v1.ListPartitionReassignmentsRequest
-	(*ListPartitionReassignmentsResponse)(nil),  // 48: keel.v1.ListPartitionReassignmentsResponse
-	(*Reassignment)(nil),                        // 49: keel.v1.Reassignment
-	(*RestoreSnapshotRequest)(nil),              // 50: keel.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),             // 51: keel.v1.RestoreSnapshotResponse
-	(*LeaderHint)(nil),                          // 52: keel.v1.LeaderHint
-	(*AddVoterRequest)(nil),                     // 53: keel.v1.AddVoterRequest
-	(*AddVoterResponse)(nil),                    // 54: keel.v1.AddVoterResponse
-	(*RemoveVoterRequest)(nil),                  // 55: keel.v1.RemoveVoterRequest
-	(*RemoveVoterResponse)(nil),                 // 56: keel.v1.RemoveVoterResponse
-	(*TransferLeadershipRequest)(nil),           // 57: keel.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil),          // 58: keel.v1.TransferLeadershipResponse
-	(*ConfigResource)(nil),                      // 59: keel.v1.ConfigResource
-	(*ConfigEntry)(nil),                         // 60: keel.v1.ConfigEntry
-	(*AlterableConfig)(nil),                     // 61: keel.v1.AlterableConfig
-	(*IncrementalAlterConfigsRequest)(nil),      // 62: keel.v1.IncrementalAlterConfigsRequest
-	(*IncrementalAlterConfigsResponse)(nil),     // 63: keel.v1.IncrementalAlterConfigsResponse
-	(*DescribeConfigsRequest)(nil),              // 64: keel.v1.DescribeConfigsRequest
-	(*DescribeConfigsResponse)(nil),             // 65: keel.v1.DescribeConfigsResponse
-	nil,                                         // 66: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                         // 67: keel.v1.TopicDescription.ConfigsEntry
-	(LeaderRecoveryState)(0),                    // 68: keel.v1.LeaderRecoveryState
-	(ConfigResourceType)(0),                     // 69: keel.v1.ConfigResourceType
+	(*BrokerState)(nil),                         // 40: keel.v1.BrokerState
+	(*AlterPartitionResponse)(nil),              // 41: keel.v1.AlterPartitionResponse
+	(*TopicPartition)(nil),                      // 42: keel.v1.TopicPartition
+	(*ElectLeadersRequest)(nil),                 // 43: keel.v1.ElectLeadersRequest
+	(*ElectLeadersResponse)(nil),                // 44: keel.v1.ElectLeadersResponse
+	(*ElectionResult)(nil),                      // 45: keel.v1.ElectionResult
+	(*AlterPartitionReassignmentsRequest)(nil),  // 46: keel.v1.AlterPartitionReassignmentsRequest
+	(*AlterPartitionReassignmentsResponse)(nil), // 47: keel.v1.AlterPartitionReassignmentsResponse
+	(*ListPartitionReassignmentsRequest)(nil),   // 48: keel.v1.ListPartitionReassignmentsRequest
+	(*ListPartitionReassignmentsResponse)(nil),  // 49: keel.v1.ListPartitionReassignmentsResponse
+	(*Reassignment)(nil),                        // 50: keel.v1.Reassignment
+	(*RestoreSnapshotRequest)(nil),              // 51: keel.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),             // 52: keel.v1.RestoreSnapshotResponse
+	(*LeaderHint)(nil),                          // 53: keel.v1.LeaderHint
+	(*AddVoterRequest)(nil),                     // 54: keel.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),                    // 55: keel.v1.AddVoterResponse
+	(*RemoveVoterRequest)(nil),                  // 56: keel.v1.RemoveVoterRequest
+	(*RemoveVoterResponse)(nil),                 // 57: keel.v1.RemoveVoterResponse
+	(*TransferLeadershipRequest)(nil),           // 58: keel.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),          // 59: keel.v1.TransferLeadershipResponse
+	(*ConfigResource)(nil),                      // 60: keel.v1.ConfigResource
+	(*ConfigEntry)(nil),                         // 61: keel.v1.ConfigEntry
+	(*AlterableConfig)(nil),                     // 62: keel.v1.AlterableConfig
+	(*IncrementalAlterConfigsRequest)(nil),      // 63: keel.v1.IncrementalAlterConfigsRequest
+	(*IncrementalAlterConfigsResponse)(nil),     // 64: keel.v1.IncrementalAlterConfigsResponse
+	(*DescribeConfigsRequest)(nil),              // 65: keel.v1.DescribeConfigsRequest
+	(*DescribeConfigsResponse)(nil),             // 66: keel.v1.DescribeConfigsResponse
+	nil,                                         // 67: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                         // 68: keel.v1.TopicDescription.ConfigsEntry
+	(LeaderRecoveryState)(0),                    // 69: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),                     // 70: keel.v1.ConfigResourceType
 }
 var file_controller_proto_depIdxs = []int32{
 	7,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
@@ -4539,7 +4624,7 @@ var file_controller_proto_depIdxs = []int32{
 	24, // 5: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
 	6,  // 6: keel.v1.ListBrokersResponse.source:type_name -> keel.v1.ReadSource
 	26, // 7: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	66, // 8: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	67, // 8: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
 	37, // 9: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
 	26, // 10: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
 	37, // 11: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
@@ -4547,80 +4632,81 @@ var file_controller_proto_depIdxs = []int32{
 	6,  // 13: keel.v1.ListTopicsResponse.source:type_name -> keel.v1.ReadSource
 	37, // 14: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
 	6,  // 15: keel.v1.DescribeTopicResponse.source:type_name -> keel.v1.ReadSource
-	67, // 16: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	68, // 16: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
 	38, // 17: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
-	60, // 18: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
-	68, // 19: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	68, // 20: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	38, // 21: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
-	0,  // 22: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
-	41, // 23: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
-	44, // 24: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
-	38, // 25: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
-	49, // 26: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
-	6,  // 27: keel.v1.ListPartitionReassignmentsResponse.source:type_name -> keel.v1.ReadSource
-	7,  // 28: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	7,  // 29: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	69, // 30: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
-	1,  // 31: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
-	2,  // 32: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
-	59, // 33: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
-	61, // 34: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
-	60, // 35: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
-	44, // 36: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
-	59, // 37: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
-	60, // 38: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
-	3,  // 39: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	8,  // 40: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	10, // 41: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	12, // 42: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	14, // 43: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	16, // 44: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	22, // 45: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	25, // 46: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
-	28, // 47: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
-	30, // 48: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
-	32, // 49: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
-	35, // 50: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
-	39, // 51: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
-	42, // 52: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
-	45, // 53: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
-	47, // 54: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
-	21, // 55: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	50, // 56: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
-	53, // 57: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
-	55, // 58: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
-	57, // 59: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
-	62, // 60: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
-	64, // 61: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
-	4,  // 62: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	9,  // 63: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	11, // 64: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	13, // 65: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	15, // 66: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	17, // 67: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	23, // 68: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	27, // 69: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	29, // 70: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	31, // 71: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	33, // 72: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	36, // 73: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	40, // 74: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	43, // 75: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	46, // 76: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	48, // 77: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	20, // 78: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	51, // 79: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	54, // 80: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	56, // 81: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	58, // 82: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	63, // 83: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
-	65, // 84: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
-	62, // [62:85] is the sub-list for method output_type
-	39, // [39:62] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	61, // 18: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
+	69, // 19: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	69, // 20: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	40, // 21: keel.v1.AlterPartitionRequest.new_isr_with_epochs:type_name -> keel.v1.BrokerState
+	38, // 22: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
+	0,  // 23: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
+	42, // 24: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
+	45, // 25: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
+	38, // 26: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
+	50, // 27: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
+	6,  // 28: keel.v1.ListPartitionReassignmentsResponse.source:type_name -> keel.v1.ReadSource
+	7,  // 29: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	7,  // 30: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	70, // 31: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
+	1,  // 32: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
+	2,  // 33: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
+	60, // 34: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	62, // 35: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
+	61, // 36: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	45, // 37: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
+	60, // 38: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	61, // 39: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	3,  // 40: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	8,  // 41: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	10, // 42: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	12, // 43: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	14, // 44: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	16, // 45: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	22, // 46: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	25, // 47: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	28, // 48: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	30, // 49: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	32, // 50: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	35, // 51: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	39, // 52: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	43, // 53: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	46, // 54: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	48, // 55: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	21, // 56: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
+	51, // 57: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	54, // 58: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
+	56, // 59: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
+	58, // 60: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
+	63, // 61: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
+	65, // 62: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
+	4,  // 63: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	9,  // 64: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	11, // 65: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	13, // 66: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	15, // 67: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	17, // 68: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	23, // 69: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	27, // 70: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	29, // 71: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	31, // 72: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	33, // 73: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	36, // 74: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	41, // 75: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	44, // 76: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	47, // 77: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	49, // 78: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	20, // 79: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	52, // 80: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	55, // 81: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	57, // 82: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	59, // 83: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	64, // 84: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
+	66, // 85: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
+	63, // [63:86] is the sub-list for method output_type
+	40, // [40:63] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -4633,14 +4719,14 @@ func file_controller_proto_init() {
 		(*MetadataPush_Entries)(nil),
 		(*MetadataPush_Snapshot)(nil),
 	}
-	file_controller_proto_msgTypes[54].OneofWrappers = []any{}
+	file_controller_proto_msgTypes[55].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   65,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -67,7 +67,12 @@ type ControllerServiceClient interface {
 	// epoch is refused (FailedPrecondition, STALE_BROKER_EPOCH or
 	// BROKER_NOT_REGISTERED) so that the broker registers again.
 	BrokerHeartbeat(ctx context.Context, in *BrokerHeartbeatRequest, opts ...grpc.CallOption) (*BrokerHeartbeatResponse, error)
-	// UnregisterBroker removes a broker that is going away for good.
+	// UnregisterBroker removes a broker that is gone for good: an operator's
+	// act (`keel broker unregister`); a broker stopped with SIGTERM stays
+	// registered, fenced. Refused while the broker is not fenced
+	// (FailedPrecondition, BROKER_NOT_FENCED), and for an epoch that is not
+	// the registered one (STALE_BROKER_EPOCH) or an unknown broker
+	// (BROKER_NOT_REGISTERED).
 	UnregisterBroker(ctx context.Context, in *UnregisterBrokerRequest, opts ...grpc.CallOption) (*UnregisterBrokerResponse, error)
 	// StreamMetadata pushes committed record batches, in offset order, from
 	// the active controller to a broker: first an image snapshot when the
@@ -86,11 +91,18 @@ type ControllerServiceClient interface {
 	// ListTopics and DescribeTopic answer from this controller's committed image.
 	ListTopics(ctx context.Context, in *ListTopicsRequest, opts ...grpc.CallOption) (*ListTopicsResponse, error)
 	DescribeTopic(ctx context.Context, in *DescribeTopicRequest, opts ...grpc.CallOption) (*DescribeTopicResponse, error)
-	// AlterPartition is a partition leader's ISR change (shrink or expand).
-	// Refused (FailedPrecondition with a reason) for a stale leader epoch
-	// (FENCED_LEADER_EPOCH), a stale partition epoch (INVALID_UPDATE_VERSION),
-	// a sender that is not the leader (NOT_LEADER), or an ISR that omits the
-	// leader or holds an ineligible broker (INELIGIBLE_REPLICA).
+	// AlterPartition is a partition leader's ISR change (shrink or expand),
+	// checked in the order of Kafka's ReplicationControlManager.alterPartition.
+	// Refused, with a reason: an unknown sender or a stale sender epoch
+	// (FailedPrecondition, STALE_BROKER_EPOCH); an unknown topic or partition
+	// (NotFound, UNKNOWN_TOPIC_OR_PARTITION); a leader or partition epoch above
+	// the controller's (FailedPrecondition, NOT_CONTROLLER); a stale leader
+	// epoch (FailedPrecondition, FENCED_LEADER_EPOCH); a sender that is not the
+	// leader, or an ISR that is not a set of the partition's replicas or omits
+	// the leader (InvalidArgument, INVALID_REQUEST); a stale partition epoch
+	// (FailedPrecondition, INVALID_UPDATE_VERSION); an ISR member that is not
+	// registered, fenced, shutting down, or at another broker epoch than the
+	// request says (FailedPrecondition, INELIGIBLE_REPLICA).
 	AlterPartition(ctx context.Context, in *AlterPartitionRequest, opts ...grpc.CallOption) (*AlterPartitionResponse, error)
 	// ElectLeaders runs a preferred or unclean election on some partitions.
 	ElectLeaders(ctx context.Context, in *ElectLeadersRequest, opts ...grpc.CallOption) (*ElectLeadersResponse, error)
@@ -422,7 +434,12 @@ type ControllerServiceServer interface {
 	// epoch is refused (FailedPrecondition, STALE_BROKER_EPOCH or
 	// BROKER_NOT_REGISTERED) so that the broker registers again.
 	BrokerHeartbeat(context.Context, *BrokerHeartbeatRequest) (*BrokerHeartbeatResponse, error)
-	// UnregisterBroker removes a broker that is going away for good.
+	// UnregisterBroker removes a broker that is gone for good: an operator's
+	// act (`keel broker unregister`); a broker stopped with SIGTERM stays
+	// registered, fenced. Refused while the broker is not fenced
+	// (FailedPrecondition, BROKER_NOT_FENCED), and for an epoch that is not
+	// the registered one (STALE_BROKER_EPOCH) or an unknown broker
+	// (BROKER_NOT_REGISTERED).
 	UnregisterBroker(context.Context, *UnregisterBrokerRequest) (*UnregisterBrokerResponse, error)
 	// StreamMetadata pushes committed record batches, in offset order, from
 	// the active controller to a broker: first an image snapshot when the
@@ -441,11 +458,18 @@ type ControllerServiceServer interface {
 	// ListTopics and DescribeTopic answer from this controller's committed image.
 	ListTopics(context.Context, *ListTopicsRequest) (*ListTopicsResponse, error)
 	DescribeTopic(context.Context, *DescribeTopicRequest) (*DescribeTopicResponse, error)
-	// AlterPartition is a partition leader's ISR change (shrink or expand).
-	// Refused (FailedPrecondition with a reason) for a stale leader epoch
-	// (FENCED_LEADER_EPOCH), a stale partition epoch (INVALID_UPDATE_VERSION),
-	// a sender that is not the leader (NOT_LEADER), or an ISR that omits the
-	// leader or holds an ineligible broker (INELIGIBLE_REPLICA).
+	// AlterPartition is a partition leader's ISR change (shrink or expand),
+	// checked in the order of Kafka's ReplicationControlManager.alterPartition.
+	// Refused, with a reason: an unknown sender or a stale sender epoch
+	// (FailedPrecondition, STALE_BROKER_EPOCH); an unknown topic or partition
+	// (NotFound, UNKNOWN_TOPIC_OR_PARTITION); a leader or partition epoch above
+	// the controller's (FailedPrecondition, NOT_CONTROLLER); a stale leader
+	// epoch (FailedPrecondition, FENCED_LEADER_EPOCH); a sender that is not the
+	// leader, or an ISR that is not a set of the partition's replicas or omits
+	// the leader (InvalidArgument, INVALID_REQUEST); a stale partition epoch
+	// (FailedPrecondition, INVALID_UPDATE_VERSION); an ISR member that is not
+	// registered, fenced, shutting down, or at another broker epoch than the
+	// request says (FailedPrecondition, INELIGIBLE_REPLICA).
 	AlterPartition(context.Context, *AlterPartitionRequest) (*AlterPartitionResponse, error)
 	// ElectLeaders runs a preferred or unclean election on some partitions.
 	ElectLeaders(context.Context, *ElectLeadersRequest) (*ElectLeadersResponse, error)

@@ -1,0 +1,107 @@
+package partlog
+
+import (
+	"errors"
+	"math"
+	"testing"
+)
+
+// TestProducerState: the leader's idempotence checks, through Append
+// (ProducerStateManagerTest's testBasicIdempotence, testProducerSequence*,
+// testProducerFencing, testDuplicate..., testSequenceWrap...; the table in
+// DATAPLANE.md §3).
+func TestProducerState(t *testing.T) {
+	type step struct {
+		s         spec
+		target    error // the refusal, if any
+		wantFirst int64 // the offset answered
+		dup       bool
+	}
+	p := func(epoch int16, seq int32, n int) spec { return spec{pid: 42, pepoch: epoch, seq: seq, records: n} }
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"in order", []step{{s: p(0, 0, 2)}, {s: p(0, 2, 3), wantFirst: 2}, {s: p(0, 5, 1), wantFirst: 5}}},
+		{"unknown producer: any sequence", []step{{s: p(3, 17, 1)}, {s: p(3, 18, 1), wantFirst: 1}}},
+		{"duplicate of the last batch", []step{{s: p(0, 0, 2)}, {s: p(0, 2, 2), wantFirst: 2}, {s: p(0, 2, 2), wantFirst: 2, dup: true}}},
+		{"duplicate of the fifth last", []step{
+			{s: p(0, 0, 1)}, {s: p(0, 1, 1), wantFirst: 1}, {s: p(0, 2, 1), wantFirst: 2}, {s: p(0, 3, 1), wantFirst: 3}, {s: p(0, 4, 1), wantFirst: 4},
+			{s: p(0, 0, 1), wantFirst: 0, dup: true},
+		}},
+		{"the sixth last is no longer known", []step{
+			{s: p(0, 0, 1)}, {s: p(0, 1, 1), wantFirst: 1}, {s: p(0, 2, 1), wantFirst: 2}, {s: p(0, 3, 1), wantFirst: 3}, {s: p(0, 4, 1), wantFirst: 4}, {s: p(0, 5, 1), wantFirst: 5},
+			{s: p(0, 0, 1), target: ErrOutOfOrderSequence},
+		}},
+		{"a gap", []step{{s: p(0, 0, 2)}, {s: p(0, 3, 1), target: ErrOutOfOrderSequence}}},
+		{"a batch overlapping the last", []step{{s: p(0, 0, 2)}, {s: p(0, 1, 2), target: ErrOutOfOrderSequence}}},
+		{"a lower epoch is fenced", []step{{s: p(2, 0, 1)}, {s: p(1, 1, 1), target: ErrInvalidProducerEpoch}}},
+		{"a higher epoch starts at 0", []step{{s: p(1, 0, 1)}, {s: p(1, 1, 1), wantFirst: 1}, {s: p(2, 0, 1), wantFirst: 2}, {s: p(1, 2, 1), target: ErrInvalidProducerEpoch}}},
+		{"a higher epoch not at 0", []step{{s: p(1, 0, 1)}, {s: p(2, 5, 1), target: ErrOutOfOrderSequence}}},
+		{"the sequence wraps", []step{{s: p(0, math.MaxInt32-1, 2)}, {s: p(0, 0, 1), wantFirst: 2}, {s: p(0, math.MaxInt32-1, 2), wantFirst: 0, dup: true}, {s: p(0, 5, 1), target: ErrOutOfOrderSequence}}},
+		{"a batch wrapping inside", []step{{s: p(0, math.MaxInt32, 3)}, {s: p(0, 2, 1), wantFirst: 3}}},
+		{"not idempotent: no checks", []step{{s: spec{}}, {s: spec{}, wantFirst: 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := openLog(t, t.TempDir(), Config{})
+			for i, st := range tc.steps {
+				b := makeBatch(t, st.s)
+				leo := l.LogEndOffset()
+				checked, cerr := l.CheckProducer(b)
+				info, err := l.Append(b, 0)
+				if !errors.Is(cerr, st.target) || checked.Duplicate != st.dup {
+					t.Fatalf("step %d: CheckProducer = %+v, %v; want %v, duplicate %v", i, checked, cerr, st.target, st.dup)
+				}
+				if st.target != nil {
+					if !errors.Is(err, st.target) || l.LogEndOffset() != leo {
+						t.Fatalf("step %d: %v (LEO %d -> %d), want %v and nothing appended", i, err, leo, l.LogEndOffset(), st.target)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if info.FirstOffset != st.wantFirst || info.Duplicate != st.dup {
+					t.Fatalf("step %d: %+v, want first offset %d duplicate %v", i, info, st.wantFirst, st.dup)
+				}
+				if st.dup && l.LogEndOffset() != leo {
+					t.Fatalf("step %d: a duplicate was appended", i)
+				}
+			}
+		})
+	}
+}
+
+// TestProducerState_FollowsTheLog: followers build the same state from
+// replicated headers; truncation and the log start moving take it back.
+func TestProducerState_FollowsTheLog(t *testing.T) {
+	leader := openLog(t, t.TempDir(), Config{})
+	for i := 0; i < 4; i++ {
+		mustAppend(t, leader, spec{pid: 8, seq: int32(i)}, 1)
+	}
+	dir := t.TempDir()
+	f := openLog(t, dir, Config{})
+	res, _ := leader.Read(0, 1<<20)
+	if _, err := f.AppendAsFollower(res.Records); err != nil {
+		t.Fatal(err)
+	}
+	// The follower becomes leader: a retry of batch 3 is a duplicate.
+	if info, err := f.Append(makeBatch(t, spec{pid: 8, seq: 3}), 2); err != nil || !info.Duplicate || info.FirstOffset != 3 {
+		t.Fatalf("retry on the new leader: %+v, %v", info, err)
+	}
+	// Truncated to 2, the next sequence expected is 2 again.
+	if err := f.TruncateTo(2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Append(makeBatch(t, spec{pid: 8, seq: 3}), 2); !errors.Is(err, ErrOutOfOrderSequence) {
+		t.Fatalf("seq 3 after truncation to 2: %v", err)
+	}
+	mustAppend(t, f, spec{pid: 8, seq: 2}, 2)
+	// With its batches below the log start the producer is forgotten.
+	if err := f.DeleteTo(3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Append(makeBatch(t, spec{pid: 8, seq: 99}), 2); err != nil {
+		t.Fatalf("a forgotten producer's batch: %v", err)
+	}
+}

@@ -93,6 +93,14 @@ const (
 	// itself from the quorum, has handed leadership to the node in the
 	// LeaderHint, which makes the change when asked again.
 	ReasonLeadershipTransferred = "LEADERSHIP_TRANSFERRED"
+
+	// ReasonNotLeader was AlterPartition's answer to a sender that is not
+	// the partition's leader.
+	//
+	// Deprecated: controllers answer such a sender ReasonInvalidRequest, as
+	// Kafka does, and never send this reason; a data plane may still
+	// compare against it, so the name stays.
+	ReasonNotLeader = "NOT_LEADER"
 )
 
 // WithReason builds a status error carrying an ErrorInfo reason, which

@@ -304,7 +304,7 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 		tlsCfg := certs.broker(id)
 		// The reference data plane: followers fetch from their leaders, so
 		// ISRs shrink and grow as brokers come and go, as in a real cluster.
-		dp, err := broker.NewReplicaManager(broker.ReplicaManagerConfig{TLS: tlsCfg})
+		dp, err := broker.NewReplicaManager(broker.ReplicaManagerConfig{TLS: tlsCfg, Logger: log.With("broker_id", id)})
 		if err != nil {
 			return nil, err
 		}
@@ -314,7 +314,7 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 			DataDir:     filepath.Join(dataDir, fmt.Sprintf("broker-%d", id)),
 			Controllers: addrs,
 			DataPlane:   dp,
-			Logger:      log.With("broker", id),
+			Logger:      log, // the agent adds broker_id
 			TLS:         tlsCfg,
 			Metrics:     ms[i].registerer(),
 		})

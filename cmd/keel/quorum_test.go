@@ -67,7 +67,7 @@ func TestQuorumStatus_OneFollowerIsEnough(t *testing.T) {
 
 func TestQuorumStatus_Replication(t *testing.T) {
 	c := keeltest.NewCluster(t, 3)
-	leader := c.WaitForActive(10 * time.Second)
+	c.WaitForActive(10 * time.Second)
 
 	// Every voter has answered the leader, and holds its last entry, within
 	// a few heartbeats.
@@ -90,7 +90,7 @@ func TestQuorumStatus_Replication(t *testing.T) {
 	// A voter cut off from the others falls behind, and the leader says
 	// since when it has not heard from it. (The leader now: under load it
 	// may have moved since the start.)
-	leader = c.WaitForActive(10 * time.Second)
+	leader := c.WaitForActive(10 * time.Second)
 	var cut int32
 	for _, n := range c.Nodes() {
 		if n.ID() != leader.ID() {

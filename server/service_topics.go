@@ -71,27 +71,15 @@ func (s *controllerService) DeleteTopic(ctx context.Context, req *keelpb.DeleteT
 	return &keelpb.DeleteTopicResponse{}, nil
 }
 
-// readImage is the image a read answers from: with linearizable, the active
-// controller's confirmed image (controller.ReadImage); otherwise this node's
-// own committed image.
-func (s *controllerService) readImage(ctx context.Context, linearizable bool) (*fsm.Image, error) {
-	if !linearizable {
-		return s.ctrl.Image(), nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
-	defer cancel()
-	img, err := s.ctrl.ReadImage(ctx)
-	return img, toStatus(err)
-}
-
-// ListTopics answers from this node's committed image, or the active
-// controller's confirmed one when the request is linearizable.
+// ListTopics answers from the active controller's committed image (its
+// confirmed one when the request is linearizable), or with stale from this
+// node's (readImage).
 func (s *controllerService) ListTopics(ctx context.Context, req *keelpb.ListTopicsRequest) (*keelpb.ListTopicsResponse, error) {
-	img, err := s.readImage(ctx, req.GetLinearizable())
+	img, src, err := s.readImage(ctx, req.GetLinearizable(), req.GetStale())
 	if err != nil {
 		return nil, err
 	}
-	resp := &keelpb.ListTopicsResponse{}
+	resp := &keelpb.ListTopicsResponse{Source: src}
 	for _, t := range img.Topics() {
 		rf := 0
 		if p, ok := img.Partition(t.ID, 0); ok {
@@ -104,16 +92,20 @@ func (s *controllerService) ListTopics(ctx context.Context, req *keelpb.ListTopi
 
 // DescribeTopic answers as ListTopics does.
 func (s *controllerService) DescribeTopic(ctx context.Context, req *keelpb.DescribeTopicRequest) (*keelpb.DescribeTopicResponse, error) {
-	img, err := s.readImage(ctx, req.GetLinearizable())
+	img, src, err := s.readImage(ctx, req.GetLinearizable(), req.GetStale())
 	if err != nil {
 		return nil, err
 	}
 	d := describeIn(img, req.GetName())
 	if d == nil {
 		// Worded as a write's refusal (toStatus) is: describe and delete say the same.
-		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, fmt.Sprintf("%v: topic %q", controller.ErrUnknownTopic, req.GetName()))
+		msg := fmt.Sprintf("%v: topic %q", controller.ErrUnknownTopic, req.GetName())
+		if !src.Active {
+			msg += fmt.Sprintf(" in controller %d's own image, at index %d (a stale read)", src.NodeId, src.AppliedIndex)
+		}
+		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, msg)
 	}
-	return &keelpb.DescribeTopicResponse{Topic: d}, nil
+	return &keelpb.DescribeTopicResponse{Topic: d, Source: src}, nil
 }
 
 // AlterPartition is a partition leader's ISR change.
@@ -199,10 +191,14 @@ func (s *controllerService) reassignPlan(ctx context.Context, targets []*keelpb.
 	return resp, nil
 }
 
-// ListPartitionReassignments lists ongoing reassignments from this node's image.
-func (s *controllerService) ListPartitionReassignments(context.Context, *keelpb.ListPartitionReassignmentsRequest) (*keelpb.ListPartitionReassignmentsResponse, error) {
-	img := s.ctrl.Image()
-	resp := &keelpb.ListPartitionReassignmentsResponse{}
+// ListPartitionReassignments lists ongoing reassignments, from the image
+// readImage picks.
+func (s *controllerService) ListPartitionReassignments(ctx context.Context, req *keelpb.ListPartitionReassignmentsRequest) (*keelpb.ListPartitionReassignmentsResponse, error) {
+	img, src, err := s.readImage(ctx, false, req.GetStale())
+	if err != nil {
+		return nil, err
+	}
+	resp := &keelpb.ListPartitionReassignmentsResponse{Source: src}
 	img.EachPartition(func(p *fsm.Partition) bool {
 		if p.Reassigning() {
 			t, _ := img.TopicByID(p.TopicID)

@@ -229,28 +229,30 @@ type brokerRow struct {
 
 func newBrokerListCmd() *cobra.Command {
 	a := &adminFlags{}
+	r := &readFlags{}
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the registered brokers and their states (active, fenced, shutting_down)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]brokerRow, error) {
-				resp, err := c.ListBrokers(ctx)
+			return readCall(cmd, a, r, func(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]brokerRow, *keelpb.ReadSource, error) {
+				resp, err := c.ListBrokers(ctx, opts...)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				rows := make([]brokerRow, 0, len(resp.GetBrokers()))
 				for _, b := range resp.GetBrokers() {
 					rows = append(rows, brokerRow{ID: b.GetId(), Epoch: b.GetEpoch(), Address: b.GetAddress(), Rack: b.GetRack(), State: b.GetState()})
 				}
 				sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
-				return rows, nil
+				return rows, resp.GetSource(), nil
 			}, tableOf([]string{"ID", "EPOCH", "ADDRESS", "RACK", "STATE"}, "", func(r brokerRow) []string {
 				return []string{fmt.Sprint(r.ID), fmt.Sprint(r.Epoch), r.Address, orDash(r.Rack), r.State}
 			}))
 		},
 	}
 	a.add(cmd)
+	r.add(cmd)
 	return cmd
 }
 

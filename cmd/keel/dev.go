@@ -307,7 +307,7 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 		// from their leaders, so ISRs shrink and grow as brokers come and
 		// go, as in a real cluster.
 		brokerDir := filepath.Join(dataDir, fmt.Sprintf("broker-%d", id))
-		dp, err := replication.New(replication.Config{DataDir: brokerDir, TLS: tlsCfg, Logger: log.With("broker", id)})
+		dp, err := replication.New(replication.Config{DataDir: brokerDir, TLS: tlsCfg, Logger: log.With("broker_id", id)})
 		if err != nil {
 			return nil, err
 		}
@@ -317,7 +317,7 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 			DataDir:     brokerDir,
 			Controllers: addrs,
 			DataPlane:   dp,
-			Logger:      log.With("broker", id),
+			Logger:      log, // the agent adds broker_id
 			TLS:         tlsCfg,
 			Metrics:     ms[i].registerer(),
 		})

@@ -15,7 +15,6 @@ import (
 	"github.com/keel-dev/keel/internal/reassign"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
-	"github.com/keel-dev/keel/tlsauth"
 )
 
 // drainFlags are the flags of `keel broker drain`.
@@ -273,9 +272,4 @@ func runDrain(cmd *cobra.Command, a *adminFlags, f *drainFlags) error {
 		fmt.Fprintf(out, "Moved %d/%d so far; follow with 'keel partition reassignments', cancel with 'keel broker drain --broker-id %d --cancel'.\n", v.Moved, v.Total, id)
 	}
 	return nil
-}
-
-// openAdmin opens a client to --controllers, as adminCall does.
-func openAdmin(a *adminFlags, tlsCfg *tlsauth.Config) (*rpc.Client, error) {
-	return rpc.NewClient(splitAddrs(a.controllers), rpc.WithTLS(tlsCfg))
 }

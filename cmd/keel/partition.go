@@ -523,15 +523,16 @@ type reassignmentRow struct {
 
 func newReassignmentsCmd() *cobra.Command {
 	a := &adminFlags{}
+	r := &readFlags{}
 	cmd := &cobra.Command{
 		Use:   "reassignments",
 		Short: "List the ongoing reassignments",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]reassignmentRow, error) {
-				resp, err := c.ListPartitionReassignments(ctx)
+			return readCall(cmd, a, r, func(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]reassignmentRow, *keelpb.ReadSource, error) {
+				resp, err := c.ListPartitionReassignments(ctx, opts...)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				rows := make([]reassignmentRow, 0, len(resp.GetReassignments()))
 				for _, r := range resp.GetReassignments() {
@@ -539,12 +540,13 @@ func newReassignmentsCmd() *cobra.Command {
 						AddingReplicas: ids(r.GetAddingReplicas()), RemovingReplicas: ids(r.GetRemovingReplicas())})
 				}
 				sortByPartition(rows, func(r reassignmentRow) (string, int32) { return r.Topic, r.Partition })
-				return rows, nil
+				return rows, resp.GetSource(), nil
 			}, tableOf([]string{"TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"}, "No reassignments in progress.", func(r reassignmentRow) []string {
 				return []string{r.Topic, fmt.Sprint(r.Partition), joinIDs(r.Replicas), joinIDs(r.AddingReplicas), joinIDs(r.RemovingReplicas)}
 			}))
 		},
 	}
 	a.add(cmd)
+	r.add(cmd)
 	return cmd
 }

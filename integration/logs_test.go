@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,9 +34,8 @@ func TestLogs_NormalOperationIsCleanJSON(t *testing.T) {
 	})
 
 	var controllers string
-	re := regexp.MustCompile(`keel quorum status --controllers (\S+)`)
 	poll.Until(t, 60*time.Second, "keel dev to print its addresses", func() bool {
-		m := re.FindStringSubmatch(stdout.String())
+		m := exportControllers.FindStringSubmatch(stdout.String())
 		if m != nil {
 			controllers = m[1]
 		}

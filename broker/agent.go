@@ -120,6 +120,13 @@ type Agent struct {
 	heartbeatEpoch atomic.Int64 // the controller epoch of the last heartbeat answer
 	heartbeatAt    atomic.Int64 // when the last heartbeat was answered, unix nanos
 
+	// previousEpoch is the previous_broker_epoch registrations report
+	// (KIP-966): the epoch of the last incarnation if it shut down
+	// cleanly, else -1; then each epoch this process registers.
+	previousEpoch atomic.Int64
+	// dataPlaneErr is what the data plane's Close returned.
+	dataPlaneErr error
+
 	mu           sync.Mutex // guards the fields below
 	epoch        int64
 	state        string
@@ -153,6 +160,10 @@ func Start(cfg Config) (_ *Agent, err error) {
 		return nil, err
 	}
 	meta, err := openMeta(cfg.DataDir, cfg.BrokerID)
+	if err != nil {
+		return nil, err
+	}
+	previous, err := takeCleanShutdown(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -193,6 +204,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 		metrics:      newAgentMetrics(),
 	}
 	a.unauth.SetLogger(a.log)
+	a.previousEpoch.Store(previous)
 	if err = a.registerMetrics(); err != nil {
 		client.Close()
 		return nil, err
@@ -262,6 +274,10 @@ func (a *Agent) Status() Status {
 
 // BrokerID is this broker's id (Link).
 func (a *Agent) BrokerID() int32 { return a.cfg.BrokerID }
+
+// BrokerEpoch is this broker's current broker epoch, 0 before its first
+// registration is accepted (Link).
+func (a *Agent) BrokerEpoch() int64 { return a.currentEpoch() }
 
 // AlterPartition sends a partition leader's ISR change to the active
 // controller, stamped with this broker's id and current broker epoch, and
@@ -335,7 +351,11 @@ func (a *Agent) currentEpoch() int64 {
 // ends, and the broker leaves anyway (the controller then fences it when
 // its session expires). Then the agent stops heartbeating and streaming,
 // stops every replica (StopReplica without delete), and stops everything as
-// Close does.
+// Close does. If the data plane then closed without error (its logs
+// flushed), the agent marks its data dir as cleanly shut down, so that the
+// next incarnation reports this epoch at registration and keeps its
+// eligible leader replica places (KIP-966); after a crash, or Close, it
+// reports -1 and loses them.
 //
 // The broker stays registered, fenced: it keeps its place in replica sets
 // and in placement while it restarts, and comes back under a new broker
@@ -349,7 +369,15 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	csErr := a.controlledShutdown(ctx)
 	a.stopLoops()
 	a.stopReplicas()
-	return errors.Join(csErr, a.Close())
+	err := errors.Join(csErr, a.Close())
+	if epoch := a.currentEpoch(); epoch > 0 && a.dataPlaneErr == nil {
+		if merr := markCleanShutdown(a.cfg.DataDir, epoch); merr != nil {
+			err = errors.Join(err, fmt.Errorf("marking the clean shutdown: %v", merr))
+		} else {
+			a.log.Info("clean shutdown recorded", "broker_epoch", epoch)
+		}
+	}
+	return err
 }
 
 // controlledShutdown asks the controller to release the broker and waits
@@ -427,6 +455,7 @@ func (a *Agent) Close() error {
 		a.serving.Wait()
 		if a.cfg.DataPlane != nil {
 			if err := a.cfg.DataPlane.Close(); err != nil {
+				a.dataPlaneErr = err
 				a.log.Warn("data plane did not close cleanly", "err", err)
 			}
 		}
@@ -545,14 +574,15 @@ func (a *Agent) register(ctx context.Context) (int64, error) {
 	var giveUpEpoch int64
 	for {
 		req := &keelpb.RegisterBrokerRequest{
-			BrokerId:           a.cfg.BrokerID,
-			IncarnationId:      a.incarnation,
-			Address:            a.address,
-			KafkaAddress:       a.cfg.KafkaAddress,
-			Rack:               a.cfg.Rack,
-			MinMetadataVersion: fsm.MinMetadataVersion,
-			MaxMetadataVersion: fsm.MaxMetadataVersion,
-			ClusterId:          a.meta.clusterID(),
+			BrokerId:            a.cfg.BrokerID,
+			IncarnationId:       a.incarnation,
+			Address:             a.address,
+			KafkaAddress:        a.cfg.KafkaAddress,
+			Rack:                a.cfg.Rack,
+			MinMetadataVersion:  fsm.MinMetadataVersion,
+			MaxMetadataVersion:  fsm.MaxMetadataVersion,
+			ClusterId:           a.meta.clusterID(),
+			PreviousBrokerEpoch: a.previousEpoch.Load(),
 		}
 		rctx, cancel := context.WithTimeout(ctx, registerTimeout)
 		resp, err := a.client.RegisterBroker(rctx, req)
@@ -564,10 +594,13 @@ func (a *Agent) register(ctx context.Context) (int64, error) {
 				a.log.Info("joined cluster", "cluster_id", resp.GetClusterId())
 			}
 			a.log.Info("registered", "broker_epoch", resp.GetBrokerEpoch(), "cluster_id", resp.GetClusterId(),
-				"controller_epoch", resp.GetControllerEpoch())
+				"controller_epoch", resp.GetControllerEpoch(), "previous_broker_epoch", req.GetPreviousBrokerEpoch())
 			a.mu.Lock()
 			a.epoch = resp.GetBrokerEpoch()
 			a.mu.Unlock()
+			// A later registration of this process (its session lost)
+			// loses nothing: its logs are the ones this epoch kept.
+			a.previousEpoch.Store(resp.GetBrokerEpoch())
 			a.caughtUp.Store(false) // until a heartbeat of this epoch says so
 			// A new registration starts fenced, until the controller sees
 			// that the broker has caught up.

@@ -11,17 +11,20 @@ import (
 // DataPlane is the part of a broker that holds replicas: a Handler told of
 // every role change, that serves its followers' fetches on the broker's gRPC
 // service, sends its ISR changes through the agent, and reports its replicas
-// to `keel broker inspect`. ReplicaManager is the reference broker's, a
-// stand-in with an empty log; a broker that stores data implements this
-// interface with its log manager behind it.
+// to `keel broker inspect`. Package broker/replication's Manager is the
+// reference broker's, with a log per replica (broker/partlog);
+// ReplicaManager is a stand-in with empty logs, for brokers and tests that
+// need the controllers' side of replication and no data.
 type DataPlane interface {
 	Handler
 	// Start is called once, by broker.Start before the agent applies any
 	// metadata, with the agent's side of the link. An error fails Start.
 	Start(Link) error
-	// Fetch serves BrokerService.Fetch: a follower replica fetching from
-	// this broker as its partition leader. Errors are gRPC statuses.
-	Fetch(context.Context, *keelpb.FetchRequest) (*keelpb.FetchResponse, error)
+	// ReplicaFetch serves BrokerService.Fetch: a follower replica fetching
+	// from this broker as its partition leader. The request has passed
+	// rpc.ValidateFetch. Errors are gRPC statuses. (It is not named Fetch so
+	// that a data plane can serve its clients' fetches under that name.)
+	ReplicaFetch(context.Context, *keelpb.FetchRequest) (*keelpb.FetchResponse, error)
 	// Replicas reports the replicas this broker holds, in topic name then
 	// partition order.
 	Replicas() []ReplicaStatus
@@ -34,6 +37,9 @@ type DataPlane interface {
 type Link interface {
 	// BrokerID is this broker's id.
 	BrokerID() int32
+	// BrokerEpoch is this broker's current broker epoch, 0 until its first
+	// registration is accepted: what its fetches carry (KIP-903).
+	BrokerEpoch() int64
 	// AlterPartition sends a partition leader's ISR change to the active
 	// controller, stamped with this broker's id and current broker epoch,
 	// each ISR member with its broker epoch (KIP-903), and returns the

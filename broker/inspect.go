@@ -46,7 +46,7 @@ func (s brokerService) Fetch(ctx context.Context, req *keelpb.FetchRequest) (*ke
 	if s.a.cfg.DataPlane == nil {
 		return nil, status.Errorf(codes.Unimplemented, "broker %d holds no replicas (it runs without a data plane)", s.a.cfg.BrokerID)
 	}
-	return s.a.cfg.DataPlane.Fetch(ctx, req)
+	return s.a.cfg.DataPlane.ReplicaFetch(ctx, req)
 }
 
 // Replicas lists this broker's replicas: as its data plane reports them,

@@ -387,10 +387,10 @@ func sortReplicas(rs []ReplicaStatus) {
 	})
 }
 
-// Fetch serves a follower's fetch as the partition's leader. The log is
-// empty, so its end is offset 0 and every fetch at the leader's epoch is at
-// the log end: it counts as the follower catching up.
-func (rm *ReplicaManager) Fetch(_ context.Context, req *keelpb.FetchRequest) (*keelpb.FetchResponse, error) {
+// ReplicaFetch serves a follower's fetch as the partition's leader. The log
+// is empty, so its end is offset 0 and every fetch at the leader's epoch is
+// at the log end: it counts as the follower catching up.
+func (rm *ReplicaManager) ReplicaFetch(_ context.Context, req *keelpb.FetchRequest) (*keelpb.FetchResponse, error) {
 	id, err := fsm.ParseTopicID(req.GetTopicId())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "topic_id: %v", err)

@@ -102,6 +102,12 @@ type ctlLink struct {
 }
 
 func (l ctlLink) BrokerID() int32 { return l.id }
+func (l ctlLink) BrokerEpoch() int64 {
+	if b, ok := l.c.image().Broker(l.id); ok {
+		return b.Epoch
+	}
+	return 0
+}
 
 func (l ctlLink) AlterPartition(_ context.Context, ch ISRChange) (*keelpb.PartitionDescription, error) {
 	c := l.c
@@ -226,7 +232,7 @@ func (e *isrEnv) fetch(from int32) {
 }
 
 func (e *isrEnv) fetchAt(from, epoch int32, offset int64) (*keelpb.FetchResponse, error) {
-	return e.rm.Fetch(context.Background(), &keelpb.FetchRequest{ReplicaId: from, TopicId: topicT.String(),
+	return e.rm.ReplicaFetch(context.Background(), &keelpb.FetchRequest{ReplicaId: from, TopicId: topicT.String(),
 		Partition: 0, LeaderEpoch: epoch, FetchOffset: offset})
 }
 
@@ -518,7 +524,7 @@ func TestReplicaManager_FetchRefusals(t *testing.T) {
 	e.ctl.publish(e.rm)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := e.rm.Fetch(context.Background(), tt.req)
+			_, err := e.rm.ReplicaFetch(context.Background(), tt.req)
 			if status.Code(err) != tt.wantCode || rpc.ReasonOf(err) != tt.wantReason {
 				t.Fatalf("Fetch = %v, want %v %q", err, tt.wantCode, tt.wantReason)
 			}
@@ -577,7 +583,7 @@ func (c netConn) Fetch(ctx context.Context, req *keelpb.FetchRequest) (*keelpb.F
 	if rm == nil || down {
 		return nil, status.Error(codes.Unavailable, "connection refused")
 	}
-	resp, err := rm.Fetch(ctx, req)
+	resp, err := rm.ReplicaFetch(ctx, req)
 	if err == nil {
 		c.n.mu.Lock()
 		c.n.fetches[fmt.Sprintf("%d->%d@%d", req.ReplicaId, rm.self, req.LeaderEpoch)]++

@@ -71,7 +71,7 @@ type recordingDataPlane struct {
 }
 
 func (recordingDataPlane) Start(Link) error { return nil }
-func (recordingDataPlane) Fetch(context.Context, *keelpb.FetchRequest) (*keelpb.FetchResponse, error) {
+func (recordingDataPlane) ReplicaFetch(context.Context, *keelpb.FetchRequest) (*keelpb.FetchResponse, error) {
 	return &keelpb.FetchResponse{}, nil
 }
 func (recordingDataPlane) Replicas() []ReplicaStatus { return nil }

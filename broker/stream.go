@@ -102,8 +102,13 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 			}
 			rotate()
 		}
-		// The stream ended and the session goes on: it is opened again.
-		a.metrics.reconnects.Inc()
+		// A stream that had carried metadata ended, and the session goes on:
+		// it is opened again. Attempts that failed before any push (a
+		// controller down, a follower's leader hint followed) are retries
+		// of one reconnect, not reconnects.
+		if accepted > 0 {
+			a.metrics.reconnects.Inc()
+		}
 		followed = follow
 		if pause {
 			if err := sleep(ctx, bo.next()); err != nil {

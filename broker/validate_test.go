@@ -38,6 +38,10 @@ func invalidFetches() []struct {
 		{"a negative partition", "partition", edit(func(r *keelpb.FetchRequest) { r.Partition = -1 })},
 		{"a negative leader epoch", "leader_epoch", edit(func(r *keelpb.FetchRequest) { r.LeaderEpoch = -1 })},
 		{"a negative fetch offset", "fetch_offset", edit(func(r *keelpb.FetchRequest) { r.FetchOffset = -1 })},
+		{"a negative broker epoch", "broker_epoch", edit(func(r *keelpb.FetchRequest) { r.BrokerEpoch = -1 })},
+		{"a negative last fetched epoch", "last_fetched_epoch", edit(func(r *keelpb.FetchRequest) { r.LastFetchedEpoch = proto.Int32(-1) })},
+		{"a negative max bytes", "max_bytes", edit(func(r *keelpb.FetchRequest) { r.MaxBytes = -1 })},
+		{"a negative max wait", "max_wait_ms", edit(func(r *keelpb.FetchRequest) { r.MaxWaitMs = -1 })},
 	}
 }
 

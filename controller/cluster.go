@@ -49,8 +49,19 @@ func registrationRecords(img *fsm.Image, req *keelpb.RegisterBrokerRequest, hold
 	// epoch, fenced until the broker has caught up. If the old incarnation
 	// was still unfenced, its going is a failure first (processBrokerChange's
 	// bounced broker): its leaderships and ISR places move in the same batch.
+	//
+	// A new incarnation that reports an unclean shutdown of the last one
+	// (KIP-966: a previous broker epoch that is not the registered one) may
+	// have lost records it had not flushed, so it also leaves every ELR in
+	// the same batch (KRaft's handleBrokerUncleanShutdown). Keel keeps it
+	// where it is the last member of an ISR (which is never emptied): that
+	// is the replica Kafka would keep as its last ELR member.
 	var recs []*keelpb.Record
-	if registered && !old.Fenced {
+	unclean := registered && uncleanShutdown(old, req)
+	switch {
+	case unclean:
+		recs = unregisterChanges(img, []int32{old.ID})
+	case registered && !old.Fenced:
 		recs = offlineChanges(img, []int32{old.ID})
 	}
 	return append(recs, &keelpb.Record{Record: &keelpb.Record_BrokerRegistration{BrokerRegistration: &keelpb.BrokerRegistrationRecord{
@@ -62,6 +73,14 @@ func registrationRecords(img *fsm.Image, req *keelpb.RegisterBrokerRequest, hold
 		MinMetadataVersion: req.MinMetadataVersion,
 		MaxMetadataVersion: req.MaxMetadataVersion,
 	}}}), nil
+}
+
+// uncleanShutdown reports whether a registration says that broker b's
+// incarnation stopped without a clean shutdown: its previous broker epoch
+// is reported (not 0) and is not b's epoch. Kafka compares the same way
+// (ClusterControlManager.registerBroker).
+func uncleanShutdown(b *fsm.Broker, req *keelpb.RegisterBrokerRequest) bool {
+	return req.PreviousBrokerEpoch != 0 && req.PreviousBrokerEpoch != b.Epoch
 }
 
 // sameRegistration checks that a retried registration of incarnation b

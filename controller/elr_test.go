@@ -508,3 +508,62 @@ func TestReplicationControlManager_ElectUncleanLeadersWithoutElr(t *testing.T) {
 	}
 	checkPartition(t, apply(t, img, []*keelpb.Record{rec}), elrPartition{leader: 2, isr: []int32{2}, state: recovering})
 }
+
+// TestClusterControlManager_RegisterUncleanShutdown is Kafka's
+// testEligibleLeaderReplicas_UncleanShutdown (ReplicationControlManagerTest)
+// reached the way KRaft reaches it, through a registration
+// (ClusterControlManager.registerBroker compares previousBrokerEpoch with
+// the registered epoch): a new incarnation that reports an unclean
+// shutdown of the last one leaves every ELR; a clean one, or one that
+// reports nothing (0: no logs), keeps its places.
+func TestClusterControlManager_RegisterUncleanShutdown(t *testing.T) {
+	// min ISR 3 on [0 1 2 3], brokers 1-3 fenced: ISR [0], ELR [2 3].
+	fencedELR := func(t *testing.T) *fsm.Image {
+		img := elrImage(t, []int32{0, 1, 2, 3}, minISR(3), elrPartition{replicas: []int32{0, 1, 2, 3}, isr: []int32{0, 1, 2, 3}, leader: 0})
+		img = fenceOne(t, img, 1, 2, 3)
+		checkPartition(t, img, elrPartition{leader: 0, isr: []int32{0}, elr: []int32{2, 3}})
+		return img
+	}
+	// min ISR 3 on [0 1 2], every broker active.
+	allActive := func(t *testing.T) *fsm.Image {
+		return elrImage(t, []int32{0, 1, 2}, minISR(3), elrPartition{replicas: []int32{0, 1, 2}, isr: []int32{0, 1, 2}, leader: 0})
+	}
+	epochOf := func(img *fsm.Image, id int32) int64 { b, _ := img.Broker(id); return b.Epoch }
+	tests := []struct {
+		name   string
+		start  func(*testing.T) *fsm.Image
+		broker int32
+		// previous gives the request's previous_broker_epoch from the image.
+		previous func(img *fsm.Image) int64
+		want     elrPartition
+	}{
+		{name: "fenced, unclean shutdown (-1): leaves the ELR", start: fencedELR, broker: 3,
+			previous: func(*fsm.Image) int64 { return -1 }, want: elrPartition{leader: 0, isr: []int32{0}, elr: []int32{2}}},
+		{name: "fenced, a clean shutdown of another epoch: leaves the ELR", start: fencedELR, broker: 3,
+			previous: func(img *fsm.Image) int64 { return epochOf(img, 3) - 1 }, want: elrPartition{leader: 0, isr: []int32{0}, elr: []int32{2}}},
+		{name: "fenced, clean shutdown of the registered epoch: keeps its place", start: fencedELR, broker: 3,
+			previous: func(img *fsm.Image) int64 { return epochOf(img, 3) }, want: elrPartition{leader: 0, isr: []int32{0}, elr: []int32{2, 3}}},
+		{name: "fenced, nothing reported (0): keeps its place", start: fencedELR, broker: 3,
+			previous: func(*fsm.Image) int64 { return 0 }, want: elrPartition{leader: 0, isr: []int32{0}, elr: []int32{2, 3}}},
+		{name: "active and replaced, unclean: leaves the ISR and never enters the ELR", start: allActive, broker: 2,
+			previous: func(*fsm.Image) int64 { return -1 }, want: elrPartition{leader: 0, isr: []int32{0, 1}}},
+		{name: "active and replaced, clean: leaves the ISR for the ELR", start: allActive, broker: 2,
+			previous: func(img *fsm.Image) int64 { return epochOf(img, 2) }, want: elrPartition{leader: 0, isr: []int32{0, 1}, elr: []int32{2}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			img := tt.start(t)
+			req := registration(tt.broker, incB)
+			req.PreviousBrokerEpoch = tt.previous(img)
+			recs, err := registrationRecords(img, req, noHold)
+			if err != nil {
+				t.Fatal(err)
+			}
+			img = apply(t, img, recs)
+			checkPartition(t, img, tt.want)
+			if b, _ := img.Broker(tt.broker); b.IncarnationID != incB || !b.Fenced {
+				t.Fatalf("broker %d after the registration: %+v", tt.broker, b)
+			}
+		})
+	}
+}

@@ -136,6 +136,58 @@ func cancelReassignmentRecords(img *fsm.Image, topic string, partition int32) ([
 	return []*keelpb.Record{changeRecord(p, t)}, nil
 }
 
+// ReassignmentTarget is one partition of a reassignment plan: its target
+// replicas, or none to cancel its ongoing reassignment.
+type ReassignmentTarget struct {
+	Topic     string
+	Partition int32
+	Replicas  []int32
+}
+
+// planRecords decides a reassignment plan: each partition as a single
+// reassignment (reassignRecords) or cancel (cancelReassignmentRecords)
+// would be, all from the same image, as one batch. One refused entry
+// refuses the plan, with the entry named, so that a plan is never half
+// applied. A partition named twice is refused: both would be decided from
+// the same image, and the second record would undo the first.
+func planRecords(img *fsm.Image, plan []ReassignmentTarget) ([]*keelpb.Record, error) {
+	type key struct {
+		topic     string
+		partition int32
+	}
+	seen := make(map[key]int, len(plan))
+	var recs []*keelpb.Record
+	for i, t := range plan {
+		k := key{t.Topic, t.Partition}
+		if j, ok := seen[k]; ok {
+			return nil, fieldError(fmt.Sprintf("partitions[%d]", i), "%s/%d is named twice (also partitions[%d])", t.Topic, t.Partition, j)
+		}
+		seen[k] = i
+		var r []*keelpb.Record
+		var err error
+		if len(t.Replicas) == 0 {
+			r, err = cancelReassignmentRecords(img, t.Topic, t.Partition)
+		} else {
+			r, err = reassignRecords(img, t.Topic, t.Partition, t.Replicas)
+		}
+		if err != nil {
+			return nil, planEntryError(i, t, err)
+		}
+		recs = append(recs, r...)
+	}
+	return recs, nil
+}
+
+// planEntryError names plan entry i in its refusal, keeping the error's
+// kind (a field error stays one, under the entry's field name).
+func planEntryError(i int, t ReassignmentTarget, err error) error {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fieldError(fmt.Sprintf("partitions[%d].%s", i, fe.Field), "%s/%d: %s; nothing in the plan was applied", t.Topic, t.Partition, fe.Msg)
+	}
+	return fmt.Errorf("partitions[%d] (%s/%d): %w; nothing in the plan was applied", i, t.Topic, t.Partition, err)
+}
+
 // Why an election did not happen.
 var (
 	errElectionNotNeeded = errors.New("election not needed")

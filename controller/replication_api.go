@@ -171,6 +171,19 @@ func (c *Controller) CancelReassignment(ctx context.Context, topic string, parti
 	return err
 }
 
+// ReassignPlan starts or cancels the reassignments of many partitions in one
+// decision (planRecords): every one is accepted, or none is and the error
+// names the first refused entry.
+func (c *Controller) ReassignPlan(ctx context.Context, plan []ReassignmentTarget) error {
+	_, err := c.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		return planRecords(img, plan)
+	})
+	if err == nil {
+		c.log.Info("reassignment plan accepted", "partitions", len(plan))
+	}
+	return err
+}
+
 // rebalanceLeaders is the automatic leader rebalance: every check interval,
 // a preferred election for the partitions of each broker whose share of
 // partitions it should lead but does not exceeds the imbalance ratio.

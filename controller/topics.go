@@ -128,6 +128,16 @@ func (t placementTier) take(out []int32, from int, used []int, at, want int) ([]
 	return out, used
 }
 
+// PlaceReplicas is placement as topic creation decides it (placeReplicas),
+// for tools that propose assignments rather than write them, such as
+// `keel partition reassign --generate`: rf replicas for each of count
+// partitions numbered from first, over brokers (at least one, none
+// shutting down), preferred leaders round-robin from start. With fewer
+// brokers than rf a partition gets them all.
+func PlaceReplicas(brokers []*fsm.Broker, first, count, rf int32, start int) [][]int32 {
+	return placeReplicas(brokers, first, count, rf, start)
+}
+
 // placeReplicas assigns rf replicas to each of count partitions, starting at
 // partition number first, KRaft's way (the StripedReplicaPlacer's rules):
 // active brokers first, fenced ones only when there are fewer active

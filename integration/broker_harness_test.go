@@ -197,7 +197,8 @@ func (c *Cluster) BrokerRunning(id int32) bool {
 	return c.broker(id).Running()
 }
 
-// ListBrokersOn asks controller ctrl for the brokers of its committed image.
+// ListBrokersOn asks controller ctrl for the brokers of its own committed
+// image (a stale read: a follower answers too).
 func (c *Cluster) ListBrokersOn(ctx context.Context, ctrl int32) (map[int32]*keelpb.BrokerInfo, error) {
 	c.t.Helper()
 	cl, err := c.client.Controller(c.node(ctrl).Addr())
@@ -206,7 +207,7 @@ func (c *Cluster) ListBrokersOn(ctx context.Context, ctrl int32) (map[int32]*kee
 	}
 	ctx, cancel := context.WithTimeout(ctx, describeLimit)
 	defer cancel()
-	resp, err := cl.ListBrokers(ctx, &keelpb.ListBrokersRequest{})
+	resp, err := cl.ListBrokers(ctx, &keelpb.ListBrokersRequest{Stale: true})
 	if err != nil {
 		return nil, err
 	}
@@ -682,7 +683,7 @@ func (c *Cluster) watchBrokersActive(t testing.TB, want map[int32]int64) *broker
 			defer w.wg.Done()
 			for {
 				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-				resp, err := cl.ListBrokers(ctx, &keelpb.ListBrokersRequest{})
+				resp, err := cl.ListBrokers(ctx, &keelpb.ListBrokersRequest{Stale: true})
 				cancel()
 				if err == nil {
 					w.record(i+1, resp, want)

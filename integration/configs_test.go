@@ -136,9 +136,10 @@ func dumpRecords(t *testing.T, dataDir, typ string) []json.RawMessage {
 // 1, 2, 3, one with min.insync.replicas=2. Broker 3 dies (ISR [1 2], at the
 // minimum), then broker 2: the ISR [1] is below the minimum, so broker 2,
 // which left it while the high watermark could not move, holds every
-// committed record and becomes an eligible leader replica (KIP-966). (Killed,
-// not stopped: a broker that stops cleanly unregisters, and an unregistered
-// broker leaves every ELR, as in KRaft.)
+// committed record and becomes an eligible leader replica (KIP-966). (It
+// stops cleanly, with SIGTERM: a broker killed with kill -9 may have lost
+// unflushed records, and leaves every ELR when it registers again, as
+// TestPartition_UncleanShutdownLeavesELR shows.)
 // Then broker 1, the last ISR member, dies: no leader, broker 1 the last
 // known one. When broker 2 returns it leads the min ISR topic, cleanly (not
 // recovering), and broker 1 is eligible in its turn; the other topic, with
@@ -162,7 +163,7 @@ func TestPartition_LeaderFromELRWhenTheISRMemberDies(t *testing.T) {
 			return p.Leader == 1 && slices.Equal(p.ISR, []int32{1, 2}) && len(p.ELR) == 0
 		})
 	}
-	c.KillBroker(2)
+	c.StopBroker(2)
 	c.WaitForTopic(t, strict, "ISR [1], ELR [2]", func(d topicJSON) bool {
 		p := d.Partitions[0]
 		return p.Leader == 1 && slices.Equal(p.ISR, []int32{1}) && slices.Equal(p.ELR, []int32{2})
@@ -196,6 +197,38 @@ func TestPartition_LeaderFromELRWhenTheISRMemberDies(t *testing.T) {
 		t.Errorf("topic %s (no ELR) with broker 2 back: %s; want no leader: broker 2 is not in its ISR", loose, p)
 	}
 	c.WaitForAgreement(t, strict, []int32{2})
+}
+
+// TestPartition_UncleanShutdownLeavesELR (KIP-966): as above, but broker 2
+// is killed with kill -9 and so leaves no clean-shutdown marker. The ELR
+// holds it while it is down; when it starts again it reports the unclean
+// shutdown at registration and leaves the ELR in the same decision: it may
+// have lost records it had not flushed, so it may not lead cleanly, and the
+// partition stays without a leader, broker 1 its last known one.
+func TestPartition_UncleanShutdownLeavesELR(t *testing.T) {
+	t.Parallel()
+	c := startPartitionCluster(t, threeBrokers)
+	const strict = "strict"
+	c.createTopic(t, strict, "--assignment", "0:1,2,3", "--config", "min.insync.replicas=2")
+	c.WaitForAgreement(t, strict, threeBrokers)
+	c.KillBroker(3)
+	c.WaitForTopic(t, strict, "ISR [1 2]", func(d topicJSON) bool { return slices.Equal(d.Partitions[0].ISR, []int32{1, 2}) })
+	c.KillBroker(2)
+	c.WaitForTopic(t, strict, "ISR [1], ELR [2]", func(d topicJSON) bool {
+		p := d.Partitions[0]
+		return p.Leader == 1 && slices.Equal(p.ISR, []int32{1}) && slices.Equal(p.ELR, []int32{2})
+	})
+	c.KillBroker(1)
+	c.WaitForTopic(t, strict, "without a leader, ELR [2], last known leader 1", func(d topicJSON) bool {
+		p := d.Partitions[0]
+		return p.Leader == noLeader && slices.Equal(p.ELR, []int32{2}) && slices.Equal(p.LastKnownELR, []int32{1})
+	})
+	c.RestartBroker(2)
+	c.WaitForBrokers(t, map[int32]string{1: stateFenced, 2: stateActive, 3: stateFenced})
+	p := c.cliDescribe(t, strict).partition(t, 0)
+	if p.Leader != noLeader || len(p.ELR) != 0 || !slices.Equal(p.ISR, []int32{1}) || !slices.Equal(p.LastKnownELR, []int32{1}) {
+		t.Errorf("broker 2 back after kill -9: %s; want no leader, ISR [1], no ELR, last known leader 1", p)
+	}
 }
 
 // TestPartition_UncleanEnableElectsLeaderless: a partition on brokers 2

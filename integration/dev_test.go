@@ -1,14 +1,12 @@
 package integration
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,28 +14,10 @@ import (
 	"github.com/keel-dev/keel/internal/poll"
 )
 
-// lockedBuffer is a bytes.Buffer a process writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // devRun is one `keel dev` process.
 type devRun struct {
 	cmd            *exec.Cmd
-	stdout, stderr *lockedBuffer
+	stdout, stderr *syncBuffer
 	done           chan error
 }
 
@@ -45,7 +25,7 @@ type devRun struct {
 // process is interrupted (then killed) when the test ends, if still running.
 func startDev(t *testing.T, args ...string) *devRun {
 	t.Helper()
-	d := &devRun{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan error, 1)}
+	d := &devRun{stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan error, 1)}
 	d.cmd = exec.Command(keelBin, append([]string{"dev"}, args...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.stdout, d.stderr
 	if err := d.cmd.Start(); err != nil {

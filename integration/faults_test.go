@@ -362,8 +362,11 @@ func (r *faultRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration,
 			id := brokers[rng.IntN(len(brokers))]
 			d := hold(200*time.Millisecond, 2*time.Second)
 			r.logFault("SIGTERM broker %d, start it again after %v", id, d)
-			r.brkInc[id].Add(1)
+			// The old process answers until it has stopped (its
+			// controlled shutdown, then its data plane closing): what it
+			// says meanwhile is the old incarnation's.
 			c.StopBroker(id) // fails the test unless it exits 0
+			r.brkInc[id].Add(1)
 			r.checkStoppedBrokerFenced(t, id)
 			time.Sleep(d)
 			c.RestartBroker(id)

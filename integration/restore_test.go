@@ -53,7 +53,7 @@ func (c *Cluster) topicsOn(ctx context.Context, ctrl int32) (map[string]string, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, describeLimit)
 	defer cancel()
-	resp, err := cl.ListTopics(ctx, &keelpb.ListTopicsRequest{})
+	resp, err := cl.ListTopics(ctx, &keelpb.ListTopicsRequest{Stale: true})
 	if err != nil {
 		return nil, err
 	}

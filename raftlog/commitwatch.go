@@ -95,9 +95,10 @@ func (w *commitWatch) oldestAbove(applied uint64, now time.Time) (uint64, time.D
 // they carry no commit index.
 type watchedTransport struct {
 	*raft.NetworkTransport
-	ch    chan raft.RPC
-	done  chan struct{}
-	ended chan struct{}
+	progress peerProgress // what the leader hears back from its peers
+	ch       chan raft.RPC
+	done     chan struct{}
+	ended    chan struct{}
 }
 
 func newWatchedTransport(t *raft.NetworkTransport, w *commitWatch) *watchedTransport {

@@ -2,15 +2,21 @@ package raftlog
 
 import (
 	"context"
+	"encoding"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"runtime"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 // hclogAdapter sends raft's hclog output to a slog.Logger, so that a Keel
@@ -47,6 +53,7 @@ func slogLevel(level hclog.Level) slog.Level {
 // not this adapter. Every exported logging method calls emit directly, which
 // keeps the frame count fixed.
 func (a *hclogAdapter) emit(level slog.Level, msg string, args []any) {
+	level = relevel(level, msg, args)
 	ctx := context.Background()
 	h := a.logger.Handler()
 	if !h.Enabled(ctx, level) {
@@ -60,6 +67,64 @@ func (a *hclogAdapter) emit(level slog.Level, msg string, args []any) {
 	}
 	r.Add(hclogValues(args)...)
 	_ = h.Handle(ctx, r)
+}
+
+// relevel sets the level of a raft message by what it means to an operator.
+// Raft logs at Error what is routine in a healthy cluster: a stream that
+// ends at shutdown, a peer that is down or restarting (raft retries it), a
+// leader that learns of a newer term (leadership moved on), a follower
+// behind the log's start (raft sends it a snapshot instead). An ERROR line
+// from Keel should need someone to act.
+func relevel(level slog.Level, msg string, args []any) slog.Level {
+	if level < slog.LevelWarn {
+		return level
+	}
+	switch msg {
+	case "failed to decode incoming command", "failed to flush response":
+		// The connection ended: this node's transport shut down, or the
+		// peer closed it. Anything else is a peer that sent what raft
+		// could not read, which the peer's own log explains.
+		if connectionEnded(argError(args)) {
+			return slog.LevelDebug
+		}
+		return slog.LevelWarn
+	case "peer has newer term, stopping replication":
+		// This node no longer leads; it says so when it steps down.
+		return slog.LevelInfo
+	case "failed to get log":
+		// On a leader, replication falls back to sending the follower a
+		// snapshot; anywhere else raft panics, which tells enough.
+		if errors.Is(argError(args), raft.ErrLogNotFound) {
+			return slog.LevelDebug
+		}
+	case "failed to heartbeat to", "failed to appendEntries to", "failed to pipeline appendEntries",
+		"failed to start pipeline replication to", "failed to make requestVote RPC",
+		"failed to send snapshot to":
+		// A peer that does not answer: down, restarting or cut off. Raft
+		// retries with a back-off; quorum status shows which.
+		return slog.LevelWarn
+	}
+	return level
+}
+
+// connectionEnded reports whether err means only that a raft connection
+// was closed, by either end.
+func connectionEnded(err error) bool {
+	return errors.Is(err, raft.ErrTransportShutdown) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// argError is the value of the "error" key in hclog's key-value args.
+func argError(args []any) error {
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, ok := args[i].(string); ok && (k == "error" || k == "err") {
+			if err, ok := args[i+1].(error); ok {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // hclogValues renders hclog's formatting wrappers, which raft uses (e.g.
@@ -84,6 +149,19 @@ func hclogValues(args []any) []any {
 			v = fmt.Sprintf("0%o", int(a))
 		case hclog.Binary:
 			v = fmt.Sprintf("0b%b", int(a))
+		case error, slog.LogValuer, json.Marshaler, encoding.TextMarshaler:
+			// Handlers render these themselves, in every format.
+			if out != nil {
+				out[i] = arg
+			}
+			continue
+		case fmt.Stringer:
+			// A raft value with no exported fields (the *raft.Raft raft logs
+			// as "follower" or "leader") is {} in JSON: its String is what
+			// the text format shows, so both show that.
+			v = fmt.Sprint(a) // a nil receiver prints, not panics
+		case raft.Server:
+			v = fmt.Sprintf("%+v", a) // as the text format shows it: suffrage by name
 		default:
 			if out != nil {
 				out[i] = arg

@@ -3,13 +3,21 @@ package raftlog
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 // recordHandler keeps every record it is given, including those given to
@@ -141,5 +149,69 @@ func TestHCLogValues(t *testing.T) {
 				t.Errorf("hclogValues(%v) = %v, want %v", tt.args, got, tt.want)
 			}
 		})
+	}
+}
+
+// fakeRaft stands for *raft.Raft as raft logs it: no exported fields, a String.
+type fakeRaft struct{ addr string }
+
+func (r *fakeRaft) String() string { return "Node at " + r.addr + " [Follower]" }
+
+func TestHCLogAdapter_Relevel(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		level hclog.Level
+		msg   string
+		args  []any
+		want  slog.Level
+	}{
+		{"a stream ends at shutdown", hclog.Error, "failed to decode incoming command", []any{"error", raft.ErrTransportShutdown}, slog.LevelDebug},
+		{"a peer closed the stream", hclog.Error, "failed to decode incoming command", []any{"error", fmt.Errorf("read: %w", syscall.ECONNRESET)}, slog.LevelDebug},
+		{"an answer to a closed connection", hclog.Error, "failed to flush response", []any{"error", fmt.Errorf("write tcp: %w", net.ErrClosed)}, slog.LevelDebug},
+		{"a peer sent garbage", hclog.Error, "failed to decode incoming command", []any{"error", errors.New("msgpack decode error")}, slog.LevelWarn},
+		{"a leadership handoff", hclog.Error, "peer has newer term, stopping replication", []any{"peer", raft.Server{ID: "2"}}, slog.LevelInfo},
+		{"a follower behind the log gets a snapshot", hclog.Error, "failed to get log", []any{"index", 90, "error", raft.ErrLogNotFound}, slog.LevelDebug},
+		{"a log store that fails", hclog.Error, "failed to get log", []any{"index", 90, "error", errors.New("i/o error")}, slog.LevelError},
+		{"a peer down", hclog.Error, "failed to heartbeat to", []any{"peer", "127.0.0.1:1", "error", io.EOF}, slog.LevelWarn},
+		{"a peer down, voting", hclog.Error, "failed to make requestVote RPC", []any{"error", io.EOF}, slog.LevelWarn},
+		{"anything else keeps its level", hclog.Error, "failed to persist vote", []any{"error", errors.New("disk full")}, slog.LevelError},
+		{"info stays info", hclog.Info, "failed to get log", nil, slog.LevelInfo},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newRecordHandler(slog.LevelDebug)
+			newHCLogAdapter(slog.New(h), "raft").Log(tc.level, tc.msg, tc.args...)
+			recs := h.records()
+			if len(recs) != 1 || recs[0].Level != tc.want {
+				t.Fatalf("%q logged as %v, want %v", tc.msg, recs, tc.want)
+			}
+		})
+	}
+}
+
+// In JSON every value raft logs keeps what the text format shows of it.
+func TestHCLogAdapter_JSONKeepsEveryField(t *testing.T) {
+	var buf bytes.Buffer
+	a := newHCLogAdapter(slog.New(slog.NewJSONHandler(&buf, nil)), "raft")
+	a.Info("entering follower state", "follower", &fakeRaft{"127.0.0.1:9091"}, "leader-address", raft.ServerAddress("127.0.0.1:9092"), "leader-id", raft.ServerID("2"))
+	a.Info("pipelining replication", "peer", raft.Server{Suffrage: raft.Voter, ID: "3", Address: "127.0.0.1:9093"}, "took", 1500*time.Millisecond)
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		lines = append(lines, m)
+	}
+	if got := lines[0]["follower"]; got != "Node at 127.0.0.1:9091 [Follower]" {
+		t.Errorf("follower = %#v, want raft's String", got)
+	}
+	if lines[0]["leader-id"] != "2" || lines[0]["leader-address"] != "127.0.0.1:9092" {
+		t.Errorf("leader = %v", lines[0])
+	}
+	if got := lines[1]["peer"]; got != "{Suffrage:Voter ID:3 Address:127.0.0.1:9093}" {
+		t.Errorf("peer = %#v", got)
+	}
+	if got := lines[1]["took"]; got != "1.5s" {
+		t.Errorf("took = %#v", got)
 	}
 }

@@ -2,6 +2,7 @@ package raftlog
 
 import (
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -23,14 +24,15 @@ import (
 // never reads go with the pipeline.
 type drainedPipeline struct {
 	raft.AppendPipeline
-	out  chan raft.AppendFuture
-	done chan struct{}
-	once sync.Once
-	wg   sync.WaitGroup
+	answered func(raft.AppendFuture) // called with each response, as it comes
+	out      chan raft.AppendFuture
+	done     chan struct{}
+	once     sync.Once
+	wg       sync.WaitGroup
 }
 
-func newDrainedPipeline(p raft.AppendPipeline) *drainedPipeline {
-	d := &drainedPipeline{AppendPipeline: p, out: make(chan raft.AppendFuture), done: make(chan struct{})}
+func newDrainedPipeline(p raft.AppendPipeline, answered func(raft.AppendFuture)) *drainedPipeline {
+	d := &drainedPipeline{AppendPipeline: p, answered: answered, out: make(chan raft.AppendFuture), done: make(chan struct{})}
 	d.wg.Add(1)
 	go d.forward()
 	return d
@@ -48,6 +50,9 @@ func (d *drainedPipeline) forward() {
 		}
 		select {
 		case f := <-in:
+			if d.answered != nil {
+				d.answered(f)
+			}
 			queue = append(queue, f)
 		case out <- next:
 			queue[0] = nil
@@ -70,11 +75,15 @@ func (d *drainedPipeline) Close() error {
 }
 
 // AppendEntriesPipeline is the transport's pipeline, drained
-// (drainedPipeline).
+// (drainedPipeline), with each answer recorded (peerProgress).
 func (t *watchedTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
 	p, err := t.NetworkTransport.AppendEntriesPipeline(id, target)
 	if err != nil {
 		return nil, err
 	}
-	return newDrainedPipeline(p), nil
+	return newDrainedPipeline(p, func(f raft.AppendFuture) {
+		// The transport hands over a future once its answer is in, so
+		// Error does not wait.
+		t.progress.answered(id, f.Request(), f.Response(), f.Error(), time.Now())
+	}), nil
 }

@@ -86,7 +86,7 @@ func TestDrainedPipeline_NeverBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newDrainedPipeline(drained)
+	p := newDrainedPipeline(drained, nil)
 	sent = sendUnread(p, 50)
 	var sendErr error
 	poll.Until(t, 10*time.Second, "every request to be taken by the drained pipeline", func() bool {

@@ -94,8 +94,8 @@ func (c *Client) IncrementalAlterConfigs(ctx context.Context, req *keelpb.Increm
 }
 
 // DescribeConfigs reads a topic's or the cluster's effective configs, each
-// with its source; see Read for which controller answers, and
-// Linearizable.
+// with its source, from the active controller (see ListTopics), or with
+// Linearizable its confirmed image.
 func (c *Client) DescribeConfigs(ctx context.Context, resource *keelpb.ConfigResource, opts ...ReadOption) (*keelpb.DescribeConfigsResponse, error) {
 	o := readOpts(opts)
 	var resp *keelpb.DescribeConfigsResponse
@@ -107,27 +107,28 @@ func (c *Client) DescribeConfigs(ctx context.Context, resource *keelpb.ConfigRes
 	return resp, err
 }
 
-// ListTopics reads every topic's summary; see Read for which controller
-// answers, and Linearizable.
+// ListTopics reads every topic's summary from the active controller; see
+// Linearizable and Stale for the other choices. The response's Source says
+// which controller answered, and how fresh its image was.
 func (c *Client) ListTopics(ctx context.Context, opts ...ReadOption) (*keelpb.ListTopicsResponse, error) {
 	o := readOpts(opts)
 	var resp *keelpb.ListTopicsResponse
 	err := c.read(ctx, o, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
 		var err error
-		resp, err = cl.ListTopics(ctx, &keelpb.ListTopicsRequest{Linearizable: o.linearizable})
+		resp, err = cl.ListTopics(ctx, &keelpb.ListTopicsRequest{Linearizable: o.linearizable, Stale: o.stale})
 		return err
 	})
 	return resp, err
 }
 
 // DescribeTopic reads one topic, NotFound when there is none by that name;
-// see Read for which controller answers, and Linearizable.
+// as ListTopics, from the active controller unless opts say otherwise.
 func (c *Client) DescribeTopic(ctx context.Context, name string, opts ...ReadOption) (*keelpb.DescribeTopicResponse, error) {
 	o := readOpts(opts)
 	var resp *keelpb.DescribeTopicResponse
 	err := c.read(ctx, o, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
 		var err error
-		resp, err = cl.DescribeTopic(ctx, &keelpb.DescribeTopicRequest{Name: name, Linearizable: o.linearizable})
+		resp, err = cl.DescribeTopic(ctx, &keelpb.DescribeTopicRequest{Name: name, Linearizable: o.linearizable, Stale: o.stale})
 		return err
 	})
 	return resp, err
@@ -136,7 +137,7 @@ func (c *Client) DescribeTopic(ctx context.Context, name string, opts ...ReadOpt
 // ReadOption adjusts a read.
 type ReadOption func(*readOptions)
 
-type readOptions struct{ linearizable bool }
+type readOptions struct{ linearizable, stale bool }
 
 func readOpts(opts []ReadOption) readOptions {
 	var o readOptions
@@ -146,40 +147,54 @@ func readOpts(opts []ReadOption) readOptions {
 	return o
 }
 
+// Without options a read is answered by the active controller from its
+// committed image: it goes where writes go, following leader hints and
+// retrying as Write does, and a controller that knows no active controller
+// (cut off from the quorum) answers Unavailable rather than from an image
+// that may be far behind.
+
 // Linearizable makes a read reflect every write acknowledged to any client
-// before it was sent. Only the active controller answers, after confirming
-// with a quorum that it still leads, so the call goes where writes go: it
-// follows leader hints and retries as Write does. Without it, a read may be
-// answered by any controller from its own image (see Read), which is cheaper
-// and survives the loss of a quorum, but may be a moment behind.
+// before it was sent: the active controller answers only after confirming
+// with a quorum that it still leads. Without it, a deposed leader that has
+// not noticed yet may answer for a moment.
 func Linearizable() ReadOption {
 	return func(o *readOptions) { o.linearizable = true }
 }
 
-// read routes a read call: to the active controller as a write is when
-// linearizable, otherwise as Read does.
-func (c *Client) read(ctx context.Context, o readOptions, call func(context.Context, keelpb.ControllerServiceClient) error) error {
-	if o.linearizable {
-		return c.WriteWithin(ctx, attemptTimeout, call)
-	}
-	return c.Read(ctx, call)
+// Stale lets any controller answer from its own committed image (see Read),
+// which survives the loss of a quorum but may be behind, by as much as the
+// answer's Source says: Consul's ?stale. Linearizable wins over it.
+func Stale() ReadOption {
+	return func(o *readOptions) { o.stale = true }
 }
 
-// ListPartitionReassignments reads the ongoing reassignments; see Read for
-// which controller answers.
-func (c *Client) ListPartitionReassignments(ctx context.Context) (*keelpb.ListPartitionReassignmentsResponse, error) {
+// read routes a read call: to the active controller unless stale, then as
+// Read does.
+func (c *Client) read(ctx context.Context, o readOptions, call func(context.Context, keelpb.ControllerServiceClient) error) error {
+	switch {
+	case o.linearizable:
+		return c.toActive(ctx, attemptTimeout, "no active controller confirmed its leadership before the deadline, so none can answer a linearizable read (without a quorum no controller can know it has every acknowledged write)", call)
+	case o.stale:
+		return c.Read(ctx, call)
+	}
+	return c.toActive(ctx, attemptTimeout, "no active controller answered the read before the deadline", call)
+}
+
+// ListPartitionReassignments reads the ongoing reassignments, as ListTopics.
+func (c *Client) ListPartitionReassignments(ctx context.Context, opts ...ReadOption) (*keelpb.ListPartitionReassignmentsResponse, error) {
+	o := readOpts(opts)
 	var resp *keelpb.ListPartitionReassignmentsResponse
-	err := c.Read(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+	err := c.read(ctx, o, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
 		var err error
-		resp, err = cl.ListPartitionReassignments(ctx, &keelpb.ListPartitionReassignmentsRequest{})
+		resp, err = cl.ListPartitionReassignments(ctx, &keelpb.ListPartitionReassignmentsRequest{Stale: o.stale})
 		return err
 	})
 	return resp, err
 }
 
-// Read runs call against one controller, preferring the active one: its
+// Read runs call against any one controller, preferring the active one: its
 // committed image is the freshest, so a read after a write acknowledged to
-// any client sees that write. The active controller is the one that last
+// any client sees that write. It is how a Stale read is routed. The active controller is the one that last
 // accepted a write through this client or, when there is none yet, the one
 // the controllers name when asked (DescribeQuorum). Should it fail to
 // answer, every other controller is tried in turn: each answers from its own

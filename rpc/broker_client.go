@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/tlsauth"
@@ -70,32 +68,17 @@ func (c *Client) UnregisterBroker(ctx context.Context, req *keelpb.UnregisterBro
 	return resp, err
 }
 
-// ListBrokers reads the registered brokers from the first controller that
-// answers, the last known leader first: every controller answers from its
-// committed image, so a follower's answer is at most a moment behind. It
-// fails with Unavailable, naming the last error, when none answers.
-func (c *Client) ListBrokers(ctx context.Context) (*keelpb.ListBrokersResponse, error) {
-	addrs := c.addrs
-	if l := c.Leader(); l != "" {
-		addrs = append([]string{l}, addrs...)
-	}
-	var last error
-	for _, addr := range addrs {
-		var resp *keelpb.ListBrokersResponse
-		err := c.try(ctx, addr, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
-			var err error
-			resp, err = cl.ListBrokers(ctx, &keelpb.ListBrokersRequest{})
-			return err
-		})
-		if err == nil {
-			return resp, nil
-		}
-		last = err
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, status.Errorf(codes.Unavailable, "no controller answered at %v; last error: %s", c.addrs, status.Convert(last).Message())
+// ListBrokers reads the registered brokers, as ListTopics: from the active
+// controller unless opts say otherwise.
+func (c *Client) ListBrokers(ctx context.Context, opts ...ReadOption) (*keelpb.ListBrokersResponse, error) {
+	o := readOpts(opts)
+	var resp *keelpb.ListBrokersResponse
+	err := c.read(ctx, o, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.ListBrokers(ctx, &keelpb.ListBrokersRequest{Stale: o.stale})
+		return err
+	})
+	return resp, err
 }
 
 // BrokerClient talks to one broker's own gRPC service.

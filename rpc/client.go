@@ -156,6 +156,13 @@ func (c *Client) Write(ctx context.Context, call func(context.Context, keelpb.Co
 // WriteWithin is Write with each attempt bounded by attempt: a caller on a
 // short deadline (a heartbeat) must not spend it all on one hung controller.
 func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call func(context.Context, keelpb.ControllerServiceClient) error) error {
+	return c.toActive(ctx, attempt, "no active controller accepted the write before the deadline", call)
+}
+
+// toActive runs call against the active controller, as Write describes; when
+// ctx ends first, the error is Unavailable, says gaveUp, and names the last
+// failure.
+func (c *Client) toActive(ctx context.Context, attempt time.Duration, gaveUpMsg string, call func(context.Context, keelpb.ControllerServiceClient) error) error {
 	c.mu.Lock()
 	target := c.leader
 	c.mu.Unlock()
@@ -179,7 +186,7 @@ func (c *Client) WriteWithin(ctx context.Context, attempt time.Duration, call fu
 	pause := 10 * time.Millisecond
 	var last error
 	gaveUp := func() error {
-		return status.Errorf(codes.Unavailable, "no active controller accepted the write before the deadline; last error: %s", status.Convert(last).Message())
+		return status.Errorf(codes.Unavailable, "%s; last error: %s", gaveUpMsg, status.Convert(last).Message())
 	}
 	// With failFast, the addresses found not listening in this call: once
 	// that is all of them, nothing will answer before the deadline either.
@@ -343,6 +350,10 @@ type QuorumView struct {
 	// not answer is absent and its error is in Errors.
 	Nodes  map[int32]*keelpb.DescribeQuorumResponse
 	Errors map[int32]error
+	// ActiveID is the active controller, -1 when no node answering can
+	// tell; ActiveKnownBy is the node that told: ActiveID itself, or a
+	// follower of it when it did not answer this client.
+	ActiveID, ActiveKnownBy int32
 }
 
 // DescribeQuorum asks every controller given, then every voter they name, for
@@ -385,7 +396,56 @@ func (c *Client) DescribeQuorum(ctx context.Context) (*QuorumView, error) {
 			view.Errors[id] = r.err
 		}
 	}
+	// The addresses given may all be followers: the active controller is
+	// then among the voters they named.
+	if !view.Leader.GetActive() {
+		for _, n := range view.Nodes {
+			if n.GetActive() && n.GetActiveEpoch() > view.Leader.GetActiveEpoch() {
+				view.Leader = n
+			}
+		}
+	}
+	view.ActiveID, view.ActiveKnownBy = activeOf(view, first)
 	return view, nil
+}
+
+// activeOf is the active controller as view tells it: the node that says
+// it is active, answering itself; failing that (this client cannot reach
+// it), the raft leader that answering followers follow, when its own
+// controller epoch record is committed in their images (so it has taken
+// over). knownBy is the node whose word it is; -1, -1 when none can tell.
+func activeOf(view *QuorumView, first []describeResult) (id, knownBy int32) {
+	if l := view.Leader; l.GetActive() {
+		return l.GetNodeId(), l.GetNodeId()
+	}
+	answers := make([]*keelpb.DescribeQuorumResponse, 0, len(view.Nodes)+len(first))
+	for _, n := range view.Nodes {
+		answers = append(answers, n)
+	}
+	for _, r := range first {
+		if r.resp != nil {
+			answers = append(answers, r.resp)
+		}
+	}
+	var best *keelpb.DescribeQuorumResponse
+	for _, n := range answers {
+		if n.GetState() != "follower" || n.GetLeaderId() < 0 || n.GetControllerEpochLeaderId() != n.GetLeaderId() {
+			continue
+		}
+		if best == nil || n.GetRaftTerm() > best.GetRaftTerm() ||
+			(n.GetRaftTerm() == best.GetRaftTerm() && n.GetNodeId() < best.GetNodeId()) {
+			best = n
+		}
+	}
+	if best == nil {
+		return -1, -1
+	}
+	// The leader answered and said it is not active (taking over, or
+	// deposed and not yet told): its word wins over a follower's.
+	if own, ok := view.Nodes[best.GetLeaderId()]; ok && !own.GetActive() {
+		return -1, -1
+	}
+	return best.GetLeaderId(), best.GetNodeId()
 }
 
 type describeResult struct {

@@ -36,25 +36,28 @@ const smallRequestBytes = 64 << 10
 // (maxRecvMsgBytes): those that carry up to maxPartitionsPerRequest entries,
 // and a snapshot upload's chunks (restoreChunkBytes of data each).
 var largeRequestMethods = map[string]int{
-	keelpb.ControllerService_CreateTopic_FullMethodName:      maxRecvMsgBytes,
-	keelpb.ControllerService_CreatePartitions_FullMethodName: maxRecvMsgBytes,
-	keelpb.ControllerService_ElectLeaders_FullMethodName:     maxRecvMsgBytes,
-	keelpb.ControllerService_RestoreSnapshot_FullMethodName:  maxRecvMsgBytes,
+	keelpb.ControllerService_CreateTopic_FullMethodName:                 maxRecvMsgBytes,
+	keelpb.ControllerService_CreatePartitions_FullMethodName:            maxRecvMsgBytes,
+	keelpb.ControllerService_ElectLeaders_FullMethodName:                maxRecvMsgBytes,
+	keelpb.ControllerService_AlterPartitionReassignments_FullMethodName: maxRecvMsgBytes,
+	keelpb.ControllerService_RestoreSnapshot_FullMethodName:             maxRecvMsgBytes,
 }
 
 // repeatedBounds is the most entries each repeated field of a request may
 // hold: Validate's bounds. A repeated field of a keel request that is not
 // here gets defaultRepeatedBound (a test checks there is none).
 var repeatedBounds = map[protoreflect.FullName]int{
-	"keel.v1.CreateTopicRequest.assignments":              maxPartitionsPerRequest,
-	"keel.v1.CreateTopicRequest.configs":                  maxConfigs,
-	"keel.v1.CreatePartitionsRequest.assignments":         maxPartitionsPerRequest,
-	"keel.v1.PartitionAssignment.replicas":                maxReplicationFactor,
-	"keel.v1.ElectLeadersRequest.partitions":              maxPartitionsPerRequest,
-	"keel.v1.AlterPartitionRequest.new_isr":               maxReplicationFactor,
-	"keel.v1.AlterPartitionRequest.new_isr_with_epochs":   maxReplicationFactor,
-	"keel.v1.AlterPartitionReassignmentsRequest.replicas": maxReplicationFactor,
-	"keel.v1.IncrementalAlterConfigsRequest.configs":      maxConfigs,
+	"keel.v1.CreateTopicRequest.assignments":                maxPartitionsPerRequest,
+	"keel.v1.CreateTopicRequest.configs":                    maxConfigs,
+	"keel.v1.CreatePartitionsRequest.assignments":           maxPartitionsPerRequest,
+	"keel.v1.PartitionAssignment.replicas":                  maxReplicationFactor,
+	"keel.v1.ElectLeadersRequest.partitions":                maxPartitionsPerRequest,
+	"keel.v1.AlterPartitionRequest.new_isr":                 maxReplicationFactor,
+	"keel.v1.AlterPartitionRequest.new_isr_with_epochs":     maxReplicationFactor,
+	"keel.v1.AlterPartitionReassignmentsRequest.replicas":   maxReplicationFactor,
+	"keel.v1.AlterPartitionReassignmentsRequest.partitions": maxPartitionsPerRequest,
+	"keel.v1.ReassignmentTarget.replicas":                   maxReplicationFactor,
+	"keel.v1.IncrementalAlterConfigsRequest.configs":        maxConfigs,
 }
 
 // defaultRepeatedBound is the largest bound Validate applies to any list.

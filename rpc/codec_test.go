@@ -128,6 +128,9 @@ func TestCheckEntries(t *testing.T) {
 			wantErr: "new_isr: 65 entries; at most 64"},
 		{name: "AlterPartitionReassignments: 65 replicas", req: &keelpb.AlterPartitionReassignmentsRequest{Topic: "t", Replicas: replicaIDs(65, 0)},
 			wantErr: "replicas: 65 entries; at most 64"},
+		{name: "AlterPartitionReassignments: a plan entry with 65 replicas", req: &keelpb.AlterPartitionReassignmentsRequest{Partitions: []*keelpb.ReassignmentTarget{
+			{Topic: "t", Replicas: replicaIDs(3, 0)}, {Topic: "t", Partition: 1, Replicas: replicaIDs(65, 0)}}},
+			wantErr: "partitions[1].replicas: 65 entries; at most 64"},
 		{name: "no repeated fields", req: validHeartbeat},
 		// Unknown fields are skipped, not counted.
 		{name: "unknown fields", raw: protowire.AppendBytes(protowire.AppendTag(assignmentsOf(nil), 99, protowire.BytesType), make([]byte, 1000)),

@@ -33,6 +33,7 @@ func Validate(req proto.Message) error {
 			validVersionRange(r.GetMinMetadataVersion(), r.GetMaxMetadataVersion()),
 			validMaxLen("cluster_id", r.GetClusterId(), maxClusterIDLen),
 			validOptionalAddress("kafka_address", r.GetKafkaAddress()),
+			validPreviousBrokerEpoch(r.GetPreviousBrokerEpoch()),
 		)
 	case *keelpb.BrokerHeartbeatRequest:
 		return firstError(validBrokerID(r.GetBrokerId()), validBrokerEpoch(r.GetBrokerEpoch()))
@@ -397,18 +398,60 @@ func validTopicPartitions(tps []*keelpb.TopicPartition) error {
 	return nil
 }
 
+// checkReassignment checks the single form (topic, partition, replicas) or
+// a plan (partitions), never both. A plan is one decision, as an election
+// is: a partition named twice would be decided twice from one image.
 func checkReassignment(r *keelpb.AlterPartitionReassignmentsRequest) error {
-	if err := validTopicRef("topic", r.GetTopic()); err != nil {
-		return err
+	plan := r.GetPartitions()
+	if len(plan) == 0 {
+		return checkReassignmentTarget(-1, r.GetTopic(), r.GetPartition(), r.GetReplicas())
 	}
-	if r.GetPartition() < 0 {
-		return invalidArgument("partition", "%d is negative", r.GetPartition())
+	switch {
+	case r.GetTopic() != "" || r.GetPartition() != 0 || len(r.GetReplicas()) > 0:
+		return invalidArgument("partitions", "give either topic, partition and replicas, or partitions, not both")
+	case len(plan) > maxPartitionsPerRequest:
+		return invalidArgument("partitions", "%d; at most %d", len(plan), maxPartitionsPerRequest)
 	}
-	if len(r.GetReplicas()) > maxReplicationFactor || slices.ContainsFunc(r.GetReplicas(), func(id int32) bool { return id < 0 }) {
-		return invalidArgument("replicas", "want 1..%d broker ids, none negative", maxReplicationFactor)
+	type key struct {
+		topic     string
+		partition int32
 	}
-	if id, ok := duplicateID(r.GetReplicas()); ok {
-		return invalidArgument("replicas", "%v names broker %d twice", r.GetReplicas(), id)
+	seen := make(map[key]int, len(plan))
+	for i, t := range plan {
+		if err := checkReassignmentTarget(i, t.GetTopic(), t.GetPartition(), t.GetReplicas()); err != nil {
+			return err
+		}
+		k := key{t.GetTopic(), t.GetPartition()}
+		if j, ok := seen[k]; ok {
+			return invalidArgument(fmt.Sprintf("partitions[%d]", i), "%s/%d is named twice (also partitions[%d])", k.topic, k.partition, j)
+		}
+		seen[k] = i
+	}
+	return nil
+}
+
+// checkReassignmentTarget checks one partition's move: plan entry i, or the
+// single form when i is -1.
+func checkReassignmentTarget(i int, topic string, partition int32, replicas []int32) error {
+	// The field names are built only on refusal: a plan may have 100,000.
+	field := func(name string) string {
+		if i < 0 {
+			return name
+		}
+		return fmt.Sprintf("partitions[%d].%s", i, name)
+	}
+	switch {
+	case topic == "":
+		return invalidArgument(field("topic"), "is empty")
+	case len(topic) > fsm.MaxTopicNameLen:
+		return validMaxLen(field("topic"), topic, fsm.MaxTopicNameLen)
+	case partition < 0:
+		return invalidArgument(field("partition"), "%d is negative", partition)
+	case len(replicas) > maxReplicationFactor || slices.ContainsFunc(replicas, func(id int32) bool { return id < 0 }):
+		return invalidArgument(field("replicas"), "want 1..%d broker ids, none negative", maxReplicationFactor)
+	}
+	if id, ok := duplicateID(replicas); ok {
+		return invalidArgument(field("replicas"), "%v names broker %d twice", replicas, id)
 	}
 	return nil
 }

@@ -89,6 +89,9 @@ const (
 	// ReasonInvalidReplicaAssignment: a reassignment the partition's state
 	// does not allow, such as a cancel that would need an unclean election.
 	ReasonInvalidReplicaAssignment = "INVALID_REPLICA_ASSIGNMENT"
+	// ReasonNoReassignmentInProgress: a cancel of a partition that is not
+	// being reassigned (its move may have just completed).
+	ReasonNoReassignmentInProgress = "NO_REASSIGNMENT_IN_PROGRESS"
 	// ReasonLeadershipTransferred: the active controller, asked to remove
 	// itself from the quorum, has handed leadership to the node in the
 	// LeaderHint, which makes the change when asked again.

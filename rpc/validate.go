@@ -32,6 +32,15 @@ func validBrokerEpoch(epoch int64) error {
 	return nil
 }
 
+// validPreviousBrokerEpoch: a broker epoch, -1 (an unclean shutdown) or 0
+// (not reported).
+func validPreviousBrokerEpoch(epoch int64) error {
+	if epoch < -1 {
+		return invalidArgument("previous_broker_epoch", "%d is not a broker epoch, -1 (unclean shutdown) or 0 (not reported)", epoch)
+	}
+	return nil
+}
+
 func validIncarnationID(id string) error {
 	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
 		return invalidArgument("incarnation_id", "%q is not a UUID", truncate(id))
@@ -135,8 +144,17 @@ func ValidateFetch(req *keelpb.FetchRequest) error {
 	); err != nil {
 		return err
 	}
-	if req.GetFetchOffset() < 0 {
+	switch {
+	case req.GetFetchOffset() < 0:
 		return invalidArgument("fetch_offset", "%d is negative", req.GetFetchOffset())
+	case req.GetBrokerEpoch() < 0:
+		return invalidArgument("broker_epoch", "%d is negative", req.GetBrokerEpoch())
+	case req.LastFetchedEpoch != nil && req.GetLastFetchedEpoch() < 0:
+		return invalidArgument("last_fetched_epoch", "%d is negative (leave it out when the log holds no epoch)", req.GetLastFetchedEpoch())
+	case req.GetMaxBytes() < 0:
+		return invalidArgument("max_bytes", "%d is negative", req.GetMaxBytes())
+	case req.GetMaxWaitMs() < 0:
+		return invalidArgument("max_wait_ms", "%d is negative", req.GetMaxWaitMs())
 	}
 	return nil
 }

@@ -46,9 +46,13 @@ var (
 		Partition: 0, LeaderEpoch: 0, PartitionEpoch: 0, NewIsr: []int32{1, 2}}
 	validElect = &keelpb.ElectLeadersRequest{Type: keelpb.ElectionType_ELECTION_TYPE_PREFERRED,
 		Partitions: []*keelpb.TopicPartition{{Topic: "orders", Partition: 0}, {Topic: "orders", Partition: 1}, {Topic: "other", Partition: 0}}}
-	validElectAll  = &keelpb.ElectLeadersRequest{Type: keelpb.ElectionType_ELECTION_TYPE_UNCLEAN, All: true}
-	validReassign  = &keelpb.AlterPartitionReassignmentsRequest{Topic: "orders", Partition: 0, Replicas: []int32{1, 2, 3}}
-	validAddVoter  = &keelpb.AddVoterRequest{Id: 4, Address: "127.0.0.1:9094"}
+	validElectAll = &keelpb.ElectLeadersRequest{Type: keelpb.ElectionType_ELECTION_TYPE_UNCLEAN, All: true}
+	validReassign = &keelpb.AlterPartitionReassignmentsRequest{Topic: "orders", Partition: 0, Replicas: []int32{1, 2, 3}}
+	validAddVoter = &keelpb.AddVoterRequest{Id: 4, Address: "127.0.0.1:9094"}
+	validPlan     = &keelpb.AlterPartitionReassignmentsRequest{Partitions: []*keelpb.ReassignmentTarget{
+		{Topic: "orders", Partition: 0, Replicas: []int32{1, 2, 3}},
+		{Topic: "orders", Partition: 1}, // a cancel
+		{Topic: "other", Partition: 0, Replicas: []int32{4}}}}
 	validAlterConf = &keelpb.IncrementalAlterConfigsRequest{
 		Resource: &keelpb.ConfigResource{Type: keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_TOPIC, Name: "orders"},
 		Configs: []*keelpb.AlterableConfig{
@@ -68,6 +72,7 @@ func validControllerRequests() []controllerRequestCase {
 		{method: "RegisterBroker", req: validRegister},
 		{method: "RegisterBroker", name: "a cluster id, no rack", req: edited(validRegister, func(r *keelpb.RegisterBrokerRequest) { r.ClusterId, r.Rack, r.BrokerId = "c", "", 0 })},
 		{method: "RegisterBroker", name: "a Kafka address", req: edited(validRegister, func(r *keelpb.RegisterBrokerRequest) { r.KafkaAddress = "127.0.0.1:9092" })},
+		{method: "RegisterBroker", name: "an unclean shutdown reported", req: edited(validRegister, func(r *keelpb.RegisterBrokerRequest) { r.PreviousBrokerEpoch = -1 })},
 		{method: "BrokerHeartbeat", req: validHeartbeat},
 		{method: "AllocateProducerIds", req: &keelpb.AllocateProducerIdsRequest{BrokerId: 1, BrokerEpoch: 5}},
 		{method: "UnregisterBroker", req: validUnregister},
@@ -101,6 +106,7 @@ func validControllerRequests() []controllerRequestCase {
 		{method: "ElectLeaders", name: "all", req: validElectAll},
 		{method: "AlterPartitionReassignments", req: validReassign},
 		{method: "AlterPartitionReassignments", name: "cancel", req: edited(validReassign, func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = nil })},
+		{method: "AlterPartitionReassignments", name: "plan", req: validPlan},
 		{method: "AddVoter", req: validAddVoter},
 		{method: "AddVoter", name: "a host name", req: edited(validAddVoter, func(r *keelpb.AddVoterRequest) { r.Address = "controller-4.example:9091" })},
 		{method: "RemoveVoter", req: &keelpb.RemoveVoterRequest{Id: 3}},
@@ -168,6 +174,10 @@ func invalidControllerRequests() []controllerRequestCase {
 		return controllerRequestCase{method: "AlterPartitionReassignments", name: name, field: field,
 			req: edited(validReassign, edit)}
 	}
+	plan := func(name, field string, edit func(*keelpb.AlterPartitionReassignmentsRequest)) controllerRequestCase {
+		return controllerRequestCase{method: "AlterPartitionReassignments", name: name, field: field,
+			req: edited(validPlan, edit)}
+	}
 	assign := func(rs ...[]int32) []*keelpb.PartitionAssignment {
 		out := make([]*keelpb.PartitionAssignment, len(rs))
 		for i, r := range rs {
@@ -186,6 +196,7 @@ func invalidControllerRequests() []controllerRequestCase {
 
 		register("a negative broker id", "broker_id", func(r *keelpb.RegisterBrokerRequest) { r.BrokerId = -1 }),
 		register("no incarnation id", "incarnation_id", func(r *keelpb.RegisterBrokerRequest) { r.IncarnationId = "" }),
+		register("a previous broker epoch below -1", "previous_broker_epoch", func(r *keelpb.RegisterBrokerRequest) { r.PreviousBrokerEpoch = -2 }),
 		register("an incarnation id that is no UUID", "incarnation_id", func(r *keelpb.RegisterBrokerRequest) { r.IncarnationId = "broker-1" }),
 		register("an incarnation id in braces", "incarnation_id", func(r *keelpb.RegisterBrokerRequest) { r.IncarnationId = "{" + validRegister.IncarnationId + "}" }),
 		register("no address", "address", func(r *keelpb.RegisterBrokerRequest) { r.Address = "" }),
@@ -339,6 +350,16 @@ func invalidControllerRequests() []controllerRequestCase {
 		reassign("a negative replica", "replicas", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = []int32{1, -1} }),
 		reassign("too many replicas", "replicas", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = ids(maxReplicationFactor + 1) }),
 		reassign("a replica twice", "replicas", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = []int32{1, 2, 1} }),
+		plan("a plan and a topic", "partitions", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Topic = "orders" }),
+		plan("a plan and replicas", "partitions", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Replicas = []int32{1} }),
+		plan("a plan with no topic", "partitions[2].topic", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Partitions[2].Topic = "" }),
+		plan("a plan with an over-long topic", "partitions[0].topic", func(r *keelpb.AlterPartitionReassignmentsRequest) {
+			r.Partitions[0].Topic = long(fsm.MaxTopicNameLen + 1)
+		}),
+		plan("a plan with a negative partition", "partitions[1].partition", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Partitions[1].Partition = -1 }),
+		plan("a plan with a negative replica", "partitions[2].replicas", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Partitions[2].Replicas = []int32{-4} }),
+		plan("a plan with a replica twice", "partitions[0].replicas", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Partitions[0].Replicas = []int32{1, 2, 1} }),
+		plan("a plan naming a partition twice", "partitions[2]", func(r *keelpb.AlterPartitionReassignmentsRequest) { r.Partitions[2].Topic = "orders" }),
 
 		addVoter("id 0", "id", func(r *keelpb.AddVoterRequest) { r.Id = 0 }),
 		addVoter("a negative id", "id", func(r *keelpb.AddVoterRequest) { r.Id = -4 }),

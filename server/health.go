@@ -84,7 +84,7 @@ func (s *Node) Ready() error {
 		stopping:     s.stopping.Load(),
 		state:        s.node.Raft.State(),
 		commitIndex:  s.node.Raft.CommitIndex(),
-		appliedIndex: max(s.node.StateMachineIndex(), s.fsm.Image().Offset),
+		appliedIndex: s.appliedIndex(),
 	}
 	r.announced, r.announcedAgo = s.node.LeaderCommit(r.appliedIndex)
 	r.storageFailedAt, r.storageErr = s.node.StorageFailure()

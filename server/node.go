@@ -227,7 +227,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	}
 
 	s.grpc = grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...)
-	newControllerService(s.ctrl, s.Ready, cfg.Version, cfg.WriteTimeout).register(s.grpc)
+	newControllerService(s.ctrl, s, cfg.Version, cfg.WriteTimeout).register(s.grpc)
 	s.health = rpc.ServeHealth(s.grpc, keelpb.ControllerService_ServiceDesc.ServiceName, s.Ready)
 	s.wg.Add(2)
 	go func() {

@@ -24,7 +24,7 @@ import (
 type controllerService struct {
 	keelpb.UnimplementedControllerServiceServer
 	ctrl         *controller.Controller
-	ready        func() error // the node's readiness (Node.Ready)
+	node         *Node // the node's own state: readiness, indexes, replication
 	version      string
 	writeTimeout time.Duration
 }
@@ -32,20 +32,23 @@ type controllerService struct {
 // newControllerService returns the service over ctrl. writeTimeout bounds
 // every write: without a quorum it fails with Unavailable after at most that
 // long.
-func newControllerService(ctrl *controller.Controller, ready func() error, version string, writeTimeout time.Duration) *controllerService {
+func newControllerService(ctrl *controller.Controller, node *Node, version string, writeTimeout time.Duration) *controllerService {
 	if writeTimeout <= 0 {
 		writeTimeout = 10 * time.Second
 	}
-	return &controllerService{ctrl: ctrl, ready: ready, version: version, writeTimeout: writeTimeout}
+	return &controllerService{ctrl: ctrl, node: node, version: version, writeTimeout: writeTimeout}
 }
 
 // register adds the service to g.
 func (s *controllerService) register(g *grpc.Server) { keelpb.RegisterControllerServiceServer(g, s) }
 
-// DescribeQuorum answers from this node's own view, leader or not.
+// DescribeQuorum answers from this node's own view, leader or not; the
+// active controller adds each voter's replication.
 func (s *controllerService) DescribeQuorum(context.Context, *keelpb.DescribeQuorumRequest) (*keelpb.DescribeQuorumResponse, error) {
 	resp := s.ctrl.Describe(s.version)
-	if err := s.ready(); err != nil {
+	resp.AppliedIndex = max(resp.AppliedIndex, s.node.appliedIndex())
+	resp.Replication = s.node.replication(resp.Voters)
+	if err := s.node.Ready(); err != nil {
 		resp.NotReadyReason = err.Error()
 	} else {
 		resp.Ready = true
@@ -110,10 +113,15 @@ func (s *controllerService) StreamMetadata(req *keelpb.StreamMetadataRequest, st
 	return toStatus(s.ctrl.StreamMetadata(stream.Context(), req, stream.Send))
 }
 
-// ListBrokers answers from this node's committed image, leader or not.
-func (s *controllerService) ListBrokers(context.Context, *keelpb.ListBrokersRequest) (*keelpb.ListBrokersResponse, error) {
-	var resp keelpb.ListBrokersResponse
-	for _, b := range s.ctrl.Brokers() {
+// ListBrokers answers from the active controller's committed image, or with
+// stale from this node's (readImage).
+func (s *controllerService) ListBrokers(ctx context.Context, req *keelpb.ListBrokersRequest) (*keelpb.ListBrokersResponse, error) {
+	img, src, err := s.readImage(ctx, false, req.GetStale())
+	if err != nil {
+		return nil, err
+	}
+	resp := keelpb.ListBrokersResponse{Source: src}
+	for _, b := range img.Brokers() {
 		resp.Brokers = append(resp.Brokers, &keelpb.BrokerInfo{
 			Id: b.ID, Epoch: b.Epoch, Address: b.Address, Rack: b.Rack, State: b.State(), IncarnationId: b.IncarnationID,
 			KafkaAddress: b.KafkaAddress,

@@ -30,9 +30,9 @@ func (s *controllerService) IncrementalAlterConfigs(ctx context.Context, req *ke
 }
 
 // DescribeConfigs answers a resource's effective configs, as ListTopics
-// answers: from this node's image, or the active controller's confirmed one.
+// answers: from the active controller's image, or its confirmed one.
 func (s *controllerService) DescribeConfigs(ctx context.Context, req *keelpb.DescribeConfigsRequest) (*keelpb.DescribeConfigsResponse, error) {
-	img, err := s.readImage(ctx, req.GetLinearizable())
+	img, _, err := s.readImage(ctx, req.GetLinearizable(), false)
 	if err != nil {
 		return nil, err
 	}

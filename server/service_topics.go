@@ -71,27 +71,15 @@ func (s *controllerService) DeleteTopic(ctx context.Context, req *keelpb.DeleteT
 	return &keelpb.DeleteTopicResponse{}, nil
 }
 
-// readImage is the image a read answers from: with linearizable, the active
-// controller's confirmed image (controller.ReadImage); otherwise this node's
-// own committed image.
-func (s *controllerService) readImage(ctx context.Context, linearizable bool) (*fsm.Image, error) {
-	if !linearizable {
-		return s.ctrl.Image(), nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
-	defer cancel()
-	img, err := s.ctrl.ReadImage(ctx)
-	return img, toStatus(err)
-}
-
-// ListTopics answers from this node's committed image, or the active
-// controller's confirmed one when the request is linearizable.
+// ListTopics answers from the active controller's committed image (its
+// confirmed one when the request is linearizable), or with stale from this
+// node's (readImage).
 func (s *controllerService) ListTopics(ctx context.Context, req *keelpb.ListTopicsRequest) (*keelpb.ListTopicsResponse, error) {
-	img, err := s.readImage(ctx, req.GetLinearizable())
+	img, src, err := s.readImage(ctx, req.GetLinearizable(), req.GetStale())
 	if err != nil {
 		return nil, err
 	}
-	resp := &keelpb.ListTopicsResponse{}
+	resp := &keelpb.ListTopicsResponse{Source: src}
 	for _, t := range img.Topics() {
 		rf := 0
 		if p, ok := img.Partition(t.ID, 0); ok {
@@ -104,16 +92,20 @@ func (s *controllerService) ListTopics(ctx context.Context, req *keelpb.ListTopi
 
 // DescribeTopic answers as ListTopics does.
 func (s *controllerService) DescribeTopic(ctx context.Context, req *keelpb.DescribeTopicRequest) (*keelpb.DescribeTopicResponse, error) {
-	img, err := s.readImage(ctx, req.GetLinearizable())
+	img, src, err := s.readImage(ctx, req.GetLinearizable(), req.GetStale())
 	if err != nil {
 		return nil, err
 	}
 	d := describeIn(img, req.GetName())
 	if d == nil {
 		// Worded as a write's refusal (toStatus) is: describe and delete say the same.
-		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, fmt.Sprintf("%v: topic %q", controller.ErrUnknownTopic, req.GetName()))
+		msg := fmt.Sprintf("%v: topic %q", controller.ErrUnknownTopic, req.GetName())
+		if !src.Active {
+			msg += fmt.Sprintf(" in controller %d's own image, at index %d (a stale read)", src.NodeId, src.AppliedIndex)
+		}
+		return nil, rpc.WithReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, msg)
 	}
-	return &keelpb.DescribeTopicResponse{Topic: d}, nil
+	return &keelpb.DescribeTopicResponse{Topic: d, Source: src}, nil
 }
 
 // AlterPartition is a partition leader's ISR change.
@@ -150,6 +142,9 @@ func (s *controllerService) ElectLeaders(ctx context.Context, req *keelpb.ElectL
 func (s *controllerService) AlterPartitionReassignments(ctx context.Context, req *keelpb.AlterPartitionReassignmentsRequest) (*keelpb.AlterPartitionReassignmentsResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
+	if len(req.GetPartitions()) > 0 {
+		return s.reassignPlan(ctx, req.GetPartitions())
+	}
 	var err error
 	if len(req.GetReplicas()) == 0 {
 		err = s.ctrl.CancelReassignment(ctx, req.GetTopic(), req.GetPartition())
@@ -171,10 +166,39 @@ func (s *controllerService) AlterPartitionReassignments(ctx context.Context, req
 	return &keelpb.AlterPartitionReassignmentsResponse{Partition: DescribePartition(p)}, nil
 }
 
-// ListPartitionReassignments lists ongoing reassignments from this node's image.
-func (s *controllerService) ListPartitionReassignments(context.Context, *keelpb.ListPartitionReassignmentsRequest) (*keelpb.ListPartitionReassignmentsResponse, error) {
+// reassignPlan starts or cancels many reassignments in one decision, and
+// answers with each partition as it is once accepted.
+func (s *controllerService) reassignPlan(ctx context.Context, targets []*keelpb.ReassignmentTarget) (*keelpb.AlterPartitionReassignmentsResponse, error) {
+	plan := make([]controller.ReassignmentTarget, len(targets))
+	for i, t := range targets {
+		plan[i] = controller.ReassignmentTarget{Topic: t.GetTopic(), Partition: t.GetPartition(), Replicas: t.GetReplicas()}
+	}
+	if err := s.ctrl.ReassignPlan(ctx, plan); err != nil {
+		return nil, toStatus(err)
+	}
 	img := s.ctrl.Image()
-	resp := &keelpb.ListPartitionReassignmentsResponse{}
+	resp := &keelpb.AlterPartitionReassignmentsResponse{Partitions: make([]*keelpb.ReassignedPartition, 0, len(plan))}
+	for _, t := range plan {
+		rp := &keelpb.ReassignedPartition{Topic: t.Topic}
+		// A topic deleted meanwhile is left without its partition.
+		if tp, ok := img.Topic(t.Topic); ok {
+			if p, ok := img.Partition(tp.ID, t.Partition); ok {
+				rp.Partition = DescribePartition(p)
+			}
+		}
+		resp.Partitions = append(resp.Partitions, rp)
+	}
+	return resp, nil
+}
+
+// ListPartitionReassignments lists ongoing reassignments, from the image
+// readImage picks.
+func (s *controllerService) ListPartitionReassignments(ctx context.Context, req *keelpb.ListPartitionReassignmentsRequest) (*keelpb.ListPartitionReassignmentsResponse, error) {
+	img, src, err := s.readImage(ctx, false, req.GetStale())
+	if err != nil {
+		return nil, err
+	}
+	resp := &keelpb.ListPartitionReassignmentsResponse{Source: src}
 	img.EachPartition(func(p *fsm.Partition) bool {
 		if p.Reassigning() {
 			t, _ := img.TopicByID(p.TopicID)

@@ -72,7 +72,7 @@ func toStatus(err error) error {
 		// again at once is refused again; the sender decides anew.
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonNotController, err.Error())
 	case errors.Is(err, controller.ErrNoReassignment):
-		return status.Error(codes.FailedPrecondition, err.Error())
+		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonNoReassignmentInProgress, err.Error())
 	case errors.Is(err, controller.ErrRefused):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, controller.ErrInvalidReplicaAssignment):

@@ -22,6 +22,7 @@ func TestToStatus(t *testing.T) {
 		hintID   int32
 		hintAddr string
 		noHint   bool
+		reason   string
 	}{
 		{name: "follower knows the leader", err: &controller.NotLeaderError{LeaderID: 2, LeaderAddress: "127.0.0.1:9092"}, code: codes.FailedPrecondition, hintID: 2, hintAddr: "127.0.0.1:9092"},
 		{name: "no leader known", err: &controller.NotLeaderError{LeaderID: -1}, code: codes.Unavailable, hintID: -1},
@@ -33,6 +34,7 @@ func TestToStatus(t *testing.T) {
 		{name: "cancelled", err: context.Canceled, code: codes.Canceled, noHint: true},
 		{name: "refused by the state machine", err: fmt.Errorf("%w; nothing was written: %w", controller.ErrRefused, errors.New("isr is empty")), code: codes.FailedPrecondition, noHint: true},
 		{name: "invalid replica assignment", err: fmt.Errorf("%w: revert needs an unclean election", controller.ErrInvalidReplicaAssignment), code: codes.FailedPrecondition, noHint: true},
+		{name: "no reassignment in a plan", err: fmt.Errorf("partitions[2] (t/0): %w", controller.ErrNoReassignment), code: codes.FailedPrecondition, reason: rpc.ReasonNoReassignmentInProgress, noHint: true},
 		{name: "anything else", err: errors.New("disk on fire"), code: codes.Internal, noHint: true},
 		{name: "already a status", err: status.Error(codes.NotFound, "gone"), code: codes.NotFound, noHint: true},
 	}
@@ -41,6 +43,9 @@ func TestToStatus(t *testing.T) {
 			got := toStatus(tt.err)
 			if status.Code(got) != tt.code {
 				t.Fatalf("code = %v, want %v (%v)", status.Code(got), tt.code, got)
+			}
+			if tt.reason != "" && rpc.ReasonOf(got) != tt.reason {
+				t.Fatalf("reason = %q, want %q (%v)", rpc.ReasonOf(got), tt.reason, got)
 			}
 			hint, ok := rpc.LeaderHintOf(got)
 			if tt.noHint {

@@ -27,8 +27,8 @@ type memLog struct {
 
 // MemoryBackend is a Backend that keeps each partition's batches in this
 // process's memory: no replication, no durability, no retention, every
-// append at once below the high watermark. It is the stand-in data plane
-// of `keel broker` until the replicated one is wired in, and the tests'.
+// append at once below the high watermark: for tests, and for trying the
+// listener without a data plane (keel broker uses broker/replication's).
 // It checks a batch's framing but not its CRC; an idempotent batch seen
 // before (same producer id and base sequence) answers its first offset.
 type MemoryBackend struct {

@@ -42,10 +42,13 @@ func adminCall[V any](cmd *cobra.Command, a *adminFlags,
 	ask func(ctx context.Context, c *rpc.Client) (V, error),
 	table func(w io.Writer, v V) error,
 ) error {
-	open := func(tlsCfg *tlsauth.Config) (*rpc.Client, error) {
-		return rpc.NewClient(splitAddrs(a.controllers), rpc.WithTLS(tlsCfg), rpc.FailFast())
-	}
-	return call(cmd, a.output, a.timeout, open, ask, table)
+	return call(cmd, a.output, a.timeout, func(tlsCfg *tlsauth.Config) (*rpc.Client, error) { return openAdmin(a, tlsCfg) }, ask, table)
+}
+
+// openAdmin opens the client of an admin command: the --controllers, with
+// the TLS flags, failing at once when none of them is listening.
+func openAdmin(a *adminFlags, tlsCfg *tlsauth.Config) (*rpc.Client, error) {
+	return rpc.NewClient(splitAddrs(a.controllers), rpc.WithTLS(tlsCfg), rpc.FailFast())
 }
 
 // call is adminCall for any client, opened by open with the TLS flags. -o is

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/broker/replication"
 	"github.com/keel-dev/keel/metrics"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
@@ -36,11 +37,12 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 		HeartbeatInterval:         broker.DefaultHeartbeatInterval,
 		ControlledShutdownTimeout: broker.DefaultControlledShutdownTimeout,
 	}
-	replicas := broker.ReplicaManagerConfig{
-		FetchInterval: broker.DefaultReplicaFetchInterval,
-		LagTimeMax:    broker.DefaultReplicaLagTimeMax,
+	replicas := replication.Config{
+		FetchMaxWait:           replication.DefaultFetchMaxWait,
+		ReplicaLagTimeMax:      replication.DefaultReplicaLagTimeMax,
+		RetentionCheckInterval: replication.DefaultRetentionCheckInterval,
 	}
-	var controllers, metricsAddr, kafkaListen, kafkaAdvertise string
+	var controllers, metricsAddr, testProduce, kafkaListen, kafkaAdvertise string
 	var insecure, pprof bool
 	cmd := &cobra.Command{
 		Use:   "broker",
@@ -49,10 +51,14 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 replays the controllers' metadata stream into its own image. Its data dir ties
 it to one broker id and, once it has joined, one cluster.
 
-It runs the reference data plane, whose logs are empty: a follower fetches
-from its partition leader every --replica-fetch-interval; a leader adds a
-follower that fetches to the ISR, and drops one silent for
---replica-lag-time-max, through the controllers.
+It runs the reference data plane (broker/replication): one log per replica
+under DATA_DIR/logs, Kafka's replication protocol between them. A follower
+fetches from its partition leader, waiting there up to
+--replica-fetch-interval for new records; a leader adds a follower that has
+caught up to the ISR, and drops one that has not for --replica-lag-time-max,
+through the controllers. A broker stopped with SIGTERM records a clean
+shutdown; one that was killed tells the controllers at its next start, and
+leaves the eligible leader replicas (KIP-966).
 
 SIGTERM or SIGINT makes a controlled shutdown: the controller moves this
 broker's leaderships to other ISR members first (waiting at most
@@ -93,10 +99,14 @@ same CA; SASL is not served.
 				return fmt.Errorf("--heartbeat-interval %v: want a positive duration", cfg.HeartbeatInterval)
 			case cfg.ControlledShutdownTimeout <= 0:
 				return fmt.Errorf("--controlled-shutdown-timeout %v: want a positive duration", cfg.ControlledShutdownTimeout)
-			case replicas.FetchInterval <= 0:
-				return fmt.Errorf("--replica-fetch-interval %v: want a positive duration", replicas.FetchInterval)
-			case replicas.LagTimeMax <= 0:
-				return fmt.Errorf("--replica-lag-time-max %v: want a positive duration", replicas.LagTimeMax)
+			case replicas.FetchMaxWait <= 0:
+				return fmt.Errorf("--replica-fetch-interval %v: want a positive duration", replicas.FetchMaxWait)
+			case replicas.ReplicaLagTimeMax <= 0:
+				return fmt.Errorf("--replica-lag-time-max %v: want a positive duration", replicas.ReplicaLagTimeMax)
+			case replicas.FlushInterval < 0:
+				return fmt.Errorf("--log-flush-interval %v: want a positive duration, or 0 to leave durability to replication", replicas.FlushInterval)
+			case replicas.RetentionCheckInterval <= 0:
+				return fmt.Errorf("--log-retention-check-interval %v: want a positive duration", replicas.RetentionCheckInterval)
 			}
 			if cfg.Controllers = splitAddrs(controllers); len(cfg.Controllers) == 0 {
 				return errors.New("--controllers: no controller address given")
@@ -114,13 +124,15 @@ same CA; SASL is not served.
 			if err != nil {
 				return err
 			}
-			replicas.TLS = cfg.TLS
+			replicas.TLS, replicas.DataDir = cfg.TLS, cfg.DataDir
 			cfg.Logger = log
 			cfg.Handler = broker.LoggingHandler{Logger: log.With("component", "broker", "broker_id", cfg.BrokerID)}
 			replicas.Logger = log.With("broker_id", cfg.BrokerID)
-			if cfg.DataPlane, err = broker.NewReplicaManager(replicas); err != nil {
+			dataPlane, err := replication.New(replicas)
+			if err != nil {
 				return err
 			}
+			cfg.DataPlane = dataPlane
 			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS}, log)
 			if err != nil {
 				return err
@@ -140,10 +152,18 @@ same CA; SASL is not served.
 				return err
 			}
 			if kl != nil {
-				if err := kl.serve(agent, cfg.BrokerID, cfg.TLS, log); err != nil {
+				if err := kl.serve(agent, kafkaBackend(dataPlane), cfg.BrokerID, cfg.TLS, log); err != nil {
 					agent.Close()
 					return err
 				}
+			}
+			if testProduce != "" {
+				stop, err := serveTestProduce(testProduce, dataPlane, log)
+				if err != nil {
+					agent.Close()
+					return err
+				}
+				defer stop()
 			}
 			if cfg.TLS == nil {
 				// Said once started, so that a refused start stays one line.
@@ -176,20 +196,27 @@ same CA; SASL is not served.
 	hidePlaceholder(f, "broker-id")
 	f.StringVar(&cfg.Listen, "listen", "", "address to listen on for the broker's gRPC service (required)")
 	f.StringVar(&cfg.Address, "advertise", "", "address the controllers and tools reach this broker at (default: --listen)")
-	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the broker's metadata (required)")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the broker's metadata and its replicas' logs (required)")
 	f.StringVar(&controllers, "controllers", defaultControllers, "controller addresses, host:port,... (any one will do)")
 	f.StringVar(&cfg.Rack, "rack", "", "the broker's rack, for rack-aware placement")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "how often to heartbeat to the active controller")
 	f.DurationVar(&cfg.ControlledShutdownTimeout, "controlled-shutdown-timeout", cfg.ControlledShutdownTimeout,
 		"on SIGTERM, how long to wait for the controller to move this broker's leaderships away before leaving anyway")
-	f.DurationVar(&replicas.FetchInterval, "replica-fetch-interval", replicas.FetchInterval, "how often a follower replica fetches from its leader")
-	f.DurationVar(&replicas.LagTimeMax, "replica-lag-time-max", replicas.LagTimeMax,
-		"how long a follower may go without fetching before its leader drops it from the ISR")
+	f.DurationVar(&replicas.FetchMaxWait, "replica-fetch-interval", replicas.FetchMaxWait,
+		"how long a follower's fetch waits on its leader for new records (Kafka's replica.fetch.wait.max.ms): an idle follower fetches this often")
+	f.DurationVar(&replicas.ReplicaLagTimeMax, "replica-lag-time-max", replicas.ReplicaLagTimeMax,
+		"how long a follower may go without catching up with its leader before the leader drops it from the ISR (Kafka's replica.lag.time.max.ms)")
+	f.DurationVar(&replicas.FlushInterval, "log-flush-interval", replicas.FlushInterval,
+		"fsync each log at least this often while it takes writes (Kafka's flush.ms); 0 leaves durability to replication, as Kafka does")
+	f.DurationVar(&replicas.RetentionCheckInterval, "log-retention-check-interval", replicas.RetentionCheckInterval,
+		"how often each log applies its topic's retention.ms and retention.bytes (Kafka's log.retention.check.interval.ms)")
+	f.StringVar(&testProduce, "test-produce-listen", "", "for Keel's own tests: serve a produce path over HTTP on this loopback address")
+	_ = f.MarkHidden("test-produce-listen")
 	f.StringVar(&kafkaListen, "kafka-listen", "", "address to serve the Kafka protocol on, for Kafka clients (keel produce, kcat, franz-go); empty: none")
 	f.StringVar(&kafkaAdvertise, "kafka-advertise", "", "address Kafka clients reach this broker's Kafka listener at (default: --kafka-listen)")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
-	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerUnregisterCmd())
+	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerUnregisterCmd(), newBrokerDrainCmd())
 	return cmd
 }
 
@@ -226,28 +253,30 @@ type brokerRow struct {
 
 func newBrokerListCmd() *cobra.Command {
 	a := &adminFlags{}
+	r := &readFlags{}
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the registered brokers and their states (active, fenced, shutting_down)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]brokerRow, error) {
-				resp, err := c.ListBrokers(ctx)
+			return readCall(cmd, a, r, func(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]brokerRow, *keelpb.ReadSource, error) {
+				resp, err := c.ListBrokers(ctx, opts...)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				rows := make([]brokerRow, 0, len(resp.GetBrokers()))
 				for _, b := range resp.GetBrokers() {
 					rows = append(rows, brokerRow{ID: b.GetId(), Epoch: b.GetEpoch(), Address: b.GetAddress(), Rack: b.GetRack(), State: b.GetState()})
 				}
 				sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
-				return rows, nil
+				return rows, resp.GetSource(), nil
 			}, tableOf([]string{"ID", "EPOCH", "ADDRESS", "RACK", "STATE"}, "", func(r brokerRow) []string {
 				return []string{fmt.Sprint(r.ID), fmt.Sprint(r.Epoch), r.Address, orDash(r.Rack), r.State}
 			}))
 		},
 	}
 	a.add(cmd)
+	r.add(cmd)
 	return cmd
 }
 

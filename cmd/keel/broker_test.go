@@ -205,11 +205,13 @@ func TestBrokerCommandErrors(t *testing.T) {
 // default is not in --help, but parses and prints as before.
 func TestRequiredFlags_HelpShowsNoPlaceholder(t *testing.T) {
 	for _, tt := range []struct {
-		args []string
-		flag string
+		args   []string
+		flag   string
+		suffix string
 	}{
-		{[]string{"broker", "--help"}, "--broker-id int32"},
-		{[]string{"partition", "reassign", "--help"}, "--partition int32"},
+		{[]string{"broker", "--help"}, "--broker-id int32", "(required)"},
+		{[]string{"broker", "drain", "--help"}, "--broker-id int32", "(required)"},
+		{[]string{"partition", "reassign", "--help"}, "--partition int32", "(the single form)"},
 	} {
 		out, err := runKeel(t, tt.args...)
 		if err != nil {
@@ -221,8 +223,8 @@ func TestRequiredFlags_HelpShowsNoPlaceholder(t *testing.T) {
 				line = strings.TrimSpace(l)
 			}
 		}
-		if !strings.HasSuffix(line, "(required)") {
-			t.Errorf("keel %s: %s's line is %q, want it to end in (required), with no default", strings.Join(tt.args, " "), tt.flag, line)
+		if !strings.HasSuffix(line, tt.suffix) {
+			t.Errorf("keel %s: %s's line is %q, want it to end in %s, with no default", strings.Join(tt.args, " "), tt.flag, line, tt.suffix)
 		}
 	}
 	out, err := runKeel(t, "broker", "--print-config")

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/broker/replication"
 	"github.com/keel-dev/keel/internal/atomicfile"
 	"github.com/keel-dev/keel/internal/hostport"
 	"github.com/keel-dev/keel/raftlog"
@@ -323,9 +324,11 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 	for i := range n {
 		id := int32(i + 1)
 		tlsCfg := certs.broker(id)
-		// The reference data plane: followers fetch from their leaders, so
-		// ISRs shrink and grow as brokers come and go, as in a real cluster.
-		dp, err := broker.NewReplicaManager(broker.ReplicaManagerConfig{TLS: tlsCfg})
+		// The reference data plane: a log per replica, followers fetching
+		// from their leaders, so ISRs shrink and grow as brokers come and
+		// go, as in a real cluster.
+		brokerDir := filepath.Join(dataDir, fmt.Sprintf("broker-%d", id))
+		dp, err := replication.New(replication.Config{DataDir: brokerDir, TLS: tlsCfg, Logger: log.With("broker_id", id)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -337,10 +340,10 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 			BrokerID:     id,
 			KafkaAddress: kl.advertise,
 			Listen:       "127.0.0.1:0",
-			DataDir:      filepath.Join(dataDir, fmt.Sprintf("broker-%d", id)),
+			DataDir:      brokerDir,
 			Controllers:  addrs,
 			DataPlane:    dp,
-			Logger:       log.With("broker", id),
+			Logger:       log, // the agent adds broker_id
 			TLS:          tlsCfg,
 			Metrics:      ms[i].registerer(),
 		})
@@ -349,7 +352,7 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 			return nil, nil, fmt.Errorf("broker %d: %w", id, err)
 		}
 		agents = append(agents, a)
-		if err := kl.serve(a, id, tlsCfg, log.With("broker", id)); err != nil {
+		if err := kl.serve(a, kafkaBackend(dp), id, tlsCfg, log); err != nil {
 			return nil, nil, fmt.Errorf("broker %d: %w", id, err)
 		}
 		kafkas = append(kafkas, kl)

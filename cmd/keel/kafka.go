@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/broker/kafka"
+	"github.com/keel-dev/keel/broker/replication"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
@@ -45,12 +48,13 @@ func bindKafka(listen, advertise string) (*kafkaListener, error) {
 }
 
 // serve starts the Kafka protocol on the bound listener over agent's image
-// and controller link, with the broker's TLS (nil: plaintext).
-func (k *kafkaListener) serve(agent *broker.Agent, brokerID int32, tlsCfg *tlsauth.Config, log *slog.Logger) error {
+// and controller link and the data plane backend, with the broker's TLS
+// (nil: plaintext).
+func (k *kafkaListener) serve(agent *broker.Agent, backend kafka.Backend, brokerID int32, tlsCfg *tlsauth.Config, log *slog.Logger) error {
 	srv, err := kafka.Serve(k.lis, kafka.Config{
 		BrokerID:   brokerID,
 		Image:      agent,
-		Backend:    kafkaBackend(agent),
+		Backend:    backend,
 		Controller: agent,
 		TLS:        tlsCfg,
 		Logger:     log,
@@ -75,10 +79,22 @@ func (k *kafkaListener) close() {
 	}
 }
 
-// kafkaBackend is the data plane the Kafka listener appends to and reads
-// from. Until the replicated data plane (broker/replication) is wired in
-// here, it is kafka.MemoryBackend: each leader keeps its partitions'
-// records in memory, unreplicated, lost when the broker stops.
-func kafkaBackend(*broker.Agent) kafka.Backend {
-	return kafka.NewMemoryBackend()
+// kafkaBackend is the replicated data plane as the Kafka listener calls
+// it: the same methods, with the listener's result types.
+func kafkaBackend(m *replication.Manager) kafka.Backend { return replicationBackend{m} }
+
+type replicationBackend struct{ m *replication.Manager }
+
+func (b replicationBackend) Produce(ctx context.Context, topic string, partition int32, batch []byte, acks int16, timeout time.Duration) (kafka.ProduceResult, error) {
+	r, err := b.m.Produce(ctx, topic, partition, batch, acks, timeout)
+	return kafka.ProduceResult(r), err
+}
+
+func (b replicationBackend) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (kafka.FetchResult, error) {
+	r, err := b.m.Fetch(ctx, topic, partition, currentLeaderEpoch, offset, maxBytes, maxWait)
+	return kafka.FetchResult(r), err
+}
+
+func (b replicationBackend) ListOffsets(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (int64, int32, error) {
+	return b.m.ListOffsets(ctx, topic, partition, currentLeaderEpoch, timestamp)
 }

@@ -328,14 +328,62 @@ type reassignFlags struct {
 	partition int32
 	replicas  string
 	cancel    bool
+	// The plan forms.
+	plan     string
+	verify   string
+	generate bool
+	topics   string
+	brokers  string
 }
 
-// request checks the flags and builds the request, before any RPC. An
-// empty replica list in the request cancels.
+// The forms of `keel partition reassign`.
+const (
+	reassignOne      = iota // --topic --partition --replicas|--cancel
+	reassignPlan            // --plan FILE [--cancel]
+	reassignGenerate        // --generate --topics --brokers
+	reassignVerify          // --verify FILE
+)
+
+// form checks which form the flags ask for, and that they do not mix forms.
+func (f *reassignFlags) form(changed func(flag string) bool) (int, error) {
+	given := func(flags ...string) []string {
+		var out []string
+		for _, fl := range flags {
+			if changed(fl) {
+				out = append(out, "--"+fl)
+			}
+		}
+		return out
+	}
+	single := []string{"topic", "partition", "replicas"}
+	switch {
+	case changed("plan"):
+		if extra := given(append(single, "verify", "generate", "topics", "brokers")...); len(extra) > 0 {
+			return 0, fmt.Errorf("--plan takes the partitions from the file: give it without %s", strings.Join(extra, ", "))
+		}
+		return reassignPlan, nil
+	case changed("verify"):
+		if extra := given(append(single, "cancel", "generate", "topics", "brokers")...); len(extra) > 0 {
+			return 0, fmt.Errorf("--verify checks the plan file's partitions: give it without %s", strings.Join(extra, ", "))
+		}
+		return reassignVerify, nil
+	case f.generate:
+		if extra := given(append(single, "cancel")...); len(extra) > 0 {
+			return 0, fmt.Errorf("--generate proposes a plan for --topics over --brokers: give it without %s", strings.Join(extra, ", "))
+		}
+		return reassignGenerate, nil
+	case changed("topics") || changed("brokers"):
+		return 0, errors.New("--topics and --brokers go with --generate")
+	}
+	return reassignOne, nil
+}
+
+// request checks the flags of the single form and builds its request,
+// before any RPC. An empty replica list in the request cancels.
 func (f *reassignFlags) request(changed func(flag string) bool) (*keelpb.AlterPartitionReassignmentsRequest, error) {
 	switch {
 	case f.topic == "":
-		return nil, errors.New("--topic is required")
+		return nil, errors.New("--topic is required (or --plan FILE, --generate, --verify FILE)")
 	case !changed("partition"):
 		return nil, errors.New("--partition is required")
 	case f.partition < 0:
@@ -368,7 +416,7 @@ func newReassignCmd() *cobra.Command {
 	f := &reassignFlags{}
 	cmd := &cobra.Command{
 		Use:   "reassign",
-		Short: "Move a partition to new replicas, or cancel its ongoing move",
+		Short: "Move partitions to new replicas: one, or a plan of many; generate and verify plans",
 		Long: `Move a partition to the target replicas: the controller adds the new ones,
 waits until every target replica is in the ISR, then switches to the target
 set, electing a leader from it if the old leader leaves. Until then the
@@ -379,12 +427,52 @@ one replaces it; a move to the current replicas changes nothing.
 before the move (those being added leave). It is refused when only replicas
 being added are in the ISR, unless the topic allows unclean leader election.
 
-Prints the partition as it is once the request is accepted; follow the move
-with 'keel partition reassignments' or 'keel topic describe'.`,
+Plans use the JSON of Kafka's kafka-reassign-partitions:
+  {"version":1,"partitions":[{"topic":"orders","partition":0,"replicas":[4,5,6]}]}
+(log_dirs may be given, as "any" only.)
+
+--plan FILE starts every move of the plan in one request: the controller
+accepts them all, or refuses the whole plan, naming the entry, when any is
+invalid. It first prints the current assignment of the plan's partitions:
+save it, it is the plan that rolls the change back. With --cancel it
+cancels the plan's ongoing moves instead.
+
+--generate --topics T1,T2 --brokers 1,2,3 writes nothing: it prints the
+topics' current assignment and a proposed one over the brokers given, each
+partition keeping its replication factor, placed as topic creation places
+replicas (racks interleaved, preferred leaders spread evenly). Save the
+proposal to a file, edit it if you like, and run it with --plan.
+
+--verify FILE prints, per partition of the plan, whether its move is
+complete, still in progress, or not what the plan asks; the exit status is 1
+until every partition is complete.
+
+The single form prints the partition as it is once the request is accepted;
+follow a move with --verify, 'keel partition reassignments' or
+'keel topic describe'.`,
 		Example: `  keel partition reassign --topic orders --partition 0 --replicas 4,5,6
-  keel partition reassign --topic orders --partition 0 --cancel`,
+  keel partition reassign --topic orders --partition 0 --cancel
+  keel partition reassign --generate --topics orders,payments --brokers 4,5,6
+  keel partition reassign --plan move.json
+  keel partition reassign --verify move.json
+  keel partition reassign --plan move.json --cancel`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			form, err := f.form(cmd.Flags().Changed)
+			if err != nil {
+				return err
+			}
+			switch form {
+			case reassignPlan:
+				if f.cancel {
+					return runPlanCancel(cmd, a, f.plan)
+				}
+				return runPlan(cmd, a, f.plan)
+			case reassignGenerate:
+				return runGenerate(cmd, a, f.topics, f.brokers)
+			case reassignVerify:
+				return runVerify(cmd, a, f.verify)
+			}
 			req, err := f.request(cmd.Flags().Changed)
 			if err != nil {
 				return err
@@ -410,11 +498,16 @@ with 'keel partition reassignments' or 'keel topic describe'.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.topic, "topic", "", "the topic (required)")
-	fl.Int32Var(&f.partition, "partition", -1, "the partition (required)")
+	fl.StringVar(&f.topic, "topic", "", "the topic (the single form)")
+	fl.Int32Var(&f.partition, "partition", -1, "the partition (the single form)")
 	hidePlaceholder(fl, "partition")
 	fl.StringVar(&f.replicas, "replicas", "", "the target replicas, broker ids in preference order, e.g. 4,5,6")
-	fl.BoolVar(&f.cancel, "cancel", false, "cancel the partition's ongoing reassignment")
+	fl.BoolVar(&f.cancel, "cancel", false, "cancel the partition's ongoing reassignment (with --plan: those of the plan's partitions)")
+	fl.StringVar(&f.plan, "plan", "", "start every move of this plan file (Kafka's reassignment JSON), in one request")
+	fl.StringVar(&f.verify, "verify", "", "report the progress of this plan file's moves; exit status 1 until all are complete")
+	fl.BoolVar(&f.generate, "generate", false, "print the current assignment of --topics and a proposed one over --brokers; writes nothing")
+	fl.StringVar(&f.topics, "topics", "", "with --generate: the topics to move, T1,T2,...")
+	fl.StringVar(&f.brokers, "brokers", "", "with --generate: the brokers to move them to, B1,B2,...")
 	a.add(cmd)
 	return cmd
 }
@@ -430,15 +523,16 @@ type reassignmentRow struct {
 
 func newReassignmentsCmd() *cobra.Command {
 	a := &adminFlags{}
+	r := &readFlags{}
 	cmd := &cobra.Command{
 		Use:   "reassignments",
 		Short: "List the ongoing reassignments",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]reassignmentRow, error) {
-				resp, err := c.ListPartitionReassignments(ctx)
+			return readCall(cmd, a, r, func(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]reassignmentRow, *keelpb.ReadSource, error) {
+				resp, err := c.ListPartitionReassignments(ctx, opts...)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				rows := make([]reassignmentRow, 0, len(resp.GetReassignments()))
 				for _, r := range resp.GetReassignments() {
@@ -446,12 +540,13 @@ func newReassignmentsCmd() *cobra.Command {
 						AddingReplicas: ids(r.GetAddingReplicas()), RemovingReplicas: ids(r.GetRemovingReplicas())})
 				}
 				sortByPartition(rows, func(r reassignmentRow) (string, int32) { return r.Topic, r.Partition })
-				return rows, nil
+				return rows, resp.GetSource(), nil
 			}, tableOf([]string{"TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"}, "No reassignments in progress.", func(r reassignmentRow) []string {
 				return []string{r.Topic, fmt.Sprint(r.Partition), joinIDs(r.Replicas), joinIDs(r.AddingReplicas), joinIDs(r.RemovingReplicas)}
 			}))
 		},
 	}
 	a.add(cmd)
+	r.add(cmd)
 	return cmd
 }

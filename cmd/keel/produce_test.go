@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/broker/replication"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/keeltest"
 )
@@ -28,8 +29,9 @@ func runKeelIn(t *testing.T, stdin io.Reader, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// startKafkaBroker runs a one-controller quorum and broker 1 with its Kafka
-// listener, as keel broker --kafka-listen does, and returns the controllers'
+// startKafkaBroker runs a one-controller quorum and broker 1 with its
+// replicated data plane and Kafka listener, as keel broker --kafka-listen
+// does, and returns the controllers'
 // addresses and the Kafka bootstrap address.
 func startKafkaBroker(t *testing.T) (controllers, bootstrap string) {
 	t.Helper()
@@ -40,14 +42,20 @@ func startKafkaBroker(t *testing.T) (controllers, bootstrap string) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	a, err := broker.Start(broker.Config{BrokerID: 1, Listen: "127.0.0.1:0", KafkaAddress: kl.advertise, DataDir: t.TempDir(),
-		Controllers: c.Addrs(), HeartbeatInterval: 50 * time.Millisecond, Logger: log})
+	dir := t.TempDir()
+	dp, err := replication.New(replication.Config{DataDir: dir, Logger: log})
+	if err != nil {
+		kl.close()
+		t.Fatal(err)
+	}
+	a, err := broker.Start(broker.Config{BrokerID: 1, Listen: "127.0.0.1:0", KafkaAddress: kl.advertise, DataDir: dir,
+		Controllers: c.Addrs(), HeartbeatInterval: 50 * time.Millisecond, Logger: log, DataPlane: dp})
 	if err != nil {
 		kl.close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	if err := kl.serve(a, 1, nil, log); err != nil {
+	if err := kl.serve(a, kafkaBackend(dp), 1, nil, log); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(kl.close)

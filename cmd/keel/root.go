@@ -86,11 +86,21 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	var l *slog.Logger
 	switch strings.ToLower(g.logFormat) {
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		l = slog.New(slog.NewTextHandler(os.Stderr, opts))
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		l = slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", g.logFormat)
 	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", g.logFormat)
+	// Whatever logs through slog's default or the standard library's log
+	// package (net/http's TLS handshake errors, a library given no logger)
+	// comes out in the same format and at the same level setting. Without
+	// this, the standard log goes wherever a dependency's init sent it:
+	// etcd's capnslog, linked in by raft-wal, rewrites it to its own
+	// "I | ..." lines.
+	slog.SetDefault(l)
+	return l, nil
 }

@@ -378,7 +378,7 @@ the deletion; a broker that is down does so when it catches up.`,
 
 func newTopicListCmd() *cobra.Command {
 	a := &adminFlags{}
-	var linearizable bool
+	r := &readFlags{}
 	var pattern string
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -391,10 +391,10 @@ func newTopicListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]topicSummary, error) {
-				resp, err := c.ListTopics(ctx, readOptions(linearizable)...)
+			return readCall(cmd, a, r, func(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]topicSummary, *keelpb.ReadSource, error) {
+				resp, err := c.ListTopics(ctx, opts...)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				rows := make([]topicSummary, 0, len(resp.GetTopics()))
 				for _, t := range resp.GetTopics() {
@@ -404,7 +404,7 @@ func newTopicListCmd() *cobra.Command {
 					rows = append(rows, topicSummary{Name: t.GetName(), ID: t.GetId(), Partitions: t.GetPartitions(), ReplicationFactor: t.GetReplicationFactor()})
 				}
 				sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
-				return rows, nil
+				return rows, resp.GetSource(), nil
 			}, tableOf([]string{"NAME", "ID", "PARTITIONS", "REPLICATION FACTOR"}, "", func(r topicSummary) []string {
 				return []string{r.Name, orDash(r.ID), fmt.Sprint(r.Partitions), fmt.Sprint(r.ReplicationFactor)}
 			}))
@@ -412,7 +412,7 @@ func newTopicListCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&pattern, "pattern", "", "only topics whose whole name matches this regular expression (RE2), e.g. 'orders\\..*'")
 	a.add(cmd)
-	addLinearizableFlag(cmd, &linearizable)
+	r.add(cmd)
 	return cmd
 }
 
@@ -427,20 +427,6 @@ func namePattern(pattern string) (func(string) bool, error) {
 		return nil, fmt.Errorf("--pattern %q: %v", pattern, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
 	}
 	return regexp.MustCompile("^(?:" + pattern + ")$").MatchString, nil
-}
-
-// addLinearizableFlag adds --linearizable to a read command.
-func addLinearizableFlag(cmd *cobra.Command, v *bool) {
-	cmd.Flags().BoolVar(v, "linearizable", false,
-		"answer only from the active controller, after it confirms with a quorum that it still leads (reflects every acknowledged write); default: any controller answers from its own, possibly slightly older, image")
-}
-
-// readOptions are the rpc read options for --linearizable.
-func readOptions(linearizable bool) []rpc.ReadOption {
-	if linearizable {
-		return []rpc.ReadOption{rpc.Linearizable()}
-	}
-	return nil
 }
 
 // partitionFilters are topic describe's filters, Kafka's: a partition is
@@ -508,10 +494,10 @@ const describeParallelism = 8
 
 // describeAll describes every topic, in name order. A topic deleted
 // between the list and its describe is left out.
-func describeAll(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]topicView, error) {
+func describeAll(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]topicView, *keelpb.ReadSource, error) {
 	list, err := c.ListTopics(ctx, opts...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	names := make([]string, 0, len(list.GetTopics()))
 	for _, t := range list.GetTopics() {
@@ -541,7 +527,7 @@ func describeAll(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]t
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]topicView, 0, len(views))
 	for _, v := range views {
@@ -549,12 +535,12 @@ func describeAll(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]t
 			out = append(out, *v)
 		}
 	}
-	return out, nil
+	return out, list.GetSource(), nil
 }
 
 func newTopicDescribeCmd() *cobra.Command {
 	a := &adminFlags{}
-	var linearizable bool
+	r := &readFlags{}
 	var f partitionFilters
 	cmd := &cobra.Command{
 		Use:   "describe [NAME]",
@@ -583,12 +569,11 @@ shows it with its source).`,
 			return topicNameArg(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := readOptions(linearizable)
 			if len(args) == 0 {
-				return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]topicView, error) {
-					all, err := describeAll(ctx, c, opts)
+				return readCall(cmd, a, r, func(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]topicView, *keelpb.ReadSource, error) {
+					all, src, err := describeAll(ctx, c, opts)
 					if err != nil {
-						return nil, err
+						return nil, nil, err
 					}
 					out := make([]topicView, 0, len(all))
 					for _, v := range all {
@@ -596,7 +581,7 @@ shows it with its source).`,
 							out = append(out, v)
 						}
 					}
-					return out, nil
+					return out, src, nil
 				}, func(w io.Writer, views []topicView) error {
 					if len(views) == 0 {
 						if f.any() {
@@ -617,15 +602,15 @@ shows it with its source).`,
 					return nil
 				})
 			}
-			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (topicView, error) {
+			return readCall(cmd, a, r, func(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) (topicView, *keelpb.ReadSource, error) {
 				resp, err := c.DescribeTopic(ctx, args[0], opts...)
 				if err != nil {
-					return topicView{}, err
+					return topicView{}, nil, err
 				}
 				if resp.GetTopic() == nil {
-					return topicView{}, fmt.Errorf("topic %q: the controller answered without a description", args[0])
+					return topicView{}, nil, fmt.Errorf("topic %q: the controller answered without a description", args[0])
 				}
-				return f.filter(describeView(resp.GetTopic())), nil
+				return f.filter(describeView(resp.GetTopic())), resp.GetSource(), nil
 			}, func(w io.Writer, v topicView) error {
 				if f.any() && len(v.Partitions) == 0 {
 					fmt.Fprintf(w, "Topic:   %s\nID:      %s\n\nNo partitions match.\n", v.Name, orDash(v.ID))
@@ -641,7 +626,7 @@ shows it with its source).`,
 	fl.BoolVar(&f.atMinISR, "at-min-isr-partitions", false, "only partitions with exactly min.insync.replicas in the ISR")
 	fl.BoolVar(&f.unavailable, "unavailable-partitions", false, "only partitions without a leader")
 	a.add(cmd)
-	addLinearizableFlag(cmd, &linearizable)
+	r.add(cmd)
 	return cmd
 }
 

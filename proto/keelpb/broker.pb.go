@@ -24,12 +24,28 @@ const (
 )
 
 type FetchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ReplicaId     int32                  `protobuf:"varint,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
-	TopicId       string                 `protobuf:"bytes,2,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
-	Partition     int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
-	LeaderEpoch   int32                  `protobuf:"varint,4,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
-	FetchOffset   int64                  `protobuf:"varint,5,opt,name=fetch_offset,json=fetchOffset,proto3" json:"fetch_offset,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ReplicaId int32                  `protobuf:"varint,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	TopicId   string                 `protobuf:"bytes,2,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	Partition int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The leader epoch the follower fetches at (Kafka's current_leader_epoch).
+	LeaderEpoch int32 `protobuf:"varint,4,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	// The follower's log end offset: where to read from.
+	FetchOffset int64 `protobuf:"varint,5,opt,name=fetch_offset,json=fetchOffset,proto3" json:"fetch_offset,omitempty"`
+	// The follower's broker epoch (KIP-903): a leader refuses a fetch from
+	// an incarnation its metadata does not show (NOT_LEADER_OR_FOLLOWER), and
+	// sends the epoch in the ISR changes that add the follower. 0: unknown.
+	BrokerEpoch int64 `protobuf:"varint,6,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	// The epoch of the follower's last batch (KIP-320's last_fetched_epoch);
+	// absent when its log holds none. The leader answers a diverging_epoch
+	// instead of records when its own log ends that epoch earlier.
+	LastFetchedEpoch *int32 `protobuf:"varint,7,opt,name=last_fetched_epoch,json=lastFetchedEpoch,proto3,oneof" json:"last_fetched_epoch,omitempty"`
+	// At most this many bytes of batches (at least one whole batch); 0: the
+	// leader's default.
+	MaxBytes int32 `protobuf:"varint,8,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// With nothing to read at fetch_offset, the leader waits up to this long
+	// for records (Kafka's replica.fetch.wait.max.ms).
+	MaxWaitMs     int32 `protobuf:"varint,9,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -99,17 +115,107 @@ func (x *FetchRequest) GetFetchOffset() int64 {
 	return 0
 }
 
-type FetchResponse struct {
+func (x *FetchRequest) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetLastFetchedEpoch() int32 {
+	if x != nil && x.LastFetchedEpoch != nil {
+		return *x.LastFetchedEpoch
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetMaxBytes() int32 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetMaxWaitMs() int32 {
+	if x != nil {
+		return x.MaxWaitMs
+	}
+	return 0
+}
+
+// EpochEndOffset is where the leader's log ends an epoch: the largest epoch
+// at or below the one asked, and the offset at which it ends.
+type EpochEndOffset struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	LogEndOffset  int64                  `protobuf:"varint,1,opt,name=log_end_offset,json=logEndOffset,proto3" json:"log_end_offset,omitempty"`
-	HighWatermark int64                  `protobuf:"varint,2,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
+	Epoch         int32                  `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	EndOffset     int64                  `protobuf:"varint,2,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *EpochEndOffset) Reset() {
+	*x = EpochEndOffset{}
+	mi := &file_broker_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EpochEndOffset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EpochEndOffset) ProtoMessage() {}
+
+func (x *EpochEndOffset) ProtoReflect() protoreflect.Message {
+	mi := &file_broker_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EpochEndOffset.ProtoReflect.Descriptor instead.
+func (*EpochEndOffset) Descriptor() ([]byte, []int) {
+	return file_broker_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EpochEndOffset) GetEpoch() int32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *EpochEndOffset) GetEndOffset() int64 {
+	if x != nil {
+		return x.EndOffset
+	}
+	return 0
+}
+
+type FetchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LogEndOffset  int64                  `protobuf:"varint,1,opt,name=log_end_offset,json=logEndOffset,proto3" json:"log_end_offset,omitempty"`
+	HighWatermark int64                  `protobuf:"varint,2,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
+	// The leader's log start offset.
+	LogStartOffset int64 `protobuf:"varint,3,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
+	// Whole v2 record batches from the one holding fetch_offset, as the
+	// leader's log stores them; empty at the log end.
+	Records []byte `protobuf:"bytes,4,opt,name=records,proto3" json:"records,omitempty"`
+	// Set instead of records when the follower's log diverges from the
+	// leader's: the follower truncates to it (KIP-279) and fetches again.
+	DivergingEpoch *EpochEndOffset `protobuf:"bytes,5,opt,name=diverging_epoch,json=divergingEpoch,proto3" json:"diverging_epoch,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_broker_proto_msgTypes[1]
+	mi := &file_broker_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -121,7 +227,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_broker_proto_msgTypes[1]
+	mi := &file_broker_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -134,7 +240,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_broker_proto_rawDescGZIP(), []int{1}
+	return file_broker_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *FetchResponse) GetLogEndOffset() int64 {
@@ -151,6 +257,27 @@ func (x *FetchResponse) GetHighWatermark() int64 {
 	return 0
 }
 
+func (x *FetchResponse) GetLogStartOffset() int64 {
+	if x != nil {
+		return x.LogStartOffset
+	}
+	return 0
+}
+
+func (x *FetchResponse) GetRecords() []byte {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *FetchResponse) GetDivergingEpoch() *EpochEndOffset {
+	if x != nil {
+		return x.DivergingEpoch
+	}
+	return nil
+}
+
 type InspectRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -159,7 +286,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_broker_proto_msgTypes[2]
+	mi := &file_broker_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -171,7 +298,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_broker_proto_msgTypes[2]
+	mi := &file_broker_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -184,7 +311,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_broker_proto_rawDescGZIP(), []int{2}
+	return file_broker_proto_rawDescGZIP(), []int{3}
 }
 
 type InspectResponse struct {
@@ -204,7 +331,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_broker_proto_msgTypes[3]
+	mi := &file_broker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -216,7 +343,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_broker_proto_msgTypes[3]
+	mi := &file_broker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -229,7 +356,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_broker_proto_rawDescGZIP(), []int{3}
+	return file_broker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *InspectResponse) GetBrokerId() int32 {
@@ -303,7 +430,7 @@ type ReplicaState struct {
 
 func (x *ReplicaState) Reset() {
 	*x = ReplicaState{}
-	mi := &file_broker_proto_msgTypes[4]
+	mi := &file_broker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -315,7 +442,7 @@ func (x *ReplicaState) String() string {
 func (*ReplicaState) ProtoMessage() {}
 
 func (x *ReplicaState) ProtoReflect() protoreflect.Message {
-	mi := &file_broker_proto_msgTypes[4]
+	mi := &file_broker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -328,7 +455,7 @@ func (x *ReplicaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaState.ProtoReflect.Descriptor instead.
 func (*ReplicaState) Descriptor() ([]byte, []int) {
-	return file_broker_proto_rawDescGZIP(), []int{4}
+	return file_broker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReplicaState) GetTopic() string {
@@ -377,17 +504,29 @@ var File_broker_proto protoreflect.FileDescriptor
 
 const file_broker_proto_rawDesc = "" +
 	"\n" +
-	"\fbroker.proto\x12\akeel.v1\"\xac\x01\n" +
+	"\fbroker.proto\x12\akeel.v1\"\xd6\x02\n" +
 	"\fFetchRequest\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\x05R\treplicaId\x12\x19\n" +
 	"\btopic_id\x18\x02 \x01(\tR\atopicId\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12!\n" +
 	"\fleader_epoch\x18\x04 \x01(\x05R\vleaderEpoch\x12!\n" +
-	"\ffetch_offset\x18\x05 \x01(\x03R\vfetchOffset\"\\\n" +
+	"\ffetch_offset\x18\x05 \x01(\x03R\vfetchOffset\x12!\n" +
+	"\fbroker_epoch\x18\x06 \x01(\x03R\vbrokerEpoch\x121\n" +
+	"\x12last_fetched_epoch\x18\a \x01(\x05H\x00R\x10lastFetchedEpoch\x88\x01\x01\x12\x1b\n" +
+	"\tmax_bytes\x18\b \x01(\x05R\bmaxBytes\x12\x1e\n" +
+	"\vmax_wait_ms\x18\t \x01(\x05R\tmaxWaitMsB\x15\n" +
+	"\x13_last_fetched_epoch\"E\n" +
+	"\x0eEpochEndOffset\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x05R\x05epoch\x12\x1d\n" +
+	"\n" +
+	"end_offset\x18\x02 \x01(\x03R\tendOffset\"\xe2\x01\n" +
 	"\rFetchResponse\x12$\n" +
 	"\x0elog_end_offset\x18\x01 \x01(\x03R\flogEndOffset\x12%\n" +
-	"\x0ehigh_watermark\x18\x02 \x01(\x03R\rhighWatermark\"\x10\n" +
+	"\x0ehigh_watermark\x18\x02 \x01(\x03R\rhighWatermark\x12(\n" +
+	"\x10log_start_offset\x18\x03 \x01(\x03R\x0elogStartOffset\x12\x18\n" +
+	"\arecords\x18\x04 \x01(\fR\arecords\x12@\n" +
+	"\x0fdiverging_epoch\x18\x05 \x01(\v2\x17.keel.v1.EpochEndOffsetR\x0edivergingEpoch\"\x10\n" +
 	"\x0eInspectRequest\"\xb6\x02\n" +
 	"\x0fInspectResponse\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
@@ -424,25 +563,27 @@ func file_broker_proto_rawDescGZIP() []byte {
 	return file_broker_proto_rawDescData
 }
 
-var file_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_broker_proto_goTypes = []any{
 	(*FetchRequest)(nil),    // 0: keel.v1.FetchRequest
-	(*FetchResponse)(nil),   // 1: keel.v1.FetchResponse
-	(*InspectRequest)(nil),  // 2: keel.v1.InspectRequest
-	(*InspectResponse)(nil), // 3: keel.v1.InspectResponse
-	(*ReplicaState)(nil),    // 4: keel.v1.ReplicaState
+	(*EpochEndOffset)(nil),  // 1: keel.v1.EpochEndOffset
+	(*FetchResponse)(nil),   // 2: keel.v1.FetchResponse
+	(*InspectRequest)(nil),  // 3: keel.v1.InspectRequest
+	(*InspectResponse)(nil), // 4: keel.v1.InspectResponse
+	(*ReplicaState)(nil),    // 5: keel.v1.ReplicaState
 }
 var file_broker_proto_depIdxs = []int32{
-	4, // 0: keel.v1.InspectResponse.partitions:type_name -> keel.v1.ReplicaState
-	2, // 1: keel.v1.BrokerService.Inspect:input_type -> keel.v1.InspectRequest
-	0, // 2: keel.v1.BrokerService.Fetch:input_type -> keel.v1.FetchRequest
-	3, // 3: keel.v1.BrokerService.Inspect:output_type -> keel.v1.InspectResponse
-	1, // 4: keel.v1.BrokerService.Fetch:output_type -> keel.v1.FetchResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	1, // 0: keel.v1.FetchResponse.diverging_epoch:type_name -> keel.v1.EpochEndOffset
+	5, // 1: keel.v1.InspectResponse.partitions:type_name -> keel.v1.ReplicaState
+	3, // 2: keel.v1.BrokerService.Inspect:input_type -> keel.v1.InspectRequest
+	0, // 3: keel.v1.BrokerService.Fetch:input_type -> keel.v1.FetchRequest
+	4, // 4: keel.v1.BrokerService.Inspect:output_type -> keel.v1.InspectResponse
+	2, // 5: keel.v1.BrokerService.Fetch:output_type -> keel.v1.FetchResponse
+	4, // [4:6] is the sub-list for method output_type
+	2, // [2:4] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_broker_proto_init() }
@@ -450,13 +591,14 @@ func file_broker_proto_init() {
 	if File_broker_proto != nil {
 		return
 	}
+	file_broker_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_broker_proto_rawDesc), len(file_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,9 +32,10 @@ type BrokerServiceClient interface {
 	// Inspect reports the broker's own view: its registration, the controller
 	// it follows, the metadata offset it has applied, and its replicas.
 	Inspect(ctx context.Context, in *InspectRequest, opts ...grpc.CallOption) (*InspectResponse, error)
-	// Fetch is a follower replica fetching from its partition leader (the
-	// reference broker's stand-in for a data plane: the log is empty, so a
-	// fetch carries the leader epoch and the follower's log end offset).
+	// Fetch is a follower replica fetching from its partition leader: the
+	// follower's log end offset and last fetched epoch go in, the leader's
+	// record batches from that offset, its high watermark, or the epoch at
+	// which the follower's log diverges from the leader's (KIP-320) come out.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
 }
 
@@ -73,9 +74,10 @@ type BrokerServiceServer interface {
 	// Inspect reports the broker's own view: its registration, the controller
 	// it follows, the metadata offset it has applied, and its replicas.
 	Inspect(context.Context, *InspectRequest) (*InspectResponse, error)
-	// Fetch is a follower replica fetching from its partition leader (the
-	// reference broker's stand-in for a data plane: the log is empty, so a
-	// fetch carries the leader epoch and the follower's log end offset).
+	// Fetch is a follower replica fetching from its partition leader: the
+	// follower's log end offset and last fetched epoch go in, the leader's
+	// record batches from that offset, its high watermark, or the epoch at
+	// which the follower's log diverges from the leader's (KIP-320) come out.
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
 	mustEmbedUnimplementedBrokerServiceServer()
 }

@@ -108,7 +108,9 @@ type ControllerServiceClient interface {
 	// ElectLeaders runs a preferred or unclean election on some partitions.
 	ElectLeaders(ctx context.Context, in *ElectLeadersRequest, opts ...grpc.CallOption) (*ElectLeadersResponse, error)
 	// AlterPartitionReassignments starts (replicas set) or cancels (replicas
-	// empty) a reassignment; ListPartitionReassignments lists ongoing ones.
+	// empty) a reassignment, or, with partitions, many at once (a plan): one
+	// decision, refused whole when any entry is refused, so that a plan is
+	// never half applied. ListPartitionReassignments lists ongoing ones.
 	AlterPartitionReassignments(ctx context.Context, in *AlterPartitionReassignmentsRequest, opts ...grpc.CallOption) (*AlterPartitionReassignmentsResponse, error)
 	ListPartitionReassignments(ctx context.Context, in *ListPartitionReassignmentsRequest, opts ...grpc.CallOption) (*ListPartitionReassignmentsResponse, error)
 	// FetchSnapshot streams a consistent snapshot of the committed image, in
@@ -491,7 +493,9 @@ type ControllerServiceServer interface {
 	// ElectLeaders runs a preferred or unclean election on some partitions.
 	ElectLeaders(context.Context, *ElectLeadersRequest) (*ElectLeadersResponse, error)
 	// AlterPartitionReassignments starts (replicas set) or cancels (replicas
-	// empty) a reassignment; ListPartitionReassignments lists ongoing ones.
+	// empty) a reassignment, or, with partitions, many at once (a plan): one
+	// decision, refused whole when any entry is refused, so that a plan is
+	// never half applied. ListPartitionReassignments lists ongoing ones.
 	AlterPartitionReassignments(context.Context, *AlterPartitionReassignmentsRequest) (*AlterPartitionReassignmentsResponse, error)
 	ListPartitionReassignments(context.Context, *ListPartitionReassignmentsRequest) (*ListPartitionReassignmentsResponse, error)
 	// FetchSnapshot streams a consistent snapshot of the committed image, in

@@ -1,0 +1,122 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/keel-dev/keel/tlsauth"
+)
+
+// Kafka's defaults.
+const (
+	// DefaultReplicaLagTimeMax is Kafka's replica.lag.time.max.ms: an ISR
+	// member that has not caught up with its leader for this long leaves
+	// the ISR.
+	DefaultReplicaLagTimeMax = 30 * time.Second
+	// DefaultFetchMaxWait is Kafka's replica.fetch.wait.max.ms: a
+	// follower's fetch with nothing to read waits this long on the leader.
+	DefaultFetchMaxWait = 500 * time.Millisecond
+	// DefaultFetchMaxBytes is Kafka's replica.fetch.max.bytes.
+	DefaultFetchMaxBytes = 1 << 20
+	// DefaultFetchBackoff is Kafka's replica.fetch.backoff.ms: the pause
+	// after a failed fetch.
+	DefaultFetchBackoff = time.Second
+	// DefaultHighWatermarkCheckpointInterval is Kafka's
+	// replica.high.watermark.checkpoint.interval.ms.
+	DefaultHighWatermarkCheckpointInterval = 5 * time.Second
+	// DefaultRetentionCheckInterval is Kafka's
+	// log.retention.check.interval.ms.
+	DefaultRetentionCheckInterval = 5 * time.Minute
+	// DefaultFlushCheckInterval is how often logs are checked against
+	// FlushInterval (Kafka's log.flush.scheduler.interval.ms, whose default
+	// never checks; here it only matters when FlushInterval is set).
+	DefaultFlushCheckInterval = time.Second
+)
+
+// Config configures a Manager.
+type Config struct {
+	// DataDir is the broker's data dir; the logs live in DataDir/logs.
+	DataDir string
+	// ReplicaLagTimeMax: see DefaultReplicaLagTimeMax. The leader checks
+	// every half of it, as Kafka does.
+	ReplicaLagTimeMax time.Duration
+	// FetchMaxWait, FetchMaxBytes, FetchBackoff: the followers' fetches.
+	FetchMaxWait  time.Duration
+	FetchMaxBytes int32
+	FetchBackoff  time.Duration
+	// FlushInterval fsyncs a log whose last fsync is older than this
+	// (Kafka's flush.ms for every topic); 0 leaves durability to
+	// replication, Kafka's default.
+	FlushInterval time.Duration
+	// FlushCheckInterval: see DefaultFlushCheckInterval.
+	FlushCheckInterval time.Duration
+	// HighWatermarkCheckpointInterval: see its default.
+	HighWatermarkCheckpointInterval time.Duration
+	// RetentionCheckInterval: how often retention.ms and retention.bytes
+	// are applied; see its default.
+	RetentionCheckInterval time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// TLS, when set, is the broker's mutual TLS, to fetch from leaders
+	// with. Nil is plaintext.
+	TLS *tlsauth.Config
+
+	// Tests replace the clock and the connections to leaders, and may
+	// drive the followers' fetches by hand (manualFetch: no fetch loops).
+	clock       clock
+	dial        func(addr string) (fetchClient, error)
+	manualFetch bool
+}
+
+func (c *Config) check() error {
+	if c.DataDir == "" {
+		return errors.New("replication: a data dir is required")
+	}
+	for name, d := range map[string]time.Duration{
+		"replica lag time max": c.ReplicaLagTimeMax, "fetch max wait": c.FetchMaxWait, "fetch backoff": c.FetchBackoff,
+		"flush interval": c.FlushInterval, "flush check interval": c.FlushCheckInterval,
+		"high watermark checkpoint interval": c.HighWatermarkCheckpointInterval, "retention check interval": c.RetentionCheckInterval,
+	} {
+		if d < 0 {
+			return fmt.Errorf("replication: %s %v is negative", name, d)
+		}
+	}
+	if c.FetchMaxBytes < 0 {
+		return fmt.Errorf("replication: fetch max bytes %d is negative", c.FetchMaxBytes)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.ReplicaLagTimeMax, DefaultReplicaLagTimeMax)
+	def(&c.FetchMaxWait, DefaultFetchMaxWait)
+	def(&c.FetchBackoff, DefaultFetchBackoff)
+	def(&c.FlushCheckInterval, DefaultFlushCheckInterval)
+	def(&c.HighWatermarkCheckpointInterval, DefaultHighWatermarkCheckpointInterval)
+	def(&c.RetentionCheckInterval, DefaultRetentionCheckInterval)
+	if c.FetchMaxBytes == 0 {
+		c.FetchMaxBytes = DefaultFetchMaxBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.clock == nil {
+		c.clock = wallClock{}
+	}
+	return nil
+}
+
+// clock is the time the manager reads: the wall clock, or a test's.
+type clock interface {
+	Now() time.Time
+	// After delivers the time once d has passed.
+	After(d time.Duration) <-chan time.Time
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

@@ -1,0 +1,270 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/broker/partlog"
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
+)
+
+// fetchTimeout bounds one fetch beyond the wait it asks the leader for.
+const fetchTimeout = 5 * time.Second
+
+// maxFetchResponseBytes bounds one fetch answer a follower takes: the
+// fetch's max bytes and one batch past it (KIP-74).
+const maxFetchResponseBytes = 256 << 20
+
+// fetchClient is a connection to a partition leader.
+type fetchClient interface {
+	Fetch(ctx context.Context, req *keelpb.FetchRequest) (*keelpb.FetchResponse, error)
+	Close() error
+}
+
+// runFollower fetches r from leader at epoch until ctx ends (Kafka's
+// AbstractFetcherThread for one partition): each fetch carries the log end
+// and the last epoch in the log; the answer's batches are appended, or the
+// log truncated where it diverges from the leader's, and the high watermark
+// follows the leader's.
+func (m *Manager) runFollower(ctx context.Context, r *replica, gen uint64, leader, epoch int32) {
+	defer m.wg.Done()
+	for ctx.Err() == nil {
+		err := m.fetchOnce(ctx, r, gen, leader, epoch)
+		if ctx.Err() != nil {
+			return
+		}
+		m.noteFetch(r, gen, leader, epoch, err)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.clock.After(m.cfg.FetchBackoff):
+			}
+		}
+	}
+}
+
+// fetchOnce sends one fetch and applies its answer.
+func (m *Manager) fetchOnce(ctx context.Context, r *replica, gen uint64, leader, epoch int32) error {
+	conn, err := m.conn(leader)
+	if err != nil {
+		return err
+	}
+	req := &keelpb.FetchRequest{ReplicaId: m.self, BrokerEpoch: m.link.BrokerEpoch(), TopicId: r.tp.TopicID.String(),
+		Partition: r.tp.Partition, LeaderEpoch: epoch, FetchOffset: r.log.LogEndOffset(),
+		MaxBytes: m.cfg.FetchMaxBytes, MaxWaitMs: int32(m.cfg.FetchMaxWait / time.Millisecond)}
+	if last, ok := r.log.LatestEpoch(); ok {
+		req.LastFetchedEpoch = &last
+	}
+	fctx, cancel := context.WithTimeout(ctx, m.cfg.FetchMaxWait+fetchTimeout)
+	resp, err := conn.Fetch(fctx, req)
+	cancel()
+	if err != nil {
+		if rpc.ReasonOf(err) == ReasonOffsetOutOfRange {
+			return m.outOfRange(r, gen, req.GetFetchOffset(), err)
+		}
+		return err
+	}
+	return m.applyFetch(r, gen, req.GetFetchOffset(), resp)
+}
+
+// applyFetch applies a leader's answer under the role it was fetched for:
+// a diverging epoch truncates the log (KIP-279), batches are appended with
+// the leader's offsets and epochs, and the high watermark becomes the
+// leader's, at most the log end.
+func (m *Manager) applyFetch(r *replica, gen uint64, offset int64, resp *keelpb.FetchResponse) error {
+	r.roleMu.RLock()
+	defer r.roleMu.RUnlock()
+	if !m.current(r, gen) {
+		return nil
+	}
+	l := r.log
+	if d := resp.GetDivergingEpoch(); d != nil {
+		to := truncationOffset(l, d.GetEpoch(), d.GetEndOffset())
+		if to < l.LogEndOffset() {
+			m.log.Info("truncating a follower's log where it diverges from the leader's", "topic", r.topic, "partition", r.tp.Partition,
+				"log_end_offset", l.LogEndOffset(), "truncate_to", to, "leader_epoch", d.GetEpoch(), "leader_epoch_end", d.GetEndOffset())
+			if err := l.TruncateTo(to); err != nil {
+				return fmt.Errorf("truncating to %d: %w", to, err)
+			}
+		}
+		m.followerHW(r, resp.GetHighWatermark())
+		return nil
+	}
+	if len(resp.GetRecords()) > 0 {
+		if l.LogEndOffset() != offset {
+			return nil // the log moved since the fetch was sent
+		}
+		if _, err := l.AppendAsFollower(resp.GetRecords()); err != nil {
+			return fmt.Errorf("appending the leader's batches at %d: %w", offset, err)
+		}
+	}
+	m.followerHW(r, resp.GetHighWatermark())
+	return nil
+}
+
+// truncationOffset is where a follower whose log diverges from its leader's
+// cuts it (Kafka's getOffsetTruncationState): the leader ends epoch at end.
+// If the follower has that epoch, it keeps what both have: up to the
+// smaller end. If it does not, it cuts to the end of its own largest epoch
+// below, and the next fetch (with that epoch as its last) goes on from
+// there; a follower with no epoch at all cuts to the leader's end.
+func truncationOffset(l *partlog.Log, epoch int32, end int64) int64 {
+	leo := l.LogEndOffset()
+	if epoch < 0 || end < 0 {
+		// The leader knows no epoch at or below the follower's: nothing
+		// the follower has is known to be the leader's.
+		return l.LogStartOffset()
+	}
+	fe, fend := l.EndOffsetFor(epoch)
+	switch {
+	case fe < 0 || fend < 0:
+		return min(end, leo)
+	case fe == epoch:
+		return min(end, fend, leo)
+	default:
+		return min(fend, leo)
+	}
+}
+
+// outOfRange handles an OFFSET_OUT_OF_RANGE answer (Kafka's
+// handleOutOfRangeError): a follower past the leader's log end truncates
+// to it; one below its log start starts its log afresh there.
+func (m *Manager) outOfRange(r *replica, gen uint64, offset int64, err error) error {
+	meta := errorMetadata(err)
+	start, err1 := strconv.ParseInt(meta[metaLogStart], 10, 64)
+	end, err2 := strconv.ParseInt(meta[metaLogEnd], 10, 64)
+	if err1 != nil || err2 != nil {
+		return err
+	}
+	r.roleMu.RLock()
+	defer r.roleMu.RUnlock()
+	if !m.current(r, gen) || r.log.LogEndOffset() != offset {
+		return nil
+	}
+	switch {
+	case offset > end:
+		m.log.Warn("follower ahead of its leader's log end; truncating", "topic", r.topic, "partition", r.tp.Partition,
+			"log_end_offset", offset, "leader_log_end_offset", end)
+		if err := r.log.TruncateTo(end); err != nil {
+			return err
+		}
+	case offset < start:
+		m.log.Info("follower behind its leader's log start; starting the log there", "topic", r.topic, "partition", r.tp.Partition,
+			"log_end_offset", offset, "leader_log_start_offset", start)
+		if err := r.log.TruncateFullyAndStartAt(start); err != nil {
+			return err
+		}
+	default:
+		return err
+	}
+	m.mu.Lock()
+	r.hw = min(r.hw, r.log.LogEndOffset())
+	m.mu.Unlock()
+	return nil
+}
+
+// current reports whether r still has the role of generation gen.
+func (m *Manager) current(r *replica, gen uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return r.gen == gen && r.role == broker.RoleFollower
+}
+
+// followerHW sets a follower's high watermark: the leader's, at most its
+// own log end (Kafka's follower rule).
+func (m *Manager) followerHW(r *replica, leaderHW int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if hw := min(leaderHW, r.log.LogEndOffset()); hw != r.hw {
+		r.hw = hw
+		r.notify()
+	}
+}
+
+// noteFetch logs when a follower starts or stops failing (a stale epoch is
+// normal for a moment after a leader change: the next BecomeFollower
+// brings the new one).
+func (m *Manager) noteFetch(r *replica, gen uint64, leader, epoch int32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r.gen != gen {
+		return
+	}
+	switch {
+	case err == nil:
+		if r.fetchFailing {
+			r.fetchFailing = false
+			m.log.Info("fetching from the leader again", "topic", r.topic, "partition", r.tp.Partition, "leader", leader)
+		}
+	case !r.fetchFailing:
+		r.fetchFailing = true
+		msg := err.Error()
+		if st, ok := status.FromError(err); ok {
+			msg = st.Message()
+		}
+		m.log.Info("fetch from the leader failed; retrying", "topic", r.topic, "partition", r.tp.Partition,
+			"leader", leader, "leader_epoch", epoch, "reason", rpc.ReasonOf(err), "err", msg)
+	}
+}
+
+// conn returns the connection to leader's current address.
+func (m *Manager) conn(leader int32) (fetchClient, error) {
+	b, ok := m.img.Load().Broker(leader)
+	if !ok {
+		return nil, fmt.Errorf("leader %d is not registered", leader)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errors.New("replication: closed")
+	}
+	if c, ok := m.conns[b.Address]; ok {
+		return c, nil
+	}
+	c, err := m.cfg.dial(b.Address)
+	if err != nil {
+		return nil, err
+	}
+	m.conns[b.Address] = c
+	return c, nil
+}
+
+// grpcFetchClient is a gRPC connection to a leader's BrokerService.
+type grpcFetchClient struct {
+	cc *grpc.ClientConn
+	keelpb.BrokerServiceClient
+}
+
+func (c grpcFetchClient) Fetch(ctx context.Context, req *keelpb.FetchRequest) (*keelpb.FetchResponse, error) {
+	return c.BrokerServiceClient.Fetch(ctx, req)
+}
+
+func (c grpcFetchClient) Close() error { return c.cc.Close() }
+
+// dialLeader connects lazily to a leader, with creds. Reconnects back off to
+// a second at most, so a restarted leader is fetched from again at once.
+func dialLeader(addr string, creds credentials.TransportCredentials) (fetchClient, error) {
+	cc, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(creds),
+		// A batch may be as large as a topic's max.message.bytes allows.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxFetchResponseBytes)),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("leader address %q: %w", addr, err)
+	}
+	return grpcFetchClient{cc: cc, BrokerServiceClient: keelpb.NewBrokerServiceClient(cc)}, nil
+}

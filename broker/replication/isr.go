@@ -1,0 +1,260 @@
+package replication
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
+)
+
+const (
+	// alterTimeout bounds one AlterPartition, retries across controllers
+	// included.
+	alterTimeout = 10 * time.Second
+	// alterRetryBackoff: after an AlterPartition no controller answered,
+	// the leader decides again this long after, unless the metadata shows
+	// the partition changed first.
+	alterRetryBackoff = time.Second
+)
+
+// alterState is a led partition's ISR change in progress. After a request
+// is answered, no new change is decided until the metadata shows the
+// partition at partition epoch minEpoch or later, or (when set) the image
+// has moved past afterOffset, or (when set) the clock has passed retryAt.
+type alterState struct {
+	queued      bool
+	waiting     bool
+	minEpoch    int32
+	anyOffset   bool
+	afterOffset uint64
+	retryAt     time.Time
+}
+
+func (a alterState) lifted(p *fsm.Partition, img *fsm.Image, now time.Time) bool {
+	return p.PartitionEpoch >= a.minEpoch ||
+		(a.anyOffset && img.Offset > a.afterOffset) ||
+		(!a.retryAt.IsZero() && !now.Before(a.retryAt))
+}
+
+// maybeAlter queues an ISR change for a led partition if one is due and
+// none is in progress. The caller holds mu.
+func (m *Manager) maybeAlter(r *replica, now time.Time) {
+	if r.role != broker.RoleLeader || r.alter.queued || r.sending {
+		return
+	}
+	img := m.img.Load()
+	p, ok := img.Partition(r.tp.TopicID, r.tp.Partition)
+	// The image may be a batch ahead of the role calls; they follow at once.
+	if !ok || p.Leader != m.self || p.LeaderEpoch != r.leaderEpoch {
+		return
+	}
+	if r.alter.waiting {
+		if !r.alter.lifted(p, img, now) {
+			return
+		}
+		r.alter, r.inflight = alterState{}, nil
+		delete(m.waiting, r.tp)
+	}
+	if isr, _ := m.desiredISR(p, r, img, now); isr == nil {
+		return
+	}
+	r.alter.queued = true
+	m.queue = append(m.queue, r.tp)
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// desiredISR is the ISR the leader wants, with each member's broker epoch,
+// or nil when it wants the current one (Kafka's maybeExpandIsr and
+// maybeShrinkIsr): the ISR without members that have not caught up for
+// ReplicaLagTimeMax or may not be in it, plus the replicas that have
+// caught up. A recovering partition wants an AlterPartition even with its
+// ISR unchanged, to confirm its recovery (KIP-704: its leader has nothing to
+// recover, as Kafka's leaders today). Nothing is wanted while this broker
+// itself may not lead (fenced or in controlled shutdown). The caller holds
+// mu.
+func (m *Manager) desiredISR(p *fsm.Partition, r *replica, img *fsm.Image, now time.Time) ([]int32, []int64) {
+	eligible := func(id int32) bool {
+		b, ok := img.Broker(id)
+		return ok && b.Eligible()
+	}
+	if !eligible(m.self) {
+		return nil, nil
+	}
+	isr := make([]int32, 0, len(p.Replicas))
+	for _, id := range p.ISR {
+		if id == m.self || (eligible(id) && !m.lagging(r, id, now)) {
+			isr = append(isr, id)
+		}
+	}
+	for _, id := range p.Replicas {
+		if id != m.self && !p.InISR(id) && m.inSync(r, id, img) {
+			isr = append(isr, id)
+		}
+	}
+	if slices.Equal(isr, p.ISR) && !p.Recovering() {
+		return nil, nil
+	}
+	epochs := make([]int64, len(isr))
+	for i, id := range isr {
+		if f := r.followers[id]; f != nil && f.brokerEpoch > 0 {
+			epochs[i] = f.brokerEpoch
+		} else if b, ok := img.Broker(id); ok {
+			epochs[i] = b.Epoch
+		}
+	}
+	return isr, epochs
+}
+
+// lagging: an ISR member has not caught up for ReplicaLagTimeMax: it has
+// not had everything the leader had within that time (Kafka's isCaughtUp,
+// negated). Unlike Kafka, a follower whose log end is the leader's but that
+// has stopped fetching lags too: a fetch at the log end counts as catching
+// up, so a live follower of an idle partition is caught up at every fetch,
+// and one that is silent (hung, cut off) leaves the ISR instead of holding
+// the high watermark of the next produce.
+func (m *Manager) lagging(r *replica, id int32, now time.Time) bool {
+	last := r.since
+	if f := r.followers[id]; f != nil && f.lastCaughtUp.After(last) {
+		last = f.lastCaughtUp
+	}
+	return now.Sub(last) > m.cfg.ReplicaLagTimeMax
+}
+
+// inSync: a replica outside the ISR may join it (Kafka's isFollowerInSync
+// and isReplicaIsrEligible): it has fetched at this epoch up to the high
+// watermark and the start of this epoch (KAFKA-7128), its broker is
+// eligible, and it fetched at the broker epoch the metadata shows (KIP-903).
+func (m *Manager) inSync(r *replica, id int32, img *fsm.Image) bool {
+	f := r.followers[id]
+	if f == nil || !f.fetched || f.leo < r.hw || f.leo < r.epochStart {
+		return false
+	}
+	b, ok := img.Broker(id)
+	return ok && b.Eligible() && (f.brokerEpoch == 0 || f.brokerEpoch == b.Epoch)
+}
+
+// checkLag looks at every led partition: ISR members that fell behind go,
+// and changes that waited for a retry time may go on.
+func (m *Manager) checkLag() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	for _, r := range m.replicas {
+		if r.role == broker.RoleLeader {
+			m.maybeAlter(r, now)
+		}
+	}
+}
+
+func (m *Manager) runSender() {
+	defer m.wg.Done()
+	for {
+		for m.ctx.Err() == nil && m.sendOne(m.ctx) {
+		}
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-m.wake:
+		}
+	}
+}
+
+// sendOne sends the first queued ISR change, decided afresh from the latest
+// image, and handles the answer. It reports whether the queue had one.
+func (m *Manager) sendOne(ctx context.Context) bool {
+	m.mu.Lock()
+	if len(m.queue) == 0 {
+		m.mu.Unlock()
+		return false
+	}
+	tp := m.queue[0]
+	m.queue = slices.Delete(m.queue, 0, 1)
+	r := m.replicas[tp]
+	if r == nil || !r.alter.queued {
+		m.mu.Unlock()
+		return true
+	}
+	r.alter.queued = false
+	img := m.img.Load()
+	p, ok := img.Partition(tp.TopicID, tp.Partition)
+	if r.role != broker.RoleLeader || !ok || p.Leader != m.self || p.LeaderEpoch != r.leaderEpoch {
+		m.mu.Unlock()
+		return true
+	}
+	isr, epochs := m.desiredISR(p, r, img, m.clock.Now())
+	if isr == nil {
+		m.mu.Unlock()
+		return true
+	}
+	change := broker.ISRChange{TopicID: tp.TopicID, Partition: tp.Partition, LeaderEpoch: r.leaderEpoch,
+		PartitionEpoch: p.PartitionEpoch, ISR: isr, BrokerEpochs: epochs}
+	r.sending, r.inflight = true, isr
+	gen, sentAt := r.gen, img.Offset
+	m.log.Info("changing ISR", "topic", r.topic, "partition", tp.Partition, "isr", p.ISR, "new_isr", isr,
+		"leader_epoch", change.LeaderEpoch, "partition_epoch", change.PartitionEpoch, "high_watermark", r.hw)
+	m.mu.Unlock()
+
+	actx, cancel := context.WithTimeout(ctx, alterTimeout)
+	desc, err := m.link.AlterPartition(actx, change)
+	cancel()
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.sending = false
+	if err != nil {
+		r.inflight = nil
+	}
+	// On success the members it adds keep holding the high watermark back
+	// until the metadata shows them in the ISR (the wait is lifted).
+	if m.replicas[tp] != r || r.gen != gen {
+		// The role changed meanwhile; the new role may want a change too.
+		if cur := m.replicas[tp]; cur != nil {
+			m.maybeAlter(cur, m.clock.Now())
+		}
+		return true
+	}
+	m.answered(r, change, sentAt, desc, err)
+	return true
+}
+
+// answered makes the leader wait for the metadata after an AlterPartition:
+// for the partition epoch the controller committed, or after a refusal for
+// a newer partition state (or, for a refusal about brokers, any newer
+// metadata; for no answer at all, a retry time). The caller holds mu.
+func (m *Manager) answered(r *replica, change broker.ISRChange, sentAt uint64, desc *keelpb.PartitionDescription, err error) {
+	now := m.clock.Now()
+	a := alterState{waiting: true, minEpoch: change.PartitionEpoch + 1}
+	log := m.log.With("topic", r.topic, "partition", r.tp.Partition, "new_isr", change.ISR,
+		"leader_epoch", change.LeaderEpoch, "partition_epoch", change.PartitionEpoch)
+	reason, code := rpc.ReasonOf(err), status.Code(err)
+	switch {
+	case err == nil && desc.GetPartitionEpoch() > change.PartitionEpoch:
+		a.minEpoch = desc.GetPartitionEpoch()
+		log.Info("ISR changed", "committed_partition_epoch", desc.GetPartitionEpoch(), "isr", desc.GetIsr())
+	case err == nil:
+		a.anyOffset, a.afterOffset = true, sentAt
+		log.Warn("ISR change accepted without a new partition epoch; waiting for newer metadata",
+			"committed_partition_epoch", desc.GetPartitionEpoch(), "isr", desc.GetIsr())
+	case reason == rpc.ReasonFencedLeaderEpoch, reason == rpc.ReasonInvalidUpdateVersion, code == codes.NotFound:
+		log.Info("ISR change refused; waiting for the partition's newer state", "reason", reason, "err", status.Convert(err).Message())
+	case code == codes.Unavailable, code == codes.DeadlineExceeded, code == codes.Canceled, reason == rpc.ReasonNotController:
+		a.retryAt = now.Add(alterRetryBackoff)
+		log.Warn("ISR change not answered; deciding again shortly", "err", status.Convert(err).Message())
+	default:
+		a.anyOffset, a.afterOffset = true, sentAt
+		log.Warn("ISR change refused; waiting for newer metadata", "reason", reason, "err", status.Convert(err).Message())
+	}
+	r.alter = a
+	m.waiting[r.tp] = struct{}{}
+	m.maybeAlter(r, now)
+}

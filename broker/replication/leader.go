@@ -1,0 +1,283 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/broker/partlog"
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
+)
+
+// Reasons of the errors ReplicaFetch answers (rpc.ReasonOf), beside
+// rpc.ReasonFencedLeaderEpoch and rpc.ReasonUnknownTopicOrPartition: Kafka's
+// fetch error codes, as the stand-in data plane answers them.
+const (
+	ReasonUnknownLeaderEpoch  = broker.ReasonUnknownLeaderEpoch
+	ReasonNotLeaderOrFollower = broker.ReasonNotLeaderOrFollower
+	ReasonOffsetOutOfRange    = broker.ReasonOffsetOutOfRange
+	// ReasonStorageError: the leader's log failed (KAFKA_STORAGE_ERROR).
+	ReasonStorageError = "KAFKA_STORAGE_ERROR"
+)
+
+// Metadata keys of an OFFSET_OUT_OF_RANGE answer: the leader's log bounds,
+// which the follower moves into (Kafka's handleOutOfRangeError).
+const (
+	metaLogStart = "log_start_offset"
+	metaLogEnd   = "log_end_offset"
+)
+
+// maxFetchWait bounds how long a follower's fetch waits on the leader,
+// whatever it asks.
+const maxFetchWait = 10 * time.Second
+
+// ReplicaFetch serves a follower's fetch as the partition's leader (Kafka's
+// fetchMessages for a follower, and Partition.updateFollowerFetchState):
+//
+//   - refused unless this broker leads the partition at exactly the
+//     follower's leader epoch (FENCED_LEADER_EPOCH below, UNKNOWN_LEADER_EPOCH
+//     above), the fetcher is one of its other replicas and, when it says its
+//     broker epoch, the one the metadata shows (KIP-903);
+//   - a follower whose last fetched epoch ends earlier in this log than it
+//     says, or than its fetch offset, gets that epoch and its end
+//     (diverging_epoch, KIP-320) and nothing else;
+//   - otherwise the fetch offset must lie in [log start, log end]
+//     (OFFSET_OUT_OF_RANGE, with the bounds); it is the follower's log end,
+//     which may move the high watermark and the ISR; the answer holds whole
+//     batches from it, waiting up to max_wait_ms for some at the log end.
+func (m *Manager) ReplicaFetch(ctx context.Context, req *keelpb.FetchRequest) (*keelpb.FetchResponse, error) {
+	id, err := fsm.ParseTopicID(req.GetTopicId())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "topic_id: %v", err)
+	}
+	tp := broker.TopicPartition{TopicID: id, Partition: req.GetPartition()}
+	from := req.GetReplicaId()
+	img := m.img.Load()
+
+	m.mu.Lock()
+	r, ok := m.replicas[tp]
+	if !ok {
+		m.mu.Unlock()
+		return nil, withReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition,
+			fmt.Sprintf("broker %d holds no replica of %s/%d", m.self, id, tp.Partition), nil)
+	}
+	if err := m.checkLeader(r, req.GetLeaderEpoch()); err != nil {
+		m.mu.Unlock()
+		return nil, err
+	}
+	p, ok := img.Partition(id, tp.Partition)
+	if !ok || from == m.self || !slices.Contains(p.Replicas, from) {
+		m.mu.Unlock()
+		return nil, withReason(codes.FailedPrecondition, ReasonNotLeaderOrFollower,
+			fmt.Sprintf("broker %d is not a follower of %s/%d", from, r.topic, tp.Partition), nil)
+	}
+	if e := req.GetBrokerEpoch(); e > 0 {
+		if b, ok := img.Broker(from); !ok || b.Epoch != e {
+			m.mu.Unlock()
+			return nil, withReason(codes.FailedPrecondition, ReasonNotLeaderOrFollower,
+				fmt.Sprintf("broker %d fetches at broker epoch %d, which this leader's metadata does not show", from, e), nil)
+		}
+	}
+	l := r.log
+	resp := &keelpb.FetchResponse{}
+	if req.LastFetchedEpoch != nil {
+		last := req.GetLastFetchedEpoch()
+		epoch, end := l.EndOffsetFor(last)
+		if epoch < last || end < req.GetFetchOffset() {
+			resp.DivergingEpoch = &keelpb.EpochEndOffset{Epoch: epoch, EndOffset: end}
+			resp.HighWatermark, resp.LogEndOffset, resp.LogStartOffset = r.hw, l.LogEndOffset(), l.LogStartOffset()
+			m.mu.Unlock()
+			return resp, nil
+		}
+	}
+	start, leo := l.LogStartOffset(), l.LogEndOffset()
+	if off := req.GetFetchOffset(); off < start || off > leo {
+		m.mu.Unlock()
+		return nil, withReason(codes.OutOfRange, ReasonOffsetOutOfRange,
+			fmt.Sprintf("%s/%d: fetch offset %d is outside the leader's log [%d, %d]", r.topic, tp.Partition, off, start, leo),
+			map[string]string{metaLogStart: strconv.FormatInt(start, 10), metaLogEnd: strconv.FormatInt(leo, 10)})
+	}
+	m.updateFollower(r, from, req.GetFetchOffset(), req.GetBrokerEpoch(), leo, img)
+	changed, gen := r.changed, r.gen
+	m.mu.Unlock()
+
+	maxBytes := int(req.GetMaxBytes())
+	if maxBytes == 0 {
+		maxBytes = int(m.cfg.FetchMaxBytes)
+	}
+	res, err := l.Read(req.GetFetchOffset(), maxBytes)
+	if err == nil && len(res.Records) == 0 && req.GetMaxWaitMs() > 0 {
+		wait := min(time.Duration(req.GetMaxWaitMs())*time.Millisecond, maxFetchWait)
+		t := time.NewTimer(wait)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		m.mu.Lock()
+		still := r.gen == gen
+		m.mu.Unlock()
+		if still {
+			res, err = l.Read(req.GetFetchOffset(), maxBytes)
+		}
+	}
+	if err != nil {
+		return nil, fetchError(r, err)
+	}
+	m.mu.Lock()
+	resp.HighWatermark = r.hw
+	m.mu.Unlock()
+	resp.Records, resp.LogStartOffset, resp.LogEndOffset = res.Records, res.LogStartOffset, res.LogEndOffset
+	return resp, nil
+}
+
+// checkLeader refuses a request unless this broker leads r at epoch. The
+// caller holds mu.
+func (m *Manager) checkLeader(r *replica, epoch int32) error {
+	switch {
+	case r.role != broker.RoleLeader:
+		return withReason(codes.FailedPrecondition, ReasonNotLeaderOrFollower,
+			fmt.Sprintf("broker %d does not lead %s/%d (leader %d)", m.self, r.topic, r.tp.Partition, r.leader), nil)
+	case epoch < r.leaderEpoch:
+		return withReason(codes.FailedPrecondition, rpc.ReasonFencedLeaderEpoch,
+			fmt.Sprintf("%s/%d: fetch at leader epoch %d, the leader is at %d", r.topic, r.tp.Partition, epoch, r.leaderEpoch), nil)
+	case epoch > r.leaderEpoch:
+		return withReason(codes.FailedPrecondition, ReasonUnknownLeaderEpoch,
+			fmt.Sprintf("%s/%d: fetch at leader epoch %d, the leader is still at %d", r.topic, r.tp.Partition, epoch, r.leaderEpoch), nil)
+	}
+	return nil
+}
+
+func fetchError(r *replica, err error) error {
+	switch {
+	case errors.Is(err, partlog.ErrOffsetOutOfRange):
+		return withReason(codes.OutOfRange, ReasonOffsetOutOfRange, err.Error(), nil)
+	case errors.Is(err, partlog.ErrClosed):
+		return withReason(codes.FailedPrecondition, ReasonNotLeaderOrFollower,
+			fmt.Sprintf("%s/%d: the replica stopped", r.topic, r.tp.Partition), nil)
+	}
+	return withReason(codes.Internal, ReasonStorageError, err.Error(), nil)
+}
+
+// updateFollower notes a follower's fetch at offset (its log end), by
+// Kafka's rules: it has caught up if it fetched at the leader's log end, or
+// at least at the leader's log end of its previous fetch (then as of that
+// fetch). Then the high watermark and the ISR may move. The caller holds
+// mu.
+func (m *Manager) updateFollower(r *replica, id int32, offset, brokerEpoch, leo int64, img *fsm.Image) {
+	now := m.clock.Now()
+	f := r.followers[id]
+	if f == nil {
+		f = &follower{leo: -1, lastFetchLeaderLEO: -1}
+		r.followers[id] = f
+	}
+	switch {
+	case offset >= leo:
+		f.lastCaughtUp = now
+	case f.lastFetchLeaderLEO >= 0 && offset >= f.lastFetchLeaderLEO && f.lastFetch.After(f.lastCaughtUp):
+		f.lastCaughtUp = f.lastFetch
+	}
+	f.fetched, f.leo, f.lastFetchLeaderLEO, f.lastFetch = true, offset, leo, now
+	if brokerEpoch > 0 {
+		f.brokerEpoch = brokerEpoch
+	}
+	m.maybeIncrementHW(r, img)
+	m.maybeAlter(r, now)
+}
+
+// maximalISR is the committed ISR with the members an ISR change in flight
+// adds (KIP-497's maximal ISR): the high watermark waits for them too.
+func maximalISR(p *fsm.Partition, r *replica) []int32 {
+	isr := p.ISR
+	for _, id := range r.inflight {
+		if !slices.Contains(isr, id) {
+			isr = append(slices.Clone(isr), id)
+		}
+	}
+	return isr
+}
+
+// effectiveMinISR is min.insync.replicas, at most the replication factor
+// (KRaft's effective min ISR).
+func effectiveMinISR(img *fsm.Image, p *fsm.Partition) int {
+	t, _ := img.TopicByID(p.TopicID)
+	return min(int(img.MinISR(t)), len(p.Replicas))
+}
+
+// maybeIncrementHW moves a leader's high watermark up to the smallest log
+// end of itself and the maximal ISR, each follower's as fetched at this
+// epoch (one not heard from holds it back). It never moves back, and not at
+// all while the committed ISR is below min.insync.replicas (KAFKA-15583):
+// a replica that leaves the ISR then holds every committed record, which is
+// what makes it an eligible leader replica. The caller holds mu.
+func (m *Manager) maybeIncrementHW(r *replica, img *fsm.Image) {
+	if r.role != broker.RoleLeader {
+		return
+	}
+	p, ok := img.Partition(r.tp.TopicID, r.tp.Partition)
+	if !ok || p.Leader != m.self || p.LeaderEpoch != r.leaderEpoch {
+		return
+	}
+	if len(p.ISR) < effectiveMinISR(img, p) {
+		return
+	}
+	hw := r.log.LogEndOffset()
+	for _, id := range maximalISR(p, r) {
+		if id == m.self {
+			continue
+		}
+		f := r.followers[id]
+		if f == nil || !f.fetched {
+			return
+		}
+		hw = min(hw, f.leo)
+	}
+	if hw > r.hw {
+		r.hw = hw
+		r.notify()
+	}
+}
+
+// appended tells the leader its log end moved: fetches waiting at the old
+// end wake, and a leader alone in its ISR commits.
+func (m *Manager) appended(r *replica) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.notify()
+	m.maybeIncrementHW(r, m.img.Load())
+}
+
+// withReason builds a status error carrying an ErrorInfo reason and
+// metadata.
+func withReason(code codes.Code, reason, msg string, meta map[string]string) error {
+	st := status.New(code, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: rpc.ErrorDomain, Metadata: meta}); err == nil {
+		return d.Err()
+	}
+	return st.Err()
+}
+
+// errorMetadata returns the metadata of err's ErrorInfo.
+func errorMetadata(err error) map[string]string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetMetadata()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,254 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/broker/partlog"
+)
+
+// ProduceResult is a produce's answer: where the batch went.
+type ProduceResult struct {
+	BaseOffset, LogStartOffset int64
+	// LogAppendTime is -1: topics use CreateTime.
+	LogAppendTime int64
+}
+
+// FetchResult is a consumer fetch's answer.
+type FetchResult struct {
+	// Records holds whole v2 batches, all below HighWatermark.
+	Records                       []byte
+	HighWatermark, LogStartOffset int64
+}
+
+// The acks a produce may ask for.
+const (
+	AcksNone   = 0
+	AcksLeader = 1
+	AcksAll    = -1
+)
+
+// leaderOf finds the replica of topic/partition and checks that this
+// broker leads it (at currentLeaderEpoch, when >= 0: KIP-320). The caller
+// holds mu.
+func (m *Manager) leaderOf(topic string, partition int32, currentLeaderEpoch int32) (*replica, error) {
+	id, ok := m.byName[topic]
+	if !ok {
+		if _, known := m.img.Load().Topic(topic); known {
+			return nil, fmt.Errorf("%w: broker %d holds no replica of %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
+		}
+		return nil, fmt.Errorf("%w: %s/%d", kerr.UnknownTopicOrPartition, topic, partition)
+	}
+	r, ok := m.replicas[broker.TopicPartition{TopicID: id, Partition: partition}]
+	switch {
+	case !ok:
+		if t, known := m.img.Load().Topic(topic); known && partition >= 0 && partition < t.Partitions {
+			return nil, fmt.Errorf("%w: broker %d holds no replica of %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
+		}
+		return nil, fmt.Errorf("%w: %s/%d", kerr.UnknownTopicOrPartition, topic, partition)
+	case r.role != broker.RoleLeader:
+		return nil, fmt.Errorf("%w: broker %d does not lead %s/%d (leader %d)", kerr.NotLeaderForPartition, m.self, topic, partition, r.leader)
+	case currentLeaderEpoch >= 0 && currentLeaderEpoch < r.leaderEpoch:
+		return nil, fmt.Errorf("%w: %s/%d: leader epoch %d, the leader is at %d", kerr.FencedLeaderEpoch, topic, partition, currentLeaderEpoch, r.leaderEpoch)
+	case currentLeaderEpoch > r.leaderEpoch:
+		return nil, fmt.Errorf("%w: %s/%d: leader epoch %d, the leader is at %d", kerr.UnknownLeaderEpoch, topic, partition, currentLeaderEpoch, r.leaderEpoch)
+	}
+	return r, nil
+}
+
+// Produce appends one v2 record batch (as the client sent it) to a
+// partition this broker leads (Kafka's appendRecords). acks is 0, 1 or -1
+// (all). With -1 and an ISR smaller than min.insync.replicas (at most the
+// replication factor) it refuses before appending (kerr.NotEnoughReplicas);
+// otherwise it appends, and returns once the high watermark passes the
+// batch, or kerr.RequestTimedOut when timeout (or ctx) ends first (the batch
+// may still commit), or kerr.NotEnoughReplicasAfterAppend if by then the
+// ISR is below the minimum, or kerr.NotLeaderForPartition if the leadership
+// moved (the batch may or may not survive). An idempotent producer's retry
+// of a batch the log holds returns the original base offset, with no
+// append. A batch refused by the log: kerr.CorruptMessage,
+// kerr.InvalidRecord, kerr.MessageTooLarge, kerr.OutOfOrderSequenceNumber,
+// kerr.InvalidProducerEpoch; a log that failed: kerr.KafkaStorageError.
+func (m *Manager) Produce(ctx context.Context, topic string, partition int32, batch []byte, acks int16, timeout time.Duration) (ProduceResult, error) {
+	if acks != AcksNone && acks != AcksLeader && acks != AcksAll {
+		return ProduceResult{}, fmt.Errorf("%w: acks %d (want 0, 1 or -1)", kerr.InvalidRequiredAcks, acks)
+	}
+	m.mu.Lock()
+	r, err := m.leaderOf(topic, partition, -1)
+	m.mu.Unlock()
+	if err != nil {
+		return ProduceResult{}, err
+	}
+	r.roleMu.RLock()
+	m.mu.Lock()
+	if r.role != broker.RoleLeader {
+		m.mu.Unlock()
+		r.roleMu.RUnlock()
+		return ProduceResult{}, fmt.Errorf("%w: broker %d no longer leads %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
+	}
+	epoch, gen := r.leaderEpoch, r.gen
+	img := m.img.Load()
+	p, ok := img.Partition(r.tp.TopicID, r.tp.Partition)
+	if !ok {
+		m.mu.Unlock()
+		r.roleMu.RUnlock()
+		return ProduceResult{}, fmt.Errorf("%w: %s/%d", kerr.UnknownTopicOrPartition, topic, partition)
+	}
+	minISR := effectiveMinISR(img, p)
+	if acks == AcksAll && len(p.ISR) < minISR {
+		m.mu.Unlock()
+		r.roleMu.RUnlock()
+		return ProduceResult{}, fmt.Errorf("%w: %s/%d: ISR %v is below min.insync.replicas %d", kerr.NotEnoughReplicas, topic, partition, p.ISR, minISR)
+	}
+	m.mu.Unlock()
+	info, err := r.log.Append(batch, epoch)
+	r.roleMu.RUnlock()
+	if err != nil {
+		return ProduceResult{}, produceError(topic, partition, err)
+	}
+	if !info.Duplicate {
+		m.appended(r)
+	}
+	res := ProduceResult{BaseOffset: info.FirstOffset, LogStartOffset: r.log.LogStartOffset(), LogAppendTime: -1}
+	if acks != AcksAll {
+		return res, nil
+	}
+	return res, m.awaitCommit(ctx, r, gen, info.LastOffset, timeout, topic, partition)
+}
+
+// awaitCommit waits for r's high watermark to pass last (Kafka's
+// DelayedProduce).
+func (m *Manager) awaitCommit(ctx context.Context, r *replica, gen uint64, last int64, timeout time.Duration, topic string, partition int32) error {
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	for {
+		m.mu.Lock()
+		if r.gen != gen {
+			m.mu.Unlock()
+			return fmt.Errorf("%w: %s/%d: the leadership moved before offset %d committed", kerr.NotLeaderForPartition, topic, partition, last)
+		}
+		if r.hw > last {
+			img := m.img.Load()
+			p, ok := img.Partition(r.tp.TopicID, r.tp.Partition)
+			m.mu.Unlock()
+			if ok && len(p.ISR) < effectiveMinISR(img, p) {
+				return fmt.Errorf("%w: %s/%d: ISR %v is below min.insync.replicas %d", kerr.NotEnoughReplicasAfterAppend, topic, partition, p.ISR, effectiveMinISR(img, p))
+			}
+			return nil
+		}
+		changed := r.changed
+		m.mu.Unlock()
+		select {
+		case <-changed:
+		case <-expired:
+			return fmt.Errorf("%w: %s/%d: offset %d not committed in %v", kerr.RequestTimedOut, topic, partition, last, timeout)
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s/%d: offset %d not committed: %v", kerr.RequestTimedOut, topic, partition, last, ctx.Err())
+		}
+	}
+}
+
+// produceError maps the log's refusals to Kafka's codes.
+func produceError(topic string, partition int32, err error) error {
+	var code *kerr.Error
+	switch {
+	case errors.Is(err, partlog.ErrCorruptBatch):
+		code = kerr.CorruptMessage
+	case errors.Is(err, partlog.ErrInvalidBatch):
+		code = kerr.InvalidRecord
+	case errors.Is(err, partlog.ErrBatchTooLarge):
+		code = kerr.MessageTooLarge
+	case errors.Is(err, partlog.ErrOutOfOrderSequence):
+		code = kerr.OutOfOrderSequenceNumber
+	case errors.Is(err, partlog.ErrInvalidProducerEpoch):
+		code = kerr.InvalidProducerEpoch
+	case errors.Is(err, partlog.ErrStaleLeaderEpoch), errors.Is(err, partlog.ErrClosed):
+		code = kerr.NotLeaderForPartition
+	default:
+		code = kerr.KafkaStorageError
+	}
+	return fmt.Errorf("%w: %s/%d: %v", code, topic, partition, err)
+}
+
+// Fetch reads whole batches for a consumer from a partition this broker
+// leads (Kafka's fetchMessages for a consumer): from the batch holding
+// offset, up to maxBytes (at least one batch, KIP-74), none ending past
+// the high watermark. currentLeaderEpoch, when >= 0, must be the leader's
+// (kerr.FencedLeaderEpoch below, kerr.UnknownLeaderEpoch above). An offset
+// outside [log start, high watermark] is kerr.OffsetOutOfRange. At the
+// high watermark it waits up to maxWait for it to move, then answers what
+// there is, maybe nothing.
+func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (FetchResult, error) {
+	m.mu.Lock()
+	r, err := m.leaderOf(topic, partition, currentLeaderEpoch)
+	if err != nil {
+		m.mu.Unlock()
+		return FetchResult{}, err
+	}
+	hw, start, changed, gen := r.hw, r.log.LogStartOffset(), r.changed, r.gen
+	m.mu.Unlock()
+	if offset < start || offset > hw {
+		return FetchResult{}, fmt.Errorf("%w: %s/%d: offset %d is outside [%d, %d]", kerr.OffsetOutOfRange, topic, partition, offset, start, hw)
+	}
+	if offset == hw && maxWait > 0 {
+		t := time.NewTimer(maxWait)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		m.mu.Lock()
+		if r.gen != gen {
+			m.mu.Unlock()
+			return FetchResult{}, fmt.Errorf("%w: broker %d no longer leads %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
+		}
+		hw = r.hw
+		m.mu.Unlock()
+	}
+	res, err := r.log.ReadUpTo(offset, max(int(maxBytes), 1), hw)
+	switch {
+	case errors.Is(err, partlog.ErrOffsetOutOfRange):
+		return FetchResult{}, fmt.Errorf("%w: %s/%d: %v", kerr.OffsetOutOfRange, topic, partition, err)
+	case errors.Is(err, partlog.ErrClosed):
+		return FetchResult{}, fmt.Errorf("%w: %s/%d: the replica stopped", kerr.NotLeaderForPartition, topic, partition)
+	case err != nil:
+		return FetchResult{}, fmt.Errorf("%w: %s/%d: %v", kerr.KafkaStorageError, topic, partition, err)
+	}
+	return FetchResult{Records: res.Records, HighWatermark: hw, LogStartOffset: res.LogStartOffset}, nil
+}
+
+// ListOffsets answers the earliest offset (timestamp -2: the log start) and
+// the latest (-1: the high watermark) of a partition this broker leads,
+// with its leader epoch. A new leader whose high watermark has not reached
+// the start of its epoch answers kerr.OffsetNotAvailable for the latest
+// (KIP-207: it may still move back for a client). Other timestamps:
+// kerr.UnsupportedVersion (no time index).
+func (m *Manager) ListOffsets(_ context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (int64, int32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, err := m.leaderOf(topic, partition, currentLeaderEpoch)
+	if err != nil {
+		return -1, -1, err
+	}
+	switch timestamp {
+	case -2:
+		return r.log.LogStartOffset(), r.leaderEpoch, nil
+	case -1:
+		if r.hw < r.epochStart {
+			return -1, -1, fmt.Errorf("%w: %s/%d: the high watermark %d has not reached the leader epoch's start %d",
+				kerr.OffsetNotAvailable, topic, partition, r.hw, r.epochStart)
+		}
+		return r.hw, r.leaderEpoch, nil
+	}
+	return -1, -1, fmt.Errorf("%w: %s/%d: offsets by timestamp (%d) are not kept", kerr.UnsupportedVersion, topic, partition, timestamp)
+}

@@ -1,0 +1,273 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
+)
+
+// Kafka's ReplicaManagerTest cases: produce with acks, consumer fetches and
+// list offsets on broker 1 leading t-0.
+
+func isKerr(err error, want *kerr.Error) bool {
+	var got *kerr.Error
+	return errors.As(err, &got) && got == want
+}
+
+// TestReplicaManager_ProduceWithAcksAll: acks=-1 answers once the high
+// watermark passes the batch, that is once every ISR member has it.
+func TestReplicaManager_ProduceWithAcksAll(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1, 2, 3))
+	e.produce(1, 1)
+	done := make(chan error, 1)
+	var res ProduceResult
+	go func() {
+		var err error
+		res, err = e.ms[1].Produce(context.Background(), "t", 0, makeBatch(t, 3, 0, 0), AcksAll, 10*time.Second)
+		done <- err
+	}()
+	poll.Until(t, 5*time.Second, "the batch appended", func() bool { return e.leo(1) == 4 })
+	e.catchUp(2)
+	select {
+	case err := <-done:
+		t.Fatalf("acks=all answered (%v) with follower 3 behind", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	e.catchUp(3)
+	e.fetch(2)
+	e.fetch(3)
+	select {
+	case err := <-done:
+		if err != nil || res.BaseOffset != 1 || res.LogAppendTime != -1 {
+			t.Fatalf("produce = %+v, %v; want base offset 1", res, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("acks=all did not answer once the ISR had the batch")
+	}
+}
+
+// TestReplicaManager_NotEnoughReplicas: with the ISR below
+// min.insync.replicas, acks=-1 is refused before the append; acks=1 is
+// not. NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the
+// minimum by the time the batch committed.
+func TestReplicaManager_NotEnoughReplicas(t *testing.T) {
+	e := newEnv(t, clusterImage(t, map[string]string{fsm.MinInsyncReplicas: "2"}, 1))
+	_, err := e.ms[1].Produce(context.Background(), "t", 0, makeBatch(t, 1, 0, 0), AcksAll, time.Second)
+	if !isKerr(err, kerr.NotEnoughReplicas) {
+		t.Fatalf("acks=all with ISR [1], min ISR 2: %v, want NOT_ENOUGH_REPLICAS", err)
+	}
+	if leo := e.leo(1); leo != 0 {
+		t.Fatalf("log end %d: the refused batch was appended", leo)
+	}
+	if _, err := e.ms[1].Produce(context.Background(), "t", 0, makeBatch(t, 1, 0, 0), AcksLeader, time.Second); err != nil {
+		t.Fatalf("acks=1: %v", err)
+	}
+
+	t.Run("after append", func(t *testing.T) {
+		e := newEnv(t, clusterImage(t, map[string]string{fsm.MinInsyncReplicas: "2"}, 1, 2))
+		res := e.produce(1, 2)
+		e.catchUp(2)
+		e.fetch(2)
+		if hw := e.hw(1); hw != 2 {
+			t.Fatalf("high watermark %d, want 2", hw)
+		}
+		e.ctl.commit(changeRec(nil, []int32{1}))
+		e.publish()
+		r := e.replica(1)
+		e.ms[1].mu.Lock()
+		gen := r.gen
+		e.ms[1].mu.Unlock()
+		err := e.ms[1].awaitCommit(context.Background(), r, gen, res.BaseOffset+1, time.Second, "t", 0)
+		if !isKerr(err, kerr.NotEnoughReplicasAfterAppend) {
+			t.Fatalf("%v, want NOT_ENOUGH_REPLICAS_AFTER_APPEND", err)
+		}
+	})
+}
+
+// TestReplicaManager_ProduceTimesOut: acks=-1 whose batch does not commit
+// in time answers REQUEST_TIMED_OUT (it may still commit later).
+func TestReplicaManager_ProduceTimesOut(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1, 2))
+	_, err := e.ms[1].Produce(context.Background(), "t", 0, makeBatch(t, 1, 0, 0), AcksAll, 30*time.Millisecond)
+	if !isKerr(err, kerr.RequestTimedOut) {
+		t.Fatalf("%v, want REQUEST_TIMED_OUT", err)
+	}
+	e.catchUp(2)
+	e.fetch(2)
+	if hw := e.hw(1); hw != 1 {
+		t.Fatalf("high watermark %d: the timed-out batch should commit once 2 has it", hw)
+	}
+}
+
+// TestReplicaManager_ProduceLosesLeadership: a produce waiting for the
+// high watermark when the leadership moves answers NOT_LEADER_OR_FOLLOWER.
+func TestReplicaManager_ProduceLosesLeadership(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1, 2))
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.ms[1].Produce(context.Background(), "t", 0, makeBatch(t, 1, 0, 0), AcksAll, 10*time.Second)
+		done <- err
+	}()
+	poll.Until(t, 5*time.Second, "the batch appended", func() bool { return e.leo(1) == 1 })
+	e.ctl.commit(changeRec(leaderID(2), []int32{2}))
+	e.publish()
+	select {
+	case err := <-done:
+		if !isKerr(err, kerr.NotLeaderForPartition) {
+			t.Fatalf("%v, want NOT_LEADER_OR_FOLLOWER", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting produce did not answer when the leadership moved")
+	}
+}
+
+// TestReplicaManager_IdempotentProducer: a retried batch answers its
+// original offset and is not appended again; a gap in the sequence is
+// OUT_OF_ORDER_SEQUENCE_NUMBER.
+func TestReplicaManager_IdempotentProducer(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1))
+	m := e.ms[1]
+	e.produce(1, 1)
+	first, err := m.Produce(context.Background(), "t", 0, makeBatch(t, 2, 1000, 0), AcksAll, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := m.Produce(context.Background(), "t", 0, makeBatch(t, 2, 1000, 0), AcksAll, time.Second)
+	if err != nil || again.BaseOffset != first.BaseOffset || e.leo(1) != 3 {
+		t.Fatalf("duplicate = %+v, %v (log end %d); want base offset %d, nothing appended", again, err, e.leo(1), first.BaseOffset)
+	}
+	if _, err := m.Produce(context.Background(), "t", 0, makeBatch(t, 1, 1000, 5), AcksAll, time.Second); !isKerr(err, kerr.OutOfOrderSequenceNumber) {
+		t.Fatalf("sequence gap: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", err)
+	}
+	bad := makeBatch(t, 1, 0, 0)
+	bad[len(bad)-1] ^= 0xff
+	if _, err := m.Produce(context.Background(), "t", 0, bad, AcksLeader, time.Second); !isKerr(err, kerr.CorruptMessage) {
+		t.Fatalf("bad CRC: %v, want CORRUPT_MESSAGE", err)
+	}
+	if _, err := m.Produce(context.Background(), "t", 0, []byte("not a batch"), AcksLeader, time.Second); !isKerr(err, kerr.InvalidRecord) && !isKerr(err, kerr.CorruptMessage) {
+		t.Fatalf("garbage: %v, want INVALID_RECORD", err)
+	}
+}
+
+// TestReplicaManager_FetchRequests: a consumer reads only below the high
+// watermark, from the leader, at its leader epoch (KIP-320).
+func TestReplicaManager_FetchRequests(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1, 2))
+	m := e.ms[1]
+	e.produce(1, 2)
+	e.catchUp(2)
+	e.fetch(2)
+	e.produce(1, 3) // not committed: 2 has not fetched it
+	res, err := m.Fetch(context.Background(), "t", 0, -1, 0, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batchOffsets(res.Records); len(got) != 1 || got[0][0] != 0 || res.HighWatermark != 2 {
+		t.Fatalf("fetch = batches %v, high watermark %d; want the batch at 0 only, HW 2", got, res.HighWatermark)
+	}
+	res, err = m.Fetch(context.Background(), "t", 0, 0, 2, 1<<20, 10*time.Millisecond)
+	if err != nil || len(res.Records) != 0 {
+		t.Fatalf("fetch at the high watermark = %d bytes, %v; want none", len(res.Records), err)
+	}
+	tests := []struct {
+		name   string
+		m      *Manager
+		topic  string
+		epoch  int32
+		offset int64
+		want   *kerr.Error
+	}{
+		{name: "past the high watermark", m: m, topic: "t", epoch: -1, offset: 3, want: kerr.OffsetOutOfRange},
+		{name: "at the leader epoch", m: m, topic: "t", epoch: 0, offset: 0},
+		{name: "newer leader epoch", m: m, topic: "t", epoch: 1, offset: 0, want: kerr.UnknownLeaderEpoch},
+		{name: "a follower", m: e.ms[2], topic: "t", epoch: -1, offset: 0, want: kerr.NotLeaderForPartition},
+		{name: "unknown topic", m: m, topic: "nope", epoch: -1, offset: 0, want: kerr.UnknownTopicOrPartition},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := tt.m.Fetch(context.Background(), tt.topic, 0, tt.epoch, tt.offset, 1<<20, 0)
+			if tt.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !isKerr(err, tt.want) {
+				t.Fatalf("%v, want %v", err, tt.want)
+			}
+		})
+	}
+	// A new leader epoch fences a fetch at the old one.
+	e.ctl.commit(changeRec(leaderID(2), []int32{2, 1}))
+	e.ctl.commit(changeRec(leaderID(1), []int32{1, 2}))
+	e.publish()
+	if _, err := m.Fetch(context.Background(), "t", 0, 0, 0, 1<<20, 0); !isKerr(err, kerr.FencedLeaderEpoch) {
+		t.Fatalf("fetch at epoch 0 with the leader at 2: %v, want FENCED_LEADER_EPOCH", err)
+	}
+}
+
+// TestReplicaManager_ListOffsets: earliest is the log start, latest the
+// high watermark; a new leader whose high watermark is below its epoch's
+// start answers OFFSET_NOT_AVAILABLE (KIP-207).
+func TestReplicaManager_ListOffsets(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1, 2))
+	e.produce(1, 2)
+	e.catchUp(2)
+	e.fetch(2)
+	e.produce(1, 2)
+	if off, epoch, err := e.ms[1].ListOffsets(context.Background(), "t", 0, -1, -1); err != nil || off != 2 || epoch != 0 {
+		t.Fatalf("latest = %d, %d, %v; want 2 at epoch 0", off, epoch, err)
+	}
+	if off, _, err := e.ms[1].ListOffsets(context.Background(), "t", 0, -1, -2); err != nil || off != 0 {
+		t.Fatalf("earliest = %d, %v; want 0", off, err)
+	}
+	if _, _, err := e.ms[1].ListOffsets(context.Background(), "t", 0, -1, 12345); !isKerr(err, kerr.UnsupportedVersion) {
+		t.Fatalf("by timestamp: %v, want UNSUPPORTED_VERSION", err)
+	}
+	e.fetch(2) // 2 has 0..4, last heard HW 2
+	e.ctl.commit(changeRec(leaderID(2), []int32{2, 1}))
+	e.publish()
+	if _, _, err := e.ms[2].ListOffsets(context.Background(), "t", 0, -1, -1); !isKerr(err, kerr.OffsetNotAvailable) {
+		t.Fatalf("latest on a new leader behind its epoch start: %v, want OFFSET_NOT_AVAILABLE", err)
+	}
+	e.catchUp(1)
+	e.fetch(1)
+	if off, epoch, err := e.ms[2].ListOffsets(context.Background(), "t", 0, -1, -1); err != nil || off != 4 || epoch != 1 {
+		t.Fatalf("latest = %d, %d, %v; want 4 at epoch 1", off, epoch, err)
+	}
+}
+
+// TestReplicaManager_StopReplicaDeletesLog: a replica removed for good loses
+// its log directory; one stopped for a restart keeps it, and the next
+// manager on the dir finds its records and high watermark.
+func TestReplicaManager_StopReplicaDeletesLog(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1))
+	e.produce(1, 3)
+	dir := filepath.Join(e.dirs[1], logsDir, logDirName(broker.TopicPartition{TopicID: topicT, Partition: 0}))
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatal(err)
+	}
+	m := e.ms[1]
+	m.StopReplica(topicT, 0, false)
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.start(1)
+	e.publish()
+	if leo, hw := e.leo(1), e.hw(1); leo != 3 || hw != 3 {
+		t.Fatalf("after a restart: log end %d, high watermark %d; want 3, 3", leo, hw)
+	}
+	e.ms[1].StopReplica(topicT, 0, true)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the deleted replica's log dir: %v", err)
+	}
+}

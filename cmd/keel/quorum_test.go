@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest"
+)
+
+// runKeelSplit runs the keel command line in this process and returns its
+// stdout and stderr apart.
+func runKeelSplit(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	root := newRootCmd()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err = root.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+func statusJSON(t *testing.T, args ...string) (quorumStatus, error) {
+	t.Helper()
+	out, _, err := runKeelSplit(t, append([]string{"quorum", "status", "-o", "json"}, args...)...)
+	var st quorumStatus
+	if jerr := json.Unmarshal([]byte(out), &st); jerr != nil {
+		t.Fatalf("quorum status -o json: %v (err %v) in %q", jerr, err, out)
+	}
+	return st, err
+}
+
+func TestQuorumStatus_OneFollowerIsEnough(t *testing.T) {
+	c := keeltest.NewCluster(t, 3)
+	c.WaitForActive(10 * time.Second)
+	// Polled: on a loaded machine a 50 ms lease may move leadership on
+	// between looking and asking.
+	poll.UntilState(t, 20*time.Second, "quorum status from one follower to name the active controller", func() (bool, string) {
+		leader := c.Active()
+		if leader == nil {
+			return false, "no active controller"
+		}
+		var follower string
+		for _, n := range c.Nodes() {
+			if n.ID() != leader.ID() {
+				follower = n.Addr()
+				break
+			}
+		}
+		st, err := statusJSON(t, "--controllers", follower)
+		if err != nil || st.LeaderID != leader.ID() || st.LeaderKnownBy != leader.ID() || len(st.Voters) != 3 {
+			return false, fmt.Sprintf("from follower %s: %v, %+v; want leader %d", follower, err, st, leader.ID())
+		}
+		out, _, err := runKeelSplit(t, "quorum", "status", "--controllers", follower)
+		return err == nil && strings.Contains(out, fmt.Sprintf("Active controller: %d\n", leader.ID())), fmt.Sprint(err, out)
+	})
+}
+
+func TestQuorumStatus_Replication(t *testing.T) {
+	c := keeltest.NewCluster(t, 3)
+	c.WaitForActive(10 * time.Second)
+
+	// Every voter has answered the leader, and holds its last entry, within
+	// a few heartbeats.
+	var st quorumStatus
+	poll.UntilState(t, 10*time.Second, "every voter caught up, as the leader sees it", func() (bool, string) {
+		var err error
+		st, err = statusJSON(t, "--controllers", strings.Join(c.Addrs(), ","), "--replication")
+		if err != nil {
+			return false, err.Error()
+		}
+		done := st.LeaderID >= 0 && st.LeaderKnownBy == st.LeaderID
+		for _, v := range st.Voters {
+			r := v.Replication
+			done = done && r != nil && r.LastContactMS >= 0 && r.LastContactMS < 5000 && r.Lag == 0 && r.MatchIndex > 0
+		}
+		b, _ := json.Marshal(st)
+		return done, string(b)
+	})
+
+	// A voter cut off from the others falls behind, and the leader says
+	// since when it has not heard from it. (The leader now: under load it
+	// may have moved since the start.)
+	leader := c.WaitForActive(10 * time.Second)
+	var cut int32
+	for _, n := range c.Nodes() {
+		if n.ID() != leader.ID() {
+			cut = n.ID()
+			break
+		}
+	}
+	c.Partition(cut)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Client().AppendNoOp(ctx, "after the cut"); err != nil {
+		t.Fatal(err)
+	}
+	poll.UntilState(t, 10*time.Second, fmt.Sprintf("voter %d behind, not heard from", cut), func() (bool, string) {
+		var err error
+		st, err = statusJSON(t, "--controllers", strings.Join(c.Addrs(), ","), "--replication")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, v := range st.Voters {
+			if v.ID == cut && st.LeaderID != cut {
+				r := v.Replication
+				return r != nil && r.Lag > 0 && r.LastContactMS >= 200, fmt.Sprintf("%+v", r)
+			}
+		}
+		return false, "no voter " + fmt.Sprint(cut)
+	})
+	out, _, err := runKeelSplit(t, "quorum", "status", "--controllers", strings.Join(c.Addrs(), ","), "--replication")
+	if err != nil || !strings.Contains(out, "MATCH INDEX") || !strings.Contains(out, "LAG") || !strings.Contains(out, " ago") {
+		t.Fatalf("quorum status --replication: %v\n%s", err, out)
+	}
+	c.Heal()
+}
+
+func TestQuorumStatus_NoActiveControllerExits1(t *testing.T) {
+	c := keeltest.NewCluster(t, 3)
+	leader := c.WaitForActive(10 * time.Second)
+	var lone int32
+	for _, n := range c.Nodes() {
+		if n.ID() != leader.ID() {
+			lone = n.ID()
+		}
+	}
+	c.Partition(lone)
+	addr := c.Node(lone).Addr()
+	// The lone node still names the leader until its heartbeat times out.
+	poll.Until(t, 10*time.Second, "the cut-off node to know no leader", func() bool {
+		id, _ := c.Node(lone).Controller().Leader()
+		return id < 0
+	})
+	// The client reaches every node: only the lone one must be asked.
+	// The lone node names the others as voters, and they do answer: the
+	// active controller (one of them) is found through them.
+	st, err := statusJSON(t, "--controllers", addr, "--timeout", "3s")
+	if err != nil || st.LeaderID < 0 || st.LeaderID == lone {
+		t.Fatalf("status via a cut-off node, the others reachable: %v, leader %d; want one of the others", err, st.LeaderID)
+	}
+
+	// With the others gone there is no active controller: the status is
+	// printed, and the command fails.
+	for _, n := range c.Nodes() {
+		if n.ID() != lone {
+			c.Kill(n.ID())
+		}
+	}
+	out, _, err := runKeelSplit(t, "quorum", "status", "--controllers", addr, "--timeout", "3s")
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no active controller") ||
+		!strings.Contains(out, "Active controller: none") || !strings.Contains(out, "unreachable") {
+		t.Fatalf("quorum status with no quorum: %v\n%s", err, out)
+	}
+	st, err = statusJSON(t, "--controllers", addr, "--timeout", "3s")
+	if err == nil || st.LeaderID != -1 {
+		t.Fatalf("quorum status -o json with no quorum: %v, leader_id %d; want an error and -1", err, st.LeaderID)
+	}
+}
+
+// After a membership change, with no write since, every voter's applied
+// index reaches the commit index: the rolling-restart recipe waits for it.
+func TestQuorumStatus_AppliedReachesCommitAfterMembershipChange(t *testing.T) {
+	c := keeltest.NewCluster(t, 3)
+	c.WaitForActive(10 * time.Second)
+	joiner := c.StartJoiner(4)
+	addrs := strings.Join(c.Addrs(), ",")
+	// A retry of a change that did commit succeeds: on a loaded machine a
+	// 50 ms lease can cost the first attempt its leader.
+	poll.UntilState(t, 30*time.Second, "add-voter 4 to succeed", func() (bool, string) {
+		out, err := runKeel(t, "quorum", "add-voter", "4", joiner.Addr(), "--controllers", addrs)
+		return err == nil, fmt.Sprint(err, out)
+	})
+	caughtUp := func(n int) func() (bool, string) {
+		return func() (bool, string) {
+			st, err := statusJSON(t, "--controllers", addrs)
+			if err != nil {
+				return false, err.Error()
+			}
+			done := len(st.Voters) == n
+			for _, v := range st.Voters {
+				done = done && v.AppliedIndex == st.CommitIndex && v.LastIndex == st.CommitIndex
+			}
+			b, _ := json.Marshal(st)
+			return done, string(b)
+		}
+	}
+	poll.UntilState(t, 10*time.Second, "applied = commit on 4 voters after add-voter", caughtUp(4))
+	if out, err := runKeel(t, "quorum", "remove-voter", "4", "--controllers", addrs); err != nil && status.Code(err) != codes.NotFound {
+		t.Fatalf("remove-voter: %v\n%s", err, out)
+	}
+	poll.UntilState(t, 10*time.Second, "applied = commit on 3 voters after remove-voter", caughtUp(3))
+}

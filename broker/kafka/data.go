@@ -270,3 +270,41 @@ func (s *Server) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) km
 	}
 	return resp
 }
+
+// offsetForLeaderEpoch answers OffsetsForLeaderEpoch (KIP-101, KIP-320):
+// clients ask it after a leader change, with the epoch of the last record
+// they consumed, to learn whether the new leader's log still holds their
+// position (kgo reports ErrDataLoss and moves back when it does not).
+// Partitions this broker does not lead are answered as Fetch answers them;
+// UNDEFINED_EPOCH_OFFSET is EndOffset -1, LeaderEpoch -1, no error.
+func (s *Server) offsetForLeaderEpoch(ctx context.Context, r *kmsg.OffsetForLeaderEpochRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+	img := s.cfg.Image.Image()
+	resp.Topics = make([]kmsg.OffsetForLeaderEpochResponseTopic, len(r.Topics))
+	for i, rt := range r.Topics {
+		t := &resp.Topics[i]
+		*t = kmsg.NewOffsetForLeaderEpochResponseTopic()
+		t.Topic = rt.Topic
+		t.Partitions = make([]kmsg.OffsetForLeaderEpochResponseTopicPartition, len(rt.Partitions))
+		for j, rp := range rt.Partitions {
+			p := &t.Partitions[j]
+			*p = kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+			p.Partition, p.LeaderEpoch, p.EndOffset = rp.Partition, -1, -1
+			if ke := s.leaderCheck(img, rt.Topic, rp.Partition); ke != nil {
+				p.ErrorCode = ke.Code
+				continue
+			}
+			current := rp.CurrentLeaderEpoch
+			if r.Version < 2 {
+				current = -1 // not sent before v2
+			}
+			end, epoch, err := s.cfg.Backend.OffsetForLeaderEpoch(ctx, rt.Topic, rp.Partition, current, rp.LeaderEpoch)
+			if err != nil {
+				p.ErrorCode = codeOf(err)
+				continue
+			}
+			p.EndOffset, p.LeaderEpoch = end, epoch
+		}
+	}
+	return resp
+}

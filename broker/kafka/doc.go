@@ -10,7 +10,7 @@
 // a KRaft broker forwards them. It imports neither raft nor the controller.
 //
 // Served: ApiVersions, Metadata, Produce, Fetch (sessionless), ListOffsets,
-// InitProducerId (idempotent producers, no transactions), DescribeCluster,
+// OffsetForLeaderEpoch, InitProducerId (idempotent producers, no transactions), DescribeCluster,
 // CreateTopics, DeleteTopics and CreatePartitions, at the versions of
 // docs/kafka.md. Transactions, consumer groups and SASL are not served, and
 // ApiVersions does not list them. Requests on one connection are answered

@@ -35,6 +35,17 @@ type Backend interface {
 	// the high watermark); other timestamps may answer
 	// kerr.UnsupportedVersion. Only the leader answers.
 	ListOffsets(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (offset int64, leaderEpoch int32, err error)
+	// OffsetForLeaderEpoch answers OffsetsForLeaderEpoch (KIP-101,
+	// KIP-320) from the leader's epoch cache: the largest epoch at or
+	// below leaderEpoch that the log holds, and the offset where it ended
+	// (the next epoch's start, or the log end for the latest); an epoch
+	// below the first known answers leaderEpoch and the first epoch's
+	// start. An epoch above every one known, or none known, answers
+	// endOffset -1 and epoch -1 with a nil error (UNDEFINED_EPOCH_OFFSET).
+	// currentLeaderEpoch, if >= 0, is checked as in Fetch
+	// (kerr.FencedLeaderEpoch below the leader's, kerr.UnknownLeaderEpoch
+	// above). Only the leader answers.
+	OffsetForLeaderEpoch(ctx context.Context, topic string, partition int32, currentLeaderEpoch, leaderEpoch int32) (endOffset int64, epoch int32, err error)
 }
 
 // ProduceResult is where a produced batch landed.
@@ -82,7 +93,8 @@ const (
 // Config configures a Server.
 type Config struct {
 	// BrokerID is this broker's id: the leader partitions must name for
-	// Produce, Fetch and ListOffsets to be served here.
+	// Produce, Fetch, ListOffsets and OffsetForLeaderEpoch to be served
+	// here.
 	BrokerID int32
 	// Image is the broker's replayed metadata (required).
 	Image ImageSource

@@ -16,14 +16,25 @@ type tp struct {
 }
 
 // memLog is one partition's log in memory: v2 batches with their base
-// offsets, and the idempotent producers' batches seen, by (id, base
-// sequence).
+// offsets, the idempotent producers' batches seen, by (id, base
+// sequence), and its leader epochs with their start offsets (epoch 0 from
+// offset 0 until a test says otherwise).
 type memLog struct {
 	batches [][]byte
 	bases   []int64
 	leo     int64
 	seen    map[[2]int64]int64
+	epochs  []memEpoch
 }
+
+// memEpoch is one entry of a memLog's leader epoch cache.
+type memEpoch struct {
+	epoch int32
+	start int64
+}
+
+// leaderEpoch is the log's current leader epoch.
+func (l *memLog) leaderEpoch() int32 { return l.epochs[len(l.epochs)-1].epoch }
 
 // MemoryBackend is a Backend that keeps each partition's batches in this
 // process's memory: no replication, no durability, no retention, every
@@ -44,6 +55,28 @@ func NewMemoryBackend() *MemoryBackend {
 	return &MemoryBackend{logs: map[tp]*memLog{}, grew: make(chan struct{}), refuse: map[tp]error{}}
 }
 
+// newLeaderEpoch starts leader epoch epoch at the partition's log end, as
+// a new leader does; with truncateTo >= 0 the log is first cut to that
+// offset, as if the new leader had lacked the records after it (an unclean
+// election: the clients' records there are lost). Tests.
+func (b *MemoryBackend) newLeaderEpoch(topic string, p int32, epoch int32, truncateTo int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.logLocked(topic, p)
+	if truncateTo >= 0 && truncateTo < l.leo {
+		i := 0
+		for i < len(l.bases) && l.bases[i] < truncateTo {
+			i++
+		}
+		// Whole batches only: truncateTo must be a batch's base offset.
+		l.batches, l.bases, l.leo = l.batches[:i], l.bases[:i], truncateTo
+		for len(l.epochs) > 1 && l.epochs[len(l.epochs)-1].start >= truncateTo {
+			l.epochs = l.epochs[:len(l.epochs)-1]
+		}
+	}
+	l.epochs = append(l.epochs, memEpoch{epoch, l.leo})
+}
+
 // setRefusal makes a partition answer err (tests).
 func (b *MemoryBackend) setRefusal(topic string, p int32, err error) {
 	b.mu.Lock()
@@ -54,7 +87,7 @@ func (b *MemoryBackend) setRefusal(topic string, p int32, err error) {
 func (b *MemoryBackend) logLocked(topic string, p int32) *memLog {
 	l := b.logs[tp{topic, p}]
 	if l == nil {
-		l = &memLog{seen: map[[2]int64]int64{}}
+		l = &memLog{seen: map[[2]int64]int64{}, epochs: []memEpoch{{0, 0}}}
 		b.logs[tp{topic, p}] = l
 	}
 	return l
@@ -81,6 +114,8 @@ func (b *MemoryBackend) Produce(_ context.Context, topic string, partition int32
 	}
 	stored := append([]byte(nil), batch...)
 	binary.BigEndian.PutUint64(stored, uint64(l.leo))
+	// partitionLeaderEpoch is outside the CRC, as the base offset is.
+	binary.BigEndian.PutUint32(stored[12:], uint32(l.leaderEpoch()))
 	l.batches, l.bases = append(l.batches, stored), append(l.bases, l.leo)
 	base := l.leo
 	l.leo += count
@@ -90,8 +125,11 @@ func (b *MemoryBackend) Produce(_ context.Context, topic string, partition int32
 	return ProduceResult{BaseOffset: base, LogAppendTime: -1}, nil
 }
 
-// Fetch reads whole batches from the one holding offset.
-func (b *MemoryBackend) Fetch(ctx context.Context, topic string, partition int32, _ int32, offset int64, maxBytes int32, maxWait time.Duration) (FetchResult, error) {
+// Fetch reads whole batches from the one holding offset. A
+// currentLeaderEpoch below the log's (a test started a new one) is fenced,
+// even after a wait, as a leader that lost its leadership while a fetch
+// waited answers it.
+func (b *MemoryBackend) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (FetchResult, error) {
 	deadline := time.NewTimer(maxWait)
 	defer deadline.Stop()
 	for {
@@ -101,6 +139,10 @@ func (b *MemoryBackend) Fetch(ctx context.Context, topic string, partition int32
 			return FetchResult{}, err
 		}
 		l := b.logLocked(topic, partition)
+		if currentLeaderEpoch >= 0 && currentLeaderEpoch < l.leaderEpoch() {
+			b.mu.Unlock()
+			return FetchResult{}, kerr.FencedLeaderEpoch
+		}
 		if offset < 0 || offset > l.leo {
 			b.mu.Unlock()
 			return FetchResult{}, kerr.OffsetOutOfRange
@@ -142,11 +184,47 @@ func (b *MemoryBackend) ListOffsets(_ context.Context, topic string, partition i
 	if err := b.refuse[tp{topic, partition}]; err != nil {
 		return 0, 0, err
 	}
+	l := b.logLocked(topic, partition)
 	switch timestamp {
 	case -2:
-		return 0, 0, nil
+		return 0, l.leaderEpoch(), nil
 	case -1:
-		return b.logLocked(topic, partition).leo, 0, nil
+		return l.leo, l.leaderEpoch(), nil
 	}
 	return 0, 0, kerr.UnsupportedVersion
+}
+
+// OffsetForLeaderEpoch answers from the partition's epochs (Kafka's
+// LeaderEpochFileCache.endOffsetFor), fencing a currentLeaderEpoch that is
+// not the log's.
+func (b *MemoryBackend) OffsetForLeaderEpoch(_ context.Context, topic string, partition int32, currentLeaderEpoch, leaderEpoch int32) (int64, int32, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.refuse[tp{topic, partition}]; err != nil {
+		return -1, -1, err
+	}
+	l := b.logLocked(topic, partition)
+	switch cur := l.leaderEpoch(); {
+	case currentLeaderEpoch >= 0 && currentLeaderEpoch < cur:
+		return -1, -1, kerr.FencedLeaderEpoch
+	case currentLeaderEpoch > cur:
+		return -1, -1, kerr.UnknownLeaderEpoch
+	}
+	switch {
+	case leaderEpoch < 0:
+		return -1, -1, nil
+	case leaderEpoch == l.leaderEpoch():
+		return l.leo, leaderEpoch, nil
+	}
+	for i, e := range l.epochs {
+		if e.epoch <= leaderEpoch {
+			continue
+		}
+		// e is the first epoch above the one asked for.
+		if i == 0 {
+			return e.start, leaderEpoch, nil
+		}
+		return e.start, l.epochs[i-1].epoch, nil
+	}
+	return -1, -1, nil
 }

@@ -31,6 +31,7 @@ var versions = map[int16]versionRange{
 	19: {0, 7},  // CreateTopics
 	20: {0, 6},  // DeleteTopics
 	22: {0, 4},  // InitProducerId
+	23: {2, 4},  // OffsetForLeaderEpoch (kgo validates after a leader change from v2: KIP-320)
 	37: {0, 3},  // CreatePartitions
 	60: {0, 1},  // DescribeCluster
 }

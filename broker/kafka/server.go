@@ -305,6 +305,8 @@ func (s *Server) handle(c *conn, req kmsg.Request) (resp kmsg.Response, closeAft
 		return s.fetch(ctx, r), false
 	case *kmsg.ListOffsetsRequest:
 		return s.listOffsets(ctx, r), false
+	case *kmsg.OffsetForLeaderEpochRequest:
+		return s.offsetForLeaderEpoch(ctx, r), false
 	case *kmsg.InitProducerIDRequest:
 		return s.initProducerID(ctx, r), false
 	case *kmsg.CreateTopicsRequest:

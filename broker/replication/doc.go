@@ -28,6 +28,7 @@
 //     batch; with an ISR below min.insync.replicas it refuses before
 //     appending (NOT_ENOUGH_REPLICAS).
 //
-// Errors of Produce, Fetch and ListOffsets are franz-go's kerr values
-// (wrapped: find them with errors.As), the codes a Kafka listener answers.
+// Errors of Produce, Fetch, ListOffsets and OffsetForLeaderEpoch are
+// franz-go's kerr values (wrapped: find them with errors.As), the codes a
+// Kafka listener answers.
 package replication

@@ -33,7 +33,8 @@ const alterSenders = 4
 
 // Manager is the reference broker's data plane (see the package doc). Make
 // one with New, give it to broker.Start as Config.DataPlane, and call
-// Produce, Fetch and ListOffsets for the partitions this broker leads.
+// Produce, Fetch, ListOffsets and OffsetForLeaderEpoch for the partitions
+// this broker leads.
 type Manager struct {
 	broker.NopHandler // for methods added to Handler later
 

@@ -252,3 +252,42 @@ func (m *Manager) ListOffsets(_ context.Context, topic string, partition int32, 
 	}
 	return -1, -1, fmt.Errorf("%w: %s/%d: offsets by timestamp (%d) are not kept", kerr.UnsupportedVersion, topic, partition, timestamp)
 }
+
+// OffsetForLeaderEpoch answers a client's OffsetsForLeaderEpoch for a
+// partition this broker leads (Kafka's Partition.lastOffsetForLeaderEpoch,
+// KIP-101 and KIP-320): from the leader's epoch cache (partlog's
+// EndOffsetFor), the largest epoch at or below leaderEpoch and the offset
+// where it ended: the next epoch's start, or the log end for the current
+// epoch. An epoch below the log's first answers leaderEpoch and the first
+// epoch's start. An epoch above every one in the log, or -1, answers
+// (-1, -1) and no error (UNDEFINED_EPOCH_OFFSET). currentLeaderEpoch, when
+// >= 0, must be the leader's (kerr.FencedLeaderEpoch below,
+// kerr.UnknownLeaderEpoch above); a broker that does not lead the
+// partition answers kerr.NotLeaderForPartition, an unknown partition
+// kerr.UnknownTopicOrPartition. The role cannot change while it reads.
+func (m *Manager) OffsetForLeaderEpoch(_ context.Context, topic string, partition int32, currentLeaderEpoch, leaderEpoch int32) (int64, int32, error) {
+	m.mu.Lock()
+	r, err := m.leaderOf(topic, partition, currentLeaderEpoch)
+	m.mu.Unlock()
+	if err != nil {
+		return -1, -1, err
+	}
+	// As Kafka holds leaderIsrUpdateLock: no role change, so no
+	// truncation, between the leadership check and the read.
+	r.roleMu.RLock()
+	defer r.roleMu.RUnlock()
+	m.mu.Lock()
+	again, err := m.leaderOf(topic, partition, currentLeaderEpoch)
+	m.mu.Unlock()
+	switch {
+	case err != nil:
+		return -1, -1, err
+	case again != r:
+		return -1, -1, fmt.Errorf("%w: broker %d no longer leads %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
+	}
+	epoch, end := r.log.EndOffsetFor(leaderEpoch)
+	if end == partlog.UndefinedOffset {
+		return partlog.UndefinedOffset, partlog.UndefinedEpoch, nil
+	}
+	return end, epoch, nil
+}

@@ -271,3 +271,59 @@ func TestReplicaManager_StopReplicaDeletesLog(t *testing.T) {
 		t.Fatalf("the deleted replica's log dir: %v", err)
 	}
 }
+
+// TestReplicaManager_OffsetForLeaderEpoch: Kafka's
+// OffsetsForLeaderEpochRequestTest (the error codes, the current leader
+// epoch's fencing) and the leader-side answers of LeaderEpochFileCacheTest,
+// on a leader whose log holds epochs 0 and 2 but not 1, which another
+// broker led without it.
+func TestReplicaManager_OffsetForLeaderEpoch(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1, 2))
+	e.produce(1, 2) // offsets 0-1 at epoch 0
+	e.catchUp(2)
+	e.fetch(2)
+	e.ctl.commit(changeRec(leaderID(2), []int32{2, 1}))
+	e.publish()
+	e.produce(2, 3) // offsets 2-4 at epoch 1, on broker 2 only
+	e.ctl.commit(changeRec(leaderID(1), []int32{1, 2}))
+	e.publish()
+	e.produce(1, 1) // offset 2 at epoch 2: broker 1's log end is 3
+	if got := e.replica(1).log.EpochEntries(); len(got) != 2 || got[0].Epoch != 0 || got[1].Epoch != 2 || got[1].StartOffset != 2 {
+		t.Fatalf("broker 1's epochs %v, want [{0 0} {2 2}]", got)
+	}
+	tests := []struct {
+		name          string
+		broker        int32
+		topic         string
+		current, asks int32
+		wantEnd       int64
+		wantEpoch     int32
+		wantErr       *kerr.Error
+	}{
+		{name: "the current epoch ends at the log end", broker: 1, topic: "t", current: -1, asks: 2, wantEnd: 3, wantEpoch: 2},
+		{name: "at the current leader epoch", broker: 1, topic: "t", current: 2, asks: 2, wantEnd: 3, wantEpoch: 2},
+		{name: "an earlier epoch ends where the next starts", broker: 1, topic: "t", current: 2, asks: 0, wantEnd: 2, wantEpoch: 0},
+		{name: "an epoch this log lacks answers the largest below it", broker: 1, topic: "t", current: -1, asks: 1, wantEnd: 2, wantEpoch: 0},
+		{name: "an epoch above every one known is undefined", broker: 1, topic: "t", current: -1, asks: 3, wantEnd: -1, wantEpoch: -1},
+		{name: "no epoch is undefined", broker: 1, topic: "t", current: -1, asks: -1, wantEnd: -1, wantEpoch: -1},
+		{name: "an older current leader epoch is fenced", broker: 1, topic: "t", current: 1, asks: 0, wantErr: kerr.FencedLeaderEpoch},
+		{name: "a newer current leader epoch is unknown", broker: 1, topic: "t", current: 3, asks: 0, wantErr: kerr.UnknownLeaderEpoch},
+		{name: "a follower does not answer", broker: 2, topic: "t", current: -1, asks: 0, wantErr: kerr.NotLeaderForPartition},
+		{name: "a follower out of the ISR", broker: 3, topic: "t", current: -1, asks: 0, wantErr: kerr.NotLeaderForPartition},
+		{name: "an unknown topic", broker: 1, topic: "nope", current: -1, asks: 0, wantErr: kerr.UnknownTopicOrPartition},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			end, epoch, err := e.ms[tt.broker].OffsetForLeaderEpoch(context.Background(), tt.topic, 0, tt.current, tt.asks)
+			if tt.wantErr != nil {
+				if !isKerr(err, tt.wantErr) {
+					t.Fatalf("%v, want %v", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || end != tt.wantEnd || epoch != tt.wantEpoch {
+				t.Fatalf("= (%d, %d, %v), want (%d, %d)", end, epoch, err, tt.wantEnd, tt.wantEpoch)
+			}
+		})
+	}
+}

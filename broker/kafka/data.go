@@ -122,6 +122,22 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Resp
 }
 
 func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
+	resp := s.fetchPartitions(ctx, r)
+	// A partition with nothing to return gets empty records, never null:
+	// Kafka sends MemoryRecords.EMPTY, and librdkafka 2.0 refuses a null
+	// record set ("invalid MessageSetSize -1") and retries the whole fetch,
+	// so that a consumer at the high watermark (kcat -e) never saw the end.
+	for i := range resp.Topics {
+		for j := range resp.Topics[i].Partitions {
+			if p := &resp.Topics[i].Partitions[j]; p.RecordBatches == nil {
+				p.RecordBatches = []byte{}
+			}
+		}
+	}
+	return resp
+}
+
+func (s *Server) fetchPartitions(ctx context.Context, r *kmsg.FetchRequest) *kmsg.FetchResponse {
 	resp := r.ResponseKind().(*kmsg.FetchResponse)
 	img := s.cfg.Image.Image()
 	// Sessionless (no KIP-227): session id 0 tells the client so.

@@ -14,8 +14,33 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// offsetForLeaderEpochAt sends one OffsetForLeaderEpoch at version over a
-// connection of its own, as the client's bytes, and reads the answer.
+// rawRequest sends req at its version over a connection of its own, as a
+// client's bytes, and reads the answer into resp (of the same version).
+func rawRequest(t *testing.T, addr string, req kmsg.Request, resp kmsg.Response) {
+	t.Helper()
+	var body []byte
+	if req.IsFlexible() {
+		body = append(body, 0) // the request header's tags
+	}
+	body = req.AppendTo(body)
+	c := dial(t, addr)
+	writeFrame(t, c, frame(req.Key(), req.GetVersion(), 5, body))
+	raw := readFrame(t, c)
+	if corr := int32(binary.BigEndian.Uint32(raw)); corr != 5 {
+		t.Fatalf("correlation id %d, want 5", corr)
+	}
+	raw = raw[4:]
+	if req.IsFlexible() {
+		raw = raw[1:] // the response header's tags
+	}
+	resp.SetVersion(req.GetVersion())
+	if err := resp.ReadFrom(raw); err != nil {
+		t.Fatalf("%s v%d answer: %v", kmsg.NameForKey(req.Key()), req.GetVersion(), err)
+	}
+}
+
+// offsetForLeaderEpochAt asks one partition's OffsetForLeaderEpoch at
+// version.
 func offsetForLeaderEpochAt(t *testing.T, addr string, version int16, topic string, partition, current, asks int32) kmsg.OffsetForLeaderEpochResponseTopicPartition {
 	t.Helper()
 	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
@@ -26,25 +51,8 @@ func offsetForLeaderEpochAt(t *testing.T, addr string, version int16, topic stri
 	rp.Partition, rp.CurrentLeaderEpoch, rp.LeaderEpoch = partition, current, asks
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	var body []byte
-	if req.IsFlexible() {
-		body = append(body, 0) // the request header's tags
-	}
-	body = req.AppendTo(body)
-	c := dial(t, addr)
-	writeFrame(t, c, frame(req.Key(), version, 5, body))
-	raw := readFrame(t, c)
-	if corr := int32(binary.BigEndian.Uint32(raw)); corr != 5 {
-		t.Fatalf("correlation id %d, want 5", corr)
-	}
-	raw = raw[4:]
-	if req.IsFlexible() {
-		raw = raw[1:] // the response header's tags
-	}
-	resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
-	if err := resp.ReadFrom(raw); err != nil {
-		t.Fatalf("v%d answer: %v", version, err)
-	}
+	resp := kmsg.NewPtrOffsetForLeaderEpochResponse()
+	rawRequest(t, addr, req, resp)
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 || resp.Topics[0].Topic != topic {
 		t.Fatalf("v%d answer %+v: want one partition of %s", version, resp, topic)
 	}

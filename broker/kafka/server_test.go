@@ -504,3 +504,40 @@ func readFrame(t *testing.T, c net.Conn) []byte {
 	}
 	return body
 }
+
+// TestServer_FetchNeverAnswersNullRecords: a partition with nothing to
+// return, at the high watermark or refused, is answered with empty records
+// (length 0), as Kafka answers it, never null (length -1): librdkafka 2.0
+// takes null for a bad message and fetches again, so kcat -e never ended.
+// Fetch v11 is librdkafka's version, v12 the first flexible one.
+func TestServer_FetchNeverAnswersNullRecords(t *testing.T) {
+	meta, backend := newFakeMeta(t), NewMemoryBackend()
+	s := startServer(t, 1, meta, backend, nil)
+	meta.createTopic("empty", []int32{1})
+	for _, version := range []int16{4, 11, 12} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			req := kmsg.NewPtrFetchRequest()
+			req.Version, req.ReplicaID, req.MaxBytes = version, -1, 1<<20
+			for _, topic := range []string{"empty", "nope"} {
+				rt := kmsg.NewFetchRequestTopic()
+				rt.Topic = topic
+				rp := kmsg.NewFetchRequestTopicPartition()
+				rp.PartitionMaxBytes = 1 << 20
+				rt.Partitions = append(rt.Partitions, rp)
+				req.Topics = append(req.Topics, rt)
+			}
+			resp := kmsg.NewPtrFetchResponse()
+			rawRequest(t, s.Addr(), req, resp)
+			if len(resp.Topics) != 2 {
+				t.Fatalf("answer for %d topics, want 2", len(resp.Topics))
+			}
+			for i, want := range []int16{0, kerr.UnknownTopicOrPartition.Code} {
+				p := resp.Topics[i].Partitions[0]
+				if p.ErrorCode != want || p.RecordBatches == nil || len(p.RecordBatches) != 0 {
+					t.Errorf("%s: error %v, records %v (nil: %t); want %v, empty, not null",
+						resp.Topics[i].Topic, kerr.ErrorForCode(p.ErrorCode), p.RecordBatches, p.RecordBatches == nil, kerr.ErrorForCode(want))
+				}
+			}
+		})
+	}
+}

@@ -6,7 +6,7 @@ LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 PROTO_DIR := proto/keelpb
 SHELL     := /bin/bash
 
-.PHONY: all build run test faults lint docs docs-check fuzz proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel clean
+.PHONY: all build run test test-kcat faults lint docs docs-check fuzz proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel clean
 
 all: build
 
@@ -20,6 +20,19 @@ run: build
 ## test: every test, race detector on, integration tests included.
 test: build
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+## test-kcat: kcat (librdkafka 2.0) against a real 3-controller, 3-broker cluster:
+## metadata (-L), produce with acks=all (-P) and consume (-C). Installs Debian's
+## kcat with apt-get when it is absent, and fails (never skips) if kcat still
+## cannot be found. `make test` runs the same test when kcat is installed.
+test-kcat: build
+	@command -v kcat >/dev/null 2>&1 || { \
+		echo "installing kcat (apt-get)"; \
+		sudo=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+	@command -v kcat >/dev/null 2>&1 || { echo "test-kcat: kcat not found after apt-get install kcat" >&2; exit 1; }
+	KEEL_KCAT_REQUIRED=1 $(GO) test -race -count=1 -run '^TestKcat' -v -timeout 10m ./integration/
 
 ## faults: the fault-injection suite for longer: FAULT_RUNS runs (10) of FAULT_DURATION
 ## faults each (30s) on fresh 3-controller, 3-broker clusters; KEEL_FAULT_SEED replays

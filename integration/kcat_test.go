@@ -135,9 +135,9 @@ func TestKcat_MetadataProduceConsume(t *testing.T) {
 	ids := []int32{1, 2, 3}
 	c := startPartitionClusterWith(t, ids, nil, []string{"--kafka-listen", "127.0.0.1:0"})
 	addrs := c.kafkaAddrs(t, ids...)
-	var bootstrap []string
+	var seeds []string
 	for _, id := range ids {
-		bootstrap = append(bootstrap, addrs[id])
+		seeds = append(seeds, addrs[id])
 	}
 	const topic = "kcat"
 	c.createTopic(t, topic, "--partitions", "3", "--replication-factor", "3")
@@ -178,7 +178,7 @@ func TestKcat_MetadataProduceConsume(t *testing.T) {
 		}
 	}
 	// The plain listing, as a person reads it.
-	t.Logf("kcat -L -b %s -t %s:\n%s", bootstrap[0], topic, mustKcat(t, kcat, "", "-L", "-b", bootstrap[0], "-t", topic))
+	t.Logf("kcat -L -b %s -t %s:\n%s", seeds[0], topic, mustKcat(t, kcat, "", "-L", "-b", seeds[0], "-t", topic))
 
 	// Produce: 10 keyed lines to each partition, acks=all, idempotent.
 	const perPartition = 10
@@ -187,7 +187,7 @@ func TestKcat_MetadataProduceConsume(t *testing.T) {
 		for i := range perPartition {
 			fmt.Fprintf(&in, "key-%d-%d:value-%d-%d\n", p, i, p, i)
 		}
-		_, stderr, err := runKcat(t, kcat, in.String(), "-P", "-b", strings.Join(bootstrap, ","), "-t", topic,
+		_, stderr, err := runKcat(t, kcat, in.String(), "-P", "-b", strings.Join(seeds, ","), "-t", topic,
 			"-p", fmt.Sprint(p), "-K", ":", "-X", "acks=all", "-X", "enable.idempotence=true")
 		if err != nil || strings.Contains(stderr, "fail") || strings.Contains(stderr, "ERROR") {
 			t.Fatalf("kcat -P to partition %d: %v\nstderr:\n%s", p, err, stderr)
@@ -198,7 +198,7 @@ func TestKcat_MetadataProduceConsume(t *testing.T) {
 	// watermark), then all three at once.
 	format := `%t|%p|%o|%k|%s\n`
 	for p := range 3 {
-		out := mustKcat(t, kcat, "", "-C", "-b", strings.Join(bootstrap, ","), "-t", topic, "-p", fmt.Sprint(p),
+		out := mustKcat(t, kcat, "", "-C", "-b", strings.Join(seeds, ","), "-t", topic, "-p", fmt.Sprint(p),
 			"-o", "beginning", "-e", "-q", "-f", format)
 		t.Logf("kcat -C -p %d -o beginning -e -f '%s':\n%s", p, format, out)
 		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
@@ -211,7 +211,7 @@ func TestKcat_MetadataProduceConsume(t *testing.T) {
 			}
 		}
 	}
-	out := mustKcat(t, kcat, "", "-C", "-b", strings.Join(bootstrap, ","), "-t", topic, "-o", "beginning", "-e", "-q", "-f", format)
+	out := mustKcat(t, kcat, "", "-C", "-b", strings.Join(seeds, ","), "-t", topic, "-o", "beginning", "-e", "-q", "-f", format)
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	next := map[string]int{}
 	for _, line := range lines {

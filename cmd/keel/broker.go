@@ -247,8 +247,10 @@ type brokerRow struct {
 	ID      int32  `json:"id"`
 	Epoch   int64  `json:"epoch"`
 	Address string `json:"address"`
-	Rack    string `json:"rack"`
-	State   string `json:"state"`
+	// KafkaAddress is the broker's advertised Kafka listener, "" without one.
+	KafkaAddress string `json:"kafka_address"`
+	Rack         string `json:"rack"`
+	State        string `json:"state"`
 }
 
 func newBrokerListCmd() *cobra.Command {
@@ -266,12 +268,12 @@ func newBrokerListCmd() *cobra.Command {
 				}
 				rows := make([]brokerRow, 0, len(resp.GetBrokers()))
 				for _, b := range resp.GetBrokers() {
-					rows = append(rows, brokerRow{ID: b.GetId(), Epoch: b.GetEpoch(), Address: b.GetAddress(), Rack: b.GetRack(), State: b.GetState()})
+					rows = append(rows, brokerRow{ID: b.GetId(), Epoch: b.GetEpoch(), Address: b.GetAddress(), KafkaAddress: b.GetKafkaAddress(), Rack: b.GetRack(), State: b.GetState()})
 				}
 				sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
 				return rows, resp.GetSource(), nil
-			}, tableOf([]string{"ID", "EPOCH", "ADDRESS", "RACK", "STATE"}, "", func(r brokerRow) []string {
-				return []string{fmt.Sprint(r.ID), fmt.Sprint(r.Epoch), r.Address, orDash(r.Rack), r.State}
+			}, tableOf([]string{"ID", "EPOCH", "ADDRESS", "KAFKA ADDRESS", "RACK", "STATE"}, "", func(r brokerRow) []string {
+				return []string{fmt.Sprint(r.ID), fmt.Sprint(r.Epoch), r.Address, orDash(r.KafkaAddress), orDash(r.Rack), r.State}
 			}))
 		},
 	}

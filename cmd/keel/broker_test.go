@@ -66,7 +66,7 @@ func (f *fakeInspect) Inspect(context.Context, *keelpb.InspectRequest) (*keelpb.
 func TestBrokerList(t *testing.T) {
 	fake := &fakeListBrokers{brokers: []*keelpb.BrokerInfo{
 		{Id: 3, Epoch: 12, Address: "127.0.0.1:9203", State: "fenced"},
-		{Id: 1, Epoch: 10, Address: "127.0.0.1:9201", Rack: "r1", State: "active", IncarnationId: "x"},
+		{Id: 1, Epoch: 10, Address: "127.0.0.1:9201", KafkaAddress: "127.0.0.1:9092", Rack: "r1", State: "active", IncarnationId: "x"},
 	}}
 	addr := serveGRPC(t, func(g *grpc.Server) { keelpb.RegisterControllerServiceServer(g, fake) })
 
@@ -78,7 +78,7 @@ func TestBrokerList(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("%v in %s", err, out)
 	}
-	want := `[map[address:127.0.0.1:9201 epoch:10 id:1 rack:r1 state:active] map[address:127.0.0.1:9203 epoch:12 id:3 rack: state:fenced]]`
+	want := `[map[address:127.0.0.1:9201 epoch:10 id:1 kafka_address:127.0.0.1:9092 rack:r1 state:active] map[address:127.0.0.1:9203 epoch:12 id:3 kafka_address: rack: state:fenced]]`
 	if got := fmt.Sprint(rows); got != want {
 		t.Fatalf("broker list -o json = %s\nwant %s", got, want)
 	}
@@ -88,7 +88,8 @@ func TestBrokerList(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") || !strings.HasPrefix(lines[1], "1 ") || !strings.Contains(lines[2], "fenced") {
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[0], "KAFKA ADDRESS") ||
+		!strings.HasPrefix(lines[1], "1 ") || !strings.Contains(lines[1], "127.0.0.1:9092") || !strings.Contains(lines[2], "fenced") {
 		t.Fatalf("broker list =\n%s", out)
 	}
 

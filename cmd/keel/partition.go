@@ -317,6 +317,7 @@ happened; the exit status is 0 unless the request itself failed.`,
 	fl.StringVar(&f.typ, "type", "", "election type: preferred or unclean (required)")
 	fl.StringVar(&f.topic, "topic", "", "elect for this topic's partitions")
 	fl.Int32Var(&f.partition, "partition", -1, "elect for this partition of --topic only")
+	hidePlaceholder(fl, "partition")
 	fl.BoolVar(&f.all, "all", false, "elect for every partition of every topic")
 	a.add(cmd)
 	return cmd

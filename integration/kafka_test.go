@@ -84,6 +84,7 @@ type ackedRecord struct {
 	seq       int
 	offset    int64
 	value     string
+	at        time.Time // when the promise fired
 }
 
 // streamProducer produces "p<partition>-<tag><seq>" to every partition of
@@ -146,7 +147,7 @@ func (p *streamProducer) run() {
 				p.failed[value] = err
 				return
 			}
-			p.acked = append(p.acked, ackedRecord{partition: r.Partition, tag: p.tag, seq: seq, offset: r.Offset, value: value})
+			p.acked = append(p.acked, ackedRecord{partition: r.Partition, tag: p.tag, seq: seq, offset: r.Offset, value: value, at: time.Now()})
 		})
 	}
 }
@@ -273,44 +274,68 @@ func consumeAll(t *testing.T, kafka map[int32]string, topic string, hw map[int32
 	return got
 }
 
-// checkAckedRecords is the check of TestKafka_AckedRecordsSurviveLeaderKill:
-// read holds each partition's records up to its high watermark hw. Every
+// checkAckedRecords is the check of TestKafka_AckedRecordsSurviveLeaderKill
+// (ackedRecordViolations), each violation a test error.
+func checkAckedRecords(t *testing.T, sent map[string]bool, acked []ackedRecord, hw map[int32]int64, read map[int32][]consumedRecord,
+	mayLose func(ackedRecord) bool) (lost, found, unacked int) {
+	t.Helper()
+	bad, lost, found, unacked := ackedRecordViolations(sent, acked, hw, read, mayLose)
+	for _, v := range bad {
+		t.Error(v.msg)
+	}
+	return lost, found, unacked
+}
+
+// logViolation is one broken rule of a partition's log, at an offset (-1
+// when the rule is about the whole partition).
+type logViolation struct {
+	partition int32
+	offset    int64
+	msg       string
+}
+
+// ackedRecordViolations checks what was read of one topic: read holds
+// each partition's records up to its high watermark hw. Every
 // acknowledged record is there exactly once, at the offset it was
 // acknowledged with; offsets have no gaps; every record read was sent by
 // the test, none twice; per partition the acknowledged order of each
 // producer is kept. mayLose, unless nil, says which acknowledged records
 // may be missing (an unclean election): those are counted, not reported.
-// It returns how many acknowledged records are not where they were
-// acknowledged (lost), how many are (found), and how many records read
-// were sent but never acknowledged.
-func checkAckedRecords(t *testing.T, sent map[string]bool, acked []ackedRecord, hw map[int32]int64, read map[int32][]consumedRecord,
-	mayLose func(ackedRecord) bool) (lost, found, unacked int) {
-	t.Helper()
+// It returns what broke the rules, how many acknowledged records are not
+// where they were acknowledged (lost), how many are (found), and how many
+// records read were sent but never acknowledged. It is shared by the Kafka
+// tests and the data fault suite (faults_data_test.go).
+func ackedRecordViolations(sent map[string]bool, acked []ackedRecord, hw map[int32]int64, read map[int32][]consumedRecord,
+	mayLose func(ackedRecord) bool) (bad []logViolation, lost, found, unacked int) {
+	errorf := func(p int32, off int64, format string, args ...any) {
+		bad = append(bad, logViolation{partition: p, offset: off, msg: fmt.Sprintf(format, args...)})
+	}
 	at := map[int32]map[int64]consumedRecord{}
 	seen := map[string]string{} // value -> where it was first read
 	ackedValues := map[string]bool{}
 	for _, a := range acked {
 		ackedValues[a.value] = true
 	}
-	for p, recs := range read {
+	for _, p := range sortedKeys(read) {
+		recs := read[p]
 		at[p] = map[int64]consumedRecord{}
 		for i, r := range recs {
 			where := fmt.Sprintf("partition %d offset %d (leader epoch %d)", p, r.offset, r.leaderEpoch)
 			if want := int64(i); r.offset != want {
-				t.Errorf("%s: read as record %d from the start; want offset %d: a gap or a reordering (offsets read: %v)", where, i, want, offsetsOf(recs))
+				errorf(p, want, "%s: read as record %d from the start; want offset %d: a gap or a reordering (offsets read: %v)", where, i, want, offsetsOf(recs))
 				break
 			}
 			if r.offset >= hw[p] {
-				t.Errorf("%s: at or past the high watermark %d", where, hw[p])
+				errorf(p, r.offset, "%s: at or past the high watermark %d", where, hw[p])
 			}
 			if !sent[r.value] {
-				t.Errorf("%s: %q was never produced by the test", where, r.value)
+				errorf(p, r.offset, "%s: %q was never produced by the test", where, r.value)
 			}
 			if !strings.HasPrefix(r.value, fmt.Sprintf("p%d-", p)) {
-				t.Errorf("%s: %q was produced to another partition", where, r.value)
+				errorf(p, r.offset, "%s: %q was produced to another partition", where, r.value)
 			}
 			if first, dup := seen[r.value]; dup {
-				t.Errorf("%s: %q read twice, first at %s", where, r.value, first)
+				errorf(p, r.offset, "%s: %q read twice, first at %s", where, r.value, first)
 			}
 			seen[r.value] = where
 			at[p][r.offset] = r
@@ -319,7 +344,7 @@ func checkAckedRecords(t *testing.T, sent map[string]bool, acked []ackedRecord, 
 			}
 		}
 		if n := int64(len(recs)); n != hw[p] {
-			t.Errorf("partition %d: %d records read from the start; want %d, the high watermark", p, n, hw[p])
+			errorf(p, -1, "partition %d: %d records read from the start; want %d, the high watermark", p, n, hw[p])
 		}
 	}
 	type stream struct {
@@ -335,23 +360,23 @@ func checkAckedRecords(t *testing.T, sent map[string]bool, acked []ackedRecord, 
 			found++
 		case elsewhere:
 			lost++
-			t.Errorf("partition %d offset %d: %q was acknowledged there, but is read at %s", a.partition, a.offset, a.value, readAt)
+			errorf(a.partition, a.offset, "partition %d offset %d: %q was acknowledged there, but is read at %s", a.partition, a.offset, a.value, readAt)
 		case mayLose != nil && mayLose(a):
 			lost++
 		case !ok:
 			lost++
-			t.Errorf("partition %d offset %d: %q was acknowledged there, but nothing is there (high watermark %d)", a.partition, a.offset, a.value, hw[a.partition])
+			errorf(a.partition, a.offset, "partition %d offset %d: %q was acknowledged there, but nothing is there (high watermark %d)", a.partition, a.offset, a.value, hw[a.partition])
 		default:
 			lost++
-			t.Errorf("partition %d offset %d: %q was acknowledged there, but %q is there, and %q is nowhere", a.partition, a.offset, a.value, r.value, a.value)
+			errorf(a.partition, a.offset, "partition %d offset %d: %q was acknowledged there, but %q is there, and %q is nowhere", a.partition, a.offset, a.value, r.value, a.value)
 		}
 		key := stream{a.partition, a.tag}
 		if prev, ok := last[key]; ok && (a.seq <= prev.seq || a.offset <= prev.offset) {
-			t.Errorf("partition %d: %q acknowledged at offset %d after %q at offset %d: the producer's order is not kept", a.partition, a.value, a.offset, prev.value, prev.offset)
+			errorf(a.partition, a.offset, "partition %d: %q acknowledged at offset %d after %q at offset %d: the producer's order is not kept", a.partition, a.value, a.offset, prev.value, prev.offset)
 		}
 		last[key] = a
 	}
-	return lost, found, unacked
+	return bad, lost, found, unacked
 }
 
 func offsetsOf(recs []consumedRecord) []int64 {

@@ -1,0 +1,549 @@
+package integration
+
+// The data fault suite: 3 controllers and 3 brokers with Kafka listeners,
+// real processes on loopback; idempotent franz-go producers write unique
+// values with acks=all to several RF-3 topics (min.insync.replicas=2,
+// unclean election off) and consumers without a group read them, while a
+// seeded nemesis kills (kill -9), pauses (SIGSTOP) and stops (SIGTERM, a
+// broker's controlled shutdown) controllers and brokers, the active
+// controller and partition leaders included, and starts them again. After
+// the faults everything is healed, the ISRs fill again, every partition is
+// read from its start to its high watermark and checked with the Kafka
+// tests' check (ackedRecordViolations), and against what the consumers saw
+// during the faults.
+//
+// It takes the fault suite's environment (faults_test.go): KEEL_FAULT_RUNS
+// (default 1), KEEL_FAULT_DURATION (default 20s), KEEL_FAULT_SEED. `make
+// test` runs it once; `make faults-data` runs it longer.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const (
+	dataTopics     = 3
+	dataPartitions = 3
+	// dataFaultWindow is how far before a violation the faults it prints
+	// begin: a record is lost, or written twice, by what happened while
+	// it was in flight or since.
+	dataFaultWindow = 10 * time.Second
+)
+
+// dataFaultKinds are what the data nemesis injects, with their weights.
+var dataFaultKinds = []struct {
+	name   string
+	weight int
+}{
+	{"kill-active-controller", 2},
+	{"kill-controller", 1},
+	{"pause-active-controller", 1},
+	{"kill-partition-leader", 3},
+	{"kill-broker", 1},
+	{"pause-partition-leader", 2},
+	{"sigterm-broker", 2},
+}
+
+func TestDataFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the data fault suite starts clusters and runs for a while")
+	}
+	cfg := faultConfig(t)
+	if os.Getenv("KEEL_FAULT_DURATION") == "" {
+		cfg.duration = 20 * time.Second
+	}
+	total := newDataTally()
+	var failed []int64
+	for i := range cfg.runs {
+		seed := cfg.seed + int64(i)
+		var tally *dataTally
+		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			tally = runDataFaults(t, seed, cfg.duration)
+		})
+		if tally != nil {
+			total.add(tally)
+		}
+		if !ok {
+			failed = append(failed, seed)
+		}
+	}
+	t.Logf("data fault suite: %d of %d runs survived (%s of faults each)\n%s", cfg.runs-len(failed), cfg.runs, cfg.duration, total)
+	for _, seed := range failed {
+		t.Errorf("run with seed %d failed: replay it with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make faults-data", seed, seed)
+	}
+}
+
+// dataTally counts what a run did, for the report.
+type dataTally struct {
+	faults                      map[string]int
+	sent, acked, failed         int
+	seen                        int // records the consumers read during the faults
+	final, found, lost, unacked int // the final read
+	failures                    map[string]int
+}
+
+func newDataTally() *dataTally {
+	return &dataTally{faults: map[string]int{}, failures: map[string]int{}}
+}
+
+func (d *dataTally) add(o *dataTally) {
+	for k, v := range o.faults {
+		d.faults[k] += v
+	}
+	for k, v := range o.failures {
+		d.failures[k] += v
+	}
+	d.sent += o.sent
+	d.acked += o.acked
+	d.failed += o.failed
+	d.seen += o.seen
+	d.final += o.final
+	d.found += o.found
+	d.lost += o.lost
+	d.unacked += o.unacked
+}
+
+func (d *dataTally) String() string {
+	var b strings.Builder
+	b.WriteString("faults injected:")
+	n := 0
+	for _, k := range dataFaultKinds {
+		fmt.Fprintf(&b, " %s=%d", k.name, d.faults[k.name])
+		n += d.faults[k.name]
+	}
+	fmt.Fprintf(&b, " (%d)\nrecords: %d sent, %d acknowledged, %d failed by the producer", n, d.sent, d.acked, d.failed)
+	for _, k := range sortedKeys(d.failures) {
+		fmt.Fprintf(&b, "; %dx %s", d.failures[k], k)
+	}
+	fmt.Fprintf(&b, "\nread during the faults: %d; read at the end: %d (acknowledged: %d found, %d lost; %d never acknowledged)",
+		d.seen, d.final, d.found, d.lost, d.unacked)
+	return b.String()
+}
+
+// dataFault is one fault injected, from its start to its undoing.
+type dataFault struct {
+	from, to time.Time
+	what     string
+}
+
+// seenRecord is a record a consumer read during the faults.
+type seenRecord struct {
+	value string
+	at    time.Time
+}
+
+// dataRun is the state of one run shared by its goroutines.
+type dataRun struct {
+	c      *Cluster
+	kafka  map[int32]string
+	topics []string
+	start  time.Time
+
+	mu        sync.Mutex
+	faults    []dataFault
+	seen      map[string]map[int32]map[int64]seenRecord // topic -> partition -> offset
+	seenN     int
+	seenBad   []string // what the consumers saw break the rules, as they saw it
+	fetchErrs map[string]int
+}
+
+func (r *dataRun) fault(from time.Time, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.faults = append(r.faults, dataFault{from: from, to: time.Now(), what: fmt.Sprintf(format, args...)})
+}
+
+func (r *dataRun) since(at time.Time) string {
+	return fmt.Sprintf("%8v", at.Sub(r.start).Round(time.Millisecond))
+}
+
+func runDataFaults(t *testing.T, seed int64, duration time.Duration) *dataTally {
+	t.Logf("seed %d: replay with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make faults-data", seed, seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>32|1))
+	brokers := []int32{1, 2, 3}
+	c, kafka := startKafkaCluster(t, brokers)
+	r := &dataRun{c: c, kafka: kafka, seen: map[string]map[int32]map[int64]seenRecord{}, fetchErrs: map[string]int{}}
+	for i := range dataTopics {
+		topic := fmt.Sprintf("data%d", i)
+		r.topics = append(r.topics, topic)
+		c.createTopic(t, topic, "--partitions", fmt.Sprint(dataPartitions), "--replication-factor", "3", "--config", "min.insync.replicas=2")
+		r.seen[topic] = map[int32]map[int64]seenRecord{}
+	}
+	for _, topic := range r.topics {
+		d := c.WaitForTopic(t, topic, "led with full ISRs", func(d topicJSON) bool {
+			return d.every(func(p partitionJSON) bool { return p.Leader > 0 && len(p.ISR) == 3 })
+		})
+		if v := d.config(t, "unclean.leader.election.enable"); v.Value != "false" {
+			t.Fatalf("%s: unclean.leader.election.enable: %+v; want false", topic, v)
+		}
+	}
+	tally := newDataTally()
+	t.Cleanup(func() {
+		if t.Failed() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			var lines []string
+			for _, f := range r.faults {
+				lines = append(lines, r.since(f.from)+" "+f.what)
+			}
+			t.Logf("seed %d: faults injected (time from the start of the faults):\n%s", seed, strings.Join(lines, "\n"))
+		}
+	})
+
+	r.start = time.Now()
+	prods := make([]*streamProducer, len(r.topics))
+	for i, topic := range r.topics {
+		prods[i] = startProducer(t, kafka, topic, dataPartitions, "")
+	}
+	workCtx, stopWork := context.WithCancel(context.Background())
+	defer stopWork()
+	var wg sync.WaitGroup
+	for _, topic := range r.topics {
+		start := map[int32]kgo.Offset{}
+		for p := range int32(dataPartitions) {
+			start[p] = kgo.NewOffset().AtStart()
+		}
+		cl := kafkaClient(t, kafka, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}))
+		wg.Add(1)
+		go func() { defer wg.Done(); r.consume(workCtx, cl, topic) }()
+	}
+	for _, p := range prods {
+		p.waitAcked(50, "before the faults")
+	}
+
+	r.nemesis(t, rng, duration, brokers, tally)
+	// Registered after every restart, so it runs before the processes' own
+	// cleanups: a broker's clean stop needs the controllers.
+	t.Cleanup(func() {
+		for _, id := range c.BrokerIDs() {
+			if c.BrokerRunning(id) {
+				c.StopBroker(id)
+			}
+		}
+	})
+
+	// Heal: every fault was undone by the nemesis; wait for the cluster to
+	// be whole again, and for the producers to go on.
+	c.WaitForActive(t, healTimeout)
+	c.WaitForBrokers(t, allActive(brokers...))
+	for _, topic := range r.topics {
+		c.WaitForTopic(t, topic, "back to full ISRs", func(d topicJSON) bool {
+			return d.every(func(p partitionJSON) bool { return p.Leader > 0 && len(p.ISR) == 3 })
+		})
+	}
+	for _, p := range prods {
+		p.waitAcked(50, "after the faults, with full ISRs")
+	}
+	for i, p := range prods {
+		if !p.stop(kafkaTimeout) {
+			t.Fatalf("the producer of %s did not finish: records still in flight after %s", r.topics[i], kafkaTimeout)
+		}
+	}
+	// The consumers catch up with the producers' last records, then stop.
+	reader := kafkaClient(t, kafka)
+	hws := map[string]map[int32]int64{}
+	for _, topic := range r.topics {
+		hws[topic] = highWatermarks(t, reader, topic, dataPartitions)
+	}
+	r.waitConsumed(t, hws)
+	stopWork()
+	wg.Wait()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tally.seen = r.seenN
+	for _, msg := range r.seenBad {
+		t.Error(msg)
+	}
+	for i, topic := range r.topics {
+		sent, acked, failed := prods[i].results()
+		tally.sent += len(sent)
+		tally.acked += len(acked)
+		tally.failed += len(failed)
+		for _, err := range failed {
+			tally.failures[err.Error()]++
+		}
+		hw := hws[topic]
+		read := consumeAll(t, kafka, topic, hw)
+		for _, recs := range read {
+			tally.final += len(recs)
+		}
+		bad, lost, found, unacked := ackedRecordViolations(sent, acked, hw, read, nil)
+		bad = append(bad, r.seenViolations(topic, read)...)
+		tally.lost += lost
+		tally.found += found
+		tally.unacked += unacked
+		for j, v := range bad {
+			if j == 10 {
+				t.Errorf("%s: ... and %d more violations", topic, len(bad)-j)
+				break
+			}
+			t.Errorf("%s: %s\n%s", topic, v.msg, r.around(topic, v, acked, read))
+		}
+	}
+	t.Logf("seed %d:\n%s", seed, tally)
+	return tally
+}
+
+// consume reads every partition of topic with cl until ctx ends,
+// recording what it saw: each record must be below the high watermark
+// of the fetch that returned it, and an offset read twice must hold the
+// same record.
+func (r *dataRun) consume(ctx context.Context, cl *kgo.Client, topic string) {
+	for ctx.Err() == nil {
+		fetches := cl.PollFetches(ctx)
+		now := time.Now()
+		r.mu.Lock()
+		fetches.EachError(func(_ string, p int32, err error) {
+			var loss *kgo.ErrDataLoss
+			switch {
+			case errors.Is(err, context.Canceled), errors.Is(err, kgo.ErrClientClosed):
+			case errors.As(err, &loss):
+				r.seenBad = append(r.seenBad, fmt.Sprintf("%s partition %d, at %s: the consumer was told of data loss: it had read to offset %d, the leader's log ends at %d",
+					topic, p, r.since(now), loss.ConsumedTo, loss.ResetTo))
+			default:
+				r.fetchErrs[err.Error()]++
+			}
+		})
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			seen := r.seen[topic][fp.Partition]
+			if seen == nil {
+				seen = map[int64]seenRecord{}
+				r.seen[topic][fp.Partition] = seen
+			}
+			for _, rec := range fp.Records {
+				r.seenN++
+				if rec.Offset >= fp.HighWatermark {
+					r.seenBad = append(r.seenBad, fmt.Sprintf("%s partition %d offset %d, at %s: %q fetched at or above the fetch's high watermark %d",
+						topic, fp.Partition, rec.Offset, r.since(now), rec.Value, fp.HighWatermark))
+				}
+				if prev, ok := seen[rec.Offset]; ok && prev.value != string(rec.Value) {
+					r.seenBad = append(r.seenBad, fmt.Sprintf("%s partition %d offset %d: read as %q at %s, then as %q at %s",
+						topic, fp.Partition, rec.Offset, prev.value, r.since(prev.at), rec.Value, r.since(now)))
+					continue
+				}
+				if _, ok := seen[rec.Offset]; !ok {
+					seen[rec.Offset] = seenRecord{value: string(rec.Value), at: now}
+				}
+			}
+		})
+		r.mu.Unlock()
+	}
+}
+
+// waitConsumed waits until the consumers have read every partition up to
+// hws, so that they saw the faults' records and the final ones.
+func (r *dataRun) waitConsumed(t *testing.T, hws map[string]map[int32]int64) {
+	t.Helper()
+	deadline := time.Now().Add(kafkaTimeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var behind []string
+		r.mu.Lock()
+		for _, topic := range r.topics {
+			for p, hw := range hws[topic] {
+				if _, ok := r.seen[topic][p][hw-1]; hw > 0 && !ok {
+					behind = append(behind, fmt.Sprintf("%s-%d (to %d)", topic, p, hw))
+				}
+			}
+		}
+		r.mu.Unlock()
+		if len(behind) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the consumers did not read up to the high watermarks within %v: behind on %v; fetch errors: %v", kafkaTimeout, behind, r.fetchErrs)
+		}
+		<-tick.C
+	}
+}
+
+// seenViolations returns every record a consumer read during the faults
+// that is no longer at its offset in the final read: a record read below
+// the high watermark must never disappear.
+func (r *dataRun) seenViolations(topic string, read map[int32][]consumedRecord) []logViolation {
+	var bad []logViolation
+	for _, p := range sortedKeys(r.seen[topic]) {
+		seen := r.seen[topic][p]
+		for _, off := range sortedKeys(seen) {
+			s := seen[off]
+			switch recs := read[p]; {
+			case off >= int64(len(recs)) || recs[off].offset != off:
+				bad = append(bad, logViolation{partition: p, offset: off, msg: fmt.Sprintf(
+					"partition %d offset %d: %q was read there at %s, below the high watermark; it is gone (%d records at the end)", p, off, s.value, r.since(s.at), len(recs))})
+			case recs[off].value != s.value:
+				bad = append(bad, logViolation{partition: p, offset: off, msg: fmt.Sprintf(
+					"partition %d offset %d: %q was read there at %s, below the high watermark; %q is there now", p, off, s.value, r.since(s.at), recs[off].value)})
+			}
+		}
+	}
+	return bad
+}
+
+// around is the smallest slice of history that shows v: partition v's
+// records around its offset as acknowledged, read during the faults and
+// read at the end, and the faults injected from dataFaultWindow before
+// the records there were acknowledged or read until just after.
+func (r *dataRun) around(topic string, v logViolation, acked []ackedRecord, read map[int32][]consumedRecord) string {
+	var b strings.Builder
+	lo, hi := v.offset-3, v.offset+3
+	if v.offset < 0 {
+		lo, hi = int64(len(read[v.partition]))-3, int64(len(read[v.partition]))+3
+	}
+	ackedAt := map[int64][]ackedRecord{}
+	var when []time.Time
+	for _, a := range acked {
+		if a.partition == v.partition && a.offset >= lo && a.offset <= hi {
+			ackedAt[a.offset] = append(ackedAt[a.offset], a)
+			when = append(when, a.at)
+		}
+	}
+	seen := r.seen[topic][v.partition]
+	fmt.Fprintf(&b, "  partition %d, offsets %d to %d:\n", v.partition, max(lo, 0), hi)
+	for off := max(lo, 0); off <= hi; off++ {
+		var parts []string
+		for _, a := range ackedAt[off] {
+			parts = append(parts, fmt.Sprintf("acknowledged %q at %s", a.value, r.since(a.at)))
+		}
+		if s, ok := seen[off]; ok {
+			parts = append(parts, fmt.Sprintf("read during the faults as %q at %s", s.value, r.since(s.at)))
+			when = append(when, s.at)
+		}
+		if recs := read[v.partition]; off < int64(len(recs)) {
+			parts = append(parts, fmt.Sprintf("at the end %q (leader epoch %d)", recs[off].value, recs[off].leaderEpoch))
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(&b, "    %d: %s\n", off, strings.Join(parts, "; "))
+		}
+	}
+	from, to := r.start, time.Now()
+	if len(when) > 0 {
+		from, to = slices.MinFunc(when, time.Time.Compare).Add(-dataFaultWindow), slices.MaxFunc(when, time.Time.Compare).Add(2*time.Second)
+	}
+	fmt.Fprintf(&b, "  faults from %s to %s:\n", r.since(from), r.since(to))
+	for _, f := range r.faults {
+		if f.to.After(from) && f.from.Before(to) {
+			fmt.Fprintf(&b, "    %s to %s %s\n", r.since(f.from), r.since(f.to), f.what)
+		}
+	}
+	return b.String()
+}
+
+// ---------------------------------------------------------------------------
+// Nemesis
+
+// nemesis injects one fault at a time, chosen by rng, until duration has
+// passed; each is held for a while, then undone. It runs on the test's
+// goroutine, because the harness fails the test from it.
+func (r *dataRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration, brokers []int32, tally *dataTally) {
+	c := r.c
+	deadline := time.Now().Add(duration)
+	totalWeight := 0
+	for _, k := range dataFaultKinds {
+		totalWeight += k.weight
+	}
+	hold := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	for time.Now().Before(deadline) {
+		n := rng.IntN(totalWeight)
+		var kind string
+		for _, k := range dataFaultKinds {
+			if n < k.weight {
+				kind = k.name
+				break
+			}
+			n -= k.weight
+		}
+		// Every choice is drawn from rng whether it is used or not, so
+		// that a seed replays the same schedule of kinds and holds.
+		anyCtrl := c.IDs()[rng.IntN(len(c.IDs()))]
+		anyBroker := brokers[rng.IntN(len(brokers))]
+		topic := r.topics[rng.IntN(len(r.topics))]
+		part := int32(rng.IntN(dataPartitions))
+		from := time.Now()
+		switch kind {
+		case "kill-active-controller", "kill-controller", "pause-active-controller":
+			id, how := anyCtrl, "controller"
+			if kind != "kill-controller" {
+				if a := r.activeController(); a > 0 {
+					id, how = a, "the active controller"
+				}
+			}
+			if kind == "pause-active-controller" {
+				// Past the election timeout: the others elect a new
+				// leader while this one is frozen.
+				d := hold(600*time.Millisecond, 2*time.Second)
+				c.Pause(id)
+				time.Sleep(d) // the fault's length, not synchronisation
+				c.Resume(id)
+				r.fault(from, "%s: SIGSTOP %s %d for %v", kind, how, id, d)
+				break
+			}
+			d := hold(200*time.Millisecond, 2*time.Second)
+			c.Kill(id)
+			time.Sleep(d)
+			c.Restart(id)
+			r.fault(from, "%s: kill -9 %s %d for %v", kind, how, id, d)
+		case "kill-partition-leader", "kill-broker", "pause-partition-leader":
+			id, how := anyBroker, "broker"
+			if kind != "kill-broker" {
+				if l := r.partitionLeader(topic, part); l > 0 {
+					id, how = l, fmt.Sprintf("broker (leader of %s-%d)", topic, part)
+				}
+			}
+			if kind == "pause-partition-leader" {
+				d := hold(300*time.Millisecond, 2500*time.Millisecond)
+				c.PauseBroker(id)
+				time.Sleep(d)
+				c.ResumeBroker(id)
+				r.fault(from, "%s: SIGSTOP %s %d for %v", kind, how, id, d)
+				break
+			}
+			d := hold(200*time.Millisecond, 3*time.Second)
+			c.KillBroker(id)
+			time.Sleep(d)
+			c.RestartBroker(id)
+			r.fault(from, "%s: kill -9 %s %d for %v", kind, how, id, d)
+		case "sigterm-broker":
+			// A rolling restart's step: a controlled shutdown, then a start.
+			d := hold(200*time.Millisecond, 2*time.Second)
+			c.StopBroker(anyBroker) // fails the test unless it exits 0
+			time.Sleep(d)
+			c.RestartBroker(anyBroker)
+			r.fault(from, "%s: SIGTERM broker %d, started again after %v", kind, anyBroker, d)
+		}
+		tally.faults[kind]++
+		time.Sleep(hold(100*time.Millisecond, 800*time.Millisecond))
+	}
+}
+
+// activeController returns the controller that every live one agrees is
+// active, or 0 if they do not agree now.
+func (r *dataRun) activeController() int32 {
+	ctx, cancel := context.WithTimeout(context.Background(), describeLimit)
+	defer cancel()
+	live := r.c.Live()
+	views, _ := r.c.Views(ctx, live)
+	id, _, _ := activeAgreed(live, views)
+	return id
+}
+
+// partitionLeader returns the leader of topic-partition as the controllers
+// see it, or 0 if they do not answer or it has none.
+func (r *dataRun) partitionLeader(topic string, partition int32) int32 {
+	d, err := r.c.DescribeTopicE(context.Background(), topic)
+	if err != nil || int(partition) >= len(d.Partitions) {
+		return 0
+	}
+	return max(d.Partitions[partition].Leader, 0)
+}

@@ -115,10 +115,12 @@ type Agent struct {
 	registered []prometheus.Collector // on cfg.Metrics, until Close
 	health     *rpc.Health
 	// What readiness is decided from, besides the state (Ready).
-	stopping       atomic.Bool  // Close has begun
-	caughtUp       atomic.Bool  // the last heartbeat answer's is_caught_up
-	heartbeatEpoch atomic.Int64 // the controller epoch of the last heartbeat answer
-	heartbeatAt    atomic.Int64 // when the last heartbeat was answered, unix nanos
+	stopping       atomic.Bool // Close has begun
+	caughtUp       atomic.Bool // the last heartbeat answer's is_caught_up
+	caughtUpOnce   sync.Once
+	initialCatchUp chan struct{} // closed when a heartbeat first says is_caught_up
+	heartbeatEpoch atomic.Int64  // the controller epoch of the last heartbeat answer
+	heartbeatAt    atomic.Int64  // when the last heartbeat was answered, unix nanos
 
 	// previousEpoch is the previous_broker_epoch registrations report
 	// (KIP-966): the epoch of the last incarnation if it shut down
@@ -186,22 +188,23 @@ func Start(cfg Config) (_ *Agent, err error) {
 	}
 
 	a := &Agent{
-		cfg:          cfg,
-		log:          cfg.Logger.With("component", "broker", "broker_id", cfg.BrokerID),
-		meta:         meta,
-		incarnation:  uuid.NewString(),
-		address:      address,
-		client:       client,
-		lis:          lis,
-		grpc:         grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...),
-		unauth:       connlimit.New(maxUnauthenticated, unauthenticatedHold, lis.Addr().String()),
-		applied:      make(chan struct{}, 1),
-		state:        StateRegistering,
-		shutdownPoke: make(chan struct{}, 1),
-		released:     make(chan struct{}),
-		fatal:        make(chan error, 1),
-		runDone:      make(chan struct{}),
-		metrics:      newAgentMetrics(),
+		initialCatchUp: make(chan struct{}),
+		cfg:            cfg,
+		log:            cfg.Logger.With("component", "broker", "broker_id", cfg.BrokerID),
+		meta:           meta,
+		incarnation:    uuid.NewString(),
+		address:        address,
+		client:         client,
+		lis:            lis,
+		grpc:           grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...),
+		unauth:         connlimit.New(maxUnauthenticated, unauthenticatedHold, lis.Addr().String()),
+		applied:        make(chan struct{}, 1),
+		state:          StateRegistering,
+		shutdownPoke:   make(chan struct{}, 1),
+		released:       make(chan struct{}),
+		fatal:          make(chan error, 1),
+		runDone:        make(chan struct{}),
+		metrics:        newAgentMetrics(),
 	}
 	a.unauth.SetLogger(a.log)
 	a.previousEpoch.Store(previous)
@@ -253,6 +256,13 @@ func (a *Agent) Image() *fsm.Image { return a.img.Load() }
 // dir belongs to another cluster, the controllers refuse this software's
 // metadata versions, or the data dir cannot be written. Call Close after.
 func (a *Agent) Fatal() <-chan error { return a.fatal }
+
+// CaughtUp is closed once a heartbeat answer first says this process has
+// applied the metadata log up to the controllers' (KRaft's initial
+// catch-up): before that its image may lack topics the cluster has, and
+// what it says of them to clients (the Kafka listener) would be wrong.
+// It stays closed whatever happens after.
+func (a *Agent) CaughtUp() <-chan struct{} { return a.initialCatchUp }
 
 // Status returns the broker's own view of itself.
 func (a *Agent) Status() Status {
@@ -742,6 +752,9 @@ func (a *Agent) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-cha
 		a.heartbeatAt.Store(time.Now().UnixNano())
 		a.heartbeatEpoch.Store(resp.GetControllerEpoch())
 		a.caughtUp.Store(resp.GetIsCaughtUp())
+		if resp.GetIsCaughtUp() {
+			a.caughtUpOnce.Do(func() { close(a.initialCatchUp) })
+		}
 		sentOffset = offset
 		if wantShutdown && resp.GetShouldShutDown() {
 			a.release()

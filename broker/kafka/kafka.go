@@ -98,6 +98,13 @@ type Config struct {
 	BrokerID int32
 	// Image is the broker's replayed metadata (required).
 	Image ImageSource
+	// Ready, when set, holds back every request until it is closed
+	// (broker.Agent.CaughtUp): a broker that has not caught up with the
+	// metadata log would answer that the cluster's topics do not exist,
+	// and clients give up on them. Connections are accepted meanwhile and
+	// wait, as a KRaft broker serves requests only after its initial
+	// catch-up. Nil serves at once.
+	Ready <-chan struct{}
 	// Backend is the data plane (required).
 	Backend Backend
 	// Controller forwards admin requests and allocates producer ids

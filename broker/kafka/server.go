@@ -104,6 +104,14 @@ func (s *Server) Close() error {
 
 func (s *Server) accept() {
 	defer s.wg.Done()
+	if s.cfg.Ready != nil {
+		select {
+		case <-s.cfg.Ready:
+		case <-s.ctx.Done():
+			return
+		}
+		s.log.Info("kafka listener serving: the broker has caught up with the metadata log")
+	}
 	var delay time.Duration
 	for {
 		c, err := s.lis.Accept()

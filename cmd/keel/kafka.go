@@ -54,6 +54,7 @@ func (k *kafkaListener) serve(agent *broker.Agent, backend kafka.Backend, broker
 	srv, err := kafka.Serve(k.lis, kafka.Config{
 		BrokerID:   brokerID,
 		Image:      agent,
+		Ready:      agent.CaughtUp(),
 		Backend:    backend,
 		Controller: agent,
 		TLS:        tlsCfg,

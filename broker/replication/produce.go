@@ -184,9 +184,12 @@ func produceError(topic string, partition int32, err error) error {
 // offset, up to maxBytes (at least one batch, KIP-74), none ending past
 // the high watermark. currentLeaderEpoch, when >= 0, must be the leader's
 // (kerr.FencedLeaderEpoch below, kerr.UnknownLeaderEpoch above). An offset
-// outside [log start, high watermark] is kerr.OffsetOutOfRange. At the
-// high watermark it waits up to maxWait for it to move, then answers what
-// there is, maybe nothing.
+// outside [log start, log end] is kerr.OffsetOutOfRange. At or past the
+// high watermark (but not the log end) it waits up to maxWait for the high
+// watermark to move, then answers what there is, maybe nothing: as Kafka
+// does, because a new leader's high watermark may lag the old leader's for
+// a moment, and a consumer that read up to the old one must wait there,
+// not be told that its position is gone (franz-go then resets, by time).
 func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (FetchResult, error) {
 	m.mu.Lock()
 	r, err := m.leaderOf(topic, partition, currentLeaderEpoch)
@@ -194,12 +197,12 @@ func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, curr
 		m.mu.Unlock()
 		return FetchResult{}, err
 	}
-	hw, start, changed, gen := r.hw, r.log.LogStartOffset(), r.changed, r.gen
+	hw, start, leo, changed, gen := r.hw, r.log.LogStartOffset(), r.log.LogEndOffset(), r.changed, r.gen
 	m.mu.Unlock()
-	if offset < start || offset > hw {
-		return FetchResult{}, fmt.Errorf("%w: %s/%d: offset %d is outside [%d, %d]", kerr.OffsetOutOfRange, topic, partition, offset, start, hw)
+	if offset < start || offset > max(hw, leo) {
+		return FetchResult{}, fmt.Errorf("%w: %s/%d: offset %d is outside [%d, %d]", kerr.OffsetOutOfRange, topic, partition, offset, start, max(hw, leo))
 	}
-	if offset == hw && maxWait > 0 {
+	if offset >= hw && maxWait > 0 {
 		t := time.NewTimer(maxWait)
 		select {
 		case <-changed:
@@ -214,6 +217,9 @@ func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, curr
 		}
 		hw = r.hw
 		m.mu.Unlock()
+	}
+	if offset >= hw {
+		return FetchResult{HighWatermark: hw, LogStartOffset: start}, nil
 	}
 	res, err := r.log.ReadUpTo(offset, max(int(maxBytes), 1), hw)
 	switch {

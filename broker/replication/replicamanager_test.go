@@ -186,7 +186,11 @@ func TestReplicaManager_FetchRequests(t *testing.T) {
 		offset int64
 		want   *kerr.Error
 	}{
-		{name: "past the high watermark", m: m, topic: "t", epoch: -1, offset: 3, want: kerr.OffsetOutOfRange},
+		// Kafka's bounds: a new leader's high watermark may lag the old
+		// one's, so a consumer past it waits (an empty answer) until the
+		// log end; only past the log end is its position gone.
+		{name: "past the high watermark, within the log", m: m, topic: "t", epoch: -1, offset: 3},
+		{name: "past the log end", m: m, topic: "t", epoch: -1, offset: 100, want: kerr.OffsetOutOfRange},
 		{name: "at the leader epoch", m: m, topic: "t", epoch: 0, offset: 0},
 		{name: "newer leader epoch", m: m, topic: "t", epoch: 1, offset: 0, want: kerr.UnknownLeaderEpoch},
 		{name: "a follower", m: e.ms[2], topic: "t", epoch: -1, offset: 0, want: kerr.NotLeaderForPartition},

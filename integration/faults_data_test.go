@@ -47,7 +47,7 @@ var dataFaultKinds = []struct {
 }{
 	{"kill-active-controller", 2},
 	{"kill-controller", 1},
-	{"pause-active-controller", 1},
+	{"pause-active-controller", 2},
 	{"kill-partition-leader", 3},
 	{"kill-broker", 1},
 	{"pause-partition-leader", 2},

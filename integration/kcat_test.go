@@ -149,13 +149,16 @@ func TestKcat_MetadataProduceConsume(t *testing.T) {
 	for _, id := range ids {
 		var md kcatMetadata
 		var last string
-		poll.Until(t, 30*time.Second, fmt.Sprintf("kcat -L from broker %d to show the topic as keel describes it", id), func() bool {
-			stdout, _, err := runKcat(t, kcat, "", "-L", "-J", "-b", addrs[id], "-t", topic, "-m", "10")
+		poll.UntilState(t, 60*time.Second, fmt.Sprintf("kcat -L from broker %d to show the topic as keel describes it", id), func() (bool, string) {
+			stdout, stderr, err := runKcat(t, kcat, "", "-L", "-J", "-b", addrs[id], "-t", topic, "-m", "10")
 			last = stdout
-			if err != nil || json.Unmarshal([]byte(stdout), &md) != nil {
-				return false
+			if err != nil {
+				return false, fmt.Sprintf("kcat: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 			}
-			return len(md.Topics) == 1 && len(md.Topics[0].Partitions) == 3 && md.Topics[0].Error == ""
+			if err := json.Unmarshal([]byte(stdout), &md); err != nil {
+				return false, fmt.Sprintf("kcat's JSON: %v\n%s", err, stdout)
+			}
+			return len(md.Topics) == 1 && len(md.Topics[0].Partitions) == 3 && md.Topics[0].Error == "", stdout
 		})
 		t.Logf("kcat -L -J -b %s -t %s:\n%s", addrs[id], topic, last)
 		if md.Originating.ID != id {

@@ -59,13 +59,6 @@ const (
 	// alterSenders bounds the AlterPartition requests in flight from one
 	// broker; each partition has at most one.
 	alterSenders = 4
-	// alterTimeout bounds one AlterPartition, retries across controllers
-	// included.
-	alterTimeout = 10 * time.Second
-	// alterRetryBackoff: after an AlterPartition that no controller answered
-	// (it may or may not have been made) the leader decides again this long
-	// after, unless the metadata shows the partition changed first.
-	alterRetryBackoff = time.Second
 	// fetchTimeout bounds one fetch.
 	fetchTimeout = 5 * time.Second
 )
@@ -167,23 +160,12 @@ type followerState struct {
 	lastCaughtUp time.Time // last fetch at the log end
 }
 
-// alterState is a led partition's ISR change in progress. After a request
-// is answered, no new change is decided until the metadata shows the
-// partition at partition epoch minEpoch or later, or (when set) the image
-// has moved past afterOffset, or (when set) the clock has passed retryAt.
+// alterState is a led partition's ISR change in progress: queued to be
+// sent, or answered and waiting (wait) before another is decided.
 type alterState struct {
-	queued      bool
-	waiting     bool
-	minEpoch    int32
-	anyOffset   bool
-	afterOffset uint64
-	retryAt     time.Time
-}
-
-func (a alterState) lifted(p *fsm.Partition, img *fsm.Image, now time.Time) bool {
-	return p.PartitionEpoch >= a.minEpoch ||
-		(a.anyOffset && img.Offset > a.afterOffset) ||
-		(!a.retryAt.IsZero() && !now.Before(a.retryAt))
+	queued  bool
+	waiting bool
+	wait    ISRWait
 }
 
 type fetcher struct {
@@ -456,7 +438,7 @@ func (rm *ReplicaManager) maybeAlter(tp TopicPartition, r *replica, now time.Tim
 		return
 	}
 	if r.alter.waiting {
-		if !r.alter.lifted(p, img, now) {
+		if !r.alter.wait.Lifted(p, img, now) {
 			return
 		}
 		r.alter = alterState{}
@@ -598,7 +580,7 @@ func (rm *ReplicaManager) sendOne(ctx context.Context) bool {
 		"leader_epoch", change.LeaderEpoch, "partition_epoch", change.PartitionEpoch)
 	rm.mu.Unlock()
 
-	actx, cancel := context.WithTimeout(ctx, alterTimeout)
+	actx, cancel := context.WithTimeout(ctx, AlterPartitionTimeout)
 	desc, err := rm.link.AlterPartition(actx, change)
 	cancel()
 
@@ -616,43 +598,13 @@ func (rm *ReplicaManager) sendOne(ctx context.Context) bool {
 	return true
 }
 
-// answered makes the leader wait for the metadata after an AlterPartition:
-// for the partition epoch the controller committed, or after a refusal for
-// a newer partition state (or, for a refusal about brokers, any newer
-// metadata; for no answer at all, a retry time). The caller holds mu.
+// answered makes the leader wait (WaitAfterAlterPartition) for the metadata
+// after an AlterPartition. The caller holds mu.
 func (rm *ReplicaManager) answered(tp TopicPartition, r *replica, change ISRChange, sentAt uint64, desc *keelpb.PartitionDescription, err error) {
 	now := rm.clock.Now()
-	a := alterState{waiting: true, minEpoch: change.PartitionEpoch + 1}
 	log := rm.log.With("topic", r.topic, "partition", tp.Partition, "new_isr", change.ISR,
 		"leader_epoch", change.LeaderEpoch, "partition_epoch", change.PartitionEpoch)
-	reason, code := rpc.ReasonOf(err), status.Code(err)
-	switch {
-	case err == nil && desc.GetPartitionEpoch() > change.PartitionEpoch:
-		a.minEpoch = desc.GetPartitionEpoch()
-		log.Info("ISR changed", "committed_partition_epoch", desc.GetPartitionEpoch(), "isr", desc.GetIsr())
-	case err == nil:
-		// Accepted but nothing committed: the controller's partition is not
-		// the one this decision was made on. Decide again on newer metadata.
-		a.anyOffset, a.afterOffset = true, sentAt
-		log.Warn("ISR change accepted without a new partition epoch; waiting for newer metadata",
-			"committed_partition_epoch", desc.GetPartitionEpoch(), "isr", desc.GetIsr())
-	case reason == rpc.ReasonFencedLeaderEpoch, reason == rpc.ReasonInvalidUpdateVersion, code == codes.NotFound:
-		// The controller has a newer state of the partition than this
-		// broker's image; it is on its way.
-		log.Info("ISR change refused; waiting for the partition's newer state", "reason", reason, "err", status.Convert(err).Message())
-	case code == codes.Unavailable, code == codes.DeadlineExceeded, code == codes.Canceled, reason == rpc.ReasonNotController:
-		// No answer, or a controller behind this broker's metadata
-		// (NOT_CONTROLLER): it may catch up with no newer metadata here.
-		a.retryAt = now.Add(alterRetryBackoff)
-		log.Warn("ISR change not answered; deciding again shortly", "err", status.Convert(err).Message())
-	default:
-		// INELIGIBLE_REPLICA, STALE_BROKER_EPOCH, INVALID_REQUEST and the
-		// like: the controller knows newer broker or partition states than
-		// the image this decision was made on.
-		a.anyOffset, a.afterOffset = true, sentAt
-		log.Warn("ISR change refused; waiting for newer metadata", "reason", reason, "err", status.Convert(err).Message())
-	}
-	r.alter = a
+	r.alter = alterState{waiting: true, wait: WaitAfterAlterPartition(log, change, sentAt, desc, err, now)}
 	rm.waiting[tp] = struct{}{}
 	// The image may already show what the answer waits for.
 	rm.maybeAlter(tp, r, now)

@@ -428,7 +428,7 @@ func TestReplicaManager_ISR(t *testing.T) {
 				e.send("broker 1: isr=[1 2] epochs=0/0")
 				e.fetch(2)
 				e.noSend()
-				e.clk.Advance(alterRetryBackoff)
+				e.clk.Advance(AlterPartitionRetryBackoff)
 				e.fetch(2)
 				e.send("broker 1: isr=[1 2] epochs=0/0")
 			},

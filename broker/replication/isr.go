@@ -5,42 +5,17 @@ import (
 	"slices"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/rpc"
 )
 
-const (
-	// alterTimeout bounds one AlterPartition, retries across controllers
-	// included.
-	alterTimeout = 10 * time.Second
-	// alterRetryBackoff: after an AlterPartition no controller answered,
-	// the leader decides again this long after, unless the metadata shows
-	// the partition changed first.
-	alterRetryBackoff = time.Second
-)
-
-// alterState is a led partition's ISR change in progress. After a request
-// is answered, no new change is decided until the metadata shows the
-// partition at partition epoch minEpoch or later, or (when set) the image
-// has moved past afterOffset, or (when set) the clock has passed retryAt.
+// alterState is a led partition's ISR change in progress: queued to be
+// sent, or answered and waiting (wait) before another is decided.
 type alterState struct {
-	queued      bool
-	waiting     bool
-	minEpoch    int32
-	anyOffset   bool
-	afterOffset uint64
-	retryAt     time.Time
-}
-
-func (a alterState) lifted(p *fsm.Partition, img *fsm.Image, now time.Time) bool {
-	return p.PartitionEpoch >= a.minEpoch ||
-		(a.anyOffset && img.Offset > a.afterOffset) ||
-		(!a.retryAt.IsZero() && !now.Before(a.retryAt))
+	queued  bool
+	waiting bool
+	wait    broker.ISRWait
 }
 
 // maybeAlter queues an ISR change for a led partition if one is due and
@@ -56,7 +31,7 @@ func (m *Manager) maybeAlter(r *replica, now time.Time) {
 		return
 	}
 	if r.alter.waiting {
-		if !r.alter.lifted(p, img, now) {
+		if !r.alter.wait.Lifted(p, img, now) {
 			return
 		}
 		r.alter, r.inflight = alterState{}, nil
@@ -204,7 +179,7 @@ func (m *Manager) sendOne(ctx context.Context) bool {
 		"leader_epoch", change.LeaderEpoch, "partition_epoch", change.PartitionEpoch, "high_watermark", r.hw)
 	m.mu.Unlock()
 
-	actx, cancel := context.WithTimeout(ctx, alterTimeout)
+	actx, cancel := context.WithTimeout(ctx, broker.AlterPartitionTimeout)
 	desc, err := m.link.AlterPartition(actx, change)
 	cancel()
 
@@ -227,34 +202,13 @@ func (m *Manager) sendOne(ctx context.Context) bool {
 	return true
 }
 
-// answered makes the leader wait for the metadata after an AlterPartition:
-// for the partition epoch the controller committed, or after a refusal for
-// a newer partition state (or, for a refusal about brokers, any newer
-// metadata; for no answer at all, a retry time). The caller holds mu.
+// answered makes the leader wait (broker.WaitAfterAlterPartition) for the
+// metadata after an AlterPartition. The caller holds mu.
 func (m *Manager) answered(r *replica, change broker.ISRChange, sentAt uint64, desc *keelpb.PartitionDescription, err error) {
 	now := m.clock.Now()
-	a := alterState{waiting: true, minEpoch: change.PartitionEpoch + 1}
 	log := m.log.With("topic", r.topic, "partition", r.tp.Partition, "new_isr", change.ISR,
 		"leader_epoch", change.LeaderEpoch, "partition_epoch", change.PartitionEpoch)
-	reason, code := rpc.ReasonOf(err), status.Code(err)
-	switch {
-	case err == nil && desc.GetPartitionEpoch() > change.PartitionEpoch:
-		a.minEpoch = desc.GetPartitionEpoch()
-		log.Info("ISR changed", "committed_partition_epoch", desc.GetPartitionEpoch(), "isr", desc.GetIsr())
-	case err == nil:
-		a.anyOffset, a.afterOffset = true, sentAt
-		log.Warn("ISR change accepted without a new partition epoch; waiting for newer metadata",
-			"committed_partition_epoch", desc.GetPartitionEpoch(), "isr", desc.GetIsr())
-	case reason == rpc.ReasonFencedLeaderEpoch, reason == rpc.ReasonInvalidUpdateVersion, code == codes.NotFound:
-		log.Info("ISR change refused; waiting for the partition's newer state", "reason", reason, "err", status.Convert(err).Message())
-	case code == codes.Unavailable, code == codes.DeadlineExceeded, code == codes.Canceled, reason == rpc.ReasonNotController:
-		a.retryAt = now.Add(alterRetryBackoff)
-		log.Warn("ISR change not answered; deciding again shortly", "err", status.Convert(err).Message())
-	default:
-		a.anyOffset, a.afterOffset = true, sentAt
-		log.Warn("ISR change refused; waiting for newer metadata", "reason", reason, "err", status.Convert(err).Message())
-	}
-	r.alter = a
+	r.alter = alterState{waiting: true, wait: broker.WaitAfterAlterPartition(log, change, sentAt, desc, err, now)}
 	m.waiting[r.tp] = struct{}{}
 	m.maybeAlter(r, now)
 }

@@ -12,56 +12,16 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/fakeclock"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
 
 // fakeClock is a clock that moves only when told to.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []clockWaiter
-}
+type fakeClock = fakeclock.Clock
 
-type clockWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, clockWaiter{c.now.Add(d), ch})
-	return ch
-}
-
-// Advance moves the clock on by d and fires every timer due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	c.waiters = slices.DeleteFunc(c.waiters, func(w clockWaiter) bool {
-		if w.at.After(c.now) {
-			return false
-		}
-		w.ch <- c.now
-		return true
-	})
-}
+func newFakeClock() *fakeClock { return fakeclock.New() }
 
 // fakeController is the controllers as a data plane sees them through its
 // Link: AlterPartition checked and committed as the controller does it, to

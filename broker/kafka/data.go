@@ -173,11 +173,11 @@ func (s *Server) fetchPartitions(ctx context.Context, r *kmsg.FetchRequest) *kms
 	}
 	var total int64
 	read := func(ctx context.Context, sl *slot, wait time.Duration) bool {
-		max := sl.rp.PartitionMaxBytes
-		if left := budget - total; int64(max) > left {
-			max = int32(max64(left, 1)) // KIP-74: at least one batch
+		limit := sl.rp.PartitionMaxBytes
+		if left := budget - total; int64(limit) > left {
+			limit = int32(max(left, 1)) // KIP-74: at least one batch
 		}
-		res, err := s.cfg.Backend.Fetch(ctx, sl.topic, sl.rp.Partition, sl.rp.CurrentLeaderEpoch, sl.rp.FetchOffset, max, wait)
+		res, err := s.cfg.Backend.Fetch(ctx, sl.topic, sl.rp.Partition, sl.rp.CurrentLeaderEpoch, sl.rp.FetchOffset, limit, wait)
 		if err != nil {
 			if ctx.Err() != nil && s.ctx.Err() == nil {
 				return false // an abandoned wait: the first pass's answer stands
@@ -200,7 +200,7 @@ func (s *Server) fetchPartitions(ctx context.Context, r *kmsg.FetchRequest) *kms
 		}
 	}
 	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
-	if total >= int64(max32(r.MinBytes, 1)) || wait <= 0 {
+	if total >= int64(max(r.MinBytes, 1)) || wait <= 0 {
 		return resp
 	}
 	// Nothing yet: wait up to MaxWait on every partition at once, and
@@ -237,20 +237,6 @@ func (s *Server) fetchPartitions(ctx context.Context, r *kmsg.FetchRequest) *kms
 	}
 	wg.Wait()
 	return resp
-}
-
-func max64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
-}
-
-func max32(a, b int32) int32 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 func (s *Server) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) kmsg.Response {

@@ -84,11 +84,15 @@ type ReplicaManagerConfig struct {
 	dial  func(addr string) (fetchClient, error)
 }
 
-// fetchClient is a connection to a partition leader.
-type fetchClient interface {
+// FetchClient is a follower's connection to its partition leader's
+// BrokerService (DialLeader makes one).
+type FetchClient interface {
 	Fetch(ctx context.Context, req *keelpb.FetchRequest) (*keelpb.FetchResponse, error)
 	Close() error
 }
+
+// fetchClient is this package's short name for FetchClient.
+type fetchClient = FetchClient
 
 // ReplicaManager is the reference broker's data plane: a stand-in for a log
 // manager whose logs are all empty, that still behaves as Kafka's replicas
@@ -200,7 +204,7 @@ func NewReplicaManager(cfg ReplicaManagerConfig) (*ReplicaManager, error) {
 		if cfg.TLS != nil {
 			creds = credentials.NewTLS(cfg.TLS.Client(tlsauth.RoleBroker))
 		}
-		cfg.dial = func(addr string) (fetchClient, error) { return dialLeader(addr, creds) }
+		cfg.dial = func(addr string) (fetchClient, error) { return DialLeader(addr, creds) }
 	}
 	rm := &ReplicaManager{
 		cfg:      cfg,
@@ -750,16 +754,19 @@ func (c grpcFetchClient) Fetch(ctx context.Context, req *keelpb.FetchRequest) (*
 
 func (c grpcFetchClient) Close() error { return c.cc.Close() }
 
-// dialLeader connects lazily to a leader, with creds. Reconnects back off to
-// a second at most (not gRPC's two minutes), so a restarted leader is
-// fetched from again within a fetch interval or two.
-func dialLeader(addr string, creds credentials.TransportCredentials) (fetchClient, error) {
-	cc, err := grpc.NewClient(addr,
+// DialLeader connects lazily to a partition leader's BrokerService at addr,
+// with creds and opts (a data plane whose fetches carry records raises the
+// receive size). Reconnects back off to a second at most (not gRPC's two
+// minutes), so a restarted leader is fetched from again within a fetch
+// interval or two.
+func DialLeader(addr string, creds credentials.TransportCredentials, opts ...grpc.DialOption) (FetchClient, error) {
+	cc, err := grpc.NewClient(addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,
-		}))
+		}),
+	}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("leader address %q: %w", addr, err)
 	}

@@ -185,7 +185,7 @@ func TestAgent_WithoutDataPlane(t *testing.T) {
 
 func grpcFetch(t *testing.T, addr string, req *keelpb.FetchRequest) (*keelpb.FetchResponse, error) {
 	t.Helper()
-	cl, err := dialLeader(addr, insecure.NewCredentials())
+	cl, err := DialLeader(addr, insecure.NewCredentials())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func TestAgent_ReplicatesOverTLS(t *testing.T) {
 		t.Fatalf("plaintext Inspect = %v, want Unavailable", err)
 	}
 	// Broker 2 may fetch as itself only.
-	cl, err := dialLeader(agents[1].Addr(), credentials.NewTLS(certs["broker-2"].Client(tlsauth.RoleBroker)))
+	cl, err := DialLeader(agents[1].Addr(), credentials.NewTLS(certs["broker-2"].Client(tlsauth.RoleBroker)))
 	if err != nil {
 		t.Fatal(err)
 	}

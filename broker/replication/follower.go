@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
@@ -25,11 +24,8 @@ const fetchTimeout = 5 * time.Second
 // fetch's max bytes and one batch past it (KIP-74).
 const maxFetchResponseBytes = 256 << 20
 
-// fetchClient is a connection to a partition leader.
-type fetchClient interface {
-	Fetch(ctx context.Context, req *keelpb.FetchRequest) (*keelpb.FetchResponse, error)
-	Close() error
-}
+// fetchClient is a follower's connection to its leader.
+type fetchClient = broker.FetchClient
 
 // runFollower fetches r from leader at epoch until ctx ends (Kafka's
 // AbstractFetcherThread for one partition): each fetch carries the log end
@@ -240,31 +236,9 @@ func (m *Manager) conn(leader int32) (fetchClient, error) {
 	return c, nil
 }
 
-// grpcFetchClient is a gRPC connection to a leader's BrokerService.
-type grpcFetchClient struct {
-	cc *grpc.ClientConn
-	keelpb.BrokerServiceClient
-}
-
-func (c grpcFetchClient) Fetch(ctx context.Context, req *keelpb.FetchRequest) (*keelpb.FetchResponse, error) {
-	return c.BrokerServiceClient.Fetch(ctx, req)
-}
-
-func (c grpcFetchClient) Close() error { return c.cc.Close() }
-
-// dialLeader connects lazily to a leader, with creds. Reconnects back off to
-// a second at most, so a restarted leader is fetched from again at once.
+// dialLeader connects lazily to a leader (broker.DialLeader), with a
+// receive size for the largest fetch answer: a batch may be as large as a
+// topic's max.message.bytes allows.
 func dialLeader(addr string, creds credentials.TransportCredentials) (fetchClient, error) {
-	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(creds),
-		// A batch may be as large as a topic's max.message.bytes allows.
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxFetchResponseBytes)),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-			MinConnectTimeout: 2 * time.Second,
-		}))
-	if err != nil {
-		return nil, fmt.Errorf("leader address %q: %w", addr, err)
-	}
-	return grpcFetchClient{cc: cc, BrokerServiceClient: keelpb.NewBrokerServiceClient(cc)}, nil
+	return broker.DialLeader(addr, creds, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxFetchResponseBytes)))
 }

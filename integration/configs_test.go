@@ -279,6 +279,16 @@ func TestPartition_UncleanEnableElectsLeaderless(t *testing.T) {
 
 	// The log: the election set RECOVERING, broker 3's AlterPartition
 	// RECOVERED, in that order, and nothing else touched the state.
+	c.checkRecoveredInLog(t)
+}
+
+// checkRecoveredInLog reads the metadata log of a stopped follower
+// controller (after every node has applied a write made now) and checks
+// that the partition change records set the leader recovery state exactly
+// twice: RECOVERING (the unclean election), then RECOVERED (the leader's
+// AlterPartition).
+func (c *Cluster) checkRecoveredInLog(t *testing.T) {
+	t.Helper()
 	leader, _ := c.WaitForActive(t, activeTimeout)
 	follower := otherThan(c.IDs(), leader)[0]
 	c.WaitForConverged(t, c.IDs(), c.appendNoOp(t, 10*time.Second).GetIndex())
@@ -286,8 +296,7 @@ func TestPartition_UncleanEnableElectsLeaderless(t *testing.T) {
 	var states []string
 	for _, raw := range dumpRecords(t, c.DataDir(follower), "partition_change") {
 		var r struct {
-			Leader *int32  `json:"leader"`
-			State  *string `json:"leader_recovery_state"`
+			State *string `json:"leader_recovery_state"`
 		}
 		if err := json.Unmarshal(raw, &r); err != nil {
 			t.Fatal(err)

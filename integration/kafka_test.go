@@ -10,7 +10,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -538,25 +537,7 @@ func TestKafka_UncleanElectionLossIsCounted(t *testing.T) {
 
 	// The metadata log: the election set RECOVERING, broker 2's
 	// AlterPartition RECOVERED, in that order.
-	leader, _ := c.WaitForActive(t, activeTimeout)
-	follower := otherThan(c.IDs(), leader)[0]
-	c.WaitForConverged(t, c.IDs(), c.appendNoOp(t, 10*time.Second).GetIndex())
-	c.Stop(follower)
-	var states []string
-	for _, raw := range dumpRecords(t, c.DataDir(follower), "partition_change") {
-		var r struct {
-			State *string `json:"leader_recovery_state"`
-		}
-		if err := json.Unmarshal(raw, &r); err != nil {
-			t.Fatal(err)
-		}
-		if r.State != nil {
-			states = append(states, *r.State)
-		}
-	}
-	if want := []string{"LEADER_RECOVERY_STATE_RECOVERING", "LEADER_RECOVERY_STATE_RECOVERED"}; !slices.Equal(states, want) {
-		t.Errorf("the recovery states in node %d's log: %v; want %v", follower, states, want)
-	}
+	c.checkRecoveredInLog(t)
 }
 
 // TestKafka_RestartedBrokerServesOnceCaughtUp: a broker started again

@@ -117,14 +117,7 @@ func (m *Manager) ReplicaFetch(ctx context.Context, req *keelpb.FetchRequest) (*
 	}
 	res, err := l.Read(req.GetFetchOffset(), maxBytes)
 	if err == nil && len(res.Records) == 0 && req.GetMaxWaitMs() > 0 {
-		wait := min(time.Duration(req.GetMaxWaitMs())*time.Millisecond, maxFetchWait)
-		t := time.NewTimer(wait)
-		select {
-		case <-changed:
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
+		waitForChange(ctx, changed, min(time.Duration(req.GetMaxWaitMs())*time.Millisecond, maxFetchWait))
 		m.mu.Lock()
 		still := r.gen == gen
 		m.mu.Unlock()

@@ -203,13 +203,7 @@ func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, curr
 		return FetchResult{}, fmt.Errorf("%w: %s/%d: offset %d is outside [%d, %d]", kerr.OffsetOutOfRange, topic, partition, offset, start, max(hw, leo))
 	}
 	if offset >= hw && maxWait > 0 {
-		t := time.NewTimer(maxWait)
-		select {
-		case <-changed:
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
+		waitForChange(ctx, changed, maxWait)
 		m.mu.Lock()
 		if r.gen != gen {
 			m.mu.Unlock()
@@ -296,4 +290,17 @@ func (m *Manager) OffsetForLeaderEpoch(_ context.Context, topic string, partitio
 		return partlog.UndefinedOffset, partlog.UndefinedEpoch, nil
 	}
 	return end, epoch, nil
+}
+
+// waitForChange waits until changed closes (the replica's state moved: its
+// high watermark, its log end, its role), d passes, or ctx ends: a fetch
+// with nothing to return yet long-polls this way.
+func waitForChange(ctx context.Context, changed <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-changed:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

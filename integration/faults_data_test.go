@@ -62,25 +62,7 @@ func TestDataFaults(t *testing.T) {
 	if os.Getenv("KEEL_FAULT_DURATION") == "" {
 		cfg.duration = 20 * time.Second
 	}
-	total := newDataTally()
-	var failed []int64
-	for i := range cfg.runs {
-		seed := cfg.seed + int64(i)
-		var tally *dataTally
-		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			tally = runDataFaults(t, seed, cfg.duration)
-		})
-		if tally != nil {
-			total.add(tally)
-		}
-		if !ok {
-			failed = append(failed, seed)
-		}
-	}
-	t.Logf("data fault suite: %d of %d runs survived (%s of faults each)\n%s", cfg.runs-len(failed), cfg.runs, cfg.duration, total)
-	for _, seed := range failed {
-		t.Errorf("run with seed %d failed: replay it with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make faults-data", seed, seed)
-	}
+	runSeeded(t, cfg, "data fault suite", "faults-data", newDataTally(), runDataFaults)
 }
 
 // dataTally counts what a run did, for the report.
@@ -96,7 +78,7 @@ func newDataTally() *dataTally {
 	return &dataTally{faults: map[string]int{}, failures: map[string]int{}}
 }
 
-func (d *dataTally) add(o *dataTally) {
+func (d *dataTally) Add(o *dataTally) {
 	for k, v := range o.faults {
 		d.faults[k] += v
 	}

@@ -125,24 +125,36 @@ func TestFaults(t *testing.T) {
 	} else if whyRO != "" {
 		t.Logf("disk-read-only skipped: %s", whyRO)
 	}
-	total := newFaultTally()
+	runSeeded(t, cfg, "fault suite", "faults", newFaultTally(), runFaults)
+}
+
+// runSeeded runs a fault suite: run once per seed of cfg, each a subtest,
+// adding each run's tally to total; then it logs how many runs survived
+// with the total, and fails naming each failed seed with the make target
+// that replays it.
+func runSeeded[T interface {
+	Add(T)
+	String() string
+}](t *testing.T, cfg faultSuiteConfig, suite, target string, total T, run func(*testing.T, int64, time.Duration) T) {
+	t.Helper()
 	var failed []int64
 	for i := range cfg.runs {
 		seed := cfg.seed + int64(i)
-		var tally *faultTally
+		var tally T
+		var ran bool
 		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			tally = runFaults(t, seed, cfg.duration)
+			tally, ran = run(t, seed, cfg.duration), true
 		})
-		if tally != nil {
-			total.add(tally)
+		if ran {
+			total.Add(tally)
 		}
 		if !ok {
 			failed = append(failed, seed)
 		}
 	}
-	t.Logf("fault suite: %d of %d runs survived (%s each)\n%s", cfg.runs-len(failed), cfg.runs, cfg.duration, total)
+	t.Logf("%s: %d of %d runs survived (%s of faults each)\n%s", suite, cfg.runs-len(failed), cfg.runs, cfg.duration, total)
 	for _, seed := range failed {
-		t.Errorf("run with seed %d failed: replay it with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make faults", seed, seed)
+		t.Errorf("run with seed %d failed: replay it with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make %s", seed, seed, target)
 	}
 }
 
@@ -158,7 +170,7 @@ func newFaultTally() *faultTally {
 	return &faultTally{faults: make(map[string]int), ops: make(map[string]int)}
 }
 
-func (f *faultTally) add(o *faultTally) {
+func (f *faultTally) Add(o *faultTally) {
 	for k, v := range o.faults {
 		f.faults[k] += v
 	}

@@ -94,14 +94,14 @@ func (c *Client) IncrementalAlterConfigs(ctx context.Context, req *keelpb.Increm
 }
 
 // DescribeConfigs reads a topic's or the cluster's effective configs, each
-// with its source, from the active controller (see ListTopics), or with
-// Linearizable its confirmed image.
+// with its source, from the active controller (see ListTopics for the
+// options).
 func (c *Client) DescribeConfigs(ctx context.Context, resource *keelpb.ConfigResource, opts ...ReadOption) (*keelpb.DescribeConfigsResponse, error) {
 	o := readOpts(opts)
 	var resp *keelpb.DescribeConfigsResponse
 	err := c.read(ctx, o, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
 		var err error
-		resp, err = cl.DescribeConfigs(ctx, &keelpb.DescribeConfigsRequest{Resource: resource, Linearizable: o.linearizable})
+		resp, err = cl.DescribeConfigs(ctx, &keelpb.DescribeConfigsRequest{Resource: resource, Linearizable: o.linearizable, Stale: o.stale})
 		return err
 	})
 	return resp, err

@@ -30,9 +30,10 @@ func (s *controllerService) IncrementalAlterConfigs(ctx context.Context, req *ke
 }
 
 // DescribeConfigs answers a resource's effective configs, as ListTopics
-// answers: from the active controller's image, or its confirmed one.
+// answers: from the active controller's image, its confirmed one, or with
+// stale this node's.
 func (s *controllerService) DescribeConfigs(ctx context.Context, req *keelpb.DescribeConfigsRequest) (*keelpb.DescribeConfigsResponse, error) {
-	img, _, err := s.readImage(ctx, req.GetLinearizable(), false)
+	img, src, err := s.readImage(ctx, req.GetLinearizable(), req.GetStale())
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +41,7 @@ func (s *controllerService) DescribeConfigs(ctx context.Context, req *keelpb.Des
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &keelpb.DescribeConfigsResponse{Configs: configs}, nil
+	return &keelpb.DescribeConfigsResponse{Configs: configs, Source: src}, nil
 }
 
 // effectiveConfigs renders a resource's configs in effect from img.

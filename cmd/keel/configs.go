@@ -172,7 +172,7 @@ var clusterResource = &keelpb.ConfigResource{Type: keelpb.ConfigResourceType_CON
 
 func newConfigDescribeCmd() *cobra.Command {
 	a := &adminFlags{}
-	var linearizable bool
+	r := &readFlags{}
 	cmd := &cobra.Command{
 		Use:   "describe",
 		Short: "Show the cluster-wide default of every topic config, and where it comes from",
@@ -184,17 +184,17 @@ The configs Keel knows (name, type, built-in default, values):
 ` + configsHelp(),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) ([]configRow, error) {
-				resp, err := c.DescribeConfigs(ctx, clusterResource, readOptions(linearizable)...)
+			return readCall(cmd, a, r, func(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]configRow, *keelpb.ReadSource, error) {
+				resp, err := c.DescribeConfigs(ctx, clusterResource, opts...)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
-				return configRows(resp.GetConfigs()), nil
+				return configRows(resp.GetConfigs()), resp.GetSource(), nil
 			}, configTable)
 		},
 	}
 	a.add(cmd)
-	addLinearizableFlag(cmd, &linearizable)
+	r.add(cmd)
 	return cmd
 }
 

@@ -100,18 +100,3 @@ func readCall[V any](cmd *cobra.Command, a *adminFlags, r *readFlags,
 		return v, r.answered(cmd, src, err)
 	}, table)
 }
-
-// addLinearizableFlag adds --linearizable alone, to a read that has no
-// --stale (config describe: its answer is the active controller's).
-func addLinearizableFlag(cmd *cobra.Command, v *bool) {
-	cmd.Flags().BoolVar(v, "linearizable", false,
-		"have the active controller confirm with a quorum that it still leads before it answers (reflects every acknowledged write)")
-}
-
-// readOptions are the rpc read options for --linearizable alone.
-func readOptions(linearizable bool) []rpc.ReadOption {
-	if linearizable {
-		return []rpc.ReadOption{rpc.Linearizable()}
-	}
-	return nil
-}

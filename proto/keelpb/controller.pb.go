@@ -4261,8 +4261,9 @@ func (x *IncrementalAlterConfigsResponse) GetElections() []*ElectionResult {
 type DescribeConfigsRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Resource *ConfigResource        `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
-	// linearizable: as in ListTopicsRequest.
+	// linearizable and stale: as in ListTopicsRequest.
 	Linearizable  bool `protobuf:"varint,2,opt,name=linearizable,proto3" json:"linearizable,omitempty"`
+	Stale         bool `protobuf:"varint,3,opt,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4307,6 +4308,13 @@ func (x *DescribeConfigsRequest) GetResource() *ConfigResource {
 func (x *DescribeConfigsRequest) GetLinearizable() bool {
 	if x != nil {
 		return x.Linearizable
+	}
+	return false
+}
+
+func (x *DescribeConfigsRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
 	}
 	return false
 }
@@ -4420,7 +4428,9 @@ func (x *AllocateProducerIdsResponse) GetProducerIdLen() int32 {
 type DescribeConfigsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Effective configs, in name order.
-	Configs       []*ConfigEntry `protobuf:"bytes,1,rep,name=configs,proto3" json:"configs,omitempty"`
+	Configs []*ConfigEntry `protobuf:"bytes,1,rep,name=configs,proto3" json:"configs,omitempty"`
+	// Which controller answered, and how fresh its image was.
+	Source        *ReadSource `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4458,6 +4468,13 @@ func (*DescribeConfigsResponse) Descriptor() ([]byte, []int) {
 func (x *DescribeConfigsResponse) GetConfigs() []*ConfigEntry {
 	if x != nil {
 		return x.Configs
+	}
+	return nil
+}
+
+func (x *DescribeConfigsResponse) GetSource() *ReadSource {
+	if x != nil {
+		return x.Source
 	}
 	return nil
 }
@@ -4774,18 +4791,20 @@ const file_controller_proto_rawDesc = "" +
 	"\rvalidate_only\x18\x03 \x01(\bR\fvalidateOnly\"\x88\x01\n" +
 	"\x1fIncrementalAlterConfigsResponse\x12.\n" +
 	"\aconfigs\x18\x01 \x03(\v2\x14.keel.v1.ConfigEntryR\aconfigs\x125\n" +
-	"\telections\x18\x02 \x03(\v2\x17.keel.v1.ElectionResultR\telections\"q\n" +
+	"\telections\x18\x02 \x03(\v2\x17.keel.v1.ElectionResultR\telections\"\x87\x01\n" +
 	"\x16DescribeConfigsRequest\x123\n" +
 	"\bresource\x18\x01 \x01(\v2\x17.keel.v1.ConfigResourceR\bresource\x12\"\n" +
-	"\flinearizable\x18\x02 \x01(\bR\flinearizable\"\\\n" +
+	"\flinearizable\x18\x02 \x01(\bR\flinearizable\x12\x14\n" +
+	"\x05stale\x18\x03 \x01(\bR\x05stale\"\\\n" +
 	"\x1aAllocateProducerIdsRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\"q\n" +
 	"\x1bAllocateProducerIdsResponse\x12*\n" +
 	"\x11producer_id_start\x18\x01 \x01(\x03R\x0fproducerIdStart\x12&\n" +
-	"\x0fproducer_id_len\x18\x02 \x01(\x05R\rproducerIdLen\"I\n" +
+	"\x0fproducer_id_len\x18\x02 \x01(\x05R\rproducerIdLen\"v\n" +
 	"\x17DescribeConfigsResponse\x12.\n" +
-	"\aconfigs\x18\x01 \x03(\v2\x14.keel.v1.ConfigEntryR\aconfigs*e\n" +
+	"\aconfigs\x18\x01 \x03(\v2\x14.keel.v1.ConfigEntryR\aconfigs\x12+\n" +
+	"\x06source\x18\x02 \x01(\v2\x13.keel.v1.ReadSourceR\x06source*e\n" +
 	"\fElectionType\x12\x1d\n" +
 	"\x19ELECTION_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ELECTION_TYPE_PREFERRED\x10\x01\x12\x19\n" +
@@ -4962,59 +4981,60 @@ var file_controller_proto_depIdxs = []int32{
 	45, // 40: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
 	62, // 41: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
 	63, // 42: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
-	3,  // 43: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	8,  // 44: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	10, // 45: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	12, // 46: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	14, // 47: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	16, // 48: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	22, // 49: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	25, // 50: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
-	28, // 51: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
-	30, // 52: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
-	32, // 53: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
-	35, // 54: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
-	39, // 55: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
-	43, // 56: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
-	46, // 57: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
-	50, // 58: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
-	21, // 59: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	53, // 60: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
-	56, // 61: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
-	58, // 62: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
-	60, // 63: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
-	65, // 64: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
-	67, // 65: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
-	68, // 66: keel.v1.ControllerService.AllocateProducerIds:input_type -> keel.v1.AllocateProducerIdsRequest
-	4,  // 67: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	9,  // 68: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	11, // 69: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	13, // 70: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	15, // 71: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	17, // 72: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	23, // 73: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	27, // 74: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	29, // 75: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	31, // 76: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	33, // 77: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	36, // 78: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	41, // 79: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	44, // 80: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	48, // 81: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	51, // 82: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	20, // 83: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	54, // 84: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	57, // 85: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	59, // 86: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	61, // 87: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	66, // 88: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
-	70, // 89: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
-	69, // 90: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
-	67, // [67:91] is the sub-list for method output_type
-	43, // [43:67] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	6,  // 43: keel.v1.DescribeConfigsResponse.source:type_name -> keel.v1.ReadSource
+	3,  // 44: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	8,  // 45: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	10, // 46: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	12, // 47: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	14, // 48: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	16, // 49: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	22, // 50: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	25, // 51: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	28, // 52: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	30, // 53: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	32, // 54: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	35, // 55: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	39, // 56: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	43, // 57: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	46, // 58: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	50, // 59: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	21, // 60: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
+	53, // 61: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	56, // 62: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
+	58, // 63: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
+	60, // 64: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
+	65, // 65: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
+	67, // 66: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
+	68, // 67: keel.v1.ControllerService.AllocateProducerIds:input_type -> keel.v1.AllocateProducerIdsRequest
+	4,  // 68: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	9,  // 69: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	11, // 70: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	13, // 71: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	15, // 72: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	17, // 73: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	23, // 74: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	27, // 75: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	29, // 76: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	31, // 77: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	33, // 78: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	36, // 79: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	41, // 80: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	44, // 81: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	48, // 82: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	51, // 83: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	20, // 84: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	54, // 85: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	57, // 86: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	59, // 87: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	61, // 88: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	66, // 89: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
+	70, // 90: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
+	69, // 91: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
+	68, // [68:92] is the sub-list for method output_type
+	44, // [44:68] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }

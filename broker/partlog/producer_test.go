@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
 )
 
 // TestProducerState: the leader's idempotence checks, through Append
@@ -103,5 +104,47 @@ func TestProducerState_FollowsTheLog(t *testing.T) {
 	}
 	if _, err := f.Append(makeBatch(t, spec{pid: 8, seq: 99}), 2); err != nil {
 		t.Fatalf("a forgotten producer's batch: %v", err)
+	}
+}
+
+// TestProducerState_Expiration: Retain forgets an idempotent producer whose
+// newest batch is older than ProducerIDExpiration, and only that one
+// (ProducerStateManagerTest's testProducerExpirationTimeout and
+// testRemoveExpiredPidsOnReload): its next batch is then taken at any
+// sequence, as an unknown producer's; a recent producer keeps its checks.
+// Zero keeps every producer.
+func TestProducerState_Expiration(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	const expiration = time.Minute
+	old := now.Add(-2 * expiration).UnixMilli()
+	recent := now.Add(-expiration / 2).UnixMilli()
+	for _, tc := range []struct {
+		name        string
+		expiration  time.Duration
+		wantExpired int
+		oldKnown    bool // producer 1's sequence is still checked
+	}{
+		{"past the expiration", expiration, 1, false},
+		{"zero keeps every producer", 0, 0, true},
+		{"longer than both ages", 3 * expiration, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := openLog(t, t.TempDir(), Config{})
+			mustAppend(t, l, spec{pid: 1, seq: 0, ts: old}, 0)
+			mustAppend(t, l, spec{pid: 2, seq: 0, ts: recent}, 0)
+			out, err := l.Retain(now, Retention{ProducerIDExpiration: tc.expiration})
+			if err != nil || out.ProducersExpired != tc.wantExpired {
+				t.Fatalf("Retain: %+v, %v; want %d producers expired", out, err, tc.wantExpired)
+			}
+			// A gap in producer 1's sequence is refused only while it is known.
+			_, err = l.Append(makeBatch(t, spec{pid: 1, seq: 7, ts: now.UnixMilli()}), 0)
+			if tc.oldKnown != errors.Is(err, ErrOutOfOrderSequence) {
+				t.Fatalf("producer 1 at sequence 7 after Retain: %v; known %v", err, tc.oldKnown)
+			}
+			// Producer 2, recent, is always still checked.
+			if _, err := l.Append(makeBatch(t, spec{pid: 2, seq: 7, ts: now.UnixMilli()}), 0); !errors.Is(err, ErrOutOfOrderSequence) {
+				t.Fatalf("producer 2 at sequence 7: %v; want %v", err, ErrOutOfOrderSequence)
+			}
+		})
 	}
 }

@@ -49,6 +49,8 @@ func TestMessages_WriteToNothingListeningFailsFast(t *testing.T) {
 		{"topic", "list"},
 		{"topic", "create", "t", "--partitions", "1", "--replication-factor", "1"},
 		{"topic", "delete", "t"},
+		{"broker", "drain", "--broker-id", "1"},
+		{"config", "describe"},
 	} {
 		start := time.Now()
 		_, err := runKeel(t, append(args, "--controllers", dead, "--timeout", "20s")...)

@@ -54,6 +54,10 @@ type fakeCluster struct {
 	shutdownAfter int
 	shutdownAt    map[int32]uint64 // the offset of each broker's shutdown batch
 	wantShutdowns map[int32]int    // heartbeats with want_shutdown, by broker
+	// streamErrFn, when set, answers the n-th StreamMetadata call to the
+	// active node (from 1) instead, unless it returns nil.
+	streamErrFn    func(n int) error
+	streamAttempts int
 	// alterErr, when set, answers AlterPartition instead (nil: go on).
 	alterErr func(*keelpb.AlterPartitionRequest) error
 
@@ -396,6 +400,13 @@ func (n *fakeNode) StreamMetadata(req *keelpb.StreamMetadataRequest, stream keel
 	if err := n.notActive(); err != nil {
 		c.mu.Unlock()
 		return err
+	}
+	c.streamAttempts++
+	if c.streamErrFn != nil {
+		if err := c.streamErrFn(c.streamAttempts); err != nil {
+			c.mu.Unlock()
+			return err
+		}
 	}
 	c.streams = append(c.streams, streamCall{node: n.id, req: req})
 	if _, err := c.checkEpoch(req.GetBrokerId(), req.GetBrokerEpoch()); err != nil {

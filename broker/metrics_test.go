@@ -10,8 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
@@ -100,7 +102,7 @@ func TestAgent_MetricsAndHealth(t *testing.T) {
 	}
 	defer cc.Close()
 	health := healthpb.NewHealthClient(cc)
-	status := func(service string) healthpb.HealthCheckResponse_ServingStatus {
+	serving := func(service string) healthpb.HealthCheckResponse_ServingStatus {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -110,7 +112,7 @@ func TestAgent_MetricsAndHealth(t *testing.T) {
 		}
 		return resp.GetStatus()
 	}
-	if got := status(""); got != healthpb.HealthCheckResponse_SERVING {
+	if got := serving(""); got != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("overall health %v, want SERVING once started", got)
 	}
 
@@ -119,7 +121,7 @@ func TestAgent_MetricsAndHealth(t *testing.T) {
 	c.append(topicRec("t", tid), partitionRec(tid, 0, []int32{1}, []int32{1}, 1), partitionRec(tid, 1, []int32{2, 1}, []int32{2, 1}, 2))
 	poll.Until(t, waitTimeout, "the broker to be ready", func() bool { return a.Ready() == nil && inSync(a, c)() })
 	service := keelpb.BrokerService_ServiceDesc.ServiceName
-	poll.Until(t, waitTimeout, "health SERVING", func() bool { return status(service) == healthpb.HealthCheckResponse_SERVING })
+	poll.Until(t, waitTimeout, "health SERVING", func() bool { return serving(service) == healthpb.HealthCheckResponse_SERVING })
 
 	st := a.Status()
 	m := gatherBroker(t, reg)
@@ -143,15 +145,28 @@ func TestAgent_MetricsAndHealth(t *testing.T) {
 		t.Errorf("%s has %v samples, want some", MetricHeartbeatDuration, m[MetricHeartbeatDuration])
 	}
 
-	// A failover ends the stream: the broker reconnects to the new leader.
+	// A failover ends the stream: the broker reconnects to the new leader,
+	// which refuses its first three attempts (not ready yet).
+	c.mu.Lock()
+	refuseFrom := c.streamAttempts + 1
+	c.streamErrFn = func(n int) error {
+		if n < refuseFrom+3 {
+			return status.Error(codes.Unavailable, "not ready yet")
+		}
+		return nil
+	}
+	c.mu.Unlock()
 	c.failover(1)
 	poll.Until(t, waitTimeout, "the broker to follow the new controller", func() bool {
 		return a.Status().ControllerEpoch == 2 && a.Ready() == nil
 	})
 	// One stream ended, one reconnect, however many attempts it took.
-	if m := gatherBroker(t, reg); m[MetricStreamReconnects] != 1 || m[MetricControllerEpoch] != 2 {
-		t.Errorf("after a failover: %v reconnects, controller epoch %v; want 1, and 2",
-			m[MetricStreamReconnects], m[MetricControllerEpoch])
+	c.mu.Lock()
+	attempts := c.streamAttempts - refuseFrom + 1
+	c.mu.Unlock()
+	if m := gatherBroker(t, reg); m[MetricStreamReconnects] != 1 || m[MetricControllerEpoch] != 2 || attempts < 4 {
+		t.Errorf("after a failover: %v reconnects in %d attempts, controller epoch %v; want 1 in at least 4, and 2",
+			m[MetricStreamReconnects], attempts, m[MetricControllerEpoch])
 	}
 
 	if err := a.Close(); err != nil {

@@ -63,7 +63,7 @@ func BenchmarkCommit_Batched(b *testing.B) {
 }
 
 // BenchmarkCommit_ConcurrentWriters: many writers of one record each; the
-// event loop takes them one at a time.
+// event loop takes them one at a time and pipelines them.
 func BenchmarkCommit_ConcurrentWriters(b *testing.B) {
 	_, active := startCluster(b, 3, keeltest.WithDirectRaft())
 	rec := noOps(1)

@@ -62,6 +62,12 @@ type Config struct {
 	// that keeps leading but cannot take over (a full disk, say) is a fault
 	// the in-memory raft cluster cannot produce.
 	takeoverFault func() error
+	// submitFault, when set, is called for every entry the controller hands
+	// to raft; an error it returns fails that entry's future instead, as
+	// raft fails an entry it could not enqueue in time, and raft never sees
+	// the entry. Tests only: a write that fails in the middle of a pipeline
+	// of writes that do not.
+	submitFault func() error
 }
 
 // DefaultSessionTimeout is KRaft's default broker session timeout.
@@ -280,10 +286,23 @@ func encodeEntries(parts [][]*keelpb.Record) ([][]byte, error) {
 func (c *Controller) submitEntries(entries [][]byte) []raft.ApplyFuture {
 	futures := make([]raft.ApplyFuture, 0, len(entries))
 	for _, data := range entries {
+		if fault := c.cfg.submitFault; fault != nil {
+			if err := fault(); err != nil {
+				futures = append(futures, failedFuture{err})
+				continue
+			}
+		}
 		futures = append(futures, c.raft.Apply(data, c.cfg.ApplyTimeout))
 	}
 	return futures
 }
+
+// failedFuture is an entry submitFault failed.
+type failedFuture struct{ err error }
+
+func (f failedFuture) Error() error  { return f.err }
+func (f failedFuture) Index() uint64 { return 0 }
+func (f failedFuture) Response() any { return nil }
 
 // waitEntries waits for entries handed to raft at submitted and returns the
 // index of the last one, or why one failed. Each committed entry's latency

@@ -10,5 +10,7 @@
 // node, which may succeed where this one cannot.
 // On losing leadership everything the leadership started is stopped before
 // anything else happens. Every state-changing decision runs on the one event
-// loop goroutine, one at a time, as the ZooKeeper-era ControllerEventManager did.
+// loop goroutine, one at a time, as the ZooKeeper-era ControllerEventManager did;
+// the loop pipelines them (group.go): it decides the next while the entries of
+// the earlier ones are still committing, as KRaft's QuorumController does.
 package controller

@@ -53,6 +53,10 @@ func (l *leadership) Queue(ctx context.Context, d func(*fsm.Image) ([]*keelpb.Re
 // cfg call fault first, and fail with its error.
 func SetTakeoverFault(cfg *Config, fault func() error) { cfg.takeoverFault = fault }
 
+// SetSubmitFault makes a controller built from cfg call fault for every
+// entry it hands to raft, and fail the entry with its error instead.
+func SetSubmitFault(cfg *Config, fault func() error) { cfg.submitFault = fault }
+
 // TakeoverTiming is takeoverTiming.
 func (c *Controller) TakeoverTiming() (first, longest, giveUp time.Duration) {
 	return c.takeoverTiming()

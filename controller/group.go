@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -10,110 +11,246 @@ import (
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
-// maxGroup bounds the decisions taken together: raft writes at most 64
-// entries (MaxAppendEntries) in one disk write anyway.
-const maxGroup = 64
+// The bounds of the pipeline: how much the event loop may have handed to
+// raft, or have decided and not yet answered, before it waits for the
+// oldest to commit. Enough entries to keep raft's own pipeline full (it
+// sends at most 64 in one AppendEntries, MaxAppendEntries) several times
+// over; enough bytes for a few dozen 10,000-partition topics (370 KiB
+// each) but a bounded share of the leader's memory and of raft's queues.
+const (
+	maxInflightEntries = 256
+	maxInflightBytes   = 32 << 20
+	// maxInflightDecisions bounds decisions in flight, those that wrote
+	// nothing and wait for the writes before them included: the channels
+	// between the event loop and the answerer hold this many.
+	maxInflightDecisions = 1024
+)
 
-// runGroup takes decisions that were queued together and commits them in
-// one raft round: group commit. Each decision is taken against the image
-// as the decisions before it in the group will leave it, which the leader
-// computes by applying their records to a private copy of the committed
-// image (images are persistent, so the copy costs nothing and the FSM's
-// image is not touched). Their entries go to raft back to back, so the
-// followers write them in one AppendEntries and one fsync, and every caller
-// gets the outcome of its own entries.
+// The event loop pipelines its decisions (KRaft's QuorumController does
+// the same with its deferred write queue and timeline data structures):
 //
-// Every decision's records are applied to that copy before raft sees them,
-// the last decision's too: a decision whose records the FSM would refuse is
-// refused there, with ErrRefused, takes no log slot, and leaves the copy the
-// later decisions see as it was. No decision ever proposes a batch the FSM
-// refuses. (This costs one apply on the leader per decision, beside the
-// FSM's own: a fraction of a commit.)
+// Each decision is taken against a speculative image, the committed image
+// as every entry the loop has handed to raft and not yet seen commit will
+// leave it. The loop computes it by applying each decision's records to the
+// image the decision was taken on (images are persistent, so this copies
+// nothing and the FSM's image is not touched), hands the entries to raft
+// without waiting, and goes on to the next event. One answerer goroutine
+// waits for the entries in the order they were handed over and answers
+// each caller once its own entries have committed and been applied. So raft
+// writes and replicates the entries of many decisions together, and the
+// loop decides the next ones while the earlier ones are on their way to the
+// followers' disks.
 //
-// The copy applies each entry at the index raft will give it: the event loop
-// is the only writer while this node is active, and the group starts only
-// once every earlier entry is applied, so the next index is LastIndex+1. If
-// that ever did not hold, the FSM would refuse a record whose check
-// depended on it (a broker epoch), and that decision alone would fail: the
-// FSM, not the copy, has the last word.
+// Every decision's records are applied to the speculative image before raft
+// sees them: a decision whose records the FSM would refuse is refused there,
+// with ErrRefused, takes no log slot and no room in the pipeline, and
+// leaves the image the later decisions see as it was. No decision ever
+// proposes a batch the FSM refuses. (This costs one apply on the leader per
+// decision, beside the FSM's own.)
 //
-// A decision that writes nothing (refused, or with nothing to do) after
-// others in the group that write is answered only once their entries have
-// committed: it was taken on the image they leave, and answering earlier
-// would tell its caller of a state no read can see yet (a delete answered
-// "not found" because of another delete still in flight, then a read that
-// finds the topic). Should one of them fail, so that the image it was
-// decided on may never exist, its outcome is unknown too.
-func (l *leadership) runGroup(group []event) {
-	if l.ctx.Err() != nil {
-		for _, ev := range group {
-			ev.finish(0, l.c.notLeader())
+// The speculative image applies each entry at the index raft will give it:
+// the loop is the only writer while this node is active (the takeover
+// writes before the loop starts, and a run event, such as a membership
+// change or a restore, runs only once the pipeline is empty), so each entry
+// takes the index after the one handed over before it, and when nothing is
+// in flight the next index is LastIndex+1 and the speculative image is the
+// committed one. If that ever did not hold, the FSM would refuse a record
+// whose check depended on it (a broker epoch), and that decision alone
+// would fail: the FSM, not the speculative image, has the last word.
+//
+// A decision that writes nothing (refused, or with nothing to do) while
+// writes are in flight is answered only once those have committed: it was
+// taken on the image they leave, and answering earlier would tell its
+// caller of a state no read can see yet (a delete answered "not found"
+// because another delete is still in flight, then a read that finds the
+// topic). Reads see committed state only.
+//
+// When an entry in flight fails (leadership lost, raft shutting down, an
+// entry the FSM refused after all), the image the later decisions were
+// taken on may never exist. The loop then decides nothing more until every
+// entry in flight has resolved, and starts again from the committed image:
+// KRaft renounces leadership for the same reason. The writes already in
+// raft still get their own outcome (most fail alike, with
+// ErrOutcomeUnknown; one that committed did so on an image the FSM
+// accepted it on), and a decision that wrote nothing after the failure is
+// answered with ErrOutcomeUnknown.
+type pipeline struct {
+	// spec is the image after every entry in flight; when nothing is in
+	// flight, the committed image is read again.
+	spec *fsm.Image
+	next uint64 // the raft index of the next entry handed over; with spec
+	gen  uint64 // moves on every time the loop starts again from the committed image
+
+	decisions, entries, bytes int // in flight
+	// broken: an entry in flight failed, so spec may never exist; decide
+	// nothing until every one has resolved.
+	broken bool
+
+	flights chan flight // to the answerer, in order
+	landed  chan landed // from the answerer, in the same order
+}
+
+// flight is a decision the loop has taken and not yet answered: its
+// entries in raft, or, when it wrote nothing, its answer.
+type flight struct {
+	ev        event
+	futures   []raft.ApplyFuture // nil: a decision that wrote nothing
+	bytes     int
+	submitted time.Time
+	err       error  // the answer of one that wrote nothing
+	gen       uint64 // the pipeline generation it was decided in
+}
+
+// landed is a flight the answerer has answered.
+type landed struct {
+	entries, bytes int
+	failed         bool
+}
+
+func newPipeline() *pipeline {
+	return &pipeline{
+		flights: make(chan flight, maxInflightDecisions),
+		landed:  make(chan landed, maxInflightDecisions),
+	}
+}
+
+// full reports whether the loop must wait for a flight to land before it
+// takes another decision.
+func (p *pipeline) full() bool {
+	return p.decisions >= maxInflightDecisions || p.entries >= maxInflightEntries || p.bytes >= maxInflightBytes
+}
+
+// land accounts for a flight the answerer has answered. Once nothing is in
+// flight the committed image is the one to decide on again.
+func (p *pipeline) land(ld landed) {
+	p.decisions--
+	p.entries -= ld.entries
+	p.bytes -= ld.bytes
+	if ld.failed {
+		p.broken = true
+	}
+	if p.decisions == 0 {
+		p.spec, p.broken = nil, false
+		p.gen++
+	}
+}
+
+// landQueued accounts for every flight the answerer has reported, without
+// waiting.
+func (p *pipeline) landQueued() {
+	for {
+		select {
+		case ld := <-p.landed:
+			p.land(ld)
+		default:
+			return
 		}
+	}
+}
+
+// drain waits until every flight has landed, or ctx ends (false).
+func (p *pipeline) drain(ctx context.Context) bool {
+	for p.decisions > 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case ld := <-p.landed:
+			p.land(ld)
+		}
+	}
+	return true
+}
+
+// take decides ev against the speculative image and hands its entries to
+// raft, or queues its answer behind the writes in flight.
+func (l *leadership) take(p *pipeline, ev event) {
+	if l.ctx.Err() != nil {
+		ev.finish(0, l.c.notLeader())
 		return
 	}
-	img := l.c.fsm.Image()
-	next := l.c.raft.LastIndex() + 1
-	type pending struct {
-		ev        event
-		futures   []raft.ApplyFuture // nil: a decision that wrote nothing
-		submitted time.Time
-		err       error // the answer of one that wrote nothing
+	if err := ev.ctx.Err(); err != nil { // the caller has given up: write nothing
+		ev.finish(0, err)
+		return
 	}
-	pend := make([]pending, 0, len(group))
-	writes := 0 // decisions in pend that wrote
+	if p.decisions == 0 {
+		p.spec = l.c.fsm.Image()
+		p.next = l.c.raft.LastIndex() + 1
+	}
 	// answer answers a decision that writes nothing: at once if it was
 	// taken on the committed image, else after the writes before it.
-	answer := func(ev event, err error) {
-		if writes == 0 {
+	answer := func(err error) {
+		if p.decisions == 0 {
 			ev.finish(0, err)
 			return
 		}
-		pend = append(pend, pending{ev: ev, err: err})
+		p.decisions++
+		p.flights <- flight{ev: ev, err: err, gen: p.gen}
 	}
-	for _, ev := range group {
-		if err := ev.ctx.Err(); err != nil { // the caller has given up: write nothing
-			ev.finish(0, err)
-			continue
-		}
-		records, err := ev.decision(img)
-		if err != nil || len(records) == 0 {
-			answer(ev, err)
-			continue
-		}
-		parts := splitRecords(records, MaxEntryBytes)
-		// Everything that can refuse the decision comes before the
-		// speculative image moves on and before raft sees an entry: a
-		// refused decision leaves both as they were, for the next one.
-		entries, err := encodeEntries(parts)
-		if err != nil {
-			answer(ev, err)
-			continue
-		}
-		spec, err := applyParts(img, next, parts)
-		if err != nil {
-			answer(ev, fmt.Errorf("%w; nothing was written: %w", ErrRefused, err))
-			continue
-		}
-		img = spec // later decisions in the group see this one
-		submitted := time.Now()
-		pend = append(pend, pending{ev: ev, futures: l.c.submitEntries(entries), submitted: submitted})
-		writes++
-		next += uint64(len(entries))
+	records, err := ev.decision(p.spec)
+	if err != nil || len(records) == 0 {
+		answer(err)
+		return
 	}
-	var failed error // the first write in the group that did not commit
-	for _, p := range pend {
+	parts := splitRecords(records, MaxEntryBytes)
+	// Everything that can refuse the decision comes before the speculative
+	// image moves on and before raft sees an entry: a refused decision
+	// leaves both as they were, for the next one.
+	entries, err := encodeEntries(parts)
+	if err != nil {
+		answer(err)
+		return
+	}
+	spec, err := applyParts(p.spec, p.next, parts)
+	if err != nil {
+		answer(fmt.Errorf("%w; nothing was written: %w", ErrRefused, err))
+		return
+	}
+	size := 0
+	for _, e := range entries {
+		size += len(e)
+	}
+	p.spec = spec // later decisions see this one
+	p.next += uint64(len(entries))
+	p.decisions++
+	p.entries += len(entries)
+	p.bytes += size
+	submitted := time.Now()
+	p.flights <- flight{ev: ev, futures: l.c.submitEntries(entries), bytes: size, submitted: submitted, gen: p.gen}
+}
+
+// answerFlights answers the flights in the order the loop took them, each
+// once its entries have been applied, until flights is closed.
+func (l *leadership) answerFlights(flights <-chan flight, done chan<- landed) {
+	var (
+		gen    uint64
+		failed error // the first write of generation gen that did not commit
+	)
+	for f := range flights {
+		if f.gen != gen {
+			gen, failed = f.gen, nil
+		}
+		ld := landed{entries: len(f.futures), bytes: f.bytes}
+		var (
+			index uint64
+			err   = f.err
+		)
 		switch {
-		case p.futures != nil:
-			index, err := l.c.waitEntries(p.futures, p.submitted)
-			if err != nil && failed == nil {
-				failed = err
+		case f.futures != nil:
+			index, err = l.c.waitEntries(f.futures, f.submitted)
+			if err != nil {
+				ld.failed = true
+				if failed == nil {
+					failed = err
+				}
 			}
-			p.ev.finish(index, err)
 		case failed != nil:
-			p.ev.finish(0, fmt.Errorf("%w: it was decided after writes that did not commit (%v)", ErrOutcomeUnknown, failed))
-		default:
-			p.ev.finish(0, p.err)
+			err = fmt.Errorf("%w: it was decided after writes that did not commit (%v)", ErrOutcomeUnknown, failed)
 		}
+		// The loop hears of it before the caller does, so that an event
+		// the caller queues next finds the pipeline as this answer leaves
+		// it.
+		done <- ld
+		f.ev.finish(index, err)
 	}
 }
 

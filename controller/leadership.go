@@ -191,42 +191,67 @@ func (l *leadership) tryEstablish() error {
 }
 
 // eventLoop runs queued events in order until the leadership is revoked.
-// Decisions that are queued together are taken together (runGroup) and
-// committed in one raft round.
+// Decisions are pipelined (pipeline, in group.go): each is taken on the
+// image the decisions before it leave and handed to raft without waiting,
+// and answerFlights answers each caller once its own entries commit. A run
+// event runs alone, once everything before it has committed. Before it
+// returns, every decision it took has been answered.
 func (l *leadership) eventLoop() {
-	group := make([]event, 0, maxGroup)
+	p := newPipeline()
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		l.answerFlights(p.flights, p.landed)
+	}()
+	defer func() {
+		// The entries in flight resolve on their own (they commit, or raft
+		// fails them as it steps down): wait for their answers.
+		close(p.flights)
+		for {
+			select {
+			case <-answered:
+				return
+			case <-p.landed:
+			}
+		}
+	}()
 	for {
+		if p.broken || p.full() {
+			// Nothing more is decided until a flight lands: the window is
+			// full, or a failed entry left the speculative image in doubt
+			// until all have.
+			select {
+			case <-l.ctx.Done():
+				return
+			case ld := <-p.landed:
+				p.land(ld)
+			}
+			continue
+		}
 		select {
 		case <-l.ctx.Done():
 			return
+		case ld := <-p.landed:
+			p.land(ld)
 		case ev := <-l.events:
 			l.taken(ev)
-			group = append(group[:0], ev)
-		}
-		// Take what else is queued, up to a run-type event (it runs alone,
-		// after the decisions before it).
-		var after *event
-	drain:
-		for len(group) < maxGroup && group[0].decision != nil {
-			select {
-			case ev := <-l.events:
-				l.taken(ev)
-				if ev.decision == nil {
-					after = &ev
-					break drain
+			// What has landed counts before the event: a caller that saw
+			// its answer and queued another event finds the loop knowing
+			// of it (the answerer tells the loop before the caller).
+			p.landQueued()
+			if ev.decision == nil || p.broken {
+				// A run event runs alone, on the committed image; after a
+				// failed entry, nothing is decided until all have landed.
+				if !p.drain(l.ctx) {
+					ev.abandon(l.c.notLeader())
+					return
 				}
-				group = append(group, ev)
-			default:
-				break drain
 			}
-		}
-		if group[0].decision == nil {
-			group[0].run()
-		} else {
-			l.runGroup(group)
-		}
-		if after != nil {
-			after.run()
+			if ev.decision == nil {
+				ev.run()
+				continue
+			}
+			l.take(p, ev)
 		}
 	}
 }

@@ -22,12 +22,13 @@ import (
 // restore does), for two reasons. Raft itself takes one configuration change
 // at a time, and refuses one whose prevIndex is no longer the latest
 // configuration's, so raft's own serialisation keeps the configuration
-// consistent. But the event loop's group commit assumes it is the only
-// writer of raft entries while it runs (it predicts the index of each entry
-// it submits); a configuration entry appended beside a group would shift
-// them, and a leadership transfer makes raft refuse every Apply until it
-// ends. On the loop, a change starts only after every earlier decision has
-// committed, and no decision is submitted until it is over.
+// consistent. But the event loop's pipeline assumes it is the only writer
+// of raft entries while it runs (it predicts the index of each entry it
+// submits); a configuration entry appended among the entries in flight
+// would shift them, and a leadership transfer makes raft refuse every Apply
+// until it ends. On the loop, a change starts only once the pipeline is
+// empty, every earlier decision committed, and no decision is submitted
+// until it is over.
 //
 // The decisions themselves (is the request sensible against the current
 // configuration?) are pure functions of the configuration, tested without

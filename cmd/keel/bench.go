@@ -45,7 +45,9 @@ Scenarios (in the order they run):
 Brokers are full (an in-process broker agent replaying the whole image) or thin
 (registration, heartbeats, the metadata stream and offset acknowledgements,
 no image). The raw hashicorp/raft commit rate on the same records, measured in
-the same run, is reported as the ceiling of the create scenario's records/s.
+the same run, is the ceiling of the create scenario's records/s: with entries
+pipelined (raft_pipelined_ratio, as the controller pipelines its decisions) and
+one entry at a time (raft_one_at_a_time_ratio).
 
 The defaults run in minutes on two cores; the headline run is
 --partitions 1000000. Against a running quorum (--controllers) the scenarios

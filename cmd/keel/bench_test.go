@@ -71,7 +71,7 @@ func TestBenchTable(t *testing.T) {
 			Name: "create", Partitions: 2000, Brokers: 6, Runs: 1, MedianS: 1.5, MaxS: 2.25, Measures: "until x",
 			Extra: []bench.Figure{{Name: "partitions_per_s", Value: 12345.6}, {Name: "commit_median_s", Value: 0.0123},
 				{Name: "p99_ms", Value: 1.234}, {Name: "heap_live_bytes", Value: 3 << 20}, {Name: "topics", Value: 1},
-				{Name: "raft_ceiling_ratio", Value: 0.5123}},
+				{Name: "raft_pipelined_ratio", Value: 0.5123}, {Name: "raft_one_at_a_time_ratio", Value: 2.25}},
 		}},
 		RaftCeilingRecordsPerS:   240000,
 		RaftPipelinedRecordsPerS: 700000,
@@ -84,7 +84,7 @@ func TestBenchTable(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"SCENARIO", "MEDIAN", "create", "2000", "1.500s", "2.250s", "until x",
-		"partitions_per_s=12346/s", "commit_median_s=12.3ms", "p99_ms=1.23ms", "heap_live_bytes=3.0MiB", "topics=1", "raft_ceiling_ratio=0.512",
+		"partitions_per_s=12346/s", "commit_median_s=12.3ms", "p99_ms=1.23ms", "heap_live_bytes=3.0MiB", "topics=1", "raft_pipelined_ratio=0.512", "raft_one_at_a_time_ratio=2.25",
 		"240000 records/s one entry at a time", "700000 records/s pipelined", "skipped load: a running quorum",
 	} {
 		if !strings.Contains(out, want) {

@@ -31,10 +31,11 @@ const pipelineWindow = 64
 // Ceiling is raw hashicorp/raft's commit rate on Keel's records.
 type Ceiling struct {
 	// RecordsPerS commits one entry at a time, each waited for before the
-	// next: the rate Keel's controller, which commits one decision at a
-	// time, is measured against (the "about 240,000 records/s").
+	// next: the ceiling of a controller that waits for each commit before
+	// the next decision, as Keel's did before it pipelined them.
 	RecordsPerS float64
-	// PipelinedRecordsPerS keeps 64 entries in flight: raft's own ceiling.
+	// PipelinedRecordsPerS keeps 64 entries in flight: raft's own ceiling,
+	// and the one the create scenario is measured against.
 	PipelinedRecordsPerS float64
 }
 

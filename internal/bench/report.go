@@ -13,10 +13,12 @@ type Report struct {
 	// RaftCeilingRecordsPerS is the commit rate of raw hashicorp/raft (three
 	// in-process nodes, raft-boltdb, TCP on loopback, Keel's timings, a no-op
 	// state machine) on encoded batches of 1,000 Partition records, one
-	// entry at a time, measured in the same run: the ceiling for the create
-	// scenario's records_per_s.
+	// entry at a time, measured in the same run: the create scenario's
+	// raft_one_at_a_time_ratio is its records_per_s over this.
 	RaftCeilingRecordsPerS float64 `json:"raft_ceiling_records_per_s"`
-	// RaftPipelinedRecordsPerS is the same with 64 entries in flight.
+	// RaftPipelinedRecordsPerS is the same with 64 entries in flight: the
+	// ceiling of the controller, which pipelines its decisions (the create
+	// scenario's raft_pipelined_ratio).
 	RaftPipelinedRecordsPerS float64 `json:"raft_pipelined_records_per_s"`
 	// Skipped names the scenarios asked for that could not run, and why.
 	Skipped []Skipped `json:"skipped,omitempty"`

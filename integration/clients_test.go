@@ -27,7 +27,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 // clientTimeout bounds one client run that spans a leader kill: a session
@@ -109,6 +112,28 @@ func createTopicThroughBrokers(t *testing.T, kafka map[int32]string, topic strin
 	}
 }
 
+// highWatermark asks partition 0's leader for its high watermark, once.
+func highWatermark(cl *kgo.Client, topic string) (int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Timestamp = -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return -1, err
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return -1, fmt.Errorf("ListOffsets answered %d topics", len(resp.Topics))
+	}
+	p := resp.Topics[0].Partitions[0]
+	return p.Offset, kerr.ErrorForCode(p.ErrorCode)
+}
+
 // kcatDelivered is the delivery report kcat -P prints at verbosity 3
 // (-v -v) for each message acknowledged.
 var kcatDelivered = regexp.MustCompile(`(?m)^% Message delivered to partition (\d+) \(offset (-?\d+)\) on broker (-?\d+)$`)
@@ -128,7 +153,7 @@ type kcatProducer struct {
 // follows EOF, whatever is written before), so a run is one phase of the
 // test, and a run may be started just before a kill to have messages in
 // flight when the leader dies.
-func startKcatProducer(t *testing.T, kcat, seeds, topic, tag string, n int) *kcatProducer {
+func startKcatProducer(t *testing.T, kcat, seeds, topic, tag string, n int, extra ...string) *kcatProducer {
 	t.Helper()
 	p := &kcatProducer{tag: tag, exited: make(chan error, 1)}
 	var in strings.Builder
@@ -138,8 +163,9 @@ func startKcatProducer(t *testing.T, kcat, seeds, topic, tag string, n int) *kca
 		in.WriteString(v + "\n")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
-	cmd := exec.CommandContext(ctx, kcat, "-P", "-b", seeds, "-t", topic, "-p", "0",
-		"-X", "acks=all", "-X", "enable.idempotence=true", "-X", "message.timeout.ms=120000", "-v", "-v")
+	args := append([]string{"-P", "-b", seeds, "-t", topic, "-p", "0",
+		"-X", "acks=all", "-X", "enable.idempotence=true", "-X", "message.timeout.ms=120000", "-v", "-v"}, extra...)
+	cmd := exec.CommandContext(ctx, kcat, args...)
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Stdin = strings.NewReader(in.String())
 	cmd.Stderr = &p.stderr
@@ -190,9 +216,10 @@ func (p *kcatProducer) wait(t *testing.T) (acked []ackedRecord, byBroker map[str
 // partition, 3 replicas and min.insync.replicas=2 is created with Kafka's
 // CreateTopics through a broker's listener (franz-go's request, kmsg's
 // CreateTopicsRequest: kcat cannot create topics). `kcat -P -X acks=all -X
-// enable.idempotence=true -v -v` writes 50 lines; another 20 lines start
-// and the partition's leader is killed with kill -9 at once (they may be
-// in flight on it); a third run writes 50 more to the new leader. Each run
+// enable.idempotence=true -v -v` writes 50 lines; a second run writes 500
+// in requests of 10 messages, and the partition's leader is killed with
+// kill -9 once the first of them are committed (the rest are in flight or
+// queued); a third run writes 50 more to the new leader. Each run
 // must exit 0 having reported a delivery ("Message delivered to partition
 // 0 (offset N)") for each of its lines; `kcat -C -e` then reads each line
 // exactly once, at the offset kcat reported for it, from a gap-free log.
@@ -223,7 +250,14 @@ func TestKcat_ProduceThroughLeaderKill(t *testing.T) {
 		}
 	}
 	run(startKcatProducer(t, kcat, seeds, topic, "a", 50))
-	inFlight := startKcatProducer(t, kcat, seeds, topic, "b", 20)
+	// 500 lines in requests of 10 messages, 5 in flight at most: the
+	// leader is killed once the first are committed, mid-run.
+	inFlight := startKcatProducer(t, kcat, seeds, topic, "b", 500, "-X", "batch.num.messages=10")
+	reader := kafkaClient(t, kafka)
+	poll.UntilState(t, kafkaTimeout, "the second kcat run's first records committed", func() (bool, string) {
+		hw, err := highWatermark(reader, topic)
+		return hw > 50, fmt.Sprintf("high watermark %d, %v", hw, err)
+	})
 	c.KillBroker(victim)
 	run(inFlight)
 	run(startKcatProducer(t, kcat, seeds, topic, "c", 50))
@@ -238,7 +272,7 @@ func TestKcat_ProduceThroughLeaderKill(t *testing.T) {
 		}
 		read = append(read, consumedRecord{offset: n, value: value})
 	}
-	hw := highWatermarks(t, kafkaClient(t, kafka), topic, 1)
+	hw := highWatermarks(t, reader, topic, 1)
 	lost, found, unacked := checkAckedRecords(t, sent, acked, hw, map[int32][]consumedRecord{0: read}, nil)
 	if lost != 0 || found != len(sent) {
 		t.Errorf("%d of %d deliveries kcat reported found where it reported them, %d lost", found, len(sent), lost)
@@ -369,9 +403,10 @@ func (p *pyClient) awaitDelivered(n int) {
 // client of Debian's python3-confluent-kafka 1.7 (librdkafka 2.0.2), run
 // by testdata/clients.py. AdminClient.create_topics makes a topic of one
 // partition, 3 replicas and min.insync.replicas=2 through the brokers; one
-// Producer (enable.idempotence, acks=all) writes 100 values, every
-// delivery reported; 20 more, and the partition's leader is killed with
-// kill -9 at once (they may be in flight on it); 100 more, then flush. A
+// Producer (enable.idempotence, acks=all, requests of 10 messages) writes
+// 100 values, every delivery reported; 500 more, and the partition's
+// leader is killed with kill -9 once 10 of them are delivered (the rest
+// are in flight or queued); 100 more, then flush. A
 // Consumer with assign() (no group: Keel serves none) reads from the
 // beginning to the high watermark. Every delivery the client reported
 // without an error is read exactly once at the offset it reported, the
@@ -394,8 +429,8 @@ func TestPythonClient_ProduceThroughLeaderKill(t *testing.T) {
 
 	py.send("produce %s 0 p0-a 0 100", topic)
 	py.awaitDelivered(100)
-	py.send("produce %s 0 p0-b 0 20", topic)
-	py.await("queued", clientTimeout)
+	py.send("produce %s 0 p0-b 0 500", topic)
+	py.awaitDelivered(110) // the kill lands mid-stream
 	c.KillBroker(victim)
 	py.send("produce %s 0 p0-c 0 100", topic)
 	py.send("flush %d", int(clientTimeout.Seconds()))
@@ -407,7 +442,7 @@ func TestPythonClient_ProduceThroughLeaderKill(t *testing.T) {
 	for _, tag := range []struct {
 		name string
 		n    int
-	}{{"a", 100}, {"b", 20}, {"c", 100}} {
+	}{{"a", 100}, {"b", 500}, {"c", 100}} {
 		for i := range tag.n {
 			sent[fmt.Sprintf("p0-%s%d", tag.name, i)] = true
 		}

@@ -47,6 +47,9 @@ def main():
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 5,
+                # Small requests, so that a kill lands mid-stream with
+                # some in flight (librdkafka keeps 5 in flight at most).
+                "batch.num.messages": 10,
                 # A leader killed with kill -9 costs a session timeout and
                 # a metadata refresh: retry well past that.
                 "message.timeout.ms": 120000,

@@ -10,12 +10,13 @@ import (
 
 // Offsets by timestamp (ListOffsets, KIP-79 and KIP-734). Kafka keeps a
 // .timeindex per segment for them; this log keeps only each segment's
-// largest batch timestamp, and scans the batch headers of the one segment
-// that can hold the answer: a lookup costs one pread of 61 bytes per batch
-// of that segment, and reads records only in the batch it finds. Nothing
-// new is written to disk, so recovery, truncation and retention need no
-// more than they already do (a segment's largest timestamp comes from its
-// headers at open, and again after a truncation).
+// largest batch timestamp, and scans the batch headers of the segment that
+// holds the answer (one pread of 61 bytes per batch), reading records only
+// in the batch it finds. A lookup of the newest record (-3) under a
+// consumer's high watermark also reads the headers of the segment the high
+// watermark cuts. Nothing new is written to disk, so recovery, truncation
+// and retention need no more than they already do: a segment's largest
+// timestamp comes from its headers at open, and again after a truncation.
 
 // attrLogAppendTime is the batch attribute bit of a LogAppendTime topic:
 // every record's timestamp is then the batch's maxTimestamp.
@@ -37,71 +38,86 @@ var noTimestampOffset = TimestampOffset{Offset: -1, Timestamp: -1, LeaderEpoch: 
 // OffsetForTimestamp returns the first record, in offset order, whose
 // timestamp is at or after ts (Kafka's fetchOffsetByTimestamp for a
 // timestamp >= 0): the earliest offset a consumer resetting to ts starts
-// at. Batches are skipped by their maxTimestamp; within the batch found,
-// records are read (decompressed if need be) for their own timestamps, all
-// of which are the batch's maxTimestamp in a LogAppendTime topic. Only
-// records at or after the log start and below upTo count (a consumer's
-// lookup passes the high watermark). None found is Offset -1, Timestamp -1
-// and no error: every record below upTo is older than ts. ts < 0 is an
-// error (the special values -1, -2 and -3 are the caller's).
+// at. Segments and batches are skipped by their largest timestamp; within
+// the batch found, records are read (decompressed if need be) for their
+// own timestamps, all of which are the batch's maxTimestamp in a
+// LogAppendTime topic. Only records at or after the log start and below
+// upTo count (a consumer's lookup passes the high watermark). None found
+// is Offset -1, Timestamp -1 and no error: every record below upTo is
+// older than ts. ts < 0 is an error (the special values -1, -2 and -3 are
+// the caller's).
 func (l *Log) OffsetForTimestamp(ts, upTo int64) (TimestampOffset, error) {
 	if ts < 0 {
 		return noTimestampOffset, fmt.Errorf("partlog: %s: timestamp %d: the special timestamps are not looked up here", l.dir, ts)
 	}
-	return l.findByTimestamp(upTo, func(int64) int64 { return ts })
+	l.rw.RLock()
+	defer l.rw.RUnlock()
+	segs, start, upTo, err := l.segmentsIn(upTo)
+	if err != nil || len(segs) == 0 {
+		return noTimestampOffset, err
+	}
+	// A segment's largest timestamp may be a batch's outside [start,
+	// upTo): it lets a segment through that holds no answer, and the scan
+	// of that segment finds none.
+	return findIn(segs, func(s *segment) int64 { return s.maxTimestamp.Load() }, ts, start, upTo)
 }
 
 // MaxTimestampOffset returns the record with the largest timestamp below
 // upTo, the first one if several share it (KIP-734, ListOffsets timestamp
 // -3). An empty range is Offset -1, Timestamp -1 and no error.
 func (l *Log) MaxTimestampOffset(upTo int64) (TimestampOffset, error) {
-	return l.findByTimestamp(upTo, nil)
-}
-
-// findByTimestamp is both lookups. target, given the largest timestamp
-// below upTo, is the timestamp sought; nil seeks that largest timestamp
-// itself.
-func (l *Log) findByTimestamp(upTo int64, target func(int64) int64) (TimestampOffset, error) {
 	l.rw.RLock()
 	defer l.rw.RUnlock()
+	segs, start, upTo, err := l.segmentsIn(upTo)
+	if err != nil || len(segs) == 0 {
+		return noTimestampOffset, err
+	}
+	// Each segment's largest timestamp in [start, upTo): its own for the
+	// segments wholly inside, from its headers for one that start or upTo
+	// cuts (the active one, under a consumer's high watermark).
+	maxes := map[*segment]int64{}
+	best := int64(-1)
+	for i, s := range segs {
+		m := s.maxTimestamp.Load()
+		if (i == len(segs)-1 && upTo < l.leo.Load()) || (i == 0 && start > s.base) {
+			if m, err = s.maxTimestampIn(start, upTo); err != nil {
+				return noTimestampOffset, err
+			}
+		}
+		maxes[s] = m
+		best = max(best, m)
+	}
+	if best < 0 {
+		return noTimestampOffset, nil
+	}
+	return findIn(segs, func(s *segment) int64 { return maxes[s] }, best, start, upTo)
+}
+
+// segmentsIn returns the segments that hold offsets in [logStart, upTo),
+// the log start, and upTo bounded by the log end. The caller holds l.rw.
+func (l *Log) segmentsIn(upTo int64) ([]*segment, int64, int64, error) {
 	if l.closed {
-		return noTimestampOffset, fmt.Errorf("partlog: %s: %w", l.dir, ErrClosed)
+		return nil, 0, 0, fmt.Errorf("partlog: %s: %w", l.dir, ErrClosed)
 	}
 	start := l.logStart.Load()
 	upTo = min(upTo, l.leo.Load())
 	if start >= upTo {
-		return noTimestampOffset, nil
+		return nil, start, upTo, nil
 	}
 	first := max(sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > start })-1, 0)
 	segs := l.segs[first:]
 	for len(segs) > 0 && segs[len(segs)-1].base >= upTo {
 		segs = segs[:len(segs)-1]
 	}
-	// Each segment's largest timestamp in [start, upTo): its own for the
-	// segments wholly inside, from its headers for one that start or upTo
-	// cuts.
-	maxes := make([]int64, len(segs))
-	best := int64(-1)
-	for i, s := range segs {
-		maxes[i] = s.maxTimestamp.Load()
-		if (i == len(segs)-1 && upTo < l.leo.Load()) || (i == 0 && start > s.base) {
-			m, err := s.maxTimestampIn(start, upTo)
-			if err != nil {
-				return noTimestampOffset, err
-			}
-			maxes[i] = m
-		}
-		best = max(best, maxes[i])
-	}
-	ts := best
-	if target != nil {
-		ts = target(best)
-	}
-	if best < ts {
-		return noTimestampOffset, nil
-	}
-	for i, s := range segs {
-		if maxes[i] < ts {
+	return segs, start, upTo, nil
+}
+
+// findIn scans segs, in order, skipping those whose largest timestamp
+// (maxOf) is below ts, for the first record at or after ts with an offset
+// in [start, upTo).
+func findIn(segs []*segment, maxOf func(*segment) int64, ts, start, upTo int64) (TimestampOffset, error) {
+	for _, s := range segs {
+		if maxOf(s) < ts {
 			continue
 		}
 		found, ok, err := s.findTimestamp(ts, start, upTo)

@@ -6,7 +6,7 @@ LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 PROTO_DIR := proto/keelpb
 SHELL     := /bin/bash
 
-.PHONY: all build run test test-kcat faults faults-data lint docs docs-check fuzz proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel clean
+.PHONY: all build run test test-clients test-kcat faults faults-data lint docs docs-check fuzz proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel clean
 
 all: build
 
@@ -21,18 +21,31 @@ run: build
 test: build
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-## test-kcat: kcat (librdkafka 2.0) against a real 3-controller, 3-broker cluster:
-## metadata (-L), produce with acks=all (-P) and consume (-C). Installs Debian's
-## kcat with apt-get when it is absent, and fails (never skips) if kcat still
-## cannot be found. `make test` runs the same test when kcat is installed.
-test-kcat: build
-	@command -v kcat >/dev/null 2>&1 || { \
-		echo "installing kcat (apt-get)"; \
+## test-clients: Kafka's own clients against real 3-controller, 3-broker clusters:
+## kcat and the Python client of python3-confluent-kafka (both librdkafka 2.0):
+## metadata, a topic created through the brokers, produce with acks=all and an
+## idempotent producer across a kill -9 of the partition's leader, consume, and
+## every delivery the client reported read back at its offset. Installs Debian's
+## kcat and python3-confluent-kafka with apt-get when absent, and fails (never
+## skips) if one still cannot be found. `make test` runs each test where its
+## client is installed, and skips it with a message otherwise.
+HAVE_PY_KAFKA := { /usr/bin/python3 -c 'import confluent_kafka' || python3 -c 'import confluent_kafka'; } >/dev/null 2>&1
+test-clients: build
+	@missing=""; \
+	command -v kcat >/dev/null 2>&1 || missing="kcat"; \
+	$(HAVE_PY_KAFKA) || missing="$$missing python3-confluent-kafka"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing (apt-get)"; \
 		sudo=$$(test "$$(id -u)" -eq 0 || echo sudo); \
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
-	@command -v kcat >/dev/null 2>&1 || { echo "test-kcat: kcat not found after apt-get install kcat" >&2; exit 1; }
-	KEEL_KCAT_REQUIRED=1 $(GO) test -race -count=1 -run '^TestKcat' -v -timeout 10m ./integration/
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@command -v kcat >/dev/null 2>&1 || { echo "test-clients: kcat not found after apt-get install kcat" >&2; exit 1; }
+	@$(HAVE_PY_KAFKA) || { echo "test-clients: python3 cannot import confluent_kafka after apt-get install python3-confluent-kafka" >&2; exit 1; }
+	KEEL_CLIENTS_REQUIRED=1 $(GO) test -race -count=1 -run '^(TestKcat|TestPythonClient)' -v -timeout 15m ./integration/
+
+## test-kcat: the former name of test-clients.
+test-kcat: test-clients
 
 ## faults: the fault-injection suite for longer: FAULT_RUNS runs (10) of FAULT_DURATION
 ## faults each (30s) on fresh 3-controller, 3-broker clusters; KEEL_FAULT_SEED replays

@@ -589,3 +589,99 @@ func TestKafka_RestartedBrokerServesOnceCaughtUp(t *testing.T) {
 		t.Errorf("the restarted broker's first Metadata answer for %s: %v; want the topic with its 3 partitions", topic, got)
 	}
 }
+
+// TestKafka_ConsumerResetsByTime: franz-go consumers that start by time
+// (ConsumeResetOffset with AfterMilli, KIP-79's ListOffsets by timestamp;
+// LookbackOffset, which asks for the newest record's timestamp, KIP-734's
+// -3) against real brokers, after the leader that took the records was
+// killed with kill -9: the new leader's replica answers, and each consumer
+// starts at the first record stamped at or after its time, in offset
+// order, and reads every record from there.
+func TestKafka_ConsumerResetsByTime(t *testing.T) {
+	t.Parallel()
+	c, kafka := startKafkaCluster(t, threeBrokers)
+	const topic = "bytime"
+	c.createTopic(t, topic, "--partitions", "1", "--replication-factor", "3", "--config", "min.insync.replicas=2")
+	d := c.WaitForTopic(t, topic, "led with a full ISR", func(d topicJSON) bool {
+		return d.Partitions[0].Leader > 0 && len(d.Partitions[0].ISR) == 3
+	})
+	// 30 records a second apart, an hour ago, each in its own batch;
+	// record 20 is stamped before record 10 (a client's clock may go back).
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	stamp := func(i int) time.Time {
+		if i == 20 {
+			return base.Add(5 * time.Second)
+		}
+		return base.Add(time.Duration(i) * time.Second)
+	}
+	producer := kafkaClient(t, kafka, kgo.DefaultProduceTopic(topic), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0))
+	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
+	defer cancel()
+	for i := range 30 {
+		r := &kgo.Record{Value: fmt.Appendf(nil, "r%d", i), Timestamp: stamp(i)}
+		if err := producer.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if r.Offset != int64(i) {
+			t.Fatalf("record %d acknowledged at offset %d", i, r.Offset)
+		}
+	}
+	old := d.Partitions[0].Leader
+	c.KillBroker(old)
+	c.WaitForTopic(t, topic, fmt.Sprintf("led by another broker than %d", old), func(d topicJSON) bool {
+		return d.Partitions[0].Leader > 0 && d.Partitions[0].Leader != old
+	})
+
+	for _, tc := range []struct {
+		name  string
+		reset kgo.Offset
+		first int64
+	}{
+		{"before every record", kgo.NewOffset().AfterMilli(base.Add(-time.Minute).UnixMilli()), 0},
+		{"a record's own time", kgo.NewOffset().AfterMilli(stamp(12).UnixMilli()), 12},
+		{"between two records", kgo.NewOffset().AfterMilli(stamp(12).Add(500 * time.Millisecond).UnixMilli()), 13},
+		{"an earlier offset before an earlier stamp", kgo.NewOffset().AfterMilli(stamp(5).UnixMilli()), 5},
+		{"the newest record less 3 s", kgo.LookbackOffset(3 * time.Second), 26},
+	} {
+		cl := kafkaClient(t, kafka, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(tc.reset))
+		var got []int64
+		poll.UntilState(t, kafkaTimeout, fmt.Sprintf("%s: records from offset %d to 29", tc.name, tc.first), func() (bool, string) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			fetches := cl.PollFetches(ctx)
+			cancel()
+			var errs []string
+			fetches.EachError(func(_ string, _ int32, err error) {
+				if err != context.DeadlineExceeded {
+					errs = append(errs, err.Error())
+				}
+			})
+			fetches.EachRecord(func(r *kgo.Record) { got = append(got, r.Offset) })
+			return len(got) > 0 && got[len(got)-1] == 29, fmt.Sprintf("read offsets %v; errors: %s", got, strings.Join(errs, "; "))
+		})
+		cl.Close()
+		if len(got) == 0 || got[0] != tc.first || int64(len(got)) != 30-tc.first {
+			t.Errorf("%s: read offsets %v; want %d to 29", tc.name, got, tc.first)
+		}
+	}
+
+	// A time after every record: the consumer starts at the end, and reads
+	// what is produced next.
+	cl := kafkaClient(t, kafka, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().UnixMilli())))
+	var next *kgo.Record
+	poll.UntilState(t, kafkaTimeout, "the record produced after the consumer started", func() (bool, string) {
+		if err := producer.ProduceSync(context.Background(), &kgo.Record{Value: []byte("later")}).FirstErr(); err != nil {
+			return false, err.Error()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fetches := cl.PollFetches(ctx)
+		cancel()
+		if recs := fetches.Records(); len(recs) > 0 {
+			next = recs[0]
+			return true, ""
+		}
+		return false, "nothing read yet"
+	})
+	if next.Offset < 30 || string(next.Value) != "later" {
+		t.Errorf("after every record: read %q at offset %d, want a later record at offset 30 or after", next.Value, next.Offset)
+	}
+}

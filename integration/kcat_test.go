@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -16,26 +15,22 @@ import (
 )
 
 // kcat (librdkafka 2.0.2 on Debian bookworm) against real keel processes:
-// what Kafka's C client sees of the Kafka listener. `make test-kcat`
-// installs kcat and runs these tests with KEEL_KCAT_REQUIRED=1; `make test`
-// runs them only where kcat is installed.
+// what Kafka's C client sees of the Kafka listener. `make test-clients`
+// installs kcat and runs these tests with KEEL_CLIENTS_REQUIRED=1; `make
+// test` runs them only where kcat is installed (clients_test.go).
 
 // kcatTimeout bounds one kcat run.
 const kcatTimeout = 60 * time.Second
 
 // kcatPath finds kcat. Without it the test is skipped, unless
-// KEEL_KCAT_REQUIRED is set (make test-kcat), where it fails.
+// KEEL_CLIENTS_REQUIRED is set (make test-clients), where it fails.
 func kcatPath(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("kcat")
-	if err == nil {
-		return p
+	if err != nil {
+		clientMissing(t, "kcat", "kcat", err)
 	}
-	if os.Getenv("KEEL_KCAT_REQUIRED") != "" {
-		t.Fatalf("kcat is not installed (%v), and KEEL_KCAT_REQUIRED is set: make test-kcat installs it (apt-get install kcat)", err)
-	}
-	t.Skip("kcat is not installed: `make test-kcat` installs it (apt-get install kcat) and runs this test")
-	return ""
+	return p
 }
 
 // runKcat runs kcat with args, stdin as its input, and returns what it

@@ -259,14 +259,26 @@ func (s *Server) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) km
 			if r.Version < 4 {
 				epoch = -1
 			}
-			off, leaderEpoch, err := s.cfg.Backend.ListOffsets(ctx, rt.Topic, rp.Partition, epoch, rp.Timestamp)
+			ts := rp.Timestamp
+			if ts == -3 && r.Version < 7 {
+				// Before KIP-734 -3 was no special value: Kafka
+				// refuses a negative timestamp it does not know.
+				p.ErrorCode = kerr.UnsupportedVersion.Code
+				continue
+			}
+			res, err := s.cfg.Backend.ListOffsets(ctx, rt.Topic, rp.Partition, epoch, ts)
 			if err != nil {
 				p.ErrorCode = codeOf(err)
 				continue
 			}
-			p.Timestamp, p.Offset, p.LeaderEpoch = -1, off, leaderEpoch
+			p.Timestamp, p.Offset, p.LeaderEpoch = res.Timestamp, res.Offset, res.LeaderEpoch
 			if r.Version == 0 {
-				p.OldStyleOffsets = []int64{off}
+				// v0 lists offsets, none when no record matched.
+				if res.Offset >= 0 {
+					p.OldStyleOffsets = []int64{res.Offset}
+				} else {
+					p.OldStyleOffsets = []int64{}
+				}
 			}
 		}
 	}

@@ -31,10 +31,15 @@ type Backend interface {
 	// kerr.OffsetOutOfRange. maxWait: with no data at offset yet, wait up to
 	// maxWait for some.
 	Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (FetchResult, error)
-	// ListOffsets answers timestamp -2 (earliest: log start), -1 (latest:
-	// the high watermark); other timestamps may answer
-	// kerr.UnsupportedVersion. Only the leader answers.
-	ListOffsets(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (offset int64, leaderEpoch int32, err error)
+	// ListOffsets answers timestamp -2 (earliest: the log start) and -1
+	// (latest: the high watermark) with the leader epoch; a timestamp >= 0
+	// with the first record below the high watermark stamped at or after
+	// it (KIP-79), and -3 with the first record with the largest timestamp
+	// below the high watermark (KIP-734), each with the record's timestamp
+	// and its batch's leader epoch, or offset, timestamp and epoch -1 when
+	// no record matches. currentLeaderEpoch, if >= 0, is checked as in
+	// Fetch. Only the leader answers.
+	ListOffsets(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (ListOffsetsResult, error)
 	// OffsetForLeaderEpoch answers OffsetsForLeaderEpoch (KIP-101,
 	// KIP-320) from the leader's epoch cache: the largest epoch at or
 	// below leaderEpoch that the log holds, and the offset where it ended
@@ -58,6 +63,12 @@ type ProduceResult struct {
 type FetchResult struct {
 	Records                       []byte // whole v2 batches
 	HighWatermark, LogStartOffset int64  // LastStableOffset = HighWatermark
+}
+
+// ListOffsetsResult is one partition's ListOffsets answer.
+type ListOffsetsResult struct {
+	Offset, Timestamp int64 // Timestamp -1 for the earliest and latest offsets
+	LeaderEpoch       int32
 }
 
 // ImageSource gives the broker's current metadata image; *broker.Agent is

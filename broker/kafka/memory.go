@@ -177,21 +177,55 @@ func (b *MemoryBackend) Fetch(ctx context.Context, topic string, partition int32
 	}
 }
 
-// ListOffsets answers the earliest (0) and latest offsets.
-func (b *MemoryBackend) ListOffsets(_ context.Context, topic string, partition int32, _ int32, timestamp int64) (int64, int32, error) {
+// ListOffsets answers the earliest (0) and latest offsets, and by
+// timestamp a batch at a time: the base offset and maxTimestamp of the
+// first batch whose maxTimestamp is at or after the timestamp (-3: the
+// first batch with the largest), or -1 if none. (broker/partlog finds the
+// record itself.)
+func (b *MemoryBackend) ListOffsets(_ context.Context, topic string, partition int32, _ int32, timestamp int64) (ListOffsetsResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	none := ListOffsetsResult{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
 	if err := b.refuse[tp{topic, partition}]; err != nil {
-		return 0, 0, err
+		return none, err
 	}
 	l := b.logLocked(topic, partition)
-	switch timestamp {
-	case -2:
-		return 0, l.leaderEpoch(), nil
-	case -1:
-		return l.leo, l.leaderEpoch(), nil
+	switch {
+	case timestamp == -2:
+		return ListOffsetsResult{Offset: 0, Timestamp: -1, LeaderEpoch: l.leaderEpoch()}, nil
+	case timestamp == -1:
+		return ListOffsetsResult{Offset: l.leo, Timestamp: -1, LeaderEpoch: l.leaderEpoch()}, nil
+	case timestamp == -3:
+		timestamp = -1
+		for _, batch := range l.batches {
+			timestamp = max(timestamp, batchMaxTimestamp(batch))
+		}
+		if timestamp < 0 {
+			return none, nil
+		}
+	case timestamp < 0:
+		return none, kerr.InvalidRequest
 	}
-	return 0, 0, kerr.UnsupportedVersion
+	for i, batch := range l.batches {
+		if ts := batchMaxTimestamp(batch); ts >= timestamp {
+			return ListOffsetsResult{Offset: l.bases[i], Timestamp: ts, LeaderEpoch: l.epochAt(l.bases[i])}, nil
+		}
+	}
+	return none, nil
+}
+
+// batchMaxTimestamp is a v2 batch's maxTimestamp.
+func batchMaxTimestamp(batch []byte) int64 { return int64(binary.BigEndian.Uint64(batch[35:])) }
+
+// epochAt is the leader epoch holding offset.
+func (l *memLog) epochAt(offset int64) int32 {
+	e := l.epochs[0].epoch
+	for _, x := range l.epochs {
+		if x.start <= offset {
+			e = x.epoch
+		}
+	}
+	return e
 }
 
 // OffsetForLeaderEpoch answers from the partition's epochs (Kafka's

@@ -749,7 +749,7 @@ func (l *Log) Retain(now time.Time, r Retention) (Retained, error) {
 	}
 	if r.Time > 0 {
 		cutoff := now.Add(-r.Time).UnixMilli()
-		for n < sealed && l.segs[n].maxTimestamp < cutoff {
+		for n < sealed && l.segs[n].maxTimestamp.Load() < cutoff {
 			n++
 		}
 	}

@@ -47,9 +47,12 @@ type segment struct {
 	size atomic.Int64
 
 	// Owned by the log's writer.
-	next         int64 // the offset after the last batch (base if empty)
-	maxTimestamp int64 // the largest batch maxTimestamp (-1 if none)
-	sinceIndex   int64 // bytes appended since the last index entry
+	next       int64 // the offset after the last batch (base if empty)
+	sinceIndex int64 // bytes appended since the last index entry
+
+	// maxTimestamp is the largest batch maxTimestamp (-1 if none): set by
+	// the writer, read by retention and by lookups by timestamp.
+	maxTimestamp atomic.Int64
 }
 
 // createSegment makes an empty segment at base. A leftover empty file of
@@ -76,7 +79,9 @@ func createSegment(dir string, base int64, cfg *Config) (*segment, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	return &segment{base: base, logPath: logPath, f: f, idx: idx, next: base, maxTimestamp: -1}, nil
+	s := &segment{base: base, logPath: logPath, f: f, idx: idx, next: base}
+	s.maxTimestamp.Store(-1)
+	return s, nil
 }
 
 // openSegment opens an existing segment's files; the caller loads or
@@ -101,7 +106,8 @@ func openSegment(dir string, base int64, cfg *Config) (*segment, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	s := &segment{base: base, logPath: logPath, f: f, idx: idx, next: base, maxTimestamp: -1}
+	s := &segment{base: base, logPath: logPath, f: f, idx: idx, next: base}
+	s.maxTimestamp.Store(-1)
 	s.size.Store(fi.Size())
 	return s, nil
 }
@@ -150,7 +156,7 @@ func (s *segment) append(b []byte, h BatchHeader, indexInterval int64) error {
 	}
 	s.sinceIndex += int64(len(b))
 	s.next = h.NextOffset()
-	s.maxTimestamp = max(s.maxTimestamp, h.MaxTimestamp)
+	s.maxTimestamp.Store(max(s.maxTimestamp.Load(), h.MaxTimestamp))
 	s.size.Store(pos + int64(len(b)))
 	return nil
 }
@@ -396,11 +402,13 @@ func (s *segment) truncateAt(pos int64) error {
 
 // adopt takes the next offset and largest timestamp from a scan.
 func (s *segment) adopt(res scanResult) {
-	s.next, s.maxTimestamp = s.base, -1
+	s.next = s.base
 	if n := len(res.batches); n > 0 {
 		s.next = res.batches[n-1].NextOffset()
 	}
+	m := int64(-1)
 	for _, h := range res.batches {
-		s.maxTimestamp = max(s.maxTimestamp, h.MaxTimestamp)
+		m = max(m, h.MaxTimestamp)
 	}
+	s.maxTimestamp.Store(m)
 }

@@ -227,30 +227,73 @@ func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, curr
 	return FetchResult{Records: res.Records, HighWatermark: hw, LogStartOffset: res.LogStartOffset}, nil
 }
 
-// ListOffsets answers the earliest offset (timestamp -2: the log start) and
-// the latest (-1: the high watermark) of a partition this broker leads,
-// with its leader epoch. A new leader whose high watermark has not reached
-// the start of its epoch answers kerr.OffsetNotAvailable for the latest
-// (KIP-207: it may still move back for a client). Other timestamps:
-// kerr.UnsupportedVersion (no time index).
-func (m *Manager) ListOffsets(_ context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (int64, int32, error) {
+// OffsetResult is a ListOffsets answer: an offset, the timestamp of the
+// record there (-1 for the earliest and latest offsets), and a leader
+// epoch. Offset, Timestamp and LeaderEpoch -1: no record matched.
+type OffsetResult struct {
+	Offset, Timestamp int64
+	LeaderEpoch       int32
+}
+
+// The special timestamps of ListOffsets.
+const (
+	LatestTimestamp   = -1 // the high watermark
+	EarliestTimestamp = -2 // the log start
+	MaxTimestamp      = -3 // the record with the largest timestamp (KIP-734)
+)
+
+// ListOffsets answers a client's ListOffsets for a partition this broker
+// leads (Kafka's Partition.fetchOffsetForTimestamp): the earliest offset
+// (timestamp -2: the log start) and the latest (-1: the high watermark)
+// with the leader epoch; for a timestamp >= 0 the first record stamped at
+// or after it (KIP-79), for -3 the first record with the largest
+// timestamp (KIP-734), each with its own timestamp and its batch's epoch,
+// and only below the high watermark, where a consumer may read. A
+// timestamp no record below the high watermark reaches answers offset -1
+// (franz-go then starts at the end). A new leader whose high watermark has
+// not reached the start of its epoch answers kerr.OffsetNotAvailable for
+// the latest, and for a timestamp it finds nothing for (KIP-207: its high
+// watermark may still move back for a client). Other negative timestamps:
+// kerr.InvalidRequest.
+func (m *Manager) ListOffsets(_ context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (OffsetResult, error) {
+	none := OffsetResult{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	r, err := m.leaderOf(topic, partition, currentLeaderEpoch)
 	if err != nil {
-		return -1, -1, err
+		m.mu.Unlock()
+		return none, err
 	}
-	switch timestamp {
-	case -2:
-		return r.log.LogStartOffset(), r.leaderEpoch, nil
-	case -1:
-		if r.hw < r.epochStart {
-			return -1, -1, fmt.Errorf("%w: %s/%d: the high watermark %d has not reached the leader epoch's start %d",
-				kerr.OffsetNotAvailable, topic, partition, r.hw, r.epochStart)
+	hw, epochStart, leaderEpoch, l := r.hw, r.epochStart, r.leaderEpoch, r.log
+	m.mu.Unlock()
+	behind := func() error {
+		return fmt.Errorf("%w: %s/%d: the high watermark %d has not reached the leader epoch's start %d",
+			kerr.OffsetNotAvailable, topic, partition, hw, epochStart)
+	}
+	var found partlog.TimestampOffset
+	switch {
+	case timestamp == EarliestTimestamp:
+		return OffsetResult{Offset: l.LogStartOffset(), Timestamp: -1, LeaderEpoch: leaderEpoch}, nil
+	case timestamp == LatestTimestamp:
+		if hw < epochStart {
+			return none, behind()
 		}
-		return r.hw, r.leaderEpoch, nil
+		return OffsetResult{Offset: hw, Timestamp: -1, LeaderEpoch: leaderEpoch}, nil
+	case timestamp == MaxTimestamp:
+		found, err = l.MaxTimestampOffset(hw)
+	case timestamp >= 0:
+		found, err = l.OffsetForTimestamp(timestamp, hw)
+	default:
+		return none, fmt.Errorf("%w: %s/%d: timestamp %d is neither >= 0 nor one of -1, -2, -3", kerr.InvalidRequest, topic, partition, timestamp)
 	}
-	return -1, -1, fmt.Errorf("%w: %s/%d: offsets by timestamp (%d) are not kept", kerr.UnsupportedVersion, topic, partition, timestamp)
+	switch {
+	case errors.Is(err, partlog.ErrClosed):
+		return none, fmt.Errorf("%w: %s/%d: the replica stopped", kerr.NotLeaderForPartition, topic, partition)
+	case err != nil:
+		return none, fmt.Errorf("%w: %s/%d: %v", kerr.KafkaStorageError, topic, partition, err)
+	case found.Offset < 0 && hw < epochStart:
+		return none, behind()
+	}
+	return OffsetResult(found), nil
 }
 
 // OffsetForLeaderEpoch answers a client's OffsetsForLeaderEpoch for a

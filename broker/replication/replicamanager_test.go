@@ -2,7 +2,10 @@ package replication
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -228,26 +231,82 @@ func TestReplicaManager_ListOffsets(t *testing.T) {
 	e.catchUp(2)
 	e.fetch(2)
 	e.produce(1, 2)
-	if off, epoch, err := e.ms[1].ListOffsets(context.Background(), "t", 0, -1, -1); err != nil || off != 2 || epoch != 0 {
-		t.Fatalf("latest = %d, %d, %v; want 2 at epoch 0", off, epoch, err)
+	if r, err := e.ms[1].ListOffsets(context.Background(), "t", 0, -1, -1); err != nil || r.Offset != 2 || r.LeaderEpoch != 0 {
+		t.Fatalf("latest = %+v, %v; want 2 at epoch 0", r, err)
 	}
-	if off, _, err := e.ms[1].ListOffsets(context.Background(), "t", 0, -1, -2); err != nil || off != 0 {
-		t.Fatalf("earliest = %d, %v; want 0", off, err)
+	if r, err := e.ms[1].ListOffsets(context.Background(), "t", 0, -1, -2); err != nil || r.Offset != 0 {
+		t.Fatalf("earliest = %+v, %v; want 0", r, err)
 	}
-	if _, _, err := e.ms[1].ListOffsets(context.Background(), "t", 0, -1, 12345); !isKerr(err, kerr.UnsupportedVersion) {
-		t.Fatalf("by timestamp: %v, want UNSUPPORTED_VERSION", err)
+	if _, err := e.ms[1].ListOffsets(context.Background(), "t", 0, -1, -4); !isKerr(err, kerr.InvalidRequest) {
+		t.Fatalf("timestamp -4: %v, want INVALID_REQUEST", err)
 	}
 	e.fetch(2) // 2 has 0..4, last heard HW 2
 	e.ctl.commit(changeRec(leaderID(2), []int32{2, 1}))
 	e.publish()
-	if _, _, err := e.ms[2].ListOffsets(context.Background(), "t", 0, -1, -1); !isKerr(err, kerr.OffsetNotAvailable) {
+	if _, err := e.ms[2].ListOffsets(context.Background(), "t", 0, -1, -1); !isKerr(err, kerr.OffsetNotAvailable) {
 		t.Fatalf("latest on a new leader behind its epoch start: %v, want OFFSET_NOT_AVAILABLE", err)
+	}
+	if _, err := e.ms[2].ListOffsets(context.Background(), "t", 0, -1, math.MaxInt64); !isKerr(err, kerr.OffsetNotAvailable) {
+		t.Fatalf("a timestamp past everything on a new leader behind its epoch start: %v, want OFFSET_NOT_AVAILABLE", err)
 	}
 	e.catchUp(1)
 	e.fetch(1)
-	if off, epoch, err := e.ms[2].ListOffsets(context.Background(), "t", 0, -1, -1); err != nil || off != 4 || epoch != 1 {
-		t.Fatalf("latest = %d, %d, %v; want 4 at epoch 1", off, epoch, err)
+	if r, err := e.ms[2].ListOffsets(context.Background(), "t", 0, -1, -1); err != nil || r.Offset != 4 || r.LeaderEpoch != 1 {
+		t.Fatalf("latest = %+v, %v; want 4 at epoch 1", r, err)
 	}
+}
+
+// TestReplicaManager_ListOffsetsByTimestamp: Kafka's
+// Partition.fetchOffsetForTimestamp (PartitionTest's
+// testFetchOffsetForTimestampEpochValidationForLeader and
+// testMonotonicOffsetsAfterLeaderChange): the first record stamped at or
+// after the timestamp, with its own timestamp and its batch's epoch, and
+// only below the high watermark; -3 the first record with the largest
+// timestamp; nothing found is -1.
+func TestReplicaManager_ListOffsetsByTimestamp(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1, 2))
+	for _, ts := range []int64{1000, 3000, 2000} { // offsets 0-1, 2-3, 4-5
+		if _, err := e.ms[1].Produce(context.Background(), "t", 0, batchAt(t, 2, ts), AcksLeader, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.catchUp(2)
+	e.fetch(2) // the high watermark: 6
+	if _, err := e.ms[1].Produce(context.Background(), "t", 0, batchAt(t, 2, 5000), AcksLeader, time.Second); err != nil {
+		t.Fatal(err) // offsets 6-7, above the high watermark
+	}
+	none := OffsetResult{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
+	for _, tc := range []struct {
+		ts   int64
+		want OffsetResult
+	}{
+		{0, OffsetResult{0, 1000, 0}},
+		{1001, OffsetResult{1, 1001, 0}},
+		{1002, OffsetResult{2, 3000, 0}},
+		{3001, OffsetResult{3, 3001, 0}},
+		{3002, none}, // only above the high watermark
+		{MaxTimestamp, OffsetResult{3, 3001, 0}},
+	} {
+		if r, err := e.ms[1].ListOffsets(context.Background(), "t", 0, -1, tc.ts); err != nil || r != tc.want {
+			t.Errorf("timestamp %d: %+v, %v; want %+v", tc.ts, r, err, tc.want)
+		}
+	}
+	if _, err := e.ms[2].ListOffsets(context.Background(), "t", 0, -1, 0); !isKerr(err, kerr.NotLeaderForPartition) {
+		t.Errorf("a follower: %v, want NOT_LEADER_OR_FOLLOWER", err)
+	}
+	if _, err := e.ms[1].ListOffsets(context.Background(), "t", 0, 7, 0); !isKerr(err, kerr.UnknownLeaderEpoch) {
+		t.Errorf("a newer current leader epoch: %v, want UNKNOWN_LEADER_EPOCH", err)
+	}
+}
+
+// batchAt is a batch of n records stamped ts, ts+1, ....
+func batchAt(t *testing.T, n int, ts int64) []byte {
+	t.Helper()
+	b := makeBatch(t, n, 0, 0)
+	binary.BigEndian.PutUint64(b[27:], uint64(ts))
+	binary.BigEndian.PutUint64(b[35:], uint64(ts+int64(n-1)))
+	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return b
 }
 
 // TestReplicaManager_StopReplicaDeletesLog: a replica removed for good loses

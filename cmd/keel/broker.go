@@ -42,7 +42,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 		ReplicaLagTimeMax:      replication.DefaultReplicaLagTimeMax,
 		RetentionCheckInterval: replication.DefaultRetentionCheckInterval,
 	}
-	var controllers, metricsAddr, testProduce, kafkaListen, kafkaAdvertise string
+	var controllers, metricsAddr, kafkaListen, kafkaAdvertise string
 	var insecure, pprof bool
 	cmd := &cobra.Command{
 		Use:   "broker",
@@ -157,14 +157,6 @@ same CA; SASL is not served.
 					return err
 				}
 			}
-			if testProduce != "" {
-				stop, err := serveTestProduce(testProduce, dataPlane, log)
-				if err != nil {
-					agent.Close()
-					return err
-				}
-				defer stop()
-			}
 			if cfg.TLS == nil {
 				// Said once started, so that a refused start stays one line.
 				logPlaintext(log, insecure, exposed)
@@ -210,8 +202,6 @@ same CA; SASL is not served.
 		"fsync each log at least this often while it takes writes (Kafka's flush.ms); 0 leaves durability to replication, as Kafka does")
 	f.DurationVar(&replicas.RetentionCheckInterval, "log-retention-check-interval", replicas.RetentionCheckInterval,
 		"how often each log applies its topic's retention.ms and retention.bytes (Kafka's log.retention.check.interval.ms)")
-	f.StringVar(&testProduce, "test-produce-listen", "", "for Keel's own tests: serve a produce path over HTTP on this loopback address")
-	_ = f.MarkHidden("test-produce-listen")
 	f.StringVar(&kafkaListen, "kafka-listen", "", "address to serve the Kafka protocol on, for Kafka clients (keel produce, kcat, franz-go); empty: none")
 	f.StringVar(&kafkaAdvertise, "kafka-advertise", "", "address Kafka clients reach this broker's Kafka listener at (default: --kafka-listen)")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)

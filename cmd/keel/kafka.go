@@ -96,8 +96,9 @@ func (b replicationBackend) Fetch(ctx context.Context, topic string, partition i
 	return kafka.FetchResult(r), err
 }
 
-func (b replicationBackend) ListOffsets(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (int64, int32, error) {
-	return b.m.ListOffsets(ctx, topic, partition, currentLeaderEpoch, timestamp)
+func (b replicationBackend) ListOffsets(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (kafka.ListOffsetsResult, error) {
+	r, err := b.m.ListOffsets(ctx, topic, partition, currentLeaderEpoch, timestamp)
+	return kafka.ListOffsetsResult(r), err
 }
 
 func (b replicationBackend) OffsetForLeaderEpoch(ctx context.Context, topic string, partition int32, currentLeaderEpoch, leaderEpoch int32) (int64, int32, error) {

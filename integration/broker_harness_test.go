@@ -67,13 +67,20 @@ func brokerArgs(id int32, listen, dataDir string, controllers []string) []string
 // active controller and its epoch as they are once the brokers are active.
 func startBrokerCluster(t *testing.T, controllers int, brokers ...int32) (c *Cluster, leader int32, epoch int64) {
 	t.Helper()
-	c = startCluster(t, controllers, withSessionTimeout(testSessionTimeout))
+	return startBrokerClusterWith(t, controllers, nil, brokers...)
+}
+
+// startBrokerClusterWith is startBrokerCluster with more options for the
+// controllers (after the session timeout, which they may override).
+func startBrokerClusterWith(t *testing.T, controllers int, opts []clusterOption, brokers ...int32) (c *Cluster, leader int32, epoch int64) {
+	t.Helper()
+	c = startCluster(t, controllers, append([]clusterOption{withSessionTimeout(testSessionTimeout)}, opts...)...)
 	c.WaitForActive(t, activeTimeout)
-	var opts [][]brokerOption
+	var bopts [][]brokerOption
 	for _, id := range brokers {
-		opts = append(opts, []brokerOption{withRack(fmt.Sprintf("r%d", id))})
+		bopts = append(bopts, []brokerOption{withRack(fmt.Sprintf("r%d", id))})
 	}
-	c.startBrokers(brokers, opts)
+	c.startBrokers(brokers, bopts)
 	c.WaitForBrokers(t, allActive(brokers...))
 	leader, epoch = c.WaitForActive(t, activeTimeout)
 	return c, leader, epoch

@@ -76,12 +76,14 @@ func TestBroker_RegisterAndActive(t *testing.T) {
 	}
 }
 
-// TestBroker_KilledIsFencedAfterSessionTimeout: a broker killed with -9 is
-// fenced once its session runs out, not before; restarted on its data dir it
-// registers again with a higher epoch and is active.
+// TestBroker_KilledIsFencedAfterSessionTimeout: with crash detection off
+// (--crash-grace 0), a broker killed with -9 is fenced once its session runs
+// out, not before; restarted on its data dir it registers again with a
+// higher epoch and is active. (With crash detection on, the default, see
+// TestBroker_KilledIsFencedAfterCrashGrace.)
 func TestBroker_KilledIsFencedAfterSessionTimeout(t *testing.T) {
 	t.Parallel()
-	c, leader, _ := startBrokerCluster(t, 3, threeBrokers...)
+	c, leader, _ := startBrokerClusterWith(t, 3, []clusterOption{withCrashGrace(0)}, threeBrokers...)
 	before := c.WaitForBrokers(t, allActive(threeBrokers...))
 	const victim = 2
 	survivors := otherThan(threeBrokers, victim)

@@ -156,6 +156,13 @@ func withSessionTimeout(d time.Duration) clusterOption {
 	return withControllerFlags("--session-timeout", d.String())
 }
 
+// withCrashGrace passes --crash-grace to every controller: how long a
+// broker whose stream's connection closed may take to come back before it
+// is fenced (0: crash detection off).
+func withCrashGrace(d time.Duration) clusterOption {
+	return withControllerFlags("--crash-grace", d.String())
+}
+
 // withControllerFlags passes flags to every controller.
 func withControllerFlags(flags ...string) clusterOption {
 	return func(o *clusterOptions) { o.cfg.ControllerFlags = append(o.cfg.ControllerFlags, flags...) }

@@ -52,13 +52,14 @@ func checkPlacement(t *testing.T, d topicJSON, brokers []int32, partitions, rf i
 // broker's own view agrees with the controllers' (leader where it leads,
 // follower elsewhere, same leader, leader epoch and ISR), through the gRPC
 // service and `keel broker inspect`. kill -9 of the broker leading the most
-// partitions: once its session runs out, each partition it led is led by
+// partitions: once its session runs out (crash detection off, so that the
+// session's timing is what is checked), each partition it led is led by
 // the first replica of its ISR still alive (KRaft's rule), at the next
 // leader epoch; it leaves every ISR; the other partitions keep their leader
 // and leader epoch; and the survivors agree again.
 func TestPartition_KilledLeaderReplacedFromISR(t *testing.T) {
 	t.Parallel()
-	c := startPartitionCluster(t, threeBrokers)
+	c := startPartitionCluster(t, threeBrokers, withCrashGrace(0))
 	const topic = "orders"
 	created := c.createTopic(t, topic, "--partitions", "6", "--replication-factor", "3")
 	checkPlacement(t, created, threeBrokers, 6, 3)
@@ -947,10 +948,12 @@ func fencingOrder(out string) []int32 {
 // BrokerHeartbeatManager does. So leadership goes to 2 when 1 is fenced, and
 // when 2 is fenced the ISR keeps 2, the member heard from last, not 1, which
 // a single decision fencing both would keep. Broker 2 restarted leads again;
-// broker 1 rejoins the ISR through it.
+// broker 1 rejoins the ISR through it. Crash detection is off: with it,
+// broker 1 would be fenced for its crash half a second after the kill, and
+// broker 2, heard from since its stream ended, a session later.
 func TestPartition_ISRMembersExpiringTogetherFencedOldestFirst(t *testing.T) {
 	t.Parallel()
-	c := startPartitionCluster(t, threeBrokers)
+	c := startPartitionCluster(t, threeBrokers, withCrashGrace(0))
 	leader, _ := c.WaitForActive(t, activeTimeout)
 	const topic = "pair"
 	c.createTopic(t, topic, "--assignment", "0:1,2;1:2,1")

@@ -49,6 +49,10 @@ type NodeConfig struct {
 	WriteTimeout time.Duration
 	// SessionTimeout is the broker session timeout (default 9s).
 	SessionTimeout time.Duration
+	// CrashGrace is how long a broker whose metadata stream's connection
+	// closed may take to come back before it is fenced (--crash-grace);
+	// zero turns crash detection off.
+	CrashGrace time.Duration
 	// RestoreFrom is a snapshot file a brand-new quorum starts from.
 	RestoreFrom string
 	// LeaderImbalanceCheckInterval is how often automatic leader rebalance
@@ -178,6 +182,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		NodeID:         cfg.NodeID,
 		ClusterID:      cfg.ClusterID,
 		SessionTimeout: cfg.SessionTimeout,
+		CrashGrace:     cfg.CrashGrace,
 		Logger:         cfg.Logger,
 
 		LeaderImbalanceCheckInterval: cfg.LeaderImbalanceCheckInterval,
@@ -226,7 +231,9 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		s.registered = append(s.registered, storageErrors)
 	}
 
-	s.grpc = grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...)
+	// connTracker tells a broker's stream whose connection closed
+	// (crash detection).
+	s.grpc = grpc.NewServer(append(rpc.ServerOptions(rpc.WithTLS(cfg.TLS)), grpc.StatsHandler(connTracker{}))...)
 	newControllerService(s.ctrl, s, cfg.Version, cfg.WriteTimeout).register(s.grpc)
 	s.health = rpc.ServeHealth(s.grpc, keelpb.ControllerService_ServiceDesc.ServiceName, s.Ready)
 	s.wg.Add(2)

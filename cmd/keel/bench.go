@@ -32,8 +32,11 @@ Scenarios (in the order they run):
   create               P partitions (RF 3) in topics of 10,000: partitions committed
                        per second, and the time until every broker has them
   heartbeats           heartbeat latency p50/p99 of the brokers at the default 2s interval
-  broker-failure       the broker leading the most partitions stops: from its fencing
-                       until they all have new leaders, and every live broker has them
+  broker-failure       the broker leading the most partitions falls silent (its
+                       connections stay open): from its fencing, a session timeout
+                       later, until every live broker has the new leaders
+  broker-crash         the same kind of broker is killed (its connections close): from
+                       the kill until every live broker has the new leaders
   controlled-shutdown  the same kind of broker shuts down cleanly: until it may exit
   failover             kill -9 of the active controller: until a new one is active,
                        and every broker streams from it again

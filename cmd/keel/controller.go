@@ -79,6 +79,9 @@ loopback, or --insecure says plaintext is meant.`,
 			if cfg.SnapshotInterval <= 0 {
 				return fmt.Errorf("--snapshot-interval must be positive")
 			}
+			if cfg.CrashGrace < 0 {
+				return fmt.Errorf("--crash-grace must not be negative (0 turns crash detection off)")
+			}
 			if err := raftlog.CheckLogStore(cfg.LogStore); err != nil {
 				return err // it names --log-store
 			}
@@ -155,6 +158,8 @@ loopback, or --insecure says plaintext is meant.`,
 	f.StringVar(&cfg.ClusterID, "cluster-id", "", "cluster id for a new cluster (default: a random UUID); a data dir of another cluster is refused")
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", defaultWriteTimeout, "how long a write may wait to commit before it fails with Unavailable")
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", controller.DefaultSessionTimeout, "how long a broker may go without a heartbeat before it is fenced")
+	f.DurationVar(&cfg.CrashGrace, "crash-grace", controller.DefaultCrashGrace,
+		"fence a broker whose metadata stream's connection closed (its process died) if it has not come back within this long, instead of waiting for --session-timeout; 0: off")
 	f.DurationVar(&cfg.LeaderImbalanceCheckInterval, "leader-imbalance-check-interval", controller.DefaultLeaderImbalanceCheckInterval,
 		"how often to restore preferred leaders on brokers leading under 90% of them (negative: never)")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", raftlog.DefaultSnapshotThreshold,

@@ -265,6 +265,8 @@ func (r *runner) scenario(ctx context.Context, name string) (Result, error) {
 		return r.heartbeats(ctx)
 	case ScenarioBrokerFailure:
 		return r.brokerFailure(ctx)
+	case ScenarioBrokerCrash:
+		return r.brokerCrash(ctx)
 	case ScenarioControlledShutdown:
 		return r.controlledShutdown(ctx)
 	case ScenarioFailover:

@@ -146,9 +146,11 @@ func (r *runner) heartbeats(ctx context.Context) (Result, error) {
 	), nil
 }
 
-// brokerFailure: the thin broker leading the most partitions stops without
-// a word; its session runs out and the controller fences it, moving its
-// leaderships in the same decision. Timed from the FenceBroker entry's
+// brokerFailure: the thin broker leading the most partitions falls silent
+// (no heartbeats, no stream, its connections left open: a paused process
+// or a network cut, to the controller; a closed connection would be a
+// crash, brokerCrash); its session runs out and the controller fences it,
+// moving its leaderships in the same decision. Timed from the FenceBroker entry's
 // arrival at the first broker to have it: until the last partition it led
 // has a new leader (in the observer's stream) and until every live broker
 // has that. A new incarnation of the broker then registers again (it is in
@@ -175,7 +177,7 @@ func (r *runner) brokerFailure(ctx context.Context) (Result, error) {
 		statusf(r.cfg.Status, "broker-failure: run %d/%d: stopping broker %d, which leads %d partitions; waiting for its session to run out",
 			run, r.cfg.Runs, id, len(parts))
 		killed := time.Now()
-		victim.Kill()
+		victim.Silence()
 		var fence Event
 		bar := r.prog.start(-1, "waiting for the fencing")
 		err = poll.Wait(ctx, r.timeout, 5*time.Millisecond, fmt.Sprintf("broker %d to be fenced", id), func() (bool, error) {
@@ -188,6 +190,7 @@ func (r *runner) brokerFailure(ctx context.Context) (Result, error) {
 			return false, nil
 		})
 		bar.done()
+		victim.Kill() // fenced: its connections may close now
 		if err != nil {
 			obs.setWatch(nil)
 			return Result{}, err

@@ -20,7 +20,7 @@ func (r *runner) steady(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	var p99 []time.Duration
-	changes, writes, failures := 0, 0, 0
+	changes, writes, failures, fenced := 0, 0, 0, 0
 	var worst time.Duration
 	for run := 1; run <= r.cfg.Runs; run++ {
 		start, err := r.waitActive(ctx, time.Minute)
@@ -71,6 +71,14 @@ func (r *runner) steady(ctx context.Context) (Result, error) {
 		if len(lat) == 0 {
 			return Result{}, fmt.Errorf("steady: no write succeeded in %v", r.cfg.SteadyDuration)
 		}
+		// No broker stops: any fence (a session that expired, a stream
+		// connection that broke for longer than the crash grace) is one
+		// too many.
+		for _, e := range r.observer(-1).Events(EventFence) {
+			if !e.At.Before(began) {
+				fenced++
+			}
+		}
 		p99 = append(p99, Percentile(lat, 0.99))
 		worst = max(worst, Percentile(lat, 1))
 	}
@@ -80,5 +88,6 @@ func (r *runner) steady(ctx context.Context) (Result, error) {
 		Figure{"writes", float64(writes)},
 		Figure{"write_failures", float64(failures)},
 		Figure{"write_max_ms", worst.Seconds() * 1000},
+		Figure{"fenced_brokers", float64(fenced)},
 	), nil
 }

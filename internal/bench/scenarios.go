@@ -11,6 +11,7 @@ const (
 	ScenarioCreate             = "create"
 	ScenarioHeartbeats         = "heartbeats"
 	ScenarioBrokerFailure      = "broker-failure"
+	ScenarioBrokerCrash        = "broker-crash"
 	ScenarioControlledShutdown = "controlled-shutdown"
 	ScenarioFailover           = "failover"
 	ScenarioLoad               = "load"
@@ -21,7 +22,7 @@ const (
 // AllScenarios lists every scenario in the order they run: the partitions
 // are created first, the scenarios that kill controllers come last.
 var AllScenarios = []string{
-	ScenarioCreate, ScenarioHeartbeats, ScenarioBrokerFailure,
+	ScenarioCreate, ScenarioHeartbeats, ScenarioBrokerFailure, ScenarioBrokerCrash,
 	ScenarioControlledShutdown, ScenarioFailover, ScenarioLoad,
 }
 
@@ -68,6 +69,7 @@ var measures = map[string]string{
 	ScenarioCreate:             "until every broker has the partitions (from the first request)",
 	ScenarioHeartbeats:         "heartbeat latency p99 (per run)",
 	ScenarioBrokerFailure:      "from the FenceBroker commit until every live broker has the new leaders",
+	ScenarioBrokerCrash:        "kill -9 of a broker until every live broker has the new leaders",
 	ScenarioControlledShutdown: "until the controller lets the broker exit",
 	ScenarioFailover:           "kill -9 of the active controller to a new active controller",
 	ScenarioLoad:               "restart of every controller from a snapshot until ready",

@@ -310,6 +310,14 @@ func (b *thinBroker) Kill() {
 	})
 }
 
+// Silence stops the broker's heartbeats and streams but leaves its
+// connections open: what a paused process or a network cut looks like to
+// the controllers (no crash to see), until Kill or Close.
+func (b *thinBroker) Silence() {
+	b.cancel()
+	b.wg.Wait()
+}
+
 // Close is Kill: a broker the bench no longer needs.
 func (b *thinBroker) Close() { b.Kill() }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/broker/replication"
+	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/internal/atomicfile"
 	"github.com/keel-dev/keel/internal/hostport"
 	"github.com/keel-dev/keel/raftlog"
@@ -108,6 +109,8 @@ the flags that reach the cluster with the admin certificate.`,
 			q, err := server.StartLocalQuorumAt(listen, dataDir, timing, buildVersion(), log, func(cfg *server.NodeConfig) {
 				cfg.TLS = certs.controller(cfg.NodeID)
 				cfg.Metrics = ms[cfg.NodeID-1].registerer()
+				// As keel controller does by default.
+				cfg.CrashGrace = controller.DefaultCrashGrace
 			})
 			if err != nil {
 				if saved != nil {

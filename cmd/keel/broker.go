@@ -212,6 +212,7 @@ same CA; SASL is not served.
 		"how often each log applies its topic's retention.ms and retention.bytes (Kafka's log.retention.check.interval.ms)")
 	f.StringVar(&testProduce, "test-produce-listen", "", "for Keel's own tests: serve a produce path over HTTP on this loopback address")
 	_ = f.MarkHidden("test-produce-listen")
+	addTestMaxMetadataVersionFlag(f, &cfg.MaxMetadataVersion)
 	f.StringVar(&kafkaListen, "kafka-listen", "", "address to serve the Kafka protocol on, for Kafka clients (keel produce, kcat, franz-go); empty: none")
 	f.StringVar(&kafkaAdvertise, "kafka-advertise", "", "address Kafka clients reach this broker's Kafka listener at (default: --kafka-listen)")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)

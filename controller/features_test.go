@@ -57,7 +57,11 @@ func TestFeatures_RaiseOnceEveryControllerSupportsIt(t *testing.T) {
 
 	var err error
 	poll.UntilState(t, 30*time.Second, "the raise to be refused because of controller 3", func() (bool, string) {
-		_, err = c.Active().Controller().UpdateFeatures(ctx, 2, false)
+		act := c.Active()
+		if act == nil {
+			return false, "no active controller"
+		}
+		_, err = act.Controller().UpdateFeatures(ctx, 2, false)
 		return errors.Is(err, controller.ErrUnsupportedMetadataVersion) && strings.Contains(err.Error(), "controller 3 supports 1-1"), errString(err)
 	})
 	if img := c.Active().FSM().Image(); img.FinalizedMetadataVersion() != 1 || len(img.Controllers()) != 0 {
@@ -84,15 +88,24 @@ func TestFeatures_RaiseOnceEveryControllerSupportsIt(t *testing.T) {
 		}
 		return true
 	})
-	act := c.WaitForActive(10 * time.Second)
-	_, err = act.Controller().UpdateFeatures(ctx, 1, true)
-	if !errors.Is(err, controller.ErrUnsafeDowngrade) || !strings.Contains(err.Error(), "3 controller registrations (metadata.version 2) would be dropped") {
-		t.Fatalf("downgrade: err = %v, want ErrUnsafeDowngrade", err)
-	}
-	f, err := act.Controller().DescribeFeatures(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Leadership may move on a loaded machine: ask whichever node is active.
+	poll.UntilState(t, 30*time.Second, "the downgrade to be refused for the registrations", func() (bool, string) {
+		act := c.Active()
+		if act == nil {
+			return false, "no active controller"
+		}
+		_, err = act.Controller().UpdateFeatures(ctx, 1, true)
+		return errors.Is(err, controller.ErrUnsafeDowngrade) && strings.Contains(err.Error(), "3 controller registrations (metadata.version 2) would be dropped"), errString(err)
+	})
+	var f *controller.Features
+	poll.UntilState(t, 30*time.Second, "a description of every node", func() (bool, string) {
+		act := c.Active()
+		if act == nil {
+			return false, "no active controller"
+		}
+		f, err = act.Controller().DescribeFeatures(ctx)
+		return err == nil, errString(err)
+	})
 	if f.Level != 2 || len(f.Nodes) != 3 {
 		t.Fatalf("described %+v", f)
 	}

@@ -175,9 +175,8 @@ func (c *Controller) UpdateFeatures(ctx context.Context, level uint32, downgrade
 	}
 	update := &FeatureUpdate{Level: level}
 	index, err := l.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
-		recs, err := featureLevelRecords(img, level, downgrade)
 		update.Previous = img.FinalizedMetadataVersion()
-		return recs, err
+		return levelChangeRecords(img, level, downgrade, voters)
 	})
 	if err != nil {
 		return nil, err
@@ -222,6 +221,28 @@ func featureLevelRecords(img *fsm.Image, level uint32, downgrade bool) ([]*keelp
 	}
 	return []*keelpb.Record{{Record: &keelpb.Record_FeatureLevel{FeatureLevel: &keelpb.FeatureLevelRecord{
 		Name: fsm.MetadataVersionFeature, Level: level}}}}, nil
+}
+
+// levelChangeRecords decides a change of level with the voters' ranges
+// just asked: first the registrations that changed (a controller restarted
+// on a newer binary a moment ago, before registerControllers saw it), so
+// that the level is checked against the ranges the voters have now, not
+// the ones they last registered; then the FeatureLevel record. Nothing
+// when the level does not change.
+func levelChangeRecords(img *fsm.Image, level uint32, downgrade bool, voters []FeatureNode) ([]*keelpb.Record, error) {
+	regs, _ := controllerRegistrationRecords(img, voters)
+	next := img
+	if len(regs) > 0 {
+		var err error
+		if next, err = fsm.Apply(img, img.Offset+1, img.Term, &keelpb.RecordBatch{Records: regs}); err != nil {
+			return nil, err
+		}
+	}
+	recs, err := featureLevelRecords(next, level, downgrade)
+	if err != nil || len(recs) == 0 {
+		return nil, err
+	}
+	return append(regs, recs...), nil
 }
 
 // controllerRegistrationRecords decides the ControllerRegistration records

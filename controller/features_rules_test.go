@@ -137,3 +137,28 @@ func TestFeatureControl_ControllerRegistrations(t *testing.T) {
 		t.Fatalf("a changed address is not written: %v", again)
 	}
 }
+
+// TestFeatureControl_LevelChangeRecords: the decision of a change of level
+// writes nothing when the level does not change (even with a voter's
+// registration out of date: registerControllers keeps those), no
+// registrations below level 2, and is refused whole when the FeatureLevel
+// record is. (A registration refreshed ahead of the FeatureLevel record
+// matters from a level 3 on, which no binary has yet: then a controller
+// upgraded a moment ago is checked by the range it answers now.)
+func TestFeatureControl_LevelChangeRecords(t *testing.T) {
+	reg := &keelpb.Record{Record: &keelpb.Record_ControllerRegistration{ControllerRegistration: &keelpb.ControllerRegistrationRecord{
+		NodeId: 1, Address: "h:1", MinMetadataVersion: 1, MaxMetadataVersion: 2}}}
+	atTwo := imageWith(t, clusterStart(), []*keelpb.Record{regRange(1, 1, 2)}, []*keelpb.Record{levelRecord(2), reg})
+	moved := []FeatureNode{{Kind: "controller", ID: 1, Address: "h:2", Min: 1, Max: 2}}
+	if recs, err := levelChangeRecords(atTwo, 2, false, moved); err != nil || len(recs) != 0 {
+		t.Fatalf("the same level: records %v, err %v; want none", recs, err)
+	}
+	if recs, err := levelChangeRecords(atTwo, 1, true, moved); !errors.Is(err, ErrUnsafeDowngrade) || len(recs) != 0 {
+		t.Fatalf("a downgrade with registrations: records %v, err %v; want ErrUnsafeDowngrade and none", recs, err)
+	}
+	atOne := imageWith(t, clusterStart(), []*keelpb.Record{regRange(1, 1, 2)})
+	recs, err := levelChangeRecords(atOne, 2, false, moved)
+	if err != nil || len(recs) != 1 || recs[0].GetFeatureLevel().GetLevel() != 2 {
+		t.Fatalf("a raise from 1: records %v, err %v; want the FeatureLevel record alone", recs, err)
+	}
+}

@@ -590,7 +590,7 @@ func (a *Agent) register(ctx context.Context) (int64, error) {
 			KafkaAddress:        a.cfg.KafkaAddress,
 			Rack:                a.cfg.Rack,
 			MinMetadataVersion:  fsm.MinMetadataVersion,
-			MaxMetadataVersion:  fsm.MaxMetadataVersion,
+			MaxMetadataVersion:  a.cfg.MaxMetadataVersion,
 			ClusterId:           a.meta.clusterID(),
 			PreviousBrokerEpoch: a.previousEpoch.Load(),
 		}

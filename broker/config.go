@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
@@ -73,6 +74,12 @@ type Config struct {
 	// until Close; Start fails if they are registered there already. Nil
 	// registers none.
 	Metrics prometheus.Registerer
+	// MaxMetadataVersion is the highest metadata.version the broker says
+	// it supports when it registers; 0 is the binary's
+	// (fsm.MaxMetadataVersion). Test wiring: a lower value pretends an
+	// older binary, so that the controllers refuse to raise the level
+	// past it.
+	MaxMetadataVersion uint32
 }
 
 // check fills in defaults and rejects a config the agent cannot run with.
@@ -90,6 +97,11 @@ func (c *Config) check() error {
 		return fmt.Errorf("heartbeat interval %v is negative", c.HeartbeatInterval)
 	case c.ControlledShutdownTimeout < 0:
 		return fmt.Errorf("controlled shutdown timeout %v is negative", c.ControlledShutdownTimeout)
+	case c.MaxMetadataVersion != 0 && (c.MaxMetadataVersion < fsm.MinMetadataVersion || c.MaxMetadataVersion > fsm.MaxMetadataVersion):
+		return fmt.Errorf("max metadata version %d is outside this binary's range %d-%d", c.MaxMetadataVersion, fsm.MinMetadataVersion, fsm.MaxMetadataVersion)
+	}
+	if c.MaxMetadataVersion == 0 {
+		c.MaxMetadataVersion = fsm.MaxMetadataVersion
 	}
 	for _, addr := range append([]string{c.Address, c.Listen, c.KafkaAddress}, c.Controllers...) {
 		if addr == "" {

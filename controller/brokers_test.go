@@ -24,7 +24,7 @@ const (
 )
 
 func registerReq(id int32, inc string) *keelpb.RegisterBrokerRequest {
-	return &keelpb.RegisterBrokerRequest{BrokerId: id, IncarnationId: inc, Address: "127.0.0.1:9201", MinMetadataVersion: 1, MaxMetadataVersion: 1}
+	return &keelpb.RegisterBrokerRequest{BrokerId: id, IncarnationId: inc, Address: "127.0.0.1:9201", MinMetadataVersion: fsm.MinMetadataVersion, MaxMetadataVersion: fsm.MaxMetadataVersion}
 }
 
 func brokerFenced(nd *server.Node, id int32) bool {

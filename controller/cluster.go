@@ -30,8 +30,8 @@ func registrationRecords(img *fsm.Image, req *keelpb.RegisterBrokerRequest, hold
 		return nil, fmt.Errorf("%w: broker %d belongs to cluster %s, this is cluster %s",
 			ErrInconsistentClusterID, req.BrokerId, req.ClusterId, img.ClusterID)
 	}
-	if v := img.MetadataVersion; v < req.MinMetadataVersion || v > req.MaxMetadataVersion {
-		return nil, fmt.Errorf("%w: broker %d supports metadata versions %d-%d, the cluster is at %d",
+	if v := img.FinalizedMetadataVersion(); v < req.MinMetadataVersion || v > req.MaxMetadataVersion {
+		return nil, fmt.Errorf("%w: broker %d supports metadata versions %d-%d, the cluster is at %d (upgrade the broker's binary)",
 			ErrUnsupportedMetadataVersion, req.BrokerId, req.MinMetadataVersion, req.MaxMetadataVersion, v)
 	}
 	old, registered := img.Broker(req.BrokerId)

@@ -60,6 +60,13 @@ type Config struct {
 	// TimeoutNow tells voter id at addr to start an election at once (raft's
 	// TimeoutNow; raftlog.Node.TimeoutNow). Required with AskPeer.
 	TimeoutNow func(id int32, addr string) error
+	// InitialMetadataVersion is the metadata.version a new cluster starts
+	// at (0: MaxMetadataVersion); lower keeps it readable by older nodes.
+	InitialMetadataVersion uint32
+	// MaxMetadataVersion is the highest metadata.version this node says it
+	// supports (0: the binary's, fsm.MaxMetadataVersion). Test wiring: a
+	// lower value pretends an older binary.
+	MaxMetadataVersion uint32
 
 	// takeoverFault, when set, is called at the start of every takeover
 	// attempt and fails it with the error it returns. Tests only: a leader
@@ -105,6 +112,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.MaxMetadataVersion == 0 {
+		c.MaxMetadataVersion = fsm.MaxMetadataVersion
+	}
+	if c.InitialMetadataVersion == 0 {
+		c.InitialMetadataVersion = c.MaxMetadataVersion
 	}
 }
 

@@ -32,6 +32,7 @@ func (c *Controller) Describe(version string) *keelpb.DescribeQuorumResponse {
 		AppliedIndex: img.Offset,
 		Version:      version,
 	}
+	resp.MinMetadataVersion, resp.MaxMetadataVersion = c.SupportedMetadataVersions()
 	if f := c.raft.GetConfiguration(); f.Error() == nil {
 		resp.Voters = quorumMembers(f.Configuration())
 	}

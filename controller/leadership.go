@@ -48,6 +48,9 @@ type leadership struct {
 	mu     sync.Mutex // guards closed and sends on events
 	closed bool
 	events chan event
+
+	// registerKick wakes registerControllers (features.go).
+	registerKick chan struct{}
 }
 
 // event is one unit of work for the event loop: a decision to take and
@@ -68,7 +71,7 @@ type event struct {
 func (c *Controller) newLeadership() *leadership {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &leadership{c: c, log: c.log, ctx: ctx, cancel: cancel, events: make(chan event, c.cfg.EventQueueSize),
-		sessions: newSessionTracker(c.cfg.SessionTimeout), shutdownAt: map[int32]uint64{}}
+		sessions: newSessionTracker(c.cfg.SessionTimeout), shutdownAt: map[int32]uint64{}, registerKick: make(chan struct{}, 1)}
 	l.wg.Add(1)
 	return l
 }
@@ -89,9 +92,10 @@ func (l *leadership) run() {
 	l.sessions.reset(l.c.fsm.Image().Brokers(), l.c.cfg.Now())
 	l.c.active.Store(l)
 	l.log.Info("active controller", "epoch", l.epoch.Load(), "takeover", time.Since(start).Round(time.Millisecond))
-	l.wg.Add(2)
+	l.wg.Add(3)
 	go l.fenceExpiredSessions()
 	go l.electLeaderless()
+	go l.registerControllers()
 	if l.c.cfg.CrashGrace > 0 {
 		l.wg.Add(1)
 		go l.fenceCrashed()
@@ -162,6 +166,7 @@ func (l *leadership) tryEstablish() error {
 	// decided on the committed image and the state machine never refuses
 	// it (a whole cluster restarted on its data dirs would otherwise write
 	// a second cluster id, which every node refuses).
+	asked := l.askVoters() // beside the barrier, for the registrations (features.go)
 	if err := l.c.raft.Barrier(l.c.cfg.ApplyTimeout).Error(); err != nil {
 		return fmt.Errorf("barrier: %w", err)
 	}
@@ -181,12 +186,20 @@ func (l *leadership) tryEstablish() error {
 			ClusterId: &keelpb.ClusterIdRecord{ClusterId: l.c.newClusterID()}}})
 	}
 	if img.MetadataVersion == 0 {
+		// A new cluster starts at the level it was configured with; a
+		// cluster whose log states none (from before FeatureLevel records)
+		// gets the level such a log is read at.
+		level := fsm.BootstrapMetadataVersion
+		if img.ClusterID == "" {
+			level = l.c.cfg.InitialMetadataVersion
+		}
 		records = append(records, &keelpb.Record{Record: &keelpb.Record_FeatureLevel{
-			FeatureLevel: &keelpb.FeatureLevelRecord{Name: fsm.MetadataVersionFeature, Level: fsm.MaxMetadataVersion}}})
+			FeatureLevel: &keelpb.FeatureLevelRecord{Name: fsm.MetadataVersionFeature, Level: level}}})
 	}
 	next := img.ControllerEpoch + 1
 	records = append(records, &keelpb.Record{Record: &keelpb.Record_ControllerEpoch{
 		ControllerEpoch: &keelpb.ControllerEpochRecord{Epoch: next, LeaderId: l.c.cfg.NodeID}}})
+	records = append(records, l.takeoverRegistrations(img, asked)...)
 	if _, err := l.c.commitBatch(records...); err != nil {
 		return fmt.Errorf("commit controller epoch %d: %w", next, err)
 	}

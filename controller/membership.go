@@ -438,6 +438,9 @@ type PeerStatus struct {
 	LastIndex uint64 // the last index in its raft log
 	Ready     bool   // its readiness (/readyz)
 	NotReady  string // why it is not ready
+	// The metadata.version levels its binary supports; 0 and 0 from a
+	// binary from before they were reported.
+	MinMetadataVersion, MaxMetadataVersion uint32
 }
 
 // fitToLead asks every candidate, in parallel, how it is, until one is

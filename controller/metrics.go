@@ -27,6 +27,7 @@ const (
 	MetricFencedBrokerCount              = "keel_controller_fenced_broker_count"
 	MetricActiveBrokerCount              = "keel_controller_active_broker_count"
 	MetricControllerEpoch                = "keel_controller_epoch"
+	MetricMetadataVersion                = "keel_controller_metadata_version"
 	MetricEventQueueSize                 = "keel_controller_event_queue_size"
 	MetricEventQueueTime                 = "keel_controller_event_queue_time_seconds"
 	MetricBrokerStreamLag                = "keel_controller_broker_stream_lag_offsets"
@@ -197,6 +198,8 @@ var (
 		"Registered brokers that are not fenced (shutting down included)."+activeOnly, nil, nil)
 	descEpoch = prometheus.NewDesc(MetricControllerEpoch,
 		"The controller epoch of this node's committed image: the epoch of the latest active controller.", nil, nil)
+	descMetadataVersion = prometheus.NewDesc(MetricMetadataVersion,
+		"The finalized metadata.version of this node's committed image (docs/features.md).", nil, nil)
 	descQueueSize = prometheus.NewDesc(MetricEventQueueSize,
 		"Events waiting in the controller's event queue; always 0 except on the active controller.", nil, nil)
 	descStreamLag = prometheus.NewDesc(MetricBrokerStreamLag,
@@ -215,7 +218,7 @@ var (
 
 func (col *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descActiveControllerCount, descOfflinePartitions, descImbalance, descTopics,
-		descPartitions, descFenced, descActiveBrokers, descEpoch, descQueueSize, descStreamLag, descLastIndex,
+		descPartitions, descFenced, descActiveBrokers, descEpoch, descMetadataVersion, descQueueSize, descStreamLag, descLastIndex,
 		descCommitIndex, descAppliedIndex, descTerm, descRefused} {
 		ch <- d
 	}
@@ -251,6 +254,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descFenced, float64(n.fencedBrokers))
 	gauge(descActiveBrokers, float64(n.activeBrokers))
 	gauge(descEpoch, float64(img.ControllerEpoch))
+	gauge(descMetadataVersion, float64(img.FinalizedMetadataVersion()))
 	gauge(descQueueSize, float64(queued))
 	c.metrics.streams.each(func(broker int32, sent uint64) {
 		lag := uint64(0)

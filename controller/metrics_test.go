@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -80,6 +81,7 @@ func TestMetrics_QuorumReportsItsState(t *testing.T) {
 		active += m[controller.MetricActiveControllerCount]
 		for name, want := range map[string]float64{
 			controller.MetricControllerEpoch:        1,
+			controller.MetricMetadataVersion:        float64(fsm.MaxMetadataVersion),
 			controller.MetricActiveBrokerCount:      1,
 			controller.MetricFencedBrokerCount:      0,
 			controller.MetricGlobalTopicCount:       0,

@@ -121,6 +121,9 @@ func (ctx *applyContext) mutBrokers(img *Image) map[int32]*Broker {
 // applyRecord applies one record to img, which the caller owns and may edit:
 // one function per record type.
 func applyRecord(img *Image, rec *keelpb.Record, ctx *applyContext) error {
+	if err := checkRecordLevel(img, rec); err != nil {
+		return err
+	}
 	switch rec.GetRecord().(type) {
 	case *keelpb.Record_ClusterId:
 		return applyClusterID(img, rec, ctx)
@@ -152,6 +155,8 @@ func applyRecord(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 		return applyConfig(img, rec, ctx)
 	case *keelpb.Record_ProducerIds:
 		return applyProducerIds(img, rec, ctx)
+	case *keelpb.Record_ControllerRegistration:
+		return applyControllerRegistration(img, rec, ctx)
 	}
 	return errors.New("unknown record type")
 }

@@ -7,18 +7,6 @@ import (
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
-func applyFeatureLevel(img *Image, rec *keelpb.Record, _ *applyContext) error {
-	r := rec.GetFeatureLevel()
-	if r.GetName() != MetadataVersionFeature {
-		return fmt.Errorf("unknown feature %q", r.GetName())
-	}
-	if r.GetLevel() < MinMetadataVersion || r.GetLevel() > MaxMetadataVersion {
-		return fmt.Errorf("%s %d is outside the supported range %d-%d", MetadataVersionFeature, r.GetLevel(), MinMetadataVersion, MaxMetadataVersion)
-	}
-	img.MetadataVersion = r.GetLevel()
-	return nil
-}
-
 func applyBrokerRegistration(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	r := rec.GetBrokerRegistration()
 	switch {
@@ -30,10 +18,9 @@ func applyBrokerRegistration(img *Image, rec *keelpb.Record, ctx *applyContext) 
 		return errors.New("address is empty")
 	case r.GetMinMetadataVersion() > r.GetMaxMetadataVersion():
 		return fmt.Errorf("metadata version range %d-%d is empty", r.GetMinMetadataVersion(), r.GetMaxMetadataVersion())
-	case img.MetadataVersion != 0 &&
-		(img.MetadataVersion < r.GetMinMetadataVersion() || img.MetadataVersion > r.GetMaxMetadataVersion()):
-		return fmt.Errorf("broker supports metadata versions %d-%d, the cluster is at %d",
-			r.GetMinMetadataVersion(), r.GetMaxMetadataVersion(), img.MetadataVersion)
+	case img.FinalizedMetadataVersion() < r.GetMinMetadataVersion() || img.FinalizedMetadataVersion() > r.GetMaxMetadataVersion():
+		return fmt.Errorf("%w: broker supports metadata versions %d-%d, the cluster is at %d",
+			ErrUnsupportedMetadataVersion, r.GetMinMetadataVersion(), r.GetMaxMetadataVersion(), img.FinalizedMetadataVersion())
 	}
 	b := &Broker{
 		ID:                 r.GetBrokerId(),

@@ -13,15 +13,6 @@ import (
 	"slices"
 )
 
-// Metadata versions this software understands. A cluster's metadata.version
-// (a FeatureLevel record) must lie in this range for a node to apply its log.
-const (
-	MinMetadataVersion uint32 = 1
-	MaxMetadataVersion uint32 = 1
-	// MetadataVersionFeature is the feature name of the metadata version.
-	MetadataVersionFeature = "metadata.version"
-)
-
 // Broker is one registered broker incarnation. Like the image, a *Broker is
 // never modified once published: a change makes a new one.
 type Broker struct {
@@ -73,7 +64,8 @@ type Image struct {
 	// ControllerLeaderID is the node that committed ControllerEpoch.
 	ControllerLeaderID int32
 	// MetadataVersion is the cluster's metadata.version feature level; 0
-	// until the first active controller writes it.
+	// until the first active controller writes it (FinalizedMetadataVersion
+	// is the level in force).
 	MetadataVersion uint32
 	// NextProducerID is the first producer id no broker has been given yet
 	// (ProducerIdsRecord): the next block starts here.
@@ -86,6 +78,9 @@ type Image struct {
 	// brokers by id. Shared between image versions until a batch changes a
 	// broker; then that batch copies the map once (see applyContext).
 	brokers map[int32]*Broker
+	// controllers are the controller registrations (features.go), by node
+	// id; a handful, copied whole on every change.
+	controllers map[int32]*ControllerRegistration
 
 	// Topics, partitions and the replica index are persistent structures
 	// (btree.go, partvec.go): a batch that changes k partitions copies

@@ -34,7 +34,10 @@ const (
 	// header) and the partitions' eligible leader replicas, last known
 	// leader and leader recovery state, which a version 1 reader would
 	// drop unseen. Version 3 added the next free producer id (a
-	// ProducerIdsRecord) and the brokers' Kafka addresses.
+	// ProducerIdsRecord) and the brokers' Kafka addresses. Record types
+	// added since are gated by metadata.version instead (features.go): a
+	// snapshot holds only what its level allows, and its header states
+	// the level, so the format need not change with them.
 	SnapshotFormatVersion = 3
 	// MinSnapshotFormatVersion is the oldest version this reader takes.
 	MinSnapshotFormatVersion = 1
@@ -61,7 +64,7 @@ func identityRecords(img *Image) int {
 			n++
 		}
 	}
-	return n
+	return n + len(img.controllers)
 }
 
 // imageRecords lists the image as records, in an order that depends only on
@@ -90,6 +93,10 @@ func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
 		if err := emit(&keelpb.Record{Record: &keelpb.Record_ProducerIds{ProducerIds: rec}}); err != nil {
 			return err
 		}
+	}
+	// The controller registrations, after the level that allows them.
+	if err := controllerRecords(img, emit); err != nil {
+		return err
 	}
 	// The cluster's config defaults, by name. Topics' own configs travel
 	// in their TopicRecords.
@@ -176,6 +183,7 @@ func WriteSnapshot(w io.Writer, img *Image) error {
 		Topics:          uint64(img.TopicCount()),
 		Partitions:      uint64(img.PartitionCount()),
 		Configs:         uint64(len(img.clusterConfigs)),
+		MetadataVersion: img.MetadataVersion,
 		RecordCount:     uint64(img.BrokerCount() + img.TopicCount() + img.PartitionCount() + len(img.clusterConfigs) + identityRecords(img)),
 	}
 	if err := fw.frame(frameHeader, header); err != nil {
@@ -251,7 +259,10 @@ func (fr *frameReader) next() (kind byte, payload []byte, err error) {
 // SnapshotInfo describes a verified snapshot: its header, what its records
 // hold, and its checksum.
 type SnapshotInfo struct {
-	FormatVersion   uint32
+	FormatVersion uint32
+	// MetadataVersion is the level the header states; 0 from a snapshot
+	// written before the header carried it.
+	MetadataVersion uint32
 	ClusterID       string
 	Index, Term     uint64
 	ControllerEpoch int64
@@ -321,6 +332,10 @@ func readHeader(fr *frameReader) (*keelpb.SnapshotHeader, error) {
 	}
 	if header.FormatVersion < MinSnapshotFormatVersion || header.FormatVersion > SnapshotFormatVersion {
 		return nil, corrupt("format version %d is not supported (want %d to %d)", header.FormatVersion, MinSnapshotFormatVersion, SnapshotFormatVersion)
+	}
+	if v := header.MetadataVersion; v > MaxMetadataVersion {
+		return nil, fmt.Errorf("%w: the snapshot is at %s %d; this binary supports %d-%d",
+			ErrUnsupportedMetadataVersion, MetadataVersionFeature, v, MinMetadataVersion, MaxMetadataVersion)
 	}
 	return header, nil
 }
@@ -398,7 +413,7 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 				return nil, nil, corrupt("data after the trailer")
 			}
 			info := &SnapshotInfo{
-				FormatVersion: header.FormatVersion, ClusterID: header.ClusterId, Index: header.Index, Term: header.Term,
+				FormatVersion: header.FormatVersion, MetadataVersion: header.MetadataVersion, ClusterID: header.ClusterId, Index: header.Index, Term: header.Term,
 				ControllerEpoch: header.ControllerEpoch, Records: count, SHA256: trailer.Sha256,
 				Brokers: typeCounts[0], Topics: typeCounts[1], Partitions: typeCounts[2], Configs: typeCounts[3],
 			}
@@ -406,7 +421,8 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 				return nil, info, nil
 			}
 			ctx.finish()
-			if img.ClusterID != header.ClusterId || img.ControllerEpoch != header.ControllerEpoch {
+			if img.ClusterID != header.ClusterId || img.ControllerEpoch != header.ControllerEpoch ||
+				(header.MetadataVersion != 0 && img.MetadataVersion != header.MetadataVersion) {
 				return nil, nil, corrupt("header does not match the records")
 			}
 			img.Offset, img.Term = header.Index, header.Term

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
@@ -394,7 +395,7 @@ func TestBroker_RetriedRegistrationKeepsEpoch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req := &keelpb.RegisterBrokerRequest{BrokerId: id, IncarnationId: b.IncarnationId, Address: b.Address, Rack: b.Rack,
-		MinMetadataVersion: 1, MaxMetadataVersion: 1, ClusterId: c.Inspect(t, id).ClusterId}
+		MinMetadataVersion: fsm.MinMetadataVersion, MaxMetadataVersion: fsm.MaxMetadataVersion, ClusterId: c.Inspect(t, id).ClusterId}
 	for attempt := 1; attempt <= 2; attempt++ {
 		resp, err := c.Client().RegisterBroker(ctx, req)
 		if err != nil || resp.GetBrokerEpoch() != b.Epoch {

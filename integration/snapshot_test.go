@@ -20,6 +20,7 @@ var snapshotFlags = withControllerFlags("--snapshot-threshold", "16", "--trailin
 // snapshotJSON is `keel snapshot inspect -o json` (and what save prints).
 type snapshotJSON struct {
 	FormatVersion   uint32  `json:"format_version"`
+	MetadataVersion uint32  `json:"metadata_version"`
 	ClusterID       string  `json:"cluster_id"`
 	Index           uint64  `json:"index"`
 	Term            uint64  `json:"term"`

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -132,7 +133,7 @@ func TestCluster_Options(t *testing.T) {
 	// wall time, and expires when the fake clock passes it.
 	ctx := context.Background()
 	reg, err := active.Controller().RegisterBroker(ctx, &keelpb.RegisterBrokerRequest{BrokerId: 1,
-		IncarnationId: "00000000-0000-0000-0000-00000000000a", Address: "127.0.0.1:9092", MinMetadataVersion: 1, MaxMetadataVersion: 1})
+		IncarnationId: "00000000-0000-0000-0000-00000000000a", Address: "127.0.0.1:9092", MinMetadataVersion: fsm.MinMetadataVersion, MaxMetadataVersion: fsm.MaxMetadataVersion})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,6 +93,32 @@ func (c *Client) IncrementalAlterConfigs(ctx context.Context, req *keelpb.Increm
 	return resp, err
 }
 
+// DescribeFeatures reads the finalized metadata.version and every node's
+// supported range from the active controller.
+func (c *Client) DescribeFeatures(ctx context.Context) (*keelpb.DescribeFeaturesResponse, error) {
+	var resp *keelpb.DescribeFeaturesResponse
+	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.DescribeFeatures(ctx, &keelpb.DescribeFeaturesRequest{})
+		return err
+	})
+	return resp, err
+}
+
+// UpdateFeatures raises metadata.version to level, or lowers it with
+// downgrade, through the active controller. FailedPrecondition with the
+// reason UNSUPPORTED_METADATA_VERSION or UNSAFE_DOWNGRADE, naming what
+// stops it.
+func (c *Client) UpdateFeatures(ctx context.Context, level uint32, downgrade bool) (*keelpb.UpdateFeaturesResponse, error) {
+	var resp *keelpb.UpdateFeaturesResponse
+	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.UpdateFeatures(ctx, &keelpb.UpdateFeaturesRequest{MetadataVersion: level, Downgrade: downgrade})
+		return err
+	})
+	return resp, err
+}
+
 // DescribeConfigs reads a topic's or the cluster's effective configs, each
 // with its source, from the active controller (see ListTopics for the
 // options).

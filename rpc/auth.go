@@ -68,6 +68,7 @@ var methodRules = map[string]rule{
 	keelpb.ControllerService_DescribeTopic_FullMethodName:              anyIdentity,
 	keelpb.ControllerService_ListPartitionReassignments_FullMethodName: anyIdentity,
 	keelpb.ControllerService_DescribeConfigs_FullMethodName:            anyIdentity,
+	keelpb.ControllerService_DescribeFeatures_FullMethodName:           anyIdentity,
 
 	// Controller service: a broker about itself.
 	keelpb.ControllerService_RegisterBroker_FullMethodName:  brokerSelf("broker_id"),
@@ -99,6 +100,9 @@ var methodRules = map[string]rule{
 	keelpb.ControllerService_RemoveVoter_FullMethodName:                 adminOnly,
 	keelpb.ControllerService_TransferLeadership_FullMethodName:          adminOnly,
 	keelpb.ControllerService_IncrementalAlterConfigs_FullMethodName:     adminOnly,
+	// Raising or lowering metadata.version (Kafka's UpdateFeatures needs
+	// ALTER on the cluster).
+	keelpb.ControllerService_UpdateFeatures_FullMethodName: adminOnly,
 
 	// Broker service, on brokers. A fetch reports the fetching replica's
 	// progress, which moves it into the ISR: only that replica may send it.

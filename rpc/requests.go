@@ -93,6 +93,11 @@ func Validate(req proto.Message) error {
 		return nil
 	case *keelpb.FetchRequest:
 		return ValidateFetch(r)
+	case *keelpb.UpdateFeaturesRequest:
+		if r.GetMetadataVersion() == 0 {
+			return invalidArgument("metadata_version", "must be at least 1")
+		}
+		return nil
 	}
 	// Requests with no fields to check (DescribeQuorum, ListBrokers,
 	// ListTopics, FetchSnapshot, ...) and a snapshot upload's chunks, which

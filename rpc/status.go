@@ -96,6 +96,9 @@ const (
 	// itself from the quorum, has handed leadership to the node in the
 	// LeaderHint, which makes the change when asked again.
 	ReasonLeadershipTransferred = "LEADERSHIP_TRANSFERRED"
+	// ReasonUnsafeDowngrade: a metadata.version downgrade refused because
+	// the metadata holds what the lower level cannot express.
+	ReasonUnsafeDowngrade = "UNSAFE_DOWNGRADE"
 
 	// ReasonNotLeader was AlterPartition's answer to a sender that is not
 	// the partition's leader.

@@ -75,6 +75,7 @@ func validControllerRequests() []controllerRequestCase {
 		{method: "RegisterBroker", name: "an unclean shutdown reported", req: edited(validRegister, func(r *keelpb.RegisterBrokerRequest) { r.PreviousBrokerEpoch = -1 })},
 		{method: "BrokerHeartbeat", req: validHeartbeat},
 		{method: "AllocateProducerIds", req: &keelpb.AllocateProducerIdsRequest{BrokerId: 1, BrokerEpoch: 5}},
+		{method: "UpdateFeatures", req: &keelpb.UpdateFeaturesRequest{MetadataVersion: 2}},
 		{method: "UnregisterBroker", req: validUnregister},
 		{method: "UnregisterBroker", name: "any incarnation (epoch 0)", req: edited(validUnregister, func(r *keelpb.UnregisterBrokerRequest) { r.BrokerEpoch = 0 })},
 		{method: "StreamMetadata", req: validStreamMetadata},
@@ -210,6 +211,7 @@ func invalidControllerRequests() []controllerRequestCase {
 		register("an empty version range", "max_metadata_version", func(r *keelpb.RegisterBrokerRequest) { r.MinMetadataVersion, r.MaxMetadataVersion = 3, 2 }),
 		register("an over-long cluster id", "cluster_id", func(r *keelpb.RegisterBrokerRequest) { r.ClusterId = long(maxClusterIDLen + 1) }),
 		register("a Kafka address without a port", "kafka_address", func(r *keelpb.RegisterBrokerRequest) { r.KafkaAddress = "broker1" }),
+		{method: "UpdateFeatures", name: "metadata version 0", field: "metadata_version", req: &keelpb.UpdateFeaturesRequest{Downgrade: true}},
 		{method: "AllocateProducerIds", name: "a negative broker id", field: "broker_id", req: &keelpb.AllocateProducerIdsRequest{BrokerId: -1, BrokerEpoch: 5}},
 		{method: "AllocateProducerIds", name: "no broker epoch", field: "broker_epoch", req: &keelpb.AllocateProducerIdsRequest{BrokerId: 1}},
 
@@ -388,6 +390,7 @@ var controllerMethodsWithoutInput = map[string]bool{
 	"ListTopics":                 true,
 	"ListPartitionReassignments": true,
 	"FetchSnapshot":              true,
+	"DescribeFeatures":           true,
 }
 
 // anyValueFields are request fields every value of which is valid, so that

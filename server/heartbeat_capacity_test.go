@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
@@ -108,7 +109,7 @@ func measureHeartbeats(t *testing.T, addr string, n int, interval time.Duration,
 	for i := range n {
 		resp, err := clients[i].RegisterBroker(ctx, &keelpb.RegisterBrokerRequest{
 			BrokerId: int32(i + 1), IncarnationId: uuid.NewString(), Address: fmt.Sprintf("127.0.0.1:%d", 10000+i),
-			MinMetadataVersion: 1, MaxMetadataVersion: 1})
+			MinMetadataVersion: fsm.MinMetadataVersion, MaxMetadataVersion: fsm.MaxMetadataVersion})
 		if err != nil {
 			t.Fatalf("register broker %d: %v", i+1, err)
 		}

@@ -55,6 +55,12 @@ type NodeConfig struct {
 	CrashGrace time.Duration
 	// RestoreFrom is a snapshot file a brand-new quorum starts from.
 	RestoreFrom string
+	// InitialMetadataVersion is the metadata.version a new cluster starts
+	// at (0: the binary's latest).
+	InitialMetadataVersion uint32
+	// MaxMetadataVersion, when not 0, is the highest metadata.version this
+	// node says it supports: test wiring that pretends an older binary.
+	MaxMetadataVersion uint32
 	// LeaderImbalanceCheckInterval is how often automatic leader rebalance
 	// runs (default 300s; negative: never).
 	LeaderImbalanceCheckInterval time.Duration
@@ -187,6 +193,8 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 
 		LeaderImbalanceCheckInterval: cfg.LeaderImbalanceCheckInterval,
 		RestoreFrom:                  cfg.RestoreFrom,
+		InitialMetadataVersion:       cfg.InitialMetadataVersion,
+		MaxMetadataVersion:           cfg.MaxMetadataVersion,
 		Metrics:                      cfg.Metrics,
 		Now:                          cfg.Now,
 		AskPeer:                      askPeer(cfg.TLS),
@@ -373,7 +381,8 @@ func askPeer(tls *tlsauth.Config) func(ctx context.Context, id int32, addr strin
 		if resp.GetNodeId() != id {
 			return controller.PeerStatus{}, fmt.Errorf("the node at %s is node %d", addr, resp.GetNodeId())
 		}
-		return controller.PeerStatus{LastIndex: resp.GetLastIndex(), Ready: resp.GetReady(), NotReady: resp.GetNotReadyReason()}, nil
+		return controller.PeerStatus{LastIndex: resp.GetLastIndex(), Ready: resp.GetReady(), NotReady: resp.GetNotReadyReason(),
+			MinMetadataVersion: resp.GetMinMetadataVersion(), MaxMetadataVersion: resp.GetMaxMetadataVersion()}, nil
 	}
 }
 

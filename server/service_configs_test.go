@@ -35,7 +35,7 @@ func TestControllerService_Configs(t *testing.T) {
 	id := fsm.TopicID{0x1}
 	if _, err := active.Controller().Propose(ctx,
 		&keelpb.Record{Record: &keelpb.Record_BrokerRegistration{BrokerRegistration: &keelpb.BrokerRegistrationRecord{
-			BrokerId: 1, IncarnationId: "00000000-0000-0000-0000-000000000001", Address: "127.0.0.1:9201", MinMetadataVersion: 1, MaxMetadataVersion: 1}}},
+			BrokerId: 1, IncarnationId: "00000000-0000-0000-0000-000000000001", Address: "127.0.0.1:9201", MinMetadataVersion: fsm.MinMetadataVersion, MaxMetadataVersion: fsm.MaxMetadataVersion}}},
 		&keelpb.Record{Record: &keelpb.Record_Topic{Topic: &keelpb.TopicRecord{Name: "t", TopicId: id[:]}}},
 		&keelpb.Record{Record: &keelpb.Record_Partition{Partition: &keelpb.PartitionRecord{TopicId: id[:], Replicas: []int32{1}, Isr: []int32{1}, Leader: 1}}},
 	); err != nil {

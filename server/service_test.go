@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/server"
 )
@@ -45,7 +46,7 @@ func TestControllerService_ChecksEveryRequest(t *testing.T) {
 	before := active.FSM().Image().Offset
 
 	_, err := cl.RegisterBroker(ctx, &keelpb.RegisterBrokerRequest{BrokerId: 1, IncarnationId: "broker-1",
-		Address: "127.0.0.1:9092", MinMetadataVersion: 1, MaxMetadataVersion: 1})
+		Address: "127.0.0.1:9092", MinMetadataVersion: fsm.MinMetadataVersion, MaxMetadataVersion: fsm.MaxMetadataVersion})
 	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), "incarnation_id:") {
 		t.Fatalf("RegisterBroker with incarnation id broker-1: err = %v, want InvalidArgument naming incarnation_id", err)
 	}

@@ -39,7 +39,7 @@ func TestSnapshotScale(t *testing.T) {
 	for i := range brokers {
 		id := int32(i + 1)
 		resp, err := client.RegisterBroker(ctx, &keelpb.RegisterBrokerRequest{BrokerId: id, IncarnationId: uuid.NewString(),
-			Address: fmt.Sprintf("127.0.0.1:%d", 20000+i), Rack: fmt.Sprintf("r%d", i%3), MinMetadataVersion: 1, MaxMetadataVersion: 1})
+			Address: fmt.Sprintf("127.0.0.1:%d", 20000+i), Rack: fmt.Sprintf("r%d", i%3), MinMetadataVersion: fsm.MinMetadataVersion, MaxMetadataVersion: fsm.MaxMetadataVersion})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -45,6 +45,8 @@ func toStatus(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, controller.ErrInconsistentClusterID):
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonInconsistentClusterID, err.Error())
+	case errors.Is(err, controller.ErrUnsafeDowngrade):
+		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonUnsafeDowngrade, err.Error())
 	case errors.Is(err, controller.ErrUnsupportedMetadataVersion):
 		return rpc.WithReason(codes.FailedPrecondition, rpc.ReasonUnsupportedMetadataVersion, err.Error())
 	case errors.As(err, &dup):

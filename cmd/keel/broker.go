@@ -202,6 +202,7 @@ same CA; SASL is not served.
 		"fsync each log at least this often while it takes writes (Kafka's flush.ms); 0 leaves durability to replication, as Kafka does")
 	f.DurationVar(&replicas.RetentionCheckInterval, "log-retention-check-interval", replicas.RetentionCheckInterval,
 		"how often each log applies its topic's retention.ms and retention.bytes (Kafka's log.retention.check.interval.ms)")
+	addTestMaxMetadataVersionFlag(f, &cfg.MaxMetadataVersion)
 	f.StringVar(&kafkaListen, "kafka-listen", "", "address to serve the Kafka protocol on, for Kafka clients (keel produce, kcat, franz-go); empty: none")
 	f.StringVar(&kafkaAdvertise, "kafka-advertise", "", "address Kafka clients reach this broker's Kafka listener at (default: --kafka-listen)")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/metrics"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/server"
@@ -85,6 +86,9 @@ loopback, or --insecure says plaintext is meant.`,
 			if err := raftlog.CheckLogStore(cfg.LogStore); err != nil {
 				return err // it names --log-store
 			}
+			if err := checkMetadataVersions(cfg.InitialMetadataVersion, cfg.MaxMetadataVersion); err != nil {
+				return err
+			}
 			if cfg.Join && cfg.RestoreFrom != "" {
 				return fmt.Errorf("--join and --restore-from: --restore-from starts a new quorum, --join joins a running one")
 			}
@@ -155,6 +159,9 @@ loopback, or --insecure says plaintext is meant.`,
 	f.BoolVar(&cfg.Join, "join", false, "with an empty --data-dir, bootstrap nothing and wait to be added to a running quorum (keel quorum add-voter); the node's address is --listen")
 	f.StringVar(&raftDial, "raft-dial", "", "dial these peers' raft traffic at other addresses than the voter list's (a proxy, NAT), id@host:port,...; empty: none")
 	f.StringVar(&cfg.RestoreFrom, "restore-from", "", "start a brand-new quorum (empty data dirs) from this snapshot file, given to every voter; ignored once the cluster has state")
+	f.Uint32Var(&cfg.InitialMetadataVersion, "initial-metadata-version", fsm.MaxMetadataVersion,
+		"the metadata.version a new cluster starts at (docs/features.md); lower keeps it readable by older brokers and controllers; ignored once the cluster has state")
+	addTestMaxMetadataVersionFlag(f, &cfg.MaxMetadataVersion)
 	f.StringVar(&cfg.ClusterID, "cluster-id", "", "cluster id for a new cluster (default: a random UUID); a data dir of another cluster is refused")
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", defaultWriteTimeout, "how long a write may wait to commit before it fails with Unavailable")
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", controller.DefaultSessionTimeout, "how long a broker may go without a heartbeat before it is fenced")

@@ -30,6 +30,7 @@ func newSnapshotCmd() *cobra.Command {
 // (DESIGN.md); `snapshot save` prints the same plus its elapsed time.
 type snapshotSummary struct {
 	FormatVersion   uint32  `json:"format_version"`
+	MetadataVersion uint32  `json:"metadata_version"`
 	ClusterID       string  `json:"cluster_id"`
 	Index           uint64  `json:"index"`
 	Term            uint64  `json:"term"`
@@ -73,6 +74,7 @@ func verifySnapshotFile(path string) (*snapshotSummary, error) {
 	}
 	return &snapshotSummary{
 		FormatVersion:   info.FormatVersion,
+		MetadataVersion: info.MetadataVersion,
 		ClusterID:       info.ClusterID,
 		Index:           info.Index,
 		Term:            info.Term,
@@ -140,6 +142,7 @@ func saveSnapshot(ctx context.Context, c *rpc.Client, path string) (_ *snapshotS
 func snapshotTable(w io.Writer, s *snapshotSummary) error {
 	rows := [][]string{
 		{"Format version:", fmt.Sprint(s.FormatVersion)},
+		{"Metadata version:", fmt.Sprint(s.MetadataVersion)},
 		{"Cluster ID:", s.ClusterID},
 		{"Index:", fmt.Sprint(s.Index)},
 		{"Term:", fmt.Sprint(s.Term)},

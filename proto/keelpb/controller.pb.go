@@ -180,6 +180,298 @@ func (AlterConfigOp) EnumDescriptor() ([]byte, []int) {
 	return file_controller_proto_rawDescGZIP(), []int{2}
 }
 
+type DescribeFeaturesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeFeaturesRequest) Reset() {
+	*x = DescribeFeaturesRequest{}
+	mi := &file_controller_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeFeaturesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeFeaturesRequest) ProtoMessage() {}
+
+func (x *DescribeFeaturesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeFeaturesRequest.ProtoReflect.Descriptor instead.
+func (*DescribeFeaturesRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{0}
+}
+
+type DescribeFeaturesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The finalized level (as the log states it, or the bootstrap level of
+	// a log that states none).
+	MetadataVersion uint32         `protobuf:"varint,1,opt,name=metadata_version,json=metadataVersion,proto3" json:"metadata_version,omitempty"`
+	Nodes           []*FeatureNode `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DescribeFeaturesResponse) Reset() {
+	*x = DescribeFeaturesResponse{}
+	mi := &file_controller_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeFeaturesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeFeaturesResponse) ProtoMessage() {}
+
+func (x *DescribeFeaturesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeFeaturesResponse.ProtoReflect.Descriptor instead.
+func (*DescribeFeaturesResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DescribeFeaturesResponse) GetMetadataVersion() uint32 {
+	if x != nil {
+		return x.MetadataVersion
+	}
+	return 0
+}
+
+func (x *DescribeFeaturesResponse) GetNodes() []*FeatureNode {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+// FeatureNode is one node's supported range of metadata.version levels.
+type FeatureNode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "controller" or "broker".
+	Kind               string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Id                 int32  `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Address            string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	MinMetadataVersion uint32 `protobuf:"varint,4,opt,name=min_metadata_version,json=minMetadataVersion,proto3" json:"min_metadata_version,omitempty"`
+	MaxMetadataVersion uint32 `protobuf:"varint,5,opt,name=max_metadata_version,json=maxMetadataVersion,proto3" json:"max_metadata_version,omitempty"`
+	// Why the range is unknown (a voter that did not answer); empty otherwise.
+	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FeatureNode) Reset() {
+	*x = FeatureNode{}
+	mi := &file_controller_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FeatureNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FeatureNode) ProtoMessage() {}
+
+func (x *FeatureNode) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FeatureNode.ProtoReflect.Descriptor instead.
+func (*FeatureNode) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *FeatureNode) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *FeatureNode) GetId() int32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *FeatureNode) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *FeatureNode) GetMinMetadataVersion() uint32 {
+	if x != nil {
+		return x.MinMetadataVersion
+	}
+	return 0
+}
+
+func (x *FeatureNode) GetMaxMetadataVersion() uint32 {
+	if x != nil {
+		return x.MaxMetadataVersion
+	}
+	return 0
+}
+
+func (x *FeatureNode) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type UpdateFeaturesRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	MetadataVersion uint32                 `protobuf:"varint,1,opt,name=metadata_version,json=metadataVersion,proto3" json:"metadata_version,omitempty"`
+	// Lowering the level needs downgrade; raising it must not have it.
+	Downgrade     bool `protobuf:"varint,2,opt,name=downgrade,proto3" json:"downgrade,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateFeaturesRequest) Reset() {
+	*x = UpdateFeaturesRequest{}
+	mi := &file_controller_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateFeaturesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateFeaturesRequest) ProtoMessage() {}
+
+func (x *UpdateFeaturesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateFeaturesRequest.ProtoReflect.Descriptor instead.
+func (*UpdateFeaturesRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UpdateFeaturesRequest) GetMetadataVersion() uint32 {
+	if x != nil {
+		return x.MetadataVersion
+	}
+	return 0
+}
+
+func (x *UpdateFeaturesRequest) GetDowngrade() bool {
+	if x != nil {
+		return x.Downgrade
+	}
+	return false
+}
+
+type UpdateFeaturesResponse struct {
+	state                   protoimpl.MessageState `protogen:"open.v1"`
+	PreviousMetadataVersion uint32                 `protobuf:"varint,1,opt,name=previous_metadata_version,json=previousMetadataVersion,proto3" json:"previous_metadata_version,omitempty"`
+	MetadataVersion         uint32                 `protobuf:"varint,2,opt,name=metadata_version,json=metadataVersion,proto3" json:"metadata_version,omitempty"`
+	// The raft index the FeatureLevel record was applied at; 0 when the
+	// level was already the one asked for.
+	Index         uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateFeaturesResponse) Reset() {
+	*x = UpdateFeaturesResponse{}
+	mi := &file_controller_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateFeaturesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateFeaturesResponse) ProtoMessage() {}
+
+func (x *UpdateFeaturesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateFeaturesResponse.ProtoReflect.Descriptor instead.
+func (*UpdateFeaturesResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UpdateFeaturesResponse) GetPreviousMetadataVersion() uint32 {
+	if x != nil {
+		return x.PreviousMetadataVersion
+	}
+	return 0
+}
+
+func (x *UpdateFeaturesResponse) GetMetadataVersion() uint32 {
+	if x != nil {
+		return x.MetadataVersion
+	}
+	return 0
+}
+
+func (x *UpdateFeaturesResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type DescribeQuorumRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -188,7 +480,7 @@ type DescribeQuorumRequest struct {
 
 func (x *DescribeQuorumRequest) Reset() {
 	*x = DescribeQuorumRequest{}
-	mi := &file_controller_proto_msgTypes[0]
+	mi := &file_controller_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -200,7 +492,7 @@ func (x *DescribeQuorumRequest) String() string {
 func (*DescribeQuorumRequest) ProtoMessage() {}
 
 func (x *DescribeQuorumRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[0]
+	mi := &file_controller_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -213,7 +505,7 @@ func (x *DescribeQuorumRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeQuorumRequest.ProtoReflect.Descriptor instead.
 func (*DescribeQuorumRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{0}
+	return file_controller_proto_rawDescGZIP(), []int{5}
 }
 
 type DescribeQuorumResponse struct {
@@ -244,14 +536,17 @@ type DescribeQuorumResponse struct {
 	NotReadyReason string `protobuf:"bytes,17,opt,name=not_ready_reason,json=notReadyReason,proto3" json:"not_ready_reason,omitempty"`
 	// The active controller's view of each voter's replication (Kafka's
 	// describe --replication); empty from a node that is not active.
-	Replication   []*VoterReplication `protobuf:"bytes,18,rep,name=replication,proto3" json:"replication,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replication []*VoterReplication `protobuf:"bytes,18,rep,name=replication,proto3" json:"replication,omitempty"`
+	// The metadata.version levels this node's binary supports.
+	MinMetadataVersion uint32 `protobuf:"varint,19,opt,name=min_metadata_version,json=minMetadataVersion,proto3" json:"min_metadata_version,omitempty"`
+	MaxMetadataVersion uint32 `protobuf:"varint,20,opt,name=max_metadata_version,json=maxMetadataVersion,proto3" json:"max_metadata_version,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *DescribeQuorumResponse) Reset() {
 	*x = DescribeQuorumResponse{}
-	mi := &file_controller_proto_msgTypes[1]
+	mi := &file_controller_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -263,7 +558,7 @@ func (x *DescribeQuorumResponse) String() string {
 func (*DescribeQuorumResponse) ProtoMessage() {}
 
 func (x *DescribeQuorumResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[1]
+	mi := &file_controller_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -276,7 +571,7 @@ func (x *DescribeQuorumResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeQuorumResponse.ProtoReflect.Descriptor instead.
 func (*DescribeQuorumResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{1}
+	return file_controller_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DescribeQuorumResponse) GetClusterId() string {
@@ -405,6 +700,20 @@ func (x *DescribeQuorumResponse) GetReplication() []*VoterReplication {
 	return nil
 }
 
+func (x *DescribeQuorumResponse) GetMinMetadataVersion() uint32 {
+	if x != nil {
+		return x.MinMetadataVersion
+	}
+	return 0
+}
+
+func (x *DescribeQuorumResponse) GetMaxMetadataVersion() uint32 {
+	if x != nil {
+		return x.MaxMetadataVersion
+	}
+	return 0
+}
+
 // VoterReplication is how far one voter is behind the leader, as the leader
 // sees it.
 type VoterReplication struct {
@@ -422,7 +731,7 @@ type VoterReplication struct {
 
 func (x *VoterReplication) Reset() {
 	*x = VoterReplication{}
-	mi := &file_controller_proto_msgTypes[2]
+	mi := &file_controller_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +743,7 @@ func (x *VoterReplication) String() string {
 func (*VoterReplication) ProtoMessage() {}
 
 func (x *VoterReplication) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[2]
+	mi := &file_controller_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +756,7 @@ func (x *VoterReplication) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VoterReplication.ProtoReflect.Descriptor instead.
 func (*VoterReplication) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{2}
+	return file_controller_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *VoterReplication) GetId() int32 {
@@ -496,7 +805,7 @@ type ReadSource struct {
 
 func (x *ReadSource) Reset() {
 	*x = ReadSource{}
-	mi := &file_controller_proto_msgTypes[3]
+	mi := &file_controller_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +817,7 @@ func (x *ReadSource) String() string {
 func (*ReadSource) ProtoMessage() {}
 
 func (x *ReadSource) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[3]
+	mi := &file_controller_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +830,7 @@ func (x *ReadSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSource.ProtoReflect.Descriptor instead.
 func (*ReadSource) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{3}
+	return file_controller_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReadSource) GetNodeId() int32 {
@@ -585,7 +894,7 @@ type QuorumMember struct {
 
 func (x *QuorumMember) Reset() {
 	*x = QuorumMember{}
-	mi := &file_controller_proto_msgTypes[4]
+	mi := &file_controller_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +906,7 @@ func (x *QuorumMember) String() string {
 func (*QuorumMember) ProtoMessage() {}
 
 func (x *QuorumMember) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[4]
+	mi := &file_controller_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +919,7 @@ func (x *QuorumMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuorumMember.ProtoReflect.Descriptor instead.
 func (*QuorumMember) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{4}
+	return file_controller_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QuorumMember) GetId() int32 {
@@ -644,7 +953,7 @@ type AppendNoOpRequest struct {
 
 func (x *AppendNoOpRequest) Reset() {
 	*x = AppendNoOpRequest{}
-	mi := &file_controller_proto_msgTypes[5]
+	mi := &file_controller_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +965,7 @@ func (x *AppendNoOpRequest) String() string {
 func (*AppendNoOpRequest) ProtoMessage() {}
 
 func (x *AppendNoOpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[5]
+	mi := &file_controller_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +978,7 @@ func (x *AppendNoOpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendNoOpRequest.ProtoReflect.Descriptor instead.
 func (*AppendNoOpRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{5}
+	return file_controller_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AppendNoOpRequest) GetRequestId() string {
@@ -689,7 +998,7 @@ type AppendNoOpResponse struct {
 
 func (x *AppendNoOpResponse) Reset() {
 	*x = AppendNoOpResponse{}
-	mi := &file_controller_proto_msgTypes[6]
+	mi := &file_controller_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +1010,7 @@ func (x *AppendNoOpResponse) String() string {
 func (*AppendNoOpResponse) ProtoMessage() {}
 
 func (x *AppendNoOpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[6]
+	mi := &file_controller_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +1023,7 @@ func (x *AppendNoOpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendNoOpResponse.ProtoReflect.Descriptor instead.
 func (*AppendNoOpResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{6}
+	return file_controller_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AppendNoOpResponse) GetIndex() uint64 {
@@ -757,7 +1066,7 @@ type RegisterBrokerRequest struct {
 
 func (x *RegisterBrokerRequest) Reset() {
 	*x = RegisterBrokerRequest{}
-	mi := &file_controller_proto_msgTypes[7]
+	mi := &file_controller_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +1078,7 @@ func (x *RegisterBrokerRequest) String() string {
 func (*RegisterBrokerRequest) ProtoMessage() {}
 
 func (x *RegisterBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[7]
+	mi := &file_controller_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +1091,7 @@ func (x *RegisterBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{7}
+	return file_controller_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RegisterBrokerRequest) GetBrokerId() int32 {
@@ -859,7 +1168,7 @@ type RegisterBrokerResponse struct {
 
 func (x *RegisterBrokerResponse) Reset() {
 	*x = RegisterBrokerResponse{}
-	mi := &file_controller_proto_msgTypes[8]
+	mi := &file_controller_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +1180,7 @@ func (x *RegisterBrokerResponse) String() string {
 func (*RegisterBrokerResponse) ProtoMessage() {}
 
 func (x *RegisterBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[8]
+	mi := &file_controller_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +1193,7 @@ func (x *RegisterBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{8}
+	return file_controller_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RegisterBrokerResponse) GetBrokerEpoch() int64 {
@@ -922,7 +1231,7 @@ type BrokerHeartbeatRequest struct {
 
 func (x *BrokerHeartbeatRequest) Reset() {
 	*x = BrokerHeartbeatRequest{}
-	mi := &file_controller_proto_msgTypes[9]
+	mi := &file_controller_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1243,7 @@ func (x *BrokerHeartbeatRequest) String() string {
 func (*BrokerHeartbeatRequest) ProtoMessage() {}
 
 func (x *BrokerHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[9]
+	mi := &file_controller_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1256,7 @@ func (x *BrokerHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*BrokerHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{9}
+	return file_controller_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BrokerHeartbeatRequest) GetBrokerId() int32 {
@@ -999,7 +1308,7 @@ type BrokerHeartbeatResponse struct {
 
 func (x *BrokerHeartbeatResponse) Reset() {
 	*x = BrokerHeartbeatResponse{}
-	mi := &file_controller_proto_msgTypes[10]
+	mi := &file_controller_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1320,7 @@ func (x *BrokerHeartbeatResponse) String() string {
 func (*BrokerHeartbeatResponse) ProtoMessage() {}
 
 func (x *BrokerHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[10]
+	mi := &file_controller_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1333,7 @@ func (x *BrokerHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*BrokerHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{10}
+	return file_controller_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BrokerHeartbeatResponse) GetIsCaughtUp() bool {
@@ -1073,7 +1382,7 @@ type UnregisterBrokerRequest struct {
 
 func (x *UnregisterBrokerRequest) Reset() {
 	*x = UnregisterBrokerRequest{}
-	mi := &file_controller_proto_msgTypes[11]
+	mi := &file_controller_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1394,7 @@ func (x *UnregisterBrokerRequest) String() string {
 func (*UnregisterBrokerRequest) ProtoMessage() {}
 
 func (x *UnregisterBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[11]
+	mi := &file_controller_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1407,7 @@ func (x *UnregisterBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterBrokerRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{11}
+	return file_controller_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UnregisterBrokerRequest) GetBrokerId() int32 {
@@ -1125,7 +1434,7 @@ type UnregisterBrokerResponse struct {
 
 func (x *UnregisterBrokerResponse) Reset() {
 	*x = UnregisterBrokerResponse{}
-	mi := &file_controller_proto_msgTypes[12]
+	mi := &file_controller_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1446,7 @@ func (x *UnregisterBrokerResponse) String() string {
 func (*UnregisterBrokerResponse) ProtoMessage() {}
 
 func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[12]
+	mi := &file_controller_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1459,7 @@ func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterBrokerResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{12}
+	return file_controller_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UnregisterBrokerResponse) GetBrokerEpoch() int64 {
@@ -1175,7 +1484,7 @@ type StreamMetadataRequest struct {
 
 func (x *StreamMetadataRequest) Reset() {
 	*x = StreamMetadataRequest{}
-	mi := &file_controller_proto_msgTypes[13]
+	mi := &file_controller_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1496,7 @@ func (x *StreamMetadataRequest) String() string {
 func (*StreamMetadataRequest) ProtoMessage() {}
 
 func (x *StreamMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[13]
+	mi := &file_controller_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1509,7 @@ func (x *StreamMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamMetadataRequest.ProtoReflect.Descriptor instead.
 func (*StreamMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{13}
+	return file_controller_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StreamMetadataRequest) GetBrokerId() int32 {
@@ -1249,7 +1558,7 @@ type MetadataPush struct {
 
 func (x *MetadataPush) Reset() {
 	*x = MetadataPush{}
-	mi := &file_controller_proto_msgTypes[14]
+	mi := &file_controller_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1570,7 @@ func (x *MetadataPush) String() string {
 func (*MetadataPush) ProtoMessage() {}
 
 func (x *MetadataPush) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[14]
+	mi := &file_controller_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1583,7 @@ func (x *MetadataPush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataPush.ProtoReflect.Descriptor instead.
 func (*MetadataPush) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{14}
+	return file_controller_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MetadataPush) GetControllerEpoch() int64 {
@@ -1341,7 +1650,7 @@ type MetadataEntries struct {
 
 func (x *MetadataEntries) Reset() {
 	*x = MetadataEntries{}
-	mi := &file_controller_proto_msgTypes[15]
+	mi := &file_controller_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1662,7 @@ func (x *MetadataEntries) String() string {
 func (*MetadataEntries) ProtoMessage() {}
 
 func (x *MetadataEntries) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[15]
+	mi := &file_controller_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1675,7 @@ func (x *MetadataEntries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataEntries.ProtoReflect.Descriptor instead.
 func (*MetadataEntries) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{15}
+	return file_controller_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MetadataEntries) GetEntries() []*MetadataEntry {
@@ -1392,7 +1701,7 @@ type MetadataEntry struct {
 
 func (x *MetadataEntry) Reset() {
 	*x = MetadataEntry{}
-	mi := &file_controller_proto_msgTypes[16]
+	mi := &file_controller_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1713,7 @@ func (x *MetadataEntry) String() string {
 func (*MetadataEntry) ProtoMessage() {}
 
 func (x *MetadataEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[16]
+	mi := &file_controller_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1726,7 @@ func (x *MetadataEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataEntry.ProtoReflect.Descriptor instead.
 func (*MetadataEntry) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{16}
+	return file_controller_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MetadataEntry) GetPrevOffset() uint64 {
@@ -1461,7 +1770,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_controller_proto_msgTypes[17]
+	mi := &file_controller_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1782,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[17]
+	mi := &file_controller_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1795,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{17}
+	return file_controller_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -1511,7 +1820,7 @@ type FetchSnapshotRequest struct {
 
 func (x *FetchSnapshotRequest) Reset() {
 	*x = FetchSnapshotRequest{}
-	mi := &file_controller_proto_msgTypes[18]
+	mi := &file_controller_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1832,7 @@ func (x *FetchSnapshotRequest) String() string {
 func (*FetchSnapshotRequest) ProtoMessage() {}
 
 func (x *FetchSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[18]
+	mi := &file_controller_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1845,7 @@ func (x *FetchSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*FetchSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{18}
+	return file_controller_proto_rawDescGZIP(), []int{23}
 }
 
 type ListBrokersRequest struct {
@@ -1550,7 +1859,7 @@ type ListBrokersRequest struct {
 
 func (x *ListBrokersRequest) Reset() {
 	*x = ListBrokersRequest{}
-	mi := &file_controller_proto_msgTypes[19]
+	mi := &file_controller_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1871,7 @@ func (x *ListBrokersRequest) String() string {
 func (*ListBrokersRequest) ProtoMessage() {}
 
 func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[19]
+	mi := &file_controller_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1884,7 @@ func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersRequest.ProtoReflect.Descriptor instead.
 func (*ListBrokersRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{19}
+	return file_controller_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListBrokersRequest) GetStale() bool {
@@ -1595,7 +1904,7 @@ type ListBrokersResponse struct {
 
 func (x *ListBrokersResponse) Reset() {
 	*x = ListBrokersResponse{}
-	mi := &file_controller_proto_msgTypes[20]
+	mi := &file_controller_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1916,7 @@ func (x *ListBrokersResponse) String() string {
 func (*ListBrokersResponse) ProtoMessage() {}
 
 func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[20]
+	mi := &file_controller_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1929,7 @@ func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersResponse.ProtoReflect.Descriptor instead.
 func (*ListBrokersResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{20}
+	return file_controller_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListBrokersResponse) GetBrokers() []*BrokerInfo {
@@ -1654,7 +1963,7 @@ type BrokerInfo struct {
 
 func (x *BrokerInfo) Reset() {
 	*x = BrokerInfo{}
-	mi := &file_controller_proto_msgTypes[21]
+	mi := &file_controller_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1975,7 @@ func (x *BrokerInfo) String() string {
 func (*BrokerInfo) ProtoMessage() {}
 
 func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[21]
+	mi := &file_controller_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1988,7 @@ func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerInfo.ProtoReflect.Descriptor instead.
 func (*BrokerInfo) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{21}
+	return file_controller_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BrokerInfo) GetId() int32 {
@@ -1748,7 +2057,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_controller_proto_msgTypes[22]
+	mi := &file_controller_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +2069,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[22]
+	mi := &file_controller_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +2082,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{22}
+	return file_controller_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateTopicRequest) GetName() string {
@@ -1827,7 +2136,7 @@ type PartitionAssignment struct {
 
 func (x *PartitionAssignment) Reset() {
 	*x = PartitionAssignment{}
-	mi := &file_controller_proto_msgTypes[23]
+	mi := &file_controller_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +2148,7 @@ func (x *PartitionAssignment) String() string {
 func (*PartitionAssignment) ProtoMessage() {}
 
 func (x *PartitionAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[23]
+	mi := &file_controller_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +2161,7 @@ func (x *PartitionAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionAssignment.ProtoReflect.Descriptor instead.
 func (*PartitionAssignment) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{23}
+	return file_controller_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PartitionAssignment) GetReplicas() []int32 {
@@ -1871,7 +2180,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_controller_proto_msgTypes[24]
+	mi := &file_controller_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2192,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[24]
+	mi := &file_controller_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2205,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{24}
+	return file_controller_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateTopicResponse) GetTopic() *TopicDescription {
@@ -1919,7 +2228,7 @@ type CreatePartitionsRequest struct {
 
 func (x *CreatePartitionsRequest) Reset() {
 	*x = CreatePartitionsRequest{}
-	mi := &file_controller_proto_msgTypes[25]
+	mi := &file_controller_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2240,7 @@ func (x *CreatePartitionsRequest) String() string {
 func (*CreatePartitionsRequest) ProtoMessage() {}
 
 func (x *CreatePartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[25]
+	mi := &file_controller_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2253,7 @@ func (x *CreatePartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePartitionsRequest.ProtoReflect.Descriptor instead.
 func (*CreatePartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{25}
+	return file_controller_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreatePartitionsRequest) GetTopic() string {
@@ -1984,7 +2293,7 @@ type CreatePartitionsResponse struct {
 
 func (x *CreatePartitionsResponse) Reset() {
 	*x = CreatePartitionsResponse{}
-	mi := &file_controller_proto_msgTypes[26]
+	mi := &file_controller_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2305,7 @@ func (x *CreatePartitionsResponse) String() string {
 func (*CreatePartitionsResponse) ProtoMessage() {}
 
 func (x *CreatePartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[26]
+	mi := &file_controller_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2318,7 @@ func (x *CreatePartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePartitionsResponse.ProtoReflect.Descriptor instead.
 func (*CreatePartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{26}
+	return file_controller_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreatePartitionsResponse) GetTopic() *TopicDescription {
@@ -2028,7 +2337,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_controller_proto_msgTypes[27]
+	mi := &file_controller_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2349,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[27]
+	mi := &file_controller_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2362,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{27}
+	return file_controller_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteTopicRequest) GetName() string {
@@ -2071,7 +2380,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_controller_proto_msgTypes[28]
+	mi := &file_controller_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2392,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[28]
+	mi := &file_controller_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2405,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{28}
+	return file_controller_proto_rawDescGZIP(), []int{33}
 }
 
 type ListTopicsRequest struct {
@@ -2115,7 +2424,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_controller_proto_msgTypes[29]
+	mi := &file_controller_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2436,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[29]
+	mi := &file_controller_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2449,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{29}
+	return file_controller_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTopicsRequest) GetLinearizable() bool {
@@ -2167,7 +2476,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_controller_proto_msgTypes[30]
+	mi := &file_controller_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2488,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[30]
+	mi := &file_controller_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2501,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{30}
+	return file_controller_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicSummary {
@@ -2221,7 +2530,7 @@ type TopicSummary struct {
 
 func (x *TopicSummary) Reset() {
 	*x = TopicSummary{}
-	mi := &file_controller_proto_msgTypes[31]
+	mi := &file_controller_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2542,7 @@ func (x *TopicSummary) String() string {
 func (*TopicSummary) ProtoMessage() {}
 
 func (x *TopicSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[31]
+	mi := &file_controller_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2555,7 @@ func (x *TopicSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicSummary.ProtoReflect.Descriptor instead.
 func (*TopicSummary) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{31}
+	return file_controller_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TopicSummary) GetName() string {
@@ -2289,7 +2598,7 @@ type DescribeTopicRequest struct {
 
 func (x *DescribeTopicRequest) Reset() {
 	*x = DescribeTopicRequest{}
-	mi := &file_controller_proto_msgTypes[32]
+	mi := &file_controller_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2610,7 @@ func (x *DescribeTopicRequest) String() string {
 func (*DescribeTopicRequest) ProtoMessage() {}
 
 func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[32]
+	mi := &file_controller_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2623,7 @@ func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTopicRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{32}
+	return file_controller_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DescribeTopicRequest) GetName() string {
@@ -2348,7 +2657,7 @@ type DescribeTopicResponse struct {
 
 func (x *DescribeTopicResponse) Reset() {
 	*x = DescribeTopicResponse{}
-	mi := &file_controller_proto_msgTypes[33]
+	mi := &file_controller_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2669,7 @@ func (x *DescribeTopicResponse) String() string {
 func (*DescribeTopicResponse) ProtoMessage() {}
 
 func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[33]
+	mi := &file_controller_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2682,7 @@ func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTopicResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{33}
+	return file_controller_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DescribeTopicResponse) GetTopic() *TopicDescription {
@@ -2405,7 +2714,7 @@ type TopicDescription struct {
 
 func (x *TopicDescription) Reset() {
 	*x = TopicDescription{}
-	mi := &file_controller_proto_msgTypes[34]
+	mi := &file_controller_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2726,7 @@ func (x *TopicDescription) String() string {
 func (*TopicDescription) ProtoMessage() {}
 
 func (x *TopicDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[34]
+	mi := &file_controller_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2739,7 @@ func (x *TopicDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicDescription.ProtoReflect.Descriptor instead.
 func (*TopicDescription) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{34}
+	return file_controller_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TopicDescription) GetName() string {
@@ -2487,7 +2796,7 @@ type PartitionDescription struct {
 
 func (x *PartitionDescription) Reset() {
 	*x = PartitionDescription{}
-	mi := &file_controller_proto_msgTypes[35]
+	mi := &file_controller_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2808,7 @@ func (x *PartitionDescription) String() string {
 func (*PartitionDescription) ProtoMessage() {}
 
 func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[35]
+	mi := &file_controller_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2821,7 @@ func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionDescription.ProtoReflect.Descriptor instead.
 func (*PartitionDescription) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{35}
+	return file_controller_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PartitionDescription) GetPartition() int32 {
@@ -2619,7 +2928,7 @@ type AlterPartitionRequest struct {
 
 func (x *AlterPartitionRequest) Reset() {
 	*x = AlterPartitionRequest{}
-	mi := &file_controller_proto_msgTypes[36]
+	mi := &file_controller_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +2940,7 @@ func (x *AlterPartitionRequest) String() string {
 func (*AlterPartitionRequest) ProtoMessage() {}
 
 func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[36]
+	mi := &file_controller_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +2953,7 @@ func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{36}
+	return file_controller_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AlterPartitionRequest) GetBrokerId() int32 {
@@ -2722,7 +3031,7 @@ type BrokerState struct {
 
 func (x *BrokerState) Reset() {
 	*x = BrokerState{}
-	mi := &file_controller_proto_msgTypes[37]
+	mi := &file_controller_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +3043,7 @@ func (x *BrokerState) String() string {
 func (*BrokerState) ProtoMessage() {}
 
 func (x *BrokerState) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[37]
+	mi := &file_controller_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +3056,7 @@ func (x *BrokerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerState.ProtoReflect.Descriptor instead.
 func (*BrokerState) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{37}
+	return file_controller_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *BrokerState) GetBrokerId() int32 {
@@ -2773,7 +3082,7 @@ type AlterPartitionResponse struct {
 
 func (x *AlterPartitionResponse) Reset() {
 	*x = AlterPartitionResponse{}
-	mi := &file_controller_proto_msgTypes[38]
+	mi := &file_controller_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +3094,7 @@ func (x *AlterPartitionResponse) String() string {
 func (*AlterPartitionResponse) ProtoMessage() {}
 
 func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[38]
+	mi := &file_controller_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +3107,7 @@ func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{38}
+	return file_controller_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AlterPartitionResponse) GetPartition() *PartitionDescription {
@@ -2818,7 +3127,7 @@ type TopicPartition struct {
 
 func (x *TopicPartition) Reset() {
 	*x = TopicPartition{}
-	mi := &file_controller_proto_msgTypes[39]
+	mi := &file_controller_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +3139,7 @@ func (x *TopicPartition) String() string {
 func (*TopicPartition) ProtoMessage() {}
 
 func (x *TopicPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[39]
+	mi := &file_controller_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +3152,7 @@ func (x *TopicPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicPartition.ProtoReflect.Descriptor instead.
 func (*TopicPartition) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{39}
+	return file_controller_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TopicPartition) GetTopic() string {
@@ -2872,7 +3181,7 @@ type ElectLeadersRequest struct {
 
 func (x *ElectLeadersRequest) Reset() {
 	*x = ElectLeadersRequest{}
-	mi := &file_controller_proto_msgTypes[40]
+	mi := &file_controller_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2884,7 +3193,7 @@ func (x *ElectLeadersRequest) String() string {
 func (*ElectLeadersRequest) ProtoMessage() {}
 
 func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[40]
+	mi := &file_controller_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2897,7 +3206,7 @@ func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersRequest.ProtoReflect.Descriptor instead.
 func (*ElectLeadersRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{40}
+	return file_controller_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ElectLeadersRequest) GetType() ElectionType {
@@ -2930,7 +3239,7 @@ type ElectLeadersResponse struct {
 
 func (x *ElectLeadersResponse) Reset() {
 	*x = ElectLeadersResponse{}
-	mi := &file_controller_proto_msgTypes[41]
+	mi := &file_controller_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3251,7 @@ func (x *ElectLeadersResponse) String() string {
 func (*ElectLeadersResponse) ProtoMessage() {}
 
 func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[41]
+	mi := &file_controller_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3264,7 @@ func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersResponse.ProtoReflect.Descriptor instead.
 func (*ElectLeadersResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{41}
+	return file_controller_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ElectLeadersResponse) GetResults() []*ElectionResult {
@@ -2978,7 +3287,7 @@ type ElectionResult struct {
 
 func (x *ElectionResult) Reset() {
 	*x = ElectionResult{}
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2990,7 +3299,7 @@ func (x *ElectionResult) String() string {
 func (*ElectionResult) ProtoMessage() {}
 
 func (x *ElectionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3003,7 +3312,7 @@ func (x *ElectionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectionResult.ProtoReflect.Descriptor instead.
 func (*ElectionResult) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{42}
+	return file_controller_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ElectionResult) GetTopic() string {
@@ -3051,7 +3360,7 @@ type AlterPartitionReassignmentsRequest struct {
 
 func (x *AlterPartitionReassignmentsRequest) Reset() {
 	*x = AlterPartitionReassignmentsRequest{}
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3372,7 @@ func (x *AlterPartitionReassignmentsRequest) String() string {
 func (*AlterPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3385,7 @@ func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use AlterPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{43}
+	return file_controller_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AlterPartitionReassignmentsRequest) GetTopic() string {
@@ -3120,7 +3429,7 @@ type ReassignmentTarget struct {
 
 func (x *ReassignmentTarget) Reset() {
 	*x = ReassignmentTarget{}
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3132,7 +3441,7 @@ func (x *ReassignmentTarget) String() string {
 func (*ReassignmentTarget) ProtoMessage() {}
 
 func (x *ReassignmentTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3145,7 +3454,7 @@ func (x *ReassignmentTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignmentTarget.ProtoReflect.Descriptor instead.
 func (*ReassignmentTarget) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{44}
+	return file_controller_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReassignmentTarget) GetTopic() string {
@@ -3181,7 +3490,7 @@ type AlterPartitionReassignmentsResponse struct {
 
 func (x *AlterPartitionReassignmentsResponse) Reset() {
 	*x = AlterPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3502,7 @@ func (x *AlterPartitionReassignmentsResponse) String() string {
 func (*AlterPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3515,7 @@ func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use AlterPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{45}
+	return file_controller_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AlterPartitionReassignmentsResponse) GetPartition() *PartitionDescription {
@@ -3234,7 +3543,7 @@ type ReassignedPartition struct {
 
 func (x *ReassignedPartition) Reset() {
 	*x = ReassignedPartition{}
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3555,7 @@ func (x *ReassignedPartition) String() string {
 func (*ReassignedPartition) ProtoMessage() {}
 
 func (x *ReassignedPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3568,7 @@ func (x *ReassignedPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignedPartition.ProtoReflect.Descriptor instead.
 func (*ReassignedPartition) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{46}
+	return file_controller_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReassignedPartition) GetTopic() string {
@@ -3286,7 +3595,7 @@ type ListPartitionReassignmentsRequest struct {
 
 func (x *ListPartitionReassignmentsRequest) Reset() {
 	*x = ListPartitionReassignmentsRequest{}
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +3607,7 @@ func (x *ListPartitionReassignmentsRequest) String() string {
 func (*ListPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +3620,7 @@ func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{47}
+	return file_controller_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListPartitionReassignmentsRequest) GetStale() bool {
@@ -3331,7 +3640,7 @@ type ListPartitionReassignmentsResponse struct {
 
 func (x *ListPartitionReassignmentsResponse) Reset() {
 	*x = ListPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3343,7 +3652,7 @@ func (x *ListPartitionReassignmentsResponse) String() string {
 func (*ListPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3356,7 +3665,7 @@ func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ListPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{48}
+	return file_controller_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListPartitionReassignmentsResponse) GetReassignments() []*Reassignment {
@@ -3386,7 +3695,7 @@ type Reassignment struct {
 
 func (x *Reassignment) Reset() {
 	*x = Reassignment{}
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3707,7 @@ func (x *Reassignment) String() string {
 func (*Reassignment) ProtoMessage() {}
 
 func (x *Reassignment) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3720,7 @@ func (x *Reassignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reassignment.ProtoReflect.Descriptor instead.
 func (*Reassignment) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{49}
+	return file_controller_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Reassignment) GetTopic() string {
@@ -3461,7 +3770,7 @@ type RestoreSnapshotRequest struct {
 
 func (x *RestoreSnapshotRequest) Reset() {
 	*x = RestoreSnapshotRequest{}
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3473,7 +3782,7 @@ func (x *RestoreSnapshotRequest) String() string {
 func (*RestoreSnapshotRequest) ProtoMessage() {}
 
 func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3486,7 +3795,7 @@ func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{50}
+	return file_controller_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RestoreSnapshotRequest) GetForceClusterId() bool {
@@ -3524,7 +3833,7 @@ type RestoreSnapshotResponse struct {
 
 func (x *RestoreSnapshotResponse) Reset() {
 	*x = RestoreSnapshotResponse{}
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3536,7 +3845,7 @@ func (x *RestoreSnapshotResponse) String() string {
 func (*RestoreSnapshotResponse) ProtoMessage() {}
 
 func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3549,7 +3858,7 @@ func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{51}
+	return file_controller_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RestoreSnapshotResponse) GetClusterId() string {
@@ -3606,7 +3915,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3618,7 +3927,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3631,7 +3940,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{52}
+	return file_controller_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *LeaderHint) GetLeaderId() int32 {
@@ -3658,7 +3967,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3670,7 +3979,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3683,7 +3992,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{53}
+	return file_controller_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AddVoterRequest) GetId() int32 {
@@ -3714,7 +4023,7 @@ type AddVoterResponse struct {
 
 func (x *AddVoterResponse) Reset() {
 	*x = AddVoterResponse{}
-	mi := &file_controller_proto_msgTypes[54]
+	mi := &file_controller_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3726,7 +4035,7 @@ func (x *AddVoterResponse) String() string {
 func (*AddVoterResponse) ProtoMessage() {}
 
 func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[54]
+	mi := &file_controller_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3739,7 +4048,7 @@ func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterResponse.ProtoReflect.Descriptor instead.
 func (*AddVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{54}
+	return file_controller_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AddVoterResponse) GetConfigurationIndex() uint64 {
@@ -3772,7 +4081,7 @@ type RemoveVoterRequest struct {
 
 func (x *RemoveVoterRequest) Reset() {
 	*x = RemoveVoterRequest{}
-	mi := &file_controller_proto_msgTypes[55]
+	mi := &file_controller_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +4093,7 @@ func (x *RemoveVoterRequest) String() string {
 func (*RemoveVoterRequest) ProtoMessage() {}
 
 func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[55]
+	mi := &file_controller_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +4106,7 @@ func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{55}
+	return file_controller_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RemoveVoterRequest) GetId() int32 {
@@ -3818,7 +4127,7 @@ type RemoveVoterResponse struct {
 
 func (x *RemoveVoterResponse) Reset() {
 	*x = RemoveVoterResponse{}
-	mi := &file_controller_proto_msgTypes[56]
+	mi := &file_controller_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +4139,7 @@ func (x *RemoveVoterResponse) String() string {
 func (*RemoveVoterResponse) ProtoMessage() {}
 
 func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[56]
+	mi := &file_controller_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +4152,7 @@ func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{56}
+	return file_controller_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RemoveVoterResponse) GetConfigurationIndex() uint64 {
@@ -3877,7 +4186,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_controller_proto_msgTypes[57]
+	mi := &file_controller_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3889,7 +4198,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[57]
+	mi := &file_controller_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3902,7 +4211,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{57}
+	return file_controller_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TransferLeadershipRequest) GetTargetId() int32 {
@@ -3925,7 +4234,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_controller_proto_msgTypes[58]
+	mi := &file_controller_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3937,7 +4246,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[58]
+	mi := &file_controller_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3950,7 +4259,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{58}
+	return file_controller_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TransferLeadershipResponse) GetPreviousLeaderId() int32 {
@@ -3979,7 +4288,7 @@ type ConfigResource struct {
 
 func (x *ConfigResource) Reset() {
 	*x = ConfigResource{}
-	mi := &file_controller_proto_msgTypes[59]
+	mi := &file_controller_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3991,7 +4300,7 @@ func (x *ConfigResource) String() string {
 func (*ConfigResource) ProtoMessage() {}
 
 func (x *ConfigResource) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[59]
+	mi := &file_controller_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4004,7 +4313,7 @@ func (x *ConfigResource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigResource.ProtoReflect.Descriptor instead.
 func (*ConfigResource) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{59}
+	return file_controller_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ConfigResource) GetType() ConfigResourceType {
@@ -4032,7 +4341,7 @@ type ConfigEntry struct {
 
 func (x *ConfigEntry) Reset() {
 	*x = ConfigEntry{}
-	mi := &file_controller_proto_msgTypes[60]
+	mi := &file_controller_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4044,7 +4353,7 @@ func (x *ConfigEntry) String() string {
 func (*ConfigEntry) ProtoMessage() {}
 
 func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[60]
+	mi := &file_controller_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4057,7 +4366,7 @@ func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
 func (*ConfigEntry) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{60}
+	return file_controller_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ConfigEntry) GetName() string {
@@ -4093,7 +4402,7 @@ type AlterableConfig struct {
 
 func (x *AlterableConfig) Reset() {
 	*x = AlterableConfig{}
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4105,7 +4414,7 @@ func (x *AlterableConfig) String() string {
 func (*AlterableConfig) ProtoMessage() {}
 
 func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4118,7 +4427,7 @@ func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterableConfig.ProtoReflect.Descriptor instead.
 func (*AlterableConfig) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{61}
+	return file_controller_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AlterableConfig) GetName() string {
@@ -4155,7 +4464,7 @@ type IncrementalAlterConfigsRequest struct {
 
 func (x *IncrementalAlterConfigsRequest) Reset() {
 	*x = IncrementalAlterConfigsRequest{}
-	mi := &file_controller_proto_msgTypes[62]
+	mi := &file_controller_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4167,7 +4476,7 @@ func (x *IncrementalAlterConfigsRequest) String() string {
 func (*IncrementalAlterConfigsRequest) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[62]
+	mi := &file_controller_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4180,7 +4489,7 @@ func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsRequest.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{62}
+	return file_controller_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *IncrementalAlterConfigsRequest) GetResource() *ConfigResource {
@@ -4216,7 +4525,7 @@ type IncrementalAlterConfigsResponse struct {
 
 func (x *IncrementalAlterConfigsResponse) Reset() {
 	*x = IncrementalAlterConfigsResponse{}
-	mi := &file_controller_proto_msgTypes[63]
+	mi := &file_controller_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4228,7 +4537,7 @@ func (x *IncrementalAlterConfigsResponse) String() string {
 func (*IncrementalAlterConfigsResponse) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[63]
+	mi := &file_controller_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4241,7 +4550,7 @@ func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsResponse.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{63}
+	return file_controller_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *IncrementalAlterConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -4270,7 +4579,7 @@ type DescribeConfigsRequest struct {
 
 func (x *DescribeConfigsRequest) Reset() {
 	*x = DescribeConfigsRequest{}
-	mi := &file_controller_proto_msgTypes[64]
+	mi := &file_controller_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4282,7 +4591,7 @@ func (x *DescribeConfigsRequest) String() string {
 func (*DescribeConfigsRequest) ProtoMessage() {}
 
 func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[64]
+	mi := &file_controller_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4295,7 +4604,7 @@ func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{64}
+	return file_controller_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DescribeConfigsRequest) GetResource() *ConfigResource {
@@ -4329,7 +4638,7 @@ type AllocateProducerIdsRequest struct {
 
 func (x *AllocateProducerIdsRequest) Reset() {
 	*x = AllocateProducerIdsRequest{}
-	mi := &file_controller_proto_msgTypes[65]
+	mi := &file_controller_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4341,7 +4650,7 @@ func (x *AllocateProducerIdsRequest) String() string {
 func (*AllocateProducerIdsRequest) ProtoMessage() {}
 
 func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[65]
+	mi := &file_controller_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4354,7 +4663,7 @@ func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsRequest.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{65}
+	return file_controller_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AllocateProducerIdsRequest) GetBrokerId() int32 {
@@ -4383,7 +4692,7 @@ type AllocateProducerIdsResponse struct {
 
 func (x *AllocateProducerIdsResponse) Reset() {
 	*x = AllocateProducerIdsResponse{}
-	mi := &file_controller_proto_msgTypes[66]
+	mi := &file_controller_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4395,7 +4704,7 @@ func (x *AllocateProducerIdsResponse) String() string {
 func (*AllocateProducerIdsResponse) ProtoMessage() {}
 
 func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[66]
+	mi := &file_controller_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4408,7 +4717,7 @@ func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsResponse.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{66}
+	return file_controller_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AllocateProducerIdsResponse) GetProducerIdStart() int64 {
@@ -4437,7 +4746,7 @@ type DescribeConfigsResponse struct {
 
 func (x *DescribeConfigsResponse) Reset() {
 	*x = DescribeConfigsResponse{}
-	mi := &file_controller_proto_msgTypes[67]
+	mi := &file_controller_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4449,7 +4758,7 @@ func (x *DescribeConfigsResponse) String() string {
 func (*DescribeConfigsResponse) ProtoMessage() {}
 
 func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[67]
+	mi := &file_controller_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4462,7 +4771,7 @@ func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{67}
+	return file_controller_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DescribeConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -4483,8 +4792,26 @@ var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
 	"\n" +
-	"\x10controller.proto\x12\akeel.v1\x1a\x0emetadata.proto\"\x17\n" +
-	"\x15DescribeQuorumRequest\"\x97\x05\n" +
+	"\x10controller.proto\x12\akeel.v1\x1a\x0emetadata.proto\"\x19\n" +
+	"\x17DescribeFeaturesRequest\"q\n" +
+	"\x18DescribeFeaturesResponse\x12)\n" +
+	"\x10metadata_version\x18\x01 \x01(\rR\x0fmetadataVersion\x12*\n" +
+	"\x05nodes\x18\x02 \x03(\v2\x14.keel.v1.FeatureNodeR\x05nodes\"\xc5\x01\n" +
+	"\vFeatureNode\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x05R\x02id\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x120\n" +
+	"\x14min_metadata_version\x18\x04 \x01(\rR\x12minMetadataVersion\x120\n" +
+	"\x14max_metadata_version\x18\x05 \x01(\rR\x12maxMetadataVersion\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\"`\n" +
+	"\x15UpdateFeaturesRequest\x12)\n" +
+	"\x10metadata_version\x18\x01 \x01(\rR\x0fmetadataVersion\x12\x1c\n" +
+	"\tdowngrade\x18\x02 \x01(\bR\tdowngrade\"\x95\x01\n" +
+	"\x16UpdateFeaturesResponse\x12:\n" +
+	"\x19previous_metadata_version\x18\x01 \x01(\rR\x17previousMetadataVersion\x12)\n" +
+	"\x10metadata_version\x18\x02 \x01(\rR\x0fmetadataVersion\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"\x17\n" +
+	"\x15DescribeQuorumRequest\"\xfb\x05\n" +
 	"\x16DescribeQuorumResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
@@ -4506,7 +4833,9 @@ const file_controller_proto_rawDesc = "" +
 	"\factive_epoch\x18\x0f \x01(\x03R\vactiveEpoch\x12\x14\n" +
 	"\x05ready\x18\x10 \x01(\bR\x05ready\x12(\n" +
 	"\x10not_ready_reason\x18\x11 \x01(\tR\x0enotReadyReason\x12;\n" +
-	"\vreplication\x18\x12 \x03(\v2\x19.keel.v1.VoterReplicationR\vreplication\"k\n" +
+	"\vreplication\x18\x12 \x03(\v2\x19.keel.v1.VoterReplicationR\vreplication\x120\n" +
+	"\x14min_metadata_version\x18\x13 \x01(\rR\x12minMetadataVersion\x120\n" +
+	"\x14max_metadata_version\x18\x14 \x01(\rR\x12maxMetadataVersion\"k\n" +
 	"\x10VoterReplication\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x1f\n" +
 	"\vmatch_index\x18\x02 \x01(\x04R\n" +
@@ -4817,7 +5146,7 @@ const file_controller_proto_rawDesc = "" +
 	"\rAlterConfigOp\x12\x1f\n" +
 	"\x1bALTER_CONFIG_OP_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ALTER_CONFIG_OP_SET\x10\x01\x12\x1a\n" +
-	"\x16ALTER_CONFIG_OP_DELETE\x10\x022\x8b\x10\n" +
+	"\x16ALTER_CONFIG_OP_DELETE\x10\x022\xb7\x11\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +
@@ -4844,7 +5173,9 @@ const file_controller_proto_rawDesc = "" +
 	"\x12TransferLeadership\x12\".keel.v1.TransferLeadershipRequest\x1a#.keel.v1.TransferLeadershipResponse\x12l\n" +
 	"\x17IncrementalAlterConfigs\x12'.keel.v1.IncrementalAlterConfigsRequest\x1a(.keel.v1.IncrementalAlterConfigsResponse\x12T\n" +
 	"\x0fDescribeConfigs\x12\x1f.keel.v1.DescribeConfigsRequest\x1a .keel.v1.DescribeConfigsResponse\x12`\n" +
-	"\x13AllocateProducerIds\x12#.keel.v1.AllocateProducerIdsRequest\x1a$.keel.v1.AllocateProducerIdsResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\x13AllocateProducerIds\x12#.keel.v1.AllocateProducerIdsRequest\x1a$.keel.v1.AllocateProducerIdsResponse\x12W\n" +
+	"\x10DescribeFeatures\x12 .keel.v1.DescribeFeaturesRequest\x1a!.keel.v1.DescribeFeaturesResponse\x12Q\n" +
+	"\x0eUpdateFeatures\x12\x1e.keel.v1.UpdateFeaturesRequest\x1a\x1f.keel.v1.UpdateFeaturesResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -4859,182 +5190,192 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_controller_proto_goTypes = []any{
 	(ElectionType)(0),                           // 0: keel.v1.ElectionType
 	(ConfigSource)(0),                           // 1: keel.v1.ConfigSource
 	(AlterConfigOp)(0),                          // 2: keel.v1.AlterConfigOp
-	(*DescribeQuorumRequest)(nil),               // 3: keel.v1.DescribeQuorumRequest
-	(*DescribeQuorumResponse)(nil),              // 4: keel.v1.DescribeQuorumResponse
-	(*VoterReplication)(nil),                    // 5: keel.v1.VoterReplication
-	(*ReadSource)(nil),                          // 6: keel.v1.ReadSource
-	(*QuorumMember)(nil),                        // 7: keel.v1.QuorumMember
-	(*AppendNoOpRequest)(nil),                   // 8: keel.v1.AppendNoOpRequest
-	(*AppendNoOpResponse)(nil),                  // 9: keel.v1.AppendNoOpResponse
-	(*RegisterBrokerRequest)(nil),               // 10: keel.v1.RegisterBrokerRequest
-	(*RegisterBrokerResponse)(nil),              // 11: keel.v1.RegisterBrokerResponse
-	(*BrokerHeartbeatRequest)(nil),              // 12: keel.v1.BrokerHeartbeatRequest
-	(*BrokerHeartbeatResponse)(nil),             // 13: keel.v1.BrokerHeartbeatResponse
-	(*UnregisterBrokerRequest)(nil),             // 14: keel.v1.UnregisterBrokerRequest
-	(*UnregisterBrokerResponse)(nil),            // 15: keel.v1.UnregisterBrokerResponse
-	(*StreamMetadataRequest)(nil),               // 16: keel.v1.StreamMetadataRequest
-	(*MetadataPush)(nil),                        // 17: keel.v1.MetadataPush
-	(*MetadataEntries)(nil),                     // 18: keel.v1.MetadataEntries
-	(*MetadataEntry)(nil),                       // 19: keel.v1.MetadataEntry
-	(*SnapshotChunk)(nil),                       // 20: keel.v1.SnapshotChunk
-	(*FetchSnapshotRequest)(nil),                // 21: keel.v1.FetchSnapshotRequest
-	(*ListBrokersRequest)(nil),                  // 22: keel.v1.ListBrokersRequest
-	(*ListBrokersResponse)(nil),                 // 23: keel.v1.ListBrokersResponse
-	(*BrokerInfo)(nil),                          // 24: keel.v1.BrokerInfo
-	(*CreateTopicRequest)(nil),                  // 25: keel.v1.CreateTopicRequest
-	(*PartitionAssignment)(nil),                 // 26: keel.v1.PartitionAssignment
-	(*CreateTopicResponse)(nil),                 // 27: keel.v1.CreateTopicResponse
-	(*CreatePartitionsRequest)(nil),             // 28: keel.v1.CreatePartitionsRequest
-	(*CreatePartitionsResponse)(nil),            // 29: keel.v1.CreatePartitionsResponse
-	(*DeleteTopicRequest)(nil),                  // 30: keel.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),                 // 31: keel.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),                   // 32: keel.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),                  // 33: keel.v1.ListTopicsResponse
-	(*TopicSummary)(nil),                        // 34: keel.v1.TopicSummary
-	(*DescribeTopicRequest)(nil),                // 35: keel.v1.DescribeTopicRequest
-	(*DescribeTopicResponse)(nil),               // 36: keel.v1.DescribeTopicResponse
-	(*TopicDescription)(nil),                    // 37: keel.v1.TopicDescription
-	(*PartitionDescription)(nil),                // 38: keel.v1.PartitionDescription
-	(*AlterPartitionRequest)(nil),               // 39: keel.v1.AlterPartitionRequest
-	(*BrokerState)(nil),                         // 40: keel.v1.BrokerState
-	(*AlterPartitionResponse)(nil),              // 41: keel.v1.AlterPartitionResponse
-	(*TopicPartition)(nil),                      // 42: keel.v1.TopicPartition
-	(*ElectLeadersRequest)(nil),                 // 43: keel.v1.ElectLeadersRequest
-	(*ElectLeadersResponse)(nil),                // 44: keel.v1.ElectLeadersResponse
-	(*ElectionResult)(nil),                      // 45: keel.v1.ElectionResult
-	(*AlterPartitionReassignmentsRequest)(nil),  // 46: keel.v1.AlterPartitionReassignmentsRequest
-	(*ReassignmentTarget)(nil),                  // 47: keel.v1.ReassignmentTarget
-	(*AlterPartitionReassignmentsResponse)(nil), // 48: keel.v1.AlterPartitionReassignmentsResponse
-	(*ReassignedPartition)(nil),                 // 49: keel.v1.ReassignedPartition
-	(*ListPartitionReassignmentsRequest)(nil),   // 50: keel.v1.ListPartitionReassignmentsRequest
-	(*ListPartitionReassignmentsResponse)(nil),  // 51: keel.v1.ListPartitionReassignmentsResponse
-	(*Reassignment)(nil),                        // 52: keel.v1.Reassignment
-	(*RestoreSnapshotRequest)(nil),              // 53: keel.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),             // 54: keel.v1.RestoreSnapshotResponse
-	(*LeaderHint)(nil),                          // 55: keel.v1.LeaderHint
-	(*AddVoterRequest)(nil),                     // 56: keel.v1.AddVoterRequest
-	(*AddVoterResponse)(nil),                    // 57: keel.v1.AddVoterResponse
-	(*RemoveVoterRequest)(nil),                  // 58: keel.v1.RemoveVoterRequest
-	(*RemoveVoterResponse)(nil),                 // 59: keel.v1.RemoveVoterResponse
-	(*TransferLeadershipRequest)(nil),           // 60: keel.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil),          // 61: keel.v1.TransferLeadershipResponse
-	(*ConfigResource)(nil),                      // 62: keel.v1.ConfigResource
-	(*ConfigEntry)(nil),                         // 63: keel.v1.ConfigEntry
-	(*AlterableConfig)(nil),                     // 64: keel.v1.AlterableConfig
-	(*IncrementalAlterConfigsRequest)(nil),      // 65: keel.v1.IncrementalAlterConfigsRequest
-	(*IncrementalAlterConfigsResponse)(nil),     // 66: keel.v1.IncrementalAlterConfigsResponse
-	(*DescribeConfigsRequest)(nil),              // 67: keel.v1.DescribeConfigsRequest
-	(*AllocateProducerIdsRequest)(nil),          // 68: keel.v1.AllocateProducerIdsRequest
-	(*AllocateProducerIdsResponse)(nil),         // 69: keel.v1.AllocateProducerIdsResponse
-	(*DescribeConfigsResponse)(nil),             // 70: keel.v1.DescribeConfigsResponse
-	nil,                                         // 71: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                         // 72: keel.v1.TopicDescription.ConfigsEntry
-	(LeaderRecoveryState)(0),                    // 73: keel.v1.LeaderRecoveryState
-	(ConfigResourceType)(0),                     // 74: keel.v1.ConfigResourceType
+	(*DescribeFeaturesRequest)(nil),             // 3: keel.v1.DescribeFeaturesRequest
+	(*DescribeFeaturesResponse)(nil),            // 4: keel.v1.DescribeFeaturesResponse
+	(*FeatureNode)(nil),                         // 5: keel.v1.FeatureNode
+	(*UpdateFeaturesRequest)(nil),               // 6: keel.v1.UpdateFeaturesRequest
+	(*UpdateFeaturesResponse)(nil),              // 7: keel.v1.UpdateFeaturesResponse
+	(*DescribeQuorumRequest)(nil),               // 8: keel.v1.DescribeQuorumRequest
+	(*DescribeQuorumResponse)(nil),              // 9: keel.v1.DescribeQuorumResponse
+	(*VoterReplication)(nil),                    // 10: keel.v1.VoterReplication
+	(*ReadSource)(nil),                          // 11: keel.v1.ReadSource
+	(*QuorumMember)(nil),                        // 12: keel.v1.QuorumMember
+	(*AppendNoOpRequest)(nil),                   // 13: keel.v1.AppendNoOpRequest
+	(*AppendNoOpResponse)(nil),                  // 14: keel.v1.AppendNoOpResponse
+	(*RegisterBrokerRequest)(nil),               // 15: keel.v1.RegisterBrokerRequest
+	(*RegisterBrokerResponse)(nil),              // 16: keel.v1.RegisterBrokerResponse
+	(*BrokerHeartbeatRequest)(nil),              // 17: keel.v1.BrokerHeartbeatRequest
+	(*BrokerHeartbeatResponse)(nil),             // 18: keel.v1.BrokerHeartbeatResponse
+	(*UnregisterBrokerRequest)(nil),             // 19: keel.v1.UnregisterBrokerRequest
+	(*UnregisterBrokerResponse)(nil),            // 20: keel.v1.UnregisterBrokerResponse
+	(*StreamMetadataRequest)(nil),               // 21: keel.v1.StreamMetadataRequest
+	(*MetadataPush)(nil),                        // 22: keel.v1.MetadataPush
+	(*MetadataEntries)(nil),                     // 23: keel.v1.MetadataEntries
+	(*MetadataEntry)(nil),                       // 24: keel.v1.MetadataEntry
+	(*SnapshotChunk)(nil),                       // 25: keel.v1.SnapshotChunk
+	(*FetchSnapshotRequest)(nil),                // 26: keel.v1.FetchSnapshotRequest
+	(*ListBrokersRequest)(nil),                  // 27: keel.v1.ListBrokersRequest
+	(*ListBrokersResponse)(nil),                 // 28: keel.v1.ListBrokersResponse
+	(*BrokerInfo)(nil),                          // 29: keel.v1.BrokerInfo
+	(*CreateTopicRequest)(nil),                  // 30: keel.v1.CreateTopicRequest
+	(*PartitionAssignment)(nil),                 // 31: keel.v1.PartitionAssignment
+	(*CreateTopicResponse)(nil),                 // 32: keel.v1.CreateTopicResponse
+	(*CreatePartitionsRequest)(nil),             // 33: keel.v1.CreatePartitionsRequest
+	(*CreatePartitionsResponse)(nil),            // 34: keel.v1.CreatePartitionsResponse
+	(*DeleteTopicRequest)(nil),                  // 35: keel.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),                 // 36: keel.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),                   // 37: keel.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),                  // 38: keel.v1.ListTopicsResponse
+	(*TopicSummary)(nil),                        // 39: keel.v1.TopicSummary
+	(*DescribeTopicRequest)(nil),                // 40: keel.v1.DescribeTopicRequest
+	(*DescribeTopicResponse)(nil),               // 41: keel.v1.DescribeTopicResponse
+	(*TopicDescription)(nil),                    // 42: keel.v1.TopicDescription
+	(*PartitionDescription)(nil),                // 43: keel.v1.PartitionDescription
+	(*AlterPartitionRequest)(nil),               // 44: keel.v1.AlterPartitionRequest
+	(*BrokerState)(nil),                         // 45: keel.v1.BrokerState
+	(*AlterPartitionResponse)(nil),              // 46: keel.v1.AlterPartitionResponse
+	(*TopicPartition)(nil),                      // 47: keel.v1.TopicPartition
+	(*ElectLeadersRequest)(nil),                 // 48: keel.v1.ElectLeadersRequest
+	(*ElectLeadersResponse)(nil),                // 49: keel.v1.ElectLeadersResponse
+	(*ElectionResult)(nil),                      // 50: keel.v1.ElectionResult
+	(*AlterPartitionReassignmentsRequest)(nil),  // 51: keel.v1.AlterPartitionReassignmentsRequest
+	(*ReassignmentTarget)(nil),                  // 52: keel.v1.ReassignmentTarget
+	(*AlterPartitionReassignmentsResponse)(nil), // 53: keel.v1.AlterPartitionReassignmentsResponse
+	(*ReassignedPartition)(nil),                 // 54: keel.v1.ReassignedPartition
+	(*ListPartitionReassignmentsRequest)(nil),   // 55: keel.v1.ListPartitionReassignmentsRequest
+	(*ListPartitionReassignmentsResponse)(nil),  // 56: keel.v1.ListPartitionReassignmentsResponse
+	(*Reassignment)(nil),                        // 57: keel.v1.Reassignment
+	(*RestoreSnapshotRequest)(nil),              // 58: keel.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),             // 59: keel.v1.RestoreSnapshotResponse
+	(*LeaderHint)(nil),                          // 60: keel.v1.LeaderHint
+	(*AddVoterRequest)(nil),                     // 61: keel.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),                    // 62: keel.v1.AddVoterResponse
+	(*RemoveVoterRequest)(nil),                  // 63: keel.v1.RemoveVoterRequest
+	(*RemoveVoterResponse)(nil),                 // 64: keel.v1.RemoveVoterResponse
+	(*TransferLeadershipRequest)(nil),           // 65: keel.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),          // 66: keel.v1.TransferLeadershipResponse
+	(*ConfigResource)(nil),                      // 67: keel.v1.ConfigResource
+	(*ConfigEntry)(nil),                         // 68: keel.v1.ConfigEntry
+	(*AlterableConfig)(nil),                     // 69: keel.v1.AlterableConfig
+	(*IncrementalAlterConfigsRequest)(nil),      // 70: keel.v1.IncrementalAlterConfigsRequest
+	(*IncrementalAlterConfigsResponse)(nil),     // 71: keel.v1.IncrementalAlterConfigsResponse
+	(*DescribeConfigsRequest)(nil),              // 72: keel.v1.DescribeConfigsRequest
+	(*AllocateProducerIdsRequest)(nil),          // 73: keel.v1.AllocateProducerIdsRequest
+	(*AllocateProducerIdsResponse)(nil),         // 74: keel.v1.AllocateProducerIdsResponse
+	(*DescribeConfigsResponse)(nil),             // 75: keel.v1.DescribeConfigsResponse
+	nil,                                         // 76: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                         // 77: keel.v1.TopicDescription.ConfigsEntry
+	(LeaderRecoveryState)(0),                    // 78: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),                     // 79: keel.v1.ConfigResourceType
 }
 var file_controller_proto_depIdxs = []int32{
-	7,  // 0: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
-	5,  // 1: keel.v1.DescribeQuorumResponse.replication:type_name -> keel.v1.VoterReplication
-	18, // 2: keel.v1.MetadataPush.entries:type_name -> keel.v1.MetadataEntries
-	20, // 3: keel.v1.MetadataPush.snapshot:type_name -> keel.v1.SnapshotChunk
-	19, // 4: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
-	24, // 5: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
-	6,  // 6: keel.v1.ListBrokersResponse.source:type_name -> keel.v1.ReadSource
-	26, // 7: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	71, // 8: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
-	37, // 9: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	26, // 10: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	37, // 11: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
-	34, // 12: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
-	6,  // 13: keel.v1.ListTopicsResponse.source:type_name -> keel.v1.ReadSource
-	37, // 14: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	6,  // 15: keel.v1.DescribeTopicResponse.source:type_name -> keel.v1.ReadSource
-	72, // 16: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
-	38, // 17: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
-	63, // 18: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
-	73, // 19: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	73, // 20: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	40, // 21: keel.v1.AlterPartitionRequest.new_isr_with_epochs:type_name -> keel.v1.BrokerState
-	38, // 22: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
-	0,  // 23: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
-	42, // 24: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
-	45, // 25: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
-	47, // 26: keel.v1.AlterPartitionReassignmentsRequest.partitions:type_name -> keel.v1.ReassignmentTarget
-	38, // 27: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
-	49, // 28: keel.v1.AlterPartitionReassignmentsResponse.partitions:type_name -> keel.v1.ReassignedPartition
-	38, // 29: keel.v1.ReassignedPartition.partition:type_name -> keel.v1.PartitionDescription
-	52, // 30: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
-	6,  // 31: keel.v1.ListPartitionReassignmentsResponse.source:type_name -> keel.v1.ReadSource
-	7,  // 32: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	7,  // 33: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	74, // 34: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
-	1,  // 35: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
-	2,  // 36: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
-	62, // 37: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
-	64, // 38: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
-	63, // 39: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
-	45, // 40: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
-	62, // 41: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
-	63, // 42: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
-	6,  // 43: keel.v1.DescribeConfigsResponse.source:type_name -> keel.v1.ReadSource
-	3,  // 44: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	8,  // 45: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	10, // 46: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	12, // 47: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	14, // 48: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	16, // 49: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	22, // 50: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	25, // 51: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
-	28, // 52: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
-	30, // 53: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
-	32, // 54: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
-	35, // 55: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
-	39, // 56: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
-	43, // 57: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
-	46, // 58: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
-	50, // 59: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
-	21, // 60: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	53, // 61: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
-	56, // 62: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
-	58, // 63: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
-	60, // 64: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
-	65, // 65: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
-	67, // 66: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
-	68, // 67: keel.v1.ControllerService.AllocateProducerIds:input_type -> keel.v1.AllocateProducerIdsRequest
-	4,  // 68: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	9,  // 69: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	11, // 70: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	13, // 71: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	15, // 72: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	17, // 73: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	23, // 74: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	27, // 75: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	29, // 76: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	31, // 77: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	33, // 78: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	36, // 79: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	41, // 80: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	44, // 81: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	48, // 82: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	51, // 83: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	20, // 84: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	54, // 85: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	57, // 86: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	59, // 87: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	61, // 88: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	66, // 89: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
-	70, // 90: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
-	69, // 91: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
-	68, // [68:92] is the sub-list for method output_type
-	44, // [44:68] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	5,  // 0: keel.v1.DescribeFeaturesResponse.nodes:type_name -> keel.v1.FeatureNode
+	12, // 1: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
+	10, // 2: keel.v1.DescribeQuorumResponse.replication:type_name -> keel.v1.VoterReplication
+	23, // 3: keel.v1.MetadataPush.entries:type_name -> keel.v1.MetadataEntries
+	25, // 4: keel.v1.MetadataPush.snapshot:type_name -> keel.v1.SnapshotChunk
+	24, // 5: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
+	29, // 6: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
+	11, // 7: keel.v1.ListBrokersResponse.source:type_name -> keel.v1.ReadSource
+	31, // 8: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
+	76, // 9: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	42, // 10: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
+	31, // 11: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
+	42, // 12: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
+	39, // 13: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
+	11, // 14: keel.v1.ListTopicsResponse.source:type_name -> keel.v1.ReadSource
+	42, // 15: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
+	11, // 16: keel.v1.DescribeTopicResponse.source:type_name -> keel.v1.ReadSource
+	77, // 17: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	43, // 18: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
+	68, // 19: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
+	78, // 20: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	78, // 21: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	45, // 22: keel.v1.AlterPartitionRequest.new_isr_with_epochs:type_name -> keel.v1.BrokerState
+	43, // 23: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
+	0,  // 24: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
+	47, // 25: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
+	50, // 26: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
+	52, // 27: keel.v1.AlterPartitionReassignmentsRequest.partitions:type_name -> keel.v1.ReassignmentTarget
+	43, // 28: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
+	54, // 29: keel.v1.AlterPartitionReassignmentsResponse.partitions:type_name -> keel.v1.ReassignedPartition
+	43, // 30: keel.v1.ReassignedPartition.partition:type_name -> keel.v1.PartitionDescription
+	57, // 31: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
+	11, // 32: keel.v1.ListPartitionReassignmentsResponse.source:type_name -> keel.v1.ReadSource
+	12, // 33: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	12, // 34: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	79, // 35: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
+	1,  // 36: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
+	2,  // 37: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
+	67, // 38: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	69, // 39: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
+	68, // 40: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	50, // 41: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
+	67, // 42: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	68, // 43: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	11, // 44: keel.v1.DescribeConfigsResponse.source:type_name -> keel.v1.ReadSource
+	8,  // 45: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	13, // 46: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	15, // 47: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	17, // 48: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	19, // 49: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	21, // 50: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	27, // 51: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	30, // 52: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	33, // 53: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	35, // 54: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	37, // 55: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	40, // 56: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	44, // 57: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	48, // 58: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	51, // 59: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	55, // 60: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	26, // 61: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
+	58, // 62: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	61, // 63: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
+	63, // 64: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
+	65, // 65: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
+	70, // 66: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
+	72, // 67: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
+	73, // 68: keel.v1.ControllerService.AllocateProducerIds:input_type -> keel.v1.AllocateProducerIdsRequest
+	3,  // 69: keel.v1.ControllerService.DescribeFeatures:input_type -> keel.v1.DescribeFeaturesRequest
+	6,  // 70: keel.v1.ControllerService.UpdateFeatures:input_type -> keel.v1.UpdateFeaturesRequest
+	9,  // 71: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	14, // 72: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	16, // 73: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	18, // 74: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	20, // 75: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	22, // 76: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	28, // 77: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	32, // 78: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	34, // 79: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	36, // 80: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	38, // 81: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	41, // 82: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	46, // 83: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	49, // 84: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	53, // 85: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	56, // 86: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	25, // 87: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	59, // 88: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	62, // 89: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	64, // 90: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	66, // 91: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	71, // 92: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
+	75, // 93: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
+	74, // 94: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
+	4,  // 95: keel.v1.ControllerService.DescribeFeatures:output_type -> keel.v1.DescribeFeaturesResponse
+	7,  // 96: keel.v1.ControllerService.UpdateFeatures:output_type -> keel.v1.UpdateFeaturesResponse
+	71, // [71:97] is the sub-list for method output_type
+	45, // [45:71] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -5043,18 +5384,18 @@ func file_controller_proto_init() {
 		return
 	}
 	file_metadata_proto_init()
-	file_controller_proto_msgTypes[14].OneofWrappers = []any{
+	file_controller_proto_msgTypes[19].OneofWrappers = []any{
 		(*MetadataPush_Entries)(nil),
 		(*MetadataPush_Snapshot)(nil),
 	}
-	file_controller_proto_msgTypes[57].OneofWrappers = []any{}
+	file_controller_proto_msgTypes[62].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   70,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,6 +45,8 @@ const (
 	ControllerService_IncrementalAlterConfigs_FullMethodName     = "/keel.v1.ControllerService/IncrementalAlterConfigs"
 	ControllerService_DescribeConfigs_FullMethodName             = "/keel.v1.ControllerService/DescribeConfigs"
 	ControllerService_AllocateProducerIds_FullMethodName         = "/keel.v1.ControllerService/AllocateProducerIds"
+	ControllerService_DescribeFeatures_FullMethodName            = "/keel.v1.ControllerService/DescribeFeatures"
+	ControllerService_UpdateFeatures_FullMethodName              = "/keel.v1.ControllerService/UpdateFeatures"
 )
 
 // ControllerServiceClient is the client API for ControllerService service.
@@ -161,6 +163,20 @@ type ControllerServiceClient interface {
 	// failovers too. Refused for a broker epoch that is not the registered one
 	// (FailedPrecondition, STALE_BROKER_EPOCH or BROKER_NOT_REGISTERED).
 	AllocateProducerIds(ctx context.Context, in *AllocateProducerIdsRequest, opts ...grpc.CallOption) (*AllocateProducerIdsResponse, error)
+	// DescribeFeatures answers the finalized metadata.version and every
+	// node's supported range: each voter as it answers the active controller
+	// now, each registered broker as it registered. Only the active
+	// controller answers.
+	DescribeFeatures(ctx context.Context, in *DescribeFeaturesRequest, opts ...grpc.CallOption) (*DescribeFeaturesResponse, error)
+	// UpdateFeatures raises (or, with downgrade, lowers) the finalized
+	// metadata.version. Refused (FailedPrecondition,
+	// UNSUPPORTED_METADATA_VERSION) while a voter or a registered broker does
+	// not support the level, or a voter does not answer; a downgrade is
+	// refused (FailedPrecondition, UNSAFE_DOWNGRADE) while the metadata holds
+	// anything the lower level cannot express. InvalidArgument for level 0,
+	// for an upgrade that would lower the level and for a downgrade that
+	// would raise it.
+	UpdateFeatures(ctx context.Context, in *UpdateFeaturesRequest, opts ...grpc.CallOption) (*UpdateFeaturesResponse, error)
 }
 
 type controllerServiceClient struct {
@@ -432,6 +448,26 @@ func (c *controllerServiceClient) AllocateProducerIds(ctx context.Context, in *A
 	return out, nil
 }
 
+func (c *controllerServiceClient) DescribeFeatures(ctx context.Context, in *DescribeFeaturesRequest, opts ...grpc.CallOption) (*DescribeFeaturesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeFeaturesResponse)
+	err := c.cc.Invoke(ctx, ControllerService_DescribeFeatures_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) UpdateFeatures(ctx context.Context, in *UpdateFeaturesRequest, opts ...grpc.CallOption) (*UpdateFeaturesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateFeaturesResponse)
+	err := c.cc.Invoke(ctx, ControllerService_UpdateFeatures_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServiceServer is the server API for ControllerService service.
 // All implementations must embed UnimplementedControllerServiceServer
 // for forward compatibility.
@@ -546,6 +582,20 @@ type ControllerServiceServer interface {
 	// failovers too. Refused for a broker epoch that is not the registered one
 	// (FailedPrecondition, STALE_BROKER_EPOCH or BROKER_NOT_REGISTERED).
 	AllocateProducerIds(context.Context, *AllocateProducerIdsRequest) (*AllocateProducerIdsResponse, error)
+	// DescribeFeatures answers the finalized metadata.version and every
+	// node's supported range: each voter as it answers the active controller
+	// now, each registered broker as it registered. Only the active
+	// controller answers.
+	DescribeFeatures(context.Context, *DescribeFeaturesRequest) (*DescribeFeaturesResponse, error)
+	// UpdateFeatures raises (or, with downgrade, lowers) the finalized
+	// metadata.version. Refused (FailedPrecondition,
+	// UNSUPPORTED_METADATA_VERSION) while a voter or a registered broker does
+	// not support the level, or a voter does not answer; a downgrade is
+	// refused (FailedPrecondition, UNSAFE_DOWNGRADE) while the metadata holds
+	// anything the lower level cannot express. InvalidArgument for level 0,
+	// for an upgrade that would lower the level and for a downgrade that
+	// would raise it.
+	UpdateFeatures(context.Context, *UpdateFeaturesRequest) (*UpdateFeaturesResponse, error)
 	mustEmbedUnimplementedControllerServiceServer()
 }
 
@@ -627,6 +677,12 @@ func (UnimplementedControllerServiceServer) DescribeConfigs(context.Context, *De
 }
 func (UnimplementedControllerServiceServer) AllocateProducerIds(context.Context, *AllocateProducerIdsRequest) (*AllocateProducerIdsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AllocateProducerIds not implemented")
+}
+func (UnimplementedControllerServiceServer) DescribeFeatures(context.Context, *DescribeFeaturesRequest) (*DescribeFeaturesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeFeatures not implemented")
+}
+func (UnimplementedControllerServiceServer) UpdateFeatures(context.Context, *UpdateFeaturesRequest) (*UpdateFeaturesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateFeatures not implemented")
 }
 func (UnimplementedControllerServiceServer) mustEmbedUnimplementedControllerServiceServer() {}
 func (UnimplementedControllerServiceServer) testEmbeddedByValue()                           {}
@@ -1056,6 +1112,42 @@ func _ControllerService_AllocateProducerIds_Handler(srv interface{}, ctx context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_DescribeFeatures_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeFeaturesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).DescribeFeatures(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_DescribeFeatures_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).DescribeFeatures(ctx, req.(*DescribeFeaturesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_UpdateFeatures_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateFeaturesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).UpdateFeatures(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_UpdateFeatures_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).UpdateFeatures(ctx, req.(*UpdateFeaturesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControllerService_ServiceDesc is the grpc.ServiceDesc for ControllerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1146,6 +1238,14 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AllocateProducerIds",
 			Handler:    _ControllerService_AllocateProducerIds_Handler,
+		},
+		{
+			MethodName: "DescribeFeatures",
+			Handler:    _ControllerService_DescribeFeatures_Handler,
+		},
+		{
+			MethodName: "UpdateFeatures",
+			Handler:    _ControllerService_UpdateFeatures_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

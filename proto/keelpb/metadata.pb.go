@@ -195,6 +195,7 @@ type Record struct {
 	//	*Record_BrokerShuttingDown
 	//	*Record_Config
 	//	*Record_ProducerIds
+	//	*Record_ControllerRegistration
 	Record        isRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -372,6 +373,15 @@ func (x *Record) GetProducerIds() *ProducerIdsRecord {
 	return nil
 }
 
+func (x *Record) GetControllerRegistration() *ControllerRegistrationRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_ControllerRegistration); ok {
+			return x.ControllerRegistration
+		}
+	}
+	return nil
+}
+
 type isRecord_Record interface {
 	isRecord_Record()
 }
@@ -436,6 +446,10 @@ type Record_ProducerIds struct {
 	ProducerIds *ProducerIdsRecord `protobuf:"bytes,15,opt,name=producer_ids,json=producerIds,proto3,oneof"`
 }
 
+type Record_ControllerRegistration struct {
+	ControllerRegistration *ControllerRegistrationRecord `protobuf:"bytes,16,opt,name=controller_registration,json=controllerRegistration,proto3,oneof"`
+}
+
 func (*Record_ClusterId) isRecord_Record() {}
 
 func (*Record_ControllerEpoch) isRecord_Record() {}
@@ -465,6 +479,8 @@ func (*Record_BrokerShuttingDown) isRecord_Record() {}
 func (*Record_Config) isRecord_Record() {}
 
 func (*Record_ProducerIds) isRecord_Record() {}
+
+func (*Record_ControllerRegistration) isRecord_Record() {}
 
 // ClusterIdRecord names the cluster. The first active controller writes it once;
 // it can never change afterwards.
@@ -613,8 +629,11 @@ func (x *NoOpRecord) GetRequestId() string {
 }
 
 // FeatureLevelRecord sets a cluster-wide feature level. "metadata.version" is
-// the version of the metadata records every broker must understand; the first
-// active controller writes it with the cluster id.
+// the version of the metadata records every node must understand; the first
+// active controller writes it with the cluster id, an operator raises it
+// (`keel features upgrade`) once every node supports the new level. Every
+// record type is tied to the level that introduced it (fsm.RecordLevel), and
+// the state machine refuses a record above the finalized level.
 type FeatureLevelRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -667,6 +686,79 @@ func (x *FeatureLevelRecord) GetLevel() uint32 {
 	return 0
 }
 
+// ControllerRegistrationRecord states one controller's supported range of
+// metadata.version levels (KIP-919's ControllerRegistrationRecord), as the
+// active controller learned it by asking the controller. Written at
+// takeover and when a controller's range changes; needs metadata.version 2.
+type ControllerRegistrationRecord struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId int32                  `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// host:port the quorum reaches the controller at.
+	Address            string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	MinMetadataVersion uint32 `protobuf:"varint,3,opt,name=min_metadata_version,json=minMetadataVersion,proto3" json:"min_metadata_version,omitempty"`
+	MaxMetadataVersion uint32 `protobuf:"varint,4,opt,name=max_metadata_version,json=maxMetadataVersion,proto3" json:"max_metadata_version,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ControllerRegistrationRecord) Reset() {
+	*x = ControllerRegistrationRecord{}
+	mi := &file_metadata_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControllerRegistrationRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControllerRegistrationRecord) ProtoMessage() {}
+
+func (x *ControllerRegistrationRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControllerRegistrationRecord.ProtoReflect.Descriptor instead.
+func (*ControllerRegistrationRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ControllerRegistrationRecord) GetNodeId() int32 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *ControllerRegistrationRecord) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ControllerRegistrationRecord) GetMinMetadataVersion() uint32 {
+	if x != nil {
+		return x.MinMetadataVersion
+	}
+	return 0
+}
+
+func (x *ControllerRegistrationRecord) GetMaxMetadataVersion() uint32 {
+	if x != nil {
+		return x.MaxMetadataVersion
+	}
+	return 0
+}
+
 // BrokerRegistrationRecord registers a broker incarnation. The broker epoch is
 // the raft index of the record that carried it: unique and increasing, like
 // the czxid of the ZooKeeper-era /brokers/ids/N znode. A registration from the
@@ -695,7 +787,7 @@ type BrokerRegistrationRecord struct {
 
 func (x *BrokerRegistrationRecord) Reset() {
 	*x = BrokerRegistrationRecord{}
-	mi := &file_metadata_proto_msgTypes[6]
+	mi := &file_metadata_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +799,7 @@ func (x *BrokerRegistrationRecord) String() string {
 func (*BrokerRegistrationRecord) ProtoMessage() {}
 
 func (x *BrokerRegistrationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[6]
+	mi := &file_metadata_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +812,7 @@ func (x *BrokerRegistrationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerRegistrationRecord.ProtoReflect.Descriptor instead.
 func (*BrokerRegistrationRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{6}
+	return file_metadata_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BrokerRegistrationRecord) GetBrokerId() int32 {
@@ -805,7 +897,7 @@ type FenceBrokerRecord struct {
 
 func (x *FenceBrokerRecord) Reset() {
 	*x = FenceBrokerRecord{}
-	mi := &file_metadata_proto_msgTypes[7]
+	mi := &file_metadata_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +909,7 @@ func (x *FenceBrokerRecord) String() string {
 func (*FenceBrokerRecord) ProtoMessage() {}
 
 func (x *FenceBrokerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[7]
+	mi := &file_metadata_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +922,7 @@ func (x *FenceBrokerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceBrokerRecord.ProtoReflect.Descriptor instead.
 func (*FenceBrokerRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{7}
+	return file_metadata_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FenceBrokerRecord) GetBrokerId() int32 {
@@ -859,7 +951,7 @@ type UnfenceBrokerRecord struct {
 
 func (x *UnfenceBrokerRecord) Reset() {
 	*x = UnfenceBrokerRecord{}
-	mi := &file_metadata_proto_msgTypes[8]
+	mi := &file_metadata_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +963,7 @@ func (x *UnfenceBrokerRecord) String() string {
 func (*UnfenceBrokerRecord) ProtoMessage() {}
 
 func (x *UnfenceBrokerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[8]
+	mi := &file_metadata_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +976,7 @@ func (x *UnfenceBrokerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfenceBrokerRecord.ProtoReflect.Descriptor instead.
 func (*UnfenceBrokerRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{8}
+	return file_metadata_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UnfenceBrokerRecord) GetBrokerId() int32 {
@@ -912,7 +1004,7 @@ type UnregisterBrokerRecord struct {
 
 func (x *UnregisterBrokerRecord) Reset() {
 	*x = UnregisterBrokerRecord{}
-	mi := &file_metadata_proto_msgTypes[9]
+	mi := &file_metadata_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1016,7 @@ func (x *UnregisterBrokerRecord) String() string {
 func (*UnregisterBrokerRecord) ProtoMessage() {}
 
 func (x *UnregisterBrokerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[9]
+	mi := &file_metadata_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1029,7 @@ func (x *UnregisterBrokerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterBrokerRecord.ProtoReflect.Descriptor instead.
 func (*UnregisterBrokerRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{9}
+	return file_metadata_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UnregisterBrokerRecord) GetBrokerId() int32 {
@@ -966,7 +1058,7 @@ type BrokerShuttingDownRecord struct {
 
 func (x *BrokerShuttingDownRecord) Reset() {
 	*x = BrokerShuttingDownRecord{}
-	mi := &file_metadata_proto_msgTypes[10]
+	mi := &file_metadata_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1070,7 @@ func (x *BrokerShuttingDownRecord) String() string {
 func (*BrokerShuttingDownRecord) ProtoMessage() {}
 
 func (x *BrokerShuttingDownRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[10]
+	mi := &file_metadata_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1083,7 @@ func (x *BrokerShuttingDownRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerShuttingDownRecord.ProtoReflect.Descriptor instead.
 func (*BrokerShuttingDownRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{10}
+	return file_metadata_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BrokerShuttingDownRecord) GetBrokerId() int32 {
@@ -1023,7 +1115,7 @@ type TopicRecord struct {
 
 func (x *TopicRecord) Reset() {
 	*x = TopicRecord{}
-	mi := &file_metadata_proto_msgTypes[11]
+	mi := &file_metadata_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1127,7 @@ func (x *TopicRecord) String() string {
 func (*TopicRecord) ProtoMessage() {}
 
 func (x *TopicRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[11]
+	mi := &file_metadata_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1140,7 @@ func (x *TopicRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicRecord.ProtoReflect.Descriptor instead.
 func (*TopicRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{11}
+	return file_metadata_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TopicRecord) GetName() string {
@@ -1104,7 +1196,7 @@ type PartitionRecord struct {
 
 func (x *PartitionRecord) Reset() {
 	*x = PartitionRecord{}
-	mi := &file_metadata_proto_msgTypes[12]
+	mi := &file_metadata_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1208,7 @@ func (x *PartitionRecord) String() string {
 func (*PartitionRecord) ProtoMessage() {}
 
 func (x *PartitionRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[12]
+	mi := &file_metadata_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1221,7 @@ func (x *PartitionRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRecord.ProtoReflect.Descriptor instead.
 func (*PartitionRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{12}
+	return file_metadata_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PartitionRecord) GetTopicId() []byte {
@@ -1226,7 +1318,7 @@ type Int32List struct {
 
 func (x *Int32List) Reset() {
 	*x = Int32List{}
-	mi := &file_metadata_proto_msgTypes[13]
+	mi := &file_metadata_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1330,7 @@ func (x *Int32List) String() string {
 func (*Int32List) ProtoMessage() {}
 
 func (x *Int32List) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[13]
+	mi := &file_metadata_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1343,7 @@ func (x *Int32List) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Int32List.ProtoReflect.Descriptor instead.
 func (*Int32List) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{13}
+	return file_metadata_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Int32List) GetValues() []int32 {
@@ -1283,7 +1375,7 @@ type PartitionChangeRecord struct {
 
 func (x *PartitionChangeRecord) Reset() {
 	*x = PartitionChangeRecord{}
-	mi := &file_metadata_proto_msgTypes[14]
+	mi := &file_metadata_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1387,7 @@ func (x *PartitionChangeRecord) String() string {
 func (*PartitionChangeRecord) ProtoMessage() {}
 
 func (x *PartitionChangeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[14]
+	mi := &file_metadata_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1400,7 @@ func (x *PartitionChangeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionChangeRecord.ProtoReflect.Descriptor instead.
 func (*PartitionChangeRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{14}
+	return file_metadata_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PartitionChangeRecord) GetTopicId() []byte {
@@ -1397,7 +1489,7 @@ type ConfigRecord struct {
 
 func (x *ConfigRecord) Reset() {
 	*x = ConfigRecord{}
-	mi := &file_metadata_proto_msgTypes[15]
+	mi := &file_metadata_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1501,7 @@ func (x *ConfigRecord) String() string {
 func (*ConfigRecord) ProtoMessage() {}
 
 func (x *ConfigRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[15]
+	mi := &file_metadata_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1514,7 @@ func (x *ConfigRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigRecord.ProtoReflect.Descriptor instead.
 func (*ConfigRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{15}
+	return file_metadata_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ConfigRecord) GetResourceType() ConfigResourceType {
@@ -1469,7 +1561,7 @@ type ProducerIdsRecord struct {
 
 func (x *ProducerIdsRecord) Reset() {
 	*x = ProducerIdsRecord{}
-	mi := &file_metadata_proto_msgTypes[16]
+	mi := &file_metadata_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1573,7 @@ func (x *ProducerIdsRecord) String() string {
 func (*ProducerIdsRecord) ProtoMessage() {}
 
 func (x *ProducerIdsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[16]
+	mi := &file_metadata_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1586,7 @@ func (x *ProducerIdsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerIdsRecord.ProtoReflect.Descriptor instead.
 func (*ProducerIdsRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{16}
+	return file_metadata_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ProducerIdsRecord) GetBrokerId() int32 {
@@ -1528,7 +1620,7 @@ type RemoveTopicRecord struct {
 
 func (x *RemoveTopicRecord) Reset() {
 	*x = RemoveTopicRecord{}
-	mi := &file_metadata_proto_msgTypes[17]
+	mi := &file_metadata_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1632,7 @@ func (x *RemoveTopicRecord) String() string {
 func (*RemoveTopicRecord) ProtoMessage() {}
 
 func (x *RemoveTopicRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[17]
+	mi := &file_metadata_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1645,7 @@ func (x *RemoveTopicRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTopicRecord.ProtoReflect.Descriptor instead.
 func (*RemoveTopicRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{17}
+	return file_metadata_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RemoveTopicRecord) GetTopicId() []byte {
@@ -1579,14 +1671,18 @@ type SnapshotHeader struct {
 	Topics      uint64 `protobuf:"varint,8,opt,name=topics,proto3" json:"topics,omitempty"`
 	Partitions  uint64 `protobuf:"varint,9,opt,name=partitions,proto3" json:"partitions,omitempty"`
 	// Cluster-default ConfigRecords (topic configs travel in TopicRecords).
-	Configs       uint64 `protobuf:"varint,10,opt,name=configs,proto3" json:"configs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Configs uint64 `protobuf:"varint,10,opt,name=configs,proto3" json:"configs,omitempty"`
+	// The image's metadata.version (0: none yet, or a snapshot written
+	// before this field), so that a reader refuses a snapshot above what it
+	// supports before reading the records.
+	MetadataVersion uint32 `protobuf:"varint,11,opt,name=metadata_version,json=metadataVersion,proto3" json:"metadata_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_metadata_proto_msgTypes[18]
+	mi := &file_metadata_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1694,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[18]
+	mi := &file_metadata_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1707,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{18}
+	return file_metadata_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -1684,6 +1780,13 @@ func (x *SnapshotHeader) GetConfigs() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetMetadataVersion() uint32 {
+	if x != nil {
+		return x.MetadataVersion
+	}
+	return 0
+}
+
 // SnapshotTrailer closes every FSM snapshot: the record count and the SHA-256
 // of every byte before the trailer, so truncation and corruption are detected.
 type SnapshotTrailer struct {
@@ -1696,7 +1799,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_metadata_proto_msgTypes[19]
+	mi := &file_metadata_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1811,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[19]
+	mi := &file_metadata_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1824,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{19}
+	return file_metadata_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotTrailer) GetRecordCount() uint64 {
@@ -1744,7 +1847,7 @@ const file_metadata_proto_rawDesc = "" +
 	"\n" +
 	"\x0emetadata.proto\x12\akeel.v1\"8\n" +
 	"\vRecordBatch\x12)\n" +
-	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\xf7\a\n" +
+	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\xd9\b\n" +
 	"\x06Record\x129\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\v2\x18.keel.v1.ClusterIdRecordH\x00R\tclusterId\x12K\n" +
@@ -1762,7 +1865,8 @@ const file_metadata_proto_rawDesc = "" +
 	"\fremove_topic\x18\f \x01(\v2\x1a.keel.v1.RemoveTopicRecordH\x00R\vremoveTopic\x12U\n" +
 	"\x14broker_shutting_down\x18\r \x01(\v2!.keel.v1.BrokerShuttingDownRecordH\x00R\x12brokerShuttingDown\x12/\n" +
 	"\x06config\x18\x0e \x01(\v2\x15.keel.v1.ConfigRecordH\x00R\x06config\x12?\n" +
-	"\fproducer_ids\x18\x0f \x01(\v2\x1a.keel.v1.ProducerIdsRecordH\x00R\vproducerIdsB\b\n" +
+	"\fproducer_ids\x18\x0f \x01(\v2\x1a.keel.v1.ProducerIdsRecordH\x00R\vproducerIds\x12`\n" +
+	"\x17controller_registration\x18\x10 \x01(\v2%.keel.v1.ControllerRegistrationRecordH\x00R\x16controllerRegistrationB\b\n" +
 	"\x06record\"0\n" +
 	"\x0fClusterIdRecord\x12\x1d\n" +
 	"\n" +
@@ -1776,7 +1880,12 @@ const file_metadata_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\">\n" +
 	"\x12FeatureLevelRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05level\x18\x02 \x01(\rR\x05level\"\xf5\x02\n" +
+	"\x05level\x18\x02 \x01(\rR\x05level\"\xb5\x01\n" +
+	"\x1cControllerRegistrationRecord\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x05R\x06nodeId\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x120\n" +
+	"\x14min_metadata_version\x18\x03 \x01(\rR\x12minMetadataVersion\x120\n" +
+	"\x14max_metadata_version\x18\x04 \x01(\rR\x12maxMetadataVersion\"\xf5\x02\n" +
 	"\x18BrokerRegistrationRecord\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12%\n" +
 	"\x0eincarnation_id\x18\x02 \x01(\tR\rincarnationId\x12\x18\n" +
@@ -1849,7 +1958,7 @@ const file_metadata_proto_rawDesc = "" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12(\n" +
 	"\x10next_producer_id\x18\x03 \x01(\x03R\x0enextProducerId\".\n" +
 	"\x11RemoveTopicRecord\x12\x19\n" +
-	"\btopic_id\x18\x01 \x01(\fR\atopicId\"\xba\x02\n" +
+	"\btopic_id\x18\x01 \x01(\fR\atopicId\"\xe5\x02\n" +
 	"\x0eSnapshotHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x1d\n" +
 	"\n" +
@@ -1864,7 +1973,8 @@ const file_metadata_proto_rawDesc = "" +
 	"partitions\x18\t \x01(\x04R\n" +
 	"partitions\x12\x18\n" +
 	"\aconfigs\x18\n" +
-	" \x01(\x04R\aconfigs\"L\n" +
+	" \x01(\x04R\aconfigs\x12)\n" +
+	"\x10metadata_version\x18\v \x01(\rR\x0fmetadataVersion\"L\n" +
 	"\x0fSnapshotTrailer\x12!\n" +
 	"\frecord_count\x18\x01 \x01(\x04R\vrecordCount\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\fR\x06sha256*`\n" +
@@ -1889,31 +1999,32 @@ func file_metadata_proto_rawDescGZIP() []byte {
 }
 
 var file_metadata_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_metadata_proto_goTypes = []any{
-	(LeaderRecoveryState)(0),         // 0: keel.v1.LeaderRecoveryState
-	(ConfigResourceType)(0),          // 1: keel.v1.ConfigResourceType
-	(*RecordBatch)(nil),              // 2: keel.v1.RecordBatch
-	(*Record)(nil),                   // 3: keel.v1.Record
-	(*ClusterIdRecord)(nil),          // 4: keel.v1.ClusterIdRecord
-	(*ControllerEpochRecord)(nil),    // 5: keel.v1.ControllerEpochRecord
-	(*NoOpRecord)(nil),               // 6: keel.v1.NoOpRecord
-	(*FeatureLevelRecord)(nil),       // 7: keel.v1.FeatureLevelRecord
-	(*BrokerRegistrationRecord)(nil), // 8: keel.v1.BrokerRegistrationRecord
-	(*FenceBrokerRecord)(nil),        // 9: keel.v1.FenceBrokerRecord
-	(*UnfenceBrokerRecord)(nil),      // 10: keel.v1.UnfenceBrokerRecord
-	(*UnregisterBrokerRecord)(nil),   // 11: keel.v1.UnregisterBrokerRecord
-	(*BrokerShuttingDownRecord)(nil), // 12: keel.v1.BrokerShuttingDownRecord
-	(*TopicRecord)(nil),              // 13: keel.v1.TopicRecord
-	(*PartitionRecord)(nil),          // 14: keel.v1.PartitionRecord
-	(*Int32List)(nil),                // 15: keel.v1.Int32List
-	(*PartitionChangeRecord)(nil),    // 16: keel.v1.PartitionChangeRecord
-	(*ConfigRecord)(nil),             // 17: keel.v1.ConfigRecord
-	(*ProducerIdsRecord)(nil),        // 18: keel.v1.ProducerIdsRecord
-	(*RemoveTopicRecord)(nil),        // 19: keel.v1.RemoveTopicRecord
-	(*SnapshotHeader)(nil),           // 20: keel.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),          // 21: keel.v1.SnapshotTrailer
-	nil,                              // 22: keel.v1.TopicRecord.ConfigsEntry
+	(LeaderRecoveryState)(0),             // 0: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),              // 1: keel.v1.ConfigResourceType
+	(*RecordBatch)(nil),                  // 2: keel.v1.RecordBatch
+	(*Record)(nil),                       // 3: keel.v1.Record
+	(*ClusterIdRecord)(nil),              // 4: keel.v1.ClusterIdRecord
+	(*ControllerEpochRecord)(nil),        // 5: keel.v1.ControllerEpochRecord
+	(*NoOpRecord)(nil),                   // 6: keel.v1.NoOpRecord
+	(*FeatureLevelRecord)(nil),           // 7: keel.v1.FeatureLevelRecord
+	(*ControllerRegistrationRecord)(nil), // 8: keel.v1.ControllerRegistrationRecord
+	(*BrokerRegistrationRecord)(nil),     // 9: keel.v1.BrokerRegistrationRecord
+	(*FenceBrokerRecord)(nil),            // 10: keel.v1.FenceBrokerRecord
+	(*UnfenceBrokerRecord)(nil),          // 11: keel.v1.UnfenceBrokerRecord
+	(*UnregisterBrokerRecord)(nil),       // 12: keel.v1.UnregisterBrokerRecord
+	(*BrokerShuttingDownRecord)(nil),     // 13: keel.v1.BrokerShuttingDownRecord
+	(*TopicRecord)(nil),                  // 14: keel.v1.TopicRecord
+	(*PartitionRecord)(nil),              // 15: keel.v1.PartitionRecord
+	(*Int32List)(nil),                    // 16: keel.v1.Int32List
+	(*PartitionChangeRecord)(nil),        // 17: keel.v1.PartitionChangeRecord
+	(*ConfigRecord)(nil),                 // 18: keel.v1.ConfigRecord
+	(*ProducerIdsRecord)(nil),            // 19: keel.v1.ProducerIdsRecord
+	(*RemoveTopicRecord)(nil),            // 20: keel.v1.RemoveTopicRecord
+	(*SnapshotHeader)(nil),               // 21: keel.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),              // 22: keel.v1.SnapshotTrailer
+	nil,                                  // 23: keel.v1.TopicRecord.ConfigsEntry
 }
 var file_metadata_proto_depIdxs = []int32{
 	3,  // 0: keel.v1.RecordBatch.records:type_name -> keel.v1.Record
@@ -1921,32 +2032,33 @@ var file_metadata_proto_depIdxs = []int32{
 	5,  // 2: keel.v1.Record.controller_epoch:type_name -> keel.v1.ControllerEpochRecord
 	6,  // 3: keel.v1.Record.no_op:type_name -> keel.v1.NoOpRecord
 	7,  // 4: keel.v1.Record.feature_level:type_name -> keel.v1.FeatureLevelRecord
-	8,  // 5: keel.v1.Record.broker_registration:type_name -> keel.v1.BrokerRegistrationRecord
-	9,  // 6: keel.v1.Record.fence_broker:type_name -> keel.v1.FenceBrokerRecord
-	10, // 7: keel.v1.Record.unfence_broker:type_name -> keel.v1.UnfenceBrokerRecord
-	11, // 8: keel.v1.Record.unregister_broker:type_name -> keel.v1.UnregisterBrokerRecord
-	13, // 9: keel.v1.Record.topic:type_name -> keel.v1.TopicRecord
-	14, // 10: keel.v1.Record.partition:type_name -> keel.v1.PartitionRecord
-	16, // 11: keel.v1.Record.partition_change:type_name -> keel.v1.PartitionChangeRecord
-	19, // 12: keel.v1.Record.remove_topic:type_name -> keel.v1.RemoveTopicRecord
-	12, // 13: keel.v1.Record.broker_shutting_down:type_name -> keel.v1.BrokerShuttingDownRecord
-	17, // 14: keel.v1.Record.config:type_name -> keel.v1.ConfigRecord
-	18, // 15: keel.v1.Record.producer_ids:type_name -> keel.v1.ProducerIdsRecord
-	22, // 16: keel.v1.TopicRecord.configs:type_name -> keel.v1.TopicRecord.ConfigsEntry
-	0,  // 17: keel.v1.PartitionRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	15, // 18: keel.v1.PartitionChangeRecord.isr:type_name -> keel.v1.Int32List
-	15, // 19: keel.v1.PartitionChangeRecord.replicas:type_name -> keel.v1.Int32List
-	15, // 20: keel.v1.PartitionChangeRecord.adding_replicas:type_name -> keel.v1.Int32List
-	15, // 21: keel.v1.PartitionChangeRecord.removing_replicas:type_name -> keel.v1.Int32List
-	15, // 22: keel.v1.PartitionChangeRecord.eligible_leader_replicas:type_name -> keel.v1.Int32List
-	15, // 23: keel.v1.PartitionChangeRecord.last_known_elr:type_name -> keel.v1.Int32List
-	0,  // 24: keel.v1.PartitionChangeRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	1,  // 25: keel.v1.ConfigRecord.resource_type:type_name -> keel.v1.ConfigResourceType
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	9,  // 5: keel.v1.Record.broker_registration:type_name -> keel.v1.BrokerRegistrationRecord
+	10, // 6: keel.v1.Record.fence_broker:type_name -> keel.v1.FenceBrokerRecord
+	11, // 7: keel.v1.Record.unfence_broker:type_name -> keel.v1.UnfenceBrokerRecord
+	12, // 8: keel.v1.Record.unregister_broker:type_name -> keel.v1.UnregisterBrokerRecord
+	14, // 9: keel.v1.Record.topic:type_name -> keel.v1.TopicRecord
+	15, // 10: keel.v1.Record.partition:type_name -> keel.v1.PartitionRecord
+	17, // 11: keel.v1.Record.partition_change:type_name -> keel.v1.PartitionChangeRecord
+	20, // 12: keel.v1.Record.remove_topic:type_name -> keel.v1.RemoveTopicRecord
+	13, // 13: keel.v1.Record.broker_shutting_down:type_name -> keel.v1.BrokerShuttingDownRecord
+	18, // 14: keel.v1.Record.config:type_name -> keel.v1.ConfigRecord
+	19, // 15: keel.v1.Record.producer_ids:type_name -> keel.v1.ProducerIdsRecord
+	8,  // 16: keel.v1.Record.controller_registration:type_name -> keel.v1.ControllerRegistrationRecord
+	23, // 17: keel.v1.TopicRecord.configs:type_name -> keel.v1.TopicRecord.ConfigsEntry
+	0,  // 18: keel.v1.PartitionRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	16, // 19: keel.v1.PartitionChangeRecord.isr:type_name -> keel.v1.Int32List
+	16, // 20: keel.v1.PartitionChangeRecord.replicas:type_name -> keel.v1.Int32List
+	16, // 21: keel.v1.PartitionChangeRecord.adding_replicas:type_name -> keel.v1.Int32List
+	16, // 22: keel.v1.PartitionChangeRecord.removing_replicas:type_name -> keel.v1.Int32List
+	16, // 23: keel.v1.PartitionChangeRecord.eligible_leader_replicas:type_name -> keel.v1.Int32List
+	16, // 24: keel.v1.PartitionChangeRecord.last_known_elr:type_name -> keel.v1.Int32List
+	0,  // 25: keel.v1.PartitionChangeRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	1,  // 26: keel.v1.ConfigRecord.resource_type:type_name -> keel.v1.ConfigResourceType
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_metadata_proto_init() }
@@ -1970,16 +2082,17 @@ func file_metadata_proto_init() {
 		(*Record_BrokerShuttingDown)(nil),
 		(*Record_Config)(nil),
 		(*Record_ProducerIds)(nil),
+		(*Record_ControllerRegistration)(nil),
 	}
-	file_metadata_proto_msgTypes[14].OneofWrappers = []any{}
 	file_metadata_proto_msgTypes[15].OneofWrappers = []any{}
+	file_metadata_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metadata_proto_rawDesc), len(file_metadata_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,212 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// Metadata versions (KIP-584's metadata.version): a small integer the log
+// states in a FeatureLevelRecord. Every record type, and every field that
+// changes what a record means, is tied to the level that introduced it; a
+// node applies a log only if it supports the log's level, and the state
+// machine refuses a record above the finalized level. Operators raise the
+// level (`keel features upgrade`) once every node runs a binary that
+// supports it.
+const (
+	// MinMetadataVersion and MaxMetadataVersion are the levels this binary
+	// can read: a cluster's level must lie between them for a node to apply
+	// its log.
+	MinMetadataVersion uint32 = 1
+	MaxMetadataVersion uint32 = 2
+	// BootstrapMetadataVersion is the level of a log that states none (a
+	// cluster from before FeatureLevel records, as KRaft's bootstrap
+	// metadata.version): level 1, which covers every record such a log may
+	// hold.
+	BootstrapMetadataVersion uint32 = 1
+	// MetadataVersionFeature is the feature name of the metadata version.
+	MetadataVersionFeature = "metadata.version"
+)
+
+// MetadataVersionInfo describes one level: what it adds to the level below.
+type MetadataVersionInfo struct {
+	Level uint32
+	// Records are the record types (their names in the Record oneof) the
+	// level introduces.
+	Records []string
+	Adds    string
+}
+
+// MetadataVersions is the table of levels, lowest first (docs/features.md
+// shows it; a test checks that every record type is in it).
+//
+// Level 1 is every record type Keel wrote before metadata versions gated
+// anything: the first active controller of every cluster has written
+// metadata.version 1 since the start, and such a log may hold configs,
+// eligible leader replicas, leader recovery and producer id blocks, so
+// these cannot be split into levels of their own after the fact.
+var MetadataVersions = []MetadataVersionInfo{
+	{Level: 1, Records: []string{
+		"cluster_id", "controller_epoch", "no_op", "feature_level", "broker_registration", "fence_broker",
+		"unfence_broker", "unregister_broker", "topic", "partition", "partition_change", "remove_topic",
+		"broker_shutting_down", "config", "producer_ids",
+	}, Adds: "brokers (registration, fencing, controlled shutdown), topics, partitions and their changes " +
+		"(ISR, reassignment, eligible leader replicas, leader recovery), configs, producer id blocks"},
+	{Level: 2, Records: []string{"controller_registration"},
+		Adds: "controller registrations (KIP-919): each controller's supported metadata.version range in the log"},
+}
+
+// ErrUnsupportedMetadataVersion is wrapped by the errors of a level a node
+// does not support: a FeatureLevel record, a snapshot, or a registration
+// outside the supported range.
+var ErrUnsupportedMetadataVersion = errors.New("unsupported metadata.version")
+
+// ErrAboveMetadataVersion is wrapped by the error of a record the
+// finalized metadata.version does not allow yet.
+var ErrAboveMetadataVersion = errors.New("record above the finalized metadata.version")
+
+// ErrUnsafeDowngrade is wrapped by the error of a FeatureLevel record that
+// would lower the level below what the metadata holds.
+var ErrUnsafeDowngrade = errors.New("unsafe metadata.version downgrade")
+
+// RecordLevel is the metadata.version that introduced rec's type.
+func RecordLevel(rec *keelpb.Record) uint32 {
+	switch rec.GetRecord().(type) {
+	case *keelpb.Record_ControllerRegistration:
+		return 2
+	}
+	return 1
+}
+
+// FinalizedMetadataVersion is the level the image's records are held to:
+// the one its log states, or BootstrapMetadataVersion for a log that states
+// none.
+func (img *Image) FinalizedMetadataVersion() uint32 {
+	if img.MetadataVersion == 0 {
+		return BootstrapMetadataVersion
+	}
+	return img.MetadataVersion
+}
+
+// ControllerRegistration is one controller's supported metadata.version
+// range, as the log states it (ControllerRegistrationRecord).
+type ControllerRegistration struct {
+	NodeID                                 int32
+	Address                                string
+	MinMetadataVersion, MaxMetadataVersion uint32
+}
+
+// Controller returns controller id's registration, if any.
+func (img *Image) Controller(id int32) (*ControllerRegistration, bool) {
+	c, ok := img.controllers[id]
+	return c, ok
+}
+
+// Controllers returns every controller registration, in id order.
+func (img *Image) Controllers() []*ControllerRegistration {
+	out := make([]*ControllerRegistration, 0, len(img.controllers))
+	for _, id := range slices.Sorted(maps.Keys(img.controllers)) {
+		out = append(out, img.controllers[id])
+	}
+	return out
+}
+
+// LevelBlockers names what in img stops the finalized level from becoming
+// level: for a raise, the registered brokers and controllers whose range
+// does not include it; for a lowering, what the metadata holds that the
+// lower level cannot express (a downgrade that would drop it). None: the
+// change is safe.
+func LevelBlockers(img *Image, level uint32) []string {
+	var out []string
+	if level < MinMetadataVersion || level > MaxMetadataVersion {
+		out = append(out, fmt.Sprintf("this binary supports metadata.version %d-%d", MinMetadataVersion, MaxMetadataVersion))
+	}
+	for _, b := range img.Brokers() {
+		if level < b.MinMetadataVersion || level > b.MaxMetadataVersion {
+			out = append(out, fmt.Sprintf("broker %d supports %d-%d", b.ID, b.MinMetadataVersion, b.MaxMetadataVersion))
+		}
+	}
+	for _, c := range img.Controllers() {
+		if level < c.MinMetadataVersion || level > c.MaxMetadataVersion {
+			out = append(out, fmt.Sprintf("controller %d supports %d-%d", c.NodeID, c.MinMetadataVersion, c.MaxMetadataVersion))
+		}
+	}
+	if level < 2 && len(img.controllers) > 0 {
+		out = append(out, fmt.Sprintf("%d controller registrations (metadata.version 2) would be dropped", len(img.controllers)))
+	}
+	return out
+}
+
+func applyFeatureLevel(img *Image, rec *keelpb.Record, ctx *applyContext) error {
+	r := rec.GetFeatureLevel()
+	if r.GetName() != MetadataVersionFeature {
+		return fmt.Errorf("unknown feature %q", r.GetName())
+	}
+	level := r.GetLevel()
+	if level < MinMetadataVersion || level > MaxMetadataVersion {
+		return fmt.Errorf("%w: %s %d is outside the range this binary supports, %d-%d",
+			ErrUnsupportedMetadataVersion, MetadataVersionFeature, level, MinMetadataVersion, MaxMetadataVersion)
+	}
+	// A snapshot states its level before the registrations it holds, so
+	// only the log's changes are checked against them.
+	if !ctx.restoring && level != img.FinalizedMetadataVersion() {
+		if blockers := LevelBlockers(img, level); len(blockers) > 0 {
+			sentinel := ErrUnsupportedMetadataVersion
+			if level < img.FinalizedMetadataVersion() {
+				sentinel = ErrUnsafeDowngrade
+			}
+			return fmt.Errorf("%w: %s cannot move from %d to %d: %s", sentinel, MetadataVersionFeature,
+				img.FinalizedMetadataVersion(), level, strings.Join(blockers, "; "))
+		}
+	}
+	img.MetadataVersion = level
+	return nil
+}
+
+func applyControllerRegistration(img *Image, rec *keelpb.Record, _ *applyContext) error {
+	r := rec.GetControllerRegistration()
+	lo, hi, level := r.GetMinMetadataVersion(), r.GetMaxMetadataVersion(), img.FinalizedMetadataVersion()
+	switch {
+	case r.GetNodeId() <= 0:
+		return fmt.Errorf("node_id %d is not a node id", r.GetNodeId())
+	case r.GetAddress() == "":
+		return errors.New("address is empty")
+	case lo < 1 || lo > hi:
+		return fmt.Errorf("metadata version range %d-%d is empty", lo, hi)
+	case level < lo || level > hi:
+		return fmt.Errorf("%w: controller %d supports metadata versions %d-%d, the cluster is at %d",
+			ErrUnsupportedMetadataVersion, r.GetNodeId(), lo, hi, level)
+	}
+	img.controllers = maps.Clone(img.controllers)
+	if img.controllers == nil {
+		img.controllers = map[int32]*ControllerRegistration{}
+	}
+	img.controllers[r.GetNodeId()] = &ControllerRegistration{NodeID: r.GetNodeId(), Address: r.GetAddress(), MinMetadataVersion: lo, MaxMetadataVersion: hi}
+	return nil
+}
+
+// checkRecordLevel refuses a record the image's finalized level does not
+// allow yet.
+func checkRecordLevel(img *Image, rec *keelpb.Record) error {
+	if need, have := RecordLevel(rec), img.FinalizedMetadataVersion(); need > have {
+		return fmt.Errorf("%w: a %s record needs %s %d; the cluster is at %d",
+			ErrAboveMetadataVersion, RecordType(rec), MetadataVersionFeature, need, have)
+	}
+	return nil
+}
+
+// controllerRecords lists the controller registrations as records, by id.
+func controllerRecords(img *Image, emit func(*keelpb.Record) error) error {
+	for _, c := range img.Controllers() {
+		rec := &keelpb.ControllerRegistrationRecord{NodeId: c.NodeID, Address: c.Address,
+			MinMetadataVersion: c.MinMetadataVersion, MaxMetadataVersion: c.MaxMetadataVersion}
+		if err := emit(&keelpb.Record{Record: &keelpb.Record_ControllerRegistration{ControllerRegistration: rec}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -19,14 +19,15 @@ import (
 
 // crashRun is one run of leader-crash.
 type crashRun struct {
-	// toAck is from the kill to the first record acknowledged after it
-	// (by the new leader: the old one is dead); toLeader is from the kill
-	// until the controller names a new leader.
+	// toAck is from the kill to the first record acknowledged by the new
+	// leader; toLeader is from the kill until the controller names a new
+	// leader.
 	toAck, toLeader time.Duration
 	// failed records, whose produce returned an error; retried records,
-	// handed to the client before the kill and acknowledged after it: in
+	// handed to the client before the kill and acknowledged by the new
+	// leader: in
 	// flight to the dead leader or queued for it, each sent (again) to
-	// the new one; requestErrors are produce requests that failed on the
+	// the new one and acknowledged by it; requestErrors are produce requests that failed on the
 	// connection (written or read).
 	failed, retried, requestErrors int64
 }
@@ -100,24 +101,49 @@ func crashResult(d DataConfig, runs []crashRun) Result {
 	)
 }
 
-// requestErrors counts produce requests that failed on the connection.
-type requestErrors struct{ n atomic.Int64 }
+// produceWatch watches the producer's connections: it counts produce
+// requests that failed on the connection (written or read), and notes when
+// a produce response was first read from a broker other than the victim
+// after the kill. A response from the victim may still arrive just after
+// the kill (it was on its way); an acknowledgement read after another
+// broker's first produce response is the new leader's.
+type produceWatch struct {
+	errs   atomic.Int64
+	victim atomic.Int32
+	killed atomic.Bool
+	other  atomic.Int64 // unix nanos of the first response from another broker after the kill
+}
 
-func (h *requestErrors) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+func (h *produceWatch) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
 	if err != nil && key == int16(kmsg.Produce) {
-		h.n.Add(1)
+		h.errs.Add(1)
 	}
 }
 
-func (h *requestErrors) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
-	if err != nil && key == int16(kmsg.Produce) {
-		h.n.Add(1)
+func (h *produceWatch) OnBrokerRead(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key != int16(kmsg.Produce) {
+		return
 	}
+	if err != nil {
+		h.errs.Add(1)
+		return
+	}
+	if h.killed.Load() && meta.NodeID != h.victim.Load() {
+		h.other.CompareAndSwap(0, time.Now().UnixNano())
+	}
+}
+
+// fromNewLeader reports whether an acknowledgement at now came from the
+// new leader.
+func (h *produceWatch) fromNewLeader(now time.Time) bool {
+	o := h.other.Load()
+	return o != 0 && now.UnixNano() >= o
 }
 
 // crashOnce is one run: the producer, the kill, the waits.
 func (r *runner) crashOnce(ctx context.Context, dc *dataCluster, topic string, victim int32) (crashRun, error) {
-	var hook requestErrors
+	var hook produceWatch
+	hook.victim.Store(victim)
 	cl, err := kgo.NewClient(append(kafkaOpts(dc.seeds(), topic, kgo.AllISRAcks(), true), kgo.WithHooks(&hook))...)
 	if err != nil {
 		return crashRun{}, err
@@ -161,7 +187,7 @@ func (r *runner) crashOnce(ctx context.Context, dc *dataCluster, topic string, v
 					return
 				}
 				acked++
-				if killAt.IsZero() {
+				if killAt.IsZero() || !hook.fromNewLeader(now) {
 					return
 				}
 				after++
@@ -193,6 +219,7 @@ func (r *runner) crashOnce(ctx context.Context, dc *dataCluster, topic string, v
 	mu.Lock()
 	killAt = time.Now()
 	mu.Unlock()
+	hook.killed.Store(true)
 	if err := dc.q.Kill(dc.q.Broker(victim)); err != nil {
 		return crashRun{}, err
 	}
@@ -220,6 +247,6 @@ func (r *runner) crashOnce(ctx context.Context, dc *dataCluster, topic string, v
 	mu.Lock()
 	defer mu.Unlock()
 	out.toAck = firstAck.Sub(killAt)
-	out.requestErrors = hook.n.Load()
+	out.requestErrors = hook.errs.Load()
 	return out, nil
 }

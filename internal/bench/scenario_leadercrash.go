@@ -25,10 +25,9 @@ type crashRun struct {
 	toAck, toLeader time.Duration
 	// failed records, whose produce returned an error; retried records,
 	// handed to the client before the kill and acknowledged by the new
-	// leader: in
-	// flight to the dead leader or queued for it, each sent (again) to
-	// the new one and acknowledged by it; requestErrors are produce requests that failed on the
-	// connection (written or read).
+	// leader: in flight to the dead leader or queued for it, each sent
+	// (again) to the new one; requestErrors are produce requests that
+	// failed on the connection (written or read).
 	failed, retried, requestErrors int64
 }
 

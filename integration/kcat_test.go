@@ -150,6 +150,9 @@ func TestKcat_MetadataProduceConsume(t *testing.T) {
 			if err != nil {
 				return false, fmt.Sprintf("kcat: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 			}
+			// A fresh value each time: kcat leaves out an empty error,
+			// which would otherwise keep an earlier poll's.
+			md = kcatMetadata{}
 			if err := json.Unmarshal([]byte(stdout), &md); err != nil {
 				return false, fmt.Sprintf("kcat's JSON: %v\n%s", err, stdout)
 			}

@@ -2,11 +2,16 @@ package replication
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"slices"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/keel-dev/keel/broker/partlog"
+	"github.com/keel-dev/keel/rpc"
 )
 
 // Kafka's AbstractFetcherThreadTest cases: a follower's log against its
@@ -186,5 +191,32 @@ func TestAbstractFetcherThread_FollowerBelowLeaderLogStart(t *testing.T) {
 	e.catchUp(3)
 	if leo := e.leo(3); leo != 4 {
 		t.Fatalf("follower log end %d, want 4", leo)
+	}
+}
+
+func TestRetryBackoff(t *testing.T) {
+	const backoff = time.Second
+	behind := func(reason string) error { return reasonErr(codes.FailedPrecondition, reason, "the leader is behind") }
+	for _, tc := range []struct {
+		name     string
+		err      error
+		failures int
+		want     time.Duration
+	}{
+		{"the leader does not lead yet: soon", behind(ReasonNotLeaderOrFollower), 1, 25 * time.Millisecond},
+		{"the leader is at an older epoch: soon", behind(ReasonUnknownLeaderEpoch), 1, 25 * time.Millisecond},
+		{"the leader holds no replica yet: soon", reasonErr(codes.NotFound, rpc.ReasonUnknownTopicOrPartition, "no replica"), 1, 25 * time.Millisecond},
+		{"doubling", behind(ReasonNotLeaderOrFollower), 3, 100 * time.Millisecond},
+		{"up to FetchBackoff", behind(ReasonNotLeaderOrFollower), 7, backoff},
+		{"many failures stay at FetchBackoff", behind(ReasonUnknownLeaderEpoch), 1000, backoff},
+		{"a fenced epoch: FetchBackoff", behind(rpc.ReasonFencedLeaderEpoch), 1, backoff},
+		{"a storage error: FetchBackoff", reasonErr(codes.Internal, ReasonStorageError, "disk"), 1, backoff},
+		{"the connection failed: FetchBackoff", errors.New("connection refused"), 1, backoff},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := retryBackoff(tc.err, tc.failures, backoff); got != tc.want {
+				t.Fatalf("retryBackoff(%v, %d) = %v, want %v", tc.err, tc.failures, got, tc.want)
+			}
+		})
 	}
 }

@@ -34,20 +34,47 @@ type fetchClient = broker.FetchClient
 // follows the leader's.
 func (m *Manager) runFollower(ctx context.Context, r *replica, gen uint64, leader, epoch int32) {
 	defer m.wg.Done()
+	failures := 0
 	for ctx.Err() == nil {
 		err := m.fetchOnce(ctx, r, gen, leader, epoch)
 		if ctx.Err() != nil {
 			return
 		}
 		m.noteFetch(r, gen, leader, epoch, err)
-		if err != nil {
-			select {
-			case <-ctx.Done():
-				return
-			case <-m.clock.After(m.cfg.FetchBackoff):
-			}
+		if err == nil {
+			failures = 0
+			continue
+		}
+		failures++
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.clock.After(retryBackoff(err, failures, m.cfg.FetchBackoff)):
 		}
 	}
+}
+
+// leaderLagBackoff is the first pause of a follower whose leader has not
+// applied the leadership yet.
+const leaderLagBackoff = 25 * time.Millisecond
+
+// retryBackoff is how long a follower pauses after its failures-th failed
+// fetch in a row: FetchBackoff (Kafka's replica.fetch.backoff.ms, which
+// Kafka's fetcher waits after any error), except when the leader refused
+// because it does not lead the partition yet, holds no replica of it yet,
+// or is at an older leader epoch. Then the follower is most likely ahead of
+// its leader in the metadata both are applying (the leader change that
+// made it a follower is on its way to the leader too), and the wait is a
+// matter of milliseconds: a full second there would hold every acks=all
+// write at the new leader, whose high watermark needs this follower's next
+// fetch. So it retries after 25 ms, doubling up to FetchBackoff, which
+// bounds a follower that is the one behind.
+func retryBackoff(err error, failures int, backoff time.Duration) time.Duration {
+	switch rpc.ReasonOf(err) {
+	case ReasonNotLeaderOrFollower, ReasonUnknownLeaderEpoch, rpc.ReasonUnknownTopicOrPartition:
+		return min(leaderLagBackoff<<min(max(failures-1, 0), 10), backoff)
+	}
+	return backoff
 }
 
 // fetchOnce sends one fetch and applies its answer.

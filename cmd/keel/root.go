@@ -48,7 +48,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newSnapshotCmd())
 	root.AddCommand(newCertCmd())
 	root.AddCommand(newMetadataCmd())
-	root.AddCommand(newBenchCmd(g))
+	root.AddCommand(newBenchCmd(g), newBenchSinkCmd()) // bench-sink: hidden
 	root.AddCommand(newVersionCmd())
 	root.AddCommand(newDocsCmd()) // hidden: make docs
 	return root

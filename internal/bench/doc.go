@@ -33,4 +33,12 @@
 //   - load: kill -9 of every controller after a raft snapshot of the P
 //     partitions; the time until a new active controller holds them all, and
 //     the live heap of each controller.
+//
+// The data path's scenarios (produce, leader-crash, catch-up) run only when
+// named, on a cluster of their own: three controllers and three real `keel
+// broker` processes with Kafka listeners, written to by franz-go producers
+// in the bench process (dataplane.go). The produce scenario measures the
+// machine's own ceiling in the same run (dataceiling.go): one partition
+// log's append rate in process, and the loopback bandwidth to a child
+// `keel bench-sink`.
 package bench

@@ -14,7 +14,9 @@ type Report struct {
 	// in-process nodes, raft-boltdb, TCP on loopback, Keel's timings, a no-op
 	// state machine) on encoded batches of 1,000 Partition records, one
 	// entry at a time, measured in the same run: the create scenario's
-	// raft_one_at_a_time_ratio is its records_per_s over this.
+	// raft_one_at_a_time_ratio is its records_per_s over this. It is 0 (not
+	// measured) when only the data path's scenarios ran: they measure
+	// ceilings of their own.
 	RaftCeilingRecordsPerS float64 `json:"raft_ceiling_records_per_s"`
 	// RaftPipelinedRecordsPerS is the same with 64 entries in flight: the
 	// ceiling of the controller, which pipelines its decisions (the create

@@ -80,6 +80,9 @@ type Config struct {
 	Progress io.Writer
 	// Status, when set, gets one line as each phase starts.
 	Status io.Writer
+	// Data configures the data path's scenarios (produce, leader-crash,
+	// catch-up).
+	Data DataConfig
 	// Logger gets the simulated brokers' logs; nil discards them.
 	Logger *slog.Logger
 	// TLS, with Controllers, is the mutual TLS to reach them with: the
@@ -142,7 +145,7 @@ func (c *Config) check() error {
 	case len(c.Controllers) == 0 && c.TLS != nil:
 		return errors.New("--tls-cert, --tls-key and --tls-ca apply to a running quorum (--controllers); the local quorum runs in plaintext")
 	}
-	return nil
+	return c.Data.check()
 }
 
 // simBroker is a simulated broker of either kind.
@@ -206,14 +209,28 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	}
 	defer r.close()
 	report := &Report{}
-	var todo []string
+	var todo, data []string
 	for _, s := range cfg.Scenarios {
+		if dataScenarios[s] {
+			if len(cfg.Controllers) > 0 {
+				report.Skipped = append(report.Skipped, Skipped{Name: s,
+					Reason: "it starts broker processes of its own, which a bench of a running quorum (--controllers) does not do"})
+				continue
+			}
+			data = append(data, s)
+			continue
+		}
 		if len(cfg.Controllers) > 0 && killsControllers[s] {
 			report.Skipped = append(report.Skipped, Skipped{Name: s,
 				Reason: "it kills and restarts controllers, which a bench of a running quorum (--controllers) does not do"})
 			continue
 		}
 		todo = append(todo, s)
+	}
+	// The data path has ceilings of its own (its produce scenario
+	// measures them): with only its scenarios, no raw raft ceiling.
+	if len(todo) == 0 && len(data) > 0 {
+		return r.dataPath(ctx, report, data)
 	}
 
 	statusf(cfg.Status, "raw hashicorp/raft ceiling: 3 in-process nodes committing %d entries of %d Partition records, one at a time and pipelined", cfg.CeilingEntries, CeilingRecordsPerEntry)
@@ -226,7 +243,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	report.RaftCeilingRecordsPerS = round(r.ceiling.RecordsPerS)
 	report.RaftPipelinedRecordsPerS = round(r.ceiling.PipelinedRecordsPerS)
 	if len(todo) == 0 {
-		return report, nil
+		return r.dataPath(ctx, report, data)
 	}
 
 	if err := r.startQuorum(ctx); err != nil {
@@ -242,7 +259,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		}
 		report.Scenarios = append(report.Scenarios, res)
 	}
-	return report, nil
+	return r.dataPath(ctx, report, data)
 }
 
 // withLogs adds the end of the local controllers' logs to an error; an

@@ -17,6 +17,11 @@ const (
 	ScenarioLoad               = "load"
 	// ScenarioSteady runs only when named: it takes SteadyDuration.
 	ScenarioSteady = "steady"
+	// The data path's scenarios (scenario_produce.go and its neighbours)
+	// run only when named, on a cluster of their own with real brokers.
+	ScenarioProduce     = "produce"
+	ScenarioLeaderCrash = "leader-crash"
+	ScenarioCatchUp     = "catch-up"
 )
 
 // AllScenarios lists every scenario in the order they run: the partitions
@@ -27,7 +32,7 @@ var AllScenarios = []string{
 }
 
 // optionalScenarios run only when named, after the others.
-var optionalScenarios = []string{ScenarioSteady}
+var optionalScenarios = []string{ScenarioSteady, ScenarioProduce, ScenarioLeaderCrash, ScenarioCatchUp}
 
 // killsControllers: scenarios that kill and restart controller processes,
 // which a bench against a running quorum (--controllers) cannot do.
@@ -74,4 +79,7 @@ var measures = map[string]string{
 	ScenarioFailover:           "kill -9 of the active controller to a new active controller",
 	ScenarioLoad:               "restart of every controller from a snapshot until ready",
 	ScenarioSteady:             "write latency p99 under steady load (per run); leader_changes must be 0",
+	ScenarioProduce:            "acks=all produce latency p99 at half the acks=all peak rate (per run)",
+	ScenarioLeaderCrash:        "kill -9 of a partition's leader under an acks=all producer, to the first write acknowledged by the new leader",
+	ScenarioCatchUp:            "restart of a follower that missed --catch-up-bytes, until it is back in every ISR",
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -31,7 +32,7 @@ func TestConnTracker_CrashIsAClosedConnection(t *testing.T) {
 	cl := keelpb.NewControllerServiceClient(cc)
 	ctx := testCtx(t)
 	reg, err := cl.RegisterBroker(ctx, &keelpb.RegisterBrokerRequest{BrokerId: 1, IncarnationId: "00000000-0000-0000-0000-00000000000a",
-		Address: "127.0.0.1:9092", MinMetadataVersion: 1, MaxMetadataVersion: 1})
+		Address: "127.0.0.1:9092", MinMetadataVersion: fsm.MinMetadataVersion, MaxMetadataVersion: fsm.MaxMetadataVersion})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,3 +157,48 @@ func BenchmarkAppliedLog_ApplyAtBound(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLeader_CreateTopic10k is the active controller's own work for a
+// topic of 10,000 partitions (RF 3) over 100 brokers, without raft: decide
+// (placement and records), cut into entries, encode and apply each ahead of
+// commit, then the FSM's apply of the committed entries: adopted, the
+// speculative image offered to the FSM, or applied again, nothing offered
+// (as before the FSM could adopt).
+func BenchmarkLeader_CreateTopic10k(b *testing.B) {
+	img := scaleImage(b, 100, 10_000, 10_000)
+	req := &keelpb.CreateTopicRequest{Name: "new", Partitions: 10_000, ReplicationFactor: 3}
+	for _, offer := range []bool{true, false} {
+		name := map[bool]string{true: "adopted", false: "applied_twice"}[offer]
+		b.Run(name, func(b *testing.B) {
+			f := fsm.New()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				f.Install(img)
+				recs, err := createTopicRecords(img, req, fsm.TopicID{0xff}, i)
+				if err != nil {
+					b.Fatal(err)
+				}
+				specs, err := speculate(img, img.Offset+1, img.Term, splitRecords(recs, MaxEntryBytes))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, s := range specs {
+					if offer {
+						f.Offer(s)
+					}
+				}
+				for _, s := range specs {
+					if resp := f.ApplyEntry(s.Index(), img.Term, s.Data()); resp != nil {
+						b.Fatal(resp)
+					}
+				}
+			}
+			b.StopTimer()
+			if want := map[bool]uint64{true: uint64(b.N)}[offer]; f.Adopted() != want {
+				b.Fatalf("%d entries adopted, want %d", f.Adopted(), want)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/10_000, "ns/partition")
+		})
+	}
+}

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"slices"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -21,6 +23,11 @@ const MaxEntryBytes = 512 << 10
 // with what it depends on. Topic and Partition records are never cut apart,
 // so a topic is created whole or not at all; such a group may exceed limit.
 func splitRecords(records []*keelpb.Record, limit int) [][]*keelpb.Record {
+	// Without a record to cut before, there is one entry whatever its
+	// size: spare sizing every record (a create's thousands) for nothing.
+	if !slices.ContainsFunc(records, isPartitionChange) {
+		return [][]*keelpb.Record{records}
+	}
 	var (
 		out   [][]*keelpb.Record
 		start int
@@ -28,14 +35,18 @@ func splitRecords(records []*keelpb.Record, limit int) [][]*keelpb.Record {
 	)
 	for i, r := range records {
 		n := recordSize(r)
-		_, cuttable := r.GetRecord().(*keelpb.Record_PartitionChange)
-		if cuttable && i > start && size+n > limit {
+		if isPartitionChange(r) && i > start && size+n > limit {
 			out = append(out, records[start:i])
 			start, size = i, 0
 		}
 		size += n
 	}
 	return append(out, records[start:])
+}
+
+func isPartitionChange(r *keelpb.Record) bool {
+	_, ok := r.GetRecord().(*keelpb.Record_PartitionChange)
+	return ok
 }
 
 // recordSize is a record's encoded size inside a RecordBatch: the record,

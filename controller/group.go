@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -45,8 +46,14 @@ const (
 // sees them: a decision whose records the FSM would refuse is refused there,
 // with ErrRefused, takes no log slot and no room in the pipeline, and
 // leaves the image the later decisions see as it was. No decision ever
-// proposes a batch the FSM refuses. (This costs one apply on the leader per
-// decision, beside the FSM's own.)
+// proposes a batch the FSM refuses. The leader applies each entry once:
+// the loop offers each speculative apply to the FSM (fsm.Speculation), and
+// when the entry commits the FSM adopts the image the loop computed rather
+// than decoding and applying the entry again, once it has checked that the
+// entry, its index and term, and the image it applies to are the very ones
+// the loop used. Anything else (a follower, a takeover's entry, an image a
+// restore replaced, another leader's entry at that index) is applied the
+// usual way.
 //
 // The speculative image applies each entry at the index raft will give it:
 // the loop is the only writer while this node is active (the takeover
@@ -79,6 +86,7 @@ type pipeline struct {
 	// flight, the committed image is read again.
 	spec *fsm.Image
 	next uint64 // the raft index of the next entry handed over; with spec
+	term uint64 // the raft term the entries are handed over in
 	gen  uint64 // moves on every time the loop starts again from the committed image
 
 	decisions, entries, bytes int // in flight
@@ -175,6 +183,7 @@ func (l *leadership) take(p *pipeline, ev event) {
 	if p.decisions == 0 {
 		p.spec = l.c.fsm.Image()
 		p.next = l.c.raft.LastIndex() + 1
+		p.term = l.c.raft.CurrentTerm()
 	}
 	// answer answers a decision that writes nothing: at once if it was
 	// taken on the committed image, else after the writes before it.
@@ -195,21 +204,21 @@ func (l *leadership) take(p *pipeline, ev event) {
 	// Everything that can refuse the decision comes before the speculative
 	// image moves on and before raft sees an entry: a refused decision
 	// leaves both as they were, for the next one.
-	entries, err := encodeEntries(parts)
+	specs, err := speculate(p.spec, p.next, p.term, parts)
 	if err != nil {
 		answer(err)
 		return
 	}
-	spec, err := applyParts(p.spec, p.next, parts)
-	if err != nil {
-		answer(fmt.Errorf("%w; nothing was written: %w", ErrRefused, err))
-		return
-	}
+	entries := make([][]byte, len(specs))
 	size := 0
-	for _, e := range entries {
-		size += len(e)
+	for i, s := range specs {
+		entries[i] = s.Data()
+		size += len(entries[i])
+		// Offered before raft sees it: the FSM adopts the speculative
+		// image rather than decoding and applying the entry again.
+		l.c.fsm.Offer(s)
 	}
-	p.spec = spec // later decisions see this one
+	p.spec = specs[len(specs)-1].Image() // later decisions see this one
 	p.next += uint64(len(entries))
 	p.decisions++
 	p.entries += len(entries)
@@ -254,14 +263,22 @@ func (l *leadership) answerFlights(flights <-chan flight, done chan<- landed) {
 	}
 }
 
-// applyParts applies a decision's entries to img at indexes from next on,
-// as the FSM will.
-func applyParts(img *fsm.Image, next uint64, parts [][]*keelpb.Record) (*fsm.Image, error) {
+// speculate encodes a decision's parts as raft entries and applies them to
+// img at indexes from next on, in term, as the FSM will. It fails if any
+// part does not encode or the FSM would refuse it.
+func speculate(img *fsm.Image, next, term uint64, parts [][]*keelpb.Record) ([]*fsm.Speculation, error) {
+	specs := make([]*fsm.Speculation, 0, len(parts))
 	for i, part := range parts {
-		var err error
-		if img, err = fsm.Apply(img, next+uint64(i), img.Term, &keelpb.RecordBatch{Records: part}); err != nil {
-			return nil, err
+		s, err := fsm.Speculate(img, next+uint64(i), term, part)
+		if err != nil {
+			var rerr *fsm.RecordError
+			if errors.As(err, &rerr) || errors.Is(err, fsm.ErrEmptyBatch) {
+				return nil, fmt.Errorf("%w; nothing was written: %w", ErrRefused, err)
+			}
+			return nil, fmt.Errorf("encode batch: %w", err)
 		}
+		specs = append(specs, s)
+		img = s.Image()
 	}
-	return img, nil
+	return specs, nil
 }

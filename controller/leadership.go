@@ -227,6 +227,9 @@ func (l *leadership) eventLoop() {
 		for {
 			select {
 			case <-answered:
+				// What is offered and not yet applied will not be
+				// applied as offered by this leadership: let its images go.
+				l.c.fsm.DropOffers()
 				return
 			case <-p.landed:
 			}

@@ -38,6 +38,7 @@ const (
 	MetricRaftLeaderChanges              = "keel_raft_leader_changes_total"
 	MetricRaftTerm                       = "keel_raft_term"
 	MetricRefusedEntries                 = "keel_fsm_refused_entries_total"
+	MetricAdoptedEntries                 = "keel_fsm_adopted_entries_total"
 	MetricFencedBrokers                  = "keel_controller_fenced_brokers_total"
 )
 
@@ -214,12 +215,14 @@ var (
 		"This node's current raft term.", nil, nil)
 	descRefused = prometheus.NewDesc(MetricRefusedEntries,
 		"Committed entries this node's state machine refused since it started. Every node refuses the same ones, so their images agree, but the active controller checks each batch before raft: anything above 0 is a bug to report.", nil, nil)
+	descAdopted = prometheus.NewDesc(MetricAdoptedEntries,
+		"Committed entries this node's state machine applied by adopting the image the active controller had already computed for them, rather than decoding and applying them again. It moves only on the active controller.", nil, nil)
 )
 
 func (col *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descActiveControllerCount, descOfflinePartitions, descImbalance, descTopics,
 		descPartitions, descFenced, descActiveBrokers, descEpoch, descMetadataVersion, descQueueSize, descStreamLag, descLastIndex,
-		descCommitIndex, descAppliedIndex, descTerm, descRefused} {
+		descCommitIndex, descAppliedIndex, descTerm, descRefused, descAdopted} {
 		ch <- d
 	}
 }
@@ -268,6 +271,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descAppliedIndex, float64(img.Offset))
 	gauge(descTerm, float64(c.raft.CurrentTerm()))
 	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(c.fsm.Refused()))
+	ch <- prometheus.MustNewConstMetric(descAdopted, prometheus.CounterValue, float64(c.fsm.Adopted()))
 }
 
 // startMetrics registers the controller's metrics with reg and starts

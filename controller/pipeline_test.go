@@ -55,6 +55,7 @@ func TestPipeline_ManyDecisionsInFlight(t *testing.T) {
 	l := leader.Controller().ActiveLeadership()
 	release := holdEventLoop(t, l)
 	before := leader.FSM().Image().Offset
+	adopted := leader.FSM().Adopted()
 
 	seen := make([]uint64, pipelined)      // the offset of the image decision i was taken on
 	committed := make([]uint64, pipelined) // the committed offset when it was taken
@@ -106,6 +107,11 @@ func TestPipeline_ManyDecisionsInFlight(t *testing.T) {
 	}
 	if want := before + pipelined; seenNext != want || index != want+1 {
 		t.Errorf("the decision after the pipeline saw %d and committed at %d, want %d and %d", seenNext, index, want, want+1)
+	}
+	// The leader applied each entry once: its FSM adopted the image the
+	// loop had computed for every one of them.
+	if got := leader.FSM().Adopted() - adopted; got != pipelined+1 {
+		t.Errorf("the leader's FSM adopted %d of %d entries", got, pipelined+1)
 	}
 }
 

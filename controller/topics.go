@@ -212,6 +212,13 @@ func newPartitionRecords(img *fsm.Image, id fsm.TopicID, first int32, assignment
 	v := newView(img)
 	recs := make([]*keelpb.Record, 0, len(assignments))
 	topicID := bytes.Clone(id[:]) // shared: records are only read once built
+	// The records are made in three allocations rather than three per
+	// partition: they live and die together, with the decision.
+	var (
+		outer = make([]keelpb.Record, len(assignments))
+		oneof = make([]keelpb.Record_Partition, len(assignments))
+		inner = make([]keelpb.PartitionRecord, len(assignments))
+	)
 	for i, replicas := range assignments {
 		isr := replicas // the common case, every replica eligible, allocates nothing
 		if slices.ContainsFunc(replicas, func(b int32) bool { return !v.eligible(b) }) {
@@ -220,9 +227,11 @@ func newPartitionRecords(img *fsm.Image, id fsm.TopicID, first int32, assignment
 		if len(isr) == 0 {
 			return nil, fieldError("assignments", "partition %d: none of brokers %v is active, so it could have no leader", first+int32(i), replicas)
 		}
-		recs = append(recs, &keelpb.Record{Record: &keelpb.Record_Partition{Partition: &keelpb.PartitionRecord{
-			TopicId: topicID, Partition: first + int32(i), Replicas: replicas, Isr: isr, Leader: isr[0],
-		}}})
+		p := &inner[i]
+		p.TopicId, p.Partition, p.Replicas, p.Isr, p.Leader = topicID, first+int32(i), replicas, isr, isr[0]
+		oneof[i].Partition = p
+		outer[i].Record = &oneof[i]
+		recs = append(recs, &outer[i])
 	}
 	return recs, nil
 }

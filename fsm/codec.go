@@ -12,12 +12,26 @@ import (
 // bytes: snapshots of equal images are equal byte for byte.
 var marshal = proto.MarshalOptions{Deterministic: true}
 
-// EncodeBatch turns records into one raft entry: the format byte, then the batch.
+// marshalSized marshals a message whose sizes marshal.Size has just
+// computed (and cached in each message): MarshalAppend would otherwise
+// size the whole batch once more before writing it.
+var marshalSized = proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
+
+// EncodeBatch turns records into one raft entry: the format byte, then the
+// batch. It sizes the batch once, for the buffer, and marshals into it with
+// those sizes; the records must not change while it runs.
 func EncodeBatch(records ...*keelpb.Record) ([]byte, error) {
 	batch := &keelpb.RecordBatch{Records: records}
-	buf := make([]byte, 1, 1+marshal.Size(batch))
+	size := marshal.Size(batch)
+	buf := make([]byte, 1, 1+size)
 	buf[0] = EntryFormatV1
-	return marshal.MarshalAppend(buf, batch)
+	out, err := marshalSized.MarshalAppend(buf, batch)
+	if err == nil && len(out) != 1+size {
+		// A record changed between sizing and writing: never hand on such
+		// an entry.
+		return nil, fmt.Errorf("encode batch: %d bytes written, %d sized", len(out)-1, size)
+	}
+	return out, err
 }
 
 // DecodeBatch reads a raft entry written by EncodeBatch.

@@ -16,6 +16,10 @@ type FSM struct {
 	// but the active controller checks every batch before raft, so any
 	// refusal is a bug worth an alert.
 	refused atomic.Uint64
+	// adopted counts committed entries applied by adopting an offered
+	// speculation (speculate.go).
+	adopted atomic.Uint64
+	offers  offers
 
 	mu      sync.Mutex    // guards changed
 	changed chan struct{} // closed and replaced each time the image changes
@@ -50,7 +54,16 @@ func (f *FSM) publish(img *Image) {
 // ApplyEntry decodes and applies one committed raft entry. It returns nil on
 // success and an error value (never a panic) for an entry that does not decode
 // or a batch that fails validation; then the image is unchanged.
+//
+// An entry this node offered (Offer) and applied ahead of commit, at the
+// same index and term, with the same bytes, to the image the FSM holds now,
+// is not applied again: its result is adopted.
 func (f *FSM) ApplyEntry(index, term uint64, data []byte) any {
+	if s := f.offers.take(index); s != nil && s.matches(f.img.Load(), index, term, data) {
+		f.adopted.Add(1)
+		f.publish(s.next)
+		return nil
+	}
 	batch, err := DecodeBatch(data)
 	if err != nil {
 		f.refused.Add(1)
@@ -91,4 +104,7 @@ func (f *FSM) Restore(r io.Reader) error {
 // two steps, for a caller that must not hold its own lock while a large
 // snapshot is read. Like Restore it runs on the goroutine that applies
 // entries, so that none is applied between the read and the install.
-func (f *FSM) Install(img *Image) { f.publish(img) }
+func (f *FSM) Install(img *Image) {
+	f.offers.clear()
+	f.publish(img)
+}

@@ -156,9 +156,17 @@ func TestFSM_ApplyEntry(t *testing.T) {
 
 // randomLog builds a log of batches, some valid and some not, from a seed.
 func randomLog(seed uint64, n int) [][]byte {
+	_, log := randomRecordLog(seed, n)
+	return log
+}
+
+// randomRecordLog is randomLog with the records each entry was encoded
+// from (a torn entry's too).
+func randomRecordLog(seed uint64, n int) ([][]*keelpb.Record, [][]byte) {
 	r := rand.New(rand.NewPCG(seed, seed))
 	var epochNow int64
 	var log [][]byte
+	var batches [][]*keelpb.Record
 	for i := 0; i < n; i++ {
 		var recs []*keelpb.Record
 		for j := 0; j < 1+r.IntN(4); j++ {
@@ -233,8 +241,9 @@ func randomLog(seed uint64, n int) [][]byte {
 			data = data[:r.IntN(len(data))] // a torn entry
 		}
 		log = append(log, data)
+		batches = append(batches, recs)
 	}
-	return log
+	return batches, log
 }
 
 func snapshotBytes(t *testing.T, f *FSM) []byte {

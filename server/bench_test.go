@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
@@ -100,4 +101,39 @@ func BenchmarkCommit_ConcurrentBatches(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N*perBatch)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkDescribeTopic10k renders a topic of 10,000 partitions (RF 3) as
+// CreateTopic answers with it.
+func BenchmarkDescribeTopic10k(b *testing.B) {
+	id := fsm.TopicID{0xd}
+	recs := []*keelpb.Record{
+		{Record: &keelpb.Record_ClusterId{ClusterId: &keelpb.ClusterIdRecord{ClusterId: "c"}}},
+		{Record: &keelpb.Record_FeatureLevel{FeatureLevel: &keelpb.FeatureLevelRecord{Name: fsm.MetadataVersionFeature, Level: fsm.MaxMetadataVersion}}},
+		{Record: &keelpb.Record_ControllerEpoch{ControllerEpoch: &keelpb.ControllerEpochRecord{Epoch: 1, LeaderId: 1}}},
+	}
+	for broker := int32(1); broker <= 3; broker++ {
+		recs = append(recs, &keelpb.Record{Record: &keelpb.Record_BrokerRegistration{BrokerRegistration: &keelpb.BrokerRegistrationRecord{
+			BrokerId: broker, IncarnationId: "i", Address: "127.0.0.1:9201", MinMetadataVersion: 1, MaxMetadataVersion: fsm.MaxMetadataVersion}}})
+	}
+	recs = append(recs, &keelpb.Record{Record: &keelpb.Record_Topic{Topic: &keelpb.TopicRecord{Name: "t", TopicId: id[:]}}})
+	for p := range int32(10_000) {
+		recs = append(recs, &keelpb.Record{Record: &keelpb.Record_Partition{Partition: &keelpb.PartitionRecord{
+			TopicId: id[:], Partition: p, Replicas: []int32{1, 2, 3}, Isr: []int32{1, 2, 3}, Leader: 1}}})
+	}
+	img, err := fsm.Apply(fsm.Empty(), 1, 1, &keelpb.RecordBatch{Records: recs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	t, ok := img.Topic("t")
+	if !ok {
+		b.Fatal("no topic")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if d := server.DescribeTopic(img, t); len(d.Partitions) != 10_000 {
+			b.Fatalf("%d partitions", len(d.Partitions))
+		}
+	}
 }

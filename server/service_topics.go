@@ -214,20 +214,30 @@ func (s *controllerService) ListPartitionReassignments(ctx context.Context, req 
 
 // DescribePartition renders a partition for the API.
 func DescribePartition(p *fsm.Partition) *keelpb.PartitionDescription {
-	return &keelpb.PartitionDescription{
-		Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch,
-		Replicas: nonNil(p.Replicas), Isr: nonNil(p.ISR),
-		AddingReplicas: nonNil(p.AddingReplicas), RemovingReplicas: nonNil(p.RemovingReplicas),
-		EligibleLeaderReplicas: nonNil(p.ELR()), LastKnownElr: nonNil(p.LastKnownELR()),
-		LeaderRecoveryState: p.LeaderRecoveryState,
-	}
+	d := &keelpb.PartitionDescription{}
+	describePartition(d, p)
+	return d
+}
+
+func describePartition(d *keelpb.PartitionDescription, p *fsm.Partition) {
+	d.Partition, d.Leader, d.LeaderEpoch, d.PartitionEpoch = p.Partition, p.Leader, p.LeaderEpoch, p.PartitionEpoch
+	d.Replicas, d.Isr = nonNil(p.Replicas), nonNil(p.ISR)
+	d.AddingReplicas, d.RemovingReplicas = nonNil(p.AddingReplicas), nonNil(p.RemovingReplicas)
+	d.EligibleLeaderReplicas, d.LastKnownElr = nonNil(p.ELR()), nonNil(p.LastKnownELR())
+	d.LeaderRecoveryState = p.LeaderRecoveryState
 }
 
 // DescribeTopic renders a topic and its partitions for the API.
 func DescribeTopic(img *fsm.Image, t *fsm.Topic) *keelpb.TopicDescription {
 	d := &keelpb.TopicDescription{Name: t.Name, Id: t.ID.String(), Configs: t.Configs, EffectiveConfigs: configEntries(img.TopicConfigs(t))}
-	for _, p := range img.Partitions(t.ID) {
-		d.Partitions = append(d.Partitions, DescribePartition(p))
+	parts := img.Partitions(t.ID)
+	// One allocation for the descriptions rather than one each: a
+	// 10,000-partition create answers with all of them.
+	descs := make([]keelpb.PartitionDescription, len(parts))
+	d.Partitions = make([]*keelpb.PartitionDescription, len(parts))
+	for i, p := range parts {
+		describePartition(&descs[i], p)
+		d.Partitions[i] = &descs[i]
 	}
 	return d
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -239,6 +240,10 @@ func (m *Manager) conn(leader int32) (fetchClient, error) {
 // dialLeader connects lazily to a leader (broker.DialLeader), with a
 // receive size for the largest fetch answer: a batch may be as large as a
 // topic's max.message.bytes allows.
-func dialLeader(addr string, creds credentials.TransportCredentials) (fetchClient, error) {
-	return broker.DialLeader(addr, creds, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxFetchResponseBytes)))
+func dialLeader(addr string, creds credentials.TransportCredentials, dialer func(context.Context, string) (net.Conn, error)) (fetchClient, error) {
+	opts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxFetchResponseBytes))}
+	if dialer != nil {
+		opts = append(opts, grpc.WithContextDialer(dialer))
+	}
+	return broker.DialLeader(addr, creds, opts...)
 }

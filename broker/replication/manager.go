@@ -130,7 +130,8 @@ func New(cfg Config) (*Manager, error) {
 		if cfg.TLS != nil {
 			creds = credentials.NewTLS(cfg.TLS.Client(tlsauth.RoleBroker))
 		}
-		cfg.dial = func(addr string) (fetchClient, error) { return dialLeader(addr, creds) }
+		dialer := cfg.Dialer
+		cfg.dial = func(addr string) (fetchClient, error) { return dialLeader(addr, creds, dialer) }
 	}
 	m := &Manager{
 		cfg:      cfg,

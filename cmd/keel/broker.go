@@ -68,6 +68,10 @@ which stops. It stays registered, fenced, in its replica sets and in
 placement, until it starts again (a rolling restart) or an operator removes
 it for good with keel broker unregister.
 
+A broker whose log fails to write (its disk is full or broken) makes a
+controlled shutdown too, then exits with status 1: start it again once the
+disk is fixed, and it recovers its logs.
+
 With a subcommand, list the cluster's brokers, inspect one broker, or
 unregister one that is gone for good.
 
@@ -192,6 +196,19 @@ same CA; SASL is not served.
 			case err := <-agent.Fatal():
 				agent.Close()
 				return err
+			case err := <-dataPlane.Failed():
+				// Kafka halts a broker whose every log dir has failed. A
+				// controlled shutdown first moves its leaderships away at
+				// once; the failed log is not flushed, so no clean
+				// shutdown is recorded, and the next start recovers every
+				// log.
+				log.Error("a log failed to write (disk full or broken): stopping; start the broker again once the disk is fixed", "err", err)
+				ctx, cancel := context.WithTimeout(context.Background(), cfg.ControlledShutdownTimeout+stopGrace)
+				defer cancel()
+				if serr := agent.Shutdown(ctx); serr != nil {
+					log.Warn("broker did not shut down cleanly", "err", serr)
+				}
+				return fmt.Errorf("a log failed to write: %w", err)
 			}
 		},
 	}

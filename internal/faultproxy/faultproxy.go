@@ -105,6 +105,13 @@ func (p *Proxy) SetTarget(target string) {
 	p.target = target
 }
 
+// Target is where the proxy forwards to.
+func (p *Proxy) Target() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
+
 // Mode is the proxy's current mode.
 func (p *Proxy) Mode() Mode { return Mode(p.mode.Load()) }
 

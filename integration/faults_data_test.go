@@ -685,7 +685,15 @@ func (r *dataRun) diskFull(t *testing.T, id int32, d time.Duration) string {
 	if err := dk.unfill(); err != nil {
 		t.Fatalf("empty broker %d's disk: %v", id, err)
 	}
-	if nd := r.c.broker(id); !nd.Running() {
+	nd := r.c.broker(id)
+	if strings.Contains(nd.Output(), "a log failed to write") {
+		// It is stopping (a controlled shutdown, then exit 1): wait for
+		// it, rather than take it for one that kept running.
+		poll.UntilState(t, healTimeout, fmt.Sprintf("broker %d, whose log failed, to exit", id), func() (bool, string) {
+			return !nd.Running(), "still running"
+		})
+	}
+	if !nd.Running() {
 		what := fmt.Sprintf("it stopped (status %d: %s); started again", nd.ExitCode(), keelproc.LastLines(strings.TrimSpace(nd.Output()), 1))
 		r.restartBroker(id)
 		return what

@@ -702,15 +702,18 @@ func (r *dataRun) diskFull(t *testing.T, id int32, d time.Duration) string {
 }
 
 // laggingFollowerElected makes an unclean election likely to lose
-// acknowledged records: a follower of topic-part is paused until it has
-// left the ISR (it lags), then the two others are killed together and the
-// follower resumed, the only live replica; the controllers elect it
-// uncleanly. The two killed brokers start again once it leads (or after a
-// while), and truncate to its log.
+// acknowledged records: once topic-part's ISR is full (or after a while),
+// a follower of it is paused until it has left the ISR (it lags), then the
+// two others are killed together and the follower resumed, the only live
+// replica; the controllers elect it uncleanly. The two killed brokers
+// start again once it leads (or after a while), and truncate to its log.
 func (r *dataRun) laggingFollowerElected(t *testing.T, from time.Time, kind, topic string, part int32, hold func(lo, hi time.Duration) time.Duration) {
 	c := r.c
-	d, err := c.DescribeTopicE(context.Background(), topic)
 	lag := hold(time.Second, 3*time.Second)
+	// From a full ISR, so that what is lost is what the follower missed
+	// while it lagged, not a backlog left by the fault before.
+	full := r.waitPartition(topic, part, func(p partitionJSON) bool { return p.Leader > 0 && len(p.ISR) == len(p.Replicas) })
+	d, err := c.DescribeTopicE(context.Background(), topic)
 	if err != nil || int(part) >= len(d.Partitions) || d.Partitions[part].Leader <= 0 {
 		r.fault(from, "%s: %s-%d has no leader to start from; nothing done", kind, topic, part)
 		return
@@ -735,8 +738,8 @@ func (r *dataRun) laggingFollowerElected(t *testing.T, from time.Time, kind, top
 	for _, id := range others {
 		r.restartBroker(id)
 	}
-	r.fault(from, "%s: paused follower %d of %s-%d for %v (left the ISR: %v), killed %v, resumed it (elected: %v), restarted %v",
-		kind, follower, topic, part, lag, left, others, elected, others)
+	r.fault(from, "%s: from a full ISR (%v), paused follower %d of %s-%d for %v (left the ISR: %v), killed %v, resumed it (elected: %v), restarted %v",
+		kind, full, follower, topic, part, lag, left, others, elected, others)
 }
 
 // waitPartition polls the controllers until topic-part satisfies ok, for

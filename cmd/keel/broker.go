@@ -263,7 +263,7 @@ func dialVia(list string) (func(context.Context, string) (net.Conn, error), erro
 	for _, item := range splitAddrs(list) {
 		from, to, ok := strings.Cut(item, "=")
 		if !ok || from == "" || to == "" {
-			return nil, fmt.Errorf("--test-dial-via %q: want ADDR=VIA,...", item)
+			return nil, fmt.Errorf("--test-dial-via %q: want ADDR=VIA pairs, comma-separated", item)
 		}
 		via[from] = to
 	}

@@ -6,15 +6,22 @@ package integration
 // unclean election off) and consumers without a group read them, while a
 // seeded nemesis kills (kill -9), pauses (SIGSTOP) and stops (SIGTERM, a
 // broker's controlled shutdown) controllers and brokers, the active
-// controller and partition leaders included, and starts them again. After
+// controller and partition leaders included, and starts them again; cuts
+// a partition leader off from the quorum and its followers with fault
+// proxies while producers still reach it; and fills a broker's disk. After
 // the faults everything is healed, the ISRs fill again, every partition is
 // read from its start to its high watermark and checked with the Kafka
 // tests' check (ackedRecordViolations), and against what the consumers saw
 // during the faults.
 //
+// The unclean mode (TestDataFaultsUnclean) allows unclean leader election
+// and elects lagging followers; it measures and reports the loss instead of
+// failing on it.
+//
 // It takes the fault suite's environment (faults_test.go): KEEL_FAULT_RUNS
-// (default 1), KEEL_FAULT_DURATION (default 20s), KEEL_FAULT_SEED. `make
-// test` runs it once; `make faults-data` runs it longer.
+// (default 1), KEEL_FAULT_DURATION (default 20s; 10s in the unclean mode),
+// KEEL_FAULT_SEED. `make test` runs each mode once; `make faults-data` and
+// `make faults-data-unclean` run them longer.
 
 import (
 	"context"

@@ -331,3 +331,46 @@ func TestReplicaManager_OffsetForLeaderEpoch(t *testing.T) {
 		})
 	}
 }
+
+// TestReplicaManager_LogDirFailure (Kafka's log dir failure handling): a
+// write the leader's log cannot store (here a segment roll, into a
+// directory that is gone, as on a broken disk) is refused with
+// KAFKA_STORAGE_ERROR, and the failure is delivered on Failed once, for the
+// broker to stop; Close then says the log was not flushed, so that no
+// clean shutdown is recorded.
+func TestReplicaManager_LogDirFailure(t *testing.T) {
+	e := newEnv(t, clusterImage(t, map[string]string{fsm.SegmentBytes: "1048576"}, 1, 2, 3))
+	m := e.ms[1]
+	// Two batches of about 600 KiB: the second rolls the segment.
+	big := makeBatch(t, 30000, 0, 0)
+	if _, err := m.Produce(context.Background(), "t", 0, big, AcksLeader, time.Second); err != nil {
+		t.Fatalf("first produce: %v", err)
+	}
+	dir := filepath.Join(e.dirs[1], logsDir, logDirName(broker.TopicPartition{TopicID: topicT, Partition: 0}))
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		_, err := m.Produce(context.Background(), "t", 0, big, AcksLeader, time.Second)
+		if !isKerr(err, kerr.KafkaStorageError) {
+			t.Fatalf("produce %d to a log whose directory is gone: %v; want KAFKA_STORAGE_ERROR", i, err)
+		}
+	}
+	select {
+	case err := <-m.Failed():
+		if err == nil {
+			t.Fatal("Failed delivered a nil error")
+		}
+	default:
+		t.Fatal("the failed write was not delivered on Failed")
+	}
+	select {
+	case err := <-m.Failed():
+		t.Fatalf("Failed delivered a second failure (%v); want the first only", err)
+	default:
+	}
+	if err := m.Close(); err == nil {
+		t.Error("Close after a failed write: no error; want the failed log reported (not flushed)")
+	}
+	delete(e.ms, 1) // closed here; the env's cleanup closes the others
+}

@@ -557,15 +557,25 @@ func (l *Log) ReadUpTo(offset int64, maxBytes int, upTo int64) (ReadResult, erro
 // Whole batches go: if offset falls inside a batch, that batch goes too and
 // the log ends below offset. Leader epochs starting at or after the new end
 // go with them, and the producer state is rebuilt. An offset at or past the
-// end changes nothing; one below the log start empties the log and starts
-// it at offset.
+// end cuts no batch, but drops the epochs that start at the end (an epoch
+// this replica led without appending to it); one below the log start
+// empties the log and starts it at offset.
 func (l *Log) TruncateTo(offset int64) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if err := l.writable(); err != nil {
 		return err
 	}
-	if offset >= l.leo.Load() {
+	if leo := l.leo.Load(); offset >= leo {
+		// Nothing to cut, but an epoch may start at the end with no
+		// record in it: this replica led it (AssignEpoch) and lost the
+		// leadership before it appended anything. Its new leader does
+		// not know it, so it must go, or the follower's next fetch
+		// carries it as its last epoch and diverges again, for ever
+		// (Kafka's truncateTo does the same).
+		if l.epochs.truncateFromEnd(leo) {
+			return l.epochs.save()
+		}
 		return nil
 	}
 	if offset < l.logStart.Load() {

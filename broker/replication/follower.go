@@ -91,9 +91,11 @@ func (m *Manager) applyFetch(r *replica, gen uint64, offset int64, resp *keelpb.
 		if to < l.LogEndOffset() {
 			m.log.Info("truncating a follower's log where it diverges from the leader's", "topic", r.topic, "partition", r.tp.Partition,
 				"log_end_offset", l.LogEndOffset(), "truncate_to", to, "leader_epoch", d.GetEpoch(), "leader_epoch_end", d.GetEndOffset())
-			if err := l.TruncateTo(to); err != nil {
-				return fmt.Errorf("truncating to %d: %w", to, err)
-			}
+		}
+		// Even at the log end: it drops an epoch this replica led
+		// without appending to it, which the leader does not know.
+		if err := l.TruncateTo(to); err != nil {
+			return fmt.Errorf("truncating to %d: %w", to, err)
 		}
 		m.followerHW(r, resp.GetHighWatermark())
 		return nil

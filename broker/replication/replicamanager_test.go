@@ -374,3 +374,34 @@ func TestReplicaManager_LogDirFailure(t *testing.T) {
 	}
 	delete(e.ms, 1) // closed here; the env's cleanup closes the others
 }
+
+// TestReplicaManager_FormerLeaderWithEmptyEpochCatchesUp: broker 2 becomes
+// leader (its epoch starts at its log end) and loses the leadership to
+// broker 3 before it appends anything. Its log's last epoch is one broker 3
+// never saw, so its first fetch diverges at its own log end: it must drop
+// that epoch and go on, not fetch the same divergence for ever.
+func TestReplicaManager_FormerLeaderWithEmptyEpochCatchesUp(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1, 2, 3))
+	e.produce(1, 3)
+	e.catchUp(2)
+	e.catchUp(3)
+	e.ctl.commit(changeRec(leaderID(2), []int32{2, 3, 1}))
+	e.publish()
+	if last, ok := e.replica(2).log.LatestEpoch(); !ok || last != 1 {
+		t.Fatalf("broker 2 leading: latest epoch %d, %v; want 1", last, ok)
+	}
+	e.ctl.commit(changeRec(leaderID(3), []int32{3, 1, 2}))
+	e.publish()
+	e.produce(3, 2)
+	for range 5 {
+		if err := e.fetch(2); err != nil {
+			t.Fatalf("broker 2 fetch: %v", err)
+		}
+	}
+	if got := e.leo(2); got != 5 {
+		t.Errorf("broker 2's log end after 5 fetches from broker 3: %d; want 5 (it is stuck on its empty epoch)", got)
+	}
+	if last, ok := e.replica(2).log.LatestEpoch(); !ok || last != 2 {
+		t.Errorf("broker 2's latest epoch: %d, %v; want broker 3's, 2", last, ok)
+	}
+}

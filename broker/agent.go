@@ -182,7 +182,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := rpc.NewClient(cfg.Controllers, rpc.WithTLS(cfg.TLS))
+	client, err := rpc.NewClient(cfg.Controllers, rpc.WithTLS(cfg.TLS), rpc.WithDialer(cfg.Dialer))
 	if err != nil {
 		return nil, err
 	}

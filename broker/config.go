@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -80,6 +81,11 @@ type Config struct {
 	// older binary, so that the controllers refuse to raise the level
 	// past it.
 	MaxMetadataVersion uint32
+	// Dialer, when set, opens the agent's connections to the controllers
+	// instead of a plain TCP dial. It is test wiring (keel broker's hidden
+	// --test-dial-via): the data fault suite routes one broker's dials
+	// through fault proxies, leader hints included.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // check fills in defaults and rejects a config the agent cannot run with.

@@ -230,7 +230,7 @@ func TestDisk_ReadOnlyLeaderStops(t *testing.T) {
 	if why, whyRO := disksAvailable(); why != "" || whyRO != "" {
 		t.Skipf("no disks to fault: %s%s", why, whyRO)
 	}
-	ds := newDisks(t, 1, 2, 3)
+	ds := newDisks(t, "controller", 1, 2, 3)
 	c := startCluster(t, 3, withControllerDataDirs(ds.dataDir))
 	leader, _ := c.WaitForActive(t, activeTimeout)
 	w := c.startNoOpWriters(t, 2)

@@ -215,12 +215,12 @@ func (d *disk) repair() error {
 	return d.mountIt()
 }
 
-// disks gives each controller of a fault run a disk, and unmounts them
+// disks gives each controller (or broker) of a fault run a disk, and unmounts them
 // when the test ends, after its processes have stopped (so it must be
 // called before startCluster).
 type disks map[int32]*disk
 
-func newDisks(t *testing.T, ids ...int32) disks {
+func newDisks(t *testing.T, role string, ids ...int32) disks {
 	t.Helper()
 	dir := t.TempDir()
 	ds := disks{}
@@ -232,7 +232,7 @@ func newDisks(t *testing.T, ids ...int32) disks {
 		}
 	})
 	for _, id := range ids {
-		d, err := makeDisk(dir, fmt.Sprintf("controller-%d", id))
+		d, err := makeDisk(dir, fmt.Sprintf("%s-%d", role, id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +241,7 @@ func newDisks(t *testing.T, ids ...int32) disks {
 	return ds
 }
 
-// dataDir is controller id's data dir (keelproc.Config.ControllerDataDir).
+// dataDir is node id's data dir (keelproc.Config.ControllerDataDir, BrokerDataDir).
 func (ds disks) dataDir(id int32) string { return ds[id].dataDir() }
 
 func run(name string, args ...string) error {

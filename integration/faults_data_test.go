@@ -6,15 +6,22 @@ package integration
 // unclean election off) and consumers without a group read them, while a
 // seeded nemesis kills (kill -9), pauses (SIGSTOP) and stops (SIGTERM, a
 // broker's controlled shutdown) controllers and brokers, the active
-// controller and partition leaders included, and starts them again. After
+// controller and partition leaders included, and starts them again; cuts
+// a partition leader off from the quorum and its followers with fault
+// proxies while producers still reach it; and fills a broker's disk. After
 // the faults everything is healed, the ISRs fill again, every partition is
 // read from its start to its high watermark and checked with the Kafka
 // tests' check (ackedRecordViolations), and against what the consumers saw
 // during the faults.
 //
+// The unclean mode (TestDataFaultsUnclean) allows unclean leader election
+// and elects lagging followers; it measures and reports the loss instead of
+// failing on it.
+//
 // It takes the fault suite's environment (faults_test.go): KEEL_FAULT_RUNS
-// (default 1), KEEL_FAULT_DURATION (default 20s), KEEL_FAULT_SEED. `make
-// test` runs it once; `make faults-data` runs it longer.
+// (default 1), KEEL_FAULT_DURATION (default 20s; 10s in the unclean mode),
+// KEEL_FAULT_SEED. `make test` runs each mode once; `make faults-data` and
+// `make faults-data-unclean` run them longer.
 
 import (
 	"context"
@@ -29,6 +36,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keel-dev/keel/internal/faultproxy"
+	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 const (
@@ -40,11 +51,14 @@ const (
 	dataFaultWindow = 10 * time.Second
 )
 
-// dataFaultKinds are what the data nemesis injects, with their weights.
-var dataFaultKinds = []struct {
+// dataFaultKind is a fault the data nemesis injects, with its weight.
+type dataFaultKind struct {
 	name   string
 	weight int
-}{
+}
+
+// dataFaultKinds are what the data nemesis injects, with their weights.
+var dataFaultKinds = []dataFaultKind{
 	{"kill-active-controller", 2},
 	{"kill-controller", 1},
 	{"pause-active-controller", 2},
@@ -52,6 +66,26 @@ var dataFaultKinds = []struct {
 	{"kill-broker", 1},
 	{"pause-partition-leader", 2},
 	{"sigterm-broker", 2},
+	{"cut-partition-leader", 3},
+	{"broker-disk-full", 1},
+}
+
+// uncleanFaultKinds are what the unclean mode's nemesis injects: mostly
+// a lagging follower left as the only live replica, which an unclean
+// election then makes the leader.
+var uncleanFaultKinds = []dataFaultKind{
+	{"lagging-follower-elected", 4},
+	{"kill-partition-leader", 1},
+	{"pause-partition-leader", 1},
+}
+
+// dataMode is what a run of the suite does: the clean mode (unclean
+// election off) fails on any loss; the unclean mode (unclean election on)
+// measures the loss and reports it.
+type dataMode struct {
+	target  string // the make target that replays a seed
+	unclean bool
+	kinds   []dataFaultKind
 }
 
 func TestDataFaults(t *testing.T) {
@@ -62,7 +96,33 @@ func TestDataFaults(t *testing.T) {
 	if os.Getenv("KEEL_FAULT_DURATION") == "" {
 		cfg.duration = 20 * time.Second
 	}
-	runSeeded(t, cfg, "data fault suite", "faults-data", newDataTally(), runDataFaults)
+	mode := dataMode{target: "faults-data", kinds: dataFaultKinds}
+	runSeeded(t, cfg, "data fault suite", mode.target, newDataTally(), func(t *testing.T, seed int64, d time.Duration) *dataTally {
+		return runDataFaults(t, mode, seed, d)
+	})
+}
+
+// TestDataFaultsUnclean is the data fault suite's unclean mode: the topics
+// allow unclean leader election, and the nemesis mostly leaves a lagging
+// follower as the only live replica of a partition. Acknowledged records
+// may then be lost: the run measures and reports them (acknowledged, lost,
+// duplicated, offsets that vanished after a consumer read them) instead of
+// failing on them; it fails only when the cluster does not recover (a
+// process that will not start, ISRs that do not fill again, consumers that
+// cannot read to the end). `make test` runs it once, for 10 s; `make
+// faults-data-unclean` runs it longer.
+func TestDataFaultsUnclean(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the data fault suite starts clusters and runs for a while")
+	}
+	cfg := faultConfig(t)
+	if os.Getenv("KEEL_FAULT_DURATION") == "" {
+		cfg.duration = 10 * time.Second
+	}
+	mode := dataMode{target: "faults-data-unclean", unclean: true, kinds: uncleanFaultKinds}
+	runSeeded(t, cfg, "data fault suite (unclean mode)", mode.target, newDataTally(), func(t *testing.T, seed int64, d time.Duration) *dataTally {
+		return runDataFaults(t, mode, seed, d)
+	})
 }
 
 // dataTally counts what a run did, for the report.
@@ -72,10 +132,13 @@ type dataTally struct {
 	seen                        int // records the consumers read during the faults
 	final, found, lost, unacked int // the final read
 	failures                    map[string]int
+	// tolerated counts, by kind, what the unclean mode measured instead of
+	// failing on (duplicates, gaps, records read that vanished).
+	tolerated map[string]int
 }
 
 func newDataTally() *dataTally {
-	return &dataTally{faults: map[string]int{}, failures: map[string]int{}}
+	return &dataTally{faults: map[string]int{}, failures: map[string]int{}, tolerated: map[string]int{}}
 }
 
 func (d *dataTally) Add(o *dataTally) {
@@ -84,6 +147,9 @@ func (d *dataTally) Add(o *dataTally) {
 	}
 	for k, v := range o.failures {
 		d.failures[k] += v
+	}
+	for k, v := range o.tolerated {
+		d.tolerated[k] += v
 	}
 	d.sent += o.sent
 	d.acked += o.acked
@@ -99,9 +165,9 @@ func (d *dataTally) String() string {
 	var b strings.Builder
 	b.WriteString("faults injected:")
 	n := 0
-	for _, k := range dataFaultKinds {
-		fmt.Fprintf(&b, " %s=%d", k.name, d.faults[k.name])
-		n += d.faults[k.name]
+	for _, k := range sortedKeys(d.faults) {
+		fmt.Fprintf(&b, " %s=%d", k, d.faults[k])
+		n += d.faults[k]
 	}
 	fmt.Fprintf(&b, " (%d)\nrecords: %d sent, %d acknowledged, %d failed by the producer", n, d.sent, d.acked, d.failed)
 	for _, k := range sortedKeys(d.failures) {
@@ -109,6 +175,12 @@ func (d *dataTally) String() string {
 	}
 	fmt.Fprintf(&b, "\nread during the faults: %d; read at the end: %d (acknowledged: %d found, %d lost; %d never acknowledged)",
 		d.seen, d.final, d.found, d.lost, d.unacked)
+	if len(d.tolerated) > 0 {
+		b.WriteString("\nmeasured, not failed on (unclean mode):")
+		for _, k := range sortedKeys(d.tolerated) {
+			fmt.Fprintf(&b, " %s=%d", k, d.tolerated[k])
+		}
+	}
 	return b.String()
 }
 
@@ -127,6 +199,9 @@ type seenRecord struct {
 // dataRun is the state of one run shared by its goroutines.
 type dataRun struct {
 	c      *Cluster
+	mode   dataMode
+	net    *dataNet
+	disks  disks // nil when the machine cannot make them (disksAvailable)
 	kafka  map[int32]string
 	topics []string
 	start  time.Time
@@ -149,37 +224,39 @@ func (r *dataRun) since(at time.Time) string {
 	return fmt.Sprintf("%8v", at.Sub(r.start).Round(time.Millisecond))
 }
 
-func runDataFaults(t *testing.T, seed int64, duration time.Duration) *dataTally {
-	t.Logf("seed %d: replay with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make faults-data", seed, seed)
+func runDataFaults(t *testing.T, mode dataMode, seed int64, duration time.Duration) *dataTally {
+	t.Logf("seed %d: replay with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make %s", seed, seed, mode.target)
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>32|1))
 	brokers := []int32{1, 2, 3}
-	c, kafka := startKafkaCluster(t, brokers)
-	r := &dataRun{c: c, kafka: kafka, seen: map[string]map[int32]map[int64]seenRecord{}, fetchErrs: map[string]int{}}
+	r := &dataRun{mode: mode, seen: map[string]map[int32]map[int64]seenRecord{}, fetchErrs: map[string]int{}}
+	r.startCluster(t, brokers)
+	c := r.c
+	unclean := fmt.Sprint(mode.unclean)
 	for i := range dataTopics {
 		topic := fmt.Sprintf("data%d", i)
 		r.topics = append(r.topics, topic)
-		c.createTopic(t, topic, "--partitions", fmt.Sprint(dataPartitions), "--replication-factor", "3", "--config", "min.insync.replicas=2")
+		c.createTopic(t, topic, "--partitions", fmt.Sprint(dataPartitions), "--replication-factor", "3",
+			"--config", "min.insync.replicas=2", "--config", "unclean.leader.election.enable="+unclean)
 		r.seen[topic] = map[int32]map[int64]seenRecord{}
 	}
 	for _, topic := range r.topics {
 		d := c.WaitForTopic(t, topic, "led with full ISRs", func(d topicJSON) bool {
 			return d.every(func(p partitionJSON) bool { return p.Leader > 0 && len(p.ISR) == 3 })
 		})
-		if v := d.config(t, "unclean.leader.election.enable"); v.Value != "false" {
-			t.Fatalf("%s: unclean.leader.election.enable: %+v; want false", topic, v)
+		if v := d.config(t, "unclean.leader.election.enable"); v.Value != unclean {
+			t.Fatalf("%s: unclean.leader.election.enable: %+v; want %s", topic, v, unclean)
 		}
 	}
+	kafka := r.kafka
 	tally := newDataTally()
 	t.Cleanup(func() {
-		if t.Failed() {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			var lines []string
-			for _, f := range r.faults {
-				lines = append(lines, r.since(f.from)+" "+f.what)
-			}
-			t.Logf("seed %d: faults injected (time from the start of the faults):\n%s", seed, strings.Join(lines, "\n"))
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		var lines []string
+		for _, f := range r.faults {
+			lines = append(lines, r.since(f.from)+" "+f.what)
 		}
+		t.Logf("seed %d: faults injected (time from the start of the faults):\n%s", seed, strings.Join(lines, "\n"))
 	})
 
 	r.start = time.Now()
@@ -244,8 +321,19 @@ func runDataFaults(t *testing.T, seed int64, duration time.Duration) *dataTally 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	tally.seen = r.seenN
-	for _, msg := range r.seenBad {
+	for i, msg := range r.seenBad {
+		if mode.unclean {
+			tally.tolerated["consumer saw data loss or a rewritten offset"]++
+			if i < 3 {
+				t.Logf("tolerated in unclean mode: %s", msg)
+			}
+			continue
+		}
 		t.Error(msg)
+	}
+	var mayLose func(ackedRecord) bool
+	if mode.unclean {
+		mayLose = func(ackedRecord) bool { return true }
 	}
 	for i, topic := range r.topics {
 		sent, acked, failed := prods[i].results()
@@ -260,11 +348,22 @@ func runDataFaults(t *testing.T, seed int64, duration time.Duration) *dataTally 
 		for _, recs := range read {
 			tally.final += len(recs)
 		}
-		bad, lost, found, unacked := ackedRecordViolations(sent, acked, hw, read, nil)
+		bad, lost, found, unacked := ackedRecordViolations(sent, acked, hw, read, mayLose)
 		bad = append(bad, r.seenViolations(topic, read)...)
 		tally.lost += lost
 		tally.found += found
 		tally.unacked += unacked
+		if mode.unclean {
+			// What an unclean election may do: measured, with the first
+			// few shown, never failed on.
+			for j, v := range bad {
+				tally.tolerated[violationKind(v.msg)]++
+				if j < 3 {
+					t.Logf("%s (tolerated in unclean mode): %s", topic, v.msg)
+				}
+			}
+			continue
+		}
 		for j, v := range bad {
 			if j == 10 {
 				t.Errorf("%s: ... and %d more violations", topic, len(bad)-j)
@@ -275,6 +374,25 @@ func runDataFaults(t *testing.T, seed int64, duration time.Duration) *dataTally 
 	}
 	t.Logf("seed %d:\n%s", seed, tally)
 	return tally
+}
+
+// violationKind names the rule a violation message of
+// ackedRecordViolations or seenViolations breaks, for the unclean mode's
+// counts.
+func violationKind(msg string) string {
+	for _, k := range []struct{ contains, kind string }{
+		{"read twice", "duplicate"},
+		{"a gap or a reordering", "gap"},
+		{"records read from the start", "short read"},
+		{"below the high watermark", "read record vanished"},
+		{"order is not kept", "producer order"},
+		{"but is read at", "acknowledged record moved"},
+	} {
+		if strings.Contains(msg, k.contains) {
+			return k.kind
+		}
+	}
+	return "other"
 }
 
 // consume reads every partition of topic with cl until ctx ends,
@@ -425,21 +543,29 @@ func (r *dataRun) around(topic string, v logViolation, acked []ackedRecord, read
 // ---------------------------------------------------------------------------
 // Nemesis
 
-// nemesis injects one fault at a time, chosen by rng, until duration has
-// passed; each is held for a while, then undone. It runs on the test's
-// goroutine, because the harness fails the test from it.
+// nemesis injects one fault at a time, chosen by rng from the mode's
+// kinds, until duration has passed; each is held for a while, then undone.
+// It runs on the test's goroutine, because the harness fails the test from
+// it.
 func (r *dataRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration, brokers []int32, tally *dataTally) {
 	c := r.c
 	deadline := time.Now().Add(duration)
+	var kinds []dataFaultKind
+	for _, k := range r.mode.kinds {
+		if k.name == "broker-disk-full" && r.disks == nil {
+			continue // disksAvailable said why, at the start
+		}
+		kinds = append(kinds, k)
+	}
 	totalWeight := 0
-	for _, k := range dataFaultKinds {
+	for _, k := range kinds {
 		totalWeight += k.weight
 	}
 	hold := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
 	for time.Now().Before(deadline) {
 		n := rng.IntN(totalWeight)
 		var kind string
-		for _, k := range dataFaultKinds {
+		for _, k := range kinds {
 			if n < k.weight {
 				kind = k.name
 				break
@@ -452,7 +578,19 @@ func (r *dataRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration, 
 		anyBroker := brokers[rng.IntN(len(brokers))]
 		topic := r.topics[rng.IntN(len(r.topics))]
 		part := int32(rng.IntN(dataPartitions))
+		linkMode := faultproxy.Drop
+		if rng.IntN(2) == 0 {
+			linkMode = faultproxy.Blackhole
+		}
 		from := time.Now()
+		// leaderOr is the leader of topic-part, or anyBroker when the
+		// controllers do not say.
+		leaderOr := func() (int32, string) {
+			if l := r.partitionLeader(topic, part); l > 0 {
+				return l, fmt.Sprintf("broker (leader of %s-%d)", topic, part)
+			}
+			return anyBroker, "broker"
+		}
 		switch kind {
 		case "kill-active-controller", "kill-controller", "pause-active-controller":
 			id, how := anyCtrl, "controller"
@@ -479,9 +617,7 @@ func (r *dataRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration, 
 		case "kill-partition-leader", "kill-broker", "pause-partition-leader":
 			id, how := anyBroker, "broker"
 			if kind != "kill-broker" {
-				if l := r.partitionLeader(topic, part); l > 0 {
-					id, how = l, fmt.Sprintf("broker (leader of %s-%d)", topic, part)
-				}
+				id, how = leaderOr()
 			}
 			if kind == "pause-partition-leader" {
 				d := hold(300*time.Millisecond, 2500*time.Millisecond)
@@ -494,18 +630,232 @@ func (r *dataRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration, 
 			d := hold(200*time.Millisecond, 3*time.Second)
 			c.KillBroker(id)
 			time.Sleep(d)
-			c.RestartBroker(id)
+			r.restartBroker(id)
 			r.fault(from, "%s: kill -9 %s %d for %v", kind, how, id, d)
 		case "sigterm-broker":
 			// A rolling restart's step: a controlled shutdown, then a start.
 			d := hold(200*time.Millisecond, 2*time.Second)
 			c.StopBroker(anyBroker) // fails the test unless it exits 0
 			time.Sleep(d)
-			c.RestartBroker(anyBroker)
+			r.restartBroker(anyBroker)
 			r.fault(from, "%s: SIGTERM broker %d, started again after %v", kind, anyBroker, d)
+		case "cut-partition-leader":
+			// The leader loses the controllers and its followers, while
+			// producers still reach its Kafka listener: it must not
+			// acknowledge what it cannot replicate. Held past the session
+			// timeout, so that it is fenced and its partitions get new
+			// leaders; healed, it truncates what it wrote alone.
+			id, how := leaderOr()
+			d := hold(testSessionTimeout+500*time.Millisecond, testSessionTimeout+4*time.Second)
+			r.net.cut(id, linkMode)
+			time.Sleep(d)
+			// The quorum fenced it and moved the partition (when it led
+			// one: a leader that was unknown is not checked).
+			moved := how == "broker" || r.waitPartition(topic, part, func(p partitionJSON) bool { return p.Leader != id })
+			r.net.heal(id)
+			r.fault(from, "%s: cut %s %d off from the controllers and its followers (%s) for %v", kind, how, id, linkMode, d)
+			if !moved {
+				t.Errorf("%s: %s %d, cut off from the controllers for %v, still leads %s-%d: the controllers did not fence it", kind, how, id, d, topic, part)
+			}
+		case "broker-disk-full":
+			id, how := leaderOr()
+			d := hold(time.Second, 3*time.Second)
+			what := r.diskFull(t, id, d)
+			r.fault(from, "%s: %s %d's disk full for %v: %s", kind, how, id, d, what)
+		case "lagging-follower-elected":
+			r.laggingFollowerElected(t, from, kind, topic, part, hold)
 		}
 		tally.faults[kind]++
 		time.Sleep(hold(100*time.Millisecond, 800*time.Millisecond))
+	}
+}
+
+// restartBroker starts broker id again and points the proxy its followers
+// dial at its port (the same one, unless it was taken meanwhile).
+func (r *dataRun) restartBroker(id int32) {
+	r.c.RestartBroker(id)
+	r.net.in[id].SetTarget(r.c.BrokerAddr(id))
+}
+
+// diskFull fills broker id's file system under it while the producers
+// write, holds it full for d, then empties it, and starts the broker again
+// if it stopped; it returns what the broker did. A broker may refuse writes
+// (KAFKA_STORAGE_ERROR) or stop; the final check finds any acknowledged
+// record it did not store, or a log it broke.
+func (r *dataRun) diskFull(t *testing.T, id int32, d time.Duration) string {
+	t.Helper()
+	dk := r.disks[id]
+	if err := dk.fill(); err != nil {
+		t.Fatalf("fill broker %d's disk: %v", id, err)
+	}
+	time.Sleep(d) // the fault's length, not synchronisation
+	if err := dk.unfill(); err != nil {
+		t.Fatalf("empty broker %d's disk: %v", id, err)
+	}
+	nd := r.c.broker(id)
+	if strings.Contains(nd.Output(), "a log failed to write") {
+		// It is stopping (a controlled shutdown, then exit 1): wait for
+		// it, rather than take it for one that kept running.
+		poll.UntilState(t, healTimeout, fmt.Sprintf("broker %d, whose log failed, to exit", id), func() (bool, string) {
+			return !nd.Running(), "still running"
+		})
+	}
+	if !nd.Running() {
+		what := fmt.Sprintf("it stopped (status %d: %s); started again", nd.ExitCode(), keelproc.LastLines(strings.TrimSpace(nd.Output()), 1))
+		r.restartBroker(id)
+		return what
+	}
+	return "it kept running"
+}
+
+// laggingFollowerElected makes an unclean election likely to lose
+// acknowledged records: once topic-part's ISR is full (or after a while),
+// a follower of it is paused until it has left the ISR (it lags), then the
+// two others are killed together and the follower resumed, the only live
+// replica; the controllers elect it uncleanly. The two killed brokers
+// start again once it leads (or after a while), and truncate to its log.
+func (r *dataRun) laggingFollowerElected(t *testing.T, from time.Time, kind, topic string, part int32, hold func(lo, hi time.Duration) time.Duration) {
+	c := r.c
+	lag := hold(time.Second, 3*time.Second)
+	// From a full ISR, so that what is lost is what the follower missed
+	// while it lagged, not a backlog left by the fault before.
+	full := r.waitPartition(topic, part, func(p partitionJSON) bool { return p.Leader > 0 && len(p.ISR) == len(p.Replicas) })
+	d, err := c.DescribeTopicE(context.Background(), topic)
+	if err != nil || int(part) >= len(d.Partitions) || d.Partitions[part].Leader <= 0 {
+		r.fault(from, "%s: %s-%d has no leader to start from; nothing done", kind, topic, part)
+		return
+	}
+	p := d.Partitions[part]
+	var follower int32
+	var others []int32
+	for _, id := range p.Replicas {
+		if id != p.Leader && follower == 0 {
+			follower = id
+			continue
+		}
+		others = append(others, id)
+	}
+	c.PauseBroker(follower)
+	time.Sleep(lag) // how far it falls behind
+	left := r.waitPartition(topic, part, func(p partitionJSON) bool { return !slices.Contains(p.ISR, follower) })
+	c.KillTogether(nil, others)
+	c.ResumeBroker(follower)
+	elected := r.waitPartition(topic, part, func(p partitionJSON) bool { return p.Leader == follower })
+	time.Sleep(hold(200*time.Millisecond, time.Second)) // the new leader takes writes alone
+	for _, id := range others {
+		r.restartBroker(id)
+	}
+	r.fault(from, "%s: from a full ISR (%v), paused follower %d of %s-%d for %v (left the ISR: %v), killed %v, resumed it (elected: %v), restarted %v",
+		kind, full, follower, topic, part, lag, left, others, elected, others)
+}
+
+// waitPartition polls the controllers until topic-part satisfies ok, for
+// at most healTimeout/4; it reports whether it did.
+func (r *dataRun) waitPartition(topic string, part int32, ok func(partitionJSON) bool) bool {
+	return poll.Wait(context.Background(), healTimeout/4, 50*time.Millisecond, "", func() (bool, error) {
+		d, err := r.c.DescribeTopicE(context.Background(), topic)
+		return err == nil && int(part) < len(d.Partitions) && ok(d.Partitions[part]), nil
+	}) == nil
+}
+
+// ---------------------------------------------------------------------------
+// Network and disks
+
+// startCluster starts the run's cluster: 3 controllers and brokers with
+// Kafka listeners, each broker's data dir on a disk of its own when the
+// machine can make them (for broker-disk-full), and each broker behind
+// proxies of its own (dataNet).
+func (r *dataRun) startCluster(t *testing.T, brokers []int32) {
+	t.Helper()
+	opts := []clusterOption{withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second)}
+	if why, _ := disksAvailable(); why == "" {
+		// Made before the cluster starts, so unmounted after it stops.
+		r.disks = newDisks(t, "broker", brokers...)
+		opts = append(opts, withBrokerDataDirs(r.disks.dataDir))
+	} else if slices.ContainsFunc(r.mode.kinds, func(k dataFaultKind) bool { return k.name == "broker-disk-full" }) {
+		t.Logf("broker-disk-full is skipped: %s", why)
+	}
+	// Closed after the processes have stopped: a broker's clean stop
+	// needs the controllers, which it reaches through the proxies.
+	r.net = &dataNet{toCtrl: map[int32][]*faultproxy.Proxy{}, in: map[int32]*faultproxy.Proxy{}}
+	t.Cleanup(r.net.close)
+	c := startCluster(t, 3, opts...)
+	c.WaitForActive(t, activeTimeout)
+	r.c = c
+	r.net.build(t, c, brokers)
+	addrs := freeAddrs(t, len(brokers))
+	r.kafka = make(map[int32]string, len(brokers))
+	bopts := make([][]brokerOption, len(brokers))
+	for i, id := range brokers {
+		r.kafka[id] = addrs[i]
+		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags(append([]string{"--kafka-listen=" + addrs[i],
+			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms"}, r.net.flags(id)...)...)}
+	}
+	c.startBrokers(brokers, bopts)
+	for _, id := range brokers {
+		r.net.in[id].SetTarget(c.BrokerAddr(id))
+	}
+	c.WaitForBrokers(t, allActive(brokers...))
+}
+
+// dataNet is the fault proxies of the data suite's brokers: each broker
+// dials each controller through a proxy of its own (--test-dial-via, leader
+// hints included), and advertises a proxy in front of its gRPC service
+// (--advertise), through which its followers fetch from it. Cutting both
+// cuts a leader off from the quorum and from its followers, while its
+// Kafka listener, which is not proxied, still takes produce requests.
+type dataNet struct {
+	toCtrl map[int32][]*faultproxy.Proxy // by broker
+	in     map[int32]*faultproxy.Proxy   // by broker: its followers' fetches
+}
+
+func (n *dataNet) build(t *testing.T, c *Cluster, brokers []int32) {
+	t.Helper()
+	for _, b := range brokers {
+		for _, id := range c.IDs() {
+			p, err := faultproxy.New(fmt.Sprintf("broker-%d-to-controller-%d", b, id), c.Addr(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.toCtrl[b] = append(n.toCtrl[b], p)
+		}
+		// Its target is set once the broker has a port (startCluster).
+		p, err := faultproxy.New(fmt.Sprintf("to-broker-%d", b), "127.0.0.1:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.in[b] = p
+	}
+}
+
+// flags are broker id's flags that route it through its proxies.
+func (n *dataNet) flags(id int32) []string {
+	var via []string
+	for _, p := range n.toCtrl[id] {
+		via = append(via, p.Target()+"="+p.Addr())
+	}
+	return []string{"--advertise=" + n.in[id].Addr(), "--test-dial-via=" + strings.Join(via, ",")}
+}
+
+// cut cuts broker id off from the controllers and from its followers.
+func (n *dataNet) cut(id int32, m faultproxy.Mode) {
+	for _, p := range n.toCtrl[id] {
+		p.Set(m)
+	}
+	n.in[id].Set(m)
+}
+
+// heal restores what cut cut.
+func (n *dataNet) heal(id int32) { n.cut(id, faultproxy.Up) }
+
+func (n *dataNet) close() {
+	for _, ps := range n.toCtrl {
+		for _, p := range ps {
+			p.Close()
+		}
+	}
+	for _, p := range n.in {
+		p.Close()
 	}
 }
 

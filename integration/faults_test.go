@@ -233,7 +233,7 @@ func runFaults(t *testing.T, seed int64, duration time.Duration) *faultTally {
 	why, whyRO := disksAvailable()
 	if why == "" {
 		// Made before the cluster starts, so unmounted after it stops.
-		ds = newDisks(t, 1, 2, 3)
+		ds = newDisks(t, "controller", 1, 2, 3)
 		opts = append(opts, withControllerDataDirs(ds.dataDir), withMetrics())
 	}
 	kinds["disk-full"] = why == ""

@@ -173,6 +173,11 @@ func withControllerDataDirs(dataDir func(id int32) string) clusterOption {
 	return func(o *clusterOptions) { o.cfg.ControllerDataDir = dataDir }
 }
 
+// withBrokerDataDirs puts broker id's data dir at dataDir(id).
+func withBrokerDataDirs(dataDir func(id int32) string) clusterOption {
+	return func(o *clusterOptions) { o.cfg.BrokerDataDir = dataDir }
+}
+
 // withFaultNet runs the controllers behind a faultproxy.Net (Cluster.net):
 // their voter addresses are proxies, and each dials its peers through its
 // own.

@@ -1,6 +1,8 @@
 package rpc
 
 import (
+	"context"
+	"net"
 	"slices"
 
 	"google.golang.org/grpc"
@@ -17,6 +19,7 @@ type Option func(*options)
 type options struct {
 	tls      *tlsauth.Config
 	failFast bool
+	dialer   func(context.Context, string) (net.Conn, error)
 }
 
 // WithTLS turns on mutual TLS with cfg; nil keeps plaintext. A client
@@ -37,6 +40,13 @@ func FailFast() Option {
 	return func(o *options) { o.failFast = true }
 }
 
+// WithDialer makes the client open its connections with dial instead of
+// a plain TCP dial; nil keeps the default. Tests use it to route a broker's
+// dials through fault proxies (keel broker's hidden --test-dial-via).
+func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) Option {
+	return func(o *options) { o.dialer = dial }
+}
+
 func buildOptions(opts []Option) options {
 	var o options
 	for _, opt := range opts {
@@ -52,7 +62,11 @@ func clientDialOptions(o options, role tlsauth.Role) []grpc.DialOption {
 	if o.tls != nil {
 		creds = credentials.NewTLS(o.tls.Client(role))
 	}
-	return append(slices.Clone(dialOptions), grpc.WithTransportCredentials(creds))
+	opts := append(slices.Clone(dialOptions), grpc.WithTransportCredentials(creds))
+	if o.dialer != nil {
+		opts = append(opts, grpc.WithContextDialer(o.dialer))
+	}
+	return opts
 }
 
 // serverCallOptions are the codec, credentials and interceptors a server

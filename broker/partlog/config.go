@@ -35,6 +35,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock of FlushInterval; nil is time.Now.
 	Now func() time.Time
+	// OnFail, when set, is called once, with the error, when a write first
+	// fails and the log turns to refusing writes (ErrFailed): its disk is
+	// full or broken. It is called under the log's write lock, so it must
+	// not call the log. Kafka's LogDirFailureChannel.
+	OnFail func(error)
 }
 
 // Defaults, Kafka's.

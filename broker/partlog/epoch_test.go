@@ -192,3 +192,37 @@ func TestLog_DivergingFollowerTruncates(t *testing.T) {
 		t.Fatalf("logs differ after the follower caught up: epochs %v vs %v", leader.EpochEntries(), follower.EpochEntries())
 	}
 }
+
+// TestLog_TruncateToEndOffsetClearsEpochCache (Kafka's UnifiedLogTest case
+// of the same name): a replica that became leader (AssignEpoch at its log
+// end) and lost the leadership before appending holds an epoch with no
+// record in it, which its new leader does not know. Truncating to the log
+// end cuts no batch but drops that epoch, durably; otherwise the follower's
+// fetches carry it as their last epoch and diverge again for ever.
+func TestLog_TruncateToEndOffsetClearsEpochCache(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, Config{})
+	mustAppend(t, l, spec{records: 3}, 0)
+	if err := l.AssignEpoch(1); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := l.LatestEpoch(); !ok || e != 1 {
+		t.Fatalf("after AssignEpoch(1): latest epoch %d, %v; want 1", e, ok)
+	}
+	if err := l.TruncateTo(l.LogEndOffset()); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := l.LatestEpoch(); !ok || e != 0 {
+		t.Errorf("after TruncateTo(log end): latest epoch %d, %v; want 0 (the empty epoch 1 dropped)", e, ok)
+	}
+	if got := l.LogEndOffset(); got != 3 {
+		t.Errorf("log end %d; want 3: no batch cut", got)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, dir, Config{})
+	if e, ok := l.LatestEpoch(); !ok || e != 0 {
+		t.Errorf("reopened: latest epoch %d, %v; want 0 (the drop is durable)", e, ok)
+	}
+}

@@ -449,6 +449,18 @@ func (l *Log) AppendAsFollower(records []byte) (AppendInfo, error) {
 	return info, nil
 }
 
+// fail turns the log to refusing writes after err, telling OnFail the
+// first time. The caller holds wmu.
+func (l *Log) fail(err error) {
+	if l.failed != nil {
+		return
+	}
+	l.failed = err
+	if l.cfg.OnFail != nil {
+		l.cfg.OnFail(err)
+	}
+}
+
 // write appends one checked batch, stamped with its offsets, at the log
 // end: it rolls first if the batch does not fit, records a new epoch
 // (fsynced before the batch is written), and publishes the batch to
@@ -456,17 +468,17 @@ func (l *Log) AppendAsFollower(records []byte) (AppendInfo, error) {
 // writes (ErrFailed): the file may hold more than the log says.
 func (l *Log) write(b []byte, h BatchHeader) error {
 	if err := l.maybeRoll(h); err != nil {
-		l.failed = err
+		l.fail(err)
 		return err
 	}
 	if e, ok := l.epochs.latest(); !ok || h.PartitionLeaderEpoch > e.Epoch {
 		if _, err := l.epochs.assign(h.PartitionLeaderEpoch, h.BaseOffset, true); err != nil {
-			l.failed = err
+			l.fail(err)
 			return err
 		}
 	}
 	if err := l.active().append(b, h, l.cfg.IndexIntervalBytes); err != nil {
-		l.failed = err
+		l.fail(err)
 		return err
 	}
 	l.producers.update(h)
@@ -545,15 +557,25 @@ func (l *Log) ReadUpTo(offset int64, maxBytes int, upTo int64) (ReadResult, erro
 // Whole batches go: if offset falls inside a batch, that batch goes too and
 // the log ends below offset. Leader epochs starting at or after the new end
 // go with them, and the producer state is rebuilt. An offset at or past the
-// end changes nothing; one below the log start empties the log and starts
-// it at offset.
+// end cuts no batch, but drops the epochs that start at the end (an epoch
+// this replica led without appending to it); one below the log start
+// empties the log and starts it at offset.
 func (l *Log) TruncateTo(offset int64) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if err := l.writable(); err != nil {
 		return err
 	}
-	if offset >= l.leo.Load() {
+	if leo := l.leo.Load(); offset >= leo {
+		// Nothing to cut, but an epoch may start at the end with no
+		// record in it: this replica led it (AssignEpoch) and lost the
+		// leadership before it appended anything. Its new leader does
+		// not know it, so it must go, or the follower's next fetch
+		// carries it as its last epoch and diverges again, for ever
+		// (Kafka's truncateTo does the same).
+		if l.epochs.truncateFromEnd(leo) {
+			return l.epochs.save()
+		}
 		return nil
 	}
 	if offset < l.logStart.Load() {
@@ -573,7 +595,7 @@ func (l *Log) TruncateTo(offset int64) error {
 		err = errors.Join(err, s.remove())
 	}
 	if err != nil {
-		l.failed = err
+		l.fail(err)
 		return err
 	}
 	leo := l.leo.Load()
@@ -624,7 +646,7 @@ func (l *Log) truncateFully(offset int64) error {
 	}
 	if err != nil {
 		l.segs = nil
-		l.failed = err
+		l.fail(err)
 		l.closed = true // no segments left to read
 		l.rw.Unlock()
 		return err
@@ -814,7 +836,7 @@ func (l *Log) MaybeFlush(now time.Time) error {
 func (l *Log) flush() error {
 	leo := l.leo.Load()
 	if err := l.active().sync(); err != nil {
-		l.failed = err
+		l.fail(err)
 		return err
 	}
 	l.unflushed, l.lastFlush = 0, l.cfg.Now()
@@ -892,7 +914,9 @@ func (l *Log) CheckpointHighWatermark(hw int64) error {
 }
 
 // Close fsyncs the log (a clean shutdown: the next Open checks nothing)
-// and closes its files. Reads and writes after it fail with ErrClosed.
+// and closes its files. Reads and writes after it fail with ErrClosed. A
+// log that failed (ErrFailed) is closed without an fsync, and Close says so
+// with ErrFailed.
 func (l *Log) Close() error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
@@ -902,6 +926,9 @@ func (l *Log) Close() error {
 	var err error
 	if l.failed == nil {
 		err = l.flush()
+	} else {
+		// Not flushed: the caller must not record a clean shutdown.
+		err = fmt.Errorf("partlog: %s: not flushed: %w: %w", l.dir, ErrFailed, l.failed)
 	}
 	l.rw.Lock()
 	defer l.rw.Unlock()

@@ -1,9 +1,11 @@
 package replication
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/keel-dev/keel/tlsauth"
@@ -62,6 +64,9 @@ type Config struct {
 	// TLS, when set, is the broker's mutual TLS, to fetch from leaders
 	// with. Nil is plaintext.
 	TLS *tlsauth.Config
+	// Dialer, when set, opens the connections to leaders instead of a
+	// plain TCP dial: test wiring, like broker.Config.Dialer.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 
 	// Tests replace the clock and the connections to leaders, and may
 	// drive the followers' fetches by hand (manualFetch: no fetch loops).

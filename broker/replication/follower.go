@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -117,9 +118,11 @@ func (m *Manager) applyFetch(r *replica, gen uint64, offset int64, resp *keelpb.
 		if to < l.LogEndOffset() {
 			m.log.Info("truncating a follower's log where it diverges from the leader's", "topic", r.topic, "partition", r.tp.Partition,
 				"log_end_offset", l.LogEndOffset(), "truncate_to", to, "leader_epoch", d.GetEpoch(), "leader_epoch_end", d.GetEndOffset())
-			if err := l.TruncateTo(to); err != nil {
-				return fmt.Errorf("truncating to %d: %w", to, err)
-			}
+		}
+		// Even at the log end: it drops an epoch this replica led
+		// without appending to it, which the leader does not know.
+		if err := l.TruncateTo(to); err != nil {
+			return fmt.Errorf("truncating to %d: %w", to, err)
 		}
 		m.followerHW(r, resp.GetHighWatermark())
 		return nil
@@ -266,6 +269,10 @@ func (m *Manager) conn(leader int32) (fetchClient, error) {
 // dialLeader connects lazily to a leader (broker.DialLeader), with a
 // receive size for the largest fetch answer: a batch may be as large as a
 // topic's max.message.bytes allows.
-func dialLeader(addr string, creds credentials.TransportCredentials) (fetchClient, error) {
-	return broker.DialLeader(addr, creds, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxFetchResponseBytes)))
+func dialLeader(addr string, creds credentials.TransportCredentials, dialer func(context.Context, string) (net.Conn, error)) (fetchClient, error) {
+	opts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxFetchResponseBytes))}
+	if dialer != nil {
+		opts = append(opts, grpc.WithContextDialer(dialer))
+	}
+	return broker.DialLeader(addr, creds, opts...)
 }

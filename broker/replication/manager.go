@@ -63,6 +63,7 @@ type Manager struct {
 	wg          sync.WaitGroup
 	closeOnce   sync.Once
 	closeResult error
+	failed      chan error // Failed: the first log that failed to write
 }
 
 // replica is one partition replica on this broker. Its role fields are
@@ -130,7 +131,8 @@ func New(cfg Config) (*Manager, error) {
 		if cfg.TLS != nil {
 			creds = credentials.NewTLS(cfg.TLS.Client(tlsauth.RoleBroker))
 		}
-		cfg.dial = func(addr string) (fetchClient, error) { return dialLeader(addr, creds) }
+		dialer := cfg.Dialer
+		cfg.dial = func(addr string) (fetchClient, error) { return dialLeader(addr, creds, dialer) }
 	}
 	m := &Manager{
 		cfg:      cfg,
@@ -142,6 +144,7 @@ func New(cfg Config) (*Manager, error) {
 		waiting:  map[broker.TopicPartition]struct{}{},
 		conns:    map[string]fetchClient{},
 		wake:     make(chan struct{}, alterSenders),
+		failed:   make(chan error, 1),
 	}
 	m.img.Store(fsm.Empty())
 	return m, nil
@@ -318,10 +321,28 @@ func parseLogDir(name string) (broker.TopicPartition, bool) {
 	return broker.TopicPartition{TopicID: id, Partition: int32(p)}, true
 }
 
+// Failed delivers the error of the first log that failed to write (its
+// disk is full, or broken), after which that log refuses writes until it
+// is reopened, and so recovered: the broker must stop, as Kafka halts a
+// broker whose every log dir has failed. A log that fails to write may
+// hold a torn batch past its end: it is never trusted again in this
+// process, and the next start recovers it.
+func (m *Manager) Failed() <-chan error { return m.failed }
+
+// logFailed is every log's partlog OnFail: it hands the first failure to
+// Failed, and logs each.
+func (m *Manager) logFailed(err error) {
+	m.log.Error("a log failed to write; it refuses writes until the broker restarts", "err", err)
+	select {
+	case m.failed <- err:
+	default:
+	}
+}
+
 // logConfig is the partlog config of a topic's replicas: segment.bytes and
 // max.message.bytes from the image's configs, read when the log opens.
 func (m *Manager) logConfig(img *fsm.Image, id fsm.TopicID) partlog.Config {
-	cfg := partlog.Config{FlushInterval: m.cfg.FlushInterval, Logger: m.log, Now: m.clock.Now}
+	cfg := partlog.Config{FlushInterval: m.cfg.FlushInterval, Logger: m.log, Now: m.clock.Now, OnFail: m.logFailed}
 	t, ok := img.TopicByID(id)
 	if !ok {
 		return cfg

@@ -390,3 +390,77 @@ func TestReplicaManager_OffsetForLeaderEpoch(t *testing.T) {
 		})
 	}
 }
+
+// TestReplicaManager_LogDirFailure (Kafka's log dir failure handling): a
+// write the leader's log cannot store (here a segment roll, into a
+// directory that is gone, as on a broken disk) is refused with
+// KAFKA_STORAGE_ERROR, and the failure is delivered on Failed once, for the
+// broker to stop; Close then says the log was not flushed, so that no
+// clean shutdown is recorded.
+func TestReplicaManager_LogDirFailure(t *testing.T) {
+	e := newEnv(t, clusterImage(t, map[string]string{fsm.SegmentBytes: "1048576"}, 1, 2, 3))
+	m := e.ms[1]
+	// Two batches of about 600 KiB: the second rolls the segment.
+	big := makeBatch(t, 30000, 0, 0)
+	if _, err := m.Produce(context.Background(), "t", 0, big, AcksLeader, time.Second); err != nil {
+		t.Fatalf("first produce: %v", err)
+	}
+	dir := filepath.Join(e.dirs[1], logsDir, logDirName(broker.TopicPartition{TopicID: topicT, Partition: 0}))
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		_, err := m.Produce(context.Background(), "t", 0, big, AcksLeader, time.Second)
+		if !isKerr(err, kerr.KafkaStorageError) {
+			t.Fatalf("produce %d to a log whose directory is gone: %v; want KAFKA_STORAGE_ERROR", i, err)
+		}
+	}
+	select {
+	case err := <-m.Failed():
+		if err == nil {
+			t.Fatal("Failed delivered a nil error")
+		}
+	default:
+		t.Fatal("the failed write was not delivered on Failed")
+	}
+	select {
+	case err := <-m.Failed():
+		t.Fatalf("Failed delivered a second failure (%v); want the first only", err)
+	default:
+	}
+	if err := m.Close(); err == nil {
+		t.Error("Close after a failed write: no error; want the failed log reported (not flushed)")
+	}
+	delete(e.ms, 1) // closed here; the env's cleanup closes the others
+}
+
+// TestReplicaManager_FormerLeaderWithEmptyEpochCatchesUp: broker 2 becomes
+// leader (its epoch starts at its log end) and loses the leadership to
+// broker 3 before it appends anything. Its log's last epoch is one broker 3
+// never saw, so its first fetch diverges at its own log end: it must drop
+// that epoch and go on, not fetch the same divergence for ever.
+func TestReplicaManager_FormerLeaderWithEmptyEpochCatchesUp(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1, 2, 3))
+	e.produce(1, 3)
+	e.catchUp(2)
+	e.catchUp(3)
+	e.ctl.commit(changeRec(leaderID(2), []int32{2, 3, 1}))
+	e.publish()
+	if last, ok := e.replica(2).log.LatestEpoch(); !ok || last != 1 {
+		t.Fatalf("broker 2 leading: latest epoch %d, %v; want 1", last, ok)
+	}
+	e.ctl.commit(changeRec(leaderID(3), []int32{3, 1, 2}))
+	e.publish()
+	e.produce(3, 2)
+	for range 5 {
+		if err := e.fetch(2); err != nil {
+			t.Fatalf("broker 2 fetch: %v", err)
+		}
+	}
+	if got := e.leo(2); got != 5 {
+		t.Errorf("broker 2's log end after 5 fetches from broker 3: %d; want 5 (it is stuck on its empty epoch)", got)
+	}
+	if last, ok := e.replica(2).log.LatestEpoch(); !ok || last != 2 {
+		t.Errorf("broker 2's latest epoch: %d, %v; want broker 3's, 2", last, ok)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"sort"
@@ -42,7 +43,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 		ReplicaLagTimeMax:      replication.DefaultReplicaLagTimeMax,
 		RetentionCheckInterval: replication.DefaultRetentionCheckInterval,
 	}
-	var controllers, metricsAddr, kafkaListen, kafkaAdvertise string
+	var controllers, metricsAddr, testDialVia, kafkaListen, kafkaAdvertise string
 	var insecure, pprof bool
 	cmd := &cobra.Command{
 		Use:   "broker",
@@ -66,6 +67,10 @@ broker's leaderships to other ISR members first (waiting at most
 which stops. It stays registered, fenced, in its replica sets and in
 placement, until it starts again (a rolling restart) or an operator removes
 it for good with keel broker unregister.
+
+A broker whose log fails to write (its disk is full or broken) makes a
+controlled shutdown too, then exits with status 1: start it again once the
+disk is fixed, and it recovers its logs.
 
 With a subcommand, list the cluster's brokers, inspect one broker, or
 unregister one that is gone for good.
@@ -120,11 +125,14 @@ same CA; SASL is not served.
 			if cfg.TLS, err = tlsFlags(cmd); err != nil {
 				return err
 			}
+			if cfg.Dialer, err = dialVia(testDialVia); err != nil {
+				return err
+			}
 			log, err := g.logger()
 			if err != nil {
 				return err
 			}
-			replicas.TLS, replicas.DataDir = cfg.TLS, cfg.DataDir
+			replicas.TLS, replicas.DataDir, replicas.Dialer = cfg.TLS, cfg.DataDir, cfg.Dialer
 			cfg.Logger = log
 			cfg.Handler = broker.LoggingHandler{Logger: log.With("component", "broker", "broker_id", cfg.BrokerID)}
 			replicas.Logger = log.With("broker_id", cfg.BrokerID)
@@ -180,6 +188,19 @@ same CA; SASL is not served.
 			case err := <-agent.Fatal():
 				agent.Close()
 				return err
+			case err := <-dataPlane.Failed():
+				// Kafka halts a broker whose every log dir has failed. A
+				// controlled shutdown first moves its leaderships away at
+				// once; the failed log is not flushed, so no clean
+				// shutdown is recorded, and the next start recovers every
+				// log.
+				log.Error("a log failed to write (disk full or broken): stopping; start the broker again once the disk is fixed", "err", err)
+				ctx, cancel := context.WithTimeout(context.Background(), cfg.ControlledShutdownTimeout+stopGrace)
+				defer cancel()
+				if serr := agent.Shutdown(ctx); serr != nil {
+					log.Warn("broker did not shut down cleanly", "err", serr)
+				}
+				return fmt.Errorf("a log failed to write: %w", err)
 			}
 		},
 	}
@@ -203,6 +224,8 @@ same CA; SASL is not served.
 	f.DurationVar(&replicas.RetentionCheckInterval, "log-retention-check-interval", replicas.RetentionCheckInterval,
 		"how often each log applies its topic's retention.ms and retention.bytes (Kafka's log.retention.check.interval.ms)")
 	addTestMaxMetadataVersionFlag(f, &cfg.MaxMetadataVersion)
+	f.StringVar(&testDialVia, "test-dial-via", "", "for Keel's own tests: ADDR=VIA,... dial VIA whenever the broker dials ADDR (a controller or a leader)")
+	_ = f.MarkHidden("test-dial-via")
 	f.StringVar(&kafkaListen, "kafka-listen", "", "address to serve the Kafka protocol on, for Kafka clients (keel produce, kcat, franz-go); empty: none")
 	f.StringVar(&kafkaAdvertise, "kafka-advertise", "", "address Kafka clients reach this broker's Kafka listener at (default: --kafka-listen)")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
@@ -220,6 +243,31 @@ func brokerAddrs(listen, advertise string, controllers []string, metricsAddr str
 		addrs = append(addrs, flagAddr{flag: "--controllers", addr: c})
 	}
 	return append(addrs, flagAddr{flag: "--metrics-addr", addr: metrics.ListenAddr(metricsAddr)})
+}
+
+// dialVia parses --test-dial-via, ADDR=VIA,...: test wiring, with which
+// the data fault suite routes one broker's dials to the controllers (leader
+// hints included) through fault proxies of its own. Empty: nil, plain
+// dials.
+func dialVia(list string) (func(context.Context, string) (net.Conn, error), error) {
+	via := map[string]string{}
+	for _, item := range splitAddrs(list) {
+		from, to, ok := strings.Cut(item, "=")
+		if !ok || from == "" || to == "" {
+			return nil, fmt.Errorf("--test-dial-via %q: want ADDR=VIA pairs, comma-separated", item)
+		}
+		via[from] = to
+	}
+	if len(via) == 0 {
+		return nil, nil
+	}
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		if to, ok := via[addr]; ok {
+			addr = to
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}, nil
 }
 
 // splitAddrs splits a comma-separated address list, dropping empty items.

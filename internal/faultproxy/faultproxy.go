@@ -51,12 +51,12 @@ func (m Mode) String() string {
 // of traffic (the node's public address, or one peer's raft dials to it),
 // that a test can cut and restore.
 type Proxy struct {
-	name   string
-	target string
-	ln     net.Listener
-	mode   atomic.Int32
+	name string
+	ln   net.Listener
+	mode atomic.Int32
 
 	mu     sync.Mutex
+	target string
 	closed bool
 	conns  map[*proxyConn]struct{}
 	wg     sync.WaitGroup
@@ -94,6 +94,23 @@ func New(name, target string) (*Proxy, error) {
 
 // Addr is the address to dial instead of the target.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetTarget points the proxy at target from its next connection on: a test
+// that gives a process the proxy's address before the process has a port
+// of its own (a broker advertising a proxy) sets it once it has, and again
+// whenever the process moves. Open connections keep their old target.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
+
+// Target is where the proxy forwards to.
+func (p *Proxy) Target() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
 
 // Mode is the proxy's current mode.
 func (p *Proxy) Mode() Mode { return Mode(p.mode.Load()) }
@@ -183,7 +200,10 @@ func (p *Proxy) serve(client net.Conn) {
 		_ = client.Close()
 		return
 	case Up:
-		server, err := net.DialTimeout("tcp", p.target, time.Second)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		server, err := net.DialTimeout("tcp", target, time.Second)
 		if err != nil {
 			_ = client.Close() // the node is down: so is the link
 			return

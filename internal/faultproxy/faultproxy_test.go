@@ -114,3 +114,31 @@ func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 // isClosed: the proxy closed the connection (EOF or reset), rather than
 // leaving it silent.
 func isClosed(err error) bool { return err != nil && !isTimeout(err) }
+
+// TestFaultProxy_SetTarget: a proxy made before its target has an address
+// forwards there once it is set; until then a connection is closed, as a
+// link to a node that is down would be.
+func TestFaultProxy_SetTarget(t *testing.T) {
+	p, err := New("test", "127.0.0.1:1") // nothing listens on port 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	before, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+	if err := roundTrip(before, 5*time.Second); !isClosed(err) {
+		t.Errorf("before SetTarget: %v; want the connection closed", err)
+	}
+	p.SetTarget(echoServer(t))
+	after, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	if err := roundTrip(after, 5*time.Second); err != nil {
+		t.Errorf("after SetTarget: %v", err)
+	}
+}

@@ -92,6 +92,9 @@ type Config struct {
 	// Dir/controller-<id> (a test puts it on a file system of its own).
 	// Like the default, it is emptied before each start attempt.
 	ControllerDataDir func(id int32) string
+	// BrokerDataDir, if set, gives broker id's data dir instead of
+	// Dir/broker-<id>, as ControllerDataDir does for controllers.
+	BrokerDataDir func(id int32) string
 
 	// Attempts (DefaultAttempts) is how many times a start is tried on
 	// fresh ports.
@@ -197,6 +200,9 @@ func (c *Cluster) newNode(r role, id int32) *Node {
 	dataDir := filepath.Join(c.cfg.Dir, base)
 	if r == controllerRole && c.cfg.ControllerDataDir != nil {
 		dataDir = c.cfg.ControllerDataDir(id)
+	}
+	if r == brokerRole && c.cfg.BrokerDataDir != nil {
+		dataDir = c.cfg.BrokerDataDir(id)
 	}
 	return &Node{
 		c:       c,

@@ -146,6 +146,24 @@ func (r *runner) heartbeats(ctx context.Context) (Result, error) {
 	), nil
 }
 
+// waitFenced waits, polling every interval, until the observer has the
+// FenceBroker entry of broker id at epoch, and returns it.
+func (r *runner) waitFenced(ctx context.Context, obs *thinBroker, id int32, epoch int64, interval time.Duration) (Event, error) {
+	var fence Event
+	bar := r.prog.start(-1, "waiting for the fencing")
+	defer bar.done()
+	err := poll.Wait(ctx, r.timeout, interval, fmt.Sprintf("broker %d to be fenced", id), func() (bool, error) {
+		for _, e := range obs.Events(EventFence) {
+			if e.Broker == id && e.Epoch == epoch {
+				fence = e
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return fence, err
+}
+
 // brokerFailure: the thin broker leading the most partitions falls silent
 // (no heartbeats, no stream, its connections left open: a paused process
 // or a network cut, to the controller; a closed connection would be a
@@ -178,18 +196,7 @@ func (r *runner) brokerFailure(ctx context.Context) (Result, error) {
 			run, r.cfg.Runs, id, len(parts))
 		killed := time.Now()
 		victim.Silence()
-		var fence Event
-		bar := r.prog.start(-1, "waiting for the fencing")
-		err = poll.Wait(ctx, r.timeout, 5*time.Millisecond, fmt.Sprintf("broker %d to be fenced", id), func() (bool, error) {
-			for _, e := range obs.Events(EventFence) {
-				if e.Broker == id && e.Epoch == epoch {
-					fence = e
-					return true, nil
-				}
-			}
-			return false, nil
-		})
-		bar.done()
+		fence, err := r.waitFenced(ctx, obs, id, epoch, 5*time.Millisecond)
 		victim.Kill() // fenced: its connections may close now
 		if err != nil {
 			obs.setWatch(nil)

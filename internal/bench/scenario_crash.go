@@ -2,10 +2,7 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"time"
-
-	"github.com/keel-dev/keel/internal/poll"
 )
 
 // brokerCrash: the thin broker leading the most partitions dies as a kill -9
@@ -37,18 +34,7 @@ func (r *runner) brokerCrash(ctx context.Context) (Result, error) {
 		statusf(r.cfg.Status, "broker-crash: run %d/%d: killing broker %d, which leads %d partitions", run, r.cfg.Runs, id, len(parts))
 		killed := time.Now()
 		victim.Kill()
-		var fence Event
-		bar := r.prog.start(-1, "waiting for the fencing")
-		err = poll.Wait(ctx, r.timeout, 2*time.Millisecond, fmt.Sprintf("broker %d to be fenced", id), func() (bool, error) {
-			for _, e := range obs.Events(EventFence) {
-				if e.Broker == id && e.Epoch == epoch {
-					fence = e
-					return true, nil
-				}
-			}
-			return false, nil
-		})
-		bar.done()
+		fence, err := r.waitFenced(ctx, obs, id, epoch, 2*time.Millisecond)
 		if err != nil {
 			obs.setWatch(nil)
 			return Result{}, err

@@ -180,59 +180,18 @@ func (r *runner) brokerFailure(ctx context.Context) (Result, error) {
 	var spread, newLeaders, detection []time.Duration
 	var led, leaderless []float64
 	for run := 1; run <= r.cfg.Runs; run++ {
-		if _, err := r.barrier(ctx); err != nil {
-			return Result{}, err
-		}
-		leaders, err := r.leaders(ctx)
+		l, err := r.loseBroker(ctx, func(id int32, parts int) {
+			statusf(r.cfg.Status, "broker-failure: run %d/%d: stopping broker %d, which leads %d partitions; waiting for its session to run out",
+				run, r.cfg.Runs, id, parts)
+		}, (*thinBroker).Silence, 5*time.Millisecond)
 		if err != nil {
 			return Result{}, err
 		}
-		victim, parts := r.busiestThin(leaders)
-		id, epoch := victim.ID(), victim.Epoch()
-		obs := r.observer(id)
-		w := newLeaderWatch(id, parts)
-		obs.setWatch(w)
-		statusf(r.cfg.Status, "broker-failure: run %d/%d: stopping broker %d, which leads %d partitions; waiting for its session to run out",
-			run, r.cfg.Runs, id, len(parts))
-		killed := time.Now()
-		victim.Silence()
-		fence, err := r.waitFenced(ctx, obs, id, epoch, 5*time.Millisecond)
-		victim.Kill() // fenced: its connections may close now
-		if err != nil {
-			obs.setWatch(nil)
-			return Result{}, err
-		}
-		live := r.live(id)
-		// The leadership moves are committed with the fencing or before
-		// it, so once the observer has the FenceBroker entry the watch
-		// has seen every new leader there will be.
-		left, doneAt, movedAt := w.state()
-		obs.setWatch(nil)
-		target := max(fence.Offset, movedAt)
-		if err := r.waitOffset(ctx, live, target, "brokers applying the new leaders"); err != nil {
-			return Result{}, err
-		}
-		fencedAt, _, err := reached(live, fence.Offset)
-		if err != nil {
-			return Result{}, err
-		}
-		_, allAt, err := reached(live, target)
-		if err != nil {
-			return Result{}, err
-		}
-		if left > 0 {
-			// Some partitions were left without a leader (no other ISR
-			// member): the time is until the observer had the rest.
-			doneAt, _ = obs.ReachedAt(target)
-		}
-		spread = append(spread, allAt.Sub(fencedAt))
-		newLeaders = append(newLeaders, max(0, doneAt.Sub(fencedAt)))
-		detection = append(detection, fencedAt.Sub(killed))
-		led = append(led, float64(len(parts)))
-		leaderless = append(leaderless, float64(left))
-		if err := r.replace(ctx, id); err != nil {
-			return Result{}, err
-		}
+		spread = append(spread, l.allAt.Sub(l.fencedAt))
+		newLeaders = append(newLeaders, max(0, l.doneAt.Sub(l.fencedAt)))
+		detection = append(detection, l.fencedAt.Sub(l.stopped))
+		led = append(led, float64(l.led))
+		leaderless = append(leaderless, float64(l.left))
 	}
 	nl := seconds(newLeaders...)
 	return newResult(ScenarioBrokerFailure, r.partitions(), len(r.brokers), spread,
@@ -242,6 +201,67 @@ func (r *runner) brokerFailure(ctx context.Context) (Result, error) {
 		Figure{"leaderless_partitions", Max(leaderless)},
 		Figure{"kill_to_fence_median_s", Median(seconds(detection...))},
 	), nil
+}
+
+// brokerLoss is one run of brokerFailure or brokerCrash.
+type brokerLoss struct {
+	stopped  time.Time // when the victim was stopped
+	fencedAt time.Time // when the first live broker had its fencing
+	allAt    time.Time // when every live broker had the new leaders
+	doneAt   time.Time // when the observer had every new leader there was
+	led      int       // partitions the victim led
+	left     int       // of them, left without a leader
+}
+
+// loseBroker stops, with stop, the thin broker leading the most partitions
+// (say names it first), waits (polling every interval) for its fencing and
+// then for every live broker to apply the new leaders, and registers a new
+// incarnation of it for the next run.
+func (r *runner) loseBroker(ctx context.Context, say func(id int32, parts int), stop func(*thinBroker), interval time.Duration) (brokerLoss, error) {
+	if _, err := r.barrier(ctx); err != nil {
+		return brokerLoss{}, err
+	}
+	leaders, err := r.leaders(ctx)
+	if err != nil {
+		return brokerLoss{}, err
+	}
+	victim, parts := r.busiestThin(leaders)
+	id, epoch := victim.ID(), victim.Epoch()
+	obs := r.observer(id)
+	w := newLeaderWatch(id, parts)
+	obs.setWatch(w)
+	say(id, len(parts))
+	l := brokerLoss{stopped: time.Now(), led: len(parts)}
+	stop(victim)
+	fence, err := r.waitFenced(ctx, obs, id, epoch, interval)
+	victim.Kill() // fenced (or given up on): its connections may close now
+	if err != nil {
+		obs.setWatch(nil)
+		return brokerLoss{}, err
+	}
+	live := r.live(id)
+	// The leadership moves are committed with the fencing or before it
+	// (fenceRecords), so once the observer has the FenceBroker entry the
+	// watch has seen every new leader there will be.
+	left, doneAt, movedAt := w.state()
+	obs.setWatch(nil)
+	target := max(fence.Offset, movedAt)
+	if err := r.waitOffset(ctx, live, target, "brokers applying the new leaders"); err != nil {
+		return brokerLoss{}, err
+	}
+	if l.fencedAt, _, err = reached(live, fence.Offset); err != nil {
+		return brokerLoss{}, err
+	}
+	if _, l.allAt, err = reached(live, target); err != nil {
+		return brokerLoss{}, err
+	}
+	if left > 0 {
+		// Some partitions were left without a leader (no other ISR
+		// member): the time is until the observer had the rest.
+		doneAt, _ = obs.ReachedAt(target)
+	}
+	l.doneAt, l.left = doneAt, left
+	return l, r.replace(ctx, id)
 }
 
 // controlledShutdown: the thin broker leading the most partitions shuts

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"time"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -95,15 +94,3 @@ type ReplicaStatus struct {
 	PartitionEpoch int32
 	Replicas, ISR  []int32
 }
-
-// clock is the time a data plane reads: the wall clock, or a test's.
-type clock interface {
-	Now() time.Time
-	// After delivers the time once d has passed.
-	After(d time.Duration) <-chan time.Time
-}
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time                         { return time.Now() }
-func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

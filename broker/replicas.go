@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/clock"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 	"github.com/keel-dev/keel/tlsauth"
@@ -80,7 +81,7 @@ type ReplicaManagerConfig struct {
 	TLS *tlsauth.Config
 
 	// Tests replace the clock and the connection to a leader.
-	clock clock
+	clock clock.Clock
 	dial  func(addr string) (fetchClient, error)
 }
 
@@ -111,7 +112,7 @@ type ReplicaManager struct {
 
 	cfg   ReplicaManagerConfig
 	log   *slog.Logger
-	clock clock
+	clock clock.Clock
 	link  Link
 	self  int32
 
@@ -197,7 +198,7 @@ func NewReplicaManager(cfg ReplicaManagerConfig) (*ReplicaManager, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.clock == nil {
-		cfg.clock = wallClock{}
+		cfg.clock = clock.Wall{}
 	}
 	if cfg.dial == nil {
 		creds := insecure.NewCredentials()

@@ -12,16 +12,16 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
-	"github.com/keel-dev/keel/internal/fakeclock"
+	"github.com/keel-dev/keel/internal/clock"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
 
 // fakeClock is a clock that moves only when told to.
-type fakeClock = fakeclock.Clock
+type fakeClock = clock.Fake
 
-func newFakeClock() *fakeClock { return fakeclock.New() }
+func newFakeClock() *fakeClock { return clock.NewFake() }
 
 // fakeController is the controllers as a data plane sees them through its
 // Link: AlterPartition checked and committed as the controller does it, to

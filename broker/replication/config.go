@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/keel-dev/keel/internal/clock"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
@@ -70,7 +71,7 @@ type Config struct {
 
 	// Tests replace the clock and the connections to leaders, and may
 	// drive the followers' fetches by hand (manualFetch: no fetch loops).
-	clock       clock
+	clock       clock.Clock
 	dial        func(addr string) (fetchClient, error)
 	manualFetch bool
 }
@@ -109,19 +110,7 @@ func (c *Config) check() error {
 		c.Logger = slog.Default()
 	}
 	if c.clock == nil {
-		c.clock = wallClock{}
+		c.clock = clock.Wall{}
 	}
 	return nil
 }
-
-// clock is the time the manager reads: the wall clock, or a test's.
-type clock interface {
-	Now() time.Time
-	// After delivers the time once d has passed.
-	After(d time.Duration) <-chan time.Time
-}
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time                         { return time.Now() }
-func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

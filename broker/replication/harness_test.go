@@ -20,7 +20,7 @@ import (
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/fsm"
-	"github.com/keel-dev/keel/internal/fakeclock"
+	"github.com/keel-dev/keel/internal/clock"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )
@@ -40,9 +40,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 // fakeClock is a clock that moves only when told to.
-type fakeClock = fakeclock.Clock
+type fakeClock = clock.Fake
 
-func newFakeClock() *fakeClock { return fakeclock.New() }
+func newFakeClock() *fakeClock { return clock.NewFake() }
 
 // Records.
 

@@ -21,6 +21,7 @@ import (
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/broker/partlog"
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/clock"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
@@ -40,7 +41,7 @@ type Manager struct {
 
 	cfg   Config
 	log   *slog.Logger
-	clock clock
+	clock clock.Clock
 	link  broker.Link
 	self  int32
 	dir   string

@@ -1,6 +1,4 @@
-// Package fakeclock is a clock for tests that moves only when told to, with
-// the Now and After a data plane's timers read.
-package fakeclock
+package clock
 
 import (
 	"slices"
@@ -8,8 +6,8 @@ import (
 	"time"
 )
 
-// Clock is a clock that moves only when told to.
-type Clock struct {
+// Fake is a Clock for tests that moves only when told to.
+type Fake struct {
 	mu      sync.Mutex
 	now     time.Time
 	waiters []waiter
@@ -20,11 +18,11 @@ type waiter struct {
 	ch chan time.Time
 }
 
-// New returns a clock at a fixed time.
-func New() *Clock { return &Clock{now: time.Unix(1_000_000, 0)} }
+// NewFake returns a fake clock at a fixed time.
+func NewFake() *Fake { return &Fake{now: time.Unix(1_000_000, 0)} }
 
 // Now is the clock's time.
-func (c *Clock) Now() time.Time {
+func (c *Fake) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
@@ -32,7 +30,7 @@ func (c *Clock) Now() time.Time {
 
 // After delivers the clock's time once Advance has moved it d on (at once
 // for d <= 0).
-func (c *Clock) After(d time.Duration) <-chan time.Time {
+func (c *Fake) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ch := make(chan time.Time, 1)
@@ -45,7 +43,7 @@ func (c *Clock) After(d time.Duration) <-chan time.Time {
 }
 
 // Advance moves the clock on by d and fires every timer due.
-func (c *Clock) Advance(d time.Duration) {
+func (c *Fake) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)

@@ -106,7 +106,7 @@ func TestBenchEndToEnd(t *testing.T) {
 	t.Cleanup(cancel)
 	start := time.Now()
 	out, stderr, err := runBench(t, ctx, "bench", "--partitions", "2000", "--brokers", "6", "--runs", "1",
-		"--scenarios", "create,broker-failure,heartbeats", "-o", "json")
+		"--scenarios", "create,broker-failure,broker-crash,heartbeats", "-o", "json")
 	if err != nil {
 		t.Fatalf("keel bench: %v\nstderr:\n%s", err, stderr)
 	}
@@ -139,8 +139,8 @@ func TestBenchEndToEnd(t *testing.T) {
 			t.Errorf("%s: median_s %v is not a sane figure for 2000 partitions", s["name"], median)
 		}
 	}
-	if got := strings.Join(names, ","); got != "create,heartbeats,broker-failure" {
-		t.Fatalf("scenarios %s, want create,heartbeats,broker-failure", got)
+	if got := strings.Join(names, ","); got != "create,heartbeats,broker-failure,broker-crash" {
+		t.Fatalf("scenarios %s, want create,heartbeats,broker-failure,broker-crash", got)
 	}
 	figure := func(scenario, name string) float64 {
 		for _, s := range report.Scenarios {
@@ -174,6 +174,14 @@ func TestBenchEndToEnd(t *testing.T) {
 	}
 	if v := figure("broker-failure", "kill_to_fence_median_s"); v < 5 {
 		t.Errorf("broker-failure: fenced %vs after the kill, before its 9s session could run out", v)
+	}
+	// A broker whose connections closed is fenced after the crash grace
+	// (500 ms), long before its session runs out.
+	if v := figure("broker-crash", "led_partitions"); v <= 0 {
+		t.Errorf("broker-crash: led_partitions = %v", v)
+	}
+	if v := figure("broker-crash", "kill_to_fence_median_s"); v <= 0 || v >= 5 {
+		t.Errorf("broker-crash: fenced %vs after the kill; want it within the crash grace, well before the 9s session", v)
 	}
 	left, err := os.ReadDir(tmp)
 	if err != nil {

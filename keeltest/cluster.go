@@ -54,6 +54,7 @@ func FastTiming() raftlog.Timing {
 		ElectionTimeout:    50 * time.Millisecond,
 		LeaderLeaseTimeout: 50 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
+		CrashElection:      true,
 	}
 }
 

@@ -122,6 +122,7 @@ type Node struct {
 	transport *raft.NetworkTransport
 	stream    *streamLayer
 	watched   *watchedTransport // the transport as raft sees it
+	crash     *leaderCrash      // nil without Timing.CrashElection
 	commits   commitWatch
 	fsm       *fsmAdapter
 	logger    *slog.Logger
@@ -211,6 +212,16 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	snaps := newestSnapshotOnly{fileSnaps}
 
 	guard := newPeerGuard(cfg.NodeID, cfg.DialAddrs, cfg.Logger)
+	if cfg.Timing.CrashElection {
+		n.crash = newLeaderCrash(cfg.NodeID, cfg.Logger, func(id int32, conf raft.ServerAddress) string {
+			if a, ok := cfg.DialAddrs[id]; ok {
+				return a
+			}
+			return string(conf)
+		}, func() error { return n.TimeoutNow(n.id, n.advertise) })
+		guard.connEnded = n.crash.connEnded
+		undo = append(undo, n.crash.stop)
+	}
 	n.stream = streamLayerFor(mux, cfg, guard)
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: n.stream,
@@ -285,6 +296,9 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	}
 	n.Raft = r
 	guard.setRaft(r)
+	if n.crash != nil {
+		n.crash.setRaft(r)
+	}
 	if cfg.FailStop != nil {
 		store.failStop.Store(&cfg.FailStop)
 	}
@@ -415,6 +429,9 @@ func (n *Node) Close() error {
 		n.mu.Lock()
 		n.closed = true
 		n.mu.Unlock()
+		if n.crash != nil {
+			n.crash.stop()
+		}
 		var errs []error
 		if err := n.Raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))

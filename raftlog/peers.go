@@ -44,6 +44,10 @@ type peerGuard struct {
 	started chan struct{}             // closed by setRaft
 
 	refusals *logLimiter
+	// connEnded, if set, is told of each inbound connection its peer ended,
+	// with the node its requests named and whether one was an
+	// AppendEntries (leaderCrash.connEnded). Set before the transport runs.
+	connEnded func(peer int32, appended bool)
 }
 
 func newPeerGuard(self int32, dialAddrs map[int32]string, log *slog.Logger) *peerGuard {
@@ -136,15 +140,16 @@ func (g *peerGuard) admit(ctx context.Context, id int32) error {
 // checkRPC decides whether a raft request whose header is hdr may reach
 // raft, on a connection whose certificate is controller certID (0: a
 // plaintext connection, which proves nothing).
-func (g *peerGuard) checkRPC(ctx context.Context, certID int32, hdr raft.RPCHeader) error {
+// It returns the node the header names.
+func (g *peerGuard) checkRPC(ctx context.Context, certID int32, hdr raft.RPCHeader) (int32, error) {
 	id, err := ParseServerID(raft.ServerID(hdr.ID))
 	if err != nil {
-		return fmt.Errorf("the request's raft header names no node: %v", err)
+		return 0, fmt.Errorf("the request's raft header names no node: %v", err)
 	}
 	if certID != 0 && id != certID {
-		return fmt.Errorf("the request names node %d, but the connection's certificate is controller-%d", id, certID)
+		return 0, fmt.Errorf("the request names node %d, but the connection's certificate is controller-%d", id, certID)
 	}
-	return g.admit(ctx, id)
+	return id, g.admit(ctx, id)
 }
 
 // dialTarget returns the member this node reaches at address: raft dials

@@ -97,9 +97,13 @@ func (g *peerGuard) filter(conn net.Conn, certID int32, w *io.PipeWriter) {
 	dec := codec.NewDecoder(br, &codec.MsgpackHandle{})
 	_ = conn.SetReadDeadline(time.Now().Add(g.firstRequest))
 	first := true
+	var peerID int32  // the node the requests named
+	appended := false // whether one was an AppendEntries
 	for {
-		err := g.next(br, dec, certID, w)
+		typ, id, err := g.next(br, dec, certID, w)
 		if err == nil {
+			peerID = id
+			appended = appended || typ == rpcAppendEntries
 			if first {
 				_ = conn.SetReadDeadline(time.Time{})
 				first = false
@@ -117,6 +121,11 @@ func (g *peerGuard) filter(conn net.Conn, certID int32, w *io.PipeWriter) {
 			g.refused(peer, "a request", refusal.err)
 		case first && errors.Is(err, os.ErrDeadlineExceeded):
 			g.refused(peer, "a connection", fmt.Errorf("no whole request within %v", g.firstRequest))
+		case peerID != 0 && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrClosedPipe):
+			// The peer ended it (or died): not this node, nor the guard.
+			if ended := g.connEnded; ended != nil {
+				ended(peerID, appended)
+			}
 		}
 		// Raft's handler closes the connection when its read fails too;
 		// closing here does not wait for it to notice.
@@ -133,37 +142,39 @@ type rpcRefusal struct{ err error }
 func (r *rpcRefusal) Error() string { return r.err.Error() }
 
 // next reads, checks and passes on one request.
-func (g *peerGuard) next(br *bufio.Reader, dec *codec.Decoder, certID int32, w io.Writer) error {
+// It returns the request's type and the node it named.
+func (g *peerGuard) next(br *bufio.Reader, dec *codec.Decoder, certID int32, w io.Writer) (uint8, int32, error) {
 	typ, err := br.ReadByte()
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	var raw codec.Raw
 	if err := dec.Decode(&raw); err != nil {
-		return err
+		return 0, 0, err
 	}
 	hdr, size, err := requestHeader(typ, raw)
 	if err != nil {
-		return &rpcRefusal{err}
+		return 0, 0, &rpcRefusal{err}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), membersTimeout)
 	defer cancel()
-	if err := g.checkRPC(ctx, certID, hdr); err != nil {
-		return &rpcRefusal{err}
+	id, err := g.checkRPC(ctx, certID, hdr)
+	if err != nil {
+		return 0, 0, &rpcRefusal{err}
 	}
 	if _, err := w.Write([]byte{typ}); err != nil {
-		return err
+		return 0, 0, err
 	}
 	if _, err := w.Write(raw); err != nil {
-		return err
+		return 0, 0, err
 	}
 	if size > 0 {
 		// An install's snapshot follows its request, unframed.
 		if _, err := io.CopyN(w, br, size); err != nil {
-			return err
+			return 0, 0, err
 		}
 	}
-	return nil
+	return typ, id, nil
 }
 
 // requestHeader decodes the header of a request of type typ, and for an

@@ -19,10 +19,15 @@ type Timing struct {
 	// CommitTimeout bounds how long the leader waits before sending an
 	// AppendEntries that only advances followers' commit index.
 	CommitTimeout time.Duration
+	// CrashElection starts an election at once when the leader's process
+	// has died (its connections closed and its port refuses), rather than
+	// after the heartbeat timeout (leaderCrash).
+	CrashElection bool
 }
 
 // DefaultTiming returns Keel's defaults: 300ms heartbeat and election
-// timeouts, a 250ms leader lease and a 5ms commit timeout. They are well below
+// timeouts, a 250ms leader lease, a 5ms commit timeout, and an election at
+// once when the leader's process dies. They are well below
 // raft's own (1s, 1s, 500ms, 50ms), which are sized for WANs; on a LAN they
 // give sub-second failover while staying far above round-trip times.
 func DefaultTiming() Timing {
@@ -31,6 +36,7 @@ func DefaultTiming() Timing {
 		ElectionTimeout:    300 * time.Millisecond,
 		LeaderLeaseTimeout: 250 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
+		CrashElection:      true,
 	}
 }
 

@@ -146,7 +146,7 @@ func TestTiming_Validate(t *testing.T) {
 		wantErr string
 	}{
 		{name: "defaults", timing: DefaultTiming()},
-		{name: "test timings", timing: Timing{50 * ms, 50 * ms, 50 * ms, 5 * ms}},
+		{name: "test timings", timing: Timing{50 * ms, 50 * ms, 50 * ms, 5 * ms, true}},
 		{name: "lease equals heartbeat", timing: with(func(t *Timing) { t.LeaderLeaseTimeout = t.HeartbeatTimeout })},
 		{
 			name:    "lease exceeds heartbeat",
@@ -162,7 +162,7 @@ func TestTiming_Validate(t *testing.T) {
 		{name: "zero election", timing: with(func(t *Timing) { t.ElectionTimeout = 0 }), wantErr: "--raft-election-timeout (0s) must be positive"},
 		{name: "negative lease", timing: with(func(t *Timing) { t.LeaderLeaseTimeout = -ms }), wantErr: "--raft-leader-lease-timeout (-1ms) must be positive"},
 		{name: "zero commit", timing: with(func(t *Timing) { t.CommitTimeout = 0 }), wantErr: "--raft-commit-timeout (0s) must be positive"},
-		{name: "heartbeat below raft minimum", timing: Timing{2 * ms, 2 * ms, 2 * ms, ms}, wantErr: "--raft-heartbeat-timeout (2ms) must be at least 5ms"},
+		{name: "heartbeat below raft minimum", timing: Timing{2 * ms, 2 * ms, 2 * ms, ms, false}, wantErr: "--raft-heartbeat-timeout (2ms) must be at least 5ms"},
 		{name: "commit below raft minimum", timing: with(func(t *Timing) { t.CommitTimeout = 500 * time.Microsecond }), wantErr: "--raft-commit-timeout (500µs) must be at least 1ms"},
 	}
 	for _, tt := range tests {
@@ -184,7 +184,7 @@ func TestTiming_Validate(t *testing.T) {
 // TestTiming_AcceptedByRaft checks that Validate is not looser than raft:
 // anything it accepts must pass raft.ValidateConfig too.
 func TestTiming_AcceptedByRaft(t *testing.T) {
-	for _, tm := range []Timing{DefaultTiming(), {5 * time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond, time.Millisecond}} {
+	for _, tm := range []Timing{DefaultTiming(), {5 * time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond, time.Millisecond, true}} {
 		if err := tm.Validate(); err != nil {
 			t.Fatalf("Validate(%+v): %v", tm, err)
 		}

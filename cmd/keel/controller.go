@@ -30,6 +30,8 @@ func addRaftTimingFlags(fs *pflag.FlagSet, t *raftlog.Timing) {
 		"how long a leader stays leader without reaching a quorum (at most --raft-heartbeat-timeout)")
 	fs.DurationVar(&t.CommitTimeout, "raft-commit-timeout", t.CommitTimeout,
 		"how long the leader may delay telling followers the commit index when idle")
+	fs.BoolVar(&t.CrashElection, "raft-crash-election", t.CrashElection,
+		"when the leader's process dies (its raft connections close and its port refuses), elect a new one at once rather than after --raft-heartbeat-timeout")
 }
 
 func newControllerCmd(g *globalFlags) *cobra.Command {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -70,6 +71,7 @@ var dialOptions = []grpc.DialOption{
 	// connection (a partition, a frozen host), so a long-lived metadata
 	// stream to a deposed controller fails instead of waiting forever.
 	grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
+	WithBufferPool(),
 }
 
 const (
@@ -91,6 +93,7 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 		grpc.ConnectionTimeout(HandshakeTimeout),
 		grpc.MaxRecvMsgSize(maxRecvMsgBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
+		experimental.BufferPool(bufferPool),
 	}, serverCallOptions(buildOptions(opts))...)
 }
 

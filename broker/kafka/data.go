@@ -50,8 +50,8 @@ func (s *Server) checkBatch(records []byte) *kerr.Error {
 	return nil
 }
 
-func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Response, bool) {
-	resp := r.ResponseKind().(*kmsg.ProduceResponse)
+func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg.Response, closeAfter bool, ready chan struct{}) {
+	pr := r.ResponseKind().(*kmsg.ProduceResponse)
 	img := s.cfg.Image.Image()
 	timeout := time.Duration(r.TimeoutMillis) * time.Millisecond
 	if timeout <= 0 {
@@ -69,12 +69,25 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Resp
 		// Message formats v0 and v1 are not kept.
 		whole = kerr.UnsupportedForMessageFormat
 	}
-	var wg sync.WaitGroup
-	failed := false
-	var mu sync.Mutex
-	resp.Topics = make([]kmsg.ProduceResponseTopic, len(r.Topics))
+	appender, pipelined := s.cfg.Backend.(AppendBackend)
+	var (
+		mu      sync.Mutex // guards failed and commits
+		failed  bool
+		commits []func()
+		fail    = func(p *kmsg.ProduceResponseTopicPartition, topic string, partition int32, err error) {
+			p.ErrorCode = codeOf(err)
+			if p.ErrorCode == kerr.UnknownServerError.Code {
+				s.log.Warn("produce failed", "topic", topic, "partition", partition, "err", err)
+			}
+			mu.Lock()
+			failed = true
+			mu.Unlock()
+		}
+		wg sync.WaitGroup
+	)
+	pr.Topics = make([]kmsg.ProduceResponseTopic, len(r.Topics))
 	for i, rt := range r.Topics {
-		t := &resp.Topics[i]
+		t := &pr.Topics[i]
 		t.Topic = rt.Topic
 		t.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
 		for j, rp := range rt.Partitions {
@@ -90,7 +103,9 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Resp
 			}
 			if ke != nil {
 				p.ErrorCode = ke.Code
+				mu.Lock()
 				failed = true
+				mu.Unlock()
 				continue
 			}
 			// Partitions are appended side by side, and waited for
@@ -98,27 +113,61 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Resp
 			wg.Add(1)
 			go func(topic string, partition int32, records []byte) {
 				defer wg.Done()
-				res, err := s.cfg.Backend.Produce(ctx, topic, partition, records, r.Acks, timeout)
-				if err != nil {
-					p.ErrorCode = codeOf(err)
-					if p.ErrorCode == kerr.UnknownServerError.Code {
-						s.log.Warn("produce failed", "topic", topic, "partition", partition, "err", err)
+				if !pipelined {
+					res, err := s.cfg.Backend.Produce(ctx, topic, partition, records, r.Acks, timeout)
+					if err != nil {
+						fail(p, topic, partition, err)
+						return
 					}
-					mu.Lock()
-					failed = true
-					mu.Unlock()
+					p.BaseOffset, p.LogStartOffset, p.LogAppendTime = res.BaseOffset, res.LogStartOffset, res.LogAppendTime
+					return
+				}
+				res, commit, err := appender.ProduceAppend(topic, partition, records, r.Acks)
+				if err != nil {
+					fail(p, topic, partition, err)
 					return
 				}
 				p.BaseOffset, p.LogStartOffset, p.LogAppendTime = res.BaseOffset, res.LogStartOffset, res.LogAppendTime
+				if commit != nil {
+					mu.Lock()
+					commits = append(commits, func() {
+						if err := commit(ctx, timeout); err != nil {
+							p.BaseOffset, p.LogStartOffset, p.LogAppendTime = -1, -1, -1
+							fail(p, topic, partition, err)
+						}
+					})
+					mu.Unlock()
+				}
 			}(rt.Topic, rp.Partition, rp.Records)
 		}
 	}
+	// Every batch is appended (or refused) before the connection's next
+	// request is read, so a connection's batches reach each log in the
+	// order it sent them.
 	wg.Wait()
 	if r.Acks == 0 {
 		// No answer at all; a failure closes the connection instead.
-		return nil, failed
+		return nil, failed, readyNow
 	}
-	return resp, false
+	if len(commits) == 0 {
+		return pr, false, readyNow
+	}
+	// The commits are waited for off the connection's reader: the answer
+	// is ready once they all have.
+	ready = make(chan struct{})
+	go func() {
+		defer close(ready)
+		var cw sync.WaitGroup
+		for _, c := range commits {
+			cw.Add(1)
+			go func() {
+				defer cw.Done()
+				c()
+			}()
+		}
+		cw.Wait()
+	}()
+	return pr, false, ready
 }
 
 func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {

@@ -53,6 +53,18 @@ type Backend interface {
 	OffsetForLeaderEpoch(ctx context.Context, topic string, partition int32, currentLeaderEpoch, leaderEpoch int32) (endOffset int64, epoch int32, err error)
 }
 
+// AppendBackend is a Backend that can append a produced batch without
+// waiting for it to commit (replication.Manager.ProduceAppend): commit,
+// nil unless acks is -1, then waits as Produce does. With it the listener
+// pipelines a connection's produce requests: it appends each request's
+// batches before it reads the next request, so they reach each log in the
+// connection's order, but the acks=all answers wait for their commits side
+// by side, and are written in request order (Kafka's clients keep up to
+// five produce requests in flight per broker, idempotent ones included).
+type AppendBackend interface {
+	ProduceAppend(topic string, partition int32, batch []byte, acks int16) (res ProduceResult, commit func(ctx context.Context, timeout time.Duration) error, err error)
+}
+
 // ProduceResult is where a produced batch landed.
 type ProduceResult struct {
 	BaseOffset, LogStartOffset int64

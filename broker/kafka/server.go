@@ -184,28 +184,96 @@ func (s *Server) serveConn(raw net.Conn) {
 		c.Conn = tc
 	}
 	c.w = bufio.NewWriterSize(c.Conn, 64<<10)
+	// Answers go out in the order of the requests, from one writer; the
+	// reader goes on to the next request while an acks=all produce waits
+	// for its batches to commit (pipelined), up to maxPipelined answers.
+	ctx, cancel := context.WithCancel(s.ctx)
+	answers := make(chan *answer, maxPipelined)
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		s.writeAnswers(c, answers)
+	}()
+	defer func() {
+		close(answers)
+		<-written
+		cancel()
+	}()
 	r := bufio.NewReaderSize(c.Conn, 64<<10)
 	var sizeBuf [4]byte
 	for {
 		_ = c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
 		if _, err := io.ReadFull(r, sizeBuf[:]); err != nil {
-			return // closed, idle, or gone
+			// Closed, idle, gone, or closed by the writer. Answers still
+			// waiting to commit are not waited for.
+			cancel()
+			return
 		}
 		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
 		if size < 8 || size > s.cfg.MaxRequestSize {
 			s.log.Warn("kafka listener: request size out of bounds; connection closed", "remote", raw.RemoteAddr().String(),
 				"size", size, "max", s.cfg.MaxRequestSize)
+			cancel()
 			return
 		}
 		frame := make([]byte, size)
 		// A large request may take a while to arrive, but not forever.
 		_ = c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
 		if _, err := io.ReadFull(r, frame); err != nil {
+			cancel()
 			return
 		}
-		if err := s.handleFrame(c, frame); err != nil {
+		a, err := s.handleFrame(ctx, c, frame)
+		if err != nil {
 			s.log.Warn("kafka listener: request refused; connection closed", "remote", raw.RemoteAddr().String(), "err", err)
+			cancel()
 			return
+		}
+		answers <- a
+		if a.closeAfter {
+			return
+		}
+	}
+}
+
+// maxPipelined bounds the answers a connection holds that are not written
+// yet: Kafka's clients keep at most five produce requests in flight.
+const maxPipelined = 8
+
+// answer is one request's answer, ready once ready is closed (at once,
+// but for an acks=all produce, when its batches have committed).
+type answer struct {
+	h        header
+	flexible bool // a flexible response header
+	resp     kmsg.Response
+	// closeAfter: close the connection once this is written (or instead,
+	// if resp is nil).
+	closeAfter bool
+	ready      chan struct{}
+}
+
+// readyNow is a closed channel, for the answers that are complete.
+var readyNow = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// writeAnswers writes each answer in turn, once it is ready. A failed
+// write closes the connection, which ends the reader.
+func (s *Server) writeAnswers(c *conn, answers <-chan *answer) {
+	failed := false
+	for a := range answers {
+		<-a.ready
+		if failed {
+			continue
+		}
+		if a.resp != nil {
+			if err := s.write(c, a.h, a.flexible, a.resp); err != nil {
+				failed = true
+				_ = c.Close()
+				continue
+			}
+		}
+		if a.closeAfter {
+			failed = true
+			_ = c.Close()
 		}
 	}
 }
@@ -217,26 +285,26 @@ type header struct {
 	clientID     *string
 }
 
-// handleFrame parses one request, answers it and writes the answer. An
-// error closes the connection, as Kafka closes it on a request it cannot
-// parse or does not serve.
-func (s *Server) handleFrame(c *conn, frame []byte) error {
+// handleFrame parses one request and answers it. An error closes the
+// connection, as Kafka closes it on a request it cannot parse or does not
+// serve.
+func (s *Server) handleFrame(ctx context.Context, c *conn, frame []byte) (*answer, error) {
 	rd := kbin.Reader{Src: frame}
 	h := header{key: rd.Int16(), version: rd.Int16(), correlation: rd.Int32(), clientID: rd.NullableString()}
 	if !rd.Ok() {
-		return errors.New("truncated request header")
+		return nil, errors.New("truncated request header")
 	}
 	if h.key == apiVersionsKey && h.version > versions[apiVersionsKey].max {
 		// KIP-511: a client newer than this broker learns its range from
 		// a v0 answer, whatever its request's body.
-		return s.write(c, h, false, unsupportedApiVersions())
+		return &answer{h: h, resp: unsupportedApiVersions(), ready: readyNow}, nil
 	}
 	vr, ok := versions[h.key]
 	if !ok {
-		return fmt.Errorf("API key %d is not served", h.key)
+		return nil, fmt.Errorf("API key %d is not served", h.key)
 	}
 	if h.version < vr.min || h.version > vr.max {
-		return fmt.Errorf("%s v%d is not served (%d-%d)", kmsg.NameForKey(h.key), h.version, vr.min, vr.max)
+		return nil, fmt.Errorf("%s v%d is not served (%d-%d)", kmsg.NameForKey(h.key), h.version, vr.min, vr.max)
 	}
 	req := kmsg.RequestForKey(h.key)
 	req.SetVersion(h.version)
@@ -244,25 +312,22 @@ func (s *Server) handleFrame(c *conn, frame []byte) error {
 	if req.IsFlexible() {
 		rd.Src = body
 		if !skipTags(&rd) {
-			return errors.New("malformed request header tags")
+			return nil, errors.New("malformed request header tags")
 		}
 		body = rd.Src
 	}
 	if err := req.ReadFrom(body); err != nil {
-		return fmt.Errorf("%s v%d does not parse: %v", kmsg.NameForKey(h.key), h.version, err)
+		return nil, fmt.Errorf("%s v%d does not parse: %v", kmsg.NameForKey(h.key), h.version, err)
 	}
-	resp, closeAfter := s.handle(c, req)
-	if resp != nil {
-		if err := s.write(c, h, req.IsFlexible() && h.key != apiVersionsKey, resp); err != nil {
-			return err
-		}
-	}
-	if closeAfter {
+	a := &answer{h: h, flexible: req.IsFlexible() && h.key != apiVersionsKey, ready: readyNow}
+	if pr, ok := req.(*kmsg.ProduceRequest); ok {
 		// acks=0 produce that failed: closing is how Kafka tells such a
 		// client to refresh its metadata.
-		return errors.New("a produce with acks=0 failed")
+		a.resp, a.closeAfter, a.ready = s.produce(ctx, pr)
+		return a, nil
 	}
-	return nil
+	a.resp = s.handle(ctx, c, req)
+	return a, nil
 }
 
 // skipTags skips a tagged-field section.
@@ -296,33 +361,29 @@ func (s *Server) write(c *conn, h header, flexibleHeader bool, resp kmsg.Respons
 	return c.w.Flush()
 }
 
-// handle answers one parsed request. closeAfter asks for the connection to
-// close once the answer (if any) is written.
-func (s *Server) handle(c *conn, req kmsg.Request) (resp kmsg.Response, closeAfter bool) {
-	ctx := s.ctx
+// handle answers one parsed request other than a produce.
+func (s *Server) handle(ctx context.Context, c *conn, req kmsg.Request) kmsg.Response {
 	switch r := req.(type) {
 	case *kmsg.ApiVersionsRequest:
-		return s.apiVersions(r), false
+		return s.apiVersions(r)
 	case *kmsg.MetadataRequest:
-		return s.metadata(r), false
+		return s.metadata(r)
 	case *kmsg.DescribeClusterRequest:
-		return s.describeCluster(r), false
-	case *kmsg.ProduceRequest:
-		return s.produce(ctx, r)
+		return s.describeCluster(r)
 	case *kmsg.FetchRequest:
-		return s.fetch(ctx, r), false
+		return s.fetch(ctx, r)
 	case *kmsg.ListOffsetsRequest:
-		return s.listOffsets(ctx, r), false
+		return s.listOffsets(ctx, r)
 	case *kmsg.OffsetForLeaderEpochRequest:
-		return s.offsetForLeaderEpoch(ctx, r), false
+		return s.offsetForLeaderEpoch(ctx, r)
 	case *kmsg.InitProducerIDRequest:
-		return s.initProducerID(ctx, r), false
+		return s.initProducerID(ctx, r)
 	case *kmsg.CreateTopicsRequest:
-		return s.createTopics(ctx, c, r), false
+		return s.createTopics(ctx, c, r)
 	case *kmsg.DeleteTopicsRequest:
-		return s.deleteTopics(ctx, c, r), false
+		return s.deleteTopics(ctx, c, r)
 	case *kmsg.CreatePartitionsRequest:
-		return s.createPartitions(ctx, c, r), false
+		return s.createPartitions(ctx, c, r)
 	}
 	// versions lists only the keys above.
 	panic(fmt.Sprintf("no handler for %s", kmsg.NameForKey(req.Key())))

@@ -9,12 +9,17 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 const testTimeout = 20 * time.Second
@@ -539,5 +544,106 @@ func TestServer_FetchNeverAnswersNullRecords(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// gatedBackend is a MemoryBackend that appends at once and holds each
+// acks=all commit until the test opens its gate: an AppendBackend.
+type gatedBackend struct {
+	*MemoryBackend
+	mu        sync.Mutex
+	appended  []string // the batches' values, in append order
+	gates     map[string]chan struct{}
+	committed atomic.Int32
+}
+
+func (b *gatedBackend) gate(value string) chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.gates[value] == nil {
+		b.gates[value] = make(chan struct{})
+	}
+	return b.gates[value]
+}
+
+func (b *gatedBackend) ProduceAppend(topic string, partition int32, batch []byte, acks int16) (ProduceResult, func(context.Context, time.Duration) error, error) {
+	res, err := b.Produce(context.Background(), topic, partition, batch, acks, 0)
+	if err != nil {
+		return res, nil, err
+	}
+	var rb kmsg.RecordBatch
+	if err := rb.ReadFrom(batch); err != nil {
+		return res, nil, err
+	}
+	var rec kmsg.Record
+	if err := rec.ReadFrom(rb.Records); err != nil {
+		return res, nil, err
+	}
+	value := string(rec.Value)
+	b.mu.Lock()
+	b.appended = append(b.appended, value)
+	b.mu.Unlock()
+	gate := b.gate(value)
+	return res, func(ctx context.Context, _ time.Duration) error {
+		defer b.committed.Add(1)
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return kerr.RequestTimedOut
+		}
+	}, nil
+}
+
+// TestServer_ProducePipelined: a connection's second acks=all produce is
+// appended while the first still waits to commit, and the answers come in
+// the order of the requests even when the second commits first.
+func TestServer_ProducePipelined(t *testing.T) {
+	meta := newFakeMeta(t)
+	backend := &gatedBackend{MemoryBackend: NewMemoryBackend(), gates: map[string]chan struct{}{}}
+	s := startServer(t, 1, meta, backend, nil)
+	meta.createTopic("pipe", []int32{1})
+	c := dial(t, s.Addr())
+	produce := func(corr int32, value string) {
+		req := kmsg.NewPtrProduceRequest()
+		req.Version, req.Acks, req.TimeoutMillis = 7, -1, 10_000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = "pipe"
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Records = batchOf([]byte(value))
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		writeFrame(t, c, frame(req.Key(), req.Version, corr, req.AppendTo(nil)))
+	}
+	produce(1, "first")
+	produce(2, "second")
+	poll.Until(t, testTimeout, "both batches appended, the first still uncommitted", func() bool {
+		backend.mu.Lock()
+		defer backend.mu.Unlock()
+		return len(backend.appended) == 2
+	})
+	backend.mu.Lock()
+	if got := strings.Join(backend.appended, ","); got != "first,second" {
+		t.Fatalf("appended %s, want first,second", got)
+	}
+	backend.mu.Unlock()
+	// The second commits first; its answer must still come second.
+	close(backend.gate("second"))
+	poll.Until(t, testTimeout, "the second batch's commit", func() bool { return backend.committed.Load() == 1 })
+	close(backend.gate("first"))
+	for i, want := range []int64{0, 1} {
+		raw := readFrame(t, c)
+		if corr := int32(binary.BigEndian.Uint32(raw)); corr != int32(i+1) {
+			t.Fatalf("answer %d has correlation id %d, want %d", i, corr, i+1)
+		}
+		resp := kmsg.NewPtrProduceResponse()
+		resp.SetVersion(7)
+		if err := resp.ReadFrom(raw[4:]); err != nil {
+			t.Fatal(err)
+		}
+		p := resp.Topics[0].Partitions[0]
+		if p.ErrorCode != 0 || p.BaseOffset != want {
+			t.Fatalf("answer %d: error %d, base offset %d; want 0, %d", i, p.ErrorCode, p.BaseOffset, want)
+		}
 	}
 }

@@ -75,21 +75,33 @@ func (m *Manager) leaderOf(topic string, partition int32, currentLeaderEpoch int
 // kerr.InvalidRecord, kerr.MessageTooLarge, kerr.OutOfOrderSequenceNumber,
 // kerr.InvalidProducerEpoch; a log that failed: kerr.KafkaStorageError.
 func (m *Manager) Produce(ctx context.Context, topic string, partition int32, batch []byte, acks int16, timeout time.Duration) (ProduceResult, error) {
+	res, commit, err := m.ProduceAppend(topic, partition, batch, acks)
+	if err != nil || commit == nil {
+		return res, err
+	}
+	return res, commit(ctx, timeout)
+}
+
+// ProduceAppend is Produce in two steps: it appends (or refuses) now, and
+// with acks=all returns commit, which waits, as Produce does, for the high
+// watermark to pass the batch (nil for acks 0 and 1). The Kafka listener
+// appends a connection's requests in order and lets their commits overlap.
+func (m *Manager) ProduceAppend(topic string, partition int32, batch []byte, acks int16) (ProduceResult, func(ctx context.Context, timeout time.Duration) error, error) {
 	if acks != AcksNone && acks != AcksLeader && acks != AcksAll {
-		return ProduceResult{}, fmt.Errorf("%w: acks %d (want 0, 1 or -1)", kerr.InvalidRequiredAcks, acks)
+		return ProduceResult{}, nil, fmt.Errorf("%w: acks %d (want 0, 1 or -1)", kerr.InvalidRequiredAcks, acks)
 	}
 	m.mu.Lock()
 	r, err := m.leaderOf(topic, partition, -1)
 	m.mu.Unlock()
 	if err != nil {
-		return ProduceResult{}, err
+		return ProduceResult{}, nil, err
 	}
 	r.roleMu.RLock()
 	m.mu.Lock()
 	if r.role != broker.RoleLeader {
 		m.mu.Unlock()
 		r.roleMu.RUnlock()
-		return ProduceResult{}, fmt.Errorf("%w: broker %d no longer leads %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
+		return ProduceResult{}, nil, fmt.Errorf("%w: broker %d no longer leads %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
 	}
 	epoch, gen := r.leaderEpoch, r.gen
 	img := m.img.Load()
@@ -97,28 +109,30 @@ func (m *Manager) Produce(ctx context.Context, topic string, partition int32, ba
 	if !ok {
 		m.mu.Unlock()
 		r.roleMu.RUnlock()
-		return ProduceResult{}, fmt.Errorf("%w: %s/%d", kerr.UnknownTopicOrPartition, topic, partition)
+		return ProduceResult{}, nil, fmt.Errorf("%w: %s/%d", kerr.UnknownTopicOrPartition, topic, partition)
 	}
 	minISR := effectiveMinISR(img, p)
 	if acks == AcksAll && len(p.ISR) < minISR {
 		m.mu.Unlock()
 		r.roleMu.RUnlock()
-		return ProduceResult{}, fmt.Errorf("%w: %s/%d: ISR %v is below min.insync.replicas %d", kerr.NotEnoughReplicas, topic, partition, p.ISR, minISR)
+		return ProduceResult{}, nil, fmt.Errorf("%w: %s/%d: ISR %v is below min.insync.replicas %d", kerr.NotEnoughReplicas, topic, partition, p.ISR, minISR)
 	}
 	m.mu.Unlock()
 	info, err := r.log.Append(batch, epoch)
 	r.roleMu.RUnlock()
 	if err != nil {
-		return ProduceResult{}, produceError(topic, partition, err)
+		return ProduceResult{}, nil, produceError(topic, partition, err)
 	}
 	if !info.Duplicate {
 		m.appended(r)
 	}
 	res := ProduceResult{BaseOffset: info.FirstOffset, LogStartOffset: r.log.LogStartOffset(), LogAppendTime: -1}
 	if acks != AcksAll {
-		return res, nil
+		return res, nil, nil
 	}
-	return res, m.awaitCommit(ctx, r, gen, info.LastOffset, timeout, topic, partition)
+	return res, func(ctx context.Context, timeout time.Duration) error {
+		return m.awaitCommit(ctx, r, gen, info.LastOffset, timeout, topic, partition)
+	}, nil
 }
 
 // awaitCommit waits for r's high watermark to pass last (Kafka's

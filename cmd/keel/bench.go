@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -17,8 +18,8 @@ import (
 
 func newBenchCmd(g *globalFlags) *cobra.Command {
 	var (
-		scenarios, controllers, output string
-		cfg                            bench.Config
+		scenarios, controllers, output, cpuProfile string
+		cfg                                        bench.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -112,6 +113,17 @@ simulated broker presents too.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpuprofile: %v", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpuprofile: %v", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			report, err := bench.Run(ctx, cfg)
 			if err != nil {
 				return err
@@ -127,6 +139,7 @@ simulated broker presents too.`,
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultRuns, "runs of each scenario (median and max are over them)")
 	f.StringVar(&controllers, "controllers", "", "bench a running quorum at host:port,... instead of starting one (skips failover and load)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (its simulated brokers and clients, not the controllers) to this file")
 	f.DurationVar(&cfg.HeartbeatWindow, "heartbeat-window", bench.DefaultHeartbeatWindow, "how long each heartbeats run measures")
 	f.DurationVar(&cfg.SteadyDuration, "steady-duration", bench.DefaultSteadyDuration, "how long each run of the steady scenario (named only explicitly) lasts")
 	addBenchDataFlags(f, &cfg.Data)

@@ -91,6 +91,11 @@ func (b replicationBackend) Produce(ctx context.Context, topic string, partition
 	return kafka.ProduceResult(r), err
 }
 
+func (b replicationBackend) ProduceAppend(topic string, partition int32, batch []byte, acks int16) (kafka.ProduceResult, func(context.Context, time.Duration) error, error) {
+	r, commit, err := b.m.ProduceAppend(topic, partition, batch, acks)
+	return kafka.ProduceResult(r), commit, err
+}
+
 func (b replicationBackend) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (kafka.FetchResult, error) {
 	r, err := b.m.Fetch(ctx, topic, partition, currentLeaderEpoch, offset, maxBytes, maxWait)
 	return kafka.FetchResult(r), err

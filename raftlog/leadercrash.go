@@ -3,6 +3,7 @@ package raftlog
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -92,6 +93,9 @@ const (
 	// leader is taken to be alive.
 	crashProbes   = 3
 	crashProbeGap = 20 * time.Millisecond
+	// crashProbeHold is how long an accepted probe waits to see whether
+	// the far end closes it at once.
+	crashProbeHold = 50 * time.Millisecond
 	// crashRankDelay is how long each surviving voter waits per voter that
 	// ranks before it: long enough for that one's election (a round trip
 	// and a write of its vote on each voter).
@@ -110,19 +114,40 @@ func newLeaderCrash(self int32, log *slog.Logger, addr func(int32, raft.ServerAd
 	}
 }
 
-// probeListener dials addr over TCP and closes at once: nil if it was
-// accepted, else the dial's error.
+// probeListener dials addr over TCP: nil if a listener accepted and held
+// the connection, else the dial's error, or errClosedAtOnce if the far end
+// accepted and closed at once. The latter is what a TCP proxy in front of
+// a dead process does (it accepts, dials its target, is refused, and
+// closes): a Keel node's own port holds a new connection open, waiting
+// for its first byte, far longer than crashProbeHold.
 func probeListener(ctx context.Context, addr string) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return err
 	}
-	return c.Close()
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(crashProbeHold))
+	var b [1]byte
+	_, err = c.Read(b[:])
+	var ne net.Error
+	switch {
+	case err == nil, errors.As(err, &ne) && ne.Timeout():
+		return nil // held open, or it even spoke: something lives there
+	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
+		return errClosedAtOnce
+	}
+	return err
 }
 
+// errClosedAtOnce: the far end accepted a connection and closed it at
+// once (probeListener).
+var errClosedAtOnce = errors.New("the connection was closed as soon as it was accepted")
+
 // refused reports whether err says that nothing listens at the address.
-func refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+func refused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errClosedAtOnce)
+}
 
 // connEnded is told that an inbound raft connection from peer ended (not
 // closed by this node, not refused by the guard); appended says whether it

@@ -536,6 +536,15 @@ func (n *Node) recordRaftState() error {
 // writes since the node started ("not found" is not a failure).
 func (n *Node) StorageErrors() uint64 { return n.store.errors.Load() }
 
+// CrashElections counts the elections this node started at once because
+// the leader's process was gone (Timing.CrashElection).
+func (n *Node) CrashElections() uint64 {
+	if n.crash == nil {
+		return 0
+	}
+	return n.crash.elected.Load()
+}
+
 // StorageFailure reports when the raft log or stable store last failed,
 // and with what error, or a zero time if no write has failed since the
 // last one that succeeded.

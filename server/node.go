@@ -106,6 +106,10 @@ type NodeConfig struct {
 // write has not been followed by one that succeeds, the node is not ready.
 const MetricRaftStorageErrors = "keel_raft_storage_errors_total"
 
+// MetricRaftCrashElections counts the elections this node started at once
+// because the raft leader's process was gone (raftlog's leaderCrash).
+const MetricRaftCrashElections = "keel_raft_crash_elections_total"
+
 // Node is one running controller process: the shared listener, the raft node
 // and its stores, the FSM, the controller and its gRPC services.
 type Node struct {
@@ -235,8 +239,12 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		}, func() float64 { return float64(s.node.StorageErrors()) })
 		// Like the controller's, it panics on a registry that already
 		// holds it (two nodes on one registry).
-		cfg.Metrics.MustRegister(storageErrors)
-		s.registered = append(s.registered, storageErrors)
+		crashElections := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: MetricRaftCrashElections,
+			Help: "Elections this node started at once because the raft leader's process was gone: its connection closed and its port refused (--raft-crash-election).",
+		}, func() float64 { return float64(s.node.CrashElections()) })
+		cfg.Metrics.MustRegister(storageErrors, crashElections)
+		s.registered = append(s.registered, storageErrors, crashElections)
 	}
 
 	// connTracker tells a broker's stream whose connection closed

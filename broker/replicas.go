@@ -767,8 +767,7 @@ func DialLeader(addr string, creds credentials.TransportCredentials, opts ...grp
 			Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,
 		}),
-		rpc.WithBufferPool(),
-	}, opts...)...)
+	}, append(rpc.PooledDialOptions(), opts...)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("leader address %q: %w", addr, err)
 	}

@@ -4,18 +4,23 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 )
 
-// bufferPool is the pool gRPC reads messages into and encodes them in,
-// for every server and client Keel makes: one tier per power of two from
-// 256 B to 16 MiB, so a buffer is at most twice the message it holds.
-// gRPC's default pool has tiers at 256 B, 4, 16 and 32 KiB and 1 MiB only,
-// and clears a buffer's whole capacity each time it hands it out: every
-// follower fetch answer or metadata push between 32 KiB and 1 MiB took,
-// and zeroed, a 1 MiB buffer. That was 15 % of a broker's CPU under an
-// acks=all load (runtime.memclrNoHeapPointers under sizedBufferPool.Get).
+// bufferPool is the pool gRPC reads messages into, and Keel's codec
+// (pooledCodec) encodes and decodes them with, in every server and client
+// Keel makes: one tier per power of two from 256 B to 16 MiB, so a buffer
+// is at most twice the message it holds. gRPC's default pool has tiers at
+// 256 B, 4, 16 and 32 KiB and 1 MiB only, and clears a buffer's whole
+// capacity each time it hands it out: every follower fetch answer or
+// metadata push between 32 KiB and 1 MiB took, and zeroed, a 1 MiB buffer,
+// twice (decoding it, and encoding it on the other side). That was 14 % of
+// a broker's CPU under an acks=all load (runtime.memclrNoHeapPointers under
+// sizedBufferPool.Get).
 var bufferPool = func() mem.BufferPool {
 	var exps []uint8
 	for e := uint8(8); e <= 24; e++ {
@@ -28,6 +33,63 @@ var bufferPool = func() mem.BufferPool {
 	return p
 }()
 
-// WithBufferPool is the dial option that gives a client Keel's buffer pool
-// (bufferPool); the clients this package builds have it already.
-func WithBufferPool() grpc.DialOption { return experimental.WithBufferPool(bufferPool) }
+// PooledDialOptions give a client Keel's buffer pool and codec
+// (bufferPool); the clients this package builds have them already.
+func PooledDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		experimental.WithBufferPool(bufferPool),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(pooledCodec{})),
+	}
+}
+
+// pooledCodec is gRPC's proto codec with bufferPool instead of gRPC's
+// default pool (which its own codec always uses, whatever pool the
+// connection was given).
+type pooledCodec struct{}
+
+var _ encoding.CodecV2 = pooledCodec{}
+
+func (pooledCodec) Name() string { return grpcproto.Name }
+
+func (pooledCodec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("cannot encode %T: not a protobuf message", v)
+	}
+	// UseCachedSize below reuses this Size, as gRPC's codec does.
+	size := proto.Size(m)
+	opts := proto.MarshalOptions{UseCachedSize: true}
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		b, err := opts.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	buf := bufferPool.Get(size)
+	if _, err := opts.MarshalAppend((*buf)[:0], m); err != nil {
+		bufferPool.Put(buf)
+		return nil, err
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}, nil
+}
+
+func (pooledCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("cannot decode into %T: not a protobuf message", v)
+	}
+	return withBytes(data, func(b []byte) error { return proto.Unmarshal(b, m) })
+}
+
+// withBytes calls f with data's bytes in one slice, valid only during the
+// call: data's own when it is one buffer, else a copy from bufferPool.
+// (proto.Unmarshal copies what it keeps.)
+func withBytes(data mem.BufferSlice, f func([]byte) error) error {
+	if len(data) == 1 {
+		return f(data[0].ReadOnlyData())
+	}
+	buf := data.MaterializeToBuffer(bufferPool)
+	defer buf.Free()
+	return f(buf.ReadOnlyData())
+}

@@ -71,7 +71,6 @@ var dialOptions = []grpc.DialOption{
 	// connection (a partition, a frozen host), so a long-lived metadata
 	// stream to a deposed controller fails instead of waiting forever.
 	grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
-	WithBufferPool(),
 }
 
 const (

@@ -328,12 +328,10 @@ type serverCodec struct {
 
 var _ encoding.CodecV2 = (*serverCodec)(nil)
 
-// protoCodec is gRPC's own proto codec, registered by its package's init:
-// it marshals the responses.
-var protoCodec = encoding.GetCodecV2(grpcproto.Name)
-
+// Marshal encodes the responses as gRPC's proto codec does, with Keel's
+// buffer pool (pooledCodec).
 func (c *serverCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return protoCodec.Marshal(v)
+	return pooledCodec{}.Marshal(v)
 }
 
 func (c *serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
@@ -347,14 +345,13 @@ func (c *serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		c.refusals.Store(v, err)
 		return nil
 	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	b := buf.ReadOnlyData()
-	if err := checkEntries(name, b); err != nil {
-		c.refusals.Store(v, err)
-		return nil
-	}
-	return proto.Unmarshal(b, m)
+	return withBytes(data, func(b []byte) error {
+		if err := checkEntries(name, b); err != nil {
+			c.refusals.Store(v, err)
+			return nil
+		}
+		return proto.Unmarshal(b, m)
+	})
 }
 
 func (c *serverCodec) Name() string { return grpcproto.Name }

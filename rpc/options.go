@@ -63,6 +63,7 @@ func clientDialOptions(o options, role tlsauth.Role) []grpc.DialOption {
 		creds = credentials.NewTLS(o.tls.Client(role))
 	}
 	opts := append(slices.Clone(dialOptions), grpc.WithTransportCredentials(creds))
+	opts = append(opts, PooledDialOptions()...)
 	if o.dialer != nil {
 		opts = append(opts, grpc.WithContextDialer(o.dialer))
 	}

@@ -94,8 +94,9 @@ const (
 	crashProbes   = 3
 	crashProbeGap = 20 * time.Millisecond
 	// crashProbeHold is how long an accepted probe waits to see whether
-	// the far end closes it at once.
-	crashProbeHold = 50 * time.Millisecond
+	// the far end closes it at once: a proxy whose target refused it
+	// closes within a round trip.
+	crashProbeHold = 20 * time.Millisecond
 	// crashRankDelay is how long each surviving voter waits per voter that
 	// ranks before it: long enough for that one's election (a round trip
 	// and a write of its vote on each voter).
@@ -232,14 +233,25 @@ func (w *leaderCrash) look(r raftView, key crashKey) {
 	// Rank among the survivors that answer: a voter that cannot reach a
 	// quorum of them (a cut of its own, which also closes connections)
 	// starts nothing.
+	// The dials go out side by side: each live one is held for
+	// crashProbeHold.
 	slices.Sort(others)
+	answered := make([]bool, len(others))
+	var dials sync.WaitGroup
+	for i, id := range others {
+		dials.Add(1)
+		go func() {
+			defer dials.Done()
+			pctx, pcancel := context.WithTimeout(ctx, crashProbeTimeout)
+			defer pcancel()
+			answered[i] = w.probe(pctx, w.addr(id, addrs[id])) == nil
+		}()
+	}
+	dials.Wait()
 	reachable := 1 // this node
 	rank := 0
-	for _, id := range others {
-		pctx, pcancel := context.WithTimeout(ctx, crashProbeTimeout)
-		err := w.probe(pctx, w.addr(id, addrs[id]))
-		pcancel()
-		if err != nil {
+	for i, id := range others {
+		if !answered[i] {
 			continue
 		}
 		reachable++

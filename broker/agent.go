@@ -165,10 +165,6 @@ func Start(cfg Config) (_ *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
-	previous, err := takeCleanShutdown(cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %v", cfg.Listen, err)
@@ -207,11 +203,21 @@ func Start(cfg Config) (_ *Agent, err error) {
 		metrics:        newAgentMetrics(),
 	}
 	a.unauth.SetLogger(a.log)
-	a.previousEpoch.Store(previous)
 	if err = a.registerMetrics(); err != nil {
 		client.Close()
 		return nil, err
 	}
+	// The clean-shutdown marker is taken only now, after every step that
+	// can fail without touching the data (a port in use, say): a start that
+	// fails there leaves the last shutdown clean, and the replica eligible
+	// to lead from the ELR. From here on this incarnation may write.
+	previous, err := takeCleanShutdown(cfg.DataDir)
+	if err != nil {
+		client.Close()
+		a.unregisterMetrics()
+		return nil, err
+	}
+	a.previousEpoch.Store(previous)
 	if cfg.DataPlane != nil {
 		a.handlers = append(a.handlers, cfg.DataPlane)
 	}

@@ -274,11 +274,17 @@ func (w *leaderCrash) look(r raftView, key crashKey) {
 			return
 		}
 	}
-	// Still following the dead leader, or nobody: nothing else has won.
+	// Still following the dead leader, or nobody, in its term: nothing
+	// else has won, and no election is under way (a candidate's vote
+	// request would have raised this node's term; a second election on top
+	// of it would only cost it a round).
 	if st := r.State(); st != raft.Follower && st != raft.Candidate {
 		return
 	}
 	if _, id := r.LeaderWithID(); id != "" && id != ServerID(key.leader) {
+		return
+	}
+	if rank > 0 && r.CurrentTerm() != key.term {
 		return
 	}
 	w.log.Warn("the raft leader's process is gone (its connection closed and its port refuses); starting an election at once",

@@ -98,9 +98,10 @@ func TestLeaderCrash_Rules(t *testing.T) {
 		peer     int32 // whose connection ended
 		appended bool
 		probes   probes
-		// newLeader, if set, is the leader raft names once the other
-		// voters have been dialled.
+		// newLeader and newTerm, if set, are the leader raft names and its
+		// term once the other voters have been dialled.
 		newLeader int32
+		newTerm   uint64
 		wantElect bool
 	}{
 		{name: "leader gone, this node ranks first", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
@@ -121,6 +122,8 @@ func TestLeaderCrash_Rules(t *testing.T) {
 			probes: probes{1: {refuses}, 2: {accepts}}, wantElect: true},
 		{name: "second in rank, the first has won", self: 3, voters: []int32{1, 2, 3}, peer: 1, appended: true,
 			probes: probes{1: {refuses}, 2: {accepts}}, newLeader: 2},
+		{name: "second in rank, the first's election under way (this node's term moved)", self: 3, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: probes{1: {refuses}, 2: {accepts}}, newTerm: 8},
 		{name: "the first in rank is gone too: the second acts", self: 3, voters: []int32{1, 2, 3, 4, 5}, peer: 1, appended: true,
 			probes: probes{1: {refuses}, 2: {refuses}, 4: {accepts}, 5: {accepts}}, wantElect: true},
 		{name: "connection of a voter that is not the leader", self: 2, voters: []int32{1, 2, 3}, peer: 3, appended: true,
@@ -154,6 +157,11 @@ func TestLeaderCrash_Rules(t *testing.T) {
 				dials[addr]++
 				if id != 1 && tt.newLeader != 0 {
 					fr.setLeader(tt.newLeader)
+				}
+				if id != 1 && tt.newTerm != 0 {
+					fr.mu.Lock()
+					fr.term = tt.newTerm
+					fr.mu.Unlock()
 				}
 				if len(ans) == 0 {
 					return refuses.err()

@@ -69,7 +69,6 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg
 		// Message formats v0 and v1 are not kept.
 		whole = kerr.UnsupportedForMessageFormat
 	}
-	appender, pipelined := s.cfg.Backend.(AppendBackend)
 	var (
 		mu      sync.Mutex // guards failed and commits
 		failed  bool
@@ -113,16 +112,7 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg
 			wg.Add(1)
 			go func(topic string, partition int32, records []byte) {
 				defer wg.Done()
-				if !pipelined {
-					res, err := s.cfg.Backend.Produce(ctx, topic, partition, records, r.Acks, timeout)
-					if err != nil {
-						fail(p, topic, partition, err)
-						return
-					}
-					p.BaseOffset, p.LogStartOffset, p.LogAppendTime = res.BaseOffset, res.LogStartOffset, res.LogAppendTime
-					return
-				}
-				res, commit, err := appender.ProduceAppend(topic, partition, records, r.Acks)
+				res, commit, err := s.cfg.Backend.ProduceAppend(topic, partition, records, r.Acks)
 				if err != nil {
 					fail(p, topic, partition, err)
 					return

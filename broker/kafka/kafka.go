@@ -15,15 +15,19 @@ import (
 // listener answers with their codes, and UnknownServerError for anything
 // else.
 type Backend interface {
-	// Produce appends one v2 record batch (as the client sent it) to the
-	// partition this broker leads. acks: 0, 1 or -1 (all). With -1 it
-	// returns once the high watermark passes the batch, or
-	// kerr.RequestTimedOut when timeout passes first; with fewer ISR members
-	// than min.insync.replicas it refuses before appending with
-	// kerr.NotEnoughReplicas (kerr.NotEnoughReplicasAfterAppend if the ISR
-	// shrank while waiting). An idempotent duplicate returns the original
-	// base offset with a nil error.
-	Produce(ctx context.Context, topic string, partition int32, batch []byte, acks int16, timeout time.Duration) (ProduceResult, error)
+	// ProduceAppend appends one v2 record batch (as the client sent it) to
+	// the partition this broker leads, or refuses it. acks: 0, 1 or -1
+	// (all); with -1 and fewer ISR members than min.insync.replicas it
+	// refuses before appending with kerr.NotEnoughReplicas. An idempotent
+	// duplicate returns the original base offset with a nil error. With -1
+	// it also returns commit (nil otherwise), which waits until the high
+	// watermark passes the batch, or fails with kerr.RequestTimedOut when
+	// timeout (or ctx) ends first, kerr.NotEnoughReplicasAfterAppend if the
+	// ISR shrank meanwhile. The listener appends a connection's requests in
+	// order and waits for their commits side by side: Kafka's clients keep
+	// up to five produce requests in flight per broker, idempotent ones
+	// included, and their answers go back in request order.
+	ProduceAppend(topic string, partition int32, batch []byte, acks int16) (res ProduceResult, commit func(ctx context.Context, timeout time.Duration) error, err error)
 	// Fetch reads whole batches starting at the one holding offset, up to
 	// maxBytes (at least one batch, KIP-74), only below the high watermark,
 	// from the partition this broker leads. currentLeaderEpoch, if >= 0, is
@@ -51,18 +55,6 @@ type Backend interface {
 	// (kerr.FencedLeaderEpoch below the leader's, kerr.UnknownLeaderEpoch
 	// above). Only the leader answers.
 	OffsetForLeaderEpoch(ctx context.Context, topic string, partition int32, currentLeaderEpoch, leaderEpoch int32) (endOffset int64, epoch int32, err error)
-}
-
-// AppendBackend is a Backend that can append a produced batch without
-// waiting for it to commit (replication.Manager.ProduceAppend): commit,
-// nil unless acks is -1, then waits as Produce does. With it the listener
-// pipelines a connection's produce requests: it appends each request's
-// batches before it reads the next request, so they reach each log in the
-// connection's order, but the acks=all answers wait for their commits side
-// by side, and are written in request order (Kafka's clients keep up to
-// five produce requests in flight per broker, idempotent ones included).
-type AppendBackend interface {
-	ProduceAppend(topic string, partition int32, batch []byte, acks int16) (res ProduceResult, commit func(ctx context.Context, timeout time.Duration) error, err error)
 }
 
 // ProduceResult is where a produced batch landed.

@@ -93,22 +93,23 @@ func (b *MemoryBackend) logLocked(topic string, p int32) *memLog {
 	return l
 }
 
-// Produce appends batch at the partition's end.
-func (b *MemoryBackend) Produce(_ context.Context, topic string, partition int32, batch []byte, _ int16, _ time.Duration) (ProduceResult, error) {
+// ProduceAppend appends batch at the partition's end; with nothing to
+// replicate, every batch is committed at once (commit is nil).
+func (b *MemoryBackend) ProduceAppend(topic string, partition int32, batch []byte, _ int16) (ProduceResult, func(context.Context, time.Duration) error, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.refuse[tp{topic, partition}]; err != nil {
-		return ProduceResult{}, err
+		return ProduceResult{}, nil, err
 	}
 	if len(batch) < batchHeaderSize {
-		return ProduceResult{}, kerr.CorruptMessage
+		return ProduceResult{}, nil, kerr.CorruptMessage
 	}
 	l := b.logLocked(topic, partition)
 	count := int64(int32(binary.BigEndian.Uint32(batch[23:]))) + 1
 	pid, seq := int64(binary.BigEndian.Uint64(batch[43:])), int64(int32(binary.BigEndian.Uint32(batch[53:])))
 	if pid >= 0 {
 		if off, ok := l.seen[[2]int64{pid, seq}]; ok {
-			return ProduceResult{BaseOffset: off, LogAppendTime: -1}, nil
+			return ProduceResult{BaseOffset: off, LogAppendTime: -1}, nil, nil
 		}
 		l.seen[[2]int64{pid, seq}] = l.leo
 	}
@@ -122,7 +123,7 @@ func (b *MemoryBackend) Produce(_ context.Context, topic string, partition int32
 	b.appends.Add(1)
 	close(b.grew)
 	b.grew = make(chan struct{})
-	return ProduceResult{BaseOffset: base, LogAppendTime: -1}, nil
+	return ProduceResult{BaseOffset: base, LogAppendTime: -1}, nil, nil
 }
 
 // Fetch reads whole batches from the one holding offset. A

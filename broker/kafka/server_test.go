@@ -548,7 +548,7 @@ func TestServer_FetchNeverAnswersNullRecords(t *testing.T) {
 }
 
 // gatedBackend is a MemoryBackend that appends at once and holds each
-// acks=all commit until the test opens its gate: an AppendBackend.
+// acks=all commit until the test opens its gate.
 type gatedBackend struct {
 	*MemoryBackend
 	mu        sync.Mutex
@@ -567,7 +567,7 @@ func (b *gatedBackend) gate(value string) chan struct{} {
 }
 
 func (b *gatedBackend) ProduceAppend(topic string, partition int32, batch []byte, acks int16) (ProduceResult, func(context.Context, time.Duration) error, error) {
-	res, err := b.Produce(context.Background(), topic, partition, batch, acks, 0)
+	res, _, err := b.MemoryBackend.ProduceAppend(topic, partition, batch, acks)
 	if err != nil {
 		return res, nil, err
 	}

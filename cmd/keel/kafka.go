@@ -86,11 +86,6 @@ func kafkaBackend(m *replication.Manager) kafka.Backend { return replicationBack
 
 type replicationBackend struct{ m *replication.Manager }
 
-func (b replicationBackend) Produce(ctx context.Context, topic string, partition int32, batch []byte, acks int16, timeout time.Duration) (kafka.ProduceResult, error) {
-	r, err := b.m.Produce(ctx, topic, partition, batch, acks, timeout)
-	return kafka.ProduceResult(r), err
-}
-
 func (b replicationBackend) ProduceAppend(topic string, partition int32, batch []byte, acks int16) (kafka.ProduceResult, func(context.Context, time.Duration) error, error) {
 	r, commit, err := b.m.ProduceAppend(topic, partition, batch, acks)
 	return kafka.ProduceResult(r), commit, err

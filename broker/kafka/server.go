@@ -194,7 +194,14 @@ func (s *Server) serveConn(raw net.Conn) {
 		defer close(written)
 		s.writeAnswers(c, answers)
 	}()
+	// drain: the connection closes after an answer that says so, and the
+	// answers before it are written first. Any other end (closed, idle,
+	// gone, refused) does not wait for the commits of the answers pending.
+	drain := false
 	defer func() {
+		if !drain {
+			cancel()
+		}
 		close(answers)
 		<-written
 		cancel()
@@ -204,33 +211,28 @@ func (s *Server) serveConn(raw net.Conn) {
 	for {
 		_ = c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
 		if _, err := io.ReadFull(r, sizeBuf[:]); err != nil {
-			// Closed, idle, gone, or closed by the writer. Answers still
-			// waiting to commit are not waited for.
-			cancel()
-			return
+			return // closed, idle, gone, or closed by the writer
 		}
 		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
 		if size < 8 || size > s.cfg.MaxRequestSize {
 			s.log.Warn("kafka listener: request size out of bounds; connection closed", "remote", raw.RemoteAddr().String(),
 				"size", size, "max", s.cfg.MaxRequestSize)
-			cancel()
 			return
 		}
 		frame := make([]byte, size)
 		// A large request may take a while to arrive, but not forever.
 		_ = c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
 		if _, err := io.ReadFull(r, frame); err != nil {
-			cancel()
 			return
 		}
 		a, err := s.handleFrame(ctx, c, frame)
 		if err != nil {
 			s.log.Warn("kafka listener: request refused; connection closed", "remote", raw.RemoteAddr().String(), "err", err)
-			cancel()
 			return
 		}
 		answers <- a
 		if a.closeAfter {
+			drain = true
 			return
 		}
 	}

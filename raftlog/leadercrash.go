@@ -58,9 +58,10 @@ type leaderCrash struct {
 	mu      sync.Mutex
 	raft    raftView          // nil until raft runs
 	handled map[crashKey]bool // one look per leader and term
-	closed  bool
 	wg      sync.WaitGroup
-	done    chan struct{}
+	// ctx ends with stop: the looks under way give up.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // raftView is what leaderCrash reads of raft (*raft.Raft; tests fake it).
@@ -104,14 +105,16 @@ const (
 )
 
 func newLeaderCrash(self int32, log *slog.Logger, addr func(int32, raft.ServerAddress) string, electSelf func() error) *leaderCrash {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &leaderCrash{
+		ctx:       ctx,
+		cancel:    cancel,
 		self:      self,
 		log:       log,
 		addr:      addr,
 		electSelf: electSelf,
 		probe:     probeListener,
 		handled:   make(map[crashKey]bool),
-		done:      make(chan struct{}),
 	}
 }
 
@@ -166,7 +169,7 @@ func (w *leaderCrash) connEnded(peer int32, appended bool) {
 	}
 	key := crashKey{leader: peer, term: r.CurrentTerm()}
 	w.mu.Lock()
-	if w.closed || w.handled[key] {
+	if w.ctx.Err() != nil || w.handled[key] {
 		w.mu.Unlock()
 		return
 	}
@@ -189,16 +192,7 @@ func (w *leaderCrash) connEnded(peer int32, appended bool) {
 // this node starts an election.
 func (w *leaderCrash) look(r raftView, key crashKey) {
 	defer w.looks.Add(1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-w.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-
+	ctx := w.ctx
 	f := r.GetConfiguration()
 	if f.Error() != nil {
 		return
@@ -326,11 +320,9 @@ func (w *leaderCrash) leaderGone(ctx context.Context, addr string) bool {
 
 // stop ends the looks under way and waits for them.
 func (w *leaderCrash) stop() {
+	// Under mu, so that no look starts (wg.Add) once it is cancelled.
 	w.mu.Lock()
-	if !w.closed {
-		w.closed = true
-		close(w.done)
-	}
+	w.cancel()
 	w.mu.Unlock()
 	w.wg.Wait()
 }

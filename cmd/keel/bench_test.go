@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -100,15 +101,20 @@ func TestBenchEndToEnd(t *testing.T) {
 		t.Skip("starts a quorum and waits out a broker session")
 	}
 	t.Setenv(asKeelEnv, "1")
+	profile := filepath.Join(t.TempDir(), "bench.prof")
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp) // the bench's data dir goes here, and must be gone after
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	start := time.Now()
 	out, stderr, err := runBench(t, ctx, "bench", "--partitions", "2000", "--brokers", "6", "--runs", "1",
-		"--scenarios", "create,broker-failure,broker-crash,heartbeats", "-o", "json")
+		"--scenarios", "create,broker-failure,broker-crash,heartbeats", "-o", "json", "--cpuprofile", profile)
 	if err != nil {
 		t.Fatalf("keel bench: %v\nstderr:\n%s", err, stderr)
+	}
+	// --cpuprofile: a pprof profile (gzipped protobuf) of the bench process.
+	if b, err := os.ReadFile(profile); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("--cpuprofile %s: %d bytes, %v; want a gzipped pprof profile", profile, len(b), err)
 	}
 	t.Logf("bench took %v\n%s", time.Since(start).Round(time.Millisecond), out)
 

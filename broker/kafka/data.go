@@ -147,6 +147,7 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg
 	ready = make(chan struct{})
 	go func() {
 		defer close(ready)
+		defer s.met.committed(time.Now())
 		var cw sync.WaitGroup
 		for _, c := range commits {
 			cw.Add(1)

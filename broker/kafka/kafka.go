@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/tlsauth"
@@ -140,4 +142,7 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Metrics, when set, takes the listener's request metrics
+	// (docs/metrics.md).
+	Metrics prometheus.Registerer
 }

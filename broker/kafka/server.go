@@ -28,6 +28,7 @@ type Server struct {
 	log  *slog.Logger
 	lis  net.Listener
 	pids *producerIDs
+	met  *serverMetrics
 
 	ctx    context.Context // ends at Close: every request's parent
 	cancel context.CancelFunc
@@ -63,8 +64,13 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	met, err := newServerMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("kafka listener: metrics: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
+		met:    met,
 		cfg:    cfg,
 		log:    cfg.Logger.With("component", "kafka", "broker_id", cfg.BrokerID),
 		lis:    lis,
@@ -225,7 +231,11 @@ func (s *Server) serveConn(raw net.Conn) {
 		if _, err := io.ReadFull(r, frame); err != nil {
 			return
 		}
+		arrived := time.Now()
 		a, err := s.handleFrame(ctx, c, frame)
+		if a != nil {
+			a.arrived = arrived
+		}
 		if err != nil {
 			s.log.Warn("kafka listener: request refused; connection closed", "remote", raw.RemoteAddr().String(), "err", err)
 			return
@@ -252,6 +262,8 @@ type answer struct {
 	// if resp is nil).
 	closeAfter bool
 	ready      chan struct{}
+	// arrived: when the request's frame was read, for its duration.
+	arrived time.Time
 }
 
 // readyNow is a closed channel, for the answers that are complete.
@@ -272,6 +284,7 @@ func (s *Server) writeAnswers(c *conn, answers <-chan *answer) {
 				_ = c.Close()
 				continue
 			}
+			s.met.request(a.h.key, a.arrived)
 		}
 		if a.closeAfter {
 			failed = true

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -601,7 +602,8 @@ func (b *gatedBackend) ProduceAppend(topic string, partition int32, batch []byte
 func TestServer_ProducePipelined(t *testing.T) {
 	meta := newFakeMeta(t)
 	backend := &gatedBackend{MemoryBackend: NewMemoryBackend(), gates: map[string]chan struct{}{}}
-	s := startServer(t, 1, meta, backend, nil)
+	reg := prometheus.NewRegistry()
+	s := startServer(t, 1, meta, backend, func(c *Config) { c.Metrics = reg })
 	meta.createTopic("pipe", []int32{1})
 	c := dial(t, s.Addr())
 	produce := func(corr int32, value string) {
@@ -646,4 +648,42 @@ func TestServer_ProducePipelined(t *testing.T) {
 			t.Fatalf("answer %d: error %d, base offset %d; want 0, %d", i, p.ErrorCode, p.BaseOffset, want)
 		}
 	}
+	// Each answer is timed once written, and each acks=all produce's wait
+	// for its commit; the first waited at least until its gate opened.
+	poll.Until(t, testTimeout, "both produces timed", func() bool {
+		return histogramCount(t, reg, MetricRequestDuration, "Produce") == 2
+	})
+	if n := histogramCount(t, reg, MetricProduceCommitWait, ""); n != 2 {
+		t.Fatalf("%s counted %d produces, want 2", MetricProduceCommitWait, n)
+	}
+	if n := histogramCount(t, reg, MetricRequestDuration, "Metadata"); n != 0 {
+		t.Fatalf("%s counted %d Metadata requests, want none", MetricRequestDuration, n)
+	}
+}
+
+// histogramCount is the sample count of the histogram name in reg, of the
+// series whose request label is request ("": unlabelled).
+func histogramCount(t *testing.T, reg *prometheus.Registry, name, request string) uint64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			label := ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "request" {
+					label = l.GetValue()
+				}
+			}
+			if label == request {
+				return m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return 0
 }

@@ -160,7 +160,7 @@ same CA; SASL is not served.
 				return err
 			}
 			if kl != nil {
-				if err := kl.serve(agent, kafkaBackend(dataPlane), cfg.BrokerID, cfg.TLS, log); err != nil {
+				if err := kl.serve(agent, kafkaBackend(dataPlane), cfg.BrokerID, cfg.TLS, cfg.Metrics, log); err != nil {
 					agent.Close()
 					return err
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/keel-dev/keel/broker/kafka"
 	"github.com/keel-dev/keel/broker/replication"
 	"github.com/keel-dev/keel/tlsauth"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // kafkaListener is a broker's Kafka listener: bound before the agent starts
@@ -49,8 +50,8 @@ func bindKafka(listen, advertise string) (*kafkaListener, error) {
 
 // serve starts the Kafka protocol on the bound listener over agent's image
 // and controller link and the data plane backend, with the broker's TLS
-// (nil: plaintext).
-func (k *kafkaListener) serve(agent *broker.Agent, backend kafka.Backend, brokerID int32, tlsCfg *tlsauth.Config, log *slog.Logger) error {
+// (nil: plaintext), its request metrics in reg (nil: none).
+func (k *kafkaListener) serve(agent *broker.Agent, backend kafka.Backend, brokerID int32, tlsCfg *tlsauth.Config, reg prometheus.Registerer, log *slog.Logger) error {
 	srv, err := kafka.Serve(k.lis, kafka.Config{
 		BrokerID:   brokerID,
 		Image:      agent,
@@ -59,6 +60,7 @@ func (k *kafkaListener) serve(agent *broker.Agent, backend kafka.Backend, broker
 		Controller: agent,
 		TLS:        tlsCfg,
 		Logger:     log,
+		Metrics:    reg,
 	})
 	if err != nil {
 		k.lis.Close()

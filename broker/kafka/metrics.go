@@ -1,0 +1,74 @@
+package kafka
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The Kafka listener's metric names (docs/metrics.md), after Kafka's
+// kafka.network:type=RequestMetrics.
+const (
+	MetricRequestDuration   = "keel_kafka_request_duration_seconds"
+	MetricProduceCommitWait = "keel_kafka_produce_commit_wait_seconds"
+)
+
+// requestBuckets run from half a millisecond to 10 s, finer where a
+// produce's replication round trip lies.
+var requestBuckets = []float64{.0005, .001, .002, .005, .01, .015, .02, .03, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// serverMetrics are the listener's instruments; nil observes nothing.
+type serverMetrics struct {
+	duration   *prometheus.HistogramVec
+	commitWait prometheus.Histogram
+	// byKey holds each served API's histogram, so that a request does not
+	// look its label up.
+	byKey map[int16]prometheus.Observer
+}
+
+func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	m := &serverMetrics{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    MetricRequestDuration,
+			Help:    "Time from a request's arrival (its whole frame read) to its response written, by request type (Kafka's TotalTimeMs); an acks=all produce includes its wait for the followers.",
+			Buckets: requestBuckets,
+		}, []string{"request"}),
+		commitWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    MetricProduceCommitWait,
+			Help:    "Time an acks=all produce waited, after appending, for its batches to commit: the followers' fetch round trip (Kafka's RemoteTimeMs of Produce).",
+			Buckets: requestBuckets,
+		}),
+		byKey: map[int16]prometheus.Observer{},
+	}
+	for key := range versions {
+		m.byKey[key] = m.duration.WithLabelValues(kmsg.NameForKey(key))
+	}
+	for _, c := range []prometheus.Collector{m.duration, m.commitWait} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// request observes one request answered, from its arrival.
+func (m *serverMetrics) request(key int16, since time.Time) {
+	if m == nil {
+		return
+	}
+	if o, ok := m.byKey[key]; ok {
+		o.Observe(time.Since(since).Seconds())
+	}
+}
+
+// committed observes an acks=all produce's wait for its commits.
+func (m *serverMetrics) committed(since time.Time) {
+	if m == nil {
+		return
+	}
+	m.commitWait.Observe(time.Since(since).Seconds())
+}

@@ -83,25 +83,7 @@ type memory struct {
 // so the go_gc_heap_live_bytes that follows is current, not as of the last
 // collection the controller happened to run.
 func readMemory(ctx context.Context, metricsAddr string) (memory, error) {
-	get := func(path string) (string, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metricsAddr+path, nil)
-		if err != nil {
-			return "", err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return "", err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return "", fmt.Errorf("GET %s: %s", path, resp.Status)
-		}
-		return string(body), nil
-	}
+	get := func(path string) (string, error) { return httpGet(ctx, metricsAddr, path) }
 	var m memory
 	if _, err := get("/debug/pprof/heap?gc=1"); err != nil {
 		return m, err
@@ -115,6 +97,27 @@ func readMemory(ctx context.Context, metricsAddr string) (memory, error) {
 	}
 	m.rss, err = parseMetric(text, "process_resident_memory_bytes")
 	return m, err
+}
+
+// httpGet is the body of a GET of path on a node's metrics listener.
+func httpGet(ctx context.Context, metricsAddr, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metricsAddr+path, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return string(body), nil
 }
 
 // parseMetric finds an unlabelled metric's value in the Prometheus text

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keel-dev/keel/broker/kafka"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/internal/poll"
@@ -181,6 +182,22 @@ func (r *runner) startDataCluster(ctx context.Context) (*dataCluster, error) {
 		return dc, err
 	}
 	return dc, dc.waitActive(ctx, dc.ids...)
+}
+
+// produceDurations is the brokers' histogram of produce request durations
+// (the Kafka listener's metric), summed over the brokers.
+func (dc *dataCluster) produceDurations(ctx context.Context) (histogram, error) {
+	var addrs []string
+	for _, nd := range dc.q.Brokers() {
+		addrs = append(addrs, nd.MetricsAddr())
+	}
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	h, err := scrapeHistogram(hctx, addrs, kafka.MetricRequestDuration, "request", "Produce")
+	if err != nil {
+		return histogram{}, fmt.Errorf("the brokers' produce durations: %w", err)
+	}
+	return h, nil
 }
 
 // close stops every process at once (kill -9: nothing reported needs a

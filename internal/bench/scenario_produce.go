@@ -13,6 +13,9 @@ type produceRun struct {
 	// acks1 and acksAll are as fast as the cluster acknowledges; half is
 	// acks=all paced at half of acksAll's records per second.
 	acks1, acksAll, half loadResult
+	// server is the brokers' produce request durations over the half
+	// step (keel_kafka_request_duration_seconds{request="Produce"}).
+	server histogram
 }
 
 // produce: the data path's throughput and latency, against the machine's
@@ -63,18 +66,33 @@ func (r *runner) produce(ctx context.Context, dc *dataCluster) (Result, error) {
 				l.rate, l.latencies = pr.acksAll.recordsPerS()/2, true
 			}
 			statusf(r.cfg.Status, "produce: run %d/%d: %s, %d producers, %v", run, r.cfg.Runs, step.name, d.Producers, d.Duration)
+			var before histogram
+			if step.half {
+				if before, err = dc.produceDurations(ctx); err != nil {
+					return Result{}, err
+				}
+			}
 			res, err := l.run(ctx)
 			if err != nil {
 				return Result{}, fmt.Errorf("%s: %w", step.name, err)
 			}
 			*step.out = res
+			if step.half {
+				after, err := dc.produceDurations(ctx)
+				if err != nil {
+					return Result{}, err
+				}
+				if pr.server, err = after.plus(before, -1); err != nil {
+					return Result{}, err
+				}
+			}
 			if err := dc.deleteTopic(ctx, topic); err != nil {
 				return Result{}, err
 			}
 		}
-		statusf(r.cfg.Status, "produce: run %d/%d: acks=1 %.1f MB/s, acks=all %.1f MB/s (%.2f of the ceiling %.1f MB/s), p99 %v at %.0f records/s",
+		statusf(r.cfg.Status, "produce: run %d/%d: acks=1 %.1f MB/s, acks=all %.1f MB/s (%.2f of the ceiling %.1f MB/s), p99 %v at %.0f records/s (brokers' produce p99 %.1f ms)",
 			run, r.cfg.Runs, pr.acks1.bytesPerS()/1e6, pr.acksAll.bytesPerS()/1e6, pr.ceiling.Ratio(pr.acksAll.bytesPerS()),
-			pr.ceiling.RF3()/1e6, Percentile(pr.half.latencies, 0.99), pr.half.recordsPerS())
+			pr.ceiling.RF3()/1e6, Percentile(pr.half.latencies, 0.99), pr.half.recordsPerS(), pr.server.quantile(0.99)*1000)
 		runs = append(runs, pr)
 	}
 	var p99 []time.Duration
@@ -126,6 +144,8 @@ func produceFigures(d DataConfig, runs []produceRun) []Figure {
 		{"latency_p50_ms", med(func(p produceRun) float64 { return ms(p.half.latencies, 0.5) })},
 		{"latency_p99_ms", med(func(p produceRun) float64 { return ms(p.half.latencies, 0.99) })},
 		{"latency_max_ms", most(func(p produceRun) float64 { return ms(p.half.latencies, 1) })},
+		{"broker_produce_p50_ms", med(func(p produceRun) float64 { return p.server.quantile(0.5) * 1000 })},
+		{"broker_produce_p99_ms", med(func(p produceRun) float64 { return p.server.quantile(0.99) * 1000 })},
 		{"failed_writes", failed},
 	}
 }

@@ -40,6 +40,10 @@ func TestControllerKill_CrashElection(t *testing.T) {
 		}
 		return len(all) == len(metrics) && total == 1
 	})
+	// The fault suites count crash elections from the logs: one line each.
+	if n := c.crashElections(); n != 1 {
+		t.Errorf("the controllers' logs show %d crash elections, want 1", n)
+	}
 	t.Logf("controller %d active (its epoch record committed) %v after the kill of %d, with a 2 s heartbeat timeout; crash elections:\n%s",
 		next, took, leader, report)
 }

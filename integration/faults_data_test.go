@@ -135,6 +135,9 @@ type dataTally struct {
 	// tolerated counts, by kind, what the unclean mode measured instead of
 	// failing on (duplicates, gaps, records read that vanished).
 	tolerated map[string]int
+	// crashElections: controller elections started at once on finding
+	// the raft leader's process gone.
+	crashElections int
 }
 
 func newDataTally() *dataTally {
@@ -159,6 +162,7 @@ func (d *dataTally) Add(o *dataTally) {
 	d.found += o.found
 	d.lost += o.lost
 	d.unacked += o.unacked
+	d.crashElections += o.crashElections
 }
 
 func (d *dataTally) String() string {
@@ -169,7 +173,7 @@ func (d *dataTally) String() string {
 		fmt.Fprintf(&b, " %s=%d", k, d.faults[k])
 		n += d.faults[k]
 	}
-	fmt.Fprintf(&b, " (%d)\nrecords: %d sent, %d acknowledged, %d failed by the producer", n, d.sent, d.acked, d.failed)
+	fmt.Fprintf(&b, " (%d); controller crash elections: %d\nrecords: %d sent, %d acknowledged, %d failed by the producer", n, d.crashElections, d.sent, d.acked, d.failed)
 	for _, k := range sortedKeys(d.failures) {
 		fmt.Fprintf(&b, "; %dx %s", d.failures[k], k)
 	}
@@ -372,6 +376,7 @@ func runDataFaults(t *testing.T, mode dataMode, seed int64, duration time.Durati
 			t.Errorf("%s: %s\n%s", topic, v.msg, r.around(topic, v, acked, read))
 		}
 	}
+	tally.crashElections = r.c.crashElections()
 	t.Logf("seed %d:\n%s", seed, tally)
 	return tally
 }

@@ -164,6 +164,9 @@ type faultTally struct {
 	ops     map[string]int // by kind/outcome
 	reads   int            // observations of controllers and brokers
 	elected int            // controller epochs seen
+	// crashElections: elections started at once on finding the raft
+	// leader's process gone (raftlog's crash election).
+	crashElections int
 }
 
 func newFaultTally() *faultTally {
@@ -179,6 +182,7 @@ func (f *faultTally) Add(o *faultTally) {
 	}
 	f.reads += o.reads
 	f.elected += o.elected
+	f.crashElections += o.crashElections
 }
 
 func (f *faultTally) String() string {
@@ -191,7 +195,7 @@ func (f *faultTally) String() string {
 	for _, k := range sortedKeys(f.ops) {
 		fmt.Fprintf(&b, " %s=%d", k, f.ops[k])
 	}
-	fmt.Fprintf(&b, "\ncontroller epochs: %d; observations of nodes: %d", f.elected, f.reads)
+	fmt.Fprintf(&b, "\ncontroller epochs: %d (%d from a crash election); observations of nodes: %d", f.elected, f.crashElections, f.reads)
 	return b.String()
 }
 
@@ -782,6 +786,7 @@ func (r *faultRun) healAndCheck(t *testing.T, brokers []int32, tally *faultTally
 	}
 	tally.reads = len(r.ctrlObs) + len(r.brokObs)
 	tally.elected = len(epochOwners(r.ctrlObs))
+	tally.crashElections = r.c.crashElections()
 
 	// Every acknowledged create is there; no refused one is.
 	names := make(map[string]bool, len(final))

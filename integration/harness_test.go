@@ -25,6 +25,7 @@ import (
 	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/rpc"
 )
 
@@ -501,6 +502,18 @@ func (c *Cluster) checkLogs(t testing.TB) {
 			}
 		}
 	}
+}
+
+// crashElections counts the crash elections the controllers started (the
+// raft leader's process found gone), from their logs, restarts included.
+func (c *Cluster) crashElections() int {
+	n := 0
+	for _, nd := range c.h.Nodes() {
+		if b, err := os.ReadFile(nd.LogPath()); err == nil {
+			n += bytes.Count(b, []byte(raftlog.CrashElectionMessage))
+		}
+	}
+	return n
 }
 
 func firstLines(s string, n int) string {

@@ -15,6 +15,10 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// CrashElectionMessage is what a node logs (at WARN) when it starts a crash
+// election: operators and Keel's fault suites count it.
+const CrashElectionMessage = "the raft leader's process is gone (its connection closed and its port refuses); starting an election at once"
+
 // A leader that is killed is noticed by raft only when a follower's
 // heartbeat timeout passes without contact: between one and three timeouts
 // (300–900 ms by default), and then the first candidate is refused by the
@@ -281,7 +285,7 @@ func (w *leaderCrash) look(r raftView, key crashKey) {
 	if rank > 0 && r.CurrentTerm() != key.term {
 		return
 	}
-	w.log.Warn("the raft leader's process is gone (its connection closed and its port refuses); starting an election at once",
+	w.log.Warn(CrashElectionMessage,
 		"leader", key.leader, "term", key.term, "rank", rank)
 	if err := w.electSelf(); err != nil {
 		w.log.Warn("cannot start an election at once; raft's timeouts will", "err", err)

@@ -173,7 +173,7 @@ func (d *dataTally) String() string {
 		fmt.Fprintf(&b, " %s=%d", k, d.faults[k])
 		n += d.faults[k]
 	}
-	fmt.Fprintf(&b, " (%d); controller crash elections: %d\nrecords: %d sent, %d acknowledged, %d failed by the producer", n, d.crashElections, d.sent, d.acked, d.failed)
+	fmt.Fprintf(&b, " (%d); controller crash elections started: %d\nrecords: %d sent, %d acknowledged, %d failed by the producer", n, d.crashElections, d.sent, d.acked, d.failed)
 	for _, k := range sortedKeys(d.failures) {
 		fmt.Fprintf(&b, "; %dx %s", d.failures[k], k)
 	}

@@ -195,7 +195,7 @@ func (f *faultTally) String() string {
 	for _, k := range sortedKeys(f.ops) {
 		fmt.Fprintf(&b, " %s=%d", k, f.ops[k])
 	}
-	fmt.Fprintf(&b, "\ncontroller epochs: %d (%d from a crash election); observations of nodes: %d", f.elected, f.crashElections, f.reads)
+	fmt.Fprintf(&b, "\ncontroller epochs: %d; crash elections started: %d; observations of nodes: %d", f.elected, f.crashElections, f.reads)
 	return b.String()
 }
 

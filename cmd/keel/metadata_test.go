@@ -294,7 +294,12 @@ var (
 func brokerRec(id int32) *keelpb.Record {
 	return &keelpb.Record{Record: &keelpb.Record_BrokerRegistration{BrokerRegistration: &keelpb.BrokerRegistrationRecord{
 		BrokerId: id, IncarnationId: fmt.Sprintf("inc-%d", id), Address: fmt.Sprintf("127.0.0.1:92%02d", id), Rack: "r1",
-		MinMetadataVersion: 1, MaxMetadataVersion: 1}}}
+		MinMetadataVersion: 1, MaxMetadataVersion: 2}}}
+}
+
+func controllerRec(id int32) *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_ControllerRegistration{ControllerRegistration: &keelpb.ControllerRegistrationRecord{
+		NodeId: id, Address: fmt.Sprintf("127.0.0.1:91%02d", id), MinMetadataVersion: 1, MaxMetadataVersion: 2}}}
 }
 
 func topicRecord(name string, id fsm.TopicID, configs map[string]string) *keelpb.Record {
@@ -306,13 +311,16 @@ func partitionRecord(id fsm.TopicID, p int32, replicas, isr []int32, leader int3
 		TopicId: bytes.Clone(id[:]), Partition: p, Replicas: replicas, Isr: isr, Leader: leader}}}
 }
 
-// topicsDataDir is a stopped controller's data dir with two brokers and
-// two topics in its snapshot, and in the log after it: an ISR change of
-// orders/0 and the removal of "other".
+// topicsDataDir is a stopped controller's data dir at metadata.version 2
+// with a controller's registration, two brokers and two topics in its
+// snapshot, and in the log after it: an ISR change of orders/0 and the
+// removal of "other".
 func topicsDataDir(t *testing.T) string {
 	t.Helper()
 	return oneNodeDataDir(t, func(n *oneNode) {
-		n.apply(n.batch(clusterIDRec("c1"), epochRec(1, 1)))
+		n.apply(n.batch(clusterIDRec("c1"), epochRec(1, 1),
+			&keelpb.Record{Record: &keelpb.Record_FeatureLevel{FeatureLevel: &keelpb.FeatureLevelRecord{Name: fsm.MetadataVersionFeature, Level: 2}}},
+			controllerRec(1)))
 		n.apply(n.batch(brokerRec(1), brokerRec(2)))
 		n.apply(n.batch(topicRecord("orders", ordersID, map[string]string{"unclean.leader.election.enable": "true"}),
 			partitionRecord(ordersID, 0, []int32{1, 2}, []int32{1, 2}, 1),
@@ -381,7 +389,7 @@ func TestMetadataShell(t *testing.T) {
 
 	t.Run("a command from the arguments", func(t *testing.T) {
 		out, errOut, err := runShell(t, "", "--data-dir", dir, "ls", "/")
-		if err != nil || out != "brokers/\nconfigs/\nquorum/\ntopics/\n" || errOut != "" {
+		if err != nil || out != "brokers/\nconfigs/\ncontrollers/\nquorum/\ntopics/\n" || errOut != "" {
 			t.Errorf("ls /: %q, stderr %q, %v", out, errOut, err)
 		}
 		// The log after the snapshot is replayed: other is gone, orders/0's ISR shrank.
@@ -433,6 +441,12 @@ func TestMetadataShell(t *testing.T) {
 		out, _, _ = runShell(t, "", "--data-dir", dir, "cat", "/configs/cluster")
 		if !strings.Contains(out, `"name": "min.insync.replicas"`) {
 			t.Errorf("cat /configs/cluster = %q; want every config's cluster-wide value", out)
+		}
+		out, _, err = runShell(t, "", "--data-dir", dir, "cat", "/controllers/1")
+		var ctrl controllerFile
+		if err != nil || json.Unmarshal([]byte(out), &ctrl) != nil ||
+			ctrl != (controllerFile{ID: 1, Address: "127.0.0.1:9101", MinMetadataVersion: 1, MaxMetadataVersion: 2}) {
+			t.Errorf("cat /controllers/1 = %q, %v; want controller 1's registration", out, err)
 		}
 		out, _, _ = runShell(t, "", "--data-dir", dir, "cat", "/quorum/voters")
 		if !strings.Contains(out, `"suffrage": "voter"`) {

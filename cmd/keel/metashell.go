@@ -35,6 +35,8 @@ snapshot and every log entry after it) or of a snapshot file (keel snapshot
 save), as Kafka's metadata shell does:
 
   /brokers/ID               a registered broker
+  /controllers/ID           a registered controller: its address and the
+                            metadata versions it supports
   /topics/NAME/id           a topic's id
   /topics/NAME/configs      its configs in effect, each with its source
   /topics/NAME/N            partition N: leader, epochs, replicas, ISR, ELR
@@ -197,6 +199,14 @@ type brokerFile struct {
 	MaxMetadataVersion uint32 `json:"max_metadata_version"`
 }
 
+// controllerFile is /controllers/ID.
+type controllerFile struct {
+	ID                 int32  `json:"id"`
+	Address            string `json:"address"`
+	MinMetadataVersion uint32 `json:"min_metadata_version"`
+	MaxMetadataVersion uint32 `json:"max_metadata_version"`
+}
+
 // quorumVoter is one entry of /quorum/voters.
 type quorumVoter struct {
 	ID       string `json:"id"`
@@ -212,6 +222,15 @@ func (st *shellState) tree() *vnode {
 			out = append(out, namedNode{strconv.Itoa(int(b.ID)), file(func() any {
 				return brokerFile{ID: b.ID, Epoch: b.Epoch, IncarnationID: b.IncarnationID, Address: b.Address, Rack: b.Rack,
 					State: b.State(), MinMetadataVersion: b.MinMetadataVersion, MaxMetadataVersion: b.MaxMetadataVersion}
+			})})
+		}
+		return out
+	})
+	controllers := dir(func() []namedNode {
+		var out []namedNode
+		for _, c := range img.Controllers() {
+			out = append(out, namedNode{strconv.Itoa(int(c.NodeID)), file(func() any {
+				return controllerFile{ID: c.NodeID, Address: c.Address, MinMetadataVersion: c.MinMetadataVersion, MaxMetadataVersion: c.MaxMetadataVersion}
 			})})
 		}
 		return out
@@ -279,7 +298,7 @@ func (st *shellState) tree() *vnode {
 		return nodes
 	})
 	return dir(func() []namedNode {
-		return []namedNode{{"brokers", brokers}, {"configs", configs}, {"quorum", quorum}, {"topics", topics}}
+		return []namedNode{{"brokers", brokers}, {"configs", configs}, {"controllers", controllers}, {"quorum", quorum}, {"topics", topics}}
 	})
 }
 

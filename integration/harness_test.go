@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"iter"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -487,15 +488,27 @@ func formatViews(views map[int32]*keelpb.DescribeQuorumResponse, errs map[int32]
 	return b.String()
 }
 
+// logs yields every node's and broker's whole log (every process of it)
+// that can be read.
+func (c *Cluster) logs() iter.Seq2[*keelproc.Node, []byte] {
+	return func(yield func(*keelproc.Node, []byte) bool) {
+		for _, nd := range c.h.Nodes() {
+			b, err := os.ReadFile(nd.LogPath())
+			if err != nil {
+				continue
+			}
+			if !yield(nd, b) {
+				return
+			}
+		}
+	}
+}
+
 // checkLogs fails the test if any node or broker reported a data race (a
 // keel built with KEEL_INTEGRATION_RACE=1) or panicked.
 func (c *Cluster) checkLogs(t testing.TB) {
 	t.Helper()
-	for _, nd := range c.h.Nodes() {
-		b, err := os.ReadFile(nd.LogPath())
-		if err != nil {
-			continue
-		}
+	for nd, b := range c.logs() {
 		for _, bad := range []string{"WARNING: DATA RACE", "panic: ", "fatal error: "} {
 			if i := bytes.Index(b, []byte(bad)); i >= 0 {
 				t.Errorf("%s's log (%s) reports %q:\n%s", nd.Name(), nd.LogPath(), bad, firstLines(string(b[i:]), 40))
@@ -508,10 +521,8 @@ func (c *Cluster) checkLogs(t testing.TB) {
 // raft leader's process found gone), from their logs, restarts included.
 func (c *Cluster) crashElections() int {
 	n := 0
-	for _, nd := range c.h.Nodes() {
-		if b, err := os.ReadFile(nd.LogPath()); err == nil {
-			n += bytes.Count(b, []byte(raftlog.CrashElectionMessage))
-		}
+	for _, b := range c.logs() {
+		n += bytes.Count(b, []byte(raftlog.CrashElectionMessage))
 	}
 	return n
 }

@@ -76,6 +76,10 @@ func (d *devRun) controllers(t *testing.T) string {
 	return m[1]
 }
 
+// devBrokerMetrics finds broker 1's metrics address in the banner of
+// keel dev --metrics.
+var devBrokerMetrics = regexp.MustCompile(`(?m)^  broker 1 .* metrics http://(\S+)/metrics$`)
+
 var exportBootstrap = regexp.MustCompile(`(?m)^  export KEEL_BOOTSTRAP=(\S+)`)
 
 // pasted runs one of the banner's command lines as a shell would after
@@ -113,7 +117,8 @@ func TestDev_BannerCommandsPasteAndDataDirRestarts(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "dev")
 	args := []string{"--data-dir", dir, "--controllers-count", "3", "--brokers-count", "1"}
-	first := startDev(t, args...)
+	// The first run serves each node's metrics too.
+	first := startDev(t, append(slices.Clone(args), "--metrics")...)
 	controllers := first.controllers(t)
 	m := exportBootstrap.FindStringSubmatch(first.stdout.String())
 	if m == nil {
@@ -141,6 +146,17 @@ func TestDev_BannerCommandsPasteAndDataDirRestarts(t *testing.T) {
 	if out := pasted(t, controllers, keelBin+" topic describe orders"); !strings.Contains(out, "Topic:   orders") {
 		t.Fatalf("topic describe orders after the banner's create:\n%s", out)
 	}
+	// The broker's Kafka listener timed the banner's produce on the
+	// broker's metrics.
+	mm := devBrokerMetrics.FindStringSubmatch(first.stdout.String())
+	if mm == nil {
+		t.Fatalf("keel dev --metrics: the banner gives broker 1 no metrics address:\n%s", first.stdout)
+	}
+	produces := `keel_kafka_request_duration_seconds{request="Produce"}`
+	poll.Until(t, 10*time.Second, "broker 1's metrics count the banner's produce", func() bool {
+		seen, err := scrapeMetrics(mm[1])
+		return err == nil && seen[produces] >= 1
+	})
 
 	// A second run on the same data dir while the first holds its ports.
 	_, stderr, code := runKeel(t, 60*time.Second, append([]string{"dev"}, args...)...)

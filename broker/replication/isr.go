@@ -72,7 +72,7 @@ func (m *Manager) desiredISR(p *fsm.Partition, r *replica, img *fsm.Image, now t
 		}
 	}
 	for _, id := range p.Replicas {
-		if id != m.self && !p.InISR(id) && m.inSync(r, id, img) {
+		if id != m.self && !p.InISR(id) && m.inSync(r, id, img, now) {
 			isr = append(isr, id)
 		}
 	}
@@ -108,10 +108,20 @@ func (m *Manager) lagging(r *replica, id int32, now time.Time) bool {
 // inSync: a replica outside the ISR may join it (Kafka's isFollowerInSync
 // and isReplicaIsrEligible): it has fetched at this epoch up to the high
 // watermark and the start of this epoch (KAFKA-7128), its broker is
-// eligible, and it fetched at the broker epoch the metadata shows (KIP-903).
-func (m *Manager) inSync(r *replica, id int32, img *fsm.Image) bool {
+// eligible, and it fetched at the broker epoch the metadata shows
+// (KIP-903). And it has caught up with the leader at a fetch within
+// ReplicaLagTimeMax, so that lagging would not drop it at once: Kafka
+// decides at the fetch itself, but this leader decides later too (at each
+// lag check and each new image), when the fetches it knows may be from
+// before the follower left. Without that, a follower that could not fetch
+// but still heartbeated (so stayed eligible), at the log end of an idle
+// partition, rejoined at once on its old fetches and left again at the
+// next look: the ISR changed at every commit for as long as it could not
+// fetch. With it, a follower leaves the ISR for lag at most once per
+// ReplicaLagTimeMax, and rejoins only by a fetch after it left.
+func (m *Manager) inSync(r *replica, id int32, img *fsm.Image, now time.Time) bool {
 	f := r.followers[id]
-	if f == nil || !f.fetched || f.leo < r.hw || f.leo < r.epochStart {
+	if f == nil || !f.fetched || f.leo < r.hw || f.leo < r.epochStart || now.Sub(f.lastCaughtUp) > m.cfg.ReplicaLagTimeMax {
 		return false
 	}
 	b, ok := img.Broker(id)

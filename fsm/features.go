@@ -22,7 +22,7 @@ const (
 	// can read: a cluster's level must lie between them for a node to apply
 	// its log.
 	MinMetadataVersion uint32 = 1
-	MaxMetadataVersion uint32 = 2
+	MaxMetadataVersion uint32 = 3
 	// BootstrapMetadataVersion is the level of a log that states none (a
 	// cluster from before FeatureLevel records, as KRaft's bootstrap
 	// metadata.version): level 1, which covers every record such a log may
@@ -30,6 +30,12 @@ const (
 	BootstrapMetadataVersion uint32 = 1
 	// MetadataVersionFeature is the feature name of the metadata version.
 	MetadataVersionFeature = "metadata.version"
+	// EmptyISRMetadataVersion is the level from which a partition's ISR
+	// may be empty (KIP-966: its last member restarted after an unclean
+	// shutdown, and the partition waits for an eligible leader replica).
+	// A binary below it refuses an empty ISR, so the active controller
+	// keeps such a broker as the ISR's last member below this level.
+	EmptyISRMetadataVersion uint32 = 3
 )
 
 // MetadataVersionInfo describes one level: what it adds to the level below.
@@ -58,6 +64,8 @@ var MetadataVersions = []MetadataVersionInfo{
 		"(ISR, reassignment, eligible leader replicas, leader recovery), configs, producer id blocks"},
 	{Level: 2, Records: []string{"controller_registration"},
 		Adds: "controller registrations (KIP-919): each controller's supported metadata.version range in the log"},
+	{Level: 3, Adds: "an empty ISR (KIP-966): a broker that restarts after an unclean shutdown leaves the ISR even as its " +
+		"last member, and the partition waits for an eligible leader replica"},
 }
 
 // ErrUnsupportedMetadataVersion is wrapped by the errors of a level a node
@@ -138,7 +146,43 @@ func LevelBlockers(img *Image, level uint32) []string {
 	if level < 2 && len(img.controllers) > 0 {
 		out = append(out, fmt.Sprintf("%d controller registrations (metadata.version 2) would be dropped", len(img.controllers)))
 	}
+	// Only a level that allows them can hold empty ISRs: the walk is for a
+	// lowering from such a level, a rare act.
+	if level < EmptyISRMetadataVersion && img.FinalizedMetadataVersion() >= EmptyISRMetadataVersion {
+		if n := img.emptyISRs(); n > 0 {
+			out = append(out, fmt.Sprintf("%d partitions with an empty ISR (metadata.version %d) could not be expressed; "+
+				"wait until each has a leader again", n, EmptyISRMetadataVersion))
+		}
+	}
 	return out
+}
+
+// emptyISRs counts the partitions whose ISR is empty.
+func (img *Image) emptyISRs() int {
+	n := 0
+	img.EachPartition(func(p *Partition) bool {
+		if len(p.ISR) == 0 {
+			n++
+		}
+		return true
+	})
+	return n
+}
+
+// checkEmptyISR refuses an empty ISR below EmptyISRMetadataVersion, and
+// one with a leader at any level (the leader is an ISR member).
+func checkEmptyISR(img *Image, p *Partition) error {
+	if len(p.ISR) > 0 {
+		return nil
+	}
+	if have := img.FinalizedMetadataVersion(); have < EmptyISRMetadataVersion {
+		return fmt.Errorf("%w: an empty isr needs %s %d; the cluster is at %d",
+			ErrAboveMetadataVersion, MetadataVersionFeature, EmptyISRMetadataVersion, have)
+	}
+	if p.Leader != NoLeader {
+		return fmt.Errorf("leader %d is not in the isr []", p.Leader)
+	}
+	return nil
 }
 
 func applyFeatureLevel(img *Image, rec *keelpb.Record, ctx *applyContext) error {

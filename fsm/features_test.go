@@ -203,7 +203,7 @@ func TestSnapshot_CarriesMetadataVersion(t *testing.T) {
 	bw.Flush()
 	_, err = ReadSnapshot(bytes.NewReader(newer.Bytes()))
 	if !errors.Is(err, ErrUnsupportedMetadataVersion) || errors.Is(err, ErrCorruptSnapshot) ||
-		!strings.Contains(err.Error(), "the snapshot is at metadata.version 3; this binary supports 1-2") {
+		!strings.Contains(err.Error(), "the snapshot is at metadata.version 4; this binary supports 1-3") {
 		t.Fatalf("err = %v", err)
 	}
 	if _, err := VerifySnapshot(bytes.NewReader(newer.Bytes())); !errors.Is(err, ErrUnsupportedMetadataVersion) {

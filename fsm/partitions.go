@@ -39,16 +39,17 @@ func applyTopic(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	return nil
 }
 
-// checkReplicas validates a partition's replica sets against each other.
-func checkReplicas(p *Partition) error {
+// checkReplicas validates a partition's replica sets against each other,
+// and an empty ISR against img's level (checkEmptyISR).
+func checkReplicas(img *Image, p *Partition) error {
 	if len(p.Replicas) == 0 {
 		return errors.New("replicas is empty")
 	}
+	if err := checkEmptyISR(img, p); err != nil {
+		return err
+	}
 	if hasDuplicates(p.Replicas) {
 		return fmt.Errorf("replicas %v has a duplicate", p.Replicas)
-	}
-	if len(p.ISR) == 0 {
-		return errors.New("isr is empty")
 	}
 	if hasDuplicates(p.ISR) {
 		return fmt.Errorf("isr %v has a duplicate", p.ISR)
@@ -117,7 +118,7 @@ func applyPartition(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	} else if r.GetLeaderEpoch() != 0 || r.GetPartitionEpoch() != 0 {
 		return errors.New("a new partition starts at leader and partition epoch 0")
 	}
-	if err := checkReplicas(p); err != nil {
+	if err := checkReplicas(img, p); err != nil {
 		return err
 	}
 	was := e
@@ -196,7 +197,7 @@ func applyPartitionChange(img *Image, rec *keelpb.Record, ctx *applyContext) err
 	if r.LeaderRecoveryState != nil {
 		p.LeaderRecoveryState = r.GetLeaderRecoveryState()
 	}
-	if err := checkReplicas(p); err != nil {
+	if err := checkReplicas(img, p); err != nil {
 		return err
 	}
 	leaderChanged := p.Leader != old.Leader

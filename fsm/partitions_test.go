@@ -148,7 +148,7 @@ func TestFSM_Partitions(t *testing.T) {
 			},
 		},
 		{name: "leader outside the ISR", batch: batch(change(topicA, 0, leader(3), []int32{1, 2}, nil)), wantErr: "leader 3 is not in the isr [1 2]"},
-		{name: "empty ISR", batch: batch(change(topicA, 0, leader(NoLeader), []int32{}, nil)), wantErr: "isr is empty"},
+		{name: "empty ISR below metadata.version 3", batch: batch(change(topicA, 0, leader(NoLeader), []int32{}, nil)), wantErr: "an empty isr needs metadata.version 3"},
 		{name: "ISR outside the replicas", batch: batch(change(topicA, 0, nil, []int32{1, 4}, nil)), wantErr: "not a subset of replicas"},
 		{name: "duplicate replica", batch: batch(change(topicA, 0, nil, nil, []int32{1, 2, 2})), wantErr: "has a duplicate"},
 		{name: "change that changes nothing", batch: batch(change(topicA, 0, leader(1), nil, nil)), wantErr: "changes nothing"},

@@ -52,15 +52,14 @@ func registrationRecords(img *fsm.Image, req *keelpb.RegisterBrokerRequest, hold
 	//
 	// A new incarnation that reports an unclean shutdown of the last one
 	// (KIP-966: a previous broker epoch that is not the registered one) may
-	// have lost records it had not flushed, so it also leaves every ELR in
-	// the same batch (KRaft's handleBrokerUncleanShutdown). Keel keeps it
-	// where it is the last member of an ISR (which is never emptied): that
-	// is the replica Kafka would keep as its last ELR member.
+	// have lost records it had not flushed, so it also leaves every ISR,
+	// even as its last member, and every ELR in the same batch (KRaft's
+	// handleBrokerUncleanShutdown; uncleanShutdownChanges).
 	var recs []*keelpb.Record
 	unclean := registered && uncleanShutdown(old, req)
 	switch {
 	case unclean:
-		recs = unregisterChanges(img, []int32{old.ID})
+		recs = uncleanShutdownChanges(img, old.ID)
 	case registered && !old.Fenced:
 		recs = offlineChanges(img, []int32{old.ID})
 	}

@@ -23,7 +23,10 @@ import (
 // applied with the FSM's own Apply, cut into raft entries as the event loop
 // cuts them (with a small entry size, so that cuts happen), each entry on
 // its own. No decision but a cancel removes a replica from a partition
-// unless every replica it keeps is in the ISR. Each seed is deterministic; a failure names it, and
+// unless every replica it keeps is in the ISR. Odd seeds run at
+// fsm.EmptyISRMetadataVersion, where a broker registering after an unclean
+// shutdown empties the ISRs it was the last member of; even seeds at level
+// 1, where it keeps its place. Each seed is deterministic; a failure names it, and
 // KEEL_PROPERTY_SEED=N runs that seed alone.
 func TestDecisions_EveryBatchApplies(t *testing.T) {
 	seeds, steps := uint64(400), 80
@@ -45,11 +48,12 @@ func TestDecisions_EveryBatchApplies(t *testing.T) {
 			return
 		}
 	}
-	t.Logf("%d seeds × %d operations in %v; %d steps left a partition with eligible leader replicas, %d one recovering",
-		seeds, steps, time.Since(start).Round(time.Millisecond), seen.elr, seen.recovering)
-	// The ELR and recovery rules are exercised, not only allowed.
-	if seeds > 1 && (seen.elr == 0 || seen.recovering == 0) {
-		t.Errorf("no step reached an ELR (%d) or a recovering partition (%d): the property does not cover them", seen.elr, seen.recovering)
+	t.Logf("%d seeds × %d operations in %v; %d steps left a partition with eligible leader replicas, %d one recovering, %d one with an empty ISR",
+		seeds, steps, time.Since(start).Round(time.Millisecond), seen.elr, seen.recovering, seen.emptyISR)
+	// The ELR, recovery and empty ISR rules are exercised, not only allowed.
+	if seeds > 1 && (seen.elr == 0 || seen.recovering == 0 || seen.emptyISR == 0) {
+		t.Errorf("no step reached an ELR (%d), a recovering partition (%d) or an empty ISR (%d): the property does not cover them",
+			seen.elr, seen.recovering, seen.emptyISR)
 	}
 }
 
@@ -59,14 +63,15 @@ type propertyRun struct {
 	seed  uint64
 	rng   *rand.Rand
 	img   *fsm.Image
-	incs  int // incarnations handed out
-	ids   int // topic ids handed out
+	level uint32 // the cluster's metadata.version
+	incs  int    // incarnations handed out
+	ids   int    // topic ids handed out
 	steps []string
 	seen  *propertySeen
 }
 
 // propertySeen counts the steps that left the states a property must reach.
-type propertySeen struct{ elr, recovering int }
+type propertySeen struct{ elr, recovering, emptyISR int }
 
 const (
 	propertyBrokers = 7 // broker ids 1..7; 8 and 9 are never registered
@@ -75,9 +80,15 @@ const (
 )
 
 func runDecisionProperty(t *testing.T, seed uint64, steps int, seen *propertySeen) bool {
-	r := &propertyRun{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x6b65656c)), img: fsm.Empty(), seen: seen}
+	r := &propertyRun{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x6b65656c)), img: fsm.Empty(), seen: seen, level: 1}
 	if !r.apply("start", clusterStart()) {
 		return false
+	}
+	if seed%2 == 1 {
+		r.level = fsm.EmptyISRMetadataVersion
+		if !r.apply("raise the level", []*keelpb.Record{levelRecord(r.level)}) {
+			return false
+		}
 	}
 	for id := int32(1); id <= int32(2+r.rng.IntN(propertyBrokers-1)); id++ {
 		recs, err := r.register(id)
@@ -229,7 +240,7 @@ func subsetOf(a, b []int32) bool {
 // has an ISR of at most its one replica (KIP-704).
 func (r *propertyRun) eligibleSound(what string) bool {
 	ok := true
-	var elrs, recovering bool
+	var elrs, recovering, emptyISR bool
 	defer func() {
 		if elrs {
 			r.seen.elr++
@@ -237,12 +248,19 @@ func (r *propertyRun) eligibleSound(what string) bool {
 		if recovering {
 			r.seen.recovering++
 		}
+		if emptyISR {
+			r.seen.emptyISR++
+		}
 	}()
 	r.img.EachPartition(func(p *fsm.Partition) bool {
 		elr := p.ELR()
 		elrs = elrs || len(elr) > 0
 		recovering = recovering || p.Recovering()
+		emptyISR = emptyISR || len(p.ISR) == 0
 		switch {
+		case len(p.ISR) == 0 && r.level < fsm.EmptyISRMetadataVersion:
+			r.t.Errorf("seed %d, step %d (%s): %s/%d has an empty ISR at metadata.version %d", r.seed, len(r.steps), what, p.TopicID, p.Partition, r.level)
+			ok = false
 		case !subsetOf(elr, p.Replicas):
 			r.t.Errorf("seed %d, step %d (%s): %s/%d has ELR %v outside its replicas %v", r.seed, len(r.steps), what, p.TopicID, p.Partition, elr, p.Replicas)
 			ok = false
@@ -322,7 +340,15 @@ func (r *propertyRun) register(id int32) ([]*keelpb.Record, error) {
 	}
 	req := &keelpb.RegisterBrokerRequest{
 		BrokerId: id, IncarnationId: inc, Address: "127.0.0.1:9200", Rack: fmt.Sprintf("r%d", r.rng.IntN(3)),
-		MinMetadataVersion: 1, MaxMetadataVersion: 1,
+		MinMetadataVersion: 1, MaxMetadataVersion: r.level,
+	}
+	// A clean shutdown of the registered epoch, an unclean one (-1), or
+	// nothing reported (0: a broker without logs).
+	switch b, ok := r.img.Broker(id); {
+	case ok && r.rng.IntN(3) == 0:
+		req.PreviousBrokerEpoch = b.Epoch
+	case r.rng.IntN(2) == 0:
+		req.PreviousBrokerEpoch = -1
 	}
 	if b, ok := r.img.Broker(id); ok && b.IncarnationID == inc && r.rng.IntN(4) > 0 {
 		req.Rack = b.Rack // a retry that says what the registration says

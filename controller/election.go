@@ -191,20 +191,25 @@ func changeRecord(p *fsm.Partition, t target) *keelpb.Record {
 	return &keelpb.Record{Record: &keelpb.Record_PartitionChange{PartitionChange: r}}
 }
 
-// electLeader sets t.leader by KRaft's rules, given t.isr, t.elr and
-// t.replicas:
+// electLeader sets t.leader by KRaft's rules (PartitionChangeBuilder's
+// electAnyLeader, with KAFKA-19522's check of the last known leader), given
+// t.isr, t.elr, t.lastKnown and t.replicas:
 //   - the current leader stays while it is in the ISR and eligible;
 //   - otherwise the first replica, in assignment order, that is in the ISR
 //     and eligible;
 //   - otherwise, when no ISR member is eligible, the first eligible replica
 //     that is an eligible leader replica (KIP-966), which becomes the whole
 //     ISR: a clean election, since it holds every committed record;
-//   - otherwise, if unclean election is allowed, the last known leader if
-//     it is eligible, else the first eligible replica: it becomes the
-//     whole ISR, the ELR is cleared and the partition is RECOVERING until
-//     its new leader confirms (KIP-704);
-//   - otherwise no leader, and the ISR keeps what it has (it is never
-//     emptied).
+//   - otherwise, when the ISR and the ELR are both empty (every replica
+//     that held every committed record restarted after an unclean
+//     shutdown), the last known leader if it is eligible, whatever the
+//     topic's configs: it was the last to lead, and nothing better can
+//     come back (KRaft's "balanced" recovery). It leads as an unclean
+//     election does, RECOVERING;
+//   - otherwise, if unclean election is allowed, the first eligible
+//     replica: it becomes the whole ISR, the ELR is cleared and the
+//     partition is RECOVERING until its new leader confirms (KIP-704);
+//   - otherwise no leader, and the ISR keeps what it has.
 func electLeader(t *target, v brokerView, unclean bool) {
 	if t.leader != fsm.NoLeader && slices.Contains(t.isr, t.leader) && v.eligible(t.leader) {
 		return
@@ -221,21 +226,29 @@ func electLeader(t *target, v brokerView, unclean bool) {
 			return
 		}
 	}
+	if len(t.isr) == 0 && len(t.elr) == 0 && len(t.lastKnown) == 1 &&
+		slices.Contains(t.replicas, t.lastKnown[0]) && v.eligible(t.lastKnown[0]) {
+		electUnclean(t, t.lastKnown[0])
+		return
+	}
 	if unclean {
-		candidates := t.replicas
-		if len(t.lastKnown) == 1 && slices.Contains(t.replicas, t.lastKnown[0]) {
-			candidates = append([]int32{t.lastKnown[0]}, t.replicas...)
-		}
-		for _, id := range candidates {
+		for _, id := range t.replicas {
 			if v.eligible(id) {
-				t.leader, t.isr = id, []int32{id}
-				t.uncleanElected = true
-				t.recovery = keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING
+				electUnclean(t, id)
 				return
 			}
 		}
 	}
 	t.leader = fsm.NoLeader
+}
+
+// electUnclean makes id the leader and the whole ISR of a partition that
+// may lack committed records: its eligible replicas are cleared
+// (settleEligible) and it is RECOVERING until id confirms (KIP-704).
+func electUnclean(t *target, id int32) {
+	t.leader, t.isr = id, []int32{id}
+	t.uncleanElected = true
+	t.recovery = keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING
 }
 
 // withoutISR removes the given brokers from t's ISR, except that the ISR
@@ -269,6 +282,39 @@ func offlineChanges(img *fsm.Image, brokers []int32) []*keelpb.Record {
 // nothing).
 func unregisterChanges(img *fsm.Image, brokers []int32) []*keelpb.Record {
 	return offlineChangesRemoving(img, brokers, true)
+}
+
+// uncleanShutdownChanges takes broker out of every ISR and ELR it is in,
+// for a new incarnation that reports an unclean shutdown of the last one
+// (KRaft's handleBrokerUncleanShutdown): it may have lost records it had
+// not fsynced, so it is no longer known to hold every committed record. It
+// leaves the ISR even as its last member, and the partition then waits
+// without a leader for an eligible leader replica to come back (or for its
+// last known leader, or an unclean election: electLeader). Below
+// fsm.EmptyISRMetadataVersion, where an ISR may not be empty, it keeps its
+// last ISR places and leaves only the ELRs (unregisterChanges).
+func uncleanShutdownChanges(img *fsm.Image, broker int32) []*keelpb.Record {
+	if img.FinalizedMetadataVersion() < fsm.EmptyISRMetadataVersion {
+		return unregisterChanges(img, []int32{broker})
+	}
+	v := newView(img, broker)
+	gone := []int32{broker}
+	topics := topicCache{img: img}
+	var recs []*keelpb.Record
+	img.PartitionsOnBroker(broker, func(p *fsm.Partition) bool {
+		if !p.InISR(broker) && !slices.Contains(p.ELR(), broker) {
+			return true
+		}
+		t := sharedTarget(p)
+		t.isr = slices.DeleteFunc(slices.Clone(p.ISR), func(id int32) bool { return id == broker })
+		t.ineligible = gone
+		electLeader(&t, v, topics.unclean(p.TopicID))
+		if r := topics.changeRecord(p, t); r != nil {
+			recs = append(recs, r)
+		}
+		return true
+	})
+	return recs
 }
 
 func offlineChangesRemoving(img *fsm.Image, brokers []int32, unregistering bool) []*keelpb.Record {

@@ -40,9 +40,20 @@ type elrPartition struct {
 // given configs.
 func elrImage(t *testing.T, active []int32, configs map[string]string, p elrPartition) *fsm.Image {
 	t.Helper()
-	batches := [][]*keelpb.Record{clusterStart()}
+	return elrImageAt(t, 1, active, configs, p)
+}
+
+// elrImageAt is elrImage at metadata.version level, every broker
+// supporting it.
+func elrImageAt(t *testing.T, level uint32, active []int32, configs map[string]string, p elrPartition) *fsm.Image {
+	t.Helper()
+	start := clusterStart()
+	if level > 1 {
+		start = append(start, levelRecord(level))
+	}
+	batches := [][]*keelpb.Record{start}
 	for id := range int32(6) {
-		batches = append(batches, []*keelpb.Record{regRecord(id, incA)})
+		batches = append(batches, []*keelpb.Record{regRange(id, 1, max(level, 1))})
 	}
 	var unfence []*keelpb.Record
 	for _, id := range active {
@@ -272,13 +283,14 @@ func TestPartitionChangeBuilder_EligibleLeaderReplicas(t *testing.T) {
 			want: elrPartition{leader: fsm.NoLeader, isr: []int32{1}, elr: []int32{3, 4}, lastKnown: []int32{1}},
 		},
 		{
-			// Kafka elects the last known leader by itself when ISR and ELR
-			// are empty; Keel never empties the ISR, and tries the last
-			// known leader first in an unclean election.
-			name:   "ElectLastKnownLeader: an unclean election tries it first",
+			// Kafka: ISR [], ELR [2], last known [3]. The last known
+			// leader leads by itself only when the ISR and the ELR are both
+			// empty (unclean_shutdown_test.go); otherwise an unclean
+			// election takes the first eligible replica.
+			name:   "ElectLastKnownLeader: with an ELR left, an unclean election takes the first eligible replica",
 			start:  elrPartition{replicas: all, isr: []int32{2}, lastKnown: []int32{3}, leader: fsm.NoLeader},
 			active: []int32{1, 3}, unclean: true,
-			want: elrPartition{leader: 3, isr: []int32{3}, state: recovering},
+			want: elrPartition{leader: 1, isr: []int32{1}, state: recovering},
 		},
 		{
 			name:   "ElectLastKnownLeaderShouldFail: without unclean election nothing changes",

@@ -227,7 +227,8 @@ func describePartition(d *keelpb.PartitionDescription, p *fsm.Partition) {
 	d.LeaderRecoveryState = p.LeaderRecoveryState
 }
 
-// DescribeTopic renders a topic and its partitions for the API.
+// DescribeTopic renders a topic and its partitions for the API, with why
+// each partition without a leader has none (controller.NoLeaderReason).
 func DescribeTopic(img *fsm.Image, t *fsm.Topic) *keelpb.TopicDescription {
 	d := &keelpb.TopicDescription{Name: t.Name, Id: t.ID.String(), Configs: t.Configs, EffectiveConfigs: configEntries(img.TopicConfigs(t))}
 	parts := img.Partitions(t.ID)
@@ -237,6 +238,7 @@ func DescribeTopic(img *fsm.Image, t *fsm.Topic) *keelpb.TopicDescription {
 	d.Partitions = make([]*keelpb.PartitionDescription, len(parts))
 	for i, p := range parts {
 		describePartition(&descs[i], p)
+		descs[i].NoLeaderReason = controller.NoLeaderReason(img, p)
 		d.Partitions[i] = &descs[i]
 	}
 	return d

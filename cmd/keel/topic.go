@@ -70,6 +70,8 @@ type partitionRow struct {
 	LastKnownELR []int32 `json:"last_known_elr"`
 	// recovered, or recovering after an unclean election (KIP-704).
 	LeaderRecoveryState string `json:"leader_recovery_state"`
+	// Why a partition without a leader has none, and what it waits for.
+	NoLeaderReason string `json:"no_leader_reason,omitempty"`
 }
 
 // configRow is one config in effect, as `keel topic describe`, `keel topic
@@ -150,6 +152,7 @@ func partitionView(p *keelpb.PartitionDescription) partitionRow {
 		ELR:                 ids(p.GetEligibleLeaderReplicas()),
 		LastKnownELR:        ids(p.GetLastKnownElr()),
 		LeaderRecoveryState: recoveryStateName(p.GetLeaderRecoveryState()),
+		NoLeaderReason:      p.GetNoLeaderReason(),
 	}
 }
 
@@ -196,7 +199,18 @@ func topicTable(w io.Writer, v topicView) error {
 		}
 		fmt.Fprintln(w)
 	}
-	return tableOf(partitionHeader, "No partitions.", partitionCells)(w, v.Partitions)
+	if err := tableOf(partitionHeader, "No partitions.", partitionCells)(w, v.Partitions); err != nil {
+		return err
+	}
+	// Too long for a column: each leaderless partition's reason below.
+	for _, p := range v.Partitions {
+		if p.NoLeaderReason != "" {
+			if _, err := fmt.Fprintf(w, "partition %d: %s\n", p.Partition, p.NoLeaderReason); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 var partitionHeader = []string{"PARTITION", "LEADER", "LEADER EPOCH", "PARTITION EPOCH", "REPLICAS", "ISR", "ELR", "LAST KNOWN LEADER", "RECOVERY", "ADDING", "REMOVING"}

@@ -163,7 +163,7 @@ func sampleTopic() *keelpb.TopicDescription {
 		Partitions: []*keelpb.PartitionDescription{
 			{Partition: 1, Leader: -1, LeaderEpoch: 4, PartitionEpoch: 9, Replicas: []int32{2, 3, 5}, Isr: []int32{2},
 				EligibleLeaderReplicas: []int32{3}, LastKnownElr: []int32{5},
-				LeaderRecoveryState: keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING},
+				LeaderRecoveryState: keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING, NoLeaderReason: "no leader: the reason"},
 			{Partition: 0, Leader: 1, LeaderEpoch: 1, PartitionEpoch: 3, Replicas: []int32{1, 2, 4}, Isr: []int32{1, 2},
 				AddingReplicas: []int32{4}, RemovingReplicas: []int32{}},
 		},
@@ -181,7 +181,7 @@ const sampleTopicJSON = `map[configs:map[a:b unclean.leader.election.enable:true
 	`map[adding_replicas:[4] eligible_leader_replicas:[] isr:[1 2] last_known_elr:[] leader:1 leader_epoch:1 leader_recovery_state:recovered ` +
 	`partition:0 partition_epoch:3 removing_replicas:[] replicas:[1 2 4]] ` +
 	`map[adding_replicas:[] eligible_leader_replicas:[3] isr:[2] last_known_elr:[5] leader:-1 leader_epoch:4 leader_recovery_state:recovering ` +
-	`partition:1 partition_epoch:9 removing_replicas:[] replicas:[2 3 5]]]]`
+	`no_leader_reason:no leader: the reason partition:1 partition_epoch:9 removing_replicas:[] replicas:[2 3 5]]]]`
 
 // decodeJSON decodes printed JSON to generic values, printed with fmt.
 func decodeJSON(t *testing.T, out string) string {
@@ -219,10 +219,11 @@ func TestTopicDescribe(t *testing.T) {
 		`unclean\.leader\.election\.enable +true +topic\n`).MatchString(out) {
 		t.Fatalf("topic describe configs table:\n%s", out)
 	}
+	// The partitions, then why each leaderless one has no leader.
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	rows := lines[len(lines)-3:]
+	rows := lines[len(lines)-4:]
 	if !strings.HasPrefix(rows[0], "PARTITION") || strings.Fields(rows[1])[0] != "0" ||
-		fmt.Sprint(strings.Fields(rows[2])) != "[1 none 4 9 2,3,5 2 3 5 recovering - -]" {
+		fmt.Sprint(strings.Fields(rows[2])) != "[1 none 4 9 2,3,5 2 3 5 recovering - -]" || rows[3] != "partition 1: no leader: the reason" {
 		t.Fatalf("topic describe table:\n%s", out)
 	}
 

@@ -2790,8 +2790,11 @@ type PartitionDescription struct {
 	EligibleLeaderReplicas []int32                `protobuf:"varint,9,rep,packed,name=eligible_leader_replicas,json=eligibleLeaderReplicas,proto3" json:"eligible_leader_replicas,omitempty"`
 	LastKnownElr           []int32                `protobuf:"varint,10,rep,packed,name=last_known_elr,json=lastKnownElr,proto3" json:"last_known_elr,omitempty"`
 	LeaderRecoveryState    LeaderRecoveryState    `protobuf:"varint,11,opt,name=leader_recovery_state,json=leaderRecoveryState,proto3,enum=keel.v1.LeaderRecoveryState" json:"leader_recovery_state,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Why the partition has no leader and what it waits for, in one line;
+	// empty when it has one. Set in topic descriptions only.
+	NoLeaderReason string `protobuf:"bytes,12,opt,name=no_leader_reason,json=noLeaderReason,proto3" json:"no_leader_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PartitionDescription) Reset() {
@@ -2899,6 +2902,13 @@ func (x *PartitionDescription) GetLeaderRecoveryState() LeaderRecoveryState {
 		return x.LeaderRecoveryState
 	}
 	return LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERED
+}
+
+func (x *PartitionDescription) GetNoLeaderReason() string {
+	if x != nil {
+		return x.NoLeaderReason
+	}
+	return ""
 }
 
 type AlterPartitionRequest struct {
@@ -4990,7 +5000,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x11effective_configs\x18\x05 \x03(\v2\x14.keel.v1.ConfigEntryR\x10effectiveConfigs\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\x03\n" +
 	"\x14PartitionDescription\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\x05R\x06leader\x12!\n" +
@@ -5003,7 +5013,8 @@ const file_controller_proto_rawDesc = "" +
 	"\x18eligible_leader_replicas\x18\t \x03(\x05R\x16eligibleLeaderReplicas\x12$\n" +
 	"\x0elast_known_elr\x18\n" +
 	" \x03(\x05R\flastKnownElr\x12P\n" +
-	"\x15leader_recovery_state\x18\v \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\"\x8c\x03\n" +
+	"\x15leader_recovery_state\x18\v \x01(\x0e2\x1c.keel.v1.LeaderRecoveryStateR\x13leaderRecoveryState\x12(\n" +
+	"\x10no_leader_reason\x18\f \x01(\tR\x0enoLeaderReason\"\x8c\x03\n" +
 	"\x15AlterPartitionRequest\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12\x19\n" +

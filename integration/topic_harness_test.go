@@ -139,6 +139,8 @@ type partitionJSON struct {
 	ELR           []int32 `json:"eligible_leader_replicas"`
 	LastKnownELR  []int32 `json:"last_known_elr"`
 	RecoveryState string  `json:"leader_recovery_state"`
+	// Why it has no leader (none when it has one).
+	NoLeaderReason string `json:"no_leader_reason"`
 }
 
 // topicListJSON is one row of `keel topic list -o json`.
@@ -273,6 +275,7 @@ func describeFrom(d *keelpb.TopicDescription) topicJSON {
 			Partition: p.GetPartition(), Leader: p.GetLeader(), LeaderEpoch: p.GetLeaderEpoch(), PartitionEpoch: p.GetPartitionEpoch(),
 			Replicas: p.GetReplicas(), ISR: p.GetIsr(), AddingReplicas: p.GetAddingReplicas(), RemovingReplicas: p.GetRemovingReplicas(),
 			ELR: p.GetEligibleLeaderReplicas(), LastKnownELR: p.GetLastKnownElr(), RecoveryState: state,
+			NoLeaderReason: p.GetNoLeaderReason(),
 		})
 	}
 	slices.SortFunc(v.Partitions, func(a, b partitionJSON) int { return int(a.Partition - b.Partition) })
@@ -354,6 +357,9 @@ func (p partitionJSON) String() string {
 	}
 	if p.RecoveryState != stateRecovered {
 		s += " " + p.RecoveryState
+	}
+	if p.NoLeaderReason != "" {
+		s += " (" + p.NoLeaderReason + ")"
 	}
 	return s
 }

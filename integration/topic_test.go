@@ -133,9 +133,11 @@ func TestPartition_KilledLeaderReplacedFromISR(t *testing.T) {
 
 // TestPartition_AllReplicasDownThenLastISRMemberReturns: a topic on brokers
 // 2 and 3 only. Broker 3 dies, then broker 2: the partitions have no leader
-// (-1) and their ISR keeps its last member, 2, never emptied. Broker 1,
-// alive all along, holds none of them. When broker 2 returns, it leads them
-// again.
+// (-1) and their ISR keeps its last member, 2. Broker 1, alive all along,
+// holds none of them. When broker 2 returns, it leads them again: killed
+// with kill -9, it left the ISR at its registration (KIP-966's unclean
+// shutdown), but as their last known leader, with no ISR or eligible
+// replica left, it leads by itself (RECOVERING until it confirms).
 func TestPartition_AllReplicasDownThenLastISRMemberReturns(t *testing.T) {
 	t.Parallel()
 	c := startPartitionCluster(t, threeBrokers)

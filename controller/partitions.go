@@ -122,9 +122,13 @@ func cancelReassignmentRecords(img *fsm.Image, topic string, partition int32) ([
 	unclean := rules.unclean
 	if len(t.isr) == 0 {
 		if !unclean {
-			return nil, fmt.Errorf("%w: cannot cancel the reassignment of %s/%d: its ISR %v holds only replicas being added, so reverting to %v would need an unclean leader election; "+
+			why := fmt.Sprintf("its ISR %v holds only replicas being added", p.ISR)
+			if len(p.ISR) == 0 {
+				why = "its ISR is empty (its last member restarted after an unclean shutdown)"
+			}
+			return nil, fmt.Errorf("%w: cannot cancel the reassignment of %s/%d: %s, so reverting to %v would need an unclean leader election; "+
 				"wait until one of %v is back in the ISR, or allow unclean election on the topic (%s=true)",
-				ErrInvalidReplicaAssignment, topic, partition, p.ISR, t.replicas, t.replicas, fsm.UncleanLeaderElection)
+				ErrInvalidReplicaAssignment, topic, partition, why, t.replicas, t.replicas, fsm.UncleanLeaderElection)
 		}
 		t.isr = []int32{t.replicas[0]}
 	}

@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/keel-dev/keel/fsm"
@@ -192,5 +195,45 @@ func TestClusterControlManager_RegisterUncleanShutdownOfLastISRMember(t *testing
 			img = unfenceOne(t, img, 2)
 			checkPartition(t, img, tt.after2)
 		})
+	}
+}
+
+// TestReplicationControlManager_CancelReassignmentOfEmptyISR: a
+// reassignment of a partition whose ISR is empty cannot complete, and its
+// cancel needs an unclean election (Kafka's PartitionReassignmentRevert
+// with an empty ISR): refused, saying why, unless the topic allows one.
+func TestReplicationControlManager_CancelReassignmentOfEmptyISR(t *testing.T) {
+	start := elrPartition{replicas: []int32{1, 2, 3}, isr: []int32{}, elr: []int32{2}, lastKnown: []int32{1}, leader: fsm.NoLeader}
+	for _, unclean := range []bool{false, true} {
+		configs := minISR(2)
+		if unclean {
+			configs[fsm.UncleanLeaderElection] = "true"
+		}
+		img := elrImageAt(t, emptyISRLevel, []int32{1, 3, 4}, configs, start)
+		img = apply(t, img, must(t)(reassignRecords(img, "e", 0, []int32{1, 2, 3, 4})))
+		if p := elrOf(img); !slices.Equal(p.AddingReplicas, []int32{4}) || len(p.ISR) != 0 || p.HasLeader() {
+			t.Fatalf("after the reassignment: %+v", p)
+		}
+		recs, err := cancelReassignmentRecords(img, "e", 0)
+		if !unclean {
+			if !errors.Is(err, ErrInvalidReplicaAssignment) || !strings.Contains(err.Error(), "its ISR is empty (its last member restarted after an unclean shutdown)") {
+				t.Fatalf("cancel: %v", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPartition(t, apply(t, img, recs), elrPartition{leader: 1, isr: []int32{1}, elr: []int32{2}})
+	}
+}
+
+func must(t *testing.T) func([]*keelpb.Record, error) []*keelpb.Record {
+	return func(recs []*keelpb.Record, err error) []*keelpb.Record {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
 	}
 }

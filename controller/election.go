@@ -308,10 +308,7 @@ func uncleanShutdownChanges(img *fsm.Image, broker int32) []*keelpb.Record {
 		t := sharedTarget(p)
 		t.isr = slices.DeleteFunc(slices.Clone(p.ISR), func(id int32) bool { return id == broker })
 		t.ineligible = gone
-		electLeader(&t, v, topics.unclean(p.TopicID))
-		if r := topics.changeRecord(p, t); r != nil {
-			recs = append(recs, r)
-		}
+		recs = topics.elect(recs, p, t, v)
 		return true
 	})
 	return recs
@@ -344,10 +341,7 @@ func offlineChangesRemoving(img *fsm.Image, brokers []int32, unregistering bool)
 			if unregistering {
 				t.ineligible = brokers
 			}
-			electLeader(&t, v, topics.unclean(p.TopicID))
-			if r := topics.changeRecord(p, t); r != nil {
-				recs = append(recs, r)
-			}
+			recs = topics.elect(recs, p, t, v)
 			return true
 		})
 	}
@@ -378,6 +372,16 @@ func (c *topicCache) load(id fsm.TopicID) {
 func (c *topicCache) unclean(id fsm.TopicID) bool {
 	c.load(id)
 	return c.rules.unclean
+}
+
+// elect elects t's leader by v and the topic's rules (electLeader), and
+// appends to recs the change that takes p to t, if any.
+func (c *topicCache) elect(recs []*keelpb.Record, p *fsm.Partition, t target, v brokerView) []*keelpb.Record {
+	electLeader(&t, v, c.unclean(p.TopicID))
+	if r := c.changeRecord(p, t); r != nil {
+		recs = append(recs, r)
+	}
+	return recs
 }
 
 // changeRecord is the package's changeRecord with the shared topic id, and
@@ -413,11 +417,7 @@ func electForLeaderless(v brokerView, each func(func(*fsm.Partition) bool)) []*k
 		if p.HasLeader() {
 			return true
 		}
-		t := sharedTarget(p)
-		electLeader(&t, v, topics.unclean(p.TopicID))
-		if r := topics.changeRecord(p, t); r != nil {
-			recs = append(recs, r)
-		}
+		recs = topics.elect(recs, p, sharedTarget(p), v)
 		return true
 	})
 	return recs

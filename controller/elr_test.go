@@ -14,9 +14,11 @@ import (
 
 // Kafka's PartitionChangeBuilderTest and ReplicationControlManagerTest
 // cases of eligible leader replicas (KIP-966) and leader recovery
-// (KIP-704), in Keel's terms. Where Kafka empties the ISR, Keel keeps its
-// last member (election.go): the Kafka states "ISR [], ELR E" read here as
-// "ISR [x], ELR E less x" with x not eligible. Kafka's builder tests run
+// (KIP-704), in Keel's terms. Where Kafka empties the ISR for a fenced or
+// shut down member, Keel keeps its last member (election.go): the Kafka
+// states "ISR [], ELR E" read here as "ISR [x], ELR E less x" with x not
+// eligible. An ISR emptied by an unclean shutdown is Kafka's own, from
+// metadata.version 3 (unclean_shutdown_test.go). Kafka's builder tests run
 // both lastKnownElr modes; Keel has only the one KRaft runs with
 // (useLastKnownLeaderInBalancedRecovery: LastKnownElr holds the last
 // leader), so the other mode's expectations of LastKnownElr do not apply.
@@ -222,11 +224,13 @@ func TestPartitionChangeBuilder_UncleanSetsLeaderRecoveringState(t *testing.T) {
 }
 
 // The ELR cases of PartitionChangeBuilderTest: min ISR 3 on replicas
-// [1 2 3 4] unless said otherwise.
+// [1 2 3 4] unless said otherwise. Those with an empty ISR, as Kafka's,
+// run at metadata.version 3 (unclean_shutdown_test.go).
 func TestPartitionChangeBuilder_EligibleLeaderReplicas(t *testing.T) {
 	all := []int32{1, 2, 3, 4}
 	tests := []struct {
 		name    string
+		level   uint32 // the metadata.version; 1 if 0
 		start   elrPartition
 		active  []int32
 		unclean bool
@@ -304,10 +308,52 @@ func TestPartitionChangeBuilder_EligibleLeaderReplicas(t *testing.T) {
 			active: []int32{1, 4},
 			noop:   true,
 		},
+		{
+			name: "ElectLastKnownLeader: ISR and ELR empty, it leads, RECOVERING, whatever the configs", level: emptyISRLevel,
+			start:  elrPartition{replicas: all, isr: []int32{}, lastKnown: []int32{1}, leader: fsm.NoLeader},
+			active: all,
+			want:   elrPartition{leader: 1, isr: []int32{1}, state: recovering},
+		},
+		{
+			name: "ElectLastKnownLeaderShouldFail, ISR empty: an ELR member that may not lead is waited for", level: emptyISRLevel,
+			start:  elrPartition{replicas: all, isr: []int32{}, elr: []int32{3}, lastKnown: []int32{1}, leader: fsm.NoLeader},
+			active: []int32{1, 2, 4},
+			noop:   true,
+		},
+		{
+			name: "NotEligibleLastKnownLeader: a fenced last known leader is not elected", level: emptyISRLevel,
+			start:  elrPartition{replicas: all, isr: []int32{}, lastKnown: []int32{1}, leader: fsm.NoLeader},
+			active: []int32{2, 3, 4},
+			noop:   true,
+		},
+		{
+			name: "NotEligibleLastKnownLeader, unclean election on: the first eligible replica", level: emptyISRLevel,
+			start:  elrPartition{replicas: all, isr: []int32{}, lastKnown: []int32{1}, leader: fsm.NoLeader},
+			active: []int32{2, 3, 4}, unclean: true,
+			want: elrPartition{leader: 2, isr: []int32{2}, state: recovering},
+		},
+		{
+			name: "ElectLastKnownLeaderShouldFail, unclean election on: the first eligible replica, not the last known leader", level: emptyISRLevel,
+			start:  elrPartition{replicas: all, isr: []int32{}, elr: []int32{3}, lastKnown: []int32{4}, leader: fsm.NoLeader},
+			active: []int32{2, 4}, unclean: true,
+			want: elrPartition{leader: 2, isr: []int32{2}, state: recovering},
+		},
+		{
+			name: "IsrCanShrinkToZero, then an unclean shutdown ELR member leaves: the last known leader stays", level: emptyISRLevel,
+			start:  elrPartition{replicas: all, isr: []int32{}, elr: all, lastKnown: []int32{1}, leader: fsm.NoLeader},
+			active: nil, edit: func(t *target) { t.ineligible = []int32{2} },
+			want: elrPartition{leader: fsm.NoLeader, isr: []int32{}, elr: []int32{1, 3, 4}, lastKnown: []int32{1}},
+		},
+		{
+			name: "ElrCanBeElected from an empty ISR", level: emptyISRLevel,
+			start:  elrPartition{replicas: all, isr: []int32{}, elr: []int32{2, 3}, lastKnown: []int32{1}, leader: fsm.NoLeader},
+			active: []int32{1, 3},
+			want:   elrPartition{leader: 3, isr: []int32{3}, elr: []int32{2}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			img := elrImage(t, tt.active, minISR(3), tt.start)
+			img := elrImageAt(t, max(tt.level, 1), tt.active, minISR(3), tt.start)
 			rec := build(img, newView(img), tt.unclean, tt.edit)
 			if tt.noop {
 				if rec != nil {

@@ -193,6 +193,37 @@ func (p *streamProducer) results() (sent map[string]bool, acked []ackedRecord, f
 	return p.sent, slices.Clone(p.acked), p.failed
 }
 
+// producedLog is what producers run one after another sent and had
+// acknowledged, for checkAckedRecords.
+type producedLog struct {
+	sent  map[string]bool
+	acked []ackedRecord
+}
+
+// produce runs a streamProducer of values tagged tag until n more records
+// are acknowledged (what says when, for the failure message), stops it,
+// and adds what it sent and had acknowledged; a record it gave up on fails
+// the test.
+func (l *producedLog) produce(t *testing.T, kafka map[int32]string, topic, tag string, n int, what string) {
+	t.Helper()
+	p := startProducer(t, kafka, topic, 1, tag)
+	p.waitAcked(n, what)
+	if !p.stop(kafkaTimeout) {
+		t.Fatalf("producer %s did not finish: records still in flight after %s", tag, kafkaTimeout)
+	}
+	s, a, failed := p.results()
+	for v, err := range failed {
+		t.Errorf("%q: the producer gave up: %v", v, err)
+	}
+	if l.sent == nil {
+		l.sent = map[string]bool{}
+	}
+	for v := range s {
+		l.sent[v] = true
+	}
+	l.acked = append(l.acked, a...)
+}
+
 // consumedRecord is a record the consumer read.
 type consumedRecord struct {
 	offset      int64
@@ -477,34 +508,18 @@ func TestKafka_UncleanElectionLossIsCounted(t *testing.T) {
 		return p.Leader == 1 && sameSet(p.ISR, []int32{1, 2})
 	})
 
-	sent := map[string]bool{}
-	var acked []ackedRecord
-	produce := func(tag string, n int, what string) {
-		t.Helper()
-		p := startProducer(t, kafka, topic, 1, tag)
-		p.waitAcked(n, what)
-		if !p.stop(kafkaTimeout) {
-			t.Fatalf("producer %s did not finish: records still in flight after %s", tag, kafkaTimeout)
-		}
-		s, a, failed := p.results()
-		for v, err := range failed {
-			t.Errorf("%q: the producer gave up: %v", v, err)
-		}
-		for v := range s {
-			sent[v] = true
-		}
-		acked = append(acked, a...)
-	}
+	var produced producedLog
+	produce := func(tag string, n int, what string) { t.Helper(); produced.produce(t, kafka, topic, tag, n, what) }
 
 	produce("a", 200, "ISR [1 2]")
-	ackedA := len(acked)
+	ackedA := len(produced.acked)
 	c.StopBroker(2)
 	c.WaitForTopic(t, topic, "led by broker 1, ISR [1]", func(d topicJSON) bool {
 		p := d.Partitions[0]
 		return p.Leader == 1 && slices.Equal(p.ISR, []int32{1})
 	})
 	produce("b", 200, "ISR [1], broker 2 stopped")
-	ackedB := len(acked) - ackedA
+	ackedB := len(produced.acked) - ackedA
 	c.KillBroker(1)
 	down := c.WaitForTopic(t, topic, "without a leader", func(d topicJSON) bool { return d.Partitions[0].Leader == noLeader }).partition(t, 0)
 
@@ -517,7 +532,7 @@ func TestKafka_UncleanElectionLossIsCounted(t *testing.T) {
 		t.Errorf("after the unclean election: %s; want leader 2 at a leader epoch above %d, ISR [2]", up, down.LeaderEpoch)
 	}
 	produce("c", 200, "broker 2 leading after the unclean election")
-	ackedC := len(acked) - ackedA - ackedB
+	ackedC := len(produced.acked) - ackedA - ackedB
 	c.RestartBroker(1)
 	c.WaitForTopic(t, topic, "ISR [1 2] again", func(d topicJSON) bool {
 		p := d.Partitions[0]
@@ -527,9 +542,9 @@ func TestKafka_UncleanElectionLossIsCounted(t *testing.T) {
 	reader := kafkaClient(t, kafka)
 	hw := highWatermarks(t, reader, topic, 1)
 	read := consumeAll(t, kafka, topic, hw)
-	lost, found, unacked := checkAckedRecords(t, sent, acked, hw, read, func(a ackedRecord) bool { return a.tag == "b" })
-	if lost != len(acked)-found {
-		t.Errorf("%d acknowledged records counted lost; want %d acknowledged - %d found = %d", lost, len(acked), found, len(acked)-found)
+	lost, found, unacked := checkAckedRecords(t, produced.sent, produced.acked, hw, read, func(a ackedRecord) bool { return a.tag == "b" })
+	if lost != len(produced.acked)-found {
+		t.Errorf("%d acknowledged records counted lost; want %d acknowledged - %d found = %d", lost, len(produced.acked), found, len(produced.acked)-found)
 	}
 	t.Logf("unclean election of broker 2 (leader epoch %d -> %d): acknowledged a=%d (ISR [1 2]), b=%d (ISR [1]), c=%d (after the election); "+
 		"read %d records up to the high watermark %d: %d acknowledged found, %d acknowledged lost (all of b: %v), %d never acknowledged",

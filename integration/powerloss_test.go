@@ -37,26 +37,10 @@ func TestReplication_PowerLossOfLastISRMemberWaitsForELR(t *testing.T) {
 		return p.Leader == 1 && sameSet(p.ISR, []int32{1, 2}) && len(p.ELR) == 0
 	})
 
-	sent := map[string]bool{}
-	var acked []ackedRecord
-	produce := func(tag string, n int, what string) {
-		t.Helper()
-		p := startProducer(t, kafka, topic, 1, tag)
-		p.waitAcked(n, what)
-		if !p.stop(kafkaTimeout) {
-			t.Fatalf("producer %s did not finish: records still in flight after %s", tag, kafkaTimeout)
-		}
-		s, a, failed := p.results()
-		for v, err := range failed {
-			t.Errorf("%q: the producer gave up: %v", v, err)
-		}
-		for v := range s {
-			sent[v] = true
-		}
-		acked = append(acked, a...)
-	}
+	var produced producedLog
+	produce := func(tag string, n int, what string) { t.Helper(); produced.produce(t, kafka, topic, tag, n, what) }
 	produce("a", 200, "ISR [1 2]")
-	ackedBefore := len(acked)
+	ackedBefore := len(produced.acked)
 
 	c.PauseBroker(2)
 	c.WaitForTopic(t, topic, "led by broker 1, ISR [1], ELR [2] (broker 2 paused past its session)", func(d topicJSON) bool {
@@ -100,7 +84,7 @@ func TestReplication_PowerLossOfLastISRMemberWaitsForELR(t *testing.T) {
 	reader := kafkaClient(t, kafka)
 	hw := highWatermarks(t, reader, topic, 1)
 	read := consumeAll(t, kafka, topic, hw)
-	bad, lost, found, unacked := ackedRecordViolations(sent, acked, hw, read, nil)
+	bad, lost, found, unacked := ackedRecordViolations(produced.sent, produced.acked, hw, read, nil)
 	for i, v := range bad {
 		if i == 5 {
 			t.Errorf("... and %d more", len(bad)-i)
@@ -109,8 +93,8 @@ func TestReplication_PowerLossOfLastISRMemberWaitsForELR(t *testing.T) {
 		t.Error(v.msg)
 	}
 	if lost > 0 {
-		t.Errorf("%d of %d acknowledged records lost (%d acknowledged before the power loss)", lost, len(acked), ackedBefore)
+		t.Errorf("%d of %d acknowledged records lost (%d acknowledged before the power loss)", lost, len(produced.acked), ackedBefore)
 	}
 	t.Logf("broker 1's power loss dropped %d offsets; %d records acknowledged (%d before it), %d found, %d lost, %d read that were never acknowledged; high watermark %d",
-		dropped, len(acked), ackedBefore, found, lost, unacked, hw[0])
+		dropped, len(produced.acked), ackedBefore, found, lost, unacked, hw[0])
 }

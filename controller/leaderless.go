@@ -17,6 +17,14 @@ func NoLeaderReason(img *fsm.Image, p *fsm.Partition) string {
 	if p.HasLeader() {
 		return ""
 	}
+	rules := rulesFor(img, p.TopicID)
+	// A leader the rules would elect now, which the next election (a
+	// broker's return, a controller's failover) makes leader.
+	t := sharedTarget(p)
+	electLeader(&t, newView(img), rules.unclean)
+	if t.leader != fsm.NoLeader {
+		return fmt.Sprintf("no leader yet: broker %d may lead it, and will at the next election", t.leader)
+	}
 	var why, waiting string
 	elr, lastKnown := p.ELR(), p.LastKnownELR()
 	switch {
@@ -37,7 +45,7 @@ func NoLeaderReason(img *fsm.Image, p *fsm.Partition) string {
 		why = "no replica is known to hold every committed record"
 	}
 	unclean := "an unclean election (keel partition elect --type unclean)"
-	if rulesFor(img, p.TopicID).unclean {
+	if rules.unclean {
 		unclean = "any replica to return (" + fsm.UncleanLeaderElection + "=true)"
 	}
 	if waiting == "" {

@@ -1,5 +1,6 @@
 // Package keelproc runs real `keel controller` and `keel broker` processes
-// on loopback, and starts, stops, kills, pauses and restarts them: the
+// on loopback, and starts, stops, kills, pauses and restarts them (and
+// emulates a broker's power loss: PowerLoss): the
 // integration suite and `keel bench` both run their quorums through it, so
 // that there is one way to pick ports, lay out data dirs and logs, tell that
 // a process has started, and retry when a port was taken meanwhile.

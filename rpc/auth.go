@@ -35,6 +35,9 @@ const (
 	// accessHealth: any keel identity, probes included. Health checks and
 	// reflection (grpcServiceRules), the only calls a probe may make.
 	accessHealth
+	// accessController: a controller certificate, and no other, not even
+	// an admin's. What the controllers of a quorum ask one another.
+	accessController
 )
 
 // rule is one method's access; field names the request's broker id field
@@ -47,10 +50,11 @@ type rule struct {
 func brokerSelf(field protoreflect.Name) rule { return rule{access: accessBrokerSelf, field: field} }
 
 var (
-	anyIdentity   = rule{access: accessAny}
-	adminOnly     = rule{access: accessAdmin}
-	brokerOrAdmin = rule{access: accessBrokerOrAdmin}
-	healthCheck   = rule{access: accessHealth}
+	anyIdentity    = rule{access: accessAny}
+	adminOnly      = rule{access: accessAdmin}
+	brokerOrAdmin  = rule{access: accessBrokerOrAdmin}
+	healthCheck    = rule{access: accessHealth}
+	controllerOnly = rule{access: accessController}
 )
 
 // methodRules is the one table of who may call what when TLS is on. Every
@@ -59,7 +63,8 @@ var (
 //
 // An admin certificate may do everything, brokers' calls included: an
 // operator may fence a dead broker in its name, and `keel bench` attaches
-// its simulated brokers with the operator's certificate.
+// its simulated brokers with the operator's certificate. Only the
+// controllers' questions to one another are theirs alone.
 var methodRules = map[string]rule{
 	// Controller service: reads.
 	keelpb.ControllerService_DescribeQuorum_FullMethodName:             anyIdentity,
@@ -104,6 +109,11 @@ var methodRules = map[string]rule{
 	// ALTER on the cluster).
 	keelpb.ControllerService_UpdateFeatures_FullMethodName: adminOnly,
 
+	// Peer service, between the controllers of a quorum: a voter asks the
+	// others before its crash election deposes a leader. An answer steers
+	// an election, so only a controller may ask.
+	keelpb.PeerService_LeaderContact_FullMethodName: controllerOnly,
+
 	// Broker service, on brokers. A fetch reports the fetching replica's
 	// progress, which moves it into the ISR: only that replica may send it.
 	keelpb.BrokerService_Inspect_FullMethodName: brokerOrAdmin,
@@ -124,6 +134,11 @@ func authorize(id tlsauth.Identity, method string, req proto.Message) error {
 		return status.Errorf(codes.PermissionDenied, "%s: certificate %q names no keel role", name, id.Name)
 	case r.access == accessHealth:
 		return nil
+	case r.access == accessController:
+		if id.Role == tlsauth.RoleController {
+			return nil
+		}
+		return status.Errorf(codes.PermissionDenied, "%s needs a controller certificate; the caller's is %s", name, id)
 	case id.Role == tlsauth.RoleProbe:
 		return status.Errorf(codes.PermissionDenied, "%s: a probe certificate (%s) may only check health; this needs a controller, broker or admin certificate", name, id)
 	case id.Role == tlsauth.RoleAdmin:

@@ -147,6 +147,12 @@ func TestAuthorize(t *testing.T) {
 		{caller: "admin-ops", method: healthpb.Health_Watch_FullMethodName, wantCode: codes.OK},
 		{caller: "nobody", method: healthpb.Health_Check_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: `Check: certificate "nobody" names no keel role`},
 
+		// The peer service: controllers only, not even an admin.
+		{caller: "controller-2", method: keelpb.PeerService_LeaderContact_FullMethodName, wantCode: codes.OK},
+		{caller: "admin", method: keelpb.PeerService_LeaderContact_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "LeaderContact needs a controller certificate; the caller's is admin"},
+		{caller: "broker-1", method: keelpb.PeerService_LeaderContact_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "LeaderContact needs a controller certificate; the caller's is broker-1"},
+		{caller: "probe", method: keelpb.PeerService_LeaderContact_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "LeaderContact needs a controller certificate; the caller's is probe"},
+
 		// Fail closed.
 		{caller: "admin", method: "/keel.v1.ControllerService/Unknown", wantCode: codes.PermissionDenied, wantMsg: "has no authorization rule"},
 	}

@@ -93,6 +93,8 @@ func Validate(req proto.Message) error {
 		return nil
 	case *keelpb.FetchRequest:
 		return ValidateFetch(r)
+	case *keelpb.LeaderContactRequest:
+		return validNodeID("leader_id", r.GetLeaderId())
 	case *keelpb.UpdateFeaturesRequest:
 		if r.GetMetadataVersion() == 0 {
 			return invalidArgument("metadata_version", "must be at least 1")

@@ -2,6 +2,7 @@ package raftlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -21,6 +22,7 @@ type crashRaft struct {
 	leader int32
 	term   uint64
 	voters []int32
+	last   [2]uint64 // index, term
 }
 
 func (f *crashRaft) State() raft.RaftState {
@@ -38,16 +40,16 @@ func (f *crashRaft) LeaderWithID() (raft.ServerAddress, raft.ServerID) {
 	return raft.ServerAddress(fakeAddr(f.leader)), ServerID(f.leader)
 }
 
-func (f *crashRaft) setLeader(id int32) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.leader = id
-}
-
 func (f *crashRaft) CurrentTerm() uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.term
+}
+
+func (f *crashRaft) LastEntry() (uint64, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last[0], f.last[1]
 }
 
 func (f *crashRaft) GetConfiguration() raft.ConfigurationFuture {
@@ -58,6 +60,18 @@ func (f *crashRaft) GetConfiguration() raft.ConfigurationFuture {
 	return crashConfFuture{c}
 }
 
+// set changes what the fake raft says: a new leader or term (0 keeps it).
+func (f *crashRaft) set(leader int32, term uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if leader != 0 {
+		f.leader = leader
+	}
+	if term != 0 {
+		f.term = term
+	}
+}
+
 type crashConfFuture struct{ c raft.Configuration }
 
 func (f crashConfFuture) Error() error                      { return nil }
@@ -66,30 +80,132 @@ func (f crashConfFuture) Configuration() raft.Configuration { return f.c }
 
 func fakeAddr(id int32) string { return fmt.Sprintf("node-%d:9093", id) }
 
-// probeAnswer is what a dial to a fake address does.
+func fakeID(addr string) int32 {
+	var id int32
+	_, _ = fmt.Sscanf(addr, "node-%d:9093", &id)
+	return id
+}
+
+// probeAnswer is what a dial to the leader's fake address does.
 type probeAnswer int
 
 const (
-	accepts probeAnswer = iota
-	refuses
+	accepts      probeAnswer = iota
+	refuses                  // nothing listens
+	closesAtOnce             // a proxy in front of nothing, or a port full of strangers
 	timesOut
+	heardAgain // refuses, and a request from the leader arrives
 )
 
 func (a probeAnswer) err() error {
 	switch a {
-	case refuses:
+	case refuses, heardAgain:
 		return fmt.Errorf("dial tcp: %w", syscall.ECONNREFUSED)
+	case closesAtOnce:
+		return errClosedAtOnce
 	case timesOut:
 		return context.DeadlineExceeded
 	}
 	return nil
 }
 
-// TestLeaderCrash_Rules drives leaderCrash with a fake raft and fake dials:
-// this node is 2 in a quorum whose leader is 1, unless a case says
+const (
+	testWindow = minCrashConfirm
+	silence    = time.Second          // an answer that has not heard from the leader
+	hearing    = 5 * time.Millisecond // one that has, a heartbeat ago
+)
+
+// peer is a voter's answer in a test: a zero Term is the leader's term, 7.
+func peer(since time.Duration, lastIndex, term uint64) LeaderContact {
+	return LeaderContact{State: raft.Follower, Leader: 1, Term: term, Since: since, LastIndex: lastIndex, LastTerm: 7}
+}
+
+// TestLeaderCrash_Judge: the decision at the window's end, from this node's
+// own contact with leader 1 (term 7) and the other voters' answers.
+func TestLeaderCrash_Judge(t *testing.T) {
+	key := crashKey{leader: 1, term: 7}
+	me := func(id int32, lastIndex uint64) LeaderContact {
+		c := peer(silence, lastIndex, 7)
+		c.NodeID = id
+		return c
+	}
+	other := func(id int32, c LeaderContact) LeaderContact {
+		c.NodeID = id
+		if c.Term == 0 {
+			c.Term = 7
+		}
+		return c
+	}
+	tests := []struct {
+		name     string
+		voters   int
+		self     LeaderContact
+		answers  []LeaderContact
+		wantRank int
+		wantVeto crashVeto
+	}{
+		// Firing.
+		{name: "three voters, the other silent too, equal logs: the lower id goes first", voters: 3, self: me(2, 10),
+			answers: []LeaderContact{other(3, peer(silence, 10, 0))}, wantRank: 0, wantVeto: noVeto},
+		{name: "equal logs, this node has the higher id: second", voters: 3, self: me(3, 10),
+			answers: []LeaderContact{other(2, peer(silence, 10, 0))}, wantRank: 1, wantVeto: noVeto},
+		{name: "the other has a longer log: it goes first, though its id is higher", voters: 3, self: me(2, 9),
+			answers: []LeaderContact{other(3, peer(silence, 10, 0))}, wantRank: 1, wantVeto: noVeto},
+		{name: "the other's last entry has a later term: it goes first", voters: 3, self: me(2, 12),
+			answers: []LeaderContact{other(3, LeaderContact{State: raft.Follower, Leader: 1, Since: silence, LastIndex: 10, LastTerm: 8})}, wantRank: 1, wantVeto: noVeto},
+		{name: "this node's log is the longest: first, though its id is higher", voters: 3, self: me(3, 11),
+			answers: []LeaderContact{other(2, peer(silence, 10, 0))}, wantRank: 0, wantVeto: noVeto},
+		{name: "a voter that never heard from the leader since it started is silent", voters: 3, self: me(2, 10),
+			answers: []LeaderContact{other(3, peer(-1, 10, 0))}, wantRank: 0, wantVeto: noVeto},
+		{name: "a voter already a candidate (its own timeout) in the same term is silent", voters: 3, self: me(2, 10),
+			answers: []LeaderContact{other(3, LeaderContact{State: raft.Candidate, Since: silence, LastIndex: 10, LastTerm: 7})}, wantRank: 0, wantVeto: noVeto},
+		{name: "heard within the contact slack of the window: silent", voters: 3, self: me(2, 10),
+			answers: []LeaderContact{other(3, peer(testWindow-crashContactSlack, 10, 0))}, wantRank: 0, wantVeto: noVeto},
+		{name: "five voters, three silent: the most up to date first", voters: 5, self: me(2, 10),
+			answers: []LeaderContact{other(3, peer(silence, 12, 0)), other(4, peer(silence, 11, 0)), other(5, peer(hearing, 13, 0))}, wantRank: 2, wantVeto: noVeto},
+		{name: "five voters, a silent quorum though one still hears", voters: 5, self: me(2, 10),
+			answers: []LeaderContact{other(3, peer(silence, 10, 0)), other(4, peer(silence, 10, 0)), other(5, peer(hearing, 10, 0))}, wantRank: 0, wantVeto: noVeto},
+
+		// Vetoes.
+		{name: "a blip of one link: the other voter still hears the leader", voters: 3, self: me(2, 10),
+			answers: []LeaderContact{other(3, peer(hearing, 10, 0))}, wantVeto: vetoOthersHear},
+		{name: "heard a little less than the window ago (past the slack): still hears", voters: 3, self: me(2, 10),
+			answers: []LeaderContact{other(3, peer(testWindow-crashContactSlack-time.Millisecond, 10, 0))}, wantVeto: vetoOthersHear},
+		{name: "five voters, two silent, two hear", voters: 5, self: me(2, 10),
+			answers: []LeaderContact{other(3, peer(silence, 10, 0)), other(4, peer(hearing, 10, 0)), other(5, peer(hearing, 10, 0))}, wantVeto: vetoOthersHear},
+		{name: "the other voter did not answer", voters: 3, self: me(2, 10), wantVeto: vetoUnanswered},
+		{name: "five voters, two silent, the others did not answer", voters: 5, self: me(2, 10),
+			answers: []LeaderContact{other(3, peer(silence, 10, 0))}, wantVeto: vetoUnanswered},
+		{name: "a voter that lags behind the term says nothing of this leadership", voters: 3, self: me(2, 10),
+			answers: []LeaderContact{other(3, peer(silence, 10, 6))}, wantVeto: vetoUnanswered},
+		{name: "this node heard from the leader within the window", voters: 3, self: func() LeaderContact { c := me(2, 10); c.Since = hearing; return c }(),
+			answers: []LeaderContact{other(3, peer(silence, 10, 0))}, wantVeto: vetoContact},
+		{name: "the other voter's term moved: an election is under way", voters: 3, self: me(2, 10),
+			answers: []LeaderContact{other(3, peer(silence, 10, 8))}, wantVeto: vetoElectionUnderWay},
+		{name: "the other voter leads", voters: 3, self: me(2, 10),
+			answers: []LeaderContact{other(3, LeaderContact{State: raft.Leader, Term: 8, Since: silence, LastIndex: 10, LastTerm: 7})}, wantVeto: vetoElectionUnderWay},
+		{name: "the other voter follows another leader", voters: 3, self: me(2, 10),
+			answers: []LeaderContact{other(3, LeaderContact{State: raft.Follower, Leader: 4, Since: silence, LastIndex: 10, LastTerm: 7})}, wantVeto: vetoElectionUnderWay},
+		{name: "this node's term moved", voters: 3, self: func() LeaderContact { c := me(2, 10); c.Term = 8; return c }(),
+			answers: []LeaderContact{other(3, peer(silence, 10, 0))}, wantVeto: vetoElectionUnderWay},
+		{name: "this node leads", voters: 3, self: func() LeaderContact { c := me(2, 10); c.State = raft.Leader; return c }(),
+			answers: []LeaderContact{other(3, peer(silence, 10, 0))}, wantVeto: vetoElectionUnderWay},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rank, v := judge(key, testWindow, tt.voters, tt.self, tt.answers)
+			if v != tt.wantVeto || v == noVeto && rank != tt.wantRank {
+				t.Errorf("judge = rank %d, veto %v; want rank %d, veto %v", rank, v, tt.wantRank, tt.wantVeto)
+			}
+		})
+	}
+}
+
+// TestLeaderCrash_Look drives whole looks with a fake raft, fake probes
+// of the leader's port and fake answers from the other voters: this node
+// is 2 in a quorum whose leader is 1, in term 7, unless a case says
 // otherwise.
-func TestLeaderCrash_Rules(t *testing.T) {
-	type probes map[int32][]probeAnswer // by node, one per successive dial; the last repeats
+func TestLeaderCrash_Look(t *testing.T) {
 	tests := []struct {
 		name     string
 		self     int32
@@ -97,142 +213,247 @@ func TestLeaderCrash_Rules(t *testing.T) {
 		state    raft.RaftState
 		peer     int32 // whose connection ended
 		appended bool
-		probes   probes
-		// newLeader and newTerm, if set, are the leader raft names and its
-		// term once the other voters have been dialled.
-		newLeader int32
-		newTerm   uint64
-		wantElect bool
+		probes   []probeAnswer // the leader's port, one per probe; the last repeats
+		// answers are the other voters'; one that is missing does not
+		// answer.
+		answers map[int32]LeaderContact
+		// won, if set, is the leader this node follows once the others
+		// have been asked at the window's end; moved the term it is in.
+		won      int32
+		moved    uint64
+		want     crashVeto // noVeto: an election started
+		wantLook bool      // a look ran at all
 	}{
-		{name: "leader gone, this node ranks first", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
-			probes: probes{1: {refuses}, 3: {accepts}}, wantElect: true},
-		{name: "leader gone, listener closed a moment after its connections", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
-			probes: probes{1: {accepts, refuses}, 3: {accepts}}, wantElect: true},
-		{name: "leader alive: it accepts every dial", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
-			probes: probes{1: {accepts}, 3: {accepts}}},
+		{name: "leader gone: its port refuses, the other voter has not heard from it", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: noVeto, wantLook: true},
+		{name: "leader gone, its listener closed a moment after its connections", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: []probeAnswer{accepts, accepts, refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: noVeto, wantLook: true},
+		{name: "leader gone behind a proxy that accepts and closes", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: []probeAnswer{closesAtOnce}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: noVeto, wantLook: true},
+		{name: "leader alive: its port accepts every probe", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: []probeAnswer{accepts}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: vetoPortAccepts, wantLook: true},
+		{name: "a refusal shorter than the window: a probe is accepted after it", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: []probeAnswer{refuses, refuses, accepts}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: vetoPortAccepts, wantLook: true},
 		{name: "leader silent: its dial times out", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
-			probes: probes{1: {timesOut}, 3: {accepts}}},
-		{name: "no quorum without the leader: a cut of this node's own", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
-			probes: probes{1: {refuses}, 3: {refuses}}},
-		{name: "five voters, two reachable besides this one", self: 2, voters: []int32{1, 2, 3, 4, 5}, peer: 1, appended: true,
-			probes: probes{1: {refuses}, 3: {accepts}, 4: {accepts}, 5: {refuses}}, wantElect: true},
-		{name: "five voters, one reachable besides this one", self: 2, voters: []int32{1, 2, 3, 4, 5}, peer: 1, appended: true,
-			probes: probes{1: {refuses}, 3: {accepts}, 4: {timesOut}, 5: {refuses}}},
-		{name: "second in rank, nobody has won meanwhile", self: 3, voters: []int32{1, 2, 3}, peer: 1, appended: true,
-			probes: probes{1: {refuses}, 2: {accepts}}, wantElect: true},
-		{name: "second in rank, the first has won", self: 3, voters: []int32{1, 2, 3}, peer: 1, appended: true,
-			probes: probes{1: {refuses}, 2: {accepts}}, newLeader: 2},
+			probes: []probeAnswer{timesOut}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: vetoProbeFailed, wantLook: true},
+		{name: "the leader is heard from again after its connection ended", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: []probeAnswer{refuses, heardAgain, refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: vetoContact, wantLook: true},
+		{name: "a blip of this node's link: the other voter still hears the leader", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(hearing, 10, 7)}, want: vetoOthersHear, wantLook: true},
+		{name: "a port saturated by strangers closes at once, but the other voter hears the leader", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: []probeAnswer{closesAtOnce}, answers: map[int32]LeaderContact{3: peer(hearing, 10, 7)}, want: vetoOthersHear, wantLook: true},
+		{name: "the other voter does not answer: no quorum says the leader is gone", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: []probeAnswer{refuses}, want: vetoUnanswered, wantLook: true},
+		{name: "the other voter is shutting down: its answer does not count", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: {State: raft.Shutdown, Term: 7, Since: silence}}, want: vetoUnanswered, wantLook: true},
+		{name: "the other voter is in a later term: its election is under way", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 8)}, want: vetoElectionUnderWay, wantLook: true},
+		{name: "five voters, a silent quorum", self: 2, voters: []int32{1, 2, 3, 4, 5}, peer: 1, appended: true,
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7), 4: peer(silence, 10, 7), 5: peer(hearing, 10, 7)}, want: noVeto, wantLook: true},
+		{name: "five voters, two still hear the leader", self: 2, voters: []int32{1, 2, 3, 4, 5}, peer: 1, appended: true,
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7), 4: peer(hearing, 10, 7), 5: peer(hearing, 10, 7)}, want: vetoOthersHear, wantLook: true},
+		{name: "a shorter log: the other voter goes first and wins", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 11, 7)}, won: 3, moved: 8, want: vetoElectionUnderWay, wantLook: true},
 		{name: "second in rank, the first's election under way (this node's term moved)", self: 3, voters: []int32{1, 2, 3}, peer: 1, appended: true,
-			probes: probes{1: {refuses}, 2: {accepts}}, newTerm: 8},
-		{name: "the first in rank is gone too: the second acts", self: 3, voters: []int32{1, 2, 3, 4, 5}, peer: 1, appended: true,
-			probes: probes{1: {refuses}, 2: {refuses}, 4: {accepts}, 5: {accepts}}, wantElect: true},
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{2: peer(silence, 10, 7)}, moved: 8, want: vetoElectionUnderWay, wantLook: true},
+		{name: "second in rank, nobody has won meanwhile: it steps in", self: 3, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{2: peer(silence, 10, 7)}, want: noVeto, wantLook: true},
 		{name: "connection of a voter that is not the leader", self: 2, voters: []int32{1, 2, 3}, peer: 3, appended: true,
-			probes: probes{1: {refuses}, 3: {refuses}}},
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}},
 		{name: "connection that carried no AppendEntries", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: false,
-			probes: probes{1: {refuses}, 3: {accepts}}},
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}},
 		{name: "this node is a candidate already", self: 2, voters: []int32{1, 2, 3}, state: raft.Candidate, peer: 1, appended: true,
-			probes: probes{1: {refuses}, 3: {accepts}}},
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}},
 		{name: "this node is not a voter", self: 4, voters: []int32{1, 2, 3}, peer: 1, appended: true,
-			probes: probes{1: {refuses}, 2: {accepts}, 3: {accepts}}},
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{2: peer(silence, 10, 7), 3: peer(silence, 10, 7)}, want: vetoIgnored, wantLook: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fr := &crashRaft{state: tt.state, leader: 1, term: 7, voters: tt.voters}
+			t.Parallel()
+			fr := &crashRaft{state: tt.state, leader: 1, term: 7, voters: tt.voters, last: [2]uint64{10, 7}}
 			if tt.state == 0 {
 				fr.state = raft.Follower
 			}
+			w, elected := newTestCrash(t, tt.self, fr)
 			var mu sync.Mutex
-			dials := map[string]int{}
-			elected := 0
-			w := newLeaderCrash(tt.self, testLogger(t),
-				func(_ int32, conf raft.ServerAddress) string { return string(conf) },
-				func() error { mu.Lock(); elected++; mu.Unlock(); return nil })
+			probes := 0
 			w.probe = func(_ context.Context, addr string) error {
+				if fakeID(addr) != 1 {
+					t.Errorf("probed %s: only the leader's port is probed", addr)
+				}
 				mu.Lock()
-				defer mu.Unlock()
-				var id int32
-				_, _ = fmt.Sscanf(addr, "node-%d:9093", &id)
-				ans := tt.probes[id]
-				n := dials[addr]
-				dials[addr]++
-				if id != 1 && tt.newLeader != 0 {
-					fr.setLeader(tt.newLeader)
+				a := tt.probes[min(probes, len(tt.probes)-1)]
+				probes++
+				mu.Unlock()
+				if a == heardAgain {
+					w.heard.mark(1, time.Now())
 				}
-				if id != 1 && tt.newTerm != 0 {
-					fr.mu.Lock()
-					fr.term = tt.newTerm
-					fr.mu.Unlock()
-				}
-				if len(ans) == 0 {
-					return refuses.err()
-				}
-				return ans[min(n, len(ans)-1)].err()
+				return a.err()
 			}
-			w.setRaft(fr)
+			asked := map[int32]int{}
+			w.ask = func(_ context.Context, id int32, addr string, leader int32) (LeaderContact, error) {
+				if fakeID(addr) != id || leader != 1 {
+					t.Errorf("asked node %d at %s about %d", id, addr, leader)
+				}
+				mu.Lock()
+				asked[id]++
+				final := asked[id] == 2
+				mu.Unlock()
+				if final && (tt.won != 0 || tt.moved != 0) {
+					fr.set(tt.won, tt.moved)
+				}
+				c, ok := tt.answers[id]
+				if !ok {
+					return LeaderContact{}, errors.New("connection refused")
+				}
+				c.NodeID = id
+				return c, nil
+			}
 			w.connEnded(tt.peer, tt.appended)
 			w.connEnded(tt.peer, tt.appended) // the leader's other connections: one look
 			w.wg.Wait()                       // the look, to its end
 			w.stop()
-			mu.Lock()
-			defer mu.Unlock()
-			want := 0
-			if tt.wantElect {
-				want = 1
+			wantElected := tt.wantLook && tt.want == noVeto
+			if got := elected(); got != wantElected {
+				t.Errorf("election started: %v, want %v (probes %d, asked %v)", got, wantElected, probes, asked)
 			}
-			if elected != want {
-				t.Errorf("elections started: %d, want %d (dials: %v)", elected, want, dials)
+			if got := w.elected.Load(); got != boolCount(wantElected) {
+				t.Errorf("elected counter %d, want %d", got, boolCount(wantElected))
 			}
-			if got := w.elected.Load(); got != uint64(want) {
-				t.Errorf("elected counter %d, want %d", got, want)
+			if got := w.looks.Load(); got != boolCount(tt.wantLook) {
+				t.Errorf("looks %d, want %d", got, boolCount(tt.wantLook))
+			}
+			for v := range numCrashVetoes {
+				want := boolCount(tt.wantLook && tt.want == v)
+				if got := w.vetoes[v].Load(); got != want {
+					t.Errorf("vetoes %s: %d, want %d", v, got, want)
+				}
 			}
 		})
+	}
+}
+
+func boolCount(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// newTestCrash is a leaderCrash for node self on fr, with the test
+// window, and a report of whether it started an election.
+func newTestCrash(t *testing.T, self int32, fr *crashRaft) (*leaderCrash, func() bool) {
+	var mu sync.Mutex
+	elected := false
+	w := newLeaderCrash(self, testLogger(t), testWindow, newHeardFrom(),
+		func(_ int32, conf raft.ServerAddress) string { return string(conf) },
+		func() error { mu.Lock(); elected = true; mu.Unlock(); return nil },
+		func(context.Context, int32, string, int32) (LeaderContact, error) {
+			return LeaderContact{}, errors.New("no answer")
+		})
+	w.setRaft(fr)
+	t.Cleanup(w.stop)
+	return w, func() bool { mu.Lock(); defer mu.Unlock(); return elected }
+}
+
+// TestLeaderCrash_LookAfterLeaderAlive: a look that found the leader alive
+// does not switch the mechanism off for the rest of its term: the next
+// connection to end, when the leader has died, is looked at and elects.
+func TestLeaderCrash_LookAfterLeaderAlive(t *testing.T) {
+	fr := &crashRaft{state: raft.Follower, leader: 1, term: 7, voters: []int32{1, 2, 3}, last: [2]uint64{10, 7}}
+	w, elected := newTestCrash(t, 2, fr)
+	var mu sync.Mutex
+	dead := false
+	w.probe = func(context.Context, string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if dead {
+			return refuses.err()
+		}
+		return accepts.err()
+	}
+	w.ask = func(_ context.Context, id int32, _ string, _ int32) (LeaderContact, error) {
+		c := peer(silence, 10, 7)
+		c.NodeID = id
+		return c, nil
+	}
+	w.connEnded(1, true) // a reset: the leader's port still accepts
+	w.wg.Wait()
+	if elected() || w.vetoes[vetoPortAccepts].Load() != 1 {
+		t.Fatalf("after a reset: elected %v, vetoes %d; want no election, one port_accepts veto", elected(), w.vetoes[vetoPortAccepts].Load())
+	}
+	mu.Lock()
+	dead = true
+	mu.Unlock()
+	w.connEnded(1, true) // the kill, in the same term
+	w.wg.Wait()
+	if !elected() {
+		t.Error("the leader's death after a harmless reset in its term started no election")
 	}
 }
 
 // TestLeaderCrash_StopEndsTheWait: a node shutting down does not wait out
 // its rank's delay, nor start an election after it.
 func TestLeaderCrash_StopEndsTheWait(t *testing.T) {
-	fr := &crashRaft{state: raft.Follower, leader: 1, term: 3, voters: []int32{1, 2, 3, 4, 5}}
-	elected := make(chan struct{}, 1)
-	w := newLeaderCrash(5, testLogger(t), func(_ int32, conf raft.ServerAddress) string { return string(conf) },
-		func() error { elected <- struct{}{}; return nil })
-	dialled := make(chan struct{}, 16)
-	w.probe = func(_ context.Context, addr string) error {
-		dialled <- struct{}{}
-		if addr == fakeAddr(1) {
-			return refuses.err()
-		}
-		return nil
+	fr := &crashRaft{state: raft.Follower, leader: 1, term: 3, voters: []int32{1, 2, 3, 4, 5}, last: [2]uint64{10, 3}}
+	w, elected := newTestCrash(t, 5, fr)
+	w.probe = func(context.Context, string) error { return refuses.err() }
+	asked := make(chan struct{}, 16)
+	w.ask = func(_ context.Context, id int32, _ string, _ int32) (LeaderContact, error) {
+		asked <- struct{}{}
+		c := peer(silence, 10, 3)
+		c.NodeID = id
+		return c, nil
 	}
-	w.setRaft(fr)
 	w.connEnded(1, true)
-	// The leader's dial and the three others'; then the rank-3 wait.
-	for range 4 {
-		<-dialled
+	// Two questions to each of the three others; then the rank-3 wait.
+	for range 6 {
+		<-asked
 	}
 	w.stop()
-	select {
-	case <-elected:
+	if elected() {
 		t.Fatal("an election was started after stop")
-	default:
 	}
 }
 
-// TestCluster_LeaderCrashElectsAtOnce kills the leader of a real 3-node
-// cluster with 1 s raft timeouts: the crash election, which takes
-// milliseconds, elects the next leader, once (the second survivor sees it
-// won), before raft's timeouts could.
-func TestCluster_LeaderCrashElectsAtOnce(t *testing.T) {
+// crashCluster starts a 3-node in-process cluster with the crash election
+// on and timing's timeouts; the nodes answer each other's questions
+// directly.
+func crashCluster(t *testing.T, timing Timing) []*testNode {
 	logger := testLogger(t)
-	slow := Timing{
+	var mu sync.Mutex
+	byID := map[int32]*Node{}
+	ask := func(_ context.Context, id int32, _ string, leader int32) (LeaderContact, error) {
+		mu.Lock()
+		n := byID[id]
+		mu.Unlock()
+		if n == nil {
+			return LeaderContact{}, errors.New("not started")
+		}
+		return n.LeaderContact(leader), nil
+	}
+	timing.CrashElection = true
+	nodes := startClusterWith(t, 3, func() Config {
+		return Config{Timing: timing, Logger: logger, LogStore: LogStoreBoltDB, AskLeaderContact: ask}
+	})
+	mu.Lock()
+	for _, n := range nodes {
+		byID[n.id] = n.node
+	}
+	mu.Unlock()
+	return nodes
+}
+
+// TestCluster_LeaderCrashElectsAtOnce kills the leader of a real 3-node
+// cluster with 1 s raft timeouts: the crash election, which takes its
+// window and milliseconds, elects the next leader, once (the second
+// survivor sees it won), before raft's timeouts could.
+func TestCluster_LeaderCrashElectsAtOnce(t *testing.T) {
+	nodes := crashCluster(t, Timing{
 		HeartbeatTimeout:   time.Second,
 		ElectionTimeout:    time.Second,
 		LeaderLeaseTimeout: time.Second,
 		CommitTimeout:      5 * time.Millisecond,
-		CrashElection:      true,
-	}
-	nodes := startClusterWith(t, 3, func() Config {
-		return Config{Timing: slow, Logger: logger, LogStore: LogStoreBoltDB}
 	})
 	old := waitForLeader(t, nodes)
 	if err := apply(t, nodes, "before").Error(); err != nil {
@@ -242,6 +463,10 @@ func TestCluster_LeaderCrashElectsAtOnce(t *testing.T) {
 	for _, n := range nodes {
 		if n != old {
 			rest = append(rest, n)
+			// The followers hear the leader's heartbeats (every 100 ms).
+			if c := n.node.LeaderContact(old.id); c.Since < 0 || c.Since > time.Second || c.Leader != old.id {
+				t.Errorf("node %d's contact with the leader: %+v", n.id, c)
+			}
 		}
 	}
 	// A killed process's port closes with its connections: the listener
@@ -266,15 +491,11 @@ func TestCluster_LeaderCrashElectsAtOnce(t *testing.T) {
 	waitForEntries(t, rest, []string{"before", "after"})
 }
 
-// TestCluster_LeaderAliveNoCrashElection: a leader that closes a connection
-// but still listens keeps leading.
+// TestCluster_LeaderAliveNoCrashElection: a leader that closes its
+// connections but still listens, and that the other follower still hears,
+// keeps leading, and the looks say why.
 func TestCluster_LeaderAliveNoCrashElection(t *testing.T) {
-	logger := testLogger(t)
-	nodes := startClusterWith(t, 3, func() Config {
-		tm := testTiming()
-		tm.CrashElection = true
-		return Config{Timing: tm, Logger: logger, LogStore: LogStoreBoltDB}
-	})
+	nodes := crashCluster(t, testTiming())
 	leader := waitForLeader(t, nodes)
 	var followers []*testNode
 	for _, n := range nodes {
@@ -310,6 +531,10 @@ func TestCluster_LeaderAliveNoCrashElection(t *testing.T) {
 		n.node.crash.stop() // waits for the look to end
 		if got := n.node.crash.elected.Load(); got != 0 {
 			t.Errorf("node %d started %d crash elections against a leader that listens", n.id, got)
+		}
+		// Its port accepts; and it may reconnect and be heard first.
+		if got := n.node.CrashElectionVetoes("port_accepts") + n.node.CrashElectionVetoes("contact"); got == 0 {
+			t.Errorf("node %d counted no port_accepts or contact veto", n.id)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package raftlog
 import (
 	"github.com/keel-dev/keel/internal/hostport"
 
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -95,6 +97,12 @@ type Config struct {
 	// the data dir before raft restores it. Nil: raft's CRC is checked, not
 	// the content.
 	VerifySnapshot func(r io.Reader) error
+	// AskLeaderContact asks voter id, at addr (where this node dials it),
+	// what it knows of leader: its LeaderContact answer. The crash election
+	// (Timing.CrashElection) needs it: it asks the other voters before it
+	// deposes a leader. server wires it to the peer service's
+	// LeaderContact call.
+	AskLeaderContact func(ctx context.Context, id int32, addr string, leader int32) (LeaderContact, error)
 	// FailStop, if set, is called instead of letting raft panic when the
 	// stable store cannot store a new current term (raft cannot go on
 	// without it on disk: a full or read-only disk, an I/O error). It must
@@ -123,6 +131,7 @@ type Node struct {
 	stream    *streamLayer
 	watched   *watchedTransport // the transport as raft sees it
 	crash     *leaderCrash      // nil without Timing.CrashElection
+	heard     *heardFrom        // when each leader was last heard from
 	commits   commitWatch
 	fsm       *fsmAdapter
 	logger    *slog.Logger
@@ -212,13 +221,14 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	snaps := newestSnapshotOnly{fileSnaps}
 
 	guard := newPeerGuard(cfg.NodeID, cfg.DialAddrs, cfg.Logger)
+	n.heard = guard.heard
 	if cfg.Timing.CrashElection {
-		n.crash = newLeaderCrash(cfg.NodeID, cfg.Logger, func(id int32, conf raft.ServerAddress) string {
+		n.crash = newLeaderCrash(cfg.NodeID, cfg.Logger, cfg.Timing.crashWindow(), guard.heard, func(id int32, conf raft.ServerAddress) string {
 			if a, ok := cfg.DialAddrs[id]; ok {
 				return a
 			}
 			return string(conf)
-		}, func() error { return n.TimeoutNow(n.id, n.advertise) })
+		}, func() error { return n.TimeoutNow(n.id, n.advertise) }, cfg.AskLeaderContact)
 		guard.connEnded = n.crash.connEnded
 		undo = append(undo, n.crash.stop)
 	}
@@ -297,7 +307,7 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	n.Raft = r
 	guard.setRaft(r)
 	if n.crash != nil {
-		n.crash.setRaft(r)
+		n.crash.setRaft(raftNode{r})
 	}
 	if cfg.FailStop != nil {
 		store.failStop.Store(&cfg.FailStop)
@@ -319,6 +329,8 @@ func checkConfig(cfg Config, sm StateMachine, mux *Mux) error {
 		return fmt.Errorf("--node-id (%d) must be positive", cfg.NodeID)
 	case cfg.DataDir == "":
 		return errors.New("--data-dir is empty")
+	case cfg.Timing.CrashElection && cfg.AskLeaderContact == nil:
+		return errors.New("raftlog.Open: Timing.CrashElection needs AskLeaderContact")
 	}
 	if err := CheckLogStore(cfg.LogStore); err != nil {
 		return err
@@ -543,6 +555,25 @@ func (n *Node) CrashElections() uint64 {
 		return 0
 	}
 	return n.crash.elected.Load()
+}
+
+// CrashElectionVetoes counts the looks at a leader whose connection ended
+// that started no election, for reason (one of CrashVetoReasons).
+func (n *Node) CrashElectionVetoes(reason string) uint64 {
+	i := slices.Index(CrashVetoReasons[:], reason)
+	if n.crash == nil || i < 0 {
+		return 0
+	}
+	return n.crash.vetoes[i].Load()
+}
+
+// LeaderContact is this node's answer to another voter's crash election
+// about leader: its raft term and state, the leader it follows, how long
+// ago a request that only a leader sends last arrived from leader, and its
+// last log entry. It is answered whether or not this node's own crash
+// election is on.
+func (n *Node) LeaderContact(leader int32) LeaderContact {
+	return contactOf(raftNode{n.Raft}, n.id, n.heard.last(leader), time.Now())
 }
 
 // StorageFailure reports when the raft log or stable store last failed,

@@ -48,6 +48,9 @@ type peerGuard struct {
 	// with the node its requests named and whether one was an
 	// AppendEntries (leaderCrash.connEnded). Set before the transport runs.
 	connEnded func(peer int32, appended bool)
+	// heard is when each peer's last AppendEntries or snapshot install
+	// arrived, on any connection (Node.LeaderContact).
+	heard *heardFrom
 }
 
 func newPeerGuard(self int32, dialAddrs map[int32]string, log *slog.Logger) *peerGuard {
@@ -62,6 +65,7 @@ func newPeerGuard(self int32, dialAddrs map[int32]string, log *slog.Logger) *pee
 
 		firstRequest: firstRequestTimeout,
 		refusals:     newLogLimiter(10 * time.Second),
+		heard:        newHeardFrom(),
 	}
 }
 

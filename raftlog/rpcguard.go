@@ -162,6 +162,10 @@ func (g *peerGuard) next(br *bufio.Reader, dec *codec.Decoder, certID int32, w i
 	if err != nil {
 		return 0, 0, &rpcRefusal{err}
 	}
+	if typ == rpcAppendEntries || typ == rpcInstallSnapshot {
+		// As it arrives, not once raft has stored it (heardFrom).
+		g.heard.mark(id, time.Now())
+	}
 	if _, err := w.Write([]byte{typ}); err != nil {
 		return 0, 0, err
 	}

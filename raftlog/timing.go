@@ -23,11 +23,32 @@ type Timing struct {
 	// has died (its connections closed and its port refuses), rather than
 	// after the heartbeat timeout (leaderCrash).
 	CrashElection bool
+	// CrashConfirm is how long the crash election confirms that the leader
+	// is gone before it elects: its port must refuse, and a quorum of
+	// voters must not hear from it, for this long. A whole node's outage
+	// that refuses connections for longer costs an election, as a kill
+	// does; a shorter one costs nothing. 0 means DefaultCrashConfirm; it
+	// is never less than two of the leader's heartbeat intervals (two
+	// fifths of HeartbeatTimeout).
+	CrashConfirm time.Duration
+}
+
+// crashWindow is the crash election's confirmation window: CrashConfirm
+// (0: DefaultCrashConfirm), but at least two of the leader's longest
+// heartbeat intervals (raft sends one every tenth to fifth of the
+// heartbeat timeout), so that a voter that hears the leader is never taken
+// for one that does not.
+func (t Timing) crashWindow() time.Duration {
+	w := t.CrashConfirm
+	if w == 0 {
+		w = DefaultCrashConfirm
+	}
+	return max(w, t.HeartbeatTimeout*2/5)
 }
 
 // DefaultTiming returns Keel's defaults: 300ms heartbeat and election
-// timeouts, a 250ms leader lease, a 5ms commit timeout, and an election at
-// once when the leader's process dies. They are well below
+// timeouts, a 250ms leader lease, a 5ms commit timeout, and an election
+// once the leader's process has been gone for 200ms. They are well below
 // raft's own (1s, 1s, 500ms, 50ms), which are sized for WANs; on a LAN they
 // give sub-second failover while staying far above round-trip times.
 func DefaultTiming() Timing {
@@ -37,6 +58,7 @@ func DefaultTiming() Timing {
 		LeaderLeaseTimeout: 250 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
 		CrashElection:      true,
+		CrashConfirm:       DefaultCrashConfirm,
 	}
 }
 
@@ -64,6 +86,9 @@ func (t Timing) Validate() error {
 	if t.LeaderLeaseTimeout > t.HeartbeatTimeout {
 		return fmt.Errorf("--raft-leader-lease-timeout (%s) must not exceed --raft-heartbeat-timeout (%s)",
 			t.LeaderLeaseTimeout, t.HeartbeatTimeout)
+	}
+	if t.CrashConfirm != 0 && t.CrashConfirm < minCrashConfirm {
+		return fmt.Errorf("--raft-crash-confirm (%s) must be at least %s (a few probes of the leader's port), or 0 for the default", t.CrashConfirm, minCrashConfirm)
 	}
 	if t.ElectionTimeout < t.HeartbeatTimeout {
 		return fmt.Errorf("--raft-election-timeout (%s) must not be less than --raft-heartbeat-timeout (%s)",

@@ -146,7 +146,7 @@ func TestTiming_Validate(t *testing.T) {
 		wantErr string
 	}{
 		{name: "defaults", timing: DefaultTiming()},
-		{name: "test timings", timing: Timing{50 * ms, 50 * ms, 50 * ms, 5 * ms, true}},
+		{name: "test timings", timing: Timing{50 * ms, 50 * ms, 50 * ms, 5 * ms, true, 0}},
 		{name: "lease equals heartbeat", timing: with(func(t *Timing) { t.LeaderLeaseTimeout = t.HeartbeatTimeout })},
 		{
 			name:    "lease exceeds heartbeat",
@@ -162,7 +162,12 @@ func TestTiming_Validate(t *testing.T) {
 		{name: "zero election", timing: with(func(t *Timing) { t.ElectionTimeout = 0 }), wantErr: "--raft-election-timeout (0s) must be positive"},
 		{name: "negative lease", timing: with(func(t *Timing) { t.LeaderLeaseTimeout = -ms }), wantErr: "--raft-leader-lease-timeout (-1ms) must be positive"},
 		{name: "zero commit", timing: with(func(t *Timing) { t.CommitTimeout = 0 }), wantErr: "--raft-commit-timeout (0s) must be positive"},
-		{name: "heartbeat below raft minimum", timing: Timing{2 * ms, 2 * ms, 2 * ms, ms, false}, wantErr: "--raft-heartbeat-timeout (2ms) must be at least 5ms"},
+		{name: "heartbeat below raft minimum", timing: Timing{2 * ms, 2 * ms, 2 * ms, ms, false, 0}, wantErr: "--raft-heartbeat-timeout (2ms) must be at least 5ms"},
+		{name: "crash confirm at its minimum", timing: with(func(t *Timing) { t.CrashConfirm = minCrashConfirm })},
+		{name: "crash confirm below its minimum", timing: with(func(t *Timing) { t.CrashConfirm = 20 * ms }),
+			wantErr: "--raft-crash-confirm (20ms) must be at least 50ms (a few probes of the leader's port), or 0 for the default"},
+		{name: "negative crash confirm", timing: with(func(t *Timing) { t.CrashConfirm = -ms }),
+			wantErr: "--raft-crash-confirm (-1ms) must be at least 50ms (a few probes of the leader's port), or 0 for the default"},
 		{name: "commit below raft minimum", timing: with(func(t *Timing) { t.CommitTimeout = 500 * time.Microsecond }), wantErr: "--raft-commit-timeout (500µs) must be at least 1ms"},
 	}
 	for _, tt := range tests {
@@ -181,10 +186,31 @@ func TestTiming_Validate(t *testing.T) {
 	}
 }
 
+// TestTiming_CrashWindow: the crash election's window is CrashConfirm, its
+// default when 0, and never less than two of the leader's longest
+// heartbeat intervals.
+func TestTiming_CrashWindow(t *testing.T) {
+	ms := time.Millisecond
+	for _, tt := range []struct {
+		heartbeat, confirm, want time.Duration
+	}{
+		{300 * ms, 0, DefaultCrashConfirm},
+		{300 * ms, 150 * ms, 150 * ms},
+		{300 * ms, 100 * ms, 120 * ms},
+		{2 * time.Second, 0, 800 * ms},
+		{50 * ms, 0, DefaultCrashConfirm},
+	} {
+		tm := Timing{HeartbeatTimeout: tt.heartbeat, CrashConfirm: tt.confirm}
+		if got := tm.crashWindow(); got != tt.want {
+			t.Errorf("heartbeat %v, crash confirm %v: window %v, want %v", tt.heartbeat, tt.confirm, got, tt.want)
+		}
+	}
+}
+
 // TestTiming_AcceptedByRaft checks that Validate is not looser than raft:
 // anything it accepts must pass raft.ValidateConfig too.
 func TestTiming_AcceptedByRaft(t *testing.T) {
-	for _, tm := range []Timing{DefaultTiming(), {5 * time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond, time.Millisecond, true}} {
+	for _, tm := range []Timing{DefaultTiming(), {5 * time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond, time.Millisecond, true, 0}} {
 		if err := tm.Validate(); err != nil {
 			t.Fatalf("Validate(%+v): %v", tm, err)
 		}

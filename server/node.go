@@ -122,6 +122,7 @@ type Node struct {
 	ctrl    *controller.Controller
 	grpc    *grpc.Server
 	health  *rpc.Health
+	peers   *rpc.PeerClient // this node's questions to the other voters
 	// registered are the node's own metrics on cfg.Metrics, until Close.
 	registered []prometheus.Collector
 
@@ -208,6 +209,12 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		cfg.TuneController(&ccfg)
 	}
 	s.ctrl = controller.New(ccfg, s.applied)
+	s.peers = rpc.NewPeerClient(rpc.WithTLS(cfg.TLS))
+	defer func() {
+		if err != nil {
+			s.peers.Close()
+		}
+	}()
 	s.node, err = raftlog.Open(raftlog.Config{
 		NodeID:    cfg.NodeID,
 		Advertise: self.Address,
@@ -227,6 +234,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		TLS:               cfg.TLS,
 		VerifySnapshot:    verifySnapshot,
 		FailStop:          cfg.FailStop,
+		AskLeaderContact:  askLeaderContact(s.peers),
 	}, s.applied, mux)
 	if err != nil {
 		return nil, err
@@ -243,14 +251,16 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 			Name: MetricRaftCrashElections,
 			Help: "Elections this node started at once because the raft leader's process was gone: its connection closed and its port refused (--raft-crash-election).",
 		}, func() float64 { return float64(s.node.CrashElections()) })
-		cfg.Metrics.MustRegister(storageErrors, crashElections)
-		s.registered = append(s.registered, storageErrors, crashElections)
+		cols := append([]prometheus.Collector{storageErrors, crashElections}, crashElectionVetoes(s.node)...)
+		cfg.Metrics.MustRegister(cols...)
+		s.registered = append(s.registered, cols...)
 	}
 
 	// connTracker tells a broker's stream whose connection closed
 	// (crash detection).
 	s.grpc = grpc.NewServer(append(rpc.ServerOptions(rpc.WithTLS(cfg.TLS)), grpc.StatsHandler(connTracker{}))...)
 	newControllerService(s.ctrl, s, cfg.Version, cfg.WriteTimeout).register(s.grpc)
+	peerService{node: s}.register(s.grpc)
 	s.health = rpc.ServeHealth(s.grpc, keelpb.ControllerService_ServiceDesc.ServiceName, s.Ready)
 	s.wg.Add(2)
 	go func() {
@@ -361,6 +371,7 @@ func (s *Node) stop(graceful bool) error {
 		}
 		s.ctrl.Stop()
 		err = errors.Join(s.node.Close(), s.mux.Close())
+		s.peers.Close()
 		s.wg.Wait()
 		s.unregisterMetrics()
 		s.log.Info("controller stopped", "node_id", s.cfg.NodeID, "graceful", graceful)

@@ -31,7 +31,9 @@ func addRaftTimingFlags(fs *pflag.FlagSet, t *raftlog.Timing) {
 	fs.DurationVar(&t.CommitTimeout, "raft-commit-timeout", t.CommitTimeout,
 		"how long the leader may delay telling followers the commit index when idle")
 	fs.BoolVar(&t.CrashElection, "raft-crash-election", t.CrashElection,
-		"when the leader's process dies (its raft connections close and its port refuses), elect a new one at once rather than after --raft-heartbeat-timeout")
+		"when the leader's process dies (its raft connections close and its port refuses), elect a new one after --raft-crash-confirm rather than after --raft-heartbeat-timeout")
+	fs.DurationVar(&t.CrashConfirm, "raft-crash-confirm", t.CrashConfirm,
+		"how long the crash election confirms the leader is gone (its port refuses, and a quorum of voters does not hear it) before it elects; at least two fifths of --raft-heartbeat-timeout")
 }
 
 func newControllerCmd(g *globalFlags) *cobra.Command {

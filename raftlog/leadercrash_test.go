@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -208,12 +209,12 @@ func TestLeaderCrash_Judge(t *testing.T) {
 func TestLeaderCrash_Look(t *testing.T) {
 	tests := []struct {
 		name     string
-		self     int32
-		voters   []int32
-		state    raft.RaftState
-		peer     int32 // whose connection ended
-		appended bool
-		probes   []probeAnswer // the leader's port, one per probe; the last repeats
+		self     int32          // 0: 2
+		voters   []int32        // nil: 1, 2, 3
+		state    raft.RaftState // Follower unless set
+		peer     int32          // whose connection ended; 0: 1, the leader
+		noAppend bool           // it carried no AppendEntries
+		probes   []probeAnswer  // the leader's port, one per probe; the last repeats
 		// answers are the other voters'; one that is missing does not
 		// answer.
 		answers map[int32]LeaderContact
@@ -224,57 +225,58 @@ func TestLeaderCrash_Look(t *testing.T) {
 		want     crashVeto // noVeto: an election started
 		wantLook bool      // a look ran at all
 	}{
-		{name: "leader gone: its port refuses, the other voter has not heard from it", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "leader gone: its port refuses, the other voter has not heard from it",
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: noVeto, wantLook: true},
-		{name: "leader gone, its listener closed a moment after its connections", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "leader gone, its listener closed a moment after its connections",
 			probes: []probeAnswer{accepts, accepts, refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: noVeto, wantLook: true},
-		{name: "leader gone behind a proxy that accepts and closes", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "leader gone behind a proxy that accepts and closes",
 			probes: []probeAnswer{closesAtOnce}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: noVeto, wantLook: true},
-		{name: "leader alive: its port accepts every probe", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "leader alive: its port accepts every probe",
 			probes: []probeAnswer{accepts}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: vetoPortAccepts, wantLook: true},
-		{name: "a refusal shorter than the window: a probe is accepted after it", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "a refusal shorter than the window: a probe is accepted after it",
 			probes: []probeAnswer{refuses, refuses, accepts}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: vetoPortAccepts, wantLook: true},
-		{name: "leader silent: its dial times out", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "leader silent: its dial times out",
 			probes: []probeAnswer{timesOut}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: vetoProbeFailed, wantLook: true},
-		{name: "the leader is heard from again after its connection ended", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "the leader is heard from again after its connection ended",
 			probes: []probeAnswer{refuses, heardAgain, refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: vetoContact, wantLook: true},
-		{name: "a blip of this node's link: the other voter still hears the leader", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "a blip of this node's link: the other voter still hears the leader",
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(hearing, 10, 7)}, want: vetoOthersHear, wantLook: true},
-		{name: "a port saturated by strangers closes at once, but the other voter hears the leader", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "a port saturated by strangers closes at once, but the other voter hears the leader",
 			probes: []probeAnswer{closesAtOnce}, answers: map[int32]LeaderContact{3: peer(hearing, 10, 7)}, want: vetoOthersHear, wantLook: true},
-		{name: "the other voter does not answer: no quorum says the leader is gone", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "the other voter does not answer: no quorum says the leader is gone",
 			probes: []probeAnswer{refuses}, want: vetoUnanswered, wantLook: true},
-		{name: "the other voter is shutting down: its answer does not count", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "the other voter is shutting down: its answer does not count",
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: {State: raft.Shutdown, Term: 7, Since: silence}}, want: vetoUnanswered, wantLook: true},
-		{name: "the other voter is in a later term: its election is under way", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "the other voter is in a later term: its election is under way",
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 8)}, want: vetoElectionUnderWay, wantLook: true},
-		{name: "five voters, a silent quorum", self: 2, voters: []int32{1, 2, 3, 4, 5}, peer: 1, appended: true,
+		{name: "five voters, a silent quorum", voters: []int32{1, 2, 3, 4, 5},
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7), 4: peer(silence, 10, 7), 5: peer(hearing, 10, 7)}, want: noVeto, wantLook: true},
-		{name: "five voters, two still hear the leader", self: 2, voters: []int32{1, 2, 3, 4, 5}, peer: 1, appended: true,
+		{name: "five voters, two still hear the leader", voters: []int32{1, 2, 3, 4, 5},
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7), 4: peer(hearing, 10, 7), 5: peer(hearing, 10, 7)}, want: vetoOthersHear, wantLook: true},
-		{name: "a shorter log: the other voter goes first and wins", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "a shorter log: the other voter goes first and wins",
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 11, 7)}, won: 3, moved: 8, want: vetoElectionUnderWay, wantLook: true},
-		{name: "second in rank, the first's election under way (this node's term moved)", self: 3, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "second in rank, the first's election under way (this node's term moved)", self: 3,
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{2: peer(silence, 10, 7)}, moved: 8, want: vetoElectionUnderWay, wantLook: true},
-		{name: "second in rank, nobody has won meanwhile: it steps in", self: 3, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "second in rank, nobody has won meanwhile: it steps in", self: 3,
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{2: peer(silence, 10, 7)}, want: noVeto, wantLook: true},
-		{name: "connection of a voter that is not the leader", self: 2, voters: []int32{1, 2, 3}, peer: 3, appended: true,
+		{name: "connection of a voter that is not the leader", peer: 3,
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}},
-		{name: "connection that carried no AppendEntries", self: 2, voters: []int32{1, 2, 3}, peer: 1, appended: false,
+		{name: "connection that carried no AppendEntries", noAppend: true,
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}},
-		{name: "this node is a candidate already", self: 2, voters: []int32{1, 2, 3}, state: raft.Candidate, peer: 1, appended: true,
+		{name: "this node is a candidate already", state: raft.Candidate,
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}},
-		{name: "this node is not a voter", self: 4, voters: []int32{1, 2, 3}, peer: 1, appended: true,
+		{name: "this node is not a voter", self: 4,
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{2: peer(silence, 10, 7), 3: peer(silence, 10, 7)}, want: vetoIgnored, wantLook: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			fr := &crashRaft{state: tt.state, leader: 1, term: 7, voters: tt.voters, last: [2]uint64{10, 7}}
-			if tt.state == 0 {
-				fr.state = raft.Follower
+			self, voters, from := cmp.Or(tt.self, 2), tt.voters, cmp.Or(tt.peer, 1)
+			if voters == nil {
+				voters = []int32{1, 2, 3}
 			}
-			w, elected := newTestCrash(t, tt.self, fr)
+			fr := &crashRaft{state: tt.state, leader: 1, term: 7, voters: voters, last: [2]uint64{10, 7}}
+			w, elected := newTestCrash(t, self, fr)
 			var mu sync.Mutex
 			probes := 0
 			w.probe = func(_ context.Context, addr string) error {
@@ -309,9 +311,9 @@ func TestLeaderCrash_Look(t *testing.T) {
 				c.NodeID = id
 				return c, nil
 			}
-			w.connEnded(tt.peer, tt.appended)
-			w.connEnded(tt.peer, tt.appended) // the leader's other connections: one look
-			w.wg.Wait()                       // the look, to its end
+			w.connEnded(from, !tt.noAppend)
+			w.connEnded(from, !tt.noAppend) // the leader's other connections: one look
+			w.wg.Wait()                     // the look, to its end
 			w.stop()
 			wantElected := tt.wantLook && tt.want == noVeto
 			if got := elected(); got != wantElected {

@@ -202,16 +202,10 @@ func (authBrokerFake) Inspect(context.Context, *keelpb.InspectRequest) (*keelpb.
 // certificate and the authorization interceptors, on loopback.
 func serveTLS(t *testing.T, cfg *tlsauth.Config) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(ServerOptions(WithTLS(cfg))...)
-	keelpb.RegisterControllerServiceServer(g, authFake{})
-	keelpb.RegisterBrokerServiceServer(g, authBrokerFake{})
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	return lis.Addr().String()
+	return serveWith(t, ServerOptions(WithTLS(cfg)), func(g *grpc.Server) {
+		keelpb.RegisterControllerServiceServer(g, authFake{})
+		keelpb.RegisterBrokerServiceServer(g, authBrokerFake{})
+	})
 }
 
 // TestAuth_OverTLS runs the interceptors behind a real TLS server with

@@ -54,11 +54,18 @@ func (inspectOnly) Inspect(context.Context, *keelpb.InspectRequest) (*keelpb.Ins
 // serveBrokerTestServices serves register's services on loopback until the test ends.
 func serveBrokerTestServices(t *testing.T, register func(*grpc.Server)) string {
 	t.Helper()
+	return serveWith(t, nil, register)
+}
+
+// serveWith serves register's services with opts on loopback until the
+// test ends.
+func serveWith(t *testing.T, opts []grpc.ServerOption, register func(*grpc.Server)) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(opts...)
 	register(g)
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)

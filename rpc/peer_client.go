@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -18,17 +17,13 @@ import (
 // PeerClient is how a controller asks the other controllers of its quorum
 // (the peer service), at the addresses it dials them at for raft: their
 // voter address, or --raft-dial's. Each address gets one connection,
-// opened on first use and kept until Close. With TLS, as raft does, the
+// opened on first use and kept until Close, as a Client's. With TLS, as raft does, the
 // server must hold the certificate of the controller asked, from the CA;
 // its host name is not checked, since a peer may be dialled through a
 // proxy.
 type PeerClient struct {
-	dialOpts []grpc.DialOption
-	tls      bool
-
-	mu     sync.Mutex
-	conns  map[string]*grpc.ClientConn
-	closed bool
+	conns *Client // its connection cache, one per address
+	tls   bool
 }
 
 // NewPeerClient returns a PeerClient, plaintext unless WithTLS (whose
@@ -44,14 +39,14 @@ func NewPeerClient(opts ...Option) *PeerClient {
 	if o.dialer != nil {
 		dial = append(dial, grpc.WithContextDialer(o.dialer))
 	}
-	return &PeerClient{dialOpts: dial, tls: o.tls != nil, conns: make(map[string]*grpc.ClientConn)}
+	return &PeerClient{conns: &Client{dialOpts: dial, conns: make(map[string]*grpc.ClientConn)}, tls: o.tls != nil}
 }
 
 // LeaderContact asks controller id, at addr, what it knows of leader (the
 // peer service's LeaderContact). It fails if the controller that answers
 // is not id.
 func (c *PeerClient) LeaderContact(ctx context.Context, id int32, addr string, leader int32) (*keelpb.LeaderContactResponse, error) {
-	cc, err := c.conn(addr)
+	cc, err := c.conns.conn(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -75,30 +70,5 @@ func (c *PeerClient) LeaderContact(ctx context.Context, id int32, addr string, l
 	return resp, nil
 }
 
-func (c *PeerClient) conn(addr string) (*grpc.ClientConn, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, fmt.Errorf("peer client closed")
-	}
-	if cc, ok := c.conns[addr]; ok {
-		return cc, nil
-	}
-	cc, err := grpc.NewClient(addr, c.dialOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("controller address %q: %w", addr, err)
-	}
-	c.conns[addr] = cc
-	return cc, nil
-}
-
-// Close closes every connection; later calls fail.
-func (c *PeerClient) Close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.closed = true
-	for addr, cc := range c.conns {
-		_ = cc.Close()
-		delete(c.conns, addr)
-	}
-}
+// Close closes every connection. The caller asks nothing after it.
+func (c *PeerClient) Close() { _ = c.conns.Close() }

@@ -233,12 +233,6 @@ const (
 	// the far end closes it at once: a proxy whose target refused it
 	// closes within a round trip.
 	crashProbeHold = 20 * time.Millisecond
-	// crashContactSlack: requests a dying leader had sent just before its
-	// end may be read a moment after one of its connections is seen to
-	// end (each connection has a reader of its own): a request that
-	// arrives within this of the end, and a voter that heard the leader
-	// this much less than the window ago, are still taken as silence.
-	crashContactSlack = 20 * time.Millisecond
 	// crashAskTimeout bounds the question to the other voters; one that
 	// has not answered by then is not counted.
 	crashAskTimeout = 150 * time.Millisecond
@@ -476,7 +470,7 @@ func (w *leaderCrash) confirmGone(ctx context.Context, r raftView, key crashKey,
 				return vetoIgnored
 			}
 		}
-		if w.heard.last(key.leader).After(ended.Add(crashContactSlack)) {
+		if w.heard.last(key.leader).After(ended.Add(contactSlack(w.window))) {
 			return vetoContact
 		}
 		if movedOn(contactOf(r, w.self, time.Time{}, time.Now()), key) {
@@ -578,11 +572,21 @@ func movedOn(c LeaderContact, key crashKey) bool {
 	return c.Term == key.term && c.Leader != 0 && c.Leader != key.leader
 }
 
-// silent reports whether c has not heard from the leader for the window
-// (less crashContactSlack).
+// silent reports whether c has not heard from the leader for the window,
+// less its contactSlack.
 func silent(c LeaderContact, window time.Duration) bool {
-	return c.Since < 0 || c.Since >= window-crashContactSlack
+	return c.Since < 0 || c.Since >= window-contactSlack(window)
 }
+
+// contactSlack: requests a dying leader had sent just before its end may
+// be read a while after one of its connections is seen to end (each
+// connection has a reader of its own, which a loaded machine may run
+// late). A request read within a quarter of the window of that end, and a
+// voter that heard the leader no later than three quarters of the window
+// ago, are still taken as silence. Since the window is at least two of
+// the leader's longest heartbeat intervals, that is still one and a half
+// of them: a voter that hears the leader heard it a heartbeat ago.
+func contactSlack(window time.Duration) time.Duration { return window / 4 }
 
 // moreUpToDate orders contacts by their logs as an election does, the
 // most up to date first, then by node id.

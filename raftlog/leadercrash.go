@@ -149,14 +149,21 @@ type LeaderContact struct {
 // contactOf is r's answer, as node self, about a leader from which a
 // request last arrived at heard (zero: never).
 func contactOf(r raftView, self int32, heard, now time.Time) LeaderContact {
-	c := LeaderContact{NodeID: self, State: r.State(), Term: r.CurrentTerm(), Since: -1}
-	if _, id := r.LeaderWithID(); id != "" {
-		c.Leader, _ = ParseServerID(id)
-	}
+	c := stateOf(r, self)
 	if !heard.IsZero() {
 		c.Since = now.Sub(heard)
 	}
 	c.LastIndex, c.LastTerm = r.LastEntry()
+	return c
+}
+
+// stateOf is the part of contactOf that says where r stands: its state,
+// term and leader (what movedOn reads), without the cost of its log.
+func stateOf(r raftView, self int32) LeaderContact {
+	c := LeaderContact{NodeID: self, State: r.State(), Term: r.CurrentTerm(), Since: -1}
+	if _, id := r.LeaderWithID(); id != "" {
+		c.Leader, _ = ParseServerID(id)
+	}
 	return c
 }
 
@@ -400,7 +407,7 @@ func (w *leaderCrash) look(r raftView, key crashKey, ended time.Time) crashVeto 
 	// else has won, and no election is under way (a candidate's vote
 	// request would have raised this node's term; a second election on
 	// top of it would only cost it a round).
-	if movedOn(contactOf(r, w.self, time.Time{}, time.Now()), key) {
+	if movedOn(stateOf(r, w.self), key) {
 		return vetoElectionUnderWay
 	}
 	w.log.Warn(CrashElectionMessage,
@@ -473,7 +480,7 @@ func (w *leaderCrash) confirmGone(ctx context.Context, r raftView, key crashKey,
 		if w.heard.last(key.leader).After(ended.Add(contactSlack(w.window))) {
 			return vetoContact
 		}
-		if movedOn(contactOf(r, w.self, time.Time{}, time.Now()), key) {
+		if movedOn(stateOf(r, w.self), key) {
 			return vetoElectionUnderWay
 		}
 		pctx, cancel := context.WithTimeout(ctx, crashProbeTimeout)

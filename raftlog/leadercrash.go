@@ -461,9 +461,10 @@ func scopeOf(r raftView, self, leader int32) (sc crashScope, ok bool) {
 }
 
 // confirmGone probes the leader's port at addr from its connection's end
-// until the window has passed. It returns noVeto if every probe from the
-// first refusal on was refused (the first crashProbes may be accepted)
-// and no request from the leader arrived meanwhile, else the veto.
+// until a probe that began after the window was refused. It returns
+// noVeto if every probe from the first refusal on was refused (the first
+// crashProbes may be accepted) and no request from the leader arrived
+// meanwhile, else the veto.
 func (w *leaderCrash) confirmGone(ctx context.Context, r raftView, key crashKey, ended time.Time, addr string) crashVeto {
 	end := ended.Add(w.window)
 	refusedYet := false
@@ -483,6 +484,7 @@ func (w *leaderCrash) confirmGone(ctx context.Context, r raftView, key crashKey,
 		if movedOn(stateOf(r, w.self), key) {
 			return vetoElectionUnderWay
 		}
+		began := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, crashProbeTimeout)
 		err := w.probe(pctx, addr)
 		cancel()
@@ -496,7 +498,10 @@ func (w *leaderCrash) confirmGone(ctx context.Context, r raftView, key crashKey,
 		case refusedYet || i+1 >= crashProbes:
 			return vetoPortAccepts
 		}
-		if refusedYet && !time.Now().Before(end) {
+		// A refusal says how the port was when its probe began (a loaded
+		// machine may answer it late): the last must begin after the
+		// window, so that a port that came back within it is seen to.
+		if refusedYet && !began.Before(end) {
 			return noVeto
 		}
 	}

@@ -95,12 +95,13 @@ const (
 	refuses                  // nothing listens
 	closesAtOnce             // a proxy in front of nothing, or a port full of strangers
 	timesOut
-	heardAgain // refuses, and a request from the leader arrives
+	heardAgain  // refuses, and a request from the leader arrives
+	refusesLate // refuses, but answers only after the window (a loaded machine)
 )
 
 func (a probeAnswer) err() error {
 	switch a {
-	case refuses, heardAgain:
+	case refuses, heardAgain, refusesLate:
 		return fmt.Errorf("dial tcp: %w", syscall.ECONNREFUSED)
 	case closesAtOnce:
 		return errClosedAtOnce
@@ -235,6 +236,8 @@ func TestLeaderCrash_Look(t *testing.T) {
 			probes: []probeAnswer{accepts}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: vetoPortAccepts, wantLook: true},
 		{name: "a refusal shorter than the window: a probe is accepted after it",
 			probes: []probeAnswer{refuses, refuses, accepts}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: vetoPortAccepts, wantLook: true},
+		{name: "a refusal answered only after the window, then the port is back: the window waits for a probe begun after it",
+			probes: []probeAnswer{refuses, refusesLate, accepts}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: vetoPortAccepts, wantLook: true},
 		{name: "leader silent: its dial times out",
 			probes: []probeAnswer{timesOut}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: vetoProbeFailed, wantLook: true},
 		{name: "the leader is heard from again after its connection ended",
@@ -287,8 +290,11 @@ func TestLeaderCrash_Look(t *testing.T) {
 				a := tt.probes[min(probes, len(tt.probes)-1)]
 				probes++
 				mu.Unlock()
-				if a == heardAgain {
+				switch a {
+				case heardAgain:
 					w.heard.mark(1, time.Now())
+				case refusesLate:
+					time.Sleep(testWindow + 10*time.Millisecond)
 				}
 				return a.err()
 			}

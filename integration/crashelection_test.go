@@ -241,24 +241,15 @@ func TestCrashElection_StrangersOnLeaderPortDoNotFire(t *testing.T) {
 	for round := range 2 {
 		for _, f := range followers {
 			start := time.Now()
-			conns, mu := flood(t, c.Addr(before.leader), 1100, map[string][]byte{"nothing": nil})
+			flood(t, c.Addr(before.leader), 1100, map[string][]byte{"nothing": nil})
 			if d := time.Since(start); d > 2*time.Second {
 				t.Logf("round %d: the flood took %v to open (the port holds a stranger 5 s)", round, d)
 			}
-			mu.Lock()
-			refused := 0
-			for _, s := range conns {
-				if !s.closed.IsZero() {
-					refused++
-				}
-			}
-			mu.Unlock()
 			// Only the leader's dials to f go down: f's probes of the
 			// leader's port still reach it, and find it full.
 			c.net.Link(before.leader, f).Set(faultproxy.Drop)
 			time.Sleep(400 * time.Millisecond)
 			c.net.Link(before.leader, f).Set(faultproxy.Up)
-			t.Logf("round %d, follower %d: %d of 1100 strangers refused at once", round, f, refused)
 			time.Sleep(300 * time.Millisecond)
 		}
 	}

@@ -37,7 +37,8 @@ const CrashElectionMessage = "the raft leader is gone (its connection ended, its
 //     moment), where a connection reset, a proxy restart or a blip of the
 //     leader's links shorter than the window ends with a probe accepted;
 //   - nothing arrives from the leader on this node after its connection
-//     ended;
+//     ended (past contactSlack: a dead leader's last requests may be read
+//     late);
 //   - then, at the window's end, the other voters are asked (the peer
 //     service's LeaderContact, which server wires in): a quorum of the
 //     voters other than the leader, this one included, must have gone the
@@ -65,7 +66,7 @@ const CrashElectionMessage = "the raft leader is gone (its connection ended, its
 type leaderCrash struct {
 	self int32
 	log  *slog.Logger
-	// window is Timing.CrashConfirm.
+	// window is Timing.crashWindow: CrashConfirm, or more.
 	window time.Duration
 	// addr is where voter id is dialled (--raft-dial, else its address in
 	// the configuration).

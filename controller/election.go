@@ -64,6 +64,9 @@ type target struct {
 	// ineligible are replicas that may no longer be eligible leader
 	// replicas (unregistered brokers).
 	ineligible []int32
+	// awaiting: the partition awaits its replicas' logs
+	// (fsm.Partition.AwaitsReplicaLogs); only recoveryElection elects it.
+	awaiting bool
 }
 
 func targetOf(p *fsm.Partition) target {
@@ -71,6 +74,7 @@ func targetOf(p *fsm.Partition) target {
 		leader: p.Leader, isr: slices.Clone(p.ISR), replicas: slices.Clone(p.Replicas),
 		addingReplicas: slices.Clone(p.AddingReplicas), removingRep: slices.Clone(p.RemovingReplicas),
 		elr: slices.Clone(p.ELR()), lastKnown: slices.Clone(p.LastKnownELR()), recovery: p.LeaderRecoveryState,
+		awaiting: p.AwaitsReplicaLogs(),
 	}
 }
 
@@ -82,6 +86,7 @@ func sharedTarget(p *fsm.Partition) target {
 		leader: p.Leader, isr: p.ISR, replicas: p.Replicas,
 		addingReplicas: p.AddingReplicas, removingRep: p.RemovingReplicas,
 		elr: p.ELR(), lastKnown: p.LastKnownELR(), recovery: p.LeaderRecoveryState,
+		awaiting: p.AwaitsReplicaLogs(),
 	}
 }
 
@@ -210,7 +215,13 @@ func changeRecord(p *fsm.Partition, t target) *keelpb.Record {
 //     replica: it becomes the whole ISR, the ELR is cleared and the
 //     partition is RECOVERING until its new leader confirms (KIP-704);
 //   - otherwise no leader, and the ISR keeps what it has.
+//
+// A partition that awaits its replicas' logs gets no leader here: its ISR
+// is a snapshot's, not a fact, and recoveryElection elects it from the logs.
 func electLeader(t *target, v brokerView, unclean bool) {
+	if t.awaiting {
+		return
+	}
 	if t.leader != fsm.NoLeader && slices.Contains(t.isr, t.leader) && v.eligible(t.leader) {
 		return
 	}

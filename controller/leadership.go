@@ -39,6 +39,8 @@ type leadership struct {
 	epoch  atomic.Int64 // set once established; a restore moves it on
 
 	sessions *sessionTracker
+	// reports are the replicas' logs brokers reported (recovery.go).
+	reports *logReports
 
 	shutdownMu sync.Mutex
 	// shutdownAt is, per broker in controlled shutdown, the offset of the
@@ -71,7 +73,7 @@ type event struct {
 func (c *Controller) newLeadership() *leadership {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &leadership{c: c, log: c.log, ctx: ctx, cancel: cancel, events: make(chan event, c.cfg.EventQueueSize),
-		sessions: newSessionTracker(c.cfg.SessionTimeout), shutdownAt: map[int32]uint64{}, registerKick: make(chan struct{}, 1)}
+		sessions: newSessionTracker(c.cfg.SessionTimeout), reports: newLogReports(), shutdownAt: map[int32]uint64{}, registerKick: make(chan struct{}, 1)}
 	l.wg.Add(1)
 	return l
 }
@@ -92,10 +94,11 @@ func (l *leadership) run() {
 	l.sessions.reset(l.c.fsm.Image().Brokers(), l.c.cfg.Now())
 	l.c.active.Store(l)
 	l.log.Info("active controller", "epoch", l.epoch.Load(), "takeover", time.Since(start).Round(time.Millisecond))
-	l.wg.Add(3)
+	l.wg.Add(4)
 	go l.fenceExpiredSessions()
 	go l.electLeaderless()
 	go l.registerControllers()
+	go l.recoverFromLogs()
 	if l.c.cfg.CrashGrace > 0 {
 		l.wg.Add(1)
 		go l.fenceCrashed()

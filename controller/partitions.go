@@ -197,6 +197,8 @@ var (
 	errElectionNotNeeded = errors.New("election not needed")
 	errPreferredNotReady = errors.New("the preferred leader is not in the ISR or not available")
 	errNoLiveReplica     = errors.New("no live replica can lead")
+	errAwaitingLogs      = errors.New("the partition awaits its replicas' logs (after a restore): it is elected once every replica has reported its log, " +
+		"or, with unclean.leader.election.enable=true on its topic, once every replica that has not is fenced")
 )
 
 // electionRecord decides a preferred or unclean election for one partition.
@@ -204,6 +206,9 @@ func electionRecord(img *fsm.Image, p *fsm.Partition, typ keelpb.ElectionType) (
 	v := newView(img)
 	t := targetOf(p)
 	t.minISR = rulesFor(img, p.TopicID).minISR
+	if t.awaiting {
+		return nil, fsm.NoLeader, errAwaitingLogs
+	}
 	switch typ {
 	case keelpb.ElectionType_ELECTION_TYPE_PREFERRED:
 		pref := p.Replicas[0]
@@ -245,7 +250,7 @@ func imbalancedPartitions(img *fsm.Image, ratio float64) []*fsm.Partition {
 		img.PartitionsOnBroker(b.ID, func(p *fsm.Partition) bool {
 			if p.Replicas[0] == b.ID {
 				preferred++
-				if p.Leader != b.ID && p.InISR(b.ID) {
+				if p.Leader != b.ID && p.InISR(b.ID) && !p.AwaitsReplicaLogs() {
 					notLed = append(notLed, p)
 				}
 			}

@@ -22,10 +22,13 @@ type RestoreResult struct {
 // file at path, through raft's user restore, on the event loop so that no
 // decision interleaves with it. The snapshot is verified first; one of
 // another cluster is refused unless force, and then takes this cluster's id.
-// Its controller epoch is replaced by the current one and a new epoch is
-// committed after it, so the epoch never goes back. Every node restores the
-// image (followers by snapshot install); brokers get an image of it on
-// their streams, and brokers it does not hold must register again.
+// What is restored is the snapshot onto the current image
+// (fsm.Image.RestoredOnto), so that nothing goes back: the controller epoch
+// is the current one and a new epoch is committed after it, the brokers
+// keep their registrations, a partition that exists now keeps its leader
+// and ISR at epochs above its current ones, and one that does not awaits
+// its replicas' logs. Every node restores the image (followers by snapshot
+// install); brokers get an image of it on their streams.
 func (c *Controller) RestoreSnapshot(ctx context.Context, path string, force bool) (*RestoreResult, error) {
 	var result *RestoreResult
 	err := c.onLoop(ctx, func(l *leadership) (err error) {
@@ -41,7 +44,8 @@ func (c *Controller) RestoreSnapshot(ctx context.Context, path string, force boo
 
 // restore runs on the event loop (or in establish, before it starts).
 // keepIdentity restores the snapshot's own cluster id and epoch: a new
-// cluster started from a backup.
+// cluster started from a backup (disaster recovery), which trusts nothing
+// the snapshot says of brokers and leaders (fsm.Image.ForDisasterRecovery).
 func (l *leadership) restore(path string, force, keepIdentity bool) (*RestoreResult, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -53,43 +57,39 @@ func (l *leadership) restore(path string, force, keepIdentity bool) (*RestoreRes
 		return nil, err
 	}
 	cur := l.c.fsm.Image()
-	if !keepIdentity {
+	if keepIdentity {
+		img, err = img.ForDisasterRecovery()
+	} else {
 		if img.ClusterID != cur.ClusterID && !force {
 			return nil, fmt.Errorf("%w: the snapshot is of cluster %s, this is cluster %s (keel snapshot restore --force-cluster-id restores it under this cluster's id)",
 				ErrInconsistentClusterID, img.ClusterID, cur.ClusterID)
 		}
-		img = img.WithIdentity(cur.ClusterID, cur.ControllerEpoch, l.c.cfg.NodeID)
+		img, err = img.RestoredOnto(cur, l.c.cfg.NodeID)
 	}
-	// A snapshot restored as it is (a new cluster from a backup) goes to raft
-	// straight from its file; one given this cluster's identity is
-	// rewritten to a temporary file first.
-	src, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w; nothing was restored: %w", ErrRefused, err)
+	}
+	// The image raft restores is written to a temporary file: raft reads
+	// it from there, and so does every follower's install.
+	tmp, err := os.CreateTemp("", "keel-restore-*")
 	if err != nil {
 		return nil, err
 	}
-	defer src.Close()
-	if !keepIdentity {
-		tmp, err := os.CreateTemp("", "keel-restore-*")
-		if err != nil {
-			return nil, err
-		}
-		defer os.Remove(tmp.Name())
-		defer tmp.Close()
-		if err := fsm.WriteSnapshot(tmp, img); err != nil {
-			return nil, err
-		}
-		if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-			return nil, err
-		}
-		src = tmp
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	if err := fsm.WriteSnapshot(tmp, img); err != nil {
+		return nil, err
 	}
-	st, err := src.Stat()
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	st, err := tmp.Stat()
 	if err != nil {
 		return nil, err
 	}
 	size := st.Size()
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: img.Offset, Term: img.Term, Size: size}
-	if err := l.c.raft.Restore(meta, src, l.c.cfg.ApplyTimeout); err != nil {
+	if err := l.c.raft.Restore(meta, tmp, l.c.cfg.ApplyTimeout); err != nil {
 		return nil, fmt.Errorf("raft restore: %w", err)
 	}
 	// The image now holds the snapshot; the epoch moves on from it.

@@ -80,6 +80,9 @@ var methodRules = map[string]rule{
 	keelpb.ControllerService_BrokerHeartbeat_FullMethodName: brokerSelf("broker_id"),
 	keelpb.ControllerService_StreamMetadata_FullMethodName:  brokerSelf("broker_id"),
 	keelpb.ControllerService_AlterPartition_FullMethodName:  brokerSelf("broker_id"),
+	// A broker's report of its own replicas' logs, which elects the
+	// partitions that await them.
+	keelpb.ControllerService_ReportReplicaLogs_FullMethodName: brokerSelf("broker_id"),
 	// A block of producer ids for the idempotent producers a broker's
 	// Kafka listener serves.
 	keelpb.ControllerService_AllocateProducerIds_FullMethodName: brokerSelf("broker_id"),

@@ -41,6 +41,7 @@ var largeRequestMethods = map[string]int{
 	keelpb.ControllerService_ElectLeaders_FullMethodName:                maxRecvMsgBytes,
 	keelpb.ControllerService_AlterPartitionReassignments_FullMethodName: maxRecvMsgBytes,
 	keelpb.ControllerService_RestoreSnapshot_FullMethodName:             maxRecvMsgBytes,
+	keelpb.ControllerService_ReportReplicaLogs_FullMethodName:           maxRecvMsgBytes,
 }
 
 // repeatedBounds is the most entries each repeated field of a request may
@@ -58,6 +59,7 @@ var repeatedBounds = map[protoreflect.FullName]int{
 	"keel.v1.AlterPartitionReassignmentsRequest.partitions": maxPartitionsPerRequest,
 	"keel.v1.ReassignmentTarget.replicas":                   maxReplicationFactor,
 	"keel.v1.IncrementalAlterConfigsRequest.configs":        maxConfigs,
+	"keel.v1.ReportReplicaLogsRequest.replicas":             maxPartitionsPerRequest,
 }
 
 // defaultRepeatedBound is the largest bound Validate applies to any list.

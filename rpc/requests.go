@@ -74,6 +74,8 @@ func Validate(req proto.Message) error {
 		return validTopicRef("name", r.GetName())
 	case *keelpb.AlterPartitionRequest:
 		return checkAlterPartition(r)
+	case *keelpb.ReportReplicaLogsRequest:
+		return checkReportReplicaLogs(r)
 	case *keelpb.ElectLeadersRequest:
 		return checkElectLeaders(r)
 	case *keelpb.AlterPartitionReassignmentsRequest:

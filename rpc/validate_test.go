@@ -44,6 +44,10 @@ var (
 	validAddAssigned      = &keelpb.CreatePartitionsRequest{Topic: "orders", Count: 4, Assignments: []*keelpb.PartitionAssignment{{Replicas: []int32{3, 1}}}}
 	validAlterPartition   = &keelpb.AlterPartitionRequest{BrokerId: 1, BrokerEpoch: 5, TopicId: "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
 		Partition: 0, LeaderEpoch: 0, PartitionEpoch: 0, NewIsr: []int32{1, 2}}
+	validReport = &keelpb.ReportReplicaLogsRequest{BrokerId: 1, BrokerEpoch: 5, Replicas: []*keelpb.ReplicaLog{
+		{TopicId: "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", Partition: 0, CurrentLeaderEpoch: 1, LastWrittenLeaderEpoch: 3, LogEndOffset: 120},
+		{TopicId: "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", Partition: 1, CurrentLeaderEpoch: 0, LastWrittenLeaderEpoch: -1},
+	}}
 	validElect = &keelpb.ElectLeadersRequest{Type: keelpb.ElectionType_ELECTION_TYPE_PREFERRED,
 		Partitions: []*keelpb.TopicPartition{{Topic: "orders", Partition: 0}, {Topic: "orders", Partition: 1}, {Topic: "other", Partition: 0}}}
 	validElectAll = &keelpb.ElectLeadersRequest{Type: keelpb.ElectionType_ELECTION_TYPE_UNCLEAN, All: true}
@@ -91,6 +95,8 @@ func validControllerRequests() []controllerRequestCase {
 		{method: "AlterPartition", name: "recovering", req: edited(validAlterPartition, func(r *keelpb.AlterPartitionRequest) {
 			r.NewIsr, r.LeaderRecoveryState = []int32{1}, keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING
 		})},
+		{method: "ReportReplicaLogs", req: validReport},
+		{method: "ReportReplicaLogs", name: "nothing to report", req: &keelpb.ReportReplicaLogsRequest{BrokerId: 1, BrokerEpoch: 5}},
 		{method: "IncrementalAlterConfigs", req: validAlterConf},
 		{method: "IncrementalAlterConfigs", name: "cluster defaults, validate only", req: edited(validAlterConf, func(r *keelpb.IncrementalAlterConfigsRequest) {
 			r.Resource, r.ValidateOnly = clusterResource, true
@@ -162,6 +168,10 @@ func invalidControllerRequests() []controllerRequestCase {
 	alter := func(name, field string, edit func(*keelpb.AlterPartitionRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "AlterPartition", name: name, field: field,
 			req: edited(validAlterPartition, edit)}
+	}
+	report := func(name, field string, edit func(*keelpb.ReportReplicaLogsRequest)) controllerRequestCase {
+		return controllerRequestCase{method: "ReportReplicaLogs", name: name, field: field,
+			req: edited(validReport, edit)}
 	}
 	elect := func(name, field string, base *keelpb.ElectLeadersRequest, edit func(*keelpb.ElectLeadersRequest)) controllerRequestCase {
 		return controllerRequestCase{method: "ElectLeaders", name: name, field: field,
@@ -274,6 +284,19 @@ func invalidControllerRequests() []controllerRequestCase {
 		{method: "DescribeTopic", name: "an over-long name", field: "name",
 			req: &keelpb.DescribeTopicRequest{Name: long(fsm.MaxTopicNameLen + 1)}},
 
+		report("a negative broker id", "broker_id", func(r *keelpb.ReportReplicaLogsRequest) { r.BrokerId = -1 }),
+		report("broker epoch 0", "broker_epoch", func(r *keelpb.ReportReplicaLogsRequest) { r.BrokerEpoch = 0 }),
+		report("too many reports", "replicas", func(r *keelpb.ReportReplicaLogsRequest) {
+			r.Replicas = make([]*keelpb.ReplicaLog, maxPartitionsPerRequest+1)
+			for i := range r.Replicas {
+				r.Replicas[i] = validReport.Replicas[0]
+			}
+		}),
+		report("a topic name for a topic id", "replicas[1].topic_id", func(r *keelpb.ReportReplicaLogsRequest) { r.Replicas[1].TopicId = "orders" }),
+		report("a negative partition", "replicas[0].partition", func(r *keelpb.ReportReplicaLogsRequest) { r.Replicas[0].Partition = -1 }),
+		report("a negative leader epoch", "replicas[0].current_leader_epoch", func(r *keelpb.ReportReplicaLogsRequest) { r.Replicas[0].CurrentLeaderEpoch = -1 }),
+		report("a last epoch below -1", "replicas[1].last_written_leader_epoch", func(r *keelpb.ReportReplicaLogsRequest) { r.Replicas[1].LastWrittenLeaderEpoch = -2 }),
+		report("a negative log end offset", "replicas[0].log_end_offset", func(r *keelpb.ReportReplicaLogsRequest) { r.Replicas[0].LogEndOffset = -1 }),
 		alter("a negative broker id", "broker_id", func(r *keelpb.AlterPartitionRequest) { r.BrokerId = -1 }),
 		alter("broker epoch 0", "broker_epoch", func(r *keelpb.AlterPartitionRequest) { r.BrokerEpoch = 0 }),
 		alter("no topic id", "topic_id", func(r *keelpb.AlterPartitionRequest) { r.TopicId = "" }),

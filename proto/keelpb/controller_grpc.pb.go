@@ -34,6 +34,7 @@ const (
 	ControllerService_ListTopics_FullMethodName                  = "/keel.v1.ControllerService/ListTopics"
 	ControllerService_DescribeTopic_FullMethodName               = "/keel.v1.ControllerService/DescribeTopic"
 	ControllerService_AlterPartition_FullMethodName              = "/keel.v1.ControllerService/AlterPartition"
+	ControllerService_ReportReplicaLogs_FullMethodName           = "/keel.v1.ControllerService/ReportReplicaLogs"
 	ControllerService_ElectLeaders_FullMethodName                = "/keel.v1.ControllerService/ElectLeaders"
 	ControllerService_AlterPartitionReassignments_FullMethodName = "/keel.v1.ControllerService/AlterPartitionReassignments"
 	ControllerService_ListPartitionReassignments_FullMethodName  = "/keel.v1.ControllerService/ListPartitionReassignments"
@@ -107,6 +108,16 @@ type ControllerServiceClient interface {
 	// registered, fenced, shutting down, or at another broker epoch than the
 	// request says (FailedPrecondition, INELIGIBLE_REPLICA).
 	AlterPartition(ctx context.Context, in *AlterPartitionRequest, opts ...grpc.CallOption) (*AlterPartitionResponse, error)
+	// ReportReplicaLogs is a broker's report of some of its replicas' logs:
+	// those of partitions that await their replicas' logs (no leader,
+	// RECOVERING: after a restore), and those whose log holds a leader epoch
+	// above the metadata's (the metadata went back). The active controller
+	// elects an awaiting partition from its replicas' reports (KIP-966's
+	// unclean recovery) and makes a partition a log is ahead of await them.
+	// Refused for a stale broker epoch (FailedPrecondition,
+	// STALE_BROKER_EPOCH) and, as writes are, by a controller that is not
+	// active.
+	ReportReplicaLogs(ctx context.Context, in *ReportReplicaLogsRequest, opts ...grpc.CallOption) (*ReportReplicaLogsResponse, error)
 	// ElectLeaders runs a preferred or unclean election on some partitions.
 	ElectLeaders(ctx context.Context, in *ElectLeadersRequest, opts ...grpc.CallOption) (*ElectLeadersResponse, error)
 	// AlterPartitionReassignments starts (replicas set) or cancels (replicas
@@ -326,6 +337,16 @@ func (c *controllerServiceClient) AlterPartition(ctx context.Context, in *AlterP
 	return out, nil
 }
 
+func (c *controllerServiceClient) ReportReplicaLogs(ctx context.Context, in *ReportReplicaLogsRequest, opts ...grpc.CallOption) (*ReportReplicaLogsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportReplicaLogsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_ReportReplicaLogs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *controllerServiceClient) ElectLeaders(ctx context.Context, in *ElectLeadersRequest, opts ...grpc.CallOption) (*ElectLeadersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ElectLeadersResponse)
@@ -526,6 +547,16 @@ type ControllerServiceServer interface {
 	// registered, fenced, shutting down, or at another broker epoch than the
 	// request says (FailedPrecondition, INELIGIBLE_REPLICA).
 	AlterPartition(context.Context, *AlterPartitionRequest) (*AlterPartitionResponse, error)
+	// ReportReplicaLogs is a broker's report of some of its replicas' logs:
+	// those of partitions that await their replicas' logs (no leader,
+	// RECOVERING: after a restore), and those whose log holds a leader epoch
+	// above the metadata's (the metadata went back). The active controller
+	// elects an awaiting partition from its replicas' reports (KIP-966's
+	// unclean recovery) and makes a partition a log is ahead of await them.
+	// Refused for a stale broker epoch (FailedPrecondition,
+	// STALE_BROKER_EPOCH) and, as writes are, by a controller that is not
+	// active.
+	ReportReplicaLogs(context.Context, *ReportReplicaLogsRequest) (*ReportReplicaLogsResponse, error)
 	// ElectLeaders runs a preferred or unclean election on some partitions.
 	ElectLeaders(context.Context, *ElectLeadersRequest) (*ElectLeadersResponse, error)
 	// AlterPartitionReassignments starts (replicas set) or cancels (replicas
@@ -644,6 +675,9 @@ func (UnimplementedControllerServiceServer) DescribeTopic(context.Context, *Desc
 }
 func (UnimplementedControllerServiceServer) AlterPartition(context.Context, *AlterPartitionRequest) (*AlterPartitionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AlterPartition not implemented")
+}
+func (UnimplementedControllerServiceServer) ReportReplicaLogs(context.Context, *ReportReplicaLogsRequest) (*ReportReplicaLogsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportReplicaLogs not implemented")
 }
 func (UnimplementedControllerServiceServer) ElectLeaders(context.Context, *ElectLeadersRequest) (*ElectLeadersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ElectLeaders not implemented")
@@ -932,6 +966,24 @@ func _ControllerService_AlterPartition_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_ReportReplicaLogs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportReplicaLogsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).ReportReplicaLogs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_ReportReplicaLogs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).ReportReplicaLogs(ctx, req.(*ReportReplicaLogsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ControllerService_ElectLeaders_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ElectLeadersRequest)
 	if err := dec(in); err != nil {
@@ -1202,6 +1254,10 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AlterPartition",
 			Handler:    _ControllerService_AlterPartition_Handler,
+		},
+		{
+			MethodName: "ReportReplicaLogs",
+			Handler:    _ControllerService_ReportReplicaLogs_Handler,
 		},
 		{
 			MethodName: "ElectLeaders",

@@ -611,6 +611,11 @@ func (a *Agent) register(ctx context.Context) (int64, error) {
 			}
 			a.log.Info("registered", "broker_epoch", resp.GetBrokerEpoch(), "cluster_id", resp.GetClusterId(),
 				"controller_epoch", resp.GetControllerEpoch(), "previous_broker_epoch", req.GetPreviousBrokerEpoch())
+			if seen := a.replay.epoch.Load(); resp.GetControllerEpoch() < seen {
+				a.log.Warn("the controllers' epoch went back: the quorum was started again from a snapshot; following it from a snapshot of its metadata",
+					"controller_epoch", resp.GetControllerEpoch(), "seen", seen)
+				a.replay.restart(resp.GetControllerEpoch())
+			}
 			a.mu.Lock()
 			a.epoch = resp.GetBrokerEpoch()
 			a.mu.Unlock()

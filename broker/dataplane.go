@@ -53,6 +53,18 @@ type Link interface {
 	// for the metadata to show a newer partition state and decides again:
 	// retrying with the same epochs can only be refused again.
 	AlterPartition(ctx context.Context, change ISRChange) (*keelpb.PartitionDescription, error)
+	// ReportReplicaLogs sends the active controller the logs of replicas
+	// whose partition awaits its replicas' logs
+	// (fsm.Partition.AwaitsReplicaLogs), or whose log holds a leader
+	// epoch above the one the metadata gives the partition (see
+	// ReplicaLog). A data plane that keeps logs must report them, or a
+	// partition restored from a snapshot never gets a leader. Refusals:
+	// FailedPrecondition with STALE_BROKER_EPOCH; Unavailable when no
+	// controller answered. The controller acts on a report only while
+	// the partition is as the report says (its leader epoch), so a data
+	// plane reports again when that changes, and to each new active
+	// controller (a new controller epoch).
+	ReportReplicaLogs(ctx context.Context, logs []ReplicaLog) error
 }
 
 // ISRChange is a partition leader's request to set the ISR, valid only at

@@ -180,6 +180,17 @@ func (r *replayer) install(next *fsm.Image) error {
 	return nil
 }
 
+// restart follows a quorum whose controller epoch went back to epoch: one
+// started again from a snapshot (disaster recovery), whose history is not
+// the one this image follows. The next stream starts with a snapshot, and
+// pushes at epoch are taken. Only a registration's answer says so (it is a
+// committed write, which no deposed controller can make); the stream loop
+// must not be running.
+func (r *replayer) restart(epoch int64) {
+	r.epoch.Store(epoch)
+	r.wantSnapshot = true
+}
+
 // reset forgets a snapshot in progress: the stream it came on has ended.
 func (r *replayer) reset() {
 	if r.snap != nil {

@@ -69,6 +69,8 @@ func (l ctlLink) BrokerEpoch() int64 {
 	return 0
 }
 
+func (l ctlLink) ReportReplicaLogs(context.Context, []ReplicaLog) error { return nil }
+
 func (l ctlLink) AlterPartition(_ context.Context, ch ISRChange) (*keelpb.PartitionDescription, error) {
 	c := l.c
 	c.mu.Lock()

@@ -145,6 +145,8 @@ type fakeController struct {
 	requests []broker.ISRChange
 	// refuse, when set, refuses every AlterPartition with it.
 	refuse error
+	// logs are the replicas' logs reported, by broker, in order.
+	logs map[int32][]broker.ReplicaLog
 }
 
 func (c *fakeController) image() *fsm.Image {
@@ -205,6 +207,17 @@ func (l ctlLink) AlterPartition(_ context.Context, ch broker.ISRChange) (*keelpb
 	p, _ = c.img.Partition(ch.TopicID, ch.Partition)
 	return &keelpb.PartitionDescription{Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch,
 		PartitionEpoch: p.PartitionEpoch, Replicas: p.Replicas, Isr: p.ISR}, nil
+}
+
+// ReportReplicaLogs records the reports.
+func (l ctlLink) ReportReplicaLogs(_ context.Context, logs []broker.ReplicaLog) error {
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	if l.c.logs == nil {
+		l.c.logs = map[int32][]broker.ReplicaLog{}
+	}
+	l.c.logs[l.id] = append(l.c.logs[l.id], logs...)
+	return nil
 }
 
 func reasonErr(code codes.Code, reason, msg string) error {

@@ -65,6 +65,9 @@ type Manager struct {
 	closeOnce   sync.Once
 	closeResult error
 	failed      chan error // Failed: the first log that failed to write
+	// reports are the replicas' logs reported to the controllers
+	// (recovery.go).
+	reports logReporter
 }
 
 // replica is one partition replica on this broker. Its role fields are
@@ -146,6 +149,7 @@ func New(cfg Config) (*Manager, error) {
 		conns:    map[string]fetchClient{},
 		wake:     make(chan struct{}, alterSenders),
 		failed:   make(chan error, 1),
+		reports:  newLogReporter(),
 	}
 	m.img.Store(fsm.Empty())
 	return m, nil
@@ -161,6 +165,8 @@ func (m *Manager) Start(link broker.Link) error {
 		m.wg.Add(1)
 		go m.runSender()
 	}
+	m.wg.Add(1)
+	go m.runLogReports()
 	m.every(max(m.cfg.ReplicaLagTimeMax/2, time.Millisecond), m.checkLag)
 	m.every(m.cfg.HighWatermarkCheckpointInterval, m.checkpointHighWatermarks)
 	if m.cfg.FlushInterval > 0 {
@@ -416,6 +422,19 @@ func (m *Manager) BecomeLeader(p broker.PartitionState) {
 	}
 	r.roleMu.Lock()
 	defer r.roleMu.Unlock()
+	if ahead, last := logAhead(r, p.LeaderEpoch); ahead {
+		// The metadata went back (a restore): leading at this epoch would
+		// write below what the log holds. The controller is told, and
+		// elects again above it.
+		m.log.Warn("not leading: the log holds a leader epoch above the metadata's; reporting it to the controller",
+			"topic", p.Topic, "partition", p.Partition, "leader_epoch", p.LeaderEpoch, "log_leader_epoch", last)
+		m.mu.Lock()
+		m.reset(r)
+		r.role, r.leader, r.leaderEpoch = broker.RoleStopped, p.Leader, p.LeaderEpoch
+		m.mu.Unlock()
+		m.pokeReports()
+		return
+	}
 	if err := r.log.AssignEpoch(p.LeaderEpoch); err != nil {
 		m.log.Error("cannot record the leader epoch; not leading", "topic", p.Topic, "partition", p.Partition,
 			"leader_epoch", p.LeaderEpoch, "err", err)
@@ -469,8 +488,23 @@ func (m *Manager) BecomeFollower(p broker.PartitionState) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.reset(r)
+	if ahead, last := logAhead(r, p.LeaderEpoch); ahead {
+		// A fetch would truncate the log to a leader that may lack what it
+		// holds (the metadata went back): the replica stops, so that no
+		// fetch answer is applied to it, and its log is reported; the
+		// controller elects above it.
+		m.log.Warn("not following: the log holds a leader epoch above the metadata's; reporting it to the controller",
+			"topic", p.Topic, "partition", p.Partition, "leader", p.Leader, "leader_epoch", p.LeaderEpoch, "log_leader_epoch", last)
+		r.role, r.leader, r.leaderEpoch = broker.RoleStopped, p.Leader, p.LeaderEpoch
+		m.pokeReports()
+		return
+	}
 	r.role, r.leader, r.leaderEpoch = broker.RoleFollower, p.Leader, p.LeaderEpoch
 	r.hw = min(r.hw, r.log.LogEndOffset())
+	if p.Leader == fsm.NoLeader {
+		// It may await its replicas' logs.
+		m.pokeReports()
+	}
 	if p.Leader != fsm.NoLeader && p.Leader != m.self && m.ctx != nil && !m.closed && !m.cfg.manualFetch {
 		ctx, cancel := context.WithCancel(m.ctx)
 		r.stopFetch = cancel

@@ -85,7 +85,10 @@ func (m *Manager) runLogReports() {
 func (m *Manager) reportLogs(ctx context.Context) {
 	img := m.img.Load()
 	epoch := m.link.BrokerEpoch()
-	if epoch == 0 {
+	if b, ok := img.Broker(m.self); epoch == 0 || !ok || b.Epoch != epoch {
+		// Not registered yet, or the image has not reached this
+		// registration: it may be another quorum's (a disaster recovery),
+		// whose replicas this broker may still be writing to.
 		return
 	}
 	key := func(p *fsm.Partition) logReport {

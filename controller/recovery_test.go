@@ -44,6 +44,15 @@ func report(id, lastEpoch int32, endOffset int64) func() (int32, replicaLog) {
 	return func() (int32, replicaLog) { return logOf(id, lastEpoch, endOffset) }
 }
 
+// edited is a report changed by edit.
+func edited(l func() (int32, replicaLog), edit func(*replicaLog)) func() (int32, replicaLog) {
+	return func() (int32, replicaLog) {
+		id, r := l()
+		edit(&r)
+		return id, r
+	}
+}
+
 func TestRecovery_ElectionFromReplicaLogs(t *testing.T) {
 	all := []int32{1, 2, 3}
 	tests := []struct {
@@ -76,17 +85,11 @@ func TestRecovery_ElectionFromReplicaLogs(t *testing.T) {
 		{name: "unclean: a missing replica that is alive holds it up", active: all, unclean: true,
 			reports: reportsOf(report(1, 2, 100), report(2, 2, 90)), leader: fsm.NoLeader},
 		{name: "a report at another leader epoch counts as none", active: all,
-			reports: reportsOf(report(1, 0, 5), report(2, 0, 5), func() (int32, replicaLog) {
-				id, r := logOf(3, 0, 5)
-				r.leaderEpoch = 7
-				return id, r
-			}), leader: fsm.NoLeader},
+			reports: reportsOf(report(1, 0, 5), report(2, 0, 5), edited(report(3, 0, 5), func(r *replicaLog) { r.leaderEpoch = 7 })),
+			leader:  fsm.NoLeader},
 		{name: "a report of an earlier incarnation counts as none", active: all,
-			reports: reportsOf(report(1, 0, 5), report(2, 0, 5), func() (int32, replicaLog) {
-				id, r := logOf(3, 0, 5)
-				r.brokerEpoch = 1
-				return id, r
-			}), leader: fsm.NoLeader},
+			reports: reportsOf(report(1, 0, 5), report(2, 0, 5), edited(report(3, 0, 5), func(r *replicaLog) { r.brokerEpoch = 1 })),
+			leader:  fsm.NoLeader},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -162,8 +162,14 @@ func (p *streamProducer) ackedCount() int {
 // says why, for the failure message.
 func (p *streamProducer) waitAcked(n int, what string) {
 	p.t.Helper()
+	p.waitAckedWithin(n, kafkaTimeout, what)
+}
+
+// waitAckedWithin is waitAcked for at most limit.
+func (p *streamProducer) waitAckedWithin(n int, limit time.Duration, what string) {
+	p.t.Helper()
 	target := p.ackedCount() + n
-	poll.UntilState(p.t, kafkaTimeout, fmt.Sprintf("%d acknowledged records (%s)", target, what), func() (bool, string) {
+	poll.UntilState(p.t, limit, fmt.Sprintf("%d acknowledged records (%s)", target, what), func() (bool, string) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return len(p.acked) >= target, fmt.Sprintf("%d acknowledged, %d failed, %d sent", len(p.acked), len(p.failed), len(p.sent))

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -23,16 +22,40 @@ import (
 // takes to move a leader by hand.
 const restoreRecoveryLimit = 20 * time.Second
 
-// waitAckedWithin waits until n more records than now are acknowledged,
-// for at most limit; what says why, for the failure message.
-func (p *streamProducer) waitAckedWithin(n int, limit time.Duration, what string) {
+// finish stops the producer, fails the test if records are still in flight
+// after kafkaTimeout or the producer gave any up, and returns what it sent
+// and what was acknowledged.
+func (p *streamProducer) finish() (sent map[string]bool, acked []ackedRecord) {
 	p.t.Helper()
-	target := p.ackedCount() + n
-	poll.UntilState(p.t, limit, fmt.Sprintf("%d acknowledged records (%s)", target, what), func() (bool, string) {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.acked) >= target, fmt.Sprintf("%d acknowledged, %d failed, %d sent", len(p.acked), len(p.failed), len(p.sent))
+	if !p.stop(kafkaTimeout) {
+		p.t.Fatalf("producer %q did not finish: records still in flight after %s", p.tag, kafkaTimeout)
+	}
+	sent, acked, failed := p.results()
+	for v, err := range failed {
+		p.t.Errorf("%q: the producer gave up: %v", v, err)
+	}
+	return sent, acked
+}
+
+// saveThenKillLeader creates topic (its partitions as args say, RF 3,
+// min.insync.replicas=2), saves a snapshot once every partition is led
+// with a full ISR, starts a producer tagged tag, and once it has 200
+// records acknowledged kills the leader of partition 0 and waits for 200
+// more without it: the partitions it led move on to leader epoch 1, which
+// its log never sees. It returns the snapshot, the producer and the
+// broker killed.
+func saveThenKillLeader(t *testing.T, c *Cluster, kafka map[int32]string, topic, tag string, args ...string) (string, *streamProducer, int32) {
+	t.Helper()
+	c.createTopic(t, topic, append(args, "--config", "min.insync.replicas=2")...)
+	c.WaitForTopic(t, topic, "led with full ISRs", func(d topicJSON) bool {
+		return d.every(func(p partitionJSON) bool { return p.Leader > 0 && len(p.ISR) == 3 })
 	})
+	file, _ := c.saveSnapshot(t)
+	prod := startProducer(t, kafka, topic, int32(len(c.cliDescribe(t, topic).Partitions)), tag)
+	prod.waitAcked(200, "before the leader change")
+	victim := killLeaderOf(t, c, topic, 0)
+	prod.waitAcked(200, fmt.Sprintf("with broker %d down", victim))
+	return file, prod, victim
 }
 
 // epochsAbove reports whether every partition of d is led, at a leader
@@ -90,16 +113,7 @@ func TestRestore_OnlineUnderLoadMovesEpochsOn(t *testing.T) {
 	t.Parallel()
 	c, kafka := startKafkaCluster(t, threeBrokers)
 	const topic, partitions = "restored", 3
-	c.createTopic(t, topic, "--partitions", "3", "--replication-factor", "3", "--config", "min.insync.replicas=2")
-	c.WaitForTopic(t, topic, "led with full ISRs", func(d topicJSON) bool {
-		return d.every(func(p partitionJSON) bool { return p.Leader > 0 && len(p.ISR) == 3 })
-	})
-	file, _ := c.saveSnapshot(t)
-
-	prod := startProducer(t, kafka, topic, partitions, "")
-	prod.waitAcked(200, "before the leader change")
-	victim := killLeaderOf(t, c, topic, 0)
-	prod.waitAcked(200, fmt.Sprintf("with broker %d down", victim))
+	file, prod, victim := saveThenKillLeader(t, c, kafka, topic, "", "--partitions", "3", "--replication-factor", "3")
 	c.RestartBroker(victim)
 	c.WaitForTopic(t, topic, "back to full ISRs", func(d topicJSON) bool {
 		return d.every(func(p partitionJSON) bool { return len(p.ISR) == 3 })
@@ -118,13 +132,7 @@ func TestRestore_OnlineUnderLoadMovesEpochsOn(t *testing.T) {
 	t.Logf("restored %s (snapshot index %d, controller epoch %d); producing again %s after it; partitions before:\n%safter:\n%s",
 		file, res.SnapshotIndex, res.ControllerEpoch, time.Since(restored).Round(time.Millisecond), formatTopic(before), formatTopic(after))
 
-	if !prod.stop(kafkaTimeout) {
-		t.Fatalf("the producer did not finish: records still in flight after %s", kafkaTimeout)
-	}
-	sent, acked, failed := prod.results()
-	for v, err := range failed {
-		t.Errorf("%q: the producer gave up: %v", v, err)
-	}
+	sent, acked := prod.finish()
 	readAllAcked(t, kafka, topic, partitions, sent, acked)
 }
 
@@ -147,26 +155,12 @@ func TestRestore_DisasterRecoveryKeepsAckedRecords(t *testing.T) {
 	// in every ISR, and as the highest id it is the last ISR member left
 	// when the restored brokers' sessions end (the longest silent first,
 	// ties by id), so that the snapshot's ISR alone would elect it.
-	c.createTopic(t, topic, "--assignment", "0:3,1,2;1:1,2,3;2:2,3,1", "--config", "min.insync.replicas=2")
-	c.WaitForTopic(t, topic, "led with full ISRs", func(d topicJSON) bool {
-		return d.every(func(p partitionJSON) bool { return p.Leader > 0 && len(p.ISR) == 3 })
-	})
-	file, _ := c.saveSnapshot(t)
-
-	prod := startProducer(t, kafka, topic, partitions, "a")
-	prod.waitAcked(200, "before the leader change")
-	victim := killLeaderOf(t, c, topic, 0)
+	file, prod, victim := saveThenKillLeader(t, c, kafka, topic, "a", "--assignment", "0:3,1,2;1:1,2,3;2:2,3,1")
 	if victim != 3 {
 		t.Fatalf("partition 0 was led by broker %d; want broker 3, its preferred leader", victim)
 	}
-	prod.waitAcked(300, fmt.Sprintf("with broker %d down", victim))
-	if !prod.stop(kafkaTimeout) {
-		t.Fatalf("the producer did not finish: records still in flight after %s", kafkaTimeout)
-	}
-	sent, acked, failed := prod.results()
-	for v, err := range failed {
-		t.Errorf("%q: the producer gave up: %v", v, err)
-	}
+	prod.waitAcked(100, fmt.Sprintf("with broker %d down", victim))
+	sent, acked := prod.finish()
 	before := c.cliDescribe(t, topic)
 
 	// The disaster: every controller and its data dir; every broker dies.
@@ -207,13 +201,7 @@ func TestRestore_DisasterRecoveryKeepsAckedRecords(t *testing.T) {
 	more.waitAckedWithin(100, restoreRecoveryLimit, "after the recovery")
 	t.Logf("a quorum from the snapshot and the brokers on their data: producing again %s after the start; partitions before:\n%safter:\n%s",
 		time.Since(start).Round(time.Millisecond), formatTopic(before), formatTopic(after))
-	if !more.stop(kafkaTimeout) {
-		t.Fatalf("the second producer did not finish: records still in flight after %s", kafkaTimeout)
-	}
-	sentB, ackedB, failedB := more.results()
-	for v, err := range failedB {
-		t.Errorf("%q: the producer gave up: %v", v, err)
-	}
+	sentB, ackedB := more.finish()
 	for v := range sentB {
 		sent[v] = true
 	}

@@ -206,11 +206,12 @@ type recovery struct {
 	reported   int // replicas that reported
 	replicas   int
 	incomplete bool // elected without every replica's report (unclean)
+	ahead      bool // a log ahead of the metadata made the partition await its logs
 }
 
 func (o recovery) logTo(l *leadership) {
 	switch {
-	case o.leader == fsm.NoLeader && o.reported == 0:
+	case o.ahead:
 		l.log.Warn("a replica's log is ahead of the metadata (a restore?); the partition awaits its replicas' logs",
 			"topic", o.topic, "partition", o.partition, "leader_epoch", o.epoch, "log_leader_epoch", o.lastEpoch, "log_end_offset", o.endOffset)
 	case o.leader == fsm.NoLeader:
@@ -283,17 +284,38 @@ func recoveryChanges(img *fsm.Image, reports map[partitionKey]map[int32]replicaL
 			// Its leader epoch moves: every replica reports again.
 			done[k] = reports[k]
 		}
-		t := targetOf(p)
-		t.minISR = rulesFor(img, p.TopicID).minISR
-		t.leader = fsm.NoLeader
-		t.recovery = keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING
-		if r := changeRecord(p, t); r != nil {
+		if r := awaitLogsRecord(p); r != nil {
 			recs = append(recs, r)
 			out = append(out, recovery{topic: topic, partition: p.Partition, leader: fsm.NoLeader, epoch: p.LeaderEpoch + 1,
-				lastEpoch: ahead.lastEpoch, endOffset: ahead.endOffset, replicas: len(p.Replicas)})
+				ahead: true, lastEpoch: ahead.lastEpoch, endOffset: ahead.endOffset, replicas: len(p.Replicas)})
 		}
 	}
 	return recs, out, done
+}
+
+// awaitLogsRecord makes p await its replicas' logs
+// (fsm.Partition.AwaitsReplicaLogs): no leader, RECOVERING, and neither
+// eligible replicas nor a last known leader, which the logs decide now.
+func awaitLogsRecord(p *fsm.Partition) *keelpb.Record {
+	noLeader := fsm.NoLeader
+	state := keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING
+	r := &keelpb.PartitionChangeRecord{TopicId: bytes.Clone(p.TopicID[:]), Partition: p.Partition}
+	if p.Leader != noLeader {
+		r.Leader = &noLeader
+	}
+	if !p.Recovering() {
+		r.LeaderRecoveryState = &state
+	}
+	if len(p.ELR()) > 0 {
+		r.EligibleLeaderReplicas = &keelpb.Int32List{}
+	}
+	if len(p.LastKnownELR()) > 0 {
+		r.LastKnownElr = &keelpb.Int32List{}
+	}
+	if r.Leader == nil && r.LeaderRecoveryState == nil && r.EligibleLeaderReplicas == nil && r.LastKnownElr == nil {
+		return nil
+	}
+	return &keelpb.Record{Record: &keelpb.Record_PartitionChange{PartitionChange: r}}
 }
 
 // recoveryElection elects an awaiting partition from its replicas' logs

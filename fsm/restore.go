@@ -15,13 +15,16 @@ import (
 // rules (docs/design.md, "Restores and epochs").
 
 // AwaitsReplicaLogs reports whether the partition waits for its replicas'
-// logs before it gets a leader: no leader, and RECOVERING. A restore that
-// cannot vouch for a partition's leader leaves it so, and the active
-// controller elects the replica whose log is furthest on (the highest last
-// leader epoch, then the longest log: KIP-966's unclean recovery) at a
-// leader epoch above every epoch the replicas' logs hold.
+// logs before it gets a leader: no leader, RECOVERING (whose data is in
+// doubt), and no last known leader (nobody knows whose log is right). A
+// restore that cannot vouch for a partition's leader leaves it so, and the
+// active controller elects the replica whose log is furthest on (the
+// highest last leader epoch, then the longest log: KIP-966's unclean
+// recovery) at a leader epoch above every epoch the replicas' logs hold.
+// A RECOVERING partition that lost its leader knows it as its last known
+// leader, and is elected by the usual rules (KIP-704).
 func (p *Partition) AwaitsReplicaLogs() bool {
-	return p.Leader == NoLeader && p.Recovering()
+	return p.Leader == NoLeader && p.Recovering() && len(p.LastKnownELR()) == 0
 }
 
 // DisasterRecoveryProducerIDs is how far a disaster recovery moves the next

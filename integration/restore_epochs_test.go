@@ -207,3 +207,76 @@ func TestRestore_DisasterRecoveryKeepsAckedRecords(t *testing.T) {
 	}
 	readAllAcked(t, kafka, topic, partitions, sent, append(acked, ackedB...))
 }
+
+// TestRestore_DisasterRecoveryWhileBrokersRun: only the controllers are
+// lost, after failovers took the controller epoch past the snapshot's; the
+// brokers keep running, and a producer keeps writing to them. A new quorum
+// on the same addresses, started from the snapshot, has a lower controller
+// epoch than the brokers have seen and knows none of them: each registers
+// again, follows the new quorum from a snapshot of its metadata, and
+// reports its logs; every partition is led again at leader epochs above
+// the ones before, and every acknowledged record is read back.
+func TestRestore_DisasterRecoveryWhileBrokersRun(t *testing.T) {
+	t.Parallel()
+	c, kafka := startKafkaCluster(t, threeBrokers)
+	const topic, partitions = "running", 3
+	c.createTopic(t, topic, "--partitions", "3", "--replication-factor", "3", "--config", "min.insync.replicas=2")
+	c.WaitForTopic(t, topic, "led with full ISRs", func(d topicJSON) bool {
+		return d.every(func(p partitionJSON) bool { return p.Leader > 0 && len(p.ISR) == 3 })
+	})
+	file, saved := c.saveSnapshot(t)
+	prod := startProducer(t, kafka, topic, partitions, "")
+	prod.waitAcked(200, "before the failovers")
+	// Two failovers: the brokers see a controller epoch two above the
+	// snapshot's, one above what the new quorum will start at.
+	for range 2 {
+		leader, _ := c.WaitForActive(t, activeTimeout)
+		c.Kill(leader)
+		c.WaitForActive(t, activeTimeout)
+		c.Restart(leader)
+	}
+	_, seen := c.WaitForActive(t, activeTimeout)
+	c.WaitForInspect(t, threeBrokers, fmt.Sprintf("streaming at controller epoch %d", seen), func(v *keelpb.InspectResponse) bool {
+		return v.GetControllerEpoch() == seen
+	})
+	prod.waitAcked(200, "after the failovers")
+	before := c.cliDescribe(t, topic)
+	brokersBefore := c.WaitForBrokers(t, allActive(threeBrokers...))
+
+	// The disaster: every controller and its data dir; a new quorum on the
+	// same addresses, from the snapshot.
+	c.KillTogether(c.IDs(), nil)
+	for _, id := range c.IDs() {
+		if err := os.RemoveAll(c.DataDir(id)); err != nil {
+			t.Fatal(err)
+		}
+		nd := c.node(id)
+		nd.SetArgs(append(nd.Args(), "--restore-from", file))
+	}
+	start := time.Now()
+	for _, id := range c.IDs() {
+		c.Start(id)
+	}
+	_, epoch := c.WaitForActive(t, activeTimeout)
+	if epoch != saved.ControllerEpoch+1 || epoch >= seen {
+		t.Fatalf("the new quorum is at controller epoch %d; want the snapshot's %d + 1, below the %d the brokers saw", epoch, saved.ControllerEpoch, seen)
+	}
+	c.WaitForInspect(t, threeBrokers, fmt.Sprintf("registered again and streaming at controller epoch %d", epoch), func(v *keelpb.InspectResponse) bool {
+		return v.GetState() == stateActive && v.GetControllerEpoch() == epoch && v.GetBrokerEpoch() != brokersBefore[v.GetBrokerId()].GetEpoch()
+	})
+	after := c.WaitForTopic(t, topic, "led at leader epochs above the ones before the loss", func(d topicJSON) bool {
+		ok, _ := epochsAbove(d, before, false)
+		return ok
+	})
+	prod.waitAckedWithin(200, restoreRecoveryLimit, "after the recovery")
+	t.Logf("a quorum from the snapshot under running brokers: producing again %s after its start; partitions before:\n%safter:\n%s",
+		time.Since(start).Round(time.Millisecond), formatTopic(before), formatTopic(after))
+	sent, acked := prod.finish()
+	readAllAcked(t, kafka, topic, partitions, sent, acked)
+	// The controllers started after the brokers, and the end of the test
+	// stops the latest started first: the brokers stop now, while a quorum
+	// can still take their controlled shutdowns.
+	for _, id := range threeBrokers {
+		c.StopBroker(id)
+	}
+}

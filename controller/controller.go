@@ -250,6 +250,18 @@ func (c *Controller) notLeader() error {
 	return &NotLeaderError{LeaderID: id, LeaderAddress: addr}
 }
 
+// unconfirmed is the answer to a decision that wrote nothing when the
+// entry that was to confirm it did not commit (why): this node could not
+// show that it still led after taking it, so its answer may be stale.
+// Nothing was written, so the caller may ask again: the leader it names,
+// or, while raft still has this node lead, this node.
+func (c *Controller) unconfirmed(why error) error {
+	if c.raft.State() == raft.Leader {
+		return fmt.Errorf("%w: %v; nothing was written", ErrLeadershipUnconfirmed, why)
+	}
+	return c.notLeader()
+}
+
 // decision decides what to write from the committed image: it runs on the
 // event loop, after every earlier decision has been applied, and returns the
 // records to commit as one batch (none: nothing to write).
@@ -395,29 +407,35 @@ func (c *Controller) HandOff() bool {
 // controller, before ReadImage was called: the read-index rule of the Raft
 // paper (section 6.4). Only the active controller can answer: its image holds
 // everything committed before its epoch record, and every write it has
-// acknowledged since. It then confirms with a quorum that it still leads, so
-// that a deposed leader which has not noticed yet (paused, partitioned)
-// cannot answer from an image a newer leader has moved past. It fails like a
-// write when this node is not active, and with the not-active error when
-// leadership is lost while confirming.
+// acknowledged since. It then confirms that it still leads, as the answer
+// to a decision that writes nothing is confirmed (leadership.confirm): the
+// read is such a decision, queued behind the writes before it and answered
+// once an entry handed to raft after it has committed. So a deposed leader
+// which has not noticed yet (paused, partitioned) cannot answer from an
+// image a newer leader has moved past. It fails like a write when this
+// node is not active, with the not-active error when leadership is lost
+// while confirming, and with ErrLeadershipUnconfirmed when ctx ends first.
 func (c *Controller) ReadImage(ctx context.Context) (*fsm.Image, error) {
 	l := c.active.Load()
 	if l == nil {
 		return nil, c.notLeader()
 	}
-	// Taken before confirming: anything it holds was committed, and raft's
-	// confirmation below happens after this call began.
-	img := c.fsm.Image()
-	f := c.raft.VerifyLeader()
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		if err != nil || c.active.Load() != l {
-			return nil, c.notLeader()
+	if _, err := l.decide(ctx, readNothing); err != nil {
+		if errors.Is(err, ErrOutcomeUnknown) {
+			// A read has no outcome to be unsure of: only a leadership
+			// it could not confirm.
+			why := err
+			if ctx.Err() != nil {
+				why = ctx.Err()
+			}
+			return nil, fmt.Errorf("%w: %v", ErrLeadershipUnconfirmed, why)
 		}
-		return img, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %v", ErrLeadershipUnconfirmed, ctx.Err())
+		return nil, err
 	}
+	// Applied up to the confirming entry at least: the answerer answers
+	// once it has been.
+	return c.fsm.Image(), nil
 }
+
+// readNothing is a read's decision: nothing to write.
+func readNothing(*fsm.Image) ([]*keelpb.Record, error) { return nil, nil }

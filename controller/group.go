@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -65,12 +64,18 @@ const (
 // whose check depended on it (a broker epoch), and that decision alone
 // would fail: the FSM, not the speculative image, has the last word.
 //
-// A decision that writes nothing (refused, or with nothing to do) while
-// writes are in flight is answered only once those have committed: it was
-// taken on the image they leave, and answering earlier would tell its
+// A decision that writes nothing (refused, or with nothing to do: create a
+// topic that exists, delete one that does not, set a config to its value)
+// is answered only once an entry this node handed to raft after taking it
+// has committed (confirm, below). That holds two answers back. One is the
+// answer from an image holding writes still in flight: it would tell its
 // caller of a state no read can see yet (a delete answered "not found"
 // because another delete is still in flight, then a read that finds the
-// topic). Reads see committed state only.
+// topic); the later entry commits only after them. The other is the answer
+// of a deposed leader that has not noticed yet (its raft links reset, a
+// pause): its image may miss what a newer leader has written since, and
+// only a commit made after the decision shows that no newer leader can
+// have written anything before it.
 //
 // When an entry in flight fails (leadership lost, raft shutting down, an
 // entry the FSM refused after all), the image the later decisions were
@@ -93,16 +98,25 @@ type pipeline struct {
 	// broken: an entry in flight failed, so spec may never exist; decide
 	// nothing until every one has resolved.
 	broken bool
+	// unconfirmed counts the decisions that wrote nothing taken since the
+	// last entry handed to raft: each waits for an entry handed over after
+	// it to commit. confirming: a barrier handed over for the ones before
+	// is in flight; those taken meanwhile wait for the next one.
+	unconfirmed int
+	confirming  bool
 
 	flights chan flight // to the answerer, in order
 	landed  chan landed // from the answerer, in the same order
 }
 
 // flight is a decision the loop has taken and not yet answered: its
-// entries in raft, or, when it wrote nothing, its answer.
+// entries in raft, or, when it wrote nothing, its answer; or a barrier the
+// loop handed to raft to confirm the decisions before it (barrier set, no
+// event).
 type flight struct {
 	ev        event
-	futures   []raft.ApplyFuture // nil: a decision that wrote nothing
+	futures   []raft.ApplyFuture // nil: a decision that wrote nothing, or a barrier
+	barrier   raft.Future
 	bytes     int
 	submitted time.Time
 	err       error  // the answer of one that wrote nothing
@@ -113,12 +127,15 @@ type flight struct {
 type landed struct {
 	entries, bytes int
 	failed         bool
+	barrier        bool
 }
 
 func newPipeline() *pipeline {
+	// One more than the bound: a barrier may be handed over when the
+	// pipeline is full (of decisions waiting for it).
 	return &pipeline{
-		flights: make(chan flight, maxInflightDecisions),
-		landed:  make(chan landed, maxInflightDecisions),
+		flights: make(chan flight, maxInflightDecisions+1),
+		landed:  make(chan landed, maxInflightDecisions+1),
 	}
 }
 
@@ -136,6 +153,9 @@ func (p *pipeline) land(ld landed) {
 	p.bytes -= ld.bytes
 	if ld.failed {
 		p.broken = true
+	}
+	if ld.barrier {
+		p.confirming = false
 	}
 	if p.decisions == 0 {
 		p.spec, p.broken = nil, false
@@ -156,17 +176,52 @@ func (p *pipeline) landQueued() {
 	}
 }
 
-// drain waits until every flight has landed, or ctx ends (false).
-func (p *pipeline) drain(ctx context.Context) bool {
+// drain waits until every flight has landed, or the leadership ends
+// (false). The decisions that wrote nothing land only once confirmed, so it
+// confirms them as it goes.
+func (l *leadership) drain(p *pipeline) bool {
 	for p.decisions > 0 {
+		l.confirm(p)
 		select {
-		case <-ctx.Done():
+		case <-l.ctx.Done():
 			return false
 		case ld := <-p.landed:
 			p.land(ld)
 		}
 	}
 	return true
+}
+
+// confirm hands raft a barrier when decisions that wrote nothing wait for
+// an entry handed over after them and none is on its way: one round at a
+// time, so that the decisions taken while it is in flight share the next
+// (as etcd batches its ReadIndex requests). The loop never waits for it;
+// the answerer answers them once it has committed.
+//
+// Why a raft entry, and not raft's VerifyLeader: a verify future is
+// satisfied by the response to any heartbeat or AppendEntries, including
+// one sent before the call (hashicorp/raft's replication loops call
+// notifyAll on every success), so after a pause the responses buffered
+// from before it can confirm a leader that was deposed meanwhile. An entry
+// appended after the decision commits only once a majority has accepted an
+// AppendEntries that carries it, sent after it was appended, in this
+// node's term: each of them had then voted in no later term, and any later
+// leader needs one of them. So no later leader was elected, and no other
+// write committed, before the decision; its answer holds at that point.
+// The takeover's own entries are never reused for this: decisions are
+// taken only once the loop runs, after them.
+//
+// The barrier takes a log index like any entry (raft does not hand it to
+// the FSM), so the loop counts it as in flight and gives it the next index.
+func (l *leadership) confirm(p *pipeline) {
+	if p.unconfirmed == 0 || p.confirming {
+		return
+	}
+	p.flights <- flight{barrier: l.c.raft.Barrier(l.c.cfg.ApplyTimeout), gen: p.gen, submitted: time.Now()}
+	p.next++
+	p.decisions++
+	p.entries++
+	p.unconfirmed, p.confirming = 0, true
 }
 
 // take decides ev against the speculative image and hands its entries to
@@ -185,14 +240,11 @@ func (l *leadership) take(p *pipeline, ev event) {
 		p.next = l.c.raft.LastIndex() + 1
 		p.term = l.c.raft.CurrentTerm()
 	}
-	// answer answers a decision that writes nothing: at once if it was
-	// taken on the committed image, else after the writes before it.
+	// answer answers a decision that writes nothing, once an entry handed
+	// to raft after it has committed (confirm).
 	answer := func(err error) {
-		if p.decisions == 0 {
-			ev.finish(0, err)
-			return
-		}
 		p.decisions++
+		p.unconfirmed++
 		p.flights <- flight{ev: ev, err: err, gen: p.gen}
 	}
 	records, err := ev.decision(p.spec)
@@ -223,38 +275,73 @@ func (l *leadership) take(p *pipeline, ev event) {
 	p.decisions++
 	p.entries += len(entries)
 	p.bytes += size
+	p.unconfirmed = 0 // its entries confirm the decisions before it
 	submitted := time.Now()
 	p.flights <- flight{ev: ev, futures: l.c.submitEntries(entries), bytes: size, submitted: submitted, gen: p.gen}
 }
 
 // answerFlights answers the flights in the order the loop took them, each
-// once its entries have been applied, until flights is closed.
+// once its entries have been applied, until flights is closed. A decision
+// that wrote nothing waits for the next entry (a write or a barrier) to
+// resolve: answered as decided if that entry committed, else with the
+// not-leader error, since nothing was written and the caller may ask again.
 func (l *leadership) answerFlights(flights <-chan flight, done chan<- landed) {
 	var (
 		gen    uint64
 		failed error // the first write of generation gen that did not commit
+		// waiting: the decisions that wrote nothing since the last entry,
+		// in order (gen moves on only once all have landed).
+		waiting []flight
 	)
+	// settle answers the waiting decisions once an entry handed over after
+	// them has resolved; committed is that entry's error (nil: it did).
+	settle := func(committed error) {
+		for _, w := range waiting {
+			err := w.err
+			if committed != nil {
+				err = l.c.unconfirmed(committed)
+			}
+			done <- landed{}
+			w.ev.finish(0, err)
+		}
+		waiting = waiting[:0]
+	}
+	// The loop has stopped: no entry will follow the ones still waiting.
+	defer settle(ErrStopped)
 	for f := range flights {
 		if f.gen != gen {
 			gen, failed = f.gen, nil
 		}
-		ld := landed{entries: len(f.futures), bytes: f.bytes}
-		var (
-			index uint64
-			err   = f.err
-		)
 		switch {
-		case f.futures != nil:
-			index, err = l.c.waitEntries(f.futures, f.submitted)
-			if err != nil {
-				ld.failed = true
-				if failed == nil {
-					failed = err
-				}
+		case f.barrier != nil:
+			err := f.barrier.Error()
+			settle(err)
+			if err != nil && failed == nil {
+				failed = err
 			}
-		case failed != nil:
-			err = fmt.Errorf("%w: it was decided after writes that did not commit (%v)", ErrOutcomeUnknown, failed)
+			// A barrier that failed may have taken no log index: the
+			// loop starts again from the committed image.
+			done <- landed{entries: 1, failed: err != nil, barrier: true}
+			continue
+		case f.futures == nil && failed != nil:
+			done <- landed{}
+			f.ev.finish(0, fmt.Errorf("%w: it was decided after writes that did not commit (%v)", ErrOutcomeUnknown, failed))
+			continue
+		case f.futures == nil:
+			waiting = append(waiting, f)
+			continue
 		}
+		ld := landed{entries: len(f.futures), bytes: f.bytes}
+		index, err := l.c.waitEntries(f.futures, f.submitted)
+		if err != nil {
+			ld.failed = true
+			if failed == nil {
+				failed = err
+			}
+		}
+		// Its first entry resolved before waitEntries returned; any of
+		// them committing confirms the decisions before it.
+		settle(f.futures[0].Error())
 		// The loop hears of it before the caller does, so that an event
 		// the caller queues next finds the pipeline as this answer leaves
 		// it.

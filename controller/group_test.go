@@ -39,8 +39,9 @@ func TestGroupCommit_DecisionsSeeEachOther(t *testing.T) {
 
 // TestGroupCommit_RefusedDecisionTakesNoLogSlot: a decision alone on the
 // event loop whose records the FSM would refuse is refused before raft
-// sees it, with ErrRefused and the FSM's reason: raft's log does not grow,
-// and the next write takes the next index.
+// sees it, with ErrRefused and the FSM's reason: its records take no log
+// slot (raft's log grows by the one barrier that confirmed the refusal,
+// which the FSM never sees), and the next write takes the next index.
 func TestGroupCommit_RefusedDecisionTakesNoLogSlot(t *testing.T) {
 	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
@@ -50,19 +51,22 @@ func TestGroupCommit_RefusedDecisionTakesNoLogSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	last := ctrl.Raft().LastIndex()
+	last, refused := ctrl.Raft().LastIndex(), leader.FSM().Refused()
 	if _, err := ctrl.Propose(ctx, refusedByFSM); !errors.Is(err, controller.ErrRefused) || !strings.Contains(err.Error(), "broker 99 is not registered") {
 		t.Fatalf("a batch the FSM refuses: err = %v, want %v with the FSM's reason", err, controller.ErrRefused)
 	}
-	if got := ctrl.Raft().LastIndex(); got != last {
-		t.Fatalf("raft's last index moved from %d to %d: the refused decision took a log slot", last, got)
+	if got := ctrl.Raft().LastIndex(); got != last+1 {
+		t.Fatalf("raft's last index moved from %d to %d, want %d: one barrier, and no slot for the refused decision", last, got, last+1)
 	}
 	next, err := ctrl.Propose(ctx, noOp())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if next != last+1 || first >= next {
-		t.Fatalf("the next write committed at %d, want %d", next, last+1)
+	if next != last+2 || first >= next {
+		t.Fatalf("the next write committed at %d, want %d", next, last+2)
+	}
+	if got := leader.FSM().Refused(); got != refused {
+		t.Fatalf("the FSM refused %d entries: the refused decision reached raft", got-refused)
 	}
 }
 
@@ -74,6 +78,7 @@ func testGroupCommit(t *testing.T, bad *keelpb.Record, refused int) {
 	// Hold the event loop so that the decisions queue up behind it.
 	releaseLoop := holdEventLoop(t, l)
 	before := leader.FSM().Image().Offset
+	adopted, refusedEntries := leader.FSM().Adopted(), leader.FSM().Refused()
 
 	const n = 5
 	seen := make([]uint64, n)
@@ -115,14 +120,24 @@ func testGroupCommit(t *testing.T, bad *keelpb.Record, refused int) {
 		if errs[i] != nil {
 			t.Fatalf("decision %d: %v", i, errs[i])
 		}
-		if index[i] != want+1 {
-			t.Errorf("decision %d committed at %d, want %d", i, index[i], want+1)
+		// The next index raft gives, unless a barrier that confirmed a
+		// decision that wrote nothing took it.
+		if index[i] <= want {
+			t.Errorf("decision %d committed at %d, not after %d", i, index[i], want)
 		}
 		want = index[i]
 	}
 	c.WaitForApplied(want)
 	if got := leader.FSM().Image().Offset; got != want {
 		t.Fatalf("applied offset %d, want %d", got, want)
+	}
+	// Each write was applied at the very index its decision was taken for:
+	// the leader's FSM adopted the image the loop computed for every one.
+	if got := leader.FSM().Adopted() - adopted; got != n-1 {
+		t.Errorf("the leader's FSM adopted %d of %d entries", got, n-1)
+	}
+	if got := leader.FSM().Refused() - refusedEntries; got != 0 {
+		t.Errorf("the FSM refused %d entries: the refused decision reached raft", got)
 	}
 }
 

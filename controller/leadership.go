@@ -239,6 +239,12 @@ func (l *leadership) eventLoop() {
 		}
 	}()
 	for {
+		if len(l.events) == 0 || p.broken || p.full() {
+			// Nothing to decide next (or nothing may be): confirm the
+			// decisions that wrote nothing. While events are queued, the
+			// ones that wrote nothing wait for those, which may write.
+			l.confirm(p)
+		}
 		if p.broken || p.full() {
 			// Nothing more is decided until a flight lands: the window is
 			// full, or a failed entry left the speculative image in doubt
@@ -265,7 +271,7 @@ func (l *leadership) eventLoop() {
 			if ev.decision == nil || p.broken {
 				// A run event runs alone, on the committed image; after a
 				// failed entry, nothing is decided until all have landed.
-				if !p.drain(l.ctx) {
+				if !l.drain(p) {
 					ev.abandon(l.c.notLeader())
 					return
 				}

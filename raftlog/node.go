@@ -596,9 +596,29 @@ func (n *Node) DataDir() string { return n.dir }
 
 // StateMachineIndex is the index of the last entry the state machine has
 // finished with since this process started: a command it applied or refused,
-// or a configuration change. Unlike raft's AppliedIndex, which moves when
-// raft hands entries over, it moves only once they are applied. Raft's own
-// no-op and barrier entries never reach the state machine, and a snapshot
-// restore does not move it: compare it with the state machine's own
-// position too.
-func (n *Node) StateMachineIndex() uint64 { return n.fsm.done.Load() }
+// or a configuration change, and the raft-internal entries raft applied
+// right after it (a term's no-op, the barriers the active controller
+// confirms its leadership with), which never reach the state machine and
+// so hold nothing for it to apply. Unlike raft's AppliedIndex, which moves
+// when raft hands entries over, it moves only once they are applied. A
+// snapshot restore does not move it: compare it with the state machine's
+// own position too.
+func (n *Node) StateMachineIndex() uint64 {
+	done := n.fsm.done.Load()
+	applied := n.Raft.AppliedIndex()
+	// A barrier follows every confirmation round and a no-op every
+	// election, so only a few such entries ever trail the last command:
+	// look at no more than that.
+	for i := done + 1; i <= applied && i <= done+internalEntriesScan; i++ {
+		var l raft.Log
+		if n.store.GetLog(i, &l) != nil || l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			break // not found (compacted), or the state machine's to apply
+		}
+		done = i
+	}
+	return done
+}
+
+// internalEntriesScan bounds how many raft-internal entries
+// StateMachineIndex looks past.
+const internalEntriesScan = 16

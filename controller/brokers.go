@@ -48,15 +48,32 @@ func (c *Controller) RegisterBroker(ctx context.Context, req *keelpb.RegisterBro
 
 // BrokerHeartbeat renews a broker's session from memory, and writes a record
 // only when the heartbeat changes the broker's state (unfence, fence,
-// controlled shutdown and its end).
+// controlled shutdown and its end). A heartbeat that changes nothing is
+// answered at once, from this node's image, without confirming that it
+// still leads, as a default read is: heartbeats are the hot path (every
+// broker, every few seconds), the answer only says how this controller
+// sees the broker, and a deposed one stops answering once it notices (in
+// its lease, unless paused). A refusal (a stale epoch, an unknown broker)
+// and a release (should shut down) are confirmed first.
 func (c *Controller) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHeartbeatRequest) (*keelpb.BrokerHeartbeatResponse, error) {
 	l := c.active.Load()
 	if l == nil {
 		return nil, c.notLeader()
 	}
 	img := c.fsm.Image()
+	confirmed := false // by a decision, or a read that confirmed this node still leads
 	if _, err := currentBroker(img, req.BrokerId, req.BrokerEpoch); err != nil {
-		return nil, err
+		// The refusal sends the broker to register again: it is given only
+		// once this node has confirmed it still leads, from the image that
+		// confirms it (a deposed leader's may miss the registration the
+		// broker made with a newer one).
+		if img, err = c.ReadImage(ctx); err != nil {
+			return nil, err
+		}
+		if _, err := currentBroker(img, req.BrokerId, req.BrokerEpoch); err != nil {
+			return nil, err
+		}
+		confirmed = true
 	}
 	l.sessions.touch(req.BrokerId, req.BrokerEpoch, c.cfg.Now(), req.MetadataOffset, req.WantShutdown)
 	// The common case, no change, costs no event and no write.
@@ -69,7 +86,7 @@ func (c *Controller) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHear
 		if err != nil {
 			return nil, err
 		}
-		img = c.fsm.Image()
+		img, confirmed = c.fsm.Image(), true
 		if b, ok := img.Broker(req.BrokerId); ok && b.ShuttingDown && index > 0 {
 			l.noteShutdown(req.BrokerId, index)
 		}
@@ -88,12 +105,21 @@ func (c *Controller) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHear
 		}); err != nil {
 			return nil, err
 		}
-		img = c.fsm.Image()
+		img, confirmed = c.fsm.Image(), true
 		if b, err = currentBroker(img, req.BrokerId, req.BrokerEpoch); err != nil {
 			return nil, err
 		}
 		if b.Fenced {
 			c.log.Info("broker fenced: controlled shutdown complete", "broker_id", b.ID, "broker_epoch", b.Epoch)
+		}
+	}
+	if req.WantShutdown && b.Fenced && !confirmed {
+		// Letting the broker go is final: confirmed as a refusal is.
+		if img, err = c.ReadImage(ctx); err != nil {
+			return nil, err
+		}
+		if b, err = currentBroker(img, req.BrokerId, req.BrokerEpoch); err != nil {
+			return nil, err
 		}
 	}
 	return &keelpb.BrokerHeartbeatResponse{

@@ -198,15 +198,17 @@ func alterConfigsRecords(img *fsm.Image, req *keelpb.IncrementalAlterConfigsRequ
 // change brings about, in one decision, which the event loop applies to its
 // speculative image before raft sees it, as every decision. With
 // validate_only it decides on the active controller's committed image,
-// applies the records to a private copy of it, and writes nothing. Errors:
+// confirmed as a linearizable read's (ReadImage), applies the records to a
+// private copy of it, and writes nothing. Errors:
 // a *FieldError naming the bad config, ErrUnknownTopic, ErrRefused for
 // records the state machine would refuse, and decide's.
 func (c *Controller) AlterConfigs(ctx context.Context, req *keelpb.IncrementalAlterConfigsRequest) (*ConfigAlteration, error) {
 	if req.GetValidateOnly() {
-		if l := c.active.Load(); l == nil {
-			return nil, c.notLeader()
+		img, err := c.ReadImage(ctx)
+		if err != nil {
+			return nil, err
 		}
-		_, next, elections, err := alterConfigsRecords(c.fsm.Image(), req)
+		_, next, elections, err := alterConfigsRecords(img, req)
 		if err != nil {
 			return nil, err
 		}

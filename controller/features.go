@@ -153,7 +153,13 @@ func (c *Controller) UpdateFeatures(ctx context.Context, level uint32, downgrade
 	if l == nil {
 		return nil, c.notLeader()
 	}
-	cur := c.fsm.Image().FinalizedMetadataVersion()
+	// Confirmed as a linearizable read: "already at that level" is no
+	// deposed leader's answer.
+	img, err := c.ReadImage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cur := img.FinalizedMetadataVersion()
 	if level == cur {
 		return &FeatureUpdate{Previous: cur, Level: cur}, nil
 	}

@@ -31,14 +31,16 @@ func (c *Controller) CreateTopic(ctx context.Context, req *keelpb.CreateTopicReq
 }
 
 // PreviewTopic answers a validate-only CreateTopic: it decides the topic as
-// a create would, on the active controller's committed image, and applies
-// the records to a private copy of it, so the answer shows the placement
-// without writing anything. It returns that copy and the topic in it.
-func (c *Controller) PreviewTopic(req *keelpb.CreateTopicRequest) (*fsm.Image, *fsm.Topic, error) {
-	if l := c.active.Load(); l == nil {
-		return nil, nil, c.notLeader()
+// a create would, on the active controller's committed image, confirmed as
+// a linearizable read's (ReadImage: a refusal, such as a topic that exists,
+// is then no deposed leader's), and applies the records to a private copy
+// of it, so the answer shows the placement without writing anything. It
+// returns that copy and the topic in it.
+func (c *Controller) PreviewTopic(ctx context.Context, req *keelpb.CreateTopicRequest) (*fsm.Image, *fsm.Topic, error) {
+	img, err := c.ReadImage(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
-	img := c.fsm.Image()
 	recs, err := createTopicRecords(img, req, fsm.TopicID(uuid.New()), rand.IntN(1<<20))
 	if err != nil {
 		return nil, nil, err
@@ -55,7 +57,7 @@ func (c *Controller) PreviewTopic(req *keelpb.CreateTopicRequest) (*fsm.Image, *
 // nothing and answers as PreviewPartitions does.
 func (c *Controller) CreatePartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) error {
 	if req.ValidateOnly {
-		_, _, err := c.PreviewPartitions(req)
+		_, _, err := c.PreviewPartitions(ctx, req)
 		return err
 	}
 	start := rand.IntN(1 << 20)
@@ -67,14 +69,14 @@ func (c *Controller) CreatePartitions(ctx context.Context, req *keelpb.CreatePar
 
 // PreviewPartitions answers a validate-only CreatePartitions as
 // PreviewTopic answers a create: decided as the write would be, then
-// applied to a private copy of the committed image, so a refusal shows
-// here too and the answer holds the new partitions' placement. It returns
-// that copy and the topic in it.
-func (c *Controller) PreviewPartitions(req *keelpb.CreatePartitionsRequest) (*fsm.Image, *fsm.Topic, error) {
-	if l := c.active.Load(); l == nil {
-		return nil, nil, c.notLeader()
+// applied to a private copy of the confirmed committed image, so a refusal
+// shows here too and the answer holds the new partitions' placement. It
+// returns that copy and the topic in it.
+func (c *Controller) PreviewPartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) (*fsm.Image, *fsm.Topic, error) {
+	img, err := c.ReadImage(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
-	img := c.fsm.Image()
 	recs, err := createPartitionsRecords(img, req, rand.IntN(1<<20))
 	if err != nil {
 		return nil, nil, err

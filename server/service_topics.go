@@ -14,15 +14,15 @@ import (
 
 // CreateTopic creates a topic, or with validate_only shows its placement.
 func (s *controllerService) CreateTopic(ctx context.Context, req *keelpb.CreateTopicRequest) (*keelpb.CreateTopicResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
 	if req.ValidateOnly {
-		img, t, err := s.ctrl.PreviewTopic(req)
+		img, t, err := s.ctrl.PreviewTopic(ctx, req)
 		if err != nil {
 			return nil, toStatus(err)
 		}
 		return &keelpb.CreateTopicResponse{Topic: DescribeTopic(img, t)}, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
-	defer cancel()
 	if _, err := s.ctrl.CreateTopic(ctx, req); err != nil {
 		return nil, toStatus(err)
 	}
@@ -46,15 +46,15 @@ func describeIn(img *fsm.Image, name string) *keelpb.TopicDescription {
 // CreatePartitions adds partitions to a topic, or with validate_only shows
 // the topic with the new partitions placed.
 func (s *controllerService) CreatePartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) (*keelpb.CreatePartitionsResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
 	if req.ValidateOnly {
-		img, t, err := s.ctrl.PreviewPartitions(req)
+		img, t, err := s.ctrl.PreviewPartitions(ctx, req)
 		if err != nil {
 			return nil, toStatus(err)
 		}
 		return &keelpb.CreatePartitionsResponse{Topic: DescribeTopic(img, t)}, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
-	defer cancel()
 	if err := s.ctrl.CreatePartitions(ctx, req); err != nil {
 		return nil, toStatus(err)
 	}

@@ -75,7 +75,7 @@ func (c *Controller) BrokerHeartbeat(ctx context.Context, req *keelpb.BrokerHear
 		}
 		confirmed = true
 	}
-	l.sessions.touch(req.BrokerId, req.BrokerEpoch, c.cfg.Now(), req.MetadataOffset, req.WantShutdown)
+	l.sessions.touch(req.BrokerId, req.BrokerEpoch, c.cfg.Now(), req.MetadataOffset, req.WantShutdown || req.WantFence)
 	// The common case, no change, costs no event and no write.
 	if recs, err := heartbeatRecords(img, req); err != nil {
 		return nil, err

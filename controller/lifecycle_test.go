@@ -166,54 +166,63 @@ func TestClusterControlManager_Unregister(t *testing.T) {
 
 // TestBrokerHeartbeatManager_HasValidSession is Kafka's
 // testHasValidSession, as holding: how long a registration holds its id
-// against a new incarnation.
+// against a new incarnation. As in Kafka, an unfenced broker holds it while
+// its session lives, and a fenced one does not, whatever fenced it (its
+// own request, want_fence, included); Keel's one exception is a fenced
+// broker heard from that wants to run (catching up).
 func TestBrokerHeartbeatManager_HasValidSession(t *testing.T) {
 	const timeout = 10 * time.Second
 	t0 := time.Unix(1_700_000_000, 0)
-	c := newLifecycleCtx(t)
-	c.register(0, 1, 2, 3)
-	c.unfence(0, 1, 2)
-	s := newSessionTracker(timeout)
-	s.touch(0, c.epoch(0), t0, 0, false)
-	s.touch(1, c.epoch(1), t0.Add(5*time.Second), 0, false)
-	s.touch(2, c.epoch(2), t0.Add(5*time.Second), 0, false)
-	s.registered(3, c.epoch(3), t0.Add(5*time.Second)) // fenced, catching up
-	valid := func(id int32, at time.Duration) bool { return s.holding(c.broker(id), t0.Add(at)) > 0 }
+	// Broker 1 is active, broker 2 fenced (registered, never caught up).
+	type hb struct {
+		at               time.Duration
+		shutdown, fence  bool // the heartbeat's want_shutdown, want_fence
+		register, forget bool // a registration instead; the session dropped
+		takeover         bool // a new active controller started every session
+	}
 	for _, tt := range []struct {
-		id   int32
-		at   time.Duration
-		want bool
+		name  string
+		id    int32
+		heard []hb
+		at    time.Duration
+		want  bool
 	}{
-		{0, 5 * time.Second, true},
-		{1, 5 * time.Second, true},
-		{2, 5 * time.Second, true},
-		{3, 5 * time.Second, true}, // fenced, but its process is heard from
-		{0, 11 * time.Second, false},
-		{1, 11 * time.Second, true},
-		{3, 16 * time.Second, false},
+		{name: "never heard of", id: 1, at: time.Second, want: false},
+		{name: "active, within its session", id: 1, heard: []hb{{at: 5 * time.Second}}, at: 11 * time.Second, want: true},
+		{name: "active, its session over", id: 1, heard: []hb{{}}, at: 11 * time.Second, want: false},
+		{name: "active, asking to be fenced: holds until it is", id: 1, heard: []hb{{at: 5 * time.Second, fence: true}}, at: 6 * time.Second, want: true},
+		{name: "active, session started by a takeover", id: 1, heard: []hb{{at: 5 * time.Second, takeover: true}}, at: 6 * time.Second, want: true},
+		{name: "active, session forgotten", id: 1, heard: []hb{{at: 5 * time.Second}, {forget: true}}, at: 6 * time.Second, want: false},
+		{name: "fenced, catching up after registering", id: 2, heard: []hb{{at: 5 * time.Second, register: true}}, at: 6 * time.Second, want: true},
+		{name: "fenced, catching up, its session over", id: 2, heard: []hb{{at: 5 * time.Second, register: true}}, at: 16 * time.Second, want: false},
+		{name: "fenced, heartbeating to come back", id: 2, heard: []hb{{at: 5 * time.Second}}, at: 6 * time.Second, want: true},
+		{name: "fenced at its own request (want_fence)", id: 2, heard: []hb{{at: 5 * time.Second, fence: true}}, at: 6 * time.Second, want: false},
+		{name: "fenced, asking to stay fenced after registering", id: 2, heard: []hb{{at: 5 * time.Second, register: true}, {at: 6 * time.Second, fence: true}}, at: 7 * time.Second, want: false},
+		{name: "fenced, asking to shut down", id: 2, heard: []hb{{at: 5 * time.Second, shutdown: true}}, at: 6 * time.Second, want: false},
+		{name: "fenced, asked to be fenced, then to come back", id: 2, heard: []hb{{at: 5 * time.Second, fence: true}, {at: 6 * time.Second}}, at: 7 * time.Second, want: true},
+		{name: "fenced, session started by a takeover", id: 2, heard: []hb{{at: 5 * time.Second, takeover: true}}, at: 6 * time.Second, want: false},
 	} {
-		if got := valid(tt.id, tt.at); got != tt.want {
-			t.Errorf("broker %d at +%v: holds %v, want %v", tt.id, tt.at, got, tt.want)
-		}
-	}
-	s.forget(2)
-	if valid(2, 5*time.Second) {
-		t.Error("a forgotten session holds its id")
-	}
-	// A fenced broker whose session a takeover started afresh, or whose
-	// last heartbeat asked to shut down, does not hold its id.
-	c.fence(1)
-	s.reset(c.img.Brokers(), t0.Add(5*time.Second))
-	if valid(1, 6*time.Second) || !valid(0, 6*time.Second) {
-		t.Error("after a takeover: a fenced broker holds its id, or an active one does not")
-	}
-	s.touch(1, c.epoch(1), t0.Add(6*time.Second), 0, true)
-	if valid(1, 7*time.Second) {
-		t.Error("a fenced broker leaving (want_shutdown) holds its id")
-	}
-	s.touch(1, c.epoch(1), t0.Add(7*time.Second), 0, false)
-	if !valid(1, 8*time.Second) {
-		t.Error("a fenced broker heartbeating to come back does not hold its id")
+		t.Run(tt.name, func(t *testing.T) {
+			c := newLifecycleCtx(t)
+			c.register(1, 2)
+			c.unfence(1)
+			s := newSessionTracker(timeout)
+			for _, h := range tt.heard {
+				switch now := t0.Add(h.at); {
+				case h.takeover:
+					s.reset(c.img.Brokers(), now)
+				case h.forget:
+					s.forget(tt.id)
+				case h.register:
+					s.registered(tt.id, c.epoch(tt.id), now)
+				default:
+					s.touch(tt.id, c.epoch(tt.id), now, 0, h.shutdown || h.fence)
+				}
+			}
+			if got := s.holding(c.broker(tt.id), t0.Add(tt.at)) > 0; got != tt.want {
+				t.Errorf("broker %d (fenced: %v) at +%v holds its id: %v, want %v", tt.id, c.broker(tt.id).Fenced, tt.at, got, tt.want)
+			}
+		})
 	}
 }
 

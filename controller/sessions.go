@@ -31,7 +31,8 @@ type session struct {
 	// heard: the broker itself has registered or heartbeated at this epoch
 	// since the session started, rather than a takeover starting it afresh.
 	heard bool
-	// leaving: its last heartbeat asked to shut down.
+	// leaving: its last heartbeat asked to shut down, or to be fenced
+	// (want_fence): this incarnation does not want to run.
 	leaving bool
 }
 
@@ -53,7 +54,8 @@ func (s *sessionTracker) reset(brokers []*fsm.Broker, now time.Time) {
 }
 
 // touch renews the session of broker id at epoch on a heartbeat, noting the
-// metadata offset it reports and whether it asks to shut down.
+// metadata offset it reports and whether it asks to shut down or to be
+// fenced (leaving).
 func (s *sessionTracker) touch(id int32, epoch int64, now time.Time, offset uint64, leaving bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -112,12 +114,17 @@ func (s *sessionTracker) left(id int32, epoch int64, now time.Time) time.Duratio
 }
 
 // holding is how long the registration b holds its broker id against a new
-// incarnation (0: not at all). An unfenced broker holds it while its session
-// lives (Kafka's hasValidSession). A fenced one holds it only while its
-// process is heard from and wants to run: one that registered or came back
-// and is catching up. A fenced broker whose session a takeover started
-// afresh, or that left through a controlled shutdown, or whose session
-// expired, does not: its next incarnation registers at once.
+// incarnation (0: not at all): Kafka's BrokerHeartbeatManager.hasValidSession,
+// which ClusterControlManager.registerBroker asks. An unfenced broker holds
+// it while its session lives. A fenced one does not: fenced by its session's
+// expiry, a crash, a controlled shutdown or at its own request (want_fence),
+// its next incarnation registers at once. Keel keeps one exception: a fenced
+// broker that is heard from and wants to run (it registered or came back,
+// and is catching up to be unfenced; its last heartbeat asked neither to
+// shut down nor to be fenced) holds its id while its session lives, since
+// Keel's broker registers again when told its epoch is stale, and two live
+// processes with one id would otherwise supersede each other for ever. A
+// session a takeover started afresh is not heard from.
 func (s *sessionTracker) holding(b *fsm.Broker, now time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/server"
 )
 
@@ -26,14 +27,15 @@ import (
 // off, goes on believing it leads for seconds after the others have
 // elected a leader of their own, as a leader paused or behind reset links
 // does for a moment. Its followers hear from it every commit timeout, so
-// the others keep keeltest's 50 ms timings.
-const slowLease = 4 * time.Second
+// the others keep Keel's default timings (not keeltest's 50 ms, which a
+// loaded machine turns into elections).
+const slowLease = 6 * time.Second
 
 // deposedCluster starts three nodes, node 1 with slowLease, and makes node
 // 1 the active controller, with broker 1 registered and active.
 func deposedCluster(t *testing.T) (*keeltest.Cluster, *server.Node) {
 	t.Helper()
-	c := newCluster(t, 3, keeltest.WithTune(func(cfg *server.NodeConfig) {
+	c := newCluster(t, 3, keeltest.WithTiming(raftlog.DefaultTiming()), keeltest.WithTune(func(cfg *server.NodeConfig) {
 		if cfg.NodeID == 1 {
 			cfg.Timing.HeartbeatTimeout, cfg.Timing.ElectionTimeout, cfg.Timing.LeaderLeaseTimeout = slowLease, slowLease, slowLease
 		}
@@ -175,7 +177,7 @@ func onNext(t *testing.T, c *keeltest.Cluster, what string, op func(*controller.
 // log for all of them (as etcd batches ReadIndex requests), each answered
 // with its own outcome.
 func TestConfirm_DecisionsThatWriteNothingShareABarrier(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newCluster(t, 3, keeltest.WithTiming(raftlog.DefaultTiming()))
 	leader := c.WaitForActive(5 * time.Second)
 	l := leader.Controller().ActiveLeadership()
 	release := holdEventLoop(t, l)

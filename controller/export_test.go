@@ -61,3 +61,6 @@ func SetSubmitFault(cfg *Config, fault func() error) { cfg.submitFault = fault }
 func (c *Controller) TakeoverTiming() (first, longest, giveUp time.Duration) {
 	return c.takeoverTiming()
 }
+
+// VoterLagBound is voterLagBound.
+const VoterLagBound = voterLagBound

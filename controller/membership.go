@@ -264,36 +264,104 @@ func (c *Controller) result(index uint64) (*MembershipResult, error) {
 // AddVoter adds node id at addr to the quorum as a voter, through the active
 // controller, and returns the configuration after it. The node should be
 // running with --join: raft sends it the snapshot and the log. Adding a
-// voter already in the quorum at addr changes nothing. It fails with
-// ErrVoterExists (the id elsewhere, or addr another member's),
-// ErrConfigurationChanged, or as a write does. The change commits once a
-// majority of the new configuration has it: adding a third voter to a
-// quorum of three needs only the three, but adding a second voter to a
-// quorum of one waits for the new node.
-func (c *Controller) AddVoter(ctx context.Context, id int32, addr string) (*MembershipResult, error) {
-	var res *MembershipResult
-	err := c.onLoop(ctx, func(*leadership) error {
-		conf, prev, err := c.configuration()
+// voter already in the quorum at addr changes nothing.
+//
+// Unless force, the node is asked first (margin.go): one that does not
+// answer as node id of this cluster is refused with ErrVoterUnfit, saying
+// what adding it would cost the quorum; one that answers but whose log is
+// behind (a joiner) is added as a nonvoter, waited for until it is ready
+// and caught up, then made a voter; ErrVoterCatchingUp when ctx ends before
+// it has (asking again resumes the wait). With force, or without
+// Config.AskPeer, it is added as a voter at once, as it is.
+//
+// It also fails with ErrVoterExists (the id elsewhere, or addr another
+// member's), ErrConfigurationChanged, or as a write does. The change
+// commits once a majority of the new configuration has it: adding a third
+// voter to a quorum of three needs only the three, but adding a second
+// voter to a quorum of one waits for the new node.
+func (c *Controller) AddVoter(ctx context.Context, id int32, addr string, force bool) (*MembershipResult, error) {
+	var (
+		res     *MembershipResult
+		member  bool // id is in the configuration at addr, as a nonvoter
+		nvoters int
+	)
+	if err := c.onLoop(ctx, func(*leadership) error {
+		conf, _, err := c.configuration()
 		if err != nil {
 			return err
 		}
 		noop, err := decideAddVoter(conf, id, addr)
-		if err != nil {
+		if err != nil || !noop {
+			member, nvoters = slices.ContainsFunc(conf.Servers, func(s raft.Server) bool { return s.ID == raftlog.ServerID(id) }), voters(conf)
 			return err
 		}
-		var index uint64
-		if !noop {
-			f := c.raft.AddVoter(raftlog.ServerID(id), raft.ServerAddress(addr), prev, c.cfg.ApplyTimeout)
-			if err := f.Error(); err != nil {
-				return configChangeError(err)
-			}
-			index = f.Index()
-			c.log.Info("voter added", "voter_id", id, "address", addr, "configuration_index", index)
+		res, err = c.result(0)
+		return err
+	}); err != nil || res != nil {
+		return res, err
+	}
+	if !force && c.cfg.AskPeer != nil {
+		_, caughtUp, err := c.askVoter(ctx, id, addr, nvoters)
+		if err != nil {
+			return nil, err
 		}
-		res, err = c.result(index)
+		if !caughtUp {
+			if !member {
+				if err := c.changeMembership(ctx, id, addr, false); err != nil {
+					return nil, err
+				}
+			}
+			if err := c.waitCaughtUp(ctx, id, addr); err != nil {
+				return nil, err
+			}
+		}
+	} else if !force {
+		c.log.Warn("adding a voter unchecked: no way to ask it", "voter_id", id, "address", addr)
+	} else {
+		c.log.Warn("adding a voter without asking it first (forced)", "voter_id", id, "address", addr)
+	}
+	err := c.onLoop(ctx, func(*leadership) error {
+		var err error
+		res, err = c.addMember(id, addr, true)
 		return err
 	})
 	return res, err
+}
+
+// changeMembership adds id at addr to the configuration, as a voter or a
+// nonvoter, on the event loop.
+func (c *Controller) changeMembership(ctx context.Context, id int32, addr string, voter bool) error {
+	return c.onLoop(ctx, func(*leadership) error {
+		_, err := c.addMember(id, addr, voter)
+		return err
+	})
+}
+
+// addMember adds id at addr to the latest configuration, as a voter (a
+// nonvoter there is promoted) or a nonvoter, unless it is there already,
+// and returns the configuration after it. It runs on the event loop.
+func (c *Controller) addMember(id int32, addr string, voter bool) (*MembershipResult, error) {
+	conf, prev, err := c.configuration()
+	if err != nil {
+		return nil, err
+	}
+	noop, err := decideAddVoter(conf, id, addr)
+	if err != nil {
+		return nil, err
+	}
+	if noop || !voter && slices.ContainsFunc(conf.Servers, func(s raft.Server) bool { return s.ID == raftlog.ServerID(id) }) {
+		return c.result(0)
+	}
+	add, what := c.raft.AddVoter, "voter added"
+	if !voter {
+		add, what = c.raft.AddNonvoter, "nonvoter added: made a voter once it has caught up"
+	}
+	f := add(raftlog.ServerID(id), raft.ServerAddress(addr), prev, c.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		return nil, configChangeError(err)
+	}
+	c.log.Info(what, "voter_id", id, "address", addr, "configuration_index", f.Index())
+	return c.result(f.Index())
 }
 
 // RemoveVoter removes node id from the quorum through the active controller
@@ -438,6 +506,7 @@ type PeerStatus struct {
 	LastIndex uint64 // the last index in its raft log
 	Ready     bool   // its readiness (/readyz)
 	NotReady  string // why it is not ready
+	ClusterID string // the cluster its data dir belongs to ("" before it has joined one)
 	// The metadata.version levels its binary supports; 0 and 0 from a
 	// binary from before they were reported.
 	MinMetadataVersion, MaxMetadataVersion uint32

@@ -69,7 +69,7 @@ func TestMembership_AddVoter(t *testing.T) {
 	}
 	stillOutside := waitRemoved(joiner, 700*time.Millisecond)
 
-	res, err := leader.Controller().AddVoter(ctx, 4, joiner.Addr())
+	res, err := leader.Controller().AddVoter(ctx, 4, joiner.Addr(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,21 +93,21 @@ func TestMembership_AddVoter(t *testing.T) {
 	}
 
 	// Again, the same: nothing to change, the same answer.
-	again, err := leader.Controller().AddVoter(ctx, 4, joiner.Addr())
+	again, err := leader.Controller().AddVoter(ctx, 4, joiner.Addr(), false)
 	if err != nil || again.Index != res.Index || !slices.Equal(memberIDs(again), memberIDs(res)) {
 		t.Fatalf("AddVoter again = %+v, %v; want index %d", again, err, res.Index)
 	}
-	if _, err := leader.Controller().AddVoter(ctx, 4, "node-elsewhere"); !errors.Is(err, controller.ErrVoterExists) {
+	if _, err := leader.Controller().AddVoter(ctx, 4, "node-elsewhere", false); !errors.Is(err, controller.ErrVoterExists) {
 		t.Fatalf("AddVoter at another address: err = %v, want ErrVoterExists", err)
 	}
-	if _, err := leader.Controller().AddVoter(ctx, 5, joiner.Addr()); !errors.Is(err, controller.ErrVoterExists) {
+	if _, err := leader.Controller().AddVoter(ctx, 5, joiner.Addr(), false); !errors.Is(err, controller.ErrVoterExists) {
 		t.Fatalf("AddVoter of another id at node 4's address: err = %v, want ErrVoterExists", err)
 	}
 
 	// A follower refuses and names the leader.
 	follower := c.Node(leader.ID()%4 + 1)
 	var nl *controller.NotLeaderError
-	if _, err := follower.Controller().AddVoter(ctx, 5, "node-5"); !errors.As(err, &nl) || nl.LeaderID != leader.ID() {
+	if _, err := follower.Controller().AddVoter(ctx, 5, "node-5", false); !errors.As(err, &nl) || nl.LeaderID != leader.ID() {
 		t.Fatalf("AddVoter on a follower: err = %v, want a NotLeaderError naming %d", err, leader.ID())
 	}
 }
@@ -235,7 +235,7 @@ func TestMembership_ConfigurationIndex(t *testing.T) {
 		t.Fatalf("configuration index = %d, %v; want 1, the bootstrap's", index, err)
 	}
 	joiner := c.StartJoiner(4)
-	res, err := leader.Controller().AddVoter(context.Background(), 4, joiner.Addr())
+	res, err := leader.Controller().AddVoter(context.Background(), 4, joiner.Addr(), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -225,7 +225,7 @@ func (c *Cluster) configure(cfg *server.NodeConfig) {
 
 // StartJoiner starts node id as `keel controller --join` starts one: an
 // empty data dir, no voter list, no bootstrap; it waits until the active
-// controller adds it (Controller().AddVoter(ctx, id, node.Addr())). It gets
+// controller adds it (Controller().AddVoter(ctx, id, node.Addr(), false)). It gets
 // the cluster's options, but it is outside the fault proxies: Partition
 // does not cut it off. Kill and Restart work on it as on the others.
 func (c *Cluster) StartJoiner(id int32) *server.Node {

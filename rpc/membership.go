@@ -16,12 +16,15 @@ import (
 
 // AddVoter adds node id at addr to the quorum as a voter, through the active
 // controller (see Write). A retry of a change that did commit finds the voter
-// there and succeeds.
-func (c *Client) AddVoter(ctx context.Context, id int32, addr string) (*keelpb.AddVoterResponse, error) {
+// there and succeeds. Unless force, the controller asks the node first and
+// refuses one that does not answer (FailedPrecondition), and makes one that
+// is behind a voter only once it has caught up (Unavailable until then,
+// which Write retries until ctx ends).
+func (c *Client) AddVoter(ctx context.Context, id int32, addr string, force bool) (*keelpb.AddVoterResponse, error) {
 	var resp *keelpb.AddVoterResponse
 	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
 		var err error
-		resp, err = cl.AddVoter(ctx, &keelpb.AddVoterRequest{Id: id, Address: addr})
+		resp, err = cl.AddVoter(ctx, &keelpb.AddVoterRequest{Id: id, Address: addr, Force: force})
 		return err
 	})
 	return resp, err

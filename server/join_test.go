@@ -23,7 +23,7 @@ func TestJoin_AddedThenRemoved(t *testing.T) {
 		t.Fatalf("a joining node bootstrapped: %v", d)
 	}
 
-	res, err := active.Controller().AddVoter(ctx, 4, addr)
+	res, err := active.Controller().AddVoter(ctx, 4, addr, false)
 	if err != nil {
 		t.Fatal(err)
 	}

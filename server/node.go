@@ -400,7 +400,7 @@ func askPeer(tls *tlsauth.Config) func(ctx context.Context, id int32, addr strin
 		if resp.GetNodeId() != id {
 			return controller.PeerStatus{}, fmt.Errorf("the node at %s is node %d", addr, resp.GetNodeId())
 		}
-		return controller.PeerStatus{LastIndex: resp.GetLastIndex(), Ready: resp.GetReady(), NotReady: resp.GetNotReadyReason(),
+		return controller.PeerStatus{LastIndex: resp.GetLastIndex(), Ready: resp.GetReady(), NotReady: resp.GetNotReadyReason(), ClusterID: resp.GetClusterId(),
 			MinMetadataVersion: resp.GetMinMetadataVersion(), MaxMetadataVersion: resp.GetMaxMetadataVersion()}, nil
 	}
 }

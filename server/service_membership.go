@@ -18,7 +18,7 @@ func membershipResponse(res *controller.MembershipResult) (uint64, []*keelpb.Quo
 func (s *controllerService) AddVoter(ctx context.Context, req *keelpb.AddVoterRequest) (*keelpb.AddVoterResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
-	res, err := s.ctrl.AddVoter(ctx, req.GetId(), req.GetAddress())
+	res, err := s.ctrl.AddVoter(ctx, req.GetId(), req.GetAddress(), req.GetForce())
 	if err != nil {
 		return nil, toStatus(err)
 	}

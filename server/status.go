@@ -87,6 +87,10 @@ func toStatus(err error) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, controller.ErrConfigurationChanged):
 		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, controller.ErrVoterUnfit):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, controller.ErrVoterCatchingUp):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, controller.ErrTransferFailed):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.As(err, new(*controller.FieldError)):

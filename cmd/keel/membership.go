@@ -73,7 +73,7 @@ func printMembers(w io.Writer, r membershipResult) error {
 
 func newQuorumAddVoterCmd() *cobra.Command {
 	a := &adminFlags{}
-	var noCheck bool
+	var noCheck, force bool
 	cmd := &cobra.Command{
 		Use:   "add-voter ID ADDR",
 		Short: "Add a controller (started with --join) to the quorum as a voter",
@@ -82,8 +82,12 @@ func newQuorumAddVoterCmd() *cobra.Command {
 Start the node first with --join and an empty data dir: it waits to be added,
 then receives the snapshot and the log from the leader. add-voter asks ADDR
 who it is before adding it (--no-check skips that), and prints the voters
-afterwards; keel quorum status shows when the new voter has caught up.
-Adding a voter already in the quorum at ADDR changes nothing.`,
+afterwards. The active controller asks the node too: one that does not answer
+is refused, saying what it would cost the quorum (a voter that is down counts
+towards every majority), unless --force; one that is behind is added as a
+nonvoter first and made a voter once it has caught up, which the command waits
+for (up to --timeout; run it again to go on waiting). Adding a voter already in
+the quorum at ADDR changes nothing.`,
 		Example: `  keel controller --node-id 4 --listen 10.0.0.4:9091 --data-dir /var/lib/keel --join   # on the new host
   keel quorum add-voter 4 10.0.0.4:9091 --controllers 10.0.0.1:9091`,
 		Args: cobra.ExactArgs(2),
@@ -97,12 +101,12 @@ Adding a voter already in the quorum at ADDR changes nothing.`,
 				return err
 			}
 			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (membershipResult, error) {
-				if !noCheck {
+				if !noCheck && !force {
 					if err := c.CheckJoiner(ctx, id, addr); err != nil {
 						return membershipResult{}, err
 					}
 				}
-				resp, err := c.AddVoter(ctx, id, addr)
+				resp, err := c.AddVoter(ctx, id, addr, force)
 				if err != nil {
 					return membershipResult{}, err
 				}
@@ -115,7 +119,8 @@ Adding a voter already in the quorum at ADDR changes nothing.`,
 		},
 	}
 	a.add(cmd)
-	cmd.Flags().BoolVar(&noCheck, "no-check", false, "add the voter without first asking ADDR whether it is node ID (a node not started yet)")
+	cmd.Flags().BoolVar(&noCheck, "no-check", false, "do not ask ADDR whether it is node ID before sending the request (the active controller still asks it, unless --force)")
+	cmd.Flags().BoolVar(&force, "force", false, "add the voter at once, without asking it whether it answers and has caught up (a node that is down then counts towards every majority)")
 	return cmd
 }
 

@@ -4145,9 +4145,12 @@ func (x *LeaderHint) GetLeaderAddress() string {
 }
 
 type AddVoterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            int32                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`          // the node's --node-id
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"` // its --listen address, host:port (raft and gRPC)
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      int32                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`          // the node's --node-id
+	Address string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"` // its --listen address, host:port (raft and gRPC)
+	// Add it as a voter at once, without asking it first whether it answers
+	// and has caught up (keel quorum add-voter --force).
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4194,6 +4197,13 @@ func (x *AddVoterRequest) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *AddVoterRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type AddVoterResponse struct {
@@ -5282,10 +5292,11 @@ const file_controller_proto_rawDesc = "" +
 	"\n" +
 	"LeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\x05R\bleaderId\x12%\n" +
-	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress\";\n" +
+	"\x0eleader_address\x18\x02 \x01(\tR\rleaderAddress\"Q\n" +
 	"\x0fAddVoterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x8f\x01\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"\x8f\x01\n" +
 	"\x10AddVoterResponse\x12/\n" +
 	"\x13configuration_index\x18\x01 \x01(\x04R\x12configurationIndex\x12-\n" +
 	"\x06voters\x18\x02 \x03(\v2\x15.keel.v1.QuorumMemberR\x06voters\x12\x1b\n" +

@@ -75,7 +75,7 @@ func (c *Controller) askVoter(ctx context.Context, id int32, addr string, voters
 	cluster := c.fsm.Image().ClusterID
 	switch {
 	case err != nil:
-		return st, false, fmt.Errorf("%w: node %d at %s does not answer (%v): %s; --force adds it anyway", ErrVoterUnfit, id, addr, err, marginCost(voters))
+		return st, false, fmt.Errorf("%w: node %d at %s does not answer as node %d (%v): %s; --force adds it anyway", ErrVoterUnfit, id, addr, id, err, marginCost(voters))
 	case st.ClusterID != "" && st.ClusterID != cluster:
 		return st, false, fmt.Errorf("%w: node %d at %s belongs to cluster %s, not %s; start it with an empty data dir and --join", ErrVoterUnfit, id, addr, st.ClusterID, cluster)
 	}

@@ -305,12 +305,13 @@ func (c *Controller) AddVoter(ctx context.Context, id int32, addr string, force 
 		if err != nil {
 			return nil, err
 		}
-		if !caughtUp {
-			if !member {
-				if err := c.changeMembership(ctx, id, addr, false); err != nil {
-					return nil, err
-				}
+		if !caughtUp && !member {
+			if err := c.changeMembership(ctx, id, addr, false); err != nil {
+				return nil, err
 			}
+			member = true
+		}
+		if member { // a nonvoter, which says whether it is ready
 			if err := c.waitCaughtUp(ctx, id, addr); err != nil {
 				return nil, err
 			}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/keel-dev/keel/fsm"
@@ -28,6 +29,12 @@ func (c *Controller) RegisterBroker(ctx context.Context, req *keelpb.RegisterBro
 		}
 		return recs, err
 	})
+	var dup *DuplicateRegistrationError
+	if errors.As(err, &dup) {
+		// The incarnation that holds the id may be the one this process
+		// replaces: crash detection takes that as its death (crash.go).
+		l.sessions.successorAsked(dup.BrokerID, dup.Epoch)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/listenprobe"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
 )
@@ -73,6 +74,10 @@ type Config struct {
 	// that keeps leading but cannot take over (a full disk, say) is a fault
 	// the in-memory raft cluster cannot produce.
 	takeoverFault func() error
+	// probeBroker dials a broker's registered address before the broker is
+	// fenced for a crash (crash.go); nil is listenprobe.Dial. Tests
+	// replace it (SetBrokerProbe), so that no real port decides.
+	probeBroker func(ctx context.Context, addr string) error
 	// submitFault, when set, is called for every entry the controller hands
 	// to raft; an error it returns fails that entry's future instead, as
 	// raft fails an entry it could not enqueue in time, and raft never sees
@@ -103,6 +108,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.probeBroker == nil {
+		c.probeBroker = listenprobe.Dial
 	}
 	if c.LeaderImbalanceCheckInterval == 0 {
 		c.LeaderImbalanceCheckInterval = DefaultLeaderImbalanceCheckInterval

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/listenprobe"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -21,9 +23,26 @@ import (
 // broker that ends while it is active, with a way to ask whether the
 // stream's connection has closed (the server knows; see WithConnClosed). If,
 // crashGrace after the end, that connection has closed, and the broker has
-// neither opened a stream nor heartbeated since, and its epoch is still the
-// one whose stream ended and it is still unfenced, it is fenced: the same
-// records and the same decision path as a session that expired.
+// neither opened a stream nor registered or heartbeated since, and its
+// epoch is still the one whose stream ended and it is still unfenced, it
+// looks dead.
+//
+// A connection also closes when only the link broke (a reset by a
+// middlebox, a proxy or sidecar that restarted), and a live broker that was
+// cut off that way may not be back within the grace. So before it fences,
+// the crash fencer asks the broker's own port (listenprobe): it dials the
+// address the broker registered. A dead process's port refuses (or, behind
+// a proxy, is closed as soon as it is accepted): the broker is fenced, with
+// the same records and the same decision path as a session that expired. A
+// port that accepts and holds the dial is a live process: it is not fenced
+// for a crash, and its session decides, as for any broker that falls
+// silent. A dial that does not answer in time is a doubt, left to the
+// session too: a process that died on a live host refuses at once. One
+// thing overrules a listening port: a new incarnation of the broker asked
+// to register after the end (and was refused, since this one held the id).
+// The port is then the new process's, and the old one is gone: without
+// this, a broker restarted within the grace would wait a whole session for
+// its id.
 //
 // What never counts: a stream the controller ends itself (it lost
 // leadership: the leadership's tracker goes with it, and a new active
@@ -57,6 +76,9 @@ type brokerStreams struct {
 	// closed since.
 	ended  time.Time
 	closed func() bool
+	// successor: a new incarnation of the broker asked to register after
+	// ended, and was refused because this epoch held the id.
+	successor bool
 }
 
 // streamOpened notes a metadata stream of broker id at epoch: the broker is
@@ -70,7 +92,13 @@ func (s *sessionTracker) streamOpened(id int32, epoch int64) {
 		s.streams[id] = st
 	}
 	st.open++
-	st.ended, st.closed = time.Time{}, nil
+	st.clearEnd()
+}
+
+// clearEnd forgets the pending end, if any: the broker is back, or it was
+// decided on.
+func (st *brokerStreams) clearEnd() {
+	st.ended, st.closed, st.successor = time.Time{}, nil, false
 }
 
 // streamEnded notes that a metadata stream of broker id at epoch ended at
@@ -85,7 +113,7 @@ func (s *sessionTracker) streamEnded(id int32, epoch int64, now time.Time, close
 	}
 	st.open = max(st.open-1, 0)
 	if closed != nil && st.open == 0 {
-		st.ended, st.closed = now, closed
+		st.ended, st.closed, st.successor = now, closed, false
 	}
 	s.mu.Unlock()
 	select {
@@ -115,10 +143,24 @@ func (s *sessionTracker) crashedLocked(id int32, epoch int64, now time.Time, gra
 	return st.closed()
 }
 
+// successorAsked notes that a new incarnation of broker id asked to
+// register while the incarnation at epoch held the id: if epoch's stream
+// has ended on a closed connection and it has not come back, that process
+// is gone, whatever listens at its address now.
+func (s *sessionTracker) successorAsked(id int32, epoch int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.streams[id]; st != nil && st.epoch == epoch && !st.ended.IsZero() {
+		st.successor = true
+	}
+}
+
 // crashCandidate is a broker whose stream end is due for a look.
 type crashCandidate struct {
 	id    int32
 	epoch int64
+	// successor: a new incarnation asked to register since the end.
+	successor bool
 }
 
 // crashesDue returns the brokers that look dead now (crashed), in id
@@ -140,9 +182,9 @@ func (s *sessionTracker) crashesDue(now time.Time, grace time.Duration) (due []c
 			continue
 		}
 		if s.crashedLocked(id, st.epoch, now, grace) {
-			due = append(due, crashCandidate{id, st.epoch})
+			due = append(due, crashCandidate{id, st.epoch, st.successor})
 		} else {
-			st.ended, st.closed = time.Time{}, nil
+			st.clearEnd()
 		}
 	}
 	slices.SortFunc(due, func(x, y crashCandidate) int { return cmp.Compare(x.id, y.id) })
@@ -157,7 +199,7 @@ func (s *sessionTracker) crashHandled(id int32, epoch int64, fenced bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st := s.streams[id]; st != nil && st.epoch == epoch {
-		st.ended, st.closed = time.Time{}, nil
+		st.clearEnd()
 	}
 	if ss, ok := s.sessions[id]; ok && ss.epoch == epoch && fenced {
 		ss.heard = false
@@ -176,11 +218,109 @@ func crashRecords(img *fsm.Image, s *sessionTracker, id int32, epoch int64, now 
 	return fenceRecords(img, []*fsm.Broker{b})
 }
 
+// crashProbeTimeout bounds the dial of a broker's registered address
+// before it is fenced for a crash: a process that died on a live host
+// refuses within a round trip, so a dial that takes longer is a doubt, not
+// a death.
+const crashProbeTimeout = 250 * time.Millisecond
+
+// probeResult is what a dial of a broker's registered address said.
+type probeResult int
+
+const (
+	probeRefused   probeResult = iota // nothing listens there: the process is gone
+	probeListening                    // accepted and held: the process lives
+	probeNoAnswer                     // timed out, or failed otherwise: a doubt
+)
+
+// probeResultOf reads a listenprobe.Dial answer.
+func probeResultOf(err error) probeResult {
+	switch {
+	case err == nil:
+		return probeListening
+	case listenprobe.Refused(err):
+		return probeRefused
+	}
+	return probeNoAnswer
+}
+
+// String is the result as keel_controller_broker_crash_probes_total
+// labels it.
+func (r probeResult) String() string {
+	switch r {
+	case probeRefused:
+		return "refused"
+	case probeListening:
+		return "listening"
+	}
+	return "no_answer"
+}
+
+// crashConfirmed reports whether a broker that looks dead by its
+// connections (crashed) is dead: a new incarnation asked to register since
+// its stream ended, or nothing listens at its address.
+func crashConfirmed(successor bool, probe probeResult) bool {
+	return successor || probe == probeRefused
+}
+
+// confirmCrashes keeps, of due, the brokers whose process is gone
+// (crashConfirmed), and drops the others' stream ends: they are left to
+// their sessions. The registered address of each broker that no successor
+// proved dead is dialled, side by side, here on the crash fencer's
+// goroutine, never on the event loop. A candidate the image no longer
+// holds at its epoch is kept undialled: its decision finds nothing to do.
+func (l *leadership) confirmCrashes(due []crashCandidate) []crashCandidate {
+	img := l.c.fsm.Image()
+	addrs := make([]string, len(due))
+	results := make([]probeResult, len(due))
+	errs := make([]error, len(due))
+	var wg sync.WaitGroup
+	for i, cand := range due {
+		b, ok := img.Broker(cand.id)
+		if cand.successor || !ok || b.Epoch != cand.epoch {
+			continue
+		}
+		addrs[i] = b.Address
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(l.ctx, crashProbeTimeout)
+			defer cancel()
+			errs[i] = l.c.cfg.probeBroker(ctx, addrs[i])
+			results[i] = probeResultOf(errs[i])
+		}()
+	}
+	wg.Wait()
+	if l.ctx.Err() != nil {
+		return nil // no longer active: the dials were cut short
+	}
+	kept := due[:0]
+	for i, cand := range due {
+		if addrs[i] == "" {
+			kept = append(kept, cand)
+			continue
+		}
+		l.c.metrics.crashProbes.WithLabelValues(results[i].String()).Inc()
+		if crashConfirmed(cand.successor, results[i]) {
+			kept = append(kept, cand)
+			continue
+		}
+		msg := "broker's connection closed, but its process still listens at its address; not fencing it for a crash (its session decides)"
+		if results[i] == probeNoAnswer {
+			msg = "broker's connection closed, but its address did not answer a dial; not fencing it for a crash (its session decides)"
+		}
+		l.log.Info(msg, "broker_id", cand.id, "broker_epoch", cand.epoch, "address", addrs[i], "probe_err", errs[i])
+		l.sessions.crashHandled(cand.id, cand.epoch, false)
+	}
+	return kept
+}
+
 // fenceCrashed fences, one decision per broker, the brokers whose metadata
-// stream's connection closed and that have not come back within the crash
-// grace. It runs while this node is the active controller; the decisions go
-// through the event loop like any other, so a heartbeat or a registration
-// that came meanwhile is seen.
+// stream's connection closed, that have not come back within the crash
+// grace, and whose process is gone (confirmCrashes). It runs while this
+// node is the active controller; the decisions go through the event loop
+// like any other, so a heartbeat or a registration that came meanwhile is
+// seen.
 func (l *leadership) fenceCrashed() {
 	defer l.wg.Done()
 	grace := l.c.cfg.CrashGrace
@@ -198,16 +338,23 @@ func (l *leadership) fenceCrashed() {
 		}
 		now := l.c.cfg.Now()
 		due, next := l.sessions.crashesDue(now, grace)
+		if len(due) > 0 {
+			due = l.confirmCrashes(due)
+		}
 		type queued struct {
 			crashCandidate
 			wait func() (uint64, error)
 		}
 		waits := make([]queued, 0, len(due))
 		for _, cand := range due {
+			why := "nothing listens at its address"
+			if cand.successor {
+				why = "a new incarnation asked to register"
+			}
 			wait, err := l.queue(l.ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
 				recs := crashRecords(img, l.sessions, cand.id, cand.epoch, l.c.cfg.Now(), grace)
 				if len(recs) > 0 {
-					l.log.Info("fencing broker: its connection closed and it did not come back", "broker_id", cand.id,
+					l.log.Info("fencing broker: its connection closed, it did not come back, and "+why, "broker_id", cand.id,
 						"broker_epoch", cand.epoch, "crash_grace", grace)
 				}
 				return recs, nil

@@ -2,7 +2,9 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,13 +22,34 @@ const crashGrace = 500 * time.Millisecond
 // grace passes only when the test moves the clock, and sessions (a minute)
 // never run out. It runs raft at the default timings, not keeltest's
 // 50 ms: a leadership that moved under the test would never fence (by the
-// rule under test), and on a loaded machine 50 ms moves it.
-func crashCluster(t *testing.T) (*keeltest.Cluster, *keeltest.Clock) {
+// rule under test), and on a loaded machine 50 ms moves it. The brokers'
+// registered addresses are not dialled: the dial before a crash fence
+// answers what port says (refused until the test says otherwise).
+func crashCluster(t *testing.T) (c *keeltest.Cluster, clock *keeltest.Clock, port *brokerPort) {
 	t.Helper()
-	clock := keeltest.NewClock()
-	c := newCluster(t, 3, keeltest.WithTiming(raftlog.DefaultTiming()), keeltest.WithSessionTimeout(time.Minute), keeltest.WithClock(clock.Now),
-		keeltest.WithTune(func(cfg *server.NodeConfig) { cfg.CrashGrace = crashGrace }))
-	return c, clock
+	clock = keeltest.NewClock()
+	port = &brokerPort{}
+	c = newCluster(t, 3, keeltest.WithTiming(raftlog.DefaultTiming()), keeltest.WithSessionTimeout(time.Minute), keeltest.WithClock(clock.Now),
+		keeltest.WithTune(func(cfg *server.NodeConfig) {
+			cfg.CrashGrace = crashGrace
+			cfg.TuneController = func(cc *controller.Config) { controller.SetBrokerProbe(cc, port.dial) }
+		}))
+	return c, clock, port
+}
+
+// brokerPort is what every broker's registered address answers the crash
+// fencer's dial, and how many dials it had.
+type brokerPort struct {
+	listening atomic.Bool
+	dials     atomic.Int32
+}
+
+func (p *brokerPort) dial(context.Context, string) error {
+	p.dials.Add(1)
+	if p.listening.Load() {
+		return nil
+	}
+	return syscall.ECONNREFUSED
 }
 
 // brokerStream is broker id's metadata stream to nd, on a connection whose
@@ -79,7 +102,7 @@ func (s *brokerStream) die(t *testing.T) {
 // closed is fenced once the crash grace has passed on the controller's
 // clock, not before, and its partitions' leadership moves with it.
 func TestCrash_FencedOnceGraceElapsed(t *testing.T) {
-	c, clock := crashCluster(t)
+	c, clock, _ := crashCluster(t)
 	leader := c.WaitForActive(5 * time.Second)
 	epoch := registerActive(t, leader, 1, incA)
 	registerActive(t, leader, 2, incB)
@@ -107,7 +130,7 @@ func TestCrash_FencedOnceGraceElapsed(t *testing.T) {
 // a crash (the new one never saw the stream end; the broker, if dead, is
 // fenced a session after its takeover).
 func TestCrash_NotFencedAfterFailover(t *testing.T) {
-	c, clock := crashCluster(t)
+	c, clock, _ := crashCluster(t)
 	leader := c.WaitForActive(5 * time.Second)
 	epoch := registerActive(t, leader, 1, incA)
 	s := openStream(t, leader, 1, epoch)
@@ -134,5 +157,64 @@ func TestCrash_NotFencedAfterFailover(t *testing.T) {
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCrash_NotFencedWhileItsPortListens: a broker whose stream's
+// connection closed but whose port still accepts (its link was reset; the
+// process lives) is not fenced for a crash once the grace has passed: the
+// active controller dialled its address, and leaves it to its session.
+// Then its link breaks again and this time its port refuses: it is fenced.
+func TestCrash_NotFencedWhileItsPortListens(t *testing.T) {
+	c, clock, port := crashCluster(t)
+	leader := c.WaitForActive(5 * time.Second)
+	epoch := registerActive(t, leader, 1, incA)
+	port.listening.Store(true)
+	openStream(t, leader, 1, epoch).die(t)
+	clock.Add(crashGrace)
+	poll.Until(t, 10*time.Second, "the crash fencer to dial broker 1's address", func() bool { return port.dials.Load() > 0 })
+	// Several more looks of the fencer (a quarter grace of real time each).
+	deadline := time.Now().Add(crashGrace)
+	for time.Now().Before(deadline) {
+		if brokerFenced(leader, 1) {
+			t.Fatal("broker 1 fenced for a crash while its port accepted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := port.dials.Load(); n != 1 {
+		t.Fatalf("broker 1's address was dialled %d times for one stream end, want 1", n)
+	}
+
+	port.listening.Store(false)
+	openStream(t, leader, 1, epoch).die(t)
+	clock.Add(crashGrace)
+	poll.Until(t, 10*time.Second, "broker 1 to be fenced for its crash", func() bool { return brokerFenced(leader, 1) })
+}
+
+// TestCrash_RestartedWithinGraceReplacesAtOnce: a broker killed and
+// started again on the same port within the grace. Its old incarnation's
+// stream connection closed; its port accepts (the new process's), so the
+// dial alone would keep it. But the new incarnation asked to register (and
+// was refused: the old one held the id): the old process is gone. It is
+// fenced once the grace has passed, and the new incarnation's next
+// registration succeeds, without waiting for a session (a minute here).
+func TestCrash_RestartedWithinGraceReplacesAtOnce(t *testing.T) {
+	c, clock, port := crashCluster(t)
+	leader := c.WaitForActive(5 * time.Second)
+	epoch := registerActive(t, leader, 1, incA)
+	openStream(t, leader, 1, epoch).die(t)
+	port.listening.Store(true) // the new process has bound the port
+	ctx := context.Background()
+	if _, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB)); !errors.Is(err, controller.ErrDuplicateRegistration) {
+		t.Fatalf("a new incarnation while the old one holds the id: %v, want ErrDuplicateRegistration", err)
+	}
+	clock.Add(crashGrace)
+	poll.Until(t, 10*time.Second, "the old incarnation of broker 1 to be fenced", func() bool { return brokerFenced(leader, 1) })
+	resp, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB))
+	if err != nil {
+		t.Fatalf("the new incarnation's registration after the old one was fenced: %v", err)
+	}
+	if resp.BrokerEpoch <= epoch {
+		t.Fatalf("new epoch %d, want above %d", resp.BrokerEpoch, epoch)
 	}
 }

@@ -1,16 +1,22 @@
 package controller
 
 import (
+	"context"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/keel-dev/keel/internal/listenprobe"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
 // TestCrash_Rules: when the active controller decides that a broker whose
 // metadata stream ended has died (crash.go), and when it does not.
 // Broker 1 leads partition t-0 (replicas 1, 2, 3); its stream opened when
-// the sessions started.
+// the sessions started. Unless a case says otherwise, its registered
+// address refuses the crash fencer's dial, as a dead process's does.
 func TestCrash_Rules(t *testing.T) {
 	const grace = 500 * time.Millisecond
 	start := time.Unix(1_700_000_000, 0)
@@ -25,17 +31,37 @@ func TestCrash_Rules(t *testing.T) {
 	heartbeat := func(at time.Time) step {
 		return func(s *sessionTracker, epoch int64) { s.touch(1, epoch, at, 0, false) }
 	}
+	register := func(at time.Time) step {
+		return func(s *sessionTracker, epoch int64) { s.registered(1, epoch, at) }
+	}
+	// successor: a new incarnation of broker 1 is refused registration.
+	successor := func(s *sessionTracker, epoch int64) { s.successorAsked(1, epoch) }
 	for _, tc := range []struct {
 		name  string
 		steps []step
-		at    time.Time // when the crash fencer looks
+		at    time.Time   // when the crash fencer looks
+		probe probeResult // what the dial of broker 1's address says
 		// reregister: broker 1 registers again (a new incarnation, a new
 		// epoch) after its stream ended; fenced: it was fenced (its
 		// controlled shutdown ended) before.
 		reregister, fenced bool
 		want               bool // fenced for a crash
 	}{
-		{name: "connection closed, grace elapsed", steps: []step{end(endAt, closed)}, at: endAt.Add(grace), want: true},
+		{name: "connection closed, grace elapsed, its port refuses", steps: []step{end(endAt, closed)}, at: endAt.Add(grace), want: true},
+		{name: "connection closed, grace elapsed, its port accepts (a link blip)", steps: []step{end(endAt, closed)}, at: endAt.Add(grace),
+			probe: probeListening},
+		{name: "connection closed, grace elapsed, its port does not answer", steps: []step{end(endAt, closed)}, at: endAt.Add(grace),
+			probe: probeNoAnswer},
+		{name: "its port accepts, but a new incarnation asked to register since", steps: []step{end(endAt, closed), successor},
+			at: endAt.Add(grace), probe: probeListening, want: true},
+		{name: "a new incarnation asked to register, grace not yet elapsed", steps: []step{end(endAt, closed), successor},
+			at: endAt.Add(grace - time.Millisecond)},
+		{name: "a new incarnation asked before the end", steps: []step{successor, end(endAt, closed)}, at: endAt.Add(grace),
+			probe: probeListening},
+		{name: "a new incarnation asked, then the broker heartbeated", at: endAt.Add(grace), probe: probeListening,
+			steps: []step{end(endAt, closed), successor, heartbeat(endAt.Add(100 * time.Millisecond))}},
+		{name: "a new incarnation asked, then the broker reconnected", at: endAt.Add(grace),
+			steps: []step{end(endAt, closed), successor, reopen}},
 		{name: "connection closed, grace not yet elapsed", steps: []step{end(endAt, closed)}, at: endAt.Add(grace - time.Millisecond)},
 		{name: "stream cancelled on a live connection", steps: []step{end(endAt, open)}, at: endAt.Add(time.Minute)},
 		{name: "no connection to ask", steps: []step{end(endAt, nil)}, at: endAt.Add(time.Minute)},
@@ -48,6 +74,7 @@ func TestCrash_Rules(t *testing.T) {
 			steps: []step{reopen, end(endAt, closed)}, at: endAt.Add(time.Minute)},
 		{name: "heartbeat after the end", steps: []step{end(endAt, closed), heartbeat(endAt.Add(100 * time.Millisecond))}, at: endAt.Add(grace)},
 		{name: "heartbeat before the end", steps: []step{heartbeat(endAt.Add(-100 * time.Millisecond)), end(endAt, closed)}, at: endAt.Add(grace), want: true},
+		{name: "registration retried after the end", steps: []step{end(endAt, closed), register(endAt.Add(100 * time.Millisecond))}, at: endAt.Add(grace)},
 		{name: "registered again: a new epoch", steps: []step{end(endAt, closed)}, at: endAt.Add(grace), reregister: true},
 		{name: "already fenced", steps: []step{end(endAt, closed)}, at: endAt.Add(grace), fenced: true},
 	} {
@@ -70,11 +97,12 @@ func TestCrash_Rules(t *testing.T) {
 				c.fenceBrokers(1)
 			}
 			due, _ := s.crashesDue(tc.at, grace)
-			if got := len(due) == 1 && due[0] == (crashCandidate{1, epoch}); got != tc.want && !tc.reregister && !tc.fenced {
-				t.Fatalf("due = %v, want broker 1 due: %v", due, tc.want)
+			dead := len(due) == 1 && due[0].id == 1 && due[0].epoch == epoch && crashConfirmed(due[0].successor, tc.probe)
+			if dead != tc.want && !tc.reregister && !tc.fenced {
+				t.Fatalf("due = %v, probe %v: confirmed dead %v, want %v", due, tc.probe, dead, tc.want)
 			}
 			recs := crashRecords(c.img, s, 1, epoch, tc.at, grace)
-			if got := len(recs) > 0; got != tc.want {
+			if got := dead && len(recs) > 0; got != tc.want {
 				t.Fatalf("crash fencing decided: %v, want %v (%v)", got, tc.want, recs)
 			}
 			if !tc.want {
@@ -96,6 +124,32 @@ func TestCrash_Rules(t *testing.T) {
 			}
 			if due, _ := s.crashesDue(tc.at.Add(time.Minute), grace); len(due) != 0 {
 				t.Fatalf("a handled crash is due again: %v", due)
+			}
+		})
+	}
+}
+
+// TestCrash_ProbeResult: what the crash fencer makes of its dial of a
+// broker's registered address. Only a refusal says the process is gone; a
+// dial that failed any other way is a doubt, never a death.
+func TestCrash_ProbeResult(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	unreachable := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.EHOSTUNREACH)}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want probeResult
+	}{
+		{"accepted and held", nil, probeListening},
+		{"connection refused", refused, probeRefused},
+		{"accepted and closed at once", listenprobe.ErrClosedAtOnce, probeRefused},
+		{"timed out", context.DeadlineExceeded, probeNoAnswer},
+		{"host unreachable", unreachable, probeNoAnswer},
+		{"no such host", &net.DNSError{Err: "no such host", Name: "gone.invalid", IsNotFound: true}, probeNoAnswer},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := probeResultOf(tc.err); got != tc.want {
+				t.Errorf("probeResultOf(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
 	}

@@ -53,6 +53,12 @@ func (l *leadership) Queue(ctx context.Context, d func(*fsm.Image) ([]*keelpb.Re
 // cfg call fault first, and fail with its error.
 func SetTakeoverFault(cfg *Config, fault func() error) { cfg.takeoverFault = fault }
 
+// SetBrokerProbe makes a controller built from cfg dial a broker's
+// registered address with probe before it fences the broker for a crash.
+func SetBrokerProbe(cfg *Config, probe func(ctx context.Context, addr string) error) {
+	cfg.probeBroker = probe
+}
+
 // SetSubmitFault makes a controller built from cfg call fault for every
 // entry it hands to raft, and fail the entry with its error instead.
 func SetSubmitFault(cfg *Config, fault func() error) { cfg.submitFault = fault }

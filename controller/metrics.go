@@ -40,6 +40,7 @@ const (
 	MetricRefusedEntries                 = "keel_fsm_refused_entries_total"
 	MetricAdoptedEntries                 = "keel_fsm_adopted_entries_total"
 	MetricFencedBrokers                  = "keel_controller_fenced_brokers_total"
+	MetricBrokerCrashProbes              = "keel_controller_broker_crash_probes_total"
 )
 
 // The causes MetricFencedBrokers counts fencings by.
@@ -67,6 +68,7 @@ type metrics struct {
 	commitTime     prometheus.Histogram
 	leaderChanges  prometheus.Counter
 	fenced         *prometheus.CounterVec // by cause
+	crashProbes    *prometheus.CounterVec // by result (crash.go)
 	streams        streamPositions
 }
 
@@ -90,11 +92,18 @@ func newMetrics() *metrics {
 			Name: MetricFencedBrokers,
 			Help: "Brokers this node fenced as the active controller without being asked, by cause: crash (its metadata stream's connection closed and it did not come back within the crash grace) or session_expired (not heard from for a session timeout).",
 		}, []string{"cause"}),
+		crashProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricBrokerCrashProbes,
+			Help: "Dials of a broker's registered address that this node made as the active controller before fencing it for a crash, by result: refused (nothing listens: fenced), listening (the process lives: left to its session) or no_answer (a doubt: left to its session).",
+		}, []string{"result"}),
 		streams: streamPositions{byBroker: map[int32]*streamPosition{}},
 	}
-	// Both causes are reported from the start, at 0.
+	// Every cause and result is reported from the start, at 0.
 	m.fenced.WithLabelValues(FenceCauseCrash)
 	m.fenced.WithLabelValues(FenceCauseSessionExpired)
+	for _, r := range []probeResult{probeRefused, probeListening, probeNoAnswer} {
+		m.crashProbes.WithLabelValues(r.String())
+	}
 	return m
 }
 
@@ -280,7 +289,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 // already holds these metrics (two controllers on one registry).
 func (c *Controller) startMetrics(ctx context.Context, reg prometheus.Registerer) {
 	m := c.metrics
-	c.metricsCollectors = []prometheus.Collector{&collector{c: c}, m.eventQueueTime, m.commitTime, m.leaderChanges, m.fenced}
+	c.metricsCollectors = []prometheus.Collector{&collector{c: c}, m.eventQueueTime, m.commitTime, m.leaderChanges, m.fenced, m.crashProbes}
 	reg.MustRegister(c.metricsCollectors...)
 	// A non-blocking observer: raft drops an observation rather than wait
 	// for this goroutine (a leader change missed under a burst of them

@@ -51,6 +51,12 @@ func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetad
 			l.sessions.streamEnded(req.BrokerId, req.BrokerEpoch, c.cfg.Now(), connClosedFrom(ctx))
 		}
 	}()
+	// The first push goes at once, with no entries if there are none to
+	// send: it tells the broker that this controller took its stream (a
+	// broker whose stream broke knows from it that it is back, and stops
+	// redialling fast), and it carries this controller's epoch. Older
+	// brokers apply an empty batch as nothing.
+	pushed := false
 	for {
 		if needSnapshot {
 			img := c.applied.Current()
@@ -59,7 +65,7 @@ func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetad
 			}); err != nil {
 				return err
 			}
-			offset, needSnapshot = img.Offset, false
+			offset, needSnapshot, pushed = img.Offset, false, true
 			pos.offset.Store(offset)
 		}
 		entries, ok, more := c.applied.Since(offset, maxPushBytes)
@@ -67,7 +73,8 @@ func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetad
 			needSnapshot = true
 			continue
 		}
-		if len(entries) > 0 {
+		if len(entries) > 0 || !pushed {
+			pushed = true
 			msg := &keelpb.MetadataEntries{Entries: make([]*keelpb.MetadataEntry, len(entries))}
 			for i, e := range entries {
 				msg.Entries[i] = &keelpb.MetadataEntry{PrevOffset: e.Prev, Offset: e.Offset, Term: e.Term, Data: e.Data}
@@ -75,9 +82,11 @@ func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetad
 			if err := send(stamp(&keelpb.MetadataPush{Body: &keelpb.MetadataPush_Entries{Entries: msg}})); err != nil {
 				return err
 			}
-			offset = entries[len(entries)-1].Offset
-			pos.offset.Store(offset)
-			continue
+			if len(entries) > 0 {
+				offset = entries[len(entries)-1].Offset
+				pos.offset.Store(offset)
+				continue
+			}
 		}
 		select {
 		case <-more:

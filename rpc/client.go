@@ -125,6 +125,21 @@ func (c *Client) Controller(addr string) (keelpb.ControllerServiceClient, error)
 	return keelpb.NewControllerServiceClient(cc), nil
 }
 
+// ResetBackoff makes the connection to addr, if it is waiting out gRPC's
+// reconnect back-off after failed dials, dial again at once, and starts
+// that back-off again from its base delay; it does nothing to an address
+// not dialled yet. A broker calls it before each attempt to get its
+// metadata stream back while it must be seen again quickly (see the
+// broker's stream loop): gRPC alone would redial up to a second late.
+func (c *Client) ResetBackoff(addr string) {
+	c.mu.Lock()
+	cc := c.conns[addr]
+	c.mu.Unlock()
+	if cc != nil {
+		cc.ResetConnectBackoff()
+	}
+}
+
 // Close closes every connection.
 func (c *Client) Close() error {
 	c.mu.Lock()

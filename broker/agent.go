@@ -829,7 +829,12 @@ func (b *backoff) next() time.Duration {
 	} else {
 		b.cur = min(2*b.cur, b.max)
 	}
-	half := b.cur / 2
+	return jitter(b.cur)
+}
+
+// jitter is a pause between d/2 and d, at random.
+func jitter(d time.Duration) time.Duration {
+	half := d / 2
 	return half + rand.N(half+1)
 }
 

@@ -16,6 +16,76 @@ import (
 // errStreamEnded: the controller closed the stream without an error.
 var errStreamEnded = errors.New("the controller ended the metadata stream")
 
+// The active controller fences a broker whose metadata stream's connection
+// closed if the broker is not seen again within the controller's crash
+// grace (500 ms by default) and its port does not answer. A broker whose
+// link broke is therefore back as soon as the link is: for fastRedialWindow
+// after a stream that a controller had taken ends, the stream loop tries
+// again at once, then, while its attempts reach no controller (gRPC's own
+// Unavailable: a connection refused, reset or closed), every
+// fastRedialPace (jittered down to half), each time waking the connection
+// out of gRPC's reconnect back-off (rpc.Client.ResetBackoff), which alone
+// would dial again up to a second late. The window is four default crash
+// graces. A controller's own answers (no leader yet, a leader hint) keep
+// the usual pacing, so that brokers retrying during an election do not
+// slow it down, and after the window the usual back-offs apply, the stream
+// loop's (25 ms, doubling to 250 ms) and gRPC's per connection (50 ms, x1.6,
+// up to 1 s). So a controller that stays down costs each broker at most
+// about fastRedialWindow/(fastRedialPace*3/4), some 130, refused dials
+// across the controllers it rotates through, then about one a second.
+const (
+	fastRedialWindow = 2 * time.Second
+	fastRedialPace   = 20 * time.Millisecond
+)
+
+// redial paces the stream loop's attempts to open a stream.
+type redial struct {
+	bo backoff
+	// lost is when a stream that a controller had taken last ended (zero:
+	// none has): the fast window runs from it.
+	lost time.Time
+}
+
+// fast reports whether now is within the fast window of the last loss.
+func (r *redial) fast(now time.Time) bool {
+	return !r.lost.IsZero() && now.Sub(r.lost) < fastRedialWindow
+}
+
+// ended notes that an attempt ended at now after accepting accepted
+// pushes, and reports whether the next one goes at once: a stream that a
+// controller had taken ended, and it is not one more in a fast window (a
+// stream that keeps ending after its first pushes is paced, not retried in
+// a loop).
+func (r *redial) ended(now time.Time, accepted int) (atOnce bool) {
+	if accepted == 0 {
+		return false
+	}
+	atOnce = !r.fast(now)
+	r.lost = now
+	r.bo.reset()
+	return atOnce
+}
+
+// next is the pause before the next attempt, the last one having reached
+// no controller (unreached) or not: the fast pace within the window for
+// the former, else the back-off (from its base delay, growing as attempts
+// keep failing).
+func (r *redial) next(now time.Time, unreached bool) time.Duration {
+	if unreached && r.fast(now) {
+		return jitter(fastRedialPace)
+	}
+	return r.bo.next()
+}
+
+// unreached reports whether err is gRPC's own Unavailable, without details:
+// the attempt reached no controller (its connection was refused, reset or
+// closed, or is not up yet). A controller's refusals carry a reason or a
+// leader hint.
+func unreached(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Unavailable && len(st.Details()) == 0
+}
+
 // streamLoop holds the metadata stream to the active controller for one
 // broker epoch, reconnecting whenever it ends: to the leader a follower names,
 // else to the next controller, always resuming from the broker's own applied
@@ -46,17 +116,19 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 	// Short pauses, capped low: after a failover the brokers should be
 	// streaming from the new leader within a few hundred milliseconds of
 	// its election, and a reconnect attempt costs the controllers little.
-	bo := backoff{min: 25 * time.Millisecond, max: 250 * time.Millisecond}
+	// After a lost stream, faster still (fastRedialWindow).
+	rd := redial{bo: backoff{min: 25 * time.Millisecond, max: 250 * time.Millisecond}}
 	followed := false
 	for {
+		if rd.fast(time.Now()) {
+			a.client.ResetBackoff(target)
+		}
 		accepted, err := a.streamOnce(ctx, target, epoch)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if accepted > 0 {
-			bo.reset()
-		}
-		pause, follow := true, false
+		atOnce := rd.ended(time.Now(), accepted)
+		pause, follow := !atOnce, false
 		hint, _ := rpc.LeaderHintOf(err)
 		var fatal *fatalError
 		switch reason := rpc.ReasonOf(err); {
@@ -74,7 +146,7 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 			target, follow = hint.GetLeaderAddress(), true
 			// The first hop is taken at once; hints that keep bouncing
 			// (a leadership change in progress) back off.
-			pause = followed
+			pause = followed && !atOnce
 		case reason == rpc.ReasonNotReady:
 			// The leader, about to be active: the same target, in a moment.
 			pause = false
@@ -111,7 +183,7 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 		}
 		followed = follow
 		if pause {
-			if err := sleep(ctx, bo.next()); err != nil {
+			if err := sleep(ctx, rd.next(time.Now(), unreached(err))); err != nil {
 				return err
 			}
 		}

@@ -83,6 +83,12 @@ type Config struct {
 	// --voters addresses are its proxies, and each dials its peers through
 	// its own (--raft-dial).
 	FaultNet bool
+	// ProxyBrokers makes each broker dial each controller through a
+	// faultproxy.Proxy of its own (brokerlinks.go), so that a caller can
+	// cut one broker's links to the quorum (SetBrokerLinks, BrokerLink)
+	// while its process and port live. It sets the brokers'
+	// --test-dial-via.
+	ProxyBrokers bool
 	// Metrics gives every controller a --metrics-addr on a free port
 	// (Node.MetricsAddr).
 	Metrics bool
@@ -136,6 +142,9 @@ type Cluster struct {
 	voters  string
 	net     *faultproxy.Net
 	seq     int // processes launched so far: Close stops the latest first
+	// brokerLinks are each broker's proxies to the controllers, by
+	// broker, then controller (Config.ProxyBrokers).
+	brokerLinks map[int32]map[int32]*faultproxy.Proxy
 }
 
 // New checks cfg and makes its directory; Start starts the controllers.
@@ -453,6 +462,10 @@ func (c *Cluster) StartBrokers(ctx context.Context, specs ...BrokerSpec) error {
 		if s.Metrics {
 			nd.metrics, nd.metricsAddr, addrs = true, addrs[0], addrs[1:]
 		}
+		links, err := c.linkBroker(s.ID)
+		if err != nil {
+			return err
+		}
 		nd.args = BrokerArgs{
 			ID:          s.ID,
 			Listen:      nd.addr,
@@ -461,7 +474,7 @@ func (c *Cluster) StartBrokers(ctx context.Context, specs ...BrokerSpec) error {
 			Heartbeat:   s.Heartbeat,
 			Rack:        s.Rack,
 			MetricsAddr: nd.metricsAddr,
-			Flags:       append(c.tlsFlags(fmt.Sprintf("broker-%d", s.ID)), s.Flags...),
+			Flags:       append(append(c.tlsFlags(fmt.Sprintf("broker-%d", s.ID)), links...), s.Flags...),
 		}.Build()
 		nodes[i] = nd
 	}
@@ -705,8 +718,8 @@ func (nd *Node) resume() error {
 
 // Close stops every process still running: paused ones are resumed first,
 // so that they can handle the SIGTERM; then each, the latest started first,
-// gets SIGTERM and, if it has not exited 10 s later, SIGKILL. The fault
-// net, if any, closes last. It fails, naming them, if any process did not
+// gets SIGTERM and, if it has not exited 10 s later, SIGKILL. The broker
+// links and the fault net, if any, close last. It fails, naming them, if any process did not
 // exit with status 0 on SIGTERM alone.
 func (c *Cluster) Close() error {
 	c.mu.Lock()
@@ -729,6 +742,7 @@ func (c *Cluster) Close() error {
 				nd.name, p.Pid(), strings.Join(nd.Args(), " "), p.Err()))
 		}
 	}
+	c.closeBrokerLinks()
 	if fnet != nil {
 		fnet.Close()
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,6 +212,12 @@ type thinBroker struct {
 	client   *rpc.Client
 	hb       *latencies
 	log      *slog.Logger
+	// lis is its port, the address it registers: the active controller
+	// dials it before fencing the broker for a crash, and a live process's
+	// port accepts. Nothing is served on it. Kill closes it, as a dead
+	// process's port closes; Silence keeps it (a paused process's port
+	// still accepts).
+	lis net.Listener
 
 	offsets offsetLog
 
@@ -242,9 +249,14 @@ func startThinBroker(id int32, rack string, addrs []string, interval time.Durati
 	if err != nil {
 		return nil, err
 	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("thin broker %d: %v", id, err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &thinBroker{
-		id: id, rack: rack, addrs: addrs, interval: interval, client: client, hb: hb,
+		id: id, rack: rack, addrs: addrs, interval: interval, client: client, hb: hb, lis: lis,
 		log:          log.With("broker_id", id),
 		poke:         make(chan struct{}, 1),
 		released:     make(chan struct{}),
@@ -301,12 +313,13 @@ func (b *thinBroker) setWatch(w *leaderWatch) {
 }
 
 // Kill stops the broker without a word, as a crash would: no more
-// heartbeats, its streams closed, no unregistration.
+// heartbeats, its streams and its port closed, no unregistration.
 func (b *thinBroker) Kill() {
 	b.stopOnce.Do(func() {
 		b.cancel()
 		b.wg.Wait()
 		b.client.Close()
+		b.lis.Close()
 	})
 }
 
@@ -341,7 +354,10 @@ func (b *thinBroker) Shutdown(ctx context.Context) (time.Duration, error) {
 	b.mu.Lock()
 	took := b.releasedAt.Sub(b.askedAt)
 	b.mu.Unlock()
-	b.stopOnce.Do(func() { b.client.Close() })
+	b.stopOnce.Do(func() {
+		b.client.Close()
+		b.lis.Close()
+	})
 	return took, err
 }
 
@@ -388,7 +404,7 @@ func (b *thinBroker) register(ctx context.Context) (int64, error) {
 		resp, err := b.client.RegisterBroker(rctx, &keelpb.RegisterBrokerRequest{
 			BrokerId:           b.id,
 			IncarnationId:      uuid.NewString(),
-			Address:            fmt.Sprintf("127.0.0.1:%d", 1+int(b.id)%65000),
+			Address:            b.lis.Addr().String(),
 			Rack:               b.rack,
 			MinMetadataVersion: fsm.MinMetadataVersion,
 			MaxMetadataVersion: fsm.MaxMetadataVersion,

@@ -170,7 +170,7 @@ loopback, or --insecure says plaintext is meant.`,
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", defaultWriteTimeout, "how long a write may wait to commit before it fails with Unavailable")
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", controller.DefaultSessionTimeout, "how long a broker may go without a heartbeat before it is fenced")
 	f.DurationVar(&cfg.CrashGrace, "crash-grace", controller.DefaultCrashGrace,
-		"fence a broker whose metadata stream's connection closed (its process died) if it has not come back within this long, instead of waiting for --session-timeout; 0: off")
+		"fence a broker whose metadata stream's connection closed if it has not come back within this long and its port refuses a dial (its process died), instead of waiting for --session-timeout; 0: off")
 	f.DurationVar(&cfg.LeaderImbalanceCheckInterval, "leader-imbalance-check-interval", controller.DefaultLeaderImbalanceCheckInterval,
 		"how often to restore preferred leaders on brokers leading under 90% of them (negative: never)")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", raftlog.DefaultSnapshotThreshold,

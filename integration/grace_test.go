@@ -66,6 +66,39 @@ func startGraceCluster(t *testing.T, grace, session, heartbeat time.Duration, mo
 	return c
 }
 
+// activeWatch is a watch that threeBrokers stay active at the epochs they
+// had when it began.
+type activeWatch struct {
+	epochs map[int32]int64
+	w      *brokerWatch
+}
+
+// watchActive waits until threeBrokers are active and starts an
+// activeWatch.
+func (c *Cluster) watchActive(t *testing.T) activeWatch {
+	t.Helper()
+	epochs := map[int32]int64{}
+	for id, b := range c.WaitForBrokers(t, allActive(threeBrokers...)) {
+		epochs[id] = b.Epoch
+	}
+	return activeWatch{epochs, c.watchBrokersActive(t, epochs)}
+}
+
+// check ends the watch and fails the test if a controller listed a broker
+// not active at its epoch meanwhile (when says when, for the message), or
+// if it read the broker lists fewer than 10 times.
+func (a activeWatch) check(t *testing.T, when string) {
+	t.Helper()
+	reads, bad := a.w.stopWatch()
+	if len(bad) > 0 {
+		t.Errorf("%s a controller listed a broker not active at its epoch (brokers at epochs %v):\n  %s",
+			when, a.epochs, strings.Join(bad, "\n  "))
+	}
+	if reads < 10 {
+		t.Errorf("the watch read the broker lists only %d times", reads)
+	}
+}
+
 // fenceCounts sums over the controllers the series names, and describes
 // what each controller said.
 func (c *Cluster) fenceCounts(t testing.TB, names ...string) (map[string]float64, string) {
@@ -214,19 +247,14 @@ func TestBroker_LinkBlipsShorterThanTheGraceDoNotFence(t *testing.T) {
 	const topic = "blips"
 	c.createTopic(t, topic, "--partitions", "6", "--replication-factor", "3")
 	before, _ := c.WaitForAgreement(t, topic, threeBrokers)
-	registered := c.WaitForBrokers(t, allActive(threeBrokers...))
 	victim := threeBrokers[0]
 	for _, id := range threeBrokers {
 		if len(before.ledBy(id)) > len(before.ledBy(victim)) {
 			victim = id
 		}
 	}
-	epochs := map[int32]int64{}
-	for id, b := range registered {
-		epochs[id] = b.Epoch
-	}
 	mark := c.brokerLogMark()
-	w := c.watchBrokersActive(t, epochs)
+	w := c.watchActive(t)
 	var back []blip
 	for _, d := range []time.Duration{300 * time.Millisecond, 450 * time.Millisecond} {
 		for i := range 5 {
@@ -235,14 +263,7 @@ func TestBroker_LinkBlipsShorterThanTheGraceDoNotFence(t *testing.T) {
 			back = append(back, b)
 		}
 	}
-	reads, bad := w.stopWatch()
-	if len(bad) > 0 {
-		t.Errorf("during the blips a controller listed a broker not active at its epoch (brokers at epochs %v):\n  %s",
-			epochs, strings.Join(bad, "\n  "))
-	}
-	if reads < 10 {
-		t.Errorf("the watch read the broker list only %d times", reads)
-	}
+	w.check(t, "during the blips")
 	c.checkNoFences(t, mark, "during blips shorter than the crash grace")
 	counts, desc := c.fenceCounts(t, crashFences, sessionFences, probesListening, probesRefused)
 	if counts[crashFences] != 0 || counts[sessionFences] != 0 || counts[probesRefused] != 0 {
@@ -281,25 +302,16 @@ func TestBroker_BlipsOfLinksAndPortShorterThanTheGraceDoNotFence(t *testing.T) {
 	for _, id := range threeBrokers {
 		ports[id].SetTarget(c.BrokerAddr(id))
 	}
-	registered := c.WaitForBrokers(t, allActive(threeBrokers...))
-	epochs := map[int32]int64{}
-	for id, b := range registered {
-		epochs[id] = b.Epoch
-	}
 	const victim = 1
 	mark := c.brokerLogMark()
-	w := c.watchBrokersActive(t, epochs)
+	w := c.watchActive(t)
 	var back []blip
 	for i := range 5 {
 		b := c.blipBrokerLinks(t, victim, 300*time.Millisecond, grace, ports[victim])
 		t.Logf("300ms blip %d of broker %d's links and port: %v", i+1, victim, b)
 		back = append(back, b)
 	}
-	_, bad := w.stopWatch()
-	if len(bad) > 0 {
-		t.Errorf("during the blips a controller listed a broker not active at its epoch (brokers at epochs %v):\n  %s",
-			epochs, strings.Join(bad, "\n  "))
-	}
+	w.check(t, "during the blips")
 	c.checkNoFences(t, mark, "during blips shorter than the crash grace")
 	counts, desc := c.fenceCounts(t, crashFences, sessionFences, probesListening, probesRefused)
 	if counts[crashFences] != 0 || counts[sessionFences] != 0 || counts[probesRefused]+counts[probesListening] != 0 {
@@ -338,19 +350,11 @@ func TestBroker_LinksDownLongerThanTheGrace(t *testing.T) {
 		heartbeat = 500 * time.Millisecond
 	)
 	c := startGraceCluster(t, grace, session, heartbeat, nil)
-	registered := c.WaitForBrokers(t, allActive(threeBrokers...))
-	epochs := map[int32]int64{}
-	for id, b := range registered {
-		epochs[id] = b.Epoch
-	}
 	const victim = 1
 	mark := c.brokerLogMark()
-	w := c.watchBrokersActive(t, epochs)
+	w := c.watchActive(t)
 	t.Logf("links of broker %d down for 2s: %v", victim, c.blipBrokerLinks(t, victim, 2*time.Second, grace))
-	if _, bad := w.stopWatch(); len(bad) > 0 {
-		t.Errorf("while its links were down a controller listed a broker not active at its epoch (brokers at epochs %v):\n  %s",
-			epochs, strings.Join(bad, "\n  "))
-	}
+	w.check(t, "while its links were down")
 	c.checkNoFences(t, mark, "with links down for less than a session")
 	counts, desc := c.fenceCounts(t, crashFences, sessionFences, probesListening, probesRefused)
 	if counts[crashFences] != 0 || counts[sessionFences] != 0 || counts[probesListening] != 1 || counts[probesRefused] != 0 {
@@ -373,7 +377,7 @@ func TestBroker_LinksDownLongerThanTheGrace(t *testing.T) {
 		return counts[crashFences] == 0 && counts[sessionFences] == 1 && counts[probesRefused] == 0, desc
 	})
 	c.WaitForInspect(t, []int32{victim}, "active again at its epoch", func(v *keelpb.InspectResponse) bool {
-		return v.State == stateActive && v.BrokerEpoch == epochs[victim]
+		return v.State == stateActive && v.BrokerEpoch == w.epochs[victim]
 	})
 }
 

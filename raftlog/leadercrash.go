@@ -3,18 +3,16 @@ package raftlog
 import (
 	"cmp"
 	"context"
-	"errors"
-	"io"
 	"log/slog"
-	"net"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/keel-dev/keel/internal/listenprobe"
 )
 
 // CrashElectionMessage is what a node logs (at WARN) when it starts a crash
@@ -237,10 +235,6 @@ const (
 	crashProbes = 3
 	// crashProbeGap is the pause between two probes of the window.
 	crashProbeGap = 20 * time.Millisecond
-	// crashProbeHold is how long an accepted probe waits to see whether
-	// the far end closes it at once: a proxy whose target refused it
-	// closes within a round trip.
-	crashProbeHold = 20 * time.Millisecond
 	// crashAskTimeout bounds the question to the other voters; one that
 	// has not answered by then is not counted.
 	crashAskTimeout = 150 * time.Millisecond
@@ -265,7 +259,7 @@ func newLeaderCrash(self int32, log *slog.Logger, window time.Duration, heard *h
 		addr:      addr,
 		electSelf: electSelf,
 		ask:       ask,
-		probe:     probeListener,
+		probe:     listenprobe.Dial,
 		running:   make(map[crashKey]bool),
 		vetoLogs:  newLogLimiter(10 * time.Second),
 	}
@@ -278,41 +272,6 @@ func (w *leaderCrash) setRaft(r raftView) {
 	w.mu.Unlock()
 }
 
-// probeListener dials addr over TCP: nil if a listener accepted and held
-// the connection, else the dial's error, or errClosedAtOnce if the far end
-// accepted and closed at once. The latter is what a TCP proxy in front of
-// a dead process does (it accepts, dials its target, is refused, and
-// closes), and what a live port saturated by strangers does: a Keel node's
-// own port holds a new connection open, waiting for its first byte, far
-// longer than crashProbeHold.
-func probeListener(ctx context.Context, addr string) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetReadDeadline(time.Now().Add(crashProbeHold))
-	var b [1]byte
-	_, err = c.Read(b[:])
-	var ne net.Error
-	switch {
-	case err == nil, errors.As(err, &ne) && ne.Timeout():
-		return nil // held open, or it even spoke: something lives there
-	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
-		return errClosedAtOnce
-	}
-	return err
-}
-
-// errClosedAtOnce: the far end accepted a connection and closed it at
-// once (probeListener).
-var errClosedAtOnce = errors.New("the connection was closed as soon as it was accepted")
-
-// refused reports whether err says that nothing listens at the address.
-func refused(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errClosedAtOnce)
-}
 
 // connEnded is told that an inbound raft connection from peer ended (not
 // closed by this node, not refused by the guard); appended says whether it
@@ -492,7 +451,7 @@ func (w *leaderCrash) confirmGone(ctx context.Context, r raftView, key crashKey,
 		switch {
 		case ctx.Err() != nil:
 			return vetoIgnored
-		case refused(err):
+		case listenprobe.Refused(err):
 			refusedYet = true
 		case err != nil:
 			return vetoProbeFailed // a doubt: raft's timeouts decide

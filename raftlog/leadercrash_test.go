@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"syscall"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/keel-dev/keel/internal/listenprobe"
 	"github.com/keel-dev/keel/internal/poll"
 )
 
@@ -104,7 +104,7 @@ func (a probeAnswer) err() error {
 	case refuses, heardAgain, refusesLate:
 		return fmt.Errorf("dial tcp: %w", syscall.ECONNREFUSED)
 	case closesAtOnce:
-		return errClosedAtOnce
+		return listenprobe.ErrClosedAtOnce
 	case timesOut:
 		return context.DeadlineExceeded
 	}
@@ -544,71 +544,5 @@ func TestCluster_LeaderAliveNoCrashElection(t *testing.T) {
 		if got := n.node.CrashElectionVetoes("port_accepts") + n.node.CrashElectionVetoes("contact"); got == 0 {
 			t.Errorf("node %d counted no port_accepts or contact veto", n.id)
 		}
-	}
-}
-
-// TestProbeListener: a port that holds a new connection open is alive; one
-// that accepts and closes at once (a proxy in front of a dead process) and
-// one that nothing listens on are not.
-func TestProbeListener(t *testing.T) {
-	holds, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closes, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	goneAddr := gone.Addr().String()
-	_ = gone.Close()
-	var wg sync.WaitGroup
-	serve := func(l net.Listener, hold bool) {
-		defer wg.Done()
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				_ = c.Close()
-			}
-		}()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			if hold {
-				held = append(held, c)
-				continue
-			}
-			_ = c.Close()
-		}
-	}
-	wg.Add(2)
-	go serve(holds, true)
-	go serve(closes, false)
-	defer func() {
-		_ = holds.Close()
-		_ = closes.Close()
-		wg.Wait()
-	}()
-	for _, tt := range []struct {
-		name, addr  string
-		wantRefused bool
-	}{
-		{"a listener that holds the connection", holds.Addr().String(), false},
-		{"a listener that closes it at once", closes.Addr().String(), true},
-		{"nothing listening", goneAddr, true},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), crashProbeTimeout)
-			defer cancel()
-			err := probeListener(ctx, tt.addr)
-			if refused(err) != tt.wantRefused || (!tt.wantRefused && err != nil) {
-				t.Errorf("probeListener = %v (refused: %v), want refused %v", err, refused(err), tt.wantRefused)
-			}
-		})
 	}
 }

@@ -35,7 +35,7 @@ func newAgentMetrics() *agentMetrics {
 	return &agentMetrics{
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: MetricStreamReconnects,
-			Help: "Times a metadata stream that had delivered metadata ended and the broker opened a new one (after a controller failover, a refused push, a network failure); the attempts it took are not counted.",
+			Help: "Times a metadata stream that a controller had taken (it sends its first push at once) ended and the broker opened a new one (after a controller failover, a refused push, a network failure); the attempts it took are not counted.",
 		}),
 		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    MetricHeartbeatDuration,

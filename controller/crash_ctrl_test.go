@@ -218,3 +218,31 @@ func TestCrash_RestartedWithinGraceReplacesAtOnce(t *testing.T) {
 		t.Fatalf("new epoch %d, want above %d", resp.BrokerEpoch, epoch)
 	}
 }
+
+// TestCrash_HeartbeatWhileTheStreamIsDown: a broker whose stream's
+// connection closed but whose heartbeat reaches the active controller
+// before the grace has passed is back, stream or not: it is not fenced,
+// and its address is not even dialled (here it would refuse).
+func TestCrash_HeartbeatWhileTheStreamIsDown(t *testing.T) {
+	c, clock, port := crashCluster(t)
+	leader := c.WaitForActive(5 * time.Second)
+	epoch := registerActive(t, leader, 1, incA)
+	openStream(t, leader, 1, epoch).die(t)
+	clock.Add(crashGrace / 2)
+	offset := leader.FSM().Image().Offset
+	if _, err := leader.Controller().BrokerHeartbeat(context.Background(), &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: epoch, MetadataOffset: offset}); err != nil {
+		t.Fatalf("heartbeat: %v", err)
+	}
+	clock.Add(crashGrace)
+	// Several looks of the fencer (a quarter grace of real time each).
+	deadline := time.Now().Add(crashGrace)
+	for time.Now().Before(deadline) {
+		if brokerFenced(leader, 1) {
+			t.Fatal("broker 1 fenced for a crash after it heartbeated")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := port.dials.Load(); n != 0 {
+		t.Fatalf("broker 1's address dialled %d times, though it heartbeated within the grace", n)
+	}
+}

@@ -39,10 +39,10 @@ import (
 // silent. A dial that does not answer in time is a doubt, left to the
 // session too: a process that died on a live host refuses at once. One
 // thing overrules a listening port: a new incarnation of the broker asked
-// to register after the end (and was refused, since this one held the id).
-// The port is then the new process's, and the old one is gone: without
-// this, a broker restarted within the grace would wait a whole session for
-// its id.
+// to register after the end (and was refused, since this one held the id),
+// before the dial or after it. The port is then the new process's, and the
+// old one is gone: without this, a broker restarted within the grace would
+// wait a whole session for its id.
 //
 // What never counts: a stream the controller ends itself (it lost
 // leadership: the leadership's tracker goes with it, and a new active
@@ -79,6 +79,9 @@ type brokerStreams struct {
 	// successor: a new incarnation of the broker asked to register after
 	// ended, and was refused because this epoch held the id.
 	successor bool
+	// leftToSession: the dial at the end of the grace did not find the
+	// process gone; the end is kept only for a successor to re-arm.
+	leftToSession bool
 }
 
 // streamOpened notes a metadata stream of broker id at epoch: the broker is
@@ -98,7 +101,7 @@ func (s *sessionTracker) streamOpened(id int32, epoch int64) {
 // clearEnd forgets the pending end, if any: the broker is back, or it was
 // decided on.
 func (st *brokerStreams) clearEnd() {
-	st.ended, st.closed, st.successor = time.Time{}, nil, false
+	st.ended, st.closed, st.successor, st.leftToSession = time.Time{}, nil, false, false
 }
 
 // streamEnded notes that a metadata stream of broker id at epoch ended at
@@ -113,7 +116,8 @@ func (s *sessionTracker) streamEnded(id int32, epoch int64, now time.Time, close
 	}
 	st.open = max(st.open-1, 0)
 	if closed != nil && st.open == 0 {
-		st.ended, st.closed, st.successor = now, closed, false
+		st.clearEnd()
+		st.ended, st.closed = now, closed
 	}
 	s.mu.Unlock()
 	select {
@@ -146,12 +150,33 @@ func (s *sessionTracker) crashedLocked(id int32, epoch int64, now time.Time, gra
 // successorAsked notes that a new incarnation of broker id asked to
 // register while the incarnation at epoch held the id: if epoch's stream
 // has ended on a closed connection and it has not come back, that process
-// is gone, whatever listens at its address now.
+// is gone, whatever listens at its address now (the new one, which may
+// have bound it just before the crash fencer's dial). It wakes the crash
+// fencer.
 func (s *sessionTracker) successorAsked(id int32, epoch int64) {
+	s.mu.Lock()
+	st := s.streams[id]
+	armed := st != nil && st.epoch == epoch && !st.ended.IsZero()
+	if armed {
+		st.successor = true
+	}
+	s.mu.Unlock()
+	if armed {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// leftToSession notes that the dial of broker id's address at the end of
+// the grace did not find its process gone: its stream end is no longer due,
+// unless a new incarnation asks to register (successorAsked).
+func (s *sessionTracker) leftToSession(id int32, epoch int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st := s.streams[id]; st != nil && st.epoch == epoch && !st.ended.IsZero() {
-		st.successor = true
+		st.leftToSession = true
 	}
 }
 
@@ -166,7 +191,8 @@ type crashCandidate struct {
 // crashesDue returns the brokers that look dead now (crashed), in id
 // order, and when the next pending stream end is due (zero: none). A due
 // end that does not look like a crash (the connection is still open, the
-// broker was heard from) is dropped.
+// broker was heard from) is dropped; one left to its session is not due
+// unless a successor asked to register.
 func (s *sessionTracker) crashesDue(now time.Time, grace time.Duration) (due []crashCandidate, next time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -181,10 +207,14 @@ func (s *sessionTracker) crashesDue(now time.Time, grace time.Duration) (due []c
 			}
 			continue
 		}
-		if s.crashedLocked(id, st.epoch, now, grace) {
-			due = append(due, crashCandidate{id, st.epoch, st.successor})
-		} else {
+		switch {
+		case !s.crashedLocked(id, st.epoch, now, grace):
 			st.clearEnd()
+		case st.leftToSession && !st.successor:
+			// Its port answered: the session decides, unless a successor
+			// asks to register.
+		default:
+			due = append(due, crashCandidate{id, st.epoch, st.successor})
 		}
 	}
 	slices.SortFunc(due, func(x, y crashCandidate) int { return cmp.Compare(x.id, y.id) })
@@ -264,8 +294,7 @@ func crashConfirmed(successor bool, probe probeResult) bool {
 }
 
 // confirmCrashes keeps, of due, the brokers whose process is gone
-// (crashConfirmed), and drops the others' stream ends: they are left to
-// their sessions. The registered address of each broker that no successor
+// (crashConfirmed), and leaves the others to their sessions. The registered address of each broker that no successor
 // proved dead is dialled, side by side, here on the crash fencer's
 // goroutine, never on the event loop. A candidate the image no longer
 // holds at its epoch is kept undialled: its decision finds nothing to do.
@@ -310,7 +339,7 @@ func (l *leadership) confirmCrashes(due []crashCandidate) []crashCandidate {
 			msg = "broker's connection closed, but its address did not answer a dial; not fencing it for a crash (its session decides)"
 		}
 		l.log.Info(msg, "broker_id", cand.id, "broker_epoch", cand.epoch, "address", addrs[i], "probe_err", errs[i])
-		l.sessions.crashHandled(cand.id, cand.epoch, false)
+		l.sessions.leftToSession(cand.id, cand.epoch)
 	}
 	return kept
 }

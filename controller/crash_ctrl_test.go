@@ -219,6 +219,34 @@ func TestCrash_RestartedWithinGraceReplacesAtOnce(t *testing.T) {
 	}
 }
 
+// TestCrash_RestartedJustAfterTheDial: as above, but the new process binds
+// the port before the crash fencer's dial and registers only after it: the
+// dial found the port listening and left the old incarnation to its
+// session, and the new incarnation's refused registration fences it then.
+func TestCrash_RestartedJustAfterTheDial(t *testing.T) {
+	c, clock, port := crashCluster(t)
+	leader := c.WaitForActive(5 * time.Second)
+	epoch := registerActive(t, leader, 1, incA)
+	openStream(t, leader, 1, epoch).die(t)
+	port.listening.Store(true) // the new process has bound the port
+	clock.Add(crashGrace)
+	poll.Until(t, 10*time.Second, "the crash fencer to dial broker 1's address", func() bool { return port.dials.Load() > 0 })
+	if brokerFenced(leader, 1) {
+		t.Fatal("broker 1 fenced though its port listened")
+	}
+	ctx := context.Background()
+	if _, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB)); !errors.Is(err, controller.ErrDuplicateRegistration) {
+		t.Fatalf("a new incarnation while the old one holds the id: %v, want ErrDuplicateRegistration", err)
+	}
+	poll.Until(t, 10*time.Second, "the old incarnation of broker 1 to be fenced", func() bool { return brokerFenced(leader, 1) })
+	if _, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB)); err != nil {
+		t.Fatalf("the new incarnation's registration after the old one was fenced: %v", err)
+	}
+	if n := port.dials.Load(); n != 1 {
+		t.Fatalf("broker 1's address dialled %d times, want 1", n)
+	}
+}
+
 // TestCrash_HeartbeatWhileTheStreamIsDown: a broker whose stream's
 // connection closed but whose heartbeat reaches the active controller
 // before the grace has passed is back, stream or not: it is not fenced,

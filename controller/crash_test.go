@@ -36,6 +36,13 @@ func TestCrash_Rules(t *testing.T) {
 	}
 	// successor: a new incarnation of broker 1 is refused registration.
 	successor := func(s *sessionTracker, epoch int64) { s.successorAsked(1, epoch) }
+	// looked: the crash fencer's dial, at the end of the grace, found
+	// broker 1's port listening.
+	looked := func(s *sessionTracker, epoch int64) {
+		if due, _ := s.crashesDue(endAt.Add(grace), grace); len(due) == 1 {
+			s.leftToSession(1, epoch)
+		}
+	}
 	for _, tc := range []struct {
 		name  string
 		steps []step
@@ -54,6 +61,11 @@ func TestCrash_Rules(t *testing.T) {
 			probe: probeNoAnswer},
 		{name: "its port accepts, but a new incarnation asked to register since", steps: []step{end(endAt, closed), successor},
 			at: endAt.Add(grace), probe: probeListening, want: true},
+		{name: "its port listened when looked at", steps: []step{end(endAt, closed), looked}, at: endAt.Add(time.Minute)},
+		{name: "its port listened when looked at, then a new incarnation asked to register",
+			steps: []step{end(endAt, closed), looked, successor}, at: endAt.Add(grace + time.Millisecond), probe: probeListening, want: true},
+		{name: "its port listened when looked at, then it heartbeated, then a new incarnation asked",
+			steps: []step{end(endAt, closed), looked, heartbeat(endAt.Add(grace + time.Millisecond)), successor}, at: endAt.Add(time.Minute)},
 		{name: "a new incarnation asked to register, grace not yet elapsed", steps: []step{end(endAt, closed), successor},
 			at: endAt.Add(grace - time.Millisecond)},
 		{name: "a new incarnation asked before the end", steps: []step{successor, end(endAt, closed)}, at: endAt.Add(grace),

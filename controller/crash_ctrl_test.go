@@ -20,22 +20,28 @@ const crashGrace = 500 * time.Millisecond
 
 // crashCluster is a quorum with crash detection on and a fake clock: the
 // grace passes only when the test moves the clock, and sessions (a minute)
-// never run out. It runs raft at the default timings, not keeltest's
-// 50 ms: a leadership that moved under the test would never fence (by the
-// rule under test), and on a loaded machine 50 ms moves it. The brokers'
-// registered addresses are not dialled: the dial before a crash fence
-// answers what port says (refused until the test says otherwise).
+// never run out. It runs raft at raft's own timings (steadyTiming), not
+// keeltest's 50 ms: a leadership that moved under the test would never
+// fence (by the rule under test), and on a loaded machine 50 ms, and even
+// Keel's 300 ms, moves it. The brokers' registered addresses are not
+// dialled: the dial before a crash fence answers what port says (refused
+// until the test says otherwise).
 func crashCluster(t *testing.T) (c *keeltest.Cluster, clock *keeltest.Clock, port *brokerPort) {
 	t.Helper()
 	clock = keeltest.NewClock()
 	port = &brokerPort{}
-	c = newCluster(t, 3, keeltest.WithTiming(raftlog.DefaultTiming()), keeltest.WithSessionTimeout(time.Minute), keeltest.WithClock(clock.Now),
+	c = newCluster(t, 3, keeltest.WithTiming(steadyTiming), keeltest.WithSessionTimeout(time.Minute), keeltest.WithClock(clock.Now),
 		keeltest.WithTune(func(cfg *server.NodeConfig) {
 			cfg.CrashGrace = crashGrace
 			cfg.TuneController = func(cc *controller.Config) { controller.SetBrokerProbe(cc, port.dial) }
 		}))
 	return c, clock, port
 }
+
+// steadyTiming is raft's own timings (a second to notice a leader gone):
+// for tests whose leadership must hold on a loaded machine.
+var steadyTiming = raftlog.Timing{HeartbeatTimeout: time.Second, ElectionTimeout: time.Second,
+	LeaderLeaseTimeout: 500 * time.Millisecond, CommitTimeout: 5 * time.Millisecond, CrashElection: true}
 
 // brokerPort is what every broker's registered address answers the crash
 // fencer's dial, and how many dials it had.

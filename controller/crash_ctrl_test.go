@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -104,6 +105,20 @@ func (s *brokerStream) die(t *testing.T) {
 	}
 }
 
+// notFencedOverLooks fails the test if broker id is fenced on nd during
+// several looks of the crash fencer (a quarter grace of real time each);
+// when says when, for the message.
+func notFencedOverLooks(t *testing.T, nd *server.Node, id int32, when string) {
+	t.Helper()
+	deadline := time.Now().Add(crashGrace)
+	for time.Now().Before(deadline) {
+		if brokerFenced(nd, id) {
+			t.Fatalf("broker %d fenced %s", id, when)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestCrash_FencedOnceGraceElapsed: a broker whose stream's connection
 // closed is fenced once the crash grace has passed on the controller's
 // clock, not before, and its partitions' leadership moves with it.
@@ -115,14 +130,7 @@ func TestCrash_FencedOnceGraceElapsed(t *testing.T) {
 	s := openStream(t, leader, 1, epoch)
 	s.die(t)
 	clock.Add(crashGrace - time.Millisecond)
-	// The fencer looks every quarter grace of real time: several looks.
-	deadline := time.Now().Add(crashGrace)
-	for time.Now().Before(deadline) {
-		if brokerFenced(leader, 1) {
-			t.Fatal("broker 1 fenced before the crash grace passed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	notFencedOverLooks(t, leader, 1, "before the crash grace passed")
 	clock.Add(time.Millisecond)
 	poll.Until(t, 10*time.Second, "broker 1 to be fenced for its crash", func() bool { return brokerFenced(leader, 1) })
 	if brokerFenced(leader, 2) {
@@ -179,14 +187,7 @@ func TestCrash_NotFencedWhileItsPortListens(t *testing.T) {
 	openStream(t, leader, 1, epoch).die(t)
 	clock.Add(crashGrace)
 	poll.Until(t, 10*time.Second, "the crash fencer to dial broker 1's address", func() bool { return port.dials.Load() > 0 })
-	// Several more looks of the fencer (a quarter grace of real time each).
-	deadline := time.Now().Add(crashGrace)
-	for time.Now().Before(deadline) {
-		if brokerFenced(leader, 1) {
-			t.Fatal("broker 1 fenced for a crash while its port accepted")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	notFencedOverLooks(t, leader, 1, "for a crash while its port accepted")
 	if n := port.dials.Load(); n != 1 {
 		t.Fatalf("broker 1's address was dialled %d times for one stream end, want 1", n)
 	}
@@ -201,55 +202,46 @@ func TestCrash_NotFencedWhileItsPortListens(t *testing.T) {
 // started again on the same port within the grace. Its old incarnation's
 // stream connection closed; its port accepts (the new process's), so the
 // dial alone would keep it. But the new incarnation asked to register (and
-// was refused: the old one held the id): the old process is gone. It is
-// fenced once the grace has passed, and the new incarnation's next
-// registration succeeds, without waiting for a session (a minute here).
+// was refused: the old one held the id), before the crash fencer's dial or
+// after it: the old process is gone. It is fenced once the grace has
+// passed, and the new incarnation's next registration succeeds, without
+// waiting for a session (a minute here).
 func TestCrash_RestartedWithinGraceReplacesAtOnce(t *testing.T) {
-	c, clock, port := crashCluster(t)
-	leader := c.WaitForActive(5 * time.Second)
-	epoch := registerActive(t, leader, 1, incA)
-	openStream(t, leader, 1, epoch).die(t)
-	port.listening.Store(true) // the new process has bound the port
-	ctx := context.Background()
-	if _, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB)); !errors.Is(err, controller.ErrDuplicateRegistration) {
-		t.Fatalf("a new incarnation while the old one holds the id: %v, want ErrDuplicateRegistration", err)
-	}
-	clock.Add(crashGrace)
-	poll.Until(t, 10*time.Second, "the old incarnation of broker 1 to be fenced", func() bool { return brokerFenced(leader, 1) })
-	resp, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB))
-	if err != nil {
-		t.Fatalf("the new incarnation's registration after the old one was fenced: %v", err)
-	}
-	if resp.BrokerEpoch <= epoch {
-		t.Fatalf("new epoch %d, want above %d", resp.BrokerEpoch, epoch)
-	}
-}
-
-// TestCrash_RestartedJustAfterTheDial: as above, but the new process binds
-// the port before the crash fencer's dial and registers only after it: the
-// dial found the port listening and left the old incarnation to its
-// session, and the new incarnation's refused registration fences it then.
-func TestCrash_RestartedJustAfterTheDial(t *testing.T) {
-	c, clock, port := crashCluster(t)
-	leader := c.WaitForActive(5 * time.Second)
-	epoch := registerActive(t, leader, 1, incA)
-	openStream(t, leader, 1, epoch).die(t)
-	port.listening.Store(true) // the new process has bound the port
-	clock.Add(crashGrace)
-	poll.Until(t, 10*time.Second, "the crash fencer to dial broker 1's address", func() bool { return port.dials.Load() > 0 })
-	if brokerFenced(leader, 1) {
-		t.Fatal("broker 1 fenced though its port listened")
-	}
-	ctx := context.Background()
-	if _, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB)); !errors.Is(err, controller.ErrDuplicateRegistration) {
-		t.Fatalf("a new incarnation while the old one holds the id: %v, want ErrDuplicateRegistration", err)
-	}
-	poll.Until(t, 10*time.Second, "the old incarnation of broker 1 to be fenced", func() bool { return brokerFenced(leader, 1) })
-	if _, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB)); err != nil {
-		t.Fatalf("the new incarnation's registration after the old one was fenced: %v", err)
-	}
-	if n := port.dials.Load(); n != 1 {
-		t.Fatalf("broker 1's address dialled %d times, want 1", n)
+	for _, afterDial := range []bool{false, true} {
+		t.Run(fmt.Sprintf("registered after the dial: %v", afterDial), func(t *testing.T) {
+			c, clock, port := crashCluster(t)
+			leader := c.WaitForActive(5 * time.Second)
+			epoch := registerActive(t, leader, 1, incA)
+			openStream(t, leader, 1, epoch).die(t)
+			port.listening.Store(true) // the new process has bound the port
+			ctx := context.Background()
+			register := func() {
+				t.Helper()
+				if _, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB)); !errors.Is(err, controller.ErrDuplicateRegistration) {
+					t.Fatalf("a new incarnation while the old one holds the id: %v, want ErrDuplicateRegistration", err)
+				}
+			}
+			if !afterDial {
+				register()
+			}
+			clock.Add(crashGrace)
+			if afterDial {
+				poll.Until(t, 10*time.Second, "the crash fencer to dial broker 1's address", func() bool { return port.dials.Load() > 0 })
+				notFencedOverLooks(t, leader, 1, "though its port listened")
+				register()
+			}
+			poll.Until(t, 10*time.Second, "the old incarnation of broker 1 to be fenced", func() bool { return brokerFenced(leader, 1) })
+			resp, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB))
+			if err != nil {
+				t.Fatalf("the new incarnation's registration after the old one was fenced: %v", err)
+			}
+			if resp.BrokerEpoch <= epoch {
+				t.Fatalf("new epoch %d, want above %d", resp.BrokerEpoch, epoch)
+			}
+			if n, want := port.dials.Load(), map[bool]int32{false: 0, true: 1}[afterDial]; n != want {
+				t.Fatalf("broker 1's address dialled %d times, want %d", n, want)
+			}
+		})
 	}
 }
 
@@ -268,14 +260,7 @@ func TestCrash_HeartbeatWhileTheStreamIsDown(t *testing.T) {
 		t.Fatalf("heartbeat: %v", err)
 	}
 	clock.Add(crashGrace)
-	// Several looks of the fencer (a quarter grace of real time each).
-	deadline := time.Now().Add(crashGrace)
-	for time.Now().Before(deadline) {
-		if brokerFenced(leader, 1) {
-			t.Fatal("broker 1 fenced for a crash after it heartbeated")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	notFencedOverLooks(t, leader, 1, "for a crash after it heartbeated")
 	if n := port.dials.Load(); n != 0 {
 		t.Fatalf("broker 1's address dialled %d times, though it heartbeated within the grace", n)
 	}

@@ -272,7 +272,6 @@ func (w *leaderCrash) setRaft(r raftView) {
 	w.mu.Unlock()
 }
 
-
 // connEnded is told that an inbound raft connection from peer ended (not
 // closed by this node, not refused by the guard); appended says whether it
 // carried AppendEntries, which only a leader sends.

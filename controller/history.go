@@ -162,13 +162,15 @@ func (a *AppliedLog) Restore(r io.Reader) error {
 	// Read before taking mu: a large image takes seconds to read, and every
 	// broker stream waits on mu. Raft calls Restore and ApplyEntry from one
 	// goroutine, so nothing is applied between the read and the install.
-	img, err := fsm.ReadSnapshot(r)
+	img, info, err := fsm.ReadSnapshotInfo(r)
 	if err != nil {
 		return err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.fsm.Install(img)
+	if err := a.fsm.InstallSnapshot(img, info); err != nil {
+		return err
+	}
 	a.base, a.ring, a.head, a.n, a.bytes = img.Offset, nil, 0, 0, 0
 	close(a.grown)
 	a.grown = make(chan struct{})

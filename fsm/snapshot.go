@@ -166,7 +166,11 @@ func (fw *frameWriter) frame(kind byte, m proto.Message) error {
 }
 
 // WriteSnapshot streams img to w in the snapshot format.
-func WriteSnapshot(w io.Writer, img *Image) error {
+func WriteSnapshot(w io.Writer, img *Image) error { return writeSnapshot(w, img, nil) }
+
+// writeSnapshot is WriteSnapshot with the header's digest and divergence
+// fields taken from extra (a raft snapshot's: FSM.Snapshot).
+func writeSnapshot(w io.Writer, img *Image, extra *keelpb.SnapshotHeader) error {
 	sum := sha256.New()
 	bw := bufio.NewWriterSize(io.MultiWriter(w, sum), 64<<10)
 	fw := &frameWriter{w: bw}
@@ -185,6 +189,10 @@ func WriteSnapshot(w io.Writer, img *Image) error {
 		Configs:         uint64(len(img.clusterConfigs)),
 		MetadataVersion: img.MetadataVersion,
 		RecordCount:     uint64(img.BrokerCount() + img.TopicCount() + img.PartitionCount() + len(img.clusterConfigs) + identityRecords(img)),
+	}
+	if extra != nil {
+		header.DigestIndex, header.Digest = extra.DigestIndex, extra.Digest
+		header.DivergedIndex, header.DivergedReason = extra.DivergedIndex, extra.DivergedReason
 	}
 	if err := fw.frame(frameHeader, header); err != nil {
 		return err
@@ -274,6 +282,11 @@ type SnapshotInfo struct {
 	Configs int
 	// SHA256 is the checksum the trailer carries, of every byte before it.
 	SHA256 []byte
+	// Digest is the writer's digest chain as of the image (a raft
+	// snapshot's; nil when it carries none), and Diverged why the writer
+	// no longer acted on the image (nil: it did).
+	Digest   *Digest
+	Diverged *Divergence
 }
 
 // ReadSnapshot reads a snapshot written by WriteSnapshot and rebuilds its
@@ -416,6 +429,13 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 				FormatVersion: header.FormatVersion, MetadataVersion: header.MetadataVersion, ClusterID: header.ClusterId, Index: header.Index, Term: header.Term,
 				ControllerEpoch: header.ControllerEpoch, Records: count, SHA256: trailer.Sha256,
 				Brokers: typeCounts[0], Topics: typeCounts[1], Partitions: typeCounts[2], Configs: typeCounts[3],
+			}
+			if d := header.GetDigest(); len(d) == sha256.Size && header.GetDigestIndex() > 0 {
+				info.Digest = &Digest{Index: header.GetDigestIndex()}
+				copy(info.Digest.Sum[:], d)
+			}
+			if header.GetDivergedIndex() > 0 || header.GetDivergedReason() != "" {
+				info.Diverged = &Divergence{Index: header.GetDivergedIndex(), Reason: header.GetDivergedReason()}
 			}
 			if !build {
 				return nil, info, nil

@@ -180,6 +180,266 @@ func (AlterConfigOp) EnumDescriptor() ([]byte, []int) {
 	return file_controller_proto_rawDescGZIP(), []int{2}
 }
 
+type CompareImageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The raft index of a command entry: the digest as of that entry.
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// Set in a verdict only: the digest a majority of the voters hold at
+	// index (32 bytes), and who they are, for the reason the voter records.
+	MajorityDigest []byte `protobuf:"bytes,2,opt,name=majority_digest,json=majorityDigest,proto3" json:"majority_digest,omitempty"`
+	Majority       string `protobuf:"bytes,3,opt,name=majority,proto3" json:"majority,omitempty"`
+	// The asking controller.
+	FromId        int32 `protobuf:"varint,4,opt,name=from_id,json=fromId,proto3" json:"from_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompareImageRequest) Reset() {
+	*x = CompareImageRequest{}
+	mi := &file_controller_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompareImageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompareImageRequest) ProtoMessage() {}
+
+func (x *CompareImageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompareImageRequest.ProtoReflect.Descriptor instead.
+func (*CompareImageRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CompareImageRequest) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *CompareImageRequest) GetMajorityDigest() []byte {
+	if x != nil {
+		return x.MajorityDigest
+	}
+	return nil
+}
+
+func (x *CompareImageRequest) GetMajority() string {
+	if x != nil {
+		return x.Majority
+	}
+	return ""
+}
+
+func (x *CompareImageRequest) GetFromId() int32 {
+	if x != nil {
+		return x.FromId
+	}
+	return 0
+}
+
+type CompareImageResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId int32                  `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Index  uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// The SHA-256 chain of the entries applied up to index (32 bytes); empty
+	// when this node has none for index, and no_digest says why (not applied
+	// in time, older than it keeps, unknown since a snapshot without one).
+	Digest   []byte `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	NoDigest string `protobuf:"bytes,4,opt,name=no_digest,json=noDigest,proto3" json:"no_digest,omitempty"`
+	// Set when this node does not act on its image (DescribeQuorumResponse).
+	DivergedIndex  uint64 `protobuf:"varint,5,opt,name=diverged_index,json=divergedIndex,proto3" json:"diverged_index,omitempty"`
+	DivergedReason string `protobuf:"bytes,6,opt,name=diverged_reason,json=divergedReason,proto3" json:"diverged_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CompareImageResponse) Reset() {
+	*x = CompareImageResponse{}
+	mi := &file_controller_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompareImageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompareImageResponse) ProtoMessage() {}
+
+func (x *CompareImageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompareImageResponse.ProtoReflect.Descriptor instead.
+func (*CompareImageResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CompareImageResponse) GetNodeId() int32 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *CompareImageResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *CompareImageResponse) GetDigest() []byte {
+	if x != nil {
+		return x.Digest
+	}
+	return nil
+}
+
+func (x *CompareImageResponse) GetNoDigest() string {
+	if x != nil {
+		return x.NoDigest
+	}
+	return ""
+}
+
+func (x *CompareImageResponse) GetDivergedIndex() uint64 {
+	if x != nil {
+		return x.DivergedIndex
+	}
+	return 0
+}
+
+func (x *CompareImageResponse) GetDivergedReason() string {
+	if x != nil {
+		return x.DivergedReason
+	}
+	return ""
+}
+
+type AcknowledgedIndexRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The controller asking about itself.
+	NodeId        int32 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgedIndexRequest) Reset() {
+	*x = AcknowledgedIndexRequest{}
+	mi := &file_controller_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgedIndexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgedIndexRequest) ProtoMessage() {}
+
+func (x *AcknowledgedIndexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgedIndexRequest.ProtoReflect.Descriptor instead.
+func (*AcknowledgedIndexRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AcknowledgedIndexRequest) GetNodeId() int32 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+type AcknowledgedIndexResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answering controller.
+	NodeId int32 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The highest committed index it has seen node_id hold; 0 when it has
+	// recorded none.
+	Index         uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgedIndexResponse) Reset() {
+	*x = AcknowledgedIndexResponse{}
+	mi := &file_controller_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgedIndexResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgedIndexResponse) ProtoMessage() {}
+
+func (x *AcknowledgedIndexResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgedIndexResponse.ProtoReflect.Descriptor instead.
+func (*AcknowledgedIndexResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AcknowledgedIndexResponse) GetNodeId() int32 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *AcknowledgedIndexResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type DescribeFeaturesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -188,7 +448,7 @@ type DescribeFeaturesRequest struct {
 
 func (x *DescribeFeaturesRequest) Reset() {
 	*x = DescribeFeaturesRequest{}
-	mi := &file_controller_proto_msgTypes[0]
+	mi := &file_controller_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -200,7 +460,7 @@ func (x *DescribeFeaturesRequest) String() string {
 func (*DescribeFeaturesRequest) ProtoMessage() {}
 
 func (x *DescribeFeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[0]
+	mi := &file_controller_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -213,7 +473,7 @@ func (x *DescribeFeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeFeaturesRequest.ProtoReflect.Descriptor instead.
 func (*DescribeFeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{0}
+	return file_controller_proto_rawDescGZIP(), []int{4}
 }
 
 type DescribeFeaturesResponse struct {
@@ -228,7 +488,7 @@ type DescribeFeaturesResponse struct {
 
 func (x *DescribeFeaturesResponse) Reset() {
 	*x = DescribeFeaturesResponse{}
-	mi := &file_controller_proto_msgTypes[1]
+	mi := &file_controller_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -240,7 +500,7 @@ func (x *DescribeFeaturesResponse) String() string {
 func (*DescribeFeaturesResponse) ProtoMessage() {}
 
 func (x *DescribeFeaturesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[1]
+	mi := &file_controller_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -253,7 +513,7 @@ func (x *DescribeFeaturesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeFeaturesResponse.ProtoReflect.Descriptor instead.
 func (*DescribeFeaturesResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{1}
+	return file_controller_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DescribeFeaturesResponse) GetMetadataVersion() uint32 {
@@ -287,7 +547,7 @@ type FeatureNode struct {
 
 func (x *FeatureNode) Reset() {
 	*x = FeatureNode{}
-	mi := &file_controller_proto_msgTypes[2]
+	mi := &file_controller_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +559,7 @@ func (x *FeatureNode) String() string {
 func (*FeatureNode) ProtoMessage() {}
 
 func (x *FeatureNode) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[2]
+	mi := &file_controller_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +572,7 @@ func (x *FeatureNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeatureNode.ProtoReflect.Descriptor instead.
 func (*FeatureNode) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{2}
+	return file_controller_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FeatureNode) GetKind() string {
@@ -368,7 +628,7 @@ type UpdateFeaturesRequest struct {
 
 func (x *UpdateFeaturesRequest) Reset() {
 	*x = UpdateFeaturesRequest{}
-	mi := &file_controller_proto_msgTypes[3]
+	mi := &file_controller_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +640,7 @@ func (x *UpdateFeaturesRequest) String() string {
 func (*UpdateFeaturesRequest) ProtoMessage() {}
 
 func (x *UpdateFeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[3]
+	mi := &file_controller_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +653,7 @@ func (x *UpdateFeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFeaturesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{3}
+	return file_controller_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UpdateFeaturesRequest) GetMetadataVersion() uint32 {
@@ -423,7 +683,7 @@ type UpdateFeaturesResponse struct {
 
 func (x *UpdateFeaturesResponse) Reset() {
 	*x = UpdateFeaturesResponse{}
-	mi := &file_controller_proto_msgTypes[4]
+	mi := &file_controller_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +695,7 @@ func (x *UpdateFeaturesResponse) String() string {
 func (*UpdateFeaturesResponse) ProtoMessage() {}
 
 func (x *UpdateFeaturesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[4]
+	mi := &file_controller_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,7 +708,7 @@ func (x *UpdateFeaturesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFeaturesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateFeaturesResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{4}
+	return file_controller_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateFeaturesResponse) GetPreviousMetadataVersion() uint32 {
@@ -480,7 +740,7 @@ type DescribeQuorumRequest struct {
 
 func (x *DescribeQuorumRequest) Reset() {
 	*x = DescribeQuorumRequest{}
-	mi := &file_controller_proto_msgTypes[5]
+	mi := &file_controller_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +752,7 @@ func (x *DescribeQuorumRequest) String() string {
 func (*DescribeQuorumRequest) ProtoMessage() {}
 
 func (x *DescribeQuorumRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[5]
+	mi := &file_controller_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +765,7 @@ func (x *DescribeQuorumRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeQuorumRequest.ProtoReflect.Descriptor instead.
 func (*DescribeQuorumRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{5}
+	return file_controller_proto_rawDescGZIP(), []int{9}
 }
 
 type DescribeQuorumResponse struct {
@@ -540,13 +800,23 @@ type DescribeQuorumResponse struct {
 	// The metadata.version levels this node's binary supports.
 	MinMetadataVersion uint32 `protobuf:"varint,19,opt,name=min_metadata_version,json=minMetadataVersion,proto3" json:"min_metadata_version,omitempty"`
 	MaxMetadataVersion uint32 `protobuf:"varint,20,opt,name=max_metadata_version,json=maxMetadataVersion,proto3" json:"max_metadata_version,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Set when this node does not act on its image (not ready, never the
+	// active controller): it refused a committed entry, or its image digest
+	// differed from the one a majority of the voters hold at the same index.
+	// The index, and why. (Numbered apart from the fields above, which other
+	// changes extend.)
+	DivergedIndex  uint64 `protobuf:"varint,40,opt,name=diverged_index,json=divergedIndex,proto3" json:"diverged_index,omitempty"`
+	DivergedReason string `protobuf:"bytes,41,opt,name=diverged_reason,json=divergedReason,proto3" json:"diverged_reason,omitempty"`
+	// The active controller's latest comparison of the voters' image digests;
+	// absent from a node that is not active or has not compared yet.
+	ImageCheck    *ImageCheck `protobuf:"bytes,42,opt,name=image_check,json=imageCheck,proto3" json:"image_check,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DescribeQuorumResponse) Reset() {
 	*x = DescribeQuorumResponse{}
-	mi := &file_controller_proto_msgTypes[6]
+	mi := &file_controller_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +828,7 @@ func (x *DescribeQuorumResponse) String() string {
 func (*DescribeQuorumResponse) ProtoMessage() {}
 
 func (x *DescribeQuorumResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[6]
+	mi := &file_controller_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +841,7 @@ func (x *DescribeQuorumResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeQuorumResponse.ProtoReflect.Descriptor instead.
 func (*DescribeQuorumResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{6}
+	return file_controller_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DescribeQuorumResponse) GetClusterId() string {
@@ -714,6 +984,161 @@ func (x *DescribeQuorumResponse) GetMaxMetadataVersion() uint32 {
 	return 0
 }
 
+func (x *DescribeQuorumResponse) GetDivergedIndex() uint64 {
+	if x != nil {
+		return x.DivergedIndex
+	}
+	return 0
+}
+
+func (x *DescribeQuorumResponse) GetDivergedReason() string {
+	if x != nil {
+		return x.DivergedReason
+	}
+	return ""
+}
+
+func (x *DescribeQuorumResponse) GetImageCheck() *ImageCheck {
+	if x != nil {
+		return x.ImageCheck
+	}
+	return nil
+}
+
+// ImageCheck is one comparison of the voters' image digests at one index.
+type ImageCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// How long ago it was made, in milliseconds.
+	AgeMs  int64              `protobuf:"varint,2,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
+	Voters []*ImageCheckVoter `protobuf:"bytes,3,rep,name=voters,proto3" json:"voters,omitempty"`
+	// The digests differed and no digest was held by a majority of the
+	// voters: nobody was stopped.
+	NoMajority    bool `protobuf:"varint,4,opt,name=no_majority,json=noMajority,proto3" json:"no_majority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageCheck) Reset() {
+	*x = ImageCheck{}
+	mi := &file_controller_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageCheck) ProtoMessage() {}
+
+func (x *ImageCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageCheck.ProtoReflect.Descriptor instead.
+func (*ImageCheck) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ImageCheck) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ImageCheck) GetAgeMs() int64 {
+	if x != nil {
+		return x.AgeMs
+	}
+	return 0
+}
+
+func (x *ImageCheck) GetVoters() []*ImageCheckVoter {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *ImageCheck) GetNoMajority() bool {
+	if x != nil {
+		return x.NoMajority
+	}
+	return false
+}
+
+type ImageCheckVoter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    int32                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "agrees" (holds the majority's digest), "differs", or "unknown" (did
+	// not answer, or had no digest for the index: see detail).
+	Result        string `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageCheckVoter) Reset() {
+	*x = ImageCheckVoter{}
+	mi := &file_controller_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageCheckVoter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageCheckVoter) ProtoMessage() {}
+
+func (x *ImageCheckVoter) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageCheckVoter.ProtoReflect.Descriptor instead.
+func (*ImageCheckVoter) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ImageCheckVoter) GetId() int32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ImageCheckVoter) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+func (x *ImageCheckVoter) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // VoterReplication is how far one voter is behind the leader, as the leader
 // sees it.
 type VoterReplication struct {
@@ -731,7 +1156,7 @@ type VoterReplication struct {
 
 func (x *VoterReplication) Reset() {
 	*x = VoterReplication{}
-	mi := &file_controller_proto_msgTypes[7]
+	mi := &file_controller_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +1168,7 @@ func (x *VoterReplication) String() string {
 func (*VoterReplication) ProtoMessage() {}
 
 func (x *VoterReplication) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[7]
+	mi := &file_controller_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +1181,7 @@ func (x *VoterReplication) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VoterReplication.ProtoReflect.Descriptor instead.
 func (*VoterReplication) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{7}
+	return file_controller_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *VoterReplication) GetId() int32 {
@@ -805,7 +1230,7 @@ type ReadSource struct {
 
 func (x *ReadSource) Reset() {
 	*x = ReadSource{}
-	mi := &file_controller_proto_msgTypes[8]
+	mi := &file_controller_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +1242,7 @@ func (x *ReadSource) String() string {
 func (*ReadSource) ProtoMessage() {}
 
 func (x *ReadSource) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[8]
+	mi := &file_controller_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +1255,7 @@ func (x *ReadSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSource.ProtoReflect.Descriptor instead.
 func (*ReadSource) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{8}
+	return file_controller_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReadSource) GetNodeId() int32 {
@@ -894,7 +1319,7 @@ type QuorumMember struct {
 
 func (x *QuorumMember) Reset() {
 	*x = QuorumMember{}
-	mi := &file_controller_proto_msgTypes[9]
+	mi := &file_controller_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1331,7 @@ func (x *QuorumMember) String() string {
 func (*QuorumMember) ProtoMessage() {}
 
 func (x *QuorumMember) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[9]
+	mi := &file_controller_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1344,7 @@ func (x *QuorumMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuorumMember.ProtoReflect.Descriptor instead.
 func (*QuorumMember) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{9}
+	return file_controller_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QuorumMember) GetId() int32 {
@@ -953,7 +1378,7 @@ type AppendNoOpRequest struct {
 
 func (x *AppendNoOpRequest) Reset() {
 	*x = AppendNoOpRequest{}
-	mi := &file_controller_proto_msgTypes[10]
+	mi := &file_controller_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1390,7 @@ func (x *AppendNoOpRequest) String() string {
 func (*AppendNoOpRequest) ProtoMessage() {}
 
 func (x *AppendNoOpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[10]
+	mi := &file_controller_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1403,7 @@ func (x *AppendNoOpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendNoOpRequest.ProtoReflect.Descriptor instead.
 func (*AppendNoOpRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{10}
+	return file_controller_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AppendNoOpRequest) GetRequestId() string {
@@ -998,7 +1423,7 @@ type AppendNoOpResponse struct {
 
 func (x *AppendNoOpResponse) Reset() {
 	*x = AppendNoOpResponse{}
-	mi := &file_controller_proto_msgTypes[11]
+	mi := &file_controller_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1435,7 @@ func (x *AppendNoOpResponse) String() string {
 func (*AppendNoOpResponse) ProtoMessage() {}
 
 func (x *AppendNoOpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[11]
+	mi := &file_controller_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1448,7 @@ func (x *AppendNoOpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendNoOpResponse.ProtoReflect.Descriptor instead.
 func (*AppendNoOpResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{11}
+	return file_controller_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AppendNoOpResponse) GetIndex() uint64 {
@@ -1066,7 +1491,7 @@ type RegisterBrokerRequest struct {
 
 func (x *RegisterBrokerRequest) Reset() {
 	*x = RegisterBrokerRequest{}
-	mi := &file_controller_proto_msgTypes[12]
+	mi := &file_controller_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1503,7 @@ func (x *RegisterBrokerRequest) String() string {
 func (*RegisterBrokerRequest) ProtoMessage() {}
 
 func (x *RegisterBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[12]
+	mi := &file_controller_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1516,7 @@ func (x *RegisterBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{12}
+	return file_controller_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegisterBrokerRequest) GetBrokerId() int32 {
@@ -1168,7 +1593,7 @@ type RegisterBrokerResponse struct {
 
 func (x *RegisterBrokerResponse) Reset() {
 	*x = RegisterBrokerResponse{}
-	mi := &file_controller_proto_msgTypes[13]
+	mi := &file_controller_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1605,7 @@ func (x *RegisterBrokerResponse) String() string {
 func (*RegisterBrokerResponse) ProtoMessage() {}
 
 func (x *RegisterBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[13]
+	mi := &file_controller_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1618,7 @@ func (x *RegisterBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{13}
+	return file_controller_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RegisterBrokerResponse) GetBrokerEpoch() int64 {
@@ -1231,7 +1656,7 @@ type BrokerHeartbeatRequest struct {
 
 func (x *BrokerHeartbeatRequest) Reset() {
 	*x = BrokerHeartbeatRequest{}
-	mi := &file_controller_proto_msgTypes[14]
+	mi := &file_controller_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1668,7 @@ func (x *BrokerHeartbeatRequest) String() string {
 func (*BrokerHeartbeatRequest) ProtoMessage() {}
 
 func (x *BrokerHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[14]
+	mi := &file_controller_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1681,7 @@ func (x *BrokerHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*BrokerHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{14}
+	return file_controller_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BrokerHeartbeatRequest) GetBrokerId() int32 {
@@ -1308,7 +1733,7 @@ type BrokerHeartbeatResponse struct {
 
 func (x *BrokerHeartbeatResponse) Reset() {
 	*x = BrokerHeartbeatResponse{}
-	mi := &file_controller_proto_msgTypes[15]
+	mi := &file_controller_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1745,7 @@ func (x *BrokerHeartbeatResponse) String() string {
 func (*BrokerHeartbeatResponse) ProtoMessage() {}
 
 func (x *BrokerHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[15]
+	mi := &file_controller_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1758,7 @@ func (x *BrokerHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*BrokerHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{15}
+	return file_controller_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BrokerHeartbeatResponse) GetIsCaughtUp() bool {
@@ -1382,7 +1807,7 @@ type UnregisterBrokerRequest struct {
 
 func (x *UnregisterBrokerRequest) Reset() {
 	*x = UnregisterBrokerRequest{}
-	mi := &file_controller_proto_msgTypes[16]
+	mi := &file_controller_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1819,7 @@ func (x *UnregisterBrokerRequest) String() string {
 func (*UnregisterBrokerRequest) ProtoMessage() {}
 
 func (x *UnregisterBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[16]
+	mi := &file_controller_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1832,7 @@ func (x *UnregisterBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterBrokerRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{16}
+	return file_controller_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UnregisterBrokerRequest) GetBrokerId() int32 {
@@ -1434,7 +1859,7 @@ type UnregisterBrokerResponse struct {
 
 func (x *UnregisterBrokerResponse) Reset() {
 	*x = UnregisterBrokerResponse{}
-	mi := &file_controller_proto_msgTypes[17]
+	mi := &file_controller_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1871,7 @@ func (x *UnregisterBrokerResponse) String() string {
 func (*UnregisterBrokerResponse) ProtoMessage() {}
 
 func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[17]
+	mi := &file_controller_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1884,7 @@ func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterBrokerResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{17}
+	return file_controller_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UnregisterBrokerResponse) GetBrokerEpoch() int64 {
@@ -1484,7 +1909,7 @@ type StreamMetadataRequest struct {
 
 func (x *StreamMetadataRequest) Reset() {
 	*x = StreamMetadataRequest{}
-	mi := &file_controller_proto_msgTypes[18]
+	mi := &file_controller_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1921,7 @@ func (x *StreamMetadataRequest) String() string {
 func (*StreamMetadataRequest) ProtoMessage() {}
 
 func (x *StreamMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[18]
+	mi := &file_controller_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1934,7 @@ func (x *StreamMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamMetadataRequest.ProtoReflect.Descriptor instead.
 func (*StreamMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{18}
+	return file_controller_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StreamMetadataRequest) GetBrokerId() int32 {
@@ -1558,7 +1983,7 @@ type MetadataPush struct {
 
 func (x *MetadataPush) Reset() {
 	*x = MetadataPush{}
-	mi := &file_controller_proto_msgTypes[19]
+	mi := &file_controller_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1995,7 @@ func (x *MetadataPush) String() string {
 func (*MetadataPush) ProtoMessage() {}
 
 func (x *MetadataPush) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[19]
+	mi := &file_controller_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +2008,7 @@ func (x *MetadataPush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataPush.ProtoReflect.Descriptor instead.
 func (*MetadataPush) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{19}
+	return file_controller_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MetadataPush) GetControllerEpoch() int64 {
@@ -1650,7 +2075,7 @@ type MetadataEntries struct {
 
 func (x *MetadataEntries) Reset() {
 	*x = MetadataEntries{}
-	mi := &file_controller_proto_msgTypes[20]
+	mi := &file_controller_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +2087,7 @@ func (x *MetadataEntries) String() string {
 func (*MetadataEntries) ProtoMessage() {}
 
 func (x *MetadataEntries) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[20]
+	mi := &file_controller_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +2100,7 @@ func (x *MetadataEntries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataEntries.ProtoReflect.Descriptor instead.
 func (*MetadataEntries) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{20}
+	return file_controller_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MetadataEntries) GetEntries() []*MetadataEntry {
@@ -1701,7 +2126,7 @@ type MetadataEntry struct {
 
 func (x *MetadataEntry) Reset() {
 	*x = MetadataEntry{}
-	mi := &file_controller_proto_msgTypes[21]
+	mi := &file_controller_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +2138,7 @@ func (x *MetadataEntry) String() string {
 func (*MetadataEntry) ProtoMessage() {}
 
 func (x *MetadataEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[21]
+	mi := &file_controller_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +2151,7 @@ func (x *MetadataEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataEntry.ProtoReflect.Descriptor instead.
 func (*MetadataEntry) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{21}
+	return file_controller_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MetadataEntry) GetPrevOffset() uint64 {
@@ -1770,7 +2195,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_controller_proto_msgTypes[22]
+	mi := &file_controller_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +2207,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[22]
+	mi := &file_controller_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +2220,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{22}
+	return file_controller_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -1820,7 +2245,7 @@ type FetchSnapshotRequest struct {
 
 func (x *FetchSnapshotRequest) Reset() {
 	*x = FetchSnapshotRequest{}
-	mi := &file_controller_proto_msgTypes[23]
+	mi := &file_controller_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +2257,7 @@ func (x *FetchSnapshotRequest) String() string {
 func (*FetchSnapshotRequest) ProtoMessage() {}
 
 func (x *FetchSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[23]
+	mi := &file_controller_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +2270,7 @@ func (x *FetchSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*FetchSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{23}
+	return file_controller_proto_rawDescGZIP(), []int{29}
 }
 
 type ListBrokersRequest struct {
@@ -1859,7 +2284,7 @@ type ListBrokersRequest struct {
 
 func (x *ListBrokersRequest) Reset() {
 	*x = ListBrokersRequest{}
-	mi := &file_controller_proto_msgTypes[24]
+	mi := &file_controller_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2296,7 @@ func (x *ListBrokersRequest) String() string {
 func (*ListBrokersRequest) ProtoMessage() {}
 
 func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[24]
+	mi := &file_controller_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2309,7 @@ func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersRequest.ProtoReflect.Descriptor instead.
 func (*ListBrokersRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{24}
+	return file_controller_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListBrokersRequest) GetStale() bool {
@@ -1904,7 +2329,7 @@ type ListBrokersResponse struct {
 
 func (x *ListBrokersResponse) Reset() {
 	*x = ListBrokersResponse{}
-	mi := &file_controller_proto_msgTypes[25]
+	mi := &file_controller_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2341,7 @@ func (x *ListBrokersResponse) String() string {
 func (*ListBrokersResponse) ProtoMessage() {}
 
 func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[25]
+	mi := &file_controller_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2354,7 @@ func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersResponse.ProtoReflect.Descriptor instead.
 func (*ListBrokersResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{25}
+	return file_controller_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListBrokersResponse) GetBrokers() []*BrokerInfo {
@@ -1963,7 +2388,7 @@ type BrokerInfo struct {
 
 func (x *BrokerInfo) Reset() {
 	*x = BrokerInfo{}
-	mi := &file_controller_proto_msgTypes[26]
+	mi := &file_controller_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2400,7 @@ func (x *BrokerInfo) String() string {
 func (*BrokerInfo) ProtoMessage() {}
 
 func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[26]
+	mi := &file_controller_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2413,7 @@ func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerInfo.ProtoReflect.Descriptor instead.
 func (*BrokerInfo) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{26}
+	return file_controller_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BrokerInfo) GetId() int32 {
@@ -2057,7 +2482,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_controller_proto_msgTypes[27]
+	mi := &file_controller_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2494,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[27]
+	mi := &file_controller_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2507,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{27}
+	return file_controller_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateTopicRequest) GetName() string {
@@ -2136,7 +2561,7 @@ type PartitionAssignment struct {
 
 func (x *PartitionAssignment) Reset() {
 	*x = PartitionAssignment{}
-	mi := &file_controller_proto_msgTypes[28]
+	mi := &file_controller_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2573,7 @@ func (x *PartitionAssignment) String() string {
 func (*PartitionAssignment) ProtoMessage() {}
 
 func (x *PartitionAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[28]
+	mi := &file_controller_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2586,7 @@ func (x *PartitionAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionAssignment.ProtoReflect.Descriptor instead.
 func (*PartitionAssignment) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{28}
+	return file_controller_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PartitionAssignment) GetReplicas() []int32 {
@@ -2180,7 +2605,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_controller_proto_msgTypes[29]
+	mi := &file_controller_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2617,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[29]
+	mi := &file_controller_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2630,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{29}
+	return file_controller_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateTopicResponse) GetTopic() *TopicDescription {
@@ -2228,7 +2653,7 @@ type CreatePartitionsRequest struct {
 
 func (x *CreatePartitionsRequest) Reset() {
 	*x = CreatePartitionsRequest{}
-	mi := &file_controller_proto_msgTypes[30]
+	mi := &file_controller_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2665,7 @@ func (x *CreatePartitionsRequest) String() string {
 func (*CreatePartitionsRequest) ProtoMessage() {}
 
 func (x *CreatePartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[30]
+	mi := &file_controller_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2678,7 @@ func (x *CreatePartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePartitionsRequest.ProtoReflect.Descriptor instead.
 func (*CreatePartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{30}
+	return file_controller_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreatePartitionsRequest) GetTopic() string {
@@ -2293,7 +2718,7 @@ type CreatePartitionsResponse struct {
 
 func (x *CreatePartitionsResponse) Reset() {
 	*x = CreatePartitionsResponse{}
-	mi := &file_controller_proto_msgTypes[31]
+	mi := &file_controller_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2730,7 @@ func (x *CreatePartitionsResponse) String() string {
 func (*CreatePartitionsResponse) ProtoMessage() {}
 
 func (x *CreatePartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[31]
+	mi := &file_controller_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2743,7 @@ func (x *CreatePartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePartitionsResponse.ProtoReflect.Descriptor instead.
 func (*CreatePartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{31}
+	return file_controller_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreatePartitionsResponse) GetTopic() *TopicDescription {
@@ -2337,7 +2762,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_controller_proto_msgTypes[32]
+	mi := &file_controller_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2774,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[32]
+	mi := &file_controller_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2787,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{32}
+	return file_controller_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteTopicRequest) GetName() string {
@@ -2380,7 +2805,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_controller_proto_msgTypes[33]
+	mi := &file_controller_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2817,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[33]
+	mi := &file_controller_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2830,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{33}
+	return file_controller_proto_rawDescGZIP(), []int{39}
 }
 
 type ListTopicsRequest struct {
@@ -2424,7 +2849,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_controller_proto_msgTypes[34]
+	mi := &file_controller_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2861,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[34]
+	mi := &file_controller_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2874,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{34}
+	return file_controller_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListTopicsRequest) GetLinearizable() bool {
@@ -2476,7 +2901,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_controller_proto_msgTypes[35]
+	mi := &file_controller_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2913,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[35]
+	mi := &file_controller_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2926,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{35}
+	return file_controller_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicSummary {
@@ -2530,7 +2955,7 @@ type TopicSummary struct {
 
 func (x *TopicSummary) Reset() {
 	*x = TopicSummary{}
-	mi := &file_controller_proto_msgTypes[36]
+	mi := &file_controller_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2967,7 @@ func (x *TopicSummary) String() string {
 func (*TopicSummary) ProtoMessage() {}
 
 func (x *TopicSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[36]
+	mi := &file_controller_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2980,7 @@ func (x *TopicSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicSummary.ProtoReflect.Descriptor instead.
 func (*TopicSummary) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{36}
+	return file_controller_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TopicSummary) GetName() string {
@@ -2598,7 +3023,7 @@ type DescribeTopicRequest struct {
 
 func (x *DescribeTopicRequest) Reset() {
 	*x = DescribeTopicRequest{}
-	mi := &file_controller_proto_msgTypes[37]
+	mi := &file_controller_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2610,7 +3035,7 @@ func (x *DescribeTopicRequest) String() string {
 func (*DescribeTopicRequest) ProtoMessage() {}
 
 func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[37]
+	mi := &file_controller_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2623,7 +3048,7 @@ func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTopicRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{37}
+	return file_controller_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DescribeTopicRequest) GetName() string {
@@ -2657,7 +3082,7 @@ type DescribeTopicResponse struct {
 
 func (x *DescribeTopicResponse) Reset() {
 	*x = DescribeTopicResponse{}
-	mi := &file_controller_proto_msgTypes[38]
+	mi := &file_controller_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +3094,7 @@ func (x *DescribeTopicResponse) String() string {
 func (*DescribeTopicResponse) ProtoMessage() {}
 
 func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[38]
+	mi := &file_controller_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +3107,7 @@ func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTopicResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{38}
+	return file_controller_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DescribeTopicResponse) GetTopic() *TopicDescription {
@@ -2714,7 +3139,7 @@ type TopicDescription struct {
 
 func (x *TopicDescription) Reset() {
 	*x = TopicDescription{}
-	mi := &file_controller_proto_msgTypes[39]
+	mi := &file_controller_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +3151,7 @@ func (x *TopicDescription) String() string {
 func (*TopicDescription) ProtoMessage() {}
 
 func (x *TopicDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[39]
+	mi := &file_controller_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +3164,7 @@ func (x *TopicDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicDescription.ProtoReflect.Descriptor instead.
 func (*TopicDescription) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{39}
+	return file_controller_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TopicDescription) GetName() string {
@@ -2799,7 +3224,7 @@ type PartitionDescription struct {
 
 func (x *PartitionDescription) Reset() {
 	*x = PartitionDescription{}
-	mi := &file_controller_proto_msgTypes[40]
+	mi := &file_controller_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +3236,7 @@ func (x *PartitionDescription) String() string {
 func (*PartitionDescription) ProtoMessage() {}
 
 func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[40]
+	mi := &file_controller_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +3249,7 @@ func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionDescription.ProtoReflect.Descriptor instead.
 func (*PartitionDescription) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{40}
+	return file_controller_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PartitionDescription) GetPartition() int32 {
@@ -2938,7 +3363,7 @@ type AlterPartitionRequest struct {
 
 func (x *AlterPartitionRequest) Reset() {
 	*x = AlterPartitionRequest{}
-	mi := &file_controller_proto_msgTypes[41]
+	mi := &file_controller_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2950,7 +3375,7 @@ func (x *AlterPartitionRequest) String() string {
 func (*AlterPartitionRequest) ProtoMessage() {}
 
 func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[41]
+	mi := &file_controller_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2963,7 +3388,7 @@ func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{41}
+	return file_controller_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AlterPartitionRequest) GetBrokerId() int32 {
@@ -3041,7 +3466,7 @@ type BrokerState struct {
 
 func (x *BrokerState) Reset() {
 	*x = BrokerState{}
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3478,7 @@ func (x *BrokerState) String() string {
 func (*BrokerState) ProtoMessage() {}
 
 func (x *BrokerState) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3491,7 @@ func (x *BrokerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerState.ProtoReflect.Descriptor instead.
 func (*BrokerState) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{42}
+	return file_controller_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *BrokerState) GetBrokerId() int32 {
@@ -3092,7 +3517,7 @@ type AlterPartitionResponse struct {
 
 func (x *AlterPartitionResponse) Reset() {
 	*x = AlterPartitionResponse{}
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3529,7 @@ func (x *AlterPartitionResponse) String() string {
 func (*AlterPartitionResponse) ProtoMessage() {}
 
 func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3542,7 @@ func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{43}
+	return file_controller_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AlterPartitionResponse) GetPartition() *PartitionDescription {
@@ -3145,7 +3570,7 @@ type ReplicaLog struct {
 
 func (x *ReplicaLog) Reset() {
 	*x = ReplicaLog{}
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3157,7 +3582,7 @@ func (x *ReplicaLog) String() string {
 func (*ReplicaLog) ProtoMessage() {}
 
 func (x *ReplicaLog) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3170,7 +3595,7 @@ func (x *ReplicaLog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaLog.ProtoReflect.Descriptor instead.
 func (*ReplicaLog) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{44}
+	return file_controller_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReplicaLog) GetTopicId() string {
@@ -3219,7 +3644,7 @@ type ReportReplicaLogsRequest struct {
 
 func (x *ReportReplicaLogsRequest) Reset() {
 	*x = ReportReplicaLogsRequest{}
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3656,7 @@ func (x *ReportReplicaLogsRequest) String() string {
 func (*ReportReplicaLogsRequest) ProtoMessage() {}
 
 func (x *ReportReplicaLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3669,7 @@ func (x *ReportReplicaLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReplicaLogsRequest.ProtoReflect.Descriptor instead.
 func (*ReportReplicaLogsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{45}
+	return file_controller_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReportReplicaLogsRequest) GetBrokerId() int32 {
@@ -3276,7 +3701,7 @@ type ReportReplicaLogsResponse struct {
 
 func (x *ReportReplicaLogsResponse) Reset() {
 	*x = ReportReplicaLogsResponse{}
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3713,7 @@ func (x *ReportReplicaLogsResponse) String() string {
 func (*ReportReplicaLogsResponse) ProtoMessage() {}
 
 func (x *ReportReplicaLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3726,7 @@ func (x *ReportReplicaLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReplicaLogsResponse.ProtoReflect.Descriptor instead.
 func (*ReportReplicaLogsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{46}
+	return file_controller_proto_rawDescGZIP(), []int{52}
 }
 
 type TopicPartition struct {
@@ -3314,7 +3739,7 @@ type TopicPartition struct {
 
 func (x *TopicPartition) Reset() {
 	*x = TopicPartition{}
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3326,7 +3751,7 @@ func (x *TopicPartition) String() string {
 func (*TopicPartition) ProtoMessage() {}
 
 func (x *TopicPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3339,7 +3764,7 @@ func (x *TopicPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicPartition.ProtoReflect.Descriptor instead.
 func (*TopicPartition) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{47}
+	return file_controller_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TopicPartition) GetTopic() string {
@@ -3368,7 +3793,7 @@ type ElectLeadersRequest struct {
 
 func (x *ElectLeadersRequest) Reset() {
 	*x = ElectLeadersRequest{}
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3380,7 +3805,7 @@ func (x *ElectLeadersRequest) String() string {
 func (*ElectLeadersRequest) ProtoMessage() {}
 
 func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3393,7 +3818,7 @@ func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersRequest.ProtoReflect.Descriptor instead.
 func (*ElectLeadersRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{48}
+	return file_controller_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ElectLeadersRequest) GetType() ElectionType {
@@ -3426,7 +3851,7 @@ type ElectLeadersResponse struct {
 
 func (x *ElectLeadersResponse) Reset() {
 	*x = ElectLeadersResponse{}
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3438,7 +3863,7 @@ func (x *ElectLeadersResponse) String() string {
 func (*ElectLeadersResponse) ProtoMessage() {}
 
 func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,7 +3876,7 @@ func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersResponse.ProtoReflect.Descriptor instead.
 func (*ElectLeadersResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{49}
+	return file_controller_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ElectLeadersResponse) GetResults() []*ElectionResult {
@@ -3474,7 +3899,7 @@ type ElectionResult struct {
 
 func (x *ElectionResult) Reset() {
 	*x = ElectionResult{}
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +3911,7 @@ func (x *ElectionResult) String() string {
 func (*ElectionResult) ProtoMessage() {}
 
 func (x *ElectionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +3924,7 @@ func (x *ElectionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectionResult.ProtoReflect.Descriptor instead.
 func (*ElectionResult) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{50}
+	return file_controller_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ElectionResult) GetTopic() string {
@@ -3547,7 +3972,7 @@ type AlterPartitionReassignmentsRequest struct {
 
 func (x *AlterPartitionReassignmentsRequest) Reset() {
 	*x = AlterPartitionReassignmentsRequest{}
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3559,7 +3984,7 @@ func (x *AlterPartitionReassignmentsRequest) String() string {
 func (*AlterPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3572,7 +3997,7 @@ func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use AlterPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{51}
+	return file_controller_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *AlterPartitionReassignmentsRequest) GetTopic() string {
@@ -3616,7 +4041,7 @@ type ReassignmentTarget struct {
 
 func (x *ReassignmentTarget) Reset() {
 	*x = ReassignmentTarget{}
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3628,7 +4053,7 @@ func (x *ReassignmentTarget) String() string {
 func (*ReassignmentTarget) ProtoMessage() {}
 
 func (x *ReassignmentTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3641,7 +4066,7 @@ func (x *ReassignmentTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignmentTarget.ProtoReflect.Descriptor instead.
 func (*ReassignmentTarget) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{52}
+	return file_controller_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReassignmentTarget) GetTopic() string {
@@ -3677,7 +4102,7 @@ type AlterPartitionReassignmentsResponse struct {
 
 func (x *AlterPartitionReassignmentsResponse) Reset() {
 	*x = AlterPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +4114,7 @@ func (x *AlterPartitionReassignmentsResponse) String() string {
 func (*AlterPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +4127,7 @@ func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use AlterPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{53}
+	return file_controller_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AlterPartitionReassignmentsResponse) GetPartition() *PartitionDescription {
@@ -3730,7 +4155,7 @@ type ReassignedPartition struct {
 
 func (x *ReassignedPartition) Reset() {
 	*x = ReassignedPartition{}
-	mi := &file_controller_proto_msgTypes[54]
+	mi := &file_controller_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3742,7 +4167,7 @@ func (x *ReassignedPartition) String() string {
 func (*ReassignedPartition) ProtoMessage() {}
 
 func (x *ReassignedPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[54]
+	mi := &file_controller_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3755,7 +4180,7 @@ func (x *ReassignedPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignedPartition.ProtoReflect.Descriptor instead.
 func (*ReassignedPartition) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{54}
+	return file_controller_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReassignedPartition) GetTopic() string {
@@ -3782,7 +4207,7 @@ type ListPartitionReassignmentsRequest struct {
 
 func (x *ListPartitionReassignmentsRequest) Reset() {
 	*x = ListPartitionReassignmentsRequest{}
-	mi := &file_controller_proto_msgTypes[55]
+	mi := &file_controller_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3794,7 +4219,7 @@ func (x *ListPartitionReassignmentsRequest) String() string {
 func (*ListPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[55]
+	mi := &file_controller_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3807,7 +4232,7 @@ func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{55}
+	return file_controller_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListPartitionReassignmentsRequest) GetStale() bool {
@@ -3827,7 +4252,7 @@ type ListPartitionReassignmentsResponse struct {
 
 func (x *ListPartitionReassignmentsResponse) Reset() {
 	*x = ListPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[56]
+	mi := &file_controller_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3839,7 +4264,7 @@ func (x *ListPartitionReassignmentsResponse) String() string {
 func (*ListPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[56]
+	mi := &file_controller_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3852,7 +4277,7 @@ func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ListPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{56}
+	return file_controller_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListPartitionReassignmentsResponse) GetReassignments() []*Reassignment {
@@ -3882,7 +4307,7 @@ type Reassignment struct {
 
 func (x *Reassignment) Reset() {
 	*x = Reassignment{}
-	mi := &file_controller_proto_msgTypes[57]
+	mi := &file_controller_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3894,7 +4319,7 @@ func (x *Reassignment) String() string {
 func (*Reassignment) ProtoMessage() {}
 
 func (x *Reassignment) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[57]
+	mi := &file_controller_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3907,7 +4332,7 @@ func (x *Reassignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reassignment.ProtoReflect.Descriptor instead.
 func (*Reassignment) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{57}
+	return file_controller_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Reassignment) GetTopic() string {
@@ -3957,7 +4382,7 @@ type RestoreSnapshotRequest struct {
 
 func (x *RestoreSnapshotRequest) Reset() {
 	*x = RestoreSnapshotRequest{}
-	mi := &file_controller_proto_msgTypes[58]
+	mi := &file_controller_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3969,7 +4394,7 @@ func (x *RestoreSnapshotRequest) String() string {
 func (*RestoreSnapshotRequest) ProtoMessage() {}
 
 func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[58]
+	mi := &file_controller_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3982,7 +4407,7 @@ func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{58}
+	return file_controller_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RestoreSnapshotRequest) GetForceClusterId() bool {
@@ -4020,7 +4445,7 @@ type RestoreSnapshotResponse struct {
 
 func (x *RestoreSnapshotResponse) Reset() {
 	*x = RestoreSnapshotResponse{}
-	mi := &file_controller_proto_msgTypes[59]
+	mi := &file_controller_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4032,7 +4457,7 @@ func (x *RestoreSnapshotResponse) String() string {
 func (*RestoreSnapshotResponse) ProtoMessage() {}
 
 func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[59]
+	mi := &file_controller_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4045,7 +4470,7 @@ func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{59}
+	return file_controller_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RestoreSnapshotResponse) GetClusterId() string {
@@ -4102,7 +4527,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_controller_proto_msgTypes[60]
+	mi := &file_controller_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4114,7 +4539,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[60]
+	mi := &file_controller_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4127,7 +4552,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{60}
+	return file_controller_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *LeaderHint) GetLeaderId() int32 {
@@ -4157,7 +4582,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4169,7 +4594,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4182,7 +4607,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{61}
+	return file_controller_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *AddVoterRequest) GetId() int32 {
@@ -4220,7 +4645,7 @@ type AddVoterResponse struct {
 
 func (x *AddVoterResponse) Reset() {
 	*x = AddVoterResponse{}
-	mi := &file_controller_proto_msgTypes[62]
+	mi := &file_controller_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4232,7 +4657,7 @@ func (x *AddVoterResponse) String() string {
 func (*AddVoterResponse) ProtoMessage() {}
 
 func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[62]
+	mi := &file_controller_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4245,7 +4670,7 @@ func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterResponse.ProtoReflect.Descriptor instead.
 func (*AddVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{62}
+	return file_controller_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *AddVoterResponse) GetConfigurationIndex() uint64 {
@@ -4278,7 +4703,7 @@ type RemoveVoterRequest struct {
 
 func (x *RemoveVoterRequest) Reset() {
 	*x = RemoveVoterRequest{}
-	mi := &file_controller_proto_msgTypes[63]
+	mi := &file_controller_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4290,7 +4715,7 @@ func (x *RemoveVoterRequest) String() string {
 func (*RemoveVoterRequest) ProtoMessage() {}
 
 func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[63]
+	mi := &file_controller_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4303,7 +4728,7 @@ func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{63}
+	return file_controller_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RemoveVoterRequest) GetId() int32 {
@@ -4324,7 +4749,7 @@ type RemoveVoterResponse struct {
 
 func (x *RemoveVoterResponse) Reset() {
 	*x = RemoveVoterResponse{}
-	mi := &file_controller_proto_msgTypes[64]
+	mi := &file_controller_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4336,7 +4761,7 @@ func (x *RemoveVoterResponse) String() string {
 func (*RemoveVoterResponse) ProtoMessage() {}
 
 func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[64]
+	mi := &file_controller_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4349,7 +4774,7 @@ func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{64}
+	return file_controller_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RemoveVoterResponse) GetConfigurationIndex() uint64 {
@@ -4383,7 +4808,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_controller_proto_msgTypes[65]
+	mi := &file_controller_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4395,7 +4820,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[65]
+	mi := &file_controller_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4408,7 +4833,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{65}
+	return file_controller_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *TransferLeadershipRequest) GetTargetId() int32 {
@@ -4431,7 +4856,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_controller_proto_msgTypes[66]
+	mi := &file_controller_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4443,7 +4868,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[66]
+	mi := &file_controller_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4456,7 +4881,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{66}
+	return file_controller_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *TransferLeadershipResponse) GetPreviousLeaderId() int32 {
@@ -4485,7 +4910,7 @@ type ConfigResource struct {
 
 func (x *ConfigResource) Reset() {
 	*x = ConfigResource{}
-	mi := &file_controller_proto_msgTypes[67]
+	mi := &file_controller_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4497,7 +4922,7 @@ func (x *ConfigResource) String() string {
 func (*ConfigResource) ProtoMessage() {}
 
 func (x *ConfigResource) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[67]
+	mi := &file_controller_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4510,7 +4935,7 @@ func (x *ConfigResource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigResource.ProtoReflect.Descriptor instead.
 func (*ConfigResource) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{67}
+	return file_controller_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ConfigResource) GetType() ConfigResourceType {
@@ -4538,7 +4963,7 @@ type ConfigEntry struct {
 
 func (x *ConfigEntry) Reset() {
 	*x = ConfigEntry{}
-	mi := &file_controller_proto_msgTypes[68]
+	mi := &file_controller_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4550,7 +4975,7 @@ func (x *ConfigEntry) String() string {
 func (*ConfigEntry) ProtoMessage() {}
 
 func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[68]
+	mi := &file_controller_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4563,7 +4988,7 @@ func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
 func (*ConfigEntry) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{68}
+	return file_controller_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ConfigEntry) GetName() string {
@@ -4599,7 +5024,7 @@ type AlterableConfig struct {
 
 func (x *AlterableConfig) Reset() {
 	*x = AlterableConfig{}
-	mi := &file_controller_proto_msgTypes[69]
+	mi := &file_controller_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4611,7 +5036,7 @@ func (x *AlterableConfig) String() string {
 func (*AlterableConfig) ProtoMessage() {}
 
 func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[69]
+	mi := &file_controller_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4624,7 +5049,7 @@ func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterableConfig.ProtoReflect.Descriptor instead.
 func (*AlterableConfig) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{69}
+	return file_controller_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AlterableConfig) GetName() string {
@@ -4661,7 +5086,7 @@ type IncrementalAlterConfigsRequest struct {
 
 func (x *IncrementalAlterConfigsRequest) Reset() {
 	*x = IncrementalAlterConfigsRequest{}
-	mi := &file_controller_proto_msgTypes[70]
+	mi := &file_controller_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4673,7 +5098,7 @@ func (x *IncrementalAlterConfigsRequest) String() string {
 func (*IncrementalAlterConfigsRequest) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[70]
+	mi := &file_controller_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4686,7 +5111,7 @@ func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsRequest.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{70}
+	return file_controller_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *IncrementalAlterConfigsRequest) GetResource() *ConfigResource {
@@ -4722,7 +5147,7 @@ type IncrementalAlterConfigsResponse struct {
 
 func (x *IncrementalAlterConfigsResponse) Reset() {
 	*x = IncrementalAlterConfigsResponse{}
-	mi := &file_controller_proto_msgTypes[71]
+	mi := &file_controller_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4734,7 +5159,7 @@ func (x *IncrementalAlterConfigsResponse) String() string {
 func (*IncrementalAlterConfigsResponse) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[71]
+	mi := &file_controller_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4747,7 +5172,7 @@ func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsResponse.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{71}
+	return file_controller_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *IncrementalAlterConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -4776,7 +5201,7 @@ type DescribeConfigsRequest struct {
 
 func (x *DescribeConfigsRequest) Reset() {
 	*x = DescribeConfigsRequest{}
-	mi := &file_controller_proto_msgTypes[72]
+	mi := &file_controller_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4788,7 +5213,7 @@ func (x *DescribeConfigsRequest) String() string {
 func (*DescribeConfigsRequest) ProtoMessage() {}
 
 func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[72]
+	mi := &file_controller_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4801,7 +5226,7 @@ func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{72}
+	return file_controller_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *DescribeConfigsRequest) GetResource() *ConfigResource {
@@ -4835,7 +5260,7 @@ type AllocateProducerIdsRequest struct {
 
 func (x *AllocateProducerIdsRequest) Reset() {
 	*x = AllocateProducerIdsRequest{}
-	mi := &file_controller_proto_msgTypes[73]
+	mi := &file_controller_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4847,7 +5272,7 @@ func (x *AllocateProducerIdsRequest) String() string {
 func (*AllocateProducerIdsRequest) ProtoMessage() {}
 
 func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[73]
+	mi := &file_controller_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4860,7 +5285,7 @@ func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsRequest.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{73}
+	return file_controller_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AllocateProducerIdsRequest) GetBrokerId() int32 {
@@ -4889,7 +5314,7 @@ type AllocateProducerIdsResponse struct {
 
 func (x *AllocateProducerIdsResponse) Reset() {
 	*x = AllocateProducerIdsResponse{}
-	mi := &file_controller_proto_msgTypes[74]
+	mi := &file_controller_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4901,7 +5326,7 @@ func (x *AllocateProducerIdsResponse) String() string {
 func (*AllocateProducerIdsResponse) ProtoMessage() {}
 
 func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[74]
+	mi := &file_controller_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4914,7 +5339,7 @@ func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsResponse.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{74}
+	return file_controller_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AllocateProducerIdsResponse) GetProducerIdStart() int64 {
@@ -4943,7 +5368,7 @@ type DescribeConfigsResponse struct {
 
 func (x *DescribeConfigsResponse) Reset() {
 	*x = DescribeConfigsResponse{}
-	mi := &file_controller_proto_msgTypes[75]
+	mi := &file_controller_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4955,7 +5380,7 @@ func (x *DescribeConfigsResponse) String() string {
 func (*DescribeConfigsResponse) ProtoMessage() {}
 
 func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[75]
+	mi := &file_controller_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4968,7 +5393,7 @@ func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{75}
+	return file_controller_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *DescribeConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -4989,7 +5414,24 @@ var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
 	"\n" +
-	"\x10controller.proto\x12\akeel.v1\x1a\x0emetadata.proto\"\x19\n" +
+	"\x10controller.proto\x12\akeel.v1\x1a\x0emetadata.proto\"\x89\x01\n" +
+	"\x13CompareImageRequest\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12'\n" +
+	"\x0fmajority_digest\x18\x02 \x01(\fR\x0emajorityDigest\x12\x1a\n" +
+	"\bmajority\x18\x03 \x01(\tR\bmajority\x12\x17\n" +
+	"\afrom_id\x18\x04 \x01(\x05R\x06fromId\"\xca\x01\n" +
+	"\x14CompareImageResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x05R\x06nodeId\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\fR\x06digest\x12\x1b\n" +
+	"\tno_digest\x18\x04 \x01(\tR\bnoDigest\x12%\n" +
+	"\x0ediverged_index\x18\x05 \x01(\x04R\rdivergedIndex\x12'\n" +
+	"\x0fdiverged_reason\x18\x06 \x01(\tR\x0edivergedReason\"3\n" +
+	"\x18AcknowledgedIndexRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x05R\x06nodeId\"J\n" +
+	"\x19AcknowledgedIndexResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x05R\x06nodeId\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\x19\n" +
 	"\x17DescribeFeaturesRequest\"q\n" +
 	"\x18DescribeFeaturesResponse\x12)\n" +
 	"\x10metadata_version\x18\x01 \x01(\rR\x0fmetadataVersion\x12*\n" +
@@ -5008,7 +5450,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x19previous_metadata_version\x18\x01 \x01(\rR\x17previousMetadataVersion\x12)\n" +
 	"\x10metadata_version\x18\x02 \x01(\rR\x0fmetadataVersion\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\"\x17\n" +
-	"\x15DescribeQuorumRequest\"\xfb\x05\n" +
+	"\x15DescribeQuorumRequest\"\x81\a\n" +
 	"\x16DescribeQuorumResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
@@ -5032,7 +5474,22 @@ const file_controller_proto_rawDesc = "" +
 	"\x10not_ready_reason\x18\x11 \x01(\tR\x0enotReadyReason\x12;\n" +
 	"\vreplication\x18\x12 \x03(\v2\x19.keel.v1.VoterReplicationR\vreplication\x120\n" +
 	"\x14min_metadata_version\x18\x13 \x01(\rR\x12minMetadataVersion\x120\n" +
-	"\x14max_metadata_version\x18\x14 \x01(\rR\x12maxMetadataVersion\"k\n" +
+	"\x14max_metadata_version\x18\x14 \x01(\rR\x12maxMetadataVersion\x12%\n" +
+	"\x0ediverged_index\x18( \x01(\x04R\rdivergedIndex\x12'\n" +
+	"\x0fdiverged_reason\x18) \x01(\tR\x0edivergedReason\x124\n" +
+	"\vimage_check\x18* \x01(\v2\x13.keel.v1.ImageCheckR\n" +
+	"imageCheck\"\x8c\x01\n" +
+	"\n" +
+	"ImageCheck\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x15\n" +
+	"\x06age_ms\x18\x02 \x01(\x03R\x05ageMs\x120\n" +
+	"\x06voters\x18\x03 \x03(\v2\x18.keel.v1.ImageCheckVoterR\x06voters\x12\x1f\n" +
+	"\vno_majority\x18\x04 \x01(\bR\n" +
+	"noMajority\"Q\n" +
+	"\x0fImageCheckVoter\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x16\n" +
+	"\x06result\x18\x02 \x01(\tR\x06result\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"k\n" +
 	"\x10VoterReplication\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x1f\n" +
 	"\vmatch_index\x18\x02 \x01(\x04R\n" +
@@ -5357,7 +5814,7 @@ const file_controller_proto_rawDesc = "" +
 	"\rAlterConfigOp\x12\x1f\n" +
 	"\x1bALTER_CONFIG_OP_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ALTER_CONFIG_OP_SET\x10\x01\x12\x1a\n" +
-	"\x16ALTER_CONFIG_OP_DELETE\x10\x022\x93\x12\n" +
+	"\x16ALTER_CONFIG_OP_DELETE\x10\x022\xbc\x13\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +
@@ -5387,7 +5844,9 @@ const file_controller_proto_rawDesc = "" +
 	"\x0fDescribeConfigs\x12\x1f.keel.v1.DescribeConfigsRequest\x1a .keel.v1.DescribeConfigsResponse\x12`\n" +
 	"\x13AllocateProducerIds\x12#.keel.v1.AllocateProducerIdsRequest\x1a$.keel.v1.AllocateProducerIdsResponse\x12W\n" +
 	"\x10DescribeFeatures\x12 .keel.v1.DescribeFeaturesRequest\x1a!.keel.v1.DescribeFeaturesResponse\x12Q\n" +
-	"\x0eUpdateFeatures\x12\x1e.keel.v1.UpdateFeaturesRequest\x1a\x1f.keel.v1.UpdateFeaturesResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\x0eUpdateFeatures\x12\x1e.keel.v1.UpdateFeaturesRequest\x1a\x1f.keel.v1.UpdateFeaturesResponse\x12K\n" +
+	"\fCompareImage\x12\x1c.keel.v1.CompareImageRequest\x1a\x1d.keel.v1.CompareImageResponse\x12Z\n" +
+	"\x11AcknowledgedIndex\x12!.keel.v1.AcknowledgedIndexRequest\x1a\".keel.v1.AcknowledgedIndexResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -5402,198 +5861,210 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_controller_proto_goTypes = []any{
 	(ElectionType)(0),                           // 0: keel.v1.ElectionType
 	(ConfigSource)(0),                           // 1: keel.v1.ConfigSource
 	(AlterConfigOp)(0),                          // 2: keel.v1.AlterConfigOp
-	(*DescribeFeaturesRequest)(nil),             // 3: keel.v1.DescribeFeaturesRequest
-	(*DescribeFeaturesResponse)(nil),            // 4: keel.v1.DescribeFeaturesResponse
-	(*FeatureNode)(nil),                         // 5: keel.v1.FeatureNode
-	(*UpdateFeaturesRequest)(nil),               // 6: keel.v1.UpdateFeaturesRequest
-	(*UpdateFeaturesResponse)(nil),              // 7: keel.v1.UpdateFeaturesResponse
-	(*DescribeQuorumRequest)(nil),               // 8: keel.v1.DescribeQuorumRequest
-	(*DescribeQuorumResponse)(nil),              // 9: keel.v1.DescribeQuorumResponse
-	(*VoterReplication)(nil),                    // 10: keel.v1.VoterReplication
-	(*ReadSource)(nil),                          // 11: keel.v1.ReadSource
-	(*QuorumMember)(nil),                        // 12: keel.v1.QuorumMember
-	(*AppendNoOpRequest)(nil),                   // 13: keel.v1.AppendNoOpRequest
-	(*AppendNoOpResponse)(nil),                  // 14: keel.v1.AppendNoOpResponse
-	(*RegisterBrokerRequest)(nil),               // 15: keel.v1.RegisterBrokerRequest
-	(*RegisterBrokerResponse)(nil),              // 16: keel.v1.RegisterBrokerResponse
-	(*BrokerHeartbeatRequest)(nil),              // 17: keel.v1.BrokerHeartbeatRequest
-	(*BrokerHeartbeatResponse)(nil),             // 18: keel.v1.BrokerHeartbeatResponse
-	(*UnregisterBrokerRequest)(nil),             // 19: keel.v1.UnregisterBrokerRequest
-	(*UnregisterBrokerResponse)(nil),            // 20: keel.v1.UnregisterBrokerResponse
-	(*StreamMetadataRequest)(nil),               // 21: keel.v1.StreamMetadataRequest
-	(*MetadataPush)(nil),                        // 22: keel.v1.MetadataPush
-	(*MetadataEntries)(nil),                     // 23: keel.v1.MetadataEntries
-	(*MetadataEntry)(nil),                       // 24: keel.v1.MetadataEntry
-	(*SnapshotChunk)(nil),                       // 25: keel.v1.SnapshotChunk
-	(*FetchSnapshotRequest)(nil),                // 26: keel.v1.FetchSnapshotRequest
-	(*ListBrokersRequest)(nil),                  // 27: keel.v1.ListBrokersRequest
-	(*ListBrokersResponse)(nil),                 // 28: keel.v1.ListBrokersResponse
-	(*BrokerInfo)(nil),                          // 29: keel.v1.BrokerInfo
-	(*CreateTopicRequest)(nil),                  // 30: keel.v1.CreateTopicRequest
-	(*PartitionAssignment)(nil),                 // 31: keel.v1.PartitionAssignment
-	(*CreateTopicResponse)(nil),                 // 32: keel.v1.CreateTopicResponse
-	(*CreatePartitionsRequest)(nil),             // 33: keel.v1.CreatePartitionsRequest
-	(*CreatePartitionsResponse)(nil),            // 34: keel.v1.CreatePartitionsResponse
-	(*DeleteTopicRequest)(nil),                  // 35: keel.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),                 // 36: keel.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),                   // 37: keel.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),                  // 38: keel.v1.ListTopicsResponse
-	(*TopicSummary)(nil),                        // 39: keel.v1.TopicSummary
-	(*DescribeTopicRequest)(nil),                // 40: keel.v1.DescribeTopicRequest
-	(*DescribeTopicResponse)(nil),               // 41: keel.v1.DescribeTopicResponse
-	(*TopicDescription)(nil),                    // 42: keel.v1.TopicDescription
-	(*PartitionDescription)(nil),                // 43: keel.v1.PartitionDescription
-	(*AlterPartitionRequest)(nil),               // 44: keel.v1.AlterPartitionRequest
-	(*BrokerState)(nil),                         // 45: keel.v1.BrokerState
-	(*AlterPartitionResponse)(nil),              // 46: keel.v1.AlterPartitionResponse
-	(*ReplicaLog)(nil),                          // 47: keel.v1.ReplicaLog
-	(*ReportReplicaLogsRequest)(nil),            // 48: keel.v1.ReportReplicaLogsRequest
-	(*ReportReplicaLogsResponse)(nil),           // 49: keel.v1.ReportReplicaLogsResponse
-	(*TopicPartition)(nil),                      // 50: keel.v1.TopicPartition
-	(*ElectLeadersRequest)(nil),                 // 51: keel.v1.ElectLeadersRequest
-	(*ElectLeadersResponse)(nil),                // 52: keel.v1.ElectLeadersResponse
-	(*ElectionResult)(nil),                      // 53: keel.v1.ElectionResult
-	(*AlterPartitionReassignmentsRequest)(nil),  // 54: keel.v1.AlterPartitionReassignmentsRequest
-	(*ReassignmentTarget)(nil),                  // 55: keel.v1.ReassignmentTarget
-	(*AlterPartitionReassignmentsResponse)(nil), // 56: keel.v1.AlterPartitionReassignmentsResponse
-	(*ReassignedPartition)(nil),                 // 57: keel.v1.ReassignedPartition
-	(*ListPartitionReassignmentsRequest)(nil),   // 58: keel.v1.ListPartitionReassignmentsRequest
-	(*ListPartitionReassignmentsResponse)(nil),  // 59: keel.v1.ListPartitionReassignmentsResponse
-	(*Reassignment)(nil),                        // 60: keel.v1.Reassignment
-	(*RestoreSnapshotRequest)(nil),              // 61: keel.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),             // 62: keel.v1.RestoreSnapshotResponse
-	(*LeaderHint)(nil),                          // 63: keel.v1.LeaderHint
-	(*AddVoterRequest)(nil),                     // 64: keel.v1.AddVoterRequest
-	(*AddVoterResponse)(nil),                    // 65: keel.v1.AddVoterResponse
-	(*RemoveVoterRequest)(nil),                  // 66: keel.v1.RemoveVoterRequest
-	(*RemoveVoterResponse)(nil),                 // 67: keel.v1.RemoveVoterResponse
-	(*TransferLeadershipRequest)(nil),           // 68: keel.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil),          // 69: keel.v1.TransferLeadershipResponse
-	(*ConfigResource)(nil),                      // 70: keel.v1.ConfigResource
-	(*ConfigEntry)(nil),                         // 71: keel.v1.ConfigEntry
-	(*AlterableConfig)(nil),                     // 72: keel.v1.AlterableConfig
-	(*IncrementalAlterConfigsRequest)(nil),      // 73: keel.v1.IncrementalAlterConfigsRequest
-	(*IncrementalAlterConfigsResponse)(nil),     // 74: keel.v1.IncrementalAlterConfigsResponse
-	(*DescribeConfigsRequest)(nil),              // 75: keel.v1.DescribeConfigsRequest
-	(*AllocateProducerIdsRequest)(nil),          // 76: keel.v1.AllocateProducerIdsRequest
-	(*AllocateProducerIdsResponse)(nil),         // 77: keel.v1.AllocateProducerIdsResponse
-	(*DescribeConfigsResponse)(nil),             // 78: keel.v1.DescribeConfigsResponse
-	nil,                                         // 79: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                         // 80: keel.v1.TopicDescription.ConfigsEntry
-	(LeaderRecoveryState)(0),                    // 81: keel.v1.LeaderRecoveryState
-	(ConfigResourceType)(0),                     // 82: keel.v1.ConfigResourceType
+	(*CompareImageRequest)(nil),                 // 3: keel.v1.CompareImageRequest
+	(*CompareImageResponse)(nil),                // 4: keel.v1.CompareImageResponse
+	(*AcknowledgedIndexRequest)(nil),            // 5: keel.v1.AcknowledgedIndexRequest
+	(*AcknowledgedIndexResponse)(nil),           // 6: keel.v1.AcknowledgedIndexResponse
+	(*DescribeFeaturesRequest)(nil),             // 7: keel.v1.DescribeFeaturesRequest
+	(*DescribeFeaturesResponse)(nil),            // 8: keel.v1.DescribeFeaturesResponse
+	(*FeatureNode)(nil),                         // 9: keel.v1.FeatureNode
+	(*UpdateFeaturesRequest)(nil),               // 10: keel.v1.UpdateFeaturesRequest
+	(*UpdateFeaturesResponse)(nil),              // 11: keel.v1.UpdateFeaturesResponse
+	(*DescribeQuorumRequest)(nil),               // 12: keel.v1.DescribeQuorumRequest
+	(*DescribeQuorumResponse)(nil),              // 13: keel.v1.DescribeQuorumResponse
+	(*ImageCheck)(nil),                          // 14: keel.v1.ImageCheck
+	(*ImageCheckVoter)(nil),                     // 15: keel.v1.ImageCheckVoter
+	(*VoterReplication)(nil),                    // 16: keel.v1.VoterReplication
+	(*ReadSource)(nil),                          // 17: keel.v1.ReadSource
+	(*QuorumMember)(nil),                        // 18: keel.v1.QuorumMember
+	(*AppendNoOpRequest)(nil),                   // 19: keel.v1.AppendNoOpRequest
+	(*AppendNoOpResponse)(nil),                  // 20: keel.v1.AppendNoOpResponse
+	(*RegisterBrokerRequest)(nil),               // 21: keel.v1.RegisterBrokerRequest
+	(*RegisterBrokerResponse)(nil),              // 22: keel.v1.RegisterBrokerResponse
+	(*BrokerHeartbeatRequest)(nil),              // 23: keel.v1.BrokerHeartbeatRequest
+	(*BrokerHeartbeatResponse)(nil),             // 24: keel.v1.BrokerHeartbeatResponse
+	(*UnregisterBrokerRequest)(nil),             // 25: keel.v1.UnregisterBrokerRequest
+	(*UnregisterBrokerResponse)(nil),            // 26: keel.v1.UnregisterBrokerResponse
+	(*StreamMetadataRequest)(nil),               // 27: keel.v1.StreamMetadataRequest
+	(*MetadataPush)(nil),                        // 28: keel.v1.MetadataPush
+	(*MetadataEntries)(nil),                     // 29: keel.v1.MetadataEntries
+	(*MetadataEntry)(nil),                       // 30: keel.v1.MetadataEntry
+	(*SnapshotChunk)(nil),                       // 31: keel.v1.SnapshotChunk
+	(*FetchSnapshotRequest)(nil),                // 32: keel.v1.FetchSnapshotRequest
+	(*ListBrokersRequest)(nil),                  // 33: keel.v1.ListBrokersRequest
+	(*ListBrokersResponse)(nil),                 // 34: keel.v1.ListBrokersResponse
+	(*BrokerInfo)(nil),                          // 35: keel.v1.BrokerInfo
+	(*CreateTopicRequest)(nil),                  // 36: keel.v1.CreateTopicRequest
+	(*PartitionAssignment)(nil),                 // 37: keel.v1.PartitionAssignment
+	(*CreateTopicResponse)(nil),                 // 38: keel.v1.CreateTopicResponse
+	(*CreatePartitionsRequest)(nil),             // 39: keel.v1.CreatePartitionsRequest
+	(*CreatePartitionsResponse)(nil),            // 40: keel.v1.CreatePartitionsResponse
+	(*DeleteTopicRequest)(nil),                  // 41: keel.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),                 // 42: keel.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),                   // 43: keel.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),                  // 44: keel.v1.ListTopicsResponse
+	(*TopicSummary)(nil),                        // 45: keel.v1.TopicSummary
+	(*DescribeTopicRequest)(nil),                // 46: keel.v1.DescribeTopicRequest
+	(*DescribeTopicResponse)(nil),               // 47: keel.v1.DescribeTopicResponse
+	(*TopicDescription)(nil),                    // 48: keel.v1.TopicDescription
+	(*PartitionDescription)(nil),                // 49: keel.v1.PartitionDescription
+	(*AlterPartitionRequest)(nil),               // 50: keel.v1.AlterPartitionRequest
+	(*BrokerState)(nil),                         // 51: keel.v1.BrokerState
+	(*AlterPartitionResponse)(nil),              // 52: keel.v1.AlterPartitionResponse
+	(*ReplicaLog)(nil),                          // 53: keel.v1.ReplicaLog
+	(*ReportReplicaLogsRequest)(nil),            // 54: keel.v1.ReportReplicaLogsRequest
+	(*ReportReplicaLogsResponse)(nil),           // 55: keel.v1.ReportReplicaLogsResponse
+	(*TopicPartition)(nil),                      // 56: keel.v1.TopicPartition
+	(*ElectLeadersRequest)(nil),                 // 57: keel.v1.ElectLeadersRequest
+	(*ElectLeadersResponse)(nil),                // 58: keel.v1.ElectLeadersResponse
+	(*ElectionResult)(nil),                      // 59: keel.v1.ElectionResult
+	(*AlterPartitionReassignmentsRequest)(nil),  // 60: keel.v1.AlterPartitionReassignmentsRequest
+	(*ReassignmentTarget)(nil),                  // 61: keel.v1.ReassignmentTarget
+	(*AlterPartitionReassignmentsResponse)(nil), // 62: keel.v1.AlterPartitionReassignmentsResponse
+	(*ReassignedPartition)(nil),                 // 63: keel.v1.ReassignedPartition
+	(*ListPartitionReassignmentsRequest)(nil),   // 64: keel.v1.ListPartitionReassignmentsRequest
+	(*ListPartitionReassignmentsResponse)(nil),  // 65: keel.v1.ListPartitionReassignmentsResponse
+	(*Reassignment)(nil),                        // 66: keel.v1.Reassignment
+	(*RestoreSnapshotRequest)(nil),              // 67: keel.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),             // 68: keel.v1.RestoreSnapshotResponse
+	(*LeaderHint)(nil),                          // 69: keel.v1.LeaderHint
+	(*AddVoterRequest)(nil),                     // 70: keel.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),                    // 71: keel.v1.AddVoterResponse
+	(*RemoveVoterRequest)(nil),                  // 72: keel.v1.RemoveVoterRequest
+	(*RemoveVoterResponse)(nil),                 // 73: keel.v1.RemoveVoterResponse
+	(*TransferLeadershipRequest)(nil),           // 74: keel.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),          // 75: keel.v1.TransferLeadershipResponse
+	(*ConfigResource)(nil),                      // 76: keel.v1.ConfigResource
+	(*ConfigEntry)(nil),                         // 77: keel.v1.ConfigEntry
+	(*AlterableConfig)(nil),                     // 78: keel.v1.AlterableConfig
+	(*IncrementalAlterConfigsRequest)(nil),      // 79: keel.v1.IncrementalAlterConfigsRequest
+	(*IncrementalAlterConfigsResponse)(nil),     // 80: keel.v1.IncrementalAlterConfigsResponse
+	(*DescribeConfigsRequest)(nil),              // 81: keel.v1.DescribeConfigsRequest
+	(*AllocateProducerIdsRequest)(nil),          // 82: keel.v1.AllocateProducerIdsRequest
+	(*AllocateProducerIdsResponse)(nil),         // 83: keel.v1.AllocateProducerIdsResponse
+	(*DescribeConfigsResponse)(nil),             // 84: keel.v1.DescribeConfigsResponse
+	nil,                                         // 85: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                         // 86: keel.v1.TopicDescription.ConfigsEntry
+	(LeaderRecoveryState)(0),                    // 87: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),                     // 88: keel.v1.ConfigResourceType
 }
 var file_controller_proto_depIdxs = []int32{
-	5,  // 0: keel.v1.DescribeFeaturesResponse.nodes:type_name -> keel.v1.FeatureNode
-	12, // 1: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
-	10, // 2: keel.v1.DescribeQuorumResponse.replication:type_name -> keel.v1.VoterReplication
-	23, // 3: keel.v1.MetadataPush.entries:type_name -> keel.v1.MetadataEntries
-	25, // 4: keel.v1.MetadataPush.snapshot:type_name -> keel.v1.SnapshotChunk
-	24, // 5: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
-	29, // 6: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
-	11, // 7: keel.v1.ListBrokersResponse.source:type_name -> keel.v1.ReadSource
-	31, // 8: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	79, // 9: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
-	42, // 10: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	31, // 11: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	42, // 12: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
-	39, // 13: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
-	11, // 14: keel.v1.ListTopicsResponse.source:type_name -> keel.v1.ReadSource
-	42, // 15: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	11, // 16: keel.v1.DescribeTopicResponse.source:type_name -> keel.v1.ReadSource
-	80, // 17: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
-	43, // 18: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
-	71, // 19: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
-	81, // 20: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	81, // 21: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	45, // 22: keel.v1.AlterPartitionRequest.new_isr_with_epochs:type_name -> keel.v1.BrokerState
-	43, // 23: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
-	47, // 24: keel.v1.ReportReplicaLogsRequest.replicas:type_name -> keel.v1.ReplicaLog
-	0,  // 25: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
-	50, // 26: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
-	53, // 27: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
-	55, // 28: keel.v1.AlterPartitionReassignmentsRequest.partitions:type_name -> keel.v1.ReassignmentTarget
-	43, // 29: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
-	57, // 30: keel.v1.AlterPartitionReassignmentsResponse.partitions:type_name -> keel.v1.ReassignedPartition
-	43, // 31: keel.v1.ReassignedPartition.partition:type_name -> keel.v1.PartitionDescription
-	60, // 32: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
-	11, // 33: keel.v1.ListPartitionReassignmentsResponse.source:type_name -> keel.v1.ReadSource
-	12, // 34: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	12, // 35: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	82, // 36: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
-	1,  // 37: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
-	2,  // 38: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
-	70, // 39: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
-	72, // 40: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
-	71, // 41: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
-	53, // 42: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
-	70, // 43: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
-	71, // 44: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
-	11, // 45: keel.v1.DescribeConfigsResponse.source:type_name -> keel.v1.ReadSource
-	8,  // 46: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	13, // 47: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	15, // 48: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	17, // 49: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	19, // 50: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	21, // 51: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	27, // 52: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	30, // 53: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
-	33, // 54: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
-	35, // 55: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
-	37, // 56: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
-	40, // 57: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
-	44, // 58: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
-	48, // 59: keel.v1.ControllerService.ReportReplicaLogs:input_type -> keel.v1.ReportReplicaLogsRequest
-	51, // 60: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
-	54, // 61: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
-	58, // 62: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
-	26, // 63: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	61, // 64: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
-	64, // 65: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
-	66, // 66: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
-	68, // 67: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
-	73, // 68: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
-	75, // 69: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
-	76, // 70: keel.v1.ControllerService.AllocateProducerIds:input_type -> keel.v1.AllocateProducerIdsRequest
-	3,  // 71: keel.v1.ControllerService.DescribeFeatures:input_type -> keel.v1.DescribeFeaturesRequest
-	6,  // 72: keel.v1.ControllerService.UpdateFeatures:input_type -> keel.v1.UpdateFeaturesRequest
-	9,  // 73: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	14, // 74: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	16, // 75: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	18, // 76: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	20, // 77: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	22, // 78: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	28, // 79: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	32, // 80: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	34, // 81: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	36, // 82: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	38, // 83: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	41, // 84: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	46, // 85: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	49, // 86: keel.v1.ControllerService.ReportReplicaLogs:output_type -> keel.v1.ReportReplicaLogsResponse
-	52, // 87: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	56, // 88: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	59, // 89: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	25, // 90: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	62, // 91: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	65, // 92: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	67, // 93: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	69, // 94: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	74, // 95: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
-	78, // 96: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
-	77, // 97: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
-	4,  // 98: keel.v1.ControllerService.DescribeFeatures:output_type -> keel.v1.DescribeFeaturesResponse
-	7,  // 99: keel.v1.ControllerService.UpdateFeatures:output_type -> keel.v1.UpdateFeaturesResponse
-	73, // [73:100] is the sub-list for method output_type
-	46, // [46:73] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	9,  // 0: keel.v1.DescribeFeaturesResponse.nodes:type_name -> keel.v1.FeatureNode
+	18, // 1: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
+	16, // 2: keel.v1.DescribeQuorumResponse.replication:type_name -> keel.v1.VoterReplication
+	14, // 3: keel.v1.DescribeQuorumResponse.image_check:type_name -> keel.v1.ImageCheck
+	15, // 4: keel.v1.ImageCheck.voters:type_name -> keel.v1.ImageCheckVoter
+	29, // 5: keel.v1.MetadataPush.entries:type_name -> keel.v1.MetadataEntries
+	31, // 6: keel.v1.MetadataPush.snapshot:type_name -> keel.v1.SnapshotChunk
+	30, // 7: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
+	35, // 8: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
+	17, // 9: keel.v1.ListBrokersResponse.source:type_name -> keel.v1.ReadSource
+	37, // 10: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
+	85, // 11: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	48, // 12: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
+	37, // 13: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
+	48, // 14: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
+	45, // 15: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
+	17, // 16: keel.v1.ListTopicsResponse.source:type_name -> keel.v1.ReadSource
+	48, // 17: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
+	17, // 18: keel.v1.DescribeTopicResponse.source:type_name -> keel.v1.ReadSource
+	86, // 19: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	49, // 20: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
+	77, // 21: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
+	87, // 22: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	87, // 23: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	51, // 24: keel.v1.AlterPartitionRequest.new_isr_with_epochs:type_name -> keel.v1.BrokerState
+	49, // 25: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
+	53, // 26: keel.v1.ReportReplicaLogsRequest.replicas:type_name -> keel.v1.ReplicaLog
+	0,  // 27: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
+	56, // 28: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
+	59, // 29: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
+	61, // 30: keel.v1.AlterPartitionReassignmentsRequest.partitions:type_name -> keel.v1.ReassignmentTarget
+	49, // 31: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
+	63, // 32: keel.v1.AlterPartitionReassignmentsResponse.partitions:type_name -> keel.v1.ReassignedPartition
+	49, // 33: keel.v1.ReassignedPartition.partition:type_name -> keel.v1.PartitionDescription
+	66, // 34: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
+	17, // 35: keel.v1.ListPartitionReassignmentsResponse.source:type_name -> keel.v1.ReadSource
+	18, // 36: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	18, // 37: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	88, // 38: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
+	1,  // 39: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
+	2,  // 40: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
+	76, // 41: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	78, // 42: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
+	77, // 43: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	59, // 44: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
+	76, // 45: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	77, // 46: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	17, // 47: keel.v1.DescribeConfigsResponse.source:type_name -> keel.v1.ReadSource
+	12, // 48: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	19, // 49: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	21, // 50: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	23, // 51: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	25, // 52: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	27, // 53: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	33, // 54: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	36, // 55: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	39, // 56: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	41, // 57: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	43, // 58: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	46, // 59: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	50, // 60: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	54, // 61: keel.v1.ControllerService.ReportReplicaLogs:input_type -> keel.v1.ReportReplicaLogsRequest
+	57, // 62: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	60, // 63: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	64, // 64: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	32, // 65: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
+	67, // 66: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	70, // 67: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
+	72, // 68: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
+	74, // 69: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
+	79, // 70: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
+	81, // 71: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
+	82, // 72: keel.v1.ControllerService.AllocateProducerIds:input_type -> keel.v1.AllocateProducerIdsRequest
+	7,  // 73: keel.v1.ControllerService.DescribeFeatures:input_type -> keel.v1.DescribeFeaturesRequest
+	10, // 74: keel.v1.ControllerService.UpdateFeatures:input_type -> keel.v1.UpdateFeaturesRequest
+	3,  // 75: keel.v1.ControllerService.CompareImage:input_type -> keel.v1.CompareImageRequest
+	5,  // 76: keel.v1.ControllerService.AcknowledgedIndex:input_type -> keel.v1.AcknowledgedIndexRequest
+	13, // 77: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	20, // 78: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	22, // 79: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	24, // 80: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	26, // 81: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	28, // 82: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	34, // 83: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	38, // 84: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	40, // 85: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	42, // 86: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	44, // 87: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	47, // 88: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	52, // 89: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	55, // 90: keel.v1.ControllerService.ReportReplicaLogs:output_type -> keel.v1.ReportReplicaLogsResponse
+	58, // 91: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	62, // 92: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	65, // 93: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	31, // 94: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	68, // 95: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	71, // 96: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	73, // 97: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	75, // 98: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	80, // 99: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
+	84, // 100: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
+	83, // 101: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
+	8,  // 102: keel.v1.ControllerService.DescribeFeatures:output_type -> keel.v1.DescribeFeaturesResponse
+	11, // 103: keel.v1.ControllerService.UpdateFeatures:output_type -> keel.v1.UpdateFeaturesResponse
+	4,  // 104: keel.v1.ControllerService.CompareImage:output_type -> keel.v1.CompareImageResponse
+	6,  // 105: keel.v1.ControllerService.AcknowledgedIndex:output_type -> keel.v1.AcknowledgedIndexResponse
+	77, // [77:106] is the sub-list for method output_type
+	48, // [48:77] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -5602,18 +6073,18 @@ func file_controller_proto_init() {
 		return
 	}
 	file_metadata_proto_init()
-	file_controller_proto_msgTypes[19].OneofWrappers = []any{
+	file_controller_proto_msgTypes[25].OneofWrappers = []any{
 		(*MetadataPush_Entries)(nil),
 		(*MetadataPush_Snapshot)(nil),
 	}
-	file_controller_proto_msgTypes[65].OneofWrappers = []any{}
+	file_controller_proto_msgTypes[71].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   78,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,8 @@ const (
 	ControllerService_AllocateProducerIds_FullMethodName         = "/keel.v1.ControllerService/AllocateProducerIds"
 	ControllerService_DescribeFeatures_FullMethodName            = "/keel.v1.ControllerService/DescribeFeatures"
 	ControllerService_UpdateFeatures_FullMethodName              = "/keel.v1.ControllerService/UpdateFeatures"
+	ControllerService_CompareImage_FullMethodName                = "/keel.v1.ControllerService/CompareImage"
+	ControllerService_AcknowledgedIndex_FullMethodName           = "/keel.v1.ControllerService/AcknowledgedIndex"
 )
 
 // ControllerServiceClient is the client API for ControllerService service.
@@ -188,6 +190,20 @@ type ControllerServiceClient interface {
 	// for an upgrade that would lower the level and for a downgrade that
 	// would raise it.
 	UpdateFeatures(ctx context.Context, in *UpdateFeaturesRequest, opts ...grpc.CallOption) (*UpdateFeaturesResponse, error)
+	// CompareImage answers this controller's digest of the committed entries
+	// it applied, as of index (waiting briefly until it has applied it): the
+	// active controller asks every voter and compares them (etcd's corruption
+	// check). With majority_digest, the digest a majority of the voters hold
+	// at index, a voter whose own differs stops acting on its image. Only
+	// controllers (and admins) may call it.
+	CompareImage(ctx context.Context, in *CompareImageRequest, opts ...grpc.CallOption) (*CompareImageResponse, error)
+	// AcknowledgedIndex answers the highest committed index this controller
+	// has seen node_id hold in its log (as the leader replicating to it, or as
+	// its follower), as recorded in its data dir. A controller starting on a
+	// data dir with raft state asks its peers before its raft starts, and
+	// refuses to start when its log ends below an answer: its data dir was
+	// rolled back. It is answered while this controller is starting too.
+	AcknowledgedIndex(ctx context.Context, in *AcknowledgedIndexRequest, opts ...grpc.CallOption) (*AcknowledgedIndexResponse, error)
 }
 
 type controllerServiceClient struct {
@@ -489,6 +505,26 @@ func (c *controllerServiceClient) UpdateFeatures(ctx context.Context, in *Update
 	return out, nil
 }
 
+func (c *controllerServiceClient) CompareImage(ctx context.Context, in *CompareImageRequest, opts ...grpc.CallOption) (*CompareImageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompareImageResponse)
+	err := c.cc.Invoke(ctx, ControllerService_CompareImage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) AcknowledgedIndex(ctx context.Context, in *AcknowledgedIndexRequest, opts ...grpc.CallOption) (*AcknowledgedIndexResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcknowledgedIndexResponse)
+	err := c.cc.Invoke(ctx, ControllerService_AcknowledgedIndex_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServiceServer is the server API for ControllerService service.
 // All implementations must embed UnimplementedControllerServiceServer
 // for forward compatibility.
@@ -627,6 +663,20 @@ type ControllerServiceServer interface {
 	// for an upgrade that would lower the level and for a downgrade that
 	// would raise it.
 	UpdateFeatures(context.Context, *UpdateFeaturesRequest) (*UpdateFeaturesResponse, error)
+	// CompareImage answers this controller's digest of the committed entries
+	// it applied, as of index (waiting briefly until it has applied it): the
+	// active controller asks every voter and compares them (etcd's corruption
+	// check). With majority_digest, the digest a majority of the voters hold
+	// at index, a voter whose own differs stops acting on its image. Only
+	// controllers (and admins) may call it.
+	CompareImage(context.Context, *CompareImageRequest) (*CompareImageResponse, error)
+	// AcknowledgedIndex answers the highest committed index this controller
+	// has seen node_id hold in its log (as the leader replicating to it, or as
+	// its follower), as recorded in its data dir. A controller starting on a
+	// data dir with raft state asks its peers before its raft starts, and
+	// refuses to start when its log ends below an answer: its data dir was
+	// rolled back. It is answered while this controller is starting too.
+	AcknowledgedIndex(context.Context, *AcknowledgedIndexRequest) (*AcknowledgedIndexResponse, error)
 	mustEmbedUnimplementedControllerServiceServer()
 }
 
@@ -717,6 +767,12 @@ func (UnimplementedControllerServiceServer) DescribeFeatures(context.Context, *D
 }
 func (UnimplementedControllerServiceServer) UpdateFeatures(context.Context, *UpdateFeaturesRequest) (*UpdateFeaturesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateFeatures not implemented")
+}
+func (UnimplementedControllerServiceServer) CompareImage(context.Context, *CompareImageRequest) (*CompareImageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompareImage not implemented")
+}
+func (UnimplementedControllerServiceServer) AcknowledgedIndex(context.Context, *AcknowledgedIndexRequest) (*AcknowledgedIndexResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcknowledgedIndex not implemented")
 }
 func (UnimplementedControllerServiceServer) mustEmbedUnimplementedControllerServiceServer() {}
 func (UnimplementedControllerServiceServer) testEmbeddedByValue()                           {}
@@ -1200,6 +1256,42 @@ func _ControllerService_UpdateFeatures_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_CompareImage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompareImageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).CompareImage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_CompareImage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).CompareImage(ctx, req.(*CompareImageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_AcknowledgedIndex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcknowledgedIndexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).AcknowledgedIndex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_AcknowledgedIndex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).AcknowledgedIndex(ctx, req.(*AcknowledgedIndexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControllerService_ServiceDesc is the grpc.ServiceDesc for ControllerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1302,6 +1394,14 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateFeatures",
 			Handler:    _ControllerService_UpdateFeatures_Handler,
+		},
+		{
+			MethodName: "CompareImage",
+			Handler:    _ControllerService_CompareImage_Handler,
+		},
+		{
+			MethodName: "AcknowledgedIndex",
+			Handler:    _ControllerService_AcknowledgedIndex_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

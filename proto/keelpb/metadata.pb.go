@@ -1676,8 +1676,20 @@ type SnapshotHeader struct {
 	// before this field), so that a reader refuses a snapshot above what it
 	// supports before reading the records.
 	MetadataVersion uint32 `protobuf:"varint,11,opt,name=metadata_version,json=metadataVersion,proto3" json:"metadata_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Raft snapshots only (a node's own, never an image sent to a broker or
+	// saved by keel snapshot save): the node's rolling digest of the entries
+	// it applied, as of entry digest_index (fsm/digest.go), so that a node
+	// restarting from the snapshot, or installing it, continues the chain;
+	// and, when set, why the node no longer acts on the image
+	// (diverged_index, diverged_reason), so that it does not start acting on
+	// it again from its own snapshot. (Numbered apart from the fields above,
+	// which other changes extend.)
+	DigestIndex    uint64 `protobuf:"varint,20,opt,name=digest_index,json=digestIndex,proto3" json:"digest_index,omitempty"`
+	Digest         []byte `protobuf:"bytes,21,opt,name=digest,proto3" json:"digest,omitempty"`
+	DivergedIndex  uint64 `protobuf:"varint,22,opt,name=diverged_index,json=divergedIndex,proto3" json:"diverged_index,omitempty"`
+	DivergedReason string `protobuf:"bytes,23,opt,name=diverged_reason,json=divergedReason,proto3" json:"diverged_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
@@ -1785,6 +1797,34 @@ func (x *SnapshotHeader) GetMetadataVersion() uint32 {
 		return x.MetadataVersion
 	}
 	return 0
+}
+
+func (x *SnapshotHeader) GetDigestIndex() uint64 {
+	if x != nil {
+		return x.DigestIndex
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetDigest() []byte {
+	if x != nil {
+		return x.Digest
+	}
+	return nil
+}
+
+func (x *SnapshotHeader) GetDivergedIndex() uint64 {
+	if x != nil {
+		return x.DivergedIndex
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetDivergedReason() string {
+	if x != nil {
+		return x.DivergedReason
+	}
+	return ""
 }
 
 // SnapshotTrailer closes every FSM snapshot: the record count and the SHA-256
@@ -1958,7 +1998,7 @@ const file_metadata_proto_rawDesc = "" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12(\n" +
 	"\x10next_producer_id\x18\x03 \x01(\x03R\x0enextProducerId\".\n" +
 	"\x11RemoveTopicRecord\x12\x19\n" +
-	"\btopic_id\x18\x01 \x01(\fR\atopicId\"\xe5\x02\n" +
+	"\btopic_id\x18\x01 \x01(\fR\atopicId\"\xf0\x03\n" +
 	"\x0eSnapshotHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x1d\n" +
 	"\n" +
@@ -1974,7 +2014,11 @@ const file_metadata_proto_rawDesc = "" +
 	"partitions\x12\x18\n" +
 	"\aconfigs\x18\n" +
 	" \x01(\x04R\aconfigs\x12)\n" +
-	"\x10metadata_version\x18\v \x01(\rR\x0fmetadataVersion\"L\n" +
+	"\x10metadata_version\x18\v \x01(\rR\x0fmetadataVersion\x12!\n" +
+	"\fdigest_index\x18\x14 \x01(\x04R\vdigestIndex\x12\x16\n" +
+	"\x06digest\x18\x15 \x01(\fR\x06digest\x12%\n" +
+	"\x0ediverged_index\x18\x16 \x01(\x04R\rdivergedIndex\x12'\n" +
+	"\x0fdiverged_reason\x18\x17 \x01(\tR\x0edivergedReason\"L\n" +
 	"\x0fSnapshotTrailer\x12!\n" +
 	"\frecord_count\x18\x01 \x01(\x04R\vrecordCount\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\fR\x06sha256*`\n" +

@@ -3,6 +3,7 @@ package fsm
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -24,12 +25,13 @@ import (
 //   - a digest of what each node applied, compared at the same index across
 //     the voters (etcd's corruption check): a rolling SHA-256 over every
 //     committed command entry the FSM was given, its index, term and bytes
-//     and whether it accepted it. It starts over from zero at each entry
-//     that moves the controller epoch, so that every node computes the same
-//     chain from the latest takeover on whatever snapshot it started from
-//     (a snapshot written before digests were carried has none); a node
-//     that refused or accepted an entry the others did not differs from
-//     then on, until the next takeover.
+//     and whether it accepted it. A node that refused or accepted an entry
+//     the others did not differs from then on. Every node's chain starts at
+//     the empty image (index 0); a node that restored a snapshot without a
+//     chain (one written before digests were carried) starts a new one at
+//     the next entry that moves the controller epoch, as every such node
+//     does, and chains are compared only with chains that started at the
+//     same index (Digest.Start).
 //
 // The chain is carried in the node's raft snapshots (the header's digest
 // fields), so that a node restarting from its snapshot, or installing one
@@ -44,15 +46,17 @@ import (
 const digestRing = 4096
 
 // Digest is the rolling digest of the entries an FSM applied, as of the
-// entry at Index.
+// entry at Index, of a chain that started at the entry at Start (0: the
+// empty image). Only digests of chains that started at the same index are
+// comparable.
 type Digest struct {
-	Index uint64
-	Sum   [sha256.Size]byte
+	Start, Index uint64
+	Sum          [sha256.Size]byte
 }
 
 // String shows the index and the first bytes of the sum, enough to tell
 // digests apart in a log line.
-func (d Digest) String() string { return fmt.Sprintf("%x@%d", d.Sum[:6], d.Index) }
+func (d Digest) String() string { return fmt.Sprintf("%x@%d(from %d)", d.Sum[:6], d.Index, d.Start) }
 
 // Divergence is why an FSM's image is not to be acted on: the committed
 // entry it refused, or the index at which its digest differed from the
@@ -63,15 +67,10 @@ type Divergence struct {
 }
 
 // foldDigest is the digest after applying the entry at (index, term) with
-// data to a chain at prev: restart begins a new chain (the entry moved the
-// controller epoch).
-func foldDigest(prev [sha256.Size]byte, restart bool, index, term uint64, accepted bool, data []byte) [sha256.Size]byte {
+// data to a chain at prev (zero for a new chain).
+func foldDigest(prev [sha256.Size]byte, index, term uint64, accepted bool, data []byte) [sha256.Size]byte {
 	h := sha256.New()
-	if !restart {
-		h.Write(prev[:])
-	} else {
-		h.Write(make([]byte, sha256.Size))
-	}
+	h.Write(prev[:])
 	var pos [17]byte
 	binary.BigEndian.PutUint64(pos[0:8], index)
 	binary.BigEndian.PutUint64(pos[8:16], term)
@@ -89,25 +88,29 @@ func foldDigest(prev [sha256.Size]byte, restart bool, index, term uint64, accept
 // FSM's goroutine folds entries in; any goroutine reads.
 type digests struct {
 	mu    sync.Mutex
-	known bool // false after a snapshot that carried no digest, until the next epoch change
+	known bool // false after a snapshot that carried no chain, until an entry moves the controller epoch
 	last  Digest
 	ring  []Digest // the recent digests, a ring from head, oldest first
 	head  int
 }
 
-// fold adds the entry at (index, term) to the chain. restart: the entry
-// moved the controller epoch.
-func (d *digests) fold(index, term uint64, accepted, restart bool, data []byte) {
+// fold adds the entry at (index, term) to the chain. epochMoved: the entry
+// moved the controller epoch, where an unknown chain starts.
+func (d *digests) fold(index, term uint64, accepted, epochMoved bool, data []byte) {
 	// Only the FSM's goroutine writes d, so it reads known and last without
 	// the lock, and hashes without holding it.
-	if !d.known && !restart {
-		return
+	next := d.last
+	if !d.known {
+		if !epochMoved {
+			return
+		}
+		next = Digest{Start: index}
 	}
-	sum := foldDigest(d.last.Sum, restart, index, term, accepted, data)
+	next.Index, next.Sum = index, foldDigest(next.Sum, index, term, accepted, data)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.known = true
-	d.last = Digest{Index: index, Sum: sum}
+	d.last = next
 	if len(d.ring) < digestRing {
 		d.ring = append(d.ring, d.last)
 		return
@@ -136,26 +139,30 @@ func (d *digests) latest() (Digest, bool) {
 	return d.last, d.known
 }
 
+// ErrDigestNotApplied is wrapped by DigestAt's error for an index the FSM
+// has not applied yet: asking again later may find it.
+var ErrDigestNotApplied = errors.New("not applied yet")
+
 // at returns the digest as of the entry at index, or why there is none.
-func (d *digests) at(index uint64) (Digest, string) {
+func (d *digests) at(index uint64) (Digest, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
 	case !d.known:
-		return Digest{}, "no digest since this node restored a snapshot that carried none (until the next change of active controller)"
+		return Digest{}, errors.New("no digest since this node restored a snapshot that carried none (until the next change of controller epoch)")
 	case index > d.last.Index:
-		return Digest{}, fmt.Sprintf("not applied yet: its latest digest is at index %d", d.last.Index)
+		return Digest{}, fmt.Errorf("%w: its latest digest is at index %d", ErrDigestNotApplied, d.last.Index)
 	}
 	for i := range d.ring {
 		if e := d.ring[i]; e.Index == index {
-			return e, ""
+			return e, nil
 		}
 	}
 	oldest := d.ring[d.head%len(d.ring)].Index
 	if index < oldest {
-		return Digest{}, fmt.Sprintf("older than the digests it keeps (from index %d)", oldest)
+		return Digest{}, fmt.Errorf("index %d is older than the digests it keeps (from index %d)", index, oldest)
 	}
-	return Digest{}, fmt.Sprintf("index %d is no entry it applied (a raft configuration change, or inside a snapshot it installed)", index)
+	return Digest{}, fmt.Errorf("index %d is no entry it applied (a raft configuration change, or inside a snapshot it installed)", index)
 }
 
 // divergence is an FSM's Divergence, set once.
@@ -195,6 +202,7 @@ func (f *FSM) MarkDiverged(index uint64, reason string) bool { return f.diverged
 func (f *FSM) LatestDigest() (Digest, bool) { return f.digests.latest() }
 
 // DigestAt returns the digest as of the entry at index, or why this FSM has
-// none: it has not applied index yet, index is older than the digests it
-// keeps or no command entry, or its chain is unknown (LatestDigest).
-func (f *FSM) DigestAt(index uint64) (Digest, string) { return f.digests.at(index) }
+// none: it has not applied index yet (ErrDigestNotApplied), index is older
+// than the digests it keeps or no command entry, or its chain is unknown
+// (LatestDigest).
+func (f *FSM) DigestAt(index uint64) (Digest, error) { return f.digests.at(index) }

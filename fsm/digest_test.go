@@ -77,8 +77,7 @@ func TestFSM_RefusalIsADivergence(t *testing.T) {
 
 // The digest covers what each node applied, and how: equal logs applied
 // alike agree at every index; a node that refused an entry the others
-// accepted differs from that entry on, until an entry moves the controller
-// epoch, where every chain starts over.
+// accepted differs from that entry on, takeovers included.
 func TestDigest_FollowsOutcomes(t *testing.T) {
 	log := digestLog(t)
 	a, b, old := New(), New(), NewWithMaxMetadataVersion(1)
@@ -91,19 +90,19 @@ func TestDigest_FollowsOutcomes(t *testing.T) {
 		if da != db || da.Index != index {
 			t.Fatalf("entry %d: equal nodes differ: %v, %v", index, da, db)
 		}
-		wantSame := index < 3 || index >= 5
+		wantSame := index < 3
 		if (da == dold) != wantSame {
 			t.Errorf("entry %d: digests equal = %v, want %v (%v, %v)", index, da == dold, wantSame, da, dold)
 		}
 	}
 	for index := uint64(1); index <= uint64(len(log)); index++ {
-		d, why := a.DigestAt(index)
-		if why != "" || d.Index != index {
-			t.Errorf("DigestAt(%d) = %v, %q", index, d, why)
+		d, err := a.DigestAt(index)
+		if err != nil || d.Index != index {
+			t.Errorf("DigestAt(%d) = %v, %v", index, d, err)
 		}
 	}
-	if _, why := a.DigestAt(99); !strings.Contains(why, "not applied yet") {
-		t.Errorf("DigestAt(99): %q", why)
+	if _, err := a.DigestAt(99); !errors.Is(err, ErrDigestNotApplied) {
+		t.Errorf("DigestAt(99): %v", err)
 	}
 }
 
@@ -156,19 +155,30 @@ func TestSnapshot_CarriesDigestAndDivergence(t *testing.T) {
 			t.Fatal(err)
 		}
 		fresh := New()
-		if err := fresh.Restore(&plain); err != nil {
+		if err := fresh.Restore(bytes.NewReader(plain.Bytes())); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := fresh.LatestDigest(); ok {
 			t.Errorf("cut %d: a digest after a snapshot that carried none", cut)
 		}
-		if _, why := fresh.DigestAt(uint64(cut)); !strings.Contains(why, "carried none") {
-			t.Errorf("cut %d: DigestAt: %q", cut, why)
+		if _, err := fresh.DigestAt(uint64(cut)); err == nil || !strings.Contains(err.Error(), "carried none") {
+			t.Errorf("cut %d: DigestAt: %v", cut, err)
+		}
+		// Another node restored from the same snapshot: the two start a
+		// chain at the same entry, the takeover at 5, and agree; it is not
+		// the chain of a node that applied the whole log.
+		other := New()
+		if err := other.Restore(bytes.NewReader(plain.Bytes())); err != nil {
+			t.Fatal(err)
 		}
 		applyAll(fresh, log, cut)
+		applyAll(other, log, cut)
 		d, ok := fresh.LatestDigest()
-		if wantKnown := cut < 5; ok != wantKnown || ok && d != latest(t, full) {
-			t.Errorf("cut %d: after the rest of the log: %v known=%v; full replay %v", cut, d, ok, latest(t, full))
+		switch {
+		case cut >= 5 && ok:
+			t.Errorf("cut %d: a digest with no takeover after the snapshot: %v", cut, d)
+		case cut < 5 && (!ok || d.Start != 5 || d != latest(t, other)):
+			t.Errorf("cut %d: after the rest of the log: %v known=%v; another node restored alike: %v", cut, d, ok, latest(t, other))
 		}
 	}
 
@@ -215,13 +225,13 @@ func TestDigest_RingBound(t *testing.T) {
 	for i := uint64(2); i <= last; i += 2 { // odd indexes: raft configuration changes
 		f.ApplyEntry(i, 1, data)
 	}
-	if _, why := f.DigestAt(2); !strings.Contains(why, "older than the digests it keeps") {
-		t.Errorf("DigestAt(2): %q", why)
+	if _, err := f.DigestAt(2); err == nil || !strings.Contains(err.Error(), "older than the digests it keeps") {
+		t.Errorf("DigestAt(2): %v", err)
 	}
-	if _, why := f.DigestAt(last - 1); !strings.Contains(why, "no entry it applied") {
-		t.Errorf("DigestAt(%d): %q", last-1, why)
+	if _, err := f.DigestAt(last - 1); err == nil || !strings.Contains(err.Error(), "no entry it applied") {
+		t.Errorf("DigestAt(%d): %v", last-1, err)
 	}
-	if d, why := f.DigestAt(last); why != "" || d.Index != last {
-		t.Errorf("DigestAt(%d) = %v, %q", last, d, why)
+	if d, err := f.DigestAt(last); err != nil || d.Index != last {
+		t.Errorf("DigestAt(%d) = %v, %v", last, d, err)
 	}
 }

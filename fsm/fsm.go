@@ -143,7 +143,7 @@ func (f *FSM) Snapshot() (func(w io.Writer) error, error) {
 	img := f.img.Load()
 	extra := &keelpb.SnapshotHeader{}
 	if d, ok := f.digests.latest(); ok {
-		extra.DigestIndex, extra.Digest = d.Index, d.Sum[:]
+		extra.DigestStart, extra.DigestIndex, extra.Digest = d.Start, d.Index, d.Sum[:]
 	}
 	if d := f.Diverged(); d != nil {
 		extra.DivergedIndex, extra.DivergedReason = d.Index, d.Reason

@@ -191,7 +191,7 @@ func writeSnapshot(w io.Writer, img *Image, extra *keelpb.SnapshotHeader) error 
 		RecordCount:     uint64(img.BrokerCount() + img.TopicCount() + img.PartitionCount() + len(img.clusterConfigs) + identityRecords(img)),
 	}
 	if extra != nil {
-		header.DigestIndex, header.Digest = extra.DigestIndex, extra.Digest
+		header.DigestStart, header.DigestIndex, header.Digest = extra.DigestStart, extra.DigestIndex, extra.Digest
 		header.DivergedIndex, header.DivergedReason = extra.DivergedIndex, extra.DivergedReason
 	}
 	if err := fw.frame(frameHeader, header); err != nil {
@@ -431,7 +431,7 @@ func scanFrames(r io.Reader, fn func(*keelpb.Record) error, build bool) (*Image,
 				Brokers: typeCounts[0], Topics: typeCounts[1], Partitions: typeCounts[2], Configs: typeCounts[3],
 			}
 			if d := header.GetDigest(); len(d) == sha256.Size && header.GetDigestIndex() > 0 {
-				info.Digest = &Digest{Index: header.GetDigestIndex()}
+				info.Digest = &Digest{Start: header.GetDigestStart(), Index: header.GetDigestIndex()}
 				copy(info.Digest.Sum[:], d)
 			}
 			if header.GetDivergedIndex() > 0 || header.GetDivergedReason() != "" {

@@ -189,7 +189,10 @@ type CompareImageRequest struct {
 	MajorityDigest []byte `protobuf:"bytes,2,opt,name=majority_digest,json=majorityDigest,proto3" json:"majority_digest,omitempty"`
 	Majority       string `protobuf:"bytes,3,opt,name=majority,proto3" json:"majority,omitempty"`
 	// The asking controller.
-	FromId        int32 `protobuf:"varint,4,opt,name=from_id,json=fromId,proto3" json:"from_id,omitempty"`
+	FromId int32 `protobuf:"varint,4,opt,name=from_id,json=fromId,proto3" json:"from_id,omitempty"`
+	// With majority_digest: the index the majority's digest chain started
+	// at; a voter whose chain started elsewhere cannot compare.
+	ChainStart    uint64 `protobuf:"varint,5,opt,name=chain_start,json=chainStart,proto3" json:"chain_start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -252,6 +255,13 @@ func (x *CompareImageRequest) GetFromId() int32 {
 	return 0
 }
 
+func (x *CompareImageRequest) GetChainStart() uint64 {
+	if x != nil {
+		return x.ChainStart
+	}
+	return 0
+}
+
 type CompareImageResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId int32                  `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -264,8 +274,12 @@ type CompareImageResponse struct {
 	// Set when this node does not act on its image (DescribeQuorumResponse).
 	DivergedIndex  uint64 `protobuf:"varint,5,opt,name=diverged_index,json=divergedIndex,proto3" json:"diverged_index,omitempty"`
 	DivergedReason string `protobuf:"bytes,6,opt,name=diverged_reason,json=divergedReason,proto3" json:"diverged_reason,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The index this node's digest chain started at (0: the empty image; a
+	// later one after it restored a snapshot that carried no chain): only
+	// digests of chains started at the same index compare.
+	ChainStart    uint64 `protobuf:"varint,7,opt,name=chain_start,json=chainStart,proto3" json:"chain_start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompareImageResponse) Reset() {
@@ -338,6 +352,13 @@ func (x *CompareImageResponse) GetDivergedReason() string {
 		return x.DivergedReason
 	}
 	return ""
+}
+
+func (x *CompareImageResponse) GetChainStart() uint64 {
+	if x != nil {
+		return x.ChainStart
+	}
+	return 0
 }
 
 type AcknowledgedIndexRequest struct {
@@ -5414,19 +5435,23 @@ var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
 	"\n" +
-	"\x10controller.proto\x12\akeel.v1\x1a\x0emetadata.proto\"\x89\x01\n" +
+	"\x10controller.proto\x12\akeel.v1\x1a\x0emetadata.proto\"\xaa\x01\n" +
 	"\x13CompareImageRequest\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12'\n" +
 	"\x0fmajority_digest\x18\x02 \x01(\fR\x0emajorityDigest\x12\x1a\n" +
 	"\bmajority\x18\x03 \x01(\tR\bmajority\x12\x17\n" +
-	"\afrom_id\x18\x04 \x01(\x05R\x06fromId\"\xca\x01\n" +
+	"\afrom_id\x18\x04 \x01(\x05R\x06fromId\x12\x1f\n" +
+	"\vchain_start\x18\x05 \x01(\x04R\n" +
+	"chainStart\"\xeb\x01\n" +
 	"\x14CompareImageResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x05R\x06nodeId\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x16\n" +
 	"\x06digest\x18\x03 \x01(\fR\x06digest\x12\x1b\n" +
 	"\tno_digest\x18\x04 \x01(\tR\bnoDigest\x12%\n" +
 	"\x0ediverged_index\x18\x05 \x01(\x04R\rdivergedIndex\x12'\n" +
-	"\x0fdiverged_reason\x18\x06 \x01(\tR\x0edivergedReason\"3\n" +
+	"\x0fdiverged_reason\x18\x06 \x01(\tR\x0edivergedReason\x12\x1f\n" +
+	"\vchain_start\x18\a \x01(\x04R\n" +
+	"chainStart\"3\n" +
 	"\x18AcknowledgedIndexRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x05R\x06nodeId\"J\n" +
 	"\x19AcknowledgedIndexResponse\x12\x17\n" +

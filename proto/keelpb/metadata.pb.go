@@ -1678,8 +1678,9 @@ type SnapshotHeader struct {
 	MetadataVersion uint32 `protobuf:"varint,11,opt,name=metadata_version,json=metadataVersion,proto3" json:"metadata_version,omitempty"`
 	// Raft snapshots only (a node's own, never an image sent to a broker or
 	// saved by keel snapshot save): the node's rolling digest of the entries
-	// it applied, as of entry digest_index (fsm/digest.go), so that a node
-	// restarting from the snapshot, or installing it, continues the chain;
+	// it applied, as of entry digest_index, of a chain that started at entry
+	// digest_start (fsm/digest.go), so that a node restarting from the
+	// snapshot, or installing it, continues the chain;
 	// and, when set, why the node no longer acts on the image
 	// (diverged_index, diverged_reason), so that it does not start acting on
 	// it again from its own snapshot. (Numbered apart from the fields above,
@@ -1688,6 +1689,7 @@ type SnapshotHeader struct {
 	Digest         []byte `protobuf:"bytes,21,opt,name=digest,proto3" json:"digest,omitempty"`
 	DivergedIndex  uint64 `protobuf:"varint,22,opt,name=diverged_index,json=divergedIndex,proto3" json:"diverged_index,omitempty"`
 	DivergedReason string `protobuf:"bytes,23,opt,name=diverged_reason,json=divergedReason,proto3" json:"diverged_reason,omitempty"`
+	DigestStart    uint64 `protobuf:"varint,24,opt,name=digest_start,json=digestStart,proto3" json:"digest_start,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1825,6 +1827,13 @@ func (x *SnapshotHeader) GetDivergedReason() string {
 		return x.DivergedReason
 	}
 	return ""
+}
+
+func (x *SnapshotHeader) GetDigestStart() uint64 {
+	if x != nil {
+		return x.DigestStart
+	}
+	return 0
 }
 
 // SnapshotTrailer closes every FSM snapshot: the record count and the SHA-256
@@ -1998,7 +2007,7 @@ const file_metadata_proto_rawDesc = "" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12(\n" +
 	"\x10next_producer_id\x18\x03 \x01(\x03R\x0enextProducerId\".\n" +
 	"\x11RemoveTopicRecord\x12\x19\n" +
-	"\btopic_id\x18\x01 \x01(\fR\atopicId\"\xf0\x03\n" +
+	"\btopic_id\x18\x01 \x01(\fR\atopicId\"\x93\x04\n" +
 	"\x0eSnapshotHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x1d\n" +
 	"\n" +
@@ -2018,7 +2027,8 @@ const file_metadata_proto_rawDesc = "" +
 	"\fdigest_index\x18\x14 \x01(\x04R\vdigestIndex\x12\x16\n" +
 	"\x06digest\x18\x15 \x01(\fR\x06digest\x12%\n" +
 	"\x0ediverged_index\x18\x16 \x01(\x04R\rdivergedIndex\x12'\n" +
-	"\x0fdiverged_reason\x18\x17 \x01(\tR\x0edivergedReason\"L\n" +
+	"\x0fdiverged_reason\x18\x17 \x01(\tR\x0edivergedReason\x12!\n" +
+	"\fdigest_start\x18\x18 \x01(\x04R\vdigestStart\"L\n" +
 	"\x0fSnapshotTrailer\x12!\n" +
 	"\frecord_count\x18\x01 \x01(\x04R\vrecordCount\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\fR\x06sha256*`\n" +

@@ -68,6 +68,13 @@ type Config struct {
 	// supports (0: the binary's, fsm.MaxMetadataVersion). Test wiring: a
 	// lower value pretends an older binary.
 	MaxMetadataVersion uint32
+	// CompareImage asks voter id at addr for its image digest (server wires
+	// it to the voter's CompareImage): the active controller compares the
+	// voters' every ImageCheckInterval (integrity.go). Nil: no comparison.
+	CompareImage func(ctx context.Context, id int32, addr string, req *keelpb.CompareImageRequest) (*keelpb.CompareImageResponse, error)
+	// ImageCheckInterval is how often the active controller compares the
+	// voters' image digests (0: DefaultImageCheckInterval; negative: never).
+	ImageCheckInterval time.Duration
 
 	// takeoverFault, when set, is called at the start of every takeover
 	// attempt and fails it with the error it returns. Tests only: a leader
@@ -127,6 +134,9 @@ func (c *Config) setDefaults() {
 	if c.InitialMetadataVersion == 0 {
 		c.InitialMetadataVersion = c.MaxMetadataVersion
 	}
+	if c.ImageCheckInterval == 0 {
+		c.ImageCheckInterval = DefaultImageCheckInterval
+	}
 }
 
 // Controller follows raft leadership and, while this node leads, runs the
@@ -152,6 +162,8 @@ type Controller struct {
 	stop     context.CancelFunc
 	stopped  chan struct{}
 	stopOnce sync.Once
+	// divergenceLogged is closed when watchDivergence has returned.
+	divergenceLogged chan struct{}
 }
 
 // New returns a controller over the applied log (the state machine raft
@@ -183,6 +195,11 @@ func (c *Controller) Start(r *raft.Raft) {
 	if c.cfg.Metrics != nil {
 		c.startMetrics(ctx, c.cfg.Metrics)
 	}
+	c.divergenceLogged = make(chan struct{})
+	go func() {
+		defer close(c.divergenceLogged)
+		c.watchDivergence(ctx)
+	}()
 	go c.monitorLeadership(ctx)
 }
 
@@ -195,6 +212,7 @@ func (c *Controller) Stop() {
 		}
 		c.stop()
 		<-c.stopped
+		<-c.divergenceLogged
 		c.stopMetrics()
 	})
 }

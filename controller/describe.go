@@ -33,6 +33,10 @@ func (c *Controller) Describe(version string) *keelpb.DescribeQuorumResponse {
 		Version:      version,
 	}
 	resp.MinMetadataVersion, resp.MaxMetadataVersion = c.SupportedMetadataVersions()
+	if d := c.fsm.Diverged(); d != nil {
+		resp.DivergedIndex, resp.DivergedReason = d.Index, d.Reason
+	}
+	resp.ImageCheck = c.ImageCheck()
 	if f := c.raft.GetConfiguration(); f.Error() == nil {
 		resp.Voters = quorumMembers(f.Configuration())
 	}

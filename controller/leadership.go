@@ -53,6 +53,12 @@ type leadership struct {
 
 	// registerKick wakes registerControllers (features.go).
 	registerKick chan struct{}
+
+	// imageChecked is the latest comparison of the voters' image digests
+	// (integrity.go); reportedImages, the voters whose difference was
+	// logged in this term (checkImages' own).
+	imageChecked   atomic.Pointer[imageCheck]
+	reportedImages map[int32]bool
 }
 
 // event is one unit of work for the event loop: a decision to take and
@@ -73,7 +79,8 @@ type event struct {
 func (c *Controller) newLeadership() *leadership {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &leadership{c: c, log: c.log, ctx: ctx, cancel: cancel, events: make(chan event, c.cfg.EventQueueSize),
-		sessions: newSessionTracker(c.cfg.SessionTimeout), reports: newLogReports(), shutdownAt: map[int32]uint64{}, registerKick: make(chan struct{}, 1)}
+		sessions: newSessionTracker(c.cfg.SessionTimeout), shutdownAt: map[int32]uint64{}, reports: newLogReports(), registerKick: make(chan struct{}, 1),
+		reportedImages: map[int32]bool{}}
 	l.wg.Add(1)
 	return l
 }
@@ -85,8 +92,17 @@ func (l *leadership) run() {
 	// revoke that came during establish must not leave it marked active.
 	defer l.c.active.CompareAndSwap(l, nil)
 	start := time.Now()
+	if d := l.c.fsm.Diverged(); d != nil {
+		// Its image is not the quorum's: it never takes over (integrity.go).
+		l.close()
+		l.handAway(d.Reason)
+		return
+	}
 	if err := l.establish(); err != nil {
 		l.close()
+		if d := l.c.fsm.Diverged(); d != nil {
+			l.handAway(d.Reason)
+		}
 		return
 	}
 	// Every registered broker gets a fresh session before anyone can be
@@ -107,8 +123,19 @@ func (l *leadership) run() {
 		l.wg.Add(1)
 		go l.rebalanceLeaders()
 	}
+	if l.c.cfg.CompareImage != nil && l.c.cfg.ImageCheckInterval > 0 {
+		l.wg.Add(1)
+		go l.checkImages()
+	}
 	l.eventLoop()
 	l.close()
+	if d := l.c.fsm.Diverged(); d != nil && l.ctx.Err() == nil {
+		// The event loop stopped for it: no longer active, and raft
+		// leadership goes to a voter whose image is the quorum's.
+		l.c.active.CompareAndSwap(l, nil)
+		l.log.Error("no longer the active controller: this node's image diverged", "epoch", l.epoch.Load(), "index", d.Index, "reason", d.Reason)
+		l.handAway(d.Reason)
+	}
 }
 
 // establish makes this leader the active controller: the epoch record (and,
@@ -126,6 +153,9 @@ func (l *leadership) establish() error {
 	transferAt := start.Add(giveUp)
 	wait := first
 	for attempt := 1; ; attempt++ {
+		if d := l.c.fsm.Diverged(); d != nil {
+			return fmt.Errorf("this node's image diverged at index %d: %s", d.Index, d.Reason)
+		}
 		err := l.tryEstablish()
 		if err == nil || l.ctx.Err() != nil {
 			return err
@@ -217,6 +247,8 @@ func (l *leadership) tryEstablish() error {
 // event runs alone, once everything before it has committed. Before it
 // returns, every decision it took has been answered.
 func (l *leadership) eventLoop() {
+	// A node whose image diverged decides nothing more (integrity.go).
+	diverged := l.c.fsm.DivergedCh()
 	p := newPipeline()
 	answered := make(chan struct{})
 	go func() {
@@ -252,6 +284,8 @@ func (l *leadership) eventLoop() {
 			select {
 			case <-l.ctx.Done():
 				return
+			case <-diverged:
+				return
 			case ld := <-p.landed:
 				p.land(ld)
 			}
@@ -259,6 +293,8 @@ func (l *leadership) eventLoop() {
 		}
 		select {
 		case <-l.ctx.Done():
+			return
+		case <-diverged:
 			return
 		case ld := <-p.landed:
 			p.land(ld)

@@ -41,6 +41,8 @@ const (
 	MetricAdoptedEntries                 = "keel_fsm_adopted_entries_total"
 	MetricFencedBrokers                  = "keel_controller_fenced_brokers_total"
 	MetricBrokerCrashProbes              = "keel_controller_broker_crash_probes_total"
+	MetricImageDiverged                  = "keel_controller_image_diverged"
+	MetricImageMismatches                = "keel_controller_image_mismatches_total"
 )
 
 // The causes MetricFencedBrokers counts fencings by.
@@ -70,6 +72,9 @@ type metrics struct {
 	fenced         *prometheus.CounterVec // by cause
 	crashProbes    *prometheus.CounterVec // by result (crash.go)
 	streams        streamPositions
+	// imageMismatches counts voters whose image digest differed, per
+	// comparison (integrity.go).
+	imageMismatches prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -97,6 +102,10 @@ func newMetrics() *metrics {
 			Help: "Dials of a broker's registered address that this node made as the active controller before fencing it for a crash, by result: refused (nothing listens: fenced), listening (the process lives: left to its session) or no_answer (a doubt: left to its session).",
 		}, []string{"result"}),
 		streams: streamPositions{byBroker: map[int32]*streamPosition{}},
+		imageMismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricImageMismatches,
+			Help: "Voters whose image digest differed from the majority's (or, with no majority, from the others') when this node, as the active controller, compared them at one index; counted at every comparison. Anything above 0 is a controller to look at.",
+		}),
 	}
 	// Every cause and result is reported from the start, at 0.
 	m.fenced.WithLabelValues(FenceCauseCrash)
@@ -223,7 +232,9 @@ var (
 	descTerm = prometheus.NewDesc(MetricRaftTerm,
 		"This node's current raft term.", nil, nil)
 	descRefused = prometheus.NewDesc(MetricRefusedEntries,
-		"Committed entries this node's state machine refused since it started. Every node refuses the same ones, so their images agree, but the active controller checks each batch before raft: anything above 0 is a bug to report.", nil, nil)
+		"Committed entries this node's state machine refused since it started. The active controller checks each batch before raft, so the leader's state machine accepted each of them: a node that refuses one holds another image than the quorum's and stops acting on it ("+MetricImageDiverged+").", nil, nil)
+	descImageDiverged = prometheus.NewDesc(MetricImageDiverged,
+		"1 when this node does not act on its metadata image: it refused a committed entry, or its image digest differed from the majority's. It is then not ready and never the active controller.", nil, nil)
 	descAdopted = prometheus.NewDesc(MetricAdoptedEntries,
 		"Committed entries this node's state machine applied by adopting the image the active controller had already computed for them, rather than decoding and applying them again. It moves only on the active controller.", nil, nil)
 )
@@ -231,7 +242,7 @@ var (
 func (col *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descActiveControllerCount, descOfflinePartitions, descImbalance, descTopics,
 		descPartitions, descFenced, descActiveBrokers, descEpoch, descMetadataVersion, descQueueSize, descStreamLag, descLastIndex,
-		descCommitIndex, descAppliedIndex, descTerm, descRefused, descAdopted} {
+		descCommitIndex, descAppliedIndex, descTerm, descRefused, descAdopted, descImageDiverged} {
 		ch <- d
 	}
 }
@@ -281,6 +292,11 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descTerm, float64(c.raft.CurrentTerm()))
 	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(c.fsm.Refused()))
 	ch <- prometheus.MustNewConstMetric(descAdopted, prometheus.CounterValue, float64(c.fsm.Adopted()))
+	diverged := 0.0
+	if c.fsm.Diverged() != nil {
+		diverged = 1
+	}
+	gauge(descImageDiverged, diverged)
 }
 
 // startMetrics registers the controller's metrics with reg and starts
@@ -289,7 +305,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 // already holds these metrics (two controllers on one registry).
 func (c *Controller) startMetrics(ctx context.Context, reg prometheus.Registerer) {
 	m := c.metrics
-	c.metricsCollectors = []prometheus.Collector{&collector{c: c}, m.eventQueueTime, m.commitTime, m.leaderChanges, m.fenced, m.crashProbes}
+	c.metricsCollectors = []prometheus.Collector{&collector{c: c}, m.eventQueueTime, m.commitTime, m.leaderChanges, m.fenced, m.crashProbes, m.imageMismatches}
 	reg.MustRegister(c.metricsCollectors...)
 	// A non-blocking observer: raft drops an observation rather than wait
 	// for this goroutine (a leader change missed under a burst of them

@@ -74,6 +74,14 @@ var methodRules = map[string]rule{
 	keelpb.ControllerService_ListPartitionReassignments_FullMethodName: anyIdentity,
 	keelpb.ControllerService_DescribeConfigs_FullMethodName:            anyIdentity,
 	keelpb.ControllerService_DescribeFeatures_FullMethodName:           anyIdentity,
+	// What a starting controller asks its peers about itself (a data dir
+	// rolled back): an index, nothing more.
+	keelpb.ControllerService_AcknowledgedIndex_FullMethodName: anyIdentity,
+
+	// Controller service: one controller to another. A verdict stops the
+	// voter it reaches from acting on its image when its own digest differs
+	// from the one sent: only the controllers decide that.
+	keelpb.ControllerService_CompareImage_FullMethodName: controllerOnly,
 
 	// Controller service: a broker about itself.
 	keelpb.ControllerService_RegisterBroker_FullMethodName:  brokerSelf("broker_id"),

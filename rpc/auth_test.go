@@ -122,6 +122,12 @@ func TestAuthorize(t *testing.T) {
 		{caller: "admin", method: unregister, req: &keelpb.UnregisterBrokerRequest{BrokerId: 9}, wantCode: codes.OK},
 		{caller: "admin", method: register, req: reg(5), wantCode: codes.OK},
 
+		// One controller to another: a controller's or an admin's.
+		{caller: "controller-2", method: keelpb.ControllerService_CompareImage_FullMethodName, wantCode: codes.OK},
+		{caller: "admin", method: keelpb.ControllerService_CompareImage_FullMethodName, wantCode: codes.OK},
+		{caller: "broker-1", method: keelpb.ControllerService_CompareImage_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "CompareImage needs a controller or admin certificate; the caller's is broker-1"},
+		{caller: "broker-1", method: keelpb.ControllerService_AcknowledgedIndex_FullMethodName, wantCode: codes.OK},
+
 		// The broker service.
 		{caller: "broker-2", method: inspect, wantCode: codes.OK},
 		{caller: "admin", method: inspect, wantCode: codes.OK},

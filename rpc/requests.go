@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"maps"
 	"slices"
@@ -97,6 +98,16 @@ func Validate(req proto.Message) error {
 		return ValidateFetch(r)
 	case *keelpb.LeaderContactRequest:
 		return validNodeID("leader_id", r.GetLeaderId())
+	case *keelpb.CompareImageRequest:
+		switch d := r.GetMajorityDigest(); {
+		case r.GetIndex() == 0:
+			return invalidArgument("index", "must be at least 1")
+		case len(d) != 0 && len(d) != sha256.Size:
+			return invalidArgument("majority_digest", "%d bytes; a digest has %d", len(d), sha256.Size)
+		}
+		return validMaxLen("majority", r.GetMajority(), maxAddressLen)
+	case *keelpb.AcknowledgedIndexRequest:
+		return validNodeID("node_id", r.GetNodeId())
 	case *keelpb.UpdateFeaturesRequest:
 		if r.GetMetadataVersion() == 0 {
 			return invalidArgument("metadata_version", "must be at least 1")

@@ -80,6 +80,9 @@ func validControllerRequests() []controllerRequestCase {
 		{method: "BrokerHeartbeat", req: validHeartbeat},
 		{method: "AllocateProducerIds", req: &keelpb.AllocateProducerIdsRequest{BrokerId: 1, BrokerEpoch: 5}},
 		{method: "UpdateFeatures", req: &keelpb.UpdateFeaturesRequest{MetadataVersion: 2}},
+		{method: "CompareImage", req: &keelpb.CompareImageRequest{Index: 5, FromId: 1}},
+		{method: "CompareImage", name: "a verdict", req: &keelpb.CompareImageRequest{Index: 5, FromId: 1, MajorityDigest: make([]byte, 32), Majority: "controllers 1, 2 of 3 hold it"}},
+		{method: "AcknowledgedIndex", req: &keelpb.AcknowledgedIndexRequest{NodeId: 2}},
 		{method: "UnregisterBroker", req: validUnregister},
 		{method: "UnregisterBroker", name: "any incarnation (epoch 0)", req: edited(validUnregister, func(r *keelpb.UnregisterBrokerRequest) { r.BrokerEpoch = 0 })},
 		{method: "StreamMetadata", req: validStreamMetadata},
@@ -222,6 +225,10 @@ func invalidControllerRequests() []controllerRequestCase {
 		register("an over-long cluster id", "cluster_id", func(r *keelpb.RegisterBrokerRequest) { r.ClusterId = long(maxClusterIDLen + 1) }),
 		register("a Kafka address without a port", "kafka_address", func(r *keelpb.RegisterBrokerRequest) { r.KafkaAddress = "broker1" }),
 		{method: "UpdateFeatures", name: "metadata version 0", field: "metadata_version", req: &keelpb.UpdateFeaturesRequest{Downgrade: true}},
+		{method: "CompareImage", name: "index 0", field: "index", req: &keelpb.CompareImageRequest{}},
+		{method: "CompareImage", name: "a digest of 31 bytes", field: "majority_digest", req: &keelpb.CompareImageRequest{Index: 5, MajorityDigest: make([]byte, 31)}},
+		{method: "CompareImage", name: "an over-long majority", field: "majority", req: &keelpb.CompareImageRequest{Index: 5, Majority: long(maxAddressLen + 1)}},
+		{method: "AcknowledgedIndex", name: "node id 0", field: "node_id", req: &keelpb.AcknowledgedIndexRequest{}},
 		{method: "AllocateProducerIds", name: "a negative broker id", field: "broker_id", req: &keelpb.AllocateProducerIdsRequest{BrokerId: -1, BrokerEpoch: 5}},
 		{method: "AllocateProducerIds", name: "no broker epoch", field: "broker_epoch", req: &keelpb.AllocateProducerIdsRequest{BrokerId: 1}},
 
@@ -421,6 +428,8 @@ var controllerMethodsWithoutInput = map[string]bool{
 var anyValueFields = map[protoreflect.FullName]bool{
 	"keel.v1.BrokerHeartbeatRequest.metadata_offset": true, // the broker's own applied offset, 0 for none
 	"keel.v1.StreamMetadataRequest.from_offset":      true, // behind the retained history gets an image
+	"keel.v1.CompareImageRequest.from_id":            true, // the asking controller, named in the reason only
+	"keel.v1.CompareImageRequest.chain_start":        true, // 0 (the empty image) or any entry's index
 }
 
 func caseName(tc controllerRequestCase) string {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/keel-dev/keel/fsm"
 )
 
 // applyLagBound is how long a follower may leave unapplied a commit index
@@ -39,12 +41,16 @@ type readiness struct {
 	// write (zero: none since the last that succeeded), storageErr how.
 	storageFailedAt time.Time
 	storageErr      error
+	// diverged is why this node does not act on its image, or nil
+	// (controller/integrity.go).
+	diverged *fsm.Divergence
 }
 
 // errStopping: Close has begun; load balancers should drain the node.
 var errStopping = errors.New("the node is stopping")
 
 // check decides readiness: nil when the node is ready, else why not. A
+// node whose image diverged is never ready again (in this process). A
 // node whose raft storage failed a write is not ready until a write
 // succeeds. A follower is ready once it knows a leader, has applied
 // everything up to the commit index raft adopted, and has not left a
@@ -58,6 +64,8 @@ func (r readiness) check() error {
 	switch {
 	case r.stopping:
 		return errStopping
+	case r.diverged != nil:
+		return fmt.Errorf("this node's metadata image diverged at index %d: %s; it does not act on it", r.diverged.Index, r.diverged.Reason)
 	case !r.storageFailedAt.IsZero():
 		return fmt.Errorf("raft storage failed at %s: %v (ready again once a write succeeds)",
 			r.storageFailedAt.UTC().Format(time.RFC3339Nano), r.storageErr)
@@ -90,5 +98,6 @@ func (s *Node) Ready() error {
 	r.storageFailedAt, r.storageErr = s.node.StorageFailure()
 	r.leaderID, _ = s.ctrl.Leader()
 	r.active, _ = s.ctrl.Active()
+	r.diverged = s.ctrl.Diverged()
 	return r.check()
 }

@@ -59,7 +59,8 @@ type NodeConfig struct {
 	// at (0: the binary's latest).
 	InitialMetadataVersion uint32
 	// MaxMetadataVersion, when not 0, is the highest metadata.version this
-	// node says it supports: test wiring that pretends an older binary.
+	// node says it supports, and its state machine applies: test wiring
+	// that pretends an older binary.
 	MaxMetadataVersion uint32
 	// LeaderImbalanceCheckInterval is how often automatic leader rebalance
 	// runs (default 300s; negative: never).
@@ -176,7 +177,6 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		mux:       mux,
-		fsm:       fsm.New(),
 		fatal:     make(chan error, 1),
 		stopWatch: make(chan struct{}),
 	}
@@ -188,7 +188,6 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 			s.unregisterMetrics()
 		}
 	}()
-	s.applied = controller.NewAppliedLog(s.fsm, 0, 0)
 	ccfg := controller.Config{
 		NodeID:         cfg.NodeID,
 		ClusterID:      cfg.ClusterID,
@@ -203,11 +202,15 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		Metrics:                      cfg.Metrics,
 		Now:                          cfg.Now,
 		AskPeer:                      askPeer(cfg.TLS),
+		CompareImage:                 compareImage(cfg.TLS),
 		TimeoutNow:                   func(id int32, addr string) error { return s.node.TimeoutNow(id, addr) },
 	}
 	if cfg.TuneController != nil {
 		cfg.TuneController(&ccfg)
 	}
+	// A node pretending an older binary (test wiring) applies as one too.
+	s.fsm = fsm.NewWithMaxMetadataVersion(ccfg.MaxMetadataVersion)
+	s.applied = controller.NewAppliedLog(s.fsm, 0, 0)
 	s.ctrl = controller.New(ccfg, s.applied)
 	s.peers = rpc.NewPeerClient(rpc.WithTLS(cfg.TLS))
 	defer func() {

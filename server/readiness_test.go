@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/keel-dev/keel/fsm"
 )
 
 func TestReadiness_Check(t *testing.T) {
@@ -51,6 +53,13 @@ func TestReadiness_Check(t *testing.T) {
 			name:    "leader taking over",
 			r:       readiness{state: raft.Leader, leaderID: 1, commitIndex: 40, appliedIndex: 40},
 			wantErr: "not the active controller yet",
+		},
+		{
+			// Whatever else holds: a leader too.
+			name: "image diverged",
+			r: readiness{state: raft.Leader, leaderID: 1, active: true, commitIndex: 40, appliedIndex: 40,
+				diverged: &fsm.Divergence{Index: 38, Reason: "its state machine refused committed entry 38 (term 2), which the leader's accepted: boom"}},
+			wantErr: "this node's metadata image diverged at index 38: its state machine refused committed entry 38 (term 2), which the leader's accepted: boom; it does not act on it",
 		},
 		{
 			name:    "stopping",

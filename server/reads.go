@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -94,6 +96,11 @@ func (s *controllerService) readImage(ctx context.Context, linearizable, stale b
 		if active, _ := s.ctrl.Active(); !active {
 			return nil, nil, toStatus(s.ctrl.NotActiveError())
 		}
+	case s.ctrl.Diverged() != nil:
+		// Its image is not the quorum's: no one reads it.
+		d := s.ctrl.Diverged()
+		return nil, nil, status.Errorf(codes.Unavailable, "controller %d does not answer stale reads: its metadata image diverged at index %d (%s); ask another controller",
+			s.node.cfg.NodeID, d.Index, d.Reason)
 	}
 	img := s.ctrl.Image()
 	return img, s.node.readSource(img), nil

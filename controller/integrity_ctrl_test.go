@@ -1,0 +1,207 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest"
+	"github.com/keel-dev/keel/raftlog"
+	"github.com/keel-dev/keel/server"
+)
+
+// activeWatch records every node it sees active, polling every millisecond
+// until stopped: a node that took over, even for a moment, is caught
+// (its takeover alone takes a raft round).
+type activeWatch struct {
+	mu     sync.Mutex
+	seen   map[int32]bool
+	stop   chan struct{}
+	done   chan struct{}
+	stopMu sync.Once
+}
+
+func watchActive(t *testing.T, c *keeltest.Cluster) *activeWatch {
+	w := &activeWatch{seen: map[int32]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			for _, nd := range c.Nodes() {
+				if ok, _ := nd.Controller().Active(); ok {
+					w.mu.Lock()
+					w.seen[nd.ID()] = true
+					w.mu.Unlock()
+				}
+			}
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(w.halt)
+	return w
+}
+
+func (w *activeWatch) halt() {
+	w.stopMu.Do(func() { close(w.stop) })
+	<-w.done
+}
+
+func (w *activeWatch) sawActive(id int32) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seen[id]
+}
+
+// TestIntegrity_OldBinaryNeverActive: a controller restarted on a binary
+// too old for the log (its state machine stops at metadata.version 1, the
+// cluster is at 2) refuses the committed FeatureLevel record on replay. It
+// is then not ready, says why in DescribeQuorum (the entry's index and the
+// state machine's error), the active controller's digest comparison finds
+// it differing, and when raft makes it leader it never takes over: it
+// hands leadership to a voter fit to lead.
+func TestIntegrity_OldBinaryNeverActive(t *testing.T) {
+	var oldNode3 atomic.Bool
+	c := newCluster(t, 3, keeltest.WithMetrics(), keeltest.WithTune(func(cfg *server.NodeConfig) {
+		cfg.InitialMetadataVersion = 1
+		id := cfg.NodeID
+		cfg.TuneController = func(cc *controller.Config) {
+			cc.ImageCheckInterval = 50 * time.Millisecond
+			if id == 3 && oldNode3.Load() {
+				cc.MaxMetadataVersion = 1
+			}
+		}
+	}))
+	c.WaitForActive(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	poll.UntilState(t, 30*time.Second, "the raise to level 2", func() (bool, string) {
+		act := c.Active()
+		if act == nil {
+			return false, "no active controller"
+		}
+		u, err := act.Controller().UpdateFeatures(ctx, 2, false)
+		return err == nil && u.Level == 2, errString(err)
+	})
+	if act := c.WaitForActive(10 * time.Second); act.ID() == 3 {
+		if _, err := act.Controller().TransferLeadership(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	levelAt := c.Active().FSM().Image().Offset
+
+	// Node 3 on the "old binary": its log replays the raise, which it refuses.
+	oldNode3.Store(true)
+	c.Kill(3)
+	c.Restart(3)
+	old := c.Node(3)
+	poll.Until(t, 20*time.Second, "node 3 to stop acting on its image", func() bool { return old.Controller().Diverged() != nil })
+	d := old.Controller().Diverged()
+	if d.Index > levelAt || !strings.Contains(d.Reason, "refused committed entry") ||
+		!strings.Contains(d.Reason, "metadata.version 2 is outside the range this binary supports, 1-1") {
+		t.Errorf("node 3's divergence = %+v (the raise applied at or before index %d)", d, levelAt)
+	}
+	if err := old.Ready(); err == nil || !strings.Contains(err.Error(), "diverged at index") {
+		t.Errorf("node 3's readiness = %v", err)
+	}
+	desc := old.Controller().Describe("test")
+	if desc.DivergedIndex != d.Index || desc.DivergedReason != d.Reason {
+		t.Errorf("DescribeQuorum: diverged %d %q", desc.DivergedIndex, desc.DivergedReason)
+	}
+	poll.UntilState(t, 20*time.Second, "the active controller's comparison to find node 3 differing", func() (bool, string) {
+		act := c.Active()
+		if act == nil {
+			return false, "no active controller"
+		}
+		ic := act.Controller().ImageCheck()
+		if ic == nil {
+			return false, "no comparison yet"
+		}
+		for _, v := range ic.Voters {
+			if v.Id == 3 && v.Result == "differs" {
+				return true, ""
+			}
+		}
+		return false, ic.String()
+	})
+	if got := scrape(t, c.Metrics(c.Active().ID()))[controller.MetricImageMismatches]; got < 1 {
+		t.Errorf("%s = %v on the active controller", controller.MetricImageMismatches, got)
+	}
+	if got := scrape(t, c.Metrics(3))[controller.MetricImageDiverged]; got != 1 {
+		t.Errorf("%s = %v on node 3", controller.MetricImageDiverged, got)
+	}
+
+	// Raft hands node 3 leadership directly (no readiness check): it does
+	// not take over, and another voter does.
+	w := watchActive(t, c)
+	var led atomic.Bool // node 3 saw itself elected
+	obs := make(chan raft.Observation, 64)
+	observer := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		lo, ok := o.Data.(raft.LeaderObservation)
+		if ok && lo.LeaderID == raftlog.ServerID(3) {
+			led.Store(true)
+		}
+		return false
+	})
+	old.Controller().Raft().RegisterObserver(observer)
+	defer old.Controller().Raft().DeregisterObserver(observer)
+	act := c.Active()
+	epoch := act.FSM().Image().ControllerEpoch
+	// The transfer's own answer does not matter: node 3 may hand leadership
+	// back before the old leader has seen it win.
+	err := act.Controller().Raft().LeadershipTransferToServer(raftlog.ServerID(3), "").Error()
+	t.Logf("transfer to node 3: %v", err)
+	poll.UntilState(t, 20*time.Second, "node 3 elected, then a new active controller other than node 3", func() (bool, string) {
+		act := c.Active()
+		if act == nil {
+			return false, "none"
+		}
+		return led.Load() && act.ID() != 3 && act.FSM().Image().ControllerEpoch > epoch, fmt.Sprintf("node 3 elected: %v; active: node %d at epoch %d", led.Load(), act.ID(), act.FSM().Image().ControllerEpoch)
+	})
+	w.halt()
+	if w.sawActive(3) {
+		t.Fatal("node 3, whose image diverged, became the active controller")
+	}
+	for _, nd := range c.Nodes() {
+		if img := nd.FSM().Image(); img.ControllerLeaderID == 3 {
+			t.Errorf("node %d's image names node 3 as the epoch's controller: %+v", nd.ID(), img)
+		}
+	}
+}
+
+// TestIntegrity_DivergedActiveControllerStepsDown: the active controller
+// finding its own image diverged (its state machine refused an entry, or it
+// differed from the majority's digest) stops being active at once and hands
+// raft leadership on.
+func TestIntegrity_DivergedActiveControllerStepsDown(t *testing.T) {
+	c := newCluster(t, 3)
+	act := c.WaitForActive(10 * time.Second)
+	w := watchActive(t, c)
+	act.FSM().MarkDiverged(act.FSM().Image().Offset, "test: its image digest differed")
+	poll.Until(t, 20*time.Second, "another node to be active", func() bool {
+		other := c.Active()
+		return other != nil && other.ID() != act.ID()
+	})
+	poll.Until(t, 10*time.Second, "the diverged node to stop leading raft", func() bool {
+		id, _ := act.Controller().Leader()
+		return id >= 0 && id != act.ID()
+	})
+	if ok, _ := act.Controller().Active(); ok {
+		t.Fatal("the diverged node is still active")
+	}
+	w.halt()
+	// It never came back either.
+	if ok, _ := act.Controller().Active(); ok {
+		t.Fatal("the diverged node took over again")
+	}
+}

@@ -103,6 +103,12 @@ type Config struct {
 	// deposes a leader. server wires it to the peer service's
 	// LeaderContact call.
 	AskLeaderContact func(ctx context.Context, id int32, addr string, leader int32) (LeaderContact, error)
+	// BeforeRaft, if set, is called once the data dir has passed its own
+	// checks and before raft starts (before a new data dir is
+	// bootstrapped): an error it returns fails Open, changing nothing.
+	// server asks the node's peers there whether its data dir was rolled
+	// back (highwater.go), and answers theirs from StartState.HighWater.
+	BeforeRaft func(StartState) error
 	// FailStop, if set, is called instead of letting raft panic when the
 	// stable store cannot store a new current term (raft cannot go on
 	// without it on disk: a full or read-only disk, an I/O error). It must
@@ -135,6 +141,11 @@ type Node struct {
 	commits   commitWatch
 	fsm       *fsmAdapter
 	logger    *slog.Logger
+	// highWater are the marks of highwater.go; highWaterStop ends their
+	// recording, which closes highWaterDone.
+	highWater     *HighWater
+	highWaterStop chan struct{}
+	highWaterDone chan struct{}
 
 	mu     sync.Mutex // guards meta and closed
 	meta   meta
@@ -197,14 +208,23 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	if cfg.wrapStore != nil {
 		opened = cfg.wrapStore(opened)
 	}
-	held, err := checkStart(cfg.DataDir, m, cfg.NodeID, opened, cfg.VerifySnapshot)
+	info, err := checkStart(cfg.DataDir, m, cfg.NodeID, opened, cfg.VerifySnapshot)
 	if err != nil {
 		return nil, err
 	}
+	hw, err := readHighWater(cfg.DataDir, cfg.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkHighWater(cfg.DataDir, cfg.NodeID, hw, info.logPath, info.last); err != nil {
+		return nil, err
+	}
+	held := info.held
 
 	// The cluster id is recorded only once the committed log names it
 	// (RecordClusterID): a mistyped --cluster-id must not claim the data dir.
-	n := &Node{dir: cfg.DataDir, id: cfg.NodeID, advertise: cfg.Advertise, meta: m, logger: cfg.Logger}
+	n := &Node{dir: cfg.DataDir, id: cfg.NodeID, advertise: cfg.Advertise, meta: m, logger: cfg.Logger,
+		highWater: &HighWater{dir: cfg.DataDir, hw: hw, written: hw}}
 	store := &watchedStore{logStore: opened}
 	store.markState = n.markRaftState
 	store.marked.Store(m.RaftState)
@@ -267,6 +287,17 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot read raft state in %s: %v", cfg.DataDir, err)
 	}
+	if cfg.BeforeRaft != nil {
+		st := StartState{HeldState: hasState, LastIndex: info.last, HighWater: n.highWater}
+		for _, s := range info.conf.Servers {
+			if id, err := ParseServerID(s.ID); err == nil && id != cfg.NodeID && s.Suffrage == raft.Voter {
+				st.Peers = append(st.Peers, Voter{ID: id, Address: string(s.Address)})
+			}
+		}
+		if err := cfg.BeforeRaft(st); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case !hasState && cfg.Join:
 		logger.Info("no raft state and --join: waiting to be added to a quorum (keel quorum add-voter)",
@@ -312,6 +343,8 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	if cfg.FailStop != nil {
 		store.failStop.Store(&cfg.FailStop)
 	}
+	n.highWaterStop, n.highWaterDone = make(chan struct{}), make(chan struct{})
+	go n.runHighWater(n.highWaterStop, n.highWaterDone)
 	ok = true
 	return n, nil
 }
@@ -444,6 +477,11 @@ func (n *Node) Close() error {
 		if n.crash != nil {
 			n.crash.stop()
 		}
+		// The marks as of a clean stop, while raft still knows its leader
+		// and its followers' progress.
+		close(n.highWaterStop)
+		<-n.highWaterDone
+		n.recordHighWater()
 		var errs []error
 		if err := n.Raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))

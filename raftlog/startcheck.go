@@ -311,8 +311,8 @@ func (s snapshotDir) verify(verifyState func(io.Reader) error) error {
 // and the log must hold every entry from just after it to its end. A data
 // dir that has held raft state must still hold some. Nothing is written.
 //
-// held reports whether the store holds raft state (a term or a log entry).
-func checkStart(dataDir string, m meta, nodeID int32, store logStore, verifyState func(io.Reader) error) (held bool, err error) {
+// It returns what the data dir holds (startInfo).
+func checkStart(dataDir string, m meta, nodeID int32, store logStore, verifyState func(io.Reader) error) (info startInfo, err error) {
 	logPath := storeFile(m.logStore(), dataDir)
 	if m.logStore() == LogStoreWAL {
 		logPath = filepath.Join(dataDir, walDirName)
@@ -333,21 +333,21 @@ func checkStart(dataDir string, m meta, nodeID int32, store logStore, verifyStat
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("raft log %s is damaged (%v); %s", logPath, err, rejoinHint(nodeID))
+		return info, fmt.Errorf("raft log %s is damaged (%v); %s", logPath, err, rejoinHint(nodeID))
 	}
 	snaps, snapsExist, err := listSnapshotDirs(dataDir)
 	if err != nil {
-		return false, err
+		return info, err
 	}
 
 	if term == 0 && last == 0 {
 		// An empty store: a new node, or one whose store was replaced.
 		why, err := heldState(dataDir, m)
 		if err != nil {
-			return false, err
+			return info, err
 		}
 		if why != "" {
-			return false, fmt.Errorf("data dir %s has held raft state (%s) but its raft log %s holds none (no term, no entries); it must not start without it, or it could vote twice and lose acknowledged writes; %s",
+			return info, fmt.Errorf("data dir %s has held raft state (%s) but its raft log %s holds none (no term, no entries); it must not start without it, or it could vote twice and lose acknowledged writes; %s",
 				dataDir, why, logPath, rejoinHint(nodeID))
 		}
 	}
@@ -356,17 +356,22 @@ func checkStart(dataDir string, m meta, nodeID int32, store logStore, verifyStat
 	if len(snaps) > 0 {
 		newest = &snaps[0]
 		if err := newest.verify(verifyState); err != nil {
-			return false, fmt.Errorf("%v; %s", err, damagedSnapshotHint(snaps, nodeID, store, first, last, verifyState))
+			return info, fmt.Errorf("%v; %s", err, damagedSnapshotHint(snaps, nodeID, store, first, last, verifyState))
 		}
 	}
 	var snapIndex uint64
 	if newest != nil {
 		snapIndex = newest.index
+		info.conf = newest.meta.Configuration
 	}
-	if err := logCovered(store, snapIndex, first, last); err != nil {
+	if err := logCovered(store, snapIndex, first, last, func(l *raft.Log) {
+		if l.Type == raft.LogConfiguration {
+			info.conf = raft.DecodeConfiguration(l.Data)
+		}
+	}); err != nil {
 		var gap *logGap
 		if !errors.As(err, &gap) {
-			return false, fmt.Errorf("raft log %s is damaged (%v); %s", logPath, err, rejoinHint(nodeID))
+			return info, fmt.Errorf("raft log %s is damaged (%v); %s", logPath, err, rejoinHint(nodeID))
 		}
 		var where string
 		switch {
@@ -377,9 +382,20 @@ func checkStart(dataDir string, m meta, nodeID int32, store logStore, verifyStat
 		default:
 			where = fmt.Sprintf("no snapshot covers the entries before it (%s holds none)", filepath.Join(dataDir, snapshotDirName))
 		}
-		return false, fmt.Errorf("raft log %s %v, and %s; %s", logPath, err, where, rejoinHint(nodeID))
+		return info, fmt.Errorf("raft log %s %v, and %s; %s", logPath, err, where, rejoinHint(nodeID))
 	}
-	return term > 0 || last > 0, nil
+	info.held, info.last, info.logPath = term > 0 || last > 0, max(last, snapIndex), logPath
+	return info, nil
+}
+
+// startInfo is what checkStart found in a data dir.
+type startInfo struct {
+	held    bool   // the store holds raft state (a term or a log entry)
+	last    uint64 // the last index the log and the newest snapshot hold
+	logPath string // the store, as refusals name it
+	// conf is the latest raft configuration the data dir holds: the last
+	// configuration entry after the newest snapshot, else the snapshot's.
+	conf raft.Configuration
 }
 
 // logGap is a log without entries raft needs: its text reads after "raft
@@ -390,8 +406,9 @@ func (g *logGap) Error() string { return g.msg }
 
 // logCovered checks that the log holds every entry raft reads at start
 // after restoring a snapshot at snapIndex (0: none): all of snapIndex+1 to
-// last, each readable. A missing entry is a *logGap.
-func logCovered(store raft.LogStore, snapIndex, first, last uint64) error {
+// last, each readable. A missing entry is a *logGap. seen, if not nil, is
+// called with each entry, in order.
+func logCovered(store raft.LogStore, snapIndex, first, last uint64, seen func(*raft.Log)) error {
 	if last <= snapIndex {
 		return nil // the snapshot covers the whole log (or there is none)
 	}
@@ -409,6 +426,9 @@ func logCovered(store raft.LogStore, snapIndex, first, last uint64) error {
 		case l.Index != i:
 			return fmt.Errorf("entry %d reads as entry %d", i, l.Index)
 		}
+		if seen != nil {
+			seen(&l)
+		}
 	}
 	return nil
 }
@@ -418,7 +438,7 @@ func logCovered(store raft.LogStore, snapIndex, first, last uint64) error {
 // came after it; else rejoining.
 func damagedSnapshotHint(snaps []snapshotDir, nodeID int32, store raft.LogStore, first, last uint64, verifyState func(io.Reader) error) string {
 	for _, older := range snaps[1:] {
-		if older.verify(verifyState) != nil || logCovered(store, older.index, first, last) != nil {
+		if older.verify(verifyState) != nil || logCovered(store, older.index, first, last, nil) != nil {
 			continue
 		}
 		return fmt.Sprintf("to recover, move %s out of %s so that the node starts from the older snapshot %s (index %d), which the log still covers",

@@ -49,6 +49,9 @@ type readiness struct {
 // errStopping: Close has begun; load balancers should drain the node.
 var errStopping = errors.New("the node is stopping")
 
+// errNotStarted: raft has not started yet (the node asks its peers first).
+var errNotStarted = errors.New("the node is starting")
+
 // check decides readiness: nil when the node is ready, else why not. A
 // node whose image diverged is never ready again (in this process). A
 // node whose raft storage failed a write is not ready until a write
@@ -88,6 +91,9 @@ func (r readiness) check() error {
 // readiness.check. It backs /readyz and the keel.v1.ControllerService
 // health status.
 func (s *Node) Ready() error {
+	if !s.started.Load() {
+		return errNotStarted
+	}
 	r := readiness{
 		stopping:     s.stopping.Load(),
 		state:        s.node.Raft.State(),

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 
 	"github.com/keel-dev/keel/raftlog"
 )
@@ -51,9 +52,9 @@ func StartLocalQuorumAt(addrs []string, dataDir string, timing raftlog.Timing, v
 		muxes[i] = m
 		voters[i] = raftlog.Voter{ID: int32(i + 1), Address: m.Addr().String()}
 	}
-	q := &LocalQuorum{}
+	cfgs := make([]NodeConfig, n)
 	for i, v := range voters {
-		cfg := NodeConfig{
+		cfgs[i] = NodeConfig{
 			NodeID:  v.ID,
 			DataDir: filepath.Join(dataDir, fmt.Sprintf("controller-%d", v.ID)),
 			Voters:  voters,
@@ -63,16 +64,31 @@ func StartLocalQuorumAt(addrs []string, dataDir string, timing raftlog.Timing, v
 			Mux:     muxes[i],
 		}
 		if tune != nil {
-			tune(&cfg)
+			tune(&cfgs[i])
 		}
-		node, err := StartNode(cfg)
-		if err != nil {
-			for _, m := range muxes[i+1:] {
-				m.Close()
-			}
-			return nil, errors.Join(err, q.Close())
+	}
+	// Side by side: a node restarted on its data dir asks the others what
+	// they saw it hold before its raft starts (rollback.go), and they
+	// answer only once they are starting too.
+	nodes := make([]*Node, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nodes[i], errs[i] = StartNode(cfgs[i]) // closes its mux if it fails
+		}()
+	}
+	wg.Wait()
+	q := &LocalQuorum{}
+	for _, node := range nodes {
+		if node != nil {
+			q.Nodes = append(q.Nodes, node)
 		}
-		q.Nodes = append(q.Nodes, node)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, errors.Join(err, q.Close())
 	}
 	return q, nil
 }

@@ -99,6 +99,10 @@ type NodeConfig struct {
 	// term (see raftlog.Config.FailStop); it must not return. Nil: raft
 	// panics.
 	FailStop func(err error)
+	// RollbackCheckWait is how long a node starting on a data dir with raft
+	// state waits for its peers to say what they saw it hold (rollback.go):
+	// 0 means DefaultRollbackCheckWait; negative, it does not ask.
+	RollbackCheckWait time.Duration
 }
 
 // MetricRaftStorageErrors counts the raft log and stable store's failed
@@ -127,7 +131,12 @@ type Node struct {
 	// registered are the node's own metrics on cfg.Metrics, until Close.
 	registered []prometheus.Collector
 
-	stopping  atomic.Bool // Close has begun: not ready
+	stopping atomic.Bool // Close has begun: not ready
+	// started: raft and the controller run; until then the gRPC server
+	// answers only what peers ask as they start (rollback.go).
+	started atomic.Bool
+	// highWater are the data dir's marks, once raftlog has read them.
+	highWater atomic.Pointer[raftlog.HighWater]
 	fatal     chan error
 	stopWatch chan struct{}
 	wg        sync.WaitGroup
@@ -139,6 +148,9 @@ type Node struct {
 func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.RollbackCheckWait == 0 {
+		cfg.RollbackCheckWait = DefaultRollbackCheckWait
 	}
 	self, err := selfVoter(cfg)
 	if err != nil {
@@ -218,6 +230,36 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 			s.peers.Close()
 		}
 	}()
+
+	// The gRPC server serves from now on, before raft starts, so that peers
+	// starting at the same time get their answers about themselves
+	// (rollback.go); every other call waits for the start (gate).
+	// connTracker tells a broker's stream whose connection closed (crash
+	// detection).
+	s.grpc = grpc.NewServer(append(rpc.ServerOptions(rpc.WithTLS(cfg.TLS)), grpc.StatsHandler(connTracker{}),
+		grpc.ChainUnaryInterceptor(s.gateUnary), grpc.ChainStreamInterceptor(s.gateStream))...)
+	newControllerService(s.ctrl, s, cfg.Version, cfg.WriteTimeout).register(s.grpc)
+	peerService{node: s}.register(s.grpc)
+	s.health = rpc.ServeHealth(s.grpc, keelpb.ControllerService_ServiceDesc.ServiceName, s.Ready)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		// Serve returns nil once Close has stopped it; anything else means
+		// the node no longer answers brokers or operators while raft goes
+		// on, so it must stop rather than linger half alive.
+		if err := s.grpc.Serve(mux.GRPC()); err != nil && !s.stopping.Load() {
+			s.fail(fmt.Errorf("the gRPC server stopped serving: %w", err))
+		}
+	}()
+	defer func() {
+		if err != nil {
+			s.stopping.Store(true)
+			s.health.Shutdown()
+			s.grpc.Stop()
+			s.wg.Wait()
+		}
+	}()
+
 	s.node, err = raftlog.Open(raftlog.Config{
 		NodeID:    cfg.NodeID,
 		Advertise: self.Address,
@@ -236,6 +278,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		DialAddrs:         cfg.RaftDial,
 		TLS:               cfg.TLS,
 		VerifySnapshot:    verifySnapshot,
+		BeforeRaft:        s.beforeRaft,
 		FailStop:          cfg.FailStop,
 		AskLeaderContact:  askLeaderContact(s.peers),
 	}, s.applied, mux)
@@ -259,22 +302,8 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		s.registered = append(s.registered, cols...)
 	}
 
-	// connTracker tells a broker's stream whose connection closed
-	// (crash detection).
-	s.grpc = grpc.NewServer(append(rpc.ServerOptions(rpc.WithTLS(cfg.TLS)), grpc.StatsHandler(connTracker{}))...)
-	newControllerService(s.ctrl, s, cfg.Version, cfg.WriteTimeout).register(s.grpc)
-	peerService{node: s}.register(s.grpc)
-	s.health = rpc.ServeHealth(s.grpc, keelpb.ControllerService_ServiceDesc.ServiceName, s.Ready)
-	s.wg.Add(2)
-	go func() {
-		defer s.wg.Done()
-		// Serve returns nil once Close has stopped it; anything else means
-		// the node no longer answers brokers or operators while raft goes
-		// on, so it must stop rather than linger half alive.
-		if err := s.grpc.Serve(mux.GRPC()); err != nil && !s.stopping.Load() {
-			s.fail(fmt.Errorf("the gRPC server stopped serving: %w", err))
-		}
-	}()
+	s.started.Store(true)
+	s.wg.Add(1)
 	go s.watchClusterID()
 	s.wg.Add(1)
 	go s.watchRemoved()

@@ -87,6 +87,12 @@ loopback, or --insecure says plaintext is meant.`,
 			if cfg.CrashGrace < 0 {
 				return fmt.Errorf("--crash-grace must not be negative (0 turns crash detection off)")
 			}
+			switch {
+			case cfg.RollbackCheckWait < 0:
+				return fmt.Errorf("--rollback-check-wait must not be negative (0 turns the check off)")
+			case cfg.RollbackCheckWait == 0:
+				cfg.RollbackCheckWait = -1 // server's "off"
+			}
 			if err := raftlog.CheckLogStore(cfg.LogStore); err != nil {
 				return err // it names --log-store
 			}
@@ -171,6 +177,8 @@ loopback, or --insecure says plaintext is meant.`,
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", controller.DefaultSessionTimeout, "how long a broker may go without a heartbeat before it is fenced")
 	f.DurationVar(&cfg.CrashGrace, "crash-grace", controller.DefaultCrashGrace,
 		"fence a broker whose metadata stream's connection closed if it has not come back within this long and its port refuses a dial (its process died), instead of waiting for --session-timeout; 0: off")
+	f.DurationVar(&cfg.RollbackCheckWait, "rollback-check-wait", server.DefaultRollbackCheckWait,
+		"on a data dir with raft state, wait this long at most for the other voters to say what they saw this node hold, and refuse to start if its log ends below (a data dir rolled back); 0: do not ask")
 	f.DurationVar(&cfg.LeaderImbalanceCheckInterval, "leader-imbalance-check-interval", controller.DefaultLeaderImbalanceCheckInterval,
 		"how often to restore preferred leaders on brokers leading under 90% of them (negative: never)")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", raftlog.DefaultSnapshotThreshold,

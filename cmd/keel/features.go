@@ -15,14 +15,16 @@ import (
 )
 
 // testMaxMetadataVersionFlag pretends an older binary (test wiring): the
-// node reports a lower top of its supported metadata.version range.
+// node reports a lower top of its supported metadata.version range, and a
+// controller's state machine refuses levels above it as that binary's
+// would.
 const testMaxMetadataVersionFlag = "test-max-metadata-version"
 
 // addTestMaxMetadataVersionFlag adds the hidden flag that makes a node
 // report max as the top of its supported range: for Keel's own
 // mixed-version tests, which need a node that says it is older.
 func addTestMaxMetadataVersionFlag(f *pflag.FlagSet, max *uint32) {
-	f.Uint32Var(max, testMaxMetadataVersionFlag, 0, "for Keel's own tests: report this as the highest metadata.version this node supports, as an older binary would (0: the binary's)")
+	f.Uint32Var(max, testMaxMetadataVersionFlag, 0, "for Keel's own tests: behave as a binary whose highest metadata.version is this one (0: the binary's)")
 	_ = f.MarkHidden(testMaxMetadataVersionFlag)
 }
 

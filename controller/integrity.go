@@ -80,10 +80,21 @@ func (l *leadership) handAway(why string) {
 	for attempt := 1; l.ctx.Err() == nil && l.c.raft.State() == raft.Leader; attempt++ {
 		l.log.Warn("raft elected this node, but its image diverged: handing leadership away", "attempt", attempt, "reason", why)
 		var err error
-		if l.c.cfg.AskPeer == nil {
-			err = l.c.raft.LeadershipTransfer().Error()
-		} else {
+		if l.c.cfg.AskPeer != nil {
 			err = l.handToFit()
+		}
+		if l.c.cfg.AskPeer == nil || err != nil && l.ctx.Err() == nil && l.c.raft.State() == raft.Leader {
+			// Raft's own choice, the most up-to-date follower, unchecked:
+			// any voter whose image is the quorum's does better than this
+			// node. A follower that only lacks raft's own entries of the
+			// terms this node led (which no state machine applies, so it
+			// is not ready until an active controller writes again) is
+			// such a voter.
+			if ferr := l.c.raft.LeadershipTransfer().Error(); ferr == nil {
+				err = nil
+			} else if err == nil {
+				err = ferr
+			}
 		}
 		if err == nil {
 			return

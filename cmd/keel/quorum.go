@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -36,6 +37,18 @@ type quorumStatus struct {
 	RaftTerm        uint64        `json:"raft_term"`
 	CommitIndex     uint64        `json:"commit_index"`
 	Voters          []voterStatus `json:"voters"`
+	// ImageCheck is the active controller's latest comparison of the
+	// voters' image digests (each voter's result is in its image field).
+	ImageCheck *imageCheckStatus `json:"image_check,omitempty"`
+}
+
+// imageCheckStatus is one comparison of the voters' image digests at one
+// index: how long ago, and whether the digests differed with no majority
+// among them.
+type imageCheckStatus struct {
+	Index      uint64 `json:"index"`
+	AgeMS      int64  `json:"age_ms"`
+	NoMajority bool   `json:"no_majority"`
 }
 
 type voterStatus struct {
@@ -45,8 +58,21 @@ type voterStatus struct {
 	LastIndex    uint64 `json:"last_index"`
 	AppliedIndex uint64 `json:"applied_index"`
 	Error        string `json:"error,omitempty"`
+	// Diverged is set when the voter does not act on its image (it refused
+	// a committed entry, or its digest differed from the majority's).
+	Diverged *divergedStatus `json:"diverged,omitempty"`
+	// Image is the voter's result in the active controller's latest
+	// comparison (ImageCheck): agrees, differs or unknown, and why unknown.
+	Image       string `json:"image,omitempty"`
+	ImageDetail string `json:"image_detail,omitempty"`
 	// With --replication, the active controller's view of the voter.
 	Replication *voterReplication `json:"replication,omitempty"`
+}
+
+// divergedStatus says where and why a voter stopped acting on its image.
+type divergedStatus struct {
+	Index  uint64 `json:"index"`
+	Reason string `json:"reason"`
 }
 
 // voterReplication is a voter as the active controller sees it (Kafka's
@@ -116,12 +142,25 @@ func askQuorumStatus(ctx context.Context, c *rpc.Client, replication bool) (quor
 			progress[r.Id] = r
 		}
 	}
+	images := map[int32]*keelpb.ImageCheckVoter{}
+	if ic := l.GetImageCheck(); l.Active && ic != nil {
+		st.ImageCheck = &imageCheckStatus{Index: ic.Index, AgeMS: ic.AgeMs, NoMajority: ic.NoMajority}
+		for _, v := range ic.Voters {
+			images[v.Id] = v
+		}
+	}
 	for _, v := range l.Voters {
 		vs := voterStatus{ID: v.Id, Address: v.Address, State: "unreachable"}
 		if n, ok := view.Nodes[v.Id]; ok {
 			vs.State, vs.LastIndex, vs.AppliedIndex = n.State, n.LastIndex, n.AppliedIndex
+			if n.DivergedIndex > 0 || n.DivergedReason != "" {
+				vs.Diverged = &divergedStatus{Index: n.DivergedIndex, Reason: n.DivergedReason}
+			}
 		} else if e := view.Errors[v.Id]; e != nil {
 			vs.Error = errorLine(e)
+		}
+		if im := images[v.Id]; im != nil {
+			vs.Image, vs.ImageDetail = im.Result, im.Detail
 		}
 		if replication {
 			vs.Replication = &voterReplication{LastContactMS: -1}
@@ -162,9 +201,56 @@ func printQuorumStatus(w io.Writer, st quorumStatus, replication bool) error {
 			return []string{fmt.Sprint(v.ID), v.Address, v.State, fmt.Sprint(r.MatchIndex), fmt.Sprint(r.Lag), contact}
 		})(w, st.Voters)
 	}
-	return tableOf([]string{"ID", "ADDRESS", "STATE", "LAST INDEX", "APPLIED INDEX"}, "", func(v voterStatus) []string {
+	if err := tableOf([]string{"ID", "ADDRESS", "STATE", "LAST INDEX", "APPLIED INDEX"}, "", func(v voterStatus) []string {
 		return []string{fmt.Sprint(v.ID), v.Address, v.State, fmt.Sprint(v.LastIndex), fmt.Sprint(v.AppliedIndex)}
-	})(w, st.Voters)
+	})(w, st.Voters); err != nil {
+		return err
+	}
+	printImageStatus(w, st)
+	return nil
+}
+
+// printImageStatus says, under the table, which voters do not act on their
+// image and why, and what the active controller's latest comparison of the
+// voters' digests found when it was not all agreement.
+func printImageStatus(w io.Writer, st quorumStatus) {
+	lines := []string{}
+	for _, v := range st.Voters {
+		if d := v.Diverged; d != nil {
+			lines = append(lines, fmt.Sprintf("Controller %d does not act on its image (diverged at index %d): %s", v.ID, d.Index, d.Reason))
+		}
+	}
+	if ic := st.ImageCheck; ic != nil {
+		var differ, unknown []string
+		for _, v := range st.Voters {
+			switch v.Image {
+			case "differs":
+				differ = append(differ, fmt.Sprint(v.ID))
+			case "unknown":
+				unknown = append(unknown, fmt.Sprintf("%d (%s)", v.ID, v.ImageDetail))
+			}
+		}
+		if len(differ) > 0 {
+			what := "a majority holds another"
+			if ic.NoMajority {
+				what = "and no majority holds one digest"
+			}
+			who := "controller " + differ[0] + " differs"
+			if len(differ) > 1 {
+				who = "controllers " + strings.Join(differ, ", ") + " differ"
+			}
+			lines = append(lines, fmt.Sprintf("Image digests at index %d (%s ago): %s, %s", ic.Index, msAgo(ic.AgeMS), who, what))
+		}
+		if len(unknown) > 0 {
+			lines = append(lines, fmt.Sprintf("Image digests at index %d (%s ago): not compared with %s", ic.Index, msAgo(ic.AgeMS), strings.Join(unknown, ", ")))
+		}
+	}
+	if len(lines) > 0 {
+		fmt.Fprintln(w)
+		for _, l := range lines {
+			fmt.Fprintln(w, l)
+		}
+	}
 }
 
 type verifyResult struct {

@@ -206,3 +206,56 @@ func TestQuorumStatus_AppliedReachesCommitAfterMembershipChange(t *testing.T) {
 	}
 	poll.UntilState(t, 10*time.Second, "applied = commit on 3 voters after remove-voter", caughtUp(3))
 }
+
+// The lines under quorum status's table: the voters that do not act on
+// their image, and what the active controller's latest comparison of the
+// digests found when it was not all agreement.
+func TestQuorumStatus_ImageLines(t *testing.T) {
+	voters := func(vs ...voterStatus) []voterStatus { return vs }
+	tests := []struct {
+		name string
+		st   quorumStatus
+		want []string
+	}{
+		{
+			name: "all agree",
+			st: quorumStatus{Voters: voters(voterStatus{ID: 1, Image: "agrees"}, voterStatus{ID: 2, Image: "agrees"}),
+				ImageCheck: &imageCheckStatus{Index: 40, AgeMS: 1200}},
+		},
+		{
+			name: "one diverged and differing",
+			st: quorumStatus{
+				Voters: voters(voterStatus{ID: 1, Image: "agrees"}, voterStatus{ID: 2, Image: "agrees"},
+					voterStatus{ID: 3, Image: "differs", Diverged: &divergedStatus{Index: 31, Reason: "its state machine refused committed entry 31 (term 2)"}}),
+				ImageCheck: &imageCheckStatus{Index: 40, AgeMS: 1200},
+			},
+			want: []string{
+				"Controller 3 does not act on its image (diverged at index 31): its state machine refused committed entry 31 (term 2)",
+				"Image digests at index 40 (1.2s ago): controller 3 differs, a majority holds another",
+			},
+		},
+		{
+			name: "no majority, one unknown",
+			st: quorumStatus{
+				Voters: voters(voterStatus{ID: 1, Image: "differs"}, voterStatus{ID: 2, Image: "differs"},
+					voterStatus{ID: 3, Image: "unknown", ImageDetail: "did not answer"}),
+				ImageCheck: &imageCheckStatus{Index: 40, AgeMS: 5, NoMajority: true},
+			},
+			want: []string{
+				"Image digests at index 40 (5ms ago): controllers 1, 2 differ, and no majority holds one digest",
+				"Image digests at index 40 (5ms ago): not compared with 3 (did not answer)",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b bytes.Buffer
+			printImageStatus(&b, tt.st)
+			got := strings.Fields(strings.TrimSpace(b.String()))
+			want := strings.Fields(strings.Join(tt.want, "\n"))
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("got:\n%s\nwant:\n%s", b.String(), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}

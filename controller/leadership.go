@@ -233,6 +233,12 @@ func (l *leadership) tryEstablish() error {
 	records = append(records, &keelpb.Record{Record: &keelpb.Record_ControllerEpoch{
 		ControllerEpoch: &keelpb.ControllerEpochRecord{Epoch: next, LeaderId: l.c.cfg.NodeID}}})
 	records = append(records, l.takeoverRegistrations(img, asked)...)
+	// Checked as every decision is (speculate): a takeover whose batch the
+	// FSM would refuse writes nothing, rather than an entry every node
+	// refuses and stops acting on its image for (integrity.go).
+	if _, err := speculate(img, l.c.raft.LastIndex()+1, l.c.raft.CurrentTerm(), splitRecords(records, MaxEntryBytes)); err != nil {
+		return fmt.Errorf("controller epoch %d: %w", next, err)
+	}
 	if _, err := l.c.commitBatch(records...); err != nil {
 		return fmt.Errorf("commit controller epoch %d: %w", next, err)
 	}

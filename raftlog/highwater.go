@@ -142,10 +142,20 @@ func (h *HighWater) Acknowledged(id int32) uint64 {
 }
 
 // observe raises the marks to applied and peers; it never lowers them.
-func (h *HighWater) observe(applied uint64, peers map[int32]uint64) {
+// With voters (the latest configuration's), it forgets the peers outside
+// it: a node removed and added back later starts on an empty data dir, and
+// what its earlier incarnation held says nothing of the new one's log.
+func (h *HighWater) observe(applied uint64, peers map[int32]uint64, voters map[int32]bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.hw.Applied = max(h.hw.Applied, applied)
+	if voters != nil {
+		for id := range h.hw.Peers {
+			if !voters[id] {
+				delete(h.hw.Peers, id)
+			}
+		}
+	}
 	for id, idx := range peers {
 		if idx > h.hw.Peers[id] {
 			if h.hw.Peers == nil {
@@ -180,29 +190,37 @@ func (h *HighWater) flush() error {
 // committed in, which holds them.
 func (n *Node) recordHighWater() {
 	applied := max(n.Raft.AppliedIndex(), n.fsm.done.Load())
-	peers := map[int32]uint64{}
-	switch n.Raft.State() {
-	case raft.Leader:
-		term, commit := n.Raft.CurrentTerm(), n.Raft.CommitIndex()
-		if f := n.Raft.GetConfiguration(); f.Error() == nil {
-			for _, s := range f.Configuration().Servers {
-				id, err := ParseServerID(s.ID)
-				if err != nil || id == n.id {
-					continue
-				}
-				if p := n.watched.progress.of(s.ID, term); p.Match > 0 {
-					peers[id] = min(p.Match, commit)
-				}
-			}
-		}
-	case raft.Follower:
-		if _, leader := n.Raft.LeaderWithID(); leader != "" {
-			if id, err := ParseServerID(leader); err == nil && id != n.id {
-				peers[id] = applied
+	state := n.Raft.State()
+	_, leader := n.Raft.LeaderWithID()
+	var conf []raft.Server
+	var voters map[int32]bool
+	if f := n.Raft.GetConfiguration(); f.Error() == nil && len(f.Configuration().Servers) > 0 {
+		conf, voters = f.Configuration().Servers, map[int32]bool{}
+		for _, s := range conf {
+			if id, err := ParseServerID(s.ID); err == nil && s.Suffrage == raft.Voter {
+				voters[id] = true
 			}
 		}
 	}
-	n.highWater.observe(applied, peers)
+	peers := map[int32]uint64{}
+	switch state {
+	case raft.Leader:
+		term, commit := n.Raft.CurrentTerm(), n.Raft.CommitIndex()
+		for _, s := range conf {
+			id, err := ParseServerID(s.ID)
+			if err != nil || id == n.id {
+				continue
+			}
+			if p := n.watched.progress.of(s.ID, term); p.Match > 0 {
+				peers[id] = min(p.Match, commit)
+			}
+		}
+	case raft.Follower:
+		if id, err := ParseServerID(leader); leader != "" && err == nil && id != n.id {
+			peers[id] = applied
+		}
+	}
+	n.highWater.observe(applied, peers, voters)
 	err := n.highWater.flush()
 	n.highWater.mu.Lock()
 	defer n.highWater.mu.Unlock()

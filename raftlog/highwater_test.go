@@ -227,13 +227,13 @@ func TestReadHighWater(t *testing.T) {
 	// Written whole and read back.
 	dir := t.TempDir()
 	h := &HighWater{dir: dir, hw: highWater{Format: highWaterFormat, NodeID: 2}}
-	h.observe(10, map[int32]uint64{1: 9, 3: 7})
-	h.observe(8, map[int32]uint64{1: 5}) // never lowered
+	h.observe(10, map[int32]uint64{1: 9, 3: 7, 4: 6}, nil)
+	h.observe(8, map[int32]uint64{1: 5}, map[int32]bool{1: true, 2: true, 3: true}) // never lowered; 4 removed
 	if err := h.flush(); err != nil {
 		t.Fatal(err)
 	}
 	hw, err := readHighWater(dir, 2)
-	if err != nil || hw.Applied != 10 || hw.Peers[1] != 9 || hw.Peers[3] != 7 {
+	if err != nil || hw.Applied != 10 || hw.Peers[1] != 9 || hw.Peers[3] != 7 || len(hw.Peers) != 2 {
 		t.Fatalf("read back %+v, %v", hw, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, highWaterFileName)); err != nil {

@@ -171,8 +171,6 @@ type divergence struct {
 	done chan struct{} // closed when d is set
 }
 
-func newDivergence() divergence { return divergence{done: make(chan struct{})} }
-
 // mark records why the image diverged; only the first reason is kept. It
 // reports whether this call recorded it.
 func (v *divergence) mark(index uint64, reason string) bool {

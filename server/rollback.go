@@ -45,22 +45,22 @@ const RollbackCheckMessage = "asking the other voters what they saw this node ho
 // started.
 var errStarting = status.Error(codes.Unavailable, "the controller is starting")
 
-// open reports whether method may be served before the node has started:
-// what its peers ask as they start, and health checks.
-func (s *Node) open(method string) bool {
+// servedBeforeStart reports whether method may be served before the node
+// has started: what its peers ask as they start, and health checks.
+func (s *Node) servedBeforeStart(method string) bool {
 	return s.started.Load() || method == keelpb.ControllerService_AcknowledgedIndex_FullMethodName ||
 		!strings.HasPrefix(method, "/"+keelpb.ControllerService_ServiceDesc.ServiceName+"/")
 }
 
 func (s *Node) gateUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !s.open(info.FullMethod) {
+	if !s.servedBeforeStart(info.FullMethod) {
 		return nil, errStarting
 	}
 	return handler(ctx, req)
 }
 
 func (s *Node) gateStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if !s.open(info.FullMethod) {
+	if !s.servedBeforeStart(info.FullMethod) {
 		return errStarting
 	}
 	return handler(srv, ss)

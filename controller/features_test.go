@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -71,14 +72,7 @@ func TestFeatures_RaiseOnceEveryControllerSupportsIt(t *testing.T) {
 	oldNode3.Store(false)
 	c.Kill(3)
 	c.Restart(3)
-	poll.UntilState(t, 30*time.Second, "the raise to level 2", func() (bool, string) {
-		act := c.Active()
-		if act == nil {
-			return false, "no active controller"
-		}
-		u, err := act.Controller().UpdateFeatures(ctx, 2, false)
-		return err == nil && u.Level == 2, errString(err)
-	})
+	raiseLevel(ctx, t, c, 2)
 	poll.Until(t, 20*time.Second, "every node at level 2 with three registrations", func() bool {
 		for _, nd := range c.Nodes() {
 			img := nd.FSM().Image()
@@ -114,6 +108,20 @@ func TestFeatures_RaiseOnceEveryControllerSupportsIt(t *testing.T) {
 			t.Fatalf("node %+v", n)
 		}
 	}
+}
+
+// raiseLevel raises the cluster's metadata.version to level through
+// whichever node is active, asking again until it is done.
+func raiseLevel(ctx context.Context, t *testing.T, c *keeltest.Cluster, level uint32) {
+	t.Helper()
+	poll.UntilState(t, 30*time.Second, fmt.Sprintf("the raise to level %d", level), func() (bool, string) {
+		act := c.Active()
+		if act == nil {
+			return false, "no active controller"
+		}
+		u, err := act.Controller().UpdateFeatures(ctx, level, false)
+		return err == nil && u.Level == level, errString(err)
+	})
 }
 
 func errString(err error) string {

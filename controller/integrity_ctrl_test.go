@@ -85,14 +85,7 @@ func TestIntegrity_OldBinaryNeverActive(t *testing.T) {
 	c.WaitForActive(10 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	poll.UntilState(t, 30*time.Second, "the raise to level 2", func() (bool, string) {
-		act := c.Active()
-		if act == nil {
-			return false, "no active controller"
-		}
-		u, err := act.Controller().UpdateFeatures(ctx, 2, false)
-		return err == nil && u.Level == 2, errString(err)
-	})
+	raiseLevel(ctx, t, c, 2)
 	if act := c.WaitForActive(10 * time.Second); act.ID() == 3 {
 		if _, err := act.Controller().TransferLeadership(ctx, 1); err != nil {
 			t.Fatal(err)

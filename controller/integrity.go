@@ -302,8 +302,9 @@ func (l *leadership) checkImagesOnce() {
 	majority := fmt.Sprintf("controllers %s of %d hold it", joinIDs(v.agree), len(voters))
 	for _, id := range v.differ {
 		// Once per voter and term: a voter that stopped differs at every
-		// comparison after, which the metric and the status show.
-		if !l.reportedImages[id] {
+		// comparison after, which the metric and the status show. This
+		// node differing says so itself (watchDivergence).
+		if !l.reportedImages[id] && id != l.c.cfg.NodeID {
 			l.reportedImages[id] = true
 			l.log.Error("a controller's image digest differs from the majority's: it stops acting on its image",
 				"controller", id, "index", own.Index, "majority", majority, "what_to_do", divergedHint(id))

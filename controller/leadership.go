@@ -133,7 +133,7 @@ func (l *leadership) run() {
 		// The event loop stopped for it: no longer active, and raft
 		// leadership goes to a voter whose image is the quorum's.
 		l.c.active.CompareAndSwap(l, nil)
-		l.log.Error("no longer the active controller: this node's image diverged", "epoch", l.epoch.Load(), "index", d.Index, "reason", d.Reason)
+		l.log.Warn("no longer the active controller: this node's image diverged", "epoch", l.epoch.Load(), "index", d.Index)
 		l.handAway(d.Reason)
 	}
 }

@@ -124,8 +124,8 @@ func TestAuthorize(t *testing.T) {
 
 		// One controller to another: a controller's or an admin's.
 		{caller: "controller-2", method: keelpb.ControllerService_CompareImage_FullMethodName, wantCode: codes.OK},
-		{caller: "admin", method: keelpb.ControllerService_CompareImage_FullMethodName, wantCode: codes.OK},
-		{caller: "broker-1", method: keelpb.ControllerService_CompareImage_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "CompareImage needs a controller or admin certificate; the caller's is broker-1"},
+		{caller: "admin", method: keelpb.ControllerService_CompareImage_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "CompareImage needs a controller certificate; the caller's is admin"},
+		{caller: "broker-1", method: keelpb.ControllerService_CompareImage_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "CompareImage needs a controller certificate; the caller's is broker-1"},
 		{caller: "broker-1", method: keelpb.ControllerService_AcknowledgedIndex_FullMethodName, wantCode: codes.OK},
 
 		// The broker service.

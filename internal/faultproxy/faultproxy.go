@@ -1,9 +1,9 @@
 // Package faultproxy cuts and restores TCP links between processes on
 // loopback, for tests: a Proxy in front of one address that forwards,
-// drops, or silently swallows what it carries, and a Net of them on every
-// path between raft controllers (their public addresses and each directed
-// raft link, wired with --raft-dial), so that a test can isolate a node,
-// cut one direction only, and heal. The integration suite, the in-process
+// drops, resets, or silently swallows what it carries, and a Net of them on
+// every path between raft controllers (their public addresses and each
+// directed raft link, wired with --raft-dial), so that a test can isolate a
+// node, cut one direction only, and heal. The integration suite, the in-process
 // test cluster (keeltest) and the fault suite all partition through it.
 package faultproxy
 
@@ -33,6 +33,10 @@ const (
 	// held this way are closed when the link comes back, as TCP would give
 	// up on them.
 	Blackhole
+	// Reset is Drop with every connection reset (an RST, SO_LINGER 0)
+	// rather than closed: what a peer sees when a proxy or sidecar in the
+	// path restarts, or a middlebox forgets the connection.
+	Reset
 )
 
 func (m Mode) String() string {
@@ -43,6 +47,8 @@ func (m Mode) String() string {
 		return "drop"
 	case Blackhole:
 		return "blackhole"
+	case Reset:
+		return "reset"
 	}
 	return fmt.Sprintf("Mode(%d)", int32(m))
 }
@@ -77,6 +83,24 @@ func (c *proxyConn) close() {
 			_ = c.server.Close()
 		}
 	})
+}
+
+// reset closes both sides with an RST.
+func (c *proxyConn) reset() {
+	c.closeOnce.Do(func() {
+		resetConn(c.client)
+		if c.server != nil {
+			resetConn(c.server)
+		}
+	})
+}
+
+// resetConn closes conn with an RST rather than a FIN.
+func resetConn(conn net.Conn) {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
 }
 
 // New listens on a free loopback port and forwards to target, up, until
@@ -126,6 +150,9 @@ func (p *Proxy) Set(m Mode) {
 	}
 	for c := range p.conns {
 		switch {
+		case m == Reset:
+			c.reset()
+			delete(p.conns, c)
 		case m == Drop, m == Up && c.holed.Load():
 			c.close()
 			delete(p.conns, c)
@@ -175,7 +202,7 @@ func (p *Proxy) track(c *proxyConn) bool {
 	defer p.mu.Unlock()
 	// A connection held from the start (no server dialled) is no use once
 	// the link is up again: close it, as Set(Up) closes the held ones.
-	if p.closed || p.Mode() == Drop || c.server == nil && p.Mode() == Up {
+	if p.closed || p.Mode() == Drop || p.Mode() == Reset || c.server == nil && p.Mode() == Up {
 		return false
 	}
 	if p.Mode() == Blackhole {
@@ -199,6 +226,9 @@ func (p *Proxy) serve(client net.Conn) {
 	case Drop:
 		_ = client.Close()
 		return
+	case Reset:
+		resetConn(client)
+		return
 	case Up:
 		p.mu.Lock()
 		target := p.target
@@ -211,6 +241,9 @@ func (p *Proxy) serve(client net.Conn) {
 		c.server = server
 	}
 	if !p.track(c) {
+		if p.Mode() == Reset {
+			c.reset()
+		}
 		c.close()
 		return
 	}
@@ -327,6 +360,11 @@ func (n *Net) RaftDial(id int32) string {
 // the rest while the links inside each group stay up (keeltest's
 // Partition). It is nil when either node is not in the net.
 func (n *Net) Link(from, to int32) *Proxy { return n.peer[from][to] }
+
+// Public is the proxy in front of node id's public address (VoterAddr):
+// brokers and leader hints reach the node through it, raft does not. It is
+// nil when the node is not in the net.
+func (n *Net) Public(id int32) *Proxy { return n.public[id] }
 
 // Isolate cuts node id off from the other controllers (both directions)
 // and from everything that reaches it through its public address (brokers).

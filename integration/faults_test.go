@@ -33,10 +33,12 @@ import (
 
 // The fault suite: a real cluster of 3 controllers and 3 brokers on
 // loopback, every controller link behind a fault proxy (faultproxy_test.go),
-// admin clients writing and reading topics while a nemesis kills, restarts,
-// cuts off (both ways, or only what a node sends) and pauses nodes at
-// random. After each run everything is healed and the history and the
-// cluster are checked (faults_check_test.go).
+// admin clients writing and reading topics and their configs (some
+// following the leader, two pinned to each controller) while a nemesis
+// kills, restarts, cuts off (both ways, or only what a node sends), blips
+// and pauses nodes at random. After each run everything is healed and the
+// history and the cluster are checked (faults_check_test.go); the gray
+// faults (faults_gray_test.go) are judged one by one.
 //
 // It is bounded by its environment:
 //
@@ -44,6 +46,8 @@ import (
 //	KEEL_FAULT_DURATION  faults injected per run (default 15s)
 //	KEEL_FAULT_SEED      the first run's seed (default: from the clock);
 //	                     run i uses seed+i, and a failing run prints its own
+//	KEEL_FAULT_KINDS     the fault kinds to inject, comma-separated
+//	                     (default: all of faultKinds)
 //
 // `make test` runs it once; `make faults` runs it longer.
 
@@ -57,8 +61,20 @@ const (
 	checkTimeout      = 60 * time.Second // porcupine's budget per run
 )
 
-// kvTopics are the names the porcupine workload creates, deletes and reads.
-var kvTopics = []string{"k0", "k1", "k2", "k3"}
+// kvTopics are the names the porcupine workload creates, deletes and reads
+// in generation gen. The nemesis starts a new generation after each fault,
+// so that an operation whose outcome is unknown, which may take effect at
+// any time later and so explain away almost any answer after it, bears only
+// on the names of its own fault.
+func kvTopics(gen int64) []string {
+	names := make([]string, kvTopicsPerGeneration)
+	for i := range names {
+		names[i] = fmt.Sprintf("k%d-%d", gen, i)
+	}
+	return names
+}
+
+const kvTopicsPerGeneration = 4
 
 // faultKinds are what the nemesis injects, with their weights. The disk
 // faults (disks_test.go) run only where this machine can mount file
@@ -76,6 +92,10 @@ var faultKinds = []struct {
 	{"pause-leader", 3},
 	{"disk-full", 1},
 	{"disk-read-only", 1},
+	{"blip-link", 3},
+	{"blip-leader", 4},
+	{"blip-public", 2},
+	{"pause-leader-short", 2},
 }
 
 // notReadyWithin bounds how long a controller whose disk failed may go on
@@ -115,6 +135,35 @@ func faultConfig(t *testing.T) faultSuiteConfig {
 	return cfg
 }
 
+// faultsTarget is the make target that replays a run, with the fault kinds
+// it was limited to.
+func faultsTarget() string {
+	if env := os.Getenv("KEEL_FAULT_KINDS"); env != "" {
+		return "faults KEEL_FAULT_KINDS=" + env
+	}
+	return "faults"
+}
+
+// chosenFaultKinds returns the fault kinds KEEL_FAULT_KINDS names, or all.
+func chosenFaultKinds(t *testing.T) map[string]bool {
+	t.Helper()
+	kinds := make(map[string]bool)
+	env := os.Getenv("KEEL_FAULT_KINDS")
+	for _, k := range faultKinds {
+		kinds[k.name] = env == ""
+	}
+	if env == "" {
+		return kinds
+	}
+	for _, name := range strings.Split(env, ",") {
+		if _, ok := kinds[strings.TrimSpace(name)]; !ok {
+			t.Fatalf("KEEL_FAULT_KINDS=%q: no fault kind %q", env, name)
+		}
+		kinds[strings.TrimSpace(name)] = true
+	}
+	return kinds
+}
+
 func TestFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fault suite starts clusters and runs for a while")
@@ -125,7 +174,7 @@ func TestFaults(t *testing.T) {
 	} else if whyRO != "" {
 		t.Logf("disk-read-only skipped: %s", whyRO)
 	}
-	runSeeded(t, cfg, "fault suite", "faults", newFaultTally(), runFaults)
+	runSeeded(t, cfg, "fault suite", faultsTarget(), newFaultTally(), runFaults)
 }
 
 // runSeeded runs a fault suite: run once per seed of cfg, each a subtest,
@@ -167,10 +216,12 @@ type faultTally struct {
 	// crashElections: elections started at once on finding the raft
 	// leader's process gone (raftlog's crash election).
 	crashElections int
+	gray           []grayFault // and kills of a leader, judged one by one
+	pinned         map[string]int
 }
 
 func newFaultTally() *faultTally {
-	return &faultTally{faults: make(map[string]int), ops: make(map[string]int)}
+	return &faultTally{faults: make(map[string]int), ops: make(map[string]int), pinned: make(map[string]int)}
 }
 
 func (f *faultTally) Add(o *faultTally) {
@@ -183,6 +234,10 @@ func (f *faultTally) Add(o *faultTally) {
 	f.reads += o.reads
 	f.elected += o.elected
 	f.crashElections += o.crashElections
+	f.gray = append(f.gray, o.gray...)
+	for k, v := range o.pinned {
+		f.pinned[k] += v
+	}
 }
 
 func (f *faultTally) String() string {
@@ -195,7 +250,12 @@ func (f *faultTally) String() string {
 	for _, k := range sortedKeys(f.ops) {
 		fmt.Fprintf(&b, " %s=%d", k, f.ops[k])
 	}
+	fmt.Fprintf(&b, "\nof them, answers to the no-op clients pinned to a controller:")
+	for _, k := range sortedKeys(f.pinned) {
+		fmt.Fprintf(&b, " %s=%d", k, f.pinned[k])
+	}
 	fmt.Fprintf(&b, "\ncontroller epochs: %d; crash elections started: %d; observations of nodes: %d", f.elected, f.crashElections, f.reads)
+	fmt.Fprintf(&b, "\ngray faults and kills of a leader, by length (judged: on a healthy quorum, the machine not stalled %v or more):\n%s", stallLimit, summarizeGray(f.gray))
 	return b.String()
 }
 
@@ -209,12 +269,16 @@ type faultRun struct {
 	ctrlInc map[int32]*atomic.Int64
 	brkInc  map[int32]*atomic.Int64
 
+	stalls stallWatch   // how long the test process went unscheduled, and when
+	gen    atomic.Int64 // the generation of kvTopics in use
+
 	mu       sync.Mutex
 	history  []recordedOp
 	creates  map[string]outcome // the unique-name creates
 	ctrlObs  []controllerObs
 	brokObs  []brokerObs
 	faultLog []string
+	faultAt  []time.Duration // when each faultLog line was logged
 }
 
 func (r *faultRun) now() time.Duration { return time.Since(r.start) }
@@ -222,16 +286,31 @@ func (r *faultRun) now() time.Duration { return time.Since(r.start) }
 func (r *faultRun) logFault(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.faultLog = append(r.faultLog, fmt.Sprintf("%8v ", r.now().Round(time.Millisecond))+fmt.Sprintf(format, args...))
+	at := r.now()
+	r.faultLog = append(r.faultLog, fmt.Sprintf("%8v ", at.Round(time.Millisecond))+fmt.Sprintf(format, args...))
+	r.faultAt = append(r.faultAt, at)
+}
+
+// faultsBetween returns the fault log's lines logged from from to to.
+func (r *faultRun) faultsBetween(from, to time.Duration) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var lines []string
+	for i, at := range r.faultAt {
+		if at >= from && at <= to {
+			lines = append(lines, r.faultLog[i])
+		}
+	}
+	if len(lines) == 0 {
+		return "(none)"
+	}
+	return strings.Join(lines, "\n")
 }
 
 func runFaults(t *testing.T, seed int64, duration time.Duration) *faultTally {
-	t.Logf("seed %d: replay with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make faults", seed, seed)
+	t.Logf("seed %d: replay with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make %s", seed, seed, faultsTarget())
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>32|1))
-	kinds := make(map[string]bool)
-	for _, k := range faultKinds {
-		kinds[k.name] = true
-	}
+	kinds := chosenFaultKinds(t)
 	opts := []clusterOption{withFaultNet(), withSessionTimeout(testSessionTimeout)}
 	var ds disks
 	why, whyRO := disksAvailable()
@@ -240,8 +319,8 @@ func runFaults(t *testing.T, seed int64, duration time.Duration) *faultTally {
 		ds = newDisks(t, "controller", 1, 2, 3)
 		opts = append(opts, withControllerDataDirs(ds.dataDir), withMetrics())
 	}
-	kinds["disk-full"] = why == ""
-	kinds["disk-read-only"] = why == "" && whyRO == ""
+	kinds["disk-full"] = kinds["disk-full"] && why == ""
+	kinds["disk-read-only"] = kinds["disk-read-only"] && why == "" && whyRO == ""
 	c := startCluster(t, 3, opts...)
 	c.WaitForActive(t, activeTimeout)
 	brokers := []int32{1, 2, 3}
@@ -282,8 +361,27 @@ func runFaults(t *testing.T, seed int64, duration time.Duration) *faultTally {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.kvWorker(workCtx, i, rand.New(rand.NewPCG(uint64(seed), uint64(i+1)))) }()
 	}
+	clients := clientIDs{len(c.IDs())}
+	for i, id := range c.IDs() {
+		for j := range noopClientsPerController {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				client := clients.noop(i, j)
+				r.noopClient(workCtx, client, id, rand.New(rand.NewPCG(uint64(seed), uint64(200+client))))
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := clients.writer(i)
+			r.pinnedWriter(workCtx, client, id, rand.New(rand.NewPCG(uint64(seed), uint64(200+client))))
+		}()
+	}
 	wg.Add(1)
 	go func() { defer wg.Done(); r.uniqueCreator(workCtx, rand.New(rand.NewPCG(uint64(seed), 100))) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); r.stalls.run(workCtx) }()
 	for id := range r.ctrl {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.observeController(workCtx, id) }()
@@ -353,11 +451,12 @@ func (r *faultRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration,
 		}
 		leader := r.leader()
 		switch kind {
-		case "kill-leader", "kill-controller":
-			id := leader
-			if kind == "kill-controller" || id == 0 {
-				id = int32(1 + rng.IntN(len(r.ctrl)))
-			}
+		case "kill-leader":
+			tally.gray = append(tally.gray, r.logGray(t, r.killLeader(t, rng, hold(200*time.Millisecond, 2*time.Second))))
+		case "blip-link", "blip-leader", "blip-public", "pause-leader-short":
+			tally.gray = append(tally.gray, r.logGray(t, r.grayFault(t, kind, rng)))
+		case "kill-controller":
+			id := int32(1 + rng.IntN(len(r.ctrl)))
 			d := hold(200*time.Millisecond, 2*time.Second)
 			r.logFault("%s: kill -9 node %d for %v", kind, id, d)
 			r.ctrlInc[id].Add(1)
@@ -424,6 +523,7 @@ func (r *faultRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration,
 			r.diskFault(t, kind, id, hold(time.Second, 3*time.Second))
 		}
 		tally.faults[kind]++
+		r.gen.Add(1)
 		time.Sleep(hold(100*time.Millisecond, 800*time.Millisecond))
 	}
 }
@@ -568,12 +668,12 @@ func (r *faultRun) leader() int32 {
 // call runs one admin request against one controller, once: the suite
 // judges the cluster's answers, so the client must not retry on its own
 // (a retried create would answer "exists" to its own first attempt).
-func (r *faultRun) call(ctx context.Context, node int32, fn func(context.Context, keelpb.ControllerServiceClient) error) error {
+func (r *faultRun) call(ctx context.Context, node int32, timeout time.Duration, fn func(context.Context, keelpb.ControllerServiceClient) error) error {
 	cl, err := r.c.client.Controller(r.ctrl[node])
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return fn(ctx, cl)
 }
@@ -596,9 +696,22 @@ func classify(err error) outcome {
 		if rpc.ReasonOf(err) == rpc.ReasonNotReady {
 			return outRefused // a leader still taking over proposes nothing
 		}
+		if _, ok := rpc.LeaderHintOf(err); ok {
+			return outRefused // not the active controller, and it knows none
+		}
+		if neverSent(err) {
+			return outRefused
+		}
 	}
 	// No answer, a lost leadership, a deadline: it may have committed.
 	return outUnknown
+}
+
+// neverSent reports whether err is gRPC's refusal to send a request at all:
+// the connection to the controller could not be made (nothing listens:
+// the process was killed), so the request never left this process.
+func neverSent(err error) bool {
+	return status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), "connect: connection refused")
 }
 
 // nextTarget is where a client goes after err from node: the leader it was
@@ -615,49 +728,98 @@ func (r *faultRun) nextTarget(rng *rand.Rand, node int32, err error) int32 {
 	return int32(1 + rng.IntN(len(r.ctrl)))
 }
 
-// kvWorker creates, deletes and reads (linearizably) the kvTopics, one
-// request at a time, recording each in the history.
+// kvWorker sends the workload's operations (randomOp) on the kvTopics, one
+// request at a time, to the controller it was last told leads.
 func (r *faultRun) kvWorker(ctx context.Context, client int, rng *rand.Rand) {
 	node := int32(1 + rng.IntN(len(r.ctrl)))
 	for ctx.Err() == nil {
-		op := topicOp{Topic: kvTopics[rng.IntN(len(kvTopics))]}
-		switch n := rng.IntN(10); {
-		case n < 4:
-			op.Kind, op.Partitions = "create", int32(1+rng.IntN(2))
-		case n < 6:
-			op.Kind = "delete"
-		default:
-			op.Kind = "describe"
-		}
-		call := r.now()
-		var res topicResult
-		err := r.call(ctx, node, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
-			switch op.Kind {
-			case "create":
-				_, err := cl.CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: op.Topic, Partitions: op.Partitions, ReplicationFactor: 1})
-				return err
-			case "delete":
-				_, err := cl.DeleteTopic(ctx, &keelpb.DeleteTopicRequest{Name: op.Topic})
-				return err
-			}
-			resp, err := cl.DescribeTopic(ctx, &keelpb.DescribeTopicRequest{Name: op.Topic, Linearizable: true})
-			res.Partitions = int32(len(resp.GetTopic().GetPartitions()))
-			return err
-		})
-		ret := r.now()
-		res.Outcome = classify(err)
-		keep := true
-		if op.Kind == "describe" && (res.Outcome == outUnknown || res.Outcome == outRefused) {
-			keep = false // a read that got no answer changed nothing
-		}
-		if keep {
-			r.mu.Lock()
-			r.history = append(r.history, recordedOp{Client: client, Op: op, Result: res, Call: call, Return: ret, Operator: fmt.Sprint(node)})
-			r.mu.Unlock()
-		}
+		_, err := r.do(ctx, client, node, opTimeout, randomOp(rng, kvTopics(r.gen.Load())))
 		node = r.nextTarget(rng, node, err)
 		r.think(ctx, rng, err)
 	}
+}
+
+// randomOp is a client's next operation: creates, deletes and config
+// changes (each often one that changes nothing: the topic exists, it does
+// not, the config has that value), and linearizable reads.
+func randomOp(rng *rand.Rand, names []string) topicOp {
+	op := topicOp{Topic: names[rng.IntN(len(names))]}
+	switch n := rng.IntN(20); {
+	case n < 6:
+		op.Kind, op.Partitions = "create", int32(1+rng.IntN(2))
+	case n < 9:
+		op.Kind = "delete"
+	case n < 13:
+		op.Kind, op.Config = "alter", rng.IntN(len(kvConfigs))
+		if rng.IntN(5) > 0 { // else delete the topic's own value
+			op.Value = kvConfigValues[kvConfigs[op.Config]][rng.IntN(2)]
+		}
+	case n < 17:
+		op.Kind = "describe"
+	default:
+		op.Kind = "describe-configs"
+	}
+	return op
+}
+
+// do sends op to node, once, waiting for its answer at most timeout, and
+// records it in the history with its answer; a read that got no answer
+// changed nothing and is left out.
+func (r *faultRun) do(ctx context.Context, client int, node int32, timeout time.Duration, op topicOp) (topicResult, error) {
+	call := r.now()
+	var res topicResult
+	resource := &keelpb.ConfigResource{Type: keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_TOPIC, Name: op.Topic}
+	err := r.call(ctx, node, timeout, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		switch op.Kind {
+		case "create":
+			_, err := cl.CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: op.Topic, Partitions: op.Partitions, ReplicationFactor: 1})
+			return err
+		case "delete":
+			_, err := cl.DeleteTopic(ctx, &keelpb.DeleteTopicRequest{Name: op.Topic})
+			return err
+		case "alter":
+			c := &keelpb.AlterableConfig{Name: kvConfigs[op.Config], Op: keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET, Value: op.Value}
+			if op.Value == "" {
+				c.Op = keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE
+			}
+			_, err := cl.IncrementalAlterConfigs(ctx, &keelpb.IncrementalAlterConfigsRequest{Resource: resource, Configs: []*keelpb.AlterableConfig{c}})
+			return err
+		case "describe-configs":
+			resp, err := cl.DescribeConfigs(ctx, &keelpb.DescribeConfigsRequest{Resource: resource, Linearizable: true})
+			own := make(map[string]string)
+			for _, e := range resp.GetConfigs() {
+				if e.GetSource() == keelpb.ConfigSource_CONFIG_SOURCE_TOPIC {
+					own[e.GetName()] = e.GetValue()
+				}
+			}
+			res.Configs = ownConfigs(own)
+			return err
+		}
+		resp, err := cl.DescribeTopic(ctx, &keelpb.DescribeTopicRequest{Name: op.Topic, Linearizable: true})
+		res.Partitions = int32(len(resp.GetTopic().GetPartitions()))
+		res.Configs = ownConfigs(resp.GetTopic().GetConfigs())
+		return err
+	})
+	ret := r.now()
+	res.Outcome = classify(err)
+	if isRead(op.Kind) && (res.Outcome == outUnknown || res.Outcome == outRefused) {
+		return res, err // a read that got no answer changed nothing
+	}
+	r.mu.Lock()
+	r.history = append(r.history, recordedOp{Client: client, Op: op, Result: res, Call: call, Return: ret, Operator: fmt.Sprint(node)})
+	r.mu.Unlock()
+	return res, err
+}
+
+func isRead(kind string) bool { return kind == "describe" || kind == "describe-configs" }
+
+// ownConfigs picks the kvConfigs out of a topic's own configs.
+func ownConfigs(own map[string]string) topicConfigs {
+	var c topicConfigs
+	for i, name := range kvConfigs {
+		c[i] = own[name]
+	}
+	return c
 }
 
 // think paces a client: a moment between requests, longer after a failure,
@@ -677,7 +839,7 @@ func (r *faultRun) uniqueCreator(ctx context.Context, rng *rand.Rand) {
 	node := int32(1 + rng.IntN(len(r.ctrl)))
 	for seq := 0; ctx.Err() == nil; seq++ {
 		name := fmt.Sprintf("u%d", seq)
-		err := r.call(ctx, node, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		err := r.call(ctx, node, opTimeout, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
 			_, err := cl.CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: name, Partitions: 1, ReplicationFactor: 1})
 			return err
 		})
@@ -769,17 +931,24 @@ func (r *faultRun) healAndCheck(t *testing.T, brokers []int32, tally *faultTally
 	// history, so they must agree with everything acknowledged before.
 	call := r.now()
 	final := r.finalTopics(t)
-	for _, name := range kvTopics {
+	var kvNames []string
+	for gen := range r.gen.Load() + 1 {
+		kvNames = append(kvNames, kvTopics(gen)...)
+	}
+	for _, name := range kvNames {
 		d, ok := final[name]
 		res := topicResult{Outcome: outNotFound}
 		if ok {
-			res = topicResult{Outcome: outOK, Partitions: int32(len(d.GetPartitions()))}
+			res = topicResult{Outcome: outOK, Partitions: int32(len(d.GetPartitions())), Configs: ownConfigs(d.GetConfigs())}
 		}
-		r.history = append(r.history, recordedOp{Client: kvWorkers, Op: topicOp{Kind: "describe", Topic: name}, Result: res, Call: call, Return: r.now(), Operator: "final"})
+		r.history = append(r.history, recordedOp{Client: clientIDs{len(r.ctrl)}.final(), Op: topicOp{Kind: "describe", Topic: name}, Result: res, Call: call, Return: r.now(), Operator: "final"})
 	}
 
 	for _, op := range r.history {
 		tally.ops[op.Op.Kind+"/"+string(op.Result.Outcome)]++
+		if (clientIDs{len(r.ctrl)}).isNoop(op.Client) {
+			tally.pinned[op.Op.Kind+"/"+string(op.Result.Outcome)]++
+		}
 	}
 	for _, out := range r.creates {
 		tally.ops["unique-create/"+string(out)]++
@@ -806,9 +975,22 @@ func (r *faultRun) healAndCheck(t *testing.T, brokers []int32, tally *faultTally
 		if err := porcupine.VisualizePath(topicModel, info, path); err == nil {
 			t.Logf("the history, drawn (open in a browser): %s", path)
 		}
-		t.Errorf("the admin history (%d operations) is not linearizable", len(r.history))
+		msg := fmt.Sprintf("the admin history (%d operations) is not linearizable", len(r.history))
+		if op, ok := firstUnexplained(r.history, checkTimeout); ok {
+			msg += fmt.Sprintf("; taking the operations of unknown outcome never to have happened, the first answer no order explains is %s, from node %s to client %d (called at %v, answered at %v); the faults logged in the %v before its answer:\n%s",
+				topicModel.DescribeOperation(op.Op, op.Result), op.Operator, op.Client, op.Call.Round(time.Millisecond), op.Return.Round(time.Millisecond),
+				faultContext, r.faultsBetween(op.Return-faultContext, op.Return))
+		}
+		t.Errorf("%s", msg)
 	case porcupine.Unknown:
 		t.Logf("porcupine did not finish within %s on %d operations: not judged", checkTimeout, len(r.history))
+	}
+
+	// Gray faults: no leader change for a blip or a short pause, a crash
+	// election for every kill of a healthy quorum's leader.
+	if bad := grayViolations(tally.gray); len(bad) > 0 {
+		t.Errorf("gray faults: %d of %d broke a rule:\n%s\nall of them, by length (judged: on a healthy quorum, the machine not stalled %v or more):\n%s",
+			len(bad), len(tally.gray), summarize(bad, 20), stallLimit, summarizeGray(tally.gray))
 	}
 
 	// Controllers: one active per epoch, epochs only grow. Judged only if

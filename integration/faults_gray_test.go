@@ -1,0 +1,378 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/internal/faultproxy"
+	"github.com/keel-dev/keel/internal/poll"
+)
+
+// The fault suite's gray faults (issue 26): faults between up and down that
+// a correct cluster rides out with the leader it has, and the kill -9 of a
+// healthy quorum's leader, which a crash election must follow. Each is
+// injected on the leader of a healthy quorum (healthyQuorum; the nemesis
+// waits for one), watched for blipWatch after it, and judged by
+// grayViolations (faults_check_test.go):
+//
+//	blip-link           one directed raft link of the leader's (to or from
+//	                    one follower) drops or resets its connections
+//	blip-leader         every link of the leader's, raft and public: a
+//	                    proxy or sidecar restart
+//	blip-public         the leader's public address (brokers, leader hints)
+//	pause-leader-short  SIGSTOP shorter than the election timeout: a GC pause
+//
+// Meanwhile two clients pinned to each controller send it requests
+// whatever it answers, never following a leader hint, so that a leader
+// deposed without knowing it yet is asked too: a no-op client, writes that
+// change nothing by what it last saw (create a topic that exists, delete
+// one that does not, set a config to its value) and linearizable reads;
+// and a writer, the workload's operations, so that a new leader is written
+// to while the clients that follow the leader still wait on the old one.
+// A deposed leader must not answer a no-op from its own image (issue 26's
+// item 1): the admin history's linearizability check catches it.
+
+const (
+	// blipMin and blipMax bound a blip's length.
+	blipMin = 50 * time.Millisecond
+	blipMax = 800 * time.Millisecond
+	// shortPauseMax: the longest pause-leader-short, a third of the
+	// election timeout (300 ms): with up to 60 ms since the leader's last
+	// heartbeat, it wakes with its lease (250 ms) still good, and every
+	// follower's heartbeat timeout (300 ms or more) far off.
+	shortPauseMax = 100 * time.Millisecond
+	// blipWatch: how long after a gray fault ends a leader change is still
+	// put down to it. A crash election fires within milliseconds of a
+	// connection's end (150 ms more per rank); an election of raft's own
+	// within two heartbeat timeouts (600 ms) of the last contact.
+	blipWatch = time.Second
+	// healthyWithin bounds the wait for a healthy quorum before a gray
+	// fault; past it the fault is injected anyway, and not judged.
+	healthyWithin = 10 * time.Second
+	// faultContext: how far back a failure message lists the faults
+	// before an answer that broke linearizability.
+	faultContext = 5 * time.Second
+)
+
+// grayFault injects a gray fault of kind on the leader of a healthy quorum,
+// watches for blipWatch after it, and returns what it saw.
+func (r *faultRun) grayFault(t *testing.T, kind string, rng *rand.Rand) grayFault {
+	t.Helper()
+	c := r.c
+	f := r.grayStart(kind, rng)
+	hold := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	mode := faultproxy.Drop
+	if rng.IntN(2) == 0 {
+		mode = faultproxy.Reset
+	}
+	d := hold(blipMin, blipMax)
+	var cut, heal func()
+	switch kind {
+	case "blip-link":
+		var peers []int32
+		for _, id := range c.IDs() {
+			if id != f.Leader {
+				peers = append(peers, id)
+			}
+		}
+		from, to := f.Leader, peers[rng.IntN(len(peers))]
+		if rng.IntN(2) == 0 {
+			from, to = to, from
+		}
+		p := c.net.Link(from, to)
+		f.What = fmt.Sprintf("node %d's raft dials to node %d, %s", from, to, mode)
+		cut, heal = func() { p.Set(mode) }, func() { p.Set(faultproxy.Up) }
+	case "blip-leader":
+		if rng.IntN(2) == 0 { // half of them judged by the tighter rule
+			d = hold(blipMin, leaderBlipNoChangeBelow-10*time.Millisecond)
+		}
+		f.What = fmt.Sprintf("every link of node %d's, %s", f.Leader, mode)
+		cut, heal = func() { c.net.Isolate(f.Leader, mode) }, c.net.Heal
+	case "blip-public":
+		p := c.net.Public(f.Leader)
+		f.What = fmt.Sprintf("node %d's public address, %s", f.Leader, mode)
+		cut, heal = func() { p.Set(mode) }, func() { p.Set(faultproxy.Up) }
+	case "pause-leader-short":
+		d = hold(20*time.Millisecond, shortPauseMax)
+		f.What = fmt.Sprintf("SIGSTOP node %d", f.Leader)
+		cut, heal = func() { c.Pause(f.Leader) }, func() { c.Resume(f.Leader) }
+	default:
+		t.Fatalf("no gray fault %q", kind)
+	}
+	r.logFault("%s: %s for %v", kind, f.What, d)
+	start := time.Now()
+	f.At = r.now()
+	cut()
+	time.Sleep(d) // the fault's length, not synchronisation
+	heal()
+	f.Len = time.Since(start)
+	time.Sleep(blipWatch) // the window a leader change it caused shows in
+	r.grayEnd(&f, start)
+	return f
+}
+
+// killLeader kills the leader of a healthy quorum with SIGKILL, holds it
+// down for d, and longer until a crash election shows in the controllers'
+// logs or crashElectionWithin has passed since the kill, then restarts it.
+func (r *faultRun) killLeader(t *testing.T, rng *rand.Rand, d time.Duration) grayFault {
+	t.Helper()
+	c := r.c
+	f := r.grayStart("kill-leader", rng)
+	f.What = "kill -9"
+	f.CrashBefore = c.crashElections()
+	r.logFault("kill-leader: kill -9 node %d for %v", f.Leader, d)
+	r.ctrlInc[f.Leader].Add(1)
+	start := time.Now()
+	f.At = r.now()
+	c.Kill(f.Leader)
+	time.Sleep(d) // the fault's length, not synchronisation
+	if left := crashElectionWithin - time.Since(start); left > 0 && f.Unhealthy == "" {
+		_ = poll.Wait(context.Background(), left, 50*time.Millisecond, "", func() (bool, error) {
+			return c.crashElections() > f.CrashBefore, nil
+		})
+	}
+	f.CrashAfter = c.crashElections()
+	f.Len = time.Since(start)
+	c.Restart(f.Leader)
+	r.grayEnd(&f, start)
+	return f
+}
+
+// logGray logs what became of gray fault f, and returns it.
+func (r *faultRun) logGray(t *testing.T, f grayFault) grayFault {
+	t.Helper()
+	outcome := "the leader kept"
+	if f.leaderChanged() {
+		outcome = fmt.Sprintf("the leader changed: epoch %d to %d (node %d)", f.EpochBefore, f.EpochAfter, f.ActiveAfter)
+	}
+	if f.Kind == "kill-leader" {
+		outcome += fmt.Sprintf(", %d crash elections", f.CrashAfter-f.CrashBefore)
+	}
+	judged := "judged"
+	if ok, why := f.judged(); !ok {
+		judged = "not judged: " + why
+	}
+	t.Logf("%s: %s; %s", f, outcome, judged)
+	return f
+}
+
+// grayStart waits up to healthyWithin for a healthy quorum and begins the
+// record of a gray fault on its leader; without one, on the leader last
+// observed (or any node), and unjudged.
+func (r *faultRun) grayStart(kind string, rng *rand.Rand) grayFault {
+	f := grayFault{Kind: kind}
+	_ = poll.Wait(context.Background(), healthyWithin, observeEvery, "", func() (bool, error) {
+		ids := r.c.IDs()
+		if live := r.c.Live(); len(live) != len(ids) {
+			f.Unhealthy = fmt.Sprintf("only nodes %v are running", live)
+			return false, nil
+		}
+		views, _ := r.c.Views(context.Background(), ids)
+		f.Leader, f.EpochBefore, f.Unhealthy = healthyQuorum(ids, views)
+		return f.Unhealthy == "", nil
+	})
+	if f.Unhealthy != "" {
+		f.Leader = r.leader()
+		f.EpochBefore, _ = r.highestEpoch(0)
+		if f.Leader == 0 {
+			f.Leader = int32(1 + rng.IntN(len(r.ctrl)))
+		}
+	}
+	return f
+}
+
+// grayEnd completes the record of a gray fault that began at start: the
+// highest controller epoch seen since, and the longest stall.
+func (r *faultRun) grayEnd(f *grayFault, start time.Time) {
+	f.EpochAfter, f.ActiveAfter = r.highestEpoch(r.now() - time.Since(start))
+	views, _ := r.c.Views(context.Background(), r.c.Live())
+	for _, v := range views {
+		if v.GetControllerEpoch() > f.EpochAfter {
+			f.EpochAfter, f.ActiveAfter = v.GetControllerEpoch(), v.GetControllerEpochLeaderId()
+		}
+	}
+	f.Stall = r.stalls.longest(start, time.Now())
+}
+
+// highestEpoch returns the highest controller epoch the observers saw in
+// any controller's image from since on, with the node it belongs to.
+func (r *faultRun) highestEpoch(since time.Duration) (int64, int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var epoch int64
+	var leader int32
+	for _, o := range r.ctrlObs {
+		if o.At >= since && o.Epoch > epoch {
+			epoch, leader = o.Epoch, o.EpochLeader
+		}
+	}
+	return epoch, leader
+}
+
+// noopTimeout bounds a no-op client's wait for an answer: short, so that
+// it asks a paused controller again during the pause, and the request it
+// sent last, after a new leader changed the topic, is still awaited when
+// the old one wakes up and answers.
+const noopTimeout = 300 * time.Millisecond
+
+// noopClientsPerController: how many no-op clients are pinned to each
+// controller. When a paused leader wakes up, it decides the requests that
+// queued meanwhile, and learns of the new leader, within a millisecond or
+// two of each other: the more no-ops wait there, the likelier one is
+// decided first.
+const noopClientsPerController = 3
+
+// clientIDs numbers the history's clients for n controllers: the kvWorkers
+// first, then the no-op clients of each controller (i from 0, in id order),
+// then its writer, then the final reads.
+type clientIDs struct{ n int }
+
+func (c clientIDs) noop(i, j int) int  { return kvWorkers + i*noopClientsPerController + j }
+func (c clientIDs) writer(i int) int   { return kvWorkers + c.n*noopClientsPerController + i }
+func (c clientIDs) final() int         { return c.writer(c.n) }
+func (c clientIDs) isNoop(id int) bool { return id >= c.noop(0, 0) && id < c.writer(0) }
+
+// noopClient sends node, and only node, whatever it answers, no-op writes
+// by what it last saw of each topic, and linearizable reads.
+func (r *faultRun) noopClient(ctx context.Context, client int, node int32, rng *rand.Rand) {
+	k := knowledge{}
+	for ctx.Err() == nil {
+		op := k.pick(rng, kvTopics(r.gen.Load()))
+		res, err := r.do(ctx, client, node, noopTimeout, op)
+		k.learn(op, res)
+		r.think(ctx, rng, err)
+	}
+}
+
+// pinnedWriter sends node, and only node, whatever it answers, the
+// workload's operations (randomOp).
+func (r *faultRun) pinnedWriter(ctx context.Context, client int, node int32, rng *rand.Rand) {
+	for ctx.Err() == nil {
+		_, err := r.do(ctx, client, node, opTimeout, randomOp(rng, kvTopics(r.gen.Load())))
+		r.think(ctx, rng, err)
+	}
+}
+
+// knowledge is what a no-op client last saw of each topic it asked about.
+type knowledge map[string]topicSeen
+
+// topicSeen is what was last seen of one topic.
+type topicSeen struct {
+	exists       bool
+	configsKnown bool
+	configs      topicConfigs
+}
+
+// pick chooses the next operation: a linearizable read, or a write that
+// changes nothing if the topic is as last seen: a create of a topic seen,
+// a delete or a config change of one seen absent, a config set to the
+// value seen (or the deletion of a config seen unset). A topic never seen
+// is read.
+func (k knowledge) pick(rng *rand.Rand, names []string) topicOp {
+	op := topicOp{Topic: names[rng.IntN(len(names))]}
+	seen, ok := k[op.Topic]
+	coin := rng.IntN(2) == 0
+	switch {
+	case !ok || rng.IntN(5) < 2:
+		op.Kind = "describe"
+		if coin {
+			op.Kind = "describe-configs"
+		}
+	case seen.exists && seen.configsKnown && coin:
+		op.Kind, op.Config = "alter", rng.IntN(len(kvConfigs))
+		op.Value = seen.configs[op.Config]
+	case seen.exists:
+		op.Kind, op.Partitions = "create", 1
+	case coin:
+		op.Kind = "delete"
+	default:
+		op.Kind, op.Config = "alter", rng.IntN(len(kvConfigs))
+		op.Value = kvConfigValues[kvConfigs[op.Config]][0]
+	}
+	return op
+}
+
+// learn updates k with the answer res to op.
+func (k knowledge) learn(op topicOp, res topicResult) {
+	seen := k[op.Topic]
+	switch res.Outcome {
+	case outRefused:
+		return
+	case outUnknown:
+		// A write meant to change nothing changed nothing if the topic was
+		// as seen, and a read taught nothing: what was seen stands.
+		return
+	case outNotFound:
+		k[op.Topic] = topicSeen{}
+		return
+	}
+	switch op.Kind {
+	case "create":
+		if res.Outcome == outOK {
+			seen = topicSeen{configsKnown: true} // created with no configs of its own
+		}
+		seen.exists = true
+	case "delete":
+		seen = topicSeen{}
+	case "alter":
+		seen.exists = true
+		seen.configs[op.Config] = op.Value
+	case "describe", "describe-configs":
+		seen = topicSeen{exists: true, configsKnown: true, configs: res.Configs}
+	}
+	k[op.Topic] = seen
+}
+
+// stallTick is how often stallWatch wakes.
+const stallTick = 5 * time.Millisecond
+
+// stallWatch measures how long the test process goes unscheduled: it wakes
+// every stallTick and keeps each wake that came late, by more than a tick.
+// A stall that long is the machine's (the processes under test share its
+// cores): a gray fault during one is not judged.
+type stallWatch struct {
+	mu     sync.Mutex
+	stalls []stall // in order
+}
+
+type stall struct {
+	end time.Time
+	gap time.Duration // how late the wake at end was
+}
+
+func (s *stallWatch) run(ctx context.Context) {
+	tick := time.NewTicker(stallTick)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		if gap := now.Sub(last) - stallTick; gap > stallTick {
+			s.mu.Lock()
+			s.stalls = append(s.stalls, stall{end: now, gap: gap})
+			s.mu.Unlock()
+		}
+		last = now
+	}
+}
+
+// longest returns the longest stall that overlapped from..to.
+func (s *stallWatch) longest(from, to time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var longest time.Duration
+	for _, st := range s.stalls {
+		if !st.end.Before(from) && !st.end.Add(-st.gap).After(to) {
+			longest = max(longest, st.gap)
+		}
+	}
+	return longest
+}

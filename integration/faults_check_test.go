@@ -251,48 +251,72 @@ func porcupineHistory(ops []recordedOp) []porcupine.Operation {
 }
 
 // firstUnexplained names, for a history porcupine found not linearizable,
-// where to look: of the operations of the topic names whose history is not
-// linearizable without the operations of unknown outcome (taking them never
-// to have happened, one of the orders porcupine tried), the one that
-// returned first among those missing from the longest order it found. An
-// operation of unknown outcome that may have happened can explain away a
-// stale answer until a later read, which is then where porcupine's own
-// search stops; taking them away points at the stale answer itself. It is
-// a lead, not a proof.
+// the first answer no order explains: the operation whose return ends the
+// shortest prefix of the history that is already not linearizable. A
+// prefix up to time t holds the operations called by t; those that
+// answered later are pending in it, free to take effect or not, as
+// operations of unknown outcome are. (Such prefixes only get less
+// linearizable as t grows, so the shortest is found by bisection.) Of the
+// topic names whose history is not linearizable, it names the earliest.
 func firstUnexplained(ops []recordedOp, timeout time.Duration) (recordedOp, bool) {
-	var known []recordedOp
+	byTopic := make(map[string][]recordedOp)
 	for _, op := range ops {
-		if op.Result.Outcome != outUnknown {
-			known = append(known, op)
-		}
+		byTopic[op.Op.Topic] = append(byTopic[op.Op.Topic], op)
+	}
+	linearizable := func(h []recordedOp) bool {
+		return porcupine.CheckOperationsTimeout(topicModel, porcupineHistory(h), timeout) != porcupine.Illegal
 	}
 	var first recordedOp
 	found := false
-	for _, part := range topicModel.Partition(porcupineHistory(known)) {
-		res, info := porcupine.CheckOperationsVerbose(topicModel, part, timeout)
-		if res != porcupine.Illegal {
+	for _, name := range sortedKeys(byTopic) {
+		h := byTopic[name]
+		if linearizable(h) {
 			continue
 		}
-		var longest []porcupine.Operation
-		for _, p := range info.PartialLinearizationsOperations() {
-			for _, l := range p {
-				if len(l) > len(longest) {
-					longest = l
-				}
+		var answered []recordedOp // in the order they answered
+		for _, op := range h {
+			if op.Result.Outcome != outUnknown {
+				answered = append(answered, op)
 			}
 		}
-		in := make(map[int]bool, len(longest))
-		for _, op := range longest {
-			in[op.Metadata.(opMeta).Index] = true
-		}
-		for _, op := range part {
-			i := op.Metadata.(opMeta).Index
-			if !in[i] && (!found || known[i].Return < first.Return) {
-				first, found = known[i], true
-			}
+		slices.SortFunc(answered, func(a, b recordedOp) int { return cmp.Compare(a.Return, b.Return) })
+		i := sort.Search(len(answered), func(i int) bool { return !linearizable(prefixAt(h, answered[i].Return)) })
+		if i < len(answered) && (!found || answered[i].Return < first.Return) {
+			first, found = answered[i], true
 		}
 	}
 	return first, found
+}
+
+// withoutUnknown is ops without those of unknown outcome: the history if
+// none of them took effect. Where firstUnexplained finds an answer in it
+// and another in ops, an operation of unknown outcome explains the former
+// away (it may or may not really have taken effect).
+func withoutUnknown(ops []recordedOp) []recordedOp {
+	var out []recordedOp
+	for _, op := range ops {
+		if op.Result.Outcome != outUnknown {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// prefixAt is the history h as it stood at time t: the operations called
+// by then, those that had not answered yet pending (of unknown outcome).
+func prefixAt(h []recordedOp, t time.Duration) []recordedOp {
+	var out []recordedOp
+	for _, op := range h {
+		switch {
+		case op.Call > t:
+		case op.Return > t:
+			op.Result = topicResult{Outcome: outUnknown}
+			out = append(out, op)
+		default:
+			out = append(out, op)
+		}
+	}
+	return out
 }
 
 // ---------------------------------------------------------------------------

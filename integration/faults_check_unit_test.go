@@ -165,8 +165,8 @@ func TestFirstUnexplained(t *testing.T) {
 
 	// As the suite found it (seed 6001): a delete of unknown outcome could
 	// have removed the topic just before the paused leader's stale answer,
-	// so porcupine's search stops at the final read; the stale answer is
-	// the one to name.
+	// so the first answer no order explains is the final read; taking the
+	// delete never to have happened, it is the stale answer.
 	h = []recordedOp{
 		{Client: 0, Op: topicOp{Kind: "delete", Topic: "a"}, Result: topicResult{Outcome: outUnknown}, Call: ms(0), Return: ms(300), Operator: "3"},
 		{Client: 1, Op: topicOp{Kind: "create", Topic: "a", Partitions: 2}, Result: topicResult{Outcome: outOK}, Call: ms(150), Return: ms(160), Operator: "1"},
@@ -177,8 +177,12 @@ func TestFirstUnexplained(t *testing.T) {
 		t.Fatalf("the history is linearizable; want it not")
 	}
 	op, ok = firstUnexplained(h, 10*time.Second)
+	if !ok || op.Operator != "final" {
+		t.Fatalf("firstUnexplained = %+v, %v; want the final read", op, ok)
+	}
+	op, ok = firstUnexplained(withoutUnknown(h), 10*time.Second)
 	if !ok || op.Op.Kind != "alter" || op.Operator != "3" {
-		t.Fatalf("firstUnexplained = %+v, %v; want node 3's stale alter", op, ok)
+		t.Fatalf("firstUnexplained without the unknown = %+v, %v; want node 3's stale alter", op, ok)
 	}
 }
 
@@ -416,7 +420,8 @@ func TestStallWatch_Longest(t *testing.T) {
 }
 
 // TestKnowledge: a no-op client's writes change nothing when the topic is
-// as it last saw it, and it reads what it has not seen.
+// as it last saw it, a writer's change it, and both read what they have not
+// seen.
 func TestKnowledge(t *testing.T) {
 	retention := kvConfigValues[kvConfigs[0]]
 	var withConfig topicConfigs
@@ -464,25 +469,28 @@ func TestKnowledge(t *testing.T) {
 				k.learn(op.Op, op.Result)
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
-			writes := 0
-			for range 500 {
-				op := k.pick(rng, []string{"a", "b"})
-				if op.Topic != "a" {
-					continue
+			for _, role := range []pinnedRole{noopWrites, changes, reads} {
+				change := role == changes
+				writes := 0
+				for range 500 {
+					op, ok := k.pick(rng, "a", role)
+					if ok == tt.reads && role == noopWrites {
+						t.Fatalf("no-op client: pick = %+v, %v; want a write only when the topic was seen", op, ok)
+					}
+					if !ok || isRead(op.Kind) {
+						continue
+					}
+					writes++
+					if tt.reads || role == reads {
+						t.Fatalf("role %d: picked %+v; want only reads", role, op)
+					}
+					if _, after := stepTopic(tt.state, op, topicResult{Outcome: outUnknown}); (after != tt.state) != change {
+						t.Fatalf("role %d: picked %+v, which takes %+v to %+v", role, op, tt.state, after)
+					}
 				}
-				if isRead(op.Kind) {
-					continue
+				if !tt.reads && role != reads && writes == 0 {
+					t.Fatalf("role %d: picked no write", role)
 				}
-				writes++
-				if tt.reads {
-					t.Fatalf("picked %+v; want only reads", op)
-				}
-				if _, after := stepTopic(tt.state, op, topicResult{Outcome: outUnknown}); after != tt.state {
-					t.Fatalf("picked %+v, which takes %+v to %+v", op, tt.state, after)
-				}
-			}
-			if !tt.reads && writes == 0 {
-				t.Fatalf("picked no write")
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keel-dev/keel/internal/faultproxy"
 	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/proto/keelpb"
 )
 
 // The fault suite's gray faults (issue 26): faults between up and down that
@@ -26,15 +27,18 @@ import (
 //	blip-public         the leader's public address (brokers, leader hints)
 //	pause-leader-short  SIGSTOP shorter than the election timeout: a GC pause
 //
-// Meanwhile two clients pinned to each controller send it requests
-// whatever it answers, never following a leader hint, so that a leader
-// deposed without knowing it yet is asked too: a no-op client, writes that
-// change nothing by what it last saw (create a topic that exists, delete
-// one that does not, set a config to its value) and linearizable reads;
-// and a writer, the workload's operations, so that a new leader is written
-// to while the clients that follow the leader still wait on the old one.
-// A deposed leader must not answer a no-op from its own image (issue 26's
-// item 1): the admin history's linearizability check catches it.
+// Meanwhile clients pinned to each controller (pinnedRoles) send it
+// requests whatever it answers, never following a leader hint, so that a
+// leader deposed without knowing it yet is asked too: no-op clients send
+// writes that change nothing on the controller's own image (create a topic
+// that exists, delete one that does not, set a config to its value), a
+// reader linearizable reads, a writer writes that change the topic. A
+// deposed leader must not answer a no-op from its own image (issue 26's
+// item 1): the admin history's linearizability check catches it, once a
+// new leader has taken a write the old one has not seen. For half of the
+// faults that cut off or pause the leader, the clients that write for real
+// hold off it meanwhile (holdWriters), as a leader that only idempotent
+// requests reach: one write in flight would hold its later answers back.
 
 const (
 	// blipMin and blipMax bound a blip's length.
@@ -45,6 +49,13 @@ const (
 	// heartbeat, it wakes with its lease (250 ms) still good, and every
 	// follower's heartbeat timeout (300 ms or more) far off.
 	shortPauseMax = 100 * time.Millisecond
+	// shortLeaderBlipMax: the longest blip of every link of the leader's
+	// that is meant to fall under leaderBlipNoChangeBelow. Raft alone keeps
+	// the leader through it: the leader's last heartbeat was at most 60 ms
+	// before, and after the blip its next one follows within a 10 ms
+	// back-off and a 30-60 ms interval, so no follower goes unheard for
+	// more than about 210 ms, within the 250 ms lease.
+	shortLeaderBlipMax = 80 * time.Millisecond
 	// blipWatch: how long after a gray fault ends a leader change is still
 	// put down to it. A crash election fires within milliseconds of a
 	// connection's end (150 ms more per rank); an election of raft's own
@@ -71,6 +82,7 @@ func (r *faultRun) grayFault(t *testing.T, kind string, rng *rand.Rand) grayFaul
 	}
 	d := hold(blipMin, blipMax)
 	var cut, heal func()
+	release := func() {}
 	switch kind {
 	case "blip-link":
 		var peers []int32
@@ -88,9 +100,11 @@ func (r *faultRun) grayFault(t *testing.T, kind string, rng *rand.Rand) grayFaul
 		cut, heal = func() { p.Set(mode) }, func() { p.Set(faultproxy.Up) }
 	case "blip-leader":
 		if rng.IntN(2) == 0 { // half of them judged by the tighter rule
-			d = hold(blipMin, leaderBlipNoChangeBelow-10*time.Millisecond)
+			d = hold(blipMin, shortLeaderBlipMax)
 		}
-		f.What = fmt.Sprintf("every link of node %d's, %s", f.Leader, mode)
+		var held string
+		release, held = r.maybeHoldWriters(rng, f.Leader)
+		f.What = fmt.Sprintf("every link of node %d's, %s%s", f.Leader, mode, held)
 		cut, heal = func() { c.net.Isolate(f.Leader, mode) }, c.net.Heal
 	case "blip-public":
 		p := c.net.Public(f.Leader)
@@ -110,6 +124,7 @@ func (r *faultRun) grayFault(t *testing.T, kind string, rng *rand.Rand) grayFaul
 	time.Sleep(d) // the fault's length, not synchronisation
 	heal()
 	f.Len = time.Since(start)
+	release()
 	time.Sleep(blipWatch) // the window a leader change it caused shows in
 	r.grayEnd(&f, start)
 	return f
@@ -131,7 +146,7 @@ func (r *faultRun) killLeader(t *testing.T, rng *rand.Rand, d time.Duration) gra
 	c.Kill(f.Leader)
 	time.Sleep(d) // the fault's length, not synchronisation
 	if left := crashElectionWithin - time.Since(start); left > 0 && f.Unhealthy == "" {
-		_ = poll.Wait(context.Background(), left, 50*time.Millisecond, "", func() (bool, error) {
+		_ = poll.Wait(context.Background(), left, 100*time.Millisecond, "", func() (bool, error) {
 			return c.crashElections() > f.CrashBefore, nil
 		})
 	}
@@ -213,51 +228,196 @@ func (r *faultRun) highestEpoch(since time.Duration) (int64, int32) {
 	return epoch, leader
 }
 
+// maybeHoldWriters holds the writers off node (holdWriters) one time in
+// two, and returns what undoes it and a note for the fault log.
+func (r *faultRun) maybeHoldWriters(rng *rand.Rand, node int32) (release func(), note string) {
+	if rng.IntN(2) == 0 {
+		return func() {}, ""
+	}
+	return r.holdWriters(node), " (writers held off it)"
+}
+
+// holdWriters makes the clients that write for real (the kvWorkers, the
+// pinned writers, the unique creator) send node nothing until release is
+// called, and waits (at most healthyWithin) until what they sent it before
+// has been answered, and then until node's no-op clients have each read
+// every topic anew from its image, which no longer moves. A leader cut off
+// or paused meanwhile is then sent only the no-op clients' requests, which
+// change nothing on its image (even those a pause keeps them from reading
+// before), as a leader that only idempotent "make sure it exists" requests
+// reach: one write in flight would hold every later answer back until it
+// resolves, and with it the stale ones issue 26's item 1 is about.
+func (r *faultRun) holdWriters(node int32) (release func()) {
+	r.held.Store(node)
+	_ = poll.Wait(context.Background(), healthyWithin, time.Millisecond, "", func() (bool, error) {
+		return r.busy[node].Load() == 0, nil
+	})
+	var noops []int
+	for j, role := range pinnedRoles {
+		if role == noopWrites {
+			noops = append(noops, clientIDs{len(r.ctrl)}.pinned(int(node)-1, j))
+		}
+	}
+	r.fresh.reset(node)
+	_ = poll.Wait(context.Background(), healthyWithin, time.Millisecond, "", func() (bool, error) {
+		return r.fresh.complete(node, noops, kvTopics(r.gen.Load())), nil
+	})
+	return func() { r.held.Store(0) }
+}
+
+// freshness records which topics each no-op client has read from its
+// controller's image since holdWriters last started over for it.
+type freshness struct {
+	mu   sync.Mutex
+	seen map[int32]map[int]map[string]bool // node -> client -> topics
+}
+
+func (f *freshness) reset(node int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.seen == nil {
+		f.seen = make(map[int32]map[int]map[string]bool)
+	}
+	f.seen[node] = make(map[int]map[string]bool)
+}
+
+// saw records that client read topic from node's image.
+func (f *freshness) saw(node int32, client int, topic string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	byClient, ok := f.seen[node]
+	if !ok {
+		return // not watched
+	}
+	if byClient[client] == nil {
+		byClient[client] = make(map[string]bool)
+	}
+	byClient[client][topic] = true
+}
+
+// complete reports whether every one of clients has read every one of
+// topics from node's image since reset.
+func (f *freshness) complete(node int32, clients []int, topics []string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range clients {
+		for _, t := range topics {
+			if !f.seen[node][c][t] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// writerSends waits while the writers are held off node, then counts a
+// request to it in flight until sent is called.
+func (r *faultRun) writerSends(ctx context.Context, node int32) (sent func()) {
+	// Counted before the look, so that holdWriters, which sets held and
+	// then waits for the count, cannot miss a request about to go out.
+	for r.busy[node].Add(1); r.held.Load() == node && ctx.Err() == nil; r.busy[node].Add(1) {
+		r.busy[node].Add(-1)
+		sleepCtx(ctx, time.Millisecond)
+	}
+	return func() { r.busy[node].Add(-1) }
+}
+
 // noopTimeout bounds a no-op client's wait for an answer: short, so that
 // it asks a paused controller again during the pause, and the request it
 // sent last, after a new leader changed the topic, is still awaited when
 // the old one wakes up and answers.
 const noopTimeout = 300 * time.Millisecond
 
-// noopClientsPerController: how many no-op clients are pinned to each
-// controller. When a paused leader wakes up, it decides the requests that
-// queued meanwhile, and learns of the new leader, within a millisecond or
-// two of each other: the more no-ops wait there, the likelier one is
-// decided first.
-const noopClientsPerController = 3
+// pinnedRole is what a client pinned to a controller sends it.
+type pinnedRole int
+
+const (
+	// noopWrites: writes that change nothing on the topic as the
+	// controller's own image holds it (knowledge.pick).
+	noopWrites pinnedRole = iota
+	// changes: writes that change the topic as the controller's own image
+	// holds it, so that a new leader's first answers already move what the
+	// old one's image holds; and linearizable reads.
+	changes
+	// reads: linearizable reads, apart from the no-op clients, which a
+	// read waiting on a deposed leader's confirmation would hold up.
+	reads
+)
+
+// pinnedRoles are the clients pinned to each controller. When a paused
+// leader wakes up, it decides the requests that queued meanwhile, and
+// learns of the new leader, within a millisecond or two of each other: the
+// more no-ops wait there, the likelier one is decided first.
+var pinnedRoles = []pinnedRole{noopWrites, noopWrites, reads, changes}
 
 // clientIDs numbers the history's clients for n controllers: the kvWorkers
-// first, then the no-op clients of each controller (i from 0, in id order),
-// then its writer, then the final reads.
+// first, then the pinned clients of each controller (i from 0, in id
+// order; j indexes pinnedRoles), then the final reads.
 type clientIDs struct{ n int }
 
-func (c clientIDs) noop(i, j int) int  { return kvWorkers + i*noopClientsPerController + j }
-func (c clientIDs) writer(i int) int   { return kvWorkers + c.n*noopClientsPerController + i }
-func (c clientIDs) final() int         { return c.writer(c.n) }
-func (c clientIDs) isNoop(id int) bool { return id >= c.noop(0, 0) && id < c.writer(0) }
+func (c clientIDs) pinned(i, j int) int { return kvWorkers + i*len(pinnedRoles) + j }
+func (c clientIDs) final() int          { return c.pinned(c.n, 0) }
 
-// noopClient sends node, and only node, whatever it answers, no-op writes
-// by what it last saw of each topic, and linearizable reads.
-func (r *faultRun) noopClient(ctx context.Context, client int, node int32, rng *rand.Rand) {
+// role returns client id's role, and whether it is pinned at all.
+func (c clientIDs) role(id int) (pinnedRole, bool) {
+	if id < kvWorkers || id >= c.final() {
+		return 0, false
+	}
+	return pinnedRoles[(id-kvWorkers)%len(pinnedRoles)], true
+}
+
+// pinnedClient sends node, and only node, whatever it answers, what its
+// role calls for (pinnedRole).
+//
+// What it sees of a topic before it writes is node's own image, read stale
+// (not in the history: such a read claims nothing): so a no-op client's
+// writes change nothing on that image, whatever the other clients did
+// meanwhile, and a controller that holds that image and takes itself for
+// the leader decides no records for them. If the stale read gets no answer
+// within staleReadTimeout (a paused node), what it saw before stands.
+func (r *faultRun) pinnedClient(ctx context.Context, client int, node int32, rng *rand.Rand, role pinnedRole) {
+	timeout := opTimeout
+	if role == noopWrites {
+		timeout = noopTimeout
+	}
 	k := knowledge{}
 	for ctx.Err() == nil {
-		op := k.pick(rng, kvTopics(r.gen.Load()))
-		res, err := r.do(ctx, client, node, noopTimeout, op)
+		names := kvTopics(r.gen.Load())
+		name := names[rng.IntN(len(names))]
+		if role != reads {
+			if res, err := r.staleRead(ctx, node, name); err == nil || res.Outcome == outNotFound {
+				k.learn(topicOp{Kind: "describe", Topic: name}, res)
+				r.fresh.saw(node, client, name)
+			}
+		}
+		op, ok := k.pick(rng, name, role)
+		if !ok {
+			sleepCtx(ctx, 50*time.Millisecond) // nothing seen yet to write by
+			continue
+		}
+		res, err := r.do(ctx, client, node, timeout, op)
 		k.learn(op, res)
 		r.think(ctx, rng, err)
 	}
 }
 
-// pinnedWriter sends node, and only node, whatever it answers, the
-// workload's operations (randomOp).
-func (r *faultRun) pinnedWriter(ctx context.Context, client int, node int32, rng *rand.Rand) {
-	for ctx.Err() == nil {
-		_, err := r.do(ctx, client, node, opTimeout, randomOp(rng, kvTopics(r.gen.Load())))
-		r.think(ctx, rng, err)
-	}
+// staleReadTimeout bounds a pinned client's stale read.
+const staleReadTimeout = 100 * time.Millisecond
+
+// staleRead reads topic name from node's own image.
+func (r *faultRun) staleRead(ctx context.Context, node int32, name string) (topicResult, error) {
+	var res topicResult
+	err := r.call(ctx, node, staleReadTimeout, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		resp, err := cl.DescribeTopic(ctx, &keelpb.DescribeTopicRequest{Name: name, Stale: true})
+		res.Partitions = int32(len(resp.GetTopic().GetPartitions()))
+		res.Configs = ownConfigs(resp.GetTopic().GetConfigs())
+		return err
+	})
+	res.Outcome = classify(err)
+	return res, err
 }
 
-// knowledge is what a no-op client last saw of each topic it asked about.
+// knowledge is what a pinned client last saw of each topic it asked about.
 type knowledge map[string]topicSeen
 
 // topicSeen is what was last seen of one topic.
@@ -267,21 +427,40 @@ type topicSeen struct {
 	configs      topicConfigs
 }
 
-// pick chooses the next operation: a linearizable read, or a write that
-// changes nothing if the topic is as last seen: a create of a topic seen,
-// a delete or a config change of one seen absent, a config set to the
-// value seen (or the deletion of a config seen unset). A topic never seen
-// is read.
-func (k knowledge) pick(rng *rand.Rand, names []string) topicOp {
-	op := topicOp{Topic: names[rng.IntN(len(names))]}
+// pick chooses the next operation on topic name for a client of role:
+//
+//   - noopWrites: a write that changes nothing if the topic is as last
+//     seen: a create of a topic seen, a delete or a config change of one
+//     seen absent, a config set to the value seen (or the deletion of a
+//     config seen unset); nothing (false) for a topic never seen;
+//   - changes: a write that changes the topic as last seen: a delete or a
+//     config set to another value of one seen, a create of one seen absent;
+//     or a linearizable read, always for a topic never seen;
+//   - reads: a linearizable read.
+func (k knowledge) pick(rng *rand.Rand, name string, role pinnedRole) (topicOp, bool) {
+	op := topicOp{Topic: name}
 	seen, ok := k[op.Topic]
 	coin := rng.IntN(2) == 0
+	change := role == changes
 	switch {
-	case !ok || rng.IntN(5) < 2:
+	case role == noopWrites && !ok:
+		return op, false
+	case role == reads || !ok || change && rng.IntN(10) < 3:
 		op.Kind = "describe"
 		if coin {
 			op.Kind = "describe-configs"
 		}
+	case change && seen.exists && seen.configsKnown && coin:
+		op.Kind, op.Config = "alter", rng.IntN(len(kvConfigs))
+		values := kvConfigValues[kvConfigs[op.Config]]
+		op.Value = values[0]
+		if seen.configs[op.Config] == values[0] {
+			op.Value = values[1]
+		}
+	case change && seen.exists:
+		op.Kind = "delete"
+	case change:
+		op.Kind, op.Partitions = "create", int32(1+rng.IntN(2))
 	case seen.exists && seen.configsKnown && coin:
 		op.Kind, op.Config = "alter", rng.IntN(len(kvConfigs))
 		op.Value = seen.configs[op.Config]
@@ -293,7 +472,7 @@ func (k knowledge) pick(rng *rand.Rand, names []string) topicOp {
 		op.Kind, op.Config = "alter", rng.IntN(len(kvConfigs))
 		op.Value = kvConfigValues[kvConfigs[op.Config]][0]
 	}
-	return op
+	return op, true
 }
 
 // learn updates k with the answer res to op.

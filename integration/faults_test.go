@@ -1038,11 +1038,27 @@ func (r *faultRun) healAndCheck(t *testing.T, brokers []int32, tally *faultTally
 }
 
 // describeAnswer renders op for a failure message, with the faults logged
-// in the faultContext before its answer.
+// in the faultContext before its answer and the answers about its topic in
+// the second before it (the one no order explains may only pin down a
+// stale answer given just before).
 func (r *faultRun) describeAnswer(op recordedOp) string {
-	return fmt.Sprintf("%s, from node %s to client %d (called at %v, answered at %v); the faults logged in the %v before it:\n%s\n",
-		topicModel.DescribeOperation(op.Op, op.Result), op.Operator, op.Client, op.Call.Round(time.Millisecond), op.Return.Round(time.Millisecond),
-		faultContext, r.faultsBetween(op.Return-faultContext, op.Return))
+	var before []string
+	for _, o := range r.history {
+		if o.Op.Topic == op.Op.Topic && o != op && o.Result.Outcome != outUnknown && o.Return <= op.Return && o.Return >= op.Return-time.Second {
+			before = append(before, "  "+describeOp(o))
+		}
+	}
+	if len(before) > 12 {
+		before = before[len(before)-12:]
+	}
+	return fmt.Sprintf("%s; the faults logged in the %v before it:\n%s\nthe answers about %s in the second before it:\n%s\n",
+		describeOp(op), faultContext, r.faultsBetween(op.Return-faultContext, op.Return), op.Op.Topic, strings.Join(before, "\n"))
+}
+
+// describeOp renders one operation of the history.
+func describeOp(op recordedOp) string {
+	return fmt.Sprintf("%s, from node %s to client %d (called at %v, answered at %v)",
+		topicModel.DescribeOperation(op.Op, op.Result), op.Operator, op.Client, op.Call.Round(time.Millisecond), op.Return.Round(time.Millisecond))
 }
 
 // finalTopics reads every topic, linearizably, once the cluster is healed.

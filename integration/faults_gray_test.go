@@ -127,13 +127,14 @@ func (r *faultRun) grayFault(t *testing.T, kind string, rng *rand.Rand) grayFaul
 	f.Len = time.Since(start)
 	release()
 	time.Sleep(blipWatch) // the window a leader change it caused shows in
-	r.grayEnd(&f, start)
+	r.grayEnd(&f, start, time.Now())
 	return f
 }
 
 // killLeader kills the leader of a healthy quorum with SIGKILL, holds it
 // down for d, and longer until a crash election shows in the controllers'
-// logs or crashElectionWithin has passed since the kill, then restarts it.
+// logs or crashElectionWithin has passed since the kill, then restarts it
+// and waits until a new leader's epoch shows.
 func (r *faultRun) killLeader(t *testing.T, rng *rand.Rand, d time.Duration) grayFault {
 	t.Helper()
 	c := r.c
@@ -153,8 +154,14 @@ func (r *faultRun) killLeader(t *testing.T, rng *rand.Rand, d time.Duration) gra
 	}
 	f.CrashAfter = c.crashElections()
 	f.Len = time.Since(start)
+	judged := time.Now()
 	c.Restart(f.Leader)
-	r.grayEnd(&f, start)
+	// For the report: the epoch the next leader took over in.
+	_ = poll.Wait(context.Background(), healthyWithin, observeEvery, "", func() (bool, error) {
+		epoch, _ := r.highestEpoch(r.now() - time.Since(start))
+		return epoch > f.EpochBefore, nil
+	})
+	r.grayEnd(&f, start, judged)
 	return f
 }
 
@@ -202,8 +209,9 @@ func (r *faultRun) grayStart(kind string, rng *rand.Rand) grayFault {
 }
 
 // grayEnd completes the record of a gray fault that began at start: the
-// highest controller epoch seen since, and the longest stall.
-func (r *faultRun) grayEnd(f *grayFault, start time.Time) {
+// highest controller epoch seen since, and the longest stall until judged,
+// when what it is judged by was seen.
+func (r *faultRun) grayEnd(f *grayFault, start, judged time.Time) {
 	f.EpochAfter, f.ActiveAfter = r.highestEpoch(r.now() - time.Since(start))
 	views, _ := r.c.Views(context.Background(), r.c.Live())
 	for _, v := range views {
@@ -211,7 +219,7 @@ func (r *faultRun) grayEnd(f *grayFault, start time.Time) {
 			f.EpochAfter, f.ActiveAfter = v.GetControllerEpoch(), v.GetControllerEpochLeaderId()
 		}
 	}
-	f.Stall = r.stalls.longest(start, time.Now())
+	f.Stall = r.stalls.longest(start, judged)
 }
 
 // highestEpoch returns the highest controller epoch the observers saw in

@@ -29,11 +29,7 @@ func TestTopicModel(t *testing.T) {
 		}
 		return recordedOp{Client: client, Op: topicOp{Kind: "describe", Topic: topic}, Result: out, Call: ms(call), Return: ms(ret)}
 	}
-	tests := []struct {
-		name    string
-		history []recordedOp
-		ok      bool
-	}{
+	tests := []historyCase{
 		{"create then read", []recordedOp{create(0, 0, 10, "a", 2, outOK), read(1, 20, 30, "a", 2)}, true},
 		{"read misses an acknowledged create", []recordedOp{create(0, 0, 10, "a", 2, outOK), read(1, 20, 30, "a", 0)}, false},
 		{"stale read after delete", []recordedOp{
@@ -65,7 +61,20 @@ func TestTopicModel(t *testing.T) {
 			create(1, 0, 10, "a", 1, outOK), del(0, 20, 30, "a", outNotFound),
 		}, false},
 	}
-	for _, tt := range tests {
+	checkHistories(t, tests)
+}
+
+// historyCase is a hand-built history and whether it is linearizable.
+type historyCase struct {
+	name    string
+	history []recordedOp
+	ok      bool
+}
+
+// checkHistories checks each case's history with topicModel.
+func checkHistories(t *testing.T, cases []historyCase) {
+	t.Helper()
+	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			got := porcupine.CheckOperations(topicModel, porcupineHistory(tt.history))
 			if got != tt.ok {
@@ -104,11 +113,7 @@ func TestTopicModel_Configs(t *testing.T) {
 	describe := func(client, call, ret int, value string) recordedOp {
 		return op(client, call, ret, topicOp{Kind: "describe"}, topicResult{Outcome: outOK, Partitions: 1, Configs: configs(value)})
 	}
-	tests := []struct {
-		name    string
-		history []recordedOp
-		ok      bool
-	}{
+	tests := []historyCase{
 		{"set then read", []recordedOp{create(0, 0, 10, outOK), set(0, 20, 30, retention[0], outOK), readConfigs(1, 40, 50, retention[0]), describe(1, 60, 70, retention[0])}, true},
 		{"a read misses an acknowledged set", []recordedOp{create(0, 0, 10, outOK), set(0, 20, 30, retention[0], outOK), readConfigs(1, 40, 50, "")}, false},
 		{"describe sees the configs too", []recordedOp{create(0, 0, 10, outOK), set(0, 20, 30, retention[0], outOK), describe(1, 40, 50, retention[1])}, false},
@@ -134,14 +139,7 @@ func TestTopicModel_Configs(t *testing.T) {
 			create(0, 0, 10, outOK), set(0, 20, 30, retention[0], outOK), set(1, 40, 50, retention[1], outOK), set(0, 60, 70, retention[0], outOK), readConfigs(1, 80, 90, retention[1]),
 		}, false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := porcupine.CheckOperations(topicModel, porcupineHistory(tt.history))
-			if got != tt.ok {
-				t.Fatalf("linearizable = %v, want %v", got, tt.ok)
-			}
-		})
-	}
+	checkHistories(t, tests)
 }
 
 // TestFirstUnexplained: the answer a failure message names is the stale

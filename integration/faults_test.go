@@ -990,8 +990,15 @@ func (r *faultRun) healAndCheck(t *testing.T, brokers []int32, tally *faultTally
 		if op, ok := firstUnexplained(r.history, checkTimeout); ok {
 			msg += "; the first answer no order explains is " + r.describeAnswer(op)
 			// A final read: an operation of unknown outcome may explain a
-			// stale answer before it away. Without them, that is the one.
-			if op2, ok := firstUnexplained(withoutUnknown(r.history), checkTimeout); ok && op.Operator == "final" && op2 != op {
+			// stale answer about the topic before it away. Without them,
+			// that is the one.
+			var same []recordedOp
+			for _, o := range withoutUnknown(r.history) {
+				if o.Op.Topic == op.Op.Topic {
+					same = append(same, o)
+				}
+			}
+			if op2, ok := firstUnexplained(same, checkTimeout); ok && op.Operator == "final" && op2 != op {
 				msg += "; if no operation of unknown outcome took effect, it is " + r.describeAnswer(op2)
 			}
 		}

@@ -766,13 +766,12 @@ func (r *dataRun) waitPartition(topic string, part int32, ok func(partitionJSON)
 // ---------------------------------------------------------------------------
 // Network and disks
 
-// startCluster starts the run's cluster: 3 controllers and brokers with
-// Kafka listeners, each broker's data dir on a disk of its own when the
-// machine can make them (for broker-disk-full), and each broker behind
-// proxies of its own (dataNet).
+// startCluster starts the run's cluster: 3 controllers and brokers with Kafka listeners, each broker's data
+// dir on a disk of its own when the machine can make them (for
+// broker-disk-full), and each broker behind proxies of its own (dataNet).
 func (r *dataRun) startCluster(t *testing.T, brokers []int32) {
 	t.Helper()
-	opts := []clusterOption{withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second)}
+	opts := []clusterOption{withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second), withBrokerLinks()}
 	if why, _ := disksAvailable(); why == "" {
 		// Made before the cluster starts, so unmounted after it stops.
 		r.disks = newDisks(t, "broker", brokers...)
@@ -780,9 +779,9 @@ func (r *dataRun) startCluster(t *testing.T, brokers []int32) {
 	} else if slices.ContainsFunc(r.mode.kinds, func(k dataFaultKind) bool { return k.name == "broker-disk-full" }) {
 		t.Logf("broker-disk-full is skipped: %s", why)
 	}
-	// Closed after the processes have stopped: a broker's clean stop
-	// needs the controllers, which it reaches through the proxies.
-	r.net = &dataNet{toCtrl: map[int32][]*faultproxy.Proxy{}, in: map[int32]*faultproxy.Proxy{}}
+	// Closed after the processes have stopped: a broker's followers fetch
+	// through them.
+	r.net = &dataNet{in: map[int32]*faultproxy.Proxy{}}
 	t.Cleanup(r.net.close)
 	c := startCluster(t, 3, opts...)
 	c.WaitForActive(t, activeTimeout)
@@ -793,8 +792,8 @@ func (r *dataRun) startCluster(t *testing.T, brokers []int32) {
 	bopts := make([][]brokerOption, len(brokers))
 	for i, id := range brokers {
 		r.kafka[id] = addrs[i]
-		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags(append([]string{"--kafka-listen=" + addrs[i],
-			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms"}, r.net.flags(id)...)...)}
+		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags("--kafka-listen="+addrs[i],
+			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms", "--advertise="+r.net.in[id].Addr())}
 	}
 	c.startBrokers(brokers, bopts)
 	for _, id := range brokers {
@@ -804,26 +803,22 @@ func (r *dataRun) startCluster(t *testing.T, brokers []int32) {
 }
 
 // dataNet is the fault proxies of the data suite's brokers: each broker
-// dials each controller through a proxy of its own (--test-dial-via, leader
-// hints included), and advertises a proxy in front of its gRPC service
-// (--advertise), through which its followers fetch from it. Cutting both
-// cuts a leader off from the quorum and from its followers, while its
-// Kafka listener, which is not proxied, still takes produce requests.
+// dials each controller through links of its own (keelproc's
+// Config.ProxyBrokers: --test-dial-via, leader hints included), and
+// advertises (--advertise) a proxy in front of its gRPC service, through
+// which its followers fetch from it and the active controller dials it
+// before a crash fence. Cutting both cuts a leader off from the quorum and
+// from its followers, while its Kafka listener, which is not proxied,
+// still takes produce requests.
 type dataNet struct {
-	toCtrl map[int32][]*faultproxy.Proxy // by broker
-	in     map[int32]*faultproxy.Proxy   // by broker: its followers' fetches
+	c  *Cluster
+	in map[int32]*faultproxy.Proxy // by broker: its followers' fetches
 }
 
 func (n *dataNet) build(t *testing.T, c *Cluster, brokers []int32) {
 	t.Helper()
+	n.c = c
 	for _, b := range brokers {
-		for _, id := range c.IDs() {
-			p, err := faultproxy.New(fmt.Sprintf("broker-%d-to-controller-%d", b, id), c.Addr(id))
-			if err != nil {
-				t.Fatal(err)
-			}
-			n.toCtrl[b] = append(n.toCtrl[b], p)
-		}
 		// Its target is set once the broker has a port (startCluster).
 		p, err := faultproxy.New(fmt.Sprintf("to-broker-%d", b), "127.0.0.1:1")
 		if err != nil {
@@ -833,20 +828,9 @@ func (n *dataNet) build(t *testing.T, c *Cluster, brokers []int32) {
 	}
 }
 
-// flags are broker id's flags that route it through its proxies.
-func (n *dataNet) flags(id int32) []string {
-	var via []string
-	for _, p := range n.toCtrl[id] {
-		via = append(via, p.Target()+"="+p.Addr())
-	}
-	return []string{"--advertise=" + n.in[id].Addr(), "--test-dial-via=" + strings.Join(via, ",")}
-}
-
 // cut cuts broker id off from the controllers and from its followers.
 func (n *dataNet) cut(id int32, m faultproxy.Mode) {
-	for _, p := range n.toCtrl[id] {
-		p.Set(m)
-	}
+	n.c.setBrokerLinks(id, m)
 	n.in[id].Set(m)
 }
 
@@ -854,11 +838,6 @@ func (n *dataNet) cut(id int32, m faultproxy.Mode) {
 func (n *dataNet) heal(id int32) { n.cut(id, faultproxy.Up) }
 
 func (n *dataNet) close() {
-	for _, ps := range n.toCtrl {
-		for _, p := range ps {
-			p.Close()
-		}
-	}
 	for _, p := range n.in {
 		p.Close()
 	}

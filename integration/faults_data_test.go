@@ -8,7 +8,11 @@ package integration
 // broker's controlled shutdown) controllers and brokers, the active
 // controller and partition leaders included, and starts them again; cuts
 // a partition leader off from the quorum and its followers with fault
-// proxies while producers still reach it; and fills a broker's disk. After
+// proxies while producers still reach it; fills a broker's disk; and
+// injects gray failures (faults_data_gray_test.go): power losses of
+// brokers, one of them the ISR's last member while an ELR member holds the
+// only clean copy, restores of a metadata snapshot saved at the start, and
+// blips of a broker's links to the controllers. After
 // the faults everything is healed, the ISRs fill again, every partition is
 // read from its start to its high watermark and checked with the Kafka
 // tests' check (ackedRecordViolations), and against what the consumers saw
@@ -20,8 +24,10 @@ package integration
 //
 // It takes the fault suite's environment (faults_test.go): KEEL_FAULT_RUNS
 // (default 1), KEEL_FAULT_DURATION (default 20s; 10s in the unclean mode),
-// KEEL_FAULT_SEED. `make test` runs each mode once; `make faults-data` and
-// `make faults-data-unclean` run them longer.
+// KEEL_FAULT_SEED; and KEEL_DATA_FAULTS, a comma-separated list of the
+// fault kinds to inject (default: all of the mode's). `make test` runs
+// each mode once; `make faults-data` and `make faults-data-unclean` run
+// them longer.
 
 import (
 	"context"
@@ -68,6 +74,10 @@ var dataFaultKinds = []dataFaultKind{
 	{"sigterm-broker", 2},
 	{"cut-partition-leader", 3},
 	{"broker-disk-full", 1},
+	{"power-loss-broker", 2},
+	{"power-loss-last-isr-member", 1},
+	{"restore-snapshot", 1},
+	{"blip-broker-links", 3},
 }
 
 // uncleanFaultKinds are what the unclean mode's nemesis injects: mostly
@@ -96,7 +106,7 @@ func TestDataFaults(t *testing.T) {
 	if os.Getenv("KEEL_FAULT_DURATION") == "" {
 		cfg.duration = 20 * time.Second
 	}
-	mode := dataMode{target: "faults-data", kinds: dataFaultKinds}
+	mode := dataMode{target: "faults-data", kinds: onlyDataFaults(t, dataFaultKinds)}
 	runSeeded(t, cfg, "data fault suite", mode.target, newDataTally(), func(t *testing.T, seed int64, d time.Duration) *dataTally {
 		return runDataFaults(t, mode, seed, d)
 	})
@@ -119,10 +129,30 @@ func TestDataFaultsUnclean(t *testing.T) {
 	if os.Getenv("KEEL_FAULT_DURATION") == "" {
 		cfg.duration = 10 * time.Second
 	}
-	mode := dataMode{target: "faults-data-unclean", unclean: true, kinds: uncleanFaultKinds}
+	mode := dataMode{target: "faults-data-unclean", unclean: true, kinds: onlyDataFaults(t, uncleanFaultKinds)}
 	runSeeded(t, cfg, "data fault suite (unclean mode)", mode.target, newDataTally(), func(t *testing.T, seed int64, d time.Duration) *dataTally {
 		return runDataFaults(t, mode, seed, d)
 	})
+}
+
+// onlyDataFaults returns the kinds that KEEL_DATA_FAULTS names (a comma
+// separated list; all of them when it is unset), at their weights, to
+// replay or try one kind of fault alone. It fails the test on a name that
+// is not a kind of the mode.
+func onlyDataFaults(t *testing.T, kinds []dataFaultKind) []dataFaultKind {
+	env := os.Getenv("KEEL_DATA_FAULTS")
+	if env == "" {
+		return kinds
+	}
+	var out []dataFaultKind
+	for _, name := range strings.Split(env, ",") {
+		i := slices.IndexFunc(kinds, func(k dataFaultKind) bool { return k.name == strings.TrimSpace(name) })
+		if i < 0 {
+			t.Fatalf("KEEL_DATA_FAULTS=%q: %q is not one of this mode's faults", env, name)
+		}
+		out = append(out, kinds[i])
+	}
+	return out
 }
 
 // dataTally counts what a run did, for the report.
@@ -138,6 +168,7 @@ type dataTally struct {
 	// crashElections: controller elections started at once on finding
 	// the raft leader's process gone.
 	crashElections int
+	gray           grayTally // the gray failures' own counts
 }
 
 func newDataTally() *dataTally {
@@ -163,6 +194,7 @@ func (d *dataTally) Add(o *dataTally) {
 	d.lost += o.lost
 	d.unacked += o.unacked
 	d.crashElections += o.crashElections
+	d.gray.add(&o.gray)
 }
 
 func (d *dataTally) String() string {
@@ -177,6 +209,7 @@ func (d *dataTally) String() string {
 	for _, k := range sortedKeys(d.failures) {
 		fmt.Fprintf(&b, "; %dx %s", d.failures[k], k)
 	}
+	d.gray.write(&b)
 	fmt.Fprintf(&b, "\nread during the faults: %d; read at the end: %d (acknowledged: %d found, %d lost; %d never acknowledged)",
 		d.seen, d.final, d.found, d.lost, d.unacked)
 	if len(d.tolerated) > 0 {
@@ -210,6 +243,12 @@ type dataRun struct {
 	topics []string
 	start  time.Time
 
+	brokers []int32
+	prods   []*streamProducer // by topic
+	// snapshot is a metadata snapshot saved before the faults, which
+	// restore-snapshot restores.
+	snapshot string
+
 	mu        sync.Mutex
 	faults    []dataFault
 	seen      map[string]map[int32]map[int64]seenRecord // topic -> partition -> offset
@@ -232,7 +271,7 @@ func runDataFaults(t *testing.T, mode dataMode, seed int64, duration time.Durati
 	t.Logf("seed %d: replay with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make %s", seed, seed, mode.target)
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>32|1))
 	brokers := []int32{1, 2, 3}
-	r := &dataRun{mode: mode, seen: map[string]map[int32]map[int64]seenRecord{}, fetchErrs: map[string]int{}}
+	r := &dataRun{mode: mode, brokers: brokers, seen: map[string]map[int32]map[int64]seenRecord{}, fetchErrs: map[string]int{}}
 	r.startCluster(t, brokers)
 	c := r.c
 	unclean := fmt.Sprint(mode.unclean)
@@ -251,6 +290,11 @@ func runDataFaults(t *testing.T, mode dataMode, seed int64, duration time.Durati
 			t.Fatalf("%s: unclean.leader.election.enable: %+v; want %s", topic, v, unclean)
 		}
 	}
+	if slices.ContainsFunc(mode.kinds, func(k dataFaultKind) bool { return k.name == "restore-snapshot" }) {
+		// Older than everything the faults will do: the topics, but none
+		// of the leader changes, registrations or producer ids to come.
+		r.snapshot, _ = c.saveSnapshot(t)
+	}
 	kafka := r.kafka
 	tally := newDataTally()
 	t.Cleanup(func() {
@@ -268,6 +312,7 @@ func runDataFaults(t *testing.T, mode dataMode, seed int64, duration time.Durati
 	for i, topic := range r.topics {
 		prods[i] = startProducer(t, kafka, topic, dataPartitions, "")
 	}
+	r.prods = prods
 	workCtx, stopWork := context.WithCancel(context.Background())
 	defer stopWork()
 	var wg sync.WaitGroup
@@ -588,6 +633,7 @@ func (r *dataRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration, 
 			linkMode = faultproxy.Blackhole
 		}
 		from := time.Now()
+		outcome := grayInjected
 		// leaderOr is the leader of topic-part, or anyBroker when the
 		// controllers do not say.
 		leaderOr := func() (int32, string) {
@@ -669,8 +715,15 @@ func (r *dataRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration, 
 			r.fault(from, "%s: %s %d's disk full for %v: %s", kind, how, id, d, what)
 		case "lagging-follower-elected":
 			r.laggingFollowerElected(t, from, kind, topic, part, hold)
+		case "power-loss-broker", "power-loss-last-isr-member", "restore-snapshot", "blip-broker-links":
+			outcome = r.grayFault(t, rng, kind, from, topic, part, leaderOr, hold, tally)
 		}
-		tally.faults[kind]++
+		switch outcome {
+		case grayStop:
+			return
+		case grayInjected:
+			tally.faults[kind]++
+		}
 		time.Sleep(hold(100*time.Millisecond, 800*time.Millisecond))
 	}
 }
@@ -766,12 +819,13 @@ func (r *dataRun) waitPartition(topic string, part int32, ok func(partitionJSON)
 // ---------------------------------------------------------------------------
 // Network and disks
 
-// startCluster starts the run's cluster: 3 controllers and brokers with Kafka listeners, each broker's data
+// startCluster starts the run's cluster: 3 controllers (with metrics, for
+// the fence counts) and brokers with Kafka listeners, each broker's data
 // dir on a disk of its own when the machine can make them (for
 // broker-disk-full), and each broker behind proxies of its own (dataNet).
 func (r *dataRun) startCluster(t *testing.T, brokers []int32) {
 	t.Helper()
-	opts := []clusterOption{withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second), withBrokerLinks()}
+	opts := []clusterOption{withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second), withMetrics(), withBrokerLinks()}
 	if why, _ := disksAvailable(); why == "" {
 		// Made before the cluster starts, so unmounted after it stops.
 		r.disks = newDisks(t, "broker", brokers...)

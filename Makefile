@@ -60,9 +60,11 @@ faults: build
 ## faults-data: the data fault suite for longer: FAULT_RUNS runs (10) of FAULT_DURATION
 ## faults each (30s): idempotent acks=all franz-go producers and consumers on RF-3 topics
 ## (unclean election off) while controllers and brokers are killed, paused and stopped
-## (SIGTERM), partition leaders cut off from the quorum and their followers, and broker
-## disks filled; every acknowledged record must be read back at its offset. KEEL_FAULT_SEED
-## replays a run. `make test` runs it once for 20s.
+## (SIGTERM), partition leaders cut off from the quorum and their followers, broker disks
+## filled, brokers losing power, an old metadata snapshot restored and brokers' links to
+## the controllers blipping; every acknowledged record must be read back at its offset.
+## KEEL_FAULT_SEED replays a run; KEEL_DATA_FAULTS=kind,... injects only those kinds.
+## `make test` runs it once for 20s.
 faults-data: build
 	KEEL_FAULT_RUNS=$(FAULT_RUNS) KEEL_FAULT_DURATION=$(FAULT_DURATION) \
 		$(GO) test -race -count=1 -run '^TestDataFaults$$' -v -timeout 60m ./integration/ 2>&1 | \

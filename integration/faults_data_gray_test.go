@@ -172,9 +172,9 @@ var (
 	blipLong  = [2]time.Duration{time.Second, 2 * time.Second}
 )
 
-// grayFault injects a gray fault of kind, on topic-part or its leader (or
-// the broker leader returns), holding it for lengths drawn by hold; rng
-// draws its other choices.
+// grayFault injects a gray fault of kind on topic-part, or on the broker
+// leader returns (its leader, or any broker when it has none), for lengths
+// drawn by hold; rng draws its other choices.
 func (r *dataRun) grayFault(t *testing.T, rng *rand.Rand, kind string, from time.Time, topic string, part int32,
 	leader func() (int32, string), hold func(lo, hi time.Duration) time.Duration, tally *dataTally) grayOutcome {
 	var out grayOutcome

@@ -220,22 +220,6 @@ func (c *Controller) ImageCheck() *keelpb.ImageCheck {
 	return ic.proto(time.Now())
 }
 
-// checkImages compares the voters' digests every ImageCheckInterval while
-// this node is active.
-func (l *leadership) checkImages() {
-	defer l.wg.Done()
-	tick := time.NewTicker(l.c.cfg.ImageCheckInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-l.ctx.Done():
-			return
-		case <-tick.C:
-		}
-		l.checkImagesOnce()
-	}
-}
-
 // checkImagesOnce asks every other voter for its digest at the index of
 // this node's latest, judges, and acts on the verdict.
 func (l *leadership) checkImagesOnce() {

@@ -56,7 +56,7 @@ type leadership struct {
 
 	// imageChecked is the latest comparison of the voters' image digests
 	// (integrity.go); reportedImages, the voters whose difference was
-	// logged in this term (checkImages' own).
+	// logged in this term (checkImagesOnce's own).
 	imageChecked   atomic.Pointer[imageCheck]
 	reportedImages map[int32]bool
 }
@@ -110,8 +110,8 @@ func (l *leadership) run() {
 	l.sessions.reset(l.c.fsm.Image().Brokers(), l.c.cfg.Now())
 	l.c.active.Store(l)
 	l.log.Info("active controller", "epoch", l.epoch.Load(), "takeover", time.Since(start).Round(time.Millisecond))
-	l.wg.Add(4)
-	go l.fenceExpiredSessions()
+	l.wg.Add(3)
+	l.every(max(l.c.cfg.SessionTimeout/8, 10*time.Millisecond), l.fenceExpiredSessions)
 	go l.electLeaderless()
 	go l.registerControllers()
 	go l.recoverFromLogs()
@@ -120,12 +120,10 @@ func (l *leadership) run() {
 		go l.fenceCrashed()
 	}
 	if l.c.cfg.LeaderImbalanceCheckInterval > 0 {
-		l.wg.Add(1)
-		go l.rebalanceLeaders()
+		l.every(l.c.cfg.LeaderImbalanceCheckInterval, l.rebalanceLeaders)
 	}
 	if l.c.cfg.CompareImage != nil && l.c.cfg.ImageCheckInterval > 0 {
-		l.wg.Add(1)
-		go l.checkImages()
+		l.every(l.c.cfg.ImageCheckInterval, l.checkImagesOnce)
 	}
 	l.eventLoop()
 	l.close()
@@ -403,6 +401,25 @@ func (l *leadership) queue(ctx context.Context, d decision) (wait func() (uint64
 	}, nil
 }
 
+// every calls fn every interval, on a goroutine of the leadership's own,
+// until the leadership ends.
+func (l *leadership) every(interval time.Duration, fn func()) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-l.ctx.Done():
+				return
+			case <-tick.C:
+			}
+			fn()
+		}
+	}()
+}
+
 // fenceExpiredSessions fences every active broker whose session has run
 // out, one broker per decision, the longest silent first (Kafka's
 // maybeFenceOneStaleBroker): each fencing is decided on the image the one
@@ -413,35 +430,25 @@ func (l *leadership) queue(ctx context.Context, d decision) (wait func() (uint64
 // round. It checks several times per session timeout so a dead broker is
 // fenced soon after its session ends.
 func (l *leadership) fenceExpiredSessions() {
-	defer l.wg.Done()
-	tick := time.NewTicker(max(l.c.cfg.SessionTimeout/8, 10*time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case <-l.ctx.Done():
-			return
-		case <-tick.C:
+	n := len(l.sessions.expired(l.c.fsm.Image(), l.c.cfg.Now()))
+	waits := make([]func() (uint64, error), 0, n)
+	for range n {
+		wait, err := l.queue(l.ctx, l.fenceOneExpired)
+		if err != nil {
+			if l.ctx.Err() == nil {
+				l.log.Warn("fencing expired brokers failed", "err", err)
+			}
+			break
 		}
-		n := len(l.sessions.expired(l.c.fsm.Image(), l.c.cfg.Now()))
-		waits := make([]func() (uint64, error), 0, n)
-		for range n {
-			wait, err := l.queue(l.ctx, l.fenceOneExpired)
-			if err != nil {
-				if l.ctx.Err() == nil {
-					l.log.Warn("fencing expired brokers failed", "err", err)
-				}
-				break
-			}
-			waits = append(waits, wait)
+		waits = append(waits, wait)
+	}
+	for _, wait := range waits {
+		index, err := wait()
+		if err != nil && l.ctx.Err() == nil {
+			l.log.Warn("fencing an expired broker failed", "err", err)
 		}
-		for _, wait := range waits {
-			index, err := wait()
-			if err != nil && l.ctx.Err() == nil {
-				l.log.Warn("fencing an expired broker failed", "err", err)
-			}
-			if err == nil && index > 0 {
-				l.c.metrics.fenced.WithLabelValues(FenceCauseSessionExpired).Inc()
-			}
+		if err == nil && index > 0 {
+			l.c.metrics.fenced.WithLabelValues(FenceCauseSessionExpired).Inc()
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"math/rand/v2"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -190,31 +189,21 @@ func (c *Controller) ReassignPlan(ctx context.Context, plan []ReassignmentTarget
 // a preferred election for the partitions of each broker whose share of
 // partitions it should lead but does not exceeds the imbalance ratio.
 func (l *leadership) rebalanceLeaders() {
-	defer l.wg.Done()
-	tick := time.NewTicker(l.c.cfg.LeaderImbalanceCheckInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-l.ctx.Done():
-			return
-		case <-tick.C:
-		}
-		n := 0
-		_, err := l.decide(l.ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
-			var recs []*keelpb.Record
-			for _, p := range imbalancedPartitions(img, l.c.cfg.LeaderImbalanceRatio) {
-				if rec, _, err := electionRecord(img, p, keelpb.ElectionType_ELECTION_TYPE_PREFERRED); err == nil && rec != nil {
-					recs = append(recs, rec)
-				}
+	n := 0
+	_, err := l.decide(l.ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		var recs []*keelpb.Record
+		for _, p := range imbalancedPartitions(img, l.c.cfg.LeaderImbalanceRatio) {
+			if rec, _, err := electionRecord(img, p, keelpb.ElectionType_ELECTION_TYPE_PREFERRED); err == nil && rec != nil {
+				recs = append(recs, rec)
 			}
-			n = len(recs)
-			return recs, nil
-		})
-		switch {
-		case err != nil && l.ctx.Err() == nil:
-			l.log.Warn("leader rebalance failed", "err", err)
-		case n > 0:
-			l.log.Info("leader rebalance: preferred leaders restored", "partitions", n)
 		}
+		n = len(recs)
+		return recs, nil
+	})
+	switch {
+	case err != nil && l.ctx.Err() == nil:
+		l.log.Warn("leader rebalance failed", "err", err)
+	case n > 0:
+		l.log.Info("leader rebalance: preferred leaders restored", "partitions", n)
 	}
 }

@@ -34,6 +34,10 @@ type watchedStore struct {
 
 	// failStop, once Open has started raft, is Config.FailStop.
 	failStop atomic.Pointer[func(error)]
+
+	// cutFrom is the first index of a log suffix raft deleted and has not
+	// yet stored entries in place of (0: none); see StoreLogs.
+	cutFrom atomic.Uint64
 }
 
 // Failure reports when storage last failed and how, or a zero time when
@@ -92,12 +96,42 @@ func (s *watchedStore) GetLog(index uint64, l *raft.Log) error {
 
 func (s *watchedStore) StoreLog(l *raft.Log) error { return s.write(s.logStore.StoreLog(l), true) }
 
+// StoreLogs stores entries. A follower that takes a new leader's entries
+// first deletes the suffix of its log that conflicts with them, then
+// stores them; if that store fails (a full disk), hashicorp/raft keeps its
+// own idea of its last entry from before the delete (raft.go's
+// appendEntries: "TODO: leaving r.getLastLog() in the wrong state if there
+// was a truncation above"), and from then on refuses every AppendEntries
+// because it cannot read an entry it believes it has: the node is stuck
+// until it restarts, and raft reads its last entry from the store again.
+// So that failure goes to failStop, which ends the process with one line,
+// when one is set.
 func (s *watchedStore) StoreLogs(logs []*raft.Log) error {
-	return s.write(s.logStore.StoreLogs(logs), len(logs) > 0)
+	err := s.write(s.logStore.StoreLogs(logs), len(logs) > 0)
+	cut := s.cutFrom.Load()
+	switch {
+	case err == nil:
+		s.cutFrom.Store(0)
+	case cut != 0:
+		if stop := s.failStop.Load(); stop != nil {
+			(*stop)(fmt.Errorf("raft cut its log back to index %d to take the leader's entries and could not store them, "+
+				"which leaves its view of its own log wrong until it restarts: %w", cut, err))
+		}
+	}
+	return err
 }
 
+// DeleteRange deletes entries: a prefix (compaction after a snapshot) or a
+// suffix (a follower's entries that conflict with the leader's, which
+// StoreLogs must then replace).
 func (s *watchedStore) DeleteRange(min, max uint64) error {
-	return s.write(s.logStore.DeleteRange(min, max), false)
+	if err := s.write(s.logStore.DeleteRange(min, max), false); err != nil {
+		return err
+	}
+	if last, err := s.logStore.LastIndex(); err == nil && last < min {
+		s.cutFrom.Store(min)
+	}
+	return nil
 }
 
 func (s *watchedStore) Set(key, val []byte) error {

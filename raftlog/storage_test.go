@@ -3,6 +3,7 @@ package raftlog
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -221,6 +222,68 @@ func TestWatchedStore_CountsFailures(t *testing.T) {
 	if len(stopped) != 1 || !errors.Is(stopped[0], syscall.ENOSPC) ||
 		stopped[0].Error() != "raft cannot store its current term 4, and a node that cannot must stop: write raft.db: no space left on device" {
 		t.Errorf("FailStop called with %v; want once, for the term", stopped)
+	}
+}
+
+// TestWatchedStore_FailedStoreAfterACutStops: a follower that deleted the
+// suffix of its log that conflicts with a new leader's entries and then
+// cannot store them would be stuck (raft keeps its last entry from before
+// the cut), so that failure goes to FailStop; a failed store with no cut
+// before it, and a prefix deleted by compaction, do not.
+func TestWatchedStore_FailedStoreAfterACutStops(t *testing.T) {
+	var fail, stable atomic.Bool
+	s := &watchedStore{logStore: failingStore{memStore{raft.NewInmemStore()}, &fail, &stable}}
+	var stopped []error
+	stop := func(err error) { stopped = append(stopped, err) }
+	s.failStop.Store(&stop)
+	entries := func(from, to uint64) []*raft.Log {
+		var l []*raft.Log
+		for i := from; i <= to; i++ {
+			l = append(l, &raft.Log{Index: i, Term: 1})
+		}
+		return l
+	}
+	if err := s.StoreLogs(entries(1, 10)); err != nil {
+		t.Fatal(err)
+	}
+
+	// A failed store with nothing cut: raft sends the entries again.
+	fail.Store(true)
+	_ = s.StoreLogs(entries(11, 12))
+	// A prefix deleted by compaction is no cut.
+	fail.Store(false)
+	if err := s.DeleteRange(1, 3); err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	_ = s.StoreLogs(entries(11, 12))
+	if len(stopped) != 0 {
+		t.Fatalf("FailStop called with %v; want no call without a cut", stopped)
+	}
+
+	// A cut replaced by a successful store: nothing.
+	fail.Store(false)
+	if err := s.DeleteRange(9, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StoreLogs(entries(9, 11)); err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	_ = s.StoreLogs(entries(12, 12))
+	if len(stopped) != 0 {
+		t.Fatalf("FailStop called with %v after a cut was replaced", stopped)
+	}
+
+	// A cut whose replacement cannot be stored: stop.
+	fail.Store(false)
+	if err := s.DeleteRange(8, 11); err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	_ = s.StoreLogs(entries(8, 9))
+	if len(stopped) != 1 || !errors.Is(stopped[0], syscall.ENOSPC) || !strings.Contains(stopped[0].Error(), "cut its log back to index 8") {
+		t.Errorf("FailStop called with %v; want once, for the cut at 8", stopped)
 	}
 }
 

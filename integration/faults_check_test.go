@@ -515,8 +515,10 @@ func partitionViolations(topic string, parts []*keelpb.PartitionDescription) []s
 // The rules gray faults are judged by (issue 26): no leader change for a
 // blip of one of the leader's raft links or of its public address, nor for
 // a pause shorter than the election timeout, nor for a blip of every link
-// of the leader's shorter than leaderBlipNoChangeBelow; and a crash
-// election on every kill -9 of the leader of a healthy quorum.
+// of the leader's shorter than leaderBlipNoChangeBelow, nor for a blip of a
+// broker's links; no fence of a broker for a blip of its links shorter
+// than brokerBlipNoFenceBelow; and a crash election on every kill -9 of the
+// leader of a healthy quorum.
 const (
 	// leaderBlipNoChangeBelow: a blip of every link of the leader's shorter
 	// than this must not change the leader. A crash election must confirm a
@@ -535,6 +537,21 @@ const (
 	// milliseconds plus the confirmation window; this is several times the
 	// target failover (a median under 0.5 s), so that load cannot fail it.
 	crashElectionWithin = 2 * time.Second
+	// faultCrashGrace is the controllers' --crash-grace in the fault
+	// suite: a broker whose stream's connection closed and that is not
+	// seen again within it is fenced for a crash if its port refuses a
+	// dial.
+	faultCrashGrace = 500 * time.Millisecond
+	// brokerBlipNoFenceBelow: a blip of a live broker's links to the
+	// controllers shorter than this must not fence it. Shorter than the
+	// crash grace, it is back (a stream or a heartbeat) before the grace
+	// ends; if not, or if the blip is longer than the grace, the active
+	// controller's dial at the end of the grace finds its port listening
+	// (its process lives) and leaves it to its session (testSessionTimeout,
+	// 2 s), which it keeps: it heartbeats every 200 ms, and again within
+	// an interval of its links' return. Half a session leaves a second
+	// for that.
+	brokerBlipNoFenceBelow = testSessionTimeout / 2
 )
 
 // grayFault is one gray fault as the nemesis injected and watched it.
@@ -558,6 +575,15 @@ type grayFault struct {
 	// CrashBefore and CrashAfter count the crash elections the controllers
 	// had logged before a kill and by the end of its watch.
 	CrashBefore, CrashAfter int
+	// Broker is the broker whose links a blip-broker cut (0 for the other
+	// kinds). Fences counts its fences that the brokers replayed from the
+	// fault's start to the end of its watch (the most any one broker
+	// replayed); Listening the controllers' dials of its port, at the end
+	// of the crash grace, that found it listening, or -1 if a controller's
+	// metrics did not answer.
+	Broker    int32
+	Fences    int
+	Listening int
 }
 
 // judged reports whether the rules apply to f, and if not, why not.
@@ -578,7 +604,7 @@ func (f grayFault) leaderChanged() bool { return f.EpochAfter > f.EpochBefore }
 // through f.
 func (f grayFault) mustKeepLeader() bool {
 	switch f.Kind {
-	case "blip-link", "blip-public", "pause-leader-short":
+	case "blip-link", "blip-public", "pause-leader-short", "blip-broker":
 		return true
 	case "blip-leader":
 		return f.Len < leaderBlipNoChangeBelow
@@ -606,13 +632,25 @@ func grayViolations(fs []grayFault) []string {
 			bad = append(bad, fmt.Sprintf("%s: no crash election within %v of kill -9 of the leader of a healthy quorum (epoch %d, node %d active, by then)",
 				f, crashElectionWithin, f.EpochAfter, f.ActiveAfter))
 		}
+		if f.Kind == "blip-broker" && f.Len < brokerBlipNoFenceBelow && f.Fences > 0 {
+			why := fmt.Sprintf("shorter than the crash grace (%v)", faultCrashGrace)
+			if f.Len >= faultCrashGrace {
+				why = fmt.Sprintf("longer than the crash grace (%v), its process listening, within its session (%v)", faultCrashGrace, testSessionTimeout)
+			}
+			bad = append(bad, fmt.Sprintf("%s: broker %d was fenced (%d fences replayed) by a blip of its links %s", f, f.Broker, f.Fences, why))
+		}
 	}
 	return bad
 }
 
-// blipBucket is the length class a gray fault is reported in.
-func blipBucket(d time.Duration) string {
+// blipBucket is the length class a gray fault of kind is reported in: for
+// a broker's blip, shorter or longer than the crash grace.
+func blipBucket(kind string, d time.Duration) string {
 	switch {
+	case kind == "blip-broker" && d < faultCrashGrace:
+		return fmt.Sprintf("<%v", faultCrashGrace)
+	case kind == "blip-broker":
+		return fmt.Sprintf(">=%v", faultCrashGrace)
 	case d < leaderBlipNoChangeBelow:
 		return fmt.Sprintf("<%v", leaderBlipNoChangeBelow)
 	case d < 300*time.Millisecond:
@@ -623,14 +661,16 @@ func blipBucket(d time.Duration) string {
 
 // summarizeGray counts gray faults for the report: per kind and length,
 // how many, how many judged, and the leader changes they were followed
-// by; per kill of a leader, the crash elections it got.
+// by; per kill of a leader, the crash elections it got; per blip of a
+// broker's links, the blips that fenced it and those whose broker a
+// controller's dial found listening at the end of the crash grace.
 func summarizeGray(fs []grayFault) string {
-	type count struct{ n, judged, changed, crash, crashElections int }
+	type count struct{ n, judged, changed, crash, crashElections, fenced, listened int }
 	counts := make(map[string]*count)
 	for _, f := range fs {
 		key := f.Kind
 		if f.Kind != "kill-leader" {
-			key += " " + blipBucket(f.Len)
+			key += " " + blipBucket(f.Kind, f.Len)
 		}
 		c := counts[key]
 		if c == nil {
@@ -648,13 +688,23 @@ func summarizeGray(fs []grayFault) string {
 			c.crash++
 			c.crashElections += f.CrashAfter - f.CrashBefore
 		}
+		if f.Fences > 0 {
+			c.fenced++
+		}
+		if f.Listening > 0 {
+			c.listened++
+		}
 	}
 	var lines []string
 	for _, k := range sortedKeys(counts) {
 		c := counts[k]
-		if strings.HasPrefix(k, "kill-leader") {
+		switch {
+		case strings.HasPrefix(k, "kill-leader"):
 			lines = append(lines, fmt.Sprintf("  %s: %d (%d judged), %d with a crash election (%d started)", k, c.n, c.judged, c.crash, c.crashElections))
-		} else {
+		case strings.HasPrefix(k, "blip-broker"):
+			lines = append(lines, fmt.Sprintf("  %s: %d (%d judged), %d followed by a leader change, %d fenced the broker, %d found it listening at the end of the grace",
+				k, c.n, c.judged, c.changed, c.fenced, c.listened))
+		default:
 			lines = append(lines, fmt.Sprintf("  %s: %d (%d judged), %d followed by a leader change", k, c.n, c.judged, c.changed))
 		}
 	}
@@ -704,6 +754,46 @@ func healthyQuorum(ids []int32, views map[int32]*keelpb.DescribeQuorumResponse) 
 // healthyContact: how recently the leader must have heard from every voter
 // for the quorum to count as healthy: a few heartbeats (every 30-60 ms).
 const healthyContact = 200 * time.Millisecond
+
+// healthyBrokers reports why brokers are not healthy for a blip of one's
+// links, or "" if they are: every controller of ctrls answers (lists, by
+// controller) and lists each of them active at one epoch, and each (views,
+// its own Inspect) is active and was last pushed metadata by the active
+// controller leader in its epoch, so that its stream is there for a blip
+// to end.
+func healthyBrokers(ctrls, brokers []int32, lists map[int32]map[int32]*keelpb.BrokerInfo, views map[int32]*keelpb.InspectResponse, leader int32, epoch int64) string {
+	for _, ctrl := range ctrls {
+		if _, ok := lists[ctrl]; !ok {
+			return fmt.Sprintf("node %d does not list the brokers", ctrl)
+		}
+	}
+	for _, id := range brokers {
+		var first *keelpb.BrokerInfo
+		for _, ctrl := range ctrls {
+			b, ok := lists[ctrl][id]
+			switch {
+			case !ok:
+				return fmt.Sprintf("node %d does not list broker %d", ctrl, id)
+			case b.GetState() != stateActive:
+				return fmt.Sprintf("node %d lists broker %d %s", ctrl, id, b.GetState())
+			case first != nil && b.GetEpoch() != first.GetEpoch():
+				return fmt.Sprintf("the controllers list broker %d at epochs %d and %d", id, first.GetEpoch(), b.GetEpoch())
+			}
+			first = b
+		}
+		v, ok := views[id]
+		switch {
+		case !ok:
+			return fmt.Sprintf("broker %d does not answer", id)
+		case v.GetState() != stateActive:
+			return fmt.Sprintf("broker %d is %s", id, v.GetState())
+		case v.GetControllerId() != leader || v.GetControllerEpoch() != epoch:
+			return fmt.Sprintf("broker %d follows node %d in epoch %d, not node %d in epoch %d",
+				id, v.GetControllerId(), v.GetControllerEpoch(), leader, epoch)
+		}
+	}
+	return ""
+}
 
 // ---------------------------------------------------------------------------
 

@@ -302,6 +302,9 @@ func TestGrayViolations(t *testing.T) {
 	kill := func(crashBefore, crashAfter int) grayFault {
 		return grayFault{Kind: "kill-leader", Len: ms(600), Leader: 1, EpochBefore: 3, EpochAfter: 4, CrashBefore: crashBefore, CrashAfter: crashAfter}
 	}
+	brokerBlip := func(length time.Duration, fences int) grayFault {
+		return grayFault{Kind: "blip-broker", Len: length, Leader: 1, EpochBefore: 3, EpochAfter: 3, Broker: 2, Fences: fences}
+	}
 	unhealthy := func(f grayFault) grayFault { f.Unhealthy = "node 3 does not answer"; return f }
 	stalled := func(f grayFault) grayFault { f.Stall = stallLimit; return f }
 	tests := []struct {
@@ -321,6 +324,14 @@ func TestGrayViolations(t *testing.T) {
 		{"a kill without one", kill(5, 5), "no crash election within 2s of kill -9"},
 		{"an unhealthy kill without one", unhealthy(kill(5, 5)), ""},
 		{"a stalled kill without one", stalled(kill(5, 5)), ""},
+		{"a broker's blip shorter than the grace, no fence", brokerBlip(ms(450), 0), ""},
+		{"a broker's blip shorter than the grace fences it", brokerBlip(ms(300), 1), "broker 2 was fenced (1 fences replayed) by a blip of its links shorter than the crash grace (500ms)"},
+		{"a broker's blip longer than the grace, no fence", brokerBlip(ms(800), 0), ""},
+		{"a broker's blip longer than the grace fences it", brokerBlip(faultCrashGrace, 2), "longer than the crash grace (500ms), its process listening, within its session (2s)"},
+		{"a broker's links down for half a session may fence it", brokerBlip(brokerBlipNoFenceBelow, 1), ""},
+		{"a broker's blip changes the leader", func() grayFault { f := brokerBlip(ms(100), 0); f.EpochAfter = 4; return f }(), "blip-broker at 0s"},
+		{"a broker's blip not judged on an unhealthy quorum", unhealthy(brokerBlip(ms(100), 1)), ""},
+		{"a broker's blip not judged through a stall", stalled(brokerBlip(ms(100), 1)), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -340,8 +351,14 @@ func TestSummarizeGray(t *testing.T) {
 		{Kind: "blip-leader", Len: ms(500), EpochBefore: 2, EpochAfter: 2},
 		{Kind: "kill-leader", Len: ms(900), CrashBefore: 1, CrashAfter: 3},
 		{Kind: "kill-leader", Len: ms(900), CrashBefore: 3, CrashAfter: 3},
+		{Kind: "blip-broker", Len: ms(60), Fences: 1, Listening: 0},
+		{Kind: "blip-broker", Len: ms(450), Listening: 1, Stall: stallLimit},
+		{Kind: "blip-broker", Len: ms(700), Listening: 1},
+		{Kind: "blip-broker", Len: ms(800), Listening: -1},
 	})
 	want := strings.Join([]string{
+		"  blip-broker <500ms: 2 (1 judged), 0 followed by a leader change, 1 fenced the broker, 1 found it listening at the end of the grace",
+		"  blip-broker >=500ms: 2 (2 judged), 0 followed by a leader change, 0 fenced the broker, 1 found it listening at the end of the grace",
 		"  blip-leader <100ms: 2 (1 judged), 1 followed by a leader change",
 		"  blip-leader >=300ms: 1 (1 judged), 0 followed by a leader change",
 		"  kill-leader: 2 (2 judged), 1 with a crash election (2 started)",
@@ -390,6 +407,50 @@ func TestHealthyQuorum(t *testing.T) {
 			leader, epoch, why := healthyQuorum(ids, views)
 			if tt.want == "" && (why != "" || leader != 1 || epoch != 7) || tt.want != "" && !strings.Contains(why, tt.want) {
 				t.Fatalf("healthyQuorum = %d, %d, %q; want %q", leader, epoch, why, tt.want)
+			}
+		})
+	}
+}
+
+func TestHealthyBrokers(t *testing.T) {
+	ctrls, brokers := []int32{1, 2, 3}, []int32{1, 2, 3}
+	healthy := func() (map[int32]map[int32]*keelpb.BrokerInfo, map[int32]*keelpb.InspectResponse) {
+		lists := map[int32]map[int32]*keelpb.BrokerInfo{}
+		for _, c := range ctrls {
+			lists[c] = map[int32]*keelpb.BrokerInfo{}
+			for _, b := range brokers {
+				lists[c][b] = &keelpb.BrokerInfo{Id: b, Epoch: int64(10 * b), State: stateActive}
+			}
+		}
+		views := map[int32]*keelpb.InspectResponse{}
+		for _, b := range brokers {
+			views[b] = &keelpb.InspectResponse{BrokerId: b, BrokerEpoch: int64(10 * b), State: stateActive, ControllerId: 1, ControllerEpoch: 7}
+		}
+		return lists, views
+	}
+	type lists = map[int32]map[int32]*keelpb.BrokerInfo
+	type views = map[int32]*keelpb.InspectResponse
+	tests := []struct {
+		name   string
+		change func(lists, views)
+		want   string // a substring of why not; "" for healthy
+	}{
+		{"healthy", func(lists, views) {}, ""},
+		{"a controller does not answer", func(l lists, _ views) { delete(l, 2) }, "node 2 does not list the brokers"},
+		{"a controller does not list a broker", func(l lists, _ views) { delete(l[3], 1) }, "node 3 does not list broker 1"},
+		{"a broker fenced", func(l lists, _ views) { l[1][2].State = stateFenced }, "node 1 lists broker 2 fenced"},
+		{"the controllers disagree on an epoch", func(l lists, _ views) { l[3][3].Epoch = 31 }, "the controllers list broker 3 at epochs 30 and 31"},
+		{"a broker does not answer", func(_ lists, v views) { delete(v, 3) }, "broker 3 does not answer"},
+		{"a broker still registering", func(_ lists, v views) { v[1].State = "registering" }, "broker 1 is registering"},
+		{"a broker follows an old controller", func(_ lists, v views) { v[2].ControllerId, v[2].ControllerEpoch = 3, 6 }, "broker 2 follows node 3 in epoch 6, not node 1 in epoch 7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, v := healthy()
+			tt.change(l, v)
+			why := healthyBrokers(ctrls, brokers, l, v, 1, 7)
+			if tt.want == "" && why != "" || tt.want != "" && !strings.Contains(why, tt.want) {
+				t.Fatalf("healthyBrokers = %q; want %q", why, tt.want)
 			}
 		})
 	}

@@ -26,6 +26,19 @@ import (
 //	                    proxy or sidecar restart
 //	blip-public         the leader's public address (brokers, leader hints)
 //	pause-leader-short  SIGSTOP shorter than the election timeout: a GC pause
+//	blip-broker         every link of one broker's to the controllers (each
+//	                    broker dials them through proxies of its own):
+//	                    shorter than the crash grace, or one time in four
+//	                    longer, the broker process alive throughout
+//
+// A broker's blip is injected once the brokers are healthy too
+// (healthyBrokers), watched for brokerBlipWatch from its start, and judged
+// by its fences as well: a fence is a committed record that every broker
+// replays in offset order and logs (broker.LoggingHandler), so the
+// brokers' logs show every one, however soon it is undone, whichever
+// controller decided it, and across controller restarts (a controller's
+// fence counters are its process's, and ListBrokers, polled, misses a
+// fence undone within a heartbeat).
 //
 // Meanwhile clients pinned to each controller (pinnedRoles) send it
 // requests whatever it answers, never following a leader hint, so that a
@@ -67,6 +80,22 @@ const (
 	// faultContext: how far back a failure message lists the faults
 	// before an answer that broke linearizability.
 	faultContext = 5 * time.Second
+	// brokerBlipShortMax: the longest blip of a broker's links meant to be
+	// shorter than the crash grace, with room for the broker to be seen
+	// again before the grace ends (tens of milliseconds at the median).
+	brokerBlipShortMax = faultCrashGrace - 50*time.Millisecond
+	// brokerBlipLongMin: the shortest blip meant to outlast the grace, by
+	// enough that the controller's dial at the grace's end comes while the
+	// links are still down.
+	brokerBlipLongMin = faultCrashGrace + 100*time.Millisecond
+	// brokerBlipLongShare: how often a broker's blip outlasts the grace.
+	brokerBlipLongShare = 0.25
+	// brokerBlipWatch: how long from a broker's blip's start a fence is
+	// still put down to it: a session (its last heartbeat was at most an
+	// interval before the blip), and a quarter of one more for the
+	// controller's session checks (every eighth of a session), the fence's
+	// commit and its replay.
+	brokerBlipWatch = testSessionTimeout + testSessionTimeout/4
 )
 
 // grayFault injects a gray fault of kind on the leader of a healthy quorum,
@@ -74,7 +103,7 @@ const (
 func (r *faultRun) grayFault(t *testing.T, kind string, rng *rand.Rand) grayFault {
 	t.Helper()
 	c := r.c
-	f := r.grayStart(kind, rng)
+	f := r.grayStart(kind, rng, nil)
 	hold := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
 	mode := faultproxy.Drop
 	if rng.IntN(2) == 0 {
@@ -138,7 +167,7 @@ func (r *faultRun) grayFault(t *testing.T, kind string, rng *rand.Rand) grayFaul
 func (r *faultRun) killLeader(t *testing.T, rng *rand.Rand, d time.Duration) grayFault {
 	t.Helper()
 	c := r.c
-	f := r.grayStart("kill-leader", rng)
+	f := r.grayStart("kill-leader", rng, nil)
 	f.What = "kill -9"
 	f.CrashBefore = c.crashElections()
 	r.logFault("kill-leader: kill -9 node %d for %v", f.Leader, d)
@@ -165,6 +194,86 @@ func (r *faultRun) killLeader(t *testing.T, rng *rand.Rand, d time.Duration) gra
 	return f
 }
 
+// brokerBlip cuts every link of one of brokers to the controllers
+// (dropping or resetting their connections, and refusing new ones) for
+// 50-450 ms, shorter than the crash grace, or brokerBlipLongShare of the
+// times for 600-800 ms, longer than it, while the brokers and a healthy
+// quorum carry on; then it watches until brokerBlipWatch after the start
+// and returns what it saw: the leader change it was followed by, the
+// fences of the broker the brokers replayed (fencesLoggedSince), and the
+// controllers' dials of its port at the end of the grace that found it
+// listening.
+func (r *faultRun) brokerBlip(t *testing.T, rng *rand.Rand, brokers []int32) grayFault {
+	t.Helper()
+	c := r.c
+	f := r.grayStart("blip-broker", rng, func(leader int32, epoch int64) string {
+		return r.brokersHealthy(brokers, leader, epoch)
+	})
+	f.Broker = brokers[rng.IntN(len(brokers))]
+	hold := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	mode := faultproxy.Drop
+	if rng.IntN(2) == 0 {
+		mode = faultproxy.Reset
+	}
+	d := hold(blipMin, brokerBlipShortMax)
+	if rng.Float64() < brokerBlipLongShare {
+		d = hold(brokerBlipLongMin, blipMax)
+	}
+	f.What = fmt.Sprintf("every link of broker %d's to the controllers, %s", f.Broker, mode)
+	r.logFault("blip-broker: %s for %v", f.What, d)
+	mark := c.brokerLogMark()
+	probes, probed := c.listeningProbes()
+	start := time.Now()
+	f.At = r.now()
+	c.setBrokerLinks(f.Broker, mode)
+	time.Sleep(d) // the fault's length, not synchronisation
+	c.setBrokerLinks(f.Broker, faultproxy.Up)
+	f.Len = time.Since(start)
+	// The window a fence it caused shows in.
+	time.Sleep(time.Until(start.Add(brokerBlipWatch)))
+	byReporter := make(map[int32]int)
+	for _, fc := range c.fencesLoggedSince(mark) {
+		if fc.id == f.Broker {
+			byReporter[fc.reporter]++
+			f.Fences = max(f.Fences, byReporter[fc.reporter])
+		}
+	}
+	f.Listening = -1
+	if after, ok := c.listeningProbes(); ok && probed && after >= probes {
+		f.Listening = int(after - probes)
+	}
+	r.grayEnd(&f, start, time.Now())
+	return f
+}
+
+// brokersHealthy says why brokers are not healthy for a blip of one's
+// links (healthyBrokers) under the active controller leader in epoch, or
+// "" if they are.
+func (r *faultRun) brokersHealthy(brokers []int32, leader int32, epoch int64) string {
+	ctx, cancel := context.WithTimeout(context.Background(), describeLimit)
+	defer cancel()
+	lists, _ := r.c.brokerLists(ctx, r.c.IDs())
+	views := make(map[int32]*keelpb.InspectResponse)
+	for _, id := range brokers {
+		if v, err := r.c.InspectE(ctx, id); err == nil {
+			views[id] = v
+		}
+	}
+	return healthyBrokers(r.c.IDs(), brokers, lists, views, leader, epoch)
+}
+
+// listeningProbes sums over the controllers the dials of a broker's port,
+// at the end of the crash grace, that found it listening; ok is false if a
+// controller's metrics did not answer. (A restarted controller counts
+// from 0 again: a count that went down is no count.)
+func (c *Cluster) listeningProbes() (n float64, ok bool) {
+	byNode, _ := scrapeAll(c.metricsAddrs(c.IDs()), probesListening)
+	for _, s := range byNode {
+		n += s[probesListening]
+	}
+	return n, len(byNode) == len(c.IDs())
+}
+
 // logGray logs what became of gray fault f, and returns it.
 func (r *faultRun) logGray(t *testing.T, f grayFault) grayFault {
 	t.Helper()
@@ -172,8 +281,11 @@ func (r *faultRun) logGray(t *testing.T, f grayFault) grayFault {
 	if f.leaderChanged() {
 		outcome = fmt.Sprintf("the leader changed: epoch %d to %d (node %d)", f.EpochBefore, f.EpochAfter, f.ActiveAfter)
 	}
-	if f.Kind == "kill-leader" {
+	switch f.Kind {
+	case "kill-leader":
 		outcome += fmt.Sprintf(", %d crash elections", f.CrashAfter-f.CrashBefore)
+	case "blip-broker":
+		outcome += fmt.Sprintf(", broker %d fenced %d times, its port found listening by %d dials", f.Broker, f.Fences, f.Listening)
 	}
 	judged := "judged"
 	if ok, why := f.judged(); !ok {
@@ -183,10 +295,11 @@ func (r *faultRun) logGray(t *testing.T, f grayFault) grayFault {
 	return f
 }
 
-// grayStart waits up to healthyWithin for a healthy quorum and begins the
-// record of a gray fault on its leader; without one, on the leader last
-// observed (or any node), and unjudged.
-func (r *faultRun) grayStart(kind string, rng *rand.Rand) grayFault {
+// grayStart waits up to healthyWithin for a healthy quorum, on which more
+// (if not nil) finds nothing wrong either, and begins the record of a gray
+// fault on its leader; without one, on the leader last observed (or any
+// node), and unjudged.
+func (r *faultRun) grayStart(kind string, rng *rand.Rand, more func(leader int32, epoch int64) string) grayFault {
 	f := grayFault{Kind: kind}
 	_ = poll.Wait(context.Background(), healthyWithin, observeEvery, "", func() (bool, error) {
 		ids := r.c.IDs()
@@ -196,6 +309,9 @@ func (r *faultRun) grayStart(kind string, rng *rand.Rand) grayFault {
 		}
 		views, _ := r.c.Views(context.Background(), ids)
 		f.Leader, f.EpochBefore, f.Unhealthy = healthyQuorum(ids, views)
+		if f.Unhealthy == "" && more != nil {
+			f.Unhealthy = more(f.Leader, f.EpochBefore)
+		}
 		return f.Unhealthy == "", nil
 	})
 	if f.Unhealthy != "" {

@@ -32,7 +32,8 @@ import (
 )
 
 // The fault suite: a real cluster of 3 controllers and 3 brokers on
-// loopback, every controller link behind a fault proxy (faultproxy_test.go),
+// loopback, every controller link and every broker's link to a controller
+// behind a fault proxy (faultproxy_test.go, keelproc's ProxyBrokers),
 // admin clients writing and reading topics and their configs (some
 // following the leader, some pinned to each controller) while a nemesis
 // kills, restarts, cuts off (both ways, or only what a node sends), blips
@@ -96,6 +97,7 @@ var faultKinds = []struct {
 	{"blip-leader", 4},
 	{"blip-public", 2},
 	{"pause-leader-short", 2},
+	{"blip-broker", 3},
 }
 
 // notReadyWithin bounds how long a controller whose disk failed may go on
@@ -316,13 +318,13 @@ func runFaults(t *testing.T, seed int64, duration time.Duration) *faultTally {
 	t.Logf("seed %d: replay with KEEL_FAULT_SEED=%d KEEL_FAULT_RUNS=1 make %s", seed, seed, faultsTarget())
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>32|1))
 	kinds := chosenFaultKinds(t)
-	opts := []clusterOption{withFaultNet(), withSessionTimeout(testSessionTimeout)}
+	opts := []clusterOption{withFaultNet(), withBrokerLinks(), withSessionTimeout(testSessionTimeout), withCrashGrace(faultCrashGrace), withMetrics()}
 	var ds disks
 	why, whyRO := disksAvailable()
 	if why == "" {
 		// Made before the cluster starts, so unmounted after it stops.
 		ds = newDisks(t, "controller", 1, 2, 3)
-		opts = append(opts, withControllerDataDirs(ds.dataDir), withMetrics())
+		opts = append(opts, withControllerDataDirs(ds.dataDir))
 	}
 	kinds["disk-full"] = kinds["disk-full"] && why == ""
 	kinds["disk-read-only"] = kinds["disk-read-only"] && why == "" && whyRO == ""
@@ -455,6 +457,8 @@ func (r *faultRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration,
 			tally.gray = append(tally.gray, r.logGray(t, r.killLeader(t, rng, hold(200*time.Millisecond, 2*time.Second))))
 		case "blip-link", "blip-leader", "blip-public", "pause-leader-short":
 			tally.gray = append(tally.gray, r.logGray(t, r.grayFault(t, kind, rng)))
+		case "blip-broker":
+			tally.gray = append(tally.gray, r.logGray(t, r.brokerBlip(t, rng, brokers)))
 		case "kill-controller":
 			id := int32(1 + rng.IntN(len(r.ctrl)))
 			d := hold(200*time.Millisecond, 2*time.Second)
@@ -1007,8 +1011,9 @@ func (r *faultRun) healAndCheck(t *testing.T, brokers []int32, tally *faultTally
 		t.Logf("porcupine did not finish within %s on %d operations: not judged", checkTimeout, len(r.history))
 	}
 
-	// Gray faults: no leader change for a blip or a short pause, a crash
-	// election for every kill of a healthy quorum's leader.
+	// Gray faults: no leader change for a blip or a short pause, no fence
+	// for a blip of a broker's links, a crash election for every kill of a
+	// healthy quorum's leader.
 	if bad := grayViolations(tally.gray); len(bad) > 0 {
 		t.Errorf("gray faults: %d of %d broke a rule:\n%s\nall of them, by length (judged: on a healthy quorum, the machine not stalled %v or more):\n%s",
 			len(bad), len(tally.gray), summarize(bad, 20), stallLimit, summarizeGray(tally.gray))

@@ -103,11 +103,7 @@ func (a activeWatch) check(t *testing.T, when string) {
 // what each controller said.
 func (c *Cluster) fenceCounts(t testing.TB, names ...string) (map[string]float64, string) {
 	t.Helper()
-	addrs := map[int32]string{}
-	for _, id := range c.IDs() {
-		addrs[id] = c.node(id).MetricsAddr()
-	}
-	byNode, desc := scrapeAll(addrs, names...)
+	byNode, desc := scrapeAll(c.metricsAddrs(c.IDs()), names...)
 	sum := map[string]float64{}
 	for _, s := range byNode {
 		for _, n := range names {
@@ -121,12 +117,8 @@ func (c *Cluster) fenceCounts(t testing.TB, names ...string) (map[string]float64
 // broker id (it reports the stream's lag, keel_controller_broker_stream_lag_offsets,
 // while the stream lasts), and describes what the controllers said.
 func (c *Cluster) streamOpen(id int32) (bool, string) {
-	addrs := map[int32]string{}
-	for _, ctrl := range c.IDs() {
-		addrs[ctrl] = c.node(ctrl).MetricsAddr()
-	}
 	series := fmt.Sprintf(`keel_controller_broker_stream_lag_offsets{broker="%d"}`, id)
-	byNode, desc := scrapeAll(addrs, series)
+	byNode, desc := scrapeAll(c.metricsAddrs(c.IDs()), series)
 	for _, s := range byNode {
 		if _, ok := s[series]; ok {
 			return true, desc

@@ -97,7 +97,7 @@ var faultKinds = []struct {
 	{"blip-leader", 4},
 	{"blip-public", 2},
 	{"pause-leader-short", 2},
-	{"blip-broker", 3},
+	{"blip-broker", 4},
 }
 
 // notReadyWithin bounds how long a controller whose disk failed may go on

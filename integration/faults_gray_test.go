@@ -16,9 +16,9 @@ import (
 // The fault suite's gray faults (issue 26): faults between up and down that
 // a correct cluster rides out with the leader it has, and the kill -9 of a
 // healthy quorum's leader, which a crash election must follow. Each is
-// injected on the leader of a healthy quorum (healthyQuorum; the nemesis
-// waits for one), watched for blipWatch after it, and judged by
-// grayViolations (faults_check_test.go):
+// injected on a healthy quorum (healthyQuorum; the nemesis waits for one),
+// on its leader but for blip-broker, watched for blipWatch after it, and
+// judged by grayViolations (faults_check_test.go):
 //
 //	blip-link           one directed raft link of the leader's (to or from
 //	                    one follower) drops or resets its connections
@@ -31,9 +31,9 @@ import (
 //	                    shorter than the crash grace, or one time in four
 //	                    longer, the broker process alive throughout
 //
-// A broker's blip is injected once the brokers are healthy too
-// (healthyBrokers), watched for brokerBlipWatch from its start, and judged
-// by its fences as well: a fence is a committed record that every broker
+// A broker's blip waits for the brokers to be healthy too
+// (healthyBrokers), is watched for brokerBlipWatch from its start, and is
+// judged by its fences as well: a fence is a committed record that every broker
 // replays in offset order and logs (broker.LoggingHandler), so the
 // brokers' logs show every one, however soon it is undone, whichever
 // controller decided it, and across controller restarts (a controller's

@@ -138,6 +138,15 @@ func (g *peerGuard) admit(ctx context.Context, id int32) error {
 	if _, ok := m[id]; ok || len(m) == 0 {
 		return nil
 	}
+	// A node that is not in the configuration it holds is a joiner still
+	// catching up (or a node removed, about to stop): the configuration it
+	// holds is an old one, read from the start of the log it is replaying,
+	// and may not name the leader that is sending it the rest (a voter
+	// added since). It cannot judge membership yet; it takes any
+	// controller, as a node with no configuration does.
+	if _, self := m[g.self]; !self {
+		return nil
+	}
 	return fmt.Errorf("controller-%d is not in the quorum's configuration (members: %s)", id, memberList(m))
 }
 

@@ -130,8 +130,8 @@ func TestPeerGuard_Requests(t *testing.T) {
 }
 
 // TestPeerGuard_Admit: a connection's certificate must name a member; a
-// node with no configuration yet (waiting to be added with --join) takes
-// any controller.
+// node with no configuration yet (waiting to be added with --join), or
+// not in the one it holds (a joiner catching up), takes any controller.
 func TestPeerGuard_Admit(t *testing.T) {
 	g := staticGuard(1, map[int32]string{1: "a:1", 2: "b:1"}, nil)
 	if err := g.admit(t.Context(), 2); err != nil {
@@ -143,6 +143,12 @@ func TestPeerGuard_Admit(t *testing.T) {
 	empty := staticGuard(1, nil, nil)
 	if err := empty.admit(t.Context(), 9); err != nil {
 		t.Errorf("admit(9) with no configuration = %v, want nil", err)
+	}
+	// A joiner replaying the log from its start holds the first
+	// configuration, which may not name a leader added since.
+	joiner := staticGuard(5, map[int32]string{1: "a:1", 2: "b:1", 3: "c:1"}, nil)
+	if err := joiner.admit(t.Context(), 4); err != nil {
+		t.Errorf("admit(4) on node 5, not in the configuration it holds = %v, want nil", err)
 	}
 }
 

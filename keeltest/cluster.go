@@ -46,13 +46,16 @@ const Version = "keeltest"
 const WaitTimeout = 10 * time.Second
 
 // FastTiming is a Cluster's raft timing unless WithTiming says otherwise:
-// 50 ms heartbeat, election and lease timeouts, as raftlog's own tests use,
-// so that elections and failovers take a fraction of a second.
+// 150 ms heartbeat, election and lease timeouts, so that elections and
+// failovers take a fraction of a second, while a leader still keeps its
+// lease through the stalls of a loaded two-core machine under -race beside
+// the integration tests' processes (at 50 ms, leaderships were lost there
+// mid-test now and then).
 func FastTiming() raftlog.Timing {
 	return raftlog.Timing{
-		HeartbeatTimeout:   50 * time.Millisecond,
-		ElectionTimeout:    50 * time.Millisecond,
-		LeaderLeaseTimeout: 50 * time.Millisecond,
+		HeartbeatTimeout:   150 * time.Millisecond,
+		ElectionTimeout:    150 * time.Millisecond,
+		LeaderLeaseTimeout: 150 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
 		CrashElection:      true,
 	}
@@ -193,7 +196,7 @@ func defaultLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	// Not a handler writing to io.Discard: that would still format every
-	// line, work a loaded machine can ill afford at 50 ms timings.
+	// line, work a loaded machine can ill afford at fast timings.
 	return slog.New(slog.DiscardHandler)
 }
 
@@ -463,7 +466,7 @@ func (c *Cluster) Active() *server.Node {
 // others among ids follow it and have applied its epoch record, and returns
 // it. Waiting for the followers too means the leader is in touch with them,
 // not just elected by some while another is still starting: a test that
-// goes on at once neither loses the leadership to a 50 ms lease that a slow
+// goes on at once neither loses the leadership to a short lease that a slow
 // node could not renew, nor removes a node raft has not yet replicated to
 // (raft tells a removed node of its removal only if it can reach it then).
 // A node cut off by Partition, or outside the quorum, must not be among ids.

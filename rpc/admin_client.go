@@ -46,8 +46,14 @@ func (c *Client) CreatePartitions(ctx context.Context, req *keelpb.CreatePartiti
 // an outcome-unknown Unavailable may answer NotFound for a topic this very
 // call deleted.
 func (c *Client) DeleteTopic(ctx context.Context, name string) error {
+	return c.DeleteTopicRequest(ctx, &keelpb.DeleteTopicRequest{Name: name})
+}
+
+// DeleteTopicRequest is DeleteTopic with the whole request, as a broker
+// sends it with the principal of the client it forwards.
+func (c *Client) DeleteTopicRequest(ctx context.Context, req *keelpb.DeleteTopicRequest) error {
 	return c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
-		_, err := cl.DeleteTopic(ctx, &keelpb.DeleteTopicRequest{Name: name})
+		_, err := cl.DeleteTopic(ctx, req)
 		return err
 	})
 }

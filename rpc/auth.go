@@ -38,6 +38,18 @@ const (
 	// accessController: a controller certificate, and no other, not even
 	// an admin's. What the controllers of a quorum ask one another.
 	accessController
+	// accessReplica: the broker the request names in its field, and no
+	// other identity, not even an admin's. A replica's fetch moves that
+	// replica's progress, the high watermark and the ISR: a fetch in
+	// another's name gets records acknowledged that only the leader holds
+	// (Kafka lets only CLUSTER_ACTION fetch as a replica).
+	accessReplica
+	// accessForwarded: an admin certificate, or a broker forwarding the
+	// request of a client whose principal, named in the request's field,
+	// is an admin's (KIP-590's envelope). A broker's own certificate is
+	// not enough: what only an operator may do stays so when a broker's
+	// key is all a caller has.
+	accessForwarded
 )
 
 // rule is one method's access; field names the request's broker id field
@@ -48,6 +60,16 @@ type rule struct {
 }
 
 func brokerSelf(field protoreflect.Name) rule { return rule{access: accessBrokerSelf, field: field} }
+
+func replicaSelf(field protoreflect.Name) rule { return rule{access: accessReplica, field: field} }
+
+func forwardedAdmin(field protoreflect.Name) rule { return rule{access: accessForwarded, field: field} }
+
+// readsRequest says whether authorize needs the request to decide on id:
+// a broker's call about a broker id, or forwarding a client's principal.
+func (r rule) readsRequest(id tlsauth.Identity) bool {
+	return id.Role == tlsauth.RoleBroker && (r.access == accessBrokerSelf || r.access == accessReplica || r.access == accessForwarded)
+}
 
 var (
 	anyIdentity    = rule{access: accessAny}
@@ -101,13 +123,14 @@ var methodRules = map[string]rule{
 	// UnregisterBroker needs ALTER on the cluster): a broker that stops
 	// stays registered, fenced.
 	keelpb.ControllerService_UnregisterBroker_FullMethodName: adminOnly,
-	// Topics: an operator, or a broker forwarding a Kafka client's
-	// CreateTopics, DeleteTopics or CreatePartitions, as KRaft brokers
-	// forward them to the controller. With TLS the broker's Kafka
-	// listener lets only admin certificates send them (broker/kafka).
-	keelpb.ControllerService_CreateTopic_FullMethodName:                 brokerOrAdmin,
-	keelpb.ControllerService_CreatePartitions_FullMethodName:            brokerOrAdmin,
-	keelpb.ControllerService_DeleteTopic_FullMethodName:                 brokerOrAdmin,
+	// Topics: an operator, or a broker forwarding a Kafka admin client's
+	// CreateTopics, DeleteTopics or CreatePartitions with the client's
+	// principal, as KRaft brokers forward them to the controller in an
+	// envelope. Keel brokers create no topics of their own (no
+	// auto.create.topics.enable).
+	keelpb.ControllerService_CreateTopic_FullMethodName:                 forwardedAdmin("principal"),
+	keelpb.ControllerService_CreatePartitions_FullMethodName:            forwardedAdmin("principal"),
+	keelpb.ControllerService_DeleteTopic_FullMethodName:                 forwardedAdmin("principal"),
 	keelpb.ControllerService_ElectLeaders_FullMethodName:                adminOnly,
 	keelpb.ControllerService_AlterPartitionReassignments_FullMethodName: adminOnly,
 	keelpb.ControllerService_FetchSnapshot_FullMethodName:               adminOnly,
@@ -126,13 +149,15 @@ var methodRules = map[string]rule{
 	keelpb.PeerService_LeaderContact_FullMethodName: controllerOnly,
 
 	// Broker service, on brokers. A fetch reports the fetching replica's
-	// progress, which moves it into the ISR: only that replica may send it.
+	// progress, which moves it into the ISR: only that replica may send it,
+	// and the leader serves it only while the image makes that broker a
+	// replica of the partition (broker/replication).
 	keelpb.BrokerService_Inspect_FullMethodName: brokerOrAdmin,
-	keelpb.BrokerService_Fetch_FullMethodName:   brokerSelf("replica_id"),
+	keelpb.BrokerService_Fetch_FullMethodName:   replicaSelf("replica_id"),
 }
 
 // authorize decides whether id may call method with req. req may be nil
-// for every access but accessBrokerSelf, which reads the broker id from it.
+// unless the rule reads it from a broker's call (rule.readsRequest).
 // Refusals are PermissionDenied, naming the caller and what was needed.
 func authorize(id tlsauth.Identity, method string, req proto.Message) error {
 	r, ok := ruleFor(method)
@@ -152,7 +177,7 @@ func authorize(id tlsauth.Identity, method string, req proto.Message) error {
 		return status.Errorf(codes.PermissionDenied, "%s needs a controller certificate; the caller's is %s", name, id)
 	case id.Role == tlsauth.RoleProbe:
 		return status.Errorf(codes.PermissionDenied, "%s: a probe certificate (%s) may only check health; this needs a controller, broker or admin certificate", name, id)
-	case id.Role == tlsauth.RoleAdmin:
+	case id.Role == tlsauth.RoleAdmin && r.access != accessReplica:
 		return nil
 	}
 	switch r.access {
@@ -165,9 +190,18 @@ func authorize(id tlsauth.Identity, method string, req proto.Message) error {
 			return nil
 		}
 		return status.Errorf(codes.PermissionDenied, "%s needs a broker or admin certificate; the caller's is %s", name, id)
-	case accessBrokerSelf:
+	case accessForwarded:
 		if id.Role != tlsauth.RoleBroker {
-			return status.Errorf(codes.PermissionDenied, "%s needs the certificate of the broker in %s (broker-<%s>) or an admin's; the caller's is %s", name, r.field, r.field, id)
+			return status.Errorf(codes.PermissionDenied, "%s needs an admin certificate; the caller's is %s", name, id)
+		}
+		return authorizeForwarded(id, name, req, r.field)
+	case accessBrokerSelf, accessReplica:
+		if id.Role != tlsauth.RoleBroker {
+			orAdmin := " or an admin's"
+			if r.access == accessReplica {
+				orAdmin = ""
+			}
+			return status.Errorf(codes.PermissionDenied, "%s needs the certificate of the broker in %s (broker-<%s>)%s; the caller's is %s", name, r.field, r.field, orAdmin, id)
 		}
 		want, err := requestBrokerID(req, r.field)
 		if err != nil {
@@ -181,15 +215,51 @@ func authorize(id tlsauth.Identity, method string, req proto.Message) error {
 	return status.Errorf(codes.PermissionDenied, "%s: unknown access rule", name)
 }
 
-// requestBrokerID reads the int32 field named field from req.
-func requestBrokerID(req proto.Message, field protoreflect.Name) (int32, error) {
+// authorizeForwarded decides on broker's request forwarded for a client:
+// the principal in field must be an admin's. A broker's certificate
+// vouches for the principal it forwards, as a KRaft broker's does for its
+// envelope, but is no admin's itself.
+func authorizeForwarded(broker tlsauth.Identity, name string, req proto.Message, field protoreflect.Name) error {
+	principal, err := requestString(req, field)
+	if err != nil {
+		return status.Errorf(codes.Internal, "%s: %v", name, err)
+	}
+	if principal == "" {
+		return status.Errorf(codes.PermissionDenied, "%s needs an admin certificate, or a broker forwarding an admin client's request in %s; the caller's is %s, which forwards none", name, field, broker)
+	}
+	if client, _ := tlsauth.ParseIdentity(principal); client.Role != tlsauth.RoleAdmin {
+		return status.Errorf(codes.PermissionDenied, "%s needs an admin certificate; %s forwards the request of %q", name, broker, principal)
+	}
+	return nil
+}
+
+// requestString reads the string field named field from req.
+func requestString(req proto.Message, field protoreflect.Name) (string, error) {
+	fd, m, err := requestField(req, field, protoreflect.StringKind)
+	if err != nil {
+		return "", err
+	}
+	return m.Get(fd).String(), nil
+}
+
+// requestField finds the singular field named field, of kind kind, in req.
+func requestField(req proto.Message, field protoreflect.Name, kind protoreflect.Kind) (protoreflect.FieldDescriptor, protoreflect.Message, error) {
 	if req == nil {
-		return 0, fmt.Errorf("no request to read %s from", field)
+		return nil, nil, fmt.Errorf("no request to read %s from", field)
 	}
 	m := req.ProtoReflect()
 	fd := m.Descriptor().Fields().ByName(field)
-	if fd == nil || fd.Kind() != protoreflect.Int32Kind || fd.Cardinality() == protoreflect.Repeated {
-		return 0, fmt.Errorf("%s has no int32 field %s", m.Descriptor().FullName(), field)
+	if fd == nil || fd.Kind() != kind || fd.Cardinality() == protoreflect.Repeated {
+		return nil, nil, fmt.Errorf("%s has no %s field %s", m.Descriptor().FullName(), kind, field)
+	}
+	return fd, m, nil
+}
+
+// requestBrokerID reads the int32 field named field from req.
+func requestBrokerID(req proto.Message, field protoreflect.Name) (int32, error) {
+	fd, m, err := requestField(req, field, protoreflect.Int32Kind)
+	if err != nil {
+		return 0, err
 	}
 	return int32(m.Get(fd).Int()), nil
 }
@@ -235,7 +305,7 @@ func authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, hand
 	if err != nil {
 		return err
 	}
-	if r, ok := ruleFor(info.FullMethod); !ok || r.access != accessBrokerSelf || id.Role != tlsauth.RoleBroker {
+	if r, ok := ruleFor(info.FullMethod); !ok || !r.readsRequest(id) {
 		if err := authorize(id, info.FullMethod, nil); err != nil {
 			return err
 		}

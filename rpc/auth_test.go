@@ -25,7 +25,8 @@ import (
 
 // TestMethodRules_CoverEveryMethod: every method of every service in the
 // keel proto package has exactly one rule, and a rule that reads a broker
-// id names an int32 field of the method's request. A new RPC without a rule
+// id names an int32 field of the method's request, one that reads a
+// forwarded principal a string field. A new RPC without a rule
 // fails here (and would be refused to everyone at run time).
 func TestMethodRules_CoverEveryMethod(t *testing.T) {
 	seen := map[string]bool{}
@@ -41,10 +42,12 @@ func TestMethodRules_CoverEveryMethod(t *testing.T) {
 					t.Errorf("%s has no rule in methodRules", full)
 					continue
 				}
-				if r.access == accessBrokerSelf {
+				kind := map[access]protoreflect.Kind{accessBrokerSelf: protoreflect.Int32Kind, accessReplica: protoreflect.Int32Kind,
+					accessForwarded: protoreflect.StringKind}
+				if want, ok := kind[r.access]; ok {
 					f := md.Input().Fields().ByName(r.field)
-					if f == nil || f.Kind() != protoreflect.Int32Kind || f.Cardinality() == protoreflect.Repeated {
-						t.Errorf("%s: rule reads %s, which %s does not have as an int32", full, r.field, md.Input().FullName())
+					if f == nil || f.Kind() != want || f.Cardinality() == protoreflect.Repeated {
+						t.Errorf("%s: rule reads %s, which %s does not have as %s", full, r.field, md.Input().FullName(), want)
 					}
 				}
 			}
@@ -72,18 +75,20 @@ func identity(t *testing.T, cn string) tlsauth.Identity {
 
 func TestAuthorize(t *testing.T) {
 	const (
-		describe   = keelpb.ControllerService_DescribeQuorum_FullMethodName
-		listTopics = keelpb.ControllerService_ListTopics_FullMethodName
-		create     = keelpb.ControllerService_CreateTopic_FullMethodName
-		noop       = keelpb.ControllerService_AppendNoOp_FullMethodName
-		restore    = keelpb.ControllerService_RestoreSnapshot_FullMethodName
-		register   = keelpb.ControllerService_RegisterBroker_FullMethodName
-		heartbeat  = keelpb.ControllerService_BrokerHeartbeat_FullMethodName
-		unregister = keelpb.ControllerService_UnregisterBroker_FullMethodName
-		stream     = keelpb.ControllerService_StreamMetadata_FullMethodName
-		alter      = keelpb.ControllerService_AlterPartition_FullMethodName
-		inspect    = keelpb.BrokerService_Inspect_FullMethodName
-		fetch      = keelpb.BrokerService_Fetch_FullMethodName
+		describe    = keelpb.ControllerService_DescribeQuorum_FullMethodName
+		listTopics  = keelpb.ControllerService_ListTopics_FullMethodName
+		create      = keelpb.ControllerService_CreateTopic_FullMethodName
+		noop        = keelpb.ControllerService_AppendNoOp_FullMethodName
+		restore     = keelpb.ControllerService_RestoreSnapshot_FullMethodName
+		register    = keelpb.ControllerService_RegisterBroker_FullMethodName
+		heartbeat   = keelpb.ControllerService_BrokerHeartbeat_FullMethodName
+		unregister  = keelpb.ControllerService_UnregisterBroker_FullMethodName
+		stream      = keelpb.ControllerService_StreamMetadata_FullMethodName
+		alter       = keelpb.ControllerService_AlterPartition_FullMethodName
+		inspect     = keelpb.BrokerService_Inspect_FullMethodName
+		fetch       = keelpb.BrokerService_Fetch_FullMethodName
+		addParts    = keelpb.ControllerService_CreatePartitions_FullMethodName
+		deleteTopic = keelpb.ControllerService_DeleteTopic_FullMethodName
 	)
 	reg := func(id int32) proto.Message { return &keelpb.RegisterBrokerRequest{BrokerId: id} }
 	tests := []struct {
@@ -103,8 +108,7 @@ func TestAuthorize(t *testing.T) {
 		// Operator actions: admin only.
 		{caller: "admin", method: create, wantCode: codes.OK},
 		{caller: "admin-alice", method: restore, wantCode: codes.OK},
-		{caller: "broker-1", method: create, wantCode: codes.OK},
-		{caller: "controller-1", method: create, wantCode: codes.PermissionDenied, wantMsg: "CreateTopic needs a broker or admin certificate; the caller's is controller-1"},
+		{caller: "controller-1", method: create, wantCode: codes.PermissionDenied, wantMsg: "CreateTopic needs an admin certificate; the caller's is controller-1"},
 		{caller: "controller-2", method: noop, wantCode: codes.PermissionDenied, wantMsg: "AppendNoOp needs an admin certificate; the caller's is controller-2"},
 		{caller: "broker-1", method: restore, wantCode: codes.PermissionDenied, wantMsg: "RestoreSnapshot needs an admin certificate"},
 
@@ -128,12 +132,40 @@ func TestAuthorize(t *testing.T) {
 		{caller: "broker-1", method: keelpb.ControllerService_CompareImage_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "CompareImage needs a controller certificate; the caller's is broker-1"},
 		{caller: "broker-1", method: keelpb.ControllerService_AcknowledgedIndex_FullMethodName, wantCode: codes.OK},
 
+		// Topics: an admin, or a broker forwarding an admin client's request
+		// (KIP-590's envelope); a broker's own certificate is not enough.
+		{caller: "admin", method: create, req: &keelpb.CreateTopicRequest{}, wantCode: codes.OK},
+		{caller: "admin", method: create, req: &keelpb.CreateTopicRequest{Principal: "broker-2"}, wantCode: codes.OK},
+		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{Principal: "admin"}, wantCode: codes.OK},
+		{caller: "broker-1", method: addParts, req: &keelpb.CreatePartitionsRequest{Principal: "admin-alice"}, wantCode: codes.OK},
+		{caller: "broker-1", method: deleteTopic, req: &keelpb.DeleteTopicRequest{Principal: "admin"}, wantCode: codes.OK},
+		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{}, wantCode: codes.PermissionDenied, wantMsg: "CreateTopic needs an admin certificate, or a broker forwarding an admin client's request in principal; the caller's is broker-1, which forwards none"},
+		{caller: "broker-1", method: deleteTopic, req: &keelpb.DeleteTopicRequest{}, wantCode: codes.PermissionDenied, wantMsg: "DeleteTopic needs an admin certificate, or a broker forwarding"},
+		{caller: "broker-1", method: addParts, req: &keelpb.CreatePartitionsRequest{}, wantCode: codes.PermissionDenied, wantMsg: "CreatePartitions needs an admin certificate, or a broker forwarding"},
+		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{Principal: "broker-1"}, wantCode: codes.PermissionDenied, wantMsg: `CreateTopic needs an admin certificate; broker-1 forwards the request of "broker-1"`},
+		{caller: "broker-1", method: deleteTopic, req: &keelpb.DeleteTopicRequest{Principal: "broker-3"}, wantCode: codes.PermissionDenied, wantMsg: `DeleteTopic needs an admin certificate; broker-1 forwards the request of "broker-3"`},
+		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{Principal: "controller-1"}, wantCode: codes.PermissionDenied, wantMsg: `forwards the request of "controller-1"`},
+		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{Principal: "probe"}, wantCode: codes.PermissionDenied, wantMsg: `forwards the request of "probe"`},
+		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{Principal: PlaintextPrincipal}, wantCode: codes.PermissionDenied, wantMsg: `forwards the request of "plaintext"`},
+		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{Principal: "nobody"}, wantCode: codes.PermissionDenied, wantMsg: `forwards the request of "nobody"`},
+		// Only a broker's certificate vouches for a forwarded principal.
+		{caller: "controller-1", method: create, req: &keelpb.CreateTopicRequest{Principal: "admin"}, wantCode: codes.PermissionDenied, wantMsg: "CreateTopic needs an admin certificate; the caller's is controller-1"},
+		{caller: "probe", method: deleteTopic, req: &keelpb.DeleteTopicRequest{Principal: "admin"}, wantCode: codes.PermissionDenied, wantMsg: "DeleteTopic: a probe certificate"},
+		{caller: "nobody", method: create, req: &keelpb.CreateTopicRequest{Principal: "admin"}, wantCode: codes.PermissionDenied, wantMsg: `certificate "nobody" names no keel role`},
+
 		// The broker service.
 		{caller: "broker-2", method: inspect, wantCode: codes.OK},
 		{caller: "admin", method: inspect, wantCode: codes.OK},
 		{caller: "controller-1", method: inspect, wantCode: codes.PermissionDenied, wantMsg: "Inspect needs a broker or admin certificate; the caller's is controller-1"},
 		{caller: "broker-2", method: fetch, req: &keelpb.FetchRequest{ReplicaId: 2}, wantCode: codes.OK},
 		{caller: "broker-2", method: fetch, req: &keelpb.FetchRequest{ReplicaId: 3}, wantCode: codes.PermissionDenied, wantMsg: "replica_id 3: certificate is for broker 2"},
+		// A fetch as a replica is that replica's alone, not even an admin's:
+		// one in another's name gets records acknowledged that only the
+		// leader holds (Kafka: CLUSTER_ACTION).
+		{caller: "admin", method: fetch, req: &keelpb.FetchRequest{ReplicaId: 2}, wantCode: codes.PermissionDenied, wantMsg: "Fetch needs the certificate of the broker in replica_id (broker-<replica_id>); the caller's is admin"},
+		{caller: "admin-alice", method: fetch, req: &keelpb.FetchRequest{ReplicaId: 0}, wantCode: codes.PermissionDenied, wantMsg: "the caller's is admin-alice"},
+		{caller: "controller-1", method: fetch, req: &keelpb.FetchRequest{ReplicaId: 1}, wantCode: codes.PermissionDenied, wantMsg: "Fetch needs the certificate of the broker in replica_id (broker-<replica_id>); the caller's is controller-1"},
+		{caller: "broker-0", method: fetch, req: &keelpb.FetchRequest{ReplicaId: -1}, wantCode: codes.PermissionDenied, wantMsg: "replica_id -1: certificate is for broker 0"},
 
 		// A probe: health and reflection, nothing else.
 		{caller: "probe", method: healthpb.Health_Check_FullMethodName, wantCode: codes.OK},
@@ -288,15 +320,22 @@ func TestAuth_OverTLS(t *testing.T) {
 			t.Fatalf("CreateTopic = %v, %v", resp, err)
 		}
 	})
-	t.Run("a broker forwards a Kafka client's topic creation", func(t *testing.T) {
-		resp, err := controller(t, WithTLS(certs["broker-1"])).CreateTopic(ctx, validCreateTopic)
+	t.Run("a broker forwards a Kafka admin client's topic creation", func(t *testing.T) {
+		forwarded := edited(validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Principal = "admin-alice" })
+		resp, err := controller(t, WithTLS(certs["broker-1"])).CreateTopic(ctx, forwarded)
 		if err != nil || resp.GetTopic().GetName() != validCreateTopic.GetName() {
 			t.Fatalf("CreateTopic = %v, %v", resp, err)
 		}
 	})
+	t.Run("a broker cannot create topics on its own", func(t *testing.T) {
+		_, err := controller(t, WithTLS(certs["broker-1"])).CreateTopic(ctx, validCreateTopic)
+		wantCode(t, err, codes.PermissionDenied, "CreateTopic needs an admin certificate, or a broker forwarding an admin client's request in principal; the caller's is broker-1, which forwards none")
+		_, err = controller(t, WithTLS(certs["broker-1"])).CreateTopic(ctx, edited(validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Principal = "broker-2" }))
+		wantCode(t, err, codes.PermissionDenied, `CreateTopic needs an admin certificate; broker-1 forwards the request of "broker-2"`)
+	})
 	t.Run("a controller cannot create topics", func(t *testing.T) {
-		_, err := controller(t, WithTLS(certs["controller-1"])).CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "t"})
-		wantCode(t, err, codes.PermissionDenied, "CreateTopic needs a broker or admin certificate; the caller's is controller-1")
+		_, err := controller(t, WithTLS(certs["controller-1"])).CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "t", Principal: "admin"})
+		wantCode(t, err, codes.PermissionDenied, "CreateTopic needs an admin certificate; the caller's is controller-1")
 	})
 	t.Run("a broker registers as itself only", func(t *testing.T) {
 		cl := controller(t, WithTLS(certs["broker-1"]))

@@ -61,6 +61,7 @@ func Validate(req proto.Message) error {
 			validAssignments(r.GetAssignments()),
 			validTopicCounts(r),
 			validConfigMap(r.GetConfigs()),
+			validPrincipal(r.GetPrincipal()),
 		)
 	case *keelpb.CreatePartitionsRequest:
 		return firstError(
@@ -68,9 +69,10 @@ func Validate(req proto.Message) error {
 			validPartitionCount("count", r.GetCount()),
 			validNewPartitionTotal(r.GetCount()),
 			validAssignments(r.GetAssignments()),
+			validPrincipal(r.GetPrincipal()),
 		)
 	case *keelpb.DeleteTopicRequest:
-		return validTopicRef("name", r.GetName())
+		return firstError(validTopicRef("name", r.GetName()), validPrincipal(r.GetPrincipal()))
 	case *keelpb.DescribeTopicRequest:
 		return validTopicRef("name", r.GetName())
 	case *keelpb.AlterPartitionRequest:

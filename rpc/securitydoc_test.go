@@ -149,6 +149,8 @@ const (
 	allowed access3 = "yes"
 	denied  access3 = "no"
 	ownOnly access3 = "only as itself"
+	// forwardOnly: a broker forwarding an admin client's principal.
+	forwardOnly access3 = "only forwarding an admin's request"
 )
 
 // cellVerdict reads a role cell: "yes, any id" is yes, "only for its own
@@ -161,6 +163,8 @@ func cellVerdict(cell string) access3 {
 		return denied
 	case strings.HasPrefix(cell, "only for its own"):
 		return ownOnly
+	case strings.HasPrefix(cell, "only forwarding an admin"):
+		return forwardOnly
 	}
 	return access3("unreadable: " + cell)
 }
@@ -170,8 +174,20 @@ func cellVerdict(cell string) access3 {
 func verdict(t *testing.T, id tlsauth.Identity, method string, r rule) access3 {
 	t.Helper()
 	var own, other proto.Message
-	if r.access == accessBrokerSelf {
-		own, other = requestNaming(t, method, r.field, id.ID), requestNaming(t, method, r.field, id.ID+1)
+	switch r.access {
+	case accessBrokerSelf, accessReplica:
+		own, other = requestNaming(t, method, r.field, protoreflect.ValueOfInt32(id.ID)), requestNaming(t, method, r.field, protoreflect.ValueOfInt32(id.ID+1))
+	case accessForwarded:
+		forwarded, alone := requestNaming(t, method, r.field, protoreflect.ValueOfString("admin")), requestNaming(t, method, r.field, protoreflect.ValueOfString(""))
+		switch f, a := authorize(id, method, forwarded) == nil, authorize(id, method, alone) == nil; {
+		case f && a:
+			return allowed
+		case f:
+			return forwardOnly
+		case !a:
+			return denied
+		}
+		return access3(fmt.Sprintf("alone only (%v)", authorize(id, method, forwarded)))
 	}
 	self, anyone := authorize(id, method, own) == nil, authorize(id, method, other) == nil
 	switch {
@@ -185,8 +201,9 @@ func verdict(t *testing.T, id tlsauth.Identity, method string, r rule) access3 {
 	return access3(fmt.Sprintf("others only (%v)", authorize(id, method, own)))
 }
 
-// requestNaming is method's request with its broker id field set to id.
-func requestNaming(t *testing.T, method string, field protoreflect.Name, id int32) proto.Message {
+// requestNaming is method's request with its field set to v: a broker id
+// or a forwarded principal.
+func requestNaming(t *testing.T, method string, field protoreflect.Name, v protoreflect.Value) proto.Message {
 	t.Helper()
 	service, short, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
 	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
@@ -195,6 +212,6 @@ func requestNaming(t *testing.T, method string, field protoreflect.Name, id int3
 	}
 	md := d.(protoreflect.ServiceDescriptor).Methods().ByName(protoreflect.Name(short))
 	msg := dynamicpb.NewMessage(md.Input())
-	msg.Set(md.Input().Fields().ByName(field), protoreflect.ValueOfInt32(id))
+	msg.Set(md.Input().Fields().ByName(field), v)
 	return msg
 }

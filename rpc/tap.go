@@ -36,12 +36,12 @@ func authorizeTap(ctx context.Context, info *tap.Info) (context.Context, error) 
 
 // authorizeMethod is authorize without the request: it refuses id unless
 // its role may call method with some request, with authorize's refusal.
-// The one decision it leaves to authorize after decoding is a broker
-// calling a method about a broker id (accessBrokerSelf), whose id is in
-// the request; those requests are small (requestLimit), so decoding them
-// costs little.
+// The decisions it leaves to authorize after decoding are a broker's
+// calls that name a broker id or a forwarded principal in the request
+// (rule.readsRequest): a broker's requests are bounded like everyone's
+// (requestLimit), and a broker is trusted with their cost.
 func authorizeMethod(id tlsauth.Identity, method string) error {
-	if r, ok := ruleFor(method); ok && r.access == accessBrokerSelf && id.Role == tlsauth.RoleBroker {
+	if r, ok := ruleFor(method); ok && r.readsRequest(id) {
 		return nil
 	}
 	return authorize(id, method, nil)

@@ -18,7 +18,8 @@ import (
 
 // TestAuthorizeMethod: before the request is read, a call is refused
 // exactly when no request could make it allowed, with authorize's refusal;
-// only a broker's call about a broker id waits for the request.
+// only a broker's call about a broker id, or forwarding a principal, waits
+// for the request.
 func TestAuthorizeMethod(t *testing.T) {
 	const (
 		describe  = keelpb.ControllerService_DescribeQuorum_FullMethodName
@@ -29,6 +30,7 @@ func TestAuthorizeMethod(t *testing.T) {
 		stream    = keelpb.ControllerService_StreamMetadata_FullMethodName
 		inspect   = keelpb.BrokerService_Inspect_FullMethodName
 		fetch     = keelpb.BrokerService_Fetch_FullMethodName
+		topic     = keelpb.ControllerService_CreateTopic_FullMethodName
 	)
 	tests := []struct {
 		caller   string
@@ -52,6 +54,13 @@ func TestAuthorizeMethod(t *testing.T) {
 		{caller: "admin", method: register, wantCode: codes.OK},
 		{caller: "controller-1", method: register, wantCode: codes.PermissionDenied, wantMsg: "RegisterBroker needs the certificate of the broker in broker_id (broker-<broker_id>) or an admin's; the caller's is controller-1"},
 		{caller: "controller-1", method: fetch, wantCode: codes.PermissionDenied, wantMsg: "Fetch needs the certificate of the broker in replica_id"},
+		// A replica's fetch is no admin's: refused before decoding.
+		{caller: "admin", method: fetch, wantCode: codes.PermissionDenied, wantMsg: "Fetch needs the certificate of the broker in replica_id (broker-<replica_id>); the caller's is admin"},
+
+		// A broker forwarding a client's principal: decided on the request.
+		{caller: "broker-1", method: topic, wantCode: codes.OK},
+		{caller: "admin", method: topic, wantCode: codes.OK},
+		{caller: "controller-1", method: topic, wantCode: codes.PermissionDenied, wantMsg: "CreateTopic needs an admin certificate; the caller's is controller-1"},
 
 		{caller: "controller-1", method: inspect, wantCode: codes.PermissionDenied, wantMsg: "Inspect needs a broker or admin certificate; the caller's is controller-1"},
 		{caller: "broker-3", method: inspect, wantCode: codes.OK},

@@ -93,6 +93,10 @@ func validControllerRequests() []controllerRequestCase {
 		{method: "CreatePartitions", req: validCreatePartitions},
 		{method: "CreatePartitions", name: "assigned", req: validAddAssigned},
 		{method: "DeleteTopic", req: &keelpb.DeleteTopicRequest{Name: "orders"}},
+		{method: "DeleteTopic", name: "forwarded for an admin", req: &keelpb.DeleteTopicRequest{Name: "orders", Principal: "admin-alice"}},
+		{method: "DeleteTopic", name: "forwarded for a plaintext client", req: &keelpb.DeleteTopicRequest{Name: "orders", Principal: PlaintextPrincipal}},
+		{method: "CreateTopic", name: "forwarded for a broker", req: edited(validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Principal = "broker-3" })},
+		{method: "CreatePartitions", name: "forwarded for an admin", req: edited(validCreatePartitions, func(r *keelpb.CreatePartitionsRequest) { r.Principal = "admin" })},
 		{method: "DescribeTopic", req: &keelpb.DescribeTopicRequest{Name: "orders"}},
 		{method: "AlterPartition", req: validAlterPartition},
 		{method: "AlterPartition", name: "recovering", req: edited(validAlterPartition, func(r *keelpb.AlterPartitionRequest) {
@@ -285,6 +289,12 @@ func invalidControllerRequests() []controllerRequestCase {
 			req: &keelpb.DeleteTopicRequest{}},
 		{method: "DeleteTopic", name: "an over-long name", field: "name",
 			req: &keelpb.DeleteTopicRequest{Name: long(fsm.MaxTopicNameLen + 1)}},
+		{method: "DeleteTopic", name: "a principal that is no identity", field: "principal",
+			req: &keelpb.DeleteTopicRequest{Name: "orders", Principal: "root"}},
+		{method: "DeleteTopic", name: "an over-long principal", field: "principal",
+			req: &keelpb.DeleteTopicRequest{Name: "orders", Principal: "admin-" + long(maxPrincipalLen)}},
+		create("a principal that is no identity", "principal", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Principal = "broker-07" }),
+		addParts("a principal that is no identity", "principal", validCreatePartitions, func(r *keelpb.CreatePartitionsRequest) { r.Principal = "ANONYMOUS" }),
 
 		{method: "DescribeTopic", name: "no name", field: "name",
 			req: &keelpb.DescribeTopicRequest{Linearizable: true}},

@@ -2496,7 +2496,13 @@ type CreateTopicRequest struct {
 	Assignments []*PartitionAssignment `protobuf:"bytes,4,rep,name=assignments,proto3" json:"assignments,omitempty"`
 	Configs     map[string]string      `protobuf:"bytes,5,rep,name=configs,proto3" json:"configs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Check everything and answer as a create would, but write nothing.
-	ValidateOnly  bool `protobuf:"varint,6,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	ValidateOnly bool `protobuf:"varint,6,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	// Set by a broker forwarding a Kafka client's request (KIP-590's
+	// envelope): the client's principal, its certificate's common name
+	// ("plaintext" on a listener without TLS). With TLS the controller
+	// authorizes this principal, not the broker's, and reads it only from a
+	// broker certificate; a broker sending none is refused.
+	Principal     string `protobuf:"bytes,7,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2571,6 +2577,13 @@ func (x *CreateTopicRequest) GetValidateOnly() bool {
 		return x.ValidateOnly
 	}
 	return false
+}
+
+func (x *CreateTopicRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
 }
 
 type PartitionAssignment struct {
@@ -2665,9 +2678,15 @@ type CreatePartitionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
 	// The new total number of partitions.
-	Count         int32                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
-	Assignments   []*PartitionAssignment `protobuf:"bytes,3,rep,name=assignments,proto3" json:"assignments,omitempty"`
-	ValidateOnly  bool                   `protobuf:"varint,4,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	Count        int32                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Assignments  []*PartitionAssignment `protobuf:"bytes,3,rep,name=assignments,proto3" json:"assignments,omitempty"`
+	ValidateOnly bool                   `protobuf:"varint,4,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	// Set by a broker forwarding a Kafka client's request (KIP-590's
+	// envelope): the client's principal, its certificate's common name
+	// ("plaintext" on a listener without TLS). With TLS the controller
+	// authorizes this principal, not the broker's, and reads it only from a
+	// broker certificate; a broker sending none is refused.
+	Principal     string `protobuf:"bytes,5,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2730,6 +2749,13 @@ func (x *CreatePartitionsRequest) GetValidateOnly() bool {
 	return false
 }
 
+func (x *CreatePartitionsRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
 type CreatePartitionsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Topic         *TopicDescription      `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -2775,8 +2801,14 @@ func (x *CreatePartitionsResponse) GetTopic() *TopicDescription {
 }
 
 type DeleteTopicRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Set by a broker forwarding a Kafka client's request (KIP-590's
+	// envelope): the client's principal, its certificate's common name
+	// ("plaintext" on a listener without TLS). With TLS the controller
+	// authorizes this principal, not the broker's, and reads it only from a
+	// broker certificate; a broker sending none is refused.
+	Principal     string `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2814,6 +2846,13 @@ func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
 func (x *DeleteTopicRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteTopicRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
 	}
 	return ""
 }
@@ -5612,7 +5651,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x04rack\x18\x04 \x01(\tR\x04rack\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12%\n" +
 	"\x0eincarnation_id\x18\x06 \x01(\tR\rincarnationId\x12#\n" +
-	"\rkafka_address\x18\a \x01(\tR\fkafkaAddress\"\xdc\x02\n" +
+	"\rkafka_address\x18\a \x01(\tR\fkafkaAddress\"\xfa\x02\n" +
 	"\x12CreateTopicRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -5621,23 +5660,26 @@ const file_controller_proto_rawDesc = "" +
 	"\x12replication_factor\x18\x03 \x01(\x05R\x11replicationFactor\x12>\n" +
 	"\vassignments\x18\x04 \x03(\v2\x1c.keel.v1.PartitionAssignmentR\vassignments\x12B\n" +
 	"\aconfigs\x18\x05 \x03(\v2(.keel.v1.CreateTopicRequest.ConfigsEntryR\aconfigs\x12#\n" +
-	"\rvalidate_only\x18\x06 \x01(\bR\fvalidateOnly\x1a:\n" +
+	"\rvalidate_only\x18\x06 \x01(\bR\fvalidateOnly\x12\x1c\n" +
+	"\tprincipal\x18\a \x01(\tR\tprincipal\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
 	"\x13PartitionAssignment\x12\x1a\n" +
 	"\breplicas\x18\x01 \x03(\x05R\breplicas\"F\n" +
 	"\x13CreateTopicResponse\x12/\n" +
-	"\x05topic\x18\x01 \x01(\v2\x19.keel.v1.TopicDescriptionR\x05topic\"\xaa\x01\n" +
+	"\x05topic\x18\x01 \x01(\v2\x19.keel.v1.TopicDescriptionR\x05topic\"\xc8\x01\n" +
 	"\x17CreatePartitionsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12>\n" +
 	"\vassignments\x18\x03 \x03(\v2\x1c.keel.v1.PartitionAssignmentR\vassignments\x12#\n" +
-	"\rvalidate_only\x18\x04 \x01(\bR\fvalidateOnly\"K\n" +
+	"\rvalidate_only\x18\x04 \x01(\bR\fvalidateOnly\x12\x1c\n" +
+	"\tprincipal\x18\x05 \x01(\tR\tprincipal\"K\n" +
 	"\x18CreatePartitionsResponse\x12/\n" +
-	"\x05topic\x18\x01 \x01(\v2\x19.keel.v1.TopicDescriptionR\x05topic\"(\n" +
+	"\x05topic\x18\x01 \x01(\v2\x19.keel.v1.TopicDescriptionR\x05topic\"F\n" +
 	"\x12DeleteTopicRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\"\x15\n" +
 	"\x13DeleteTopicResponse\"M\n" +
 	"\x11ListTopicsRequest\x12\"\n" +
 	"\flinearizable\x18\x01 \x01(\bR\flinearizable\x12\x14\n" +

@@ -32,8 +32,9 @@ func (a *Agent) AllocateProducerIds(ctx context.Context) (start int64, count int
 	return resp.GetProducerIdStart(), resp.GetProducerIdLen(), nil
 }
 
-// CreateTopic forwards a topic creation to the active controller. Errors
-// are the controller's gRPC statuses.
+// CreateTopic forwards a topic creation to the active controller, which
+// authorizes the principal of the client in req (KIP-590's envelope), not
+// this broker. Errors are the controller's gRPC statuses.
 func (a *Agent) CreateTopic(ctx context.Context, req *keelpb.CreateTopicRequest) (*keelpb.CreateTopicResponse, error) {
 	return a.client.CreateTopic(ctx, req)
 }
@@ -45,6 +46,6 @@ func (a *Agent) CreatePartitions(ctx context.Context, req *keelpb.CreatePartitio
 }
 
 // DeleteTopic forwards a topic deletion to the active controller.
-func (a *Agent) DeleteTopic(ctx context.Context, name string) error {
-	return a.client.DeleteTopic(ctx, name)
+func (a *Agent) DeleteTopic(ctx context.Context, req *keelpb.DeleteTopicRequest) error {
+	return a.client.DeleteTopicRequest(ctx, req)
 }

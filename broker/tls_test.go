@@ -91,6 +91,17 @@ func TestAgent_ReplicatesOverTLS(t *testing.T) {
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "replica_id 3: certificate is for broker 2") {
 		t.Fatalf("Fetch as replica 3 with broker-2's certificate = %v, want PermissionDenied naming replica_id", err)
 	}
+	// Nor may an admin fetch as broker 2: its fetches would move broker 2
+	// into the ISR while it holds nothing.
+	ac, err := DialLeader(agents[1].Addr(), credentials.NewTLS(certs["admin"].Client(tlsauth.RoleBroker)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	_, err = ac.Fetch(ctx, &keelpb.FetchRequest{ReplicaId: 2, TopicId: topicT.String()})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "the caller's is admin") {
+		t.Fatalf("Fetch as replica 2 with an admin's certificate = %v, want PermissionDenied", err)
+	}
 }
 
 // TestAgent_TLSCertificateOfAnotherBroker: a broker whose certificate is

@@ -99,7 +99,7 @@ func (s *Server) createTopics(ctx context.Context, c *conn, r *kmsg.CreateTopics
 			continue
 		}
 		seen[rt.Topic] = true
-		req := &keelpb.CreateTopicRequest{Name: rt.Topic, ValidateOnly: r.ValidateOnly}
+		req := &keelpb.CreateTopicRequest{Name: rt.Topic, ValidateOnly: r.ValidateOnly, Principal: c.principal}
 		if len(rt.ReplicaAssignment) > 0 {
 			if rt.NumPartitions != -1 || rt.ReplicationFactor != -1 {
 				fail(kerr.InvalidRequest, "give either replica assignments, or partitions and a replication factor")
@@ -241,14 +241,14 @@ func (s *Server) deleteTopics(ctx context.Context, c *conn, r *kmsg.DeleteTopics
 			fail(kerr.TopicAuthorizationFailed, notAdmin)
 			continue
 		}
-		if err := rpc.Validate(&keelpb.DeleteTopicRequest{Name: name}); err != nil {
+		if err := rpc.Validate(&keelpb.DeleteTopicRequest{Name: name, Principal: c.principal}); err != nil {
 			fail(kerr.UnknownTopicOrPartition, status.Convert(err).Message())
 			continue
 		}
 		if t, ok := img.Topic(name); ok {
 			out.TopicID = [16]byte(t.ID)
 		}
-		if err := s.cfg.Controller.DeleteTopic(ctx, name); err != nil {
+		if err := s.cfg.Controller.DeleteTopic(ctx, &keelpb.DeleteTopicRequest{Name: name, Principal: c.principal}); err != nil {
 			fail(adminError(err))
 			continue
 		}
@@ -274,7 +274,7 @@ func (s *Server) createPartitions(ctx context.Context, c *conn, r *kmsg.CreatePa
 			fail(kerr.TopicAuthorizationFailed, notAdmin)
 			continue
 		}
-		req := &keelpb.CreatePartitionsRequest{Topic: rt.Topic, Count: rt.Count, ValidateOnly: r.ValidateOnly}
+		req := &keelpb.CreatePartitionsRequest{Topic: rt.Topic, Count: rt.Count, ValidateOnly: r.ValidateOnly, Principal: c.principal}
 		for _, a := range rt.Assignment {
 			req.Assignments = append(req.Assignments, &keelpb.PartitionAssignment{Replicas: a.Replicas})
 		}

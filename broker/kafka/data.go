@@ -162,7 +162,12 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg
 }
 
 func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
-	resp := s.fetchPartitions(ctx, r)
+	var resp *kmsg.FetchResponse
+	if r.ReplicaID >= 0 {
+		resp = refuseReplicaFetch(r)
+	} else {
+		resp = s.fetchPartitions(ctx, r)
+	}
 	// A partition with nothing to return gets empty records, never null:
 	// Kafka sends MemoryRecords.EMPTY, and librdkafka 2.0 refuses a null
 	// record set ("invalid MessageSetSize -1") and retries the whole fetch,
@@ -172,6 +177,30 @@ func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response 
 			if p := &resp.Topics[i].Partitions[j]; p.RecordBatches == nil {
 				p.RecordBatches = []byte{}
 			}
+		}
+	}
+	return resp
+}
+
+// refuseReplicaFetch answers a fetch in a replica's name (Kafka's
+// isFromFollower: replica id 0 or more) with TOPIC_AUTHORIZATION_FAILED for
+// every partition, as Kafka answers one from a principal without
+// CLUSTER_ACTION. Keel's brokers replicate over their gRPC port, with their
+// own certificates, never through this listener: here no client is a
+// replica, and none moves a follower's state or reads past the high
+// watermark.
+func refuseReplicaFetch(r *kmsg.FetchRequest) *kmsg.FetchResponse {
+	resp := r.ResponseKind().(*kmsg.FetchResponse)
+	resp.Topics = make([]kmsg.FetchResponseTopic, len(r.Topics))
+	for i, rt := range r.Topics {
+		t := &resp.Topics[i]
+		t.Topic = rt.Topic
+		t.Partitions = make([]kmsg.FetchResponseTopicPartition, len(rt.Partitions))
+		for j, rp := range rt.Partitions {
+			p := &t.Partitions[j]
+			*p = kmsg.NewFetchResponseTopicPartition()
+			p.Partition, p.ErrorCode = rp.Partition, kerr.TopicAuthorizationFailed.Code
+			p.HighWatermark, p.LastStableOffset, p.LogStartOffset = -1, -1, -1
 		}
 	}
 	return resp

@@ -26,6 +26,22 @@ type fakeMeta struct {
 	topics int
 	nextID int64
 	allocs atomic.Int64
+	// principals are the principals admin requests forwarded, in order.
+	principals []string
+}
+
+// forwarded notes the principal of an admin request forwarded to it.
+func (m *fakeMeta) forwarded(principal string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.principals = append(m.principals, principal)
+}
+
+// forwardedPrincipals are the principals forwarded so far.
+func (m *fakeMeta) forwardedPrincipals() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.principals...)
 }
 
 func newFakeMeta(t testing.TB) *fakeMeta {
@@ -108,6 +124,7 @@ func (m *fakeMeta) AllocateProducerIds(context.Context) (int64, int32, error) {
 // CreateTopic places every partition on broker 1 alone, or on the
 // assignment given.
 func (m *fakeMeta) CreateTopic(_ context.Context, req *keelpb.CreateTopicRequest) (*keelpb.CreateTopicResponse, error) {
+	m.forwarded(req.GetPrincipal())
 	if _, ok := m.Image().Topic(req.GetName()); ok {
 		return nil, status.Errorf(codes.AlreadyExists, "topic already exists: %q", req.GetName())
 	}
@@ -138,7 +155,9 @@ func (m *fakeMeta) CreatePartitions(context.Context, *keelpb.CreatePartitionsReq
 	return nil, status.Error(codes.Unimplemented, "not in this fake")
 }
 
-func (m *fakeMeta) DeleteTopic(_ context.Context, name string) error {
+func (m *fakeMeta) DeleteTopic(_ context.Context, req *keelpb.DeleteTopicRequest) error {
+	m.forwarded(req.GetPrincipal())
+	name := req.GetName()
 	t, ok := m.Image().Topic(name)
 	if !ok {
 		return status.Errorf(codes.NotFound, "unknown topic or partition: topic %q", name)

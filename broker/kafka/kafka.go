@@ -84,13 +84,14 @@ type ImageSource interface {
 }
 
 // Controller is the broker's way to the active controller; *broker.Agent
-// is one. Errors are the controllers' gRPC statuses.
+// is one. Errors are the controllers' gRPC statuses. Admin requests carry
+// the client's principal, which the controller authorizes.
 type Controller interface {
 	// AllocateProducerIds returns a block of producer ids for this broker.
 	AllocateProducerIds(ctx context.Context) (start int64, count int32, err error)
 	CreateTopic(ctx context.Context, req *keelpb.CreateTopicRequest) (*keelpb.CreateTopicResponse, error)
 	CreatePartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) (*keelpb.CreatePartitionsResponse, error)
-	DeleteTopic(ctx context.Context, name string) error
+	DeleteTopic(ctx context.Context, req *keelpb.DeleteTopicRequest) error
 }
 
 // Defaults.

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keel-dev/keel/rpc"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
@@ -156,7 +157,11 @@ type conn struct {
 	// admin: the client may create and delete topics (plaintext, or an
 	// admin certificate).
 	admin bool
-	w     *bufio.Writer
+	// principal is who the client is, as admin requests forwarded to the
+	// controller name it: its certificate's common name, or
+	// rpc.PlaintextPrincipal.
+	principal string
+	w         *bufio.Writer
 }
 
 func (s *Server) serveConn(raw net.Conn) {
@@ -174,7 +179,7 @@ func (s *Server) serveConn(raw net.Conn) {
 			s.log.Error("kafka listener: request handling panicked; connection closed", "remote", raw.RemoteAddr().String(), "panic", fmt.Sprint(r))
 		}
 	}()
-	c := &conn{Conn: raw, admin: s.cfg.TLS == nil}
+	c := &conn{Conn: raw, admin: s.cfg.TLS == nil, principal: rpc.PlaintextPrincipal}
 	if s.cfg.TLS != nil {
 		tc := tls.Server(raw, s.cfg.TLS.Server(tlsauth.RoleController, tlsauth.RoleBroker, tlsauth.RoleAdmin))
 		_ = tc.SetDeadline(time.Now().Add(handshakeTimeout))
@@ -185,7 +190,7 @@ func (s *Server) serveConn(raw net.Conn) {
 		_ = tc.SetDeadline(time.Time{})
 		if chains := tc.ConnectionState().VerifiedChains; len(chains) > 0 {
 			id, _ := tlsauth.PeerIdentity(chains[0])
-			c.admin = id.Role == tlsauth.RoleAdmin
+			c.admin, c.principal = id.Role == tlsauth.RoleAdmin, id.Name
 		}
 		c.Conn = tc
 	}

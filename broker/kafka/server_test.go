@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/rpc"
 )
 
 const testTimeout = 20 * time.Second
@@ -444,6 +445,13 @@ func TestServer_CreateAndDeleteTopicsForwarded(t *testing.T) {
 	}
 	if _, ok := meta.Image().Topic("fresh"); ok {
 		t.Fatal("the topic is still there")
+	}
+	// Without TLS a client is nobody in particular: every request forwarded
+	// says so, for a controller with TLS to refuse.
+	for _, p := range meta.forwardedPrincipals() {
+		if p != rpc.PlaintextPrincipal {
+			t.Fatalf("principals forwarded: %q; want each %q", meta.forwardedPrincipals(), rpc.PlaintextPrincipal)
+		}
 	}
 }
 

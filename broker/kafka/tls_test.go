@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 // TestServer_TLS: with the broker's certificate the listener speaks TLS
 // and takes clients holding a certificate of the cluster's CA: a broker's
 // (or any keel identity's) may produce and consume, only an admin's may
-// create topics, and a probe's is refused at the handshake.
+// create topics, forwarded to the controller with its principal, and a
+// probe's is refused at the handshake.
 func TestServer_TLS(t *testing.T) {
 	ca, err := tlsauth.NewCA("kafka test CA")
 	if err != nil {
@@ -61,6 +63,11 @@ func TestServer_TLS(t *testing.T) {
 	}
 	if code := createTopic(client("admin"), "by-an-admin"); code != 0 {
 		t.Fatalf("CreateTopics with an admin's certificate: %v", kerr.ErrorForCode(code))
+	}
+	// The controller authorizes the client, not this broker (KIP-590): the
+	// request it gets names the admin; the broker's refused none.
+	if got := meta.forwardedPrincipals(); !slices.Equal(got, []string{"admin"}) {
+		t.Fatalf("principals forwarded to the controller: %q; want [admin]", got)
 	}
 	refused := func(cl *kgo.Client) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

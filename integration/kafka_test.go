@@ -33,20 +33,21 @@ const kafkaTimeout = 45 * time.Second
 // with a Kafka listener on a free loopback port and the data plane's
 // short test timings (a follower out of the ISR after 1 s behind, fetches
 // every 100 ms when idle), and waits until every broker is active. It
-// returns the cluster and the Kafka listener of each broker.
-func startKafkaCluster(t *testing.T, ids []int32) (*Cluster, map[int32]string) {
+// returns the cluster and the Kafka listener of each broker. opts add to
+// the cluster's options (withTLS).
+func startKafkaCluster(t *testing.T, ids []int32, opts ...clusterOption) (*Cluster, map[int32]string) {
 	t.Helper()
-	c := startCluster(t, 3, withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second))
+	c := startCluster(t, 3, append([]clusterOption{withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second)}, opts...)...)
 	c.WaitForActive(t, activeTimeout)
 	addrs := freeAddrs(t, len(ids))
 	kafka := make(map[int32]string, len(ids))
-	opts := make([][]brokerOption, len(ids))
+	bopts := make([][]brokerOption, len(ids))
 	for i, id := range ids {
 		kafka[id] = addrs[i]
-		opts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags("--kafka-listen="+addrs[i],
+		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags("--kafka-listen="+addrs[i],
 			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms")}
 	}
-	c.startBrokers(ids, opts)
+	c.startBrokers(ids, bopts)
 	c.WaitForBrokers(t, allActive(ids...))
 	return c, kafka
 }
@@ -276,14 +277,14 @@ func highWatermarks(t *testing.T, cl *kgo.Client, topic string, partitions int32
 
 // consumeAll reads every partition of topic from its start up to its high
 // watermark (hw) with a consumer without a group, and returns the records
-// of each partition in the order read.
-func consumeAll(t *testing.T, kafka map[int32]string, topic string, hw map[int32]int64) map[int32][]consumedRecord {
+// of each partition in the order read. opts add to the client's options.
+func consumeAll(t *testing.T, kafka map[int32]string, topic string, hw map[int32]int64, opts ...kgo.Opt) map[int32][]consumedRecord {
 	t.Helper()
 	start := map[int32]kgo.Offset{}
 	for p := range hw {
 		start[p] = kgo.NewOffset().AtStart()
 	}
-	cl := kafkaClient(t, kafka, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}))
+	cl := kafkaClient(t, kafka, append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}))...)
 	defer cl.Close()
 	got := map[int32][]consumedRecord{}
 	next := map[int32]int64{}

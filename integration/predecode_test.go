@@ -138,10 +138,10 @@ func TestRefusedRequests_CostNoMemory(t *testing.T) {
 				follower, (after-before)>>20, before>>20, after>>20, bound>>20)
 		}
 	}
-	// Brokers may create topics (they forward Kafka clients'
-	// CreateTopics); a controller may not.
+	// Brokers may create topics for the admin clients whose CreateTopics
+	// they forward; a controller may not.
 	t.Run("a controller's certificate", func(t *testing.T) {
-		send(t, followers[0], "controller-1", codes.PermissionDenied, "CreateTopic needs a broker or admin certificate; the caller's is controller-1")
+		send(t, followers[0], "controller-1", codes.PermissionDenied, "CreateTopic needs an admin certificate; the caller's is controller-1")
 	})
 	t.Run("an admin's certificate", func(t *testing.T) {
 		send(t, followers[1], "admin", codes.InvalidArgument, "assignments: ")

@@ -183,7 +183,7 @@ func TestTLS_Cluster(t *testing.T) {
 
 	t.Run("a controller certificate cannot create topics", func(t *testing.T) {
 		_, err := clientWith(t, rpc.WithTLS(pki.config("controller-1"))).CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "not-yours", Partitions: 1, ReplicationFactor: 1})
-		wantCode(t, err, codes.PermissionDenied, "CreateTopic needs a broker or admin certificate; the caller's is controller-1")
+		wantCode(t, err, codes.PermissionDenied, "CreateTopic needs an admin certificate; the caller's is controller-1")
 		if _, err := c.Client().DescribeTopic(ctx, "not-yours"); status.Code(err) != codes.NotFound {
 			t.Fatalf("DescribeTopic(not-yours) = %v, want NotFound", err)
 		}

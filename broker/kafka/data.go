@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/fsm"
 )
 
 // codeOf is the Kafka error code of a Backend error: its kerr code, or
@@ -162,12 +164,7 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg
 }
 
 func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
-	var resp *kmsg.FetchResponse
-	if r.ReplicaID >= 0 {
-		resp = refuseReplicaFetch(r)
-	} else {
-		resp = s.fetchPartitions(ctx, r)
-	}
+	resp := s.fetchPartitions(ctx, r)
 	// A partition with nothing to return gets empty records, never null:
 	// Kafka sends MemoryRecords.EMPTY, and librdkafka 2.0 refuses a null
 	// record set ("invalid MessageSetSize -1") and retries the whole fetch,
@@ -182,28 +179,17 @@ func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response 
 	return resp
 }
 
-// refuseReplicaFetch answers a fetch in a replica's name (Kafka's
-// isFromFollower: replica id 0 or more) with TOPIC_AUTHORIZATION_FAILED for
-// every partition, as Kafka answers one from a principal without
-// CLUSTER_ACTION. Keel's brokers replicate over their gRPC port, with their
-// own certificates, never through this listener: here no client is a
-// replica, and none moves a follower's state or reads past the high
-// watermark.
-func refuseReplicaFetch(r *kmsg.FetchRequest) *kmsg.FetchResponse {
-	resp := r.ResponseKind().(*kmsg.FetchResponse)
-	resp.Topics = make([]kmsg.FetchResponseTopic, len(r.Topics))
-	for i, rt := range r.Topics {
-		t := &resp.Topics[i]
-		t.Topic = rt.Topic
-		t.Partitions = make([]kmsg.FetchResponseTopicPartition, len(rt.Partitions))
-		for j, rp := range rt.Partitions {
-			p := &t.Partitions[j]
-			*p = kmsg.NewFetchResponseTopicPartition()
-			p.Partition, p.ErrorCode = rp.Partition, kerr.TopicAuthorizationFailed.Code
-			p.HighWatermark, p.LastStableOffset, p.LogStartOffset = -1, -1, -1
-		}
+// fetchCheck is a partition's refusal of a fetch before any read: a fetch
+// in a replica's name (Kafka's isFromFollower: replica id 0 or more) gets
+// TOPIC_AUTHORIZATION_FAILED, as Kafka answers one from a principal
+// without CLUSTER_ACTION. Keel's brokers replicate over their gRPC port,
+// with their own certificates, never through this listener: here no client
+// is a replica, and none moves a follower's state. Otherwise, the leader's.
+func (s *Server) fetchCheck(img *fsm.Image, r *kmsg.FetchRequest, topic string, partition int32) *kerr.Error {
+	if r.ReplicaID >= 0 {
+		return kerr.TopicAuthorizationFailed
 	}
-	return resp
+	return s.leaderCheck(img, topic, partition)
 }
 
 func (s *Server) fetchPartitions(ctx context.Context, r *kmsg.FetchRequest) *kmsg.FetchResponse {
@@ -232,7 +218,7 @@ func (s *Server) fetchPartitions(ctx context.Context, r *kmsg.FetchRequest) *kms
 			*p = kmsg.NewFetchResponseTopicPartition()
 			p.Partition, p.HighWatermark, p.LastStableOffset, p.LogStartOffset = rp.Partition, -1, -1, -1
 			sl := &slot{topic: rt.Topic, rp: rp, out: p}
-			if ke := s.leaderCheck(img, rt.Topic, rp.Partition); ke != nil {
+			if ke := s.fetchCheck(img, r, rt.Topic, rp.Partition); ke != nil {
 				p.ErrorCode = ke.Code
 			} else {
 				sl.ok = true

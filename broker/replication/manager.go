@@ -93,6 +93,8 @@ type replica struct {
 	// changed is closed (and replaced) whenever the log end, the high
 	// watermark or the role changes: waiting fetches and produces watch it.
 	changed chan struct{}
+	// watches are called at each change too (Manager.Watch).
+	watches map[*func()]struct{}
 
 	// As leader: where this epoch starts, since when it leads, each
 	// follower's fetches at this epoch, the ISR change in progress and
@@ -247,6 +249,9 @@ func (m *Manager) Close() error {
 func (r *replica) notify() {
 	close(r.changed)
 	r.changed = make(chan struct{})
+	for w := range r.watches {
+		(*w)()
+	}
 }
 
 // MetadataChanged keeps the image, lets the ISR changes that waited for it

@@ -241,6 +241,31 @@ func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, curr
 	return FetchResult{Records: res.Records, HighWatermark: hw, LogStartOffset: res.LogStartOffset}, nil
 }
 
+// Watch calls wake at each change of the replica of topic's partition
+// that a Fetch waits for (its log end, high watermark, log start or role,
+// and its removal), until stop is called: the Kafka listener's waiting
+// fetches watch every partition they read with one goroutine. wake runs
+// under the Manager's lock and must not block. A partition with no replica
+// here is never woken, and its stop does nothing.
+func (m *Manager) Watch(topic string, partition int32, wake func()) (stop func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.replicas[broker.TopicPartition{TopicID: m.byName[topic], Partition: partition}]
+	if _, named := m.byName[topic]; !named || r == nil {
+		return func() {}
+	}
+	w := &wake
+	if r.watches == nil {
+		r.watches = map[*func()]struct{}{}
+	}
+	r.watches[w] = struct{}{}
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(r.watches, w)
+	}
+}
+
 // OffsetResult is a ListOffsets answer: an offset, the timestamp of the
 // record there (-1 for the earliest and latest offsets), and a leader
 // epoch. Offset, Timestamp and LeaderEpoch -1: no record matched.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,6 +221,43 @@ func TestReplicaManager_FetchRequests(t *testing.T) {
 	if _, err := m.Fetch(context.Background(), "t", 0, 0, 0, 1<<20, 0); !isKerr(err, kerr.FencedLeaderEpoch) {
 		t.Fatalf("fetch at epoch 0 with the leader at 2: %v, want FENCED_LEADER_EPOCH", err)
 	}
+}
+
+// TestReplicaManager_Watch: a watch is woken by what a waiting consumer
+// fetch waits for (an append, the high watermark moving, a leader change),
+// and no more once stopped; a partition with no replica here is never woken.
+func TestReplicaManager_Watch(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1, 2))
+	m := e.ms[1]
+	var wakes atomic.Int32
+	stop := m.Watch("t", 0, func() { wakes.Add(1) })
+	for _, step := range []struct {
+		what string
+		do   func()
+	}{
+		{"an append", func() { e.produce(1, 1) }},
+		{"the high watermark moving", func() { e.catchUp(2); e.fetch(2) }},
+		{"a leader change", func() {
+			e.ctl.commit(changeRec(leaderID(2), []int32{2, 1}))
+			e.publish()
+		}},
+	} {
+		before := wakes.Load()
+		step.do()
+		if wakes.Load() == before {
+			t.Fatalf("%s woke no watch", step.what)
+		}
+	}
+	stop()
+	before := wakes.Load()
+	e.ctl.commit(changeRec(leaderID(1), []int32{1, 2}))
+	e.publish()
+	e.produce(1, 1)
+	if n := wakes.Load() - before; n != 0 {
+		t.Fatalf("a stopped watch was woken %d times", n)
+	}
+	m.Watch("nope", 0, func() { t.Error("a watch of an unknown topic was woken") })()
+	m.Watch("t", 7, func() { t.Error("a watch of an unknown partition was woken") })()
 }
 
 // TestReplicaManager_ListOffsets: earliest is the log start, latest the

@@ -9,8 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/keel-dev/keel/fsm"
 )
 
 // codeOf is the Kafka error code of a Backend error: its kerr code, or
@@ -31,6 +29,9 @@ const (
 	batchHeaderSize = 61
 	batchLengthAt   = 8
 	batchMagicAt    = 16
+	// lastOffsetDeltaAt: a batch's last offset is its base offset plus
+	// this.
+	lastOffsetDeltaAt = 23
 )
 
 // checkBatch checks the framing of one produced partition's records: one
@@ -161,137 +162,6 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg
 		cw.Wait()
 	}()
 	return pr, false, ready
-}
-
-func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
-	resp := s.fetchPartitions(ctx, r)
-	// A partition with nothing to return gets empty records, never null:
-	// Kafka sends MemoryRecords.EMPTY, and librdkafka 2.0 refuses a null
-	// record set ("invalid MessageSetSize -1") and retries the whole fetch,
-	// so that a consumer at the high watermark (kcat -e) never saw the end.
-	for i := range resp.Topics {
-		for j := range resp.Topics[i].Partitions {
-			if p := &resp.Topics[i].Partitions[j]; p.RecordBatches == nil {
-				p.RecordBatches = []byte{}
-			}
-		}
-	}
-	return resp
-}
-
-// fetchCheck is a partition's refusal of a fetch before any read: a fetch
-// in a replica's name (Kafka's isFromFollower: replica id 0 or more) gets
-// TOPIC_AUTHORIZATION_FAILED, as Kafka answers one from a principal
-// without CLUSTER_ACTION. Keel's brokers replicate over their gRPC port,
-// with their own certificates, never through this listener: here no client
-// is a replica, and none moves a follower's state. Otherwise, the leader's.
-func (s *Server) fetchCheck(img *fsm.Image, r *kmsg.FetchRequest, topic string, partition int32) *kerr.Error {
-	if r.ReplicaID >= 0 {
-		return kerr.TopicAuthorizationFailed
-	}
-	return s.leaderCheck(img, topic, partition)
-}
-
-func (s *Server) fetchPartitions(ctx context.Context, r *kmsg.FetchRequest) *kmsg.FetchResponse {
-	resp := r.ResponseKind().(*kmsg.FetchResponse)
-	img := s.cfg.Image.Image()
-	// Sessionless (no KIP-227): session id 0 tells the client so.
-	resp.SessionID = 0
-	budget := int64(r.MaxBytes)
-	if r.Version < 3 || budget <= 0 || budget > maxFetchResponse {
-		budget = maxFetchResponse
-	}
-	type slot struct {
-		topic string
-		rp    kmsg.FetchRequestTopicPartition
-		out   *kmsg.FetchResponseTopicPartition
-		ok    bool // the image let it through to the backend
-	}
-	var slots []*slot
-	resp.Topics = make([]kmsg.FetchResponseTopic, len(r.Topics))
-	for i, rt := range r.Topics {
-		t := &resp.Topics[i]
-		t.Topic = rt.Topic
-		t.Partitions = make([]kmsg.FetchResponseTopicPartition, len(rt.Partitions))
-		for j, rp := range rt.Partitions {
-			p := &t.Partitions[j]
-			*p = kmsg.NewFetchResponseTopicPartition()
-			p.Partition, p.HighWatermark, p.LastStableOffset, p.LogStartOffset = rp.Partition, -1, -1, -1
-			sl := &slot{topic: rt.Topic, rp: rp, out: p}
-			if ke := s.fetchCheck(img, r, rt.Topic, rp.Partition); ke != nil {
-				p.ErrorCode = ke.Code
-			} else {
-				sl.ok = true
-			}
-			slots = append(slots, sl)
-		}
-	}
-	var total int64
-	read := func(ctx context.Context, sl *slot, wait time.Duration) bool {
-		limit := sl.rp.PartitionMaxBytes
-		if left := budget - total; int64(limit) > left {
-			limit = int32(max(left, 1)) // KIP-74: at least one batch
-		}
-		res, err := s.cfg.Backend.Fetch(ctx, sl.topic, sl.rp.Partition, sl.rp.CurrentLeaderEpoch, sl.rp.FetchOffset, limit, wait)
-		if err != nil {
-			if ctx.Err() != nil && s.ctx.Err() == nil {
-				return false // an abandoned wait: the first pass's answer stands
-			}
-			sl.out.ErrorCode = codeOf(err)
-			return false
-		}
-		sl.out.ErrorCode = 0
-		sl.out.HighWatermark, sl.out.LastStableOffset, sl.out.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
-		if total > 0 && total+int64(len(res.Records)) > budget {
-			return false // over the response's budget: the next fetch gets it
-		}
-		sl.out.RecordBatches = res.Records
-		total += int64(len(res.Records))
-		return len(res.Records) > 0
-	}
-	for _, sl := range slots {
-		if sl.ok {
-			read(ctx, sl, 0)
-		}
-	}
-	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
-	if total >= int64(max(r.MinBytes, 1)) || wait <= 0 {
-		return resp
-	}
-	// Nothing yet: wait up to MaxWait on every partition at once, and
-	// answer as soon as one has data.
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, sl := range slots {
-		if !sl.ok || sl.out.ErrorCode != 0 {
-			continue
-		}
-		wg.Add(1)
-		go func(sl *slot) {
-			defer wg.Done()
-			res, err := s.cfg.Backend.Fetch(wctx, sl.topic, sl.rp.Partition, sl.rp.CurrentLeaderEpoch, sl.rp.FetchOffset, sl.rp.PartitionMaxBytes, wait)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				if wctx.Err() == nil {
-					sl.out.ErrorCode = codeOf(err)
-				}
-				return
-			}
-			sl.out.HighWatermark, sl.out.LastStableOffset, sl.out.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
-			if len(res.Records) > 0 && total+int64(len(res.Records)) <= budget || total == 0 {
-				sl.out.RecordBatches = res.Records
-				total += int64(len(res.Records))
-			}
-			if len(res.Records) > 0 {
-				cancel()
-			}
-		}(sl)
-	}
-	wg.Wait()
-	return resp
 }
 
 func (s *Server) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) kmsg.Response {

@@ -35,8 +35,17 @@ type Backend interface {
 	// from the partition this broker leads. currentLeaderEpoch, if >= 0, is
 	// checked as KIP-320. Offset out of [logStart, HW] →
 	// kerr.OffsetOutOfRange. maxWait: with no data at offset yet, wait up to
-	// maxWait for some.
+	// maxWait for some. (The listener passes 0 and waits with Watch, once
+	// for the whole request.)
 	Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (FetchResult, error)
+	// Watch calls wake whenever what Fetch answers for the partition may
+	// have changed (its high watermark, log start or end, its leadership, or
+	// the replica gone), from now until stop is called: a Fetch waiting for
+	// data reads again when woken, as Kafka's purgatory watches a delayed
+	// fetch by partition. wake runs under the data plane's locks and must
+	// not block. A partition with no replica here is never woken (its
+	// Fetch fails), and its stop does nothing.
+	Watch(topic string, partition int32, wake func()) (stop func())
 	// ListOffsets answers timestamp -2 (earliest: the log start) and -1
 	// (latest: the high watermark) with the leader epoch; a timestamp >= 0
 	// with the first record below the high watermark stamped at or after
@@ -106,6 +115,10 @@ const (
 	DefaultIdleTimeout = 10 * time.Minute
 	// maxFetchResponse bounds one Fetch answer whatever the client asks.
 	maxFetchResponse = 64 << 20
+	// DefaultFetchMaxWait bounds a Fetch's wait for data whatever its
+	// MaxWaitMillis: Kafka's consumer default fetch.max.wait.ms. Kafka's
+	// broker takes the client's word, up to 24.8 days.
+	DefaultFetchMaxWait = 500 * time.Millisecond
 )
 
 // Config configures a Server.
@@ -141,6 +154,9 @@ type Config struct {
 	// IdleTimeout closes a connection that sends nothing for this long;
 	// default DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// FetchMaxWait bounds how long a Fetch waits for MinBytes, whatever
+	// the client asks; default DefaultFetchMaxWait.
+	FetchMaxWait time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics, when set, takes the listener's request metrics

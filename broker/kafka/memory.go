@@ -48,11 +48,52 @@ type MemoryBackend struct {
 	grew    chan struct{} // closed and replaced on every append
 	refuse  map[tp]error  // tests: a partition's answer
 	appends atomic.Int64
+	// watches: each partition's Watch callbacks.
+	watches map[tp]map[*func()]struct{}
 }
 
 // NewMemoryBackend returns an empty MemoryBackend.
 func NewMemoryBackend() *MemoryBackend {
-	return &MemoryBackend{logs: map[tp]*memLog{}, grew: make(chan struct{}), refuse: map[tp]error{}}
+	return &MemoryBackend{logs: map[tp]*memLog{}, grew: make(chan struct{}), refuse: map[tp]error{}, watches: map[tp]map[*func()]struct{}{}}
+}
+
+// Watch calls wake on every append to the partition, new leader epoch or
+// refusal set, until stop.
+func (b *MemoryBackend) Watch(topic string, partition int32, wake func()) (stop func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := tp{topic, partition}
+	if b.watches[k] == nil {
+		b.watches[k] = map[*func()]struct{}{}
+	}
+	w := &wake
+	b.watches[k][w] = struct{}{}
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.watches[k], w)
+		if len(b.watches[k]) == 0 {
+			delete(b.watches, k)
+		}
+	}
+}
+
+// changed wakes the partition's watchers. The caller holds mu.
+func (b *MemoryBackend) changed(topic string, p int32) {
+	for w := range b.watches[tp{topic, p}] {
+		(*w)()
+	}
+}
+
+// watching is how many watches the backend holds (tests).
+func (b *MemoryBackend) watching() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, ws := range b.watches {
+		n += len(ws)
+	}
+	return n
 }
 
 // newLeaderEpoch starts leader epoch epoch at the partition's log end, as
@@ -75,6 +116,7 @@ func (b *MemoryBackend) newLeaderEpoch(topic string, p int32, epoch int32, trunc
 		}
 	}
 	l.epochs = append(l.epochs, memEpoch{epoch, l.leo})
+	b.changed(topic, p)
 }
 
 // setRefusal makes a partition answer err (tests).
@@ -82,6 +124,7 @@ func (b *MemoryBackend) setRefusal(topic string, p int32, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refuse[tp{topic, p}] = err
+	b.changed(topic, p)
 }
 
 func (b *MemoryBackend) logLocked(topic string, p int32) *memLog {
@@ -123,6 +166,7 @@ func (b *MemoryBackend) ProduceAppend(topic string, partition int32, batch []byt
 	b.appends.Add(1)
 	close(b.grew)
 	b.grew = make(chan struct{})
+	b.changed(topic, partition)
 	return ProduceResult{BaseOffset: base, LogAppendTime: -1}, nil, nil
 }
 

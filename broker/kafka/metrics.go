@@ -12,6 +12,7 @@ import (
 const (
 	MetricRequestDuration   = "keel_kafka_request_duration_seconds"
 	MetricProduceCommitWait = "keel_kafka_produce_commit_wait_seconds"
+	MetricFetchWaits        = "keel_kafka_fetch_waits"
 )
 
 // requestBuckets run from half a millisecond to 10 s, finer where a
@@ -22,6 +23,7 @@ var requestBuckets = []float64{.0005, .001, .002, .005, .01, .015, .02, .03, .05
 type serverMetrics struct {
 	duration   *prometheus.HistogramVec
 	commitWait prometheus.Histogram
+	fetchWaits prometheus.Gauge
 	// byKey holds each served API's histogram, so that a request does not
 	// look its label up.
 	byKey map[int16]prometheus.Observer
@@ -42,12 +44,16 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 			Help:    "Time an acks=all produce waited, after appending, for its batches to commit: the followers' fetch round trip (Kafka's RemoteTimeMs of Produce).",
 			Buckets: requestBuckets,
 		}),
+		fetchWaits: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: MetricFetchWaits,
+			Help: "Fetch requests waiting for data now (Kafka's DelayedOperationPurgatory PurgatorySize for Fetch): each holds one goroutine, and ends by --kafka-fetch-max-wait or with its connection.",
+		}),
 		byKey: map[int16]prometheus.Observer{},
 	}
 	for key := range versions {
 		m.byKey[key] = m.duration.WithLabelValues(kmsg.NameForKey(key))
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.commitWait} {
+	for _, c := range []prometheus.Collector{m.duration, m.commitWait, m.fetchWaits} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -71,4 +77,12 @@ func (m *serverMetrics) committed(since time.Time) {
 		return
 	}
 	m.commitWait.Observe(time.Since(since).Seconds())
+}
+
+// fetchWaiting counts a fetch starting (1) or ending (-1) a wait.
+func (m *serverMetrics) fetchWaiting(delta float64) {
+	if m == nil {
+		return
+	}
+	m.fetchWaits.Add(delta)
 }

@@ -50,7 +50,7 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 		return nil, errors.New("kafka listener: no data plane backend")
 	case cfg.Controller == nil:
 		return nil, errors.New("kafka listener: no controller client")
-	case cfg.MaxRequestSize < 0, cfg.MaxBatchSize < 0, cfg.IdleTimeout < 0:
+	case cfg.MaxRequestSize < 0, cfg.MaxBatchSize < 0, cfg.IdleTimeout < 0, cfg.FetchMaxWait < 0:
 		return nil, errors.New("kafka listener: negative limit")
 	}
 	if cfg.MaxRequestSize == 0 {
@@ -61,6 +61,9 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.FetchMaxWait == 0 {
+		cfg.FetchMaxWait = DefaultFetchMaxWait
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -197,7 +200,8 @@ func (s *Server) serveConn(raw net.Conn) {
 	c.w = bufio.NewWriterSize(c.Conn, 64<<10)
 	// Answers go out in the order of the requests, from one writer; the
 	// reader goes on to the next request while an acks=all produce waits
-	// for its batches to commit (pipelined), up to maxPipelined answers.
+	// for its batches to commit, or a fetch for data (pipelined), up to
+	// maxPipelined answers.
 	ctx, cancel := context.WithCancel(s.ctx)
 	answers := make(chan *answer, maxPipelined)
 	written := make(chan struct{})
@@ -258,7 +262,8 @@ func (s *Server) serveConn(raw net.Conn) {
 const maxPipelined = 8
 
 // answer is one request's answer, ready once ready is closed (at once,
-// but for an acks=all produce, when its batches have committed).
+// but for an acks=all produce, when its batches have committed, and for a
+// fetch that waits, when its wait ends).
 type answer struct {
 	h        header
 	flexible bool // a flexible response header
@@ -346,6 +351,13 @@ func (s *Server) handleFrame(ctx context.Context, c *conn, frame []byte) (*answe
 		a.resp, a.closeAfter, a.ready = s.produce(ctx, pr)
 		return a, nil
 	}
+	if fr, ok := req.(*kmsg.FetchRequest); ok {
+		// A fetch that waits for data waits off the reader, which reads
+		// on: a client that closes its connection is noticed at once, and
+		// the close (ctx) ends the wait.
+		a.resp, a.ready = s.fetch(ctx, fr)
+		return a, nil
+	}
 	a.resp = s.handle(ctx, c, req)
 	return a, nil
 }
@@ -381,7 +393,7 @@ func (s *Server) write(c *conn, h header, flexibleHeader bool, resp kmsg.Respons
 	return c.w.Flush()
 }
 
-// handle answers one parsed request other than a produce.
+// handle answers one parsed request other than a produce or a fetch.
 func (s *Server) handle(ctx context.Context, c *conn, req kmsg.Request) kmsg.Response {
 	switch r := req.(type) {
 	case *kmsg.ApiVersionsRequest:
@@ -390,8 +402,6 @@ func (s *Server) handle(ctx context.Context, c *conn, req kmsg.Request) kmsg.Res
 		return s.metadata(r)
 	case *kmsg.DescribeClusterRequest:
 		return s.describeCluster(r)
-	case *kmsg.FetchRequest:
-		return s.fetch(ctx, r)
 	case *kmsg.ListOffsetsRequest:
 		return s.listOffsets(ctx, r)
 	case *kmsg.OffsetForLeaderEpochRequest:

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/broker/kafka"
 	"github.com/keel-dev/keel/broker/replication"
 	"github.com/keel-dev/keel/metrics"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -45,6 +46,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 	}
 	var controllers, metricsAddr, testDialVia, kafkaListen, kafkaAdvertise string
 	var insecure, pprof bool
+	kafkaFetchMaxWait := kafka.DefaultFetchMaxWait
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run a broker (the reference broker); list and inspect brokers",
@@ -112,6 +114,8 @@ same CA; SASL is not served.
 				return fmt.Errorf("--log-flush-interval %v: want a positive duration, or 0 to leave durability to replication", replicas.FlushInterval)
 			case replicas.RetentionCheckInterval <= 0:
 				return fmt.Errorf("--log-retention-check-interval %v: want a positive duration", replicas.RetentionCheckInterval)
+			case kafkaFetchMaxWait <= 0:
+				return fmt.Errorf("--kafka-fetch-max-wait %v: want a positive duration", kafkaFetchMaxWait)
 			}
 			if cfg.Controllers = splitAddrs(controllers); len(cfg.Controllers) == 0 {
 				return errors.New("--controllers: no controller address given")
@@ -154,6 +158,7 @@ same CA; SASL is not served.
 			defer kl.close() // after the agent's shutdown: clients follow its leaderships away
 			if kl != nil {
 				cfg.KafkaAddress = kl.advertise
+				kl.fetchMaxWait = kafkaFetchMaxWait
 			}
 			agent, err := broker.Start(cfg)
 			if err != nil {
@@ -228,6 +233,8 @@ same CA; SASL is not served.
 	_ = f.MarkHidden("test-dial-via")
 	f.StringVar(&kafkaListen, "kafka-listen", "", "address to serve the Kafka protocol on, for Kafka clients (keel produce, kcat, franz-go); empty: none")
 	f.StringVar(&kafkaAdvertise, "kafka-advertise", "", "address Kafka clients reach this broker's Kafka listener at (default: --kafka-listen)")
+	f.DurationVar(&kafkaFetchMaxWait, "kafka-fetch-max-wait", kafkaFetchMaxWait,
+		"the longest a Kafka client's fetch waits for records, whatever its fetch.max.wait.ms asks (a fetch also ends when its connection closes)")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
 	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerUnregisterCmd(), newBrokerDrainCmd())

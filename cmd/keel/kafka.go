@@ -21,6 +21,8 @@ type kafkaListener struct {
 	lis       net.Listener
 	advertise string
 	srv       *kafka.Server
+	// fetchMaxWait: kafka.Config.FetchMaxWait (0: its default).
+	fetchMaxWait time.Duration
 }
 
 // bindKafka binds --kafka-listen and works out the address to register:
@@ -53,14 +55,15 @@ func bindKafka(listen, advertise string) (*kafkaListener, error) {
 // (nil: plaintext), its request metrics in reg (nil: none).
 func (k *kafkaListener) serve(agent *broker.Agent, backend kafka.Backend, brokerID int32, tlsCfg *tlsauth.Config, reg prometheus.Registerer, log *slog.Logger) error {
 	srv, err := kafka.Serve(k.lis, kafka.Config{
-		BrokerID:   brokerID,
-		Image:      agent,
-		Ready:      agent.CaughtUp(),
-		Backend:    backend,
-		Controller: agent,
-		TLS:        tlsCfg,
-		Logger:     log,
-		Metrics:    reg,
+		BrokerID:     brokerID,
+		Image:        agent,
+		Ready:        agent.CaughtUp(),
+		Backend:      backend,
+		Controller:   agent,
+		TLS:          tlsCfg,
+		Logger:       log,
+		Metrics:      reg,
+		FetchMaxWait: k.fetchMaxWait,
 	})
 	if err != nil {
 		k.lis.Close()
@@ -96,6 +99,10 @@ func (b replicationBackend) ProduceAppend(topic string, partition int32, batch [
 func (b replicationBackend) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (kafka.FetchResult, error) {
 	r, err := b.m.Fetch(ctx, topic, partition, currentLeaderEpoch, offset, maxBytes, maxWait)
 	return kafka.FetchResult(r), err
+}
+
+func (b replicationBackend) Watch(topic string, partition int32, wake func()) (stop func()) {
+	return b.m.Watch(topic, partition, wake)
 }
 
 func (b replicationBackend) ListOffsets(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (kafka.ListOffsetsResult, error) {

@@ -14,7 +14,9 @@
 // CreateTopics, DeleteTopics and CreatePartitions, at the versions of
 // docs/kafka.md. Transactions, consumer groups and SASL are not served, and
 // ApiVersions does not list them. Requests on one connection are answered
-// one at a time, in order, as Kafka's broker does; a request larger than
+// in order, as Kafka's broker answers them; an acks=all produce and a fetch
+// waiting for records wait off the connection's reader (a fetch's wait ends
+// with its connection, and by Config.FetchMaxWait); a request larger than
 // Config.MaxRequestSize, or one that does not parse, closes its connection
 // (Kafka's answer too), and nothing a client sends can stop the listener.
 package kafka

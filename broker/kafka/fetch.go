@@ -37,7 +37,6 @@ type fetchWatch struct {
 // into it so far.
 type pendingFetch struct {
 	s      *Server
-	r      *kmsg.FetchRequest
 	resp   *kmsg.FetchResponse
 	slots  []*fetchSlot
 	budget int64 // the answer's bytes (KIP-74)
@@ -99,7 +98,7 @@ func (s *Server) newFetch(r *kmsg.FetchRequest) *pendingFetch {
 	if r.Version < 3 || budget <= 0 || budget > maxFetchResponse {
 		budget = maxFetchResponse
 	}
-	f := &pendingFetch{s: s, r: r, resp: resp, budget: budget}
+	f := &pendingFetch{s: s, resp: resp, budget: budget}
 	resp.Topics = make([]kmsg.FetchResponseTopic, len(r.Topics))
 	for i, rt := range r.Topics {
 		t := &resp.Topics[i]

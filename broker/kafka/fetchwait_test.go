@@ -1,6 +1,8 @@
 package kafka
 
 import (
+	"context"
+	"encoding/binary"
 	"net"
 	"runtime"
 	"testing"
@@ -58,10 +60,10 @@ func TestFetchWait_Answers(t *testing.T) {
 		cap     time.Duration // Config.FetchMaxWait
 		before  []tp          // a batch produced to each before the fetch
 		req     *kmsg.FetchRequest
-		during  func(b *MemoryBackend) // once the fetch watches
-		within  time.Duration          // answered in less than this
-		atLeast time.Duration          // and not sooner
-		want    map[tp]int             // batches answered per partition
+		during  func(t *testing.T, b *MemoryBackend) // once the fetch watches
+		within  time.Duration                        // answered in less than this
+		atLeast time.Duration                        // and not sooner
+		want    map[tp]int                           // batches answered per partition
 		errs    map[tp]int16
 	}{
 		{name: "data already there", cap: time.Hour, before: []tp{a0},
@@ -73,23 +75,23 @@ func TestFetchWait_Answers(t *testing.T) {
 		{name: "no wait asked", cap: time.Hour, req: fetchOf(0, 1, a0), within: 5 * time.Second},
 		{name: "a record while waiting answers at once", cap: time.Hour,
 			req:    fetchOf(24*time.Hour, 1, a0, a1),
-			during: func(b *MemoryBackend) { mustAppend(t, b, a1, one) },
+			during: func(t *testing.T, b *MemoryBackend) { mustAppend(t, b, a1, one) },
 			within: 5 * time.Second, want: map[tp]int{a1: 1}},
 		{name: "MinBytes are counted over every partition", cap: time.Hour,
 			before: []tp{a0}, req: fetchOf(24*time.Hour, int32(2*len(one)), a0, a1),
-			during: func(b *MemoryBackend) { mustAppend(t, b, a1, one) },
+			during: func(t *testing.T, b *MemoryBackend) { mustAppend(t, b, a1, one) },
 			within: 5 * time.Second, want: map[tp]int{a0: 1, a1: 1}},
 		{name: "MinBytes not reached waits to the end", cap: 300 * time.Millisecond,
 			req:    fetchOf(24*time.Hour, int32(2*len(one)), a0, a1),
-			during: func(b *MemoryBackend) { mustAppend(t, b, a1, one) },
+			during: func(t *testing.T, b *MemoryBackend) { mustAppend(t, b, a1, one) },
 			within: 5 * time.Second, atLeast: 250 * time.Millisecond, want: map[tp]int{a1: 1}},
 		{name: "a failure while waiting answers at once", cap: time.Hour,
 			req:    fetchOf(24*time.Hour, 1, a0, a1),
-			during: func(b *MemoryBackend) { b.setRefusal("a", 1, kerr.NotLeaderForPartition) },
+			during: func(t *testing.T, b *MemoryBackend) { b.setRefusal("a", 1, kerr.NotLeaderForPartition) },
 			within: 5 * time.Second, errs: map[tp]int16{a1: kerr.NotLeaderForPartition.Code}},
 		{name: "a partition named 1,000 times is watched once", cap: time.Hour,
 			req: fetchOf(24*time.Hour, 1, append(repeat(a0, 1000), a1)...),
-			during: func(b *MemoryBackend) {
+			during: func(t *testing.T, b *MemoryBackend) {
 				if n := b.watching(); n != 2 {
 					t.Errorf("%d watches, want 2", n)
 				}
@@ -106,9 +108,17 @@ func TestFetchWait_Answers(t *testing.T) {
 				mustAppend(t, backend, p, one)
 			}
 			if tt.during != nil {
+				done := make(chan struct{})
+				defer func() { <-done }()
 				go func() {
-					poll.Until(t, testTimeout, "the fetch to watch", func() bool { return backend.watching() > 0 })
-					tt.during(backend)
+					defer close(done)
+					if err := poll.Wait(context.Background(), testTimeout, poll.Interval, "the fetch to watch", func() (bool, error) {
+						return backend.watching() > 0, nil
+					}); err != nil {
+						t.Error(err)
+						return
+					}
+					tt.during(t, backend)
 				}()
 			}
 			start := time.Now()
@@ -143,6 +153,7 @@ func repeat(p tp, n int) []tp {
 }
 
 func mustAppend(t *testing.T, b *MemoryBackend, p tp, batch []byte) {
+	t.Helper()
 	if _, _, err := b.ProduceAppend(p.topic, p.partition, batch, 1); err != nil {
 		t.Error(err)
 	}
@@ -152,7 +163,7 @@ func mustAppend(t *testing.T, b *MemoryBackend, p tp, batch []byte) {
 func batchesIn(records []byte) int {
 	n := 0
 	for len(records) >= batchHeaderSize {
-		size := int(int32(uint32(records[8])<<24|uint32(records[9])<<16|uint32(records[10])<<8|uint32(records[11]))) + 12
+		size := int(int32(binary.BigEndian.Uint32(records[batchLengthAt:]))) + 12
 		if size > len(records) {
 			break
 		}
@@ -210,5 +221,28 @@ func TestFetchWait_EndsWithConnection(t *testing.T) {
 	rawRequest(t, s.Addr(), fetchOf(0, 1, parts[0]), resp)
 	if code := resp.Topics[0].Partitions[0].ErrorCode; code != 0 {
 		t.Fatalf("a fetch after: %v", kerr.ErrorForCode(code))
+	}
+}
+
+// TestFetchWait_AnswersInOrder: a connection's requests after a waiting
+// fetch are read (so its close is seen) but answered after it, in order.
+func TestFetchWait_AnswersInOrder(t *testing.T) {
+	meta, backend := newFakeMeta(t), NewMemoryBackend()
+	s := startServer(t, 1, meta, backend, func(c *Config) { c.FetchMaxWait = time.Hour })
+	meta.createTopic("a", []int32{1})
+	req := fetchOf(24*time.Hour, 1, tp{"a", 0})
+	c := dial(t, s.Addr())
+	writeFrame(t, c, frame(req.Key(), req.GetVersion(), 1, req.AppendTo(nil)))
+	writeFrame(t, c, frame(apiVersionsKey, 0, 2, nil))
+	poll.Until(t, testTimeout, "the fetch to watch", func() bool { return backend.watching() == 1 })
+	_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if n, err := c.Read(make([]byte, 1)); n > 0 || err == nil {
+		t.Fatalf("an answer before the fetch had anything: %d bytes, %v", n, err)
+	}
+	mustAppend(t, backend, tp{"a", 0}, batchOf([]byte("v")))
+	for _, want := range []int32{1, 2} {
+		if corr := int32(binary.BigEndian.Uint32(readFrame(t, c))); corr != want {
+			t.Fatalf("answer to request %d, want %d", corr, want)
+		}
 	}
 }

@@ -91,7 +91,8 @@ func brokerMetric(t *testing.T, c *Cluster, id int32, name string) float64 {
 // days, with the broker's own cap at an hour: the waits cost a few
 // goroutines each (not one per partition) and little memory, and once
 // the client closes the connections the broker's goroutines are back to
-// their baseline within a second or two.
+// their baseline within a second or two (the test allows 10 s, for a
+// loaded machine).
 func TestFetchWait_EndsWithConnection(t *testing.T) {
 	const conns, partitions, repeats = 20, 8, 600
 	c, addr := startFetchBroker(t, "idle", partitions, "--kafka-fetch-max-wait=1h")
@@ -162,8 +163,10 @@ func TestFetchWait_EndsWithConnection(t *testing.T) {
 	took := time.Since(closed)
 	t.Logf("goroutines back to %v (%v before) %v after the close; peak RSS +%d MiB in all", after, base, took.Round(time.Millisecond),
 		(peakRSS(t, nd.Pid())-rssBefore)>>20)
-	if took > 2*time.Second {
-		t.Errorf("the waits were released %v after their connections closed, want within 2s", took)
+	// Only the close ends the waits before the hour's cap; the bound
+	// leaves room for a loaded machine (they end in a few hundred ms).
+	if took > 10*time.Second {
+		t.Errorf("the waits were released %v after their connections closed, want within 10s (the cap is an hour)", took)
 	}
 	if n := brokerMetric(t, c, 1, "keel_kafka_fetch_waits"); n != 0 {
 		t.Errorf("keel_kafka_fetch_waits = %v after the close, want 0", n)

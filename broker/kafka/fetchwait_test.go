@@ -209,8 +209,12 @@ func TestFetchWait_EndsWithConnection(t *testing.T) {
 		c.Close()
 	}
 	poll.Until(t, testTimeout, "the waits to end", func() bool { return gaugeValue(t, reg, MetricFetchWaits) == 0 })
-	if took := time.Since(closed); took > time.Second {
-		t.Errorf("the waits ended %v after their connections closed, want within 1s", took)
+	// The cap is an hour: only the close ends the waits sooner. The bound
+	// leaves room for a loaded machine (they end in milliseconds).
+	took := time.Since(closed)
+	t.Logf("the waits ended %v after their connections closed", took)
+	if took > 10*time.Second {
+		t.Errorf("the waits ended %v after their connections closed, want within 10s (the cap is an hour)", took)
 	}
 	if n := backend.watching(); n != 0 {
 		t.Errorf("%d watches left", n)

@@ -2,13 +2,15 @@ package kafka
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/broker/batchcheck"
 )
 
 // codeOf is the Kafka error code of a Backend error: its kerr code, or
@@ -24,33 +26,47 @@ func codeOf(err error) int16 {
 	return kerr.UnknownServerError.Code
 }
 
-// v2 record batch header positions (DefaultRecordBatch).
+// v2 record batch header positions (DefaultRecordBatch), beside
+// batchHeaderSize.
 const (
-	batchHeaderSize = 61
-	batchLengthAt   = 8
-	batchMagicAt    = 16
+	batchLengthAt = 8
 	// lastOffsetDeltaAt: a batch's last offset is its base offset plus
 	// this.
 	lastOffsetDeltaAt = 23
 )
 
-// checkBatch checks the framing of one produced partition's records: one
-// whole v2 batch, within the size limit. What is inside (CRC, counts,
-// attributes, sequences) is the data plane's to check.
-func (s *Server) checkBatch(records []byte) *kerr.Error {
-	switch {
-	case len(records) > int(s.cfg.MaxBatchSize):
-		return kerr.MessageTooLarge
-	case len(records) < batchHeaderSize:
-		return kerr.CorruptMessage
-	case records[batchMagicAt] != 2:
-		return kerr.UnsupportedForMessageFormat
+// checkBatch validates one produced partition's records before the data
+// plane sees them: within the size limit, then exactly one v2 batch that
+// every consumer can read to its last record (batchcheck: Kafka's
+// LogValidator). A refusal is counted by its reason.
+func (s *Server) checkBatch(version int16, records []byte) *batchcheck.Error {
+	var err error
+	if len(records) > int(s.cfg.MaxBatchSize) {
+		err = &batchcheck.Error{Code: kerr.MessageTooLarge, Reason: batchcheck.ReasonTooLarge, Record: -1,
+			Detail: fmt.Sprintf("%d bytes, the limit is %d", len(records), s.cfg.MaxBatchSize)}
+	} else {
+		// Kafka takes zstd from Produce v7 on.
+		err = batchcheck.Check(records, batchcheck.Rules{NoZstd: version < 7})
 	}
-	if n := int64(int32(binary.BigEndian.Uint32(records[batchLengthAt:]))); n+12 != int64(len(records)) {
-		// Kafka takes one batch per partition of a produce request.
-		return kerr.InvalidRecord
+	if err == nil {
+		return nil
 	}
-	return nil
+	e := err.(*batchcheck.Error)
+	s.met.refused(e.Reason)
+	return e
+}
+
+// explain puts a refusal's reason in a Produce answer, where the version
+// has room for it (v8+: KIP-467's error message and record errors).
+func explain(p *kmsg.ProduceResponseTopicPartition, version int16, e *batchcheck.Error) {
+	if version < 8 {
+		return
+	}
+	msg := e.Error()
+	p.ErrorMessage = &msg
+	if e.Record >= 0 {
+		p.ErrorRecords = []kmsg.ProduceResponseTopicPartitionErrorRecord{{RelativeOffset: int32(e.Record), ErrorMessage: &msg}}
+	}
 }
 
 func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg.Response, closeAfter bool, ready chan struct{}) {
@@ -101,7 +117,10 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg
 				ke = s.leaderCheck(img, rt.Topic, rp.Partition)
 			}
 			if ke == nil {
-				ke = s.checkBatch(rp.Records)
+				if e := s.checkBatch(r.Version, rp.Records); e != nil {
+					ke = e.Code
+					explain(p, r.Version, e)
+				}
 			}
 			if ke != nil {
 				p.ErrorCode = ke.Code

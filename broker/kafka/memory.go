@@ -136,6 +136,9 @@ func (b *MemoryBackend) logLocked(topic string, p int32) *memLog {
 	return l
 }
 
+// batchHeaderSize is a v2 batch's fixed header (DefaultRecordBatch).
+const batchHeaderSize = 61
+
 // ProduceAppend appends batch at the partition's end; with nothing to
 // replicate, every batch is committed at once (commit is nil).
 func (b *MemoryBackend) ProduceAppend(topic string, partition int32, batch []byte, _ int16) (ProduceResult, func(context.Context, time.Duration) error, error) {

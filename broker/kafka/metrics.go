@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/broker/batchcheck"
 )
 
 // The Kafka listener's metric names (docs/metrics.md), after Kafka's
@@ -13,6 +15,7 @@ const (
 	MetricRequestDuration   = "keel_kafka_request_duration_seconds"
 	MetricProduceCommitWait = "keel_kafka_produce_commit_wait_seconds"
 	MetricFetchWaits        = "keel_kafka_fetch_waits"
+	MetricProduceRefused    = "keel_kafka_produce_refused_batches_total"
 )
 
 // requestBuckets run from half a millisecond to 10 s, finer where a
@@ -24,6 +27,7 @@ type serverMetrics struct {
 	duration   *prometheus.HistogramVec
 	commitWait prometheus.Histogram
 	fetchWaits prometheus.Gauge
+	refusals   *prometheus.CounterVec
 	// byKey holds each served API's histogram, so that a request does not
 	// look its label up.
 	byKey map[int16]prometheus.Observer
@@ -48,12 +52,19 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 			Name: MetricFetchWaits,
 			Help: "Fetch requests waiting for data now (Kafka's DelayedOperationPurgatory PurgatorySize for Fetch): each holds one goroutine, and ends by --kafka-fetch-max-wait or with its connection.",
 		}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricProduceRefused,
+			Help: "Produced batches refused before they were appended, by reason (batchcheck's: framing, magic, crc, header, control, timestamp, codec, compression, records, too_large): Kafka's InvalidMessageCrcRecordsPerSec and its LogValidator's refusals.",
+		}, []string{"reason"}),
 		byKey: map[int16]prometheus.Observer{},
+	}
+	for _, r := range batchcheck.Reasons {
+		m.refusals.WithLabelValues(string(r))
 	}
 	for key := range versions {
 		m.byKey[key] = m.duration.WithLabelValues(kmsg.NameForKey(key))
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.commitWait, m.fetchWaits} {
+	for _, c := range []prometheus.Collector{m.duration, m.commitWait, m.fetchWaits, m.refusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -85,4 +96,12 @@ func (m *serverMetrics) fetchWaiting(delta float64) {
 		return
 	}
 	m.fetchWaits.Add(delta)
+}
+
+// refused counts a produced batch refused for reason.
+func (m *serverMetrics) refused(reason batchcheck.Reason) {
+	if m == nil {
+		return
+	}
+	m.refusals.WithLabelValues(string(reason)).Inc()
 }

@@ -78,6 +78,7 @@ var dataFaultKinds = []dataFaultKind{
 	{"power-loss-last-isr-member", 1},
 	{"restore-snapshot", 1},
 	{"blip-broker-links", 3},
+	{"poison-batch", 1},
 }
 
 // uncleanFaultKinds are what the unclean mode's nemesis injects: mostly
@@ -715,6 +716,8 @@ func (r *dataRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration, 
 			r.fault(from, "%s: %s %d's disk full for %v: %s", kind, how, id, d, what)
 		case "lagging-follower-elected":
 			r.laggingFollowerElected(t, from, kind, topic, part, hold)
+		case "poison-batch":
+			r.poisonBatch(t, from, kind, topic, part, leaderOr)
 		case "power-loss-broker", "power-loss-last-isr-member", "restore-snapshot", "blip-broker-links":
 			outcome = r.grayFault(t, rng, kind, from, topic, part, leaderOr, hold, tally)
 		}

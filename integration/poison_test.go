@@ -72,11 +72,11 @@ func compressed(t *testing.T, codec int16, body []byte) []byte {
 	return buf.Bytes()
 }
 
-// zipBomb is a zstd batch of one record whose value is 1 GiB of zeros: a
-// few tens of KiB on the wire, within message.max.bytes.
+// zipBomb is a zstd batch of one record whose value is 256 MiB of zeros,
+// four times the bound: a few KiB on the wire, within message.max.bytes.
 func zipBomb(t *testing.T) []byte {
 	t.Helper()
-	const n = 1 << 30
+	const n = 256 << 20
 	var buf bytes.Buffer
 	w, err := zstd.NewWriter(&buf, zstd.WithWindowSize(1<<20))
 	if err != nil {
@@ -122,29 +122,26 @@ func poisonCases(t *testing.T) []poisonCase {
 		{"gzipped records whose count lies", poisonBatch(1, 4, compressed(t, 1, five)), kerr.InvalidRecord},
 		{"a bad CRC", badCRC, kerr.CorruptMessage},
 		{"a control batch", control, kerr.InvalidRecord},
-		{"a zip bomb (zstd, 1 GiB inflated)", zipBomb(t), kerr.MessageTooLarge},
+		{"a zip bomb (zstd, 256 MiB inflated)", zipBomb(t), kerr.MessageTooLarge},
 	}
 }
 
 // rawProduce sends one Produce request, acks=all, of batch to topic's
-// partition 0 on broker id, and returns its partition's answer.
-func rawProduce(t *testing.T, cl *kgo.Client, id int32, topic string, batch []byte) kmsg.ProduceResponseTopicPartition {
-	t.Helper()
+// partition part on broker id, and returns its partition's answer.
+func rawProduce(ctx context.Context, cl *kgo.Client, id int32, topic string, part int32, batch []byte) (kmsg.ProduceResponseTopicPartition, error) {
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks, req.TimeoutMillis = -1, 10_000
 	rt := kmsg.NewProduceRequestTopic()
 	rt.Topic = topic
 	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Records = batch
+	rp.Partition, rp.Records = part, batch
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
-	defer cancel()
 	resp, err := cl.Broker(int(id)).Request(ctx, req)
 	if err != nil {
-		t.Fatalf("produce to broker %d: %v", id, err)
+		return kmsg.ProduceResponseTopicPartition{}, fmt.Errorf("produce to broker %d: %w", id, err)
 	}
-	return resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+	return resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0], nil
 }
 
 // poisonedPartition produces good records to a new RF-3, acks=all
@@ -169,7 +166,12 @@ func poisonedPartition(t *testing.T) (map[int32]string, string, []string) {
 		t.Fatal(err)
 	}
 	for _, pc := range poisonCases(t) {
-		p := rawProduce(t, cl, leader, topic, pc.batch)
+		ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
+		p, err := rawProduce(ctx, cl, leader, topic, 0, pc.batch)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
 		msg := ""
 		if p.ErrorMessage != nil {
 			msg = *p.ErrorMessage

@@ -149,12 +149,12 @@ func (r *recordReader) record(i int) error {
 		return err
 	}
 	if delta != int64(i) {
-		return fmt.Errorf("offset delta %d, want %d: inner offsets must run 0, 1, 2, ...", delta, i)
+		return fmt.Errorf("offset delta %d, want %d: inner offsets must count up from 0", delta, i)
 	}
-	if err := r.bytesField("key"); err != nil {
+	if err := r.bytesField("key", -1); err != nil {
 		return err
 	}
-	if err := r.bytesField("value"); err != nil {
+	if err := r.bytesField("value", -1); err != nil {
 		return err
 	}
 	headers, err := r.field(math.MaxInt32, "header count")
@@ -164,11 +164,11 @@ func (r *recordReader) record(i int) error {
 	if headers < 0 {
 		return fmt.Errorf("header count %d", headers)
 	}
-	for j := range headers {
-		if err := r.bytesField(fmt.Sprintf("header %d key", j)); err != nil {
+	for j := range int(headers) {
+		if err := r.bytesField("key", j); err != nil {
 			return err
 		}
-		if err := r.bytesField(fmt.Sprintf("header %d value", j)); err != nil {
+		if err := r.bytesField("value", j); err != nil {
 			return err
 		}
 	}
@@ -215,19 +215,26 @@ func (r *recordReader) field(limit int64, what string) (int64, error) {
 	return v, nil
 }
 
-// bytesField skips a length-prefixed field of the record: -1 is null.
-func (r *recordReader) bytesField(what string) error {
-	n, err := r.field(math.MaxInt32, what+" length")
-	if err != nil {
-		return err
+// bytesField skips a length-prefixed field of the record, -1 being null:
+// its key or value, or header's (header >= 0).
+func (r *recordReader) bytesField(what string, header int) error {
+	name := func() string {
+		if header < 0 {
+			return what
+		}
+		return fmt.Sprintf("header %d's %s", header, what)
 	}
-	if n < -1 {
-		return fmt.Errorf("%s length %d", what, n)
-	}
-	if n > r.left {
-		return fmt.Errorf("%s of %d bytes runs past the record's length (%d left)", what, n, r.left)
-	}
-	if n > 0 {
+	n, err := r.varint(math.MaxInt32)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s length: %w", name(), err)
+	case r.left < 0:
+		return fmt.Errorf("%s length runs past the record's length", name())
+	case n < -1:
+		return fmt.Errorf("%s length %d", name(), n)
+	case n > r.left:
+		return fmt.Errorf("%s of %d bytes runs past the record's length (%d left)", name(), n, r.left)
+	case n > 0:
 		return r.skip(n)
 	}
 	return nil

@@ -230,7 +230,8 @@ func (r *recordReader) bytesField(what string, header int) error {
 		return fmt.Errorf("%s length: %w", name(), err)
 	case r.left < 0:
 		return fmt.Errorf("%s length runs past the record's length", name())
-	case n < -1:
+	case n < -1, n == -1 && header >= 0 && what == "key":
+		// Kafka refuses a null header key too.
 		return fmt.Errorf("%s length %d", name(), n)
 	case n > r.left:
 		return fmt.Errorf("%s of %d bytes runs past the record's length (%d left)", name(), n, r.left)

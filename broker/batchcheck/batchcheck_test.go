@@ -67,6 +67,18 @@ func compress(t testing.TB, codec int16, raw []byte) []byte {
 	return buf.Bytes()
 }
 
+// zstdWindow is raw in one zstd frame, as one raw block, whose header
+// asks for a window of 1<<log bytes (as a streaming encoder at a level
+// with that window writes it).
+func zstdWindow(log uint, raw []byte) []byte {
+	// Magic; a descriptor with no content size, not single segment; the
+	// window's exponent (log - 10) and no mantissa.
+	out := []byte{0x28, 0xb5, 0x2f, 0xfd, 0, byte(log-10) << 3}
+	hdr := uint32(len(raw))<<3 | 1 // the last block, raw
+	out = append(out, byte(hdr), byte(hdr>>8), byte(hdr>>16))
+	return append(out, raw...)
+}
+
 // xerial frames raw in blocks of 32 KiB, as the Java client's snappy does.
 func xerial(raw []byte) []byte {
 	out := append(append([]byte{}, xerialMagic...), 0, 0, 0, 1, 0, 0, 0, 1)
@@ -148,6 +160,9 @@ func TestCheck(t *testing.T) {
 		{name: "a LogAppendTime batch from a producer", batch: batch(codecNone, 5, good, func(b *kmsg.RecordBatch) { b.Attributes |= logAppendTime }),
 			code: kerr.InvalidTimestamp, reason: ReasonTimestamp, record: -1},
 		{name: "codec 5", batch: batch(5, 5, good, nil), code: kerr.UnsupportedCompressionType, reason: ReasonCodec, record: -1},
+		{name: "zstd with a 16 MiB window", batch: batch(codecZstd, 5, zstdWindow(24, good), nil),
+			code: kerr.UnsupportedCompressionType, reason: ReasonCodec, record: -1},
+		{name: "zstd with an 8 MiB window", batch: batch(codecZstd, 5, zstdWindow(23, good), nil)},
 		{name: "testZStdCompressedWithUnavailableIBPVersion", batch: batch(codecZstd, 5, compress(t, codecZstd, good), nil),
 			rules: Rules{NoZstd: true}, code: kerr.UnsupportedCompressionType, reason: ReasonCodec, record: -1},
 
@@ -191,6 +206,8 @@ func TestCheck(t *testing.T) {
 			rules: Rules{MaxUncompressedBytes: 64 << 10}, code: kerr.MessageTooLarge, reason: ReasonTooLarge, record: -1},
 		{name: "xerial snappy past the bound", batch: batch(codecSnappy, 1, xerial(bigRecord(1<<20)), nil),
 			rules: Rules{MaxUncompressedBytes: 64 << 10}, code: kerr.MessageTooLarge, reason: ReasonTooLarge, record: -1},
+		{name: "a snappy block that says it holds more than snappy can", batch: batch(codecSnappy, 1, append(binary.AppendUvarint(nil, 64<<20), 0), nil),
+			code: kerr.CorruptMessage, reason: ReasonCompression, record: -1},
 		{name: "a raw snappy block past the bound", batch: batch(codecSnappy, 1, compress(t, codecSnappy, bigRecord(1<<20)), nil),
 			rules: Rules{MaxUncompressedBytes: 64 << 10}, code: kerr.MessageTooLarge, reason: ReasonTooLarge, record: -1},
 	}

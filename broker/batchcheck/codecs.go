@@ -19,7 +19,7 @@ import (
 // raw block as librdkafka writes it), lz4 (the frame format) and zstd
 // (frames). Each streams: what it holds at once is a window or a block,
 // never the whole records, except a raw snappy block, decoded whole (at
-// most the bound).
+// most the bound, and 24 times the block).
 const (
 	codecGzip   = 1
 	codecSnappy = 2
@@ -126,13 +126,22 @@ func openSnappy(payload []byte, max int64) (decoder, error) {
 	return pooled{bytes.NewReader(out), func() {}}, nil
 }
 
+// snappyMaxRatio bounds what a snappy block may decode to, per byte of
+// it: its densest element copies 64 bytes for 3, so no snappy encoder
+// writes a block that inflates more than about 21 times. A block that
+// says more is not snappy (s2, which the decoder also reads, goes
+// further); refused before its buffer is made, it costs nothing.
+const snappyMaxRatio = 24
+
 // snappyBlock decodes one raw snappy block that says it holds at most
-// max bytes.
+// max bytes, and no more than snappy can.
 func snappyBlock(b []byte, max int64) ([]byte, error) {
 	n, err := s2.DecodedLen(b)
 	switch {
 	case err != nil:
 		return nil, err
+	case int64(n) > snappyMaxRatio*int64(len(b))+64:
+		return nil, fmt.Errorf("a snappy block of %d bytes says it holds %d, more than snappy can", len(b), n)
 	case int64(n) > max:
 		return nil, errTooLarge
 	}

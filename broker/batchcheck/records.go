@@ -9,6 +9,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -106,6 +107,10 @@ func refusal(i int, codec int16, err error) *Error {
 	switch {
 	case errors.Is(err, errTooLarge):
 		return refuse(kerr.MessageTooLarge, ReasonTooLarge, "the records decompress (%s) to more than the bound", codecName(codec))
+	case errors.Is(err, zstd.ErrWindowSizeExceeded):
+		// Not damage, and not worth a retry: a producer compressing at a
+		// level above 19, whose frames want 16 MiB or more of window.
+		return refuse(kerr.UnsupportedCompressionType, ReasonCodec, "a zstd frame wants a window over %d MiB (a level above 19)", zstdMaxWindow>>20)
 	case errors.As(err, &ce):
 		return refuse(kerr.CorruptMessage, ReasonCompression, "the records do not decompress (%s): %v", codecName(codec), ce.err)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/broker/batchcheck"
+	kafkapkg "github.com/keel-dev/keel/broker/kafka"
 )
 
 // poisonRecords is n records "poison-<i>", uncompressed.
@@ -188,6 +192,21 @@ func poisonedPartition(t *testing.T) (map[int32]string, string, []string) {
 		if p.ErrorCode != pc.want.Code || p.BaseOffset != -1 {
 			t.Errorf("%s: %v at base offset %d; want %v, refused", pc.name, kerr.ErrorForCode(p.ErrorCode), p.BaseOffset, pc.want)
 		}
+	}
+
+	// Each refusal is counted by its reason, on the leader.
+	s, err := scrapeMetrics(c.broker(leader).MetricsAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	byReason := map[string]float64{}
+	for _, r := range batchcheck.Reasons {
+		byReason[string(r)] = s[fmt.Sprintf("%s{reason=%q}", kafkapkg.MetricProduceRefused, r)]
+	}
+	want := map[string]float64{"framing": 0, "magic": 0, "crc": 1, "header": 0, "control": 1, "timestamp": 0,
+		"codec": 0, "compression": 1, "records": 3, "too_large": 1}
+	if !maps.Equal(byReason, want) {
+		t.Errorf("broker %d's %s: %v; want %v", leader, kafkapkg.MetricProduceRefused, byReason, want)
 	}
 
 	good.produce(t, kafka, topic, "after", 50, "after the poison")

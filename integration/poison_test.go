@@ -169,6 +169,10 @@ func poisonedPartition(t *testing.T) (map[int32]string, string, []string) {
 	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(context.Background(), cl); err != nil {
 		t.Fatal(err)
 	}
+	// The bomb must not inflate in the leader: its peak resident set
+	// (VmHWM) grows by far less than the bomb's 256 MiB.
+	pid := c.broker(leader).Pid()
+	before := peakRSS(t, pid)
 	for _, pc := range poisonCases(t) {
 		ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
 		p, err := rawProduce(ctx, cl, leader, topic, 0, pc.batch)
@@ -192,6 +196,12 @@ func poisonedPartition(t *testing.T) (map[int32]string, string, []string) {
 		if p.ErrorCode != pc.want.Code || p.BaseOffset != -1 {
 			t.Errorf("%s: %v at base offset %d; want %v, refused", pc.name, kerr.ErrorForCode(p.ErrorCode), p.BaseOffset, pc.want)
 		}
+	}
+
+	grew := peakRSS(t, pid) - before
+	t.Logf("broker %d's peak RSS grew by %.1f MiB over the poison batches (%.1f MiB before)", leader, float64(grew)/(1<<20), float64(before)/(1<<20))
+	if grew > 64<<20 {
+		t.Errorf("broker %d's peak RSS grew by %d MiB over the poison batches: the zip bomb inflated", leader, grew>>20)
 	}
 
 	// Each refusal is counted by its reason, on the leader.

@@ -131,13 +131,34 @@ func checkBatch(b []byte) (BatchHeader, error) {
 // checkFields checks a batch whose length already fits: magic, CRC and the
 // header fields that must agree.
 func checkFields(b []byte, h BatchHeader) error {
+	if err := checkMagic(b); err != nil {
+		return err
+	}
+	if err := checkCRC(b, crc32.Checksum(b[offAttrs:], castagnoli)); err != nil {
+		return err
+	}
+	return checkHeader(h)
+}
+
+// checkMagic checks the magic byte of a batch whose header is in b.
+func checkMagic(b []byte) error {
 	if m := int8(b[offMagic]); m != 2 {
 		return fmt.Errorf("%w: magic %d, want 2", ErrInvalidBatch, m)
 	}
-	want := binary.BigEndian.Uint32(b[offCRC:])
-	if got := crc32.Checksum(b[offAttrs:], castagnoli); got != want {
+	return nil
+}
+
+// checkCRC compares got, the CRC-32C of the batch's bytes from its
+// attributes on, with the one in its header b.
+func checkCRC(b []byte, got uint32) error {
+	if want := binary.BigEndian.Uint32(b[offCRC:]); got != want {
 		return fmt.Errorf("%w: CRC-32C %08x, header says %08x", ErrCorruptBatch, got, want)
 	}
+	return nil
+}
+
+// checkHeader checks the header fields that must agree.
+func checkHeader(h BatchHeader) error {
 	if h.LastOffsetDelta < 0 || h.RecordsCount != h.LastOffsetDelta+1 {
 		return fmt.Errorf("%w: %d records but lastOffsetDelta %d", ErrInvalidBatch, h.RecordsCount, h.LastOffsetDelta)
 	}

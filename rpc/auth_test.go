@@ -166,6 +166,8 @@ func TestAuthorize(t *testing.T) {
 		{caller: "admin-alice", method: fetch, req: &keelpb.FetchRequest{ReplicaId: 0}, wantCode: codes.PermissionDenied, wantMsg: "the caller's is admin-alice"},
 		{caller: "controller-1", method: fetch, req: &keelpb.FetchRequest{ReplicaId: 1}, wantCode: codes.PermissionDenied, wantMsg: "Fetch needs the certificate of the broker in replica_id (broker-<replica_id>); the caller's is controller-1"},
 		{caller: "broker-0", method: fetch, req: &keelpb.FetchRequest{ReplicaId: -1}, wantCode: codes.PermissionDenied, wantMsg: "replica_id -1: certificate is for broker 0"},
+		{caller: "admin", method: keelpb.BrokerService_ScrubLogs_FullMethodName, wantCode: codes.OK},
+		{caller: "broker-2", method: keelpb.BrokerService_ScrubLogs_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "ScrubLogs needs an admin certificate; the caller's is broker-2"},
 
 		// A probe: health and reflection, nothing else.
 		{caller: "probe", method: healthpb.Health_Check_FullMethodName, wantCode: codes.OK},

@@ -103,6 +103,12 @@ func (b *BrokerClient) Inspect(ctx context.Context) (*keelpb.InspectResponse, er
 	return b.cl.Inspect(ctx, &keelpb.InspectRequest{})
 }
 
+// ScrubLogs asks the broker to verify every sealed segment of its logs now
+// (keel broker scrub), and returns each log as the scrub found it.
+func (b *BrokerClient) ScrubLogs(ctx context.Context) (*keelpb.ScrubLogsResponse, error) {
+	return b.cl.ScrubLogs(ctx, &keelpb.ScrubLogsRequest{})
+}
+
 // Close closes the connection.
 func (b *BrokerClient) Close() error { return b.cc.Close() }
 

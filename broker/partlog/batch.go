@@ -177,6 +177,29 @@ func checkHeader(h BatchHeader) error {
 	return nil
 }
 
+// ValidPrefix returns the length of the run of whole, checked batches
+// (CRC-32C, framing, header fields) at the start of records, a fetch
+// answer's, and the error of the first batch past it, nil if every batch
+// is good: a follower appends what its leader sent up to a damaged batch,
+// and refuses the rest.
+func ValidPrefix(records []byte) (int, error) {
+	n := 0
+	for n < len(records) {
+		if len(records)-n < logOverhead {
+			return n, fmt.Errorf("%w: %d trailing bytes", ErrInvalidBatch, len(records)-n)
+		}
+		size := logOverhead + int64(int32(binary.BigEndian.Uint32(records[n+8:])))
+		if size < batchHeaderSize || size > int64(len(records)-n) {
+			return n, fmt.Errorf("%w: a batch at byte %d claims %d bytes, %d left", ErrInvalidBatch, n, size, len(records)-n)
+		}
+		if h, err := checkBatch(records[n : n+int(size)]); err != nil {
+			return n, fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
+		}
+		n += int(size)
+	}
+	return n, nil
+}
+
 // splitBatches cuts records, a run of whole batches (a fetch response's
 // records), into checked batches.
 func splitBatches(records []byte) ([][]byte, []BatchHeader, error) {

@@ -8,6 +8,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/keel-dev/keel/internal/clock"
 	"github.com/keel-dev/keel/tlsauth"
 )
@@ -68,6 +70,13 @@ type Config struct {
 	// Dialer, when set, opens the connections to leaders instead of a
 	// plain TCP dial: test wiring, like broker.Config.Dialer.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+	// ScrubBytesPerSecond is the background scrub's rate (scrub.go): every
+	// sealed segment is read again and verified at most this fast, pass
+	// after pass. 0 runs no background scrub (keel broker scrub still
+	// works); see DefaultScrubBytesPerSecond.
+	ScrubBytesPerSecond int64
+	// Metrics, when set, gets the data plane's metrics (scrub.go) at Start.
+	Metrics prometheus.Registerer
 
 	// Tests replace the clock and the connections to leaders, and may
 	// drive the followers' fetches by hand (manualFetch: no fetch loops).
@@ -88,6 +97,9 @@ func (c *Config) check() error {
 		if d < 0 {
 			return fmt.Errorf("replication: %s %v is negative", name, d)
 		}
+	}
+	if c.ScrubBytesPerSecond < 0 {
+		return fmt.Errorf("replication: scrub rate %d bytes per second is negative", c.ScrubBytesPerSecond)
 	}
 	if c.FetchMaxBytes < 0 {
 		return fmt.Errorf("replication: fetch max bytes %d is negative", c.FetchMaxBytes)

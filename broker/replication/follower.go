@@ -127,12 +127,22 @@ func (m *Manager) applyFetch(r *replica, gen uint64, offset int64, resp *keelpb.
 		m.followerHW(r, resp.GetHighWatermark())
 		return nil
 	}
-	if len(resp.GetRecords()) > 0 {
+	if records := resp.GetRecords(); len(records) > 0 {
 		if l.LogEndOffset() != offset {
 			return nil // the log moved since the fetch was sent
 		}
-		if _, err := l.AppendAsFollower(resp.GetRecords()); err != nil {
-			return fmt.Errorf("appending the leader's batches at %d: %w", offset, err)
+		// Every batch's CRC is checked before it is appended: what
+		// comes before a damaged batch is appended, the rest refused,
+		// and fetched again.
+		n, damaged := partlog.ValidPrefix(records)
+		if n > 0 {
+			if _, err := l.AppendAsFollower(records[:n]); err != nil {
+				return fmt.Errorf("appending the leader's batches at %d: %w", offset, err)
+			}
+		}
+		if damaged != nil {
+			m.refusedFromLeader(r, l.LogEndOffset(), damaged)
+			return fmt.Errorf("refusing the leader's batches at %d: %w", l.LogEndOffset(), damaged)
 		}
 	}
 	m.followerHW(r, resp.GetHighWatermark())

@@ -68,6 +68,8 @@ type Manager struct {
 	// reports are the replicas' logs reported to the controllers
 	// (recovery.go).
 	reports logReporter
+	// scrubMetrics count what the scrubs read and found (scrub.go).
+	scrubMetrics scrubMetrics
 }
 
 // replica is one partition replica on this broker. Its role fields are
@@ -110,6 +112,10 @@ type replica struct {
 	// on change only).
 	stopFetch    context.CancelFunc
 	fetchFailing bool
+
+	// damage is what the scrub found in the log, and a follower in its
+	// leader's answers (scrub.go).
+	damage replicaDamage
 }
 
 // follower is what a leader knows of one follower from its fetches at the
@@ -152,6 +158,8 @@ func New(cfg Config) (*Manager, error) {
 		wake:     make(chan struct{}, alterSenders),
 		failed:   make(chan error, 1),
 		reports:  newLogReporter(),
+
+		scrubMetrics: newScrubMetrics(),
 	}
 	m.img.Store(fsm.Empty())
 	return m, nil
@@ -162,6 +170,17 @@ func New(cfg Config) (*Manager, error) {
 func (m *Manager) Start(link broker.Link) error {
 	if err := m.attach(link); err != nil {
 		return err
+	}
+	if reg := m.cfg.Metrics; reg != nil {
+		for _, c := range m.scrubMetrics.collectors() {
+			if err := reg.Register(c); err != nil {
+				return fmt.Errorf("replication: register the data plane's metrics: %v", err)
+			}
+		}
+	}
+	if m.cfg.ScrubBytesPerSecond > 0 {
+		m.wg.Add(1)
+		go m.runScrub()
 	}
 	for range alterSenders {
 		m.wg.Add(1)

@@ -43,6 +43,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 		FetchMaxWait:           replication.DefaultFetchMaxWait,
 		ReplicaLagTimeMax:      replication.DefaultReplicaLagTimeMax,
 		RetentionCheckInterval: replication.DefaultRetentionCheckInterval,
+		ScrubBytesPerSecond:    replication.DefaultScrubBytesPerSecond,
 	}
 	var controllers, metricsAddr, testDialVia, kafkaListen, kafkaAdvertise string
 	var insecure, pprof bool
@@ -116,6 +117,8 @@ same CA; SASL is not served.
 				return fmt.Errorf("--log-retention-check-interval %v: want a positive duration", replicas.RetentionCheckInterval)
 			case kafkaFetchMaxWait <= 0:
 				return fmt.Errorf("--kafka-fetch-max-wait %v: want a positive duration", kafkaFetchMaxWait)
+			case replicas.ScrubBytesPerSecond < 0:
+				return fmt.Errorf("--log-scrub-rate %d: want bytes per second, or 0 for no background scrub", replicas.ScrubBytesPerSecond)
 			}
 			if cfg.Controllers = splitAddrs(controllers); len(cfg.Controllers) == 0 {
 				return errors.New("--controllers: no controller address given")
@@ -140,17 +143,18 @@ same CA; SASL is not served.
 			cfg.Logger = log
 			cfg.Handler = broker.LoggingHandler{Logger: log.With("component", "broker", "broker_id", cfg.BrokerID)}
 			replicas.Logger = log.With("broker_id", cfg.BrokerID)
-			dataPlane, err := replication.New(replicas)
-			if err != nil {
-				return err
-			}
-			cfg.DataPlane = dataPlane
 			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS}, log)
 			if err != nil {
 				return err
 			}
 			defer metricsSrv.stop() // after the broker has stopped
 			cfg.Metrics = metricsSrv.registerer()
+			replicas.Metrics = cfg.Metrics
+			dataPlane, err := replication.New(replicas)
+			if err != nil {
+				return err
+			}
+			cfg.DataPlane = dataPlane
 			kl, err := bindKafka(kafkaListen, kafkaAdvertise)
 			if err != nil {
 				return err
@@ -228,6 +232,8 @@ same CA; SASL is not served.
 		"fsync each log at least this often while it takes writes (Kafka's flush.ms); 0 leaves durability to replication, as Kafka does")
 	f.DurationVar(&replicas.RetentionCheckInterval, "log-retention-check-interval", replicas.RetentionCheckInterval,
 		"how often each log applies its topic's retention.ms and retention.bytes (Kafka's log.retention.check.interval.ms)")
+	f.Int64Var(&replicas.ScrubBytesPerSecond, "log-scrub-rate", replicas.ScrubBytesPerSecond,
+		"bytes per second at which a background scrub reads every sealed segment again and verifies it (CRC-32C, offsets, index, log start), pass after pass; 0: no background scrub (keel broker scrub still runs one)")
 	addTestMaxMetadataVersionFlag(f, &cfg.MaxMetadataVersion)
 	f.StringVar(&testDialVia, "test-dial-via", "", "for Keel's own tests: ADDR=VIA,... dial VIA whenever the broker dials ADDR (a controller or a leader)")
 	_ = f.MarkHidden("test-dial-via")
@@ -237,7 +243,7 @@ same CA; SASL is not served.
 		"the longest a Kafka client's fetch waits for records, whatever its fetch.max.wait.ms asks (a fetch also ends when its connection closes)")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
-	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerUnregisterCmd(), newBrokerDrainCmd())
+	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerUnregisterCmd(), newBrokerDrainCmd(), newBrokerScrubCmd())
 	return cmd
 }
 

@@ -500,6 +500,225 @@ func (x *ReplicaState) GetIsr() []int32 {
 	return nil
 }
 
+type ScrubLogsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScrubLogsRequest) Reset() {
+	*x = ScrubLogsRequest{}
+	mi := &file_broker_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubLogsRequest) ProtoMessage() {}
+
+func (x *ScrubLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_broker_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubLogsRequest.ProtoReflect.Descriptor instead.
+func (*ScrubLogsRequest) Descriptor() ([]byte, []int) {
+	return file_broker_proto_rawDescGZIP(), []int{6}
+}
+
+type ScrubLogsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Logs          []*ScrubbedLog         `protobuf:"bytes,1,rep,name=logs,proto3" json:"logs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScrubLogsResponse) Reset() {
+	*x = ScrubLogsResponse{}
+	mi := &file_broker_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubLogsResponse) ProtoMessage() {}
+
+func (x *ScrubLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_broker_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubLogsResponse.ProtoReflect.Descriptor instead.
+func (*ScrubLogsResponse) Descriptor() ([]byte, []int) {
+	return file_broker_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ScrubLogsResponse) GetLogs() []*ScrubbedLog {
+	if x != nil {
+		return x.Logs
+	}
+	return nil
+}
+
+type ScrubbedLog struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	TopicId   string                 `protobuf:"bytes,2,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	Partition int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	// leader, follower or stopped
+	Role string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	// What this scrub read.
+	Segments int32 `protobuf:"varint,5,opt,name=segments,proto3" json:"segments,omitempty"`
+	Bytes    int64 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// The last damage a scrub found in the log, "" if none; the log is good
+	// below damage_offset; repaired once it was cut there, to be fetched
+	// again from the leader.
+	Damage       string `protobuf:"bytes,7,opt,name=damage,proto3" json:"damage,omitempty"`
+	DamageOffset int64  `protobuf:"varint,8,opt,name=damage_offset,json=damageOffset,proto3" json:"damage_offset,omitempty"`
+	Repaired     bool   `protobuf:"varint,9,opt,name=repaired,proto3" json:"repaired,omitempty"`
+	// The last answer this replica, following, refused from its leader as
+	// damaged, "" if none.
+	LeaderDamage   string `protobuf:"bytes,10,opt,name=leader_damage,json=leaderDamage,proto3" json:"leader_damage,omitempty"`
+	LogStartOffset int64  `protobuf:"varint,11,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
+	LogEndOffset   int64  `protobuf:"varint,12,opt,name=log_end_offset,json=logEndOffset,proto3" json:"log_end_offset,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ScrubbedLog) Reset() {
+	*x = ScrubbedLog{}
+	mi := &file_broker_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubbedLog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubbedLog) ProtoMessage() {}
+
+func (x *ScrubbedLog) ProtoReflect() protoreflect.Message {
+	mi := &file_broker_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubbedLog.ProtoReflect.Descriptor instead.
+func (*ScrubbedLog) Descriptor() ([]byte, []int) {
+	return file_broker_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ScrubbedLog) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ScrubbedLog) GetTopicId() string {
+	if x != nil {
+		return x.TopicId
+	}
+	return ""
+}
+
+func (x *ScrubbedLog) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ScrubbedLog) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ScrubbedLog) GetSegments() int32 {
+	if x != nil {
+		return x.Segments
+	}
+	return 0
+}
+
+func (x *ScrubbedLog) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ScrubbedLog) GetDamage() string {
+	if x != nil {
+		return x.Damage
+	}
+	return ""
+}
+
+func (x *ScrubbedLog) GetDamageOffset() int64 {
+	if x != nil {
+		return x.DamageOffset
+	}
+	return 0
+}
+
+func (x *ScrubbedLog) GetRepaired() bool {
+	if x != nil {
+		return x.Repaired
+	}
+	return false
+}
+
+func (x *ScrubbedLog) GetLeaderDamage() string {
+	if x != nil {
+		return x.LeaderDamage
+	}
+	return ""
+}
+
+func (x *ScrubbedLog) GetLogStartOffset() int64 {
+	if x != nil {
+		return x.LogStartOffset
+	}
+	return 0
+}
+
+func (x *ScrubbedLog) GetLogEndOffset() int64 {
+	if x != nil {
+		return x.LogEndOffset
+	}
+	return 0
+}
+
 var File_broker_proto protoreflect.FileDescriptor
 
 const file_broker_proto_rawDesc = "" +
@@ -546,10 +765,28 @@ const file_broker_proto_rawDesc = "" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12\x16\n" +
 	"\x06leader\x18\x04 \x01(\x05R\x06leader\x12!\n" +
 	"\fleader_epoch\x18\x05 \x01(\x05R\vleaderEpoch\x12\x10\n" +
-	"\x03isr\x18\x06 \x03(\x05R\x03isr2\x85\x01\n" +
+	"\x03isr\x18\x06 \x03(\x05R\x03isr\"\x12\n" +
+	"\x10ScrubLogsRequest\"=\n" +
+	"\x11ScrubLogsResponse\x12(\n" +
+	"\x04logs\x18\x01 \x03(\v2\x14.keel.v1.ScrubbedLogR\x04logs\"\xf0\x02\n" +
+	"\vScrubbedLog\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x19\n" +
+	"\btopic_id\x18\x02 \x01(\tR\atopicId\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12\x1a\n" +
+	"\bsegments\x18\x05 \x01(\x05R\bsegments\x12\x14\n" +
+	"\x05bytes\x18\x06 \x01(\x03R\x05bytes\x12\x16\n" +
+	"\x06damage\x18\a \x01(\tR\x06damage\x12#\n" +
+	"\rdamage_offset\x18\b \x01(\x03R\fdamageOffset\x12\x1a\n" +
+	"\brepaired\x18\t \x01(\bR\brepaired\x12#\n" +
+	"\rleader_damage\x18\n" +
+	" \x01(\tR\fleaderDamage\x12(\n" +
+	"\x10log_start_offset\x18\v \x01(\x03R\x0elogStartOffset\x12$\n" +
+	"\x0elog_end_offset\x18\f \x01(\x03R\flogEndOffset2\xc9\x01\n" +
 	"\rBrokerService\x12<\n" +
 	"\aInspect\x12\x17.keel.v1.InspectRequest\x1a\x18.keel.v1.InspectResponse\x126\n" +
-	"\x05Fetch\x12\x15.keel.v1.FetchRequest\x1a\x16.keel.v1.FetchResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\x05Fetch\x12\x15.keel.v1.FetchRequest\x1a\x16.keel.v1.FetchResponse\x12B\n" +
+	"\tScrubLogs\x12\x19.keel.v1.ScrubLogsRequest\x1a\x1a.keel.v1.ScrubLogsResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_broker_proto_rawDescOnce sync.Once
@@ -563,27 +800,33 @@ func file_broker_proto_rawDescGZIP() []byte {
 	return file_broker_proto_rawDescData
 }
 
-var file_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_broker_proto_goTypes = []any{
-	(*FetchRequest)(nil),    // 0: keel.v1.FetchRequest
-	(*EpochEndOffset)(nil),  // 1: keel.v1.EpochEndOffset
-	(*FetchResponse)(nil),   // 2: keel.v1.FetchResponse
-	(*InspectRequest)(nil),  // 3: keel.v1.InspectRequest
-	(*InspectResponse)(nil), // 4: keel.v1.InspectResponse
-	(*ReplicaState)(nil),    // 5: keel.v1.ReplicaState
+	(*FetchRequest)(nil),      // 0: keel.v1.FetchRequest
+	(*EpochEndOffset)(nil),    // 1: keel.v1.EpochEndOffset
+	(*FetchResponse)(nil),     // 2: keel.v1.FetchResponse
+	(*InspectRequest)(nil),    // 3: keel.v1.InspectRequest
+	(*InspectResponse)(nil),   // 4: keel.v1.InspectResponse
+	(*ReplicaState)(nil),      // 5: keel.v1.ReplicaState
+	(*ScrubLogsRequest)(nil),  // 6: keel.v1.ScrubLogsRequest
+	(*ScrubLogsResponse)(nil), // 7: keel.v1.ScrubLogsResponse
+	(*ScrubbedLog)(nil),       // 8: keel.v1.ScrubbedLog
 }
 var file_broker_proto_depIdxs = []int32{
 	1, // 0: keel.v1.FetchResponse.diverging_epoch:type_name -> keel.v1.EpochEndOffset
 	5, // 1: keel.v1.InspectResponse.partitions:type_name -> keel.v1.ReplicaState
-	3, // 2: keel.v1.BrokerService.Inspect:input_type -> keel.v1.InspectRequest
-	0, // 3: keel.v1.BrokerService.Fetch:input_type -> keel.v1.FetchRequest
-	4, // 4: keel.v1.BrokerService.Inspect:output_type -> keel.v1.InspectResponse
-	2, // 5: keel.v1.BrokerService.Fetch:output_type -> keel.v1.FetchResponse
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	8, // 2: keel.v1.ScrubLogsResponse.logs:type_name -> keel.v1.ScrubbedLog
+	3, // 3: keel.v1.BrokerService.Inspect:input_type -> keel.v1.InspectRequest
+	0, // 4: keel.v1.BrokerService.Fetch:input_type -> keel.v1.FetchRequest
+	6, // 5: keel.v1.BrokerService.ScrubLogs:input_type -> keel.v1.ScrubLogsRequest
+	4, // 6: keel.v1.BrokerService.Inspect:output_type -> keel.v1.InspectResponse
+	2, // 7: keel.v1.BrokerService.Fetch:output_type -> keel.v1.FetchResponse
+	7, // 8: keel.v1.BrokerService.ScrubLogs:output_type -> keel.v1.ScrubLogsResponse
+	6, // [6:9] is the sub-list for method output_type
+	3, // [3:6] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_broker_proto_init() }
@@ -598,7 +841,7 @@ func file_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_broker_proto_rawDesc), len(file_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,8 +21,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BrokerService_Inspect_FullMethodName = "/keel.v1.BrokerService/Inspect"
-	BrokerService_Fetch_FullMethodName   = "/keel.v1.BrokerService/Fetch"
+	BrokerService_Inspect_FullMethodName   = "/keel.v1.BrokerService/Inspect"
+	BrokerService_Fetch_FullMethodName     = "/keel.v1.BrokerService/Fetch"
+	BrokerService_ScrubLogs_FullMethodName = "/keel.v1.BrokerService/ScrubLogs"
 )
 
 // BrokerServiceClient is the client API for BrokerService service.
@@ -37,6 +38,11 @@ type BrokerServiceClient interface {
 	// record batches from that offset, its high watermark, or the epoch at
 	// which the follower's log diverges from the leader's (KIP-320) come out.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
+	// ScrubLogs reads every sealed segment of every log the broker holds
+	// now and verifies it (CRC-32C, framing, offsets, index, log start):
+	// keel broker scrub. A follower's damaged log is cut where the good log
+	// ends and fetched again from its leader.
+	ScrubLogs(ctx context.Context, in *ScrubLogsRequest, opts ...grpc.CallOption) (*ScrubLogsResponse, error)
 }
 
 type brokerServiceClient struct {
@@ -67,6 +73,16 @@ func (c *brokerServiceClient) Fetch(ctx context.Context, in *FetchRequest, opts 
 	return out, nil
 }
 
+func (c *brokerServiceClient) ScrubLogs(ctx context.Context, in *ScrubLogsRequest, opts ...grpc.CallOption) (*ScrubLogsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScrubLogsResponse)
+	err := c.cc.Invoke(ctx, BrokerService_ScrubLogs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokerServiceServer is the server API for BrokerService service.
 // All implementations must embed UnimplementedBrokerServiceServer
 // for forward compatibility.
@@ -79,6 +95,11 @@ type BrokerServiceServer interface {
 	// record batches from that offset, its high watermark, or the epoch at
 	// which the follower's log diverges from the leader's (KIP-320) come out.
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
+	// ScrubLogs reads every sealed segment of every log the broker holds
+	// now and verifies it (CRC-32C, framing, offsets, index, log start):
+	// keel broker scrub. A follower's damaged log is cut where the good log
+	// ends and fetched again from its leader.
+	ScrubLogs(context.Context, *ScrubLogsRequest) (*ScrubLogsResponse, error)
 	mustEmbedUnimplementedBrokerServiceServer()
 }
 
@@ -94,6 +115,9 @@ func (UnimplementedBrokerServiceServer) Inspect(context.Context, *InspectRequest
 }
 func (UnimplementedBrokerServiceServer) Fetch(context.Context, *FetchRequest) (*FetchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fetch not implemented")
+}
+func (UnimplementedBrokerServiceServer) ScrubLogs(context.Context, *ScrubLogsRequest) (*ScrubLogsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ScrubLogs not implemented")
 }
 func (UnimplementedBrokerServiceServer) mustEmbedUnimplementedBrokerServiceServer() {}
 func (UnimplementedBrokerServiceServer) testEmbeddedByValue()                       {}
@@ -152,6 +176,24 @@ func _BrokerService_Fetch_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BrokerService_ScrubLogs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScrubLogsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServiceServer).ScrubLogs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BrokerService_ScrubLogs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServiceServer).ScrubLogs(ctx, req.(*ScrubLogsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BrokerService_ServiceDesc is the grpc.ServiceDesc for BrokerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -166,6 +208,10 @@ var BrokerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Fetch",
 			Handler:    _BrokerService_Fetch_Handler,
+		},
+		{
+			MethodName: "ScrubLogs",
+			Handler:    _BrokerService_ScrubLogs_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -65,11 +65,13 @@ func scrubValue(i int) string {
 }
 
 // produceAcked produces n records with an idempotent acks=all producer
-// (franz-go's defaults) in batches of about 16 KiB, and returns each
+// (franz-go's defaults) in uncompressed batches of about 16 KiB (the
+// segments' size is the records'), and returns each
 // acknowledged record's value by offset.
 func produceAcked(t *testing.T, kafka map[int32]string, topic string, n int) map[int64]string {
 	t.Helper()
-	cl := kafkaClient(t, kafka, kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(16<<10), kgo.ProducerLinger(5*time.Millisecond))
+	cl := kafkaClient(t, kafka, kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(16<<10),
+		kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchCompression(kgo.NoCompression()))
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
 	defer cancel()

@@ -185,17 +185,11 @@ func checkHeader(h BatchHeader) error {
 func ValidPrefix(records []byte) (int, error) {
 	n := 0
 	for n < len(records) {
-		if len(records)-n < logOverhead {
-			return n, fmt.Errorf("%w: %d trailing bytes", ErrInvalidBatch, len(records)-n)
-		}
-		size := logOverhead + int64(int32(binary.BigEndian.Uint32(records[n+8:])))
-		if size < batchHeaderSize || size > int64(len(records)-n) {
-			return n, fmt.Errorf("%w: a batch at byte %d claims %d bytes, %d left", ErrInvalidBatch, n, size, len(records)-n)
-		}
-		if h, err := checkBatch(records[n : n+int(size)]); err != nil {
+		size, h, err := cutBatch(records[n:])
+		if err != nil {
 			return n, fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
 		}
-		n += int(size)
+		n += size
 	}
 	return n, nil
 }
@@ -206,14 +200,7 @@ func splitBatches(records []byte) ([][]byte, []BatchHeader, error) {
 	var bs [][]byte
 	var hs []BatchHeader
 	for len(records) > 0 {
-		if len(records) < logOverhead {
-			return nil, nil, fmt.Errorf("%w: %d trailing bytes after %d batches", ErrInvalidBatch, len(records), len(bs))
-		}
-		n := logOverhead + int64(int32(binary.BigEndian.Uint32(records[8:])))
-		if n < batchHeaderSize || n > int64(len(records)) {
-			return nil, nil, fmt.Errorf("%w: batch %d claims %d bytes, %d left", ErrInvalidBatch, len(bs), n, len(records))
-		}
-		h, err := checkBatch(records[:n])
+		n, h, err := cutBatch(records)
 		if err != nil {
 			return nil, nil, fmt.Errorf("batch %d (offset %d): %w", len(bs), h.BaseOffset, err)
 		}
@@ -222,4 +209,18 @@ func splitBatches(records []byte) ([][]byte, []BatchHeader, error) {
 		records = records[n:]
 	}
 	return bs, hs, nil
+}
+
+// cutBatch checks the batch at the start of records, a run of batches, and
+// returns its size and header.
+func cutBatch(records []byte) (int, BatchHeader, error) {
+	if len(records) < logOverhead {
+		return 0, BatchHeader{}, fmt.Errorf("%w: %d trailing bytes", ErrInvalidBatch, len(records))
+	}
+	n := logOverhead + int64(int32(binary.BigEndian.Uint32(records[8:])))
+	if n < batchHeaderSize || n > int64(len(records)) {
+		return 0, BatchHeader{}, fmt.Errorf("%w: a batch claims %d bytes, %d left", ErrInvalidBatch, n, len(records))
+	}
+	h, err := checkBatch(records[:n])
+	return int(n), h, err
 }

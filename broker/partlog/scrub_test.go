@@ -141,3 +141,49 @@ func putAt(t *testing.T, path string, pos int64, b []byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestValidPrefix: a fetch answer's good batches before the first bad
+// one, whatever is wrong with it.
+func TestValidPrefix(t *testing.T) {
+	a, b, c := makeBatch(t, spec{base: 0}), makeBatch(t, spec{base: 1}), makeBatch(t, spec{base: 2})
+	flip := func(batch []byte, pos int) []byte {
+		out := append([]byte(nil), batch...)
+		out[pos] ^= 0x01
+		return out
+	}
+	join := func(bs ...[]byte) []byte {
+		var out []byte
+		for _, x := range bs {
+			out = append(out, x...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		records []byte
+		want    int
+		says    string
+	}{
+		{"all good", join(a, b, c), len(a) + len(b) + len(c), ""},
+		{"empty", nil, 0, ""},
+		{"a flipped bit in the second batch's records", join(a, flip(b, len(b)-1), c), len(a), "CRC-32C"},
+		{"a flipped bit in the first", join(flip(a, offAttrs+1), b), 0, "CRC-32C"},
+		{"a bad magic in the last", join(a, b, flip(c, offMagic)), len(a) + len(b), "magic"},
+		{"a batch cut short", join(a, b[:len(b)-1]), len(a), "claims"},
+		{"trailing bytes", join(a, []byte{1, 2, 3}), len(a), "trailing bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, err := ValidPrefix(tc.records)
+			if n != tc.want {
+				t.Fatalf("ValidPrefix = %d, want %d (err %v)", n, tc.want, err)
+			}
+			if tc.says == "" {
+				if err != nil {
+					t.Fatalf("ValidPrefix: %v, want no error", err)
+				}
+				return
+			}
+			wantErr(t, err, nil, tc.says)
+		})
+	}
+}

@@ -21,7 +21,6 @@ import (
 	"github.com/keel-dev/keel/metrics"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
-	"github.com/keel-dev/keel/tlsauth"
 )
 
 // stopGrace is how long a stopping broker may take beyond its controlled
@@ -425,20 +424,13 @@ func inspectView(resp *keelpb.InspectResponse) brokerInspect {
 }
 
 func newBrokerInspectCmd() *cobra.Command {
-	var address, output string
-	var timeout time.Duration
+	f := &brokerCallFlags{}
 	cmd := &cobra.Command{
 		Use:   "inspect",
 		Short: "Show one broker's own view: its epoch, the controller it follows, its metadata offset, its replicas",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if address == "" {
-				return errors.New("--address is required")
-			}
-			dial := func(tlsCfg *tlsauth.Config) (*rpc.BrokerClient, error) {
-				return rpc.DialBroker(address, rpc.WithTLS(tlsCfg))
-			}
-			return call(cmd, output, timeout, dial, func(ctx context.Context, bc *rpc.BrokerClient) (brokerInspect, error) {
+			return brokerCall(cmd, f, func(ctx context.Context, bc *rpc.BrokerClient) (brokerInspect, error) {
 				resp, err := bc.Inspect(ctx)
 				if err != nil {
 					return brokerInspect{}, err
@@ -447,10 +439,7 @@ func newBrokerInspectCmd() *cobra.Command {
 			}, inspectTable)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&address, "address", "", "the broker's address, host:port (required)")
-	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
-	f.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the broker's answer")
+	f.add(cmd, 10*time.Second)
 	return cmd
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/rpc"
-	"github.com/keel-dev/keel/tlsauth"
 )
 
 // scrubbedLog is the JSON contract of one row of `keel broker scrub`.
@@ -35,8 +33,7 @@ type scrubbedLog struct {
 }
 
 func newBrokerScrubCmd() *cobra.Command {
-	var address, output string
-	var timeout time.Duration
+	f := &brokerCallFlags{}
 	cmd := &cobra.Command{
 		Use:   "scrub",
 		Short: "Verify every sealed segment of one broker's logs now, and show the damage found",
@@ -56,13 +53,7 @@ follower, refused from its leader. Needs an admin certificate.`,
 		Example: `  keel broker scrub --address 127.0.0.1:9201`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if address == "" {
-				return errors.New("--address is required")
-			}
-			dial := func(tlsCfg *tlsauth.Config) (*rpc.BrokerClient, error) {
-				return rpc.DialBroker(address, rpc.WithTLS(tlsCfg))
-			}
-			return call(cmd, output, timeout, dial, func(ctx context.Context, bc *rpc.BrokerClient) ([]scrubbedLog, error) {
+			return brokerCall(cmd, f, func(ctx context.Context, bc *rpc.BrokerClient) ([]scrubbedLog, error) {
 				resp, err := bc.ScrubLogs(ctx)
 				if err != nil {
 					return nil, err
@@ -77,10 +68,7 @@ follower, refused from its leader. Needs an admin certificate.`,
 			}, scrubTable)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&address, "address", "", "the broker's address, host:port (required)")
-	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
-	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the scrub to finish")
+	f.add(cmd, 10*time.Minute)
 	return cmd
 }
 

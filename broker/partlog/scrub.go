@@ -3,6 +3,7 @@ package partlog
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
@@ -103,19 +104,37 @@ type scrubber struct {
 	buf  []byte
 }
 
+// sealed reports whether s is still a sealed segment followed by one at
+// nextBase. The caller holds l.rw.
+func (sc *scrubber) sealed(s *segment, nextBase int64) bool {
+	i := slices.Index(sc.l.segs, s)
+	return i >= 0 && i < len(sc.l.segs)-1 && sc.l.segs[i+1].base == nextBase
+}
+
 // read fills b from s at pos, under the readers' lock so that the file is
-// not cut or closed meanwhile; gone when s is no longer in the log.
-func (sc *scrubber) read(s *segment, b []byte, pos int64) (gone bool, err error) {
+// not cut or closed meanwhile; gone when s is no longer the sealed segment
+// it was when the scrub started (retention deleted it, a truncation cut
+// it and made it the active one), or is no longer that long.
+func (sc *scrubber) read(s *segment, nextBase int64, b []byte, pos int64) (gone bool, err error) {
 	sc.l.rw.RLock()
 	defer sc.l.rw.RUnlock()
 	if sc.l.closed {
 		return false, fmt.Errorf("partlog: %s: %w", sc.l.dir, ErrClosed)
 	}
-	if !slices.Contains(sc.l.segs, s) {
+	if !sc.sealed(s, nextBase) || pos+int64(len(b)) > s.size.Load() {
 		return true, nil
 	}
 	if _, err := s.f.ReadAt(b, pos); err != nil {
 		return false, fmt.Errorf("partlog: %s: position %d: %w", s.logPath, pos, err)
+	}
+	return false, nil
+}
+
+// paced reads as read does, then tells the pace, outside the lock: a
+// pace that waits holds no writer up.
+func (sc *scrubber) paced(s *segment, nextBase int64, b []byte, pos int64) (gone bool, err error) {
+	if gone, err := sc.read(s, nextBase, b, pos); gone || err != nil {
+		return gone, err
 	}
 	if sc.pace != nil {
 		return false, sc.pace(sc.ctx, int64(len(b)))
@@ -125,8 +144,23 @@ func (sc *scrubber) read(s *segment, b []byte, pos int64) (gone bool, err error)
 
 // segment verifies s, a sealed segment that the next one follows at
 // nextBase, and returns the first damage, the bytes read, and whether s
-// left the log meanwhile.
+// left the log (or was cut) meanwhile: then what was read of it is not
+// judged.
 func (sc *scrubber) segment(s *segment, nextBase int64) (*Damage, int64, bool, error) {
+	d, n, gone, err := sc.verify(s, nextBase)
+	if gone || ((d != nil || err != nil) && !errors.Is(err, ErrClosed)) {
+		sc.l.rw.RLock()
+		still := !sc.l.closed && sc.sealed(s, nextBase)
+		sc.l.rw.RUnlock()
+		if !still {
+			return nil, n, true, nil
+		}
+	}
+	return d, n, gone, err
+}
+
+// verify is segment's work.
+func (sc *scrubber) verify(s *segment, nextBase int64) (*Damage, int64, bool, error) {
 	size := s.size.Load()
 	entries := s.idx.n.Load()
 	var ie int64 // the next index entry to match
@@ -147,7 +181,7 @@ func (sc *scrubber) segment(s *segment, nextBase int64) (*Damage, int64, bool, e
 			return damage(pos, "%d bytes left, less than a batch header", size-pos), read, false, nil
 		}
 		hb := sc.buf[:batchHeaderSize]
-		if gone, err := sc.read(s, hb, pos); gone || err != nil {
+		if gone, err := sc.paced(s, nextBase, hb, pos); gone || err != nil {
 			return nil, read, gone, err
 		}
 		h := parseHeader(hb)
@@ -162,7 +196,7 @@ func (sc *scrubber) segment(s *segment, nextBase int64) (*Damage, int64, bool, e
 		read += batchHeaderSize
 		for p := pos + batchHeaderSize; p < pos+h.Size(); {
 			b := sc.buf[:min(int64(len(sc.buf)), pos+h.Size()-p)]
-			if gone, err := sc.read(s, b, p); gone || err != nil {
+			if gone, err := sc.paced(s, nextBase, b, p); gone || err != nil {
 				return nil, read, gone, err
 			}
 			crc = crc32.Update(crc, castagnoli, b)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestScrub_FindsDamageThatParses: a log that opens (its sealed segments'
@@ -184,6 +185,39 @@ func TestValidPrefix(t *testing.T) {
 				return
 			}
 			wantErr(t, err, nil, tc.says)
+		})
+	}
+}
+
+// TestScrub_BesideTruncationAndRetention: a segment that a truncation cuts
+// or retention deletes while the scrub reads it is skipped, not taken for
+// damage, and the scrub's pace holds no writer up.
+func TestScrub_BesideTruncationAndRetention(t *testing.T) {
+	batch := int64(len(makeBatch(t, spec{value: recValue})))
+	for _, tc := range []struct {
+		name   string
+		change func(l *Log) error
+	}{
+		{"a follower's truncation into the first segment", func(l *Log) error { return l.TruncateTo(1) }},
+		{"retention of the first segment", func(l *Log) error { _, err := l.Retain(time.Now(), Retention{Bytes: 1}); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := openLog(t, t.TempDir(), Config{SegmentBytes: 3 * batch})
+			for i := 0; i < 8; i++ {
+				mustAppend(t, l, spec{value: recValue}, 1)
+			}
+			changed := false
+			res, err := l.Scrub(context.Background(), func(context.Context, int64) error {
+				if !changed {
+					changed = true
+					return tc.change(l) // a writer, from inside the pace
+				}
+				return nil
+			})
+			if err != nil || res.Damage != nil {
+				t.Fatalf("Scrub beside %s: %v, %v; want no damage", tc.name, res.Damage, err)
+			}
+			readAll(t, l)
 		})
 	}
 }

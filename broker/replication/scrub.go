@@ -63,7 +63,7 @@ func newScrubMetrics() scrubMetrics {
 		}),
 		damage: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricLogDamage,
-			Help: "Damage found in logs: found=scrub in this broker's own logs (each time a scrub finds it), found=fetch in a leader's answer, which a follower here refused (each distinct damaged offset).",
+			Help: "Damage found in logs: found=scrub in this broker's own logs, found=fetch in a leader's answer that a follower here refused; each damage counted once.",
 		}, []string{"found"}),
 	}
 	m.damage.WithLabelValues(foundByScrub)
@@ -161,13 +161,17 @@ func (m *Manager) scrub(ctx context.Context, r *replica, pace func(context.Conte
 // scrub. A damaged index (the batches are good) is only reported: the
 // broker rebuilds it when the log is opened again.
 func (m *Manager) damaged(r *replica, d *partlog.Damage) {
-	m.scrubMetrics.damage.WithLabelValues(foundByScrub).Inc()
 	r.roleMu.RLock()
 	defer r.roleMu.RUnlock()
 	m.mu.Lock()
 	role, gen := r.role, r.gen
+	again := r.damage.own != nil && *r.damage.own == *d
 	r.damage.own, r.damage.repaired = d, false
 	m.mu.Unlock()
+	if again && (role != broker.RoleFollower || d.Index) {
+		return // kept as it is: counted and logged when first found
+	}
+	m.scrubMetrics.damage.WithLabelValues(foundByScrub).Inc()
 	if role != broker.RoleFollower || d.Index {
 		m.log.Error("a replica's log is damaged: its followers refuse the damaged batch; move the partition's leadership away, or stop the broker and repair the log",
 			"topic", r.topic, "partition", r.tp.Partition, "role", role, "damage", d.String())

@@ -130,3 +130,17 @@ func TestScrub_DamageFound(t *testing.T) {
 		})
 	}
 }
+
+// TestScrub_LeaderDamageCountedOnce: a leader's damage, found again at
+// every pass, is counted and logged once.
+func TestScrub_LeaderDamageCountedOnce(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1, 2, 3))
+	e.produce(1, 2)
+	m, r := e.ms[1], e.replica(1)
+	for range 3 {
+		m.damaged(r, &partlog.Damage{File: "x.log", Offset: 0, Why: "CRC-32C"})
+	}
+	if n := counterValue(t, m.scrubMetrics.damage.WithLabelValues(foundByScrub)); n != 1 {
+		t.Fatalf("damage{found=scrub} = %v after three passes finding one damage, want 1", n)
+	}
+}

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/internal/faultproxy"
 	"github.com/keel-dev/keel/internal/poll"
@@ -279,9 +281,12 @@ func TestScrub_FollowerRepairsFlippedBit(t *testing.T) {
 // leader's sealed segment, under the running leader. Broker 3, its log
 // deleted, fetches the partition again from the start: it refuses the
 // damaged batch (the damage metric, keel broker scrub's leader damage),
-// appends nothing from it on, stays out of the ISR, and the leader's own
-// scrub reports the damage in its log. Before, the follower's refusal was
-// a fetch error among others, logged once as one.
+// appends everything before it and nothing from it on, stays out of the
+// ISR, and the leader's own scrub reports the damage in its log; a
+// consumer's fetch at the damaged batch is KAFKA_STORAGE_ERROR. Before,
+// the follower's refusal was a fetch error among others, logged once as
+// one, it appended nothing of the answer that held the damaged batch, and
+// the leader served the damaged batch to consumers.
 func TestScrub_FollowerRefusesLeadersFlippedBit(t *testing.T) {
 	t.Parallel()
 	c, kafka, _ := startScrubCluster(t)
@@ -314,6 +319,11 @@ func TestScrub_FollowerRefusesLeadersFlippedBit(t *testing.T) {
 	if n, err := c.damageCount(1, "scrub"); err != nil || n < 1 {
 		t.Errorf("broker 1's keel_broker_log_damage_total{found=\"scrub\"} = %v (%v), want at least 1", n, err)
 	}
+	// A consumer is never served the damaged batch: the leader answers
+	// KAFKA_STORAGE_ERROR there.
+	if code := fetchErrorAt(t, kafka, topic, 1, victim.base); code != kerr.KafkaStorageError.Code {
+		t.Errorf("a consumer's fetch at the damaged batch (offset %d) from the leader: error code %d, want KAFKA_STORAGE_ERROR (%d)", victim.base, code, kerr.KafkaStorageError.Code)
+	}
 	if log, err := os.ReadFile(c.broker(3).LogPath()); err != nil || !strings.Contains(string(log), "refused the leader's batches") {
 		t.Errorf("broker 3 did not log its refusal (%v)", err)
 	}
@@ -321,4 +331,29 @@ func TestScrub_FollowerRefusesLeadersFlippedBit(t *testing.T) {
 	if r, _ := c.cliScrub(t, 3, topic); r.LogEndOffset != victim.base {
 		t.Errorf("broker 3's log ends at %d, seconds after its refusal; want %d", r.LogEndOffset, victim.base)
 	}
+}
+
+// fetchErrorAt sends broker id's Kafka listener one consumer Fetch (v11) of
+// partition 0 of topic at offset and returns the partition's error code.
+func fetchErrorAt(t *testing.T, kafka map[int32]string, topic string, id int32, offset int64) int16 {
+	t.Helper()
+	cl := kafkaClient(t, kafka)
+	req := kmsg.NewPtrFetchRequest()
+	req.Version, req.ReplicaID, req.MaxBytes = 11, -1, 1<<20
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch, rp.LogStartOffset = 0, offset, 1<<20, -1, -1
+	rt.Partitions = []kmsg.FetchRequestTopicPartition{rp}
+	req.Topics = []kmsg.FetchRequestTopic{rt}
+	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl.Broker(int(id)))
+	if err != nil {
+		t.Fatalf("fetch at %d from broker %d: %v", offset, id, err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		t.Fatalf("fetch at %d from broker %d: %d topics in the answer", offset, id, len(resp.Topics))
+	}
+	return resp.Topics[0].Partitions[0].ErrorCode
 }

@@ -204,6 +204,8 @@ func produceError(topic string, partition int32, err error) error {
 // does, because a new leader's high watermark may lag the old leader's for
 // a moment, and a consumer that read up to the old one must wait there,
 // not be told that its position is gone (franz-go then resets, by time).
+// Batches are checked before they are served (checkRead): a damaged one
+// is kerr.KafkaStorageError, never served.
 func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (FetchResult, error) {
 	m.mu.Lock()
 	r, err := m.leaderOf(topic, partition, currentLeaderEpoch)
@@ -238,7 +240,11 @@ func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, curr
 	case err != nil:
 		return FetchResult{}, fmt.Errorf("%w: %s/%d: %v", kerr.KafkaStorageError, topic, partition, err)
 	}
-	return FetchResult{Records: res.Records, HighWatermark: hw, LogStartOffset: res.LogStartOffset}, nil
+	records, err := m.checkRead(r, res.Records)
+	if err != nil {
+		return FetchResult{}, fmt.Errorf("%w: %s/%d: %v", kerr.KafkaStorageError, topic, partition, err)
+	}
+	return FetchResult{Records: records, HighWatermark: hw, LogStartOffset: res.LogStartOffset}, nil
 }
 
 // Watch calls wake at each change of the replica of topic's partition

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,7 @@ const (
 const (
 	foundByScrub = "scrub" // this broker's scrub, in its own log
 	foundByFetch = "fetch" // a follower here, in its leader's answer
+	foundByRead  = "read"  // a consumer's fetch, in this leader's log
 )
 
 // DefaultScrubBytesPerSecond is the background scrub's default rate: a
@@ -63,11 +65,12 @@ func newScrubMetrics() scrubMetrics {
 		}),
 		damage: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricLogDamage,
-			Help: "Damage found in logs: found=scrub in this broker's own logs, found=fetch in a leader's answer that a follower here refused; each damage counted once.",
+			Help: "Damage found in logs: found=scrub in this broker's own logs, found=read in a consumer's read of them (not served), found=fetch in a leader's answer that a follower here refused; each damage counted once.",
 		}, []string{"found"}),
 	}
-	m.damage.WithLabelValues(foundByScrub)
-	m.damage.WithLabelValues(foundByFetch)
+	for _, found := range []string{foundByScrub, foundByFetch, foundByRead} {
+		m.damage.WithLabelValues(found)
+	}
 	return m
 }
 
@@ -85,6 +88,8 @@ type replicaDamage struct {
 	// leader is the last batch this replica, following, refused from its
 	// leader as damaged: "" if none.
 	leader string
+	// read is the last damage a consumer's read met, leading: "" if none.
+	read string
 }
 
 // pacer bounds a scrub's rate: after every rate/100 bytes it waits for
@@ -207,6 +212,32 @@ func (m *Manager) refusedFromLeader(r *replica, offset int64, err error) {
 	m.scrubMetrics.damage.WithLabelValues(foundByFetch).Inc()
 	m.log.Error("refused the leader's batches: its log is damaged; appended none from the damaged one on, fetching them again",
 		"topic", r.topic, "partition", r.tp.Partition, "leader", leader, "fetch_offset", offset, "err", what)
+}
+
+// checkRead checks the CRC-32C of every batch a consumer's fetch read from
+// r's log before it is served: the batches before a damaged one are
+// served, and a read that starts at one fails (KAFKA_STORAGE_ERROR), so
+// that no consumer gets damaged bytes as good (librdkafka does not check
+// CRCs by default). The damage is counted and logged once.
+func (m *Manager) checkRead(r *replica, records []byte) ([]byte, error) {
+	n, damaged := partlog.ValidPrefix(records)
+	if damaged == nil {
+		return records, nil
+	}
+	m.mu.Lock()
+	what := damaged.Error()
+	first := r.damage.read != what
+	r.damage.read = what
+	m.mu.Unlock()
+	if first {
+		m.scrubMetrics.damage.WithLabelValues(foundByRead).Inc()
+		m.log.Error("a consumer's read met damage in this leader's log: serving the batches before it, refusing it; move the partition's leadership away, or stop the broker and repair the log",
+			"topic", r.topic, "partition", r.tp.Partition, "err", what)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("the log is damaged: %v", damaged)
+	}
+	return records[:n], nil
 }
 
 // ScrubLogs scrubs every log now, at full speed (keel broker scrub), and

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/broker/partlog"
@@ -142,5 +144,29 @@ func TestScrub_LeaderDamageCountedOnce(t *testing.T) {
 	}
 	if n := counterValue(t, m.scrubMetrics.damage.WithLabelValues(foundByScrub)); n != 1 {
 		t.Fatalf("damage{found=scrub} = %v after three passes finding one damage, want 1", n)
+	}
+}
+
+// TestFetch_LeaderNeverServesDamagedBatch: a consumer's fetch gets the
+// batches before a damaged one; a fetch at the damaged one is
+// KAFKA_STORAGE_ERROR, counted once.
+func TestFetch_LeaderNeverServesDamagedBatch(t *testing.T) {
+	e := newEnv(t, clusterImage(t, nil, 1))
+	for range 4 {
+		e.produce(1, 2) // batches at 0, 2, 4, 6; committed: the ISR is broker 1
+	}
+	damaged := e.flipInBatch(1, 2)
+	res, err := e.ms[1].Fetch(context.Background(), "t", 0, -1, 0, 1<<20, 0)
+	if err != nil || len(batchOffsets(res.Records)) != 2 {
+		t.Fatalf("fetch at 0: %v batches, %v; want the two before the damaged one", batchOffsets(res.Records), err)
+	}
+	for range 2 {
+		_, err = e.ms[1].Fetch(context.Background(), "t", 0, -1, damaged, 1<<20, 0)
+		if !errors.Is(err, kerr.KafkaStorageError) || !strings.Contains(err.Error(), "CRC-32C") {
+			t.Fatalf("fetch at the damaged batch: %v, want KAFKA_STORAGE_ERROR naming the CRC", err)
+		}
+	}
+	if n := counterValue(t, e.ms[1].scrubMetrics.damage.WithLabelValues(foundByRead)); n != 1 {
+		t.Fatalf("damage{found=read} = %v, want 1", n)
 	}
 }

@@ -14,21 +14,23 @@ import (
 
 // Damage that still parses (a flipped bit in a sealed segment, a wrong log
 // start) is invisible to Open, which reads sealed segments' headers only,
-// and to Kafka. Two checks find it here:
+// and to Kafka. Three checks find it here:
 //
 //   - the scrub (partlog.Log.Scrub) reads every sealed segment of every
 //     log at ScrubBytesPerSecond, pass after pass, and on demand (keel
 //     broker scrub, ScrubLogs);
 //   - a follower checks the CRC-32C of every batch it fetches before it
-//     appends any (partlog.Log.AppendAsFollower), and refuses a damaged
-//     answer whole: it appends nothing and fetches the same offset again.
+//     appends it (partlog.ValidPrefix): it appends the batches before a
+//     damaged one, refuses the rest, and fetches them again;
+//   - a leader checks every batch a consumer's fetch reads before it
+//     serves it (checkRead), and serves none that fails.
 //
 // A follower whose own log is damaged cuts it where the good log ends and
 // fetches the rest from its leader again: it is behind the leader's log
 // end until it has, so it joins the ISR only then (the ISR rule: a fetch
 // that reaches the leader's log end). A leader whose log is damaged keeps
-// leading (its followers refuse the damaged batch, so none copies it), and
-// says so: a log line, the damage metric, keel broker scrub.
+// leading and says so (a log line, the damage metric, keel broker scrub);
+// no follower copies the damaged batch and no consumer is served it.
 
 // The data plane's metric names (README: Metrics and health).
 const (

@@ -1,27 +1,38 @@
-// Package connlimit bounds the connections a listener holds for peers that
-// have not yet shown who they are.
+// Package connlimit bounds the connections a listener holds: all of them,
+// those from one source address, and those whose peer has not yet shown
+// who it is.
+//
+// Every connection costs a file descriptor from accept to close, and the
+// descriptors are shared with the logs: 20,000 idle connections to a Kafka
+// port once left a broker none to roll a segment with, and it stopped. A
+// Limiter counts each connection from accept (before TLS) until it is
+// closed, against a bound for the listener (Kafka's max.connections) and
+// one per source address (max.connections.per.ip); Plan derives them from
+// the process's open-files limit, keeping a reserve for the logs.
 //
 // Before a peer has finished its TLS handshake (or, in plaintext, shown it
 // speaks the protocol), holding its connection costs a goroutine, a file
 // descriptor and buffers, and proves nothing: 3,000 connections that each
 // sent half a TLS ClientHello once stayed open for two minutes, and 9,990
 // of them made a leader step down. Deadlines bound how long each such
-// connection is held; a Limiter bounds how many are held at once. Beyond
-// its bound a new connection is closed as soon as it is accepted, counted,
-// and reported in the log at most once per logInterval. Connections already
-// authenticated are not counted, so a flood of strangers never closes
-// them.
+// connection is held; a Limiter bounds how many are held at once, below
+// its bound on all connections, so that strangers never take the room of
+// peers that authenticate. Beyond a bound a new connection is closed as
+// soon as it is accepted, counted, and reported in the log at most once
+// per logInterval. Connections already authenticated are not counted as
+// unauthenticated, so a flood of strangers never closes them.
 //
-// A connection leaves the count when whoever authenticates its peer says
-// so (Authenticated), when it is closed, or at the latest after the
-// Limiter's hold time: every handshake has a deadline shorter than that, so
-// a path that forgets to call Authenticated costs a slot for a while, never
-// for good.
+// A connection leaves the unauthenticated count when whoever authenticates
+// its peer says so (Authenticated), when it is closed, or at the latest
+// after the Limiter's hold time: every handshake has a deadline shorter
+// than that, so a path that forgets to call Authenticated costs a slot for
+// a while, never for good. It leaves the other counts when it is closed.
 package connlimit
 
 import (
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,23 +43,56 @@ import (
 // logInterval is how often a Limiter logs its refusals at most.
 const logInterval = 10 * time.Second
 
-// Metric names (README: Metrics and health).
+// Metric names (README: Metrics and health). The first two are the gRPC
+// port's (Collectors); the labelled ones are every listener's
+// (ListenerCollectors).
 const (
 	MetricPending = "keel_unauthenticated_connections"
 	MetricRefused = "keel_unauthenticated_connections_refused_total"
+
+	MetricOpen          = "keel_listener_connections"
+	MetricRefusedByCaps = "keel_listener_connections_refused_total"
 )
 
-// Limiter counts one listener's connections whose peer is not yet
-// authenticated, and refuses new ones beyond its bound.
+// Reasons a connection is refused: the label of MetricRefusedByCaps.
+const (
+	ReasonListener        = "listener"        // the listener's bound on all its connections
+	ReasonSource          = "source"          // the bound on one source address's
+	ReasonUnauthenticated = "unauthenticated" // the bound on those not yet authenticated
+)
+
+// Limits are a listener's bounds; 0 is no bound.
+type Limits struct {
+	// MaxConns bounds the connections open at once, from accept to
+	// close (Kafka's max.connections).
+	MaxConns int
+	// MaxPerSource bounds those from one source IP address
+	// (max.connections.per.ip).
+	MaxPerSource int
+	// MaxUnauthenticated bounds those whose peer has not yet
+	// authenticated.
+	MaxUnauthenticated int
+}
+
+// Limiter counts one listener's connections, and refuses new ones beyond
+// its Limits.
 type Limiter struct {
-	max  int64
+	lim  Limits
 	hold time.Duration
 	name string // the listener, for the log
 
 	log atomic.Pointer[slog.Logger]
 
 	pending atomic.Int64
-	refused atomic.Uint64
+	// mu guards open and bySource: an admission checks and counts both
+	// at once.
+	mu       sync.Mutex
+	open     int
+	bySource map[netip.Addr]int
+
+	refused         atomic.Uint64 // over MaxUnauthenticated
+	refusedListener atomic.Uint64 // over MaxConns
+	refusedSource   atomic.Uint64 // over MaxPerSource
 	// Refusals are logged at most once per logInterval, with the number
 	// not logged since.
 	logMu     sync.Mutex
@@ -58,13 +102,23 @@ type Limiter struct {
 }
 
 // New returns a Limiter that holds at most max unauthenticated connections
-// at once, each counted for at most hold. name says which listener it
-// guards in its log lines ("the controller port 127.0.0.1:9091").
+// at once (max > 0), each counted for at most hold, and no other bound. name says
+// which listener it guards in its log lines ("the controller port
+// 127.0.0.1:9091").
 func New(max int, hold time.Duration, name string) *Limiter {
-	l := &Limiter{max: int64(max), hold: hold, name: name, nowForLog: time.Now}
+	return NewLimits(Limits{MaxUnauthenticated: max}, hold, name)
+}
+
+// NewLimits returns a Limiter with the bounds lim; a connection counts as
+// unauthenticated for at most hold.
+func NewLimits(lim Limits, hold time.Duration, name string) *Limiter {
+	l := &Limiter{lim: lim, hold: hold, name: name, nowForLog: time.Now, bySource: map[netip.Addr]int{}}
 	l.log.Store(slog.Default())
 	return l
 }
+
+// Limits are l's bounds.
+func (l *Limiter) Limits() Limits { return l.lim }
 
 // SetLogger makes l log to log from now on.
 func (l *Limiter) SetLogger(log *slog.Logger) {
@@ -73,31 +127,101 @@ func (l *Limiter) SetLogger(log *slog.Logger) {
 	}
 }
 
-// Admit counts c, just accepted, as unauthenticated and returns it wrapped
-// (Authenticated and Close uncount it), or, when max are already counted,
-// closes c, counts the refusal and returns false.
+// sourceOf is c's peer address, unmapped (an IPv4 peer on a dual-stack
+// socket counts as itself); the zero Addr for a peer with none (a pipe).
+func sourceOf(c net.Conn) netip.Addr {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+// Admit counts c, just accepted, and returns it wrapped (Authenticated
+// uncounts it as unauthenticated, Close from every count), or, when a
+// bound is reached, closes c, counts the refusal and returns false.
 func (l *Limiter) Admit(c net.Conn) (net.Conn, bool) {
-	if l.pending.Add(1) > l.max {
-		l.pending.Add(-1)
+	src := sourceOf(c)
+	if reason := l.take(src); reason != "" {
 		_ = c.Close()
-		l.refused.Add(1)
-		l.logRefusal()
+		l.logRefusal(reason, src)
 		return nil, false
 	}
-	lc := &conn{Conn: c, l: l}
+	lc := &conn{Conn: c, l: l, src: src}
 	// The timer only ends the count; it never reads lc.timer, which is
 	// set before lc is handed to anyone.
 	lc.timer = time.AfterFunc(l.hold, lc.uncount)
 	return lc, true
 }
 
-// Pending is the number of connections counted now.
+// take counts one connection from src against every bound, or none of
+// them and says which bound refused it.
+func (l *Limiter) take(src netip.Addr) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.lim.MaxConns > 0 && l.open >= l.lim.MaxConns:
+		l.refusedListener.Add(1)
+		return ReasonListener
+	case l.lim.MaxPerSource > 0 && l.bySource[src] >= l.lim.MaxPerSource:
+		l.refusedSource.Add(1)
+		return ReasonSource
+	}
+	if l.pending.Add(1) > int64(l.lim.MaxUnauthenticated) && l.lim.MaxUnauthenticated > 0 {
+		l.pending.Add(-1)
+		l.refused.Add(1)
+		return ReasonUnauthenticated
+	}
+	l.open++
+	l.bySource[src]++
+	return ""
+}
+
+// release uncounts a closed connection from src.
+func (l *Limiter) release(src netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.open--
+	if l.bySource[src]--; l.bySource[src] <= 0 {
+		delete(l.bySource, src)
+	}
+}
+
+// Pending is the number of unauthenticated connections counted now.
 func (l *Limiter) Pending() int { return int(l.pending.Load()) }
 
-// Refused is the number of connections refused so far.
+// Open is the number of connections open now.
+func (l *Limiter) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open
+}
+
+// Refused is the number of connections refused so far because too many
+// were unauthenticated.
 func (l *Limiter) Refused() uint64 { return l.refused.Load() }
 
-func (l *Limiter) logRefusal() {
+// RefusedBy is the number of connections refused so far for reason
+// (ReasonListener, ReasonSource, ReasonUnauthenticated).
+func (l *Limiter) RefusedBy(reason string) uint64 {
+	switch reason {
+	case ReasonListener:
+		return l.refusedListener.Load()
+	case ReasonSource:
+		return l.refusedSource.Load()
+	case ReasonUnauthenticated:
+		return l.refused.Load()
+	}
+	return 0
+}
+
+// refusedTotal is every refusal so far.
+func (l *Limiter) refusedTotal() uint64 {
+	return l.refused.Load() + l.refusedListener.Load() + l.refusedSource.Load()
+}
+
+func (l *Limiter) logRefusal(reason string, src netip.Addr) {
 	l.logMu.Lock()
 	now := l.nowForLog()
 	if !l.lastLog.IsZero() && now.Sub(l.lastLog) < logInterval {
@@ -108,12 +232,23 @@ func (l *Limiter) logRefusal() {
 	unlogged := l.unlogged
 	l.lastLog, l.unlogged = now, 0
 	l.logMu.Unlock()
-	l.log.Load().Warn("refused a connection: too many connections whose peer has not yet authenticated",
-		"listener", l.name, "max", l.max, "refused_total", l.refused.Load(), "similar_refusals_not_logged", unlogged)
+	var msg string
+	var max int
+	switch reason {
+	case ReasonListener:
+		msg, max = "refused a connection: the listener holds the most connections allowed", l.lim.MaxConns
+	case ReasonSource:
+		msg, max = "refused a connection: its source address holds the most connections allowed", l.lim.MaxPerSource
+	default:
+		msg, max = "refused a connection: too many connections whose peer has not yet authenticated", l.lim.MaxUnauthenticated
+	}
+	l.log.Load().Warn(msg, "listener", l.name, "source", src.String(), "max", max,
+		"refused_total", l.refusedTotal(), "similar_refusals_not_logged", unlogged)
 }
 
-// Collectors are l's metrics: the connections counted now and those
-// refused so far.
+// Collectors are l's metrics as the gRPC ports have always exposed them,
+// with no label: the unauthenticated connections counted now and those
+// refused so far for being over that bound.
 func (l *Limiter) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -125,6 +260,25 @@ func (l *Limiter) Collectors() []prometheus.Collector {
 			Help: "Connections closed as soon as they were accepted, because the most allowed were already waiting to authenticate.",
 		}, func() float64 { return float64(l.Refused()) }),
 	}
+}
+
+// ListenerCollectors are l's metrics labelled with listener (its kind:
+// "kafka", "grpc", "metrics"), so that every listener of a process shares
+// one name: the connections open now, and those refused so far by reason.
+func (l *Limiter) ListenerCollectors(listener string) []prometheus.Collector {
+	cols := []prometheus.Collector{prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        MetricOpen,
+		Help:        "Connections a listener holds open, counted from accept (before TLS) to close.",
+		ConstLabels: prometheus.Labels{"listener": listener},
+	}, func() float64 { return float64(l.Open()) })}
+	for _, reason := range []string{ReasonListener, ReasonSource, ReasonUnauthenticated} {
+		cols = append(cols, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        MetricRefusedByCaps,
+			Help:        "Connections closed as soon as they were accepted, by the bound they were over: the listener's, their source address's, or that on connections not yet authenticated.",
+			ConstLabels: prometheus.Labels{"listener": listener, "reason": reason},
+		}, func() float64 { return float64(l.RefusedBy(reason)) }))
+	}
+	return cols
 }
 
 // Listener wraps ln so that every connection it accepts is admitted by l;
@@ -150,12 +304,15 @@ func (ln *listener) Accept() (net.Conn, error) {
 	}
 }
 
-// conn is an admitted connection, counted until uncount.
+// conn is an admitted connection, counted as unauthenticated until
+// uncount, and as open until Close.
 type conn struct {
 	net.Conn
-	l     *Limiter
-	once  sync.Once
-	timer *time.Timer
+	l         *Limiter
+	src       netip.Addr
+	once      sync.Once
+	closeOnce sync.Once
+	timer     *time.Timer
 }
 
 func (c *conn) uncount() {
@@ -170,6 +327,7 @@ func (c *conn) authenticated() {
 
 func (c *conn) Close() error {
 	c.authenticated()
+	c.closeOnce.Do(func() { c.l.release(c.src) })
 	return c.Conn.Close()
 }
 
@@ -178,8 +336,8 @@ func (c *conn) NetConn() net.Conn { return c.Conn }
 
 // Authenticated tells the Limiter that admitted c, or the connection c
 // wraps (through NetConn, as *tls.Conn has), that its peer is
-// authenticated: it no longer counts. It does nothing for a connection no
-// Limiter admitted, and nothing the second time.
+// authenticated: it no longer counts as unauthenticated. It does nothing
+// for a connection no Limiter admitted, and nothing the second time.
 func Authenticated(c net.Conn) {
 	for c != nil {
 		switch v := c.(type) {

@@ -121,10 +121,13 @@ func TestAuthenticated_OtherConnections(t *testing.T) {
 // how many were not logged.
 func TestLimiter_LogsRefusalsRateLimited(t *testing.T) {
 	var buf bytes.Buffer
-	l := New(0, time.Hour, "the test port")
+	l := New(1, time.Hour, "the test port")
 	l.SetLogger(slog.New(slog.NewTextHandler(&buf, nil)))
 	now := time.Unix(1000, 0)
 	l.nowForLog = func() time.Time { return now }
+	if _, ok := l.Admit(pipeConn(t)); !ok {
+		t.Fatal("the first connection was refused")
+	}
 	for range 5 {
 		l.Admit(pipeConn(t))
 	}
@@ -134,7 +137,7 @@ func TestLimiter_LogsRefusalsRateLimited(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("%d lines logged for 6 refusals over one interval, want 2:\n%s", len(lines), buf.String())
 	}
-	for _, want := range []string{"too many connections whose peer has not yet authenticated", `listener="the test port"`, "max=0", "similar_refusals_not_logged=4", "refused_total=6"} {
+	for _, want := range []string{"too many connections whose peer has not yet authenticated", `listener="the test port"`, "max=1", "similar_refusals_not_logged=4", "refused_total=6"} {
 		if !strings.Contains(lines[1], want) {
 			t.Errorf("%q does not contain %q", lines[1], want)
 		}

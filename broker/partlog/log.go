@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -38,6 +39,12 @@ var (
 	// ErrFailed: an earlier write failed, and the log takes no more writes
 	// until it is reopened (and recovered).
 	ErrFailed = errors.New("log failed")
+	// ErrNoDescriptors: the process (EMFILE) or the system (ENFILE) had
+	// no file descriptor left to open a segment's files with, rolling the
+	// log. That is load, not a broken disk: the write is refused, and the
+	// log stays as it was, taking writes (Kafka's KAFKA_STORAGE_ERROR for
+	// the request, which the producer retries).
+	ErrNoDescriptors = errors.New("no file descriptor left")
 )
 
 // Log is one partition replica's log in its own directory. One goroutine
@@ -468,7 +475,9 @@ func (l *Log) fail(err error) {
 // writes (ErrFailed): the file may hold more than the log says.
 func (l *Log) write(b []byte, h BatchHeader) error {
 	if err := l.maybeRoll(h); err != nil {
-		l.fail(err)
+		if !errors.Is(err, ErrNoDescriptors) {
+			l.fail(err)
+		}
 		return err
 	}
 	if e, ok := l.epochs.latest(); !ok || h.PartitionLeaderEpoch > e.Epoch {
@@ -507,13 +516,29 @@ func (l *Log) maybeRoll(h BatchHeader) error {
 	}
 	ns, err := createSegment(l.dir, h.BaseOffset, &l.cfg)
 	if err != nil {
+		if outOfDescriptors(err) {
+			// createSegment left nothing behind: the next write rolls again.
+			return fmt.Errorf("partlog: %s: rolling: %w: %w", l.dir, ErrNoDescriptors, err)
+		}
 		return fmt.Errorf("partlog: rolling: %w", err)
 	}
 	l.rw.Lock()
 	l.segs = append(l.segs[:len(l.segs):len(l.segs)], ns)
 	l.rw.Unlock()
 	l.recoveryPoint = h.BaseOffset
-	return writeOffsetCheckpoint(l.path(recoveryCheckpointFile), l.recoveryPoint)
+	err = writeOffsetCheckpoint(l.path(recoveryCheckpointFile), l.recoveryPoint)
+	if outOfDescriptors(err) {
+		// The checkpoint on disk is older, which only makes recovery
+		// check more; the new segment is empty, so the next write
+		// appends to it without rolling.
+		return fmt.Errorf("partlog: %s: recovery checkpoint: %w: %w", l.dir, ErrNoDescriptors, err)
+	}
+	return err
+}
+
+// outOfDescriptors: err is EMFILE or ENFILE.
+func outOfDescriptors(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
 // Read returns whole batches from the one holding offset up to maxBytes,

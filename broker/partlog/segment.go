@@ -73,10 +73,15 @@ func createSegment(dir string, base int64, cfg *Config) (*segment, error) {
 	}
 	idx, err := openIndex(filepath.Join(dir, segmentName(base, indexSuffix)), base, cfg.maxIndexEntries())
 	if err == nil {
-		err = idx.f.Truncate(0)
+		if err = idx.f.Truncate(0); err != nil {
+			_ = idx.f.Close()
+		}
 	}
 	if err != nil {
+		// The log file is new and empty: removed, so that a failure to
+		// open the index (out of descriptors) leaves nothing behind.
 		_ = f.Close()
+		_ = os.Remove(logPath)
 		return nil, err
 	}
 	s := &segment{base: base, logPath: logPath, f: f, idx: idx, next: base}

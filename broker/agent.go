@@ -88,6 +88,16 @@ const (
 	unauthenticatedHold = 2 * rpc.HandshakeTimeout
 )
 
+// conns is cfg.Conns with its unauthenticated bound defaulted to
+// maxUnauthenticated.
+func (cfg *Config) conns() connlimit.Limits {
+	lim := cfg.Conns
+	if lim.MaxUnauthenticated == 0 {
+		lim.MaxUnauthenticated = maxUnauthenticated
+	}
+	return lim
+}
+
 // Agent is a running broker agent: it registers, heartbeats, replays the
 // metadata stream into its image and serves the broker's gRPC service.
 type Agent struct {
@@ -193,7 +203,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 		client:         client,
 		lis:            lis,
 		grpc:           grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...),
-		unauth:         connlimit.New(maxUnauthenticated, unauthenticatedHold, lis.Addr().String()),
+		unauth:         connlimit.NewLimits(cfg.conns(), unauthenticatedHold, lis.Addr().String()),
 		applied:        make(chan struct{}, 1),
 		state:          StateRegistering,
 		shutdownPoke:   make(chan struct{}, 1),

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
@@ -71,6 +72,10 @@ type Config struct {
 	// controllers refuse the registration. Give a ReplicaManager the same
 	// (ReplicaManagerConfig.TLS). Nil is plaintext.
 	TLS *tlsauth.Config
+	// Conns bounds the connections the broker's gRPC port holds, counted
+	// from accept (before TLS); the zero value bounds only those not yet
+	// authenticated, to maxUnauthenticated.
+	Conns connlimit.Limits
 	// Metrics, when set, gets the agent's metrics (metrics.go) from Start
 	// until Close; Start fails if they are registered there already. Nil
 	// registers none.

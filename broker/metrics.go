@@ -97,6 +97,7 @@ func (a *Agent) registerMetrics() error {
 		return nil
 	}
 	cols := append([]prometheus.Collector{agentCollector{a}, a.metrics.reconnects, a.metrics.heartbeat}, a.unauth.Collectors()...)
+	cols = append(cols, a.unauth.ListenerCollectors("grpc")...)
 	for _, col := range cols {
 		if err := a.cfg.Metrics.Register(col); err != nil {
 			a.unregisterMetrics()

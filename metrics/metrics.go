@@ -21,6 +21,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -30,6 +31,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/keel-dev/keel/internal/connlimit"
 )
 
 // HeapLiveMetric is the name under which /gc/heap/live:bytes is exposed.
@@ -62,7 +65,28 @@ type serveConfig struct {
 	tls        *tls.Config
 	pprof      bool
 	pprofAllow func(*http.Request) error
+	conns      *connlimit.Limiter
 }
+
+// WithConns bounds the connections the listener holds to lim, counted
+// from accept (before TLS), logging refusals to log; their count and
+// refusals are metrics in reg (connlimit.ListenerCollectors, "metrics").
+func WithConns(lim connlimit.Limits, log *slog.Logger) Option {
+	return func(c *serveConfig) {
+		// The hold outlasts ReadHeaderTimeout, which bounds the TLS
+		// handshake and the first request.
+		c.conns = connlimit.NewLimits(lim, 2*readHeaderTimeout, "the metrics listener")
+		c.conns.SetLogger(log)
+	}
+}
+
+const (
+	// readHeaderTimeout bounds the TLS handshake and a request's headers.
+	readHeaderTimeout = 10 * time.Second
+	// idleTimeout closes a kept-alive connection with no request for this
+	// long: a scraper's comes back every scrape interval.
+	idleTimeout = 2 * time.Minute
+)
 
 // Option adds to what Serve serves, or changes how.
 type Option func(*serveConfig)
@@ -157,10 +181,26 @@ func Serve(addr string, reg *prometheus.Registry, opts ...Option) (*Server, erro
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr %s: %v", addr, err)
 	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, TLSConfig: cfg.tls}
+	if cfg.conns != nil {
+		for _, c := range cfg.conns.ListenerCollectors("metrics") {
+			if err := reg.Register(c); err != nil {
+				lis.Close()
+				return nil, fmt.Errorf("--metrics-addr %s: %v", addr, err)
+			}
+		}
+		lis = cfg.conns.Listener(lis)
+		// A connection whose first request has arrived (through TLS,
+		// if on) is a peer's, no longer a stranger's.
+		srv.ConnState = func(c net.Conn, st http.ConnState) {
+			if st == http.StateActive {
+				connlimit.Authenticated(c)
+			}
+		}
+	}
 	s := &Server{
-		lis: lis,
-		// ReadHeaderTimeout bounds the TLS handshake too.
-		srv:    &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: cfg.tls},
+		lis:    lis,
+		srv:    srv,
 		scheme: "http",
 		done:   make(chan struct{}),
 	}

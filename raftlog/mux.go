@@ -71,12 +71,21 @@ type Mux struct {
 // "listen ADDR: address already in use", which errors.Is matches against
 // syscall.EADDRINUSE.
 func Listen(addr string) (*Mux, error) {
-	return listenLimited(addr, maxUnauthenticated)
+	return ListenLimits(addr, connlimit.Limits{})
 }
 
-// listenLimited is Listen with a bound of its own on unauthenticated
-// connections (tests make it small).
-func listenLimited(addr string, maxUnauth int) (*Mux, error) {
+// ListenLimits is Listen with bounds on the port's connections (from
+// accept, before TLS): lim's MaxUnauthenticated, if 0, is
+// maxUnauthenticated; its other bounds, if 0, bound nothing.
+func ListenLimits(addr string, lim connlimit.Limits) (*Mux, error) {
+	if lim.MaxUnauthenticated == 0 {
+		lim.MaxUnauthenticated = maxUnauthenticated
+	}
+	return listenLimited(addr, lim)
+}
+
+// listenLimited is Listen with bounds of its own (tests make them small).
+func listenLimited(addr string, lim connlimit.Limits) (*Mux, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, listenCause(err))
@@ -85,7 +94,7 @@ func listenLimited(addr string, maxUnauth int) (*Mux, error) {
 		ln:      ln,
 		raftCh:  make(chan net.Conn),
 		done:    make(chan struct{}),
-		limit:   connlimit.New(maxUnauth, unauthenticatedHold, ln.Addr().String()),
+		limit:   connlimit.NewLimits(lim, unauthenticatedHold, ln.Addr().String()),
 		pending: make(map[net.Conn]struct{}),
 	}
 	m.grpc = &muxListener{mux: m, ch: make(chan net.Conn), done: make(chan struct{})}

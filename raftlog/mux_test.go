@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/internal/poll"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -296,7 +297,7 @@ func closedWithin(c net.Conn, d time.Duration) bool {
 func TestMux_BoundsUnauthenticatedConnections(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	const bound = 3
-	serverMux, err := listenLimited("127.0.0.1:0", bound)
+	serverMux, err := listenLimited("127.0.0.1:0", connlimit.Limits{MaxUnauthenticated: bound})
 	if err != nil {
 		t.Fatal(err)
 	}

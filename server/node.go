@@ -23,6 +23,7 @@ import (
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/atomicfile"
+	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/rpc"
@@ -84,6 +85,10 @@ type NodeConfig struct {
 	// Mux, if set, is an already bound listener to use instead of Listen
 	// (keel dev binds its ports before it knows the voter list).
 	Mux *raftlog.Mux
+	// Conns bounds the connections Listen's port holds
+	// (raftlog.ListenLimits); the zero value bounds only those not yet
+	// authenticated, to raftlog's default.
+	Conns connlimit.Limits
 	// Metrics, when set, gets the node's controller and raft metrics (see
 	// controller.Config.Metrics) and its port's count of unauthenticated
 	// connections (connlimit); nil registers none.
@@ -174,7 +179,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		if listen == "" {
 			listen = self.Address
 		}
-		if mux, err = raftlog.Listen(listen); err != nil {
+		if mux, err = raftlog.ListenLimits(listen, cfg.Conns); err != nil {
 			return nil, err
 		}
 	}
@@ -443,7 +448,7 @@ func (s *Node) registerMetrics() error {
 	if s.cfg.Metrics == nil {
 		return nil
 	}
-	for _, col := range s.mux.Unauthenticated().Collectors() {
+	for _, col := range append(s.mux.Unauthenticated().Collectors(), s.mux.Unauthenticated().ListenerCollectors("grpc")...) {
 		if err := s.cfg.Metrics.Register(col); err != nil {
 			s.unregisterMetrics()
 			return fmt.Errorf("register the controller's connection metrics: %v", err)

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/tlsauth"
 )
@@ -157,6 +158,12 @@ type Config struct {
 	// FetchMaxWait bounds how long a Fetch waits for MinBytes, whatever
 	// the client asks; default DefaultFetchMaxWait.
 	FetchMaxWait time.Duration
+	// Conns bounds the connections the listener holds, counted from
+	// accept (before TLS): in all, per source address, and not yet
+	// through their TLS handshake (in plaintext: their first request).
+	// A connection beyond a bound is closed as soon as it is accepted.
+	// The zero value bounds nothing.
+	Conns connlimit.Limits
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics, when set, takes the listener's request metrics

@@ -16,20 +16,25 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/rpc"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
-// handshakeTimeout bounds a TLS handshake.
+// handshakeTimeout bounds a TLS handshake, and in plaintext the wait for
+// a connection's first request: every Kafka client sends one at once.
 const handshakeTimeout = 10 * time.Second
 
 // Server is a running Kafka listener.
 type Server struct {
-	cfg  Config
-	log  *slog.Logger
-	lis  net.Listener
-	pids *producerIDs
-	met  *serverMetrics
+	cfg Config
+	log *slog.Logger
+	lis net.Listener
+	// limit admits each accepted connection (cfg.Conns): the listener's
+	// descriptors are bounded, and strangers never hold them all.
+	limit *connlimit.Limiter
+	pids  *producerIDs
+	met   *serverMetrics
 
 	ctx    context.Context // ends at Close: every request's parent
 	cancel context.CancelFunc
@@ -72,8 +77,18 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka listener: metrics: %w", err)
 	}
+	limit := connlimit.NewLimits(cfg.Conns, 2*handshakeTimeout, "the Kafka listener "+lis.Addr().String())
+	limit.SetLogger(cfg.Logger)
+	if cfg.Metrics != nil {
+		for _, c := range limit.ListenerCollectors("kafka") {
+			if err := cfg.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("kafka listener: metrics: %w", err)
+			}
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
+		limit:  limit,
 		met:    met,
 		cfg:    cfg,
 		log:    cfg.Logger.With("component", "kafka", "broker_id", cfg.BrokerID),
@@ -141,6 +156,10 @@ func (s *Server) accept() {
 			continue
 		}
 		delay = 0
+		c, ok := s.limit.Admit(c)
+		if !ok {
+			continue // closed, counted and logged by the limiter
+		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
@@ -191,6 +210,7 @@ func (s *Server) serveConn(raw net.Conn) {
 			return
 		}
 		_ = tc.SetDeadline(time.Time{})
+		connlimit.Authenticated(raw)
 		if chains := tc.ConnectionState().VerifiedChains; len(chains) > 0 {
 			id, _ := tlsauth.PeerIdentity(chains[0])
 			c.admin, c.principal = id.Role == tlsauth.RoleAdmin, id.Name
@@ -223,8 +243,15 @@ func (s *Server) serveConn(raw net.Conn) {
 	}()
 	r := bufio.NewReaderSize(c.Conn, 64<<10)
 	var sizeBuf [4]byte
+	// In plaintext the first request is the peer's handshake: it comes at
+	// once, or the connection is a stranger's.
+	first := s.cfg.TLS == nil
 	for {
-		_ = c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
+		wait := s.cfg.IdleTimeout
+		if first {
+			wait = min(wait, handshakeTimeout)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(wait))
 		if _, err := io.ReadFull(r, sizeBuf[:]); err != nil {
 			return // closed, idle, gone, or closed by the writer
 		}
@@ -241,6 +268,10 @@ func (s *Server) serveConn(raw net.Conn) {
 			return
 		}
 		arrived := time.Now()
+		if first {
+			connlimit.Authenticated(raw)
+			first = false
+		}
 		a, err := s.handleFrame(ctx, c, frame)
 		if a != nil {
 			a.arrived = arrived

@@ -47,6 +47,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 	var controllers, metricsAddr, testDialVia, kafkaListen, kafkaAdvertise string
 	var insecure, pprof bool
 	kafkaFetchMaxWait := kafka.DefaultFetchMaxWait
+	var conns connFlags
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run a broker (the reference broker); list and inspect brokers",
@@ -142,7 +143,12 @@ same CA; SASL is not served.
 			cfg.Logger = log
 			cfg.Handler = broker.LoggingHandler{Logger: log.With("component", "broker", "broker_id", cfg.BrokerID)}
 			replicas.Logger = log.With("broker_id", cfg.BrokerID)
-			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS}, log)
+			plan, err := conns.plan(weightBrokerPort, metricsAddr != "", kafkaListen != "")
+			if err != nil {
+				return err
+			}
+			cfg.Conns = plan.port
+			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS, conns: plan.metrics}, log)
 			if err != nil {
 				return err
 			}
@@ -168,7 +174,7 @@ same CA; SASL is not served.
 				return err
 			}
 			if kl != nil {
-				if err := kl.serve(agent, kafkaBackend(dataPlane), cfg.BrokerID, cfg.TLS, cfg.Metrics, log); err != nil {
+				if err := kl.serve(agent, kafkaBackend(dataPlane), cfg.BrokerID, cfg.TLS, plan.kafka, cfg.Metrics, log); err != nil {
 					agent.Close()
 					return err
 				}
@@ -242,6 +248,7 @@ same CA; SASL is not served.
 		"the longest a Kafka client's fetch waits for records, whatever its fetch.max.wait.ms asks (a fetch also ends when its connection closes)")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
+	conns.add(cmd, true)
 	cmd.AddCommand(newBrokerListCmd(), newBrokerInspectCmd(), newBrokerUnregisterCmd(), newBrokerDrainCmd(), newBrokerScrubCmd())
 	return cmd
 }

@@ -41,6 +41,7 @@ func newControllerCmd(g *globalFlags) *cobra.Command {
 	var nodeID int32
 	var voters, raftDial, metricsAddr string
 	var insecure, pprof bool
+	var conns connFlags
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run one controller node of the quorum",
@@ -125,7 +126,12 @@ loopback, or --insecure says plaintext is meant.`,
 			}
 			cfg.NodeID, cfg.Voters, cfg.Logger, cfg.Version = nodeID, vs, log, buildVersion()
 			cfg.FailStop = failStop
-			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS}, log)
+			plan, err := conns.plan(weightCtrlPort, metricsAddr != "", false)
+			if err != nil {
+				return err
+			}
+			cfg.Conns = plan.port
+			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS, conns: plan.metrics}, log)
 			if err != nil {
 				return err
 			}
@@ -192,6 +198,7 @@ loopback, or --insecure says plaintext is meant.`,
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
 	addRaftTimingFlags(f, &cfg.Timing)
+	conns.add(cmd, false)
 	return cmd
 }
 

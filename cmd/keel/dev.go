@@ -22,6 +22,7 @@ import (
 	"github.com/keel-dev/keel/broker/replication"
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/internal/atomicfile"
+	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/internal/hostport"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/server"
@@ -355,7 +356,7 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 			return nil, nil, fmt.Errorf("broker %d: %w", id, err)
 		}
 		agents = append(agents, a)
-		if err := kl.serve(a, kafkaBackend(dp), id, tlsCfg, ms[i].registerer(), log); err != nil {
+		if err := kl.serve(a, kafkaBackend(dp), id, tlsCfg, connlimit.Limits{}, ms[i].registerer(), log); err != nil {
 			return nil, nil, fmt.Errorf("broker %d: %w", id, err)
 		}
 		kafkas = append(kafkas, kl)

@@ -10,6 +10,7 @@ import (
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/broker/kafka"
 	"github.com/keel-dev/keel/broker/replication"
+	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/tlsauth"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -52,8 +53,9 @@ func bindKafka(listen, advertise string) (*kafkaListener, error) {
 
 // serve starts the Kafka protocol on the bound listener over agent's image
 // and controller link and the data plane backend, with the broker's TLS
-// (nil: plaintext), its request metrics in reg (nil: none).
-func (k *kafkaListener) serve(agent *broker.Agent, backend kafka.Backend, brokerID int32, tlsCfg *tlsauth.Config, reg prometheus.Registerer, log *slog.Logger) error {
+// (nil: plaintext), its bounds on connections, its request metrics in reg
+// (nil: none).
+func (k *kafkaListener) serve(agent *broker.Agent, backend kafka.Backend, brokerID int32, tlsCfg *tlsauth.Config, conns connlimit.Limits, reg prometheus.Registerer, log *slog.Logger) error {
 	srv, err := kafka.Serve(k.lis, kafka.Config{
 		BrokerID:     brokerID,
 		Image:        agent,
@@ -64,6 +66,7 @@ func (k *kafkaListener) serve(agent *broker.Agent, backend kafka.Backend, broker
 		Logger:       log,
 		Metrics:      reg,
 		FetchMaxWait: k.fetchMaxWait,
+		Conns:        conns,
 	})
 	if err != nil {
 		k.lis.Close()

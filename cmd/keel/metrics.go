@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/metrics"
 	"github.com/keel-dev/keel/tlsauth"
 )
@@ -32,6 +33,8 @@ type metricsOptions struct {
 	addr  string
 	pprof bool
 	tls   *tlsauth.Config // nil: plain HTTP
+	// conns bounds the listener's connections; the zero value none.
+	conns connlimit.Limits
 }
 
 // errPprofWithoutMetrics: --pprof serves on the metrics listener.
@@ -70,6 +73,9 @@ func startMetrics(o metricsOptions, log *slog.Logger) (*metricsServer, error) {
 		// Any keel role, a probe's included: scraping and health checks
 		// need no more than that.
 		opts = append(opts, metrics.WithTLS(o.tls.Server(tlsauth.KeelRoles()...)))
+	}
+	if o.conns != (connlimit.Limits{}) {
+		opts = append(opts, metrics.WithConns(o.conns, log))
 	}
 	srv, err := metrics.Serve(o.addr, m.reg, opts...)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/broker/replication"
+	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/keeltest"
 )
@@ -55,7 +56,7 @@ func startKafkaBroker(t *testing.T) (controllers, bootstrap string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	if err := kl.serve(a, kafkaBackend(dp), 1, nil, nil, log); err != nil {
+	if err := kl.serve(a, kafkaBackend(dp), 1, nil, connlimit.Limits{}, nil, log); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(kl.close)

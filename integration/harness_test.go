@@ -203,7 +203,10 @@ func startCluster(t testing.TB, n int, opts ...clusterOption) *Cluster {
 		o(&c.opts)
 	}
 	cfg := c.opts.cfg
-	cfg.Keel, cfg.Dir, cfg.Controllers = keelBin, t.TempDir(), n
+	if cfg.Keel == "" { // withKeel may run another executable
+		cfg.Keel = keelBin
+	}
+	cfg.Dir, cfg.Controllers = t.TempDir(), n
 	cfg.TLSFlags = c.opts.tlsFlags
 	cfg.Retrying = func(err error) { t.Log(err) }
 	h, err := keelproc.New(cfg)

@@ -49,7 +49,12 @@ type scrape map[string]float64
 
 // scrapeMetrics reads http://addr/metrics as Prometheus does.
 func scrapeMetrics(addr string) (scrape, error) {
-	resp, err := httpClient.Get("http://" + addr + "/metrics")
+	return scrapeURL(httpClient, "http://"+addr+"/metrics")
+}
+
+// scrapeURL reads url with cl as Prometheus does.
+func scrapeURL(cl *http.Client, url string) (scrape, error) {
+	resp, err := cl.Get(url)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +65,7 @@ func scrapeMetrics(addr string) (scrape, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("parse /metrics of %s: %v", addr, err)
+		return nil, fmt.Errorf("parse %s: %v", url, err)
 	}
 	out := scrape{}
 	for name, f := range fams {

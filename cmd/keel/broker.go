@@ -139,15 +139,15 @@ same CA; SASL is not served.
 			if err != nil {
 				return err
 			}
-			replicas.TLS, replicas.DataDir, replicas.Dialer = cfg.TLS, cfg.DataDir, cfg.Dialer
-			cfg.Logger = log
-			cfg.Handler = broker.LoggingHandler{Logger: log.With("component", "broker", "broker_id", cfg.BrokerID)}
-			replicas.Logger = log.With("broker_id", cfg.BrokerID)
 			plan, err := conns.plan(weightBrokerPort, metricsAddr != "", kafkaListen != "")
 			if err != nil {
 				return err
 			}
 			cfg.Conns = plan.port
+			replicas.TLS, replicas.DataDir, replicas.Dialer = cfg.TLS, cfg.DataDir, cfg.Dialer
+			cfg.Logger = log
+			cfg.Handler = broker.LoggingHandler{Logger: log.With("component", "broker", "broker_id", cfg.BrokerID)}
+			replicas.Logger = log.With("broker_id", cfg.BrokerID)
 			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS, conns: plan.metrics}, log)
 			if err != nil {
 				return err

@@ -193,6 +193,12 @@ func TestBrokerCommandErrors(t *testing.T) {
 		{"unregister without a broker id", []string{"broker", "unregister"}, "--broker-id is required"},
 		{"unregister with a negative epoch", []string{"broker", "unregister", "--broker-id", "1", "--broker-epoch", "-3"}, "--broker-epoch -3"},
 		{"dev with negative brokers", []string{"dev", "--brokers-count", "-1"}, "--brokers-count -1"},
+		{"connection bounds over the open-files limit", []string{"broker", "--broker-id", "1", "--data-dir", "d", "--listen", "127.0.0.1:0",
+			"--kafka-listen", "127.0.0.1:0", "--kafka-max-connections", "1073741824"}, "--kafka-max-connections 1073741824 leave no room"},
+		{"a reserve over the open-files limit", []string{"broker", "--broker-id", "1", "--data-dir", "d", "--listen", "127.0.0.1:0",
+			"--reserved-files", "1073741824"}, "with 1073741824 kept for the logs (--reserved-files)"},
+		{"a negative bound per address", []string{"broker", "--broker-id", "1", "--data-dir", "d", "--listen", "127.0.0.1:0",
+			"--max-connections-per-ip", "-1"}, "--max-connections-per-ip -1: want a positive number"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

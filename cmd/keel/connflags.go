@@ -55,6 +55,15 @@ type connPlan struct {
 // listener if withMetrics, and the Kafka listener if withKafka, from the
 // open-files limit. It fails in one line if the bounds given cannot fit.
 func (c *connFlags) plan(portWeight int, withMetrics, withKafka bool) (connPlan, error) {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--reserved-files", c.reserved}, {"--max-connections", c.maxConns}, {"--max-connections-per-ip", c.maxPerIP},
+		{"--kafka-max-connections", c.kafkaConns}, {"--kafka-max-connections-per-ip", c.kafkaPer}} {
+		if f.v < 0 {
+			return connPlan{}, fmt.Errorf("%s %d: want a positive number, or 0 to derive it", f.name, f.v)
+		}
+	}
 	files, err := connlimit.OpenFilesLimit()
 	if err != nil {
 		return connPlan{}, fmt.Errorf("read the open-files limit: %v", err)

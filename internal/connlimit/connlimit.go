@@ -117,9 +117,6 @@ func NewLimits(lim Limits, hold time.Duration, name string) *Limiter {
 	return l
 }
 
-// Limits are l's bounds.
-func (l *Limiter) Limits() Limits { return l.lim }
-
 // SetLogger makes l log to log from now on.
 func (l *Limiter) SetLogger(log *slog.Logger) {
 	if log != nil {

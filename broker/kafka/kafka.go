@@ -109,6 +109,19 @@ const (
 	// DefaultMaxRequestSize is Kafka's socket.request.max.bytes: a request
 	// frame larger than this closes its connection before it is read.
 	DefaultMaxRequestSize = 100 << 20
+	// DefaultMaxOtherRequestSize bounds the frame of every request but a
+	// produce: decoding one costs many times its size (otherRequestCost),
+	// and a client's Fetch, Metadata or ListOffsets for thousands of
+	// partitions takes some tens of KiB.
+	DefaultMaxOtherRequestSize = 1 << 20
+	// DefaultQueuedMaxRequestBytes is Kafka's queued.max.request.bytes:
+	// the request bytes a broker holds, read and not answered yet, over all
+	// its connections (a request other than a produce counted at its cost
+	// decoded, otherRequestCost times its size).
+	DefaultQueuedMaxRequestBytes = 256 << 20
+	// DefaultConnectionMaxRequestBytes is the same for one connection: a
+	// maximal produce request fits whole.
+	DefaultConnectionMaxRequestBytes = DefaultMaxRequestSize
 	// DefaultMaxBatchSize is Kafka's message.max.bytes: one produced batch
 	// larger than this is refused with MESSAGE_TOO_LARGE.
 	DefaultMaxBatchSize = 1<<20 + 12
@@ -150,6 +163,18 @@ type Config struct {
 	TLS *tlsauth.Config
 	// MaxRequestSize bounds a request frame; default DefaultMaxRequestSize.
 	MaxRequestSize int32
+	// MaxOtherRequestSize bounds the frame of any request but a produce;
+	// default DefaultMaxOtherRequestSize. A frame over its limit closes
+	// its connection before its body is read, as Kafka does.
+	MaxOtherRequestSize int32
+	// QueuedMaxRequestBytes bounds the bytes of the requests the listener
+	// holds, read and not answered yet (see DefaultQueuedMaxRequestBytes);
+	// ConnectionMaxRequestBytes, those of one connection. A connection
+	// whose next request does not fit reads nothing until it does; a
+	// request larger than a budget waits until that budget is free, then
+	// takes it whole. Defaults DefaultQueuedMaxRequestBytes and
+	// DefaultConnectionMaxRequestBytes.
+	QueuedMaxRequestBytes, ConnectionMaxRequestBytes int64
 	// MaxBatchSize bounds one produced batch; default DefaultMaxBatchSize.
 	MaxBatchSize int32
 	// IdleTimeout closes a connection that sends nothing for this long;

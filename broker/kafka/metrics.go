@@ -16,6 +16,8 @@ const (
 	MetricProduceCommitWait = "keel_kafka_produce_commit_wait_seconds"
 	MetricFetchWaits        = "keel_kafka_fetch_waits"
 	MetricProduceRefused    = "keel_kafka_produce_refused_batches_total"
+	MetricRequestBytesInUse = "keel_kafka_request_bytes_in_use"
+	MetricRequestBytesWaits = "keel_kafka_request_bytes_waits_total"
 )
 
 // requestBuckets run from half a millisecond to 10 s, finer where a
@@ -28,6 +30,8 @@ type serverMetrics struct {
 	commitWait prometheus.Histogram
 	fetchWaits prometheus.Gauge
 	refusals   *prometheus.CounterVec
+	bytesInUse prometheus.Gauge
+	bytesWaits prometheus.Counter
 	// byKey holds each served API's histogram, so that a request does not
 	// look its label up.
 	byKey map[int16]prometheus.Observer
@@ -56,6 +60,14 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 			Name: MetricProduceRefused,
 			Help: "Produced batches refused before they were appended, by reason (batchcheck's: framing, magic, crc, header, control, timestamp, codec, compression, records, too_large): Kafka's InvalidMessageCrcRecordsPerSec and its LogValidator's refusals.",
 		}, []string{"reason"}),
+		bytesInUse: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: MetricRequestBytesInUse,
+			Help: "Bytes of the Kafka requests read and not answered yet, out of --kafka-queued-max-request-bytes (a request other than a produce counted at its cost decoded).",
+		}),
+		bytesWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricRequestBytesWaits,
+			Help: "Kafka requests whose connection waited, before reading them, for their bytes to fit in its budget or the broker's (back-pressure).",
+		}),
 		byKey: map[int16]prometheus.Observer{},
 	}
 	for _, r := range batchcheck.Reasons {
@@ -64,7 +76,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 	for key := range versions {
 		m.byKey[key] = m.duration.WithLabelValues(kmsg.NameForKey(key))
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.commitWait, m.fetchWaits, m.refusals} {
+	for _, c := range []prometheus.Collector{m.duration, m.commitWait, m.fetchWaits, m.refusals, m.bytesInUse, m.bytesWaits} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -104,4 +116,20 @@ func (m *serverMetrics) refused(reason batchcheck.Reason) {
 		return
 	}
 	m.refusals.WithLabelValues(string(reason)).Inc()
+}
+
+// budgetInUse sets the bytes of the broker's request budget in use.
+func (m *serverMetrics) budgetInUse(used int64) {
+	if m == nil {
+		return
+	}
+	m.bytesInUse.Set(float64(used))
+}
+
+// budgetWaited counts a request that waited for its bytes.
+func (m *serverMetrics) budgetWaited() {
+	if m == nil {
+		return
+	}
+	m.bytesWaits.Inc()
 }

@@ -35,6 +35,9 @@ type Server struct {
 	limit *connlimit.Limiter
 	pids  *producerIDs
 	met   *serverMetrics
+	// budget: the request bytes every connection shares
+	// (QueuedMaxRequestBytes).
+	budget *budget
 
 	ctx    context.Context // ends at Close: every request's parent
 	cancel context.CancelFunc
@@ -55,8 +58,18 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 		return nil, errors.New("kafka listener: no data plane backend")
 	case cfg.Controller == nil:
 		return nil, errors.New("kafka listener: no controller client")
-	case cfg.MaxRequestSize < 0, cfg.MaxBatchSize < 0, cfg.IdleTimeout < 0, cfg.FetchMaxWait < 0:
+	case cfg.MaxRequestSize < 0, cfg.MaxBatchSize < 0, cfg.IdleTimeout < 0, cfg.FetchMaxWait < 0, cfg.MaxOtherRequestSize < 0,
+		cfg.QueuedMaxRequestBytes < 0, cfg.ConnectionMaxRequestBytes < 0:
 		return nil, errors.New("kafka listener: negative limit")
+	}
+	if cfg.MaxOtherRequestSize == 0 {
+		cfg.MaxOtherRequestSize = DefaultMaxOtherRequestSize
+	}
+	if cfg.QueuedMaxRequestBytes == 0 {
+		cfg.QueuedMaxRequestBytes = DefaultQueuedMaxRequestBytes
+	}
+	if cfg.ConnectionMaxRequestBytes == 0 {
+		cfg.ConnectionMaxRequestBytes = DefaultConnectionMaxRequestBytes
 	}
 	if cfg.MaxRequestSize == 0 {
 		cfg.MaxRequestSize = DefaultMaxRequestSize
@@ -90,6 +103,7 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 	s := &Server{
 		limit:  limit,
 		met:    met,
+		budget: newBudget(cfg.QueuedMaxRequestBytes),
 		cfg:    cfg,
 		log:    cfg.Logger.With("component", "kafka", "broker_id", cfg.BrokerID),
 		lis:    lis,
@@ -98,6 +112,7 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 		conns:  map[net.Conn]struct{}{},
 	}
 	s.pids = newProducerIDs(ctx, cfg.Controller, s.log)
+	s.budget.onChange = met.budgetInUse
 	s.wg.Add(1)
 	go s.accept()
 	s.log.Info("kafka listener started", "listen", lis.Addr().String(), "tls", cfg.TLS != nil)
@@ -242,6 +257,7 @@ func (s *Server) serveConn(raw net.Conn) {
 		cancel()
 	}()
 	r := bufio.NewReaderSize(c.Conn, 64<<10)
+	connBudget := newBudget(s.cfg.ConnectionMaxRequestBytes)
 	var sizeBuf [4]byte
 	// In plaintext the first request is the peer's handshake: it comes at
 	// once, or the connection is a stranger's.
@@ -256,15 +272,29 @@ func (s *Server) serveConn(raw net.Conn) {
 			return // closed, idle, gone, or closed by the writer
 		}
 		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
-		if size < 8 || size > s.cfg.MaxRequestSize {
+		// The API key, before the body is read: a request's limit and its
+		// cost in memory depend on it (requestLimits).
+		key, err := peekKey(r, size)
+		if err != nil {
+			return
+		}
+		if limit := s.requestLimit(key); size < 8 || size > limit {
 			s.log.Warn("kafka listener: request size out of bounds; connection closed", "remote", raw.RemoteAddr().String(),
-				"size", size, "max", s.cfg.MaxRequestSize)
+				"request", kmsg.NameForKey(key), "size", size, "max", limit)
+			return
+		}
+		// Back-pressure: the frame is not read until its bytes fit in the
+		// connection's and the broker's budgets; they come back once its
+		// answer is written (writeAnswers).
+		l, err := s.lease(ctx, connBudget, key, size)
+		if err != nil {
 			return
 		}
 		frame := make([]byte, size)
 		// A large request may take a while to arrive, but not forever.
 		_ = c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
 		if _, err := io.ReadFull(r, frame); err != nil {
+			l.release()
 			return
 		}
 		arrived := time.Now()
@@ -277,9 +307,11 @@ func (s *Server) serveConn(raw net.Conn) {
 			a.arrived = arrived
 		}
 		if err != nil {
+			l.release()
 			s.log.Warn("kafka listener: request refused; connection closed", "remote", raw.RemoteAddr().String(), "err", err)
 			return
 		}
+		a.lease = l
 		answers <- a
 		if a.closeAfter {
 			drain = true
@@ -305,6 +337,9 @@ type answer struct {
 	ready      chan struct{}
 	// arrived: when the request's frame was read, for its duration.
 	arrived time.Time
+	// lease: the request's bytes in the budgets, given back once the
+	// answer is written (or dropped).
+	lease lease
 }
 
 // readyNow is a closed channel, for the answers that are complete.
@@ -317,16 +352,19 @@ func (s *Server) writeAnswers(c *conn, answers <-chan *answer) {
 	for a := range answers {
 		<-a.ready
 		if failed {
+			a.lease.release()
 			continue
 		}
 		if a.resp != nil {
 			if err := s.write(c, a.h, a.flexible, a.resp); err != nil {
+				a.lease.release()
 				failed = true
 				_ = c.Close()
 				continue
 			}
 			s.met.request(a.h.key, a.arrived)
 		}
+		a.lease.release()
 		if a.closeAfter {
 			failed = true
 			_ = c.Close()

@@ -48,6 +48,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 	var insecure, pprof bool
 	kafkaFetchMaxWait := kafka.DefaultFetchMaxWait
 	var conns connFlags
+	var kafkaLim kafkaLimits
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run a broker (the reference broker); list and inspect brokers",
@@ -120,6 +121,9 @@ same CA; SASL is not served.
 			case replicas.ScrubBytesPerSecond < 0:
 				return fmt.Errorf("--log-scrub-rate %d: want bytes per second, or 0 for no background scrub", replicas.ScrubBytesPerSecond)
 			}
+			if err := kafkaLim.check(); err != nil {
+				return err
+			}
 			if cfg.Controllers = splitAddrs(controllers); len(cfg.Controllers) == 0 {
 				return errors.New("--controllers: no controller address given")
 			}
@@ -174,7 +178,7 @@ same CA; SASL is not served.
 				return err
 			}
 			if kl != nil {
-				if err := kl.serve(agent, kafkaBackend(dataPlane), cfg.BrokerID, cfg.TLS, plan.kafka, cfg.Metrics, log); err != nil {
+				if err := kl.serve(agent, kafkaBackend(dataPlane), cfg.BrokerID, cfg.TLS, plan.kafka, kafkaLim, cfg.Metrics, log); err != nil {
 					agent.Close()
 					return err
 				}
@@ -246,6 +250,7 @@ same CA; SASL is not served.
 	f.StringVar(&kafkaAdvertise, "kafka-advertise", "", "address Kafka clients reach this broker's Kafka listener at (default: --kafka-listen)")
 	f.DurationVar(&kafkaFetchMaxWait, "kafka-fetch-max-wait", kafkaFetchMaxWait,
 		"the longest a Kafka client's fetch waits for records, whatever its fetch.max.wait.ms asks (a fetch also ends when its connection closes)")
+	kafkaLim.addFlags(f)
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
 	conns.add(cmd, true)

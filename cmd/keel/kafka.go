@@ -53,10 +53,10 @@ func bindKafka(listen, advertise string) (*kafkaListener, error) {
 
 // serve starts the Kafka protocol on the bound listener over agent's image
 // and controller link and the data plane backend, with the broker's TLS
-// (nil: plaintext), its bounds on connections, its request metrics in reg
-// (nil: none).
-func (k *kafkaListener) serve(agent *broker.Agent, backend kafka.Backend, brokerID int32, tlsCfg *tlsauth.Config, conns connlimit.Limits, reg prometheus.Registerer, log *slog.Logger) error {
-	srv, err := kafka.Serve(k.lis, kafka.Config{
+// (nil: plaintext), its bounds on connections and request bytes, its
+// request metrics in reg (nil: none).
+func (k *kafkaListener) serve(agent *broker.Agent, backend kafka.Backend, brokerID int32, tlsCfg *tlsauth.Config, conns connlimit.Limits, limits kafkaLimits, reg prometheus.Registerer, log *slog.Logger) error {
+	cfg := kafka.Config{
 		BrokerID:     brokerID,
 		Image:        agent,
 		Ready:        agent.CaughtUp(),
@@ -67,7 +67,9 @@ func (k *kafkaListener) serve(agent *broker.Agent, backend kafka.Backend, broker
 		Metrics:      reg,
 		FetchMaxWait: k.fetchMaxWait,
 		Conns:        conns,
-	})
+	}
+	limits.apply(&cfg)
+	srv, err := kafka.Serve(k.lis, cfg)
 	if err != nil {
 		k.lis.Close()
 		return err

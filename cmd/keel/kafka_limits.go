@@ -1,0 +1,46 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+
+	"github.com/keel-dev/keel/broker/kafka"
+)
+
+// kafkaLimits are the Kafka listener's bounds on request bytes: what a
+// client can make a broker hold in memory.
+type kafkaLimits struct {
+	maxOtherRequestSize       int32
+	queuedMaxRequestBytes     int64
+	connectionMaxRequestBytes int64
+}
+
+func (l *kafkaLimits) addFlags(f *pflag.FlagSet) {
+	f.Int32Var(&l.maxOtherRequestSize, "kafka-max-other-request-size", kafka.DefaultMaxOtherRequestSize,
+		"the largest Kafka request other than a produce, in bytes: a larger one closes its connection before it is read (decoding one costs up to 32 times its size)")
+	f.Int64Var(&l.queuedMaxRequestBytes, "kafka-queued-max-request-bytes", kafka.DefaultQueuedMaxRequestBytes,
+		"the bytes of Kafka requests a broker holds, read and not answered yet, a request other than a produce counted at 32 times its size (Kafka's queued.max.request.bytes): beyond it, connections wait before reading their next request")
+	f.Int64Var(&l.connectionMaxRequestBytes, "kafka-connection-max-request-bytes", kafka.DefaultConnectionMaxRequestBytes,
+		"the same bound for one Kafka connection")
+}
+
+// check refuses a bound that is not positive, naming its flag.
+func (l *kafkaLimits) check() error {
+	switch {
+	case l.maxOtherRequestSize <= 0:
+		return fmt.Errorf("--kafka-max-other-request-size %d: want a positive number of bytes", l.maxOtherRequestSize)
+	case l.queuedMaxRequestBytes <= 0:
+		return fmt.Errorf("--kafka-queued-max-request-bytes %d: want a positive number of bytes", l.queuedMaxRequestBytes)
+	case l.connectionMaxRequestBytes <= 0:
+		return fmt.Errorf("--kafka-connection-max-request-bytes %d: want a positive number of bytes", l.connectionMaxRequestBytes)
+	}
+	return nil
+}
+
+// apply sets cfg's bounds; a zero bound keeps the listener's default.
+func (l kafkaLimits) apply(cfg *kafka.Config) {
+	cfg.MaxOtherRequestSize = l.maxOtherRequestSize
+	cfg.QueuedMaxRequestBytes = l.queuedMaxRequestBytes
+	cfg.ConnectionMaxRequestBytes = l.connectionMaxRequestBytes
+}

@@ -116,8 +116,9 @@ const (
 	DefaultMaxOtherRequestSize = 1 << 20
 	// DefaultQueuedMaxRequestBytes is Kafka's queued.max.request.bytes:
 	// the request bytes a broker holds, read and not answered yet, over all
-	// its connections (a request other than a produce counted at its cost
-	// decoded, otherRequestCost times its size).
+	// its connections: as much for produce requests, and again for the
+	// others (counted at their cost decoded, otherRequestCost times their
+	// size).
 	DefaultQueuedMaxRequestBytes = 256 << 20
 	// DefaultConnectionMaxRequestBytes is the same for one connection: a
 	// maximal produce request fits whole.
@@ -167,8 +168,9 @@ type Config struct {
 	// default DefaultMaxOtherRequestSize. A frame over its limit closes
 	// its connection before its body is read, as Kafka does.
 	MaxOtherRequestSize int32
-	// QueuedMaxRequestBytes bounds the bytes of the requests the listener
-	// holds, read and not answered yet (see DefaultQueuedMaxRequestBytes);
+	// QueuedMaxRequestBytes bounds the bytes of the produce requests the
+	// listener holds, read and not answered yet, and again those of the
+	// other requests (see DefaultQueuedMaxRequestBytes);
 	// ConnectionMaxRequestBytes, those of one connection. A connection
 	// whose next request does not fit reads nothing until it does; a
 	// request larger than a budget waits until that budget is free, then

@@ -61,18 +61,21 @@ type lease struct {
 }
 
 // lease takes a request's cost (requestCost) from conn's budget, then the
-// broker's, waiting for each as long as it must (back-pressure: the
+// broker's for its kind (produce or other), waiting for each as long as it must (back-pressure: the
 // connection reads nothing meanwhile). It fails only when ctx ends (the
 // connection or the listener closes), having taken nothing.
 func (s *Server) lease(ctx context.Context, conn *budget, key int16, size int32) (lease, error) {
 	cost := requestCost(key, size)
-	l := lease{conn: conn, broker: s.budget}
+	l := lease{conn: conn, broker: s.otherBudget}
+	if key == produceKey {
+		l.broker = s.produceBudget
+	}
 	var waitedConn, waitedBroker bool
 	var err error
 	if l.nConn, waitedConn, err = conn.acquire(ctx, cost); err != nil {
 		return lease{}, err
 	}
-	if l.nBroker, waitedBroker, err = s.budget.acquire(ctx, cost); err != nil {
+	if l.nBroker, waitedBroker, err = l.broker.acquire(ctx, cost); err != nil {
 		conn.release(l.nConn)
 		return lease{}, err
 	}

@@ -113,13 +113,13 @@ func TestServer_RequestBudgetBackPressure(t *testing.T) {
 	a, b, gone := dial(t, s.Addr()), dial(t, s.Addr()), dial(t, s.Addr())
 	writeFrame(t, a, produceFrame("bp", 1, "first"))
 	poll.Until(t, testTimeout, "the first batch appended", func() bool { return appended() == "first" })
-	if got := s.budget.inUse(); got != 1 {
+	if got := s.produceBudget.inUse(); got != 1 {
 		t.Fatalf("%d bytes of the budget in use with one request held; want all of it, 1", got)
 	}
 	writeFrame(t, gone, produceFrame("bp", 1, "gone"))
 	writeFrame(t, b, produceFrame("bp", 1, "second"))
 	poll.Until(t, testTimeout, "two connections waiting for the budget", func() bool {
-		return waiters(s.budget) == 2
+		return waiters(s.produceBudget) == 2
 	})
 	gone.Close()
 	if got := appended(); got != "first" {
@@ -134,7 +134,7 @@ func TestServer_RequestBudgetBackPressure(t *testing.T) {
 	if got := appended(); got != "first,second" && got != "first,gone,second" && got != "first,second,gone" {
 		t.Fatalf("appended %s; want first, then second (and maybe gone)", got)
 	}
-	poll.Until(t, testTimeout, "the budget free", func() bool { return s.budget.inUse() == 0 })
+	poll.Until(t, testTimeout, "the budget free", func() bool { return s.produceBudget.inUse() == 0 })
 	if n := counterValue(t, reg, MetricRequestBytesWaits); n < 1 {
 		t.Fatalf("%s = %v; want the waits counted", MetricRequestBytesWaits, n)
 	}

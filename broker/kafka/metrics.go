@@ -30,7 +30,7 @@ type serverMetrics struct {
 	commitWait prometheus.Histogram
 	fetchWaits prometheus.Gauge
 	refusals   *prometheus.CounterVec
-	bytesInUse prometheus.Gauge
+	bytesInUse *prometheus.GaugeVec
 	bytesWaits prometheus.Counter
 	// byKey holds each served API's histogram, so that a request does not
 	// look its label up.
@@ -60,10 +60,10 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 			Name: MetricProduceRefused,
 			Help: "Produced batches refused before they were appended, by reason (batchcheck's: framing, magic, crc, header, control, timestamp, codec, compression, records, too_large): Kafka's InvalidMessageCrcRecordsPerSec and its LogValidator's refusals.",
 		}, []string{"reason"}),
-		bytesInUse: prometheus.NewGauge(prometheus.GaugeOpts{
+		bytesInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricRequestBytesInUse,
-			Help: "Bytes of the Kafka requests read and not answered yet, out of --kafka-queued-max-request-bytes (a request other than a produce counted at its cost decoded).",
-		}),
+			Help: "Bytes of the Kafka requests read and not answered yet, out of --kafka-queued-max-request-bytes, by budget: produce requests, and the others (counted at their cost decoded).",
+		}, []string{"requests"}),
 		bytesWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: MetricRequestBytesWaits,
 			Help: "Kafka requests whose connection waited, before reading them, for their bytes to fit in its budget or the broker's (back-pressure).",
@@ -118,12 +118,14 @@ func (m *serverMetrics) refused(reason batchcheck.Reason) {
 	m.refusals.WithLabelValues(string(reason)).Inc()
 }
 
-// budgetInUse sets the bytes of the broker's request budget in use.
-func (m *serverMetrics) budgetInUse(used int64) {
+// budgetInUse is what sets the bytes in use of the broker's request
+// budget for requests ("produce" or "other").
+func (m *serverMetrics) budgetInUse(requests string) func(used int64) {
 	if m == nil {
-		return
+		return nil
 	}
-	m.bytesInUse.Set(float64(used))
+	g := m.bytesInUse.WithLabelValues(requests)
+	return func(used int64) { g.Set(float64(used)) }
 }
 
 // budgetWaited counts a request that waited for its bytes.

@@ -35,9 +35,11 @@ type Server struct {
 	limit *connlimit.Limiter
 	pids  *producerIDs
 	met   *serverMetrics
-	// budget: the request bytes every connection shares
-	// (QueuedMaxRequestBytes).
-	budget *budget
+	// produceBudget and otherBudget: the request bytes every connection
+	// shares (QueuedMaxRequestBytes each), one for produce requests and one
+	// for the others, so that fetches waiting for records (which hold
+	// their bytes until answered) never hold back a produce.
+	produceBudget, otherBudget *budget
 
 	ctx    context.Context // ends at Close: every request's parent
 	cancel context.CancelFunc
@@ -101,18 +103,20 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		limit:  limit,
-		met:    met,
-		budget: newBudget(cfg.QueuedMaxRequestBytes),
-		cfg:    cfg,
-		log:    cfg.Logger.With("component", "kafka", "broker_id", cfg.BrokerID),
-		lis:    lis,
-		ctx:    ctx,
-		cancel: cancel,
-		conns:  map[net.Conn]struct{}{},
+		limit:         limit,
+		met:           met,
+		produceBudget: newBudget(cfg.QueuedMaxRequestBytes),
+		otherBudget:   newBudget(cfg.QueuedMaxRequestBytes),
+		cfg:           cfg,
+		log:           cfg.Logger.With("component", "kafka", "broker_id", cfg.BrokerID),
+		lis:           lis,
+		ctx:           ctx,
+		cancel:        cancel,
+		conns:         map[net.Conn]struct{}{},
 	}
 	s.pids = newProducerIDs(ctx, cfg.Controller, s.log)
-	s.budget.onChange = met.budgetInUse
+	s.produceBudget.onChange = met.budgetInUse("produce")
+	s.otherBudget.onChange = met.budgetInUse("other")
 	s.wg.Add(1)
 	go s.accept()
 	s.log.Info("kafka listener started", "listen", lis.Addr().String(), "tls", cfg.TLS != nil)

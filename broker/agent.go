@@ -202,7 +202,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 		address:        address,
 		client:         client,
 		lis:            lis,
-		grpc:           grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS))...),
+		grpc:           grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS), rpc.WithServerLimits(brokerLimits(cfg)))...),
 		unauth:         connlimit.NewLimits(cfg.conns(), unauthenticatedHold, lis.Addr().String()),
 		applied:        make(chan struct{}, 1),
 		state:          StateRegistering,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/connlimit"
+	"github.com/keel-dev/keel/rpc"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
@@ -76,6 +77,9 @@ type Config struct {
 	// from accept (before TLS); the zero value bounds only those not yet
 	// authenticated, to maxUnauthenticated.
 	Conns connlimit.Limits
+	// MaxStreamsPerConn bounds the gRPC calls in flight on one connection
+	// to the broker's service; 0: rpc.DefaultBrokerStreams.
+	MaxStreamsPerConn int
 	// Metrics, when set, gets the agent's metrics (metrics.go) from Start
 	// until Close; Start fails if they are registered there already. Nil
 	// registers none.
@@ -151,4 +155,13 @@ func advertised(address string, bound net.Addr) (string, error) {
 		return "", fmt.Errorf("listening on %s, a wildcard address: give an address to advertise", bound)
 	}
 	return bound.String(), nil
+}
+
+// brokerLimits are the broker's gRPC server's bounds on calls in flight.
+func brokerLimits(cfg Config) rpc.ServerLimits {
+	l := rpc.BrokerServerLimits
+	if cfg.MaxStreamsPerConn > 0 {
+		l.StreamsPerConn = cfg.MaxStreamsPerConn
+	}
+	return l
 }

@@ -83,17 +83,22 @@ const (
 // listener's bound on unauthenticated connections when it has), accept the
 // clients' keepalive pings, bound each request's size by its method and its
 // repeated fields by Validate's bounds before it is decoded (serverCodec),
-// and check every request message by Validate before a handler sees it.
+// and check every request message by Validate before a handler sees it,
+// and bound the calls in flight per connection (WithServerLimits).
 // WithTLS adds mutual TLS and the authorization of every call by the
 // caller's certificate: by its method before the request is read, and by
-// the request, where that decides, before the check.
+// the request, where that decides, before the check; and the bound on the
+// calls in flight of each identity.
 func ServerOptions(opts ...Option) []grpc.ServerOption {
+	o := buildOptions(opts)
+	limits := o.limits.withDefaults()
 	return append([]grpc.ServerOption{
 		grpc.ConnectionTimeout(HandshakeTimeout),
-		grpc.MaxRecvMsgSize(maxRecvMsgBytes),
+		grpc.MaxRecvMsgSize(limits.MaxRequestBytes),
+		grpc.MaxConcurrentStreams(uint32(limits.StreamsPerConn)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
 		experimental.BufferPool(bufferPool),
-	}, serverCallOptions(buildOptions(opts))...)
+	}, serverCallOptions(o)...)
 }
 
 // maxRecvMsgBytes bounds one request of any method (largeRequestMethods);

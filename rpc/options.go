@@ -20,6 +20,48 @@ type options struct {
 	tls      *tlsauth.Config
 	failFast bool
 	dialer   func(context.Context, string) (net.Conn, error)
+	limits   ServerLimits
+}
+
+// ServerLimits bound the calls a server's clients may hold in flight
+// (calllimit.go). A zero field takes its default.
+type ServerLimits struct {
+	// StreamsPerConn is the calls in flight on one connection
+	// (grpc.MaxConcurrentStreams); default DefaultControllerStreams.
+	StreamsPerConn int
+	// CallsPerIdentity is the calls in flight of one certificate identity,
+	// with TLS (without, every client is trusted); default
+	// DefaultCallsPerIdentity; negative: no bound.
+	CallsPerIdentity int
+	// MaxRequestBytes is the largest request message of any method the
+	// server serves (grpc.MaxRecvMsgSize), read whole before any check;
+	// default maxRecvMsgBytes, what the controllers' largest requests need.
+	MaxRequestBytes int
+}
+
+// BrokerServerLimits are a broker's gRPC server's: its requests (a
+// replica fetch, an inspect) are small, and a follower holds one call per
+// partition it follows from a leader.
+var BrokerServerLimits = ServerLimits{StreamsPerConn: DefaultBrokerStreams, CallsPerIdentity: -1, MaxRequestBytes: smallRequestBytes}
+
+// WithServerLimits sets a server's bounds on calls in flight (for
+// ServerOptions).
+func WithServerLimits(l ServerLimits) Option {
+	return func(o *options) { o.limits = l }
+}
+
+// withDefaults is l with its zero fields defaulted.
+func (l ServerLimits) withDefaults() ServerLimits {
+	if l.StreamsPerConn <= 0 {
+		l.StreamsPerConn = DefaultControllerStreams
+	}
+	if l.CallsPerIdentity == 0 {
+		l.CallsPerIdentity = DefaultCallsPerIdentity
+	}
+	if l.MaxRequestBytes <= 0 {
+		l.MaxRequestBytes = maxRecvMsgBytes
+	}
+	return l
 }
 
 // WithTLS turns on mutual TLS with cfg; nil keeps plaintext. A client
@@ -87,10 +129,15 @@ func serverCallOptions(o options) []grpc.ServerOption {
 			grpc.ChainStreamInterceptor(codec.refusedStream, validateStream),
 		)
 	}
+	tapHandle, streams := authorizeTap, []grpc.StreamServerInterceptor{codec.refusedStream, authStream, validateStream}
+	if lim := newCallLimiter(o.limits.withDefaults().CallsPerIdentity); lim != nil {
+		tapHandle = lim.tap(authorizeTap)
+		streams = append(streams, releaseFirstMessage)
+	}
 	return append(opts,
 		grpc.Creds(serverCreds(o)),
-		grpc.InTapHandle(authorizeTap),
+		grpc.InTapHandle(tapHandle),
 		grpc.ChainUnaryInterceptor(codec.refusedUnary, authUnary, validateUnary),
-		grpc.ChainStreamInterceptor(codec.refusedStream, authStream, validateStream),
+		grpc.ChainStreamInterceptor(streams...),
 	)
 }

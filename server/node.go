@@ -82,6 +82,10 @@ type NodeConfig struct {
 	// it, and every gRPC call is authorized by the caller's certificate. Its
 	// certificate must be controller-<NodeID>. Nil is plaintext.
 	TLS *tlsauth.Config
+	// Limits bound the gRPC calls in flight per connection and per
+	// certificate identity (rpc.ServerLimits); zero fields take the
+	// defaults.
+	Limits rpc.ServerLimits
 	// Mux, if set, is an already bound listener to use instead of Listen
 	// (keel dev binds its ports before it knows the voter list).
 	Mux *raftlog.Mux
@@ -241,7 +245,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	// (rollback.go); every other call waits for the start (gate).
 	// connTracker tells a broker's stream whose connection closed (crash
 	// detection).
-	s.grpc = grpc.NewServer(append(rpc.ServerOptions(rpc.WithTLS(cfg.TLS)), grpc.StatsHandler(connTracker{}),
+	s.grpc = grpc.NewServer(append(rpc.ServerOptions(rpc.WithTLS(cfg.TLS), rpc.WithServerLimits(cfg.Limits)), grpc.StatsHandler(connTracker{}),
 		grpc.ChainUnaryInterceptor(s.gateUnary), grpc.ChainStreamInterceptor(s.gateStream))...)
 	newControllerService(s.ctrl, s, cfg.Version, cfg.WriteTimeout).register(s.grpc)
 	peerService{node: s}.register(s.grpc)

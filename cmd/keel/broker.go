@@ -124,6 +124,9 @@ same CA; SASL is not served.
 			if err := kafkaLim.check(); err != nil {
 				return err
 			}
+			if cfg.MaxStreamsPerConn <= 0 {
+				return fmt.Errorf("--max-concurrent-streams %d: want a positive number of calls", cfg.MaxStreamsPerConn)
+			}
 			if cfg.Controllers = splitAddrs(controllers); len(cfg.Controllers) == 0 {
 				return errors.New("--controllers: no controller address given")
 			}
@@ -251,6 +254,8 @@ same CA; SASL is not served.
 	f.DurationVar(&kafkaFetchMaxWait, "kafka-fetch-max-wait", kafkaFetchMaxWait,
 		"the longest a Kafka client's fetch waits for records, whatever its fetch.max.wait.ms asks (a fetch also ends when its connection closes)")
 	kafkaLim.addFlags(f)
+	f.IntVar(&cfg.MaxStreamsPerConn, "max-concurrent-streams", rpc.DefaultBrokerStreams,
+		"the gRPC calls in flight on one connection to the broker's service: a follower fetches each partition it follows from this broker with a call of its own")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
 	conns.add(cmd, true)

@@ -100,6 +100,9 @@ loopback, or --insecure says plaintext is meant.`,
 			if err := checkMetadataVersions(cfg.InitialMetadataVersion, cfg.MaxMetadataVersion); err != nil {
 				return err
 			}
+			if err := checkCallLimits(cfg.Limits); err != nil {
+				return err
+			}
 			if cfg.Join && cfg.RestoreFrom != "" {
 				return fmt.Errorf("--join and --restore-from: --restore-from starts a new quorum, --join joins a running one")
 			}
@@ -199,6 +202,7 @@ loopback, or --insecure says plaintext is meant.`,
 	addInsecureFlag(cmd, &insecure)
 	addRaftTimingFlags(f, &cfg.Timing)
 	conns.add(cmd, false)
+	addControllerCallLimitFlags(f, &cfg.Limits)
 	return cmd
 }
 

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+
+	"github.com/keel-dev/keel/rpc"
+)
+
+// addControllerCallLimitFlags adds a controller's bounds on the gRPC calls
+// in flight (rpc.ServerLimits).
+func addControllerCallLimitFlags(f *pflag.FlagSet, l *rpc.ServerLimits) {
+	f.IntVar(&l.StreamsPerConn, "max-concurrent-streams", rpc.DefaultControllerStreams,
+		"the gRPC calls in flight on one connection; a client's further calls wait for one to end")
+	f.IntVar(&l.CallsPerIdentity, "max-calls-per-identity", rpc.DefaultCallsPerIdentity,
+		"with TLS, the gRPC calls in flight of one certificate over all its connections (a metadata stream counted until its request is in); beyond it a call is refused with ResourceExhausted before its request is read")
+}
+
+// checkCallLimits refuses a bound that is not positive, naming its flag.
+func checkCallLimits(l rpc.ServerLimits) error {
+	switch {
+	case l.StreamsPerConn <= 0:
+		return fmt.Errorf("--max-concurrent-streams %d: want a positive number of calls", l.StreamsPerConn)
+	case l.CallsPerIdentity <= 0:
+		return fmt.Errorf("--max-calls-per-identity %d: want a positive number of calls", l.CallsPerIdentity)
+	}
+	return nil
+}

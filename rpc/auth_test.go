@@ -251,16 +251,7 @@ func serveTLS(t *testing.T, cfg *tlsauth.Config) string {
 // TestAuth_OverTLS runs the interceptors behind a real TLS server with
 // certificates from a throwaway CA.
 func TestAuth_OverTLS(t *testing.T) {
-	ca, err := tlsauth.NewCA("keel rpc test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certs := map[string]*tlsauth.Config{}
-	for _, cn := range []string{"controller-1", "broker-1", "admin"} {
-		if certs[cn], err = ca.Config(cn); err != nil {
-			t.Fatal(err)
-		}
-	}
+	certs, ca := testCerts(t)
 	// A certificate naming no role cannot be loaded as a Config: build its
 	// tls.Config by hand.
 	nobodyCert, nobodyKey, err := ca.Issue("nobody")

@@ -106,16 +106,7 @@ func TestCallLimiter(t *testing.T) {
 // refused before it is read, while an admin's call goes through; once one
 // of the broker's calls ends, its next call is served.
 func TestCallLimiter_OverTLS(t *testing.T) {
-	ca, err := tlsauth.NewCA("keel rpc test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certs := map[string]*tlsauth.Config{}
-	for _, cn := range []string{"controller-1", "broker-1", "admin"} {
-		if certs[cn], err = ca.Config(cn); err != nil {
-			t.Fatal(err)
-		}
-	}
+	certs, _ := testCerts(t)
 	addr := serveWith(t, ServerOptions(WithTLS(certs["controller-1"]), WithServerLimits(ServerLimits{CallsPerIdentity: 2})), func(g *grpc.Server) {
 		keelpb.RegisterControllerServiceServer(g, authFake{})
 	})
@@ -131,26 +122,8 @@ func TestCallLimiter_OverTLS(t *testing.T) {
 	broker, admin := dial("broker-1"), dial("admin")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	// Two calls whose request never comes: each holds a slot.
-	var held []context.CancelFunc
-	defer func() {
-		for _, c := range held {
-			c()
-		}
-	}()
-	for range 2 {
-		hctx, hcancel := context.WithCancel(ctx)
-		held = append(held, hcancel)
-		s, err := broker.NewStream(hctx, &grpc.StreamDesc{ClientStreams: true}, keelpb.ControllerService_CreateTopic_FullMethodName)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Headers go out with the first message: send an empty one and
-		// never end the stream, as a client holding its request back.
-		if err := s.SendMsg(&[]byte{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// Two calls whose request never ends: each holds a slot.
+	held := holdCalls(t, ctx, broker, 2, &[]byte{})
 	describe := func(cc *grpc.ClientConn) error {
 		var resp []byte
 		return cc.Invoke(ctx, keelpb.ControllerService_DescribeQuorum_FullMethodName, &[]byte{}, &resp)
@@ -186,23 +159,7 @@ func TestServerLimits_StreamsPerConn(t *testing.T) {
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var held []context.CancelFunc
-	defer func() {
-		for _, c := range held {
-			c()
-		}
-	}()
-	for range 2 {
-		hctx, hcancel := context.WithCancel(ctx)
-		held = append(held, hcancel)
-		s, err := cc.NewStream(hctx, &grpc.StreamDesc{ClientStreams: true}, keelpb.ControllerService_CreateTopic_FullMethodName)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.SendMsg(&keelpb.CreateTopicRequest{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	held := holdCalls(t, ctx, cc, 2, &keelpb.CreateTopicRequest{})
 	// The third call waits for a stream: its deadline passes first.
 	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	_, err = keelpb.NewControllerServiceClient(cc).DescribeQuorum(wctx, &keelpb.DescribeQuorumRequest{})
@@ -214,4 +171,43 @@ func TestServerLimits_StreamsPerConn(t *testing.T) {
 	if _, err := keelpb.NewControllerServiceClient(cc).DescribeQuorum(ctx, &keelpb.DescribeQuorumRequest{}); err != nil {
 		t.Fatalf("a call once one of the two ended: %v", err)
 	}
+}
+
+// holdCalls starts n CreateTopic calls on cc, each sending msg and never
+// ending its stream, so the server holds them; calling one of the
+// returned functions ends its call, and all end with the test.
+func holdCalls(t *testing.T, ctx context.Context, cc *grpc.ClientConn, n int, msg any) []context.CancelFunc {
+	t.Helper()
+	var held []context.CancelFunc
+	for range n {
+		hctx, hcancel := context.WithCancel(ctx)
+		t.Cleanup(hcancel)
+		held = append(held, hcancel)
+		s, err := cc.NewStream(hctx, &grpc.StreamDesc{ClientStreams: true}, keelpb.ControllerService_CreateTopic_FullMethodName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Headers go out with the first message.
+		if err := s.SendMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return held
+}
+
+// testCerts makes a throwaway CA and the configs of controller-1,
+// broker-1 and admin.
+func testCerts(t *testing.T) (map[string]*tlsauth.Config, *tlsauth.CA) {
+	t.Helper()
+	ca, err := tlsauth.NewCA("keel rpc test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := map[string]*tlsauth.Config{}
+	for _, cn := range []string{"controller-1", "broker-1", "admin"} {
+		if certs[cn], err = ca.Config(cn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return certs, ca
 }

@@ -116,16 +116,7 @@ func rawCall(t *testing.T, addr string, cfg *tlsauth.Config, method string, body
 // the method gets its PermissionDenied, which proves the request was not
 // decoded; one who may call it gets the decoding error.
 func TestAuthorizeTap_RefusesBeforeDecoding(t *testing.T) {
-	ca, err := tlsauth.NewCA("keel rpc test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certs := map[string]*tlsauth.Config{}
-	for _, cn := range []string{"controller-1", "broker-1", "admin"} {
-		if certs[cn], err = ca.Config(cn); err != nil {
-			t.Fatal(err)
-		}
-	}
+	certs, _ := testCerts(t)
 	addr := serveTLS(t, certs["controller-1"])
 	garbage := []byte{1<<3 | 2, 100, 'x'} // field 1, 100 bytes long, 1 there
 

@@ -262,6 +262,11 @@ func (s *Server) serveConn(raw net.Conn) {
 	}()
 	r := bufio.NewReaderSize(c.Conn, 64<<10)
 	connBudget := newBudget(s.cfg.ConnectionMaxRequestBytes)
+	// held: the bytes of the frame being read and handled, until its
+	// answer takes them; given back on any other way out, a handler's
+	// panic included.
+	var held lease
+	defer func() { held.release() }()
 	var sizeBuf [4]byte
 	// In plaintext the first request is the peer's handshake: it comes at
 	// once, or the connection is a stranger's.
@@ -277,7 +282,7 @@ func (s *Server) serveConn(raw net.Conn) {
 		}
 		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
 		// The API key, before the body is read: a request's limit and its
-		// cost in memory depend on it (requestLimits).
+		// cost in memory depend on it (requestLimit, requestCost).
 		key, err := peekKey(r, size)
 		if err != nil {
 			return
@@ -290,15 +295,13 @@ func (s *Server) serveConn(raw net.Conn) {
 		// Back-pressure: the frame is not read until its bytes fit in the
 		// connection's and the broker's budgets; they come back once its
 		// answer is written (writeAnswers).
-		l, err := s.lease(ctx, connBudget, key, size)
-		if err != nil {
+		if held, err = s.lease(ctx, connBudget, key, size); err != nil {
 			return
 		}
 		frame := make([]byte, size)
 		// A large request may take a while to arrive, but not forever.
 		_ = c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
 		if _, err := io.ReadFull(r, frame); err != nil {
-			l.release()
 			return
 		}
 		arrived := time.Now()
@@ -311,11 +314,10 @@ func (s *Server) serveConn(raw net.Conn) {
 			a.arrived = arrived
 		}
 		if err != nil {
-			l.release()
 			s.log.Warn("kafka listener: request refused; connection closed", "remote", raw.RemoteAddr().String(), "err", err)
 			return
 		}
-		a.lease = l
+		a.lease, held = held, lease{}
 		answers <- a
 		if a.closeAfter {
 			drain = true

@@ -32,10 +32,11 @@ const (
 	// DefaultCallsPerIdentity is the calls in flight of one certificate
 	// identity on a controller, over all its connections, counted from
 	// their headers to their end (a streaming call the client sends one
-	// message on, until that message is in): two connections' worth. At
-	// maxRecvMsgBytes each, one identity holds at most 256 MiB of request
-	// buffers.
-	DefaultCallsPerIdentity = 64
+	// message on, until that message is in): one connection's worth, so a
+	// client on one connection is never refused. At maxRecvMsgBytes each,
+	// one identity holds 128 MiB of requests (a process's peak is about
+	// twice what it holds: the garbage collector's headroom).
+	DefaultCallsPerIdentity = 32
 	// DefaultBrokerStreams is the calls in flight on one connection to a
 	// broker. A follower fetches each partition it follows with a call of
 	// its own that waits at the leader for new records

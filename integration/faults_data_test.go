@@ -79,6 +79,7 @@ var dataFaultKinds = []dataFaultKind{
 	{"restore-snapshot", 1},
 	{"blip-broker-links", 3},
 	{"poison-batch", 1},
+	{"flood-kafka", 1},
 }
 
 // uncleanFaultKinds are what the unclean mode's nemesis injects: mostly
@@ -170,6 +171,7 @@ type dataTally struct {
 	// the raft leader's process gone.
 	crashElections int
 	gray           grayTally // the gray failures' own counts
+	flood          floodTally
 }
 
 func newDataTally() *dataTally {
@@ -196,6 +198,7 @@ func (d *dataTally) Add(o *dataTally) {
 	d.unacked += o.unacked
 	d.crashElections += o.crashElections
 	d.gray.add(&o.gray)
+	d.flood.add(&o.flood)
 }
 
 func (d *dataTally) String() string {
@@ -211,6 +214,7 @@ func (d *dataTally) String() string {
 		fmt.Fprintf(&b, "; %dx %s", d.failures[k], k)
 	}
 	d.gray.write(&b)
+	d.flood.write(&b)
 	fmt.Fprintf(&b, "\nread during the faults: %d; read at the end: %d (acknowledged: %d found, %d lost; %d never acknowledged)",
 		d.seen, d.final, d.found, d.lost, d.unacked)
 	if len(d.tolerated) > 0 {
@@ -718,6 +722,8 @@ func (r *dataRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration, 
 			r.laggingFollowerElected(t, from, kind, topic, part, hold)
 		case "poison-batch":
 			r.poisonBatch(t, from, kind, topic, part, leaderOr)
+		case "flood-kafka":
+			outcome = r.floodKafka(t, from, kind, topic, part, leaderOr, hold(2*time.Second, 4*time.Second), &tally.flood)
 		case "power-loss-broker", "power-loss-last-isr-member", "restore-snapshot", "blip-broker-links":
 			outcome = r.grayFault(t, rng, kind, from, topic, part, leaderOr, hold, tally)
 		}
@@ -850,7 +856,8 @@ func (r *dataRun) startCluster(t *testing.T, brokers []int32) {
 	for i, id := range brokers {
 		r.kafka[id] = addrs[i]
 		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags("--kafka-listen="+addrs[i],
-			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms", "--advertise="+r.net.in[id].Addr())}
+			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms", "--advertise="+r.net.in[id].Addr()),
+			withBrokerMetrics(), withBrokerFlags(dataKafkaBounds...)} // for flood-kafka
 	}
 	c.startBrokers(brokers, bopts)
 	for _, id := range brokers {

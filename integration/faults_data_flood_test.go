@@ -62,7 +62,10 @@ type floodTally struct {
 	// (connlimit.ReasonSource, ...).
 	refused map[string]float64
 	acks    []int // each flood's acknowledgements of the flooded partition
-	skipped int
+	// acksBefore: the flooded partitions' acknowledgements in as long
+	// just before each flood, to compare with.
+	acksBefore int
+	skipped    int
 }
 
 func (f *floodTally) add(o *floodTally) {
@@ -75,6 +78,7 @@ func (f *floodTally) add(o *floodTally) {
 		f.refused[k] += v
 	}
 	f.acks = append(f.acks, o.acks...)
+	f.acksBefore += o.acksBefore
 	f.skipped += o.skipped
 }
 
@@ -90,9 +94,9 @@ func (f *floodTally) write(b *strings.Builder) {
 	if len(f.acks) > 0 {
 		fewest = slices.Min(f.acks)
 	}
-	fmt.Fprintf(b, "\nKafka floods: %d (%d not injected); %d connections dialed from %s-%s, %d closed at once; the brokers refused %v over a source's bound, %v unauthenticated, %v over the listener's; the flooded partitions had %d records acknowledged during the floods, %d at fewest in one",
+	fmt.Fprintf(b, "\nKafka floods: %d (%d not injected); %d connections dialed from %s-%s, %d closed at once; the brokers refused %v over a source's bound, %v unauthenticated, %v over the listener's; the flooded partitions had %d records acknowledged during the floods (%d in as long before them), %d at fewest in one",
 		len(f.acks), f.skipped, f.dialed, floodSources[0], floodSources[len(floodSources)-1], f.closedAtAccept,
-		f.refused["source"], f.refused["unauthenticated"], f.refused["listener"], total, fewest)
+		f.refused["source"], f.refused["unauthenticated"], f.refused["listener"], total, f.acksBefore, fewest)
 }
 
 // kafkaRefusals reads broker id's Kafka listener's refusals by reason, and
@@ -137,6 +141,7 @@ func (r *dataRun) floodKafka(t *testing.T, from time.Time, kind, topic string, p
 	// First wave: one address, twice its bound; the second: three more,
 	// which fill the bound on unauthenticated connections.
 	addr := r.kafka[id]
+	start := time.Now()
 	one := startFlood(t, addr, floodSources[:1], 2*floodPerIP)
 	defer one.stop()
 	waited := func(f *connFlood, what string) {
@@ -162,11 +167,14 @@ func (r *dataRun) floodKafka(t *testing.T, from time.Time, kind, topic string, p
 	}
 	acks := prod.ackedSince(full)[part]
 	held := time.Since(full)
+	// As many seconds of acknowledgements before the flood, to compare.
+	acksBefore := prod.ackedSince(start.Add(-held))[part] - prod.ackedSince(start)[part]
 	after, _, err := r.kafkaRefusals(id)
 	one.stop()
 	rest.stop()
 
 	ft.acks = append(ft.acks, acks)
+	ft.acksBefore += acksBefore
 	ft.dialed += one.dialed.Load() + rest.dialed.Load()
 	ft.closedAtAccept += one.refused.Load() + rest.refused.Load()
 	if ft.refused == nil {
@@ -197,9 +205,9 @@ func (r *dataRun) floodKafka(t *testing.T, from time.Time, kind, topic string, p
 			return err == nil && open < floodPerIP, fmt.Sprintf("%v open (%v)", open, err)
 		})
 	}
-	r.fault(from, "%s: %d then %d connections from %s to %s %d's Kafka port for %v (for %s-%d): %d dialed, %d closed at once; refused %v over a source's bound, %v unauthenticated, %v over the listener's; %d records acknowledged on %s-%d meanwhile",
+	r.fault(from, "%s: %d then %d connections from %s to %s %d's Kafka port for %v (for %s-%d): %d dialed, %d closed at once; refused %v over a source's bound, %v unauthenticated, %v over the listener's; %d records acknowledged on %s-%d meanwhile (%d in as long before the flood)",
 		kind, 2*floodPerIP, 3*floodPerIP, strings.Join(floodSources, ","), how, id, held.Round(time.Millisecond), topic, part,
 		one.dialed.Load()+rest.dialed.Load(), one.refused.Load()+rest.refused.Load(),
-		delta["source"], delta["unauthenticated"], delta["listener"], acks, topic, part)
+		delta["source"], delta["unauthenticated"], delta["listener"], acks, topic, part, acksBefore)
 	return grayInjected
 }

@@ -61,8 +61,9 @@ faults: build
 ## faults each (30s): idempotent acks=all franz-go producers and consumers on RF-3 topics
 ## (unclean election off) while controllers and brokers are killed, paused and stopped
 ## (SIGTERM), partition leaders cut off from the quorum and their followers, broker disks
-## filled, brokers losing power, an old metadata snapshot restored and brokers' links to
-## the controllers blipping; every acknowledged record must be read back at its offset.
+## filled, brokers losing power, an old metadata snapshot restored, brokers' links to
+## the controllers blipping, poison batches produced and strangers flooding a Kafka port;
+## every acknowledged record must be read back at its offset.
 ## KEEL_FAULT_SEED replays a run; KEEL_DATA_FAULTS=kind,... injects only those kinds.
 ## `make test` runs it once for 20s.
 faults-data: build

@@ -12,7 +12,10 @@ package integration
 // injects gray failures (faults_data_gray_test.go): power losses of
 // brokers, one of them the ISR's last member while an ELR member holds the
 // only clean copy, restores of a metadata snapshot saved at the start, and
-// blips of a broker's links to the controllers. After
+// blips of a broker's links to the controllers; and hostile clients:
+// poison batches a producer sends beside the good ones
+// (faults_data_poison_test.go) and floods of strangers' connections to a
+// partition leader's Kafka port (faults_data_flood_test.go). After
 // the faults everything is healed, the ISRs fill again, every partition is
 // read from its start to its high watermark and checked with the Kafka
 // tests' check (ackedRecordViolations), and against what the consumers saw

@@ -47,13 +47,43 @@ func LeaderHintOf(err error) (*keelpb.LeaderHint, bool) {
 	return nil, false
 }
 
-// InvalidArgument reports a bad request field by name.
+// InvalidArgument reports a bad request field by name: its message is
+// "field: why", and it carries the field as BadField does.
 func InvalidArgument(field, format string, args ...any) error {
 	return invalidArgument(field, format, args...)
 }
 
 func invalidArgument(field, format string, args ...any) error {
-	return status.Errorf(codes.InvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
+	why := fmt.Sprintf(format, args...)
+	return BadField(codes.InvalidArgument, field+": "+why, field, why)
+}
+
+// BadField is a refusal of one named request field, with message msg (what
+// users read) and the field and why it is wrong in a google.rpc.BadRequest
+// detail, which code reads with BadFieldOf: a message's text is never
+// parsed for its field, since anything in it may hold a colon.
+func BadField(code codes.Code, msg, field, why string) error {
+	st := status.New(code, msg)
+	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: why}}}); err == nil {
+		return d.Err()
+	}
+	return st.Err()
+}
+
+// BadFieldOf returns the field err refuses and why, from its BadRequest
+// detail; ok is false for an error that names no field.
+func BadFieldOf(err error) (field, why string, ok bool) {
+	st, isStatus := status.FromError(err)
+	if !isStatus {
+		return "", "", false
+	}
+	for _, d := range st.Details() {
+		if br, isBR := d.(*errdetails.BadRequest); isBR && len(br.GetFieldViolations()) > 0 {
+			v := br.GetFieldViolations()[0]
+			return v.GetField(), v.GetDescription(), true
+		}
+	}
+	return "", "", false
 }
 
 // Reasons carried in a google.rpc.ErrorInfo detail, so that clients can act

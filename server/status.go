@@ -26,6 +26,7 @@ func toStatus(err error) error {
 	}
 	var nl *controller.NotLeaderError
 	var dup *controller.DuplicateRegistrationError
+	var fe *controller.FieldError
 	switch {
 	case errors.As(err, &nl):
 		code := codes.FailedPrecondition
@@ -93,8 +94,8 @@ func toStatus(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, controller.ErrTransferFailed):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.As(err, new(*controller.FieldError)):
-		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.As(err, &fe):
+		return rpc.BadField(codes.InvalidArgument, err.Error(), fe.Field, fe.Msg)
 	case errors.Is(err, controller.ErrQueueFull):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -138,3 +138,35 @@ func TestToStatus_BrokerAndAlterPartitionReasons(t *testing.T) {
 		}
 	}
 }
+
+// TestToStatus_FieldErrorCarriesItsField: a field error's message stays
+// what users read, and its field and why travel as a BadRequest detail,
+// whatever the message's text holds (a wrapper's colon, say).
+func TestToStatus_FieldErrorCarriesItsField(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		err     error
+		field   string
+		why     string
+		wantMsg string
+	}{
+		{name: "field error", err: &controller.FieldError{Field: "replication_factor", Msg: "3 exceeds the 1 registered brokers"},
+			field: "replication_factor", why: "3 exceeds the 1 registered brokers", wantMsg: "replication_factor: 3 exceeds the 1 registered brokers"},
+		{name: "why holds a colon", err: &controller.FieldError{Field: "configs[0]", Msg: "retention.ms: not a number"},
+			field: "configs[0]", why: "retention.ms: not a number", wantMsg: "configs[0]: retention.ms: not a number"},
+		{name: "wrapped", err: fmt.Errorf("topic orders: %w", &controller.FieldError{Field: "partitions", Msg: "0 is not positive"}),
+			field: "partitions", why: "0 is not positive", wantMsg: "topic orders: partitions: 0 is not positive"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := toStatus(tt.err)
+			st := status.Convert(got)
+			if st.Code() != codes.InvalidArgument || st.Message() != tt.wantMsg {
+				t.Fatalf("toStatus = %v %q, want InvalidArgument %q", st.Code(), st.Message(), tt.wantMsg)
+			}
+			field, why, ok := rpc.BadFieldOf(got)
+			if !ok || field != tt.field || why != tt.why {
+				t.Fatalf("rpc.BadFieldOf = %q, %q, %v; want %q, %q", field, why, ok, tt.field, tt.why)
+			}
+		})
+	}
+}

@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -34,7 +33,7 @@ const (
 func adminError(err error) (*kerr.Error, string) {
 	st := status.Convert(err)
 	msg := st.Message()
-	field, _, _ := strings.Cut(msg, ":")
+	field, _, _ := rpc.BadFieldOf(err)
 	switch st.Code() {
 	case codes.AlreadyExists:
 		return kerr.TopicAlreadyExists, msg

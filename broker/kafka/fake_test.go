@@ -14,6 +14,7 @@ import (
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
 )
 
 // fakeMeta is a metadata image driven by records, and a controller that
@@ -129,7 +130,7 @@ func (m *fakeMeta) CreateTopic(_ context.Context, req *keelpb.CreateTopicRequest
 		return nil, status.Errorf(codes.AlreadyExists, "topic already exists: %q", req.GetName())
 	}
 	if req.GetReplicationFactor() > int32(m.Image().BrokerCount()) {
-		return nil, status.Errorf(codes.InvalidArgument, "replication_factor: %d exceeds the %d registered brokers", req.GetReplicationFactor(), m.Image().BrokerCount())
+		return nil, rpc.InvalidArgument("replication_factor", "%d exceeds the %d registered brokers", req.GetReplicationFactor(), m.Image().BrokerCount())
 	}
 	var replicas [][]int32
 	for _, a := range req.GetAssignments() {

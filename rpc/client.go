@@ -332,9 +332,13 @@ func isBrokerAnswer(err error) bool {
 		strings.Contains(status.Convert(err).Message(), "unknown service "+keelpb.ControllerService_ServiceDesc.ServiceName)
 }
 
+// reasonNotAController marks notAController's answer, which this client
+// makes itself (no server sends it).
+const reasonNotAController = "NOT_A_CONTROLLER"
+
 // isNotAController reports whether err is notAController's.
 func isNotAController(err error) bool {
-	return status.Code(err) == codes.Unimplemented && strings.Contains(status.Convert(err).Message(), "not a controller")
+	return ReasonOf(err) == reasonNotAController
 }
 
 // notAController turns gRPC's "unknown service" from addr into words an
@@ -345,11 +349,13 @@ func (c *Client) notAController(ctx context.Context, addr string, err error) err
 		ictx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		defer cancel()
 		if resp, ierr := keelpb.NewBrokerServiceClient(cc).Inspect(ictx, &keelpb.InspectRequest{}); ierr == nil {
-			return status.Errorf(codes.Unimplemented, "%s is broker %d, not a controller: give the controllers' addresses (--controllers)", addr, resp.GetBrokerId())
+			return WithReason(codes.Unimplemented, reasonNotAController,
+				fmt.Sprintf("%s is broker %d, not a controller: give the controllers' addresses (--controllers)", addr, resp.GetBrokerId()))
 		}
 	}
-	return status.Errorf(codes.Unimplemented, "%s is not a controller (it has no controller service: a broker, or another program?): give the controllers' addresses (--controllers); the server said: %s",
-		addr, status.Convert(err).Message())
+	return WithReason(codes.Unimplemented, reasonNotAController,
+		fmt.Sprintf("%s is not a controller (it has no controller service: a broker, or another program?): give the controllers' addresses (--controllers); the server said: %s",
+			addr, status.Convert(err).Message()))
 }
 
 // AppendNoOp commits a no-op record: proof that the quorum can commit.

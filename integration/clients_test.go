@@ -86,14 +86,7 @@ func createTopicThroughBrokers(t *testing.T, kafka map[int32]string, topic strin
 	defer cl.Close()
 	req := kmsg.NewPtrCreateTopicsRequest()
 	req.TimeoutMillis = 30000
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, rf
-	for k, v := range configs {
-		c := kmsg.NewCreateTopicsRequestTopicConfig()
-		c.Name, c.Value = k, kmsg.StringPtr(v)
-		rt.Configs = append(rt.Configs, c)
-	}
-	req.Topics = append(req.Topics, rt)
+	req.Topics = append(req.Topics, createTopicsTopic(topic, partitions, rf, configs))
 	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
 	defer cancel()
 	resp, err := req.RequestWith(ctx, cl)

@@ -1,5 +1,6 @@
 // Package broker is the broker side of Keel: the agent that a broker process
-// runs to join a cluster and follow its metadata.
+// runs to join a cluster and follow its metadata, and the contract between
+// that agent and the replicas the broker holds (DataPlane, Link).
 //
 // A broker never talks to raft. It registers with the active controller,
 // heartbeats to keep its session (reporting the metadata offset it has
@@ -31,4 +32,17 @@
 // does not verify. It drops the stream and resumes from its own offset, so
 // after a failover the new active controller sends only what the broker is
 // missing, never the whole image again.
+//
+// A broker whose process dies is fenced within the controllers'
+// --crash-grace, on the end of its stream and a refused dial of its port; one
+// whose links only broke must be back before then, so a stream that ends is
+// opened again at once, then every 10-20 ms for 2 s while the attempts reach
+// no controller (stream.go). A
+// broker that stopped cleanly leaves a marker with its epoch in its data dir
+// (shutdown_marker.go); one that did not reports an unclean shutdown at its
+// next registration, and leaves its partitions' ISRs and ELRs (KIP-966). A
+// data plane that keeps logs reports them (ReportReplicaLogs) for a
+// partition that awaits its replicas' logs, or whose metadata went back
+// (a restore), and the Kafka listener's requests for the controllers go
+// through the agent's client (forward.go).
 package broker

@@ -9,7 +9,8 @@ import (
 // Handler is what a broker built on this package implements to act on the
 // metadata it receives: the seeds' UpdateMetadata (MetadataChanged),
 // LeaderAndIsr (BecomeLeader, BecomeFollower) and StopReplica, derived by the
-// agent from each applied batch instead of being sent by the controller.
+// agent from each applied batch instead of being sent by the controller. A
+// broker has up to two: its DataPlane, told first, and Config.Handler.
 //
 // The agent calls a handler after every batch it applies and after every
 // snapshot it installs, in offset order, one call at a time (never

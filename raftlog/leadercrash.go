@@ -28,7 +28,8 @@ const CrashElectionMessage = "the raft leader is gone (its connection ended, its
 //
 // leaderCrash acts on that. When a raft connection that carried the
 // leader's AppendEntries ends, it confirms over a short window
-// (Timing.CrashConfirm) that the leader is gone rather than blinking:
+// (Timing.CrashConfirm, at least two fifths of the heartbeat timeout:
+// crashWindow) that the leader is gone rather than blinking:
 //
 //   - its port refuses every probe across the window (the first few may be
 //     accepted: a dying process's listener may outlive its connections a
@@ -37,10 +38,13 @@ const CrashElectionMessage = "the raft leader is gone (its connection ended, its
 //   - nothing arrives from the leader on this node after its connection
 //     ended (past contactSlack: a dead leader's last requests may be read
 //     late);
-//   - then, at the window's end, the other voters are asked (the peer
-//     service's LeaderContact, which server wires in): a quorum of the
-//     voters other than the leader, this one included, must have gone the
-//     window without hearing from it, in the same term. A blip of one link,
+//   - then, at the window's end, the other voters are asked
+//     (Config.AskLeaderContact, which server wires to the peer service; a
+//     first question goes out with the probes, to open the connections and
+//     find an election already under way): voters other than the leader,
+//     this one included, that have gone the window without hearing from it
+//     in the same term must make a majority of all the voters, the leader
+//     counted. A blip of one link,
 //     of any length, or a port that refuses only this node (a firewall, a
 //     port saturated by strangers' connections) ends there: the others
 //     still hear the leader, and a leader that a quorum hears is never

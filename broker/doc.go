@@ -37,12 +37,11 @@
 // --crash-grace, on the end of its stream and a refused dial of its port; one
 // whose links only broke must be back before then, so a stream that ends is
 // opened again at once, then every 10-20 ms for 2 s while the attempts reach
-// no controller (stream.go). A
-// broker that stopped cleanly leaves a marker with its epoch in its data dir
-// (shutdown_marker.go); one that did not reports an unclean shutdown at its
-// next registration, and leaves its partitions' ISRs and ELRs (KIP-966). A
-// data plane that keeps logs reports them (ReportReplicaLogs) for a
-// partition that awaits its replicas' logs, or whose metadata went back
-// (a restore), and the Kafka listener's requests for the controllers go
-// through the agent's client (forward.go).
+// no controller (stream.go). A broker that stopped cleanly leaves a marker
+// with its epoch in its data dir (shutdown_marker.go); one that did not
+// reports an unclean shutdown at its next registration, and leaves its
+// partitions' ISRs and ELRs (KIP-966). A data plane that keeps logs reports
+// them (ReportReplicaLogs) for a partition that awaits its replicas' logs, or
+// whose metadata went back (a restore), and the Kafka listener's requests for
+// the controllers go through the agent's client (forward.go).
 package broker

@@ -13,6 +13,7 @@ var (
 	topicA  = fsm.TopicID{0xa}
 	topicB  = fsm.TopicID{0xb}
 	topicA2 = fsm.TopicID{0xc} // "a" created again after a deletion
+	topicT  = fsm.TopicID{0x7}
 )
 
 // applyBatch applies records to img as the next batch.

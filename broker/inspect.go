@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"cmp"
 	"context"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -70,4 +72,12 @@ func (a *Agent) Replicas() []ReplicaStatus {
 	})
 	sortReplicas(out)
 	return out
+}
+
+// sortReplicas puts rs in topic name then partition order, as
+// DataPlane.Replicas reports them.
+func sortReplicas(rs []ReplicaStatus) {
+	slices.SortFunc(rs, func(a, b ReplicaStatus) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
 }

@@ -77,15 +77,6 @@ func (recordingDataPlane) ReplicaFetch(context.Context, *keelpb.FetchRequest) (*
 func (recordingDataPlane) Replicas() []ReplicaStatus { return nil }
 func (recordingDataPlane) Close() error              { return nil }
 
-func newTestReplicaManager(t *testing.T, lag time.Duration) *ReplicaManager {
-	t.Helper()
-	rm, err := NewReplicaManager(ReplicaManagerConfig{FetchInterval: 10 * time.Millisecond, LagTimeMax: lag, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rm
-}
-
 func inspect(t *testing.T, a *Agent) *keelpb.InspectResponse {
 	t.Helper()
 	bc, err := rpc.DialBroker(a.Addr())
@@ -106,61 +97,6 @@ func describeReplicas(rs []*keelpb.ReplicaState) string {
 		out = append(out, fmt.Sprintf("%s-%d %s leader=%d epoch=%d isr=%v", r.Topic, r.Partition, r.Role, r.Leader, r.LeaderEpoch, r.Isr))
 	}
 	return strings.Join(out, "; ")
-}
-
-// TestAgent_ReplicatesThroughTheControllers runs two brokers with the
-// reference data plane over gRPC: the follower's fetches reach the leader,
-// whose AlterPartition reaches the controllers, and a follower that stops
-// is dropped from the ISR.
-func TestAgent_ReplicatesThroughTheControllers(t *testing.T) {
-	c := newFakeCluster(t, 1)
-	agents := map[int32]*Agent{}
-	for _, id := range []int32{1, 2} {
-		agents[id] = startAgent(t, c, func(cfg *Config) {
-			cfg.BrokerID = id
-			cfg.DataPlane = newTestReplicaManager(t, 300*time.Millisecond)
-		})
-	}
-	for id, a := range agents {
-		poll.Until(t, waitTimeout, fmt.Sprintf("broker %d to be active", id), inSync(a, c))
-	}
-	c.append(topicRec("t", topicT), partitionRec(topicT, 0, []int32{1, 2}, []int32{1}, 1))
-	isrIs := func(isr ...int32) func() bool {
-		return func() bool {
-			p, ok := c.image().Partition(topicT, 0)
-			return ok && slices.Equal(p.ISR, isr)
-		}
-	}
-	poll.Until(t, waitTimeout, "broker 2 to join the ISR", isrIs(1, 2))
-	alters := c.alterCalls()
-	if r := alters[0]; r.BrokerId != 1 || r.BrokerEpoch != agents[1].Status().BrokerEpoch || r.TopicId != topicT.String() ||
-		r.Partition != 0 || r.LeaderEpoch != 0 || r.PartitionEpoch != 0 || !slices.Equal(r.NewIsr, []int32{1, 2}) {
-		t.Fatalf("AlterPartition = %v", r)
-	}
-	// KIP-903: each member with the broker epoch the leader's image holds.
-	if m := alters[0].NewIsrWithEpochs; len(m) != 2 ||
-		m[0].BrokerId != 1 || m[0].BrokerEpoch != agents[1].Status().BrokerEpoch ||
-		m[1].BrokerId != 2 || m[1].BrokerEpoch != agents[2].Status().BrokerEpoch {
-		t.Fatalf("AlterPartition new_isr_with_epochs = %v; want brokers 1 and 2 at epochs %d and %d",
-			m, agents[1].Status().BrokerEpoch, agents[2].Status().BrokerEpoch)
-	}
-
-	want := map[int32]string{
-		1: "t-0 leader leader=1 epoch=0 isr=[1 2]",
-		2: "t-0 follower leader=1 epoch=0 isr=[1 2]",
-	}
-	for id, a := range agents {
-		poll.Until(t, waitTimeout, fmt.Sprintf("broker %d to apply the ISR change", id), inSync(a, c))
-		if got := describeReplicas(inspect(t, a).Partitions); got != want[id] {
-			t.Fatalf("broker %d inspect: %s, want %s", id, got, want[id])
-		}
-	}
-
-	// Broker 2 stops without a word: broker 1 drops it after lag max.
-	if err := agents[2].Close(); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, waitTimeout, "broker 1 to drop broker 2 from the ISR", isrIs(1))
 }
 
 func TestAgent_WithoutDataPlane(t *testing.T) {
@@ -239,9 +175,9 @@ func TestAgent_ControlledShutdown(t *testing.T) {
 			b2 := c.append(registerRec(2, "two"))
 			c.append(unfenceRec(2, int64(b2)))
 			h := newRecordingHandler("")
-			rm := newTestReplicaManager(t, time.Minute)
+			dp := recordingDataPlane{newRecordingHandler("")}
 			a := startAgent(t, c, func(cfg *Config) {
-				cfg.Handler, cfg.DataPlane = h, rm
+				cfg.Handler, cfg.DataPlane = h, dp
 				cfg.ControlledShutdownTimeout = tt.timeout
 			})
 			poll.Until(t, waitTimeout, "the broker to be active", inSync(a, c))
@@ -303,8 +239,8 @@ func TestAgent_ControlledShutdown(t *testing.T) {
 			if got := h.events(); !slices.Equal(got, want) {
 				t.Fatalf("handler calls:\n got %q\nwant %q", got, want)
 			}
-			if rs := rm.Replicas(); len(rs) != 1 || rs[0].Role != RoleStopped {
-				t.Fatalf("replicas after shutdown: %+v", rs)
+			if got := dp.events(); !slices.Equal(got, want) {
+				t.Fatalf("data plane calls:\n got %q\nwant %q", got, want)
 			}
 			if unregs != 0 {
 				t.Fatalf("%d unregistrations; want none: the broker stays registered", unregs)
@@ -322,7 +258,7 @@ func TestAgent_ControlledShutdown(t *testing.T) {
 func TestAgent_ShutdownBeforeRegistering(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	c.registerErr = status.Error(codes.Unavailable, "no leader")
-	a := startAgent(t, c, func(cfg *Config) { cfg.DataPlane = newTestReplicaManager(t, time.Minute) })
+	a := startAgent(t, c, func(cfg *Config) { cfg.DataPlane = recordingDataPlane{newRecordingHandler("")} })
 	poll.Until(t, waitTimeout, "a registration attempt", func() bool { return len(c.registrationCalls()) > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

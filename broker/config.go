@@ -58,7 +58,8 @@ type Config struct {
 	// metadata change before Handler, serves BrokerService.Fetch, and
 	// reports the replicas `keel broker inspect` shows. Without one the
 	// broker holds no data: Fetch is Unimplemented and inspect derives each
-	// replica's role from the image. ReplicaManager is the reference one.
+	// replica's role from the image. broker/replication's Manager is the
+	// reference one.
 	DataPlane DataPlane
 	// ControlledShutdownTimeout bounds how long Shutdown waits for the
 	// controller to release the broker; default
@@ -70,8 +71,9 @@ type Config struct {
 	// with it and its own gRPC service requires it (authorizing each call
 	// by the caller's certificate). The certificate must be
 	// broker-<BrokerID> (or an admin's, as keel bench's brokers use), or the
-	// controllers refuse the registration. Give a ReplicaManager the same
-	// (ReplicaManagerConfig.TLS). Nil is plaintext.
+	// controllers refuse the registration. Give the data plane the same
+	// (replication.Config.TLS), to fetch from leaders with. Nil is
+	// plaintext.
 	TLS *tlsauth.Config
 	// Conns bounds the connections the broker's gRPC port holds, counted
 	// from accept (before TLS); the zero value bounds only those not yet

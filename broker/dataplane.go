@@ -11,9 +11,7 @@ import (
 // every role change, that serves its followers' fetches on the broker's gRPC
 // service, sends its ISR changes through the agent, and reports its replicas
 // to `keel broker inspect`. Package broker/replication's Manager is the
-// reference broker's, with a log per replica (broker/partlog);
-// ReplicaManager is a stand-in with empty logs, for brokers and tests that
-// need the controllers' side of replication and no data.
+// reference broker's, with a log per replica (broker/partlog).
 type DataPlane interface {
 	Handler
 	// Start is called once, by broker.Start before the agent applies any

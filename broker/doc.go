@@ -17,8 +17,8 @@
 // broker's replicas (DiffReplicas) and calls the handlers' BecomeLeader,
 // BecomeFollower and StopReplica: the seeds' LeaderAndIsr and StopReplica
 // requests, which no controller has to send and no broker can miss. The
-// replicas themselves belong to a DataPlane; ReplicaManager is the reference
-// broker's, a stand-in with empty logs whose followers fetch from their
+// replicas themselves belong to a DataPlane; the reference broker's is
+// broker/replication, a log per replica whose followers fetch from their
 // leaders and whose leaders change ISRs through AlterPartition, as Kafka's do.
 // Shutdown is KRaft's controlled shutdown: the broker asks to leave, keeps
 // applying metadata while the controller moves its leaderships away, and

@@ -41,9 +41,8 @@ import (
 // itself: once its image has reached its own registration (after.Offset >=
 // the broker epoch of Agent.Status, the same point at which the controllers
 // unfence it), every replica it holds that the image does not assign to it is
-// stray and must be deleted. StrayReplicas is that comparison. The reference
-// broker (ReplicaManager) keeps nothing across restarts, so it has nothing to
-// reconcile; its Replicas view lists what it holds.
+// stray and must be deleted. StrayReplicas is that comparison; the reference
+// broker's data plane (broker/replication) deletes the logs it names.
 //
 // Embed NopHandler in a handler so that it keeps compiling, and keeps doing
 // nothing for methods it does not implement, when methods are added.

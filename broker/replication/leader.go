@@ -21,7 +21,7 @@ import (
 
 // Reasons of the errors ReplicaFetch answers (rpc.ReasonOf), beside
 // rpc.ReasonFencedLeaderEpoch and rpc.ReasonUnknownTopicOrPartition: Kafka's
-// fetch error codes, as the stand-in data plane answers them.
+// fetch error codes, as package broker names them for every data plane.
 const (
 	ReasonUnknownLeaderEpoch  = broker.ReasonUnknownLeaderEpoch
 	ReasonNotLeaderOrFollower = broker.ReasonNotLeaderOrFollower

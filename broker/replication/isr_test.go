@@ -80,6 +80,8 @@ func TestPartition_DesiredIsr(t *testing.T) {
 			followers: map[int32]fetched{2: {hw, testLag + time.Second, 3}, 3: {hw, 0, 4}}, want: []int32{1, 3}},
 		{name: "nothing while the leader itself is fenced", isr: []int32{1, 2, 3}, records: []*keelpb.Record{fenceRec(1, 2)},
 			led: 2 * testLag},
+		{name: "nothing while the leader itself is in controlled shutdown", isr: []int32{1, 2, 3}, records: []*keelpb.Record{shuttingDownRec(1, 2)},
+			led: 2 * testLag},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -36,11 +36,20 @@ func (c *Controller) CreateTopic(ctx context.Context, req *keelpb.CreateTopicReq
 // of it, so the answer shows the placement without writing anything. It
 // returns that copy and the topic in it.
 func (c *Controller) PreviewTopic(ctx context.Context, req *keelpb.CreateTopicRequest) (*fsm.Image, *fsm.Topic, error) {
+	return c.preview(ctx, req.Name, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		return createTopicRecords(img, req, fsm.TopicID(uuid.New()), rand.IntN(1<<20))
+	})
+}
+
+// preview is the body of PreviewTopic and PreviewPartitions: it decides on
+// the confirmed committed image (ReadImage), applies the records to a
+// private copy of it, and returns that copy and the named topic in it.
+func (c *Controller) preview(ctx context.Context, topic string, decide func(*fsm.Image) ([]*keelpb.Record, error)) (*fsm.Image, *fsm.Topic, error) {
 	img, err := c.ReadImage(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	recs, err := createTopicRecords(img, req, fsm.TopicID(uuid.New()), rand.IntN(1<<20))
+	recs, err := decide(img)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -48,7 +57,7 @@ func (c *Controller) PreviewTopic(ctx context.Context, req *keelpb.CreateTopicRe
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w; nothing was written: %w", ErrRefused, err)
 	}
-	t, _ := preview.Topic(req.Name)
+	t, _ := preview.Topic(topic)
 	return preview, t, nil
 }
 
@@ -72,20 +81,9 @@ func (c *Controller) CreatePartitions(ctx context.Context, req *keelpb.CreatePar
 // shows here too and the answer holds the new partitions' placement. It
 // returns that copy and the topic in it.
 func (c *Controller) PreviewPartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) (*fsm.Image, *fsm.Topic, error) {
-	img, err := c.ReadImage(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	recs, err := createPartitionsRecords(img, req, rand.IntN(1<<20))
-	if err != nil {
-		return nil, nil, err
-	}
-	preview, err := fsm.Apply(img, img.Offset+1, img.Term, &keelpb.RecordBatch{Records: recs})
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w; nothing was written: %w", ErrRefused, err)
-	}
-	t, _ := preview.Topic(req.Topic)
-	return preview, t, nil
+	return c.preview(ctx, req.Topic, func(img *fsm.Image) ([]*keelpb.Record, error) {
+		return createPartitionsRecords(img, req, rand.IntN(1<<20))
+	})
 }
 
 // DeleteTopic removes a topic.

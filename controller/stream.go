@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -105,26 +104,52 @@ func sendSnapshot(img *fsm.Image, send func(*keelpb.SnapshotChunk) error) error 
 	if err := fsm.WriteSnapshot(w, img); err != nil {
 		return err
 	}
-	return w.flush(true)
+	return w.flush()
 }
 
+// chunkWriter cuts a byte stream into SnapshotChunk messages of
+// snapshotChunkBytes: the one cutter for both snapshot streams, a broker's
+// on StreamMetadata and an operator's FetchSnapshot (SendSnapshot).
 type chunkWriter struct {
-	buf  bytes.Buffer
+	buf  []byte
 	send func(*keelpb.SnapshotChunk) error
 }
 
 func (w *chunkWriter) Write(p []byte) (int, error) {
-	w.buf.Write(p)
-	for w.buf.Len() >= snapshotChunkBytes {
-		if err := w.send(&keelpb.SnapshotChunk{Data: bytes.Clone(w.buf.Next(snapshotChunkBytes))}); err != nil {
-			return 0, err
+	n := len(p)
+	for len(p) > 0 {
+		if w.buf == nil {
+			w.buf = make([]byte, 0, snapshotChunkBytes)
+		}
+		k := min(len(p), snapshotChunkBytes-len(w.buf))
+		w.buf = append(w.buf, p[:k]...)
+		p = p[k:]
+		if len(w.buf) == snapshotChunkBytes {
+			if err := w.send(&keelpb.SnapshotChunk{Data: w.buf}); err != nil {
+				return 0, err
+			}
+			// The sent slice belongs to the message now: start a new one.
+			w.buf = nil
 		}
 	}
-	return len(p), nil
+	return n, nil
 }
 
-func (w *chunkWriter) flush(last bool) error {
-	return w.send(&keelpb.SnapshotChunk{Data: bytes.Clone(w.buf.Bytes()), Last: last})
+// flush sends what is left, marked last (empty when the stream ended on a
+// chunk boundary, so the reader still sees the end).
+func (w *chunkWriter) flush() error {
+	return w.send(&keelpb.SnapshotChunk{Data: w.buf, Last: true})
+}
+
+// SendSnapshot streams what WriteSnapshot writes as SnapshotChunk messages
+// of 1 MiB, the last one marked, through send. It fails as WriteSnapshot
+// does, or with send's error.
+func (c *Controller) SendSnapshot(ctx context.Context, send func(*keelpb.SnapshotChunk) error) error {
+	w := &chunkWriter{send: send}
+	if err := c.WriteSnapshot(ctx, w); err != nil {
+		return err
+	}
+	return w.flush()
 }
 
 // WriteSnapshot writes a consistent snapshot of the committed image to w, in

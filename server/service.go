@@ -133,44 +133,7 @@ func (s *controllerService) ListBrokers(ctx context.Context, req *keelpb.ListBro
 // FetchSnapshot streams a snapshot of the committed image in 1 MiB chunks,
 // the last one marked. Only the active controller answers.
 func (s *controllerService) FetchSnapshot(_ *keelpb.FetchSnapshotRequest, stream grpc.ServerStreamingServer[keelpb.SnapshotChunk]) error {
-	w := &chunkSender{send: stream.Send}
-	if err := s.ctrl.WriteSnapshot(stream.Context(), w); err != nil {
-		return toStatus(err)
-	}
-	return toStatus(w.flush())
-}
-
-// snapshotChunkBytes is the payload of one FetchSnapshot message.
-const snapshotChunkBytes = 1 << 20
-
-// chunkSender cuts a byte stream into SnapshotChunk messages.
-type chunkSender struct {
-	buf  []byte
-	send func(*keelpb.SnapshotChunk) error
-}
-
-func (w *chunkSender) Write(p []byte) (int, error) {
-	n := len(p)
-	for len(p) > 0 {
-		if w.buf == nil {
-			w.buf = make([]byte, 0, snapshotChunkBytes)
-		}
-		k := min(len(p), snapshotChunkBytes-len(w.buf))
-		w.buf = append(w.buf, p[:k]...)
-		p = p[k:]
-		if len(w.buf) == snapshotChunkBytes {
-			if err := w.send(&keelpb.SnapshotChunk{Data: w.buf}); err != nil {
-				return 0, err
-			}
-			// The sent slice belongs to the message now: start a new one.
-			w.buf = nil
-		}
-	}
-	return n, nil
-}
-
-func (w *chunkSender) flush() error {
-	return w.send(&keelpb.SnapshotChunk{Data: w.buf, Last: true})
+	return toStatus(s.ctrl.SendSnapshot(stream.Context(), stream.Send))
 }
 
 // maxRestoreBytes bounds a snapshot upload.

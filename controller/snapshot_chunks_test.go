@@ -1,4 +1,4 @@
-package server
+package controller
 
 import (
 	"bytes"
@@ -7,15 +7,15 @@ import (
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
-// TestChunkSender cuts a stream into chunks of exactly snapshotChunkBytes,
+// TestChunkWriter cuts a stream into chunks of exactly snapshotChunkBytes,
 // whatever the sizes of the writes, and marks only the last one.
-func TestChunkSender(t *testing.T) {
+func TestChunkWriter(t *testing.T) {
 	data := make([]byte, 2*snapshotChunkBytes+12345)
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
 	var got []*keelpb.SnapshotChunk
-	w := &chunkSender{send: func(c *keelpb.SnapshotChunk) error { got = append(got, c); return nil }}
+	w := &chunkWriter{send: func(c *keelpb.SnapshotChunk) error { got = append(got, c); return nil }}
 	for rest, step := data, 1; len(rest) > 0; step = step*3 + 1 {
 		n := min(step, len(rest))
 		if _, err := w.Write(rest[:n]); err != nil {

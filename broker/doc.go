@@ -1,6 +1,7 @@
 // Package broker is the broker side of Keel: the agent that a broker process
-// runs to join a cluster and follow its metadata, and the contract between
-// that agent and the replicas the broker holds (DataPlane, Link).
+// runs to join a cluster and follow its metadata, and the contracts of the
+// replicas the broker holds: with that agent (DataPlane, Link), and with the
+// Kafka listener, broker/kafka (Backend).
 //
 // A broker never talks to raft. It registers with the active controller,
 // heartbeats to keep its session (reporting the metadata offset it has

@@ -5,7 +5,7 @@
 // It is the protocol front of a broker, nothing more: metadata answers come
 // from the broker's replayed image (ImageSource), so a client follows Keel's
 // elections as they are applied; records go to and come from the data plane
-// (Backend); topic creation, deletion and new partitions are forwarded to the
+// (broker.Backend); topic creation, deletion and new partitions are forwarded to the
 // active controller, and producer ids come from it in blocks (Controller), as
 // a KRaft broker forwards them. It imports neither raft nor the controller.
 //

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
@@ -168,7 +169,7 @@ func (m *fakeMeta) DeleteTopic(_ context.Context, req *keelpb.DeleteTopicRequest
 
 // startServer serves broker id's Kafka listener on loopback over meta and
 // backend, registered in meta with its address; it stops in t.Cleanup.
-func startServer(t *testing.T, id int32, meta *fakeMeta, backend Backend, mutate func(*Config)) *Server {
+func startServer(t *testing.T, id int32, meta *fakeMeta, backend broker.Backend, mutate func(*Config)) *Server {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

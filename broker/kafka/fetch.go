@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/fsm"
 )
 
@@ -167,11 +168,11 @@ func (f *pendingFetch) finish() {
 }
 
 // read reads one partition from the request's offset, without waiting.
-func (f *pendingFetch) read(sl *fetchSlot, limit int32) (FetchResult, error) {
+func (f *pendingFetch) read(sl *fetchSlot, limit int32) (broker.FetchResult, error) {
 	return f.readAt(sl, sl.rp.FetchOffset, limit)
 }
 
-func (f *pendingFetch) readAt(sl *fetchSlot, offset int64, limit int32) (FetchResult, error) {
+func (f *pendingFetch) readAt(sl *fetchSlot, offset int64, limit int32) (broker.FetchResult, error) {
 	// A read that does not wait does not block: the request's context is
 	// the waiter's to watch, not the backend's.
 	return f.s.cfg.Backend.Fetch(f.s.ctx, sl.topic, sl.rp.Partition, sl.rp.CurrentLeaderEpoch, offset, limit, 0)

@@ -7,85 +7,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/tlsauth"
 )
-
-// Backend is what the Kafka listener needs from the broker's data plane.
-// Its errors are franz-go's kerr values, returned directly or wrapped; the
-// listener answers with their codes, and UnknownServerError for anything
-// else.
-type Backend interface {
-	// ProduceAppend appends one v2 record batch (as the client sent it) to
-	// the partition this broker leads, or refuses it. acks: 0, 1 or -1
-	// (all); with -1 and fewer ISR members than min.insync.replicas it
-	// refuses before appending with kerr.NotEnoughReplicas. An idempotent
-	// duplicate returns the original base offset with a nil error. With -1
-	// it also returns commit (nil otherwise), which waits until the high
-	// watermark passes the batch, or fails with kerr.RequestTimedOut when
-	// timeout (or ctx) ends first, kerr.NotEnoughReplicasAfterAppend if the
-	// ISR shrank meanwhile. The listener appends a connection's requests in
-	// order and waits for their commits side by side: Kafka's clients keep
-	// up to five produce requests in flight per broker, idempotent ones
-	// included, and their answers go back in request order.
-	ProduceAppend(topic string, partition int32, batch []byte, acks int16) (res ProduceResult, commit func(ctx context.Context, timeout time.Duration) error, err error)
-	// Fetch reads whole batches starting at the one holding offset, up to
-	// maxBytes (at least one batch, KIP-74), only below the high watermark,
-	// from the partition this broker leads. currentLeaderEpoch, if >= 0, is
-	// checked as KIP-320. Offset out of [logStart, HW] →
-	// kerr.OffsetOutOfRange. maxWait: with no data at offset yet, wait up to
-	// maxWait for some. (The listener passes 0 and waits with Watch, once
-	// for the whole request.)
-	Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (FetchResult, error)
-	// Watch calls wake whenever what Fetch answers for the partition may
-	// have changed (its high watermark, log start or end, its leadership, or
-	// the replica gone), from now until stop is called: a Fetch waiting for
-	// data reads again when woken, as Kafka's purgatory watches a delayed
-	// fetch by partition. wake runs under the data plane's locks and must
-	// not block. A partition with no replica here is never woken (its
-	// Fetch fails), and its stop does nothing.
-	Watch(topic string, partition int32, wake func()) (stop func())
-	// ListOffsets answers timestamp -2 (earliest: the log start) and -1
-	// (latest: the high watermark) with the leader epoch; a timestamp >= 0
-	// with the first record below the high watermark stamped at or after
-	// it (KIP-79), and -3 with the first record with the largest timestamp
-	// below the high watermark (KIP-734), each with the record's timestamp
-	// and its batch's leader epoch, or offset, timestamp and epoch -1 when
-	// no record matches. currentLeaderEpoch, if >= 0, is checked as in
-	// Fetch. Only the leader answers.
-	ListOffsets(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (ListOffsetsResult, error)
-	// OffsetForLeaderEpoch answers OffsetsForLeaderEpoch (KIP-101,
-	// KIP-320) from the leader's epoch cache: the largest epoch at or
-	// below leaderEpoch that the log holds, and the offset where it ended
-	// (the next epoch's start, or the log end for the latest); an epoch
-	// below the first known answers leaderEpoch and the first epoch's
-	// start. An epoch above every one known, or none known, answers
-	// endOffset -1 and epoch -1 with a nil error (UNDEFINED_EPOCH_OFFSET).
-	// currentLeaderEpoch, if >= 0, is checked as in Fetch
-	// (kerr.FencedLeaderEpoch below the leader's, kerr.UnknownLeaderEpoch
-	// above). Only the leader answers.
-	OffsetForLeaderEpoch(ctx context.Context, topic string, partition int32, currentLeaderEpoch, leaderEpoch int32) (endOffset int64, epoch int32, err error)
-}
-
-// ProduceResult is where a produced batch landed.
-type ProduceResult struct {
-	BaseOffset, LogStartOffset int64
-	LogAppendTime              int64 // -1: the topic uses CreateTime
-}
-
-// FetchResult is what a fetch read.
-type FetchResult struct {
-	Records                       []byte // whole v2 batches
-	HighWatermark, LogStartOffset int64  // LastStableOffset = HighWatermark
-}
-
-// ListOffsetsResult is one partition's ListOffsets answer.
-type ListOffsetsResult struct {
-	Offset, Timestamp int64 // Timestamp -1 for the earliest and latest offsets
-	LeaderEpoch       int32
-}
 
 // ImageSource gives the broker's current metadata image; *broker.Agent is
 // one.
@@ -151,8 +78,9 @@ type Config struct {
 	// wait, as a KRaft broker serves requests only after its initial
 	// catch-up. Nil serves at once.
 	Ready <-chan struct{}
-	// Backend is the data plane (required).
-	Backend Backend
+	// Backend is the data plane (required): package broker/replication's
+	// Manager, or a MemoryBackend.
+	Backend broker.Backend
 	// Controller forwards admin requests and allocates producer ids
 	// (required).
 	Controller Controller

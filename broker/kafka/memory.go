@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/keel-dev/keel/broker"
 )
 
 type tp struct {
@@ -36,8 +38,10 @@ type memEpoch struct {
 // leaderEpoch is the log's current leader epoch.
 func (l *memLog) leaderEpoch() int32 { return l.epochs[len(l.epochs)-1].epoch }
 
-// MemoryBackend is a Backend that keeps each partition's batches in this
-// process's memory: no replication, no durability, no retention, every
+var _ broker.Backend = (*MemoryBackend)(nil)
+
+// MemoryBackend is a broker.Backend that keeps each partition's batches
+// in this process's memory: no replication, no durability, no retention, every
 // append at once below the high watermark: for tests, and for trying the
 // listener without a data plane (keel broker uses broker/replication's).
 // It checks a batch's framing but not its CRC; an idempotent batch seen
@@ -141,21 +145,21 @@ const batchHeaderSize = 61
 
 // ProduceAppend appends batch at the partition's end; with nothing to
 // replicate, every batch is committed at once (commit is nil).
-func (b *MemoryBackend) ProduceAppend(topic string, partition int32, batch []byte, _ int16) (ProduceResult, func(context.Context, time.Duration) error, error) {
+func (b *MemoryBackend) ProduceAppend(topic string, partition int32, batch []byte, _ int16) (broker.ProduceResult, func(context.Context, time.Duration) error, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.refuse[tp{topic, partition}]; err != nil {
-		return ProduceResult{}, nil, err
+		return broker.ProduceResult{}, nil, err
 	}
 	if len(batch) < batchHeaderSize {
-		return ProduceResult{}, nil, kerr.CorruptMessage
+		return broker.ProduceResult{}, nil, kerr.CorruptMessage
 	}
 	l := b.logLocked(topic, partition)
 	count := int64(int32(binary.BigEndian.Uint32(batch[23:]))) + 1
 	pid, seq := int64(binary.BigEndian.Uint64(batch[43:])), int64(int32(binary.BigEndian.Uint32(batch[53:])))
 	if pid >= 0 {
 		if off, ok := l.seen[[2]int64{pid, seq}]; ok {
-			return ProduceResult{BaseOffset: off, LogAppendTime: -1}, nil, nil
+			return broker.ProduceResult{BaseOffset: off, LogAppendTime: -1}, nil, nil
 		}
 		l.seen[[2]int64{pid, seq}] = l.leo
 	}
@@ -170,33 +174,33 @@ func (b *MemoryBackend) ProduceAppend(topic string, partition int32, batch []byt
 	close(b.grew)
 	b.grew = make(chan struct{})
 	b.changed(topic, partition)
-	return ProduceResult{BaseOffset: base, LogAppendTime: -1}, nil, nil
+	return broker.ProduceResult{BaseOffset: base, LogAppendTime: -1}, nil, nil
 }
 
 // Fetch reads whole batches from the one holding offset. A
 // currentLeaderEpoch below the log's (a test started a new one) is fenced,
 // even after a wait, as a leader that lost its leadership while a fetch
 // waited answers it.
-func (b *MemoryBackend) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (FetchResult, error) {
+func (b *MemoryBackend) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (broker.FetchResult, error) {
 	deadline := time.NewTimer(maxWait)
 	defer deadline.Stop()
 	for {
 		b.mu.Lock()
 		if err := b.refuse[tp{topic, partition}]; err != nil {
 			b.mu.Unlock()
-			return FetchResult{}, err
+			return broker.FetchResult{}, err
 		}
 		l := b.logLocked(topic, partition)
 		if currentLeaderEpoch >= 0 && currentLeaderEpoch < l.leaderEpoch() {
 			b.mu.Unlock()
-			return FetchResult{}, kerr.FencedLeaderEpoch
+			return broker.FetchResult{}, kerr.FencedLeaderEpoch
 		}
 		if offset < 0 || offset > l.leo {
 			b.mu.Unlock()
-			return FetchResult{}, kerr.OffsetOutOfRange
+			return broker.FetchResult{}, kerr.OffsetOutOfRange
 		}
 		if offset < l.leo || maxWait <= 0 {
-			res := FetchResult{HighWatermark: l.leo}
+			res := broker.FetchResult{HighWatermark: l.leo}
 			for i := range l.bases {
 				next := l.leo
 				if i+1 < len(l.bases) {
@@ -220,7 +224,7 @@ func (b *MemoryBackend) Fetch(ctx context.Context, topic string, partition int32
 		case <-deadline.C:
 			maxWait = 0
 		case <-ctx.Done():
-			return FetchResult{}, ctx.Err()
+			return broker.FetchResult{}, ctx.Err()
 		}
 	}
 }
@@ -230,19 +234,19 @@ func (b *MemoryBackend) Fetch(ctx context.Context, topic string, partition int32
 // first batch whose maxTimestamp is at or after the timestamp (-3: the
 // first batch with the largest), or -1 if none. (broker/partlog finds the
 // record itself.)
-func (b *MemoryBackend) ListOffsets(_ context.Context, topic string, partition int32, _ int32, timestamp int64) (ListOffsetsResult, error) {
+func (b *MemoryBackend) ListOffsets(_ context.Context, topic string, partition int32, _ int32, timestamp int64) (broker.ListOffsetsResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	none := ListOffsetsResult{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
+	none := broker.ListOffsetsResult{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
 	if err := b.refuse[tp{topic, partition}]; err != nil {
 		return none, err
 	}
 	l := b.logLocked(topic, partition)
 	switch {
 	case timestamp == -2:
-		return ListOffsetsResult{Offset: 0, Timestamp: -1, LeaderEpoch: l.leaderEpoch()}, nil
+		return broker.ListOffsetsResult{Offset: 0, Timestamp: -1, LeaderEpoch: l.leaderEpoch()}, nil
 	case timestamp == -1:
-		return ListOffsetsResult{Offset: l.leo, Timestamp: -1, LeaderEpoch: l.leaderEpoch()}, nil
+		return broker.ListOffsetsResult{Offset: l.leo, Timestamp: -1, LeaderEpoch: l.leaderEpoch()}, nil
 	case timestamp == -3:
 		timestamp = -1
 		for _, batch := range l.batches {
@@ -256,7 +260,7 @@ func (b *MemoryBackend) ListOffsets(_ context.Context, topic string, partition i
 	}
 	for i, batch := range l.batches {
 		if ts := batchMaxTimestamp(batch); ts >= timestamp {
-			return ListOffsetsResult{Offset: l.bases[i], Timestamp: ts, LeaderEpoch: l.epochAt(l.bases[i])}, nil
+			return broker.ListOffsetsResult{Offset: l.bases[i], Timestamp: ts, LeaderEpoch: l.epochAt(l.bases[i])}, nil
 		}
 	}
 	return none, nil

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/rpc"
 )
@@ -575,7 +576,7 @@ func (b *gatedBackend) gate(value string) chan struct{} {
 	return b.gates[value]
 }
 
-func (b *gatedBackend) ProduceAppend(topic string, partition int32, batch []byte, acks int16) (ProduceResult, func(context.Context, time.Duration) error, error) {
+func (b *gatedBackend) ProduceAppend(topic string, partition int32, batch []byte, acks int16) (broker.ProduceResult, func(context.Context, time.Duration) error, error) {
 	res, _, err := b.MemoryBackend.ProduceAppend(topic, partition, batch, acks)
 	if err != nil {
 		return res, nil, err

@@ -2,8 +2,9 @@
 // manager over one broker/partlog.Log per replica, kept under the broker's
 // data dir (DATA_DIR/logs/TOPICID-PARTITION). Manager implements
 // broker.DataPlane, so the agent tells it of every role change and hands it
-// its followers' fetches, and it serves produce, fetch and list-offsets for
-// the partitions this broker leads (the calls a Kafka listener makes).
+// its followers' fetches, and broker.Backend, so it serves the Kafka
+// listener's produce, fetch and list-offsets for the partitions this broker
+// leads.
 //
 // It follows Kafka's replication protocol:
 //

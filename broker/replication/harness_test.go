@@ -390,7 +390,7 @@ func (e *env) isr() []int32 {
 }
 
 // produce appends n records at broker id with acks 1.
-func (e *env) produce(id int32, n int) ProduceResult {
+func (e *env) produce(id int32, n int) broker.ProduceResult {
 	e.t.Helper()
 	res, err := e.ms[id].Produce(context.Background(), "t", 0, makeBatch(e.t, n, 0, 0), AcksLeader, time.Second)
 	if err != nil {

@@ -32,10 +32,16 @@ const logsDir = "logs"
 // each partition has at most one.
 const alterSenders = 4
 
+// Both contracts of a data plane: the agent's and the Kafka listener's.
+var (
+	_ broker.DataPlane = (*Manager)(nil)
+	_ broker.Backend   = (*Manager)(nil)
+)
+
 // Manager is the reference broker's data plane (see the package doc). Make
-// one with New, give it to broker.Start as Config.DataPlane, and call
-// Produce, Fetch, ListOffsets and OffsetForLeaderEpoch for the partitions
-// this broker leads.
+// one with New, give it to broker.Start as Config.DataPlane and to the Kafka
+// listener as its Backend (kafka.Config.Backend), or call Produce, Fetch,
+// ListOffsets and OffsetForLeaderEpoch for the partitions this broker leads.
 type Manager struct {
 	broker.NopHandler // for methods added to Handler later
 

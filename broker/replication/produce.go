@@ -12,20 +12,6 @@ import (
 	"github.com/keel-dev/keel/broker/partlog"
 )
 
-// ProduceResult is a produce's answer: where the batch went.
-type ProduceResult struct {
-	BaseOffset, LogStartOffset int64
-	// LogAppendTime is -1: topics use CreateTime.
-	LogAppendTime int64
-}
-
-// FetchResult is a consumer fetch's answer.
-type FetchResult struct {
-	// Records holds whole v2 batches, all below HighWatermark.
-	Records                       []byte
-	HighWatermark, LogStartOffset int64
-}
-
 // The acks a produce may ask for.
 const (
 	AcksNone   = 0
@@ -74,7 +60,7 @@ func (m *Manager) leaderOf(topic string, partition int32, currentLeaderEpoch int
 // append. A batch refused by the log: kerr.CorruptMessage,
 // kerr.InvalidRecord, kerr.MessageTooLarge, kerr.OutOfOrderSequenceNumber,
 // kerr.InvalidProducerEpoch; a log that failed: kerr.KafkaStorageError.
-func (m *Manager) Produce(ctx context.Context, topic string, partition int32, batch []byte, acks int16, timeout time.Duration) (ProduceResult, error) {
+func (m *Manager) Produce(ctx context.Context, topic string, partition int32, batch []byte, acks int16, timeout time.Duration) (broker.ProduceResult, error) {
 	res, commit, err := m.ProduceAppend(topic, partition, batch, acks)
 	if err != nil || commit == nil {
 		return res, err
@@ -86,22 +72,22 @@ func (m *Manager) Produce(ctx context.Context, topic string, partition int32, ba
 // with acks=all returns commit, which waits, as Produce does, for the high
 // watermark to pass the batch (nil for acks 0 and 1). The Kafka listener
 // appends a connection's requests in order and lets their commits overlap.
-func (m *Manager) ProduceAppend(topic string, partition int32, batch []byte, acks int16) (ProduceResult, func(ctx context.Context, timeout time.Duration) error, error) {
+func (m *Manager) ProduceAppend(topic string, partition int32, batch []byte, acks int16) (broker.ProduceResult, func(ctx context.Context, timeout time.Duration) error, error) {
 	if acks != AcksNone && acks != AcksLeader && acks != AcksAll {
-		return ProduceResult{}, nil, fmt.Errorf("%w: acks %d (want 0, 1 or -1)", kerr.InvalidRequiredAcks, acks)
+		return broker.ProduceResult{}, nil, fmt.Errorf("%w: acks %d (want 0, 1 or -1)", kerr.InvalidRequiredAcks, acks)
 	}
 	m.mu.Lock()
 	r, err := m.leaderOf(topic, partition, -1)
 	m.mu.Unlock()
 	if err != nil {
-		return ProduceResult{}, nil, err
+		return broker.ProduceResult{}, nil, err
 	}
 	r.roleMu.RLock()
 	m.mu.Lock()
 	if r.role != broker.RoleLeader {
 		m.mu.Unlock()
 		r.roleMu.RUnlock()
-		return ProduceResult{}, nil, fmt.Errorf("%w: broker %d no longer leads %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
+		return broker.ProduceResult{}, nil, fmt.Errorf("%w: broker %d no longer leads %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
 	}
 	epoch, gen := r.leaderEpoch, r.gen
 	img := m.img.Load()
@@ -109,24 +95,24 @@ func (m *Manager) ProduceAppend(topic string, partition int32, batch []byte, ack
 	if !ok {
 		m.mu.Unlock()
 		r.roleMu.RUnlock()
-		return ProduceResult{}, nil, fmt.Errorf("%w: %s/%d", kerr.UnknownTopicOrPartition, topic, partition)
+		return broker.ProduceResult{}, nil, fmt.Errorf("%w: %s/%d", kerr.UnknownTopicOrPartition, topic, partition)
 	}
 	minISR := effectiveMinISR(img, p)
 	if acks == AcksAll && len(p.ISR) < minISR {
 		m.mu.Unlock()
 		r.roleMu.RUnlock()
-		return ProduceResult{}, nil, fmt.Errorf("%w: %s/%d: ISR %v is below min.insync.replicas %d", kerr.NotEnoughReplicas, topic, partition, p.ISR, minISR)
+		return broker.ProduceResult{}, nil, fmt.Errorf("%w: %s/%d: ISR %v is below min.insync.replicas %d", kerr.NotEnoughReplicas, topic, partition, p.ISR, minISR)
 	}
 	m.mu.Unlock()
 	info, err := r.log.Append(batch, epoch)
 	r.roleMu.RUnlock()
 	if err != nil {
-		return ProduceResult{}, nil, produceError(topic, partition, err)
+		return broker.ProduceResult{}, nil, produceError(topic, partition, err)
 	}
 	if !info.Duplicate {
 		m.appended(r)
 	}
-	res := ProduceResult{BaseOffset: info.FirstOffset, LogStartOffset: r.log.LogStartOffset(), LogAppendTime: -1}
+	res := broker.ProduceResult{BaseOffset: info.FirstOffset, LogStartOffset: r.log.LogStartOffset(), LogAppendTime: -1}
 	if acks != AcksAll {
 		return res, nil, nil
 	}
@@ -206,45 +192,45 @@ func produceError(topic string, partition int32, err error) error {
 // not be told that its position is gone (franz-go then resets, by time).
 // Batches are checked before they are served (checkRead): a damaged one
 // is kerr.KafkaStorageError, never served.
-func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (FetchResult, error) {
+func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (broker.FetchResult, error) {
 	m.mu.Lock()
 	r, err := m.leaderOf(topic, partition, currentLeaderEpoch)
 	if err != nil {
 		m.mu.Unlock()
-		return FetchResult{}, err
+		return broker.FetchResult{}, err
 	}
 	hw, start, leo, changed, gen := r.hw, r.log.LogStartOffset(), r.log.LogEndOffset(), r.changed, r.gen
 	m.mu.Unlock()
 	if offset < start || offset > max(hw, leo) {
-		return FetchResult{}, fmt.Errorf("%w: %s/%d: offset %d is outside [%d, %d]", kerr.OffsetOutOfRange, topic, partition, offset, start, max(hw, leo))
+		return broker.FetchResult{}, fmt.Errorf("%w: %s/%d: offset %d is outside [%d, %d]", kerr.OffsetOutOfRange, topic, partition, offset, start, max(hw, leo))
 	}
 	if offset >= hw && maxWait > 0 {
 		waitForChange(ctx, changed, maxWait)
 		m.mu.Lock()
 		if r.gen != gen {
 			m.mu.Unlock()
-			return FetchResult{}, fmt.Errorf("%w: broker %d no longer leads %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
+			return broker.FetchResult{}, fmt.Errorf("%w: broker %d no longer leads %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
 		}
 		hw = r.hw
 		m.mu.Unlock()
 	}
 	if offset >= hw {
-		return FetchResult{HighWatermark: hw, LogStartOffset: start}, nil
+		return broker.FetchResult{HighWatermark: hw, LogStartOffset: start}, nil
 	}
 	res, err := r.log.ReadUpTo(offset, max(int(maxBytes), 1), hw)
 	switch {
 	case errors.Is(err, partlog.ErrOffsetOutOfRange):
-		return FetchResult{}, fmt.Errorf("%w: %s/%d: %v", kerr.OffsetOutOfRange, topic, partition, err)
+		return broker.FetchResult{}, fmt.Errorf("%w: %s/%d: %v", kerr.OffsetOutOfRange, topic, partition, err)
 	case errors.Is(err, partlog.ErrClosed):
-		return FetchResult{}, fmt.Errorf("%w: %s/%d: the replica stopped", kerr.NotLeaderForPartition, topic, partition)
+		return broker.FetchResult{}, fmt.Errorf("%w: %s/%d: the replica stopped", kerr.NotLeaderForPartition, topic, partition)
 	case err != nil:
-		return FetchResult{}, fmt.Errorf("%w: %s/%d: %v", kerr.KafkaStorageError, topic, partition, err)
+		return broker.FetchResult{}, fmt.Errorf("%w: %s/%d: %v", kerr.KafkaStorageError, topic, partition, err)
 	}
 	records, err := m.checkRead(r, res.Records)
 	if err != nil {
-		return FetchResult{}, fmt.Errorf("%w: %s/%d: %v", kerr.KafkaStorageError, topic, partition, err)
+		return broker.FetchResult{}, fmt.Errorf("%w: %s/%d: %v", kerr.KafkaStorageError, topic, partition, err)
 	}
-	return FetchResult{Records: records, HighWatermark: hw, LogStartOffset: res.LogStartOffset}, nil
+	return broker.FetchResult{Records: records, HighWatermark: hw, LogStartOffset: res.LogStartOffset}, nil
 }
 
 // Watch calls wake at each change of the replica of topic's partition
@@ -272,14 +258,6 @@ func (m *Manager) Watch(topic string, partition int32, wake func()) (stop func()
 	}
 }
 
-// OffsetResult is a ListOffsets answer: an offset, the timestamp of the
-// record there (-1 for the earliest and latest offsets), and a leader
-// epoch. Offset, Timestamp and LeaderEpoch -1: no record matched.
-type OffsetResult struct {
-	Offset, Timestamp int64
-	LeaderEpoch       int32
-}
-
 // The special timestamps of ListOffsets.
 const (
 	LatestTimestamp   = -1 // the high watermark
@@ -300,8 +278,8 @@ const (
 // the latest, and for a timestamp it finds nothing for (KIP-207: its high
 // watermark may still move back for a client). Other negative timestamps:
 // kerr.InvalidRequest.
-func (m *Manager) ListOffsets(_ context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (OffsetResult, error) {
-	none := OffsetResult{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
+func (m *Manager) ListOffsets(_ context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (broker.ListOffsetsResult, error) {
+	none := broker.ListOffsetsResult{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
 	m.mu.Lock()
 	r, err := m.leaderOf(topic, partition, currentLeaderEpoch)
 	if err != nil {
@@ -317,12 +295,12 @@ func (m *Manager) ListOffsets(_ context.Context, topic string, partition int32, 
 	var found partlog.TimestampOffset
 	switch {
 	case timestamp == EarliestTimestamp:
-		return OffsetResult{Offset: l.LogStartOffset(), Timestamp: -1, LeaderEpoch: leaderEpoch}, nil
+		return broker.ListOffsetsResult{Offset: l.LogStartOffset(), Timestamp: -1, LeaderEpoch: leaderEpoch}, nil
 	case timestamp == LatestTimestamp:
 		if hw < epochStart {
 			return none, behind()
 		}
-		return OffsetResult{Offset: hw, Timestamp: -1, LeaderEpoch: leaderEpoch}, nil
+		return broker.ListOffsetsResult{Offset: hw, Timestamp: -1, LeaderEpoch: leaderEpoch}, nil
 	case timestamp == MaxTimestamp:
 		found, err = l.MaxTimestampOffset(hw)
 	case timestamp >= 0:
@@ -338,7 +316,7 @@ func (m *Manager) ListOffsets(_ context.Context, topic string, partition int32, 
 	case found.Offset < 0 && hw < epochStart:
 		return none, behind()
 	}
-	return OffsetResult(found), nil
+	return broker.ListOffsetsResult(found), nil
 }
 
 // OffsetForLeaderEpoch answers a client's OffsetsForLeaderEpoch for a

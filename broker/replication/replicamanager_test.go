@@ -33,7 +33,7 @@ func TestReplicaManager_ProduceWithAcksAll(t *testing.T) {
 	e := newEnv(t, clusterImage(t, nil, 1, 2, 3))
 	e.produce(1, 1)
 	done := make(chan error, 1)
-	var res ProduceResult
+	var res broker.ProduceResult
 	go func() {
 		var err error
 		res, err = e.ms[1].Produce(context.Background(), "t", 0, makeBatch(t, 3, 0, 0), AcksAll, 10*time.Second)
@@ -313,17 +313,17 @@ func TestReplicaManager_ListOffsetsByTimestamp(t *testing.T) {
 	if _, err := e.ms[1].Produce(context.Background(), "t", 0, batchAt(t, 2, 5000), AcksLeader, time.Second); err != nil {
 		t.Fatal(err) // offsets 6-7, above the high watermark
 	}
-	none := OffsetResult{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
+	none := broker.ListOffsetsResult{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
 	for _, tc := range []struct {
 		ts   int64
-		want OffsetResult
+		want broker.ListOffsetsResult
 	}{
-		{0, OffsetResult{0, 1000, 0}},
-		{1001, OffsetResult{1, 1001, 0}},
-		{1002, OffsetResult{2, 3000, 0}},
-		{3001, OffsetResult{3, 3001, 0}},
+		{0, broker.ListOffsetsResult{Offset: 0, Timestamp: 1000, LeaderEpoch: 0}},
+		{1001, broker.ListOffsetsResult{Offset: 1, Timestamp: 1001, LeaderEpoch: 0}},
+		{1002, broker.ListOffsetsResult{Offset: 2, Timestamp: 3000, LeaderEpoch: 0}},
+		{3001, broker.ListOffsetsResult{Offset: 3, Timestamp: 3001, LeaderEpoch: 0}},
 		{3002, none}, // only above the high watermark
-		{MaxTimestamp, OffsetResult{3, 3001, 0}},
+		{MaxTimestamp, broker.ListOffsetsResult{Offset: 3, Timestamp: 3001, LeaderEpoch: 0}},
 	} {
 		if r, err := e.ms[1].ListOffsets(context.Background(), "t", 0, -1, tc.ts); err != nil || r != tc.want {
 			t.Errorf("timestamp %d: %+v, %v; want %+v", tc.ts, r, err, tc.want)

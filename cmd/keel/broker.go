@@ -181,7 +181,7 @@ same CA; SASL is not served.
 				return err
 			}
 			if kl != nil {
-				if err := kl.serve(agent, kafkaBackend(dataPlane), cfg.BrokerID, cfg.TLS, plan.kafka, kafkaLim, cfg.Metrics, log); err != nil {
+				if err := kl.serve(agent, dataPlane, cfg.BrokerID, cfg.TLS, plan.kafka, kafkaLim, cfg.Metrics, log); err != nil {
 					agent.Close()
 					return err
 				}

@@ -356,7 +356,7 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 			return nil, nil, fmt.Errorf("broker %d: %w", id, err)
 		}
 		agents = append(agents, a)
-		if err := kl.serve(a, kafkaBackend(dp), id, tlsCfg, connlimit.Limits{}, kafkaLimits{}, ms[i].registerer(), log); err != nil {
+		if err := kl.serve(a, dp, id, tlsCfg, connlimit.Limits{}, kafkaLimits{}, ms[i].registerer(), log); err != nil {
 			return nil, nil, fmt.Errorf("broker %d: %w", id, err)
 		}
 		kafkas = append(kafkas, kl)

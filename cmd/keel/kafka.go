@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/broker/kafka"
-	"github.com/keel-dev/keel/broker/replication"
 	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/tlsauth"
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,7 +53,7 @@ func bindKafka(listen, advertise string) (*kafkaListener, error) {
 // and controller link and the data plane backend, with the broker's TLS
 // (nil: plaintext), its bounds on connections and request bytes, its
 // request metrics in reg (nil: none).
-func (k *kafkaListener) serve(agent *broker.Agent, backend kafka.Backend, brokerID int32, tlsCfg *tlsauth.Config, conns connlimit.Limits, limits kafkaLimits, reg prometheus.Registerer, log *slog.Logger) error {
+func (k *kafkaListener) serve(agent *broker.Agent, backend broker.Backend, brokerID int32, tlsCfg *tlsauth.Config, conns connlimit.Limits, limits kafkaLimits, reg prometheus.Registerer, log *slog.Logger) error {
 	cfg := kafka.Config{
 		BrokerID:     brokerID,
 		Image:        agent,
@@ -88,33 +86,4 @@ func (k *kafkaListener) close() {
 	default:
 		k.lis.Close()
 	}
-}
-
-// kafkaBackend is the replicated data plane as the Kafka listener calls
-// it: the same methods, with the listener's result types.
-func kafkaBackend(m *replication.Manager) kafka.Backend { return replicationBackend{m} }
-
-type replicationBackend struct{ m *replication.Manager }
-
-func (b replicationBackend) ProduceAppend(topic string, partition int32, batch []byte, acks int16) (kafka.ProduceResult, func(context.Context, time.Duration) error, error) {
-	r, commit, err := b.m.ProduceAppend(topic, partition, batch, acks)
-	return kafka.ProduceResult(r), commit, err
-}
-
-func (b replicationBackend) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (kafka.FetchResult, error) {
-	r, err := b.m.Fetch(ctx, topic, partition, currentLeaderEpoch, offset, maxBytes, maxWait)
-	return kafka.FetchResult(r), err
-}
-
-func (b replicationBackend) Watch(topic string, partition int32, wake func()) (stop func()) {
-	return b.m.Watch(topic, partition, wake)
-}
-
-func (b replicationBackend) ListOffsets(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (kafka.ListOffsetsResult, error) {
-	r, err := b.m.ListOffsets(ctx, topic, partition, currentLeaderEpoch, timestamp)
-	return kafka.ListOffsetsResult(r), err
-}
-
-func (b replicationBackend) OffsetForLeaderEpoch(ctx context.Context, topic string, partition int32, currentLeaderEpoch, leaderEpoch int32) (int64, int32, error) {
-	return b.m.OffsetForLeaderEpoch(ctx, topic, partition, currentLeaderEpoch, leaderEpoch)
 }

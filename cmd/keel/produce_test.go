@@ -56,7 +56,7 @@ func startKafkaBroker(t *testing.T) (controllers, bootstrap string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	if err := kl.serve(a, kafkaBackend(dp), 1, nil, connlimit.Limits{}, kafkaLimits{}, nil, log); err != nil {
+	if err := kl.serve(a, dp, 1, nil, connlimit.Limits{}, kafkaLimits{}, nil, log); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(kl.close)

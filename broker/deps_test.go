@@ -8,9 +8,10 @@ import (
 
 // TestLibrary_LinksNoControllerOrRaft: teams embed this package (and the
 // client library under it, rpc, the storage, partlog, the data plane,
-// replication, and the Kafka listener, kafka) in their own servers. None
-// may pull the controller quorum into their binary: raft, its log stores,
-// bbolt, or Keel's controller, raftlog and server packages.
+// replication, the Kafka listener, kafka, and node, which assembles them)
+// in their own servers. None may pull the controller quorum into their
+// binary: raft, its log stores, bbolt, or Keel's controller, raftlog and
+// server packages.
 // The arrows of the design point the other way (docs/design.md).
 func TestLibrary_LinksNoControllerOrRaft(t *testing.T) {
 	forbidden := []string{
@@ -23,7 +24,7 @@ func TestLibrary_LinksNoControllerOrRaft(t *testing.T) {
 		"github.com/keel-dev/keel/raftlog",
 		"github.com/keel-dev/keel/server",
 	}
-	for _, pkg := range []string{"github.com/keel-dev/keel/broker", "github.com/keel-dev/keel/broker/partlog", "github.com/keel-dev/keel/broker/replication", "github.com/keel-dev/keel/broker/kafka", "github.com/keel-dev/keel/rpc"} {
+	for _, pkg := range []string{"github.com/keel-dev/keel/broker", "github.com/keel-dev/keel/broker/partlog", "github.com/keel-dev/keel/broker/replication", "github.com/keel-dev/keel/broker/kafka", "github.com/keel-dev/keel/broker/node", "github.com/keel-dev/keel/rpc"} {
 		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/broker/kafka"
+	"github.com/keel-dev/keel/broker/node"
 	"github.com/keel-dev/keel/broker/replication"
 	"github.com/keel-dev/keel/metrics"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -151,46 +152,25 @@ same CA; SASL is not served.
 				return err
 			}
 			cfg.Conns = plan.port
-			replicas.TLS, replicas.DataDir, replicas.Dialer = cfg.TLS, cfg.DataDir, cfg.Dialer
 			cfg.Logger = log
 			cfg.Handler = broker.LoggingHandler{Logger: log.With("component", "broker", "broker_id", cfg.BrokerID)}
-			replicas.Logger = log.With("broker_id", cfg.BrokerID)
 			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS, conns: plan.metrics}, log)
 			if err != nil {
 				return err
 			}
 			defer metricsSrv.stop() // after the broker has stopped
 			cfg.Metrics = metricsSrv.registerer()
-			replicas.Metrics = cfg.Metrics
-			dataPlane, err := replication.New(replicas)
+			kc := kafka.Config{FetchMaxWait: kafkaFetchMaxWait, Conns: plan.kafka}
+			kafkaLim.apply(&kc)
+			n, err := node.Start(node.Config{Agent: cfg, Replication: replicas, KafkaListen: kafkaListen, KafkaAdvertise: kafkaAdvertise, Kafka: kc})
 			if err != nil {
 				return err
-			}
-			cfg.DataPlane = dataPlane
-			kl, err := bindKafka(kafkaListen, kafkaAdvertise)
-			if err != nil {
-				return err
-			}
-			defer kl.close() // after the agent's shutdown: clients follow its leaderships away
-			if kl != nil {
-				cfg.KafkaAddress = kl.advertise
-				kl.fetchMaxWait = kafkaFetchMaxWait
-			}
-			agent, err := broker.Start(cfg)
-			if err != nil {
-				return err
-			}
-			if kl != nil {
-				if err := kl.serve(agent, dataPlane, cfg.BrokerID, cfg.TLS, plan.kafka, kafkaLim, cfg.Metrics, log); err != nil {
-					agent.Close()
-					return err
-				}
 			}
 			if cfg.TLS == nil {
 				// Said once started, so that a refused start stays one line.
 				logPlaintext(log, insecure, exposed)
 			}
-			metricsSrv.setReady(agent.Ready)
+			metricsSrv.setReady(n.Ready)
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 			defer signal.Stop(sigs)
@@ -202,23 +182,18 @@ same CA; SASL is not served.
 				// A broker whose controlled shutdown times out still
 				// stops: the controllers fence it when its session
 				// expires, and move its leaderships then.
-				if err := agent.Shutdown(ctx); err != nil {
+				if err := n.Shutdown(ctx); err != nil {
 					log.Warn("broker did not shut down cleanly", "err", err)
 				}
 				return nil
-			case err := <-agent.Fatal():
-				agent.Close()
+			case err := <-n.Fatal():
+				n.Close()
 				return err
-			case err := <-dataPlane.Failed():
-				// Kafka halts a broker whose every log dir has failed. A
-				// controlled shutdown first moves its leaderships away at
-				// once; the failed log is not flushed, so no clean
-				// shutdown is recorded, and the next start recovers every
-				// log.
+			case err := <-n.LogFailed():
 				log.Error("a log failed to write (disk full or broken): stopping; start the broker again once the disk is fixed", "err", err)
 				ctx, cancel := context.WithTimeout(context.Background(), cfg.ControlledShutdownTimeout+stopGrace)
 				defer cancel()
-				if serr := agent.Shutdown(ctx); serr != nil {
+				if serr := n.Shutdown(ctx); serr != nil {
 					log.Warn("broker did not shut down cleanly", "err", serr)
 				}
 				return fmt.Errorf("a log failed to write: %w", err)

@@ -19,10 +19,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/broker"
-	"github.com/keel-dev/keel/broker/replication"
+	"github.com/keel-dev/keel/broker/node"
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/internal/atomicfile"
-	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/internal/hostport"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/server"
@@ -128,13 +127,13 @@ the flags that reach the cluster with the admin certificate.`,
 					return errors.Join(err, q.Close())
 				}
 			}
-			agents, kafkas, err := startDevBrokers(brokers, addrs, dataDir, log, certs, ms[controllers:])
+			nodes, err := startDevBrokers(brokers, addrs, dataDir, log, certs, ms[controllers:])
 			if err != nil {
 				return errors.Join(err, q.Close())
 			}
 			// The banner says the cluster works: only once it does.
-			if err := waitForCluster(q, agents, devActiveTimeout, sigs); err != nil {
-				stopDevBrokers(agents, log)
+			if err := waitForCluster(q, nodes, devActiveTimeout, sigs); err != nil {
+				stopDevBrokers(nodes, log)
 				return errors.Join(err, q.Close())
 			}
 			out := cmd.OutOrStdout()
@@ -142,10 +141,10 @@ the flags that reach the cluster with the admin certificate.`,
 			for i, addr := range addrs {
 				fmt.Fprintf(out, "  controller %d  %s%s\n", i+1, addr, ms[i].describe())
 			}
-			bootstrap := make([]string, len(kafkas))
-			for i, a := range agents {
-				bootstrap[i] = kafkas[i].advertise
-				fmt.Fprintf(out, "  broker %d      %s  kafka %s%s\n", a.Status().BrokerID, a.Addr(), kafkas[i].advertise, ms[controllers+i].describe())
+			bootstrap := make([]string, len(nodes))
+			for i, n := range nodes {
+				bootstrap[i] = n.KafkaAddr()
+				fmt.Fprintf(out, "  broker %d      %s  kafka %s%s\n", n.Agent().Status().BrokerID, n.Addr(), n.KafkaAddr(), ms[controllers+i].describe())
 			}
 			// Commands that paste as they are into another shell: the
 			// variables every admin command reads, then the commands.
@@ -156,11 +155,11 @@ the flags that reach the cluster with the admin certificate.`,
 			}
 			keel := devCommandName()
 			fmt.Fprintf(out, "  %s quorum status\n", keel)
-			if len(agents) > 0 {
+			if len(nodes) > 0 {
 				fmt.Fprintf(out, "  %s broker list\n", keel)
-				fmt.Fprintf(out, "  %s topic create orders --partitions 6 --replication-factor %d\n", keel, min(len(agents), 3))
+				fmt.Fprintf(out, "  %s topic create orders --partitions 6 --replication-factor %d\n", keel, min(len(nodes), 3))
 				fmt.Fprintf(out, "  %s topic describe orders\n", keel)
-				fmt.Fprintf(out, "  %s broker inspect --address %s\n", keel, agents[0].Addr())
+				fmt.Fprintf(out, "  %s broker inspect --address %s\n", keel, nodes[0].Addr())
 				// The Kafka protocol, through every broker's Kafka listener.
 				fmt.Fprintf(out, "  export KEEL_BOOTSTRAP=%s   # the brokers' Kafka listeners\n", strings.Join(bootstrap, ","))
 				fmt.Fprintf(out, "  echo 'user-1:hello' | %s produce --topic orders --key-sep :\n", keel)
@@ -172,14 +171,11 @@ the flags that reach the cluster with the admin certificate.`,
 			done := make(chan struct{})
 			select {
 			case <-sigs:
-			case fatal = <-firstFatal(agents, done):
+			case fatal = <-firstFatal(nodes, done):
 			}
 			close(done)
 			fmt.Fprintln(out, "stopping...")
-			stopDevBrokers(agents, log)
-			for _, k := range kafkas {
-				k.close()
-			}
+			stopDevBrokers(nodes, log)
 			return errors.Join(fatal, q.Close())
 		},
 	}
@@ -250,10 +246,10 @@ func saveDevState(dataDir string, st devState) error {
 	return nil
 }
 
-// waitForCluster waits until q has an active controller and every agent
+// waitForCluster waits until q has an active controller and every broker
 // is ready (registered, active, caught up), at most timeout, or until a
 // signal (Ctrl-C) arrives.
-func waitForCluster(q *server.LocalQuorum, agents []*broker.Agent, timeout time.Duration, sigs <-chan os.Signal) error {
+func waitForCluster(q *server.LocalQuorum, nodes []*node.Node, timeout time.Duration, sigs <-chan os.Signal) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -263,9 +259,9 @@ func waitForCluster(q *server.LocalQuorum, agents []*broker.Agent, timeout time.
 		if q.Active() == nil {
 			waiting = "no active controller: the controllers cannot elect one"
 		} else {
-			for _, a := range agents {
-				if err := a.Ready(); err != nil {
-					waiting = fmt.Sprintf("broker %d is not ready: %v", a.BrokerID(), err)
+			for _, n := range nodes {
+				if err := n.Ready(); err != nil {
+					waiting = fmt.Sprintf("broker %d is not ready: %v", n.Agent().BrokerID(), err)
 					break
 				}
 			}
@@ -312,57 +308,39 @@ func devCommandName() string {
 // on a free loopback port with its data under dataDir, with a Kafka
 // listener on another, and with its own certificate from certs (nil:
 // plaintext).
-func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, certs *devCerts, ms []*metricsServer) (_ []*broker.Agent, _ []*kafkaListener, err error) {
-	var agents []*broker.Agent
-	var kafkas []*kafkaListener
+func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, certs *devCerts, ms []*metricsServer) (_ []*node.Node, err error) {
+	var nodes []*node.Node
 	defer func() {
 		if err != nil {
-			for _, k := range kafkas {
-				k.close()
-			}
-			for _, a := range agents {
-				a.Close()
+			for _, bn := range nodes {
+				bn.Close()
 			}
 		}
 	}()
 	for i := range n {
 		id := int32(i + 1)
-		tlsCfg := certs.broker(id)
 		// The reference data plane: a log per replica, followers fetching
 		// from their leaders, so ISRs shrink and grow as brokers come and
 		// go, as in a real cluster.
-		brokerDir := filepath.Join(dataDir, fmt.Sprintf("broker-%d", id))
-		dp, err := replication.New(replication.Config{DataDir: brokerDir, TLS: tlsCfg, Logger: log.With("broker_id", id)})
-		if err != nil {
-			return nil, nil, err
-		}
-		kl, err := bindKafka("127.0.0.1:0", "")
-		if err != nil {
-			return nil, nil, err
-		}
-		a, err := broker.Start(broker.Config{
-			BrokerID:     id,
-			KafkaAddress: kl.advertise,
-			Listen:       "127.0.0.1:0",
-			DataDir:      brokerDir,
-			Controllers:  addrs,
-			DataPlane:    dp,
-			Logger:       log, // the agent adds broker_id
-			TLS:          tlsCfg,
-			Metrics:      ms[i].registerer(),
+		bn, err := node.Start(node.Config{
+			Agent: broker.Config{
+				BrokerID:    id,
+				Listen:      "127.0.0.1:0",
+				DataDir:     filepath.Join(dataDir, fmt.Sprintf("broker-%d", id)),
+				Controllers: addrs,
+				Logger:      log, // the agent adds broker_id
+				TLS:         certs.broker(id),
+				Metrics:     ms[i].registerer(),
+			},
+			KafkaListen: "127.0.0.1:0",
 		})
 		if err != nil {
-			kl.close()
-			return nil, nil, fmt.Errorf("broker %d: %w", id, err)
+			return nil, fmt.Errorf("broker %d: %w", id, err)
 		}
-		agents = append(agents, a)
-		if err := kl.serve(a, dp, id, tlsCfg, connlimit.Limits{}, kafkaLimits{}, ms[i].registerer(), log); err != nil {
-			return nil, nil, fmt.Errorf("broker %d: %w", id, err)
-		}
-		kafkas = append(kafkas, kl)
-		ms[i].setReady(a.Ready)
+		nodes = append(nodes, bn)
+		ms[i].setReady(bn.Ready)
 	}
-	return agents, kafkas, nil
+	return nodes, nil
 }
 
 // startDevMetrics starts a metrics server per node on a free loopback port,
@@ -394,16 +372,16 @@ func stopDevMetrics(ms []*metricsServer) {
 // stopDevBrokers stops every broker at once with a controlled shutdown,
 // while the controllers are still up to take it. A broker whose controlled
 // shutdown does not complete is stopped all the same.
-func stopDevBrokers(agents []*broker.Agent, log *slog.Logger) {
+func stopDevBrokers(nodes []*node.Node, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), brokerShutdownTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, a := range agents {
+	for _, n := range nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := a.Shutdown(ctx); err != nil {
-				log.Warn("broker did not shut down cleanly", "broker", a.Status().BrokerID, "err", err)
+			if err := n.Shutdown(ctx); err != nil {
+				log.Warn("broker did not shut down cleanly", "broker", n.Agent().Status().BrokerID, "err", err)
 			}
 		}()
 	}
@@ -412,12 +390,12 @@ func stopDevBrokers(agents []*broker.Agent, log *slog.Logger) {
 
 // firstFatal delivers the first broker's fatal error. Its goroutines end
 // when their broker's does, or when done is closed.
-func firstFatal(agents []*broker.Agent, done <-chan struct{}) <-chan error {
-	out := make(chan error, len(agents))
-	for _, a := range agents {
+func firstFatal(nodes []*node.Node, done <-chan struct{}) <-chan error {
+	out := make(chan error, len(nodes))
+	for _, n := range nodes {
 		go func() {
 			select {
-			case err := <-a.Fatal():
+			case err := <-n.Fatal():
 				out <- err
 			case <-done:
 			}

@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/broker"
-	"github.com/keel-dev/keel/broker/replication"
-	"github.com/keel-dev/keel/internal/connlimit"
+	"github.com/keel-dev/keel/broker/node"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/keeltest"
 )
@@ -31,35 +30,24 @@ func runKeelIn(t *testing.T, stdin io.Reader, args ...string) (string, error) {
 }
 
 // startKafkaBroker runs a one-controller quorum and broker 1 with its
-// replicated data plane and Kafka listener, as keel broker --kafka-listen
-// does, and returns the controllers'
+// replicated data plane and Kafka listener, assembled as keel broker
+// --kafka-listen assembles one (broker/node), and returns the controllers'
 // addresses and the Kafka bootstrap address.
 func startKafkaBroker(t *testing.T) (controllers, bootstrap string) {
 	t.Helper()
 	c := keeltest.NewCluster(t, 1)
 	c.WaitForActive(10 * time.Second)
-	kl, err := bindKafka("127.0.0.1:0", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
 	dir := t.TempDir()
-	dp, err := replication.New(replication.Config{DataDir: dir, Logger: log})
+	n, err := node.Start(node.Config{
+		Agent: broker.Config{BrokerID: 1, Listen: "127.0.0.1:0", DataDir: dir, Controllers: c.Addrs(),
+			HeartbeatInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+		KafkaListen: "127.0.0.1:0",
+	})
 	if err != nil {
-		kl.close()
 		t.Fatal(err)
 	}
-	a, err := broker.Start(broker.Config{BrokerID: 1, Listen: "127.0.0.1:0", KafkaAddress: kl.advertise, DataDir: dir,
-		Controllers: c.Addrs(), HeartbeatInterval: 50 * time.Millisecond, Logger: log, DataPlane: dp})
-	if err != nil {
-		kl.close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	if err := kl.serve(a, dp, 1, nil, connlimit.Limits{}, kafkaLimits{}, nil, log); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kl.close)
+	t.Cleanup(func() { n.Close() })
+	a := n.Agent()
 	poll.Until(t, 10*time.Second, "broker 1 active", func() bool { return a.Status().State == broker.StateActive })
 	controllers = strings.Join(c.Addrs(), ",")
 	if _, err := runKeel(t, "topic", "create", "events", "--partitions", "2", "--replication-factor", "1", "--controllers", controllers); err != nil {
@@ -69,7 +57,7 @@ func startKafkaBroker(t *testing.T) (controllers, bootstrap string) {
 		_, ok := a.Image().Topic("events")
 		return ok
 	})
-	return controllers, kl.advertise
+	return controllers, n.KafkaAddr()
 }
 
 func TestProduceConsume(t *testing.T) {

@@ -157,6 +157,13 @@ func TestDev_BannerCommandsPasteAndDataDirRestarts(t *testing.T) {
 		seen, err := scrapeMetrics(mm[1])
 		return err == nil && seen[produces] >= 1
 	})
+	// A dev broker is assembled as keel broker's is (broker/node): its
+	// data plane's metrics are there too.
+	if seen, err := scrapeMetrics(mm[1]); err != nil {
+		t.Fatal(err)
+	} else if _, ok := seen["keel_broker_log_scrub_bytes_total"]; !ok {
+		t.Errorf("keel dev --metrics: broker 1 serves no keel_broker_log_scrub_bytes_total, the data plane's metric")
+	}
 
 	// A second run on the same data dir while the first holds its ports.
 	_, stderr, code := runKeel(t, 60*time.Second, append([]string{"dev"}, args...)...)

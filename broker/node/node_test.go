@@ -18,6 +18,7 @@ import (
 	"github.com/keel-dev/keel/broker/kafka"
 	"github.com/keel-dev/keel/broker/node"
 	"github.com/keel-dev/keel/broker/replication"
+	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -50,6 +51,18 @@ func brokerInfo(t *testing.T, c *keeltest.Cluster) *keelpb.BrokerInfo {
 		}
 	}
 	return nil
+}
+
+// checkPortsClosed fails t if n's gRPC or Kafka port still accepts
+// connections once stop (Shutdown, Close) has returned.
+func checkPortsClosed(t *testing.T, n *node.Node, stop string) {
+	t.Helper()
+	for _, addr := range []string{n.Addr(), n.KafkaAddr()} {
+		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			conn.Close()
+			t.Errorf("%s still accepts connections after %s", addr, stop)
+		}
+	}
 }
 
 func gathered(t *testing.T, reg *prometheus.Registry) map[string]bool {
@@ -124,12 +137,7 @@ func TestNode_StartServeShutdown(t *testing.T) {
 		b := brokerInfo(t, c)
 		return b != nil && b.GetState() == "fenced"
 	})
-	for _, addr := range []string{n.Addr(), n.KafkaAddr()} {
-		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			conn.Close()
-			t.Errorf("%s still accepts connections after Shutdown", addr)
-		}
-	}
+	checkPortsClosed(t, n, "Shutdown")
 }
 
 // TestNode_Close: Close stops a broker as a crash would (no controlled
@@ -145,12 +153,7 @@ func TestNode_Close(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	for _, addr := range []string{n.Addr(), n.KafkaAddr()} {
-		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			conn.Close()
-			t.Errorf("%s still accepts connections after Close", addr)
-		}
-	}
+	checkPortsClosed(t, n, "Close")
 }
 
 // TestNode_NoKafkaListener: without KafkaListen the broker registers no
@@ -178,7 +181,11 @@ func TestStart_Refusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	free := freeAddr(t)
+	frees, err := keelproc.FreeAddrs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := frees[0]
 	controllers := []string{"127.0.0.1:1"} // never dialled: every start fails first
 	tests := []struct {
 		name string
@@ -224,15 +231,4 @@ func TestStart_Refusals(t *testing.T) {
 			lis.Close()
 		})
 	}
-}
-
-// freeAddr is a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
 }

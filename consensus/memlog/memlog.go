@@ -224,7 +224,7 @@ func (c *Cluster) Elect(id int32) error {
 		return fmt.Errorf("memlog: elect %d: no such node", id)
 	case n.killed:
 		return fmt.Errorf("memlog: elect %d: %w", id, consensus.ErrShutdown)
-	case !isVoter(c.latestLocked(len(c.entries)), id):
+	case !isVoter(c.latestLocked(c.survivingLocked()), id):
 		return fmt.Errorf("memlog: elect %d: not a voter in the latest configuration", id)
 	}
 	c.electLocked(n)
@@ -382,6 +382,16 @@ func (c *Cluster) Applied(id int32) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.nodes[id].applied
+}
+
+// survivingLocked is how many entries survive deposing the leader: with
+// Truncate, only the committed ones. Whom an election or a transfer may
+// choose is decided on the configuration they leave.
+func (c *Cluster) survivingLocked() int {
+	if c.leader >= 0 && c.fate == Truncate {
+		return c.committed
+	}
+	return len(c.entries)
 }
 
 // lastIndexLocked is the index of the last entry.

@@ -102,6 +102,40 @@ func TestCluster_ElectRefusals(t *testing.T) {
 	}
 }
 
+// TestElect_TruncatedConfiguration: a voter added by an uncommitted
+// change that a Truncate deposition would cut away cannot be elected.
+func TestElect_TruncatedConfiguration(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		fate    Fate
+		wantErr bool
+	}{
+		{"committed by the next leader", Commit, false},
+		{"truncated", Truncate, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := newTestCluster(t, []int32{1, 2})
+			tc.AddNode(3)
+			tc.SetFate(tt.fate)
+			tc.elected(t, 1)
+			tc.HoldCommits()
+			add := tc.Node(1).AddVoter(3, "mem-3", 0, time.Second)
+			if err := tc.Elect(3); (err != nil) != tt.wantErr {
+				t.Fatalf("elect: %v, want an error: %v", err, tt.wantErr)
+			}
+			if tt.wantErr {
+				if tc.Leader() != 1 || resolved(add) {
+					t.Fatalf("a refused election changed leader (%d) or the change", tc.Leader())
+				}
+				return
+			}
+			if err := add.Error(); !errors.Is(err, consensus.ErrLeadershipLost) {
+				t.Fatalf("the change: %v, want ErrLeadershipLost", err)
+			}
+		})
+	}
+}
+
 func TestNode_StateAndLeader(t *testing.T) {
 	tc := newTestCluster(t, []int32{1, 2}, WithAddress(func(id int32) string { return "host-" + strconv.Itoa(int(id)) }))
 	tc.elected(t, 2)

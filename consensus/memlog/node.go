@@ -336,7 +336,7 @@ func (c *Cluster) transferTargetLocked(from int32, to *consensus.Server) (consen
 	var best consensus.Server
 	var bestLast uint64
 	found := false
-	for _, s := range sortedServers(c.latestLocked(len(c.entries))) {
+	for _, s := range sortedServers(c.latestLocked(c.survivingLocked())) {
 		m, ok := c.nodes[s.ID]
 		if s.ID == from || s.Suffrage != consensus.Voter || !ok || m.killed || (to != nil && s.ID != to.ID) {
 			continue

@@ -6,7 +6,7 @@ LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 PROTO_DIR := proto/keelpb
 SHELL     := /bin/bash
 
-.PHONY: all build run test test-clients test-kcat faults faults-data faults-data-unclean lint docs docs-check fuzz proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel clean
+.PHONY: all build run test test-clients test-kcat faults faults-data faults-data-unclean lint docs docs-check fuzz proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel bench-table clean
 
 all: build
 
@@ -146,6 +146,14 @@ bench-failover: build
 ## run is `./bin/keel bench --partitions 1000000`).
 bench-keel: build
 	./$(BIN) bench
+
+## bench-table: run `keel bench BENCH_ARGS -o json` and print its figures as rows of
+## docs/benchmarks.md's table, with today's date and the command
+## (internal/bench/cmd/benchtable; the report is kept in bench.json).
+BENCH_ARGS ?=
+bench-table: build
+	./$(BIN) bench $(BENCH_ARGS) -o json > bench.json
+	$(GO) run ./internal/bench/cmd/benchtable -command 'keel bench $(strip $(BENCH_ARGS))' < bench.json
 
 clean:
 	rm -rf bin

@@ -9,7 +9,6 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -162,7 +161,7 @@ func printBenchTable(w io.Writer, r *bench.Report) error {
 	rows := [][]string{{"SCENARIO", "PARTITIONS", "BROKERS", "RUNS", "MEDIAN", "MAX", "MEASURES"}}
 	for _, s := range r.Scenarios {
 		rows = append(rows, []string{s.Name, fmt.Sprint(s.Partitions), fmt.Sprint(s.Brokers), fmt.Sprint(s.Runs),
-			formatSeconds(s.MedianS), formatSeconds(s.MaxS), s.Measures})
+			bench.FormatSeconds(s.MedianS), bench.FormatSeconds(s.MaxS), s.Measures})
 	}
 	if len(r.Scenarios) > 0 {
 		if err := printTable(w, rows); err != nil {
@@ -187,17 +186,6 @@ func printBenchTable(w io.Writer, r *bench.Report) error {
 	return nil
 }
 
-func formatSeconds(s float64) string {
-	d := time.Duration(s * float64(time.Second))
-	switch {
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.0fµs", s*1e6)
-	case d < time.Second:
-		return fmt.Sprintf("%.1fms", s*1e3)
-	}
-	return fmt.Sprintf("%.3fs", s)
-}
-
 func formatFigure(f bench.Figure) string {
 	switch {
 	case strings.HasSuffix(f.Name, "_per_s"):
@@ -205,7 +193,7 @@ func formatFigure(f bench.Figure) string {
 	case strings.HasSuffix(f.Name, "_ms"):
 		return fmt.Sprintf("%.2fms", f.Value)
 	case strings.HasSuffix(f.Name, "_s"):
-		return formatSeconds(f.Value)
+		return bench.FormatSeconds(f.Value)
 	case strings.HasSuffix(f.Name, "_bytes"):
 		return fmt.Sprintf("%.1fMiB", f.Value/(1<<20))
 	case f.Value == float64(int64(f.Value)):

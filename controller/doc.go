@@ -1,5 +1,5 @@
 // Package controller is the active controller: it turns raft leadership into
-// the Kafka controller role (the Raft-era /controller znode).
+// the Kafka controller role (the ZooKeeper-era /controller znode).
 //
 // A node becomes the active controller in three steps once raft makes it
 // leader: a Barrier, so its FSM holds every committed record; a committed

@@ -1,5 +1,5 @@
-// Package clock is the time the broker's data planes read: the wall clock
-// in production, a Fake that tests move by hand.
+// Package clock is the time the broker's data plane (broker/replication)
+// reads: the wall clock in production, a Fake that tests move by hand.
 package clock
 
 import "time"

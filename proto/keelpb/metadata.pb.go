@@ -529,7 +529,7 @@ func (x *ClusterIdRecord) GetClusterId() string {
 }
 
 // ControllerEpochRecord is the first record every new active controller commits
-// (the Raft-era /controller_epoch): epoch must be exactly the current epoch + 1.
+// (the ZooKeeper-era /controller_epoch): epoch must be exactly the current epoch + 1.
 type ControllerEpochRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Epoch         int64                  `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`

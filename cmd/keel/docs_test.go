@@ -101,8 +101,9 @@ func TestDocs_ConfigurationCommand(t *testing.T) {
 }
 
 // TestDocs_ConfigurationHasEveryFlag wants a section for every runnable
-// command and a row for each of its flags, with the flag's default and, for
-// a setting, its variable.
+// command and an item for each of its flags with the flag's default: in the
+// section, or among the common flags when the section names it there. It
+// also checks the rule the page states for which flags are settings.
 func TestDocs_ConfigurationHasEveryFlag(t *testing.T) {
 	doc := generateConfigurationDoc(t)
 	root := newDocsRoot()
@@ -110,36 +111,33 @@ func TestDocs_ConfigurationHasEveryFlag(t *testing.T) {
 	if len(cmds) < 20 {
 		t.Fatalf("only %d commands found", len(cmds))
 	}
+	common := docSection(t, doc, "\n## Common flags\n", "\n## ")
 	for _, c := range cmds {
-		head := "\n### `" + c.CommandPath() + "`\n"
-		start := strings.Index(doc, head)
-		if start < 0 {
-			t.Errorf("no section for %s", c.CommandPath())
-			continue
-		}
+		section := docSection(t, doc, "\n### `"+c.CommandPath()+"`\n", "\n### ")
 		markActions(c) // as at run time: which flags are settings
-		section := doc[start+len(head):]
-		if end := strings.Index(section, "\n### "); end >= 0 {
-			section = section[:end]
-		}
+		process := c.Flags().Lookup(flagPrintConfig) != nil
 		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
 			if f.Name == "help" || f.Hidden { // hidden flags are left out, as the generator does
 				return
 			}
-			var row string
-			for line := range strings.Lines(section) {
-				cell, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " |")
-				if strings.HasPrefix(line, "| `") && (strings.Contains(cell, "--"+f.Name+" ") || strings.HasSuffix(cell, "--"+f.Name+"`")) {
-					row = line
+			item := flagItem(section, f.Name)
+			if item == "" {
+				line, _, _ := strings.Cut(section, "\n\n")
+				if !strings.Contains(line, "Common flags:") || !strings.Contains(line, "`--"+f.Name+"`") {
+					t.Errorf("%s: no item for --%s, and the section does not name it as a common flag", c.CommandPath(), f.Name)
+					return
 				}
+				item = flagItem(common, f.Name)
 			}
-			switch {
-			case row == "":
-				t.Errorf("%s: no row for --%s", c.CommandPath(), f.Name)
-			case !strings.Contains(row, "| "+defaultCell(f)+" |"):
-				t.Errorf("%s --%s: default %q not in %q", c.CommandPath(), f.Name, f.DefValue, row)
-			case configurable(c) && config.Settable(f) && !strings.Contains(row, config.EnvName(f.Name)):
-				t.Errorf("%s --%s: a setting, but its variable is not in %q", c.CommandPath(), f.Name, row)
+			want := "` = " + defaultText(f) + ": "
+			if defaultText(f) == "" {
+				want = "`: "
+			}
+			if !strings.Contains(item, want) {
+				t.Errorf("%s --%s: default %q not in %q", c.CommandPath(), f.Name, f.DefValue, item)
+			}
+			if configurable(c) && f.Name != flagPrintConfig && config.Settable(f) != (process || connectionFlags[f.Name]) {
+				t.Errorf("%s --%s: config.Settable says %v, against the rule the page states", c.CommandPath(), f.Name, config.Settable(f))
 			}
 		})
 	}
@@ -151,6 +149,32 @@ func TestDocs_ConfigurationHasEveryFlag(t *testing.T) {
 	if strings.Contains(doc, "### `keel docs") {
 		t.Error("the hidden docs command has a section")
 	}
+}
+
+// docSection is the text of doc after head, up to the next end (or the
+// end of doc).
+func docSection(t *testing.T, doc, head, end string) string {
+	t.Helper()
+	start := strings.Index(doc, head)
+	if start < 0 {
+		t.Fatalf("no section %q", strings.TrimSpace(head))
+	}
+	section := doc[start+len(head):]
+	if i := strings.Index(section, end); i >= 0 {
+		section = section[:i]
+	}
+	return section
+}
+
+// flagItem is the list item of --name in section, or "".
+func flagItem(section, name string) string {
+	for line := range strings.Lines(section) {
+		flag, _, _ := strings.Cut(strings.TrimPrefix(line, "- `"), "`")
+		if strings.HasPrefix(line, "- `") && (strings.HasSuffix(flag, "--"+name) || strings.Contains(flag, "--"+name+" ")) {
+			return line
+		}
+	}
+	return ""
 }
 
 func TestStableDefault(t *testing.T) {

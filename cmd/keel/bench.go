@@ -138,7 +138,7 @@ simulated broker presents too.`,
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultRuns, "runs of each scenario (median and max are over them)")
 	f.StringVar(&controllers, "controllers", "", "bench a running quorum at host:port,... instead of starting one (skips failover and load)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (its simulated brokers and clients, not the controllers) to this file")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (not the controllers) to this file")
 	f.DurationVar(&cfg.HeartbeatWindow, "heartbeat-window", bench.DefaultHeartbeatWindow, "how long each heartbeats run measures")
 	f.DurationVar(&cfg.SteadyDuration, "steady-duration", bench.DefaultSteadyDuration, "how long each run of the steady scenario (named only explicitly) lasts")
 	addBenchDataFlags(f, &cfg.Data)

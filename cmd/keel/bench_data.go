@@ -13,7 +13,7 @@ func addBenchDataFlags(f *pflag.FlagSet, d *bench.DataConfig) {
 	f.IntVar(&d.RecordSize, "record-size", bench.DefaultRecordSize, "produce, catch-up: each record's value, in bytes")
 	f.IntVar(&d.Partitions, "produce-partitions", bench.DefaultDataPartitions, "produce, catch-up: partitions of the topic written to (RF 3)")
 	f.IntVar(&d.Producers, "producers", bench.DefaultProducers, "produce, catch-up: franz-go clients producing at once")
-	f.DurationVar(&d.Duration, "produce-duration", bench.DefaultProduceDuration, "produce: how long each of its three measurements lasts (acks=1, acks=all, acks=all at half its peak), after a warm-up")
+	f.DurationVar(&d.Duration, "produce-duration", bench.DefaultProduceDuration, "produce: how long each of its three measurements lasts, after a warm-up")
 	f.Int64Var(&d.CatchUpBytes, "catch-up-bytes", bench.DefaultCatchUpBytes, "catch-up: bytes of records written while the follower is down")
 	f.DurationVar(&d.SessionTimeout, "broker-session-timeout", 0, "leader-crash: the data path controllers' --session-timeout (default: theirs, 9s)")
 }

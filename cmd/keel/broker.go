@@ -210,27 +210,27 @@ same CA; SASL is not served.
 	f.StringVar(&cfg.Rack, "rack", "", "the broker's rack, for rack-aware placement")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "how often to heartbeat to the active controller")
 	f.DurationVar(&cfg.ControlledShutdownTimeout, "controlled-shutdown-timeout", cfg.ControlledShutdownTimeout,
-		"on SIGTERM, how long to wait for the controller to move this broker's leaderships away before leaving anyway")
+		"on SIGTERM, how long to wait for this broker's leaderships to move away before leaving anyway")
 	f.DurationVar(&replicas.FetchMaxWait, "replica-fetch-interval", replicas.FetchMaxWait,
-		"how long a follower's fetch waits on its leader for new records (Kafka's replica.fetch.wait.max.ms): an idle follower fetches this often")
+		"how long a follower's fetch waits on its leader for new records (Kafka's replica.fetch.wait.max.ms)")
 	f.DurationVar(&replicas.ReplicaLagTimeMax, "replica-lag-time-max", replicas.ReplicaLagTimeMax,
-		"how long a follower may go without catching up with its leader before the leader drops it from the ISR (Kafka's replica.lag.time.max.ms)")
+		"how long a follower may lag before the leader drops it from the ISR (Kafka's replica.lag.time.max.ms)")
 	f.DurationVar(&replicas.FlushInterval, "log-flush-interval", replicas.FlushInterval,
-		"fsync each log at least this often while it takes writes (Kafka's flush.ms); 0 leaves durability to replication, as Kafka does")
+		"fsync each log at least this often while it takes writes (Kafka's flush.ms); 0: only at roll and stop")
 	f.DurationVar(&replicas.RetentionCheckInterval, "log-retention-check-interval", replicas.RetentionCheckInterval,
-		"how often each log applies its topic's retention.ms and retention.bytes (Kafka's log.retention.check.interval.ms)")
+		"how often each log applies retention.ms and retention.bytes (Kafka's log.retention.check.interval.ms)")
 	f.Int64Var(&replicas.ScrubBytesPerSecond, "log-scrub-rate", replicas.ScrubBytesPerSecond,
-		"bytes per second at which a background scrub reads every sealed segment again and verifies it (CRC-32C, offsets, index, log start), pass after pass; 0: no background scrub (keel broker scrub still runs one)")
+		"bytes per second a background scrub verifies sealed segments at; 0: none")
 	addTestMaxMetadataVersionFlag(f, &cfg.MaxMetadataVersion)
 	f.StringVar(&testDialVia, "test-dial-via", "", "for Keel's own tests: ADDR=VIA,... dial VIA whenever the broker dials ADDR (a controller or a leader)")
 	_ = f.MarkHidden("test-dial-via")
-	f.StringVar(&kafkaListen, "kafka-listen", "", "address to serve the Kafka protocol on, for Kafka clients (keel produce, kcat, franz-go); empty: none")
+	f.StringVar(&kafkaListen, "kafka-listen", "", "address to serve the Kafka protocol on; empty: none")
 	f.StringVar(&kafkaAdvertise, "kafka-advertise", "", "address Kafka clients reach this broker's Kafka listener at (default: --kafka-listen)")
 	f.DurationVar(&kafkaFetchMaxWait, "kafka-fetch-max-wait", kafkaFetchMaxWait,
-		"the longest a Kafka client's fetch waits for records, whatever its fetch.max.wait.ms asks (a fetch also ends when its connection closes)")
+		"the longest a Kafka fetch waits for records, whatever it asks")
 	kafkaLim.addFlags(f)
 	f.IntVar(&cfg.MaxStreamsPerConn, "max-concurrent-streams", rpc.DefaultBrokerStreams,
-		"the gRPC calls in flight on one connection to the broker's service: a follower fetches each partition it follows from this broker with a call of its own")
+		"the gRPC calls in flight on one connection (each partition a follower fetches is one)")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
 	conns.add(cmd, true)
@@ -419,7 +419,7 @@ func newBrokerInspectCmd() *cobra.Command {
 	f := &brokerCallFlags{}
 	cmd := &cobra.Command{
 		Use:   "inspect",
-		Short: "Show one broker's own view: its epoch, the controller it follows, its metadata offset, its replicas",
+		Short: "Show one broker's own view: epoch, controller, metadata offset, replicas",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return brokerCall(cmd, f, func(ctx context.Context, bc *rpc.BrokerClient) (brokerInspect, error) {

@@ -12,9 +12,9 @@ import (
 // in flight (rpc.ServerLimits).
 func addControllerCallLimitFlags(f *pflag.FlagSet, l *rpc.ServerLimits) {
 	f.IntVar(&l.StreamsPerConn, "max-concurrent-streams", rpc.DefaultControllerStreams,
-		"the gRPC calls in flight on one connection; a client's further calls wait for one to end")
+		"the gRPC calls in flight on one connection; more wait")
 	f.IntVar(&l.CallsPerIdentity, "max-calls-per-identity", rpc.DefaultCallsPerIdentity,
-		"with TLS, the gRPC calls in flight of one certificate over all its connections (a metadata stream counted until its request is in); beyond it a call is refused with ResourceExhausted before its request is read")
+		"with TLS, the gRPC calls in flight of one certificate over all its connections; more are refused")
 }
 
 // checkCallLimits refuses a bound that is not positive, naming its flag.

@@ -34,7 +34,7 @@ const (
 func newCertCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cert",
-		Short: "Make a certificate authority and the certificates of controllers, brokers, operators and probes",
+		Short: "Make a certificate authority and the certificates of keel's identities",
 		Long: `Make the files mutual TLS needs (docs/security.md): a certificate authority
 (create-ca), then one certificate per identity, signed by it (create):
 
@@ -65,7 +65,7 @@ type certDirFlags struct {
 }
 
 func (f *certDirFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.dir, "certs-dir", "", "the directory of the CA certificate (ca.pem) and of the certificates and keys (required)")
+	cmd.Flags().StringVar(&f.dir, "certs-dir", "", "the directory of ca.pem and of the certificates and keys (required)")
 	cmd.Flags().StringVar(&f.caKey, "ca-key", "", "the CA's private key (default: ca-key.pem in --certs-dir); keep it off the nodes")
 }
 
@@ -205,7 +205,7 @@ a certificate; restart the process to use it).`,
 		},
 	}
 	f.add(cmd)
-	cmd.Flags().StringSliceVar(&hosts, "host", nil, "IP addresses and DNS names the certificate is valid for, beside loopback (comma-separated or repeated)")
+	cmd.Flags().StringSliceVar(&hosts, "host", nil, "IP addresses and DNS names the certificate is valid for, beside loopback")
 	cmd.Flags().DurationVar(&lifetime, "lifetime", lifetime, "how long the certificate is valid (at most until the CA expires)")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace an existing certificate and key of NAME (renewal)")
 	return cmd

@@ -89,7 +89,7 @@ func configurable(cmd *cobra.Command) bool {
 func withPrintConfig(g *globalFlags, cmd *cobra.Command) *cobra.Command {
 	var print bool
 	cmd.Flags().BoolVar(&print, flagPrintConfig, false,
-		"print the effective settings (from flags, KEEL_* variables, the --config file and defaults) as a --config file, and exit")
+		"print the effective settings and their sources as a --config file, and exit")
 	run := cmd.RunE
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if print {

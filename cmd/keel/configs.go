@@ -175,7 +175,7 @@ func newConfigDescribeCmd() *cobra.Command {
 	r := &readFlags{}
 	cmd := &cobra.Command{
 		Use:   "describe",
-		Short: "Show the cluster-wide default of every topic config, and where it comes from",
+		Short: "Show the cluster-wide default of every topic config and its source",
 		Long: `Show every topic config as a topic without its own value has it: the
 cluster-wide default ('keel config alter'), source cluster_default, or Keel's
 built-in one (Kafka's), source default.

@@ -33,16 +33,16 @@ const (
 func (c *connFlags) add(cmd *cobra.Command, kafka bool) {
 	f := cmd.Flags()
 	f.IntVar(&c.reserved, "reserved-files", 0,
-		"file descriptors kept for the logs, raft's files and outgoing connections, which no listener's connections may take; 0: half the open-files limit (RLIMIT_NOFILE), at least 256")
+		"file descriptors no listener may take; 0: half the open-files limit, at least 256")
 	f.IntVar(&c.maxConns, "max-connections", 0,
-		"the most connections --listen holds at once, counted from accept, before TLS (Kafka's max.connections); 0: derived from the open-files limit beyond --reserved-files")
+		"the most connections --listen holds (Kafka's max.connections); 0: from the open-files limit")
 	f.IntVar(&c.maxPerIP, "max-connections-per-ip", 0,
-		"the most connections --listen holds from one IP address (Kafka's max.connections.per.ip); 0: a quarter of --max-connections")
+		"the most connections --listen holds from one IP address; 0: a quarter of --max-connections")
 	if kafka {
 		f.IntVar(&c.kafkaConns, "kafka-max-connections", 0,
-			"the most connections the Kafka listener holds at once, counted from accept, before TLS (Kafka's max.connections); 0: derived from the open-files limit beyond --reserved-files")
+			"the most connections the Kafka listener holds (Kafka's max.connections); 0: from the open-files limit")
 		f.IntVar(&c.kafkaPer, "kafka-max-connections-per-ip", 0,
-			"the most connections the Kafka listener holds from one IP address (Kafka's max.connections.per.ip); 0: a quarter of --kafka-max-connections")
+			"the Kafka listener's connections from one IP address; 0: a quarter of --kafka-max-connections")
 	}
 }
 

@@ -27,13 +27,13 @@ func addRaftTimingFlags(fs *pflag.FlagSet, t *raftlog.Timing) {
 	fs.DurationVar(&t.ElectionTimeout, "raft-election-timeout", t.ElectionTimeout,
 		"how long a candidate waits for votes before it tries again")
 	fs.DurationVar(&t.LeaderLeaseTimeout, "raft-leader-lease-timeout", t.LeaderLeaseTimeout,
-		"how long a leader stays leader without reaching a quorum (at most --raft-heartbeat-timeout)")
+		"how long a leader stays leader without a quorum (at most --raft-heartbeat-timeout)")
 	fs.DurationVar(&t.CommitTimeout, "raft-commit-timeout", t.CommitTimeout,
 		"how long the leader may delay telling followers the commit index when idle")
 	fs.BoolVar(&t.CrashElection, "raft-crash-election", t.CrashElection,
-		"when the leader's process dies (its raft connections close and its port refuses), elect a new one after --raft-crash-confirm rather than after --raft-heartbeat-timeout")
+		"when the leader's process dies, elect after --raft-crash-confirm, not --raft-heartbeat-timeout")
 	fs.DurationVar(&t.CrashConfirm, "raft-crash-confirm", t.CrashConfirm,
-		"how long the crash election confirms the leader is gone (its port refuses, and a quorum of voters does not hear it) before it elects; at least two fifths of --raft-heartbeat-timeout")
+		"how long the crash election confirms the leader is gone; at least 2/5 of --raft-heartbeat-timeout")
 }
 
 func newControllerCmd(g *globalFlags) *cobra.Command {
@@ -171,33 +171,33 @@ loopback, or --insecure says plaintext is meant.`,
 		},
 	}
 	f := cmd.Flags()
-	f.Int32Var(&nodeID, "node-id", 0, "this node's id: a positive integer, one of the ids in --voters unless --join (required)")
+	f.Int32Var(&nodeID, "node-id", 0, "this node's id, one of --voters' unless --join (required)")
 	f.StringVar(&cfg.Listen, "listen", "", "address to listen on for raft and gRPC (default: this node's address in --voters)")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the raft log, snapshots and node metadata (required)")
 	f.StringVar(&voters, "voters", "", "the initial quorum, id@host:port,... (required on first start, unless --join)")
-	f.BoolVar(&cfg.Join, "join", false, "with an empty --data-dir, bootstrap nothing and wait to be added to a running quorum (keel quorum add-voter); the node's address is --listen")
-	f.StringVar(&raftDial, "raft-dial", "", "dial these peers' raft traffic at other addresses than the voter list's (a proxy, NAT), id@host:port,...; empty: none")
-	f.StringVar(&cfg.RestoreFrom, "restore-from", "", "start a brand-new quorum (empty data dirs) from this snapshot file, given to every voter; ignored once the cluster has state")
+	f.BoolVar(&cfg.Join, "join", false, "with an empty --data-dir, bootstrap nothing and wait to be added (keel quorum add-voter)")
+	f.StringVar(&raftDial, "raft-dial", "", "dial these peers' raft traffic at other addresses than --voters' (a proxy, NAT), id@host:port,...")
+	f.StringVar(&cfg.RestoreFrom, "restore-from", "", "start a new quorum from this snapshot file, given to every voter; ignored once the cluster has state")
 	f.Uint32Var(&cfg.InitialMetadataVersion, "initial-metadata-version", fsm.MaxMetadataVersion,
-		"the metadata.version a new cluster starts at (docs/features.md); lower keeps it readable by older brokers and controllers; ignored once the cluster has state")
+		"the metadata.version a new cluster starts at; ignored once the cluster has state")
 	addTestMaxMetadataVersionFlag(f, &cfg.MaxMetadataVersion)
-	f.StringVar(&cfg.ClusterID, "cluster-id", "", "cluster id for a new cluster (default: a random UUID); a data dir of another cluster is refused")
+	f.StringVar(&cfg.ClusterID, "cluster-id", "", "cluster id for a new cluster (default: a random UUID)")
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", defaultWriteTimeout, "how long a write may wait to commit before it fails with Unavailable")
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", controller.DefaultSessionTimeout, "how long a broker may go without a heartbeat before it is fenced")
 	f.DurationVar(&cfg.CrashGrace, "crash-grace", controller.DefaultCrashGrace,
-		"fence a broker whose metadata stream's connection closed if it has not come back within this long and its port refuses a dial (its process died), instead of waiting for --session-timeout; 0: off")
+		"fence a broker whose process died after this long, not --session-timeout; 0: off")
 	f.DurationVar(&cfg.RollbackCheckWait, "rollback-check-wait", server.DefaultRollbackCheckWait,
-		"on a data dir with raft state, wait this long at most for the other voters to say what they saw this node hold, and refuse to start if its log ends below (a data dir rolled back); 0: do not ask")
+		"at start, how long to ask the other voters whether this data dir was rolled back; 0: do not ask")
 	f.DurationVar(&cfg.LeaderImbalanceCheckInterval, "leader-imbalance-check-interval", controller.DefaultLeaderImbalanceCheckInterval,
 		"how often to restore preferred leaders on brokers leading under 90% of them (negative: never)")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", raftlog.DefaultSnapshotThreshold,
-		"take a raft snapshot (and truncate the log behind it) after this many new log entries")
+		"take a raft snapshot after this many new log entries")
 	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", raftlog.DefaultSnapshotInterval,
 		"how often to check whether --snapshot-threshold has been reached")
 	f.Uint64Var(&cfg.TrailingLogs, "trailing-logs", raftlog.DefaultTrailingLogs,
-		"log entries kept behind a snapshot, so a slightly lagging follower catches up without a snapshot install")
+		"log entries kept behind a snapshot, for lagging followers to catch up from")
 	f.StringVar(&cfg.LogStore, "log-store", raftlog.LogStoreBoltDB,
-		"raft log store: boltdb (raft.db) or wal (raft-wal, in wal/); a data dir keeps the store it was created with")
+		"raft log store: boltdb (raft.db) or wal (wal/); a data dir keeps its store")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
 	addInsecureFlag(cmd, &insecure)
 	addRaftTimingFlags(f, &cfg.Timing)

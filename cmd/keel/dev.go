@@ -183,8 +183,8 @@ the flags that reach the cluster with the admin certificate.`,
 	f.StringVar(&dataDir, "data-dir", "", "keep the cluster's data here instead of a temporary directory")
 	f.IntVar(&controllers, "controllers-count", 3, "number of controllers: 1, 3 or 5")
 	f.IntVar(&brokers, "brokers-count", 3, "number of brokers (ids 1 to N)")
-	f.BoolVar(&useTLS, "tls", false, "run everything over mutual TLS, with a throwaway CA and certificates written to DATA/tls")
-	f.BoolVar(&useMetrics, "metrics", false, "serve each node's /metrics, /healthz and /readyz on a free loopback port (printed at start; HTTPS with --tls)")
+	f.BoolVar(&useTLS, "tls", false, "run everything over mutual TLS, with a throwaway CA in DATA/tls")
+	f.BoolVar(&useMetrics, "metrics", false, "serve each node's /metrics, /healthz and /readyz on a free loopback port (printed at start)")
 	f.BoolVar(&usePprof, "pprof", false, "with --metrics, also serve Go's profiler at /debug/pprof/")
 	addRaftTimingFlags(f, &timing)
 	return cmd

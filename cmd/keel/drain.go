@@ -116,7 +116,7 @@ partitions already moved stay where they are.`,
 	hidePlaceholder(fl, "broker-id")
 	fl.BoolVar(&f.cancel, "cancel", false, "cancel the ongoing moves off the broker instead")
 	fl.BoolVar(&f.noWait, "no-wait", false, "start the moves and return, without waiting for them")
-	fl.DurationVar(&f.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until done or interrupted); the moves go on")
+	fl.DurationVar(&f.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: never); the moves go on")
 	fl.DurationVar(&f.pollInterval, "poll-interval", time.Second, "how often to check progress while waiting")
 	a.add(cmd)
 	return cmd

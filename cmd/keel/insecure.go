@@ -18,7 +18,7 @@ const flagInsecure = "insecure"
 // addInsecureFlag gives a command that runs a process --insecure.
 func addInsecureFlag(cmd *cobra.Command, insecure *bool) {
 	cmd.Flags().BoolVar(insecure, flagInsecure, false,
-		"run without TLS on addresses other than loopback: nothing is authenticated, and anyone who can reach the ports can forge metadata (without TLS and without this flag, every address must be loopback)")
+		"run without TLS off loopback: then anyone who can reach the ports can forge metadata")
 }
 
 // flagAddr is an address a process listens on, advertises or dials, with

@@ -18,11 +18,11 @@ type kafkaLimits struct {
 
 func (l *kafkaLimits) addFlags(f *pflag.FlagSet) {
 	f.Int32Var(&l.maxOtherRequestSize, "kafka-max-other-request-size", kafka.DefaultMaxOtherRequestSize,
-		"the largest Kafka request other than a produce, in bytes: a larger one closes its connection before it is read (decoding one costs up to 32 times its size)")
+		"the largest Kafka request other than a produce, in bytes; larger closes the connection")
 	f.Int64Var(&l.queuedMaxRequestBytes, "kafka-queued-max-request-bytes", kafka.DefaultQueuedMaxRequestBytes,
-		"the bytes of Kafka produce requests a broker holds, read and not answered yet, and again of the other requests, counted at 32 times their size (Kafka's queued.max.request.bytes): beyond it, connections wait before reading their next request")
+		"the bytes of unanswered Kafka produces a broker holds, and of other requests at 32 times their size")
 	f.Int64Var(&l.connectionMaxRequestBytes, "kafka-connection-max-request-bytes", kafka.DefaultConnectionMaxRequestBytes,
-		"the bytes of Kafka requests one connection holds, read and not answered yet, counted as --kafka-queued-max-request-bytes counts them: beyond it, the connection waits before reading its next request")
+		"the bytes of unanswered Kafka requests one connection holds, counted as --kafka-queued-max-request-bytes does")
 }
 
 // check refuses a bound that is not positive, naming its flag.

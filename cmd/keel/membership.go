@@ -119,8 +119,8 @@ the quorum at ADDR changes nothing.`,
 		},
 	}
 	a.add(cmd)
-	cmd.Flags().BoolVar(&noCheck, "no-check", false, "do not ask ADDR whether it is node ID before sending the request (the active controller still asks it, unless --force)")
-	cmd.Flags().BoolVar(&force, "force", false, "add the voter at once, without asking it whether it answers and has caught up (a node that is down then counts towards every majority)")
+	cmd.Flags().BoolVar(&noCheck, "no-check", false, "do not ask ADDR whether it is node ID first (the active controller still does)")
+	cmd.Flags().BoolVar(&force, "force", false, "add the voter at once, without asking whether it answers and has caught up")
 	return cmd
 }
 

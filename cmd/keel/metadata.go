@@ -75,7 +75,7 @@ dump goes on, and the command exits non-zero at the end.`,
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json (JSON lines)")
 	cmd.Flags().Uint64Var(&o.fromIndex, "from-index", 0, "skip entries below this raft index")
 	cmd.Flags().StringSliceVar(&o.types, "type", nil, "only these record types (comma-separated)")
-	cmd.Flags().StringVar(&o.topic, "topic", "", "only the records about this topic (a name, or a topic id): its creation, partitions, changes and removal")
+	cmd.Flags().StringVar(&o.topic, "topic", "", "only the records about this topic (a name or an id)")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
 }

@@ -127,9 +127,9 @@ func (m *metricsServer) stop() {
 // --pprof.
 func addMetricsFlags(cmd *cobra.Command, addr *string, pprof *bool) {
 	cmd.Flags().StringVar(addr, "metrics-addr", "",
-		"serve /metrics, /healthz and /readyz at ADDR: plain HTTP, or with TLS on, HTTPS requiring a client certificate of any keel role; an empty host (:9100) is 127.0.0.1; empty: off")
+		"serve /metrics, /healthz and /readyz at ADDR (HTTPS under TLS); an empty host is 127.0.0.1; empty: off")
 	cmd.Flags().BoolVar(pprof, "pprof", false,
-		"also serve Go's profiler at /debug/pprof/ on --metrics-addr (it shows the process's memory and command line)")
+		"also serve Go's profiler at /debug/pprof/ on --metrics-addr (it shows memory and command line)")
 }
 
 // pprofNeedsAdmin lets only an admin certificate profile a TLS node: a

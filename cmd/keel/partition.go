@@ -503,7 +503,7 @@ follow a move with --verify, 'keel partition reassignments' or
 	fl.Int32Var(&f.partition, "partition", -1, "the partition (the single form)")
 	hidePlaceholder(fl, "partition")
 	fl.StringVar(&f.replicas, "replicas", "", "the target replicas, broker ids in preference order, e.g. 4,5,6")
-	fl.BoolVar(&f.cancel, "cancel", false, "cancel the partition's ongoing reassignment (with --plan: those of the plan's partitions)")
+	fl.BoolVar(&f.cancel, "cancel", false, "cancel the partition's ongoing reassignment (with --plan: the plan's)")
 	fl.StringVar(&f.plan, "plan", "", "start every move of this plan file (Kafka's reassignment JSON), in one request")
 	fl.StringVar(&f.verify, "verify", "", "report the progress of this plan file's moves; exit status 1 until all are complete")
 	fl.BoolVar(&f.generate, "generate", false, "print the current assignment of --topics and a proposed one over --brokers; writes nothing")

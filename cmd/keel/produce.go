@@ -69,7 +69,7 @@ func newProduceCmd() *cobra.Command {
 	var acks, keySep string
 	cmd := &cobra.Command{
 		Use:   "produce",
-		Short: "Produce the lines of stdin as records to a topic, through the brokers' Kafka listeners",
+		Short: "Produce the lines of stdin to a topic through the brokers' Kafka listeners",
 		Long: `Read lines from stdin and produce each as one record to --topic, with an
 idempotent franz-go producer through the brokers' Kafka listeners
 (keel broker --kafka-listen). With --key-sep, the text before the first
@@ -158,7 +158,7 @@ func newConsumeCmd() *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "consume",
-		Short: "Print a topic's records with their partition and offset, through the brokers' Kafka listeners",
+		Short: "Print a topic's records with their partition and offset",
 		Long: `Read --topic's records through the brokers' Kafka listeners with a franz-go
 consumer (no consumer group: nothing is committed) and print each with its
 partition and offset. Without --from-beginning it starts at the end and

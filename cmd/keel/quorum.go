@@ -94,7 +94,7 @@ func newQuorumStatusCmd() *cobra.Command {
 	var replication bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the quorum: leader, epoch, and each voter's own state and indexes; exits 1 when no controller is active",
+		Short: "Show the quorum: leader, epoch, each voter's state and indexes; exit 1 with no leader",
 		Long: `Show the quorum: the active controller, the controller epoch, the raft term and
 commit index, and each voter's own state, last index and applied index. Any one
 controller is enough: it names the others. With --replication, each voter as
@@ -118,7 +118,7 @@ The exit status is 1, after the output, when no active controller is known.`,
 	}
 	a.add(cmd)
 	cmd.Flags().BoolVar(&replication, "replication", false,
-		"show each voter's replication as the active controller sees it: last index held, lag, time since it last answered")
+		"show each voter's last index, lag and last contact as the active controller sees them")
 	return cmd
 }
 

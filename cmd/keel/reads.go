@@ -26,9 +26,9 @@ type readFlags struct {
 func (r *readFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVar(&r.linearizable, "linearizable", false,
-		"have the active controller confirm with a quorum that it still leads before it answers (reflects every acknowledged write)")
+		"have the active controller confirm it still leads before it answers (every acknowledged write)")
 	f.BoolVar(&r.stale, "stale", false,
-		"let any controller answer from its own image, which may be behind (it says how far, on stderr); works without a quorum")
+		"let any controller answer from its own image, maybe behind (it says how far); works without a quorum")
 	cmd.MarkFlagsMutuallyExclusive("linearizable", "stale")
 }
 

@@ -40,7 +40,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().String(flagTLSKey, "", "the private key (PEM) of --tls-cert")
 	root.PersistentFlags().String(flagTLSCA, "", "the CA certificate (PEM) every peer's certificate must be signed by")
 	root.PersistentFlags().StringVar(&g.configPath, flagConfig, "",
-		"read settings from this YAML file (keys: flag names); flags and KEEL_* variables win over it (env KEEL_CONFIG)")
+		"read settings from this YAML file; flags and KEEL_* variables win over it (env KEEL_CONFIG)")
 	root.AddCommand(withPrintConfig(g, newControllerCmd(g)), withPrintConfig(g, newBrokerCmd(g)),
 		withPrintConfig(g, newDevCmd(g)), newQuorumCmd())
 	root.AddCommand(newTopicCmd(), newPartitionCmd(), newConfigCmd(), newFeaturesCmd())

@@ -36,7 +36,7 @@ func newBrokerScrubCmd() *cobra.Command {
 	f := &brokerCallFlags{}
 	cmd := &cobra.Command{
 		Use:   "scrub",
-		Short: "Verify every sealed segment of one broker's logs now, and show the damage found",
+		Short: "Verify every sealed segment of one broker's logs now, showing the damage found",
 		Long: `Make one broker read every sealed segment of every log it holds, at full
 speed, and verify it: each batch's CRC-32C and framing, offsets that run on
 with no gap, each index entry at a batch, the log start at a segment's base.

@@ -163,7 +163,7 @@ func newSnapshotSaveCmd() *cobra.Command {
 	a := &adminFlags{timeout: defaultSnapshotTimeout}
 	cmd := &cobra.Command{
 		Use:   "save FILE",
-		Short: "Save a consistent snapshot of the cluster metadata, fetched from the active controller",
+		Short: "Save a consistent snapshot of the cluster metadata from the active controller",
 		Long: `Save a consistent snapshot of the committed metadata, fetched from the active
 controller. It is written to a temporary file beside FILE, synced, verified
 (checksum, record count, format version), and only then renamed to FILE. On

@@ -345,7 +345,7 @@ Prints the topic as 'keel topic describe' does.`,
 	fl.StringVar(&f.assignment, "assignment", "", `explicit replicas, "partition:broker,broker,...;..." numbered from 0, e.g. "0:1,2,3;1:2,3,1"`)
 	fl.StringArrayVar(&f.configs, "config", nil, "topic config key=value (repeatable), e.g. unclean.leader.election.enable=true")
 	fl.BoolVar(&f.validateOnly, "validate-only", false, "check the request and show the result, but create nothing")
-	fl.BoolVar(&ifNotExists, "if-not-exists", false, "if the topic exists already, show it and succeed (its settings are not compared)")
+	fl.BoolVar(&ifNotExists, "if-not-exists", false, "if the topic exists, show it and succeed (its settings are not compared)")
 	a.add(cmd)
 	return cmd
 }
@@ -558,7 +558,7 @@ func newTopicDescribeCmd() *cobra.Command {
 	var f partitionFilters
 	cmd := &cobra.Command{
 		Use:   "describe [NAME]",
-		Short: "Show topics: their configs, and each partition's leader, epochs, replicas and ISR",
+		Short: "Show topics: configs, and each partition's leader, epochs, replicas and ISR",
 		Long: `Show a topic, or without NAME every topic: its configs, and each partition's
 leader, epochs, replicas and ISR. -o json prints one topic as an object, all of
 them as an array.

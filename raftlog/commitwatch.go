@@ -92,18 +92,21 @@ func (w *commitWatch) oldestAbove(applied uint64, now time.Time) (uint64, time.D
 // consumes passed through a goroutine that reads the commit index off each
 // AppendEntries (commitWatch). Everything else is the NetworkTransport's
 // own, pre-vote included. Heartbeats take raft's fast path, not Consumer:
-// they carry no commit index.
+// they carry no commit index. Both mark when a leader was last heard
+// from (heard).
 type watchedTransport struct {
 	*raft.NetworkTransport
 	progress peerProgress // what the leader hears back from its peers
+	heard    *heardFrom
 	ch       chan raft.RPC
 	done     chan struct{}
 	ended    chan struct{}
 }
 
-func newWatchedTransport(t *raft.NetworkTransport, w *commitWatch) *watchedTransport {
+func newWatchedTransport(t *raft.NetworkTransport, w *commitWatch, heard *heardFrom) *watchedTransport {
 	wt := &watchedTransport{
 		NetworkTransport: t,
+		heard:            heard,
 		ch:               make(chan raft.RPC), // unbuffered, as the transport's own
 		done:             make(chan struct{}),
 		ended:            make(chan struct{}),
@@ -122,8 +125,10 @@ func (t *watchedTransport) pass(w *commitWatch) {
 		case <-t.done:
 			return
 		}
+		now := time.Now()
+		t.heard.arrived(rpc, now)
 		if req, ok := rpc.Command.(*raft.AppendEntriesRequest); ok && req.LeaderCommitIndex > 0 {
-			w.announced(req.LeaderCommitIndex, time.Now())
+			w.announced(req.LeaderCommitIndex, now)
 		}
 		select {
 		case t.ch <- rpc:

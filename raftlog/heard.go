@@ -3,6 +3,8 @@ package raftlog
 import (
 	"sync"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // heardFrom records when the last AppendEntries or snapshot install (what
@@ -13,8 +15,9 @@ import (
 // Raft's own LastContact would serve, but it moves only once raft has
 // handled the request, after the entries are on disk: a leader killed
 // just after sending a batch would seem to have been heard from a sync's
-// length after its death. The guard reads every request before raft does,
-// so it marks the arrival itself.
+// length after its death. So the transport marks each request as it
+// decodes it, before raft handles it (watchedTransport): a heartbeat on
+// raft's fast path, anything else as it leaves the transport for raft.
 type heardFrom struct {
 	mu sync.Mutex
 	at map[int32]time.Time
@@ -31,10 +34,41 @@ func (h *heardFrom) mark(peer int32, t time.Time) {
 	}
 }
 
+// arrived marks rpc, decoded at t, if only a leader sends it; by the node
+// its header names, which raft believes too.
+func (h *heardFrom) arrived(rpc raft.RPC, t time.Time) {
+	var hdr raft.RPCHeader
+	switch req := rpc.Command.(type) {
+	case *raft.AppendEntriesRequest:
+		hdr = req.RPCHeader
+	case *raft.InstallSnapshotRequest:
+		hdr = req.RPCHeader
+	default:
+		return
+	}
+	if id, err := ParseServerID(raft.ServerID(hdr.ID)); err == nil {
+		h.mark(id, t)
+	}
+}
+
 // last is when the latest such request from peer arrived; zero if none has
 // since this node started.
 func (h *heardFrom) last(peer int32) time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.at[peer]
+}
+
+// SetHeartbeatHandler hands raft's heartbeat handler to the transport,
+// marking each heartbeat as it arrives: heartbeats take raft's fast path,
+// never Consumer.
+func (t *watchedTransport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
+	if cb == nil {
+		t.NetworkTransport.SetHeartbeatHandler(nil)
+		return
+	}
+	t.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		t.heard.arrived(rpc, time.Now())
+		cb(rpc)
+	})
 }

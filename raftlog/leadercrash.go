@@ -276,22 +276,24 @@ func (w *leaderCrash) setRaft(r raftView) {
 	w.mu.Unlock()
 }
 
-// connEnded is told that an inbound raft connection from peer ended (not
-// closed by this node, not refused by the guard); appended says whether it
-// carried AppendEntries, which only a leader sends.
-func (w *leaderCrash) connEnded(peer int32, appended bool) {
+// connEnded is told that an inbound raft connection that carried requests
+// ended (not closed by this node, not refused by the guard), from
+// controller peer, or 0 when nothing says who sent them (plaintext): then
+// it may be the leader's, and the look at the leader decides.
+func (w *leaderCrash) connEnded(peer int32) {
 	ended := time.Now()
 	w.mu.Lock()
 	r := w.raft
 	w.mu.Unlock()
-	if r == nil || !appended || peer == w.self || r.State() != raft.Follower {
+	if r == nil || peer == w.self || r.State() != raft.Follower {
 		return
 	}
 	_, leaderID := r.LeaderWithID()
-	if id, err := ParseServerID(leaderID); err != nil || id != peer {
+	leader, err := ParseServerID(leaderID)
+	if err != nil || peer != 0 && leader != peer {
 		return
 	}
-	key := crashKey{leader: peer, term: r.CurrentTerm()}
+	key := crashKey{leader: leader, term: r.CurrentTerm()}
 	w.mu.Lock()
 	// The leader's other connections end with it: one look at a time.
 	if w.ctx.Err() != nil || w.running[key] {

@@ -209,13 +209,13 @@ func TestLeaderCrash_Judge(t *testing.T) {
 // otherwise.
 func TestLeaderCrash_Look(t *testing.T) {
 	tests := []struct {
-		name     string
-		self     int32          // 0: 2
-		voters   []int32        // nil: 1, 2, 3
-		state    raft.RaftState // Follower unless set
-		peer     int32          // whose connection ended; 0: 1, the leader
-		noAppend bool           // it carried no AppendEntries
-		probes   []probeAnswer  // the leader's port, one per probe; the last repeats
+		name   string
+		self   int32          // 0: 2
+		voters []int32        // nil: 1, 2, 3
+		state  raft.RaftState // Follower unless set
+		peer   int32          // whose connection ended; 0: 1, the leader
+		plain  bool           // from a plaintext connection: peer unknown (0)
+		probes []probeAnswer  // the leader's port, one per probe; the last repeats
 		// answers are the other voters'; one that is missing does not
 		// answer.
 		answers map[int32]LeaderContact
@@ -264,8 +264,10 @@ func TestLeaderCrash_Look(t *testing.T) {
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{2: peer(silence, 10, 7)}, want: noVeto, wantLook: true},
 		{name: "connection of a voter that is not the leader", peer: 3,
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}},
-		{name: "connection that carried no AppendEntries", noAppend: true,
-			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}},
+		{name: "plaintext: a connection from nobody knows whom is taken as the leader's", plain: true,
+			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}, want: noVeto, wantLook: true},
+		{name: "plaintext: a stranger's connection while the leader is alive", plain: true,
+			probes: []probeAnswer{accepts}, answers: map[int32]LeaderContact{3: peer(hearing, 10, 7)}, want: vetoPortAccepts, wantLook: true},
 		{name: "this node is a candidate already", state: raft.Candidate,
 			probes: []probeAnswer{refuses}, answers: map[int32]LeaderContact{3: peer(silence, 10, 7)}},
 		{name: "this node is not a voter", self: 4,
@@ -317,9 +319,12 @@ func TestLeaderCrash_Look(t *testing.T) {
 				c.NodeID = id
 				return c, nil
 			}
-			w.connEnded(from, !tt.noAppend)
-			w.connEnded(from, !tt.noAppend) // the leader's other connections: one look
-			w.wg.Wait()                     // the look, to its end
+			if tt.plain {
+				from = 0
+			}
+			w.connEnded(from)
+			w.connEnded(from) // the leader's other connections: one look
+			w.wg.Wait()       // the look, to its end
 			w.stop()
 			wantElected := tt.wantLook && tt.want == noVeto
 			if got := elected(); got != wantElected {
@@ -385,7 +390,7 @@ func TestLeaderCrash_LookAfterLeaderAlive(t *testing.T) {
 		c.NodeID = id
 		return c, nil
 	}
-	w.connEnded(1, true) // a reset: the leader's port still accepts
+	w.connEnded(1) // a reset: the leader's port still accepts
 	w.wg.Wait()
 	if elected() || w.vetoes[vetoPortAccepts].Load() != 1 {
 		t.Fatalf("after a reset: elected %v, vetoes %d; want no election, one port_accepts veto", elected(), w.vetoes[vetoPortAccepts].Load())
@@ -393,7 +398,7 @@ func TestLeaderCrash_LookAfterLeaderAlive(t *testing.T) {
 	mu.Lock()
 	dead = true
 	mu.Unlock()
-	w.connEnded(1, true) // the kill, in the same term
+	w.connEnded(1) // the kill, in the same term
 	w.wg.Wait()
 	if !elected() {
 		t.Error("the leader's death after a harmless reset in its term started no election")
@@ -413,7 +418,7 @@ func TestLeaderCrash_StopEndsTheWait(t *testing.T) {
 		c.NodeID = id
 		return c, nil
 	}
-	w.connEnded(1, true)
+	w.connEnded(1)
 	// Two questions to each of the three others; then the rank-3 wait.
 	for range 6 {
 		<-asked

@@ -241,9 +241,9 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	snaps := newestSnapshotOnly{fileSnaps}
 
 	guard := newPeerGuard(cfg.NodeID, cfg.DialAddrs, cfg.Logger)
-	n.heard = guard.heard
+	n.heard = newHeardFrom()
 	if cfg.Timing.CrashElection {
-		n.crash = newLeaderCrash(cfg.NodeID, cfg.Logger, cfg.Timing.crashWindow(), guard.heard, func(id int32, conf raft.ServerAddress) string {
+		n.crash = newLeaderCrash(cfg.NodeID, cfg.Logger, cfg.Timing.crashWindow(), n.heard, func(id int32, conf raft.ServerAddress) string {
 			if a, ok := cfg.DialAddrs[id]; ok {
 				return a
 			}
@@ -264,7 +264,7 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	})
 	undo = append(undo, func() { _ = trans.Close() })
 	n.transport = trans
-	n.watched = newWatchedTransport(trans, &n.commits)
+	n.watched = newWatchedTransport(trans, &n.commits, n.heard)
 	undo = append(undo, n.watched.stop)
 
 	rc := raft.DefaultConfig()

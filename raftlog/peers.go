@@ -13,19 +13,22 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// peerGuard binds raft traffic to the quorum's membership. Raft itself
+// peerGuard binds raft connections to the quorum's membership. Raft itself
 // takes an AppendEntries or a RequestVote from anyone who can reach its
-// port and trusts the node id the request names; so, before raft sees a
-// connection or a request, the guard refuses:
+// port and trusts the node id the request names; so, with TLS, the guard
+// refuses, once per connection and before raft sees it:
 //
 //   - a connection from a node that is not in the latest raft configuration
 //     (which holds a voter add-voter is adding as soon as the leader has
-//     appended it), by the controller certificate it presented;
-//   - a request whose raft header names another node than that certificate,
-//     or (in plaintext, where no certificate says who sent it) a node that
-//     is not a member;
+//     appended it), by the controller certificate it presented; and one
+//     admitted before its node was removed is closed (dropRemoved);
 //   - a dial toward an address no member has: a removed node is no longer
 //     called, and a dial still under way to it is abandoned.
+//
+// Raft's requests themselves are not read: a member's certificate lets it
+// say anything in raft, which is not Byzantine-tolerant, so naming another
+// member in a request's header would gain it nothing it lacks. In
+// plaintext nothing says who a peer is, and the guard checks only dials.
 //
 // A node that has no configuration yet (started with --join, waiting to be
 // added) has nothing to protect and no list to check against: it takes any
@@ -44,13 +47,11 @@ type peerGuard struct {
 	started chan struct{}             // closed by setRaft
 
 	refusals *logLimiter
-	// connEnded, if set, is told of each inbound connection its peer ended,
-	// with the node its requests named and whether one was an
-	// AppendEntries (leaderCrash.connEnded). Set before the transport runs.
-	connEnded func(peer int32, appended bool)
-	// heard is when each peer's last AppendEntries or snapshot install
-	// arrived, on any connection (Node.LeaderContact).
-	heard *heardFrom
+	// connEnded, if set, is told of each inbound connection that carried
+	// requests and that its peer ended, with the controller its
+	// certificate names (0 in plaintext: unknown; leaderCrash.connEnded).
+	// Set before the transport runs.
+	connEnded func(peer int32)
 }
 
 func newPeerGuard(self int32, dialAddrs map[int32]string, log *slog.Logger) *peerGuard {
@@ -65,7 +66,6 @@ func newPeerGuard(self int32, dialAddrs map[int32]string, log *slog.Logger) *pee
 
 		firstRequest: firstRequestTimeout,
 		refusals:     newLogLimiter(10 * time.Second),
-		heard:        newHeardFrom(),
 	}
 }
 
@@ -135,8 +135,16 @@ func (g *peerGuard) admit(ctx context.Context, id int32) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := m[id]; ok || len(m) == 0 {
+	if g.admits(m, id) {
 		return nil
+	}
+	return fmt.Errorf("controller-%d is not in the quorum's configuration (members: %s)", id, memberList(m))
+}
+
+// admits is admit's rule, for members m.
+func (g *peerGuard) admits(m map[int32]raft.ServerAddress, id int32) bool {
+	if _, ok := m[id]; ok || len(m) == 0 {
+		return true
 	}
 	// A node that is not in the configuration it holds is a joiner still
 	// catching up (or a node removed, about to stop): the configuration it
@@ -144,25 +152,8 @@ func (g *peerGuard) admit(ctx context.Context, id int32) error {
 	// and may not name the leader that is sending it the rest (a voter
 	// added since). It cannot judge membership yet; it takes any
 	// controller, as a node with no configuration does.
-	if _, self := m[g.self]; !self {
-		return nil
-	}
-	return fmt.Errorf("controller-%d is not in the quorum's configuration (members: %s)", id, memberList(m))
-}
-
-// checkRPC decides whether a raft request whose header is hdr may reach
-// raft, on a connection whose certificate is controller certID (0: a
-// plaintext connection, which proves nothing).
-// It returns the node the header names.
-func (g *peerGuard) checkRPC(ctx context.Context, certID int32, hdr raft.RPCHeader) (int32, error) {
-	id, err := ParseServerID(raft.ServerID(hdr.ID))
-	if err != nil {
-		return 0, fmt.Errorf("the request's raft header names no node: %v", err)
-	}
-	if certID != 0 && id != certID {
-		return 0, fmt.Errorf("the request names node %d, but the connection's certificate is controller-%d", id, certID)
-	}
-	return id, g.admit(ctx, id)
+	_, self := m[g.self]
+	return !self
 }
 
 // dialTarget returns the member this node reaches at address: raft dials

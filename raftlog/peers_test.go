@@ -1,8 +1,9 @@
 package raftlog
 
 import (
-	"bufio"
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 	"go.uber.org/goleak"
 )
@@ -37,96 +37,20 @@ func setMembers(g *peerGuard, members map[int32]string) {
 	g.setConfiguration(func() raft.Configuration { return conf })
 }
 
-// encodeRequest is one raft request as NetworkTransport sends it: its type
-// byte, then the request in msgpack.
-func encodeRequest(typ uint8, req any) []byte {
-	var buf bytes.Buffer
-	buf.WriteByte(typ)
-	if err := codec.NewEncoder(&buf, &codec.MsgpackHandle{}).Encode(req); err != nil {
-		panic(err) // raft's own request types always encode
-	}
-	return buf.Bytes()
-}
-
-// writeRequest sends one raft request (encodeRequest) on w.
-func writeRequest(t testing.TB, w io.Writer, typ uint8, req any) {
+// passes writes a few bytes on client and checks that server, an accepted
+// raft connection, reads exactly them: raft sees what its peer sent.
+func passes(t testing.TB, client, server net.Conn) {
 	t.Helper()
-	if _, err := w.Write(encodeRequest(typ, req)); err != nil {
-		t.Fatalf("write a raft request: %v", err)
+	want := []byte{0, 1, 2, 3, 0x81}
+	if _, err := client.Write(want); err != nil {
+		t.Fatalf("write on the raft connection: %v", err)
 	}
-}
-
-// readVote reads one RequestVote as raft's handler would.
-func readVote(r io.Reader) (*raft.RequestVoteRequest, error) {
-	br := bufio.NewReader(r)
-	typ, err := br.ReadByte()
-	if err != nil {
-		return nil, err
+	_ = server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(server, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("raft read %v, %v; want %v", got, err, want)
 	}
-	if typ != rpcRequestVote {
-		return nil, io.ErrUnexpectedEOF
-	}
-	var req raft.RequestVoteRequest
-	return &req, codec.NewDecoder(br, &codec.MsgpackHandle{}).Decode(&req)
-}
-
-func vote(from int32, term uint64) *raft.RequestVoteRequest {
-	return &raft.RequestVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(ServerID(from))}, Term: term}
-}
-
-// guardedPipe is an inbound connection through g with certificate certID,
-// and the peer's end of it.
-func guardedPipe(g *peerGuard, certID int32) (server net.Conn, peer net.Conn) {
-	a, b := net.Pipe()
-	return g.guard(a, certID), b
-}
-
-// TestPeerGuard_Requests: a request reaches raft only if its header names
-// a member and, on a connection with a certificate, that certificate's
-// node; the first refusal closes the connection.
-func TestPeerGuard_Requests(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t) })
-	members := map[int32]string{1: "a:1", 2: "b:1", 3: "c:1"}
-	tests := []struct {
-		name   string
-		certID int32 // 0: plaintext
-		from   int32
-		pass   bool
-	}{
-		{name: "a member as itself", certID: 2, from: 2, pass: true},
-		{name: "a member naming another member", certID: 2, from: 1},
-		{name: "a member naming a stranger", certID: 2, from: 9},
-		{name: "plaintext naming a member", from: 3, pass: true},
-		{name: "plaintext naming a stranger", from: 9},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			logs := &logBuffer{}
-			g := staticGuard(1, members, slog.New(slog.NewTextHandler(logs, nil)))
-			server, peer := guardedPipe(g, tt.certID)
-			defer server.Close()
-			defer peer.Close()
-			go func() { _, _ = peer.Write(encodeRequest(rpcRequestVote, vote(tt.from, 7))) }()
-			got, err := readVote(server)
-			if !tt.pass {
-				if err == nil {
-					t.Fatalf("raft read a request naming node %d from %d", tt.from, tt.certID)
-				}
-				if !logs.contains("refused raft traffic") {
-					t.Fatal("the refusal was not logged")
-				}
-				// The connection is closed: the peer's next write fails.
-				_ = peer.SetWriteDeadline(time.Now().Add(5 * time.Second))
-				if _, err := peer.Write([]byte{0}); err == nil {
-					t.Fatal("the refused connection is still open")
-				}
-				return
-			}
-			if err != nil || string(got.RPCHeader.ID) != string(ServerID(tt.from)) || got.Term != 7 {
-				t.Fatalf("raft read %+v, %v; want the vote of node %d", got, err, tt.from)
-			}
-		})
-	}
+	_ = server.SetReadDeadline(time.Time{})
 }
 
 // TestPeerGuard_Admit: a connection's certificate must name a member; a
@@ -168,36 +92,59 @@ func TestPeerGuard_DialTarget(t *testing.T) {
 	}
 }
 
-// TestPeerGuard_SilentConnectionClosed: a raft connection that never
-// delivers a whole request is closed after firstRequestTimeout.
-func TestPeerGuard_SilentConnectionClosed(t *testing.T) {
+// TestStreamLayer_SilentConnectionClosed: an inbound raft connection that
+// sends nothing after the raft marker is closed after firstRequestTimeout;
+// one that spoke at once is not, however long it then stays quiet.
+func TestStreamLayer_SilentConnectionClosed(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	logs := &logBuffer{}
+	g := staticGuard(1, nil, slog.New(slog.NewTextHandler(logs, nil)))
+	g.firstRequest = 100 * time.Millisecond
+	sl, addr := guardedLayer(t, g)
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if _, err := c.Write([]byte{RaftMarker}); err != nil {
+			t.Fatal(err)
+		}
+		return c
 	}
-	defer l.Close()
-	peer, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+	accept := func() net.Conn {
+		c, err := sl.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
 	}
-	defer peer.Close()
-	conn, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
+
+	silent := dial()
+	server := accept()
+	start := time.Now()
+	if _, err := server.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("raft's read of a silent connection = %v, want io.EOF", err)
 	}
-	g := staticGuard(1, map[int32]string{1: "a:1"}, nil)
-	g.firstRequest = 50 * time.Millisecond
-	server := g.guard(conn, 0)
-	defer server.Close()
-	_, _ = peer.Write([]byte{rpcRequestVote, 0x81}) // half a request
-	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := peer.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+	if d := time.Since(start); d < g.firstRequest/2 {
+		t.Fatalf("the silent connection was closed after %v, before its %v", d, g.firstRequest)
+	}
+	_ = silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := silent.Read(make([]byte, 1)); err == nil || isTimeout(err) {
 		t.Fatalf("the silent connection was not closed: %v", err)
 	}
-	if _, err := server.Read(make([]byte, 1)); err == nil {
-		t.Fatal("raft read from a connection that never sent a request")
+	if !logs.contains("no request within 100ms") {
+		t.Error("the silent connection's close was not logged")
 	}
+
+	talker := dial()
+	server = accept()
+	passes(t, talker, server)
+	// Quiet for several times the first request's bound (a pooled
+	// connection between calls), then a call: still open.
+	time.Sleep(4 * g.firstRequest)
+	passes(t, talker, server)
 }
 
 func isTimeout(err error) bool {
@@ -214,11 +161,12 @@ func guardedLayer(t *testing.T, g *peerGuard) (*streamLayer, string) {
 	return sl, m.Addr().String()
 }
 
-// TestGuardedConn_PassesEveryRequestType: raft's own transport, through
-// the guard, delivers each kind of request whole (an install with its
-// snapshot data) and gets raft's answer back; a request that names a node
-// outside the configuration never reaches raft.
-func TestGuardedConn_PassesEveryRequestType(t *testing.T) {
+// TestStreamLayer_PassesEveryRequestType: raft's own transport, through
+// the stream layer, delivers each kind of request whole (an install with
+// its snapshot data) and gets raft's answer back; and the watched
+// transport marks what only a leader sends (heartbeats, appends,
+// installs) as heard from the node it names, and nothing else.
+func TestStreamLayer_PassesEveryRequestType(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	// The guards learn the configuration once the addresses are known.
 	serverGuard := newPeerGuard(1, nil, slog.New(slog.DiscardHandler))
@@ -228,8 +176,12 @@ func TestGuardedConn_PassesEveryRequestType(t *testing.T) {
 	members := map[int32]string{1: serverAddr, 2: clientAddr}
 	setMembers(serverGuard, members)
 	setMembers(clientGuard, members)
-	serverTrans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: serverLayer, MaxPool: 2, Timeout: 5 * time.Second})
+	heard := newHeardFrom()
+	serverTrans := newWatchedTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: serverLayer, MaxPool: 2, Timeout: 5 * time.Second}),
+		&commitWatch{}, heard)
 	defer serverTrans.Close()
+	defer serverTrans.stop()
+	serverTrans.SetHeartbeatHandler(func(rpc raft.RPC) { rpc.Respond(&raft.AppendEntriesResponse{Success: true}, nil) })
 	clientTrans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: clientLayer, MaxPool: 2, Timeout: 5 * time.Second})
 	defer clientTrans.Close()
 
@@ -272,12 +224,21 @@ func TestGuardedConn_PassesEveryRequestType(t *testing.T) {
 	}
 	target, addr := ServerID(1), raft.ServerAddress(serverAddr)
 	var ae raft.AppendEntriesResponse
+	if err := clientTrans.AppendEntries(target, addr, &raft.AppendEntriesRequest{RPCHeader: hdr(4), Term: 3}, &ae); err != nil || !ae.Success {
+		t.Fatalf("a heartbeat = %+v, %v", ae, err)
+	}
+	if heard.last(4).IsZero() {
+		t.Error("a heartbeat from node 4 was not marked as heard")
+	}
 	if err := clientTrans.AppendEntries(target, addr, &raft.AppendEntriesRequest{RPCHeader: hdr(2), Term: 3,
 		Entries: []*raft.Log{{Index: 1, Term: 3, Type: raft.LogCommand, Data: []byte("entry")}}}, &ae); err != nil || !ae.Success {
 		t.Fatalf("AppendEntries = %+v, %v", ae, err)
 	}
+	if heard.last(2).IsZero() {
+		t.Error("an AppendEntries from node 2 was not marked as heard")
+	}
 	var rv raft.RequestVoteResponse
-	if err := clientTrans.RequestVote(target, addr, &raft.RequestVoteRequest{RPCHeader: hdr(2), Term: 4}, &rv); err != nil || !rv.Granted {
+	if err := clientTrans.RequestVote(target, addr, &raft.RequestVoteRequest{RPCHeader: hdr(3), Term: 4}, &rv); err != nil || !rv.Granted {
 		t.Fatalf("RequestVote = %+v, %v", rv, err)
 	}
 	var pv raft.RequestPreVoteResponse
@@ -290,7 +251,7 @@ func TestGuardedConn_PassesEveryRequestType(t *testing.T) {
 	}
 	snapshot := strings.Repeat("snapshot data ", 10_000)
 	var is raft.InstallSnapshotResponse
-	if err := clientTrans.InstallSnapshot(target, addr, &raft.InstallSnapshotRequest{RPCHeader: hdr(2), Term: 6, Size: int64(len(snapshot))},
+	if err := clientTrans.InstallSnapshot(target, addr, &raft.InstallSnapshotRequest{RPCHeader: hdr(5), Term: 6, Size: int64(len(snapshot))},
 		&is, strings.NewReader(snapshot)); err != nil || !is.Success {
 		t.Fatalf("InstallSnapshot = %+v, %v", is, err)
 	}
@@ -305,15 +266,153 @@ func TestGuardedConn_PassesEveryRequestType(t *testing.T) {
 	if v, _ := got.Load("install"); v != snapshot {
 		t.Errorf("the snapshot data arrived changed (%d bytes)", len(v.(string)))
 	}
-
-	// A request naming a node outside the configuration is refused; what
-	// raft received stays as it was.
-	got.Delete("vote")
-	err := clientTrans.RequestVote(target, addr, &raft.RequestVoteRequest{RPCHeader: hdr(9), Term: 40}, &rv)
-	if err == nil {
-		t.Fatal("a vote named for node 9 was answered")
+	if !heard.last(3).IsZero() {
+		t.Error("a vote request from node 3 was marked as heard from a leader")
 	}
-	if _, ok := got.Load("vote"); ok {
-		t.Fatal("raft received a vote named for node 9")
+	if heard.last(5).IsZero() {
+		t.Error("a snapshot install from node 5 was not marked as heard")
+	}
+}
+
+// TestStreamLayer_RemovedMemberCut: with TLS a certificate is checked once,
+// at the handshake; a connection a voter opened while it was a member is
+// closed once the configuration no longer holds it, and another member's
+// stays open.
+func TestStreamLayer_RemovedMemberCut(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	certs := testCerts(t, "controller-1", "controller-2", "controller-3")
+	m := listen(t, "127.0.0.1:0")
+	addr := m.Addr().String()
+	var mu sync.Mutex
+	members := map[int32]string{1: addr, 2: "127.0.0.1:1", 3: "127.0.0.1:2"}
+	g := newPeerGuard(1, nil, slog.New(slog.DiscardHandler))
+	g.setConfiguration(func() raft.Configuration {
+		mu.Lock()
+		defer mu.Unlock()
+		var conf raft.Configuration
+		for id, a := range members {
+			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: ServerID(id), Address: raft.ServerAddress(a)})
+		}
+		return conf
+	})
+	sl := newTLSStreamLayer(m, addr, certs["controller-1"], slog.New(slog.DiscardHandler), g)
+	defer sl.Close()
+	dial := func(id int32) (client, server net.Conn) {
+		t.Helper()
+		peer := newTLSStreamLayer(listen(t, "127.0.0.1:0"), members[id], certs[fmt.Sprintf("controller-%d", id)], slog.New(slog.DiscardHandler),
+			staticGuard(id, map[int32]string{1: addr}, nil))
+		t.Cleanup(func() { _ = peer.Close() })
+		client, err := peer.Dial(raft.ServerAddress(addr), 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		server, err = sl.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = server.Close() })
+		passes(t, client, server)
+		return client, server
+	}
+	removed, _ := dial(2)
+	stays, staysServer := dial(3)
+
+	mu.Lock()
+	delete(members, 2)
+	mu.Unlock()
+	_ = removed.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := removed.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("controller-2's connection is still open after its removal: %v", err)
+	}
+	passes(t, stays, staysServer)
+}
+
+// TestStreamLayer_ConnEnded: the guard is told of an inbound connection
+// that carried requests and that its peer ended, with the controller its
+// certificate names (0 in plaintext); not of one that carried nothing, nor
+// of one this node closed.
+func TestStreamLayer_ConnEnded(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	certs := testCerts(t, "controller-1", "controller-2")
+	for _, tls := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tls=%v", tls), func(t *testing.T) {
+			var (
+				mu    sync.Mutex
+				ended []int32
+			)
+			g := newPeerGuard(1, nil, slog.New(slog.DiscardHandler))
+			g.connEnded = func(peer int32) {
+				mu.Lock()
+				defer mu.Unlock()
+				ended = append(ended, peer)
+			}
+			m := listen(t, "127.0.0.1:0")
+			addr := m.Addr().String()
+			members := map[int32]string{1: addr, 2: "127.0.0.1:1"}
+			setMembers(g, members)
+			peerGuard := staticGuard(2, members, nil)
+			var sl, peer *streamLayer
+			if tls {
+				sl = newTLSStreamLayer(m, addr, certs["controller-1"], slog.New(slog.DiscardHandler), g)
+				peer = newTLSStreamLayer(listen(t, "127.0.0.1:0"), "127.0.0.1:1", certs["controller-2"], slog.New(slog.DiscardHandler), peerGuard)
+			} else {
+				sl = newStreamLayer(m, addr, g)
+				peer = newStreamLayer(listen(t, "127.0.0.1:0"), "127.0.0.1:1", peerGuard)
+			}
+			defer sl.Close()
+			defer peer.Close()
+			dial := func() (net.Conn, net.Conn) {
+				client, err := peer.Dial(raft.ServerAddress(addr), 2*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				server, err := sl.Accept()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return client, server
+			}
+			// drain is raft's handler: it reads until the connection fails.
+			drain := func(server net.Conn) chan struct{} {
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					_, _ = io.Copy(io.Discard, server)
+					_ = server.Close()
+				}()
+				return done
+			}
+			want := int32(0)
+			if tls {
+				want = 2
+			}
+
+			// The peer ends a connection that carried requests.
+			client, server := dial()
+			done := drain(server)
+			if _, err := client.Write([]byte{0, 1, 2}); err != nil {
+				t.Fatal(err)
+			}
+			_ = client.Close() // after the requests, in TCP's order
+			<-done
+			// The peer ends a connection that carried nothing.
+			client, server = dial()
+			done = drain(server)
+			_ = client.Close()
+			<-done
+			// This node closes a connection that carried requests.
+			client, server = dial()
+			passes(t, client, server)
+			done = drain(server)
+			_ = sl.Close()
+			<-done
+			_ = client.Close()
+
+			mu.Lock()
+			defer mu.Unlock()
+			if len(ended) != 1 || ended[0] != want {
+				t.Errorf("connEnded was told of %v, want [%d]", ended, want)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,13 @@ import (
 // more.
 const tlsHandshakeTimeout = 5 * time.Second
 
+// firstRequestTimeout bounds how long an inbound raft connection may stay
+// silent once it is accepted (after the raft marker and, with TLS, the
+// handshake). Every raft connection is dialled to send a request at once:
+// one that sends nothing (a stranger who sent only the marker) is closed
+// rather than held forever.
+const firstRequestTimeout = 10 * time.Second
+
 // streamLayer is raft's view of the mux: outbound connections announce
 // themselves with RaftMarker, inbound ones are those the mux routed to raft.
 //
@@ -35,8 +43,8 @@ type streamLayer struct {
 	mux       *Mux
 	advertise advertiseAddr
 	done      chan struct{}
-	// guard checks every inbound connection and request against the
-	// quorum's membership, and every dial (peerGuard).
+	// guard checks every inbound connection against the quorum's
+	// membership once, as it is accepted, and every dial (peerGuard).
 	guard *peerGuard
 
 	mu     sync.Mutex
@@ -54,7 +62,7 @@ type streamLayer struct {
 	// its handshake cannot hold up raft's accept loop; ready delivers those
 	// that did, to Accept.
 	tls         *layerTLS
-	ready       chan net.Conn
+	ready       chan admitted
 	hsCtx       context.Context
 	hsCancel    context.CancelFunc
 	handshakers sync.WaitGroup
@@ -102,7 +110,7 @@ func newTLSStreamLayer(mux *Mux, advertise string, cfg *tlsauth.Config, log *slo
 		server: cfg.Server(tlsauth.RoleController),
 		client: cfg.PeerClient(tlsauth.RoleController),
 	}
-	s.ready = make(chan net.Conn)
+	s.ready = make(chan admitted)
 	s.hsCtx, s.hsCancel = context.WithCancel(context.Background())
 	if log == nil {
 		log = slog.Default()
@@ -178,14 +186,20 @@ func (s *streamLayer) handshake(conn net.Conn) {
 	}
 	// A member: it no longer counts against the port's bound on strangers.
 	connlimit.Authenticated(conn)
-	guarded := s.guard.guard(tc, id)
 	select {
-	case s.ready <- guarded:
+	case s.ready <- admitted{conn: tc, peer: id}:
 	case <-s.done:
-		_ = guarded.Close()
+		_ = conn.Close()
 	case <-s.mux.done:
-		_ = guarded.Close()
+		_ = conn.Close()
 	}
+}
+
+// admitted is an inbound TLS connection through its handshake, from
+// controller peer, a member.
+type admitted struct {
+	conn net.Conn
+	peer int32
 }
 
 // peerController is the node id of the controller certificate a finished
@@ -254,46 +268,48 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		_ = conn.SetDeadline(time.Time{})
 		conn = tc
 	}
-	return s.adopt(conn, target)
+	return s.adopt(&layerConn{Conn: conn, target: target})
 }
 
 // Accept returns the next connection the mux routed to raft. It returns
 // net.ErrClosed once the stream layer or the mux is closed.
 func (s *streamLayer) Accept() (net.Conn, error) {
-	in := s.mux.raftCh
+	// With TLS, the mux's connections go to handshake and arrive on ready.
+	raw := s.mux.raftCh
 	if s.tls != nil {
-		in = s.ready
+		raw = nil
 	}
+	var in admitted
 	select {
-	case conn := <-in:
-		if s.tls == nil {
-			// Plaintext proves no identity: each request must at least
-			// name a member (the TLS path guarded conn in handshake).
-			conn = s.guard.guard(conn, 0)
-		}
-		return s.adopt(conn, 0)
+	case conn := <-raw:
+		// Plaintext proves no identity: peer 0, anyone.
+		in.conn = conn
+	case in = <-s.ready:
 	case <-s.done:
 		return nil, net.ErrClosed
 	case <-s.mux.done:
 		return nil, net.ErrClosed
 	}
+	// Raft reads the connection as accepted: the checks were made once,
+	// here and in handshake, and dropRemoved closes it if its peer leaves.
+	_ = in.conn.SetReadDeadline(time.Now().Add(s.guard.firstRequest))
+	return s.adopt(&layerConn{Conn: in.conn, handled: true, peer: in.peer, silent: true})
 }
 
-// adopt tracks conn so Close can close it, and (target, the member an
-// outbound conn reaches; 0 for an inbound one) so that it is closed once
-// that member leaves the quorum. An inbound conn is one raft's handler
+// adopt tracks lc so Close can close it, and so that it is closed once the
+// member it reaches (lc.target, outbound) or comes from (lc.peer, inbound
+// with TLS) leaves the quorum. An inbound lc is one raft's handler
 // goroutine will hold until it calls Close, which waitHandlers waits for. A
 // conn that arrives after Close is closed at once.
-func (s *streamLayer) adopt(conn net.Conn, target int32) (net.Conn, error) {
-	inbound := target == 0
+func (s *streamLayer) adopt(lc *layerConn) (net.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		_ = conn.Close()
+		_ = lc.Conn.Close()
 		return nil, net.ErrClosed
 	}
-	lc := &layerConn{Conn: conn, layer: s, handled: inbound, target: target}
-	if inbound {
+	lc.layer = s
+	if lc.handled {
 		s.handlers.Add(1)
 	}
 	s.conns[lc] = struct{}{}
@@ -324,12 +340,14 @@ func (s *streamLayer) waitHandlers(timeout time.Duration) bool {
 	}
 }
 
-// dropRemoved closes, every abandonPoll, the outbound connections to nodes
-// that are no longer members: raft stops replicating to a removed node, but
-// a call already under way on a connection to it (an unreachable node's,
-// say) would otherwise hold on until the transport's timeout, and raft
-// would call again meanwhile. It runs from the first adopted connection
-// until Close.
+// dropRemoved closes, every abandonPoll, the connections to and from nodes
+// that are no longer members. Outbound: raft stops replicating to a
+// removed node, but a call already under way on a connection to it (an
+// unreachable node's, say) would otherwise hold on until the transport's
+// timeout, and raft would call again meanwhile. Inbound: a certificate is
+// checked once, at the handshake, so a connection a voter opened before it
+// was removed must not outlive its membership (admits). It runs from the
+// first adopted connection until Close.
 func (s *streamLayer) dropRemoved() {
 	tick := time.NewTicker(abandonPoll)
 	defer tick.Stop()
@@ -346,7 +364,8 @@ func (s *streamLayer) dropRemoved() {
 		var drop []*layerConn
 		s.mu.Lock()
 		for c := range s.conns {
-			if _, member := members[c.target]; c.target != 0 && !member {
+			if _, member := members[c.target]; c.target != 0 && !member ||
+				c.peer != 0 && !s.guard.admits(members, c.peer) {
 				drop = append(drop, c)
 			}
 		}
@@ -399,8 +418,14 @@ func (a advertiseAddr) String() string  { return string(a) }
 // layerConn is a connection owned by a streamLayer.
 type layerConn struct {
 	net.Conn
-	layer     *streamLayer
-	target    int32       // the member an outbound conn reaches; 0 inbound
+	layer  *streamLayer
+	target int32 // the member an outbound conn reaches; 0 inbound
+	// peer is the controller an inbound conn's certificate names; 0
+	// outbound, and inbound in plaintext, where nothing says who it is.
+	peer int32
+	// silent: an inbound conn from which raft has read nothing yet, under
+	// firstRequestTimeout's read deadline. Only raft's handler reads.
+	silent    bool
 	byLayer   atomic.Bool // closed by streamLayer.Close
 	closeOnce sync.Once
 	closeErr  error
@@ -408,17 +433,54 @@ type layerConn struct {
 	// handler's own Close, whether or not the layer closed it first.
 	handled     bool
 	releaseOnce sync.Once
+	endOnce     sync.Once // connEnded is told once
 }
 
 // Read reports io.EOF once the layer has closed the conn, so raft's handler
 // goroutines end quietly on shutdown instead of logging "use of closed
-// network connection" as an error.
+// network connection" as an error. On an inbound conn it lifts the first
+// request's deadline once bytes arrive, and tells the guard of a peer that
+// ended a conn that carried requests (peerGuard.connEnded).
 func (c *layerConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	if c.handled {
+		err = c.inbound(n, err)
+	}
 	if err != nil && c.byLayer.Load() && errors.Is(err, net.ErrClosed) {
 		err = io.EOF
 	}
 	return n, err
+}
+
+// inbound is Read's part for an inbound conn: n bytes read, then err.
+func (c *layerConn) inbound(n int, err error) error {
+	g := c.layer.guard
+	if c.silent {
+		if n == 0 {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				g.refused(c.RemoteAddr().String(), "a connection", fmt.Errorf("no request within %v", g.firstRequest))
+				_ = c.Close()
+				return io.EOF // logged here; raft's handler ends quietly
+			}
+			return err
+		}
+		c.silent = false
+		_ = c.SetReadDeadline(time.Time{})
+		if c.peer == 0 {
+			// In plaintext, speaking raft at all is all a peer can show:
+			// it no longer counts against the port's bound on strangers.
+			// (With TLS, the handshake already did.)
+			connlimit.Authenticated(c.Conn)
+		}
+		return err
+	}
+	if err != nil && !c.byLayer.Load() && !errors.Is(err, net.ErrClosed) {
+		// The peer ended it (or died): not this node, nor the layer.
+		if ended := g.connEnded; ended != nil {
+			c.endOnce.Do(func() { ended(c.peer) })
+		}
+	}
+	return err
 }
 
 func (c *layerConn) Close() error {
@@ -440,8 +502,6 @@ func (c *layerConn) closeByLayer() {
 	c.byLayer.Store(true)
 	c.closeOnce.Do(func() {
 		switch conn := c.Conn.(type) {
-		case *guardedConn:
-			conn.closeNow()
 		case *tls.Conn:
 			c.closeErr = conn.NetConn().Close()
 		default:

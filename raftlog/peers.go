@@ -88,9 +88,6 @@ func (g *peerGuard) setConfiguration(conf func() raft.Configuration) {
 	close(g.started)
 }
 
-// membersTimeout bounds how long a check waits for raft to start.
-const membersTimeout = 10 * time.Second
-
 // members returns the latest configuration's servers by node id, waiting
 // for raft to have started (or ctx to end).
 func (g *peerGuard) members(ctx context.Context) (map[int32]raft.ServerAddress, error) {

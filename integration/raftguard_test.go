@@ -125,6 +125,20 @@ func (f *forger) vote(target int32, addr string, as int32, term uint64) (*raft.R
 	return &resp, f.trans.RequestVote(raftlog.ServerID(target), raft.ServerAddress(addr), req, &resp)
 }
 
+// tlsQuorum starts three controllers with mutual TLS and returns their
+// CA, the active controller and its epoch, and a follower to target.
+func tlsQuorum(t *testing.T) (pki *testPKI, c *Cluster, leader int32, epoch int64, target int32) {
+	t.Helper()
+	pki = newTestPKI(t)
+	c = startCluster(t, 3, withTLS(pki))
+	leader, epoch = c.WaitForActive(t, 20*time.Second)
+	target = 1
+	if target == leader {
+		target = 3
+	}
+	return pki, c, leader, epoch, target
+}
+
 // TestRaftGuard_ForgedTrafficRefused: with mutual TLS, raft traffic is
 // accepted only from members of the quorum:
 //   - controller-9 (a certificate from the CA, not a voter) sending an
@@ -137,13 +151,7 @@ func (f *forger) vote(target int32, addr string, as int32, term uint64) (*raft.R
 // certificate lets it say anything in raft, in its own name or another's:
 // raft is not Byzantine-tolerant, and the guard does not read requests.)
 func TestRaftGuard_ForgedTrafficRefused(t *testing.T) {
-	pki := newTestPKI(t)
-	c := startCluster(t, 3, withTLS(pki))
-	leader, epoch := c.WaitForActive(t, 20*time.Second)
-	target := int32(1)
-	if target == leader {
-		target = 3
-	}
+	pki, c, leader, epoch, target := tlsQuorum(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	before, err := c.Describe(ctx, target)
@@ -191,13 +199,7 @@ func TestRaftGuard_ForgedTrafficRefused(t *testing.T) {
 // a member is closed once it is removed, even if it sends nothing more,
 // and the quorum goes on committing.
 func TestRaftGuard_RemovedVoterConnectionCut(t *testing.T) {
-	pki := newTestPKI(t)
-	c := startCluster(t, 3, withTLS(pki))
-	leader, _ := c.WaitForActive(t, 20*time.Second)
-	target := int32(1)
-	if target == leader {
-		target = 3
-	}
+	pki, c, leader, _, target := tlsQuorum(t)
 	removed := 6 - target - leader
 
 	// A connection in the name of the voter about to be removed, as

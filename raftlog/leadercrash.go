@@ -26,8 +26,9 @@ const CrashElectionMessage = "the raft leader is gone (its connection ended, its
 // leader. Yet the kernel says at once that the process died: its raft
 // connections end, and its port refuses new ones.
 //
-// leaderCrash acts on that. When a raft connection that carried the
-// leader's AppendEntries ends, it confirms over a short window
+// leaderCrash acts on that. When a raft connection from the leader that
+// carried requests ends (in plaintext, any that did: nothing says whose),
+// it confirms over a short window
 // (Timing.CrashConfirm, at least two fifths of the heartbeat timeout:
 // crashWindow) that the leader is gone rather than blinking:
 //

@@ -98,7 +98,7 @@ func TestConfirm_DeposedLeaderAnswersNoDecisionThatWritesNothing(t *testing.T) {
 		_, err := ctrl.AlterConfigs(ctx, retention("2000"))
 		return err
 	})
-	if active, _ := old.Controller().Active(); !active || old.Controller().Raft().State() != raft.Leader {
+	if active, _ := old.Controller().Active(); !active || old.Log().Raft.State() != raft.Leader {
 		t.Fatalf("node 1 noticed it was deposed before it was asked (its %v lease passed: a very slow machine?): nothing to judge", slowLease)
 	}
 
@@ -181,7 +181,7 @@ func TestConfirm_DecisionsThatWriteNothingShareABarrier(t *testing.T) {
 	leader := c.WaitForActive(5 * time.Second)
 	l := leader.Controller().ActiveLeadership()
 	release := holdEventLoop(t, l)
-	last := leader.Controller().Raft().LastIndex()
+	last := leader.Log().Raft.LastIndex()
 
 	const n = 50
 	errNothing := errors.New("nothing to do")
@@ -208,10 +208,10 @@ func TestConfirm_DecisionsThatWriteNothingShareABarrier(t *testing.T) {
 	// Other events (the controller registrations' refresh, say) may have
 	// needed a confirmation of their own; the 50 needed one.
 	poll.Until(t, 5*time.Second, "the leader to apply its last entry", func() bool {
-		r := leader.Controller().Raft()
+		r := leader.Log().Raft
 		return r.AppliedIndex() == r.LastIndex()
 	})
-	if grew := leader.Controller().Raft().LastIndex() - last; grew == 0 || grew > 2 {
+	if grew := leader.Log().Raft.LastIndex() - last; grew == 0 || grew > 2 {
 		t.Errorf("raft's log grew by %d entries for %d decisions that wrote nothing, want one barrier", grew, n)
 	}
 }

@@ -10,13 +10,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/keel-dev/keel/consensus"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/listenprobe"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
 )
 
 // Config configures a Controller.
@@ -55,12 +54,10 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// AskPeer asks voter id at addr how it is (server wires it to the
 	// voter's DescribeQuorum): a leadership transfer goes only to a voter
-	// that is ready and caught up. Nil: a transfer to a named voter is not
-	// checked, and one to any voter is refused.
+	// that is ready and caught up (handOn). Nil: no voter is asked; a
+	// transfer goes to the voter named, or to the one whose log the log
+	// knows to be longest, unchecked.
 	AskPeer func(ctx context.Context, id int32, addr string) (PeerStatus, error)
-	// TimeoutNow tells voter id at addr to start an election at once (raft's
-	// TimeoutNow; raftlog.Node.TimeoutNow). Required with AskPeer.
-	TimeoutNow func(id int32, addr string) error
 	// InitialMetadataVersion is the metadata.version a new cluster starts
 	// at (0: MaxMetadataVersion); lower keeps it readable by older nodes.
 	InitialMetadataVersion uint32
@@ -142,19 +139,17 @@ func (c *Config) setDefaults() {
 // Controller follows raft leadership and, while this node leads, runs the
 // active controller.
 type Controller struct {
-	cfg      Config
-	applied  *AppliedLog
-	fsm      *fsm.FSM
-	log      *slog.Logger
-	notifyCh chan bool
+	cfg     Config
+	applied *AppliedLog
+	fsm     *fsm.FSM
+	log     *slog.Logger
 
-	raft *raft.Raft // set by Start
+	quorum consensus.Log // set by Start
 
 	metrics *metrics
 	// Set by Start when cfg.Metrics is: what to undo in Stop.
 	metricsCollectors []prometheus.Collector
-	observer          *raft.Observer
-	observerDone      chan struct{}
+	stopObserving     func()
 
 	// active is the leadership in force once its epoch committed; nil otherwise.
 	active atomic.Pointer[leadership]
@@ -166,9 +161,8 @@ type Controller struct {
 	divergenceLogged chan struct{}
 }
 
-// New returns a controller over the applied log (the state machine raft
-// drives). Pass NotifyCh to raft's config, then call Start with the raft it
-// configured.
+// New returns a controller over the applied log (the state machine the
+// consensus log drives). Call Start with the log built over it.
 func New(cfg Config, applied *AppliedLog) *Controller {
 	cfg.setDefaults()
 	return &Controller{
@@ -176,20 +170,14 @@ func New(cfg Config, applied *AppliedLog) *Controller {
 		applied: applied,
 		fsm:     applied.FSM(),
 		log:     cfg.Logger.With("component", "controller", "node_id", cfg.NodeID),
-		// Raft blocks on this channel: it must be buffered and drained by one
-		// goroutine that never calls raft itself.
-		notifyCh: make(chan bool, 16),
-		stopped:  make(chan struct{}),
-		metrics:  newMetrics(),
+		stopped: make(chan struct{}),
+		metrics: newMetrics(),
 	}
 }
 
-// NotifyCh is the channel raft reports leadership changes on.
-func (c *Controller) NotifyCh() chan<- bool { return c.notifyCh }
-
-// Start begins following leadership on r.
-func (c *Controller) Start(r *raft.Raft) {
-	c.raft = r
+// Start begins following leadership on log.
+func (c *Controller) Start(log consensus.Log) {
+	c.quorum = log
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	if c.cfg.Metrics != nil {
@@ -203,7 +191,7 @@ func (c *Controller) Start(r *raft.Raft) {
 	go c.monitorLeadership(ctx)
 }
 
-// Stop ends any leadership work and waits for it. Raft itself is closed by its owner.
+// Stop ends any leadership work and waits for it. The log itself is closed by its owner.
 func (c *Controller) Stop() {
 	c.stopOnce.Do(func() {
 		if c.stop == nil {
@@ -217,9 +205,10 @@ func (c *Controller) Stop() {
 	})
 }
 
-// monitorLeadership is the only reader of notifyCh. It starts a leadership
-// when raft says this node leads and revokes it, waiting until everything it
-// started has stopped, when raft says it no longer does.
+// monitorLeadership is the only reader of the log's leadership changes. It
+// starts a leadership when the log says this node leads and revokes it,
+// waiting until everything it started has stopped, when it says it no
+// longer does.
 func (c *Controller) monitorLeadership(ctx context.Context) {
 	defer close(c.stopped)
 	var current *leadership
@@ -234,7 +223,7 @@ func (c *Controller) monitorLeadership(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case isLeader := <-c.notifyCh:
+		case isLeader := <-c.quorum.LeadershipChanges():
 			// A lost-then-regained flap is a new leadership: revoke first.
 			revoke()
 			if isLeader {
@@ -255,21 +244,11 @@ func (c *Controller) Active() (bool, int64) {
 
 // Leader returns the raft leader's id and address as this node knows them,
 // or -1 and "" when none is known.
-func (c *Controller) Leader() (int32, string) {
-	addr, id := c.raft.LeaderWithID()
-	if id == "" {
-		return -1, ""
-	}
-	n, err := raftlog.ParseServerID(id)
-	if err != nil {
-		return -1, ""
-	}
-	return n, string(addr)
-}
+func (c *Controller) Leader() (int32, string) { return c.quorum.Leader() }
 
 // notLeader builds the error for a write that reached a node that is not active.
 func (c *Controller) notLeader() error {
-	if c.raft.State() == raft.Leader {
+	if c.quorum.State() == consensus.Leader {
 		return ErrNotReady
 	}
 	id, addr := c.Leader()
@@ -282,7 +261,7 @@ func (c *Controller) notLeader() error {
 // Nothing was written, so the caller may ask again: the leader it names,
 // or, while raft still has this node lead, this node.
 func (c *Controller) unconfirmed(why error) error {
-	if c.raft.State() == raft.Leader {
+	if c.quorum.State() == consensus.Leader {
 		return fmt.Errorf("%w: %v; nothing was written", ErrLeadershipUnconfirmed, why)
 	}
 	return c.notLeader()
@@ -342,8 +321,8 @@ func encodeEntries(parts [][]*keelpb.Record) ([][]byte, error) {
 
 // submitEntries hands each entry to raft, back to back, so that raft writes
 // and replicates them together rather than one round trip each.
-func (c *Controller) submitEntries(entries [][]byte) []raft.ApplyFuture {
-	futures := make([]raft.ApplyFuture, 0, len(entries))
+func (c *Controller) submitEntries(entries [][]byte) []consensus.ApplyFuture {
+	futures := make([]consensus.ApplyFuture, 0, len(entries))
 	for _, data := range entries {
 		if fault := c.cfg.submitFault; fault != nil {
 			if err := fault(); err != nil {
@@ -351,7 +330,7 @@ func (c *Controller) submitEntries(entries [][]byte) []raft.ApplyFuture {
 				continue
 			}
 		}
-		futures = append(futures, c.raft.Apply(data, c.cfg.ApplyTimeout))
+		futures = append(futures, c.quorum.Apply(data, c.cfg.ApplyTimeout))
 	}
 	return futures
 }
@@ -366,14 +345,11 @@ func (f failedFuture) Response() any { return nil }
 // waitEntries waits for entries handed to raft at submitted and returns the
 // index of the last one, or why one failed. Each committed entry's latency
 // goes to the commit time histogram.
-func (c *Controller) waitEntries(futures []raft.ApplyFuture, submitted time.Time) (uint64, error) {
+func (c *Controller) waitEntries(futures []consensus.ApplyFuture, submitted time.Time) (uint64, error) {
 	var index uint64
 	for _, f := range futures {
 		if err := f.Error(); err != nil {
-			switch {
-			case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrNotLeader),
-				errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrEnqueueTimeout),
-				errors.Is(err, raft.ErrRaftShutdown):
+			if outcomeUnknown(err) {
 				return 0, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 			}
 			return 0, err
@@ -411,17 +387,18 @@ func (c *Controller) AppendNoOp(ctx context.Context, requestID string) (uint64, 
 // active controller: a *NotLeaderError with the leader, or ErrNotReady.
 func (c *Controller) NotActiveError() error { return c.notLeader() }
 
-// HandOff passes raft leadership to another voter if this node leads, so
-// that a node being stopped on purpose (SIGTERM, a rolling restart) costs
-// the cluster a leadership transfer, a few milliseconds, instead of an
-// election timeout. Raft picks the most up-to-date follower and tells it to
-// start an election at once. It returns whether leadership moved.
+// HandOff passes leadership to another voter if this node leads, so that a
+// node being stopped on purpose (SIGTERM, a rolling restart) costs the
+// cluster a leadership transfer, a few milliseconds, instead of an election
+// timeout: to a voter fit to lead, or when none is the one whose log is
+// longest (handOn), told to start an election at once. It returns whether
+// leadership moved.
 func (c *Controller) HandOff() bool {
-	if c.raft == nil || c.raft.State() != raft.Leader {
+	if c.quorum == nil || c.quorum.State() != consensus.Leader {
 		return false
 	}
 	start := time.Now()
-	if err := c.raft.LeadershipTransfer().Error(); err != nil {
+	if _, err := c.handOn(context.Background(), nil, true); err != nil {
 		c.log.Warn("leadership transfer before stopping failed; the others will elect a leader after the election timeout", "err", err)
 		return false
 	}

@@ -16,16 +16,16 @@ func (c *Controller) Describe(version string) *keelpb.DescribeQuorumResponse {
 	resp := &keelpb.DescribeQuorumResponse{
 		ClusterId:               img.ClusterID,
 		NodeId:                  c.cfg.NodeID,
-		State:                   strings.ToLower(c.raft.State().String()),
+		State:                   strings.ToLower(c.quorum.State().String()),
 		Active:                  active,
 		ActiveEpoch:             activeEpoch,
 		LeaderId:                leaderID,
 		LeaderAddress:           leaderAddr,
 		ControllerEpoch:         img.ControllerEpoch,
 		ControllerEpochLeaderId: img.ControllerLeaderID,
-		RaftTerm:                c.raft.CurrentTerm(),
-		CommitIndex:             c.raft.CommitIndex(),
-		LastIndex:               c.raft.LastIndex(),
+		RaftTerm:                c.quorum.CurrentTerm(),
+		CommitIndex:             c.quorum.CommitIndex(),
+		LastIndex:               c.quorum.LastIndex(),
 		// The state machine's own position: raft's AppliedIndex counts
 		// entries handed to the FSM, which may still be applying them (a
 		// node catching up after a restart can be seconds behind).
@@ -37,8 +37,8 @@ func (c *Controller) Describe(version string) *keelpb.DescribeQuorumResponse {
 		resp.DivergedIndex, resp.DivergedReason = d.Index, d.Reason
 	}
 	resp.ImageCheck = c.ImageCheck()
-	if f := c.raft.GetConfiguration(); f.Error() == nil {
-		resp.Voters = quorumMembers(f.Configuration())
+	if conf, _, err := c.quorum.Configuration(); err == nil {
+		resp.Voters = quorumMembers(conf)
 	}
 	return resp
 }

@@ -4,8 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/hashicorp/raft"
-
+	"github.com/keel-dev/keel/consensus"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
@@ -15,12 +14,12 @@ import (
 // real nodes through package server, which imports this package: a test
 // inside it could not import keeltest.
 
-// Raft is the raft the controller follows.
-func (c *Controller) Raft() *raft.Raft { return c.raft }
+// Log is the consensus log the controller follows.
+func (c *Controller) Log() consensus.Log { return c.quorum }
 
-// Configuration is configuration: the latest raft configuration and the
-// index a change guarded by it passes raft.
-func (c *Controller) Configuration() (raft.Configuration, uint64, error) { return c.configuration() }
+// Configuration is configuration: the latest configuration and the index a
+// change guarded by it passes the log.
+func (c *Controller) Configuration() (consensus.Configuration, uint64, error) { return c.configuration() }
 
 // ConfigChangeError is configChangeError.
 var ConfigChangeError = configChangeError

@@ -8,11 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-
+	"github.com/keel-dev/keel/consensus"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
 )
 
 // ErrUnsafeDowngrade refuses a metadata.version downgrade that would drop
@@ -100,9 +98,9 @@ func (c *Controller) voterRanges(ctx context.Context) ([]FeatureNode, error) {
 	out := make([]FeatureNode, len(conf.Servers))
 	var wg sync.WaitGroup
 	for i, s := range conf.Servers {
-		id, _ := raftlog.ParseServerID(s.ID)
-		out[i] = FeatureNode{Kind: "controller", ID: id, Address: string(s.Address)}
-		if s.Suffrage != raft.Voter {
+		id := s.ID
+		out[i] = FeatureNode{Kind: "controller", ID: id, Address: s.Address}
+		if s.Suffrage != consensus.Voter {
 			out[i].Kind = "controller (nonvoter)"
 		}
 		if id == c.cfg.NodeID {

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hashicorp/raft"
-
+	"github.com/keel-dev/keel/consensus"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
@@ -115,8 +114,8 @@ type pipeline struct {
 // event).
 type flight struct {
 	ev        event
-	futures   []raft.ApplyFuture // nil: a decision that wrote nothing, or a barrier
-	barrier   raft.Future
+	futures   []consensus.ApplyFuture // nil: a decision that wrote nothing, or a barrier
+	barrier   consensus.Future
 	bytes     int
 	submitted time.Time
 	err       error  // the answer of one that wrote nothing
@@ -217,7 +216,7 @@ func (l *leadership) confirm(p *pipeline) {
 	if p.unconfirmed == 0 || p.confirming {
 		return
 	}
-	p.flights <- flight{barrier: l.c.raft.Barrier(l.c.cfg.ApplyTimeout), gen: p.gen, submitted: time.Now()}
+	p.flights <- flight{barrier: l.c.quorum.Barrier(l.c.cfg.ApplyTimeout), gen: p.gen, submitted: time.Now()}
 	p.next++
 	p.decisions++
 	p.entries++
@@ -237,8 +236,8 @@ func (l *leadership) take(p *pipeline, ev event) {
 	}
 	if p.decisions == 0 {
 		p.spec = l.c.fsm.Image()
-		p.next = l.c.raft.LastIndex() + 1
-		p.term = l.c.raft.CurrentTerm()
+		p.next = l.c.quorum.LastIndex() + 1
+		p.term = l.c.quorum.CurrentTerm()
 	}
 	// answer answers a decision that writes nothing, once an entry handed
 	// to raft after it has committed (confirm).

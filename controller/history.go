@@ -5,9 +5,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"sync/atomic"
-
-	"github.com/hashicorp/raft"
 
 	"github.com/keel-dev/keel/fsm"
 )
@@ -37,10 +34,6 @@ type AppliedLog struct {
 	fsm        *fsm.FSM
 	maxEntries int
 	maxBytes   int
-
-	// conf is the last committed raft configuration raft handed over
-	// (raftlog.ConfigurationObserver); nil until one is.
-	conf atomic.Pointer[committedConfiguration]
 
 	mu   sync.Mutex
 	base uint64 // offset the first retained entry follows
@@ -175,28 +168,6 @@ func (a *AppliedLog) Restore(r io.Reader) error {
 	close(a.grown)
 	a.grown = make(chan struct{})
 	return nil
-}
-
-// committedConfiguration is a raft configuration and its log index.
-type committedConfiguration struct {
-	index uint64
-	conf  raft.Configuration
-}
-
-// ConfigurationCommitted records the committed raft configuration at index
-// (raftlog.ConfigurationObserver); index 0 after a snapshot restore means
-// unknown.
-func (a *AppliedLog) ConfigurationCommitted(index uint64, c raft.Configuration) {
-	a.conf.Store(&committedConfiguration{index: index, conf: c.Clone()})
-}
-
-// committedConfiguration returns the last committed configuration raft handed
-// over and its index; index 0 when unknown.
-func (a *AppliedLog) committedConfiguration() (uint64, raft.Configuration) {
-	if c := a.conf.Load(); c != nil {
-		return c.index, c.conf
-	}
-	return 0, raft.Configuration{}
 }
 
 // Current returns the image and the history position it corresponds to.

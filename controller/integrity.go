@@ -11,11 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-
+	"github.com/keel-dev/keel/consensus"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
 )
 
 // A controller whose image is not the quorum's stops acting on it.
@@ -69,33 +67,21 @@ func (c *Controller) watchDivergence(ctx context.Context) {
 		"index", d.Index, "reason", d.Reason, "what_to_do", divergedHint(c.cfg.NodeID))
 }
 
-// handAway hands raft leadership to a voter fit to lead (ready, caught up),
+// handAway hands leadership to a voter fit to lead (ready, caught up),
 // as the takeover does when it cannot establish, until this node no longer
 // leads or the leadership ends: a node whose image diverged must not be the
-// active controller, and a quorum whose raft leader never takes over has
-// none.
+// active controller, and a quorum whose leader never takes over has none.
+// When no voter is fit it hands leadership to the one whose log is longest,
+// unchecked (handOn): any voter whose image is the quorum's does better than
+// this node. A follower that only lacks the log's own entries of the terms
+// this node led (which no state machine applies, so it is not ready until
+// an active controller writes again) is such a voter.
 func (l *leadership) handAway(why string) {
 	_, longest, _ := l.c.takeoverTiming()
 	wait := longest
-	for attempt := 1; l.ctx.Err() == nil && l.c.raft.State() == raft.Leader; attempt++ {
-		l.log.Warn("raft elected this node, but its image diverged: handing leadership away", "attempt", attempt, "reason", why)
-		var err error
-		if l.c.cfg.AskPeer != nil {
-			err = l.handToFit()
-		}
-		if l.c.cfg.AskPeer == nil || err != nil && l.ctx.Err() == nil && l.c.raft.State() == raft.Leader {
-			// Raft's own choice, the most up-to-date follower, unchecked:
-			// any voter whose image is the quorum's does better than this
-			// node. A follower that only lacks raft's own entries of the
-			// terms this node led (which no state machine applies, so it
-			// is not ready until an active controller writes again) is
-			// such a voter.
-			if ferr := l.c.raft.LeadershipTransfer().Error(); ferr == nil {
-				err = nil
-			} else if err == nil {
-				err = ferr
-			}
-		}
+	for attempt := 1; l.ctx.Err() == nil && l.c.quorum.State() == consensus.Leader; attempt++ {
+		l.log.Warn("elected, but this node's image diverged: handing leadership away", "attempt", attempt, "reason", why)
+		_, err := l.c.handOn(l.ctx, nil, true)
 		if err == nil {
 			return
 		}
@@ -106,20 +92,6 @@ func (l *leadership) handAway(why string) {
 		case <-time.After(wait):
 		}
 	}
-}
-
-// handToFit hands leadership to the fittest other voter (fitToLead, handTo).
-func (l *leadership) handToFit() error {
-	conf, _, err := l.c.configuration()
-	if err != nil {
-		return err
-	}
-	chosen, err := l.c.fitToLead(l.ctx, otherVoters(conf, l.c.cfg.NodeID))
-	if err != nil {
-		return err
-	}
-	id, _ := raftlog.ParseServerID(chosen.ID)
-	return l.c.handTo(l.ctx, id, string(chosen.Address))
 }
 
 // imageAnswer is one voter's digest at the index compared: sum nil when it
@@ -237,13 +209,10 @@ func (l *leadership) checkImagesOnce() {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, s := range conf.Servers {
-		if s.Suffrage != raft.Voter {
+		if s.Suffrage != consensus.Voter {
 			continue
 		}
-		id, err := raftlog.ParseServerID(s.ID)
-		if err != nil {
-			continue
-		}
+		id := s.ID
 		voters = append(voters, id)
 		if id == l.c.cfg.NodeID {
 			continue
@@ -253,7 +222,7 @@ func (l *leadership) checkImagesOnce() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(l.ctx, imageCheckTimeout)
 			defer cancel()
-			resp, err := l.c.cfg.CompareImage(ctx, id, string(s.Address), &keelpb.CompareImageRequest{Index: own.Index, FromId: l.c.cfg.NodeID})
+			resp, err := l.c.cfg.CompareImage(ctx, id, s.Address, &keelpb.CompareImageRequest{Index: own.Index, FromId: l.c.cfg.NodeID})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -303,14 +272,14 @@ func (l *leadership) checkImagesOnce() {
 
 // tellDiverged sends voter id the majority's digest as of own's entry: it
 // compares its own and, finding it differs, stops acting on its image.
-func (l *leadership) tellDiverged(id int32, conf raft.Configuration, own fsm.Digest, digest []byte, majority string) {
+func (l *leadership) tellDiverged(id int32, conf consensus.Configuration, own fsm.Digest, digest []byte, majority string) {
 	for _, s := range conf.Servers {
-		if s.ID != raftlog.ServerID(id) {
+		if s.ID != id {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(l.ctx, imageCheckTimeout)
 		defer cancel()
-		_, err := l.c.cfg.CompareImage(ctx, id, string(s.Address), &keelpb.CompareImageRequest{
+		_, err := l.c.cfg.CompareImage(ctx, id, s.Address, &keelpb.CompareImageRequest{
 			Index: own.Index, ChainStart: own.Start, MajorityDigest: digest, Majority: majority, FromId: l.c.cfg.NodeID})
 		if err != nil && l.ctx.Err() == nil {
 			l.log.Warn("could not tell a controller its image differs from the majority's", "controller", id, "err", err)

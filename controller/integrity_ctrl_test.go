@@ -155,13 +155,13 @@ func TestIntegrity_OldBinaryNeverActive(t *testing.T) {
 		}
 		return false
 	})
-	old.Controller().Raft().RegisterObserver(observer)
-	defer old.Controller().Raft().DeregisterObserver(observer)
+	old.Log().Raft.RegisterObserver(observer)
+	defer old.Log().Raft.DeregisterObserver(observer)
 	act := c.Active()
 	epoch := act.FSM().Image().ControllerEpoch
 	// The transfer's own answer does not matter: node 3 may hand leadership
 	// back before the old leader has seen it win.
-	err := act.Controller().Raft().LeadershipTransferToServer(raftlog.ServerID(3), "").Error()
+	err := act.Log().Raft.LeadershipTransferToServer(raftlog.ServerID(3), "").Error()
 	t.Logf("transfer to node 3: %v", err)
 	poll.UntilState(t, 20*time.Second, "node 3 elected, then a new active controller other than node 3", func() (bool, string) {
 		act := c.Active()

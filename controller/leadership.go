@@ -24,7 +24,7 @@ const takeoverElectionTimeouts = 5
 // between takeover attempts, the longest (the waits double), and how long
 // takeover may keep failing before leadership is handed away.
 func (c *Controller) takeoverTiming() (first, longest, giveUp time.Duration) {
-	election := c.raft.ReloadableConfig().ElectionTimeout
+	election := c.quorum.Timeouts().Election
 	return max(election/10, time.Millisecond), election, takeoverElectionTimeouts * election
 }
 
@@ -162,7 +162,7 @@ func (l *leadership) establish() error {
 		l.log.Warn("takeover attempt failed", "attempt", attempt, "failing_for", failing, "err", err)
 		if !time.Now().Before(transferAt) {
 			l.log.Error("could not become the active controller; transferring leadership", "failing_for", failing, "err", err)
-			terr := l.c.raft.LeadershipTransfer().Error()
+			_, terr := l.c.handOn(l.ctx, nil, true)
 			if terr == nil {
 				return fmt.Errorf("leadership handed away after %d takeover attempts: %w", attempt, err)
 			}
@@ -198,7 +198,7 @@ func (l *leadership) tryEstablish() error {
 	// it (a whole cluster restarted on its data dirs would otherwise write
 	// a second cluster id, which every node refuses).
 	asked := l.askVoters() // beside the barrier, for the registrations (features.go)
-	if err := l.c.raft.Barrier(l.c.cfg.ApplyTimeout).Error(); err != nil {
+	if err := l.c.quorum.Barrier(l.c.cfg.ApplyTimeout).Error(); err != nil {
 		return fmt.Errorf("barrier: %w", err)
 	}
 	img := l.c.fsm.Image()
@@ -234,7 +234,7 @@ func (l *leadership) tryEstablish() error {
 	// Checked as every decision is (speculate): a takeover whose batch the
 	// FSM would refuse writes nothing, rather than an entry every node
 	// refuses and stops acting on its image for (integrity.go).
-	if _, err := speculate(img, l.c.raft.LastIndex()+1, l.c.raft.CurrentTerm(), splitRecords(records, MaxEntryBytes)); err != nil {
+	if _, err := speculate(img, l.c.quorum.LastIndex()+1, l.c.quorum.CurrentTerm(), splitRecords(records, MaxEntryBytes)); err != nil {
 		return fmt.Errorf("controller epoch %d: %w", next, err)
 	}
 	if _, err := l.c.commitBatch(records...); err != nil {

@@ -79,7 +79,7 @@ func (c *Controller) askVoter(ctx context.Context, id int32, addr string, voters
 	case st.ClusterID != "" && st.ClusterID != cluster:
 		return st, false, fmt.Errorf("%w: node %d at %s belongs to cluster %s, not %s; start it with an empty data dir and --join", ErrVoterUnfit, id, addr, st.ClusterID, cluster)
 	}
-	return st, caughtUpTo(st.LastIndex, c.raft.CommitIndex()), nil
+	return st, caughtUpTo(st.LastIndex, c.quorum.CommitIndex()), nil
 }
 
 // waitCaughtUp waits until node id at addr, a nonvoter, answers that it is
@@ -88,7 +88,7 @@ func (c *Controller) askVoter(ctx context.Context, id int32, addr string, voters
 // where it was, when ctx ends first, and with the not-active error when
 // this node stops being active.
 func (c *Controller) waitCaughtUp(ctx context.Context, id int32, addr string) error {
-	every := max(c.raft.ReloadableConfig().ElectionTimeout/10, 10*time.Millisecond)
+	every := max(c.quorum.Timeouts().Election/10, 10*time.Millisecond)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	why := "not asked yet"
@@ -99,7 +99,7 @@ func (c *Controller) waitCaughtUp(ctx context.Context, id int32, addr string) er
 		actx, cancel := context.WithTimeout(ctx, askVoterTimeout)
 		st, err := c.cfg.AskPeer(actx, id, addr)
 		cancel()
-		commit := c.raft.CommitIndex()
+		commit := c.quorum.CommitIndex()
 		switch {
 		case err != nil:
 			why = fmt.Sprintf("it does not answer: %v", err)

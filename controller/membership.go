@@ -9,10 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-
+	"github.com/keel-dev/keel/consensus"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
 )
 
 // Quorum membership: adding and removing voters and handing leadership on,
@@ -33,9 +31,6 @@ import (
 // The decisions themselves (is the request sensible against the current
 // configuration?) are pure functions of the configuration, tested without
 // raft: decideAddVoter, decideRemoveVoter, decideTransfer.
-
-// The applied log learns each committed configuration and its index.
-var _ raftlog.ConfigurationObserver = (*AppliedLog)(nil)
 
 // Errors of membership changes; rpc maps each to a status code.
 var (
@@ -81,19 +76,18 @@ func (c *Controller) NodeID() int32 { return c.cfg.NodeID }
 // decideAddVoter checks adding voter id at addr to conf. noop is true when id
 // already is a voter at addr: nothing to change, so that a retried request
 // succeeds. A nonvoter with that id is promoted (raft's AddVoter does so).
-func decideAddVoter(conf raft.Configuration, id int32, addr string) (noop bool, err error) {
-	sid := raftlog.ServerID(id)
+func decideAddVoter(conf consensus.Configuration, id int32, addr string) (noop bool, err error) {
 	for _, s := range conf.Servers {
 		switch {
-		case s.ID == sid && s.Address == raft.ServerAddress(addr):
-			return s.Suffrage == raft.Voter, nil
-		case s.ID == sid:
+		case s.ID == id && s.Address == addr:
+			return s.Suffrage == consensus.Voter, nil
+		case s.ID == id:
 			return false, fmt.Errorf("%w: node %d is already a member at %s, not %s; remove it first to move it",
 				ErrVoterExists, id, s.Address, addr)
-		case s.Address == raft.ServerAddress(addr):
+		case s.Address == addr:
 			// Two ids at one address would be one node counted twice
 			// towards every majority.
-			return false, fmt.Errorf("%w: address %s is node %s's", ErrVoterExists, addr, s.ID)
+			return false, fmt.Errorf("%w: address %s is node %d's", ErrVoterExists, addr, s.ID)
 		}
 	}
 	return false, nil
@@ -102,12 +96,12 @@ func decideAddVoter(conf raft.Configuration, id int32, addr string) (noop bool, 
 // decideRemoveVoter checks removing id from conf on the leader self. self is
 // true when the leader is asked to remove itself: it hands leadership on
 // first (see RemoveVoter).
-func decideRemoveVoter(conf raft.Configuration, leader, id int32) (self bool, err error) {
-	i := slices.IndexFunc(conf.Servers, func(s raft.Server) bool { return s.ID == raftlog.ServerID(id) })
+func decideRemoveVoter(conf consensus.Configuration, leader, id int32) (self bool, err error) {
+	i := slices.IndexFunc(conf.Servers, func(s consensus.Server) bool { return s.ID == id })
 	if i < 0 {
 		return false, fmt.Errorf("%w: node %d (members: %s)", ErrUnknownVoter, id, memberList(conf))
 	}
-	if conf.Servers[i].Suffrage == raft.Voter && voters(conf) == 1 {
+	if conf.Servers[i].Suffrage == consensus.Voter && conf.Voters() == 1 {
 		return false, fmt.Errorf("%w: node %d is the quorum's last voter; it cannot be removed", ErrLastVoter, id)
 	}
 	return id == leader, nil
@@ -116,43 +110,33 @@ func decideRemoveVoter(conf raft.Configuration, leader, id int32) (self bool, er
 // decideTransfer checks handing leadership from the leader self to target
 // (0: whichever voter raft finds most up to date). noop is true when target
 // is self: it leads already.
-func decideTransfer(conf raft.Configuration, self, target int32) (to *raft.Server, noop bool, err error) {
+func decideTransfer(conf consensus.Configuration, self, target int32) (to *consensus.Server, noop bool, err error) {
 	if target == self {
 		return nil, true, nil
 	}
 	if target == 0 {
-		if voters(conf) < 2 {
+		if conf.Voters() < 2 {
 			return nil, false, fmt.Errorf("%w: node %d is the quorum's only voter; there is no one to hand leadership to", ErrLastVoter, self)
 		}
 		return nil, false, nil
 	}
-	i := slices.IndexFunc(conf.Servers, func(s raft.Server) bool { return s.ID == raftlog.ServerID(target) })
+	i := slices.IndexFunc(conf.Servers, func(s consensus.Server) bool { return s.ID == target })
 	if i < 0 {
 		return nil, false, fmt.Errorf("%w: node %d (members: %s)", ErrUnknownVoter, target, memberList(conf))
 	}
-	if conf.Servers[i].Suffrage != raft.Voter {
+	if conf.Servers[i].Suffrage != consensus.Voter {
 		return nil, false, fmt.Errorf("%w: node %d is a nonvoter and cannot lead", ErrNotVoter, target)
 	}
 	s := conf.Servers[i]
 	return &s, false, nil
 }
 
-func voters(conf raft.Configuration) int {
-	n := 0
-	for _, s := range conf.Servers {
-		if s.Suffrage == raft.Voter {
-			n++
-		}
-	}
-	return n
-}
-
 // memberList renders conf for an error message: "1@host:port, 2@host:port".
-func memberList(conf raft.Configuration) string {
+func memberList(conf consensus.Configuration) string {
 	parts := make([]string, 0, len(conf.Servers))
 	for _, s := range conf.Servers {
-		p := fmt.Sprintf("%s@%s", s.ID, s.Address)
-		if s.Suffrage != raft.Voter {
+		p := fmt.Sprintf("%d@%s", s.ID, s.Address)
+		if s.Suffrage != consensus.Voter {
 			p += " (nonvoter)"
 		}
 		parts = append(parts, p)
@@ -163,44 +147,25 @@ func memberList(conf raft.Configuration) string {
 	return strings.Join(parts, ", ")
 }
 
-// quorumMembers converts conf for the API. Servers whose id is not a Keel
-// node id are left out.
-func quorumMembers(conf raft.Configuration) []*keelpb.QuorumMember {
+// quorumMembers converts conf for the API.
+func quorumMembers(conf consensus.Configuration) []*keelpb.QuorumMember {
 	out := make([]*keelpb.QuorumMember, 0, len(conf.Servers))
 	for _, s := range conf.Servers {
-		id, err := raftlog.ParseServerID(s.ID)
-		if err != nil {
-			continue
-		}
 		suffrage := "voter"
-		if s.Suffrage != raft.Voter {
+		if s.Suffrage != consensus.Voter {
 			suffrage = "nonvoter"
 		}
-		out = append(out, &keelpb.QuorumMember{Id: id, Address: string(s.Address), Suffrage: suffrage})
+		out = append(out, &keelpb.QuorumMember{Id: s.ID, Address: s.Address, Suffrage: suffrage})
 	}
 	return out
 }
 
-// configuration returns the latest raft configuration (committed or not) and
-// the index to pass raft as prevIndex. raft v1.7's GetConfiguration reports
-// index 0 (it copies the configuration without its index), so the index is
-// the one of the last configuration this node's state machine saw commit,
-// used only while that still is the latest; otherwise 0, which raft takes as
-// "no check", leaving raft's one-change-at-a-time rule and the event loop to
-// serialise changes.
-func (c *Controller) configuration() (raft.Configuration, uint64, error) {
-	f := c.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return raft.Configuration{}, 0, err
-	}
-	conf := f.Configuration()
-	index := f.Index()
-	if index == 0 {
-		if i, committed := c.applied.committedConfiguration(); i > 0 && slices.Equal(committed.Servers, conf.Servers) {
-			index = i
-		}
-	}
-	return conf, index, nil
+// configuration returns the latest configuration (committed or not) and
+// the index to pass as prevIndex: 0 when the log does not know it, which
+// checks nothing, leaving the log's one-change-at-a-time rule and the event
+// loop to serialise changes.
+func (c *Controller) configuration() (consensus.Configuration, uint64, error) {
+	return c.quorum.Configuration()
 }
 
 // onLoop runs fn on the active controller's event loop, alone, once every
@@ -234,19 +199,24 @@ func (c *Controller) onLoop(ctx context.Context, fn func(l *leadership) error) e
 	}
 }
 
-// configChangeError says what a failed raft configuration change means for
+// configChangeError says what a failed configuration change means for
 // the caller.
 func configChangeError(err error) error {
 	switch {
-	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrNotLeader),
-		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrEnqueueTimeout),
-		errors.Is(err, raft.ErrRaftShutdown):
+	case outcomeUnknown(err):
 		return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
-	case strings.Contains(err.Error(), "configuration changed since"):
-		// raft's own words (nextConfiguration) for a stale prevIndex.
+	case errors.Is(err, consensus.ErrConfigurationChanged):
 		return fmt.Errorf("%w: %v", ErrConfigurationChanged, err)
 	}
 	return err
+}
+
+// outcomeUnknown reports whether a write that failed with err may have
+// committed, or may yet, as far as its caller can tell: a node no longer
+// leading when the write was handed over answers the same, as the caller
+// cannot tell that from losing leadership with the write in flight.
+func outcomeUnknown(err error) bool {
+	return consensus.OutcomeUnknown(err) || errors.Is(err, consensus.ErrNotLeader)
 }
 
 // result describes the latest configuration after a change at index.
@@ -292,7 +262,7 @@ func (c *Controller) AddVoter(ctx context.Context, id int32, addr string, force 
 		}
 		noop, err := decideAddVoter(conf, id, addr)
 		if err != nil || !noop {
-			member, nvoters = slices.ContainsFunc(conf.Servers, func(s raft.Server) bool { return s.ID == raftlog.ServerID(id) }), voters(conf)
+			member, nvoters = conf.Has(id), conf.Voters()
 			return err
 		}
 		res, err = c.result(0)
@@ -350,14 +320,14 @@ func (c *Controller) addMember(id int32, addr string, voter bool) (*MembershipRe
 	if err != nil {
 		return nil, err
 	}
-	if noop || !voter && slices.ContainsFunc(conf.Servers, func(s raft.Server) bool { return s.ID == raftlog.ServerID(id) }) {
+	if noop || !voter && conf.Has(id) {
 		return c.result(0)
 	}
-	add, what := c.raft.AddVoter, "voter added"
+	add, what := c.quorum.AddVoter, "voter added"
 	if !voter {
-		add, what = c.raft.AddNonvoter, "nonvoter added: made a voter once it has caught up"
+		add, what = c.quorum.AddNonvoter, "nonvoter added: made a voter once it has caught up"
 	}
-	f := add(raftlog.ServerID(id), raft.ServerAddress(addr), prev, c.cfg.ApplyTimeout)
+	f := add(id, addr, prev, c.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		return nil, configChangeError(err)
 	}
@@ -391,14 +361,14 @@ func (c *Controller) RemoveVoter(ctx context.Context, id int32) (*MembershipResu
 			return err
 		}
 		if self {
-			if err := c.raft.LeadershipTransfer().Error(); err != nil {
-				return fmt.Errorf("%w: node %d was asked to remove itself and could not hand leadership on first: %v", ErrTransferFailed, id, err)
+			if _, err := c.handOn(ctx, nil, true); err != nil {
+				return fmt.Errorf("node %d was asked to remove itself and could not hand leadership on first: %w", id, err)
 			}
 			c.log.Info("asked to remove this node from the quorum: leadership handed on first; the new leader removes it", "voter_id", id)
 			handedOff = true
 			return nil
 		}
-		f := c.raft.RemoveServer(raftlog.ServerID(id), prev, c.cfg.ApplyTimeout)
+		f := c.quorum.RemoveServer(id, prev, c.cfg.ApplyTimeout)
 		if err := f.Error(); err != nil {
 			return configChangeError(err)
 		}
@@ -447,35 +417,13 @@ func (c *Controller) TransferLeadership(ctx context.Context, target int32) (int3
 			noop = nothing
 			return err
 		}
-		candidates := otherVoters(conf, c.cfg.NodeID)
-		if dest != nil {
-			candidates = []raft.Server{*dest}
-		}
 		start := time.Now()
-		if c.cfg.AskPeer == nil {
-			// Unchecked (tests without a network): raft's own transfer.
-			var f raft.Future
-			if dest != nil {
-				f = c.raft.LeadershipTransferToServer(dest.ID, dest.Address)
-			} else {
-				f = c.raft.LeadershipTransfer()
-			}
-			if err := f.Error(); err != nil {
-				return fmt.Errorf("%w: %v", ErrTransferFailed, err)
-			}
-			c.log.Info("leadership transferred on request", "target", target, "took", time.Since(start).Round(time.Microsecond))
-			return nil
-		}
-		chosen, err := c.fitToLead(ctx, candidates)
+		chosen, err := c.handOn(ctx, dest, false)
 		if err != nil {
 			return err
 		}
-		id, _ := raftlog.ParseServerID(chosen.ID)
-		to = id
-		if err := c.handTo(ctx, id, string(chosen.Address)); err != nil {
-			return err
-		}
-		c.log.Info("leadership transferred on request", "target", id, "took", time.Since(start).Round(time.Microsecond))
+		to = chosen.ID
+		c.log.Info("leadership transferred on request", "target", chosen.ID, "took", time.Since(start).Round(time.Microsecond))
 		return nil
 	})
 	switch {
@@ -492,10 +440,10 @@ func (c *Controller) TransferLeadership(ctx context.Context, target int32) (int3
 }
 
 // otherVoters are conf's voters but self.
-func otherVoters(conf raft.Configuration, self int32) []raft.Server {
-	var out []raft.Server
+func otherVoters(conf consensus.Configuration, self int32) []consensus.Server {
+	var out []consensus.Server
 	for _, s := range conf.Servers {
-		if s.Suffrage == raft.Voter && s.ID != raftlog.ServerID(self) {
+		if s.Suffrage == consensus.Voter && s.ID != self {
 			out = append(out, s)
 		}
 	}
@@ -518,12 +466,12 @@ type PeerStatus struct {
 // of them with the longest log; it waits up to an election timeout for
 // candidates to catch up (entries in flight). Without one, the error names
 // each candidate and why it is unfit.
-func (c *Controller) fitToLead(ctx context.Context, candidates []raft.Server) (raft.Server, error) {
-	wait := c.raft.ReloadableConfig().ElectionTimeout
+func (c *Controller) fitToLead(ctx context.Context, candidates []consensus.Server) (consensus.Server, error) {
+	wait := c.quorum.Timeouts().Election
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
-		last := c.raft.LastIndex()
+		last := c.quorum.LastIndex()
 		why := make([]string, len(candidates))
 		status := make([]PeerStatus, len(candidates))
 		var wg sync.WaitGroup
@@ -531,8 +479,8 @@ func (c *Controller) fitToLead(ctx context.Context, candidates []raft.Server) (r
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				id, _ := raftlog.ParseServerID(s.ID)
-				st, err := c.cfg.AskPeer(ctx, id, string(s.Address))
+				id := s.ID
+				st, err := c.cfg.AskPeer(ctx, id, s.Address)
 				switch {
 				case err != nil:
 					why[i] = fmt.Sprintf("node %d did not answer: %v", id, err)
@@ -556,50 +504,63 @@ func (c *Controller) fitToLead(ctx context.Context, candidates []raft.Server) (r
 		}
 		select {
 		case <-ctx.Done():
-			return raft.Server{}, fmt.Errorf("%w: %s", ErrTransferRefused, strings.Join(why, "; "))
+			return consensus.Server{}, fmt.Errorf("%w: %s", ErrTransferRefused, strings.Join(why, "; "))
 		case <-time.After(wait / 10):
 		}
 	}
 }
 
-// handTo tells voter id at addr to start an election now, and waits up to
-// two election timeouts for this node to lose leadership to it. A target
-// that does not take over is given up on: ErrTransferFailed, and this node
-// still leads.
-func (c *Controller) handTo(ctx context.Context, id int32, addr string) error {
-	wait := 2 * c.raft.ReloadableConfig().ElectionTimeout
-	sent := make(chan error, 1)
-	// The transport's call has its own timeout; it is not waited for
-	// beyond ours.
-	go func() { sent <- c.cfg.TimeoutNow(id, addr) }()
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if c.raft.State() != raft.Leader {
-			return nil
-		}
-		select {
-		case err := <-sent:
+// handOn hands leadership from this node, the leader, to a voter fit to
+// lead, and returns the voter it went to: the one place that chooses where
+// leadership goes (a transfer on request, a SIGTERM hand-off, the removal of
+// the active controller itself, a takeover that keeps failing, a diverged
+// image). The voter is to, or when to is nil the other voter fitToLead finds
+// ready and furthest along, asked over Config.AskPeer; the log then tells it
+// to take over (consensus.Log.TransferLeadership), writes going on, and
+// gives it up if it has not within two election timeouts. Without AskPeer
+// no voter can be asked: to, or the log's own choice (the voter it knows to
+// hold the most), goes unchecked. With anyIfUnfit a quorum with no voter fit
+// to lead gets the log's own choice too, as raft's own transfer chose
+// before: for a node that is going away, or cannot act as the active
+// controller, any voter does better than itself.
+//
+// It fails with ErrTransferRefused when no voter is fit (nothing was done),
+// or ErrTransferFailed when leadership did not move; this node then still
+// leads.
+func (c *Controller) handOn(ctx context.Context, to *consensus.Server, anyIfUnfit bool) (consensus.Server, error) {
+	if c.cfg.AskPeer != nil {
+		candidates := []consensus.Server{}
+		if to != nil {
+			candidates = append(candidates, *to)
+		} else {
+			conf, _, err := c.configuration()
 			if err != nil {
-				return fmt.Errorf("%w: telling node %d to take over: %v", ErrTransferFailed, id, err)
+				return consensus.Server{}, err
 			}
-			sent = nil
-		case <-deadline.C:
-			return fmt.Errorf("%w: node %d did not take over within %v; given up, this node still leads", ErrTransferFailed, id, wait)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
+			candidates = otherVoters(conf, c.cfg.NodeID)
+		}
+		chosen, err := c.fitToLead(ctx, candidates)
+		switch {
+		case err == nil:
+			to = &chosen
+		case !anyIfUnfit || ctx.Err() != nil:
+			return consensus.Server{}, err
+		default:
+			c.log.Warn("no voter is fit to lead; handing leadership to the one whose log is longest, unchecked", "err", err)
 		}
 	}
+	chosen, err := c.quorum.TransferLeadership(ctx, to)
+	if err != nil {
+		return chosen, fmt.Errorf("%w: %v", ErrTransferFailed, err)
+	}
+	return chosen, nil
 }
 
 // waitNewLeader waits, briefly, until this node (which just handed
 // leadership on) hears from the new leader, so that its answer can name
 // it. It returns -1 and "" if it has not by then.
 func (c *Controller) waitNewLeader(ctx context.Context) (int32, string) {
-	wait := 2 * c.raft.ReloadableConfig().ElectionTimeout
+	wait := 2 * c.quorum.Timeouts().Election
 	deadline := time.Now().Add(wait)
 	for {
 		if id, addr := c.Leader(); id >= 0 && id != c.cfg.NodeID {
@@ -631,7 +592,7 @@ const removedAfterHeartbeats = 10
 // leadership before it committed, and the next leader does not have it) from
 // stopping while a leader still replicates to it.
 func (c *Controller) WaitRemoved(ctx context.Context) error {
-	hb := c.raft.ReloadableConfig().HeartbeatTimeout
+	hb := c.quorum.Timeouts().Heartbeat
 	tick := time.NewTicker(hb)
 	defer tick.Stop()
 	start := time.Now()
@@ -641,11 +602,11 @@ func (c *Controller) WaitRemoved(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		conf := c.raft.GetConfiguration().Configuration()
-		if c.raft.State() == raft.Leader || !outside(conf, c.cfg.NodeID) {
+		conf, _, err := c.quorum.Configuration()
+		if err != nil || c.quorum.State() == consensus.Leader || !outside(conf, c.cfg.NodeID) {
 			continue
 		}
-		last := c.raft.LastContact()
+		last := c.quorum.LastContact()
 		if last.Before(start) {
 			last = start
 		}
@@ -658,7 +619,6 @@ func (c *Controller) WaitRemoved(ctx context.Context) error {
 
 // outside reports whether conf is a configuration (not the empty one of a
 // node waiting to join) that does not hold id.
-func outside(conf raft.Configuration, id int32) bool {
-	return len(conf.Servers) > 0 &&
-		!slices.ContainsFunc(conf.Servers, func(s raft.Server) bool { return s.ID == raftlog.ServerID(id) })
+func outside(conf consensus.Configuration, id int32) bool {
+	return len(conf.Servers) > 0 && !conf.Has(id)
 }

@@ -5,24 +5,22 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/hashicorp/raft"
-
-	"github.com/keel-dev/keel/raftlog"
+	"github.com/keel-dev/keel/consensus"
 )
 
-func conf(members ...string) raft.Configuration {
-	var c raft.Configuration
+func conf(members ...string) consensus.Configuration {
+	var c consensus.Configuration
 	for _, m := range members {
 		var id int32
 		var addr string
-		suffrage := raft.Voter
+		suffrage := consensus.Voter
 		if _, err := fmt.Sscanf(m, "%d@%s", &id, &addr); err != nil {
 			panic(m)
 		}
 		if n := len(addr); n > 1 && addr[n-1] == '~' { // "4@node-4~": a nonvoter
-			addr, suffrage = addr[:n-1], raft.Nonvoter
+			addr, suffrage = addr[:n-1], consensus.Nonvoter
 		}
-		c.Servers = append(c.Servers, raft.Server{ID: raftlog.ServerID(id), Address: raft.ServerAddress(addr), Suffrage: suffrage})
+		c.Servers = append(c.Servers, consensus.Server{ID: id, Address: addr, Suffrage: suffrage})
 	}
 	return c
 }
@@ -31,7 +29,7 @@ func TestDecideAddVoter(t *testing.T) {
 	three := conf("1@a:1", "2@b:2", "3@c:3")
 	tests := []struct {
 		name     string
-		conf     raft.Configuration
+		conf     consensus.Configuration
 		id       int32
 		addr     string
 		wantNoop bool
@@ -62,7 +60,7 @@ func TestDecideRemoveVoter(t *testing.T) {
 	three := conf("1@a:1", "2@b:2", "3@c:3")
 	tests := []struct {
 		name     string
-		conf     raft.Configuration
+		conf     consensus.Configuration
 		leader   int32
 		id       int32
 		wantSelf bool
@@ -93,14 +91,14 @@ func TestDecideTransfer(t *testing.T) {
 	three := conf("1@a:1", "2@b:2", "3@c:3")
 	tests := []struct {
 		name     string
-		conf     raft.Configuration
+		conf     consensus.Configuration
 		target   int32
-		wantTo   raft.ServerID // "" for raft's pick
+		wantTo   int32 // 0 for the log's pick
 		wantNoop bool
 		wantErr  error
 	}{
 		{name: "any voter", conf: three, target: 0},
-		{name: "a voter", conf: three, target: 3, wantTo: "3"},
+		{name: "a voter", conf: three, target: 3, wantTo: 3},
 		{name: "itself: it leads already", conf: three, target: 1, wantNoop: true},
 		{name: "an unknown id", conf: three, target: 9, wantErr: ErrUnknownVoter},
 		{name: "a nonvoter", conf: conf("1@a:1", "2@b:2", "4@d:4~"), target: 4, wantErr: ErrNotVoter},
@@ -112,12 +110,12 @@ func TestDecideTransfer(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
-			var gotTo raft.ServerID
+			var gotTo int32
 			if to != nil {
 				gotTo = to.ID
 			}
 			if noop != tt.wantNoop || gotTo != tt.wantTo {
-				t.Fatalf("to, noop = %q, %v; want %q, %v", gotTo, noop, tt.wantTo, tt.wantNoop)
+				t.Fatalf("to, noop = %d, %v; want %d, %v", gotTo, noop, tt.wantTo, tt.wantNoop)
 			}
 		})
 	}
@@ -126,7 +124,7 @@ func TestDecideTransfer(t *testing.T) {
 func TestOutside(t *testing.T) {
 	tests := []struct {
 		name string
-		conf raft.Configuration
+		conf consensus.Configuration
 		want bool
 	}{
 		{name: "no configuration yet (--join)", conf: conf(), want: false},

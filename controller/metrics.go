@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"weak"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keel-dev/keel/fsm"
@@ -286,10 +285,10 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descStreamLag, float64(lag), strconv.Itoa(int(broker)))
 	})
-	gauge(descLastIndex, float64(c.raft.LastIndex()))
-	gauge(descCommitIndex, float64(c.raft.CommitIndex()))
+	gauge(descLastIndex, float64(c.quorum.LastIndex()))
+	gauge(descCommitIndex, float64(c.quorum.CommitIndex()))
 	gauge(descAppliedIndex, float64(img.Offset))
-	gauge(descTerm, float64(c.raft.CurrentTerm()))
+	gauge(descTerm, float64(c.quorum.CurrentTerm()))
 	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(c.fsm.Refused()))
 	ch <- prometheus.MustNewConstMetric(descAdopted, prometheus.CounterValue, float64(c.fsm.Adopted()))
 	diverged := 0.0
@@ -307,38 +306,22 @@ func (c *Controller) startMetrics(ctx context.Context, reg prometheus.Registerer
 	m := c.metrics
 	c.metricsCollectors = []prometheus.Collector{&collector{c: c}, m.eventQueueTime, m.commitTime, m.leaderChanges, m.fenced, m.crashProbes, m.imageMismatches}
 	reg.MustRegister(c.metricsCollectors...)
-	// A non-blocking observer: raft drops an observation rather than wait
-	// for this goroutine (a leader change missed under a burst of them
-	// leaves the counter one short, which is acceptable).
-	obsCh := make(chan raft.Observation, 16)
-	c.observer = raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
-	})
-	c.raft.RegisterObserver(c.observer)
-	c.observerDone = make(chan struct{})
-	go func() {
-		defer close(c.observerDone)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case o := <-obsCh:
-				if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
-					m.leaderChanges.Inc()
-				}
-			}
+	// The log may drop an observation rather than wait (a leader change
+	// missed under a burst of them leaves the counter one short, which is
+	// acceptable).
+	c.stopObserving = c.quorum.ObserveLeaders(func(leader int32) {
+		if leader >= 0 {
+			m.leaderChanges.Inc()
 		}
-	}()
+	})
 }
 
 // stopMetrics undoes startMetrics, after the context it was given ended.
 func (c *Controller) stopMetrics() {
-	if c.observer == nil {
+	if c.stopObserving == nil {
 		return
 	}
-	c.raft.DeregisterObserver(c.observer)
-	<-c.observerDone
+	c.stopObserving()
 	for _, col := range c.metricsCollectors {
 		c.cfg.Metrics.Unregister(col)
 	}

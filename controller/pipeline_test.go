@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
+	"github.com/keel-dev/keel/consensus"
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
@@ -226,7 +225,7 @@ func (f *submitFault) option() keeltest.Option {
 		cfg.TuneController = func(cc *controller.Config) {
 			controller.SetSubmitFault(cc, func() error {
 				if f.armed.CompareAndSwap(true, false) {
-					return raft.ErrEnqueueTimeout
+					return consensus.ErrEnqueueTimeout
 				}
 				return nil
 			})
@@ -294,9 +293,9 @@ func TestPipeline_FailedWriteInTheMiddle(t *testing.T) {
 	// The pipeline starts again from the committed image.
 	ctrl := leader.Controller()
 	poll.Until(t, 5*time.Second, "the leader to apply its last entry", func() bool {
-		return ctrl.Raft().AppliedIndex() == ctrl.Raft().LastIndex()
+		return leader.Log().Raft.AppliedIndex() == leader.Log().Raft.LastIndex()
 	})
-	last, adopted := ctrl.Raft().LastIndex(), leader.FSM().Adopted()
+	last, adopted := leader.Log().Raft.LastIndex(), leader.FSM().Adopted()
 	var seenAfter uint64
 	wait, err := ctrl.ActiveLeadership().Queue(context.Background(), func(img *fsm.Image) ([]*keelpb.Record, error) {
 		seenAfter = img.Offset

@@ -6,8 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/hashicorp/raft"
-
+	"github.com/keel-dev/keel/consensus"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
@@ -88,8 +87,8 @@ func (l *leadership) restore(path string, force, keepIdentity bool) (*RestoreRes
 		return nil, err
 	}
 	size := st.Size()
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: img.Offset, Term: img.Term, Size: size}
-	if err := l.c.raft.Restore(meta, tmp, l.c.cfg.ApplyTimeout); err != nil {
+	meta := consensus.SnapshotMeta{Index: img.Offset, Term: img.Term, Size: size}
+	if err := l.c.quorum.Restore(meta, tmp, l.c.cfg.ApplyTimeout); err != nil {
 		return nil, fmt.Errorf("raft restore: %w", err)
 	}
 	// The image now holds the snapshot; the epoch moves on from it.

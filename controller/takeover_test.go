@@ -67,8 +67,8 @@ func TestTakeover_RetriedUntilTheFaultClears(t *testing.T) {
 	poll.Until(t, 10*time.Second, "takeover to keep failing past the bound and the old three attempts", func() bool {
 		return faults.attempts.Load() > 3 && faults.failingFor() > 2*giveUp
 	})
-	if nd.Controller().Raft().State() != raft.Leader {
-		t.Fatalf("the node is %v, want the leader it has been throughout", nd.Controller().Raft().State())
+	if nd.Log().Raft.State() != raft.Leader {
+		t.Fatalf("the node is %v, want the leader it has been throughout", nd.Log().Raft.State())
 	}
 	if active, _ := nd.Controller().Active(); active {
 		t.Fatal("active although every takeover attempt failed")
@@ -105,7 +105,7 @@ func TestTakeover_PersistentFaultHandsLeadershipAway(t *testing.T) {
 	if active.ID() == bad.Load() {
 		t.Fatalf("node %d is active although its every takeover attempt failed", active.ID())
 	}
-	if state := c.Node(bad.Load()).Controller().Raft().State(); state == raft.Leader {
+	if state := c.Node(bad.Load()).Log().Raft.State(); state == raft.Leader {
 		t.Fatalf("node %d, which cannot take over, still leads", bad.Load())
 	}
 	// It hands leadership away once the failures have lasted the bound:

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/keel-dev/keel/consensus"
 	"github.com/keel-dev/keel/internal/atomicfile"
 	"github.com/keel-dev/keel/tlsauth"
 )
@@ -79,8 +80,6 @@ type Config struct {
 	// SnapshotInterval is how often raft checks whether SnapshotThreshold
 	// has been reached; 0 means raft's default (120s).
 	SnapshotInterval time.Duration
-	// NotifyCh is passed to raft.Config.NotifyCh; the caller owns and drains it.
-	NotifyCh chan<- bool
 	// Logger receives raft's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// TLS, when set, runs raft traffic over mutual TLS: both ends of every
@@ -121,6 +120,9 @@ type Config struct {
 	walSegmentSize int
 	// wrapStore, if set, wraps the opened store: tests make it fail.
 	wrapStore func(logStore) logStore
+	// timeoutNow, if set, replaces TimeoutNow in TransferLeadership: tests
+	// lose it.
+	timeoutNow func(id int32, addr string) error
 }
 
 // Node is a running raft node and the stores it owns.
@@ -140,7 +142,11 @@ type Node struct {
 	heard     *heardFrom        // when each leader was last heard from
 	commits   commitWatch
 	fsm       *fsmAdapter
-	logger    *slog.Logger
+	// leadership queues raft's leadership changes for LeadershipChanges.
+	leadership *leadershipQueue
+	// timeoutNow is TimeoutNow, or Config.timeoutNow in tests.
+	timeoutNow func(id int32, addr string) error
+	logger     *slog.Logger
 	// highWater are the marks of highwater.go; highWaterStop ends their
 	// recording, which closes highWaterDone.
 	highWater     *HighWater
@@ -168,7 +174,7 @@ type Node struct {
 // damaged newest snapshot and a log that no snapshot covers (checkStart),
 // changing nothing in it. Every error is one line naming the problem and
 // the path, and leaves nothing open. The caller keeps ownership of mux and sm.
-func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
+func Open(cfg Config, sm consensus.StateMachine, mux *Mux) (*Node, error) {
 	if err := checkConfig(cfg, sm, mux); err != nil {
 		return nil, err
 	}
@@ -229,6 +235,10 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	store.markState = n.markRaftState
 	store.marked.Store(m.RaftState)
 	n.store = store
+	n.timeoutNow = n.TimeoutNow
+	if cfg.timeoutNow != nil {
+		n.timeoutNow = cfg.timeoutNow
+	}
 
 	logs, err := raft.NewLogCache(logCacheSize, store)
 	if err != nil {
@@ -278,7 +288,9 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	if cfg.SnapshotInterval > 0 {
 		rc.SnapshotInterval = cfg.SnapshotInterval
 	}
-	rc.NotifyCh = cfg.NotifyCh
+	n.leadership = newLeadershipQueue()
+	undo = append(undo, n.leadership.stop)
+	rc.NotifyCh = n.leadership.in
 	rc.Logger = logger
 	rc.BatchApplyCh = true
 	rc.PreVoteDisabled = false
@@ -349,7 +361,7 @@ func Open(cfg Config, sm StateMachine, mux *Mux) (*Node, error) {
 	return n, nil
 }
 
-func checkConfig(cfg Config, sm StateMachine, mux *Mux) error {
+func checkConfig(cfg Config, sm consensus.StateMachine, mux *Mux) error {
 	switch {
 	case sm == nil:
 		return errors.New("raftlog.Open: nil StateMachine")
@@ -487,6 +499,7 @@ func (n *Node) Close() error {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
 		}
 		n.watched.stop()
+		n.leadership.stop()
 		// Raft's shutdown closes the transport already; this keeps Close
 		// correct should that change.
 		if err := n.transport.Close(); err != nil {

@@ -3,45 +3,27 @@ package raftlog
 import (
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/keel-dev/keel/consensus"
 )
 
-// StateMachine is what raftlog replicates. The fsm package implements it;
-// raftlog never looks inside an entry.
-type StateMachine interface {
-	// ApplyEntry applies one committed command entry; its return value
-	// becomes ApplyFuture.Response() on the node that proposed it.
-	ApplyEntry(index, term uint64, data []byte) any
-	// Snapshot captures the current state cheaply (it is called on the FSM
-	// goroutine, so ApplyEntry waits for it); the returned function writes the
-	// captured state out and may run concurrently with ApplyEntry.
-	Snapshot() (func(w io.Writer) error, error)
-	// Restore replaces the whole state from a stream written by a function
-	// that Snapshot returned.
-	Restore(r io.Reader) error
-}
-
-// ConfigurationObserver is a StateMachine that also wants to know each
-// committed raft configuration and its log index: the index is what raft's
-// membership changes take as prevIndex, and raft's GetConfiguration does not
-// report it (its Index is always 0 in raft v1.7). It is called on raft's FSM
-// goroutine, in log order with ApplyEntry.
-type ConfigurationObserver interface {
-	// ConfigurationCommitted is called with each committed configuration
-	// entry. After a snapshot restore it is called with index 0 and an empty
-	// configuration: raft does not hand the snapshot's configuration to the
-	// state machine, so its index is unknown until the next change.
-	ConfigurationCommitted(index uint64, c raft.Configuration)
-}
-
-// fsmAdapter turns a StateMachine into the raft.FSM raft drives. It also
+// fsmAdapter turns a consensus.StateMachine into the raft.FSM raft drives. It also
 // implements raft.BatchingFSM, so raft hands over every committed batch in one
 // call instead of one call per entry.
 type fsmAdapter struct {
-	sm StateMachine
+	sm consensus.StateMachine
+	// conf is the last committed configuration entry raft handed over, with
+	// its index: the index is what raft's membership changes take as
+	// prevIndex, and raft's GetConfiguration does not report it (its Index
+	// is always 0 in raft v1.7). Nil until one is; after a snapshot restore
+	// its index is 0 (unknown), as raft does not hand the snapshot's
+	// configuration to the state machine.
+	conf atomic.Pointer[committedConfiguration]
 	// done is the index of the last entry the state machine has finished
 	// with: a command (applied or refused) or a configuration change. Raft
 	// sets its own applied index when it hands entries over, before the
@@ -113,9 +95,9 @@ func (a *fsmAdapter) Restore(rc io.ReadCloser) error {
 	if cerr := rc.Close(); err == nil {
 		err = cerr
 	}
-	if o, ok := a.sm.(ConfigurationObserver); ok && err == nil {
+	if err == nil {
 		// The snapshot holds a configuration, but raft does not pass it here.
-		o.ConfigurationCommitted(0, raft.Configuration{})
+		a.conf.Store(&committedConfiguration{})
 	}
 	if err != nil {
 		a.restoreMu.Lock()
@@ -125,14 +107,36 @@ func (a *fsmAdapter) Restore(rc io.ReadCloser) error {
 	return err
 }
 
-// configuration tells a ConfigurationObserver of a committed configuration entry.
+// committedConfiguration is a configuration entry, still encoded (it is
+// decoded only when asked for, off raft's FSM goroutine), and its index.
+type committedConfiguration struct {
+	index uint64
+	data  []byte
+}
+
+// configuration records a committed configuration entry.
 func (a *fsmAdapter) configuration(l *raft.Log) {
 	if l.Type != raft.LogConfiguration {
 		return
 	}
-	if o, ok := a.sm.(ConfigurationObserver); ok {
-		o.ConfigurationCommitted(l.Index, raft.DecodeConfiguration(l.Data))
+	a.conf.Store(&committedConfiguration{index: l.Index, data: slices.Clone(l.Data)})
+}
+
+// committed returns the last committed configuration raft handed over and
+// its index; index 0 and no configuration when unknown.
+func (a *fsmAdapter) committed() (index uint64, conf raft.Configuration) {
+	c := a.conf.Load()
+	if c == nil || c.index == 0 {
+		return 0, raft.Configuration{}
 	}
+	// raft panics on an entry it cannot decode; one raft wrote always
+	// decodes, but an unknown index is the safe answer for any other.
+	defer func() {
+		if recover() != nil {
+			index, conf = 0, raft.Configuration{}
+		}
+	}()
+	return c.index, raft.DecodeConfiguration(c.data)
 }
 
 // fsmSnapshot runs the state machine's write function against raft's sink.

@@ -224,7 +224,6 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		Now:                          cfg.Now,
 		AskPeer:                      askPeer(cfg.TLS),
 		CompareImage:                 compareImage(cfg.TLS),
-		TimeoutNow:                   func(id int32, addr string) error { return s.node.TimeoutNow(id, addr) },
 	}
 	if cfg.TuneController != nil {
 		cfg.TuneController(&ccfg)
@@ -277,7 +276,6 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		Join:      cfg.Join,
 		ClusterID: cfg.ClusterID,
 		Timing:    cfg.Timing,
-		NotifyCh:  s.ctrl.NotifyCh(),
 		Logger:    cfg.Logger,
 
 		SnapshotThreshold: cfg.SnapshotThreshold,
@@ -294,7 +292,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.ctrl.Start(s.node.Raft)
+	s.ctrl.Start(s.node)
 	if cfg.Metrics != nil {
 		storageErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: MetricRaftStorageErrors,
@@ -372,6 +370,10 @@ func (s *Node) Controller() *controller.Controller { return s.ctrl }
 
 // FSM returns the node's state machine.
 func (s *Node) FSM() *fsm.FSM { return s.fsm }
+
+// Log returns the node's raft log: the controller's consensus.Log, and raft
+// itself for tests that look at raft.
+func (s *Node) Log() *raftlog.Node { return s.node }
 
 // Close stops the node: its health status goes NOT_SERVING first, then
 // gRPC stops (in-flight calls get a moment to finish), then leadership

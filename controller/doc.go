@@ -1,7 +1,10 @@
-// Package controller is the active controller: it turns raft leadership into
-// the Kafka controller role (the ZooKeeper-era /controller znode).
+// Package controller is the active controller: it turns leadership of the
+// replicated log into the Kafka controller role (the ZooKeeper-era
+// /controller znode). It runs on consensus.Log, as KRaft's QuorumController
+// runs over RaftClient, and links no raft: raftlog implements the log for
+// production, an in-memory log for tests.
 //
-// A node becomes the active controller in three steps once raft makes it
+// A node becomes the active controller in three steps once the log makes it
 // leader: a Barrier, so its FSM holds every committed record; a committed
 // ControllerEpoch record with the current epoch + 1 (and the ClusterId record
 // on a brand-new cluster); then the event loop starts and writes are accepted.

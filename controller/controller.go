@@ -181,7 +181,7 @@ func (c *Controller) Start(log consensus.Log) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	if c.cfg.Metrics != nil {
-		c.startMetrics(ctx, c.cfg.Metrics)
+		c.startMetrics(c.cfg.Metrics)
 	}
 	c.divergenceLogged = make(chan struct{})
 	go func() {

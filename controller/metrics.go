@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -299,10 +298,10 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // startMetrics registers the controller's metrics with reg and starts
-// counting raft leader changes. It runs in Start, once the raft the
-// collector reads is set. Like prometheus.MustRegister it panics if reg
-// already holds these metrics (two controllers on one registry).
-func (c *Controller) startMetrics(ctx context.Context, reg prometheus.Registerer) {
+// counting leader changes. It runs in Start, once the log the collector
+// reads is set. Like prometheus.MustRegister it panics if reg already holds
+// these metrics (two controllers on one registry).
+func (c *Controller) startMetrics(reg prometheus.Registerer) {
 	m := c.metrics
 	c.metricsCollectors = []prometheus.Collector{&collector{c: c}, m.eventQueueTime, m.commitTime, m.leaderChanges, m.fenced, m.crashProbes, m.imageMismatches}
 	reg.MustRegister(c.metricsCollectors...)
@@ -316,7 +315,7 @@ func (c *Controller) startMetrics(ctx context.Context, reg prometheus.Registerer
 	})
 }
 
-// stopMetrics undoes startMetrics, after the context it was given ended.
+// stopMetrics undoes startMetrics.
 func (c *Controller) stopMetrics() {
 	if c.stopObserving == nil {
 		return

@@ -19,7 +19,9 @@ func (c *Controller) Log() consensus.Log { return c.quorum }
 
 // Configuration is configuration: the latest configuration and the index a
 // change guarded by it passes the log.
-func (c *Controller) Configuration() (consensus.Configuration, uint64, error) { return c.configuration() }
+func (c *Controller) Configuration() (consensus.Configuration, uint64, error) {
+	return c.configuration()
+}
 
 // ConfigChangeError is configChangeError.
 var ConfigChangeError = configChangeError

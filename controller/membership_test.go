@@ -309,4 +309,3 @@ func TestMembership_TransferOnlyToAFitVoter(t *testing.T) {
 		t.Fatalf("write after the refusals: %v", err)
 	}
 }
-

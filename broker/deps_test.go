@@ -1,9 +1,9 @@
 package broker
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/keel-dev/keel/internal/deps"
 )
 
 // TestLibrary_LinksNoControllerOrRaft: teams embed this package (and the
@@ -25,20 +25,6 @@ func TestLibrary_LinksNoControllerOrRaft(t *testing.T) {
 		"github.com/keel-dev/keel/server",
 	}
 	for _, pkg := range []string{"github.com/keel-dev/keel/broker", "github.com/keel-dev/keel/broker/partlog", "github.com/keel-dev/keel/broker/replication", "github.com/keel-dev/keel/broker/kafka", "github.com/keel-dev/keel/broker/node", "github.com/keel-dev/keel/rpc"} {
-		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
-		if err != nil {
-			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
-		}
-		deps := strings.Fields(string(out))
-		if len(deps) == 0 {
-			t.Fatalf("go list -deps %s listed nothing", pkg)
-		}
-		for _, dep := range deps {
-			for _, f := range forbidden {
-				if dep == f || strings.HasPrefix(dep, f+"/") {
-					t.Errorf("%s links %s (through %s)", pkg, f, dep)
-				}
-			}
-		}
+		deps.LinksNone(t, pkg, forbidden)
 	}
 }

@@ -1,9 +1,9 @@
 package controller
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/keel-dev/keel/internal/deps"
 )
 
 // TestController_LinksNoRaft: the controller runs on consensus.Log and
@@ -21,20 +21,5 @@ func TestController_LinksNoRaft(t *testing.T) {
 		"github.com/keel-dev/keel/raftlog",
 		"github.com/keel-dev/keel/server",
 	}
-	const pkg = "github.com/keel-dev/keel/controller"
-	out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
-	}
-	deps := strings.Fields(string(out))
-	if len(deps) == 0 {
-		t.Fatalf("go list -deps %s listed nothing", pkg)
-	}
-	for _, dep := range deps {
-		for _, f := range forbidden {
-			if dep == f || strings.HasPrefix(dep, f+"/") {
-				t.Errorf("%s links %s (through %s)", pkg, f, dep)
-			}
-		}
-	}
+	deps.LinksNone(t, "github.com/keel-dev/keel/controller", forbidden)
 }

@@ -14,23 +14,23 @@ import (
 )
 
 // Quorum membership: adding and removing voters and handing leadership on,
-// as raft configuration changes made by the active controller.
+// as configuration changes of the log made by the active controller.
 //
 // Each change runs on the event loop, alone (a run event, as a snapshot
-// restore does), for two reasons. Raft itself takes one configuration change
+// restore does), for two reasons. The log takes one configuration change
 // at a time, and refuses one whose prevIndex is no longer the latest
-// configuration's, so raft's own serialisation keeps the configuration
+// configuration's, so its own serialisation keeps the configuration
 // consistent. But the event loop's pipeline assumes it is the only writer
-// of raft entries while it runs (it predicts the index of each entry it
+// of entries while it runs (it predicts the index of each entry it
 // submits); a configuration entry appended among the entries in flight
-// would shift them, and a leadership transfer makes raft refuse every Apply
-// until it ends. On the loop, a change starts only once the pipeline is
-// empty, every earlier decision committed, and no decision is submitted
+// would shift them, and a leadership transfer ends the leadership the
+// pipeline writes in. On the loop, a change starts only once the pipeline
+// is empty, every earlier decision committed, and no decision is submitted
 // until it is over.
 //
 // The decisions themselves (is the request sensible against the current
 // configuration?) are pure functions of the configuration, tested without
-// raft: decideAddVoter, decideRemoveVoter, decideTransfer.
+// a log: decideAddVoter, decideRemoveVoter, decideTransfer.
 
 // Errors of membership changes; rpc maps each to a status code.
 var (
@@ -108,7 +108,7 @@ func decideRemoveVoter(conf consensus.Configuration, leader, id int32) (self boo
 }
 
 // decideTransfer checks handing leadership from the leader self to target
-// (0: whichever voter raft finds most up to date). noop is true when target
+// (0: whichever voter is fittest, handOn). noop is true when target
 // is self: it leads already.
 func decideTransfer(conf consensus.Configuration, self, target int32) (to *consensus.Server, noop bool, err error) {
 	if target == self {
@@ -394,13 +394,14 @@ func (c *Controller) RemoveVoter(ctx context.Context, id int32) (*MembershipResu
 //
 // Leadership goes only to a voter that answers, says it is ready, and whose
 // log has caught up with this node's (Config.AskPeer); otherwise the
-// transfer is refused, naming why, and nothing changes. The target is then
-// told to start an election at once (raft's TimeoutNow, sent here rather
-// than through raft's own transfer, which refuses every write until it
-// completes and does not give up on a target that broke meanwhile: writes
-// stalled for 80 s behind a transfer to a follower whose disk had failed).
-// A target that has not taken over within two election timeouts is given
-// up on: this node still leads, and writes go on.
+// transfer is refused, naming why, and nothing changes (handOn). The target
+// is then told to start an election at once (consensus.Log's
+// TransferLeadership: raft's TimeoutNow, not raft's own transfer, which
+// refuses every write until it completes and does not give up on a target
+// that broke meanwhile: writes stalled for 80 s behind a transfer to a
+// follower whose disk had failed). A target that has not taken over within
+// two election timeouts is given up on: this node still leads, and writes
+// go on.
 //
 // It fails with ErrUnknownVoter, ErrNotVoter, ErrLastVoter,
 // ErrTransferRefused, ErrTransferFailed, or as a write does.

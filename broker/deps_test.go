@@ -14,16 +14,7 @@ import (
 // server packages.
 // The arrows of the design point the other way (docs/design.md).
 func TestLibrary_LinksNoControllerOrRaft(t *testing.T) {
-	forbidden := []string{
-		"github.com/hashicorp/raft",
-		"github.com/hashicorp/raft-boltdb",
-		"github.com/hashicorp/raft-wal",
-		"go.etcd.io/bbolt",
-		"github.com/boltdb/bolt",
-		"github.com/keel-dev/keel/controller",
-		"github.com/keel-dev/keel/raftlog",
-		"github.com/keel-dev/keel/server",
-	}
+	forbidden := append(deps.Raft(), "github.com/keel-dev/keel/controller", "github.com/keel-dev/keel/raftlog", "github.com/keel-dev/keel/server")
 	for _, pkg := range []string{"github.com/keel-dev/keel/broker", "github.com/keel-dev/keel/broker/partlog", "github.com/keel-dev/keel/broker/replication", "github.com/keel-dev/keel/broker/kafka", "github.com/keel-dev/keel/broker/node", "github.com/keel-dev/keel/rpc"} {
 		deps.LinksNone(t, pkg, forbidden)
 	}

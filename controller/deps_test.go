@@ -12,14 +12,6 @@ import (
 // arrows of the design point one way: server → controller → consensus ←
 // raftlog (docs/design.md).
 func TestController_LinksNoRaft(t *testing.T) {
-	forbidden := []string{
-		"github.com/hashicorp/raft",
-		"github.com/hashicorp/raft-boltdb",
-		"github.com/hashicorp/raft-wal",
-		"go.etcd.io/bbolt",
-		"github.com/boltdb/bolt",
-		"github.com/keel-dev/keel/raftlog",
-		"github.com/keel-dev/keel/server",
-	}
+	forbidden := append(deps.Raft(), "github.com/keel-dev/keel/raftlog", "github.com/keel-dev/keel/server")
 	deps.LinksNone(t, "github.com/keel-dev/keel/controller", forbidden)
 }

@@ -8,6 +8,18 @@ import (
 	"testing"
 )
 
+// Raft lists raft and the log stores and databases under it, which only a
+// controller process links.
+func Raft() []string {
+	return []string{
+		"github.com/hashicorp/raft",
+		"github.com/hashicorp/raft-boltdb",
+		"github.com/hashicorp/raft-wal",
+		"go.etcd.io/bbolt",
+		"github.com/boltdb/bolt",
+	}
+}
+
 // LinksNone fails t for every package in forbidden, or under it, that pkg
 // links, as go list -deps reports them.
 func LinksNone(t testing.TB, pkg string, forbidden []string) {

@@ -9,8 +9,9 @@ import (
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
-// FSM holds the current image and applies committed raft entries to it. It
-// implements raftlog.StateMachine. Apply runs on one goroutine (raft's); any
+// FSM holds the current image and applies committed raft entries to it,
+// driven by the controller's applied log (controller.AppliedLog, the
+// consensus.StateMachine). Apply runs on one goroutine (raft's); any
 // number of readers may call Image or Watch concurrently.
 type FSM struct {
 	img atomic.Pointer[Image]

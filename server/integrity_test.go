@@ -68,7 +68,7 @@ func TestControllerService_DivergedNode(t *testing.T) {
 
 // A node restarting on its data dir asks its peers before its raft starts,
 // and answers theirs meanwhile: AcknowledgedIndex is served, every other
-// call is Unavailable ("starting"). With no peer up it starts once the
+// call, the peer service's too, is Unavailable ("starting"). With no peer up it starts once the
 // wait has passed.
 func TestStartNode_AnswersPeersWhileStarting(t *testing.T) {
 	const wait = 3 * time.Second
@@ -105,6 +105,12 @@ func TestStartNode_AnswersPeersWhileStarting(t *testing.T) {
 		_, derr := cl.DescribeQuorum(ctx, &keelpb.DescribeQuorumRequest{})
 		if st := status.Convert(derr); st.Code() != codes.Unavailable || st.Message() != "the controller is starting" {
 			t.Errorf("DescribeQuorum while starting: %v", derr)
+		}
+		// A voter's crash election asks its peers; one still starting
+		// has no raft to answer from, and must say so, not crash.
+		_, lerr := keelpb.NewPeerServiceClient(cc).LeaderContact(ctx, &keelpb.LeaderContactRequest{LeaderId: 2})
+		if st := status.Convert(lerr); st.Code() != codes.Unavailable || st.Message() != "the controller is starting" {
+			t.Errorf("LeaderContact while starting: %v", lerr)
 		}
 		return true, ""
 	})

@@ -46,10 +46,13 @@ const RollbackCheckMessage = "asking the other voters what they saw this node ho
 var errStarting = status.Error(codes.Unavailable, "the controller is starting")
 
 // servedBeforeStart reports whether method may be served before the node
-// has started: what its peers ask as they start, and health checks.
+// has started: what its peers ask as they start, and health checks. The
+// peer service answers from raft, which does not exist until then (a voter
+// starting its crash election may ask a node that is still starting).
 func (s *Node) servedBeforeStart(method string) bool {
 	return s.started.Load() || method == keelpb.ControllerService_AcknowledgedIndex_FullMethodName ||
-		!strings.HasPrefix(method, "/"+keelpb.ControllerService_ServiceDesc.ServiceName+"/")
+		!strings.HasPrefix(method, "/"+keelpb.ControllerService_ServiceDesc.ServiceName+"/") &&
+			!strings.HasPrefix(method, "/"+keelpb.PeerService_ServiceDesc.ServiceName+"/")
 }
 
 func (s *Node) gateUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

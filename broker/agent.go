@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -34,27 +33,10 @@ const (
 	StateShuttingDown = fsm.BrokerShuttingDown
 )
 
-// errReregister ends a session: the controller no longer knows this broker
-// epoch, so the agent registers again and starts a new session.
-var errReregister = errors.New("broker epoch no longer current")
-
-const (
-	// registerTimeout bounds one registration attempt (which itself retries
-	// across controllers while none is active).
-	registerTimeout = 10 * time.Second
-	// minHeartbeatTimeout lets one heartbeat outlast the client's 3s
-	// attempt on one controller: a heartbeat stuck on an unreachable former
-	// leader then still moves on to the next controller, instead of every
-	// heartbeat starting, and timing out, there again.
-	minHeartbeatTimeout = 4 * time.Second
-	// staleHeartbeats is how many heartbeats in a row may name a newer
-	// controller epoch than the stream has shown before the stream is taken
-	// to be stuck on a deposed controller and is reconnected.
-	staleHeartbeats = 3
-	// shutdownPoll is the heartbeat interval while a controlled shutdown
-	// waits for the controller's permission.
-	shutdownPoll = 50 * time.Millisecond
-)
+// staleHeartbeats is how many heartbeats in a row may name a newer
+// controller epoch than the stream has shown before the stream is taken to
+// be stuck on a deposed controller and is reconnected.
+const staleHeartbeats = 3
 
 // Status is a broker's own view of itself.
 type Status struct {
@@ -118,8 +100,15 @@ type Agent struct {
 	// diff: some handler may act on replica changes, so they are computed.
 	diff bool
 
-	img     atomic.Pointer[fsm.Image] // the image the handler has seen
-	applied chan struct{}             // poked after each new image
+	img atomic.Pointer[fsm.Image] // the image the handler has seen
+
+	// session registers, heartbeats and holds the stream; run runs it.
+	session *Session
+	// Owned by the session's goroutines: giveUp and giveUpEpoch by its
+	// registration (refused), stale by its heartbeats (answered).
+	giveUp      time.Time
+	giveUpEpoch int64
+	stale       int
 
 	metrics    *agentMetrics
 	registered []prometheus.Collector // on cfg.Metrics, until Close
@@ -139,18 +128,9 @@ type Agent struct {
 	// dataPlaneErr is what the data plane's Close returned.
 	dataPlaneErr error
 
-	mu           sync.Mutex // guards the fields below
-	epoch        int64
-	state        string
-	streamCancel context.CancelFunc // ends the current stream attempt
-
-	// Controlled shutdown: wantShutdown makes every heartbeat ask for it
-	// (shutdownPoke sends one at once); released is closed when the
-	// controller answers should_shut_down, or forgets the broker.
-	wantShutdown atomic.Bool
-	shutdownPoke chan struct{}
-	released     chan struct{}
-	releaseOnce  sync.Once
+	mu    sync.Mutex // guards the fields below
+	epoch int64
+	state string
 
 	fatal     chan error
 	runDone   chan struct{}      // closed when the main loop returns
@@ -204,10 +184,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 		lis:            lis,
 		grpc:           grpc.NewServer(rpc.ServerOptions(rpc.WithTLS(cfg.TLS), rpc.WithServerLimits(brokerLimits(cfg)))...),
 		unauth:         connlimit.NewLimits(cfg.conns(), unauthenticatedHold, lis.Addr().String()),
-		applied:        make(chan struct{}, 1),
 		state:          StateRegistering,
-		shutdownPoke:   make(chan struct{}, 1),
-		released:       make(chan struct{}),
 		fatal:          make(chan error, 1),
 		runDone:        make(chan struct{}),
 		metrics:        newAgentMetrics(),
@@ -236,6 +213,7 @@ func Start(cfg Config) (_ *Agent, err error) {
 	a.diff = cfg.DataPlane != nil || !nop
 	a.replay = newReplayer(a.log, a.publish)
 	a.img.Store(a.replay.img)
+	a.session = a.newSession()
 	if cfg.DataPlane != nil {
 		// Before the first fetch can arrive and the first image is applied.
 		if err = cfg.DataPlane.Start(a); err != nil {
@@ -416,16 +394,12 @@ func (a *Agent) controlledShutdown(ctx context.Context) error {
 	defer cancel()
 	start := time.Now()
 	a.log.Info("controlled shutdown: asking the controller to move this broker's leaderships away")
-	a.wantShutdown.Store(true)
+	a.session.RequestShutdown()
 	select {
-	case a.shutdownPoke <- struct{}{}:
-	default:
-	}
-	select {
-	case <-a.released:
+	case <-a.session.Released():
 	case <-a.runDone:
 		select {
-		case <-a.released:
+		case <-a.session.Released():
 		default:
 			return errors.New("controlled shutdown: the agent had already stopped")
 		}
@@ -435,11 +409,6 @@ func (a *Agent) controlledShutdown(ctx context.Context) error {
 	}
 	a.log.Info("controlled shutdown complete", "took", time.Since(start).Round(time.Millisecond))
 	return nil
-}
-
-// release ends a controlled shutdown's wait.
-func (a *Agent) release() {
-	a.releaseOnce.Do(func() { close(a.released) })
 }
 
 // stopReplicas tells the handlers to stop every replica the broker holds,
@@ -545,10 +514,6 @@ func (a *Agent) publish(before, after *fsm.Image) error {
 		}
 	}
 	a.img.Store(after)
-	select {
-	case a.applied <- struct{}{}:
-	default:
-	}
 	return nil
 }
 
@@ -556,129 +521,116 @@ func (a *Agent) controllersName() string {
 	return "the controllers at " + strings.Join(a.cfg.Controllers, ",")
 }
 
-// run is the agent's main loop: register, then run a session (heartbeats and
-// the stream) until the controller forgets the registration, then again.
+// run is the agent's main loop: its session registers, heartbeats and
+// replays the stream until it stops or fails for good.
 func (a *Agent) run(ctx context.Context) {
 	defer a.loops.Done()
 	defer close(a.runDone)
-	for {
-		epoch, err := a.register(ctx)
-		if err == nil {
-			err = a.session(ctx, epoch)
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, errReregister) {
-			if a.wantShutdown.Load() {
-				// Gone from the cluster in the middle of a controlled
-				// shutdown: there is nothing left to hand over.
-				a.log.Info("the controller no longer knows this broker; ending the controlled shutdown")
-				a.release()
-				return
-			}
-			a.setState(StateRegistering)
-			continue
-		}
+	if err := a.session.Run(ctx); err != nil && ctx.Err() == nil {
 		a.fail(err)
-		return
 	}
 }
 
-// register registers this incarnation, retrying with back-off until the
-// active controller accepts it. It gives up only on an answer that no retry
-// can change: another cluster, unsupported metadata versions, a bad request.
-func (a *Agent) register(ctx context.Context) (int64, error) {
-	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
-	// giveUp is set at the first duplicate-registration refusal: by then the
-	// other incarnation's session must have ended, unless it is alive. A new
-	// active controller times every session afresh from its takeover (the
-	// old incarnation's too), so a refusal from another controller epoch
-	// sets it again: only a session that outlives its end within one epoch
-	// is being kept alive, by another live process.
-	var giveUp time.Time
-	var giveUpEpoch int64
-	for {
-		req := &keelpb.RegisterBrokerRequest{
-			BrokerId:            a.cfg.BrokerID,
-			IncarnationId:       a.incarnation,
-			Address:             a.address,
-			KafkaAddress:        a.cfg.KafkaAddress,
-			Rack:                a.cfg.Rack,
-			MinMetadataVersion:  fsm.MinMetadataVersion,
-			MaxMetadataVersion:  a.cfg.MaxMetadataVersion,
-			ClusterId:           a.meta.clusterID(),
-			PreviousBrokerEpoch: a.previousEpoch.Load(),
+// newSession is the agent's session: a.replay follows the stream, and the
+// hooks below keep the agent's state.
+func (a *Agent) newSession() *Session {
+	return NewSession(SessionConfig{
+		BrokerID:          a.cfg.BrokerID,
+		Controllers:       a.cfg.Controllers,
+		Client:            a.client,
+		HeartbeatInterval: a.cfg.HeartbeatInterval,
+		DataDir:           a.cfg.DataDir,
+		Logger:            a.log,
+		Follower:          follower{a},
+		ClusterID:         a.meta.clusterID,
+		Registration:      a.registration,
+		Registered:        a.registrationAccepted,
+		Refused:           a.refused,
+		Forgotten:         func() { a.setState(StateRegistering) },
+		Answered:          a.answered,
+		Reconnected:       a.metrics.reconnects.Inc,
+	})
+}
+
+// registration is the request of each registration attempt.
+func (a *Agent) registration() *keelpb.RegisterBrokerRequest {
+	return &keelpb.RegisterBrokerRequest{
+		BrokerId:            a.cfg.BrokerID,
+		IncarnationId:       a.incarnation,
+		Address:             a.address,
+		KafkaAddress:        a.cfg.KafkaAddress,
+		Rack:                a.cfg.Rack,
+		MinMetadataVersion:  fsm.MinMetadataVersion,
+		MaxMetadataVersion:  a.cfg.MaxMetadataVersion,
+		ClusterId:           a.meta.clusterID(),
+		PreviousBrokerEpoch: a.previousEpoch.Load(),
+	}
+}
+
+// registrationAccepted takes an accepted registration in.
+func (a *Agent) registrationAccepted(resp *keelpb.RegisterBrokerResponse) error {
+	a.giveUp = time.Time{} // the next registration waits afresh
+	if learned, err := a.meta.learnClusterID(resp.GetClusterId(), a.controllersName()); err != nil {
+		return err
+	} else if learned {
+		a.log.Info("joined cluster", "cluster_id", resp.GetClusterId())
+	}
+	a.log.Info("registered", "broker_epoch", resp.GetBrokerEpoch(), "cluster_id", resp.GetClusterId(),
+		"controller_epoch", resp.GetControllerEpoch(), "previous_broker_epoch", a.previousEpoch.Load())
+	if seen := a.replay.epoch.Load(); resp.GetControllerEpoch() < seen {
+		a.log.Warn("the controllers' epoch went back: the quorum was started again from a snapshot; following it from a snapshot of its metadata",
+			"controller_epoch", resp.GetControllerEpoch(), "seen", seen)
+		a.replay.restart(resp.GetControllerEpoch())
+	}
+	a.mu.Lock()
+	a.epoch = resp.GetBrokerEpoch()
+	a.mu.Unlock()
+	// A later registration of this process (its session lost)
+	// loses nothing: its logs are the ones this epoch kept.
+	a.previousEpoch.Store(resp.GetBrokerEpoch())
+	a.caughtUp.Store(false) // until a heartbeat of this epoch says so
+	// A new registration starts fenced, until the controller sees
+	// that the broker has caught up.
+	a.setState(StateFenced)
+	return nil
+}
+
+// refused decides what follows a failed registration attempt: another, or
+// none for an answer that no retry can change: another cluster,
+// unsupported metadata versions, a bad request.
+func (a *Agent) refused(err error) (retryBy time.Time, stop error) {
+	msg := status.Convert(err).Message()
+	switch reason := rpc.ReasonOf(err); {
+	case reason == rpc.ReasonInconsistentClusterID:
+		return time.Time{}, clusterMismatchf("the controllers refused broker %d (data dir %s): %s", a.cfg.BrokerID, a.cfg.DataDir, msg)
+	case reason == rpc.ReasonUnsupportedMetadataVersion:
+		return time.Time{}, fmt.Errorf("the controllers refused broker %d: %s", a.cfg.BrokerID, msg)
+	case status.Code(err) == codes.InvalidArgument, status.Code(err) == codes.PermissionDenied:
+		// A bad request, or a certificate that is not this broker's.
+		return time.Time{}, fmt.Errorf("the controllers refused broker %d's registration: %s", a.cfg.BrokerID, msg)
+	case reason == rpc.ReasonDuplicateRegistration:
+		// The previous incarnation (killed, or restarted too quickly)
+		// may still hold a session; if it is dead, the session ends
+		// within the time the controller reports and this registration
+		// then succeeds. If it outlives that, the other process is
+		// alive: two brokers must not share an id, so give up.
+		ds, ok := rpc.DuplicateSessionOf(err)
+		if !ok {
+			ds.Remaining = duplicateWaitDefault
 		}
-		rctx, cancel := context.WithTimeout(ctx, registerTimeout)
-		resp, err := a.client.RegisterBroker(rctx, req)
-		cancel()
-		if err == nil {
-			if learned, err := a.meta.learnClusterID(resp.GetClusterId(), a.controllersName()); err != nil {
-				return 0, err
-			} else if learned {
-				a.log.Info("joined cluster", "cluster_id", resp.GetClusterId())
-			}
-			a.log.Info("registered", "broker_epoch", resp.GetBrokerEpoch(), "cluster_id", resp.GetClusterId(),
-				"controller_epoch", resp.GetControllerEpoch(), "previous_broker_epoch", req.GetPreviousBrokerEpoch())
-			if seen := a.replay.epoch.Load(); resp.GetControllerEpoch() < seen {
-				a.log.Warn("the controllers' epoch went back: the quorum was started again from a snapshot; following it from a snapshot of its metadata",
-					"controller_epoch", resp.GetControllerEpoch(), "seen", seen)
-				a.replay.restart(resp.GetControllerEpoch())
-			}
-			a.mu.Lock()
-			a.epoch = resp.GetBrokerEpoch()
-			a.mu.Unlock()
-			// A later registration of this process (its session lost)
-			// loses nothing: its logs are the ones this epoch kept.
-			a.previousEpoch.Store(resp.GetBrokerEpoch())
-			a.caughtUp.Store(false) // until a heartbeat of this epoch says so
-			// A new registration starts fenced, until the controller sees
-			// that the broker has caught up.
-			a.setState(StateFenced)
-			return resp.GetBrokerEpoch(), nil
+		if a.giveUp.IsZero() || ds.ControllerEpoch != a.giveUpEpoch {
+			a.giveUp = time.Now().Add(ds.Remaining + 2*a.cfg.HeartbeatInterval + time.Second)
+			a.giveUpEpoch = ds.ControllerEpoch
 		}
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
+		if time.Now().After(a.giveUp) {
+			return time.Time{}, fmt.Errorf("broker id %d is in use by another live broker process: %s", a.cfg.BrokerID, msg)
 		}
-		msg := status.Convert(err).Message()
-		switch reason := rpc.ReasonOf(err); {
-		case reason == rpc.ReasonInconsistentClusterID:
-			return 0, clusterMismatchf("the controllers refused broker %d (data dir %s): %s", a.cfg.BrokerID, a.cfg.DataDir, msg)
-		case reason == rpc.ReasonUnsupportedMetadataVersion:
-			return 0, fmt.Errorf("the controllers refused broker %d: %s", a.cfg.BrokerID, msg)
-		case status.Code(err) == codes.InvalidArgument, status.Code(err) == codes.PermissionDenied:
-			// A bad request, or a certificate that is not this broker's.
-			return 0, fmt.Errorf("the controllers refused broker %d's registration: %s", a.cfg.BrokerID, msg)
-		case reason == rpc.ReasonDuplicateRegistration:
-			// The previous incarnation (killed, or restarted too quickly)
-			// may still hold a session; if it is dead, the session ends
-			// within the time the controller reports and this registration
-			// then succeeds. If it outlives that, the other process is
-			// alive: two brokers must not share an id, so give up.
-			ds, ok := rpc.DuplicateSessionOf(err)
-			if !ok {
-				ds.Remaining = duplicateWaitDefault
-			}
-			if giveUp.IsZero() || ds.ControllerEpoch != giveUpEpoch {
-				giveUp = time.Now().Add(ds.Remaining + 2*a.cfg.HeartbeatInterval + time.Second)
-				giveUpEpoch = ds.ControllerEpoch
-			}
-			if time.Now().After(giveUp) {
-				return 0, fmt.Errorf("broker id %d is in use by another live broker process: %s", a.cfg.BrokerID, msg)
-			}
-			a.log.Warn("another incarnation of this broker is still registered; retrying until its session ends", "err", msg,
-				"give_up_in", time.Until(giveUp).Round(time.Millisecond))
-		default:
-			a.log.Warn("registration failed; retrying", "err", msg)
-		}
-		pause := bo.next()
-		if !giveUp.IsZero() {
-			pause = min(pause, time.Until(giveUp)+10*time.Millisecond)
-		}
-		if err := sleep(ctx, pause); err != nil {
-			return 0, err
-		}
+		a.log.Warn("another incarnation of this broker is still registered; retrying until its session ends", "err", msg,
+			"give_up_in", time.Until(a.giveUp).Round(time.Millisecond))
+		return a.giveUp.Add(10 * time.Millisecond), nil
+	default:
+		a.log.Warn("registration failed; retrying", "err", msg)
+		return time.Time{}, nil
 	}
 }
 
@@ -686,119 +638,45 @@ func (a *Agent) register(ctx context.Context) (int64, error) {
 // the controller does not say how long it has left.
 const duplicateWaitDefault = 30 * time.Second
 
-// session runs the heartbeat loop here and the stream loop beside it for one
-// broker epoch, and returns when either ends the session.
-func (a *Agent) session(ctx context.Context, epoch int64) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	streamDone := make(chan error, 1)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		streamDone <- a.streamLoop(ctx, epoch)
-	}()
-	err := a.heartbeatLoop(ctx, epoch, streamDone)
-	cancel()
-	wg.Wait()
-	return err
+// answered takes a heartbeat answer in.
+func (a *Agent) answered(resp *keelpb.BrokerHeartbeatResponse, took time.Duration) {
+	a.metrics.heartbeat.Observe(took.Seconds())
+	a.heartbeatAt.Store(time.Now().UnixNano())
+	a.heartbeatEpoch.Store(resp.GetControllerEpoch())
+	a.caughtUp.Store(resp.GetIsCaughtUp())
+	if resp.GetIsCaughtUp() {
+		a.caughtUpOnce.Do(func() { close(a.initialCatchUp) })
+	}
+	if resp.GetIsFenced() {
+		a.setState(StateFenced)
+	} else {
+		a.setState(StateActive)
+	}
+	// A stream that keeps showing an older controller epoch than the
+	// heartbeats do is stuck on a deposed controller whose connection
+	// has not failed (a partition): reconnect it.
+	if resp.GetControllerEpoch() > a.replay.epoch.Load() {
+		if a.stale++; a.stale >= staleHeartbeats {
+			a.log.Info("the metadata stream lags the active controller's epoch; reconnecting",
+				"stream_epoch", a.replay.epoch.Load(), "controller_epoch", resp.GetControllerEpoch())
+			a.session.kickStream()
+			a.stale = 0
+		}
+	} else {
+		a.stale = 0
+	}
 }
 
-// heartbeatLoop heartbeats every interval, and at once when the broker has
-// just caught up with its own registration (so that it is unfenced without
-// waiting a whole interval). In a controlled shutdown every heartbeat asks
-// to shut down, the first at once, and one follows every batch applied, so
-// that the controller learns without delay that this broker has applied
-// the leadership moves; so does every batch applied while another broker is
-// in controlled shutdown, since its release waits for every active broker.
-func (a *Agent) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-chan error) error {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	var sentOffset uint64
-	stale := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-streamDone:
-			return err
-		case <-a.shutdownPoke:
-		case <-a.applied:
-			switch {
-			case a.wantShutdown.Load() || otherShuttingDown(a.Image(), a.cfg.BrokerID):
-				// A broker in controlled shutdown (this one or another) is
-				// released only once every active broker has applied the
-				// moves: report the new offset now, not an interval later.
-				if a.Image().Offset <= sentOffset {
-					continue
-				}
-			case a.currentState() != StateFenced || a.Image().Offset < uint64(epoch) || sentOffset >= uint64(epoch):
-				continue
-			}
-		case <-timer.C:
-		}
-		offset := a.Image().Offset
-		wantShutdown := a.wantShutdown.Load()
-		hctx, cancel := context.WithTimeout(ctx, a.heartbeatTimeout())
-		sent := time.Now()
-		resp, err := a.client.BrokerHeartbeat(hctx, &keelpb.BrokerHeartbeatRequest{
-			BrokerId:       a.cfg.BrokerID,
-			BrokerEpoch:    epoch,
-			MetadataOffset: offset,
-			WantShutdown:   wantShutdown,
-		})
-		cancel()
-		if wantShutdown {
-			// The release depends on other brokers' reports too, which
-			// this broker does not see: ask again soon (KRaft's broker
-			// also heartbeats at once while its shutdown is pending).
-			timer.Reset(min(a.cfg.HeartbeatInterval, shutdownPoll))
-		} else {
-			timer.Reset(a.cfg.HeartbeatInterval)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			switch rpc.ReasonOf(err) {
-			case rpc.ReasonStaleBrokerEpoch, rpc.ReasonBrokerNotRegistered:
-				a.log.Info("the controller no longer knows this broker epoch; registering again",
-					"broker_epoch", epoch, "err", status.Convert(err).Message())
-				return errReregister
-			}
-			a.log.Warn("heartbeat failed", "broker_epoch", epoch, "err", status.Convert(err).Message())
-			continue
-		}
-		a.metrics.heartbeat.Observe(time.Since(sent).Seconds())
-		a.heartbeatAt.Store(time.Now().UnixNano())
-		a.heartbeatEpoch.Store(resp.GetControllerEpoch())
-		a.caughtUp.Store(resp.GetIsCaughtUp())
-		if resp.GetIsCaughtUp() {
-			a.caughtUpOnce.Do(func() { close(a.initialCatchUp) })
-		}
-		sentOffset = offset
-		if wantShutdown && resp.GetShouldShutDown() {
-			a.release()
-		}
-		if resp.GetIsFenced() {
-			a.setState(StateFenced)
-		} else {
-			a.setState(StateActive)
-		}
-		// A stream that keeps showing an older controller epoch than the
-		// heartbeats do is stuck on a deposed controller whose connection
-		// has not failed (a partition): reconnect it.
-		if resp.GetControllerEpoch() > a.replay.epoch.Load() {
-			if stale++; stale >= staleHeartbeats {
-				a.log.Info("the metadata stream lags the active controller's epoch; reconnecting",
-					"stream_epoch", a.replay.epoch.Load(), "controller_epoch", resp.GetControllerEpoch())
-				a.kickStream()
-				stale = 0
-			}
-		} else {
-			stale = 0
-		}
-	}
+// follower is the Agent as its session's Follower: the replayer takes the
+// stream in, and the heartbeats report the image the handlers have seen.
+type follower struct{ a *Agent }
+
+func (f follower) Offset() uint64                         { return f.a.Image().Offset }
+func (f follower) FromOffset() uint64                     { return f.a.replay.fromOffset() }
+func (f follower) Handle(push *keelpb.MetadataPush) error { return f.a.replay.handle(push) }
+func (f follower) Reset()                                 { f.a.replay.reset() }
+func (f follower) OthersShuttingDown() bool {
+	return otherShuttingDown(f.a.Image(), f.a.cfg.BrokerID)
 }
 
 // otherShuttingDown reports whether a broker other than self is in
@@ -812,58 +690,8 @@ func otherShuttingDown(img *fsm.Image, self int32) bool {
 	return false
 }
 
-func (a *Agent) setStreamCancel(cancel context.CancelFunc) {
-	a.mu.Lock()
-	a.streamCancel = cancel
-	a.mu.Unlock()
-}
-
-// kickStream ends the current stream attempt; the stream loop reconnects.
-func (a *Agent) kickStream() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.streamCancel != nil {
-		a.streamCancel()
-	}
-}
-
-// backoff grows a pause from min to max, doubling, with jitter so that many
-// brokers do not retry in step after a controller failover.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return jitter(b.cur)
-}
-
-// jitter is a pause between d/2 and d, at random.
-func jitter(d time.Duration) time.Duration {
-	half := d / 2
-	return half + rand.N(half+1)
-}
-
-func (b *backoff) reset() { b.cur = 0 }
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // heartbeatTimeout bounds one heartbeat: two intervals, and at least
 // minHeartbeatTimeout.
 func (a *Agent) heartbeatTimeout() time.Duration {
-	return max(2*a.cfg.HeartbeatInterval, minHeartbeatTimeout)
+	return heartbeatTimeout(a.cfg.HeartbeatInterval)
 }

@@ -12,7 +12,10 @@
 // controllers' image at offset N. Each applied batch is handed to a Handler,
 // which is where a broker acts on what changed; the agent itself holds no
 // broker logic, so anyone can build their own broker on it. `keel broker` is
-// the reference broker.
+// the reference broker. The registration, heartbeats, stream and controlled
+// shutdown are a Session (session.go, stream.go), which the agent drives with
+// its replay as the Follower, and each of the bench's thin brokers with a scan
+// of the stream.
 //
 // From each applied batch the agent also derives what changed for this
 // broker's replicas (DiffReplicas) and calls the handlers' BecomeLeader,

@@ -91,16 +91,16 @@ func unreached(err error) bool {
 // else to the next controller, always resuming from the broker's own applied
 // offset. It returns only when ctx ends, when the controller no longer knows
 // the broker epoch (errReregister), or on a fatal error.
-func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
-	addrs := a.cfg.Controllers
+func (s *Session) streamLoop(ctx context.Context, epoch int64) error {
+	addrs := s.cfg.Controllers
 	// The controller that accepted the registration is the active one.
-	target := a.client.Leader()
+	target := s.cfg.Client.Leader()
 	next := 0
 	if target == "" {
 		target, next = addrs[0], 1
 	}
 	rotate := func() {
-		if l := a.client.Leader(); l != "" && l != target {
+		if l := s.cfg.Client.Leader(); l != "" && l != target {
 			target = l
 			return
 		}
@@ -121,9 +121,9 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 	followed := false
 	for {
 		if rd.fast(time.Now()) {
-			a.client.ResetBackoff(target)
+			s.cfg.Client.ResetBackoff(target)
 		}
-		accepted, err := a.streamOnce(ctx, target, epoch)
+		accepted, err := s.streamOnce(ctx, target, epoch)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -135,14 +135,14 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 		case errors.As(err, &fatal):
 			return fatal.err
 		case reason == rpc.ReasonStaleBrokerEpoch, reason == rpc.ReasonBrokerNotRegistered:
-			a.log.Info("the controller no longer knows this broker epoch; registering again",
+			s.log.Info("the controller no longer knows this broker epoch; registering again",
 				"broker_epoch", epoch, "err", status.Convert(err).Message())
 			return errReregister
 		case reason == rpc.ReasonInconsistentClusterID:
 			return clusterMismatchf("the controller at %s refused the metadata stream of broker %d (data dir %s): %s",
-				target, a.cfg.BrokerID, a.cfg.DataDir, status.Convert(err).Message())
+				target, s.cfg.BrokerID, s.cfg.DataDir, status.Convert(err).Message())
 		case hint != nil && hint.GetLeaderAddress() != "" && hint.GetLeaderAddress() != target:
-			a.log.Debug("following the active controller", "from", target, "to", hint.GetLeaderAddress(), "leader_id", hint.GetLeaderId())
+			s.log.Debug("following the active controller", "from", target, "to", hint.GetLeaderAddress(), "leader_id", hint.GetLeaderId())
 			target, follow = hint.GetLeaderAddress(), true
 			// The first hop is taken at once; hints that keep bouncing
 			// (a leadership change in progress) back off.
@@ -157,20 +157,20 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 			errors.Is(err, errBadSnapshot), errors.Is(err, errBadPush):
 			// The controller is fine; the broker resumes from its own offset
 			// (or, after a divergence, from a snapshot).
-			a.log.Warn("dropped the metadata stream; resuming", "controller", target,
-				"from_offset", a.replay.fromOffset(), "err", err)
+			s.log.Warn("dropped the metadata stream; resuming", "controller", target,
+				"from_offset", s.cfg.Follower.FromOffset(), "err", err)
 		case errors.Is(err, errStaleControllerEpoch):
-			a.log.Warn("dropped the metadata stream of a deposed controller", "controller", target, "err", err)
+			s.log.Warn("dropped the metadata stream of a deposed controller", "controller", target, "err", err)
 			rotate()
 		default:
 			switch code := status.Code(err); {
 			case accepted > 0:
-				a.log.Info("metadata stream ended; reconnecting", "controller", target, "err", errorText(err))
+				s.log.Info("metadata stream ended; reconnecting", "controller", target, "err", errorText(err))
 			case code == codes.Unavailable, code == codes.Canceled, errors.Is(err, errStreamEnded):
 				// Normal while a controller is down or leadership moves.
-				a.log.Debug("metadata stream failed", "controller", target, "err", errorText(err))
+				s.log.Debug("metadata stream failed", "controller", target, "err", errorText(err))
 			default:
-				a.log.Warn("metadata stream refused", "controller", target, "err", errorText(err))
+				s.log.Warn("metadata stream refused", "controller", target, "err", errorText(err))
 			}
 			rotate()
 		}
@@ -178,8 +178,8 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 		// it is opened again. Attempts that failed before any push (a
 		// controller down, a follower's leader hint followed) are retries
 		// of one reconnect, not reconnects.
-		if accepted > 0 {
-			a.metrics.reconnects.Inc()
+		if accepted > 0 && s.cfg.Reconnected != nil {
+			s.cfg.Reconnected()
 		}
 		followed = follow
 		if pause {
@@ -192,23 +192,23 @@ func (a *Agent) streamLoop(ctx context.Context, epoch int64) error {
 
 // streamOnce opens one stream to target and replays it until it ends. It
 // returns how many pushes it accepted and why it ended.
-func (a *Agent) streamOnce(ctx context.Context, target string, epoch int64) (accepted int, err error) {
+func (s *Session) streamOnce(ctx context.Context, target string, epoch int64) (accepted int, err error) {
 	// A snapshot half received on this stream is of no use on the next.
-	defer a.replay.reset()
-	cl, err := a.client.Controller(target)
+	defer s.cfg.Follower.Reset()
+	cl, err := s.cfg.Client.Controller(target)
 	if err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a.setStreamCancel(cancel)
-	defer a.setStreamCancel(nil)
-	from := a.replay.fromOffset()
+	s.setStreamCancel(cancel)
+	defer s.setStreamCancel(nil)
+	from := s.cfg.Follower.FromOffset()
 	stream, err := cl.StreamMetadata(ctx, &keelpb.StreamMetadataRequest{
-		BrokerId:    a.cfg.BrokerID,
+		BrokerId:    s.cfg.BrokerID,
 		BrokerEpoch: epoch,
 		FromOffset:  from,
-		ClusterId:   a.meta.clusterID(),
+		ClusterId:   s.cfg.ClusterID(),
 	})
 	if err != nil {
 		return 0, err
@@ -221,11 +221,12 @@ func (a *Agent) streamOnce(ctx context.Context, target string, epoch int64) (acc
 		if err != nil {
 			return accepted, err
 		}
-		if err := a.replay.handle(push); err != nil {
+		if err := s.cfg.Follower.Handle(push); err != nil {
 			return accepted, err
 		}
+		s.pokeApplied()
 		if accepted == 0 {
-			a.log.Info("streaming metadata", "controller", target, "controller_id", push.GetControllerId(),
+			s.log.Info("streaming metadata", "controller", target, "controller_id", push.GetControllerId(),
 				"controller_epoch", push.GetControllerEpoch(), "from_offset", from)
 		}
 		accepted++

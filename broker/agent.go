@@ -487,12 +487,6 @@ func (a *Agent) setState(s string) {
 	a.state = s
 }
 
-func (a *Agent) currentState() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.state
-}
-
 // publish is the replayer's hook: every new image passes through here, in
 // order, on the stream loop's goroutine.
 func (a *Agent) publish(before, after *fsm.Image) error {

@@ -6,12 +6,13 @@
 //
 // Simulated brokers come in two kinds. A full broker is an in-process
 // broker.Agent: it replays the whole metadata image with the controllers' own
-// state machine, as a real broker does. A thin broker registers, heartbeats
-// at the default interval, consumes the metadata stream and acknowledges the
-// offsets it has received, without keeping an image: it scans each pushed
-// batch for the few records that concern the bench (broker state, topics, the
-// controller epoch, and, when asked, leader changes of chosen partitions), so
-// a hundred of them fit on one machine. Every broker notes when it first
+// state machine, as a real broker does. A thin broker runs the agent's own
+// session (broker.Session): it registers, heartbeats at the default
+// interval, consumes the metadata stream and acknowledges the offsets it has
+// received, but keeps no image: it scans each pushed batch for the few
+// records that concern the bench (broker state, topics, the controller epoch,
+// and, when asked, leader changes of chosen partitions), so a hundred of them
+// fit on one machine. Every broker notes when it first
 // received each offset, so "every broker has applied X" is timed at the
 // brokers, not by polling.
 //

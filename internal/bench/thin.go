@@ -5,12 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
@@ -197,21 +195,19 @@ func (l *latencies) add(d time.Duration, err error) {
 	l.samples = append(l.samples, d)
 }
 
-// errReregister: the controller no longer knows this broker epoch.
-var errReregister = errors.New("broker epoch no longer current")
-
-// thinBroker is a simulated broker without an image: it registers,
-// heartbeats every interval with the last offset it received, consumes the
-// metadata stream (following the active controller) and notes the records
-// that concern the bench. A controlled shutdown works as broker.Agent's.
+// thinBroker is a simulated broker without an image: its broker.Session
+// registers, heartbeats every interval with the last offset it received and
+// holds the metadata stream (following the active controller), as
+// broker.Agent's does; the thin broker is the session's Follower, and only
+// notes the records of the stream that concern the bench instead of
+// replaying them, so that thousands fit in one process. A controlled
+// shutdown works as broker.Agent's.
 type thinBroker struct {
-	id       int32
-	rack     string
-	addrs    []string
-	interval time.Duration
-	client   *rpc.Client
-	hb       *latencies
-	log      *slog.Logger
+	id      int32
+	rack    string
+	client  *rpc.Client
+	session *broker.Session
+	log     *slog.Logger
 	// lis is its port, the address it registers: the active controller
 	// dials it before fencing the broker for a crash, and a live process's
 	// port accepts. Nothing is served on it. Kill closes it, as a dead
@@ -221,23 +217,19 @@ type thinBroker struct {
 
 	offsets offsetLog
 
+	// The snapshot being received on the current stream, if inSnap: the
+	// offset its header gives. Owned by the session's stream loop.
+	inSnap  bool
+	snapIdx uint64
+
 	mu        sync.Mutex
 	epoch     int64
 	clusterID string
-	fenced    bool
 	events    []Event
 	// shuttingDown: other brokers in controlled shutdown, from the records.
 	shuttingDown map[int32]bool
 	snapshots    []time.Time
 	watch        *leaderWatch
-
-	poke         chan struct{}
-	wantShutdown atomic.Bool
-	released     chan struct{}
-	releaseOnce  sync.Once
-	// askedAt and releasedAt time a controlled shutdown: the first
-	// heartbeat that asked, and the answer that allowed it.
-	askedAt, releasedAt time.Time
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -256,15 +248,36 @@ func startThinBroker(id int32, rack string, addrs []string, interval time.Durati
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &thinBroker{
-		id: id, rack: rack, addrs: addrs, interval: interval, client: client, hb: hb, lis: lis,
+		id: id, rack: rack, client: client, lis: lis,
 		log:          log.With("broker_id", id),
-		poke:         make(chan struct{}, 1),
-		released:     make(chan struct{}),
 		shuttingDown: map[int32]bool{},
 		cancel:       cancel,
 	}
+	b.session = broker.NewSession(broker.SessionConfig{
+		BrokerID:          id,
+		Controllers:       addrs,
+		Client:            client,
+		HeartbeatInterval: interval,
+		SpreadHeartbeats:  true,
+		Logger:            b.log,
+		Follower:          b,
+		ClusterID:         b.cluster,
+		Registration:      b.registration,
+		Registered:        b.registered,
+		Refused: func(err error) (time.Time, error) {
+			b.log.Debug("registration failed; retrying", "err", status.Convert(err).Message())
+			return time.Time{}, nil
+		},
+		Answered:        func(_ *keelpb.BrokerHeartbeatResponse, took time.Duration) { hb.add(took, nil) },
+		HeartbeatFailed: func(err error, took time.Duration) { hb.add(took, err) },
+	})
 	b.wg.Add(1)
-	go b.run(ctx)
+	go func() {
+		defer b.wg.Done()
+		if err := b.session.Run(ctx); err != nil && ctx.Err() == nil {
+			b.log.Warn("thin broker stopped", "err", err)
+		}
+	}()
 	return b, nil
 }
 
@@ -341,323 +354,101 @@ func (b *thinBroker) Close() { b.Kill() }
 // the broker stops, still registered (fenced), as broker.Agent.Shutdown
 // does.
 func (b *thinBroker) Shutdown(ctx context.Context) (time.Duration, error) {
-	b.wantShutdown.Store(true)
-	b.pokeHeartbeat()
+	b.session.RequestShutdown()
 	var err error
 	select {
-	case <-b.released:
+	case <-b.session.Released():
 	case <-ctx.Done():
 		err = fmt.Errorf("controlled shutdown of broker %d: %w", b.id, ctx.Err())
 	}
 	b.cancel()
 	b.wg.Wait()
-	b.mu.Lock()
-	took := b.releasedAt.Sub(b.askedAt)
-	b.mu.Unlock()
+	asked, released := b.session.ShutdownTimes()
 	b.stopOnce.Do(func() {
 		b.client.Close()
 		b.lis.Close()
 	})
-	return took, err
+	return released.Sub(asked), err
 }
 
-func (b *thinBroker) pokeHeartbeat() {
-	select {
-	case b.poke <- struct{}{}:
-	default:
+// cluster is the cluster id the last registration was answered with.
+func (b *thinBroker) cluster() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.clusterID
+}
+
+// registration is the request of each registration attempt: a new
+// incarnation each time.
+func (b *thinBroker) registration() *keelpb.RegisterBrokerRequest {
+	return &keelpb.RegisterBrokerRequest{
+		BrokerId:           b.id,
+		IncarnationId:      uuid.NewString(),
+		Address:            b.lis.Addr().String(),
+		Rack:               b.rack,
+		MinMetadataVersion: fsm.MinMetadataVersion,
+		MaxMetadataVersion: fsm.MaxMetadataVersion,
+		ClusterId:          b.cluster(),
 	}
 }
 
-func (b *thinBroker) release(at time.Time) {
-	b.releaseOnce.Do(func() {
-		b.mu.Lock()
-		b.releasedAt = at
-		b.mu.Unlock()
-		close(b.released)
-	})
+func (b *thinBroker) registered(resp *keelpb.RegisterBrokerResponse) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.epoch, b.clusterID = resp.GetBrokerEpoch(), resp.GetClusterId()
+	return nil
 }
-
-// run registers, then runs a session (heartbeats and the stream) until the
-// controller forgets the registration, then again, until stopped.
-func (b *thinBroker) run(ctx context.Context) {
-	defer b.wg.Done()
-	for ctx.Err() == nil {
-		epoch, err := b.register(ctx)
-		if err != nil {
-			return // stopped
-		}
-		err = b.session(ctx, epoch)
-		if errors.Is(err, errReregister) && b.wantShutdown.Load() {
-			b.release(time.Now()) // gone from the cluster: nothing to hand over
-			return
-		}
-	}
-}
-
-func (b *thinBroker) register(ctx context.Context) (int64, error) {
-	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second} // as broker.Agent's
-	for {
-		b.mu.Lock()
-		cid := b.clusterID
-		b.mu.Unlock()
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := b.client.RegisterBroker(rctx, &keelpb.RegisterBrokerRequest{
-			BrokerId:           b.id,
-			IncarnationId:      uuid.NewString(),
-			Address:            b.lis.Addr().String(),
-			Rack:               b.rack,
-			MinMetadataVersion: fsm.MinMetadataVersion,
-			MaxMetadataVersion: fsm.MaxMetadataVersion,
-			ClusterId:          cid,
-		})
-		cancel()
-		if err == nil {
-			b.mu.Lock()
-			b.epoch, b.clusterID, b.fenced = resp.GetBrokerEpoch(), resp.GetClusterId(), true
-			b.mu.Unlock()
-			return resp.GetBrokerEpoch(), nil
-		}
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		b.log.Debug("registration failed; retrying", "err", status.Convert(err).Message())
-		if err := sleep(ctx, bo.next()); err != nil {
-			return 0, err
-		}
-	}
-}
-
-func (b *thinBroker) session(ctx context.Context, epoch int64) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	streamDone := make(chan error, 1)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		streamDone <- b.streamLoop(ctx, epoch)
-	}()
-	err := b.heartbeatLoop(ctx, epoch, streamDone)
-	cancel()
-	wg.Wait()
-	return err
-}
-
-func (b *thinBroker) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-chan error) error {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	first := true
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-streamDone:
-			return err
-		case <-b.poke:
-		case <-timer.C:
-		}
-		want := b.wantShutdown.Load()
-		sent := time.Now()
-		if want {
-			b.mu.Lock()
-			if b.askedAt.IsZero() {
-				b.askedAt = sent
-			}
-			b.mu.Unlock()
-		}
-		hctx, hcancel := context.WithTimeout(ctx, max(2*b.interval, 4*time.Second))
-		resp, err := b.client.BrokerHeartbeat(hctx, &keelpb.BrokerHeartbeatRequest{
-			BrokerId: b.id, BrokerEpoch: epoch, MetadataOffset: b.offsets.current(), WantShutdown: want,
-		})
-		hcancel()
-		took := time.Since(sent)
-		// The first periodic heartbeat comes after a random part of the
-		// interval, so brokers started together spread over it.
-		next := b.interval
-		if first {
-			next, first = rand.N(b.interval)+time.Millisecond, false
-		}
-		if want {
-			next = min(next, 50*time.Millisecond) // as broker.Agent's shutdownPoll
-		}
-		timer.Reset(next)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		b.hb.add(took, err)
-		if err != nil {
-			switch rpc.ReasonOf(err) {
-			case rpc.ReasonStaleBrokerEpoch, rpc.ReasonBrokerNotRegistered:
-				return errReregister
-			}
-			b.log.Debug("heartbeat failed", "err", status.Convert(err).Message())
-			continue
-		}
-		b.mu.Lock()
-		b.fenced = resp.GetIsFenced()
-		b.mu.Unlock()
-		if want && resp.GetShouldShutDown() {
-			b.release(time.Now())
-		}
-	}
-}
-
-// streamLoop holds the metadata stream to the active controller,
-// reconnecting (to the leader a follower names, else the next address) from
-// the last offset received, until ctx ends or the controller no longer
-// knows the broker epoch.
-func (b *thinBroker) streamLoop(ctx context.Context, epoch int64) error {
-	target := b.client.Leader()
-	next := 0
-	if target == "" {
-		target, next = b.addrs[0], 1
-	}
-	// The same back-off as broker.Agent's stream loop: 25ms doubling to
-	// 250ms, with jitter, reset by a stream that delivered something; the
-	// first hop to a hinted leader is taken at once, and a leader that is
-	// taking over is asked again after 5ms.
-	bo := backoff{min: 25 * time.Millisecond, max: 250 * time.Millisecond}
-	followed := false
-	for {
-		accepted, err := b.streamOnce(ctx, target, epoch)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if accepted > 0 {
-			bo.reset()
-		}
-		switch rpc.ReasonOf(err) {
-		case rpc.ReasonStaleBrokerEpoch, rpc.ReasonBrokerNotRegistered:
-			return errReregister
-		}
-		pause, follow := true, false
-		if rpc.ReasonOf(err) == rpc.ReasonNotReady {
-			pause = false
-			if err := sleep(ctx, rpc.NotReadyPause); err != nil {
-				return err
-			}
-		} else if hint, _ := rpc.LeaderHintOf(err); hint != nil && hint.GetLeaderAddress() != "" && hint.GetLeaderAddress() != target {
-			target, follow = hint.GetLeaderAddress(), true
-			pause = followed
-		} else if l := b.client.Leader(); l != "" && l != target {
-			target = l
-		} else if len(b.addrs) > 1 {
-			for range b.addrs {
-				cand := b.addrs[next%len(b.addrs)]
-				next++
-				if cand != target {
-					target = cand
-					break
-				}
-			}
-		}
-		followed = follow
-		b.log.Debug("metadata stream ended; reconnecting", "to", target, "err", err)
-		if pause {
-			if err := sleep(ctx, bo.next()); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// backoff grows a pause from min to max, doubling, with jitter (as
-// broker.Agent's).
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	half := b.cur / 2
-	return half + rand.N(half+1)
-}
-
-func (b *backoff) reset() { b.cur = 0 }
 
 // errOffsetGap: an entry does not continue the offset received.
 var errOffsetGap = errors.New("metadata entry does not continue the offset received")
 
-func (b *thinBroker) streamOnce(ctx context.Context, target string, epoch int64) (int, error) {
-	cl, err := b.client.Controller(target)
-	if err != nil {
-		return 0, err
+// FromOffset is where the next stream resumes: the offset received
+// (broker.Follower).
+func (b *thinBroker) FromOffset() uint64 { return b.offsets.current() }
+
+// Handle notes one push's offset and scans its entries (broker.Follower).
+func (b *thinBroker) Handle(push *keelpb.MetadataPush) error {
+	now := time.Now()
+	switch body := push.GetBody().(type) {
+	case *keelpb.MetadataPush_Entries:
+		if b.inSnap {
+			return errors.New("entries in the middle of a snapshot")
+		}
+		last := b.offsets.current()
+		for _, e := range body.Entries.GetEntries() {
+			if e.GetOffset() <= last {
+				continue
+			}
+			if e.GetPrevOffset() != last {
+				return fmt.Errorf("%w: entry %d follows %d, received up to %d", errOffsetGap, e.GetOffset(), e.GetPrevOffset(), last)
+			}
+			b.scan(e.GetData(), e.GetOffset(), now)
+			last = e.GetOffset()
+		}
+		b.offsets.add(last, now)
+	case *keelpb.MetadataPush_Snapshot:
+		if !b.inSnap {
+			idx, err := snapshotIndex(body.Snapshot.GetData())
+			if err != nil {
+				return err
+			}
+			b.inSnap, b.snapIdx = true, idx
+		}
+		if body.Snapshot.GetLast() {
+			b.inSnap = false
+			b.mu.Lock()
+			b.snapshots = append(b.snapshots, now)
+			b.mu.Unlock()
+			b.offsets.add(b.snapIdx, now)
+		}
+	default:
+		return errors.New("a metadata push with no body")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	b.mu.Lock()
-	cid := b.clusterID
-	b.mu.Unlock()
-	stream, err := cl.StreamMetadata(ctx, &keelpb.StreamMetadataRequest{
-		BrokerId: b.id, BrokerEpoch: epoch, FromOffset: b.offsets.current(), ClusterId: cid,
-	})
-	if err != nil {
-		return 0, err
-	}
-	var (
-		accepted int
-		inSnap   bool
-		snapIdx  uint64
-	)
-	for {
-		push, err := stream.Recv()
-		if err == io.EOF {
-			return accepted, errors.New("the controller ended the metadata stream")
-		}
-		if err != nil {
-			return accepted, err
-		}
-		now := time.Now()
-		switch body := push.GetBody().(type) {
-		case *keelpb.MetadataPush_Entries:
-			if inSnap {
-				return accepted, errors.New("entries in the middle of a snapshot")
-			}
-			last := b.offsets.current()
-			for _, e := range body.Entries.GetEntries() {
-				if e.GetOffset() <= last {
-					continue
-				}
-				if e.GetPrevOffset() != last {
-					return accepted, fmt.Errorf("%w: entry %d follows %d, received up to %d", errOffsetGap, e.GetOffset(), e.GetPrevOffset(), last)
-				}
-				b.scan(e.GetData(), e.GetOffset(), now)
-				last = e.GetOffset()
-			}
-			b.offsets.add(last, now)
-		case *keelpb.MetadataPush_Snapshot:
-			if !inSnap {
-				if snapIdx, err = snapshotIndex(body.Snapshot.GetData()); err != nil {
-					return accepted, err
-				}
-				inSnap = true
-			}
-			if body.Snapshot.GetLast() {
-				inSnap = false
-				b.mu.Lock()
-				b.snapshots = append(b.snapshots, now)
-				b.mu.Unlock()
-				b.offsets.add(snapIdx, now)
-			}
-		default:
-			return accepted, errors.New("a metadata push with no body")
-		}
-		accepted++
-		b.mu.Lock()
-		catchUp := b.fenced && b.offsets.current() >= uint64(b.epoch)
-		b.mu.Unlock()
-		// A controlled shutdown (this broker's or another's) waits for every
-		// active broker to report the moves applied: report at once, as
-		// broker.Agent does.
-		if catchUp || b.wantShutdown.Load() || b.othersShuttingDown() {
-			b.pokeHeartbeat()
-		}
-	}
+	return nil
 }
+
+// Reset forgets a snapshot whose stream ended (broker.Follower).
+func (b *thinBroker) Reset() { b.inSnap = false }
 
 // scan notes the records of one entry that concern the bench.
 func (b *thinBroker) scan(data []byte, offset uint64, at time.Time) {
@@ -743,22 +534,10 @@ func (b *thinBroker) scan(data []byte, offset uint64, at time.Time) {
 	}
 }
 
-// othersShuttingDown reports whether another broker is in controlled
-// shutdown, as far as the records received tell.
-func (b *thinBroker) othersShuttingDown() bool {
+// OthersShuttingDown reports whether another broker is in controlled
+// shutdown, as far as the records received tell (broker.Follower).
+func (b *thinBroker) OthersShuttingDown() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.shuttingDown) > 0
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

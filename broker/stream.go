@@ -221,10 +221,13 @@ func (s *Session) streamOnce(ctx context.Context, target string, epoch int64) (a
 		if err != nil {
 			return accepted, err
 		}
-		if err := s.cfg.Follower.Handle(push); err != nil {
+		err = s.cfg.Follower.Handle(push)
+		// Even a push refused in part may have moved the offset (the
+		// entries before a gap).
+		s.pokeApplied()
+		if err != nil {
 			return accepted, err
 		}
-		s.pokeApplied()
 		if accepted == 0 {
 			s.log.Info("streaming metadata", "controller", target, "controller_id", push.GetControllerId(),
 				"controller_epoch", push.GetControllerEpoch(), "from_offset", from)

@@ -190,8 +190,9 @@ func (s *Session) streamLoop(ctx context.Context, epoch int64) error {
 	}
 }
 
-// streamOnce opens one stream to target and replays it until it ends. It
-// returns how many pushes it accepted and why it ended.
+// streamOnce opens one stream to target and hands each push to the
+// Follower until it ends. It returns how many pushes it accepted and why it
+// ended.
 func (s *Session) streamOnce(ctx context.Context, target string, epoch int64) (accepted int, err error) {
 	// A snapshot half received on this stream is of no use on the next.
 	defer s.cfg.Follower.Reset()

@@ -149,11 +149,11 @@ bench-keel: build
 
 ## bench-table: run `keel bench BENCH_ARGS -o json` and print its figures as rows of
 ## docs/benchmarks.md's table, with today's date and the command
-## (internal/bench/cmd/benchtable; the report is kept in bench.json).
+## (cmd/keel/internal/bench/cmd/benchtable; the report is kept in bench.json).
 BENCH_ARGS ?=
 bench-table: build
 	./$(BIN) bench $(BENCH_ARGS) -o json > bench.json
-	$(GO) run ./internal/bench/cmd/benchtable -command 'keel bench $(strip $(BENCH_ARGS))' < bench.json
+	$(GO) run ./cmd/keel/internal/bench/cmd/benchtable -command 'keel bench $(strip $(BENCH_ARGS))' < bench.json
 
 clean:
 	rm -rf bin

@@ -12,8 +12,8 @@ import (
 
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
-	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/keeltest"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 )
 
 // expectRefused runs keel with args and checks that it exits with status 1

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
-	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )

@@ -47,8 +47,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keel-dev/keel/internal/faultproxy"
-	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 )
 
 const (

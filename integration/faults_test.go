@@ -23,8 +23,8 @@ import (
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/faultproxy"
-	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/rpc"

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 )
 
 // maxRestartPause bounds the unavailability of one restart in a rolling

@@ -2,7 +2,7 @@
 //
 // TestMain builds the keel binary once into a temp dir; every test starts its
 // own controllers (and brokers: broker_harness_test.go) through
-// internal/keelproc, on free ports with their own data dirs, and stops every
+// keeltest/keelproc, on free ports with their own data dirs, and stops every
 // process it started, by PID, in t.Cleanup. Nothing here sleeps to
 // synchronise: each wait polls (internal/poll) for a condition until a
 // deadline.
@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/internal/faultproxy"
-	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/raftlog"
 	"github.com/keel-dev/keel/rpc"

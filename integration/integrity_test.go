@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 	"github.com/keel-dev/keel/server"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 )
 
 // StartJoiner starts controller id, the next id after the cluster's nodes,

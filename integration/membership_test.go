@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 )
 
 // maxMembershipGap bounds the longest pause between two acknowledged writes

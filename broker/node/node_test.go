@@ -18,9 +18,9 @@ import (
 	"github.com/keel-dev/keel/broker/kafka"
 	"github.com/keel-dev/keel/broker/node"
 	"github.com/keel-dev/keel/broker/replication"
-	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/keeltest"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 

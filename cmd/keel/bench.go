@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keel-dev/keel/internal/bench"
+	"github.com/keel-dev/keel/cmd/keel/internal/bench"
 )
 
 func newBenchCmd(g *globalFlags) *cobra.Command {

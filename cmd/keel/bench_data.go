@@ -4,7 +4,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/keel-dev/keel/internal/bench"
+	"github.com/keel-dev/keel/cmd/keel/internal/bench"
 )
 
 // addBenchDataFlags adds the flags of the data path's scenarios (produce,

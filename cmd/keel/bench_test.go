@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keel-dev/keel/internal/bench"
+	"github.com/keel-dev/keel/cmd/keel/internal/bench"
 )
 
 // asKeelEnv makes this test binary act as the keel binary: the bench

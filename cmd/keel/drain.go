@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keel-dev/keel/cmd/keel/internal/reassign"
 	"github.com/keel-dev/keel/internal/poll"
-	"github.com/keel-dev/keel/internal/reassign"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )

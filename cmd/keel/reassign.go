@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-dev/keel/cmd/keel/internal/reassign"
 	"github.com/keel-dev/keel/fsm"
-	"github.com/keel-dev/keel/internal/reassign"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )

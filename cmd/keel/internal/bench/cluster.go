@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 	"github.com/keel-dev/keel/metrics"
 )
 

@@ -13,8 +13,8 @@ import (
 
 	"github.com/keel-dev/keel/broker/kafka"
 	"github.com/keel-dev/keel/fsm"
-	"github.com/keel-dev/keel/internal/keelproc"
 	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
 )

@@ -15,7 +15,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/keel-dev/keel/internal/bench"
+	"github.com/keel-dev/keel/cmd/keel/internal/bench"
 )
 
 func main() {

@@ -460,6 +460,12 @@ type PeerStatus struct {
 	// The metadata.version levels its binary supports; 0 and 0 from a
 	// binary from before they were reported.
 	MinMetadataVersion, MaxMetadataVersion uint32
+	// Leads: it is the leader. Members: the ids in its latest
+	// configuration, voters and nonvoters (none from a node that has
+	// none yet). A node that never received its own removal learns of it
+	// from them (askRemoved).
+	Leads   bool
+	Members []int32
 }
 
 // fitToLead asks every candidate, in parallel, how it is, until one is
@@ -584,19 +590,23 @@ const removedAfterHeartbeats = 10
 // quorum, and returns an error wrapping ErrRemoved that says so; or until ctx
 // ends, returning nil.
 //
-// Removed means: this node's latest configuration is not empty (a node
-// started with --join has none until it is added) and does not list it, and
-// no leader has been in touch for removedAfterHeartbeats heartbeat timeouts.
-// The leader stops replicating to a node once its removal is in the log, so
-// a removed node learns of its removal but not always of its commit; waiting
-// for silence keeps a node that saw an uncommitted removal (the leader lost
-// leadership before it committed, and the next leader does not have it) from
-// stopping while a leader still replicates to it.
+// Removed means: no leader has been in touch for removedAfterHeartbeats
+// heartbeat timeouts, and this node's latest configuration, not empty (a
+// node started with --join has none until it is added), either does not
+// list it, or does but the other members say the quorum removed it all
+// the same (askRemoved). The leader stops replicating to a node once its
+// removal is in the log, so a removed node may learn of its removal but
+// not of its commit, or not at all; waiting for silence keeps a node that
+// saw an uncommitted removal (the leader lost leadership before it
+// committed, and the next leader does not have it) from stopping while a
+// leader still replicates to it.
 func (c *Controller) WaitRemoved(ctx context.Context) error {
 	hb := c.quorum.Timeouts().Heartbeat
+	window := removedAfterHeartbeats * hb
 	tick := time.NewTicker(hb)
 	defer tick.Stop()
 	start := time.Now()
+	var asked time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -604,16 +614,25 @@ func (c *Controller) WaitRemoved(ctx context.Context) error {
 		case <-tick.C:
 		}
 		conf, _, err := c.quorum.Configuration()
-		if err != nil || c.quorum.State() == consensus.Leader || !outside(conf, c.cfg.NodeID) {
+		if err != nil || c.quorum.State() == consensus.Leader || len(conf.Servers) == 0 {
 			continue
 		}
 		last := c.quorum.LastContact()
 		if last.Before(start) {
 			last = start
 		}
-		if silent := time.Since(last); silent >= removedAfterHeartbeats*hb {
+		silent := time.Since(last)
+		switch {
+		case silent < window:
+		case outside(conf, c.cfg.NodeID):
 			return fmt.Errorf("%w: node %d is not in the quorum's configuration (%s) and no leader has been in touch for %v",
 				ErrRemoved, c.cfg.NodeID, memberList(conf), silent.Round(time.Millisecond))
+		case c.cfg.AskPeer != nil && time.Since(asked) >= window:
+			// Once a window: a partitioned member asks on while it waits.
+			asked = time.Now()
+			if err := c.askRemoved(ctx, conf, window, silent); err != nil {
+				return err
+			}
 		}
 	}
 }

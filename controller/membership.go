@@ -346,8 +346,9 @@ func (c *Controller) addMember(id int32, addr string, voter bool) (*MembershipRe
 // HandedOff that names the new leader; a client that follows leader hints
 // asks the new leader, which removes this node as a follower.
 //
-// A removed node stops receiving the log and never calls an election; it
-// notices it was removed (WaitRemoved) and its process stops.
+// A removed node stops receiving the log, perhaps before the entry that
+// removes it, and the others refuse its calls for election; it notices it
+// was removed (WaitRemoved) and its process stops.
 func (c *Controller) RemoveVoter(ctx context.Context, id int32) (*MembershipResult, error) {
 	var res *MembershipResult
 	handedOff := false

@@ -20,9 +20,15 @@ import (
 // being the latest configuration) before it has caught up. Here the raft
 // links into it are cut first, so that it never does; its own port stays
 // up. It used to run on for good, a voter of its own configuration only.
-// It must learn from the others that it was removed, and exit, status 0.
+// It must learn from the others that it was removed, and exit, status 0;
+// with mutual TLS too, where it asks them with its own certificate.
 func TestMembership_RemovedWithoutHearingItExits(t *testing.T) {
-	c := startCluster(t, 3, withFaultNet())
+	t.Run("plaintext", func(t *testing.T) { testRemovedWithoutHearingIt(t) })
+	t.Run("tls", func(t *testing.T) { testRemovedWithoutHearingIt(t, withTLS(newTestPKI(t))) })
+}
+
+func testRemovedWithoutHearingIt(t *testing.T, opts ...clusterOption) {
+	c := startCluster(t, 3, append([]clusterOption{withFaultNet()}, opts...)...)
 	leader, _ := c.WaitForActive(t, activeTimeout)
 	w := startWriter(c)
 	t.Cleanup(w.stop)
@@ -53,7 +59,7 @@ func TestMembership_RemovedWithoutHearingItExits(t *testing.T) {
 	if code := c.waitExited(leader, 30*time.Second); code != 0 {
 		t.Fatalf("removed node %d exited with status %d", leader, code)
 	}
-	if out := c.node(leader).Output(); !strings.Contains(out, "removed from the quorum") {
+	if out := c.node(leader).Output(); !strings.Contains(out, "removed from the quorum") || !strings.Contains(out, "never received its removal") {
 		t.Fatalf("removed node %d did not say why it stopped; output ends:\n%s", leader, keelproc.LastLines(out, 10))
 	}
 	w.waitWrites(t, 20)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -59,7 +60,7 @@ func (c *Controller) askRemoved(ctx context.Context, conf consensus.Configuratio
 		}()
 	}
 	wg.Wait()
-	slices.SortFunc(answers, func(a, b peersAnswer) int { return int(a.id) - int(b.id) })
+	slices.SortFunc(answers, func(a, b peersAnswer) int { return cmp.Compare(a.id, b.id) })
 	who, removed := removedBy(c.cfg.NodeID, conf, c.fsm.Image().ClusterID, answers)
 	if !removed {
 		c.log.Debug("no leader in touch, but the members that answered do not say this node was removed; waiting on",

@@ -446,7 +446,6 @@ func askPeer(tls *tlsauth.Config) func(ctx context.Context, id int32, addr strin
 		st := controller.PeerStatus{LastIndex: resp.GetLastIndex(), Ready: resp.GetReady(), NotReady: resp.GetNotReadyReason(), ClusterID: resp.GetClusterId(),
 			MinMetadataVersion: resp.GetMinMetadataVersion(), MaxMetadataVersion: resp.GetMaxMetadataVersion(),
 			Leads: resp.GetLeaderId() == id} // a leader knows itself as the leader
-
 		for _, m := range resp.GetVoters() {
 			st.Members = append(st.Members, m.GetId())
 		}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/internal/faultproxy"
-	"github.com/keel-dev/keel/internal/keelproc"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 

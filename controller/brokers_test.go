@@ -10,9 +10,7 @@ import (
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
-	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/server"
 )
 
 const testSession = 400 * time.Millisecond
@@ -27,13 +25,13 @@ func registerReq(id int32, inc string) *keelpb.RegisterBrokerRequest {
 	return &keelpb.RegisterBrokerRequest{BrokerId: id, IncarnationId: inc, Address: "127.0.0.1:9201", MinMetadataVersion: fsm.MinMetadataVersion, MaxMetadataVersion: fsm.MaxMetadataVersion}
 }
 
-func brokerFenced(nd *server.Node, id int32) bool {
+func brokerFenced(nd *member, id int32) bool {
 	b, ok := nd.FSM().Image().Broker(id)
 	return ok && b.Fenced
 }
 
 // registerActive registers broker id and heartbeats it into the active state.
-func registerActive(t *testing.T, leader *server.Node, id int32, inc string) int64 {
+func registerActive(t *testing.T, leader *member, id int32, inc string) int64 {
 	t.Helper()
 	ctx := context.Background()
 	resp, err := leader.Controller().RegisterBroker(ctx, registerReq(id, inc))
@@ -48,8 +46,8 @@ func registerActive(t *testing.T, leader *server.Node, id int32, inc string) int
 }
 
 func TestBrokers_RegisterUnfenceAndFenceOnExpiry(t *testing.T) {
-	clock := keeltest.NewClock()
-	c := newCluster(t, 3, keeltest.WithSessionTimeout(testSession), keeltest.WithClock(clock.Now))
+	clock := newClock()
+	c := newCluster(t, 3, withSessionTimeout(testSession), withClock(clock.Now))
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 
@@ -89,8 +87,8 @@ func TestBrokers_RegisterUnfenceAndFenceOnExpiry(t *testing.T) {
 // KAFKA-18138: a broker that dies while the controller fails over must still
 // be fenced, one session after the new controller took over, and not before.
 func TestFailover_BrokerDyingDuringFailoverIsFencedOneSessionLater(t *testing.T) {
-	clock := keeltest.NewClock()
-	c := newCluster(t, 3, keeltest.WithSessionTimeout(testSession), keeltest.WithClock(clock.Now))
+	clock := newClock()
+	c := newCluster(t, 3, withSessionTimeout(testSession), withClock(clock.Now))
 	leader := c.WaitForActive(5 * time.Second)
 	registerActive(t, leader, 1, incA)
 	registerActive(t, leader, 2, incB)
@@ -139,8 +137,8 @@ func TestFailover_BrokerDyingDuringFailoverIsFencedOneSessionLater(t *testing.T)
 }
 
 func TestBrokers_DuplicateRegistrationAndStaleEpoch(t *testing.T) {
-	clock := keeltest.NewClock()
-	c := newCluster(t, 3, keeltest.WithSessionTimeout(testSession), keeltest.WithClock(clock.Now))
+	clock := newClock()
+	c := newCluster(t, 3, withSessionTimeout(testSession), withClock(clock.Now))
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 	first := registerActive(t, leader, 1, incA)
@@ -176,7 +174,7 @@ func TestBrokers_DuplicateRegistrationAndStaleEpoch(t *testing.T) {
 
 // collectStream runs StreamMetadata in the background, returning its pushes
 // and, once it ends, its error.
-func collectStream(ctx context.Context, nd *server.Node, req *keelpb.StreamMetadataRequest) (<-chan *keelpb.MetadataPush, <-chan error) {
+func collectStream(ctx context.Context, nd *member, req *keelpb.StreamMetadataRequest) (<-chan *keelpb.MetadataPush, <-chan error) {
 	pushes := make(chan *keelpb.MetadataPush, 1024)
 	done := make(chan error, 1)
 	go func() {
@@ -305,7 +303,7 @@ func TestFailover_ProducerIdBlocksNeverOverlap(t *testing.T) {
 	epoch := registerActive(t, leader, 1, incA)
 
 	seen := map[int64]bool{}
-	take := func(nd *server.Node) {
+	take := func(nd *member) {
 		t.Helper()
 		b, err := nd.Controller().AllocateProducerIds(ctx, 1, epoch)
 		if err != nil {

@@ -7,62 +7,37 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
-	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
-	"github.com/keel-dev/keel/server"
 )
 
 // The answers of decisions that write nothing are given only once this
 // node has confirmed, after taking them, that it still led (group.go,
 // leadership.confirm).
 
-// slowLease is node 1's raft timing in deposedCluster: a leader lease (and
-// the heartbeat timeout it may not exceed) long enough that node 1, cut
-// off, goes on believing it leads for seconds after the others have
-// elected a leader of their own, as a leader paused or behind reset links
-// does for a moment. Its followers hear from it every commit timeout, so
-// the others keep Keel's default timings (not keeltest's 50 ms, which a
-// loaded machine turns into elections).
-const slowLease = 6 * time.Second
-
-// deposedCluster starts three nodes, node 1 with slowLease, and makes node
-// 1 the active controller, with broker 1 registered and active.
-func deposedCluster(t *testing.T) (*keeltest.Cluster, *server.Node) {
+// deposedCluster starts three nodes and makes node 1 the active
+// controller, with broker 1 registered and active.
+func deposedCluster(t *testing.T) (*quorum, *member) {
 	t.Helper()
-	c := newCluster(t, 3, keeltest.WithTiming(raftlog.DefaultTiming()), keeltest.WithTune(func(cfg *server.NodeConfig) {
-		if cfg.NodeID == 1 {
-			cfg.Timing.HeartbeatTimeout, cfg.Timing.ElectionTimeout, cfg.Timing.LeaderLeaseTimeout = slowLease, slowLease, slowLease
-		}
-	}))
-	ctx := context.Background()
-	var old *server.Node
-	poll.UntilState(t, 20*time.Second, "node 1 to be the active controller", func() (bool, string) {
-		old = c.WaitForActive(10 * time.Second)
-		if old.ID() == 1 {
-			return true, ""
-		}
-		// Refused when node 1 does not answer within an election timeout
-		// (50 ms): asked again.
-		_, err := old.Controller().TransferLeadership(ctx, 1)
-		return false, fmt.Sprintf("node %d is active; handing leadership to node 1: %v", old.ID(), err)
-	})
+	c := newCluster(t, 3)
+	old := c.WaitForActive(5 * time.Second)
+	if old.ID() != 1 {
+		t.Fatalf("node %d is active, want node 1 (the quorum elects the lowest id)", old.ID())
+	}
 	registerActive(t, old, 1, incA)
 	return c, old
 }
 
 // TestConfirm_DeposedLeaderAnswersNoDecisionThatWritesNothing: a leader
-// cut off from the others that has not noticed yet (its lease runs) is
-// asked to create a topic that exists in its image, delete one that does
-// not, set a config to the value it holds, and for a linearizable read,
-// after the new active controller deleted that topic, created the other
-// and changed the value. It must not answer any of them from its image:
-// each gets the not-active error once it finds it no longer leads.
+// whose log no longer commits (cut off from the others, it has not noticed
+// yet) is asked to create a topic that exists in its image, delete one that
+// does not, set a config to the value it holds, and for a linearizable
+// read; then the others elect a leader, which deletes that topic, creates
+// the other and changes the value. The deposed leader must not answer any
+// of them from its image: each gets the not-active error once it finds it
+// no longer leads.
 func TestConfirm_DeposedLeaderAnswersNoDecisionThatWritesNothing(t *testing.T) {
 	c, old := deposedCluster(t)
 	ctx := context.Background()
@@ -81,28 +56,10 @@ func TestConfirm_DeposedLeaderAnswersNoDecisionThatWritesNothing(t *testing.T) {
 	}
 	c.WaitForApplied(old.FSM().Image().Offset)
 
-	c.Partition(1)
-	onNext(t, c, "delete topic kept", func(ctrl *controller.Controller) error {
-		if err := ctrl.DeleteTopic(ctx, "kept"); !errors.Is(err, controller.ErrUnknownTopic) {
-			return err
-		}
-		return nil // a retry of one that committed
-	})
-	onNext(t, c, "create topic later", func(ctrl *controller.Controller) error {
-		if _, err := ctrl.CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "later", Assignments: one}); !errors.Is(err, controller.ErrTopicExists) {
-			return err
-		}
-		return nil
-	})
-	onNext(t, c, "set retention.ms to 2000", func(ctrl *controller.Controller) error {
-		_, err := ctrl.AlterConfigs(ctx, retention("2000"))
-		return err
-	})
-	if active, _ := old.Controller().Active(); !active || old.Log().Raft.State() != raft.Leader {
-		t.Fatalf("node 1 noticed it was deposed before it was asked (its %v lease passed: a very slow machine?): nothing to judge", slowLease)
-	}
-
-	// Asked while it still believes it leads.
+	// The asks are taken while node 1 leads, and wait for the barrier that
+	// would confirm it, which the held log does not commit.
+	c.Log().HoldCommits()
+	last := old.Log().LastIndex()
 	asks := map[string]func() error{
 		"create an existing topic": func() error {
 			_, err := old.Controller().CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "kept", Assignments: one})
@@ -129,8 +86,27 @@ func TestConfirm_DeposedLeaderAnswersNoDecisionThatWritesNothing(t *testing.T) {
 		answers[what] = ch
 		go func() { ch <- ask() }()
 	}
-	// Healed, node 1 hears of the new term and steps down (else its lease
-	// would end it).
+	poll.Until(t, 5*time.Second, "node 1 to append the barrier that would confirm the asks", func() bool {
+		return old.Log().LastIndex() > last
+	})
+	c.Partition(1)
+	c.Log().ReleaseCommits()
+	onNext(t, c, "delete topic kept", func(ctrl *controller.Controller) error {
+		if err := ctrl.DeleteTopic(ctx, "kept"); !errors.Is(err, controller.ErrUnknownTopic) {
+			return err
+		}
+		return nil // a retry of one that committed
+	})
+	onNext(t, c, "create topic later", func(ctrl *controller.Controller) error {
+		if _, err := ctrl.CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "later", Assignments: one}); !errors.Is(err, controller.ErrTopicExists) {
+			return err
+		}
+		return nil
+	})
+	onNext(t, c, "set retention.ms to 2000", func(ctrl *controller.Controller) error {
+		_, err := ctrl.AlterConfigs(ctx, retention("2000"))
+		return err
+	})
 	c.Heal()
 	for what, ch := range answers {
 		select {
@@ -142,8 +118,8 @@ func TestConfirm_DeposedLeaderAnswersNoDecisionThatWritesNothing(t *testing.T) {
 				!errors.Is(err, controller.ErrLeadershipUnconfirmed) && !errors.Is(err, controller.ErrOutcomeUnknown) {
 				t.Errorf("%s on the deposed leader: err = %v; want the not-active error, never an answer from its image", what, err)
 			}
-		case <-time.After(3 * slowLease):
-			t.Errorf("%s on the deposed leader: no answer within %v", what, 3*slowLease)
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s on the deposed leader: no answer within 10s", what)
 		}
 	}
 	// The new active controller's state is what the deposed one's answers
@@ -162,9 +138,8 @@ func TestConfirm_DeposedLeaderAnswersNoDecisionThatWritesNothing(t *testing.T) {
 }
 
 // onNext runs op on the active controller among nodes 2 and 3 until it
-// succeeds: a crash election may move leadership between them once more
-// after the first is active.
-func onNext(t *testing.T, c *keeltest.Cluster, what string, op func(*controller.Controller) error) {
+// succeeds.
+func onNext(t *testing.T, c *quorum, what string, op func(*controller.Controller) error) {
 	t.Helper()
 	poll.UntilState(t, 20*time.Second, what+" on the new active controller", func() (bool, string) {
 		err := op(c.WaitForActive(10*time.Second, 2, 3).Controller())
@@ -173,15 +148,15 @@ func onNext(t *testing.T, c *keeltest.Cluster, what string, op func(*controller.
 }
 
 // TestConfirm_DecisionsThatWriteNothingShareABarrier: decisions that write
-// nothing, taken together, are confirmed together: one barrier in raft's
+// nothing, taken together, are confirmed together: one barrier in the
 // log for all of them (as etcd batches ReadIndex requests), each answered
 // with its own outcome.
 func TestConfirm_DecisionsThatWriteNothingShareABarrier(t *testing.T) {
-	c := newCluster(t, 3, keeltest.WithTiming(raftlog.DefaultTiming()))
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	l := leader.Controller().ActiveLeadership()
 	release := holdEventLoop(t, l)
-	last := leader.Log().Raft.LastIndex()
+	last := leader.Log().LastIndex()
 
 	const n = 50
 	errNothing := errors.New("nothing to do")
@@ -208,10 +183,9 @@ func TestConfirm_DecisionsThatWriteNothingShareABarrier(t *testing.T) {
 	// Other events (the controller registrations' refresh, say) may have
 	// needed a confirmation of their own; the 50 needed one.
 	poll.Until(t, 5*time.Second, "the leader to apply its last entry", func() bool {
-		r := leader.Log().Raft
-		return r.AppliedIndex() == r.LastIndex()
+		return c.Log().Applied(leader.ID()) == leader.Log().LastIndex()
 	})
-	if grew := leader.Log().Raft.LastIndex() - last; grew == 0 || grew > 2 {
-		t.Errorf("raft's log grew by %d entries for %d decisions that wrote nothing, want one barrier", grew, n)
+	if grew := leader.Log().LastIndex() - last; grew == 0 || grew > 2 {
+		t.Errorf("the log grew by %d entries for %d decisions that wrote nothing, want one barrier", grew, n)
 	}
 }

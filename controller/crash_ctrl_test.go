@@ -11,38 +11,29 @@ import (
 
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/internal/poll"
-	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
-	"github.com/keel-dev/keel/server"
 )
 
 const crashGrace = 500 * time.Millisecond
 
 // crashCluster is a quorum with crash detection on and a fake clock: the
 // grace passes only when the test moves the clock, and sessions (a minute)
-// never run out. It runs raft at raft's own timings (steadyTiming), not
-// keeltest's 50 ms: a leadership that moved under the test would never
-// fence (by the rule under test), and on a loaded machine 50 ms, and even
-// Keel's 300 ms, moves it. The brokers' registered addresses are not
+// never run out. Leadership moves only when the test moves it (a
+// leadership that moved under the test would never fence, by the rule
+// under test). The brokers' registered addresses are not
 // dialled: the dial before a crash fence answers what port says (refused
 // until the test says otherwise).
-func crashCluster(t *testing.T) (c *keeltest.Cluster, clock *keeltest.Clock, port *brokerPort) {
+func crashCluster(t *testing.T) (c *quorum, clock *clock, port *brokerPort) {
 	t.Helper()
-	clock = keeltest.NewClock()
+	clock = newClock()
 	port = &brokerPort{}
-	c = newCluster(t, 3, keeltest.WithTiming(steadyTiming), keeltest.WithSessionTimeout(time.Minute), keeltest.WithClock(clock.Now),
-		keeltest.WithTune(func(cfg *server.NodeConfig) {
+	c = newCluster(t, 3, withSessionTimeout(time.Minute), withClock(clock.Now),
+		withTune(func(cfg *controller.Config) {
 			cfg.CrashGrace = crashGrace
-			cfg.TuneController = func(cc *controller.Config) { controller.SetBrokerProbe(cc, port.dial) }
+			controller.SetBrokerProbe(cfg, port.dial)
 		}))
 	return c, clock, port
 }
-
-// steadyTiming is raft's own timings (a second to notice a leader gone):
-// for tests whose leadership must hold on a loaded machine.
-var steadyTiming = raftlog.Timing{HeartbeatTimeout: time.Second, ElectionTimeout: time.Second,
-	LeaderLeaseTimeout: 500 * time.Millisecond, CommitTimeout: 5 * time.Millisecond, CrashElection: true}
 
 // brokerPort is what every broker's registered address answers the crash
 // fencer's dial, and how many dials it had.
@@ -67,7 +58,7 @@ type brokerStream struct {
 	done   chan error
 }
 
-func openStream(t *testing.T, nd *server.Node, id int32, epoch int64) *brokerStream {
+func openStream(t *testing.T, nd *member, id int32, epoch int64) *brokerStream {
 	t.Helper()
 	s := &brokerStream{done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(controller.WithConnClosed(context.Background(), s.closed.Load))
@@ -108,7 +99,7 @@ func (s *brokerStream) die(t *testing.T) {
 // notFencedOverLooks fails the test if broker id is fenced on nd during
 // several looks of the crash fencer (a quarter grace of real time each);
 // when says when, for the message.
-func notFencedOverLooks(t *testing.T, nd *server.Node, id int32, when string) {
+func notFencedOverLooks(t *testing.T, nd *member, id int32, when string) {
 	t.Helper()
 	deadline := time.Now().Add(crashGrace)
 	for time.Now().Before(deadline) {

@@ -9,10 +9,9 @@ import (
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
-// What the quorum tests (package controller_test, over keeltest) need of the
-// controller's insides. They are external tests because keeltest assembles
-// real nodes through package server, which imports this package: a test
-// inside it could not import keeltest.
+// What the quorum tests (package controller_test, on the in-memory quorum
+// of memquorum_test.go) need of the controller's insides: they use the
+// controller as its callers do, through its exported API, and these.
 
 // Log is the consensus log the controller follows.
 func (c *Controller) Log() consensus.Log { return c.quorum }

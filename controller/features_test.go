@@ -12,8 +12,6 @@ import (
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
-	"github.com/keel-dev/keel/keeltest"
-	"github.com/keel-dev/keel/server"
 )
 
 // TestFeatures_NewClusterStartsAtLatest: a new cluster's first active
@@ -43,13 +41,10 @@ func TestFeatures_NewClusterStartsAtLatest(t *testing.T) {
 func TestFeatures_RaiseOnceEveryControllerSupportsIt(t *testing.T) {
 	var oldNode3 atomic.Bool
 	oldNode3.Store(true)
-	c := newCluster(t, 3, keeltest.WithTune(func(cfg *server.NodeConfig) {
+	c := newCluster(t, 3, withTune(func(cfg *controller.Config) {
 		cfg.InitialMetadataVersion = 1
-		id := cfg.NodeID
-		cfg.TuneController = func(cc *controller.Config) {
-			if id == 3 && oldNode3.Load() {
-				cc.MaxMetadataVersion = 1
-			}
+		if cfg.NodeID == 3 && oldNode3.Load() {
+			cfg.MaxMetadataVersion = 1
 		}
 	}))
 	c.WaitForActive(10 * time.Second)
@@ -112,7 +107,7 @@ func TestFeatures_RaiseOnceEveryControllerSupportsIt(t *testing.T) {
 
 // raiseLevel raises the cluster's metadata.version to level through
 // whichever node is active, asking again until it is done.
-func raiseLevel(ctx context.Context, t *testing.T, c *keeltest.Cluster, level uint32) {
+func raiseLevel(ctx context.Context, t *testing.T, c *quorum, level uint32) {
 	t.Helper()
 	poll.UntilState(t, 30*time.Second, fmt.Sprintf("the raise to level %d", level), func() (bool, string) {
 		act := c.Active()

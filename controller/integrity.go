@@ -3,6 +3,7 @@ package controller
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -286,6 +287,27 @@ func (l *leadership) tellDiverged(id int32, conf consensus.Configuration, own fs
 		}
 		return
 	}
+}
+
+// AnswerCompareImage is a voter's answer to the active controller's
+// CompareImage: its digest at the index asked about, waiting (within ctx)
+// until it has applied it; given the majority's digest, it first judges its
+// own (JudgeOwnImage), and says whether it has diverged.
+func (c *Controller) AnswerCompareImage(ctx context.Context, req *keelpb.CompareImageRequest) *keelpb.CompareImageResponse {
+	resp := &keelpb.CompareImageResponse{NodeId: c.cfg.NodeID, Index: req.GetIndex()}
+	d, err := c.DigestAt(ctx, req.GetIndex())
+	if err != nil {
+		resp.NoDigest = err.Error()
+	} else {
+		resp.Digest, resp.ChainStart = d.Sum[:], d.Start
+	}
+	if m := req.GetMajorityDigest(); len(m) == sha256.Size {
+		c.JudgeOwnImage(req.GetIndex(), req.GetChainStart(), m, req.GetMajority(), req.GetFromId())
+	}
+	if dv := c.Diverged(); dv != nil {
+		resp.DivergedIndex, resp.DivergedReason = dv.Index, dv.Reason
+	}
+	return resp
 }
 
 // JudgeOwnImage is a voter's side of a verdict (CompareImage with the

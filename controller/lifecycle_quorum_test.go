@@ -10,12 +10,10 @@ import (
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
-	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/server"
 )
 
-func heartbeatOf(t *testing.T, nd *server.Node, id int32, epoch int64, shutdown bool) *keelpb.BrokerHeartbeatResponse {
+func heartbeatOf(t *testing.T, nd *member, id int32, epoch int64, shutdown bool) *keelpb.BrokerHeartbeatResponse {
 	t.Helper()
 	resp, err := nd.Controller().BrokerHeartbeat(context.Background(), &keelpb.BrokerHeartbeatRequest{BrokerId: id, BrokerEpoch: epoch,
 		MetadataOffset: nd.FSM().Image().Offset, WantShutdown: shutdown})
@@ -56,8 +54,8 @@ func TestBrokers_RetriedRegistrationKeepsEpochAndLeaderships(t *testing.T) {
 // its session afresh. A fenced broker that is heard from (catching up)
 // holds its id against a second process.
 func TestBrokers_NewIncarnationOfAFencedBroker(t *testing.T) {
-	clock := keeltest.NewClock()
-	c := newCluster(t, 3, keeltest.WithSessionTimeout(testSession), keeltest.WithClock(clock.Now))
+	clock := newClock()
+	c := newCluster(t, 3, withSessionTimeout(testSession), withClock(clock.Now))
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 	e1 := registerActive(t, leader, 1, incA)
@@ -97,7 +95,7 @@ func TestBrokers_NewIncarnationOfAFencedBroker(t *testing.T) {
 	}
 }
 
-func brokerEpoch(t *testing.T, nd *server.Node, id int32) int64 {
+func brokerEpoch(t *testing.T, nd *member, id int32) int64 {
 	t.Helper()
 	b, ok := nd.FSM().Image().Broker(id)
 	if !ok {
@@ -111,8 +109,8 @@ func brokerEpoch(t *testing.T, nd *server.Node, id int32) int64 {
 // last two members die together keeps the one heard from last, which a
 // single decision fencing both would not.
 func TestFencing_ExpiredBrokersOneAtATimeOldestFirst(t *testing.T) {
-	clock := keeltest.NewClock()
-	c := newCluster(t, 3, keeltest.WithSessionTimeout(testSession), keeltest.WithClock(clock.Now))
+	clock := newClock()
+	c := newCluster(t, 3, withSessionTimeout(testSession), withClock(clock.Now))
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 	epochs := map[int32]int64{1: registerActive(t, leader, 1, incA), 2: registerActive(t, leader, 2, incB),

@@ -12,20 +12,17 @@ import (
 
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
-	"github.com/keel-dev/keel/keeltest"
-	"github.com/keel-dev/keel/keeltest/keelproc"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
 )
 
 // TestMembership_AddVoterThatIsDown: adding a voter at an address where
 // nothing answers is refused, saying what it would cost the quorum, and
 // nothing changes; forced, it is added.
 func TestMembership_AddVoterThatIsDown(t *testing.T) {
-	c := newCluster(t, 3, keeltest.WithTiming(raftlog.DefaultTiming())) // no elections from a loaded machine
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
-	dead := deadAddr(t)
+	dead := memAddr(4) // no node 4 runs
 	_, err := leader.Controller().AddVoter(ctx, 4, dead, false)
 	if !errors.Is(err, controller.ErrVoterUnfit) || !strings.Contains(err.Error(), "does not answer") ||
 		!strings.Contains(err.Error(), "a 4-voter quorum needs 3, so while it is down the other 3 would tolerate no failure, where the 3 voters now tolerate 1 failure; --force adds it anyway") {
@@ -46,8 +43,10 @@ func TestMembership_AddVoterThatIsDown(t *testing.T) {
 // quorum never counts a voter that cannot vote yet.
 func TestMembership_AddVoterBehindIsANonvoterFirst(t *testing.T) {
 	var nonvoter atomic.Bool
-	c := newCluster(t, 3, keeltest.WithTiming(raftlog.DefaultTiming()),
-		keeltest.WithLogger(slog.New(sawMessage{prefix: "nonvoter added", seen: &nonvoter})))
+	c := newCluster(t, 3,
+		withTune(func(cfg *controller.Config) {
+			cfg.Logger = slog.New(sawMessage{prefix: "nonvoter added", seen: &nonvoter})
+		}))
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 	waits := make([]func() (uint64, error), 0, 3*controller.VoterLagBound)
@@ -77,16 +76,6 @@ func TestMembership_AddVoterBehindIsANonvoterFirst(t *testing.T) {
 	if !nonvoter.Load() {
 		t.Error("node 4 was not added as a nonvoter first")
 	}
-}
-
-// deadAddr is a loopback address nothing listens at (any more).
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	addrs, err := keelproc.FreeAddrs(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addrs[0]
 }
 
 // sawMessage is a slog handler that notes whether a message starting

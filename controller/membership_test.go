@@ -11,16 +11,13 @@ import (
 
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/internal/poll"
-	"github.com/keel-dev/keel/keeltest"
-	"github.com/keel-dev/keel/raftlog"
-	"github.com/keel-dev/keel/server"
 )
 
 // voterIDs returns the ids in nd's latest configuration, sorted.
-func voterIDs(t *testing.T, nd *server.Node) []int32 {
+func voterIDs(t *testing.T, nd *member) []int32 {
 	t.Helper()
 	var ids []int32
-	// Describe's voters are the latest configuration, as raft has it.
+	// Describe's voters are the latest configuration, as the log has it.
 	for _, m := range nd.Controller().Describe("").Voters {
 		ids = append(ids, m.Id)
 	}
@@ -37,21 +34,11 @@ func memberIDs(r *controller.MembershipResult) []int32 {
 	return ids
 }
 
-// transferTiming is keeltest's 50 ms timing with a longer election timeout,
-// for the tests that hand leadership on: raft gives a transfer one election
-// timeout to finish, and on real disks the target's election (a term and a
-// vote written and synced on each node) and the old leader hearing of it
-// can take more than 50 ms on a loaded machine, where in memory they never
-// did. Heartbeats and leases stay at 50 ms.
-func transferTiming() raftlog.Timing {
-	t := keeltest.FastTiming()
-	t.ElectionTimeout = 250 * time.Millisecond
-	return t
-}
-
 // waitRemoved runs nd's WaitRemoved in the background; the returned func
 // waits for its result (nil if nd did not find itself removed in time).
-func waitRemoved(nd *server.Node, timeout time.Duration) func() error {
+// (TestMembership_RemoveVoter and TestMembership_RemoveTheLeader, which
+// wait for a removed node to notice, run on raft in package server.)
+func waitRemoved(nd *member, timeout time.Duration) func() error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	done := make(chan error, 1)
 	go func() { done <- nd.Controller().WaitRemoved(ctx) }()
@@ -112,83 +99,8 @@ func TestMembership_AddVoter(t *testing.T) {
 	}
 }
 
-func TestMembership_RemoveVoter(t *testing.T) {
-	c := newCluster(t, 3)
-	leader := c.WaitForActive(5 * time.Second)
-	ctx := context.Background()
-	var victim *server.Node
-	for _, nd := range c.Nodes() {
-		if nd != leader {
-			victim = nd
-			break
-		}
-	}
-	removed := waitRemoved(victim, 5*time.Second)
-
-	res, err := leader.Controller().RemoveVoter(ctx, victim.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := memberIDs(res); len(got) != 2 || slices.Contains(got, victim.ID()) {
-		t.Fatalf("RemoveVoter(%d) = %v", victim.ID(), got)
-	}
-	// The removed node notices and says so; the rest still commit.
-	if err := removed(); !errors.Is(err, controller.ErrRemoved) {
-		t.Fatalf("WaitRemoved on the removed node = %v, want ErrRemoved", err)
-	}
-	if _, err := leader.Controller().Propose(ctx, noOp()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := leader.Controller().RemoveVoter(ctx, victim.ID()); !errors.Is(err, controller.ErrUnknownVoter) {
-		t.Fatalf("removing it again: err = %v, want ErrUnknownVoter", err)
-	}
-	if _, err := leader.Controller().RemoveVoter(ctx, 9); !errors.Is(err, controller.ErrUnknownVoter) {
-		t.Fatalf("RemoveVoter(9): err = %v, want ErrUnknownVoter", err)
-	}
-}
-
-func TestMembership_RemoveTheLastVoter(t *testing.T) {
-	c := newCluster(t, 1)
-	leader := c.WaitForActive(5 * time.Second)
-	if _, err := leader.Controller().RemoveVoter(context.Background(), 1); !errors.Is(err, controller.ErrLastVoter) {
-		t.Fatalf("err = %v, want ErrLastVoter", err)
-	}
-	if _, err := leader.Controller().TransferLeadership(context.Background(), 0); !errors.Is(err, controller.ErrLastVoter) {
-		t.Fatalf("TransferLeadership with no other voter: err = %v, want ErrLastVoter", err)
-	}
-}
-
-// TestMembership_RemoveTheLeader: the active controller asked to remove
-// itself hands leadership on and names the new leader, which removes it.
-func TestMembership_RemoveTheLeader(t *testing.T) {
-	c := newCluster(t, 3, keeltest.WithTiming(transferTiming()))
-	old := c.WaitForActive(5 * time.Second)
-	ctx := context.Background()
-	removed := waitRemoved(old, 10*time.Second)
-
-	_, err := old.Controller().RemoveVoter(ctx, old.ID())
-	var nl *controller.NotLeaderError
-	if !errors.As(err, &nl) || !nl.HandedOff || nl.LeaderID == old.ID() || nl.LeaderID < 0 {
-		t.Fatalf("RemoveVoter(itself) = %v; want a handed-off NotLeaderError naming the new leader", err)
-	}
-	if got := voterIDs(t, old); len(got) != 3 {
-		t.Fatalf("the configuration changed before the new leader was asked: %v", got)
-	}
-	next := c.WaitForActive(5*time.Second, nl.LeaderID)
-	res, err := next.Controller().RemoveVoter(ctx, old.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := memberIDs(res); len(got) != 2 || slices.Contains(got, old.ID()) {
-		t.Fatalf("RemoveVoter(%d) at the new leader = %v", old.ID(), got)
-	}
-	if err := removed(); !errors.Is(err, controller.ErrRemoved) {
-		t.Fatalf("WaitRemoved on the old leader = %v, want ErrRemoved", err)
-	}
-}
-
 func TestMembership_TransferLeadership(t *testing.T) {
-	c := newCluster(t, 3, keeltest.WithTiming(transferTiming()))
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 
@@ -207,7 +119,7 @@ func TestMembership_TransferLeadership(t *testing.T) {
 		t.Fatalf("TransferLeadership(%d) answered %d", target.ID(), got)
 	}
 	c.WaitForActive(5*time.Second, target.ID())
-	// Without a target, raft picks.
+	// Without a target, the log picks.
 	got, err = target.Controller().TransferLeadership(ctx, 0)
 	if err != nil || got == target.ID() {
 		t.Fatalf("TransferLeadership(any) = %d, %v", got, err)
@@ -221,15 +133,13 @@ func TestMembership_TransferLeadership(t *testing.T) {
 	c.WaitForActive(5*time.Second, others...)
 }
 
-// TestMembership_ConfigurationIndex: raft v1.7's GetConfiguration reports
-// index 0, so the controller takes the index of the last committed
-// configuration from its state machine, and a stale one is refused.
+// TestMembership_ConfigurationIndex: the controller knows the index of the
+// last committed configuration (raft v1.7's GetConfiguration reports 0, so
+// raftlog takes it from the state machine), and a change guarded by a stale
+// one is refused.
 func TestMembership_ConfigurationIndex(t *testing.T) {
 	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
-	if i := leader.Log().Raft.GetConfiguration().Index(); i != 0 {
-		t.Logf("raft's GetConfiguration now reports index %d: configuration() could use it directly", i)
-	}
 	_, index, err := leader.Controller().Configuration()
 	if err != nil || index != 1 {
 		t.Fatalf("configuration index = %d, %v; want 1, the bootstrap's", index, err)
@@ -251,12 +161,10 @@ func TestMembership_ConfigurationIndex(t *testing.T) {
 }
 
 // withPeers gives every node's controller ask, which says how a voter is
-// (keeltest's nodes ask over the network otherwise).
-func withPeers(ask func(id int32) (controller.PeerStatus, error)) keeltest.Option {
-	return keeltest.WithTune(func(cfg *server.NodeConfig) {
-		cfg.TuneController = func(cc *controller.Config) {
-			cc.AskPeer = func(_ context.Context, id int32, _ string) (controller.PeerStatus, error) { return ask(id) }
-		}
+// (the quorum's nodes answer for themselves otherwise).
+func withPeers(ask func(id int32) (controller.PeerStatus, error)) quorumOption {
+	return withTune(func(cfg *controller.Config) {
+		cfg.AskPeer = func(_ context.Context, id int32, _ string) (controller.PeerStatus, error) { return ask(id) }
 	})
 }
 
@@ -279,7 +187,7 @@ func TestMembership_TransferOnlyToAFitVoter(t *testing.T) {
 	c := newCluster(t, 3, withPeers(status))
 	leader := c.WaitForActive(5 * time.Second)
 	ctrl := leader.Controller()
-	term := leader.Log().Raft.CurrentTerm()
+	term := leader.Log().CurrentTerm()
 	for _, tt := range []struct {
 		target int32
 		want   string
@@ -302,8 +210,8 @@ func TestMembership_TransferOnlyToAFitVoter(t *testing.T) {
 	if asked.Load() == 0 {
 		t.Fatal("no voter was asked")
 	}
-	if now := c.WaitForActive(5 * time.Second); now != leader || leader.Log().Raft.CurrentTerm() != term {
-		t.Fatalf("a refused transfer moved leadership or the term (node %d, term %d → node %d, term %d)", leader.ID(), term, now.ID(), leader.Log().Raft.CurrentTerm())
+	if now := c.WaitForActive(5 * time.Second); now != leader || leader.Log().CurrentTerm() != term {
+		t.Fatalf("a refused transfer moved leadership or the term (node %d, term %d → node %d, term %d)", leader.ID(), term, now.ID(), leader.Log().CurrentTerm())
 	}
 	if _, _, err := ctrl.AppendNoOp(context.Background(), "after"); err != nil {
 		t.Fatalf("write after the refusals: %v", err)

@@ -14,7 +14,6 @@ import (
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
-	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -63,7 +62,7 @@ func value(m *dto.Metric) float64 {
 // one active controller, the raft indexes, the hot-path histograms
 // on the leader, a broker's stream lag, leader changes after a failover.
 func TestMetrics_QuorumReportsItsState(t *testing.T) {
-	c := newCluster(t, 3, keeltest.WithMetrics())
+	c := newCluster(t, 3, withMetrics())
 	leader := c.WaitForActive(5 * time.Second)
 	epoch := registerActive(t, leader, 1, incA)
 	ctx, cancel := context.WithCancel(context.Background())

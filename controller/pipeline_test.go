@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,9 +11,7 @@ import (
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
-	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/server"
 )
 
 // The event loop pipelines its decisions: it takes each on the image the
@@ -209,41 +206,23 @@ func TestPipeline_RefusedDecisionsTakeNoSlot(t *testing.T) {
 	// nothing), and every write was applied at the very index it was
 	// decided for: the FSM adopted each.
 	if got := leader.FSM().Refused() - refusedEntries; got != 0 {
-		t.Errorf("the FSM refused %d entries: refused decisions reached raft", got)
+		t.Errorf("the FSM refused %d entries: refused decisions reached the log", got)
 	}
 	if got := leader.FSM().Adopted() - adopted; got != writes {
 		t.Errorf("the leader's FSM adopted %d of %d entries: a refused decision took a slot", got, writes)
 	}
 }
 
-// submitFault is a fault for the entries a controller hands to raft: armed,
-// it fails the next entry once.
-type submitFault struct{ armed atomic.Bool }
-
-func (f *submitFault) option() keeltest.Option {
-	return keeltest.WithTune(func(cfg *server.NodeConfig) {
-		cfg.TuneController = func(cc *controller.Config) {
-			controller.SetSubmitFault(cc, func() error {
-				if f.armed.CompareAndSwap(true, false) {
-					return consensus.ErrEnqueueTimeout
-				}
-				return nil
-			})
-		}
-	})
-}
-
 // TestPipeline_FailedWriteInTheMiddle: a write that fails with decisions
-// in flight behind it (raft could not take its entry, so the entries after
+// in flight behind it (the log could not take its entry, so the entries after
 // it land one index earlier than the image they were taken on said) gets
-// ErrOutcomeUnknown; the writes already in raft get their own outcome; a
+// ErrOutcomeUnknown; the writes already in the log get their own outcome; a
 // decision that wrote nothing, taken on the image the failed write was to
 // leave, gets ErrOutcomeUnknown rather than an answer from that image; and
 // the loop starts again from the committed image: the next decision sees
 // it and its entry takes the next index.
 func TestPipeline_FailedWriteInTheMiddle(t *testing.T) {
-	var fault submitFault
-	c := newCluster(t, 3, fault.option())
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	l := leader.Controller().ActiveLeadership()
 	release := holdEventLoop(t, l)
@@ -255,7 +234,8 @@ func TestPipeline_FailedWriteInTheMiddle(t *testing.T) {
 		seen[i] = img.Offset
 		switch {
 		case i == failing:
-			fault.armed.Store(true)
+			// The log refuses the entry of this decision: the next append.
+			c.Log().FailAppends(1, consensus.ErrEnqueueTimeout)
 		case i == failing+1:
 			return nil, errNothing
 		}
@@ -284,7 +264,7 @@ func TestPipeline_FailedWriteInTheMiddle(t *testing.T) {
 				t.Errorf("decision %d, taken on the committed image: err = %v, want %v", i, err, errNothing)
 			}
 		case err != nil:
-			t.Errorf("decision %d: %v (a write already in raft behind a failed one commits)", i, err)
+			t.Errorf("decision %d: %v (a write already in the log behind a failed one commits)", i, err)
 		case index == 0:
 			t.Errorf("decision %d: committed at index 0", i)
 		}
@@ -293,9 +273,9 @@ func TestPipeline_FailedWriteInTheMiddle(t *testing.T) {
 	// The pipeline starts again from the committed image.
 	ctrl := leader.Controller()
 	poll.Until(t, 5*time.Second, "the leader to apply its last entry", func() bool {
-		return leader.Log().Raft.AppliedIndex() == leader.Log().Raft.LastIndex()
+		return c.Log().Applied(leader.ID()) == leader.Log().LastIndex()
 	})
-	last, adopted := leader.Log().Raft.LastIndex(), leader.FSM().Adopted()
+	last, adopted := leader.Log().LastIndex(), leader.FSM().Adopted()
 	var seenAfter uint64
 	wait, err := ctrl.ActiveLeadership().Queue(context.Background(), func(img *fsm.Image) ([]*keelpb.Record, error) {
 		seenAfter = img.Offset

@@ -7,7 +7,6 @@ import (
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
-	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -15,8 +14,8 @@ import (
 // every other active broker has applied the moves (KRaft's rule), and a
 // broker that dies has its leaderships moved when its session ends.
 func TestControlledShutdown_WaitsForEveryActiveBroker(t *testing.T) {
-	clock := keeltest.NewClock()
-	c := newCluster(t, 3, keeltest.WithSessionTimeout(testSession), keeltest.WithClock(clock.Now))
+	clock := newClock()
+	c := newCluster(t, 3, withSessionTimeout(testSession), withClock(clock.Now))
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 	epochs := map[int32]int64{}

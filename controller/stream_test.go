@@ -6,17 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
 // TestStream_FirstPushAtOnceWithNothingNew: a broker that resumes its
 // stream at the controller's own offset gets a first push at once, with no
 // entries and this controller's epoch (the sign that its stream was taken),
-// and then only real batches. Raft runs at its own timings
-// (steadyTiming), so that leadership holds on a loaded machine.
+// and then only real batches.
 func TestStream_FirstPushAtOnceWithNothingNew(t *testing.T) {
-	c := newCluster(t, 3, keeltest.WithTiming(steadyTiming))
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	epoch := registerActive(t, leader, 1, incA)
 	// The first look may race a write of the takeover's (the controllers'

@@ -7,22 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
+	"github.com/keel-dev/keel/consensus"
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/internal/poll"
-	"github.com/keel-dev/keel/keeltest"
-	"github.com/keel-dev/keel/server"
 )
 
 // withTakeoverFault fails takeover attempts on the nodes for which fault
 // returns an error.
-func withTakeoverFault(fault func(id int32) error) keeltest.Option {
-	return keeltest.WithTune(func(cfg *server.NodeConfig) {
+func withTakeoverFault(fault func(id int32) error) quorumOption {
+	return withTune(func(cfg *controller.Config) {
 		id := cfg.NodeID
-		cfg.TuneController = func(cc *controller.Config) {
-			controller.SetTakeoverFault(cc, func() error { return fault(id) })
-		}
+		controller.SetTakeoverFault(cfg, func() error { return fault(id) })
 	})
 }
 
@@ -63,12 +58,15 @@ func TestTakeover_RetriedUntilTheFaultClears(t *testing.T) {
 		return faults.fail()
 	}))
 	nd := c.Node(1)
+	if err := c.Log().Elect(1); err != nil {
+		t.Fatal(err)
+	}
 	_, _, giveUp := nd.Controller().TakeoverTiming()
 	poll.Until(t, 10*time.Second, "takeover to keep failing past the bound and the old three attempts", func() bool {
 		return faults.attempts.Load() > 3 && faults.failingFor() > 2*giveUp
 	})
-	if nd.Log().Raft.State() != raft.Leader {
-		t.Fatalf("the node is %v, want the leader it has been throughout", nd.Log().Raft.State())
+	if nd.Log().State() != consensus.Leader {
+		t.Fatalf("the node is %v, want the leader it has been throughout", nd.Log().State())
 	}
 	if active, _ := nd.Controller().Active(); active {
 		t.Fatal("active although every takeover attempt failed")
@@ -105,7 +103,7 @@ func TestTakeover_PersistentFaultHandsLeadershipAway(t *testing.T) {
 	if active.ID() == bad.Load() {
 		t.Fatalf("node %d is active although its every takeover attempt failed", active.ID())
 	}
-	if state := c.Node(bad.Load()).Log().Raft.State(); state == raft.Leader {
+	if state := c.Node(bad.Load()).Log().State(); state == consensus.Leader {
 		t.Fatalf("node %d, which cannot take over, still leads", bad.Load())
 	}
 	// It hands leadership away once the failures have lasted the bound:
@@ -125,6 +123,9 @@ func TestTakeover_RetriesEndOnStop(t *testing.T) {
 	var faults faultLog
 	c := newCluster(t, 1, withTakeoverFault(func(int32) error { return faults.fail() }))
 	nd := c.Node(1)
+	if err := c.Log().Elect(1); err != nil {
+		t.Fatal(err)
+	}
 	poll.Until(t, 5*time.Second, "takeover to fail twice", func() bool { return faults.attempts.Load() >= 2 })
 	stopped := make(chan struct{})
 	go func() {

@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
 )
 
 // TestBrokers_FencedAtItsOwnRequestRegistersAgain: a broker that asked to
@@ -16,7 +14,7 @@ import (
 // broker): its next incarnation registers at once, with a new epoch, rather
 // than being refused as a duplicate until the old session ends.
 func TestBrokers_FencedAtItsOwnRequestRegistersAgain(t *testing.T) {
-	c := newCluster(t, 3, keeltest.WithTiming(raftlog.DefaultTiming()))
+	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	ctx := context.Background()
 	epoch := registerActive(t, leader, 1, incA)

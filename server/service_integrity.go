@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -10,25 +9,10 @@ import (
 	"github.com/keel-dev/keel/tlsauth"
 )
 
-// CompareImage answers this node's image digest at the index the active
-// controller asks about, waiting (within the call's deadline) until it has
-// applied it; with the majority's digest, it stops acting on its image
-// when its own differs (controller.JudgeOwnImage).
+// CompareImage answers the active controller's comparison of image
+// digests (controller.AnswerCompareImage).
 func (s *controllerService) CompareImage(ctx context.Context, req *keelpb.CompareImageRequest) (*keelpb.CompareImageResponse, error) {
-	resp := &keelpb.CompareImageResponse{NodeId: s.node.cfg.NodeID, Index: req.GetIndex()}
-	d, err := s.ctrl.DigestAt(ctx, req.GetIndex())
-	if err != nil {
-		resp.NoDigest = err.Error()
-	} else {
-		resp.Digest, resp.ChainStart = d.Sum[:], d.Start
-	}
-	if m := req.GetMajorityDigest(); len(m) == sha256.Size {
-		s.ctrl.JudgeOwnImage(req.GetIndex(), req.GetChainStart(), m, req.GetMajority(), req.GetFromId())
-	}
-	if dv := s.ctrl.Diverged(); dv != nil {
-		resp.DivergedIndex, resp.DivergedReason = dv.Index, dv.Reason
-	}
-	return resp, nil
+	return s.ctrl.AnswerCompareImage(ctx, req), nil
 }
 
 // compareImage asks voter id at addr for its image digest (CompareImage),

@@ -358,9 +358,9 @@ func (c *Cluster) setSilenced(id int32, s bool) {
 	}
 }
 
-// Shutdown stops node id for good, as raft's Shutdown: its pending futures
-// fail with ErrShutdown, it applies nothing more and answers every call
-// with ErrShutdown; a leader is deposed first.
+// Shutdown stops node id, as raft's Shutdown, until Restart: its pending
+// futures fail with ErrShutdown, it applies nothing more and answers every
+// call with ErrShutdown; a leader is deposed first.
 func (c *Cluster) Shutdown(id int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

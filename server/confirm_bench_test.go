@@ -1,4 +1,4 @@
-package controller_test
+package server_test
 
 import (
 	"context"
@@ -10,10 +10,9 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/controller"
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
-	"github.com/keel-dev/keel/raftlog"
-	"github.com/keel-dev/keel/server"
 )
 
 // BenchmarkNoOpAnswer is the latency of a write that changes nothing (the
@@ -23,12 +22,11 @@ import (
 // record) for scale: one caller at a time, and 16 callers at once. It
 // reports each call's median and 99th percentile (p50_ms, p99_ms).
 func BenchmarkNoOpAnswer(b *testing.B) {
-	c := keeltest.NewCluster(b, 3, keeltest.WithTiming(raftlog.DefaultTiming()), keeltest.WithDirectRaft(),
-		keeltest.WithTune(func(cfg *server.NodeConfig) { cfg.ClusterID = clusterID }))
-	leader := c.WaitForActive(10 * time.Second)
+	_, leader := startCluster(b, 3, keeltest.WithDirectRaft())
 	ctrl := leader.Controller()
 	ctx := context.Background()
-	resp, err := ctrl.RegisterBroker(ctx, registerReq(1, incA))
+	resp, err := ctrl.RegisterBroker(ctx, &keelpb.RegisterBrokerRequest{BrokerId: 1, IncarnationId: "00000000-0000-0000-0000-00000000000a",
+		Address: "127.0.0.1:9201", MinMetadataVersion: fsm.MinMetadataVersion, MaxMetadataVersion: fsm.MaxMetadataVersion})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +45,7 @@ func BenchmarkNoOpAnswer(b *testing.B) {
 			return nil
 		},
 		"write": func() error {
-			_, err := ctrl.Propose(ctx, noOp())
+			_, err := ctrl.Propose(ctx, noOps(1)...)
 			return err
 		},
 	}

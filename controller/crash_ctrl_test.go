@@ -222,10 +222,19 @@ func TestCrash_RestartedWithinGraceReplacesAtOnce(t *testing.T) {
 				register()
 			}
 			poll.Until(t, 10*time.Second, "the old incarnation of broker 1 to be fenced", func() bool { return brokerFenced(leader, 1) })
-			resp, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB))
-			if err != nil {
-				t.Fatalf("the new incarnation's registration after the old one was fenced: %v", err)
-			}
+			// The fencer lets go of the old session once its fence has
+			// committed, a moment after the image shows it: until then the
+			// new incarnation is still refused, and asks again, as a
+			// broker does. Far sooner than a session (a minute), it is in.
+			var resp *keelpb.RegisterBrokerResponse
+			poll.UntilState(t, 10*time.Second, "the new incarnation's registration after the old one was fenced", func() (bool, string) {
+				var err error
+				resp, err = leader.Controller().RegisterBroker(ctx, registerReq(1, incB))
+				if err != nil && !errors.Is(err, controller.ErrDuplicateRegistration) {
+					t.Fatalf("the new incarnation's registration after the old one was fenced: %v", err)
+				}
+				return err == nil, fmt.Sprint(err)
+			})
 			if resp.BrokerEpoch <= epoch {
 				t.Fatalf("new epoch %d, want above %d", resp.BrokerEpoch, epoch)
 			}

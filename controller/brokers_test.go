@@ -78,7 +78,7 @@ func TestBrokers_RegisterUnfenceAndFenceOnExpiry(t *testing.T) {
 	}
 
 	// Silence past the session timeout: the active controller fences it.
-	clock.Add(testSession + time.Millisecond)
+	clock.Advance(testSession + time.Millisecond)
 	poll.Until(t, 5*time.Second, "broker 1 fenced after its session expired", func() bool { return brokerFenced(leader, 1) })
 	// A heartbeat brings it back.
 	registerActiveAgain()
@@ -95,14 +95,14 @@ func TestFailover_BrokerDyingDuringFailoverIsFencedOneSessionLater(t *testing.T)
 
 	// Broker 1 and the leader die together; the clock has moved on most of a
 	// session since broker 1's last heartbeat.
-	clock.Add(testSession * 3 / 4)
+	clock.Advance(testSession * 3 / 4)
 	c.Kill(leader.ID())
 	next := c.WaitForActive(5 * time.Second)
 	if got := next.Controller().ExpiredSessions(clock.Now()); len(got) != 0 {
 		t.Fatalf("right after failover, expired = %v: the new controller must start fresh sessions", got)
 	}
 	// Broker 2 keeps heartbeating; broker 1 is silent.
-	clock.Add(testSession / 2)
+	clock.Advance(testSession / 2)
 	if brokerFenced(next, 1) {
 		t.Fatal("broker 1 fenced before a full session passed under the new controller")
 	}
@@ -110,7 +110,7 @@ func TestFailover_BrokerDyingDuringFailoverIsFencedOneSessionLater(t *testing.T)
 	if _, err := next.Controller().BrokerHeartbeat(context.Background(), &keelpb.BrokerHeartbeatRequest{BrokerId: 2, BrokerEpoch: b2.Epoch, MetadataOffset: next.FSM().Image().Offset}); err != nil {
 		t.Fatal(err)
 	}
-	clock.Add(testSession / 2)
+	clock.Advance(testSession / 2)
 	// Should a loaded machine cost the new controller its leadership, the
 	// next one starts fresh sessions too: give it a session more (broker 2
 	// heartbeating), as a real clock would.
@@ -125,9 +125,9 @@ func TestFailover_BrokerDyingDuringFailoverIsFencedOneSessionLater(t *testing.T)
 				_, _ = next.Controller().BrokerHeartbeat(context.Background(), &keelpb.BrokerHeartbeatRequest{BrokerId: 2, BrokerEpoch: b2.Epoch, MetadataOffset: next.FSM().Image().Offset})
 			}
 			heartbeat2()
-			clock.Add(testSession / 2)
+			clock.Advance(testSession / 2)
 			heartbeat2()
-			clock.Add(testSession/2 + time.Millisecond)
+			clock.Advance(testSession/2 + time.Millisecond)
 		}
 		return false
 	})
@@ -152,7 +152,7 @@ func TestBrokers_DuplicateRegistrationAndStaleEpoch(t *testing.T) {
 		t.Fatalf("retry = %+v, %v (fenced %v); want epoch %d, still active", retry, err, brokerFenced(leader, 1), first)
 	}
 	// Once the session has expired, another incarnation may take the id.
-	clock.Add(testSession + time.Millisecond)
+	clock.Advance(testSession + time.Millisecond)
 	bounced, err := leader.Controller().RegisterBroker(ctx, registerReq(1, incB))
 	if err != nil || bounced.BrokerEpoch <= retry.BrokerEpoch {
 		t.Fatalf("bounced broker = %+v, %v", bounced, err)

@@ -120,9 +120,9 @@ func TestCrash_FencedOnceGraceElapsed(t *testing.T) {
 	registerActive(t, leader, 2, incB)
 	s := openStream(t, leader, 1, epoch)
 	s.die(t)
-	clock.Add(crashGrace - time.Millisecond)
+	clock.Advance(crashGrace - time.Millisecond)
 	notFencedOverLooks(t, leader, 1, "before the crash grace passed")
-	clock.Add(time.Millisecond)
+	clock.Advance(time.Millisecond)
 	poll.Until(t, 10*time.Second, "broker 1 to be fenced for its crash", func() bool { return brokerFenced(leader, 1) })
 	if brokerFenced(leader, 2) {
 		t.Fatal("broker 2, alive, fenced too")
@@ -153,7 +153,7 @@ func TestCrash_NotFencedAfterFailover(t *testing.T) {
 		t.Fatalf("transfer leadership to %d: %v", target, err)
 	}
 	c.WaitForActive(10*time.Second, target)
-	clock.Add(10 * crashGrace)
+	clock.Advance(10 * crashGrace)
 	deadline := time.Now().Add(2 * crashGrace)
 	for time.Now().Before(deadline) {
 		for _, nd := range c.Nodes() {
@@ -176,7 +176,7 @@ func TestCrash_NotFencedWhileItsPortListens(t *testing.T) {
 	epoch := registerActive(t, leader, 1, incA)
 	port.listening.Store(true)
 	openStream(t, leader, 1, epoch).die(t)
-	clock.Add(crashGrace)
+	clock.Advance(crashGrace)
 	poll.Until(t, 10*time.Second, "the crash fencer to dial broker 1's address", func() bool { return port.dials.Load() > 0 })
 	notFencedOverLooks(t, leader, 1, "for a crash while its port accepted")
 	if n := port.dials.Load(); n != 1 {
@@ -185,7 +185,7 @@ func TestCrash_NotFencedWhileItsPortListens(t *testing.T) {
 
 	port.listening.Store(false)
 	openStream(t, leader, 1, epoch).die(t)
-	clock.Add(crashGrace)
+	clock.Advance(crashGrace)
 	poll.Until(t, 10*time.Second, "broker 1 to be fenced for its crash", func() bool { return brokerFenced(leader, 1) })
 }
 
@@ -215,7 +215,7 @@ func TestCrash_RestartedWithinGraceReplacesAtOnce(t *testing.T) {
 			if !afterDial {
 				register()
 			}
-			clock.Add(crashGrace)
+			clock.Advance(crashGrace)
 			if afterDial {
 				poll.Until(t, 10*time.Second, "the crash fencer to dial broker 1's address", func() bool { return port.dials.Load() > 0 })
 				notFencedOverLooks(t, leader, 1, "though its port listened")
@@ -254,12 +254,12 @@ func TestCrash_HeartbeatWhileTheStreamIsDown(t *testing.T) {
 	leader := c.WaitForActive(5 * time.Second)
 	epoch := registerActive(t, leader, 1, incA)
 	openStream(t, leader, 1, epoch).die(t)
-	clock.Add(crashGrace / 2)
+	clock.Advance(crashGrace / 2)
 	offset := leader.FSM().Image().Offset
 	if _, err := leader.Controller().BrokerHeartbeat(context.Background(), &keelpb.BrokerHeartbeatRequest{BrokerId: 1, BrokerEpoch: epoch, MetadataOffset: offset}); err != nil {
 		t.Fatalf("heartbeat: %v", err)
 	}
-	clock.Add(crashGrace)
+	clock.Advance(crashGrace)
 	notFencedOverLooks(t, leader, 1, "for a crash after it heartbeated")
 	if n := port.dials.Load(); n != 0 {
 		t.Fatalf("broker 1's address dialled %d times, though it heartbeated within the grace", n)

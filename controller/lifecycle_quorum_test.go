@@ -128,11 +128,11 @@ func TestFencing_ExpiredBrokersOneAtATimeOldestFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Broker 1 is last heard at T, broker 2 just after; broker 3 lives on.
-	clock.Add(time.Millisecond)
+	clock.Advance(time.Millisecond)
 	heartbeatOf(t, leader, 2, epochs[2], false)
-	clock.Add(testSession / 2)
+	clock.Advance(testSession / 2)
 	heartbeatOf(t, leader, 3, epochs[3], false)
-	clock.Add(testSession/2 + 2*time.Millisecond)
+	clock.Advance(testSession/2 + 2*time.Millisecond)
 	poll.Until(t, 5*time.Second, "brokers 1 and 2 fenced", func() bool { return brokerFenced(leader, 1) && brokerFenced(leader, 2) })
 	img := leader.FSM().Image()
 	if p, _ := img.Partition(id, 0); !slices.Equal(p.ISR, []int32{2}) || p.Leader != fsm.NoLeader {

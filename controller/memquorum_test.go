@@ -18,6 +18,7 @@ import (
 	"github.com/keel-dev/keel/consensus/memlog"
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/fsm"
+	keelclock "github.com/keel-dev/keel/internal/clock"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
@@ -530,25 +531,8 @@ func (q *quorum) Close() {
 	}
 }
 
-// clock is a fake clock for broker sessions: a test expires them by
-// moving it, not by waiting.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// clock is the fake clock of broker sessions: a test expires them by
+// moving it (Advance), not by waiting.
+type clock = keelclock.Fake
 
-func newClock() *clock { return &clock{now: time.Unix(1_700_000_000, 0)} }
-
-// Now is the clock's time.
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Add moves the clock on by d.
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func newClock() *clock { return keelclock.NewFake() }

@@ -75,9 +75,9 @@ func TestControlledShutdown_WaitsForEveryActiveBroker(t *testing.T) {
 
 	// Broker 1, now leading partitions 0 and 1, dies: its session ends and
 	// leadership moves to broker 3, the only eligible ISR member left.
-	clock.Add(testSession / 2)
+	clock.Advance(testSession / 2)
 	hb(3, false)
-	clock.Add(testSession/2 + time.Millisecond)
+	clock.Advance(testSession/2 + time.Millisecond)
 	poll.Until(t, 5*time.Second, "partitions 0 and 1 led by broker 3", func() bool {
 		img := leader.FSM().Image()
 		p0, _ := img.Partition(topic.ID, 0)

@@ -112,10 +112,19 @@ func TestFailover_PartitionedLeaderStepsDown(t *testing.T) {
 	c := newCluster(t, 3)
 	old := c.WaitForActive(5 * time.Second)
 	_, oldEpoch := old.Controller().Active()
-	c.Partition(old.ID())
-
+	// A write in flight when the leader is cut off.
+	c.Log().HoldCommits()
+	last := old.Log().LastIndex()
+	done := make(chan error, 1)
+	go func() {
+		_, err := old.Controller().Propose(context.Background(), noOp())
+		done <- err
+	}()
+	poll.Until(t, 5*time.Second, "the write to be appended", func() bool { return old.Log().LastIndex() > last })
 	start := time.Now()
-	_, err := old.Controller().Propose(context.Background(), noOp())
+	c.Partition(old.ID())
+	c.Log().ReleaseCommits()
+	err := <-done
 	if err == nil {
 		t.Fatal("a write on a partitioned leader succeeded")
 	}

@@ -307,15 +307,25 @@ func TestPipeline_LeadershipLostWithDecisionsInFlight(t *testing.T) {
 	l := old.Controller().ActiveLeadership()
 	release := holdEventLoop(t, l)
 
+	cut := pipelined / 10
 	waits := queueAll(t, l, pipelined, func(i int, img *fsm.Image) ([]*keelpb.Record, error) {
+		if i == cut {
+			// The entries before this one commit; this one and those
+			// after it stay in flight.
+			c.Log().HoldCommits()
+		}
 		return []*keelpb.Record{noOp()}, nil
 	})
 	release()
 	var committed []uint64
 	for i, wait := range waits {
-		if i == pipelined/10 {
+		if i == cut {
 			// Some have committed; many more are in flight.
+			poll.Until(t, 10*time.Second, "decisions in flight", func() bool {
+				return old.Log().LastIndex() > old.Log().CommitIndex()+uint64(pipelined/10)
+			})
 			c.Partition(old.ID())
+			c.Log().ReleaseCommits()
 		}
 		done := make(chan struct{})
 		var (
@@ -356,6 +366,9 @@ func TestPipeline_LeadershipLostWithDecisionsInFlight(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d writes committed before the cut", len(committed), pipelined)
+	if len(committed) < cut || len(committed) == pipelined {
+		t.Fatalf("%d of %d writes committed, want the %d before the cut and not all", len(committed), pipelined, cut)
+	}
 	index, err := leader.Controller().Propose(context.Background(), noOp())
 	if err != nil {
 		t.Fatalf("a write on the new leader: %v", err)

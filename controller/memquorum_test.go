@@ -28,6 +28,7 @@ import (
 // over its own FSM and applied log, started on its memlog node. Nothing
 // happens by a timer: leadership moves only when the test (or a helper
 // standing in for raft: WaitForActive, Kill, Partition) elects or deposes,
+// or a controller transfers it,
 // so that the tests drive the faults they prove (Log's HoldCommits, SetFate,
 // FailAppends...) instead of waiting for raft's timings to produce them.
 //
@@ -42,7 +43,7 @@ type quorum struct {
 	mu      sync.Mutex
 	members map[int32]*member
 	cut     map[int32]bool // silenced by Partition
-	fresh   map[int32]*member
+	fresh   map[int32]*member // made by newStateMachine, for start
 	// lost: Kill left fewer than a majority of the voters running, so the
 	// log commits nothing and elects no one until Restart brings one back.
 	lost   bool

@@ -42,7 +42,7 @@ type quorum struct {
 
 	mu      sync.Mutex
 	members map[int32]*member
-	cut     map[int32]bool // silenced by Partition
+	cut     map[int32]bool    // silenced by Partition
 	fresh   map[int32]*member // made by newStateMachine, for start
 	// lost: Kill left fewer than a majority of the voters running, so the
 	// log commits nothing and elects no one until Restart brings one back.

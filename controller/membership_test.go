@@ -217,3 +217,67 @@ func TestMembership_TransferOnlyToAFitVoter(t *testing.T) {
 		t.Fatalf("write after the refusals: %v", err)
 	}
 }
+
+func TestMembership_RemoveVoter(t *testing.T) {
+	c := newCluster(t, 3)
+	leader := c.WaitForActive(5 * time.Second)
+	ctx := context.Background()
+	var victim *member
+	for _, nd := range c.Nodes() {
+		if nd != leader {
+			victim = nd
+			break
+		}
+	}
+	removed := waitRemoved(victim, 5*time.Second)
+
+	res, err := leader.Controller().RemoveVoter(ctx, victim.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := memberIDs(res); len(got) != 2 || slices.Contains(got, victim.ID()) {
+		t.Fatalf("RemoveVoter(%d) = %v", victim.ID(), got)
+	}
+	// The removed node notices and says so; the rest still commit.
+	if err := removed(); !errors.Is(err, controller.ErrRemoved) {
+		t.Fatalf("WaitRemoved on the removed node = %v, want ErrRemoved", err)
+	}
+	if _, err := leader.Controller().Propose(ctx, noOp()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leader.Controller().RemoveVoter(ctx, victim.ID()); !errors.Is(err, controller.ErrUnknownVoter) {
+		t.Fatalf("removing it again: err = %v, want ErrUnknownVoter", err)
+	}
+	if _, err := leader.Controller().RemoveVoter(ctx, 9); !errors.Is(err, controller.ErrUnknownVoter) {
+		t.Fatalf("RemoveVoter(9): err = %v, want ErrUnknownVoter", err)
+	}
+}
+
+// TestMembership_RemoveTheLeader: the active controller asked to remove
+// itself hands leadership on and names the new leader, which removes it.
+func TestMembership_RemoveTheLeader(t *testing.T) {
+	c := newCluster(t, 3)
+	old := c.WaitForActive(5 * time.Second)
+	ctx := context.Background()
+	removed := waitRemoved(old, 10*time.Second)
+
+	_, err := old.Controller().RemoveVoter(ctx, old.ID())
+	var nl *controller.NotLeaderError
+	if !errors.As(err, &nl) || !nl.HandedOff || nl.LeaderID == old.ID() || nl.LeaderID < 0 {
+		t.Fatalf("RemoveVoter(itself) = %v; want a handed-off NotLeaderError naming the new leader", err)
+	}
+	if got := len(old.Controller().Describe("").Voters); got != 3 {
+		t.Fatalf("the configuration changed before the new leader was asked: %d voters", got)
+	}
+	next := c.WaitForActive(5*time.Second, nl.LeaderID)
+	res, err := next.Controller().RemoveVoter(ctx, old.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := memberIDs(res); len(got) != 2 || slices.Contains(got, old.ID()) {
+		t.Fatalf("RemoveVoter(%d) at the new leader = %v", old.ID(), got)
+	}
+	if err := removed(); !errors.Is(err, controller.ErrRemoved) {
+		t.Fatalf("WaitRemoved on the old leader = %v, want ErrRemoved", err)
+	}
+}

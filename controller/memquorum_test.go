@@ -231,7 +231,12 @@ func (q *quorum) askPeer(_ context.Context, id int32, _ string) (controller.Peer
 	if m == nil {
 		return controller.PeerStatus{}, fmt.Errorf("node %d: connection refused", id)
 	}
-	st := controller.PeerStatus{LastIndex: m.node.LastIndex(), ClusterID: m.fsm.Image().ClusterID}
+	st := controller.PeerStatus{LastIndex: m.node.LastIndex(), ClusterID: m.fsm.Image().ClusterID, Leads: m.node.State() == consensus.Leader}
+	if conf, _, err := m.node.Configuration(); err == nil {
+		for _, s := range conf.Servers {
+			st.Members = append(st.Members, s.ID)
+		}
+	}
 	st.MinMetadataVersion, st.MaxMetadataVersion = m.ctrl.SupportedMetadataVersions()
 	if err := m.Ready(); err != nil {
 		st.NotReady = err.Error()

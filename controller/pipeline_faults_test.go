@@ -1,0 +1,647 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/consensus"
+	"github.com/keel-dev/keel/consensus/memlog"
+	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// The pipeline's failure paths, each driven by a call on an in-memory log
+// (memlog) rather than left to raft's timers: leadership lost with writes
+// in flight, a decision that writes nothing on a deposed leader, an append
+// that fails mid-pipeline, an index the loop did not predict, a takeover
+// the log keeps failing, a transfer the target refuses. Nothing here waits
+// on a timer to happen; every wait polls for a condition.
+
+// faultWait bounds every wait: generous, since nothing waits on a timer,
+// only on goroutines being scheduled.
+const faultWait = 10 * time.Second
+
+// memQuorum is controllers over one memlog cluster, assembled as
+// server.Node assembles them over raft: an FSM, its applied log, the
+// controller started on the node's log.
+type memQuorum struct {
+	t       *testing.T
+	log     *memlog.Cluster
+	ctrls   map[int32]*Controller
+	applied map[int32]*AppliedLog
+	logged  *logRecorder
+}
+
+// newMemQuorum starts n controllers (ids 1..n) with no leader, for a
+// cluster at metadata.version 1, so that no controller registration
+// writes behind the tests' backs; tune adjusts each config.
+func newMemQuorum(t *testing.T, n int, tune func(*Config), opts ...memlog.Option) *memQuorum {
+	t.Helper()
+	q := &memQuorum{t: t, ctrls: map[int32]*Controller{}, applied: map[int32]*AppliedLog{}, logged: &logRecorder{}}
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(i + 1)
+		q.applied[ids[i]] = NewAppliedLog(fsm.New(), 0, 0)
+	}
+	q.log = memlog.NewCluster(ids, func(id int32) consensus.StateMachine { return q.applied[id] }, opts...)
+	for _, id := range ids {
+		cfg := Config{NodeID: id, ClusterID: "c1", InitialMetadataVersion: 1, LeaderImbalanceCheckInterval: -1,
+			Logger: slog.New(q.logged)}
+		if tune != nil {
+			tune(&cfg)
+		}
+		c := New(cfg, q.applied[id])
+		c.Start(q.log.Node(id))
+		q.ctrls[id] = c
+	}
+	t.Cleanup(func() {
+		// The log first: it fails every future still in flight, so that no
+		// controller waits on one while it stops.
+		q.log.Close()
+		for _, c := range q.ctrls {
+			c.Stop()
+		}
+	})
+	return q
+}
+
+// elect makes id the leader and waits until it is the active controller
+// with nothing of its takeover left in flight.
+func (q *memQuorum) elect(id int32) *leadership {
+	q.t.Helper()
+	if err := q.log.Elect(id); err != nil {
+		q.t.Fatal(err)
+	}
+	return q.active(id)
+}
+
+// active waits until id is the active controller and its takeover's
+// one decision that writes nothing (electLeaderless) has been confirmed by
+// its barrier and applied: the log then holds nothing the test did not
+// write, and the next decision is the test's.
+func (q *memQuorum) active(id int32) *leadership {
+	q.t.Helper()
+	var l *leadership
+	poll.Until(q.t, faultWait, fmt.Sprintf("node %d to be the active controller", id), func() bool {
+		l = q.ctrls[id].active.Load()
+		return l != nil
+	})
+	node := q.log.Node(id)
+	poll.Until(q.t, faultWait, fmt.Sprintf("node %d's takeover to settle", id), func() bool {
+		last := node.LastIndex()
+		return last > q.applied[id].FSM().Image().Offset && q.log.Applied(id) == last
+	})
+	return l
+}
+
+// caughtUp waits until every live node has applied the whole log.
+func (q *memQuorum) caughtUp() {
+	q.t.Helper()
+	leader := q.log.Leader()
+	if leader < 0 {
+		q.t.Fatal("caughtUp needs a leader")
+	}
+	last := q.log.Node(leader).LastIndex()
+	poll.Until(q.t, faultWait, fmt.Sprintf("every node to apply up to %d", last), func() bool {
+		for id := range q.ctrls {
+			if q.log.Applied(id) < last {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// sameImages fails the test unless every node's image is at the same
+// offset with the same digest, and no node's FSM refused an entry.
+func (q *memQuorum) sameImages() {
+	q.t.Helper()
+	q.caughtUp()
+	var want fsm.Digest
+	for id, a := range q.applied {
+		f := a.FSM()
+		if n := f.Refused(); n != 0 {
+			q.t.Errorf("node %d's FSM refused %d entries: a batch it refuses was proposed", id, n)
+		}
+		d, ok := f.LatestDigest()
+		if !ok {
+			q.t.Fatalf("node %d has no digest", id)
+		}
+		if want.Index == 0 {
+			want = d
+		} else if d.Index != want.Index || d.Sum != want.Sum {
+			q.t.Errorf("node %d's image is %v, another's %v", id, d, want)
+		}
+	}
+}
+
+// written is what each node applied of the tests' writes: request id to
+// the index it was applied at.
+func (q *memQuorum) written(id int32) map[string]uint64 {
+	q.t.Helper()
+	entries, ok, _ := q.applied[id].Since(0, math.MaxInt)
+	if !ok {
+		q.t.Fatalf("node %d's history does not start at 0", id)
+	}
+	out := map[string]uint64{}
+	for _, e := range entries {
+		batch, err := fsm.DecodeBatch(e.Data)
+		if err != nil {
+			q.t.Fatalf("node %d, entry %d: %v", id, e.Offset, err)
+		}
+		for _, r := range batch.GetRecords() {
+			if rid := r.GetNoOp().GetRequestId(); rid != "" {
+				out[rid] = e.Offset
+			}
+		}
+	}
+	return out
+}
+
+// acknowledged fails the test unless every write answered as committed is
+// on every node, at the index it was answered with, and no write that was
+// not is on any node when truncated says none may be.
+func (q *memQuorum) acknowledged(acked map[string]uint64, unacked []string, truncated bool) {
+	q.t.Helper()
+	q.caughtUp()
+	for id := range q.ctrls {
+		w := q.written(id)
+		for rid, index := range acked {
+			if got, ok := w[rid]; !ok || got != index {
+				q.t.Errorf("node %d: %s was answered as committed at %d, but the node has it at %d (present: %v)", id, rid, index, got, ok)
+			}
+		}
+		if truncated {
+			for _, rid := range unacked {
+				if index, ok := w[rid]; ok {
+					q.t.Errorf("node %d: %s is at %d, but its entry was truncated", id, rid, index)
+				}
+			}
+		}
+	}
+}
+
+// holdLoop holds l's event loop on a run event until release, so that
+// the decisions queued meanwhile are taken back to back.
+func holdLoop(t *testing.T, l *leadership) (release func()) {
+	t.Helper()
+	held, ch := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(release)
+	if err := l.Run(context.Background(), func() { close(held); <-ch }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(faultWait):
+		t.Fatal("the event loop did not take the event that holds it")
+	}
+	return release
+}
+
+// step is one decision a test queues: a write of a no-op with its request
+// id, or (rid "") one that writes nothing and answers with err. before, if
+// set, runs on the event loop as the decision is taken, before its entry
+// is handed to the log.
+type step struct {
+	rid    string
+	err    error
+	before func()
+}
+
+func write(rid string) step { return step{rid: rid} }
+
+// answered is a step's outcome.
+type answered struct {
+	index uint64
+	err   error
+}
+
+// run queues the steps on l (whose loop the caller holds), calls between
+// once they are queued, and returns their outcomes, failing the test if
+// any caller waits longer than faultWait.
+func (q *memQuorum) run(l *leadership, steps []step, between func()) []answered {
+	q.t.Helper()
+	waits := make([]func() (uint64, error), len(steps))
+	for i, s := range steps {
+		wait, err := l.Queue(context.Background(), func(*fsm.Image) ([]*keelpb.Record, error) {
+			if s.before != nil {
+				s.before()
+			}
+			if s.rid == "" {
+				return nil, s.err
+			}
+			return []*keelpb.Record{{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: s.rid}}}}, nil
+		})
+		if err != nil {
+			q.t.Fatalf("queueing step %d: %v", i, err)
+		}
+		waits[i] = wait
+	}
+	between()
+	out := make([]answered, len(steps))
+	for i, wait := range waits {
+		done := make(chan struct{})
+		go func() { defer close(done); out[i].index, out[i].err = wait() }()
+		select {
+		case <-done:
+		case <-time.After(faultWait):
+			q.t.Fatalf("step %d: no answer", i)
+		}
+	}
+	return out
+}
+
+// appended waits until the leader's log has n entries after from.
+func (q *memQuorum) appended(id int32, from uint64, n int) {
+	q.t.Helper()
+	node := q.log.Node(id)
+	poll.Until(q.t, faultWait, fmt.Sprintf("%d entries appended after %d", n, from), func() bool {
+		return node.LastIndex() >= from+uint64(n)
+	})
+}
+
+// logRecorder is a slog handler that keeps the messages logged, for a
+// test to wait for one that marks a path taken.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, rec.Message)
+	return nil
+}
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
+
+// count is how many times msg was logged.
+func (r *logRecorder) count(msg string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, m := range r.msgs {
+		if m == msg {
+			n++
+		}
+	}
+	return n
+}
+
+// unconfirmedAnswer reports whether err is an answer a decision that wrote
+// nothing may get when it could not be confirmed: it says nothing of the
+// decision's own answer.
+func unconfirmedAnswer(err error) bool {
+	return errors.Is(err, ErrLeadershipUnconfirmed) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNotReady) ||
+		errors.Is(err, ErrOutcomeUnknown)
+}
+
+// TestPipelineFaults_LeadershipLostWithWritesInFlight: the leader loses
+// leadership with a pipeline of writes appended and none committed, and a
+// decision that writes nothing among them. No caller is told its write
+// committed, or given the decision's own answer; each write gets
+// ErrOutcomeUnknown. What becomes of the entries is the log's: kept, the
+// next leader commits them, and every node has them; cut away, no node
+// does. Either way the next leader takes over and writes, and every
+// node's image is the same.
+func TestPipelineFaults_LeadershipLostWithWritesInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fate memlog.Fate
+		next int32 // the node elected next: 1 again is a lost-then-regained flap
+	}{
+		{"kept, another leader", memlog.Commit, 2},
+		{"cut away, another leader", memlog.Truncate, 2},
+		{"kept, the same leader again", memlog.Commit, 1},
+		{"cut away, the same leader again", memlog.Truncate, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := newMemQuorum(t, 3, nil)
+			l := q.elect(1)
+			from := q.log.Node(1).LastIndex()
+			release := holdLoop(t, l)
+			q.log.HoldCommits()
+			errExists := errors.New("the topic exists")
+			steps := []step{write("w0"), write("w1"), write("w2"), {err: errExists}, write("w3"), write("w4")}
+			out := q.run(l, steps, func() {
+				release()
+				q.appended(1, from, 5)
+				q.log.SetFate(tc.fate)
+				if err := q.log.Elect(tc.next); err != nil {
+					t.Fatal(err)
+				}
+			})
+			var rids []string
+			for i, s := range steps {
+				got := out[i]
+				switch {
+				case s.rid == "" && !unconfirmedAnswer(got.err):
+					t.Errorf("step %d, which wrote nothing, answered %v after its leader was deposed unconfirmed: want an error that says so", i, got.err)
+				case s.rid != "" && !errors.Is(got.err, ErrOutcomeUnknown):
+					t.Errorf("write %s: (%d, %v), want %v: its entry was in flight", s.rid, got.index, got.err, ErrOutcomeUnknown)
+				}
+				if s.rid != "" {
+					rids = append(rids, s.rid)
+				}
+			}
+			q.log.ReleaseCommits()
+			nl := q.active(tc.next)
+			index, err := nl.decide(context.Background(), func(*fsm.Image) ([]*keelpb.Record, error) {
+				return []*keelpb.Record{{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: "after"}}}}, nil
+			})
+			if err != nil {
+				t.Fatalf("a write on the next leader: %v", err)
+			}
+			q.acknowledged(map[string]uint64{"after": index}, rids, tc.fate == memlog.Truncate)
+			if tc.fate == memlog.Commit {
+				for id := range q.ctrls {
+					if w := q.written(id); len(w) != len(rids)+1 {
+						t.Errorf("node %d has %d of the %d writes the log kept, and the one after", id, len(w), len(rids))
+					}
+				}
+			}
+			q.sameImages()
+		})
+	}
+}
+
+// TestPipelineFaults_NothingWrittenOnDeposedLeader: decisions that write
+// nothing (a read, a create of a topic that exists, one with nothing to
+// do) on a leader deposed before the barrier that was to confirm them
+// commits get no answer as if confirmed: only one that says leadership
+// could not be confirmed, or names the leader. The new leader answers them.
+func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
+	for _, fate := range []memlog.Fate{memlog.Commit, memlog.Truncate} {
+		t.Run(fmt.Sprintf("fate %d", fate), func(t *testing.T) {
+			q := newMemQuorum(t, 3, nil)
+			l := q.elect(1)
+			from := q.log.Node(1).LastIndex()
+			release := holdLoop(t, l)
+			q.log.HoldCommits()
+			errExists := errors.New("the topic exists")
+			type outcome struct {
+				what string
+				err  error
+			}
+			results := make(chan outcome, 3)
+			go func() {
+				_, err := q.ctrls[1].ReadImage(context.Background())
+				results <- outcome{"read", err}
+			}()
+			go func() {
+				_, err := l.decide(context.Background(), func(*fsm.Image) ([]*keelpb.Record, error) { return nil, errExists })
+				results <- outcome{"create of an existing topic", err}
+			}()
+			go func() {
+				_, err := l.decide(context.Background(), func(*fsm.Image) ([]*keelpb.Record, error) { return nil, nil })
+				results <- outcome{"nothing to do", err}
+			}()
+			// Taken back to back, they share one barrier: appended, not
+			// committed.
+			poll.Until(t, faultWait, "the three decisions to be queued", func() bool { return len(l.events) == 3 })
+			release()
+			q.appended(1, from, 1)
+			q.log.SetFate(fate)
+			if err := q.log.Elect(2); err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				select {
+				case o := <-results:
+					if !errors.Is(o.err, ErrLeadershipUnconfirmed) && !errors.Is(o.err, ErrNotLeader) {
+						t.Errorf("%s on a deposed leader: %v, want %v or %v", o.what, o.err, ErrLeadershipUnconfirmed, ErrNotLeader)
+					}
+				case <-time.After(faultWait):
+					t.Fatal("a decision that wrote nothing got no answer")
+				}
+			}
+			q.log.ReleaseCommits()
+			q.active(2)
+			if _, err := q.ctrls[2].ReadImage(context.Background()); err != nil {
+				t.Fatalf("a read on the new leader: %v", err)
+			}
+			q.sameImages()
+		})
+	}
+}
+
+// TestPipelineFaults_AppendFailsMidPipeline: one append among several in
+// flight fails (the log could not take it in time). It gets
+// ErrOutcomeUnknown; the decision that wrote nothing after it, taken on
+// the image the failed write was to leave, is not answered from that
+// image; the writes handed over before and after it commit at the index
+// each was answered with, on every node, though those after it land one
+// index earlier than the loop predicted; no FSM refuses an entry; and the
+// next decision is taken on the committed image and lands where predicted.
+func TestPipelineFaults_AppendFailsMidPipeline(t *testing.T) {
+	q := newMemQuorum(t, 3, nil)
+	l := q.elect(1)
+	release := holdLoop(t, l)
+	q.log.HoldCommits()
+	errExists := errors.New("the topic exists")
+	fail := func() { q.log.FailAppends(1, consensus.ErrEnqueueTimeout) }
+	steps := []step{
+		write("w0"), write("w1"), {rid: "failed", before: fail}, {err: errExists}, write("w3"), write("w4"),
+	}
+	out := q.run(l, steps, func() {
+		release()
+		q.log.ReleaseCommits()
+	})
+	acked := map[string]uint64{}
+	for i, s := range steps {
+		got := out[i]
+		switch {
+		case s.rid == "failed":
+			if !errors.Is(got.err, ErrOutcomeUnknown) {
+				t.Errorf("the failed write: (%d, %v), want %v", got.index, got.err, ErrOutcomeUnknown)
+			}
+		case s.rid == "":
+			if !errors.Is(got.err, ErrOutcomeUnknown) {
+				t.Errorf("step %d, taken on the image of a write that failed: %v, want %v", i, got.err, ErrOutcomeUnknown)
+			}
+		case got.err != nil:
+			t.Errorf("write %s: %v; it was handed to the log and committed", s.rid, got.err)
+		default:
+			acked[s.rid] = got.index
+		}
+	}
+	q.acknowledged(acked, []string{"failed"}, true)
+	q.sameImages()
+
+	// The loop starts again from the committed image, at LastIndex+1: the
+	// FSM adopts the image it speculated.
+	ctrl := q.ctrls[1]
+	last, adopted, committed := q.log.Node(1).LastIndex(), ctrl.fsm.Adopted(), ctrl.fsm.Image().Offset
+	var seen uint64
+	index, err := l.decide(context.Background(), func(img *fsm.Image) ([]*keelpb.Record, error) {
+		seen = img.Offset
+		return []*keelpb.Record{{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: "next"}}}}, nil
+	})
+	if err != nil {
+		t.Fatalf("the write after the failure: %v", err)
+	}
+	if seen != committed || index != last+1 || ctrl.fsm.Adopted() != adopted+1 {
+		t.Errorf("after the failure the next decision saw %d and committed at %d (adopted %d), want %d, %d and 1",
+			seen, index, ctrl.fsm.Adopted()-adopted, committed, last+1)
+	}
+	q.acknowledged(map[string]uint64{"next": index}, nil, false)
+}
+
+// TestPipelineFaults_UnpredictedIndex: the log appends an entry of its own
+// just before one of several pipelined writes, so that it and those after
+// it land one index later than the loop speculated. The FSM notices
+// (it does not adopt an image speculated at another index, and applies
+// those entries itself), every write is answered with the index it really
+// has, no FSM refuses an entry, and every node's image is the same.
+func TestPipelineFaults_UnpredictedIndex(t *testing.T) {
+	q := newMemQuorum(t, 3, nil)
+	l := q.elect(1)
+	ctrl := q.ctrls[1]
+	release := holdLoop(t, l)
+	q.log.HoldCommits()
+	adopted := ctrl.fsm.Adopted()
+	steps := []step{write("w0"), write("w1"), {rid: "w2", before: q.log.InterposeNoop}, write("w3"), write("w4")}
+	out := q.run(l, steps, func() {
+		release()
+		q.log.ReleaseCommits()
+	})
+	acked := map[string]uint64{}
+	for i, s := range steps {
+		if out[i].err != nil {
+			t.Fatalf("write %s: %v", s.rid, out[i].err)
+		}
+		acked[s.rid] = out[i].index
+	}
+	if acked["w2"] != acked["w1"]+2 {
+		t.Errorf("w2 at %d, w1 at %d: the log's own entry did not come between them", acked["w2"], acked["w1"])
+	}
+	q.acknowledged(acked, nil, false)
+	q.sameImages()
+	// Adopted: the two before the log's entry; the others were applied
+	// as followers apply them.
+	if got := ctrl.fsm.Adopted() - adopted; got != 2 {
+		t.Errorf("the leader's FSM adopted %d of the writes, want the 2 before the unpredicted index", got)
+	}
+
+	// A registration whose index was not the one predicted is answered
+	// with the epoch it has in the image: its index.
+	q.log.InterposeNoop()
+	resp, err := ctrl.RegisterBroker(context.Background(), registration(1, incarnation(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.caughtUp()
+	for id, a := range q.applied {
+		if b, ok := a.FSM().Image().Broker(1); !ok || b.Epoch != resp.BrokerEpoch {
+			t.Errorf("node %d: broker 1 is %+v, registered with epoch %d", id, b, resp.BrokerEpoch)
+		}
+	}
+	q.sameImages()
+}
+
+// TestPipelineFaults_TakeoverWhenTheLogFails: a new leader's takeover
+// whose appends fail retries, and becomes active once they work; one that
+// keeps failing past the give-up time hands leadership to another voter;
+// and when no voter will take it, keeps leading and retrying.
+func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
+	// An election timeout of 200 ms: the first retry after 20 ms, a
+	// transfer only after 1 s of failures, far beyond a few retries.
+	timing := memlog.WithTimeouts(consensus.Timeouts{Heartbeat: 50 * time.Millisecond, Election: 200 * time.Millisecond})
+	const handedAway = "could not become the active controller; transferring leadership"
+	const stillTrying = "leadership transfer failed; still trying to take over"
+
+	t.Run("retries until the log works", func(t *testing.T) {
+		q := newMemQuorum(t, 3, nil, timing)
+		q.log.FailAppends(3, consensus.ErrEnqueueTimeout)
+		l := q.elect(1)
+		if epoch := l.epoch.Load(); epoch != 1 {
+			t.Errorf("epoch %d after a takeover that failed 3 times, want 1", epoch)
+		}
+		if got := q.logged.count("takeover attempt failed"); got != 3 {
+			t.Errorf("%d failed takeover attempts logged, want 3", got)
+		}
+		if got := q.logged.count(handedAway); got != 0 {
+			t.Errorf("leadership handed away after 3 failures in under the give-up time")
+		}
+	})
+
+	t.Run("hands leadership away", func(t *testing.T) {
+		q := newMemQuorum(t, 3, nil, timing)
+		q.log.FailAppends(math.MaxInt, consensus.ErrEnqueueTimeout)
+		if err := q.log.Elect(1); err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, faultWait, "the failing leader to hand leadership away", func() bool {
+			return q.log.Leader() != 1
+		})
+		if ok, _ := q.ctrls[1].Active(); ok {
+			t.Error("node 1 active though its takeover never wrote")
+		}
+		q.log.FailAppends(0, nil)
+		next := q.log.Leader()
+		if l := q.active(next); l.epoch.Load() != 1 {
+			t.Errorf("node %d took over at epoch %d, want 1", next, l.epoch.Load())
+		}
+	})
+
+	t.Run("no voter takes it", func(t *testing.T) {
+		q := newMemQuorum(t, 3, nil, timing)
+		q.log.RefuseTransfers(2, true)
+		q.log.RefuseTransfers(3, true)
+		q.log.FailAppends(math.MaxInt, consensus.ErrEnqueueTimeout)
+		if err := q.log.Elect(1); err != nil {
+			t.Fatal(err)
+		}
+		term := q.log.Node(1).CurrentTerm()
+		poll.Until(t, faultWait, "a refused transfer, then another takeover attempt", func() bool {
+			return q.logged.count(stillTrying) > 0
+		})
+		failed := q.logged.count("takeover attempt failed")
+		poll.Until(t, faultWait, "another takeover attempt after the refused transfer", func() bool {
+			return q.logged.count("takeover attempt failed") > failed
+		})
+		if q.log.Leader() != 1 || q.log.Node(1).CurrentTerm() != term {
+			t.Fatalf("leader %d in term %d after a refused transfer, want 1 still in %d", q.log.Leader(), q.log.Node(1).CurrentTerm(), term)
+		}
+		q.log.FailAppends(0, nil)
+		q.active(1)
+	})
+}
+
+// TestPipelineFaults_TransferGivenUpOn: a transfer to a voter that does
+// not take over fails with ErrTransferFailed, and this node still leads,
+// is still active, and still writes.
+func TestPipelineFaults_TransferGivenUpOn(t *testing.T) {
+	for _, target := range []int32{2, 0} {
+		t.Run(fmt.Sprintf("to %d", target), func(t *testing.T) {
+			q := newMemQuorum(t, 3, nil)
+			q.elect(1)
+			q.log.RefuseTransfers(2, true)
+			q.log.RefuseTransfers(3, true)
+			ctrl := q.ctrls[1]
+			_, err := ctrl.TransferLeadership(context.Background(), target)
+			if !errors.Is(err, ErrTransferFailed) {
+				t.Fatalf("TransferLeadership(%d) to voters that never take over = %v, want %v", target, err, ErrTransferFailed)
+			}
+			if active, _ := ctrl.Active(); !active || q.log.Leader() != 1 {
+				t.Fatalf("after a transfer given up on: active %v, leader %d; want node 1 active", active, q.log.Leader())
+			}
+			index, _, err := ctrl.AppendNoOp(context.Background(), "after")
+			if err != nil {
+				t.Fatalf("a write after the transfer given up on: %v", err)
+			}
+			q.acknowledged(map[string]uint64{"after": index}, nil, false)
+		})
+	}
+}

@@ -120,7 +120,8 @@ func (q *memQuorum) caughtUp() {
 }
 
 // sameImages fails the test unless every node's image is at the same
-// offset with the same digest, and no node's FSM refused an entry.
+// offset with the same digest (of the entries applied), and no node's FSM
+// refused an entry.
 func (q *memQuorum) sameImages() {
 	q.t.Helper()
 	q.caughtUp()
@@ -133,6 +134,9 @@ func (q *memQuorum) sameImages() {
 		d, ok := f.LatestDigest()
 		if !ok {
 			q.t.Fatalf("node %d has no digest", id)
+		}
+		if offset := f.Image().Offset; offset != d.Index {
+			q.t.Errorf("node %d's image is at offset %d, its last entry at %d", id, offset, d.Index)
 		}
 		if want.Index == 0 {
 			want = d
@@ -382,8 +386,11 @@ func TestPipelineFaults_LeadershipLostWithWritesInFlight(t *testing.T) {
 // commits get no answer as if confirmed: only one that says leadership
 // could not be confirmed, or names the leader. The new leader answers them.
 func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
-	for _, fate := range []memlog.Fate{memlog.Commit, memlog.Truncate} {
-		t.Run(fmt.Sprintf("fate %d", fate), func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fate memlog.Fate // of the barrier
+	}{{"kept", memlog.Commit}, {"cut away", memlog.Truncate}} {
+		t.Run(tc.name, func(t *testing.T) {
 			q := newMemQuorum(t, 3, nil)
 			l := q.elect(1)
 			from := q.log.Node(1).LastIndex()
@@ -412,7 +419,7 @@ func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
 			poll.Until(t, faultWait, "the three decisions to be queued", func() bool { return len(l.events) == 3 })
 			release()
 			q.appended(1, from, 1)
-			q.log.SetFate(fate)
+			q.log.SetFate(tc.fate)
 			if err := q.log.Elect(2); err != nil {
 				t.Fatal(err)
 			}

@@ -76,22 +76,24 @@ func newMemQuorum(t *testing.T, n int, tune func(*Config), opts ...memlog.Option
 // with nothing of its takeover left in flight.
 func (q *memQuorum) elect(id int32) *leadership {
 	q.t.Helper()
+	prev := q.ctrls[id].active.Load()
 	if err := q.log.Elect(id); err != nil {
 		q.t.Fatal(err)
 	}
-	return q.active(id)
+	return q.active(id, prev)
 }
 
-// active waits until id is the active controller and its takeover's
-// one decision that writes nothing (electLeaderless) has been confirmed by
-// its barrier and applied: the log then holds nothing the test did not
-// write, and the next decision is the test's.
-func (q *memQuorum) active(id int32) *leadership {
+// active waits until id is the active controller in a leadership other
+// than prev (a lost-then-regained flap starts a new one), and its
+// takeover's one decision that writes nothing (electLeaderless) has been
+// confirmed by its barrier and applied: the log then holds nothing the
+// test did not write, and the next decision is the test's.
+func (q *memQuorum) active(id int32, prev *leadership) *leadership {
 	q.t.Helper()
 	var l *leadership
 	poll.Until(q.t, faultWait, fmt.Sprintf("node %d to be the active controller", id), func() bool {
 		l = q.ctrls[id].active.Load()
-		return l != nil
+		return l != nil && l != prev
 	})
 	node := q.log.Node(id)
 	poll.Until(q.t, faultWait, fmt.Sprintf("node %d's takeover to settle", id), func() bool {
@@ -360,7 +362,7 @@ func TestPipelineFaults_LeadershipLostWithWritesInFlight(t *testing.T) {
 				}
 			}
 			q.log.ReleaseCommits()
-			nl := q.active(tc.next)
+			nl := q.active(tc.next, l)
 			index, err := nl.decide(context.Background(), func(*fsm.Image) ([]*keelpb.Record, error) {
 				return []*keelpb.Record{{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: "after"}}}}, nil
 			})
@@ -434,7 +436,7 @@ func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
 				}
 			}
 			q.log.ReleaseCommits()
-			q.active(2)
+			q.active(2, nil)
 			if _, err := q.ctrls[2].ReadImage(context.Background()); err != nil {
 				t.Fatalf("a read on the new leader: %v", err)
 			}
@@ -454,6 +456,7 @@ func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
 func TestPipelineFaults_AppendFailsMidPipeline(t *testing.T) {
 	q := newMemQuorum(t, 3, nil)
 	l := q.elect(1)
+	from := q.log.Node(1).LastIndex()
 	release := holdLoop(t, l)
 	q.log.HoldCommits()
 	errExists := errors.New("the topic exists")
@@ -463,6 +466,10 @@ func TestPipelineFaults_AppendFailsMidPipeline(t *testing.T) {
 	}
 	out := q.run(l, steps, func() {
 		release()
+		// Every decision is taken before the first write lands: the loop
+		// cannot know of the failure yet. Four entries: the writes but
+		// the failed one.
+		q.appended(1, from, 4)
 		q.log.ReleaseCommits()
 	})
 	acked := map[string]uint64{}
@@ -515,12 +522,17 @@ func TestPipelineFaults_UnpredictedIndex(t *testing.T) {
 	q := newMemQuorum(t, 3, nil)
 	l := q.elect(1)
 	ctrl := q.ctrls[1]
+	from := q.log.Node(1).LastIndex()
 	release := holdLoop(t, l)
 	q.log.HoldCommits()
 	adopted := ctrl.fsm.Adopted()
 	steps := []step{write("w0"), write("w1"), {rid: "w2", before: q.log.InterposeNoop}, write("w3"), write("w4")}
 	out := q.run(l, steps, func() {
 		release()
+		// Every decision is taken before the first write lands, so none
+		// is predicted again from the log: the five writes and the log's
+		// own entry.
+		q.appended(1, from, 6)
 		q.log.ReleaseCommits()
 	})
 	acked := map[string]uint64{}
@@ -597,7 +609,7 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 		}
 		q.log.FailAppends(0, nil)
 		next := q.log.Leader()
-		if l := q.active(next); l.epoch.Load() != 1 {
+		if l := q.active(next, nil); l.epoch.Load() != 1 {
 			t.Errorf("node %d took over at epoch %d, want 1", next, l.epoch.Load())
 		}
 	})
@@ -622,7 +634,7 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 			t.Fatalf("leader %d in term %d after a refused transfer, want 1 still in %d", q.log.Leader(), q.log.Node(1).CurrentTerm(), term)
 		}
 		q.log.FailAppends(0, nil)
-		q.active(1)
+		q.active(1, nil)
 	})
 }
 

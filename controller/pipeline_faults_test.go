@@ -225,6 +225,11 @@ type step struct {
 
 func write(rid string) step { return step{rid: rid} }
 
+// requestNoOp is a no-op record that carries rid, for written to find.
+func requestNoOp(rid string) *keelpb.Record {
+	return &keelpb.Record{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: rid}}}
+}
+
 // answered is a step's outcome.
 type answered struct {
 	index uint64
@@ -245,7 +250,7 @@ func (q *memQuorum) run(l *leadership, steps []step, between func()) []answered 
 			if s.rid == "" {
 				return nil, s.err
 			}
-			return []*keelpb.Record{{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: s.rid}}}}, nil
+			return []*keelpb.Record{requestNoOp(s.rid)}, nil
 		})
 		if err != nil {
 			q.t.Fatalf("queueing step %d: %v", i, err)
@@ -353,7 +358,7 @@ func TestPipelineFaults_LeadershipLostWithWritesInFlight(t *testing.T) {
 				got := out[i]
 				switch {
 				case s.rid == "" && !unconfirmedAnswer(got.err):
-					t.Errorf("step %d, which wrote nothing, answered %v after its leader was deposed unconfirmed: want an error that says so", i, got.err)
+					t.Errorf("step %d, which wrote nothing, was answered %v though its leader was deposed before confirming it", i, got.err)
 				case s.rid != "" && !errors.Is(got.err, ErrOutcomeUnknown):
 					t.Errorf("write %s: (%d, %v), want %v: its entry was in flight", s.rid, got.index, got.err, ErrOutcomeUnknown)
 				}
@@ -364,7 +369,7 @@ func TestPipelineFaults_LeadershipLostWithWritesInFlight(t *testing.T) {
 			q.log.ReleaseCommits()
 			nl := q.active(tc.next, l)
 			index, err := nl.decide(context.Background(), func(*fsm.Image) ([]*keelpb.Record, error) {
-				return []*keelpb.Record{{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: "after"}}}}, nil
+				return []*keelpb.Record{requestNoOp("after")}, nil
 			})
 			if err != nil {
 				t.Fatalf("a write on the next leader: %v", err)
@@ -386,7 +391,8 @@ func TestPipelineFaults_LeadershipLostWithWritesInFlight(t *testing.T) {
 // nothing (a read, a create of a topic that exists, one with nothing to
 // do) on a leader deposed before the barrier that was to confirm them
 // commits get no answer as if confirmed: only one that says leadership
-// could not be confirmed, or names the leader. The new leader answers them.
+// could not be confirmed, or names the leader. The new leader then answers
+// a read.
 func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -500,7 +506,7 @@ func TestPipelineFaults_AppendFailsMidPipeline(t *testing.T) {
 	var seen uint64
 	index, err := l.decide(context.Background(), func(img *fsm.Image) ([]*keelpb.Record, error) {
 		seen = img.Offset
-		return []*keelpb.Record{{Record: &keelpb.Record_NoOp{NoOp: &keelpb.NoOpRecord{RequestId: "next"}}}}, nil
+		return []*keelpb.Record{requestNoOp("next")}, nil
 	})
 	if err != nil {
 		t.Fatalf("the write after the failure: %v", err)
@@ -574,9 +580,10 @@ func TestPipelineFaults_UnpredictedIndex(t *testing.T) {
 // keeps failing past the give-up time hands leadership to another voter;
 // and when no voter will take it, keeps leading and retrying.
 func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
-	// An election timeout of 200 ms: the first retry after 20 ms, a
-	// transfer only after 1 s of failures, far beyond a few retries.
-	timing := memlog.WithTimeouts(consensus.Timeouts{Heartbeat: 50 * time.Millisecond, Election: 200 * time.Millisecond})
+	// An election timeout of 100 ms: retries after 10, 20, 40 ms..., a
+	// transfer only after 500 ms of failures, several times what three
+	// retries take.
+	timing := memlog.WithTimeouts(consensus.Timeouts{Heartbeat: 25 * time.Millisecond, Election: 100 * time.Millisecond})
 	const handedAway = "could not become the active controller; transferring leadership"
 	const stillTrying = "leadership transfer failed; still trying to take over"
 

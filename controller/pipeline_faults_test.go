@@ -236,11 +236,18 @@ type answered struct {
 	err   error
 }
 
-// run queues the steps on l (whose loop the caller holds), calls between
-// once they are queued, and returns their outcomes, failing the test if
-// any caller waits longer than faultWait.
-func (q *memQuorum) run(l *leadership, steps []step, between func()) []answered {
+// inFlight puts the steps in flight on l, the leader's leadership: with
+// commits held, it queues them behind a held event loop, so that the loop
+// takes them back to back, each on the image the ones before it leave;
+// waits until the log has the entries they append (entries); then calls
+// then, and returns their outcomes, failing the test if any caller waits
+// longer than faultWait. Commits stay held unless then releases them.
+func (q *memQuorum) inFlight(l *leadership, steps []step, entries int, then func()) []answered {
 	q.t.Helper()
+	leader := q.log.Leader()
+	from := q.log.Node(leader).LastIndex()
+	release := holdLoop(q.t, l)
+	q.log.HoldCommits()
 	waits := make([]func() (uint64, error), len(steps))
 	for i, s := range steps {
 		wait, err := l.Queue(context.Background(), func(*fsm.Image) ([]*keelpb.Record, error) {
@@ -257,7 +264,9 @@ func (q *memQuorum) run(l *leadership, steps []step, between func()) []answered 
 		}
 		waits[i] = wait
 	}
-	between()
+	release()
+	q.appended(leader, from, entries)
+	then()
 	out := make([]answered, len(steps))
 	for i, wait := range waits {
 		done := make(chan struct{})
@@ -340,14 +349,9 @@ func TestPipelineFaults_LeadershipLostWithWritesInFlight(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			q := newMemQuorum(t, 3, nil)
 			l := q.elect(1)
-			from := q.log.Node(1).LastIndex()
-			release := holdLoop(t, l)
-			q.log.HoldCommits()
 			errExists := errors.New("the topic exists")
 			steps := []step{write("w0"), write("w1"), write("w2"), {err: errExists}, write("w3"), write("w4")}
-			out := q.run(l, steps, func() {
-				release()
-				q.appended(1, from, 5)
+			out := q.inFlight(l, steps, 5, func() {
 				q.log.SetFate(tc.fate)
 				if err := q.log.Elect(tc.next); err != nil {
 					t.Fatal(err)
@@ -462,22 +466,15 @@ func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
 func TestPipelineFaults_AppendFailsMidPipeline(t *testing.T) {
 	q := newMemQuorum(t, 3, nil)
 	l := q.elect(1)
-	from := q.log.Node(1).LastIndex()
-	release := holdLoop(t, l)
-	q.log.HoldCommits()
 	errExists := errors.New("the topic exists")
 	fail := func() { q.log.FailAppends(1, consensus.ErrEnqueueTimeout) }
 	steps := []step{
 		write("w0"), write("w1"), {rid: "failed", before: fail}, {err: errExists}, write("w3"), write("w4"),
 	}
-	out := q.run(l, steps, func() {
-		release()
-		// Every decision is taken before the first write lands: the loop
-		// cannot know of the failure yet. Four entries: the writes but
-		// the failed one.
-		q.appended(1, from, 4)
-		q.log.ReleaseCommits()
-	})
+	// Every decision is taken before the first write lands, so the loop
+	// cannot know of the failure yet. Four entries: the writes but the
+	// failed one.
+	out := q.inFlight(l, steps, 4, q.log.ReleaseCommits)
 	acked := map[string]uint64{}
 	for i, s := range steps {
 		got := out[i]
@@ -528,19 +525,12 @@ func TestPipelineFaults_UnpredictedIndex(t *testing.T) {
 	q := newMemQuorum(t, 3, nil)
 	l := q.elect(1)
 	ctrl := q.ctrls[1]
-	from := q.log.Node(1).LastIndex()
-	release := holdLoop(t, l)
-	q.log.HoldCommits()
 	adopted := ctrl.fsm.Adopted()
 	steps := []step{write("w0"), write("w1"), {rid: "w2", before: q.log.InterposeNoop}, write("w3"), write("w4")}
-	out := q.run(l, steps, func() {
-		release()
-		// Every decision is taken before the first write lands, so none
-		// is predicted again from the log: the five writes and the log's
-		// own entry.
-		q.appended(1, from, 6)
-		q.log.ReleaseCommits()
-	})
+	// Every decision is taken before the first write lands, so none is
+	// predicted again from the log. Six entries: the five writes and the
+	// log's own.
+	out := q.inFlight(l, steps, 6, q.log.ReleaseCommits)
 	acked := map[string]uint64{}
 	for i, s := range steps {
 		if out[i].err != nil {

@@ -515,6 +515,79 @@ func TestPipelineFaults_AppendFailsMidPipeline(t *testing.T) {
 	q.acknowledged(map[string]uint64{"next": index}, nil, false)
 }
 
+// TestPipelineFaults_ConfirmingBarrierFails: the barrier that was to
+// confirm a decision that wrote nothing fails to append. The decision is
+// answered with ErrLeadershipUnconfirmed, not its own answer, though this
+// node still leads; the write before it commits; and the loop, which
+// counted an index for the barrier, predicts the next write's index from
+// the log again.
+func TestPipelineFaults_ConfirmingBarrierFails(t *testing.T) {
+	q := newMemQuorum(t, 3, nil)
+	l := q.elect(1)
+	errExists := errors.New("the topic exists")
+	fail := func() { q.log.FailAppends(1, consensus.ErrEnqueueTimeout) }
+	// One entry: the write; the barrier after the decision fails.
+	out := q.inFlight(l, []step{write("w0"), {err: errExists, before: fail}}, 1, q.log.ReleaseCommits)
+	if out[0].err != nil {
+		t.Fatalf("the write before the barrier: %v", out[0].err)
+	}
+	if !errors.Is(out[1].err, ErrLeadershipUnconfirmed) {
+		t.Errorf("the decision whose barrier failed: %v, want %v", out[1].err, ErrLeadershipUnconfirmed)
+	}
+	ctrl := q.ctrls[1]
+	last, adopted := q.log.Node(1).LastIndex(), ctrl.fsm.Adopted()
+	index, err := l.decide(context.Background(), func(*fsm.Image) ([]*keelpb.Record, error) {
+		return []*keelpb.Record{requestNoOp("next")}, nil
+	})
+	if err != nil {
+		t.Fatalf("the write after the failed barrier: %v", err)
+	}
+	if index != last+1 || ctrl.fsm.Adopted() != adopted+1 {
+		t.Errorf("the write after the failed barrier committed at %d (adopted %d), want %d and 1", index, ctrl.fsm.Adopted()-adopted, last+1)
+	}
+	q.acknowledged(map[string]uint64{"w0": out[0].index, "next": index}, nil, false)
+	q.sameImages()
+}
+
+// TestPipelineFaults_WriteBehindABarrier: a write taken while the barrier
+// confirming a decision that wrote nothing is in flight is speculated at
+// the index after the barrier's, where the log puts it: the FSM adopts
+// it, and both are answered once committed.
+func TestPipelineFaults_WriteBehindABarrier(t *testing.T) {
+	q := newMemQuorum(t, 3, nil)
+	l := q.elect(1)
+	ctrl := q.ctrls[1]
+	from := q.log.Node(1).LastIndex()
+	q.log.HoldCommits()
+	read := make(chan error, 1)
+	go func() {
+		_, err := l.decide(context.Background(), readNothing)
+		read <- err
+	}()
+	q.appended(1, from, 1) // the barrier, in flight
+	adopted := ctrl.fsm.Adopted()
+	wait, err := l.Queue(context.Background(), func(*fsm.Image) ([]*keelpb.Record, error) {
+		return []*keelpb.Record{requestNoOp("w")}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.appended(1, from, 2)
+	q.log.ReleaseCommits()
+	index, err := wait()
+	if err != nil {
+		t.Fatalf("the write behind the barrier: %v", err)
+	}
+	if err := <-read; err != nil {
+		t.Errorf("the decision the barrier confirmed: %v", err)
+	}
+	if index != from+2 || ctrl.fsm.Adopted() != adopted+1 {
+		t.Errorf("the write behind the barrier committed at %d (adopted %d), want %d and 1", index, ctrl.fsm.Adopted()-adopted, from+2)
+	}
+	q.acknowledged(map[string]uint64{"w": index}, nil, false)
+	q.sameImages()
+}
+
 // TestPipelineFaults_UnpredictedIndex: the log appends an entry of its own
 // just before one of several pipelined writes, so that it and those after
 // it land one index later than the loop speculated. The FSM notices

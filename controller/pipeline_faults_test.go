@@ -41,8 +41,8 @@ type memQuorum struct {
 
 // newMemQuorum starts n controllers (ids 1..n) with no leader, for a
 // cluster at metadata.version 1, so that no controller registration
-// writes behind the tests' backs; tune adjusts each config.
-func newMemQuorum(t *testing.T, n int, tune func(*Config), opts ...memlog.Option) *memQuorum {
+// writes behind the tests' backs.
+func newMemQuorum(t *testing.T, n int, opts ...memlog.Option) *memQuorum {
 	t.Helper()
 	q := &memQuorum{t: t, ctrls: map[int32]*Controller{}, applied: map[int32]*AppliedLog{}, logged: &logRecorder{}}
 	ids := make([]int32, n)
@@ -54,9 +54,6 @@ func newMemQuorum(t *testing.T, n int, tune func(*Config), opts ...memlog.Option
 	for _, id := range ids {
 		cfg := Config{NodeID: id, ClusterID: "c1", InitialMetadataVersion: 1, LeaderImbalanceCheckInterval: -1,
 			Logger: slog.New(q.logged)}
-		if tune != nil {
-			tune(&cfg)
-		}
 		c := New(cfg, q.applied[id])
 		c.Start(q.log.Node(id))
 		q.ctrls[id] = c
@@ -347,7 +344,7 @@ func TestPipelineFaults_LeadershipLostWithWritesInFlight(t *testing.T) {
 		{"cut away, the same leader again", memlog.Truncate, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := newMemQuorum(t, 3, nil)
+			q := newMemQuorum(t, 3)
 			l := q.elect(1)
 			errExists := errors.New("the topic exists")
 			steps := []step{write("w0"), write("w1"), write("w2"), {err: errExists}, write("w3"), write("w4")}
@@ -403,7 +400,7 @@ func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
 		fate memlog.Fate // of the barrier
 	}{{"kept", memlog.Commit}, {"cut away", memlog.Truncate}} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := newMemQuorum(t, 3, nil)
+			q := newMemQuorum(t, 3)
 			l := q.elect(1)
 			from := q.log.Node(1).LastIndex()
 			release := holdLoop(t, l)
@@ -464,7 +461,7 @@ func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
 // index earlier than the loop predicted; no FSM refuses an entry; and the
 // next decision is taken on the committed image and lands where predicted.
 func TestPipelineFaults_AppendFailsMidPipeline(t *testing.T) {
-	q := newMemQuorum(t, 3, nil)
+	q := newMemQuorum(t, 3)
 	l := q.elect(1)
 	errExists := errors.New("the topic exists")
 	fail := func() { q.log.FailAppends(1, consensus.ErrEnqueueTimeout) }
@@ -522,7 +519,7 @@ func TestPipelineFaults_AppendFailsMidPipeline(t *testing.T) {
 // counted an index for the barrier, predicts the next write's index from
 // the log again.
 func TestPipelineFaults_ConfirmingBarrierFails(t *testing.T) {
-	q := newMemQuorum(t, 3, nil)
+	q := newMemQuorum(t, 3)
 	l := q.elect(1)
 	errExists := errors.New("the topic exists")
 	fail := func() { q.log.FailAppends(1, consensus.ErrEnqueueTimeout) }
@@ -554,7 +551,7 @@ func TestPipelineFaults_ConfirmingBarrierFails(t *testing.T) {
 // the index after the barrier's, where the log puts it: the FSM adopts
 // it, and both are answered once committed.
 func TestPipelineFaults_WriteBehindABarrier(t *testing.T) {
-	q := newMemQuorum(t, 3, nil)
+	q := newMemQuorum(t, 3)
 	l := q.elect(1)
 	ctrl := q.ctrls[1]
 	from := q.log.Node(1).LastIndex()
@@ -595,7 +592,7 @@ func TestPipelineFaults_WriteBehindABarrier(t *testing.T) {
 // those entries itself), every write is answered with the index it really
 // has, no FSM refuses an entry, and every node's image is the same.
 func TestPipelineFaults_UnpredictedIndex(t *testing.T) {
-	q := newMemQuorum(t, 3, nil)
+	q := newMemQuorum(t, 3)
 	l := q.elect(1)
 	ctrl := q.ctrls[1]
 	adopted := ctrl.fsm.Adopted()
@@ -651,7 +648,7 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 	const stillTrying = "leadership transfer failed; still trying to take over"
 
 	t.Run("retries until the log works", func(t *testing.T) {
-		q := newMemQuorum(t, 3, nil, timing)
+		q := newMemQuorum(t, 3, timing)
 		q.log.FailAppends(3, consensus.ErrEnqueueTimeout)
 		l := q.elect(1)
 		if epoch := l.epoch.Load(); epoch != 1 {
@@ -666,7 +663,7 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 	})
 
 	t.Run("hands leadership away", func(t *testing.T) {
-		q := newMemQuorum(t, 3, nil, timing)
+		q := newMemQuorum(t, 3, timing)
 		q.log.FailAppends(math.MaxInt, consensus.ErrEnqueueTimeout)
 		if err := q.log.Elect(1); err != nil {
 			t.Fatal(err)
@@ -685,7 +682,7 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 	})
 
 	t.Run("no voter takes it", func(t *testing.T) {
-		q := newMemQuorum(t, 3, nil, timing)
+		q := newMemQuorum(t, 3, timing)
 		q.log.RefuseTransfers(2, true)
 		q.log.RefuseTransfers(3, true)
 		q.log.FailAppends(math.MaxInt, consensus.ErrEnqueueTimeout)
@@ -714,7 +711,7 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 func TestPipelineFaults_TransferGivenUpOn(t *testing.T) {
 	for _, target := range []int32{2, 0} {
 		t.Run(fmt.Sprintf("to %d", target), func(t *testing.T) {
-			q := newMemQuorum(t, 3, nil)
+			q := newMemQuorum(t, 3)
 			q.elect(1)
 			q.log.RefuseTransfers(2, true)
 			q.log.RefuseTransfers(3, true)

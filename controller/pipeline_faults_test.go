@@ -28,10 +28,10 @@ import (
 // only on goroutines being scheduled.
 const faultWait = 10 * time.Second
 
-// memQuorum is controllers over one memlog cluster, assembled as
+// faultQuorum is controllers over one memlog cluster, assembled as
 // server.Node assembles them over raft: an FSM, its applied log, the
 // controller started on the node's log.
-type memQuorum struct {
+type faultQuorum struct {
 	t       *testing.T
 	log     *memlog.Cluster
 	ctrls   map[int32]*Controller
@@ -39,12 +39,12 @@ type memQuorum struct {
 	logged  *logRecorder
 }
 
-// newMemQuorum starts n controllers (ids 1..n) with no leader, for a
+// newFaultQuorum starts n controllers (ids 1..n) with no leader, for a
 // cluster at metadata.version 1, so that no controller registration
 // writes behind the tests' backs.
-func newMemQuorum(t *testing.T, n int, opts ...memlog.Option) *memQuorum {
+func newFaultQuorum(t *testing.T, n int, opts ...memlog.Option) *faultQuorum {
 	t.Helper()
-	q := &memQuorum{t: t, ctrls: map[int32]*Controller{}, applied: map[int32]*AppliedLog{}, logged: &logRecorder{}}
+	q := &faultQuorum{t: t, ctrls: map[int32]*Controller{}, applied: map[int32]*AppliedLog{}, logged: &logRecorder{}}
 	ids := make([]int32, n)
 	for i := range ids {
 		ids[i] = int32(i + 1)
@@ -71,7 +71,7 @@ func newMemQuorum(t *testing.T, n int, opts ...memlog.Option) *memQuorum {
 
 // elect makes id the leader and waits until it is the active controller
 // with nothing of its takeover left in flight.
-func (q *memQuorum) elect(id int32) *leadership {
+func (q *faultQuorum) elect(id int32) *leadership {
 	q.t.Helper()
 	prev := q.ctrls[id].active.Load()
 	if err := q.log.Elect(id); err != nil {
@@ -85,7 +85,7 @@ func (q *memQuorum) elect(id int32) *leadership {
 // takeover's one decision that writes nothing (electLeaderless) has been
 // confirmed by its barrier and applied: the log then holds nothing the
 // test did not write, and the next decision is the test's.
-func (q *memQuorum) active(id int32, prev *leadership) *leadership {
+func (q *faultQuorum) active(id int32, prev *leadership) *leadership {
 	q.t.Helper()
 	var l *leadership
 	poll.Until(q.t, faultWait, fmt.Sprintf("node %d to be the active controller", id), func() bool {
@@ -101,7 +101,7 @@ func (q *memQuorum) active(id int32, prev *leadership) *leadership {
 }
 
 // caughtUp waits until every live node has applied the whole log.
-func (q *memQuorum) caughtUp() {
+func (q *faultQuorum) caughtUp() {
 	q.t.Helper()
 	leader := q.log.Leader()
 	if leader < 0 {
@@ -121,7 +121,7 @@ func (q *memQuorum) caughtUp() {
 // sameImages fails the test unless every node's image is at the same
 // offset with the same digest (of the entries applied), and no node's FSM
 // refused an entry.
-func (q *memQuorum) sameImages() {
+func (q *faultQuorum) sameImages() {
 	q.t.Helper()
 	q.caughtUp()
 	var want fsm.Digest
@@ -147,7 +147,7 @@ func (q *memQuorum) sameImages() {
 
 // written is what each node applied of the tests' writes: request id to
 // the index it was applied at.
-func (q *memQuorum) written(id int32) map[string]uint64 {
+func (q *faultQuorum) written(id int32) map[string]uint64 {
 	q.t.Helper()
 	entries, ok, _ := q.applied[id].Since(0, math.MaxInt)
 	if !ok {
@@ -171,7 +171,7 @@ func (q *memQuorum) written(id int32) map[string]uint64 {
 // acknowledged fails the test unless every write answered as committed is
 // on every node, at the index it was answered with, and no write that was
 // not is on any node when truncated says none may be.
-func (q *memQuorum) acknowledged(acked map[string]uint64, unacked []string, truncated bool) {
+func (q *faultQuorum) acknowledged(acked map[string]uint64, unacked []string, truncated bool) {
 	q.t.Helper()
 	q.caughtUp()
 	for id := range q.ctrls {
@@ -239,7 +239,7 @@ type answered struct {
 // waits until the log has the entries they append (entries); then calls
 // then, and returns their outcomes, failing the test if any caller waits
 // longer than faultWait. Commits stay held unless then releases them.
-func (q *memQuorum) inFlight(l *leadership, steps []step, entries int, then func()) []answered {
+func (q *faultQuorum) inFlight(l *leadership, steps []step, entries int, then func()) []answered {
 	q.t.Helper()
 	leader := q.log.Leader()
 	from := q.log.Node(leader).LastIndex()
@@ -278,7 +278,7 @@ func (q *memQuorum) inFlight(l *leadership, steps []step, entries int, then func
 }
 
 // appended waits until the leader's log has n entries after from.
-func (q *memQuorum) appended(id int32, from uint64, n int) {
+func (q *faultQuorum) appended(id int32, from uint64, n int) {
 	q.t.Helper()
 	node := q.log.Node(id)
 	poll.Until(q.t, faultWait, fmt.Sprintf("%d entries appended after %d", n, from), func() bool {
@@ -344,7 +344,7 @@ func TestPipelineFaults_LeadershipLostWithWritesInFlight(t *testing.T) {
 		{"cut away, the same leader again", memlog.Truncate, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := newMemQuorum(t, 3)
+			q := newFaultQuorum(t, 3)
 			l := q.elect(1)
 			errExists := errors.New("the topic exists")
 			steps := []step{write("w0"), write("w1"), write("w2"), {err: errExists}, write("w3"), write("w4")}
@@ -400,7 +400,7 @@ func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
 		fate memlog.Fate // of the barrier
 	}{{"kept", memlog.Commit}, {"cut away", memlog.Truncate}} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := newMemQuorum(t, 3)
+			q := newFaultQuorum(t, 3)
 			l := q.elect(1)
 			from := q.log.Node(1).LastIndex()
 			release := holdLoop(t, l)
@@ -461,7 +461,7 @@ func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
 // index earlier than the loop predicted; no FSM refuses an entry; and the
 // next decision is taken on the committed image and lands where predicted.
 func TestPipelineFaults_AppendFailsMidPipeline(t *testing.T) {
-	q := newMemQuorum(t, 3)
+	q := newFaultQuorum(t, 3)
 	l := q.elect(1)
 	errExists := errors.New("the topic exists")
 	fail := func() { q.log.FailAppends(1, consensus.ErrEnqueueTimeout) }
@@ -519,7 +519,7 @@ func TestPipelineFaults_AppendFailsMidPipeline(t *testing.T) {
 // counted an index for the barrier, predicts the next write's index from
 // the log again.
 func TestPipelineFaults_ConfirmingBarrierFails(t *testing.T) {
-	q := newMemQuorum(t, 3)
+	q := newFaultQuorum(t, 3)
 	l := q.elect(1)
 	errExists := errors.New("the topic exists")
 	fail := func() { q.log.FailAppends(1, consensus.ErrEnqueueTimeout) }
@@ -551,7 +551,7 @@ func TestPipelineFaults_ConfirmingBarrierFails(t *testing.T) {
 // the index after the barrier's, where the log puts it: the FSM adopts
 // it, and both are answered once committed.
 func TestPipelineFaults_WriteBehindABarrier(t *testing.T) {
-	q := newMemQuorum(t, 3)
+	q := newFaultQuorum(t, 3)
 	l := q.elect(1)
 	ctrl := q.ctrls[1]
 	from := q.log.Node(1).LastIndex()
@@ -592,7 +592,7 @@ func TestPipelineFaults_WriteBehindABarrier(t *testing.T) {
 // those entries itself), every write is answered with the index it really
 // has, no FSM refuses an entry, and every node's image is the same.
 func TestPipelineFaults_UnpredictedIndex(t *testing.T) {
-	q := newMemQuorum(t, 3)
+	q := newFaultQuorum(t, 3)
 	l := q.elect(1)
 	ctrl := q.ctrls[1]
 	adopted := ctrl.fsm.Adopted()
@@ -648,7 +648,7 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 	const stillTrying = "leadership transfer failed; still trying to take over"
 
 	t.Run("retries until the log works", func(t *testing.T) {
-		q := newMemQuorum(t, 3, timing)
+		q := newFaultQuorum(t, 3, timing)
 		q.log.FailAppends(3, consensus.ErrEnqueueTimeout)
 		l := q.elect(1)
 		if epoch := l.epoch.Load(); epoch != 1 {
@@ -663,7 +663,7 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 	})
 
 	t.Run("hands leadership away", func(t *testing.T) {
-		q := newMemQuorum(t, 3, timing)
+		q := newFaultQuorum(t, 3, timing)
 		q.log.FailAppends(math.MaxInt, consensus.ErrEnqueueTimeout)
 		if err := q.log.Elect(1); err != nil {
 			t.Fatal(err)
@@ -682,7 +682,7 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 	})
 
 	t.Run("no voter takes it", func(t *testing.T) {
-		q := newMemQuorum(t, 3, timing)
+		q := newFaultQuorum(t, 3, timing)
 		q.log.RefuseTransfers(2, true)
 		q.log.RefuseTransfers(3, true)
 		q.log.FailAppends(math.MaxInt, consensus.ErrEnqueueTimeout)
@@ -711,7 +711,7 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 func TestPipelineFaults_TransferGivenUpOn(t *testing.T) {
 	for _, target := range []int32{2, 0} {
 		t.Run(fmt.Sprintf("to %d", target), func(t *testing.T) {
-			q := newMemQuorum(t, 3)
+			q := newFaultQuorum(t, 3)
 			q.elect(1)
 			q.log.RefuseTransfers(2, true)
 			q.log.RefuseTransfers(3, true)

@@ -398,7 +398,16 @@ func (c *Controller) HandOff() bool {
 		return false
 	}
 	start := time.Now()
-	if _, err := c.handOn(context.Background(), nil, true); err != nil {
+	hand := func() error { _, err := c.handOn(context.Background(), nil, true); return err }
+	// On the event loop when this node is active: every write queued before
+	// has committed and none starts until the transfer ends, so the target
+	// catches up with a log that has stopped growing (as raft's own
+	// transfer stops writes), and takes over at once.
+	err := c.onLoop(context.Background(), func(*leadership) error { return hand() })
+	if c.active.Load() == nil && errors.Is(err, ErrNotReady) {
+		err = hand() // leading, but not active yet: no writes to stop
+	}
+	if err != nil {
 		c.log.Warn("leadership transfer before stopping failed; the others will elect a leader after the election timeout", "err", err)
 		return false
 	}

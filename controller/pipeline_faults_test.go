@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"sync"
 	"testing"
@@ -24,91 +23,15 @@ import (
 // the log keeps failing, a transfer the target refuses. Nothing here waits
 // on a timer to happen; every wait polls for a condition.
 
-// faultWait bounds every wait: generous, since nothing waits on a timer,
-// only on goroutines being scheduled.
-const faultWait = 10 * time.Second
-
-// faultQuorum is controllers over one memlog cluster, assembled as
-// server.Node assembles them over raft: an FSM, its applied log, the
-// controller started on the node's log.
-type faultQuorum struct {
-	t       *testing.T
-	log     *memlog.Cluster
-	ctrls   map[int32]*Controller
-	applied map[int32]*AppliedLog
-	logged  *logRecorder
-}
-
-// newFaultQuorum starts n controllers (ids 1..n) with no leader, for a
-// cluster at metadata.version 1, so that no controller registration
-// writes behind the tests' backs.
-func newFaultQuorum(t *testing.T, n int, opts ...memlog.Option) *faultQuorum {
-	t.Helper()
-	q := &faultQuorum{t: t, ctrls: map[int32]*Controller{}, applied: map[int32]*AppliedLog{}, logged: &logRecorder{}}
-	ids := make([]int32, n)
-	for i := range ids {
-		ids[i] = int32(i + 1)
-		q.applied[ids[i]] = NewAppliedLog(fsm.New(), 0, 0)
-	}
-	q.log = memlog.NewCluster(ids, func(id int32) consensus.StateMachine { return q.applied[id] }, opts...)
-	for _, id := range ids {
-		cfg := Config{NodeID: id, ClusterID: "c1", InitialMetadataVersion: 1, LeaderImbalanceCheckInterval: -1,
-			Logger: slog.New(q.logged)}
-		c := New(cfg, q.applied[id])
-		c.Start(q.log.Node(id))
-		q.ctrls[id] = c
-	}
-	t.Cleanup(func() {
-		// The log first: it fails every future still in flight, so that no
-		// controller waits on one while it stops.
-		q.log.Close()
-		for _, c := range q.ctrls {
-			c.Stop()
-		}
-	})
-	return q
-}
-
-// elect makes id the leader and waits until it is the active controller
-// with nothing of its takeover left in flight.
-func (q *faultQuorum) elect(id int32) *leadership {
-	q.t.Helper()
-	prev := q.ctrls[id].active.Load()
-	if err := q.log.Elect(id); err != nil {
-		q.t.Fatal(err)
-	}
-	return q.active(id, prev)
-}
-
-// active waits until id is the active controller in a leadership other
-// than prev (a lost-then-regained flap starts a new one), and its
-// takeover's one decision that writes nothing (electLeaderless) has been
-// confirmed by its barrier and applied: the log then holds nothing the
-// test did not write, and the next decision is the test's.
-func (q *faultQuorum) active(id int32, prev *leadership) *leadership {
-	q.t.Helper()
-	var l *leadership
-	poll.Until(q.t, faultWait, fmt.Sprintf("node %d to be the active controller", id), func() bool {
-		l = q.ctrls[id].active.Load()
-		return l != nil && l != prev
-	})
-	node := q.log.Node(id)
-	poll.Until(q.t, faultWait, fmt.Sprintf("node %d's takeover to settle", id), func() bool {
-		last := node.LastIndex()
-		return last > q.applied[id].FSM().Image().Offset && q.log.Applied(id) == last
-	})
-	return l
-}
-
 // caughtUp waits until every live node has applied the whole log.
-func (q *faultQuorum) caughtUp() {
+func (q *memQuorum) caughtUp() {
 	q.t.Helper()
 	leader := q.log.Leader()
 	if leader < 0 {
 		q.t.Fatal("caughtUp needs a leader")
 	}
 	last := q.log.Node(leader).LastIndex()
-	poll.Until(q.t, faultWait, fmt.Sprintf("every node to apply up to %d", last), func() bool {
+	poll.Until(q.t, quorumWait, fmt.Sprintf("every node to apply up to %d", last), func() bool {
 		for id := range q.ctrls {
 			if q.log.Applied(id) < last {
 				return false
@@ -121,7 +44,7 @@ func (q *faultQuorum) caughtUp() {
 // sameImages fails the test unless every node's image is at the same
 // offset with the same digest (of the entries applied), and no node's FSM
 // refused an entry.
-func (q *faultQuorum) sameImages() {
+func (q *memQuorum) sameImages() {
 	q.t.Helper()
 	q.caughtUp()
 	var want fsm.Digest
@@ -147,7 +70,7 @@ func (q *faultQuorum) sameImages() {
 
 // written is what each node applied of the tests' writes: request id to
 // the index it was applied at.
-func (q *faultQuorum) written(id int32) map[string]uint64 {
+func (q *memQuorum) written(id int32) map[string]uint64 {
 	q.t.Helper()
 	entries, ok, _ := q.applied[id].Since(0, math.MaxInt)
 	if !ok {
@@ -171,7 +94,7 @@ func (q *faultQuorum) written(id int32) map[string]uint64 {
 // acknowledged fails the test unless every write answered as committed is
 // on every node, at the index it was answered with, and no write that was
 // not is on any node when truncated says none may be.
-func (q *faultQuorum) acknowledged(acked map[string]uint64, unacked []string, truncated bool) {
+func (q *memQuorum) acknowledged(acked map[string]uint64, unacked []string, truncated bool) {
 	q.t.Helper()
 	q.caughtUp()
 	for id := range q.ctrls {
@@ -204,7 +127,7 @@ func holdLoop(t *testing.T, l *leadership) (release func()) {
 	}
 	select {
 	case <-held:
-	case <-time.After(faultWait):
+	case <-time.After(quorumWait):
 		t.Fatal("the event loop did not take the event that holds it")
 	}
 	return release
@@ -238,8 +161,8 @@ type answered struct {
 // takes them back to back, each on the image the ones before it leave;
 // waits until the log has the entries they append (entries); then calls
 // then, and returns their outcomes, failing the test if any caller waits
-// longer than faultWait. Commits stay held unless then releases them.
-func (q *faultQuorum) inFlight(l *leadership, steps []step, entries int, then func()) []answered {
+// longer than quorumWait. Commits stay held unless then releases them.
+func (q *memQuorum) inFlight(l *leadership, steps []step, entries int, then func()) []answered {
 	q.t.Helper()
 	leader := q.log.Leader()
 	from := q.log.Node(leader).LastIndex()
@@ -270,7 +193,7 @@ func (q *faultQuorum) inFlight(l *leadership, steps []step, entries int, then fu
 		go func() { defer close(done); out[i].index, out[i].err = wait() }()
 		select {
 		case <-done:
-		case <-time.After(faultWait):
+		case <-time.After(quorumWait):
 			q.t.Fatalf("step %d: no answer", i)
 		}
 	}
@@ -278,42 +201,12 @@ func (q *faultQuorum) inFlight(l *leadership, steps []step, entries int, then fu
 }
 
 // appended waits until the leader's log has n entries after from.
-func (q *faultQuorum) appended(id int32, from uint64, n int) {
+func (q *memQuorum) appended(id int32, from uint64, n int) {
 	q.t.Helper()
 	node := q.log.Node(id)
-	poll.Until(q.t, faultWait, fmt.Sprintf("%d entries appended after %d", n, from), func() bool {
+	poll.Until(q.t, quorumWait, fmt.Sprintf("%d entries appended after %d", n, from), func() bool {
 		return node.LastIndex() >= from+uint64(n)
 	})
-}
-
-// logRecorder is a slog handler that keeps the messages logged, for a
-// test to wait for one that marks a path taken.
-type logRecorder struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, rec.Message)
-	return nil
-}
-func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
-
-// count is how many times msg was logged.
-func (r *logRecorder) count(msg string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, m := range r.msgs {
-		if m == msg {
-			n++
-		}
-	}
-	return n
 }
 
 // unconfirmedAnswer reports whether err is an answer a decision that wrote
@@ -344,7 +237,7 @@ func TestPipelineFaults_LeadershipLostWithWritesInFlight(t *testing.T) {
 		{"cut away, the same leader again", memlog.Truncate, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := newFaultQuorum(t, 3)
+			q := newMemQuorum(t, 3, nil)
 			l := q.elect(1)
 			errExists := errors.New("the topic exists")
 			steps := []step{write("w0"), write("w1"), write("w2"), {err: errExists}, write("w3"), write("w4")}
@@ -400,7 +293,7 @@ func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
 		fate memlog.Fate // of the barrier
 	}{{"kept", memlog.Commit}, {"cut away", memlog.Truncate}} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := newFaultQuorum(t, 3)
+			q := newMemQuorum(t, 3, nil)
 			l := q.elect(1)
 			from := q.log.Node(1).LastIndex()
 			release := holdLoop(t, l)
@@ -425,7 +318,7 @@ func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
 			}()
 			// Taken back to back, they share one barrier: appended, not
 			// committed.
-			poll.Until(t, faultWait, "the three decisions to be queued", func() bool { return len(l.events) == 3 })
+			poll.Until(t, quorumWait, "the three decisions to be queued", func() bool { return len(l.events) == 3 })
 			release()
 			q.appended(1, from, 1)
 			q.log.SetFate(tc.fate)
@@ -438,7 +331,7 @@ func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
 					if !errors.Is(o.err, ErrLeadershipUnconfirmed) && !errors.Is(o.err, ErrNotLeader) {
 						t.Errorf("%s on a deposed leader: %v, want %v or %v", o.what, o.err, ErrLeadershipUnconfirmed, ErrNotLeader)
 					}
-				case <-time.After(faultWait):
+				case <-time.After(quorumWait):
 					t.Fatal("a decision that wrote nothing got no answer")
 				}
 			}
@@ -461,7 +354,7 @@ func TestPipelineFaults_NothingWrittenOnDeposedLeader(t *testing.T) {
 // index earlier than the loop predicted; no FSM refuses an entry; and the
 // next decision is taken on the committed image and lands where predicted.
 func TestPipelineFaults_AppendFailsMidPipeline(t *testing.T) {
-	q := newFaultQuorum(t, 3)
+	q := newMemQuorum(t, 3, nil)
 	l := q.elect(1)
 	errExists := errors.New("the topic exists")
 	fail := func() { q.log.FailAppends(1, consensus.ErrEnqueueTimeout) }
@@ -519,7 +412,7 @@ func TestPipelineFaults_AppendFailsMidPipeline(t *testing.T) {
 // counted an index for the barrier, predicts the next write's index from
 // the log again.
 func TestPipelineFaults_ConfirmingBarrierFails(t *testing.T) {
-	q := newFaultQuorum(t, 3)
+	q := newMemQuorum(t, 3, nil)
 	l := q.elect(1)
 	errExists := errors.New("the topic exists")
 	fail := func() { q.log.FailAppends(1, consensus.ErrEnqueueTimeout) }
@@ -551,7 +444,7 @@ func TestPipelineFaults_ConfirmingBarrierFails(t *testing.T) {
 // the index after the barrier's, where the log puts it: the FSM adopts
 // it, and both are answered once committed.
 func TestPipelineFaults_WriteBehindABarrier(t *testing.T) {
-	q := newFaultQuorum(t, 3)
+	q := newMemQuorum(t, 3, nil)
 	l := q.elect(1)
 	ctrl := q.ctrls[1]
 	from := q.log.Node(1).LastIndex()
@@ -592,7 +485,7 @@ func TestPipelineFaults_WriteBehindABarrier(t *testing.T) {
 // those entries itself), every write is answered with the index it really
 // has, no FSM refuses an entry, and every node's image is the same.
 func TestPipelineFaults_UnpredictedIndex(t *testing.T) {
-	q := newFaultQuorum(t, 3)
+	q := newMemQuorum(t, 3, nil)
 	l := q.elect(1)
 	ctrl := q.ctrls[1]
 	adopted := ctrl.fsm.Adopted()
@@ -648,7 +541,7 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 	const stillTrying = "leadership transfer failed; still trying to take over"
 
 	t.Run("retries until the log works", func(t *testing.T) {
-		q := newFaultQuorum(t, 3, timing)
+		q := newMemQuorum(t, 3, nil, timing)
 		q.log.FailAppends(3, consensus.ErrEnqueueTimeout)
 		l := q.elect(1)
 		if epoch := l.epoch.Load(); epoch != 1 {
@@ -663,12 +556,12 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 	})
 
 	t.Run("hands leadership away", func(t *testing.T) {
-		q := newFaultQuorum(t, 3, timing)
+		q := newMemQuorum(t, 3, nil, timing)
 		q.log.FailAppends(math.MaxInt, consensus.ErrEnqueueTimeout)
 		if err := q.log.Elect(1); err != nil {
 			t.Fatal(err)
 		}
-		poll.Until(t, faultWait, "the failing leader to hand leadership away", func() bool {
+		poll.Until(t, quorumWait, "the failing leader to hand leadership away", func() bool {
 			return q.log.Leader() != 1
 		})
 		if ok, _ := q.ctrls[1].Active(); ok {
@@ -682,7 +575,7 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 	})
 
 	t.Run("no voter takes it", func(t *testing.T) {
-		q := newFaultQuorum(t, 3, timing)
+		q := newMemQuorum(t, 3, nil, timing)
 		q.log.RefuseTransfers(2, true)
 		q.log.RefuseTransfers(3, true)
 		q.log.FailAppends(math.MaxInt, consensus.ErrEnqueueTimeout)
@@ -690,11 +583,11 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 			t.Fatal(err)
 		}
 		term := q.log.Node(1).CurrentTerm()
-		poll.Until(t, faultWait, "a refused transfer, then another takeover attempt", func() bool {
+		poll.Until(t, quorumWait, "a refused transfer, then another takeover attempt", func() bool {
 			return q.logged.count(stillTrying) > 0
 		})
 		failed := q.logged.count("takeover attempt failed")
-		poll.Until(t, faultWait, "another takeover attempt after the refused transfer", func() bool {
+		poll.Until(t, quorumWait, "another takeover attempt after the refused transfer", func() bool {
 			return q.logged.count("takeover attempt failed") > failed
 		})
 		if q.log.Leader() != 1 || q.log.Node(1).CurrentTerm() != term {
@@ -711,7 +604,7 @@ func TestPipelineFaults_TakeoverWhenTheLogFails(t *testing.T) {
 func TestPipelineFaults_TransferGivenUpOn(t *testing.T) {
 	for _, target := range []int32{2, 0} {
 		t.Run(fmt.Sprintf("to %d", target), func(t *testing.T) {
-			q := newFaultQuorum(t, 3)
+			q := newMemQuorum(t, 3, nil)
 			q.elect(1)
 			q.log.RefuseTransfers(2, true)
 			q.log.RefuseTransfers(3, true)

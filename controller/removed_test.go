@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/keel-dev/keel/consensus"
-	"github.com/keel-dev/keel/consensus/memlog"
-	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
 )
 
@@ -58,44 +55,30 @@ func TestRemovedBy(t *testing.T) {
 	}
 }
 
-// memQuorum is controllers on a memlog cluster, each asking its peers
+// askingQuorum is a memQuorum whose controllers ask their peers
 // (Config.AskPeer) for what their memlog node knows; a node that is cut
 // neither asks nor is asked.
-type memQuorum struct {
-	cluster *memlog.Cluster
-	ctrls   map[int32]*Controller
+type askingQuorum struct {
+	*memQuorum
 
 	mu   sync.Mutex
 	cut  map[int32]bool
 	asks map[int32]int // the questions each node asked
 }
 
-func newMemQuorum(t *testing.T, voters []int32) *memQuorum {
+func newAskingQuorum(t *testing.T, n int) *askingQuorum {
 	t.Helper()
-	q := &memQuorum{ctrls: make(map[int32]*Controller), cut: make(map[int32]bool), asks: make(map[int32]int)}
-	applied := make(map[int32]*AppliedLog)
-	for _, id := range voters {
-		applied[id] = NewAppliedLog(fsm.New(), 0, 0)
-		q.ctrls[id] = New(Config{NodeID: id, Logger: slog.New(slog.DiscardHandler), ImageCheckInterval: -1,
-			AskPeer: func(ctx context.Context, to int32, _ string) (PeerStatus, error) { return q.ask(id, to) },
-		}, applied[id])
-	}
-	q.cluster = memlog.NewCluster(voters, func(id int32) consensus.StateMachine { return applied[id] })
-	for _, id := range voters {
-		q.ctrls[id].Start(q.cluster.Node(id))
-	}
-	t.Cleanup(func() {
-		for _, c := range q.ctrls {
-			c.Stop()
-		}
-		q.cluster.Close()
+	q := &askingQuorum{cut: make(map[int32]bool), asks: make(map[int32]int)}
+	q.memQuorum = newMemQuorum(t, n, func(c *Config) {
+		from := c.NodeID
+		c.AskPeer = func(_ context.Context, to int32, _ string) (PeerStatus, error) { return q.ask(from, to) }
 	})
 	return q
 }
 
 // ask answers from to's node, as server's askPeer does from its
 // DescribeQuorum.
-func (q *memQuorum) ask(from, to int32) (PeerStatus, error) {
+func (q *askingQuorum) ask(from, to int32) (PeerStatus, error) {
 	q.mu.Lock()
 	q.asks[from]++
 	cut := q.cut[from] || q.cut[to]
@@ -103,7 +86,7 @@ func (q *memQuorum) ask(from, to int32) (PeerStatus, error) {
 	if cut {
 		return PeerStatus{}, errors.New("connection refused")
 	}
-	n := q.cluster.Node(to)
+	n := q.log.Node(to)
 	conf, _, err := n.Configuration()
 	if err != nil {
 		return PeerStatus{}, err
@@ -115,67 +98,50 @@ func (q *memQuorum) ask(from, to int32) (PeerStatus, error) {
 	return st, nil
 }
 
-func (q *memQuorum) setCut(id int32) {
+func (q *askingQuorum) setCut(id int32) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.cut[id] = true
 }
 
-func (q *memQuorum) asked(id int32) int {
+func (q *askingQuorum) asked(id int32) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.asks[id]
-}
-
-// elect makes id the leader and waits until it is the active controller.
-func (q *memQuorum) elect(t *testing.T, id int32) {
-	t.Helper()
-	if err := q.cluster.Elect(id); err != nil {
-		t.Fatal(err)
-	}
-	q.waitActive(t, id)
-}
-
-func (q *memQuorum) waitActive(t *testing.T, id int32) {
-	t.Helper()
-	poll.Until(t, 10*time.Second, fmt.Sprintf("controller %d active", id), func() bool {
-		active, _ := q.ctrls[id].Active()
-		return active
-	})
 }
 
 // removeUnheard has the active controller, 1, asked to remove itself:
 // it hands leadership on, and node 1 hears nothing more (Silence) before
 // the new leader removes it, as raft's leader stops replicating to a node
 // once its removal is the latest configuration. It returns the new leader.
-func (q *memQuorum) removeUnheard(t *testing.T) int32 {
-	t.Helper()
+func (q *askingQuorum) removeUnheard() int32 {
+	q.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := q.ctrls[1].RemoveVoter(ctx, 1)
 	var nl *NotLeaderError
 	if !errors.As(err, &nl) || !nl.HandedOff {
-		t.Fatalf("RemoveVoter(1) on the active controller 1 = %v; want leadership handed off", err)
+		q.t.Fatalf("RemoveVoter(1) on the active controller 1 = %v; want leadership handed off", err)
 	}
-	q.cluster.Silence(1)
-	leader := q.cluster.Leader()
+	q.log.Silence(1)
+	leader := q.log.Leader()
 	if leader < 0 || leader == 1 {
-		t.Fatalf("leader after the hand-off is %d", leader)
+		q.t.Fatalf("leader after the hand-off is %d", leader)
 	}
-	q.waitActive(t, leader)
+	q.active(leader, nil)
 	if _, err := q.ctrls[leader].RemoveVoter(ctx, 1); err != nil {
-		t.Fatalf("RemoveVoter(1) on the new leader %d: %v", leader, err)
+		q.t.Fatalf("RemoveVoter(1) on the new leader %d: %v", leader, err)
 	}
-	if conf, _, _ := q.cluster.Node(1).Configuration(); !conf.Has(1) {
-		t.Fatalf("node 1 received its removal (%s): the test needs it not to", memberList(conf))
+	if conf, _, _ := q.log.Node(1).Configuration(); !conf.Has(1) {
+		q.t.Fatalf("node 1 received its removal (%s): the test needs it not to", memberList(conf))
 	}
 	return leader
 }
 
 // waitRemoved runs id's WaitRemoved until the test ends, and returns
 // where its outcome goes.
-func (q *memQuorum) waitRemoved(t *testing.T, id int32) <-chan error {
-	t.Helper()
+func (q *askingQuorum) waitRemoved(id int32) <-chan error {
+	q.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan error, 1)
 	done := make(chan struct{})
@@ -183,26 +149,26 @@ func (q *memQuorum) waitRemoved(t *testing.T, id int32) <-chan error {
 		defer close(done)
 		out <- q.ctrls[id].WaitRemoved(ctx)
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	q.t.Cleanup(func() { cancel(); <-done })
 	return out
 }
 
 // stillWaits asserts that id's WaitRemoved has not returned once id has
 // asked its peers three more rounds, one a window.
-func (q *memQuorum) stillWaits(t *testing.T, id int32, out <-chan error) {
-	t.Helper()
+func (q *askingQuorum) stillWaits(id int32, out <-chan error) {
+	q.t.Helper()
 	want := q.asked(id) + 3*(len(q.ctrls)-1)
-	poll.Until(t, 20*time.Second, fmt.Sprintf("node %d to ask its peers three times", id), func() bool {
+	poll.Until(q.t, 20*time.Second, fmt.Sprintf("node %d to ask its peers three times", id), func() bool {
 		select {
 		case err := <-out:
-			t.Fatalf("WaitRemoved on node %d returned %v; want it to wait on", id, err)
+			q.t.Fatalf("WaitRemoved on node %d returned %v; want it to wait on", id, err)
 		default:
 		}
 		return q.asked(id) >= want
 	})
 	select {
 	case err := <-out:
-		t.Fatalf("WaitRemoved on node %d returned %v; want it to wait on", id, err)
+		q.t.Fatalf("WaitRemoved on node %d returned %v; want it to wait on", id, err)
 	default:
 	}
 }
@@ -212,11 +178,11 @@ func (q *memQuorum) stillWaits(t *testing.T, id int32, out <-chan error) {
 // it has heard so (the bug: its process ran on for good as a voter of its
 // own configuration). The leader's word tells it it was removed.
 func TestWaitRemoved_NeverHeardOfItsRemoval(t *testing.T) {
-	q := newMemQuorum(t, []int32{1, 2, 3})
-	q.elect(t, 1)
-	leader := q.removeUnheard(t)
+	q := newAskingQuorum(t, 3)
+	q.elect(1)
+	leader := q.removeUnheard()
 	select {
-	case err := <-q.waitRemoved(t, 1):
+	case err := <-q.waitRemoved(1):
 		if !errors.Is(err, ErrRemoved) || !strings.Contains(err.Error(), fmt.Sprintf("node %d, the leader", leader)) {
 			t.Fatalf("WaitRemoved = %v; want ErrRemoved naming the leader, node %d", err, leader)
 		}
@@ -228,19 +194,19 @@ func TestWaitRemoved_NeverHeardOfItsRemoval(t *testing.T) {
 // TestWaitRemoved_PartitionedMemberWaits: a member that hears from no
 // leader, but whose peers still list it, is not removed.
 func TestWaitRemoved_PartitionedMemberWaits(t *testing.T) {
-	q := newMemQuorum(t, []int32{1, 2, 3})
-	q.elect(t, 1)
-	q.cluster.Silence(3)
-	q.stillWaits(t, 3, q.waitRemoved(t, 3))
+	q := newAskingQuorum(t, 3)
+	q.elect(1)
+	q.log.Silence(3)
+	q.stillWaits(3, q.waitRemoved(3))
 }
 
 // TestWaitRemoved_NobodyAnswers: a node that was removed without hearing
 // of it, but reaches none of its peers, cannot tell it from a partition,
 // and waits.
 func TestWaitRemoved_NobodyAnswers(t *testing.T) {
-	q := newMemQuorum(t, []int32{1, 2, 3})
-	q.elect(t, 1)
-	q.removeUnheard(t)
+	q := newAskingQuorum(t, 3)
+	q.elect(1)
+	q.removeUnheard()
 	q.setCut(1)
-	q.stillWaits(t, 1, q.waitRemoved(t, 1))
+	q.stillWaits(1, q.waitRemoved(1))
 }

@@ -16,14 +16,17 @@ import (
 
 // PeerClient is how a controller asks the other controllers of its quorum
 // (the peer service), at the addresses it dials them at for raft: their
-// voter address, or --raft-dial's. Each address gets one connection,
-// opened on first use and kept until Close, as a Client's. With TLS, as raft does, the
+// voter address, or --raft-dial's. Each question gets its own connection,
+// closed once answered: questions are rare (a crash election's look), and a
+// connection kept open would go on redialling, in gRPC's background
+// reconnects, a voter that is dead or has been removed since
+// (TestMembership_RemovedNodeIsNotCalled). With TLS, as raft does, the
 // server must hold the certificate of the controller asked, from the CA;
 // its host name is not checked, since a peer may be dialled through a
 // proxy.
 type PeerClient struct {
-	conns *Client // its connection cache, one per address
-	tls   bool
+	dialOpts []grpc.DialOption
+	tls      bool
 }
 
 // NewPeerClient returns a PeerClient, plaintext unless WithTLS (whose
@@ -39,17 +42,18 @@ func NewPeerClient(opts ...Option) *PeerClient {
 	if o.dialer != nil {
 		dial = append(dial, grpc.WithContextDialer(o.dialer))
 	}
-	return &PeerClient{conns: &Client{dialOpts: dial, conns: make(map[string]*grpc.ClientConn)}, tls: o.tls != nil}
+	return &PeerClient{dialOpts: dial, tls: o.tls != nil}
 }
 
 // LeaderContact asks controller id, at addr, what it knows of leader (the
 // peer service's LeaderContact). It fails if the controller that answers
 // is not id.
 func (c *PeerClient) LeaderContact(ctx context.Context, id int32, addr string, leader int32) (*keelpb.LeaderContactResponse, error) {
-	cc, err := c.conns.conn(addr)
+	cc, err := grpc.NewClient(addr, c.dialOpts...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("controller address %q: %w", addr, err)
 	}
+	defer cc.Close()
 	var p peer.Peer
 	resp, err := keelpb.NewPeerServiceClient(cc).LeaderContact(ctx, &keelpb.LeaderContactRequest{LeaderId: leader}, grpc.Peer(&p))
 	if err != nil {
@@ -70,5 +74,6 @@ func (c *PeerClient) LeaderContact(ctx context.Context, id int32, addr string, l
 	return resp, nil
 }
 
-// Close closes every connection. The caller asks nothing after it.
-func (c *PeerClient) Close() { _ = c.conns.Close() }
+// Close releases the client; the caller asks nothing after it. (Each
+// question's connection is closed with its answer: nothing is held.)
+func (c *PeerClient) Close() {}

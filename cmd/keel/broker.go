@@ -162,6 +162,12 @@ same CA; SASL is not served.
 			cfg.Metrics = metricsSrv.registerer()
 			kc := kafka.Config{FetchMaxWait: kafkaFetchMaxWait, Conns: plan.kafka}
 			kafkaLim.apply(&kc)
+			// Catch signals before starting, as the controller does, so a
+			// stop during the start ends cleanly instead of killing the
+			// process mid-start.
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
 			n, err := node.Start(node.Config{Agent: cfg, Replication: replicas, KafkaListen: kafkaListen, KafkaAdvertise: kafkaAdvertise, Kafka: kc})
 			if err != nil {
 				return err
@@ -171,9 +177,6 @@ same CA; SASL is not served.
 				logPlaintext(log, insecure, exposed)
 			}
 			metricsSrv.setReady(n.Ready)
-			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
 			select {
 			case sig := <-sigs:
 				log.Info("stopping", "signal", sig.String())

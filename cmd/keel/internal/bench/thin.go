@@ -228,7 +228,7 @@ type thinBroker struct {
 	events    []Event
 	// shuttingDown: other brokers in controlled shutdown, from the records.
 	shuttingDown map[int32]bool
-	snapshots    []time.Time
+	snapshots    snapshotCounter // image snapshots received
 	watch        *leaderWatch
 
 	cancel   context.CancelFunc
@@ -295,15 +295,7 @@ func (b *thinBroker) Epoch() int64 {
 
 // SnapshotsSince counts the image snapshots received since t.
 func (b *thinBroker) SnapshotsSince(t time.Time) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for _, s := range b.snapshots {
-		if !s.Before(t) {
-			n++
-		}
-	}
-	return n
+	return b.snapshots.since(t)
 }
 
 // Events returns the events of kind noted so far.
@@ -436,9 +428,7 @@ func (b *thinBroker) Handle(push *keelpb.MetadataPush) error {
 		}
 		if body.Snapshot.GetLast() {
 			b.inSnap = false
-			b.mu.Lock()
-			b.snapshots = append(b.snapshots, now)
-			b.mu.Unlock()
+			b.snapshots.add(now)
 			b.offsets.add(b.snapIdx, now)
 		}
 	default:

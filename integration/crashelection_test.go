@@ -301,3 +301,22 @@ func TestCrashElection_KillAfterHarmlessReset(t *testing.T) {
 	}
 	t.Logf("controller %d active %v after the kill of %d (a reset of its links before, in its term)", next, took, before.leader)
 }
+
+// TestCrashElection_FollowerKillsDoNotFire: a follower killed with
+// SIGKILL and restarted, three times, on a plaintext quorum. In plaintext
+// nothing names the peer of a raft connection, so the other follower takes
+// any such connection's end as possibly the leader's and looks; the
+// leader's port accepts, and other voters still hear it: no election, no
+// new term, the same leader and epoch.
+func TestCrashElection_FollowerKillsDoNotFire(t *testing.T) {
+	c := startCluster(t, 3, withMetrics())
+	before := c.leadership(t)
+	victim := otherThan(c.IDs(), before.leader)[0]
+	for range 3 {
+		c.Kill(victim)
+		c.Restart(victim)
+		c.WaitForApplied(t, c.IDs(), c.appendNoOp(t, 10*time.Second).Index)
+	}
+	c.requireSameLeadership(t, before, fmt.Sprintf("three kills and restarts of follower %d", victim))
+	t.Logf("crash looks vetoed, by reason: %v", c.crashVetoes(t, otherThan(c.IDs(), victim)))
+}

@@ -89,7 +89,7 @@ func (s *Server) createTopics(ctx context.Context, c *conn, r *kmsg.CreateTopics
 			resp.Topics = append(resp.Topics, out)
 		}
 		switch {
-		case !c.admin:
+		case !s.allowed(c, kmsg.ACLOperationCreate, kmsg.ACLResourceTypeTopic, rt.Topic):
 			fail(kerr.TopicAuthorizationFailed, notAdmin)
 			continue
 		case seen[rt.Topic]:
@@ -236,7 +236,7 @@ func (s *Server) deleteTopics(ctx context.Context, c *conn, r *kmsg.DeleteTopics
 			name = t.Name
 			out.Topic = &t.Name
 		}
-		if !c.admin {
+		if !s.allowed(c, kmsg.ACLOperationDelete, kmsg.ACLResourceTypeTopic, name) {
 			fail(kerr.TopicAuthorizationFailed, notAdmin)
 			continue
 		}
@@ -269,7 +269,7 @@ func (s *Server) createPartitions(ctx context.Context, c *conn, r *kmsg.CreatePa
 			out.ErrorMessage = &msg
 			resp.Topics = append(resp.Topics, out)
 		}
-		if !c.admin {
+		if !s.allowed(c, kmsg.ACLOperationAlter, kmsg.ACLResourceTypeTopic, rt.Topic) {
 			fail(kerr.TopicAuthorizationFailed, notAdmin)
 			continue
 		}

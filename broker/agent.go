@@ -108,7 +108,10 @@ type Agent struct {
 	// registration (refused), stale by its heartbeats (answered).
 	giveUp      time.Time
 	giveUpEpoch int64
-	stale       int
+	// stale counts the heartbeats in a row that named a newer controller
+	// epoch than stream attempt staleAttempt had shown.
+	stale        int
+	staleAttempt uint64
 
 	metrics    *agentMetrics
 	registered []prometheus.Collector // on cfg.Metrics, until Close
@@ -648,12 +651,19 @@ func (a *Agent) answered(resp *keelpb.BrokerHeartbeatResponse, took time.Duratio
 	}
 	// A stream that keeps showing an older controller epoch than the
 	// heartbeats do is stuck on a deposed controller whose connection
-	// has not failed (a partition): reconnect it.
+	// has not failed (a partition): reconnect it. The count is of one
+	// stream attempt: one the stream loop has just opened to the new
+	// controller (after its own reconnect) gets its own heartbeats to show
+	// the new epoch, and is never cancelled for its predecessor's lag.
+	attempt := a.session.currentStreamAttempt()
 	if resp.GetControllerEpoch() > a.replay.epoch.Load() {
+		if attempt != a.staleAttempt {
+			a.stale, a.staleAttempt = 0, attempt
+		}
 		if a.stale++; a.stale >= staleHeartbeats {
 			a.log.Info("the metadata stream lags the active controller's epoch; reconnecting",
 				"stream_epoch", a.replay.epoch.Load(), "controller_epoch", resp.GetControllerEpoch())
-			a.session.kickStream()
+			a.session.kickStream(attempt)
 			a.stale = 0
 		}
 	} else {

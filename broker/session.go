@@ -121,6 +121,9 @@ type Session struct {
 
 	mu           sync.Mutex // guards the fields below
 	streamCancel context.CancelFunc
+	// streamAttempt numbers the stream attempts, from 1: a kick names the
+	// attempt it judged stuck (kickStream).
+	streamAttempt uint64
 	// askedAt and releasedAt time a controlled shutdown: the first
 	// heartbeat that asked, and the answer that allowed it.
 	askedAt, releasedAt time.Time
@@ -363,14 +366,26 @@ func (s *Session) heartbeatLoop(ctx context.Context, epoch int64, streamDone <-c
 func (s *Session) setStreamCancel(cancel context.CancelFunc) {
 	s.mu.Lock()
 	s.streamCancel = cancel
+	if cancel != nil {
+		s.streamAttempt++
+	}
 	s.mu.Unlock()
 }
 
-// kickStream ends the current stream attempt; the stream loop reconnects.
-func (s *Session) kickStream() {
+// currentStreamAttempt is the number of the stream attempt open now, or of
+// the last one.
+func (s *Session) currentStreamAttempt() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.streamCancel != nil {
+	return s.streamAttempt
+}
+
+// kickStream ends stream attempt n if it is still the one open; the stream
+// loop reconnects. A newer attempt is left alone: it has not been judged.
+func (s *Session) kickStream(n uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streamCancel != nil && s.streamAttempt == n {
 		s.streamCancel()
 	}
 }

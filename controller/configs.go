@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -83,8 +84,13 @@ func (res configResource) topics(img *fsm.Image, name string) []*fsm.Topic {
 
 // configRecords turns a request's configs into ConfigRecords, one per
 // config whose value changes, in the request's order: SET values in the
-// canonical form fsm.CheckConfig gives, DELETE of an unset config nothing.
-func configRecords(img *fsm.Image, res configResource, configs []*keelpb.AlterableConfig) ([]*keelpb.Record, map[string]bool, error) {
+// canonical form fsm.CheckConfig gives, DELETE of an unset config nothing,
+// APPEND and SUBTRACT the list's items added or taken out (Kafka's
+// ConfigurationControlManager: from the resource's own value, else the
+// built-in default). With replace, then, a delete of each of the
+// resource's own configs not named, in name order (Kafka's legacy
+// AlterConfigs).
+func configRecords(img *fsm.Image, res configResource, configs []*keelpb.AlterableConfig, replace bool) ([]*keelpb.Record, map[string]bool, error) {
 	var recs []*keelpb.Record
 	changed := map[string]bool{}
 	for i, c := range configs {
@@ -92,11 +98,22 @@ func configRecords(img *fsm.Image, res configResource, configs []*keelpb.Alterab
 		if slices.ContainsFunc(configs[:i], func(o *keelpb.AlterableConfig) bool { return o.GetName() == c.GetName() }) {
 			return nil, nil, fieldError(field, "%s is named twice", c.GetName())
 		}
+		if replace && c.GetOp() != keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET {
+			return nil, nil, fieldError(field+".op", "%v: replacing a resource's configs only sets them", c.GetOp())
+		}
 		old, had := res.current(img, c.GetName())
 		rec := &keelpb.ConfigRecord{ResourceType: res.typ, ResourceName: res.name, Name: c.GetName()}
 		switch c.GetOp() {
-		case keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET:
-			v, err := fsm.CheckConfig(c.GetName(), c.GetValue())
+		case keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET, keelpb.AlterConfigOp_ALTER_CONFIG_OP_APPEND, keelpb.AlterConfigOp_ALTER_CONFIG_OP_SUBTRACT:
+			value := c.GetValue()
+			if op := c.GetOp(); op != keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET {
+				v, err := editList(c.GetName(), old, had, op, value)
+				if err != nil {
+					return nil, nil, fieldError(field, "%v", err)
+				}
+				value = v
+			}
+			v, err := fsm.CheckConfig(c.GetName(), value)
 			if err != nil {
 				return nil, nil, fieldError(field, "%v", err)
 			}
@@ -113,12 +130,62 @@ func configRecords(img *fsm.Image, res configResource, configs []*keelpb.Alterab
 				continue
 			}
 		default:
-			return nil, nil, fieldError(field+".op", "%v is not set or delete", c.GetOp())
+			return nil, nil, fieldError(field+".op", "%v is not set, delete, append or subtract", c.GetOp())
 		}
 		changed[c.GetName()] = true
 		recs = append(recs, &keelpb.Record{Record: &keelpb.Record_Config{Config: rec}})
 	}
+	if replace {
+		for _, d := range fsm.ConfigDefs() {
+			named := slices.ContainsFunc(configs, func(c *keelpb.AlterableConfig) bool { return c.GetName() == d.Name })
+			if _, had := res.current(img, d.Name); !had || named {
+				continue
+			}
+			changed[d.Name] = true
+			rec := &keelpb.ConfigRecord{ResourceType: res.typ, ResourceName: res.name, Name: d.Name}
+			recs = append(recs, &keelpb.Record{Record: &keelpb.Record_Config{Config: rec}})
+		}
+	}
 	return recs, changed, nil
+}
+
+// editList applies an APPEND or SUBTRACT of value's comma-separated items
+// to a list config's value: the resource's own (old, when had), else the
+// built-in default.
+func editList(name, old string, had bool, op keelpb.AlterConfigOp, value string) (string, error) {
+	d, ok := fsm.LookupConfig(name)
+	if !ok {
+		_, err := fsm.CheckConfig(name, value)
+		return "", err
+	}
+	if d.Type != fsm.TypeList {
+		return "", fmt.Errorf("%v: %s is a %s, not a list", op, name, d.Type)
+	}
+	if !had {
+		old = d.Default
+	}
+	items := splitList(old)
+	for _, item := range splitList(value) {
+		switch i := slices.Index(items, item); {
+		case op == keelpb.AlterConfigOp_ALTER_CONFIG_OP_APPEND && i < 0:
+			items = append(items, item)
+		case op == keelpb.AlterConfigOp_ALTER_CONFIG_OP_SUBTRACT && i >= 0:
+			items = slices.Delete(items, i, i+1)
+		}
+	}
+	return strings.Join(items, ","), nil
+}
+
+// splitList splits a list config's value into its items, trimmed, without
+// empty ones.
+func splitList(v string) []string {
+	var out []string
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // alterConfigsRecords decides an IncrementalAlterConfigs request, all or
@@ -134,7 +201,7 @@ func alterConfigsRecords(img *fsm.Image, req *keelpb.IncrementalAlterConfigsRequ
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	configs, changed, err := configRecords(img, res, req.GetConfigs())
+	configs, changed, err := configRecords(img, res, req.GetConfigs(), req.GetReplace())
 	if err != nil || len(configs) == 0 {
 		return nil, img, nil, err
 	}
@@ -224,6 +291,6 @@ func (c *Controller) AlterConfigs(ctx context.Context, req *keelpb.IncrementalAl
 		return nil, err
 	}
 	c.log.Info("configs altered", "resource_type", req.GetResource().GetType().String(), "resource", req.GetResource().GetName(),
-		"configs", len(req.GetConfigs()), "elections", len(elections))
+		"configs", len(req.GetConfigs()), "replace", req.GetReplace(), "principal", req.GetPrincipal(), "elections", len(elections))
 	return &ConfigAlteration{Image: c.fsm.Image(), Elections: elections}, nil
 }

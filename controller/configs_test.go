@@ -117,6 +117,94 @@ func TestConfigurationControlManager_IncrementalAlterConfigs(t *testing.T) {
 	}
 }
 
+func listOp(op keelpb.AlterConfigOp, name, value string) *keelpb.AlterableConfig {
+	return &keelpb.AlterableConfig{Name: name, Op: op, Value: value}
+}
+
+// TestConfigurationControlManager_AppendAndSubtract: Kafka's APPEND and
+// SUBTRACT on a list config, from the resource's own value, else the
+// built-in default; a list emptied, or a config that is no list, refused.
+func TestConfigurationControlManager_AppendAndSubtract(t *testing.T) {
+	const appendOp, subtractOp = keelpb.AlterConfigOp_ALTER_CONFIG_OP_APPEND, keelpb.AlterConfigOp_ALTER_CONFIG_OP_SUBTRACT
+	img := fixture(t, false)
+	steps := []struct {
+		name      string
+		req       *keelpb.IncrementalAlterConfigsRequest
+		want      []string
+		wantField string
+	}{
+		{name: "append to the default", req: alterReq(topicResource("t"), listOp(appendOp, fsm.CleanupPolicy, "delete")),
+			want: []string{"t/cleanup.policy=delete"}},
+		{name: "append what is there writes nothing", req: alterReq(topicResource("t"), listOp(appendOp, fsm.CleanupPolicy, " delete,delete"))},
+		{name: "subtract what is not there writes nothing", req: alterReq(topicResource("t"), listOp(subtractOp, fsm.CleanupPolicy, "compact"))},
+		{name: "subtract the last item", req: alterReq(topicResource("t"), listOp(subtractOp, fsm.CleanupPolicy, "delete")), wantField: "configs[0]"},
+		{name: "append an item the config does not take", req: alterReq(clusterResource, listOp(appendOp, fsm.CleanupPolicy, "compact")), wantField: "configs[0]"},
+		{name: "append to a number", req: alterReq(clusterResource, listOp(appendOp, fsm.RetentionMs, "1")), wantField: "configs[0]"},
+	}
+	for _, s := range steps {
+		recs, _, _, err := alterConfigsRecords(img, s.req)
+		var fe *FieldError
+		if s.wantField != "" {
+			if !errors.As(err, &fe) || fe.Field != s.wantField {
+				t.Fatalf("%s: err = %v, want a refusal naming %s", s.name, err, s.wantField)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if got := configsOf(recs); !slices.Equal(got, s.want) {
+			t.Fatalf("%s: records %v, want %v", s.name, got, s.want)
+		}
+		img = apply(t, img, recs)
+	}
+}
+
+// TestConfigurationControlManager_LegacyAlterConfigs (Kafka's
+// testLegacyAlterConfigs): replace sets the configs named and deletes the
+// resource's other own configs in the same decision; one bad config
+// refuses it whole; a delete among them is refused.
+func TestConfigurationControlManager_LegacyAlterConfigs(t *testing.T) {
+	img := fixture(t, false)
+	img = apply(t, img, mustRecords(t, img, alterReq(topicResource("t"), set(fsm.RetentionMs, "5"), set(fsm.UncleanLeaderElection, "true"))))
+	replace := func(r *keelpb.ConfigResource, cs ...*keelpb.AlterableConfig) *keelpb.IncrementalAlterConfigsRequest {
+		req := alterReq(r, cs...)
+		req.Replace = true
+		return req
+	}
+	var fe *FieldError
+	if _, _, _, err := alterConfigsRecords(img, replace(topicResource("t"), set(fsm.SegmentBytes, "1"))); !errors.As(err, &fe) || fe.Field != "configs[0]" {
+		t.Fatalf("a bad value: err = %v, want a refusal naming configs[0]", err)
+	}
+	if _, _, _, err := alterConfigsRecords(img, replace(topicResource("t"), del(fsm.RetentionMs))); !errors.As(err, &fe) || fe.Field != "configs[0].op" {
+		t.Fatalf("a delete: err = %v, want a refusal naming configs[0].op", err)
+	}
+	recs, _, _, err := alterConfigsRecords(img, replace(topicResource("t"), set(fsm.RetentionMs, "5"), set(fsm.MinInsyncReplicas, "2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := configsOf(recs), []string{"t/min.insync.replicas=2", "t/unclean.leader.election.enable deleted"}; !slices.Equal(got, want) {
+		t.Fatalf("records %v, want %v", got, want)
+	}
+	img = apply(t, img, recs)
+	recs, _, _, err = alterConfigsRecords(img, replace(topicResource("t")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := configsOf(recs), []string{"t/min.insync.replicas deleted", "t/retention.ms deleted"}; !slices.Equal(got, want) {
+		t.Fatalf("replacing with nothing: records %v, want %v", got, want)
+	}
+}
+
+func mustRecords(t *testing.T, img *fsm.Image, req *keelpb.IncrementalAlterConfigsRequest) []*keelpb.Record {
+	t.Helper()
+	recs, _, _, err := alterConfigsRecords(img, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
 func sameConfigs(a, b *fsm.Image) bool {
 	for _, t := range a.Topics() {
 		u, ok := b.Topic(t.Name)

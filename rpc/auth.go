@@ -138,7 +138,9 @@ var methodRules = map[string]rule{
 	keelpb.ControllerService_AddVoter_FullMethodName:                    adminOnly,
 	keelpb.ControllerService_RemoveVoter_FullMethodName:                 adminOnly,
 	keelpb.ControllerService_TransferLeadership_FullMethodName:          adminOnly,
-	keelpb.ControllerService_IncrementalAlterConfigs_FullMethodName:     adminOnly,
+	// Configs: an operator, or a broker forwarding a Kafka client's
+	// IncrementalAlterConfigs or AlterConfigs (Kafka: ALTER_CONFIGS).
+	keelpb.ControllerService_IncrementalAlterConfigs_FullMethodName: forwardedAdmin("principal"),
 	// Raising or lowering metadata.version (Kafka's UpdateFeatures needs
 	// ALTER on the cluster).
 	keelpb.ControllerService_UpdateFeatures_FullMethodName: adminOnly,

@@ -243,15 +243,20 @@ func validConfigResource(r *keelpb.ConfigResource) error {
 }
 
 // checkAlterConfigs checks an IncrementalAlterConfigs request: each config
-// once, known, and with a value fsm.CheckConfig takes (SET) or none
-// (DELETE).
+// once, known, and with a value fsm.CheckConfig takes (SET, APPEND), none
+// (DELETE), or the items of a list (SUBTRACT); with replace, only SETs.
 func checkAlterConfigs(r *keelpb.IncrementalAlterConfigsRequest) error {
-	if err := validConfigResource(r.GetResource()); err != nil {
+	if err := firstError(validConfigResource(r.GetResource()), validPrincipal(r.GetPrincipal())); err != nil {
 		return err
 	}
 	cs := r.GetConfigs()
-	if len(cs) == 0 || len(cs) > maxConfigs {
-		return invalidArgument("configs", "%d entries; want 1..%d", len(cs), maxConfigs)
+	least := 1
+	if r.GetReplace() {
+		// A legacy AlterConfigs naming nothing puts every config back.
+		least = 0
+	}
+	if len(cs) < least || len(cs) > maxConfigs {
+		return invalidArgument("configs", "%d entries; want %d..%d", len(cs), least, maxConfigs)
 	}
 	for i, c := range cs {
 		field := fmt.Sprintf("configs[%d]", i)
@@ -264,22 +269,29 @@ func checkAlterConfigs(r *keelpb.IncrementalAlterConfigsRequest) error {
 			return invalidArgument(field+".value", "longer than %d bytes", maxConfigValueLen)
 		case slices.ContainsFunc(cs[:i], func(o *keelpb.AlterableConfig) bool { return o.GetName() == c.GetName() }):
 			return invalidArgument(field+".name", "%s is named twice", c.GetName())
+		case r.GetReplace() && c.GetOp() != keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET:
+			return invalidArgument(field+".op", "%v: replacing a resource's configs only sets them", c.GetOp())
 		}
 		switch c.GetOp() {
-		case keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET:
+		case keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET, keelpb.AlterConfigOp_ALTER_CONFIG_OP_APPEND:
 			if _, err := fsm.CheckConfig(c.GetName(), c.GetValue()); err != nil {
 				return invalidArgument(field, "%v", err)
 			}
-		case keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE:
+		case keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE, keelpb.AlterConfigOp_ALTER_CONFIG_OP_SUBTRACT:
 			if _, ok := fsm.LookupConfig(c.GetName()); !ok {
 				_, err := fsm.CheckConfig(c.GetName(), "")
 				return invalidArgument(field+".name", "%v", err)
 			}
-			if c.GetValue() != "" {
+			if c.GetOp() == keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE && c.GetValue() != "" {
 				return invalidArgument(field+".value", "a delete takes no value")
 			}
 		default:
-			return invalidArgument(field+".op", "%v is not set or delete", c.GetOp())
+			return invalidArgument(field+".op", "%v is not set, delete, append or subtract", c.GetOp())
+		}
+		if op := c.GetOp(); op == keelpb.AlterConfigOp_ALTER_CONFIG_OP_APPEND || op == keelpb.AlterConfigOp_ALTER_CONFIG_OP_SUBTRACT {
+			if d, _ := fsm.LookupConfig(c.GetName()); d.Type != fsm.TypeList {
+				return invalidArgument(field+".op", "%v: %s is a %s, not a list", op, c.GetName(), d.Type)
+			}
 		}
 	}
 	return nil

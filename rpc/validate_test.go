@@ -108,6 +108,12 @@ func validControllerRequests() []controllerRequestCase {
 		{method: "IncrementalAlterConfigs", name: "cluster defaults, validate only", req: edited(validAlterConf, func(r *keelpb.IncrementalAlterConfigsRequest) {
 			r.Resource, r.ValidateOnly = clusterResource, true
 		})},
+		{method: "IncrementalAlterConfigs", name: "append and subtract a list, forwarded", req: &keelpb.IncrementalAlterConfigsRequest{
+			Resource: validAlterConf.Resource, Principal: "admin", Configs: []*keelpb.AlterableConfig{
+				{Name: fsm.CleanupPolicy, Op: keelpb.AlterConfigOp_ALTER_CONFIG_OP_APPEND, Value: "delete"},
+			}}},
+		{method: "IncrementalAlterConfigs", name: "replace with nothing", req: &keelpb.IncrementalAlterConfigsRequest{
+			Resource: validAlterConf.Resource, Replace: true}},
 		{method: "DescribeConfigs", req: &keelpb.DescribeConfigsRequest{Resource: validAlterConf.Resource}},
 		{method: "DescribeConfigs", name: "cluster defaults", req: &keelpb.DescribeConfigsRequest{Resource: clusterResource, Linearizable: true}},
 		{method: "AlterPartition", name: "with epochs", req: edited(validAlterPartition, func(r *keelpb.AlterPartitionRequest) {
@@ -369,6 +375,15 @@ func invalidControllerRequests() []controllerRequestCase {
 		alterConf("no op", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) {
 			r.Configs[0].Op = keelpb.AlterConfigOp_ALTER_CONFIG_OP_UNSPECIFIED
 		}),
+		alterConf("append to a number", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) {
+			r.Configs[0].Op = keelpb.AlterConfigOp_ALTER_CONFIG_OP_APPEND
+		}),
+		alterConf("subtract from a boolean", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) {
+			r.Configs[1].Op = keelpb.AlterConfigOp_ALTER_CONFIG_OP_SUBTRACT
+		}),
+		alterConf("an unknown op", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[0].Op = 9 }),
+		alterConf("replace with a delete", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Replace = true }),
+		alterConf("a principal that is no identity", "principal", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Principal = "User:nobody" }),
 		alterConf("an over-long value", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[0].Value = long(maxConfigValueLen + 1) }),
 
 		{method: "DescribeConfigs", name: "no resource", field: "resource", req: &keelpb.DescribeConfigsRequest{}},

@@ -137,6 +137,11 @@ const (
 	// Back to the next source down; deleting a config that is not set is a
 	// no-op.
 	AlterConfigOp_ALTER_CONFIG_OP_DELETE AlterConfigOp = 2
+	// For a list config: add the value's items missing from the resource's
+	// own value (else the built-in default), or take them out (Kafka's
+	// APPEND and SUBTRACT).
+	AlterConfigOp_ALTER_CONFIG_OP_APPEND   AlterConfigOp = 3
+	AlterConfigOp_ALTER_CONFIG_OP_SUBTRACT AlterConfigOp = 4
 )
 
 // Enum value maps for AlterConfigOp.
@@ -145,11 +150,15 @@ var (
 		0: "ALTER_CONFIG_OP_UNSPECIFIED",
 		1: "ALTER_CONFIG_OP_SET",
 		2: "ALTER_CONFIG_OP_DELETE",
+		3: "ALTER_CONFIG_OP_APPEND",
+		4: "ALTER_CONFIG_OP_SUBTRACT",
 	}
 	AlterConfigOp_value = map[string]int32{
 		"ALTER_CONFIG_OP_UNSPECIFIED": 0,
 		"ALTER_CONFIG_OP_SET":         1,
 		"ALTER_CONFIG_OP_DELETE":      2,
+		"ALTER_CONFIG_OP_APPEND":      3,
+		"ALTER_CONFIG_OP_SUBTRACT":    4,
 	}
 )
 
@@ -5139,7 +5148,14 @@ type IncrementalAlterConfigsRequest struct {
 	// At most one entry per name.
 	Configs []*AlterableConfig `protobuf:"bytes,2,rep,name=configs,proto3" json:"configs,omitempty"`
 	// Check everything and answer as the change would, but write nothing.
-	ValidateOnly  bool `protobuf:"varint,3,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	ValidateOnly bool `protobuf:"varint,3,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	// The principal of the Kafka client a broker forwards the request for
+	// (as in CreateTopicRequest); empty for an operator's own call.
+	Principal string `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
+	// The configs given, all SET, are the resource's whole set: each of its
+	// own configs not named is deleted in the same decision (Kafka's legacy
+	// AlterConfigs). With replace, configs may be empty.
+	Replace       bool `protobuf:"varint,5,opt,name=replace,proto3" json:"replace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5191,6 +5207,20 @@ func (x *IncrementalAlterConfigsRequest) GetConfigs() []*AlterableConfig {
 func (x *IncrementalAlterConfigsRequest) GetValidateOnly() bool {
 	if x != nil {
 		return x.ValidateOnly
+	}
+	return false
+}
+
+func (x *IncrementalAlterConfigsRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *IncrementalAlterConfigsRequest) GetReplace() bool {
+	if x != nil {
+		return x.Replace
 	}
 	return false
 }
@@ -5848,11 +5878,13 @@ const file_controller_proto_rawDesc = "" +
 	"\x0fAlterableConfig\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x16.keel.v1.AlterConfigOpR\x02op\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\tR\x05value\"\xae\x01\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\"\xe6\x01\n" +
 	"\x1eIncrementalAlterConfigsRequest\x123\n" +
 	"\bresource\x18\x01 \x01(\v2\x17.keel.v1.ConfigResourceR\bresource\x122\n" +
 	"\aconfigs\x18\x02 \x03(\v2\x18.keel.v1.AlterableConfigR\aconfigs\x12#\n" +
-	"\rvalidate_only\x18\x03 \x01(\bR\fvalidateOnly\"\x88\x01\n" +
+	"\rvalidate_only\x18\x03 \x01(\bR\fvalidateOnly\x12\x1c\n" +
+	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12\x18\n" +
+	"\areplace\x18\x05 \x01(\bR\areplace\"\x88\x01\n" +
 	"\x1fIncrementalAlterConfigsResponse\x12.\n" +
 	"\aconfigs\x18\x01 \x03(\v2\x14.keel.v1.ConfigEntryR\aconfigs\x125\n" +
 	"\telections\x18\x02 \x03(\v2\x17.keel.v1.ElectionResultR\telections\"\x87\x01\n" +
@@ -5877,11 +5909,13 @@ const file_controller_proto_rawDesc = "" +
 	"\x19CONFIG_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13CONFIG_SOURCE_TOPIC\x10\x01\x12!\n" +
 	"\x1dCONFIG_SOURCE_CLUSTER_DEFAULT\x10\x02\x12\x19\n" +
-	"\x15CONFIG_SOURCE_DEFAULT\x10\x03*e\n" +
+	"\x15CONFIG_SOURCE_DEFAULT\x10\x03*\x9f\x01\n" +
 	"\rAlterConfigOp\x12\x1f\n" +
 	"\x1bALTER_CONFIG_OP_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ALTER_CONFIG_OP_SET\x10\x01\x12\x1a\n" +
-	"\x16ALTER_CONFIG_OP_DELETE\x10\x022\xbc\x13\n" +
+	"\x16ALTER_CONFIG_OP_DELETE\x10\x02\x12\x1a\n" +
+	"\x16ALTER_CONFIG_OP_APPEND\x10\x03\x12\x1c\n" +
+	"\x18ALTER_CONFIG_OP_SUBTRACT\x10\x042\xbc\x13\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +

@@ -158,9 +158,9 @@ type ControllerServiceClient interface {
 	// for a target not in the quorum; FailedPrecondition for a target that is
 	// not a voter, or when there is no other voter.
 	TransferLeadership(ctx context.Context, in *TransferLeadershipRequest, opts ...grpc.CallOption) (*TransferLeadershipResponse, error)
-	// IncrementalAlterConfigs sets and deletes configs of one resource (a
-	// topic, or the cluster defaults), all or none (Kafka's
-	// IncrementalAlterConfigs). InvalidArgument naming the config for an
+	// IncrementalAlterConfigs sets, deletes, appends to and subtracts from
+	// configs of one resource (a topic, or the cluster defaults), all or none
+	// (Kafka's IncrementalAlterConfigs; with replace, its AlterConfigs). InvalidArgument naming the config for an
 	// unknown name or a bad value; NotFound for an unknown topic. Turning
 	// unclean.leader.election.enable on elects the leaderless partitions it
 	// allows in the same decision; changing min.insync.replicas clears the
@@ -631,9 +631,9 @@ type ControllerServiceServer interface {
 	// for a target not in the quorum; FailedPrecondition for a target that is
 	// not a voter, or when there is no other voter.
 	TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error)
-	// IncrementalAlterConfigs sets and deletes configs of one resource (a
-	// topic, or the cluster defaults), all or none (Kafka's
-	// IncrementalAlterConfigs). InvalidArgument naming the config for an
+	// IncrementalAlterConfigs sets, deletes, appends to and subtracts from
+	// configs of one resource (a topic, or the cluster defaults), all or none
+	// (Kafka's IncrementalAlterConfigs; with replace, its AlterConfigs). InvalidArgument naming the config for an
 	// unknown name or a bad value; NotFound for an unknown topic. Turning
 	// unclean.leader.election.enable on elects the leaderless partitions it
 	// allows in the same decision; changing min.insync.replicas clears the

@@ -49,3 +49,10 @@ func (a *Agent) CreatePartitions(ctx context.Context, req *keelpb.CreatePartitio
 func (a *Agent) DeleteTopic(ctx context.Context, req *keelpb.DeleteTopicRequest) error {
 	return a.client.DeleteTopicRequest(ctx, req)
 }
+
+// AlterConfigs forwards a change of a topic's or the cluster defaults'
+// configs (Kafka's IncrementalAlterConfigs and AlterConfigs) to the active
+// controller, which authorizes the client's principal in req.
+func (a *Agent) AlterConfigs(ctx context.Context, req *keelpb.IncrementalAlterConfigsRequest) (*keelpb.IncrementalAlterConfigsResponse, error) {
+	return a.client.IncrementalAlterConfigs(ctx, req)
+}

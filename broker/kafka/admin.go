@@ -164,29 +164,25 @@ func (s *Server) createTopics(ctx context.Context, c *conn, r *kmsg.CreateTopics
 	return resp
 }
 
-// configSource is Kafka's ConfigSource of a Keel one.
-func configSource(src keelpb.ConfigSource) int8 {
-	switch src {
-	case keelpb.ConfigSource_CONFIG_SOURCE_TOPIC:
-		return 1 // DYNAMIC_TOPIC_CONFIG
-	case keelpb.ConfigSource_CONFIG_SOURCE_CLUSTER_DEFAULT:
-		return 4 // DYNAMIC_DEFAULT_BROKER_CONFIG
-	}
-	return 5 // DEFAULT_CONFIG
-}
-
 // awaitTopic waits, briefly, for this broker's image to show topic created
 // (or gone), so that a client that asks for metadata next finds what it
 // did. A timeout is no error: the client retries its metadata anyway.
 func (s *Server) awaitTopic(ctx context.Context, topic string, present bool) {
+	s.await(ctx, func(img *fsm.Image) bool {
+		_, ok := img.Topic(topic)
+		return ok == present
+	})
+}
+
+// await polls this broker's image until done holds of it, for seenWait at
+// most: what a client changed through the controller is seen here before
+// it is answered, so that its next request here finds it.
+func (s *Server) await(ctx context.Context, done func(*fsm.Image) bool) {
 	ctx, cancel := context.WithTimeout(ctx, seenWait)
 	defer cancel()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for {
-		if _, ok := s.cfg.Image.Image().Topic(topic); ok == present {
-			return
-		}
+	for !done(s.cfg.Image.Image()) {
 		select {
 		case <-ctx.Done():
 			return

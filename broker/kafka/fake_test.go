@@ -167,6 +167,63 @@ func (m *fakeMeta) DeleteTopic(_ context.Context, req *keelpb.DeleteTopicRequest
 	return m.apply(&keelpb.Record{Record: &keelpb.Record_RemoveTopic{RemoveTopic: &keelpb.RemoveTopicRecord{TopicId: t.ID[:]}}})
 }
 
+// AlterConfigs sets and deletes (SET and DELETE; with replace, also
+// deletes what is not named) as the controller does, all or none, and
+// answers the resource's configs in effect.
+func (m *fakeMeta) AlterConfigs(_ context.Context, req *keelpb.IncrementalAlterConfigsRequest) (*keelpb.IncrementalAlterConfigsResponse, error) {
+	m.forwarded(req.GetPrincipal())
+	img := m.Image()
+	res := req.GetResource()
+	own := img.ClusterConfigs()
+	var t *fsm.Topic
+	if res.GetType() == keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_TOPIC {
+		var ok bool
+		if t, ok = img.Topic(res.GetName()); !ok {
+			return nil, status.Errorf(codes.NotFound, "unknown topic or partition: topic %q", res.GetName())
+		}
+		own = t.Configs
+	}
+	var recs []*keelpb.Record
+	named := map[string]bool{}
+	for i, c := range req.GetConfigs() {
+		named[c.GetName()] = true
+		rec := &keelpb.ConfigRecord{ResourceType: res.GetType(), ResourceName: res.GetName(), Name: c.GetName()}
+		if c.GetOp() == keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET {
+			v, err := fsm.CheckConfig(c.GetName(), c.GetValue())
+			if err != nil {
+				return nil, rpc.InvalidArgument(fmt.Sprintf("configs[%d]", i), "%v", err)
+			}
+			rec.Value = &v
+		}
+		recs = append(recs, &keelpb.Record{Record: &keelpb.Record_Config{Config: rec}})
+	}
+	if req.GetReplace() {
+		for name := range own {
+			if !named[name] {
+				rec := &keelpb.ConfigRecord{ResourceType: res.GetType(), ResourceName: res.GetName(), Name: name}
+				recs = append(recs, &keelpb.Record{Record: &keelpb.Record_Config{Config: rec}})
+			}
+		}
+	}
+	if !req.GetValidateOnly() {
+		if err := m.apply(recs...); err != nil {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+		img = m.Image()
+	}
+	vals := img.ClusterDefaults()
+	if t != nil {
+		t, _ = img.Topic(t.Name)
+		vals = img.TopicConfigs(t)
+	}
+	resp := &keelpb.IncrementalAlterConfigsResponse{}
+	for _, v := range vals {
+		src := keelpb.ConfigSource(v.Source)
+		resp.Configs = append(resp.Configs, &keelpb.ConfigEntry{Name: v.Name, Value: v.Value, Source: src})
+	}
+	return resp, nil
+}
+
 // startServer serves broker id's Kafka listener on loopback over meta and
 // backend, registered in meta with its address; it stops in t.Cleanup.
 func startServer(t *testing.T, id int32, meta *fakeMeta, backend broker.Backend, mutate func(*Config)) *Server {

@@ -29,6 +29,9 @@ type Controller interface {
 	CreateTopic(ctx context.Context, req *keelpb.CreateTopicRequest) (*keelpb.CreateTopicResponse, error)
 	CreatePartitions(ctx context.Context, req *keelpb.CreatePartitionsRequest) (*keelpb.CreatePartitionsResponse, error)
 	DeleteTopic(ctx context.Context, req *keelpb.DeleteTopicRequest) error
+	// AlterConfigs changes one resource's configs, all or none, and
+	// returns its configs in effect afterwards.
+	AlterConfigs(ctx context.Context, req *keelpb.IncrementalAlterConfigsRequest) (*keelpb.IncrementalAlterConfigsResponse, error)
 }
 
 // Defaults.

@@ -32,7 +32,10 @@ var versions = map[int16]versionRange{
 	20: {0, 6},  // DeleteTopics
 	22: {0, 4},  // InitProducerId
 	23: {2, 4},  // OffsetForLeaderEpoch (kgo validates after a leader change from v2: KIP-320)
+	32: {0, 4},  // DescribeConfigs
+	33: {0, 2},  // AlterConfigs
 	37: {0, 3},  // CreatePartitions
+	44: {0, 1},  // IncrementalAlterConfigs
 	60: {0, 1},  // DescribeCluster
 }
 

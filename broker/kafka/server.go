@@ -489,6 +489,12 @@ func (s *Server) handle(ctx context.Context, c *conn, req kmsg.Request) kmsg.Res
 		return s.deleteTopics(ctx, c, r)
 	case *kmsg.CreatePartitionsRequest:
 		return s.createPartitions(ctx, c, r)
+	case *kmsg.DescribeConfigsRequest:
+		return s.describeConfigs(c, r)
+	case *kmsg.AlterConfigsRequest:
+		return s.legacyAlterConfigs(ctx, c, r)
+	case *kmsg.IncrementalAlterConfigsRequest:
+		return s.incrementalAlterConfigs(ctx, c, r)
 	}
 	// versions lists only the keys above.
 	panic(fmt.Sprintf("no handler for %s", kmsg.NameForKey(req.Key())))

@@ -199,6 +199,41 @@ func TestKafkaConfigs_Kadm(t *testing.T) {
 			t.Errorf("%s: %+v; want %v with a message", tt.name, rs, tt.want)
 		}
 	}
+	// Bad input in one request, a refusal per resource: an unknown
+	// resource type, a config named twice, an oversized value, an unknown
+	// operation.
+	bad := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	for _, r := range []struct {
+		typ   kmsg.ConfigResourceType
+		name  string
+		op    kmsg.IncrementalAlterConfigOp
+		names []string
+		value string
+	}{
+		{kmsg.ConfigResourceType(9), "x", kmsg.IncrementalAlterConfigOpSet, []string{"retention.ms"}, "5"},
+		{kmsg.ConfigResourceTypeTopic, topic, kmsg.IncrementalAlterConfigOpSet, []string{"retention.ms", "retention.ms"}, "5"},
+		{kmsg.ConfigResourceTypeBroker, "", kmsg.IncrementalAlterConfigOpSet, []string{"log.retention.ms"}, strings.Repeat("9", 5000)},
+		{kmsg.ConfigResourceTypeTopic, "other", kmsg.IncrementalAlterConfigOp(9), []string{"retention.ms"}, "5"},
+	} {
+		res := kmsg.NewIncrementalAlterConfigsRequestResource()
+		res.ResourceType, res.ResourceName = r.typ, r.name
+		for _, n := range r.names {
+			cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+			cfg.Name, cfg.Op, cfg.Value = n, r.op, kmsg.StringPtr(r.value)
+			res.Configs = append(res.Configs, cfg)
+		}
+		bad.Resources = append(bad.Resources, res)
+	}
+	badResp, err := cl.Broker(2).Request(ctx, bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []*kerr.Error{kerr.InvalidRequest, kerr.InvalidRequest, kerr.InvalidConfig, kerr.InvalidRequest} {
+		r := badResp.(*kmsg.IncrementalAlterConfigsResponse).Resources[i]
+		if r.ErrorCode != want.Code || r.ErrorMessage == nil {
+			t.Errorf("bad input %d (%v %q): %v; want %v with a message", i, r.ResourceType, r.ResourceName, kerr.ErrorForCode(r.ErrorCode), want)
+		}
+	}
 	checkConfigLines(t, "after validate-only and refused changes", describeTopicOn(t, adm, topic), want)
 
 	// The legacy AlterConfigs replaces the whole set: what it does not

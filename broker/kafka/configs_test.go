@@ -11,6 +11,7 @@ import (
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/tlsauth"
 )
 
 func describeConfigs(t *testing.T, cl *kgo.Client, synonyms bool, resources ...kmsg.DescribeConfigsRequestResource) []kmsg.DescribeConfigsResponseResource {
@@ -269,5 +270,49 @@ func TestServer_AlterConfigs(t *testing.T) {
 	tp, _ := meta.Image().Topic("orders")
 	if len(tp.Configs) != 1 || tp.Configs[fsm.MinInsyncReplicas] != "2" {
 		t.Fatalf("topic configs after a legacy alter: %v; want only min.insync.replicas=2", tp.Configs)
+	}
+}
+
+// TestServer_ConfigsAuthorized: over TLS each config request asks
+// allowed() per resource: a client that may not (a broker's certificate,
+// not an admin's) gets TOPIC_AUTHORIZATION_FAILED for a topic and
+// CLUSTER_AUTHORIZATION_FAILED for a broker, and nothing is forwarded; an
+// admin's change is forwarded with its principal.
+func TestServer_ConfigsAuthorized(t *testing.T) {
+	ca, err := tlsauth.NewCA("kafka test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := map[string]*tlsauth.Config{}
+	for _, cn := range []string{"broker-1", "broker-2", "admin"} {
+		if certs[cn], err = ca.Config(cn, "127.0.0.1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meta := newFakeMeta(t)
+	s := startServer(t, 1, meta, NewMemoryBackend(), func(c *Config) { c.TLS = certs["broker-1"] })
+	meta.createTopic("secure", []int32{1})
+	client := func(cn string) *kgo.Client {
+		return newClient(t, []string{s.Addr()}, kgo.DialTLSConfig(certs[cn].Client(tlsauth.RoleBroker)))
+	}
+	retention := op(kmsg.IncrementalAlterConfigOpSet, fsm.RetentionMs, kmsg.StringPtr("5"))
+	other := client("broker-2")
+	rs := incrementalAlter(t, other, false, incremental(kmsg.ConfigResourceTypeTopic, "secure", retention),
+		incremental(kmsg.ConfigResourceTypeBroker, "", op(kmsg.IncrementalAlterConfigOpSet, "log.retention.ms", kmsg.StringPtr("5"))))
+	if rs[0].ErrorCode != kerr.TopicAuthorizationFailed.Code || rs[1].ErrorCode != kerr.ClusterAuthorizationFailed.Code {
+		t.Fatalf("alter without the right: %v, %v", kerr.ErrorForCode(rs[0].ErrorCode), kerr.ErrorForCode(rs[1].ErrorCode))
+	}
+	ds := describeConfigs(t, other, false, configResource(kmsg.ConfigResourceTypeTopic, "secure"), configResource(kmsg.ConfigResourceTypeBroker, "1"))
+	if ds[0].ErrorCode != kerr.TopicAuthorizationFailed.Code || ds[1].ErrorCode != kerr.ClusterAuthorizationFailed.Code || len(ds[0].Configs)+len(ds[1].Configs) != 0 {
+		t.Fatalf("describe without the right: %v, %v", kerr.ErrorForCode(ds[0].ErrorCode), kerr.ErrorForCode(ds[1].ErrorCode))
+	}
+	if got := meta.forwardedPrincipals(); len(got) != 0 {
+		t.Fatalf("forwarded without the right: %q", got)
+	}
+	if rs := incrementalAlter(t, client("admin"), false, incremental(kmsg.ConfigResourceTypeTopic, "secure", retention)); rs[0].ErrorCode != 0 {
+		t.Fatalf("an admin's change: %v", kerr.ErrorForCode(rs[0].ErrorCode))
+	}
+	if got := meta.forwardedPrincipals(); len(got) != 1 || got[0] != "admin" {
+		t.Fatalf("principals forwarded: %q; want [admin]", got)
 	}
 }

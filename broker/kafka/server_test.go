@@ -361,6 +361,8 @@ func TestServer_BadInputClosesTheConnectionOnly(t *testing.T) {
 		{"a version not served (Fetch v3)", frame(1, 3, 1, nil)},
 		{"an unknown API key", frame(999, 0, 1, nil)},
 		{"a Metadata body that does not parse", frame(3, 1, 1, []byte{0x7f, 0xff, 0xff, 0xff})},
+		{"a DescribeConfigs whose resource count lies", frame(32, 1, 1, []byte{0x7f, 0xff, 0xff, 0xff})},
+		{"an IncrementalAlterConfigs whose config count lies", frame(44, 0, 1, []byte{0, 0, 0, 1, 2, 0, 1, 't', 0x7f, 0xff, 0xff, 0xff})},
 		{"a Produce whose partition count lies", frame(0, 7, 1, []byte{0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 1, 0, 1, 't', 0x7f, 0xff, 0xff, 0xff})},
 	}
 	for _, tt := range tests {

@@ -328,20 +328,35 @@ func TestKafkaConfigs_Sarama(t *testing.T) {
 	if d := details[topic]; d.NumPartitions != 1 || d.ReplicationFactor != 3 {
 		t.Errorf("ListTopics: %+v; want 1 partition of 3 replicas", d)
 	}
-	entries, err := adm.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{"retention.ms", "max.message.bytes"}})
+	results, err := adm.DescribeConfigs([]*sarama.ConfigResource{
+		{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{"retention.ms", "max.message.bytes"}},
+		{Type: sarama.TopicResource, Name: "missing"},
+	}, sarama.DescribeConfigsOptions{IncludeSynonyms: true})
 	if err != nil {
-		t.Fatalf("DescribeConfig: %v", err)
+		t.Fatalf("DescribeConfigs: %v", err)
 	}
 	got := map[string]string{}
-	for _, e := range entries {
-		got[e.Name] = e.Value + "/" + e.Source.String()
+	for _, r := range results {
+		if r.Name == "missing" {
+			if r.ErrorCode != sarama.ErrUnknownTopicOrPartition {
+				t.Errorf("DescribeConfigs of a missing topic: %v; want UNKNOWN_TOPIC_OR_PARTITION", r.ErrorCode)
+			}
+			continue
+		}
+		for _, e := range r.Configs {
+			line := e.Value + "/" + e.Source.String()
+			for _, syn := range e.Synonyms {
+				line += " " + syn.ConfigName + "=" + syn.ConfigValue + "/" + syn.Source.String()
+			}
+			got[e.Name] = line
+		}
 	}
-	if got["retention.ms"] != "3600000/"+sarama.SourceTopic.String() || got["max.message.bytes"] != "1048588/"+sarama.SourceDefault.String() || len(got) != 2 {
-		t.Errorf("DescribeConfig: %v", got)
+	want := map[string]string{
+		"retention.ms":      fmt.Sprintf("3600000/%v retention.ms=3600000/%v log.retention.ms=604800000/%v", sarama.SourceTopic, sarama.SourceTopic, sarama.SourceDefault),
+		"max.message.bytes": fmt.Sprintf("1048588/%v message.max.bytes=1048588/%v", sarama.SourceDefault, sarama.SourceDefault),
 	}
-	_, err = adm.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: "missing"})
-	if !errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
-		t.Errorf("DescribeConfig of a missing topic: %v; want UNKNOWN_TOPIC_OR_PARTITION", err)
+	if len(got) != len(want) || got["retention.ms"] != want["retention.ms"] || got["max.message.bytes"] != want["max.message.bytes"] {
+		t.Errorf("DescribeConfigs: %v; want %v", got, want)
 	}
 }
 

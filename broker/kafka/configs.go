@@ -313,6 +313,29 @@ type alteration struct {
 	configs []*keelpb.AlterableConfig
 	// replace: AlterConfigs, which sets the resource's whole set.
 	replace bool
+	// refused is a refusal found while reading the request.
+	refused *alterResult
+}
+
+// add adds a config to change; a value to set that is null refuses the
+// resource, as in Kafka.
+func (a *alteration) add(name string, op keelpb.AlterConfigOp, value *string) {
+	ac := &keelpb.AlterableConfig{Name: name, Op: op}
+	switch {
+	case op == keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE:
+	case value == nil:
+		a.refuse(failed(kerr.InvalidRequest, "null value not supported for: %s", truncate(name)))
+	default:
+		ac.Value = *value
+	}
+	a.configs = append(a.configs, ac)
+}
+
+// refuse notes the first refusal.
+func (a *alteration) refuse(r alterResult) {
+	if a.refused == nil {
+		a.refused = &r
+	}
 }
 
 // alterResult is a resource's outcome: 0 and no message on success.
@@ -326,39 +349,29 @@ func failed(ke *kerr.Error, format string, args ...any) alterResult {
 	return alterResult{code: ke.Code, msg: &msg}
 }
 
+// incrementalOps are Kafka's IncrementalAlterConfigs operations in Keel's
+// terms.
+var incrementalOps = map[kmsg.IncrementalAlterConfigOp]keelpb.AlterConfigOp{
+	kmsg.IncrementalAlterConfigOpSet:      keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET,
+	kmsg.IncrementalAlterConfigOpDelete:   keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE,
+	kmsg.IncrementalAlterConfigOpAppend:   keelpb.AlterConfigOp_ALTER_CONFIG_OP_APPEND,
+	kmsg.IncrementalAlterConfigOpSubtract: keelpb.AlterConfigOp_ALTER_CONFIG_OP_SUBTRACT,
+}
+
 func (s *Server) incrementalAlterConfigs(ctx context.Context, c *conn, r *kmsg.IncrementalAlterConfigsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
 	alts := make([]alteration, len(r.Resources))
-	bad := make([]*alterResult, len(r.Resources))
 	for i, rr := range r.Resources {
 		alts[i] = alteration{typ: rr.ResourceType, name: rr.ResourceName}
 		for _, cfg := range rr.Configs {
-			var op keelpb.AlterConfigOp
-			switch cfg.Op {
-			case kmsg.IncrementalAlterConfigOpSet:
-				op = keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET
-			case kmsg.IncrementalAlterConfigOpDelete:
-				op = keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE
-			case kmsg.IncrementalAlterConfigOpAppend:
-				op = keelpb.AlterConfigOp_ALTER_CONFIG_OP_APPEND
-			case kmsg.IncrementalAlterConfigOpSubtract:
-				op = keelpb.AlterConfigOp_ALTER_CONFIG_OP_SUBTRACT
-			default:
-				res := failed(kerr.InvalidRequest, "unknown operation %d for %s: want SET (0), DELETE (1), APPEND (2) or SUBTRACT (3)", cfg.Op, truncate(cfg.Name))
-				bad[i] = &res
+			op, ok := incrementalOps[cfg.Op]
+			if !ok {
+				alts[i].refuse(failed(kerr.InvalidRequest, "unknown operation %d for %s: want SET (0), DELETE (1), APPEND (2) or SUBTRACT (3)", cfg.Op, truncate(cfg.Name)))
 			}
-			if cfg.Value == nil && op != keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE && bad[i] == nil {
-				res := failed(kerr.InvalidRequest, "null value not supported for: %s", truncate(cfg.Name))
-				bad[i] = &res
-			}
-			ac := &keelpb.AlterableConfig{Name: cfg.Name, Op: op}
-			if cfg.Value != nil && op != keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE {
-				ac.Value = *cfg.Value
-			}
-			alts[i].configs = append(alts[i].configs, ac)
+			alts[i].add(cfg.Name, op, cfg.Value)
 		}
 	}
-	for i, res := range s.alterConfigs(ctx, c, alts, bad, r.ValidateOnly) {
+	for i, res := range s.alterConfigs(ctx, c, alts, r.ValidateOnly) {
 		out := kmsg.NewIncrementalAlterConfigsResponseResource()
 		out.ResourceType, out.ResourceName = r.Resources[i].ResourceType, r.Resources[i].ResourceName
 		out.ErrorCode, out.ErrorMessage = res.code, res.msg
@@ -370,22 +383,13 @@ func (s *Server) incrementalAlterConfigs(ctx context.Context, c *conn, r *kmsg.I
 func (s *Server) legacyAlterConfigs(ctx context.Context, c *conn, r *kmsg.AlterConfigsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.AlterConfigsResponse)
 	alts := make([]alteration, len(r.Resources))
-	bad := make([]*alterResult, len(r.Resources))
 	for i, rr := range r.Resources {
 		alts[i] = alteration{typ: rr.ResourceType, name: rr.ResourceName, replace: true}
 		for _, cfg := range rr.Configs {
-			if cfg.Value == nil && bad[i] == nil {
-				res := failed(kerr.InvalidRequest, "null value not supported for: %s", truncate(cfg.Name))
-				bad[i] = &res
-			}
-			ac := &keelpb.AlterableConfig{Name: cfg.Name, Op: keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET}
-			if cfg.Value != nil {
-				ac.Value = *cfg.Value
-			}
-			alts[i].configs = append(alts[i].configs, ac)
+			alts[i].add(cfg.Name, keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET, cfg.Value)
 		}
 	}
-	for i, res := range s.alterConfigs(ctx, c, alts, bad, r.ValidateOnly) {
+	for i, res := range s.alterConfigs(ctx, c, alts, r.ValidateOnly) {
 		out := kmsg.NewAlterConfigsResponseResource()
 		out.ResourceType, out.ResourceName = r.Resources[i].ResourceType, r.Resources[i].ResourceName
 		out.ErrorCode, out.ErrorMessage = res.code, res.msg
@@ -398,9 +402,8 @@ func (s *Server) legacyAlterConfigs(ctx context.Context, c *conn, r *kmsg.AlterC
 // ConfigAdminManager.preprocess and then the controller do: a resource
 // named twice refuses both, a config named twice, an unknown resource
 // type or an unauthorized one refuses its resource; every other resource
-// is decided on its own, all its configs or none. bad holds a refusal
-// already found while reading the request.
-func (s *Server) alterConfigs(ctx context.Context, c *conn, alts []alteration, bad []*alterResult, validateOnly bool) []alterResult {
+// is decided on its own, all its configs or none.
+func (s *Server) alterConfigs(ctx context.Context, c *conn, alts []alteration, validateOnly bool) []alterResult {
 	ctx, cancel := context.WithTimeout(ctx, defaultAdminTimeout)
 	defer cancel()
 	type key struct {
@@ -416,8 +419,8 @@ func (s *Server) alterConfigs(ctx context.Context, c *conn, alts []alteration, b
 		switch {
 		case seen[key{a.typ, a.name}] > 1:
 			out[i] = failed(kerr.InvalidRequest, "each resource must appear at most once")
-		case bad[i] != nil:
-			out[i] = *bad[i]
+		case a.refused != nil:
+			out[i] = *a.refused
 		default:
 			out[i] = s.alterResource(ctx, c, a, validateOnly)
 		}

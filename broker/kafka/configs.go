@@ -214,8 +214,8 @@ func (s *Server) brokerEntries(img *fsm.Image, perBroker bool) []describeEntry {
 			synonyms: []kmsg.DescribeConfigsResponseResourceConfigConfigSynonym{synonym(name, v, kmsg.ConfigSourceStaticBrokerConfig)},
 			typ:      typ, doc: doc})
 	}
-	static("node.id", int64(s.cfg.BrokerID), kmsg.ConfigTypeInt, "this broker's id (keel broker --id)")
-	static("broker.id", int64(s.cfg.BrokerID), kmsg.ConfigTypeInt, "this broker's id (keel broker --id)")
+	static("node.id", int64(s.cfg.BrokerID), kmsg.ConfigTypeInt, "this broker's id (keel broker --broker-id)")
+	static("broker.id", int64(s.cfg.BrokerID), kmsg.ConfigTypeInt, "this broker's id (keel broker --broker-id)")
 	static("socket.request.max.bytes", int64(s.cfg.MaxRequestSize), kmsg.ConfigTypeInt, "the largest request frame the Kafka listener reads")
 	static("queued.max.request.bytes", s.cfg.QueuedMaxRequestBytes, kmsg.ConfigTypeLong, "the request bytes the Kafka listener holds unanswered, for produce requests and again for the others")
 	static("connections.max.idle.ms", s.cfg.IdleTimeout.Milliseconds(), kmsg.ConfigTypeLong, "how long an idle client connection is kept")

@@ -1,8 +1,10 @@
 package partlog
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Errors an idempotent producer's batch is refused with (KIP-98, KIP-360).
@@ -124,4 +126,33 @@ func (p *producerState) expire(cutoff int64) int {
 		}
 	}
 	return n
+}
+
+// ProducerInfo is one idempotent producer the log remembers, as Kafka's
+// DescribeProducers lists it.
+type ProducerInfo struct {
+	ProducerID    int64
+	ProducerEpoch int16
+	// LastSequence is the sequence of its last record in the log.
+	LastSequence int32
+	// LastTimestamp is the largest maxTimestamp of its batches.
+	LastTimestamp int64
+}
+
+// Producers lists the idempotent producers with batches in the log (Kafka's
+// UnifiedLog.activeProducers), by producer id: those a retried batch would
+// be checked against.
+func (l *Log) Producers() []ProducerInfo {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	out := make([]ProducerInfo, 0, len(l.producers.m))
+	for id, e := range l.producers.m {
+		if len(e.batches) == 0 {
+			continue
+		}
+		out = append(out, ProducerInfo{ProducerID: id, ProducerEpoch: e.epoch,
+			LastSequence: e.batches[len(e.batches)-1].lastSeq, LastTimestamp: e.lastTimestamp})
+	}
+	slices.SortFunc(out, func(a, b ProducerInfo) int { return cmp.Compare(a.ProducerID, b.ProducerID) })
+	return out
 }

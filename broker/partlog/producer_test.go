@@ -3,6 +3,7 @@ package partlog
 import (
 	"errors"
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -146,5 +147,47 @@ func TestProducerState_Expiration(t *testing.T) {
 				t.Fatalf("producer 2 at sequence 7: %v; want %v", err, ErrOutOfOrderSequence)
 			}
 		})
+	}
+}
+
+// TestLog_Producers: the idempotent producers DescribeProducers lists, with
+// each one's epoch, last sequence and largest timestamp, from the leader's
+// appends and a follower's alike, across a restart, and without those
+// whose batches are all below the log start (UnifiedLog.activeProducers).
+func TestLog_Producers(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, Config{})
+	mustAppend(t, l, spec{pid: 5, seq: 0, records: 3, ts: 100}, 0) // offsets 0-2
+	mustAppend(t, l, spec{pid: 5, seq: 3, records: 2, ts: 50}, 0)  // 3-4
+	mustAppend(t, l, spec{ts: 900}, 0)                             // 5: not idempotent
+	mustAppend(t, l, spec{pid: 9, pepoch: 2, seq: 0, ts: 700}, 0)  // 6
+	want := []ProducerInfo{
+		{ProducerID: 5, ProducerEpoch: 0, LastSequence: 4, LastTimestamp: 102},
+		{ProducerID: 9, ProducerEpoch: 2, LastSequence: 0, LastTimestamp: 700},
+	}
+	if got := l.Producers(); !slices.Equal(got, want) {
+		t.Fatalf("Producers() = %+v, want %+v", got, want)
+	}
+	res, err := l.Read(0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := openLog(t, t.TempDir(), Config{})
+	if _, err := f.AppendAsFollower(res.Records); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Producers(); !slices.Equal(got, want) {
+		t.Fatalf("a follower's Producers() = %+v, want %+v", got, want)
+	}
+	crash(l)
+	l = openLog(t, dir, Config{})
+	if got := l.Producers(); !slices.Equal(got, want) {
+		t.Fatalf("after a restart Producers() = %+v, want %+v", got, want)
+	}
+	if err := l.DeleteTo(5); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Producers(); !slices.Equal(got, want[1:]) {
+		t.Fatalf("after DeleteTo(5) Producers() = %+v, want %+v", got, want[1:])
 	}
 }

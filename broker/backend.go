@@ -62,6 +62,61 @@ type Backend interface {
 	// (kerr.FencedLeaderEpoch below the leader's, kerr.UnknownLeaderEpoch
 	// above). Only the leader answers.
 	OffsetForLeaderEpoch(ctx context.Context, topic string, partition int32, currentLeaderEpoch, leaderEpoch int32) (endOffset int64, epoch int32, err error)
+	// LogDirs describes the broker's log dirs and every partition replica
+	// each holds (Kafka's ReplicaManager.describeLogDirs), leaders and
+	// followers alike.
+	LogDirs() []LogDir
+	// DeleteRecords moves the log start of a partition this broker leads
+	// up to offset (-1: the high watermark), deleting the segments wholly
+	// below it (Kafka's Partition.deleteRecordsOnLeader). await then waits
+	// until every replica on a live broker has moved its own there too
+	// (the partition's low watermark, as DelayedDeleteRecords waits), and
+	// returns the low watermark; it looks at least once, and when ctx
+	// ends first fails with kerr.RequestTimedOut (the records are deleted
+	// on the leader all the same). An offset past the high watermark, or
+	// negative but -1, is kerr.OffsetOutOfRange and deletes nothing; a
+	// leadership lost, before or meanwhile, kerr.NotLeaderForPartition.
+	// The listener deletes a request's partitions one by one, then awaits
+	// them under the request's one timeout.
+	DeleteRecords(topic string, partition int32, offset int64) (await func(ctx context.Context) (lowWatermark int64, err error), err error)
+	// Producers lists the idempotent producers the partition's replica
+	// here remembers (Kafka's Partition.activeProducerState), by producer
+	// id. A partition with no replica here is kerr.NotLeaderForPartition
+	// (kerr.UnknownTopicOrPartition when the topic or partition does not
+	// exist).
+	Producers(topic string, partition int32) ([]ProducerState, error)
+}
+
+// LogDir is one of a broker's log dirs, as DescribeLogDirs reports it.
+type LogDir struct {
+	// Path is the dir's absolute path.
+	Path string
+	// TotalBytes and UsableBytes are the size of its volume and the bytes
+	// free there for the broker; -1 where the system does not say.
+	TotalBytes, UsableBytes int64
+	// Replicas are the partition replicas it holds.
+	Replicas []LogDirReplica
+}
+
+// LogDirReplica is one partition replica in a log dir.
+type LogDirReplica struct {
+	Topic     string
+	Partition int32
+	// Size is the bytes of its segments.
+	Size int64
+	// OffsetLag is how far its log end is behind the partition's high
+	// watermark as the replica knows it: 0 on the leader.
+	OffsetLag int64
+}
+
+// ProducerState is one idempotent producer a partition's log remembers.
+type ProducerState struct {
+	ProducerID    int64
+	ProducerEpoch int16
+	// LastSequence is the sequence of its last record in the log.
+	LastSequence int32
+	// LastTimestamp is the largest timestamp of its batches.
+	LastTimestamp int64
 }
 
 // ProduceResult is where a produced batch landed.

@@ -42,6 +42,7 @@ func invalidFetches() []struct {
 		{"a negative last fetched epoch", "last_fetched_epoch", edit(func(r *keelpb.FetchRequest) { r.LastFetchedEpoch = proto.Int32(-1) })},
 		{"a negative max bytes", "max_bytes", edit(func(r *keelpb.FetchRequest) { r.MaxBytes = -1 })},
 		{"a negative max wait", "max_wait_ms", edit(func(r *keelpb.FetchRequest) { r.MaxWaitMs = -1 })},
+		{"a negative log start offset", "log_start_offset", edit(func(r *keelpb.FetchRequest) { r.LogStartOffset = -1 })},
 	}
 }
 

@@ -155,6 +155,8 @@ func ValidateFetch(req *keelpb.FetchRequest) error {
 		return invalidArgument("max_bytes", "%d is negative", req.GetMaxBytes())
 	case req.GetMaxWaitMs() < 0:
 		return invalidArgument("max_wait_ms", "%d is negative", req.GetMaxWaitMs())
+	case req.GetLogStartOffset() < 0:
+		return invalidArgument("log_start_offset", "%d is negative", req.GetLogStartOffset())
 	}
 	return nil
 }

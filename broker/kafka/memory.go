@@ -1,8 +1,10 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,15 +20,18 @@ type tp struct {
 }
 
 // memLog is one partition's log in memory: v2 batches with their base
-// offsets, the idempotent producers' batches seen, by (id, base
-// sequence), and its leader epochs with their start offsets (epoch 0 from
-// offset 0 until a test says otherwise).
+// offsets from its log start, the idempotent producers' batches seen, by
+// (id, base sequence), and each producer's last, and its leader epochs
+// with their start offsets (epoch 0 from offset 0 until a test says
+// otherwise).
 type memLog struct {
-	batches [][]byte
-	bases   []int64
-	leo     int64
-	seen    map[[2]int64]int64
-	epochs  []memEpoch
+	batches   [][]byte
+	bases     []int64
+	start     int64
+	leo       int64
+	seen      map[[2]int64]int64
+	producers map[int64]broker.ProducerState
+	epochs    []memEpoch
 }
 
 // memEpoch is one entry of a memLog's leader epoch cache.
@@ -134,7 +139,7 @@ func (b *MemoryBackend) setRefusal(topic string, p int32, err error) {
 func (b *MemoryBackend) logLocked(topic string, p int32) *memLog {
 	l := b.logs[tp{topic, p}]
 	if l == nil {
-		l = &memLog{seen: map[[2]int64]int64{}, epochs: []memEpoch{{0, 0}}}
+		l = &memLog{seen: map[[2]int64]int64{}, producers: map[int64]broker.ProducerState{}, epochs: []memEpoch{{0, 0}}}
 		b.logs[tp{topic, p}] = l
 	}
 	return l
@@ -162,6 +167,8 @@ func (b *MemoryBackend) ProduceAppend(topic string, partition int32, batch []byt
 			return broker.ProduceResult{BaseOffset: off, LogAppendTime: -1}, nil, nil
 		}
 		l.seen[[2]int64{pid, seq}] = l.leo
+		l.producers[pid] = broker.ProducerState{ProducerID: pid, ProducerEpoch: int16(binary.BigEndian.Uint16(batch[51:])),
+			LastSequence: int32(seq + count - 1), LastTimestamp: max(l.producers[pid].LastTimestamp, batchMaxTimestamp(batch))}
 	}
 	stored := append([]byte(nil), batch...)
 	binary.BigEndian.PutUint64(stored, uint64(l.leo))
@@ -195,7 +202,7 @@ func (b *MemoryBackend) Fetch(ctx context.Context, topic string, partition int32
 			b.mu.Unlock()
 			return broker.FetchResult{}, kerr.FencedLeaderEpoch
 		}
-		if offset < 0 || offset > l.leo {
+		if offset < l.start || offset > l.leo {
 			b.mu.Unlock()
 			return broker.FetchResult{}, kerr.OffsetOutOfRange
 		}
@@ -244,7 +251,7 @@ func (b *MemoryBackend) ListOffsets(_ context.Context, topic string, partition i
 	l := b.logLocked(topic, partition)
 	switch {
 	case timestamp == -2:
-		return broker.ListOffsetsResult{Offset: 0, Timestamp: -1, LeaderEpoch: l.leaderEpoch()}, nil
+		return broker.ListOffsetsResult{Offset: l.start, Timestamp: -1, LeaderEpoch: l.leaderEpoch()}, nil
 	case timestamp == -1:
 		return broker.ListOffsetsResult{Offset: l.leo, Timestamp: -1, LeaderEpoch: l.leaderEpoch()}, nil
 	case timestamp == -3:
@@ -313,4 +320,68 @@ func (b *MemoryBackend) OffsetForLeaderEpoch(_ context.Context, topic string, pa
 		return e.start, l.epochs[i-1].epoch, nil
 	}
 	return -1, -1, nil
+}
+
+// LogDirs lists one dir, "memory", of unknown size, with every partition
+// written to, none lagging.
+func (b *MemoryBackend) LogDirs() []broker.LogDir {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dir := broker.LogDir{Path: "memory", TotalBytes: -1, UsableBytes: -1}
+	for k, l := range b.logs {
+		var size int64
+		for _, batch := range l.batches {
+			size += int64(len(batch))
+		}
+		dir.Replicas = append(dir.Replicas, broker.LogDirReplica{Topic: k.topic, Partition: k.partition, Size: size})
+	}
+	slices.SortFunc(dir.Replicas, func(a, b broker.LogDirReplica) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return []broker.LogDir{dir}
+}
+
+// DeleteRecords moves the partition's log start to offset (-1: its end),
+// dropping the batches wholly below it; with no other replica, await
+// answers at once.
+func (b *MemoryBackend) DeleteRecords(topic string, partition int32, offset int64) (func(context.Context) (int64, error), error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.refuse[tp{topic, partition}]; err != nil {
+		return nil, err
+	}
+	l := b.logLocked(topic, partition)
+	if offset == -1 {
+		offset = l.leo
+	}
+	if offset < 0 || offset > l.leo {
+		return nil, kerr.OffsetOutOfRange
+	}
+	if offset > l.start {
+		l.start = offset
+		i := 0
+		for i < len(l.bases) && (i+1 == len(l.bases) && l.leo <= offset || i+1 < len(l.bases) && l.bases[i+1] <= offset) {
+			i++ // batch i ends at or below the new start
+		}
+		l.batches, l.bases = l.batches[i:], l.bases[i:]
+		b.changed(topic, partition)
+	}
+	start := l.start
+	return func(context.Context) (int64, error) { return start, nil }, nil
+}
+
+// Producers lists the idempotent producers that wrote to the partition.
+func (b *MemoryBackend) Producers(topic string, partition int32) ([]broker.ProducerState, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.refuse[tp{topic, partition}]; err != nil {
+		return nil, err
+	}
+	l := b.logLocked(topic, partition)
+	out := make([]broker.ProducerState, 0, len(l.producers))
+	for _, p := range l.producers {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b broker.ProducerState) int { return cmp.Compare(a.ProducerID, b.ProducerID) })
+	return out, nil
 }

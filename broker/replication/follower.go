@@ -85,7 +85,7 @@ func (m *Manager) fetchOnce(ctx context.Context, r *replica, gen uint64, leader,
 		return err
 	}
 	req := &keelpb.FetchRequest{ReplicaId: m.self, BrokerEpoch: m.link.BrokerEpoch(), TopicId: r.tp.TopicID.String(),
-		Partition: r.tp.Partition, LeaderEpoch: epoch, FetchOffset: r.log.LogEndOffset(),
+		Partition: r.tp.Partition, LeaderEpoch: epoch, FetchOffset: r.log.LogEndOffset(), LogStartOffset: r.log.LogStartOffset(),
 		MaxBytes: m.cfg.FetchMaxBytes, MaxWaitMs: int32(m.cfg.FetchMaxWait / time.Millisecond)}
 	if last, ok := r.log.LatestEpoch(); ok {
 		req.LastFetchedEpoch = &last
@@ -146,6 +146,28 @@ func (m *Manager) applyFetch(r *replica, gen uint64, offset int64, resp *keelpb.
 		}
 	}
 	m.followerHW(r, resp.GetHighWatermark())
+	return m.followLogStart(r, resp.GetLogStartOffset())
+}
+
+// followLogStart moves a follower's log start up to its leader's, at most
+// to its own log end (Kafka's follower calls maybeIncrementLogStartOffset
+// with the leader's): what DeleteRecords or retention deleted on the leader
+// goes here too, and the follower's next fetch tells the leader so. A
+// follower whose log ends below the leader's start is answered
+// OFFSET_OUT_OF_RANGE by its next fetch, and starts its log there.
+func (m *Manager) followLogStart(r *replica, leaderStart int64) error {
+	l := r.log
+	to := min(leaderStart, l.LogEndOffset())
+	if to <= l.LogStartOffset() {
+		return nil
+	}
+	if err := l.DeleteTo(to); err != nil {
+		return fmt.Errorf("moving the log start to the leader's %d: %w", to, err)
+	}
+	m.log.Debug("moved a follower's log start to its leader's", "topic", r.topic, "partition", r.tp.Partition, "log_start_offset", to)
+	m.mu.Lock()
+	r.notify()
+	m.mu.Unlock()
 	return nil
 }
 
@@ -222,6 +244,7 @@ func (m *Manager) current(r *replica, gen uint64) bool {
 func (m *Manager) followerHW(r *replica, leaderHW int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	r.leaderHW = leaderHW
 	if hw := min(leaderHW, r.log.LogEndOffset()); hw != r.hw {
 		r.hw = hw
 		r.notify()

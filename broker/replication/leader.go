@@ -107,7 +107,7 @@ func (m *Manager) ReplicaFetch(ctx context.Context, req *keelpb.FetchRequest) (*
 			fmt.Sprintf("%s/%d: fetch offset %d is outside the leader's log [%d, %d]", r.topic, tp.Partition, off, start, leo),
 			map[string]string{metaLogStart: strconv.FormatInt(start, 10), metaLogEnd: strconv.FormatInt(leo, 10)})
 	}
-	m.updateFollower(r, from, req.GetFetchOffset(), req.GetBrokerEpoch(), leo, img)
+	m.updateFollower(r, from, req.GetFetchOffset(), req.GetLogStartOffset(), req.GetBrokerEpoch(), leo, img)
 	changed, gen := r.changed, r.gen
 	m.mu.Unlock()
 
@@ -166,13 +166,14 @@ func fetchError(r *replica, err error) error {
 // updateFollower notes a follower's fetch at offset (its log end), by
 // Kafka's rules: it has caught up if it fetched at the leader's log end, or
 // at least at the leader's log end of its previous fetch (then as of that
-// fetch). Then the high watermark and the ISR may move. The caller holds
-// mu.
-func (m *Manager) updateFollower(r *replica, id int32, offset, brokerEpoch, leo int64, img *fsm.Image) {
+// fetch). Then the high watermark and the ISR may move, and with the
+// follower's log start a DeleteRecords waiting for it may finish. The
+// caller holds mu.
+func (m *Manager) updateFollower(r *replica, id int32, offset, logStart, brokerEpoch, leo int64, img *fsm.Image) {
 	now := m.clock.Now()
 	f := r.followers[id]
 	if f == nil {
-		f = &follower{leo: -1, lastFetchLeaderLEO: -1}
+		f = &follower{leo: -1, logStart: -1, lastFetchLeaderLEO: -1}
 		r.followers[id] = f
 	}
 	switch {
@@ -182,6 +183,10 @@ func (m *Manager) updateFollower(r *replica, id int32, offset, brokerEpoch, leo 
 		f.lastCaughtUp = f.lastFetch
 	}
 	f.fetched, f.leo, f.lastFetchLeaderLEO, f.lastFetch = true, offset, leo, now
+	if logStart != f.logStart {
+		f.logStart = logStart
+		r.notify()
+	}
 	if brokerEpoch > 0 {
 		f.brokerEpoch = brokerEpoch
 	}

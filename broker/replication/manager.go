@@ -95,8 +95,10 @@ type replica struct {
 	// gen counts role changes, so that what was decided under one role is
 	// not applied under the next.
 	gen uint64
-	// hw is the high watermark: the leader's, or as the leader last said.
+	// hw is the high watermark: the leader's, or as the leader last said
+	// (at most the log end); leaderHW, a follower's, as the leader said.
 	hw           int64
+	leaderHW     int64
 	checkpointed int64
 	// changed is closed (and replaced) whenever the log end, the high
 	// watermark or the role changes: waiting fetches and produces watch it.
@@ -129,6 +131,7 @@ type replica struct {
 type follower struct {
 	fetched     bool
 	leo         int64
+	logStart    int64
 	brokerEpoch int64
 	// lastCaughtUp: the last time the follower had everything the leader
 	// had (Kafka's lastCaughtUpTimeMs).
@@ -484,7 +487,7 @@ func (m *Manager) BecomeLeader(p broker.PartitionState) {
 	r.followers = map[int32]*follower{}
 	for _, id := range p.Replicas {
 		if id != m.self {
-			f := &follower{leo: -1, lastFetchLeaderLEO: -1}
+			f := &follower{leo: -1, logStart: -1, lastFetchLeaderLEO: -1}
 			if slices.Contains(p.ISR, id) {
 				f.lastCaughtUp = now
 			}
@@ -531,6 +534,7 @@ func (m *Manager) BecomeFollower(p broker.PartitionState) {
 	}
 	r.role, r.leader, r.leaderEpoch = broker.RoleFollower, p.Leader, p.LeaderEpoch
 	r.hw = min(r.hw, r.log.LogEndOffset())
+	r.leaderHW = r.hw
 	if p.Leader == fsm.NoLeader {
 		// It may await its replicas' logs.
 		m.pokeReports()

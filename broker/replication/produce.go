@@ -23,6 +23,25 @@ const (
 // broker leads it (at currentLeaderEpoch, when >= 0: KIP-320). The caller
 // holds mu.
 func (m *Manager) leaderOf(topic string, partition int32, currentLeaderEpoch int32) (*replica, error) {
+	r, err := m.replicaOf(topic, partition)
+	switch {
+	case err != nil:
+		return nil, err
+	case r.role != broker.RoleLeader:
+		return nil, fmt.Errorf("%w: broker %d does not lead %s/%d (leader %d)", kerr.NotLeaderForPartition, m.self, topic, partition, r.leader)
+	case currentLeaderEpoch >= 0 && currentLeaderEpoch < r.leaderEpoch:
+		return nil, fmt.Errorf("%w: %s/%d: leader epoch %d, the leader is at %d", kerr.FencedLeaderEpoch, topic, partition, currentLeaderEpoch, r.leaderEpoch)
+	case currentLeaderEpoch > r.leaderEpoch:
+		return nil, fmt.Errorf("%w: %s/%d: leader epoch %d, the leader is at %d", kerr.UnknownLeaderEpoch, topic, partition, currentLeaderEpoch, r.leaderEpoch)
+	}
+	return r, nil
+}
+
+// replicaOf finds this broker's replica of topic/partition, in any role:
+// kerr.NotLeaderForPartition if the partition exists but has no replica
+// here, kerr.UnknownTopicOrPartition if it does not exist. The caller
+// holds mu.
+func (m *Manager) replicaOf(topic string, partition int32) (*replica, error) {
 	id, ok := m.byName[topic]
 	if !ok {
 		if _, known := m.img.Load().Topic(topic); known {
@@ -37,12 +56,6 @@ func (m *Manager) leaderOf(topic string, partition int32, currentLeaderEpoch int
 			return nil, fmt.Errorf("%w: broker %d holds no replica of %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
 		}
 		return nil, fmt.Errorf("%w: %s/%d", kerr.UnknownTopicOrPartition, topic, partition)
-	case r.role != broker.RoleLeader:
-		return nil, fmt.Errorf("%w: broker %d does not lead %s/%d (leader %d)", kerr.NotLeaderForPartition, m.self, topic, partition, r.leader)
-	case currentLeaderEpoch >= 0 && currentLeaderEpoch < r.leaderEpoch:
-		return nil, fmt.Errorf("%w: %s/%d: leader epoch %d, the leader is at %d", kerr.FencedLeaderEpoch, topic, partition, currentLeaderEpoch, r.leaderEpoch)
-	case currentLeaderEpoch > r.leaderEpoch:
-		return nil, fmt.Errorf("%w: %s/%d: leader epoch %d, the leader is at %d", kerr.UnknownLeaderEpoch, topic, partition, currentLeaderEpoch, r.leaderEpoch)
 	}
 	return r, nil
 }

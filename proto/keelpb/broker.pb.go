@@ -45,9 +45,12 @@ type FetchRequest struct {
 	MaxBytes int32 `protobuf:"varint,8,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	// With nothing to read at fetch_offset, the leader waits up to this long
 	// for records (Kafka's replica.fetch.wait.max.ms).
-	MaxWaitMs     int32 `protobuf:"varint,9,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxWaitMs int32 `protobuf:"varint,9,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	// The follower's log start offset (Kafka's log_start_offset): a leader
+	// answers DeleteRecords once every live replica's has reached the offset.
+	LogStartOffset int64 `protobuf:"varint,10,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *FetchRequest) Reset() {
@@ -139,6 +142,13 @@ func (x *FetchRequest) GetMaxBytes() int32 {
 func (x *FetchRequest) GetMaxWaitMs() int32 {
 	if x != nil {
 		return x.MaxWaitMs
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetLogStartOffset() int64 {
+	if x != nil {
+		return x.LogStartOffset
 	}
 	return 0
 }
@@ -723,7 +733,7 @@ var File_broker_proto protoreflect.FileDescriptor
 
 const file_broker_proto_rawDesc = "" +
 	"\n" +
-	"\fbroker.proto\x12\akeel.v1\"\xd6\x02\n" +
+	"\fbroker.proto\x12\akeel.v1\"\x80\x03\n" +
 	"\fFetchRequest\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\x05R\treplicaId\x12\x19\n" +
@@ -734,7 +744,9 @@ const file_broker_proto_rawDesc = "" +
 	"\fbroker_epoch\x18\x06 \x01(\x03R\vbrokerEpoch\x121\n" +
 	"\x12last_fetched_epoch\x18\a \x01(\x05H\x00R\x10lastFetchedEpoch\x88\x01\x01\x12\x1b\n" +
 	"\tmax_bytes\x18\b \x01(\x05R\bmaxBytes\x12\x1e\n" +
-	"\vmax_wait_ms\x18\t \x01(\x05R\tmaxWaitMsB\x15\n" +
+	"\vmax_wait_ms\x18\t \x01(\x05R\tmaxWaitMs\x12(\n" +
+	"\x10log_start_offset\x18\n" +
+	" \x01(\x03R\x0elogStartOffsetB\x15\n" +
 	"\x13_last_fetched_epoch\"E\n" +
 	"\x0eEpochEndOffset\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x05R\x05epoch\x12\x1d\n" +

@@ -30,13 +30,16 @@ var versions = map[int16]versionRange{
 	18: {0, 4},  // ApiVersions
 	19: {0, 7},  // CreateTopics
 	20: {0, 6},  // DeleteTopics
+	21: {0, 2},  // DeleteRecords
 	22: {0, 4},  // InitProducerId
 	23: {2, 4},  // OffsetForLeaderEpoch (kgo validates after a leader change from v2: KIP-320)
 	32: {0, 4},  // DescribeConfigs
 	33: {0, 2},  // AlterConfigs
+	35: {0, 4},  // DescribeLogDirs
 	37: {0, 3},  // CreatePartitions
 	44: {0, 1},  // IncrementalAlterConfigs
 	60: {0, 1},  // DescribeCluster
+	61: {0, 0},  // DescribeProducers
 }
 
 func (s *Server) apiVersions(r *kmsg.ApiVersionsRequest) kmsg.Response {

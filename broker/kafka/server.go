@@ -495,6 +495,12 @@ func (s *Server) handle(ctx context.Context, c *conn, req kmsg.Request) kmsg.Res
 		return s.legacyAlterConfigs(ctx, c, r)
 	case *kmsg.IncrementalAlterConfigsRequest:
 		return s.incrementalAlterConfigs(ctx, c, r)
+	case *kmsg.DescribeLogDirsRequest:
+		return s.describeLogDirs(c, r)
+	case *kmsg.DeleteRecordsRequest:
+		return s.deleteRecords(ctx, c, r)
+	case *kmsg.DescribeProducersRequest:
+		return s.describeProducers(c, r)
 	}
 	// versions lists only the keys above.
 	panic(fmt.Sprintf("no handler for %s", kmsg.NameForKey(req.Key())))

@@ -2,8 +2,11 @@ package kafka
 
 import (
 	"context"
+	"errors"
+	"io"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -272,5 +275,68 @@ func TestServer_DeleteRecordsNeedsDelete(t *testing.T) {
 	}
 	if p := deleteTo(client("admin"), 1); p.ErrorCode != 0 || p.LowWatermark != 1 {
 		t.Fatalf("an admin's certificate: %v, low watermark %d; want 1", kerr.ErrorForCode(p.ErrorCode), p.LowWatermark)
+	}
+}
+
+// TestServer_DataAdminBadInput: a DeleteRecords, DescribeLogDirs or
+// DescribeProducers that does not parse, or whose frame is over the limit,
+// closes its own connection and deletes nothing; one naming 20,000
+// partitions of an unknown topic is answered whole, each refused.
+func TestServer_DataAdminBadInput(t *testing.T) {
+	meta, backend := newFakeMeta(t), NewMemoryBackend()
+	s := startServer(t, 1, meta, backend, func(c *Config) { c.MaxOtherRequestSize = 64 << 10 })
+	meta.createTopic("orders", []int32{1})
+	cl := newClient(t, []string{s.Addr()}, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	produceValues(t, cl, "orders", 0, "a", "b", "c")
+
+	deleteAll := kmsg.NewPtrDeleteRecordsRequest()
+	deleteAll.Topics = []kmsg.DeleteRecordsRequestTopic{{Topic: "orders", Partitions: []kmsg.DeleteRecordsRequestTopicPartition{{Partition: 0, Offset: -1}}}}
+	whole := deleteAll.AppendTo(nil)
+	oversized := kmsg.NewPtrDeleteRecordsRequest()
+	oversized.Topics = []kmsg.DeleteRecordsRequestTopic{{Topic: "orders"}}
+	for i := range 8 << 10 {
+		oversized.Topics[0].Partitions = append(oversized.Topics[0].Partitions, kmsg.DeleteRecordsRequestTopicPartition{Partition: int32(i), Offset: -1})
+	}
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+	}{
+		{"a DeleteRecords cut short", frame(21, 1, 1, whole[:len(whole)-6])},
+		{"a DeleteRecords whose partition count lies", frame(21, 1, 1, []byte{0, 0, 0, 1, 0, 6, 'o', 'r', 'd', 'e', 'r', 's', 0x7f, 0xff, 0xff, 0xff})},
+		{"a DeleteRecords over the size limit", frame(21, 1, 1, oversized.AppendTo(nil))},
+		{"a DescribeLogDirs whose topic count lies", frame(35, 1, 1, []byte{0x7f, 0xff, 0xff, 0xff})},
+		// Flexible: the header's tags, then one topic whose name is cut.
+		{"a DescribeProducers cut short", frame(61, 0, 1, []byte{0, 2, 7, 'o', 'r'})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dial(t, s.Addr())
+			writeFrame(t, c, tc.frame)
+			_ = c.SetReadDeadline(time.Now().Add(testTimeout))
+			if n, err := c.Read(make([]byte, 1)); err == nil {
+				t.Fatalf("read %d bytes of an answer; want the connection closed", n)
+			} else if !errors.Is(err, io.EOF) && !isReset(err) {
+				t.Fatalf("read: %v; want the connection closed", err)
+			}
+		})
+	}
+	if p := listOffsetsAt(t, s.Addr(), 7, "orders", -2); p.ErrorCode != 0 || p.Offset != 0 {
+		t.Fatalf("earliest after the bad input: %d (%v), want 0: nothing deleted", p.Offset, kerr.ErrorForCode(p.ErrorCode))
+	}
+
+	many := kmsg.NewPtrDeleteRecordsRequest()
+	many.TimeoutMillis = 5000
+	many.Topics = []kmsg.DeleteRecordsRequestTopic{{Topic: "nope"}}
+	for i := range 20_000 {
+		many.Topics[0].Partitions = append(many.Topics[0].Partitions, kmsg.DeleteRecordsRequestTopicPartition{Partition: int32(i), Offset: 1})
+	}
+	s2 := startServer(t, 2, meta, backend, nil)
+	resp := ask(t, newClient(t, []string{s2.Addr()}), 2, many).(*kmsg.DeleteRecordsResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 20_000 {
+		t.Fatalf("answered %d topics", len(resp.Topics))
+	}
+	for _, p := range resp.Topics[0].Partitions {
+		if p.ErrorCode != kerr.UnknownTopicOrPartition.Code || p.LowWatermark != -1 {
+			t.Fatalf("partition %d: %v, low watermark %d; want UNKNOWN_TOPIC_OR_PARTITION", p.Partition, kerr.ErrorForCode(p.ErrorCode), p.LowWatermark)
+		}
 	}
 }

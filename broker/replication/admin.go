@@ -81,30 +81,40 @@ func (m *Manager) awaitLowWatermark(ctx context.Context, r *replica, gen uint64,
 			m.mu.Unlock()
 			return low, nil
 		}
-		changed := r.changed
+		changed, imaged := r.changed, m.imaged
 		m.mu.Unlock()
 		select {
 		case <-changed:
-			if ctx.Err() == nil {
-				continue
-			}
+		case <-imaged:
 		case <-ctx.Done():
+		}
+		if ctx.Err() == nil {
+			continue
 		}
 		return -1, fmt.Errorf("%w: %s/%d: the replicas did not delete up to %d in time: %v", kerr.RequestTimedOut, topic, partition, to, ctx.Err())
 	}
 }
 
-// lowWatermark is the smallest log start of the leader and of each replica
-// on a live (registered, unfenced) broker, as its last fetch at this epoch
-// said; -1 while one has not fetched (Kafka's lowWatermarkIfLeader). The
-// caller holds mu.
+// lowWatermark is the smallest log start of the leader and of each other
+// replica the partition now assigns to a live (registered, unfenced)
+// broker, as its last fetch at this epoch said; -1 while one has not
+// fetched (Kafka's lowWatermarkIfLeader). The caller holds mu.
 func (m *Manager) lowWatermark(r *replica) int64 {
 	img := m.img.Load()
 	low := r.log.LogStartOffset()
-	for id, f := range r.followers {
-		if b, ok := img.Broker(id); ok && !b.Fenced {
-			low = min(low, f.logStart)
+	p, ok := img.Partition(r.tp.TopicID, r.tp.Partition)
+	if !ok {
+		return low
+	}
+	for _, id := range p.Replicas {
+		if b, ok := img.Broker(id); id == m.self || !ok || b.Fenced {
+			continue
 		}
+		f := r.followers[id]
+		if f == nil {
+			return -1
+		}
+		low = min(low, f.logStart)
 	}
 	return low
 }

@@ -215,3 +215,74 @@ func TestReplicaManager_Producers(t *testing.T) {
 		t.Fatalf("an unknown partition: %v, want UNKNOWN_TOPIC_OR_PARTITION", err)
 	}
 }
+
+// TestReplicaManager_DeleteRecordsWaitsForLiveReplicas: every replica on a
+// live broker holds the answer back, in the ISR or not, until its fetch
+// says its log start; one on a fenced broker does not, fenced before or
+// while the answer waits (Kafka's lowWatermarkIfLeader counts alive
+// brokers' replicas).
+func TestReplicaManager_DeleteRecordsWaitsForLiveReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// fence: when broker 3, which never fetches, is fenced: never,
+		// "before" the DeleteRecords or "while" its answer waits.
+		fence string
+		want  *kerr.Error
+	}{
+		{"broker 3 live, not fetching", "", kerr.RequestTimedOut},
+		{"broker 3 fenced", "before", nil},
+		{"broker 3 fenced while the answer waits", "while", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, clusterImage(t, nil, 1, 2))
+			fence := func() {
+				e.ctl.commit(fenceRec(3, 4))
+				e.publish()
+			}
+			if tc.fence == "before" {
+				fence()
+			}
+			e.produce(1, 3)
+			e.catchUp(2)
+			e.fetch(2)
+			await, err := e.ms[1].DeleteRecords("t", 0, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.fetch(2)
+			e.fetch(2)
+			ctx, cancel := context.WithCancel(context.Background())
+			if tc.fence == "while" {
+				ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+			} else {
+				cancel() // one look
+			}
+			defer cancel()
+			type result struct {
+				low int64
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				low, err := await(ctx)
+				done <- result{low, err}
+			}()
+			if tc.fence == "while" {
+				select {
+				case r := <-done:
+					t.Fatalf("answered (%d, %v) with broker 3 live and not fetching", r.low, r.err)
+				case <-time.After(20 * time.Millisecond):
+				}
+				fence()
+			}
+			r := <-done
+			low, err := r.low, r.err
+			switch {
+			case tc.want != nil && !isKerr(err, tc.want):
+				t.Fatalf("await = %d, %v; want %v", low, err, tc.want)
+			case tc.want == nil && (err != nil || low != 2):
+				t.Fatalf("await = %d, %v; want low watermark 2", low, err)
+			}
+		})
+	}
+}

@@ -76,6 +76,10 @@ type Manager struct {
 	reports logReporter
 	// scrubMetrics count what the scrubs read and found (scrub.go).
 	scrubMetrics scrubMetrics
+	// imaged is closed (and replaced) at each new image, under mu: a
+	// DeleteRecords waiting for its replicas looks again when a broker is
+	// fenced.
+	imaged chan struct{}
 }
 
 // replica is one partition replica on this broker. Its role fields are
@@ -164,6 +168,7 @@ func New(cfg Config) (*Manager, error) {
 		byName:   map[string]fsm.TopicID{},
 		waiting:  map[broker.TopicPartition]struct{}{},
 		conns:    map[string]fetchClient{},
+		imaged:   make(chan struct{}),
 		wake:     make(chan struct{}, alterSenders),
 		failed:   make(chan error, 1),
 		reports:  newLogReporter(),
@@ -288,6 +293,8 @@ func (r *replica) notify() {
 func (m *Manager) MetadataChanged(_, after *fsm.Image) {
 	m.img.Store(after)
 	m.mu.Lock()
+	close(m.imaged)
+	m.imaged = make(chan struct{})
 	now := m.clock.Now()
 	for tp := range m.waiting {
 		if r := m.replicas[tp]; r != nil {

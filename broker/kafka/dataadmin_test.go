@@ -221,9 +221,7 @@ func TestServer_DescribeProducers(t *testing.T) {
 	cl := newClient(t, []string{s.Addr()})
 	produceValues(t, cl, "orders", 0, "a", "b", "c")
 	req := kmsg.NewPtrDescribeProducersRequest()
-	for _, rt := range []kmsg.DescribeProducersRequestTopic{{Topic: "orders", Partitions: []int32{0, 4}}, {Topic: "nope", Partitions: []int32{0}}} {
-		req.Topics = append(req.Topics, rt)
-	}
+	req.Topics = []kmsg.DescribeProducersRequestTopic{{Topic: "orders", Partitions: []int32{0, 4}}, {Topic: "nope", Partitions: []int32{0}}}
 	resp := ask(t, cl, 1, req).(*kmsg.DescribeProducersResponse)
 	if len(resp.Topics) != 2 || len(resp.Topics[0].Partitions) != 2 || len(resp.Topics[1].Partitions) != 1 {
 		t.Fatalf("answer %+v", resp)

@@ -144,13 +144,7 @@ func TestReplicaManager_DeleteRecords(t *testing.T) {
 // moves, as Kafka's DelayedDeleteRecords does.
 func TestReplicaManager_DeleteRecordsLosesLeadership(t *testing.T) {
 	e := newEnv(t, clusterImage(t, nil, 1, 2))
-	e.produce(1, 3)
-	e.catchUp(2)
-	e.fetch(2)
-	await, err := e.ms[1].DeleteRecords("t", 0, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	await := deletingTo2(e)
 	done := make(chan error, 1)
 	go func() {
 		_, err := await(context.Background())
@@ -242,13 +236,7 @@ func TestReplicaManager_DeleteRecordsWaitsForLiveReplicas(t *testing.T) {
 			if tc.fence == "before" {
 				fence()
 			}
-			e.produce(1, 3)
-			e.catchUp(2)
-			e.fetch(2)
-			await, err := e.ms[1].DeleteRecords("t", 0, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
+			await := deletingTo2(e)
 			e.fetch(2)
 			e.fetch(2)
 			ctx, cancel := context.WithCancel(context.Background())
@@ -285,4 +273,19 @@ func TestReplicaManager_DeleteRecordsWaitsForLiveReplicas(t *testing.T) {
 			}
 		})
 	}
+}
+
+// deletingTo2 writes records 0-2 at broker 1, leading t-0, has follower 2
+// fetch them (and the high watermark), and begins broker 1's
+// DeleteRecords to 2.
+func deletingTo2(e *env) func(context.Context) (int64, error) {
+	e.t.Helper()
+	e.produce(1, 3)
+	e.catchUp(2)
+	e.fetch(2)
+	await, err := e.ms[1].DeleteRecords("t", 0, 2)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return await
 }

@@ -11,7 +11,8 @@
 //
 // Served: ApiVersions, Metadata, Produce, Fetch (sessionless), ListOffsets,
 // OffsetForLeaderEpoch, InitProducerId (idempotent producers, no transactions), DescribeCluster,
-// CreateTopics, DeleteTopics and CreatePartitions, at the versions of
+// CreateTopics, DeleteTopics and CreatePartitions, DescribeLogDirs,
+// DeleteRecords and DescribeProducers (from the broker's own logs), at the versions of
 // docs/kafka.md. Transactions, consumer groups and SASL are not served, and
 // ApiVersions does not list them. Requests on one connection are answered
 // in order, as Kafka's broker answers them; an acks=all produce and a fetch

@@ -28,6 +28,10 @@
 //   - Produce with acks=-1 answers once the high watermark passes the
 //     batch; with an ISR below min.insync.replicas it refuses before
 //     appending (NOT_ENOUGH_REPLICAS).
+//   - Followers move their log start to their leader's, which every fetch
+//     answer carries, and say theirs in every fetch: DeleteRecords moves
+//     the leader's at once and answers once every live replica's has
+//     followed (Kafka's DelayedDeleteRecords).
 //
 // Errors of Produce, Fetch, ListOffsets and OffsetForLeaderEpoch are
 // franz-go's kerr values (wrapped: find them with errors.As), the codes a

@@ -338,3 +338,59 @@ func TestServer_DataAdminBadInput(t *testing.T) {
 		}
 	}
 }
+
+// stuckDeletes is a MemoryBackend whose DeleteRecords waits never see the
+// replicas follow: each ends only with its context, and says so on ended.
+type stuckDeletes struct {
+	*MemoryBackend
+	ended chan error
+}
+
+func (b stuckDeletes) DeleteRecords(topic string, partition int32, offset int64) (func(context.Context) (int64, error), error) {
+	if _, err := b.MemoryBackend.DeleteRecords(topic, partition, offset); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (int64, error) {
+		<-ctx.Done()
+		b.ended <- ctx.Err()
+		return -1, kerr.RequestTimedOut
+	}, nil
+}
+
+// TestServer_DeleteRecordsWaitEnds: the wait for the replicas ends at the
+// request's timeout (REQUEST_TIMED_OUT), or when the client closes its
+// connection, long before.
+func TestServer_DeleteRecordsWaitEnds(t *testing.T) {
+	meta, backend := newFakeMeta(t), stuckDeletes{NewMemoryBackend(), make(chan error, 2)}
+	s := startServer(t, 1, meta, backend, nil)
+	meta.createTopic("orders", []int32{1})
+	produceValues(t, newClient(t, []string{s.Addr()}, kgo.RecordPartitioner(kgo.ManualPartitioner())), "orders", 0, "a", "b")
+	deleteTo1 := func(timeoutMillis int32) *kmsg.DeleteRecordsRequest {
+		req := kmsg.NewPtrDeleteRecordsRequest()
+		req.TimeoutMillis = timeoutMillis
+		req.Topics = []kmsg.DeleteRecordsRequestTopic{{Topic: "orders", Partitions: []kmsg.DeleteRecordsRequestTopicPartition{{Partition: 0, Offset: 1}}}}
+		return req
+	}
+
+	resp := kmsg.NewPtrDeleteRecordsResponse()
+	rawRequest(t, s.Addr(), deleteTo1(200), resp)
+	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != kerr.RequestTimedOut.Code || p.LowWatermark != -1 {
+		t.Fatalf("a wait past its 200 ms: %v, low watermark %d; want REQUEST_TIMED_OUT", kerr.ErrorForCode(p.ErrorCode), p.LowWatermark)
+	}
+	if err := <-backend.ended; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the wait ended with %v, want its deadline", err)
+	}
+
+	c := dial(t, s.Addr())
+	req := deleteTo1(60_000)
+	writeFrame(t, c, frame(req.Key(), 1, 1, req.AppendTo(nil)))
+	c.Close()
+	select {
+	case err := <-backend.ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the wait ended with %v, want its connection's end", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait of a closed connection went on")
+	}
+}

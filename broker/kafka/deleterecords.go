@@ -14,13 +14,15 @@ import (
 // and its answer is the partition's low watermark once every live
 // replica's log start has reached the offset, or REQUEST_TIMED_OUT when the
 // request's timeout ends first. The partitions are deleted one by one,
-// then waited for under the one timeout: no goroutine per partition, which
-// a request naming thousands would multiply.
+// before the connection's next request is read, then waited for under the
+// one timeout, by one goroutine (not one per partition, which a request
+// naming thousands would multiply); the answer is ready when it is done.
 // Each topic needs DELETE (TOPIC_AUTHORIZATION_FAILED); a partition named
 // twice is refused (INVALID_REQUEST) and none of its offsets applied, as
 // which one a client meant is not known.
-func (s *Server) deleteRecords(ctx context.Context, c *conn, r *kmsg.DeleteRecordsRequest) kmsg.Response {
-	resp := r.ResponseKind().(*kmsg.DeleteRecordsResponse)
+func (s *Server) deleteRecords(ctx context.Context, c *conn, r *kmsg.DeleteRecordsRequest) (resp kmsg.Response, ready chan struct{}) {
+	dr := r.ResponseKind().(*kmsg.DeleteRecordsResponse)
+	resp = dr
 	img := s.cfg.Image.Image()
 	named := map[tp]int{}
 	for _, rt := range r.Topics {
@@ -33,9 +35,9 @@ func (s *Server) deleteRecords(ctx context.Context, c *conn, r *kmsg.DeleteRecor
 		await func(context.Context) (int64, error)
 	}
 	var waits []pending
-	resp.Topics = make([]kmsg.DeleteRecordsResponseTopic, len(r.Topics))
+	dr.Topics = make([]kmsg.DeleteRecordsResponseTopic, len(r.Topics))
 	for i, rt := range r.Topics {
-		t := &resp.Topics[i]
+		t := &dr.Topics[i]
 		*t = kmsg.NewDeleteRecordsResponseTopic()
 		t.Topic = rt.Topic
 		t.Partitions = make([]kmsg.DeleteRecordsResponseTopicPartition, len(rt.Partitions))
@@ -66,18 +68,26 @@ func (s *Server) deleteRecords(ctx context.Context, c *conn, r *kmsg.DeleteRecor
 			waits = append(waits, pending{p, await})
 		}
 	}
-	// One timeout for the request, as Kafka's DelayedDeleteRecords: the
-	// waits end together.
-	ctx, cancel := context.WithTimeout(ctx, max(time.Duration(r.TimeoutMillis)*time.Millisecond, 0))
-	defer cancel()
-	for _, w := range waits {
-		low, err := w.await(ctx)
-		if err != nil {
-			w.p.ErrorCode = codeOf(err)
-			s.log.Debug("delete records: the replicas did not follow", "partition", w.p.Partition, "err", err)
-			continue
-		}
-		w.p.LowWatermark = low
+	if len(waits) == 0 {
+		return resp, readyNow
 	}
-	return resp
+	// The waits run off the connection's reader, as a fetch's, so that a
+	// client closing its connection ends them (ctx), under one timeout
+	// for the request, as Kafka's DelayedDeleteRecords.
+	ready = make(chan struct{})
+	go func() {
+		defer close(ready)
+		ctx, cancel := context.WithTimeout(ctx, max(time.Duration(r.TimeoutMillis)*time.Millisecond, 0))
+		defer cancel()
+		for _, w := range waits {
+			low, err := w.await(ctx)
+			if err != nil {
+				w.p.ErrorCode = codeOf(err)
+				s.log.Debug("delete records: the replicas did not follow", "partition", w.p.Partition, "err", err)
+				continue
+			}
+			w.p.LowWatermark = low
+		}
+	}()
+	return resp, ready
 }

@@ -433,6 +433,10 @@ func (s *Server) handleFrame(ctx context.Context, c *conn, frame []byte) (*answe
 		a.resp, a.ready = s.fetch(ctx, fr)
 		return a, nil
 	}
+	if dr, ok := req.(*kmsg.DeleteRecordsRequest); ok {
+		a.resp, a.ready = s.deleteRecords(ctx, c, dr)
+		return a, nil
+	}
 	a.resp = s.handle(ctx, c, req)
 	return a, nil
 }
@@ -468,7 +472,8 @@ func (s *Server) write(c *conn, h header, flexibleHeader bool, resp kmsg.Respons
 	return c.w.Flush()
 }
 
-// handle answers one parsed request other than a produce or a fetch.
+// handle answers one parsed request other than a produce, a fetch or a
+// DeleteRecords.
 func (s *Server) handle(ctx context.Context, c *conn, req kmsg.Request) kmsg.Response {
 	switch r := req.(type) {
 	case *kmsg.ApiVersionsRequest:
@@ -497,8 +502,6 @@ func (s *Server) handle(ctx context.Context, c *conn, req kmsg.Request) kmsg.Res
 		return s.incrementalAlterConfigs(ctx, c, r)
 	case *kmsg.DescribeLogDirsRequest:
 		return s.describeLogDirs(c, r)
-	case *kmsg.DeleteRecordsRequest:
-		return s.deleteRecords(ctx, c, r)
 	case *kmsg.DescribeProducersRequest:
 		return s.describeProducers(c, r)
 	}

@@ -346,7 +346,7 @@ func TestReplicationControlManager_PreferredElectionDoesNotTriggerUncleanElectio
 	// elects uncleanly by itself.
 	img = apply(t, img, recs)
 	checkPartition(t, img, elrPartition{leader: 2, isr: []int32{2}, state: recovering})
-	if rec, _, err := electionRecord(img, elrOf(img), keelpb.ElectionType_ELECTION_TYPE_PREFERRED); rec != nil || err != errPreferredNotReady {
+	if rec, _, err := electionRecord(img, elrOf(img), keelpb.ElectionType_ELECTION_TYPE_PREFERRED); rec != nil || err != ErrPreferredNotReady {
 		t.Fatalf("preferred election: %v, %v", rec, err)
 	}
 }

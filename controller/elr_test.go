@@ -556,7 +556,7 @@ func TestReplicationControlManager_ElectUncleanLeadersWithoutElr(t *testing.T) {
 	img := elrImage(t, []int32{0, 1, 2, 3, 4}, nil, elrPartition{replicas: []int32{1, 2, 3}, isr: []int32{1, 2, 3}, leader: 1})
 	img = fenceOne(t, img, 2, 3, 1)
 	checkPartition(t, img, elrPartition{leader: fsm.NoLeader, isr: []int32{1}, lastKnown: []int32{1}})
-	if rec, _, err := electionRecord(img, elrOf(img), keelpb.ElectionType_ELECTION_TYPE_UNCLEAN); rec != nil || err != errNoLiveReplica {
+	if rec, _, err := electionRecord(img, elrOf(img), keelpb.ElectionType_ELECTION_TYPE_UNCLEAN); rec != nil || err != ErrNoLiveReplica {
 		t.Fatalf("with no live replica: %v, %v", rec, err)
 	}
 	img = unfenceOne(t, img, 2)

@@ -147,6 +147,18 @@ type FeatureUpdate struct {
 // level (or did not answer), ErrUnsafeDowngrade naming what a downgrade
 // would drop, or as a write fails.
 func (c *Controller) UpdateFeatures(ctx context.Context, level uint32, downgrade bool) (*FeatureUpdate, error) {
+	return c.updateFeatures(ctx, level, downgrade, false)
+}
+
+// ValidateFeatures answers as UpdateFeatures would, refusing what it would
+// refuse, and writes nothing (Kafka's UpdateFeatures validate_only): the
+// change is decided on the confirmed committed image with the voters'
+// ranges asked now. Index is 0.
+func (c *Controller) ValidateFeatures(ctx context.Context, level uint32, downgrade bool) (*FeatureUpdate, error) {
+	return c.updateFeatures(ctx, level, downgrade, true)
+}
+
+func (c *Controller) updateFeatures(ctx context.Context, level uint32, downgrade, validateOnly bool) (*FeatureUpdate, error) {
 	l := c.active.Load()
 	if l == nil {
 		return nil, c.notLeader()
@@ -176,6 +188,12 @@ func (c *Controller) UpdateFeatures(ctx context.Context, level uint32, downgrade
 	}
 	if len(unfit) > 0 {
 		return nil, fmt.Errorf("%w: %s cannot become %d: %s", ErrUnsupportedMetadataVersion, fsm.MetadataVersionFeature, level, strings.Join(unfit, "; "))
+	}
+	if validateOnly {
+		if _, err := levelChangeRecords(img, level, downgrade, voters); err != nil {
+			return nil, err
+		}
+		return &FeatureUpdate{Previous: cur, Level: level}, nil
 	}
 	update := &FeatureUpdate{Level: level}
 	index, err := l.decide(ctx, func(img *fsm.Image) ([]*keelpb.Record, error) {

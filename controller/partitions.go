@@ -192,12 +192,13 @@ func planEntryError(i int, t ReassignmentTarget, err error) error {
 	return fmt.Errorf("partitions[%d] (%s/%d): %w; nothing in the plan was applied", i, t.Topic, t.Partition, err)
 }
 
-// Why an election did not happen.
+// Why an election did not happen (Election.Err), told apart by a broker
+// that answers a Kafka client's ElectLeaders with Kafka's error for each.
 var (
-	errElectionNotNeeded = errors.New("election not needed")
-	errPreferredNotReady = errors.New("the preferred leader is not in the ISR or not available")
-	errNoLiveReplica     = errors.New("no live replica can lead")
-	errAwaitingLogs      = errors.New("the partition awaits its replicas' logs (after a restore): it is elected once every replica has reported its log, " +
+	ErrElectionNotNeeded = errors.New("election not needed")
+	ErrPreferredNotReady = errors.New("the preferred leader is not in the ISR or not available")
+	ErrNoLiveReplica     = errors.New("no live replica can lead")
+	ErrAwaitingLogs      = errors.New("the partition awaits its replicas' logs (after a restore): it is elected once every replica has reported its log, " +
 		"or, with unclean.leader.election.enable=true on its topic, once every replica that has not is fenced")
 )
 
@@ -207,26 +208,26 @@ func electionRecord(img *fsm.Image, p *fsm.Partition, typ keelpb.ElectionType) (
 	t := targetOf(p)
 	t.minISR = rulesFor(img, p.TopicID).minISR
 	if t.awaiting {
-		return nil, fsm.NoLeader, errAwaitingLogs
+		return nil, fsm.NoLeader, ErrAwaitingLogs
 	}
 	switch typ {
 	case keelpb.ElectionType_ELECTION_TYPE_PREFERRED:
 		pref := p.Replicas[0]
 		if p.Leader == pref {
-			return nil, p.Leader, errElectionNotNeeded
+			return nil, p.Leader, ErrElectionNotNeeded
 		}
 		if !p.InISR(pref) || !v.eligible(pref) {
-			return nil, p.Leader, errPreferredNotReady
+			return nil, p.Leader, ErrPreferredNotReady
 		}
 		t.leader = pref
 	case keelpb.ElectionType_ELECTION_TYPE_UNCLEAN:
 		if p.HasLeader() && v.eligible(p.Leader) {
-			return nil, p.Leader, errElectionNotNeeded
+			return nil, p.Leader, ErrElectionNotNeeded
 		}
 		t.leader = fsm.NoLeader
 		electLeader(&t, v, true)
 		if t.leader == fsm.NoLeader {
-			return nil, fsm.NoLeader, errNoLiveReplica
+			return nil, fsm.NoLeader, ErrNoLiveReplica
 		}
 	default:
 		return nil, p.Leader, fieldError("type", "%v is not preferred or unclean", typ)

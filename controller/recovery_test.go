@@ -180,8 +180,8 @@ func TestRecovery_OtherElectionsLeaveAwaitingPartitions(t *testing.T) {
 	}
 	p := elrOf(img)
 	for _, typ := range []keelpb.ElectionType{keelpb.ElectionType_ELECTION_TYPE_PREFERRED, keelpb.ElectionType_ELECTION_TYPE_UNCLEAN} {
-		if rec, _, err := electionRecord(img, p, typ); rec != nil || !errors.Is(err, errAwaitingLogs) {
-			t.Errorf("%v election: %v, %v; want errAwaitingLogs", typ, rec, err)
+		if rec, _, err := electionRecord(img, p, typ); rec != nil || !errors.Is(err, ErrAwaitingLogs) {
+			t.Errorf("%v election: %v, %v; want ErrAwaitingLogs", typ, rec, err)
 		}
 	}
 	if ps := imbalancedPartitions(img, 0); len(ps) != 0 {

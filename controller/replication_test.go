@@ -202,7 +202,7 @@ func TestReplication_Elections(t *testing.T) {
 		wantErr error
 		want    int32
 	}{
-		{name: "preferred leader already leads", typ: keelpb.ElectionType_ELECTION_TYPE_PREFERRED, part: 0, wantErr: errElectionNotNeeded},
+		{name: "preferred leader already leads", typ: keelpb.ElectionType_ELECTION_TYPE_PREFERRED, part: 0, wantErr: ErrElectionNotNeeded},
 		{
 			name:  "preferred leader back in the ISR takes over",
 			extra: [][]*keelpb.Record{{change(0, leaderPtr(2), []int32{2, 3})}, {change(0, nil, []int32{2, 3, 1})}},
@@ -211,14 +211,14 @@ func TestReplication_Elections(t *testing.T) {
 		{
 			name:  "preferred leader not in the ISR",
 			extra: [][]*keelpb.Record{{change(0, leaderPtr(2), []int32{2, 3})}},
-			typ:   keelpb.ElectionType_ELECTION_TYPE_PREFERRED, part: 0, wantErr: errPreferredNotReady,
+			typ:   keelpb.ElectionType_ELECTION_TYPE_PREFERRED, part: 0, wantErr: ErrPreferredNotReady,
 		},
 		{
 			name:  "unclean election on demand elects a live replica outside the ISR",
 			extra: [][]*keelpb.Record{{fenceRec(2, 3), change(1, leaderPtr(fsm.NoLeader), []int32{2})}},
 			typ:   keelpb.ElectionType_ELECTION_TYPE_UNCLEAN, part: 1, want: 3,
 		},
-		{name: "unclean election with a live leader is not needed", typ: keelpb.ElectionType_ELECTION_TYPE_UNCLEAN, part: 1, wantErr: errElectionNotNeeded},
+		{name: "unclean election with a live leader is not needed", typ: keelpb.ElectionType_ELECTION_TYPE_UNCLEAN, part: 1, wantErr: ErrElectionNotNeeded},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

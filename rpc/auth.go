@@ -131,8 +131,11 @@ var methodRules = map[string]rule{
 	keelpb.ControllerService_CreateTopic_FullMethodName:                 forwardedAdmin("principal"),
 	keelpb.ControllerService_CreatePartitions_FullMethodName:            forwardedAdmin("principal"),
 	keelpb.ControllerService_DeleteTopic_FullMethodName:                 forwardedAdmin("principal"),
-	keelpb.ControllerService_ElectLeaders_FullMethodName:                adminOnly,
-	keelpb.ControllerService_AlterPartitionReassignments_FullMethodName: adminOnly,
+	// Elections and reassignments: an operator, or a broker forwarding a
+	// Kafka admin client's ElectLeaders or AlterPartitionReassignments
+	// (Kafka's need ALTER on the cluster).
+	keelpb.ControllerService_ElectLeaders_FullMethodName:                forwardedAdmin("principal"),
+	keelpb.ControllerService_AlterPartitionReassignments_FullMethodName: forwardedAdmin("principal"),
 	keelpb.ControllerService_FetchSnapshot_FullMethodName:               adminOnly,
 	keelpb.ControllerService_RestoreSnapshot_FullMethodName:             adminOnly,
 	keelpb.ControllerService_AddVoter_FullMethodName:                    adminOnly,
@@ -142,8 +145,8 @@ var methodRules = map[string]rule{
 	// IncrementalAlterConfigs or AlterConfigs (Kafka: ALTER_CONFIGS).
 	keelpb.ControllerService_IncrementalAlterConfigs_FullMethodName: forwardedAdmin("principal"),
 	// Raising or lowering metadata.version (Kafka's UpdateFeatures needs
-	// ALTER on the cluster).
-	keelpb.ControllerService_UpdateFeatures_FullMethodName: adminOnly,
+	// ALTER on the cluster), by an operator or forwarded by a broker.
+	keelpb.ControllerService_UpdateFeatures_FullMethodName: forwardedAdmin("principal"),
 
 	// Peer service, between the controllers of a quorum: a voter asks the
 	// others before its crash election deposes a leader. An answer steers

@@ -80,9 +80,9 @@ func Validate(req proto.Message) error {
 	case *keelpb.ReportReplicaLogsRequest:
 		return checkReportReplicaLogs(r)
 	case *keelpb.ElectLeadersRequest:
-		return checkElectLeaders(r)
+		return firstError(checkElectLeaders(r), validPrincipal(r.GetPrincipal()))
 	case *keelpb.AlterPartitionReassignmentsRequest:
-		return checkReassignment(r)
+		return firstError(checkReassignment(r), validPrincipal(r.GetPrincipal()))
 	case *keelpb.IncrementalAlterConfigsRequest:
 		return checkAlterConfigs(r)
 	case *keelpb.DescribeConfigsRequest:
@@ -114,7 +114,7 @@ func Validate(req proto.Message) error {
 		if r.GetMetadataVersion() == 0 {
 			return invalidArgument("metadata_version", "must be at least 1")
 		}
-		return nil
+		return validPrincipal(r.GetPrincipal())
 	}
 	// Requests with no fields to check (DescribeQuorum, ListBrokers,
 	// ListTopics, FetchSnapshot, ...) and a snapshot upload's chunks, which

@@ -23,7 +23,7 @@ import (
 func TestAuthorizeMethod(t *testing.T) {
 	const (
 		describe  = keelpb.ControllerService_DescribeQuorum_FullMethodName
-		create    = keelpb.ControllerService_ElectLeaders_FullMethodName
+		create    = keelpb.ControllerService_AppendNoOp_FullMethodName
 		restore   = keelpb.ControllerService_RestoreSnapshot_FullMethodName
 		register  = keelpb.ControllerService_RegisterBroker_FullMethodName
 		heartbeat = keelpb.ControllerService_BrokerHeartbeat_FullMethodName
@@ -43,7 +43,7 @@ func TestAuthorizeMethod(t *testing.T) {
 		{caller: "nobody", method: describe, wantCode: codes.PermissionDenied, wantMsg: `DescribeQuorum: certificate "nobody" names no keel role`},
 
 		{caller: "admin", method: create, wantCode: codes.OK},
-		{caller: "broker-1", method: create, wantCode: codes.PermissionDenied, wantMsg: "ElectLeaders needs an admin certificate; the caller's is broker-1"},
+		{caller: "broker-1", method: create, wantCode: codes.PermissionDenied, wantMsg: "AppendNoOp needs an admin certificate; the caller's is broker-1"},
 		{caller: "controller-1", method: restore, wantCode: codes.PermissionDenied, wantMsg: "RestoreSnapshot needs an admin certificate; the caller's is controller-1"},
 
 		// A broker about a broker id: decided on the request, after decoding.
@@ -126,7 +126,7 @@ func TestAuthorizeTap_RefusesBeforeDecoding(t *testing.T) {
 		wantCode codes.Code
 		wantMsg  string
 	}{
-		{caller: "broker-1", method: keelpb.ControllerService_ElectLeaders_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "ElectLeaders needs an admin certificate; the caller's is broker-1"},
+		{caller: "broker-1", method: keelpb.ControllerService_AppendNoOp_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "AppendNoOp needs an admin certificate; the caller's is broker-1"},
 		{caller: "controller-1", method: keelpb.ControllerService_AddVoter_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "AddVoter needs an admin certificate; the caller's is controller-1"},
 		{caller: "controller-1", method: keelpb.ControllerService_BrokerHeartbeat_FullMethodName, wantCode: codes.PermissionDenied, wantMsg: "BrokerHeartbeat needs the certificate of the broker in broker_id"},
 		{caller: "admin", method: "/keel.v1.ControllerService/NoSuchMethod", wantCode: codes.PermissionDenied, wantMsg: "has no authorization rule"},

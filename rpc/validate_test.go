@@ -301,6 +301,12 @@ func invalidControllerRequests() []controllerRequestCase {
 			req: &keelpb.DeleteTopicRequest{Name: "orders", Principal: "admin-" + long(maxPrincipalLen)}},
 		create("a principal that is no identity", "principal", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Principal = "broker-07" }),
 		addParts("a principal that is no identity", "principal", validCreatePartitions, func(r *keelpb.CreatePartitionsRequest) { r.Principal = "ANONYMOUS" }),
+		{method: "ElectLeaders", name: "a principal that is no identity", field: "principal",
+			req: &keelpb.ElectLeadersRequest{Type: keelpb.ElectionType_ELECTION_TYPE_PREFERRED, All: true, Principal: "root"}},
+		{method: "AlterPartitionReassignments", name: "a principal that is no identity", field: "principal",
+			req: &keelpb.AlterPartitionReassignmentsRequest{Topic: "orders", Replicas: []int32{1}, Principal: "root"}},
+		{method: "UpdateFeatures", name: "a principal that is no identity", field: "principal",
+			req: &keelpb.UpdateFeaturesRequest{MetadataVersion: 2, Principal: "root"}},
 
 		{method: "DescribeTopic", name: "no name", field: "name",
 			req: &keelpb.DescribeTopicRequest{Linearizable: true}},

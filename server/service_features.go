@@ -25,7 +25,11 @@ func (s *controllerService) DescribeFeatures(ctx context.Context, _ *keelpb.Desc
 func (s *controllerService) UpdateFeatures(ctx context.Context, req *keelpb.UpdateFeaturesRequest) (*keelpb.UpdateFeaturesResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
-	u, err := s.ctrl.UpdateFeatures(ctx, req.GetMetadataVersion(), req.GetDowngrade())
+	update := s.ctrl.UpdateFeatures
+	if req.GetValidateOnly() {
+		update = s.ctrl.ValidateFeatures
+	}
+	u, err := update(ctx, req.GetMetadataVersion(), req.GetDowngrade())
 	if err != nil {
 		return nil, toStatus(err)
 	}

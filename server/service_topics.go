@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
@@ -131,11 +132,30 @@ func (s *controllerService) ElectLeaders(ctx context.Context, req *keelpb.ElectL
 	for _, r := range results {
 		er := &keelpb.ElectionResult{Topic: r.Topic, Partition: r.Partition, Leader: r.Leader}
 		if r.Err != nil {
-			er.Error = r.Err.Error()
+			er.Error, er.Reason = r.Err.Error(), electionReason(req.GetType(), r.Err)
 		}
 		resp.Results = append(resp.Results, er)
 	}
 	return resp, nil
+}
+
+// electionReason is Kafka's name for why a partition's election did not
+// happen (ElectionResult.reason), as Kafka's ReplicationControlManager
+// answers ElectLeaders: a partition awaiting its replicas' logs has no
+// leader to elect yet, as one whose replicas are all down.
+func electionReason(typ keelpb.ElectionType, err error) string {
+	switch {
+	case errors.Is(err, controller.ErrElectionNotNeeded):
+		return "ELECTION_NOT_NEEDED"
+	case errors.Is(err, controller.ErrUnknownTopic):
+		return "UNKNOWN_TOPIC_OR_PARTITION"
+	case errors.Is(err, controller.ErrPreferredNotReady),
+		errors.Is(err, controller.ErrAwaitingLogs) && typ == keelpb.ElectionType_ELECTION_TYPE_PREFERRED:
+		return "PREFERRED_LEADER_NOT_AVAILABLE"
+	case errors.Is(err, controller.ErrNoLiveReplica), errors.Is(err, controller.ErrAwaitingLogs):
+		return "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+	}
+	return "INVALID_REQUEST"
 }
 
 // AlterPartitionReassignments starts or (empty replicas) cancels a reassignment.

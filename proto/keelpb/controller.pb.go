@@ -651,7 +651,12 @@ type UpdateFeaturesRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	MetadataVersion uint32                 `protobuf:"varint,1,opt,name=metadata_version,json=metadataVersion,proto3" json:"metadata_version,omitempty"`
 	// Lowering the level needs downgrade; raising it must not have it.
-	Downgrade     bool `protobuf:"varint,2,opt,name=downgrade,proto3" json:"downgrade,omitempty"`
+	Downgrade bool `protobuf:"varint,2,opt,name=downgrade,proto3" json:"downgrade,omitempty"`
+	// The principal of the Kafka client a broker forwards the request for.
+	Principal string `protobuf:"bytes,3,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Decide the change, refusing it as the write would be refused, and
+	// write nothing (Kafka's UpdateFeatures validate_only).
+	ValidateOnly  bool `protobuf:"varint,4,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -696,6 +701,20 @@ func (x *UpdateFeaturesRequest) GetMetadataVersion() uint32 {
 func (x *UpdateFeaturesRequest) GetDowngrade() bool {
 	if x != nil {
 		return x.Downgrade
+	}
+	return false
+}
+
+func (x *UpdateFeaturesRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *UpdateFeaturesRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
 	}
 	return false
 }
@@ -3854,8 +3873,11 @@ type ElectLeadersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  ElectionType           `protobuf:"varint,1,opt,name=type,proto3,enum=keel.v1.ElectionType" json:"type,omitempty"`
 	// Empty with all = true: every partition.
-	Partitions    []*TopicPartition `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
-	All           bool              `protobuf:"varint,3,opt,name=all,proto3" json:"all,omitempty"`
+	Partitions []*TopicPartition `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	All        bool              `protobuf:"varint,3,opt,name=all,proto3" json:"all,omitempty"`
+	// The principal of the Kafka client a broker forwards the request for
+	// (as CreateTopicRequest's).
+	Principal     string `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3911,6 +3933,13 @@ func (x *ElectLeadersRequest) GetAll() bool {
 	return false
 }
 
+func (x *ElectLeadersRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
 type ElectLeadersResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*ElectionResult      `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -3961,7 +3990,12 @@ type ElectionResult struct {
 	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
 	Leader    int32                  `protobuf:"varint,3,opt,name=leader,proto3" json:"leader,omitempty"`
 	// Empty on success; otherwise why no election happened.
-	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// With error: Kafka's name for it (ELECTION_NOT_NEEDED,
+	// PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE,
+	// UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST), which a broker answers
+	// its Kafka client with.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4024,6 +4058,13 @@ func (x *ElectionResult) GetError() string {
 	return ""
 }
 
+func (x *ElectionResult) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type AlterPartitionReassignmentsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One partition: topic, partition and replicas. Left empty when
@@ -4034,7 +4075,9 @@ type AlterPartitionReassignmentsRequest struct {
 	Replicas []int32 `protobuf:"varint,3,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
 	// Many partitions, each moved or cancelled as the single form would be,
 	// in one decision: all are accepted or none is.
-	Partitions    []*ReassignmentTarget `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Partitions []*ReassignmentTarget `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// The principal of the Kafka client a broker forwards the request for.
+	Principal     string `protobuf:"bytes,5,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4095,6 +4138,13 @@ func (x *AlterPartitionReassignmentsRequest) GetPartitions() []*ReassignmentTarg
 		return x.Partitions
 	}
 	return nil
+}
+
+func (x *AlterPartitionReassignmentsRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
 }
 
 // ReassignmentTarget is one partition of a reassignment plan.
@@ -5536,10 +5586,12 @@ const file_controller_proto_rawDesc = "" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x120\n" +
 	"\x14min_metadata_version\x18\x04 \x01(\rR\x12minMetadataVersion\x120\n" +
 	"\x14max_metadata_version\x18\x05 \x01(\rR\x12maxMetadataVersion\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05error\"`\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\"\xa3\x01\n" +
 	"\x15UpdateFeaturesRequest\x12)\n" +
 	"\x10metadata_version\x18\x01 \x01(\rR\x0fmetadataVersion\x12\x1c\n" +
-	"\tdowngrade\x18\x02 \x01(\bR\tdowngrade\"\x95\x01\n" +
+	"\tdowngrade\x18\x02 \x01(\bR\tdowngrade\x12\x1c\n" +
+	"\tprincipal\x18\x03 \x01(\tR\tprincipal\x12#\n" +
+	"\rvalidate_only\x18\x04 \x01(\bR\fvalidateOnly\"\x95\x01\n" +
 	"\x16UpdateFeaturesResponse\x12:\n" +
 	"\x19previous_metadata_version\x18\x01 \x01(\rR\x17previousMetadataVersion\x12)\n" +
 	"\x10metadata_version\x18\x02 \x01(\rR\x0fmetadataVersion\x12\x14\n" +
@@ -5785,27 +5837,30 @@ const file_controller_proto_rawDesc = "" +
 	"\x19ReportReplicaLogsResponse\"D\n" +
 	"\x0eTopicPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
-	"\tpartition\x18\x02 \x01(\x05R\tpartition\"\x8b\x01\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\"\xa9\x01\n" +
 	"\x13ElectLeadersRequest\x12)\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x15.keel.v1.ElectionTypeR\x04type\x127\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\v2\x17.keel.v1.TopicPartitionR\n" +
 	"partitions\x12\x10\n" +
-	"\x03all\x18\x03 \x01(\bR\x03all\"I\n" +
+	"\x03all\x18\x03 \x01(\bR\x03all\x12\x1c\n" +
+	"\tprincipal\x18\x04 \x01(\tR\tprincipal\"I\n" +
 	"\x14ElectLeadersResponse\x121\n" +
-	"\aresults\x18\x01 \x03(\v2\x17.keel.v1.ElectionResultR\aresults\"r\n" +
+	"\aresults\x18\x01 \x03(\v2\x17.keel.v1.ElectionResultR\aresults\"\x8a\x01\n" +
 	"\x0eElectionResult\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
 	"\x06leader\x18\x03 \x01(\x05R\x06leader\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xb1\x01\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xcf\x01\n" +
 	"\"AlterPartitionReassignmentsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
 	"\breplicas\x18\x03 \x03(\x05R\breplicas\x12;\n" +
 	"\n" +
 	"partitions\x18\x04 \x03(\v2\x1b.keel.v1.ReassignmentTargetR\n" +
-	"partitions\"d\n" +
+	"partitions\x12\x1c\n" +
+	"\tprincipal\x18\x05 \x01(\tR\tprincipal\"d\n" +
 	"\x12ReassignmentTarget\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +

@@ -30,6 +30,8 @@ type fakeMeta struct {
 	allocs atomic.Int64
 	// principals are the principals admin requests forwarded, in order.
 	principals []string
+	// ctl is the controller admin APIs' state (ctladmin_fake_test.go).
+	ctl ctlAdminFake
 }
 
 // forwarded notes the principal of an admin request forwarded to it.

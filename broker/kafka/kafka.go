@@ -32,6 +32,13 @@ type Controller interface {
 	// AlterConfigs changes one resource's configs, all or none, and
 	// returns its configs in effect afterwards.
 	AlterConfigs(ctx context.Context, req *keelpb.IncrementalAlterConfigsRequest) (*keelpb.IncrementalAlterConfigsResponse, error)
+	// The controller's admin APIs (ctladmin.go): writes forwarded with the
+	// client's principal, reads answered by the active controller.
+	ElectLeaders(ctx context.Context, req *keelpb.ElectLeadersRequest) (*keelpb.ElectLeadersResponse, error)
+	AlterPartitionReassignments(ctx context.Context, req *keelpb.AlterPartitionReassignmentsRequest) (*keelpb.AlterPartitionReassignmentsResponse, error)
+	ListPartitionReassignments(ctx context.Context) (*keelpb.ListPartitionReassignmentsResponse, error)
+	UpdateFeatures(ctx context.Context, req *keelpb.UpdateFeaturesRequest) (*keelpb.UpdateFeaturesResponse, error)
+	DescribeQuorum(ctx context.Context) (*keelpb.DescribeQuorumResponse, error)
 }
 
 // Defaults.

@@ -37,7 +37,12 @@ var versions = map[int16]versionRange{
 	33: {0, 2},  // AlterConfigs
 	35: {0, 4},  // DescribeLogDirs
 	37: {0, 3},  // CreatePartitions
+	43: {0, 2},  // ElectLeaders
 	44: {0, 1},  // IncrementalAlterConfigs
+	45: {0, 0},  // AlterPartitionReassignments
+	46: {0, 0},  // ListPartitionReassignments
+	55: {0, 2},  // DescribeQuorum
+	57: {0, 1},  // UpdateFeatures (v2 drops the per-feature results)
 	60: {0, 1},  // DescribeCluster
 	61: {0, 0},  // DescribeProducers
 }
@@ -52,6 +57,7 @@ func (s *Server) apiVersions(r *kmsg.ApiVersionsRequest) kmsg.Response {
 	for _, k := range keys {
 		resp.ApiKeys = append(resp.ApiKeys, kmsg.ApiVersionsResponseApiKey{ApiKey: k, MinVersion: versions[k].min, MaxVersion: versions[k].max})
 	}
+	s.addFeatures(resp)
 	return resp
 }
 

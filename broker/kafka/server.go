@@ -504,6 +504,16 @@ func (s *Server) handle(ctx context.Context, c *conn, req kmsg.Request) kmsg.Res
 		return s.describeLogDirs(c, r)
 	case *kmsg.DescribeProducersRequest:
 		return s.describeProducers(c, r)
+	case *kmsg.ElectLeadersRequest:
+		return s.electLeaders(ctx, c, r)
+	case *kmsg.AlterPartitionAssignmentsRequest:
+		return s.alterPartitionReassignments(ctx, c, r)
+	case *kmsg.ListPartitionReassignmentsRequest:
+		return s.listPartitionReassignments(ctx, c, r)
+	case *kmsg.DescribeQuorumRequest:
+		return s.describeQuorum(ctx, c, r)
+	case *kmsg.UpdateFeaturesRequest:
+		return s.updateFeatures(ctx, c, r)
 	}
 	// versions lists only the keys above.
 	panic(fmt.Sprintf("no handler for %s", kmsg.NameForKey(req.Key())))

@@ -306,7 +306,7 @@ func TestServer_ApiVersions(t *testing.T) {
 	for _, k := range resp.ApiKeys {
 		served[k.ApiKey] = k
 	}
-	for key, want := range map[int16][2]int16{0: {0, 11}, 1: {4, 12}, 2: {0, 7}, 3: {0, 12}, 18: {0, 4}, 19: {0, 7}, 20: {0, 6}, 22: {0, 4}, 23: {2, 4}, 37: {0, 3}, 60: {0, 1}} {
+	for key, want := range map[int16][2]int16{0: {0, 11}, 1: {4, 12}, 2: {0, 7}, 3: {0, 12}, 18: {0, 4}, 19: {0, 7}, 20: {0, 6}, 22: {0, 4}, 23: {2, 4}, 37: {0, 3}, 43: {0, 2}, 45: {0, 0}, 46: {0, 0}, 55: {0, 2}, 57: {0, 1}, 60: {0, 1}} {
 		if k, ok := served[key]; !ok || k.MinVersion != want[0] || k.MaxVersion != want[1] {
 			t.Errorf("%s: served %+v, want %d-%d", kmsg.NameForKey(key), k, want[0], want[1])
 		}

@@ -127,13 +127,11 @@ var methodRules = map[string]rule{
 	// CreateTopics, DeleteTopics or CreatePartitions with the client's
 	// principal, as KRaft brokers forward them to the controller in an
 	// envelope. Keel brokers create no topics of their own (no
-	// auto.create.topics.enable).
+	// auto.create.topics.enable). Elections and reassignments likewise
+	// (Kafka's need ALTER on the cluster).
 	keelpb.ControllerService_CreateTopic_FullMethodName:                 forwardedAdmin("principal"),
 	keelpb.ControllerService_CreatePartitions_FullMethodName:            forwardedAdmin("principal"),
 	keelpb.ControllerService_DeleteTopic_FullMethodName:                 forwardedAdmin("principal"),
-	// Elections and reassignments: an operator, or a broker forwarding a
-	// Kafka admin client's ElectLeaders or AlterPartitionReassignments
-	// (Kafka's need ALTER on the cluster).
 	keelpb.ControllerService_ElectLeaders_FullMethodName:                forwardedAdmin("principal"),
 	keelpb.ControllerService_AlterPartitionReassignments_FullMethodName: forwardedAdmin("principal"),
 	keelpb.ControllerService_FetchSnapshot_FullMethodName:               adminOnly,

@@ -8,6 +8,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/poll"
 )
 
@@ -334,4 +336,130 @@ func TestCtlAdmin_AlterNeedsAdmin(t *testing.T) {
 	if err != nil || res.Error() != nil {
 		t.Errorf("validate-only UpdateFeatures with admin-alice's certificate: %v, %+v", err, res)
 	}
+}
+
+// TestCtlAdmin_BadInput: bad items in the controllers' admin requests get
+// a clear error each, and change nothing: an election of a partition named
+// twice, a negative one, an unknown topic, an unknown election type; a
+// reassignment to an empty list, to a broker named twice, to a broker that
+// does not exist; a feature named twice, an unknown one, an unknown
+// upgrade type; a DescribeQuorum of another partition than the metadata
+// log's.
+func TestCtlAdmin_BadInput(t *testing.T) {
+	c, kafka := startKafkaCluster(t, []int32{1})
+	c.createTopic(t, "steady", "--partitions", "2", "--replication-factor", "1")
+	cl := kafkaClient(t, kafka)
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	type answer struct {
+		code int16
+		msg  string
+	}
+	check := func(what string, got answer, want *kerr.Error) {
+		t.Helper()
+		if got.code != want.Code || got.msg == "" {
+			t.Errorf("%s: %v %q; want %s with a message", what, kerr.ErrorForCode(got.code), got.msg, want.Message)
+		}
+	}
+
+	el := kmsg.NewPtrElectLeadersRequest()
+	el.TimeoutMillis = 30_000
+	el.Topics = []kmsg.ElectLeadersRequestTopic{{Topic: "steady", Partitions: []int32{1, 1, -1}}, {Topic: "nosuch", Partitions: []int32{0}}}
+	resp, err := el.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]answer{}
+	for _, rt := range resp.Topics {
+		for _, p := range rt.Partitions {
+			got[fmt.Sprintf("%s/%d", rt.Topic, p.Partition)] = answer{p.ErrorCode, deref(p.ErrorMessage)}
+		}
+	}
+	if len(got) != 3 {
+		t.Errorf("ElectLeaders answered %v; want 3 partitions", got)
+	}
+	check("a partition named twice", got["steady/1"], kerr.InvalidRequest)
+	check("a negative partition", got["steady/-1"], kerr.UnknownTopicOrPartition)
+	check("an unknown topic", got["nosuch/0"], kerr.UnknownTopicOrPartition)
+	el.ElectionType = 9
+	el.Topics = []kmsg.ElectLeadersRequestTopic{{Topic: "steady", Partitions: []int32{0}}}
+	if resp, err = el.RequestWith(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	check("an unknown election type", answer{resp.ErrorCode, deref(resp.Topics[0].Partitions[0].ErrorMessage)}, kerr.InvalidRequest)
+
+	var move kadm.AlterPartitionAssignmentsReq
+	move.Assign("steady", 0, []int32{})
+	move.Assign("steady", 1, []int32{1, 1})
+	move.Assign("nosuch", 0, []int32{1})
+	move.Assign("steady", -1, []int32{1})
+	altered, err := adm.AlterPartitionAssignments(ctx, move)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, r := range map[string]struct {
+		got  kadm.AlterPartitionAssignmentsResponse
+		want *kerr.Error
+	}{
+		"an empty replica list": {altered["steady"][0], kerr.InvalidReplicaAssignment},
+		"a broker named twice":  {altered["steady"][1], kerr.InvalidReplicaAssignment},
+		"an unknown topic":      {altered["nosuch"][0], kerr.UnknownTopicOrPartition},
+		"a negative partition":  {altered["steady"][-1], kerr.UnknownTopicOrPartition},
+	} {
+		if !errors.Is(r.got.Err, r.want) || r.got.ErrMessage == "" {
+			t.Errorf("reassignment with %s: %v %q; want %s with a message", what, r.got.Err, r.got.ErrMessage, r.want.Message)
+		}
+	}
+	move = nil
+	move.Assign("steady", 0, []int32{7})
+	if altered, err = adm.AlterPartitionAssignments(ctx, move); err != nil || !errors.Is(altered["steady"][0].Err, kerr.InvalidReplicaAssignment) {
+		t.Errorf("reassignment to an unknown broker: %v, %+v; want INVALID_REPLICA_ASSIGNMENT", err, altered)
+	}
+	all := kadm.TopicsSet{}
+	all.Add("steady", 0, 1)
+	if listed, err := adm.ListPartitionReassignments(ctx, all); err != nil || len(listed) != 0 {
+		t.Errorf("reassignments after refused ones: %+v, %v; want none", listed, err)
+	}
+	for _, p := range []int32{0, 1} {
+		if r := partitionMeta(t, adm, "steady", p).Replicas; !slices.Equal(r, []int32{1}) {
+			t.Errorf("steady/%d on %v after refused reassignments; want [1]", p, r)
+		}
+	}
+
+	uf := kmsg.NewPtrUpdateFeaturesRequest()
+	uf.TimeoutMillis = 30_000
+	uf.FeatureUpdates = []kmsg.UpdateFeaturesRequestFeatureUpdate{
+		{Feature: "metadata.version", MaxVersionLevel: 1, UpgradeType: 2},
+		{Feature: "metadata.version", MaxVersionLevel: 1, UpgradeType: 2},
+		{Feature: "no.such.feature", MaxVersionLevel: 1, UpgradeType: 1},
+	}
+	fresp, err := uf.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fgot := map[string]answer{}
+	for _, r := range fresp.Results {
+		fgot[r.Feature] = answer{r.ErrorCode, deref(r.ErrorMessage)}
+	}
+	check("a feature named twice", fgot["metadata.version"], kerr.InvalidRequest)
+	check("an unknown feature", fgot["no.such.feature"], kerr.InvalidUpdateVersion)
+	uf.FeatureUpdates = []kmsg.UpdateFeaturesRequestFeatureUpdate{{Feature: "metadata.version", MaxVersionLevel: 1, UpgradeType: 5}}
+	if fresp, err = uf.RequestWith(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	check("an unknown upgrade type", answer{fresp.Results[0].ErrorCode, deref(fresp.Results[0].ErrorMessage)}, kerr.InvalidUpdateVersion)
+	var f featuresJSON
+	c.keelJSON(t, &f, "features", "describe")
+	if f.MetadataVersion != fsm.MaxMetadataVersion {
+		t.Errorf("metadata.version %d after refused updates; want %d", f.MetadataVersion, fsm.MaxMetadataVersion)
+	}
+
+	dq := kmsg.NewPtrDescribeQuorumRequest()
+	dq.Topics = []kmsg.DescribeQuorumRequestTopic{{Topic: "steady", Partitions: []kmsg.DescribeQuorumRequestTopicPartition{{Partition: 0}}}}
+	qresp, err := dq.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("DescribeQuorum of another partition", answer{qresp.ErrorCode, deref(qresp.ErrorMessage)}, kerr.InvalidRequest)
 }

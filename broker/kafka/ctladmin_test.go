@@ -111,6 +111,19 @@ func TestServer_ElectLeaders(t *testing.T) {
 		t.Errorf("an unknown election type was forwarded")
 	}
 
+	// More partitions than the controller takes in one request.
+	many := make([]int32, 100_001)
+	for i := range many {
+		many[i] = int32(i)
+	}
+	resp = elect(0, map[string][]int32{"orders": many}, "orders")
+	if got := flat(resp); resp.ErrorCode != kerr.InvalidRequest.Code || len(got) != len(many) || got[tpKey("orders", 0)] != kerr.InvalidRequest.Code {
+		t.Errorf("%d partitions: top-level %v, %d answered", len(many), kerr.ErrorForCode(resp.ErrorCode), len(got))
+	}
+	if n := len(meta.forwardedPrincipals()); n != before {
+		t.Errorf("an election of %d partitions was forwarded", len(many))
+	}
+
 	meta.setCtlErr(status.Error(codes.Unavailable, "no active controller"))
 	if got := flat(elect(1, map[string][]int32{"orders": {0}}, "orders")); got[tpKey("orders", 0)] != kerr.RequestTimedOut.Code {
 		t.Errorf("controller away: %v, want REQUEST_TIMED_OUT", got)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -23,6 +25,16 @@ var electionErrors = map[string]*kerr.Error{
 	kerr.EligibleLeadersNotAvailable.Message: kerr.EligibleLeadersNotAvailable,
 	kerr.UnknownTopicOrPartition.Message:     kerr.UnknownTopicOrPartition,
 	kerr.InvalidRequest.Message:              kerr.InvalidRequest,
+}
+
+// electError is adminError for an election: a request the controller
+// refuses as malformed (too many partitions) is INVALID_REQUEST, whatever
+// field it names.
+func electError(err error) (*kerr.Error, string) {
+	if status.Code(err) == codes.InvalidArgument {
+		return kerr.InvalidRequest, status.Convert(err).Message()
+	}
+	return adminError(err)
 }
 
 // topicPartition is one partition of a request.
@@ -146,13 +158,11 @@ func (s *Server) electLeaders(ctx context.Context, c *conn, r *kmsg.ElectLeaders
 		return resp
 	}
 	if err := rpc.Validate(req); err != nil {
-		ke, msg := adminError(err)
-		return fail(ke, msg)
+		return fail(electError(err))
 	}
 	elected, err := s.cfg.Controller.ElectLeaders(ctx, req)
 	if err != nil {
-		ke, msg := adminError(err)
-		return fail(ke, msg)
+		return fail(electError(err))
 	}
 	for _, res := range elected.GetResults() {
 		if res.GetError() == "" {

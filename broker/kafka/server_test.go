@@ -364,6 +364,13 @@ func TestServer_BadInputClosesTheConnectionOnly(t *testing.T) {
 		{"a DescribeConfigs whose resource count lies", frame(32, 1, 1, []byte{0x7f, 0xff, 0xff, 0xff})},
 		{"an IncrementalAlterConfigs whose config count lies", frame(44, 0, 1, []byte{0, 0, 0, 1, 2, 0, 1, 't', 0x7f, 0xff, 0xff, 0xff})},
 		{"a Produce whose partition count lies", frame(0, 7, 1, []byte{0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 1, 0, 1, 't', 0x7f, 0xff, 0xff, 0xff})},
+		// The controller admin APIs (flexible but ElectLeaders v1: a 0 for
+		// the header's tags, then a topic count that lies).
+		{"an ElectLeaders whose topic count lies", frame(43, 1, 1, []byte{0, 0x7f, 0xff, 0xff, 0xff})},
+		{"an AlterPartitionReassignments whose topic count lies", frame(45, 0, 1, []byte{0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})},
+		{"a ListPartitionReassignments whose topic count lies", frame(46, 0, 1, []byte{0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})},
+		{"a DescribeQuorum whose topic count lies", frame(55, 2, 1, []byte{0, 0xff, 0xff, 0xff, 0xff, 0x0f})},
+		{"an UpdateFeatures whose update count lies", frame(57, 1, 1, []byte{0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

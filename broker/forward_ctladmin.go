@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/rpc"
 )
 
 // The controller admin requests a broker's Kafka listener forwards, as a
@@ -27,10 +28,12 @@ func (a *Agent) AlterPartitionReassignments(ctx context.Context, req *keelpb.Alt
 }
 
 // ListPartitionReassignments reads the ongoing reassignments from the
-// active controller's committed image, so that a client that just started
-// or cancelled one sees it, whichever broker it asks next.
+// active controller's committed image, once it has confirmed it still
+// leads (a linearizable read): a client that started or cancelled one sees
+// it, whichever broker it asks next, and is never told by a deposed
+// controller that a reassignment is done.
 func (a *Agent) ListPartitionReassignments(ctx context.Context) (*keelpb.ListPartitionReassignmentsResponse, error) {
-	return a.client.ListPartitionReassignments(ctx)
+	return a.client.ListPartitionReassignments(ctx, rpc.Linearizable())
 }
 
 // UpdateFeatures forwards a change of the finalized metadata.version (or,

@@ -218,7 +218,7 @@ func (c *Client) ListPartitionReassignments(ctx context.Context, opts ...ReadOpt
 	var resp *keelpb.ListPartitionReassignmentsResponse
 	err := c.read(ctx, o, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
 		var err error
-		resp, err = cl.ListPartitionReassignments(ctx, &keelpb.ListPartitionReassignmentsRequest{Stale: o.stale})
+		resp, err = cl.ListPartitionReassignments(ctx, &keelpb.ListPartitionReassignmentsRequest{Stale: o.stale, Linearizable: o.linearizable})
 		return err
 	})
 	return resp, err

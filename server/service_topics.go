@@ -214,7 +214,7 @@ func (s *controllerService) reassignPlan(ctx context.Context, targets []*keelpb.
 // ListPartitionReassignments lists ongoing reassignments, from the image
 // readImage picks.
 func (s *controllerService) ListPartitionReassignments(ctx context.Context, req *keelpb.ListPartitionReassignmentsRequest) (*keelpb.ListPartitionReassignmentsResponse, error) {
-	img, src, err := s.readImage(ctx, false, req.GetStale())
+	img, src, err := s.readImage(ctx, req.GetLinearizable(), req.GetStale())
 	if err != nil {
 		return nil, err
 	}

@@ -4319,7 +4319,10 @@ func (x *ReassignedPartition) GetPartition() *PartitionDescription {
 type ListPartitionReassignmentsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// stale: as in ListBrokersRequest.
-	Stale         bool `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
+	Stale bool `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
+	// linearizable: as in ListTopicsRequest (a broker answering a Kafka
+	// client's ListPartitionReassignments asks so).
+	Linearizable  bool `protobuf:"varint,2,opt,name=linearizable,proto3" json:"linearizable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4357,6 +4360,13 @@ func (*ListPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
 func (x *ListPartitionReassignmentsRequest) GetStale() bool {
 	if x != nil {
 		return x.Stale
+	}
+	return false
+}
+
+func (x *ListPartitionReassignmentsRequest) GetLinearizable() bool {
+	if x != nil {
+		return x.Linearizable
 	}
 	return false
 }
@@ -5872,9 +5882,10 @@ const file_controller_proto_rawDesc = "" +
 	"partitions\"h\n" +
 	"\x13ReassignedPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12;\n" +
-	"\tpartition\x18\x02 \x01(\v2\x1d.keel.v1.PartitionDescriptionR\tpartition\"9\n" +
+	"\tpartition\x18\x02 \x01(\v2\x1d.keel.v1.PartitionDescriptionR\tpartition\"]\n" +
 	"!ListPartitionReassignmentsRequest\x12\x14\n" +
-	"\x05stale\x18\x01 \x01(\bR\x05stale\"\x8e\x01\n" +
+	"\x05stale\x18\x01 \x01(\bR\x05stale\x12\"\n" +
+	"\flinearizable\x18\x02 \x01(\bR\flinearizable\"\x8e\x01\n" +
 	"\"ListPartitionReassignmentsResponse\x12;\n" +
 	"\rreassignments\x18\x01 \x03(\v2\x15.keel.v1.ReassignmentR\rreassignments\x12+\n" +
 	"\x06source\x18\x02 \x01(\v2\x13.keel.v1.ReadSourceR\x06source\"\xb4\x01\n" +

@@ -30,6 +30,14 @@ type ctlAdminFake struct {
 	features []*keelpb.UpdateFeaturesRequest
 }
 
+// withCtl runs fn on the fake's controller state, under its lock: tests
+// set and read it while the listener's goroutines use it.
+func (m *fakeMeta) withCtl(fn func(*ctlAdminFake)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fn(&m.ctl)
+}
+
 func (m *fakeMeta) ctlErr() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -25,9 +25,7 @@ type partitionErrors map[string]int16
 func tpKey(topic string, p int32) string { return fmt.Sprintf("%s/%d", topic, p) }
 
 func (m *fakeMeta) setCtlErr(err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.ctl.err = err
+	m.withCtl(func(ctl *ctlAdminFake) { ctl.err = err })
 }
 
 // TestServer_ElectLeaders: each partition of an ElectLeaders gets Kafka's
@@ -150,7 +148,7 @@ func TestServer_PartitionReassignments(t *testing.T) {
 	meta := newFakeMeta(t)
 	s := startServer(t, 1, meta, NewMemoryBackend(), nil)
 	cl := newClient(t, []string{s.Addr()})
-	meta.ctl.refuse = map[topicPartition]bool{{"orders", 1}: true}
+	meta.withCtl(func(ctl *ctlAdminFake) { ctl.refuse = map[topicPartition]bool{{"orders", 1}: true} })
 	alter := func(parts ...kmsg.AlterPartitionAssignmentsRequestTopicPartition) partitionErrors {
 		t.Helper()
 		req := kmsg.NewPtrAlterPartitionAssignmentsRequest()
@@ -226,7 +224,7 @@ func TestServer_DescribeQuorum(t *testing.T) {
 	meta := newFakeMeta(t)
 	s := startServer(t, 1, meta, NewMemoryBackend(), nil)
 	cl := newClient(t, []string{s.Addr()})
-	meta.ctl.quorum = &keelpb.DescribeQuorumResponse{NodeId: 2, Active: true, LeaderId: 2, RaftTerm: 7, ControllerEpoch: 3, CommitIndex: 100,
+	quorum := &keelpb.DescribeQuorumResponse{NodeId: 2, Active: true, LeaderId: 2, RaftTerm: 7, ControllerEpoch: 3, CommitIndex: 100,
 		Voters: []*keelpb.QuorumMember{
 			{Id: 1, Address: "127.0.0.1:9091", Suffrage: "voter"},
 			{Id: 2, Address: "127.0.0.1:9092", Suffrage: "voter"},
@@ -238,6 +236,7 @@ func TestServer_DescribeQuorum(t *testing.T) {
 			{Id: 2, MatchIndex: 101, LastContactMs: 0},
 			{Id: 3, MatchIndex: 90, LastContactMs: -1},
 		}}
+	meta.withCtl(func(ctl *ctlAdminFake) { ctl.quorum = quorum })
 	describe := func(topic string) *kmsg.DescribeQuorumResponse {
 		t.Helper()
 		req := kmsg.NewPtrDescribeQuorumRequest()
@@ -321,15 +320,17 @@ func TestServer_UpdateFeatures(t *testing.T) {
 		{"named twice", []kmsg.UpdateFeaturesRequestFeatureUpdate{fu("metadata.version", 2, 1), fu("metadata.version", 3, 1)}, map[string]int16{"metadata.version": kerr.InvalidRequest.Code}},
 		{"unsupported level", []kmsg.UpdateFeaturesRequestFeatureUpdate{fu("metadata.version", 9, 1)}, map[string]int16{"metadata.version": kerr.InvalidUpdateVersion.Code}},
 	} {
-		meta.ctl.features = nil
+		meta.withCtl(func(ctl *ctlAdminFake) { ctl.features = nil })
 		if got := update(tt.name == "validate only", tt.u...); !maps.Equal(got, tt.want) {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
-		forwarded := len(meta.ctl.features)
+		var features []*keelpb.UpdateFeaturesRequest
+		meta.withCtl(func(ctl *ctlAdminFake) { features = ctl.features })
+		forwarded := len(features)
 		switch tt.name {
 		case "validate only":
-			if forwarded != 1 || !meta.ctl.features[0].GetValidateOnly() || meta.ctl.features[0].GetMetadataVersion() != 3 {
-				t.Errorf("validate only forwarded %v", meta.ctl.features)
+			if forwarded != 1 || !features[0].GetValidateOnly() || features[0].GetMetadataVersion() != 3 {
+				t.Errorf("validate only forwarded %v", features)
 			}
 		case "unsupported level":
 			if forwarded != 1 {
@@ -337,7 +338,7 @@ func TestServer_UpdateFeatures(t *testing.T) {
 			}
 		default:
 			if forwarded != 0 {
-				t.Errorf("%s: forwarded %v", tt.name, meta.ctl.features)
+				t.Errorf("%s: forwarded %v", tt.name, features)
 			}
 		}
 	}
@@ -378,7 +379,9 @@ func TestServer_ControllerAdminAuthorization(t *testing.T) {
 	meta := newFakeMeta(t)
 	s := startServer(t, 1, meta, NewMemoryBackend(), func(c *Config) { c.TLS = certs["broker-1"] })
 	meta.createTopic("orders", []int32{1})
-	meta.ctl.quorum = &keelpb.DescribeQuorumResponse{NodeId: 1, Active: true, RaftTerm: 2}
+	meta.withCtl(func(ctl *ctlAdminFake) {
+		ctl.quorum = &keelpb.DescribeQuorumResponse{NodeId: 1, Active: true, RaftTerm: 2}
+	})
 	cl := newClient(t, []string{s.Addr()}, kgo.DialTLSConfig(certs["broker-2"].Client(tlsauth.RoleBroker)))
 	ctx := context.Background()
 
@@ -400,9 +403,11 @@ func TestServer_ControllerAdminAuthorization(t *testing.T) {
 	if got := meta.forwardedPrincipals(); len(got) != 0 {
 		t.Errorf("forwarded for %v", got)
 	}
-	if len(meta.ctl.features) != 0 || meta.ctl.reassignCalls != 0 {
-		t.Errorf("refused requests reached the controller")
-	}
+	meta.withCtl(func(ctl *ctlAdminFake) {
+		if len(ctl.features) != 0 || ctl.reassignCalls != 0 {
+			t.Errorf("refused requests reached the controller")
+		}
+	})
 
 	lr := kmsg.NewPtrListPartitionReassignmentsRequest()
 	if resp, err := lr.RequestWith(ctx, cl); err != nil || resp.ErrorCode != 0 {

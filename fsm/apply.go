@@ -157,6 +157,10 @@ func applyRecord(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 		return applyProducerIds(img, rec, ctx)
 	case *keelpb.Record_ControllerRegistration:
 		return applyControllerRegistration(img, rec, ctx)
+	case *keelpb.Record_UserScramCredential:
+		return applyUserScramCredential(img, rec, ctx)
+	case *keelpb.Record_RemoveUserScramCredential:
+		return applyRemoveUserScramCredential(img, rec, ctx)
 	}
 	return errors.New("unknown record type")
 }

@@ -22,7 +22,7 @@ const (
 	// can read: a cluster's level must lie between them for a node to apply
 	// its log.
 	MinMetadataVersion uint32 = 1
-	MaxMetadataVersion uint32 = 3
+	MaxMetadataVersion uint32 = 4
 	// BootstrapMetadataVersion is the level of a log that states none (a
 	// cluster from before FeatureLevel records, as KRaft's bootstrap
 	// metadata.version): level 1, which covers every record such a log may
@@ -66,6 +66,8 @@ var MetadataVersions = []MetadataVersionInfo{
 		Adds: "controller registrations (KIP-919): each controller's supported metadata.version range in the log"},
 	{Level: 3, Adds: "an empty ISR (KIP-966): a broker that restarts after an unclean shutdown leaves the ISR even as its " +
 		"last member, and the partition waits for an eligible leader replica"},
+	{Level: 4, Records: []string{"user_scram_credential", "remove_user_scram_credential"},
+		Adds: "SCRAM credentials (KIP-554): salted keys for SASL/SCRAM logins on the Kafka listener"},
 }
 
 // ErrUnsupportedMetadataVersion is wrapped by the errors of a level a node
@@ -86,6 +88,8 @@ func RecordLevel(rec *keelpb.Record) uint32 {
 	switch rec.GetRecord().(type) {
 	case *keelpb.Record_ControllerRegistration:
 		return 2
+	case *keelpb.Record_UserScramCredential, *keelpb.Record_RemoveUserScramCredential:
+		return ScramCredentialsMetadataVersion
 	}
 	return 1
 }
@@ -145,6 +149,9 @@ func LevelBlockers(img *Image, level uint32) []string {
 	}
 	if level < 2 && len(img.controllers) > 0 {
 		out = append(out, fmt.Sprintf("%d controller registrations (metadata.version 2) would be dropped", len(img.controllers)))
+	}
+	if level < ScramCredentialsMetadataVersion && len(img.scram) > 0 {
+		out = append(out, fmt.Sprintf("%d SCRAM credentials (metadata.version %d) would be dropped", len(img.scram), ScramCredentialsMetadataVersion))
 	}
 	// Only a level that allows them can hold empty ISRs: the walk is for a
 	// lowering from such a level, a rare act.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -203,7 +204,7 @@ func TestSnapshot_CarriesMetadataVersion(t *testing.T) {
 	bw.Flush()
 	_, err = ReadSnapshot(bytes.NewReader(newer.Bytes()))
 	if !errors.Is(err, ErrUnsupportedMetadataVersion) || errors.Is(err, ErrCorruptSnapshot) ||
-		!strings.Contains(err.Error(), "the snapshot is at metadata.version 4; this binary supports 1-3") {
+		!strings.Contains(err.Error(), fmt.Sprintf("the snapshot is at metadata.version %d; this binary supports 1-%d", MaxMetadataVersion+1, MaxMetadataVersion)) {
 		t.Fatalf("err = %v", err)
 	}
 	if _, err := VerifySnapshot(bytes.NewReader(newer.Bytes())); !errors.Is(err, ErrUnsupportedMetadataVersion) {

@@ -81,6 +81,9 @@ type Image struct {
 	// controllers are the controller registrations (features.go), by node
 	// id; a handful, copied whole on every change.
 	controllers map[int32]*ControllerRegistration
+	// scram holds the SCRAM credentials (scram.go); few, copied whole on
+	// every change.
+	scram map[ScramKey]*ScramCredential
 
 	// Topics, partitions and the replica index are persistent structures
 	// (btree.go, partvec.go): a batch that changes k partitions copies

@@ -64,7 +64,7 @@ func identityRecords(img *Image) int {
 			n++
 		}
 	}
-	return n + len(img.controllers)
+	return n + len(img.controllers) + len(img.scram)
 }
 
 // imageRecords lists the image as records, in an order that depends only on
@@ -96,6 +96,10 @@ func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
 	}
 	// The controller registrations, after the level that allows them.
 	if err := controllerRecords(img, emit); err != nil {
+		return err
+	}
+	// The SCRAM credentials, after the level that allows them.
+	if err := scramRecords(img, emit); err != nil {
 		return err
 	}
 	// The cluster's config defaults, by name. Topics' own configs travel

@@ -5564,7 +5564,7 @@ var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
 	"\n" +
-	"\x10controller.proto\x12\akeel.v1\x1a\x0emetadata.proto\"\xaa\x01\n" +
+	"\x10controller.proto\x12\akeel.v1\x1a\x0emetadata.proto\x1a\vscram.proto\"\xaa\x01\n" +
 	"\x13CompareImageRequest\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12'\n" +
 	"\x0fmajority_digest\x18\x02 \x01(\fR\x0emajorityDigest\x12\x1a\n" +
@@ -5981,7 +5981,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x13ALTER_CONFIG_OP_SET\x10\x01\x12\x1a\n" +
 	"\x16ALTER_CONFIG_OP_DELETE\x10\x02\x12\x1a\n" +
 	"\x16ALTER_CONFIG_OP_APPEND\x10\x03\x12\x1c\n" +
-	"\x18ALTER_CONFIG_OP_SUBTRACT\x10\x042\xbc\x13\n" +
+	"\x18ALTER_CONFIG_OP_SUBTRACT\x10\x042\xb0\x14\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +
@@ -6013,7 +6013,8 @@ const file_controller_proto_rawDesc = "" +
 	"\x10DescribeFeatures\x12 .keel.v1.DescribeFeaturesRequest\x1a!.keel.v1.DescribeFeaturesResponse\x12Q\n" +
 	"\x0eUpdateFeatures\x12\x1e.keel.v1.UpdateFeaturesRequest\x1a\x1f.keel.v1.UpdateFeaturesResponse\x12K\n" +
 	"\fCompareImage\x12\x1c.keel.v1.CompareImageRequest\x1a\x1d.keel.v1.CompareImageResponse\x12Z\n" +
-	"\x11AcknowledgedIndex\x12!.keel.v1.AcknowledgedIndexRequest\x1a\".keel.v1.AcknowledgedIndexResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\x11AcknowledgedIndex\x12!.keel.v1.AcknowledgedIndexRequest\x1a\".keel.v1.AcknowledgedIndexResponse\x12r\n" +
+	"\x19AlterUserScramCredentials\x12).keel.v1.AlterUserScramCredentialsRequest\x1a*.keel.v1.AlterUserScramCredentialsResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -6119,6 +6120,8 @@ var file_controller_proto_goTypes = []any{
 	nil,                                         // 86: keel.v1.TopicDescription.ConfigsEntry
 	(LeaderRecoveryState)(0),                    // 87: keel.v1.LeaderRecoveryState
 	(ConfigResourceType)(0),                     // 88: keel.v1.ConfigResourceType
+	(*AlterUserScramCredentialsRequest)(nil),    // 89: keel.v1.AlterUserScramCredentialsRequest
+	(*AlterUserScramCredentialsResponse)(nil),   // 90: keel.v1.AlterUserScramCredentialsResponse
 }
 var file_controller_proto_depIdxs = []int32{
 	9,  // 0: keel.v1.DescribeFeaturesResponse.nodes:type_name -> keel.v1.FeatureNode
@@ -6198,37 +6201,39 @@ var file_controller_proto_depIdxs = []int32{
 	10, // 74: keel.v1.ControllerService.UpdateFeatures:input_type -> keel.v1.UpdateFeaturesRequest
 	3,  // 75: keel.v1.ControllerService.CompareImage:input_type -> keel.v1.CompareImageRequest
 	5,  // 76: keel.v1.ControllerService.AcknowledgedIndex:input_type -> keel.v1.AcknowledgedIndexRequest
-	13, // 77: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	20, // 78: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	22, // 79: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	24, // 80: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	26, // 81: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	28, // 82: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	34, // 83: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	38, // 84: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	40, // 85: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	42, // 86: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	44, // 87: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	47, // 88: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	52, // 89: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	55, // 90: keel.v1.ControllerService.ReportReplicaLogs:output_type -> keel.v1.ReportReplicaLogsResponse
-	58, // 91: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	62, // 92: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	65, // 93: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	31, // 94: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	68, // 95: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	71, // 96: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	73, // 97: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	75, // 98: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	80, // 99: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
-	84, // 100: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
-	83, // 101: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
-	8,  // 102: keel.v1.ControllerService.DescribeFeatures:output_type -> keel.v1.DescribeFeaturesResponse
-	11, // 103: keel.v1.ControllerService.UpdateFeatures:output_type -> keel.v1.UpdateFeaturesResponse
-	4,  // 104: keel.v1.ControllerService.CompareImage:output_type -> keel.v1.CompareImageResponse
-	6,  // 105: keel.v1.ControllerService.AcknowledgedIndex:output_type -> keel.v1.AcknowledgedIndexResponse
-	77, // [77:106] is the sub-list for method output_type
-	48, // [48:77] is the sub-list for method input_type
+	89, // 77: keel.v1.ControllerService.AlterUserScramCredentials:input_type -> keel.v1.AlterUserScramCredentialsRequest
+	13, // 78: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	20, // 79: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	22, // 80: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	24, // 81: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	26, // 82: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	28, // 83: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	34, // 84: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	38, // 85: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	40, // 86: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	42, // 87: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	44, // 88: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	47, // 89: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	52, // 90: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	55, // 91: keel.v1.ControllerService.ReportReplicaLogs:output_type -> keel.v1.ReportReplicaLogsResponse
+	58, // 92: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	62, // 93: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	65, // 94: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	31, // 95: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	68, // 96: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	71, // 97: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	73, // 98: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	75, // 99: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	80, // 100: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
+	84, // 101: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
+	83, // 102: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
+	8,  // 103: keel.v1.ControllerService.DescribeFeatures:output_type -> keel.v1.DescribeFeaturesResponse
+	11, // 104: keel.v1.ControllerService.UpdateFeatures:output_type -> keel.v1.UpdateFeaturesResponse
+	4,  // 105: keel.v1.ControllerService.CompareImage:output_type -> keel.v1.CompareImageResponse
+	6,  // 106: keel.v1.ControllerService.AcknowledgedIndex:output_type -> keel.v1.AcknowledgedIndexResponse
+	90, // 107: keel.v1.ControllerService.AlterUserScramCredentials:output_type -> keel.v1.AlterUserScramCredentialsResponse
+	78, // [78:108] is the sub-list for method output_type
+	48, // [48:78] is the sub-list for method input_type
 	48, // [48:48] is the sub-list for extension type_name
 	48, // [48:48] is the sub-list for extension extendee
 	0,  // [0:48] is the sub-list for field type_name
@@ -6240,6 +6245,7 @@ func file_controller_proto_init() {
 		return
 	}
 	file_metadata_proto_init()
+	file_scram_proto_init()
 	file_controller_proto_msgTypes[25].OneofWrappers = []any{
 		(*MetadataPush_Entries)(nil),
 		(*MetadataPush_Snapshot)(nil),

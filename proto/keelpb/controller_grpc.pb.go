@@ -50,6 +50,7 @@ const (
 	ControllerService_UpdateFeatures_FullMethodName              = "/keel.v1.ControllerService/UpdateFeatures"
 	ControllerService_CompareImage_FullMethodName                = "/keel.v1.ControllerService/CompareImage"
 	ControllerService_AcknowledgedIndex_FullMethodName           = "/keel.v1.ControllerService/AcknowledgedIndex"
+	ControllerService_AlterUserScramCredentials_FullMethodName   = "/keel.v1.ControllerService/AlterUserScramCredentials"
 )
 
 // ControllerServiceClient is the client API for ControllerService service.
@@ -204,6 +205,11 @@ type ControllerServiceClient interface {
 	// refuses to start when its log ends below an answer: its data dir was
 	// rolled back. It is answered while this controller is starting too.
 	AcknowledgedIndex(ctx context.Context, in *AcknowledgedIndexRequest, opts ...grpc.CallOption) (*AcknowledgedIndexResponse, error)
+	// AlterUserScramCredentials deletes and sets SCRAM credentials (Kafka's
+	// AlterUserScramCredentials, KIP-554), with a result per user: the users
+	// without an error are changed in one batch. Answered once the active
+	// controller knows it still leads.
+	AlterUserScramCredentials(ctx context.Context, in *AlterUserScramCredentialsRequest, opts ...grpc.CallOption) (*AlterUserScramCredentialsResponse, error)
 }
 
 type controllerServiceClient struct {
@@ -525,6 +531,16 @@ func (c *controllerServiceClient) AcknowledgedIndex(ctx context.Context, in *Ack
 	return out, nil
 }
 
+func (c *controllerServiceClient) AlterUserScramCredentials(ctx context.Context, in *AlterUserScramCredentialsRequest, opts ...grpc.CallOption) (*AlterUserScramCredentialsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlterUserScramCredentialsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_AlterUserScramCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServiceServer is the server API for ControllerService service.
 // All implementations must embed UnimplementedControllerServiceServer
 // for forward compatibility.
@@ -677,6 +693,11 @@ type ControllerServiceServer interface {
 	// refuses to start when its log ends below an answer: its data dir was
 	// rolled back. It is answered while this controller is starting too.
 	AcknowledgedIndex(context.Context, *AcknowledgedIndexRequest) (*AcknowledgedIndexResponse, error)
+	// AlterUserScramCredentials deletes and sets SCRAM credentials (Kafka's
+	// AlterUserScramCredentials, KIP-554), with a result per user: the users
+	// without an error are changed in one batch. Answered once the active
+	// controller knows it still leads.
+	AlterUserScramCredentials(context.Context, *AlterUserScramCredentialsRequest) (*AlterUserScramCredentialsResponse, error)
 	mustEmbedUnimplementedControllerServiceServer()
 }
 
@@ -773,6 +794,9 @@ func (UnimplementedControllerServiceServer) CompareImage(context.Context, *Compa
 }
 func (UnimplementedControllerServiceServer) AcknowledgedIndex(context.Context, *AcknowledgedIndexRequest) (*AcknowledgedIndexResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AcknowledgedIndex not implemented")
+}
+func (UnimplementedControllerServiceServer) AlterUserScramCredentials(context.Context, *AlterUserScramCredentialsRequest) (*AlterUserScramCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlterUserScramCredentials not implemented")
 }
 func (UnimplementedControllerServiceServer) mustEmbedUnimplementedControllerServiceServer() {}
 func (UnimplementedControllerServiceServer) testEmbeddedByValue()                           {}
@@ -1292,6 +1316,24 @@ func _ControllerService_AcknowledgedIndex_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_AlterUserScramCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlterUserScramCredentialsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).AlterUserScramCredentials(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_AlterUserScramCredentials_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).AlterUserScramCredentials(ctx, req.(*AlterUserScramCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControllerService_ServiceDesc is the grpc.ServiceDesc for ControllerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1402,6 +1444,10 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AcknowledgedIndex",
 			Handler:    _ControllerService_AcknowledgedIndex_Handler,
+		},
+		{
+			MethodName: "AlterUserScramCredentials",
+			Handler:    _ControllerService_AlterUserScramCredentials_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -196,6 +196,8 @@ type Record struct {
 	//	*Record_Config
 	//	*Record_ProducerIds
 	//	*Record_ControllerRegistration
+	//	*Record_UserScramCredential
+	//	*Record_RemoveUserScramCredential
 	Record        isRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -382,6 +384,24 @@ func (x *Record) GetControllerRegistration() *ControllerRegistrationRecord {
 	return nil
 }
 
+func (x *Record) GetUserScramCredential() *UserScramCredentialRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_UserScramCredential); ok {
+			return x.UserScramCredential
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetRemoveUserScramCredential() *RemoveUserScramCredentialRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_RemoveUserScramCredential); ok {
+			return x.RemoveUserScramCredential
+		}
+	}
+	return nil
+}
+
 type isRecord_Record interface {
 	isRecord_Record()
 }
@@ -450,6 +470,14 @@ type Record_ControllerRegistration struct {
 	ControllerRegistration *ControllerRegistrationRecord `protobuf:"bytes,16,opt,name=controller_registration,json=controllerRegistration,proto3,oneof"`
 }
 
+type Record_UserScramCredential struct {
+	UserScramCredential *UserScramCredentialRecord `protobuf:"bytes,19,opt,name=user_scram_credential,json=userScramCredential,proto3,oneof"`
+}
+
+type Record_RemoveUserScramCredential struct {
+	RemoveUserScramCredential *RemoveUserScramCredentialRecord `protobuf:"bytes,20,opt,name=remove_user_scram_credential,json=removeUserScramCredential,proto3,oneof"`
+}
+
 func (*Record_ClusterId) isRecord_Record() {}
 
 func (*Record_ControllerEpoch) isRecord_Record() {}
@@ -481,6 +509,10 @@ func (*Record_Config) isRecord_Record() {}
 func (*Record_ProducerIds) isRecord_Record() {}
 
 func (*Record_ControllerRegistration) isRecord_Record() {}
+
+func (*Record_UserScramCredential) isRecord_Record() {}
+
+func (*Record_RemoveUserScramCredential) isRecord_Record() {}
 
 // ClusterIdRecord names the cluster. The first active controller writes it once;
 // it can never change afterwards.
@@ -1894,9 +1926,10 @@ var File_metadata_proto protoreflect.FileDescriptor
 
 const file_metadata_proto_rawDesc = "" +
 	"\n" +
-	"\x0emetadata.proto\x12\akeel.v1\"8\n" +
+	"\x0emetadata.proto\x12\akeel.v1\x1a\vscram.proto\"8\n" +
 	"\vRecordBatch\x12)\n" +
-	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\xd9\b\n" +
+	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\xa0\n" +
+	"\n" +
 	"\x06Record\x129\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\v2\x18.keel.v1.ClusterIdRecordH\x00R\tclusterId\x12K\n" +
@@ -1915,7 +1948,9 @@ const file_metadata_proto_rawDesc = "" +
 	"\x14broker_shutting_down\x18\r \x01(\v2!.keel.v1.BrokerShuttingDownRecordH\x00R\x12brokerShuttingDown\x12/\n" +
 	"\x06config\x18\x0e \x01(\v2\x15.keel.v1.ConfigRecordH\x00R\x06config\x12?\n" +
 	"\fproducer_ids\x18\x0f \x01(\v2\x1a.keel.v1.ProducerIdsRecordH\x00R\vproducerIds\x12`\n" +
-	"\x17controller_registration\x18\x10 \x01(\v2%.keel.v1.ControllerRegistrationRecordH\x00R\x16controllerRegistrationB\b\n" +
+	"\x17controller_registration\x18\x10 \x01(\v2%.keel.v1.ControllerRegistrationRecordH\x00R\x16controllerRegistration\x12X\n" +
+	"\x15user_scram_credential\x18\x13 \x01(\v2\".keel.v1.UserScramCredentialRecordH\x00R\x13userScramCredential\x12k\n" +
+	"\x1cremove_user_scram_credential\x18\x14 \x01(\v2(.keel.v1.RemoveUserScramCredentialRecordH\x00R\x19removeUserScramCredentialB\b\n" +
 	"\x06record\"0\n" +
 	"\x0fClusterIdRecord\x12\x1d\n" +
 	"\n" +
@@ -2055,30 +2090,32 @@ func file_metadata_proto_rawDescGZIP() []byte {
 var file_metadata_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_metadata_proto_goTypes = []any{
-	(LeaderRecoveryState)(0),             // 0: keel.v1.LeaderRecoveryState
-	(ConfigResourceType)(0),              // 1: keel.v1.ConfigResourceType
-	(*RecordBatch)(nil),                  // 2: keel.v1.RecordBatch
-	(*Record)(nil),                       // 3: keel.v1.Record
-	(*ClusterIdRecord)(nil),              // 4: keel.v1.ClusterIdRecord
-	(*ControllerEpochRecord)(nil),        // 5: keel.v1.ControllerEpochRecord
-	(*NoOpRecord)(nil),                   // 6: keel.v1.NoOpRecord
-	(*FeatureLevelRecord)(nil),           // 7: keel.v1.FeatureLevelRecord
-	(*ControllerRegistrationRecord)(nil), // 8: keel.v1.ControllerRegistrationRecord
-	(*BrokerRegistrationRecord)(nil),     // 9: keel.v1.BrokerRegistrationRecord
-	(*FenceBrokerRecord)(nil),            // 10: keel.v1.FenceBrokerRecord
-	(*UnfenceBrokerRecord)(nil),          // 11: keel.v1.UnfenceBrokerRecord
-	(*UnregisterBrokerRecord)(nil),       // 12: keel.v1.UnregisterBrokerRecord
-	(*BrokerShuttingDownRecord)(nil),     // 13: keel.v1.BrokerShuttingDownRecord
-	(*TopicRecord)(nil),                  // 14: keel.v1.TopicRecord
-	(*PartitionRecord)(nil),              // 15: keel.v1.PartitionRecord
-	(*Int32List)(nil),                    // 16: keel.v1.Int32List
-	(*PartitionChangeRecord)(nil),        // 17: keel.v1.PartitionChangeRecord
-	(*ConfigRecord)(nil),                 // 18: keel.v1.ConfigRecord
-	(*ProducerIdsRecord)(nil),            // 19: keel.v1.ProducerIdsRecord
-	(*RemoveTopicRecord)(nil),            // 20: keel.v1.RemoveTopicRecord
-	(*SnapshotHeader)(nil),               // 21: keel.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),              // 22: keel.v1.SnapshotTrailer
-	nil,                                  // 23: keel.v1.TopicRecord.ConfigsEntry
+	(LeaderRecoveryState)(0),                // 0: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),                 // 1: keel.v1.ConfigResourceType
+	(*RecordBatch)(nil),                     // 2: keel.v1.RecordBatch
+	(*Record)(nil),                          // 3: keel.v1.Record
+	(*ClusterIdRecord)(nil),                 // 4: keel.v1.ClusterIdRecord
+	(*ControllerEpochRecord)(nil),           // 5: keel.v1.ControllerEpochRecord
+	(*NoOpRecord)(nil),                      // 6: keel.v1.NoOpRecord
+	(*FeatureLevelRecord)(nil),              // 7: keel.v1.FeatureLevelRecord
+	(*ControllerRegistrationRecord)(nil),    // 8: keel.v1.ControllerRegistrationRecord
+	(*BrokerRegistrationRecord)(nil),        // 9: keel.v1.BrokerRegistrationRecord
+	(*FenceBrokerRecord)(nil),               // 10: keel.v1.FenceBrokerRecord
+	(*UnfenceBrokerRecord)(nil),             // 11: keel.v1.UnfenceBrokerRecord
+	(*UnregisterBrokerRecord)(nil),          // 12: keel.v1.UnregisterBrokerRecord
+	(*BrokerShuttingDownRecord)(nil),        // 13: keel.v1.BrokerShuttingDownRecord
+	(*TopicRecord)(nil),                     // 14: keel.v1.TopicRecord
+	(*PartitionRecord)(nil),                 // 15: keel.v1.PartitionRecord
+	(*Int32List)(nil),                       // 16: keel.v1.Int32List
+	(*PartitionChangeRecord)(nil),           // 17: keel.v1.PartitionChangeRecord
+	(*ConfigRecord)(nil),                    // 18: keel.v1.ConfigRecord
+	(*ProducerIdsRecord)(nil),               // 19: keel.v1.ProducerIdsRecord
+	(*RemoveTopicRecord)(nil),               // 20: keel.v1.RemoveTopicRecord
+	(*SnapshotHeader)(nil),                  // 21: keel.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),                 // 22: keel.v1.SnapshotTrailer
+	nil,                                     // 23: keel.v1.TopicRecord.ConfigsEntry
+	(*UserScramCredentialRecord)(nil),       // 24: keel.v1.UserScramCredentialRecord
+	(*RemoveUserScramCredentialRecord)(nil), // 25: keel.v1.RemoveUserScramCredentialRecord
 }
 var file_metadata_proto_depIdxs = []int32{
 	3,  // 0: keel.v1.RecordBatch.records:type_name -> keel.v1.Record
@@ -2098,21 +2135,23 @@ var file_metadata_proto_depIdxs = []int32{
 	18, // 14: keel.v1.Record.config:type_name -> keel.v1.ConfigRecord
 	19, // 15: keel.v1.Record.producer_ids:type_name -> keel.v1.ProducerIdsRecord
 	8,  // 16: keel.v1.Record.controller_registration:type_name -> keel.v1.ControllerRegistrationRecord
-	23, // 17: keel.v1.TopicRecord.configs:type_name -> keel.v1.TopicRecord.ConfigsEntry
-	0,  // 18: keel.v1.PartitionRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	16, // 19: keel.v1.PartitionChangeRecord.isr:type_name -> keel.v1.Int32List
-	16, // 20: keel.v1.PartitionChangeRecord.replicas:type_name -> keel.v1.Int32List
-	16, // 21: keel.v1.PartitionChangeRecord.adding_replicas:type_name -> keel.v1.Int32List
-	16, // 22: keel.v1.PartitionChangeRecord.removing_replicas:type_name -> keel.v1.Int32List
-	16, // 23: keel.v1.PartitionChangeRecord.eligible_leader_replicas:type_name -> keel.v1.Int32List
-	16, // 24: keel.v1.PartitionChangeRecord.last_known_elr:type_name -> keel.v1.Int32List
-	0,  // 25: keel.v1.PartitionChangeRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	1,  // 26: keel.v1.ConfigRecord.resource_type:type_name -> keel.v1.ConfigResourceType
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	24, // 17: keel.v1.Record.user_scram_credential:type_name -> keel.v1.UserScramCredentialRecord
+	25, // 18: keel.v1.Record.remove_user_scram_credential:type_name -> keel.v1.RemoveUserScramCredentialRecord
+	23, // 19: keel.v1.TopicRecord.configs:type_name -> keel.v1.TopicRecord.ConfigsEntry
+	0,  // 20: keel.v1.PartitionRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	16, // 21: keel.v1.PartitionChangeRecord.isr:type_name -> keel.v1.Int32List
+	16, // 22: keel.v1.PartitionChangeRecord.replicas:type_name -> keel.v1.Int32List
+	16, // 23: keel.v1.PartitionChangeRecord.adding_replicas:type_name -> keel.v1.Int32List
+	16, // 24: keel.v1.PartitionChangeRecord.removing_replicas:type_name -> keel.v1.Int32List
+	16, // 25: keel.v1.PartitionChangeRecord.eligible_leader_replicas:type_name -> keel.v1.Int32List
+	16, // 26: keel.v1.PartitionChangeRecord.last_known_elr:type_name -> keel.v1.Int32List
+	0,  // 27: keel.v1.PartitionChangeRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	1,  // 28: keel.v1.ConfigRecord.resource_type:type_name -> keel.v1.ConfigResourceType
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_metadata_proto_init() }
@@ -2120,6 +2159,7 @@ func file_metadata_proto_init() {
 	if File_metadata_proto != nil {
 		return
 	}
+	file_scram_proto_init()
 	file_metadata_proto_msgTypes[1].OneofWrappers = []any{
 		(*Record_ClusterId)(nil),
 		(*Record_ControllerEpoch)(nil),
@@ -2137,6 +2177,8 @@ func file_metadata_proto_init() {
 		(*Record_Config)(nil),
 		(*Record_ProducerIds)(nil),
 		(*Record_ControllerRegistration)(nil),
+		(*Record_UserScramCredential)(nil),
+		(*Record_RemoveUserScramCredential)(nil),
 	}
 	file_metadata_proto_msgTypes[15].OneofWrappers = []any{}
 	file_metadata_proto_msgTypes[16].OneofWrappers = []any{}

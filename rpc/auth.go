@@ -146,6 +146,10 @@ var methodRules = map[string]rule{
 	// ALTER on the cluster), by an operator or forwarded by a broker.
 	keelpb.ControllerService_UpdateFeatures_FullMethodName: forwardedAdmin("principal"),
 
+	// SCRAM credentials: an operator (keel user), or a broker forwarding a
+	// Kafka client's AlterUserScramCredentials (ALTER on the cluster).
+	keelpb.ControllerService_AlterUserScramCredentials_FullMethodName: forwardedAdmin("principal"),
+
 	// Peer service, between the controllers of a quorum: a voter asks the
 	// others before its crash election deposes a leader. An answer steers
 	// an election, so only a controller may ask.

@@ -85,6 +85,8 @@ func Validate(req proto.Message) error {
 		return firstError(checkReassignment(r), validPrincipal(r.GetPrincipal()))
 	case *keelpb.IncrementalAlterConfigsRequest:
 		return checkAlterConfigs(r)
+	case *keelpb.AlterUserScramCredentialsRequest:
+		return checkAlterScram(r)
 	case *keelpb.DescribeConfigsRequest:
 		return validConfigResource(r.GetResource())
 	case *keelpb.AddVoterRequest:

@@ -91,6 +91,9 @@ const (
 	// An empty name, iterations out of range, an empty salt or salted
 	// password.
 	ScramCredentialError_SCRAM_CREDENTIAL_ERROR_UNACCEPTABLE_CREDENTIAL ScramCredentialError = 4
+	// The cluster's metadata.version is below the one that allows SCRAM
+	// credentials.
+	ScramCredentialError_SCRAM_CREDENTIAL_ERROR_UNSUPPORTED_VERSION ScramCredentialError = 5
 )
 
 // Enum value maps for ScramCredentialError.
@@ -101,6 +104,7 @@ var (
 		2: "SCRAM_CREDENTIAL_ERROR_RESOURCE_NOT_FOUND",
 		3: "SCRAM_CREDENTIAL_ERROR_UNSUPPORTED_SASL_MECHANISM",
 		4: "SCRAM_CREDENTIAL_ERROR_UNACCEPTABLE_CREDENTIAL",
+		5: "SCRAM_CREDENTIAL_ERROR_UNSUPPORTED_VERSION",
 	}
 	ScramCredentialError_value = map[string]int32{
 		"SCRAM_CREDENTIAL_ERROR_NONE":                       0,
@@ -108,6 +112,7 @@ var (
 		"SCRAM_CREDENTIAL_ERROR_RESOURCE_NOT_FOUND":         2,
 		"SCRAM_CREDENTIAL_ERROR_UNSUPPORTED_SASL_MECHANISM": 3,
 		"SCRAM_CREDENTIAL_ERROR_UNACCEPTABLE_CREDENTIAL":    4,
+		"SCRAM_CREDENTIAL_ERROR_UNSUPPORTED_VERSION":        5,
 	}
 )
 
@@ -626,13 +631,14 @@ const file_scram_proto_rawDesc = "" +
 	"\x0eScramMechanism\x12\x1b\n" +
 	"\x17SCRAM_MECHANISM_UNKNOWN\x10\x00\x12!\n" +
 	"\x1dSCRAM_MECHANISM_SCRAM_SHA_256\x10\x01\x12!\n" +
-	"\x1dSCRAM_MECHANISM_SCRAM_SHA_512\x10\x02*\x80\x02\n" +
+	"\x1dSCRAM_MECHANISM_SCRAM_SHA_512\x10\x02*\xb0\x02\n" +
 	"\x14ScramCredentialError\x12\x1f\n" +
 	"\x1bSCRAM_CREDENTIAL_ERROR_NONE\x10\x00\x12-\n" +
 	")SCRAM_CREDENTIAL_ERROR_DUPLICATE_RESOURCE\x10\x01\x12-\n" +
 	")SCRAM_CREDENTIAL_ERROR_RESOURCE_NOT_FOUND\x10\x02\x125\n" +
 	"1SCRAM_CREDENTIAL_ERROR_UNSUPPORTED_SASL_MECHANISM\x10\x03\x122\n" +
-	".SCRAM_CREDENTIAL_ERROR_UNACCEPTABLE_CREDENTIAL\x10\x04B'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	".SCRAM_CREDENTIAL_ERROR_UNACCEPTABLE_CREDENTIAL\x10\x04\x12.\n" +
+	"*SCRAM_CREDENTIAL_ERROR_UNSUPPORTED_VERSION\x10\x05B'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_scram_proto_rawDescOnce sync.Once

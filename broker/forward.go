@@ -56,3 +56,9 @@ func (a *Agent) DeleteTopic(ctx context.Context, req *keelpb.DeleteTopicRequest)
 func (a *Agent) AlterConfigs(ctx context.Context, req *keelpb.IncrementalAlterConfigsRequest) (*keelpb.IncrementalAlterConfigsResponse, error) {
 	return a.client.IncrementalAlterConfigs(ctx, req)
 }
+
+// AlterUserScramCredentials forwards a change of SCRAM credentials to the
+// active controller, which authorizes the client's principal in req.
+func (a *Agent) AlterUserScramCredentials(ctx context.Context, req *keelpb.AlterUserScramCredentialsRequest) (*keelpb.AlterUserScramCredentialsResponse, error) {
+	return a.client.AlterUserScramCredentials(ctx, req)
+}

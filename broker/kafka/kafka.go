@@ -39,6 +39,7 @@ type Controller interface {
 	ListPartitionReassignments(ctx context.Context) (*keelpb.ListPartitionReassignmentsResponse, error)
 	UpdateFeatures(ctx context.Context, req *keelpb.UpdateFeaturesRequest) (*keelpb.UpdateFeaturesResponse, error)
 	DescribeQuorum(ctx context.Context) (*keelpb.DescribeQuorumResponse, error)
+	AlterUserScramCredentials(ctx context.Context, req *keelpb.AlterUserScramCredentialsRequest) (*keelpb.AlterUserScramCredentialsResponse, error)
 }
 
 // Defaults.
@@ -100,6 +101,8 @@ type Config struct {
 	// topics or add partitions. Nil is plaintext, where anyone who reaches
 	// the port may do everything.
 	TLS *tlsauth.Config
+	// SASL offers SASL/SCRAM (sasl.go); the zero value is SASLOff.
+	SASL SASLMode
 	// MaxRequestSize bounds a request frame; default DefaultMaxRequestSize.
 	MaxRequestSize int32
 	// MaxOtherRequestSize bounds the frame of any request but a produce;

@@ -45,6 +45,13 @@ var versions = map[int16]versionRange{
 	57: {0, 1},  // UpdateFeatures (v2 drops the per-feature results)
 	60: {0, 1},  // DescribeCluster
 	61: {0, 0},  // DescribeProducers
+	// SASL (sasl.go), advertised only where offered. SaslHandshake v0
+	// (raw tokens after it, without SaslAuthenticate) is not served.
+	17: {1, 1}, // SaslHandshake
+	36: {0, 2}, // SaslAuthenticate
+	// SCRAM credentials (scram.go, KIP-554).
+	50: {0, 0}, // DescribeUserScramCredentials
+	51: {0, 0}, // AlterUserScramCredentials
 }
 
 func (s *Server) apiVersions(r *kmsg.ApiVersionsRequest) kmsg.Response {
@@ -55,6 +62,9 @@ func (s *Server) apiVersions(r *kmsg.ApiVersionsRequest) kmsg.Response {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
+		if (k == saslHandshakeKey || k == saslAuthenticateKey) && !s.cfg.SASL.on() {
+			continue // not served on this listener
+		}
 		resp.ApiKeys = append(resp.ApiKeys, kmsg.ApiVersionsResponseApiKey{ApiKey: k, MinVersion: versions[k].min, MaxVersion: versions[k].max})
 	}
 	s.addFeatures(resp)

@@ -18,6 +18,7 @@ const (
 	MetricProduceRefused    = "keel_kafka_produce_refused_batches_total"
 	MetricRequestBytesInUse = "keel_kafka_request_bytes_in_use"
 	MetricRequestBytesWaits = "keel_kafka_request_bytes_waits_total"
+	MetricSASLAuth          = "keel_kafka_sasl_authentications_total"
 )
 
 // requestBuckets run from half a millisecond to 10 s, finer where a
@@ -32,6 +33,7 @@ type serverMetrics struct {
 	refusals   *prometheus.CounterVec
 	bytesInUse *prometheus.GaugeVec
 	bytesWaits prometheus.Counter
+	saslAuth   *prometheus.CounterVec
 	// byKey holds each served API's histogram, so that a request does not
 	// look its label up.
 	byKey map[int16]prometheus.Observer
@@ -68,6 +70,10 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 			Name: MetricRequestBytesWaits,
 			Help: "Kafka requests whose connection waited, before reading them, for their bytes to fit in its budget or the broker's (back-pressure).",
 		}),
+		saslAuth: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricSASLAuth,
+			Help: "SASL authentications on the Kafka listener, by mechanism and result (ok, failed: a wrong password, an unknown user or a malformed message; unsupported_mechanism).",
+		}, []string{"mechanism", "result"}),
 		byKey: map[int16]prometheus.Observer{},
 	}
 	for _, r := range batchcheck.Reasons {
@@ -76,7 +82,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 	for key := range versions {
 		m.byKey[key] = m.duration.WithLabelValues(kmsg.NameForKey(key))
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.commitWait, m.fetchWaits, m.refusals, m.bytesInUse, m.bytesWaits} {
+	for _, c := range []prometheus.Collector{m.duration, m.commitWait, m.fetchWaits, m.refusals, m.bytesInUse, m.bytesWaits, m.saslAuth} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -92,6 +98,18 @@ func (m *serverMetrics) request(key int16, since time.Time) {
 	if o, ok := m.byKey[key]; ok {
 		o.Observe(time.Since(since).Seconds())
 	}
+}
+
+// sasl counts one SASL authentication's end. An unsupported mechanism is
+// counted without its name: a client chooses it.
+func (m *serverMetrics) sasl(mechanism, result string) {
+	if m == nil {
+		return
+	}
+	if result == "unsupported_mechanism" {
+		mechanism = ""
+	}
+	m.saslAuth.WithLabelValues(mechanism, result).Inc()
 }
 
 // committed observes an acks=all produce's wait for its commits.

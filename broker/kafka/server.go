@@ -40,6 +40,11 @@ type Server struct {
 	// for the others, so that fetches waiting for records (which hold
 	// their bytes until answered) never hold back a produce.
 	produceBudget, otherBudget *budget
+	// tlsConfig serves TLS (cfg.TLS), asking for a client certificate
+	// only if SASL is offered (saslTLS); saslSecret derives the decoy
+	// salts of unknown SCRAM users.
+	tlsConfig  *tls.Config
+	saslSecret []byte
 
 	ctx    context.Context // ends at Close: every request's parent
 	cancel context.CancelFunc
@@ -88,6 +93,16 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.SASL == "" {
+		cfg.SASL = SASLOff
+	}
+	if _, err := ParseSASLMode(string(cfg.SASL)); err != nil {
+		return nil, fmt.Errorf("kafka listener: %w", err)
+	}
+	secret, err := newSASLSecret()
+	if err != nil {
+		return nil, fmt.Errorf("kafka listener: %w", err)
+	}
 	met, err := newServerMetrics(cfg.Metrics)
 	if err != nil {
 		return nil, fmt.Errorf("kafka listener: metrics: %w", err)
@@ -113,13 +128,20 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 		ctx:           ctx,
 		cancel:        cancel,
 		conns:         map[net.Conn]struct{}{},
+		saslSecret:    secret,
+	}
+	if cfg.TLS != nil {
+		s.tlsConfig = cfg.TLS.Server(tlsauth.RoleController, tlsauth.RoleBroker, tlsauth.RoleAdmin)
+		if cfg.SASL.on() {
+			s.tlsConfig = saslTLS(s.tlsConfig)
+		}
 	}
 	s.pids = newProducerIDs(ctx, cfg.Controller, s.log)
 	s.produceBudget.onChange = met.budgetInUse("produce")
 	s.otherBudget.onChange = met.budgetInUse("other")
 	s.wg.Add(1)
 	go s.accept()
-	s.log.Info("kafka listener started", "listen", lis.Addr().String(), "tls", cfg.TLS != nil)
+	s.log.Info("kafka listener started", "listen", lis.Addr().String(), "tls", cfg.TLS != nil, "sasl", string(cfg.SASL))
 	return s, nil
 }
 
@@ -203,6 +225,9 @@ type conn struct {
 	// rpc.PlaintextPrincipal.
 	principal string
 	w         *bufio.Writer
+	// raw is the accepted connection, under TLS if any.
+	raw  net.Conn
+	sasl saslConn
 }
 
 func (s *Server) serveConn(raw net.Conn) {
@@ -220,22 +245,27 @@ func (s *Server) serveConn(raw net.Conn) {
 			s.log.Error("kafka listener: request handling panicked; connection closed", "remote", raw.RemoteAddr().String(), "panic", fmt.Sprint(r))
 		}
 	}()
-	c := &conn{Conn: raw, admin: s.cfg.TLS == nil, principal: rpc.PlaintextPrincipal}
+	c := &conn{Conn: raw, raw: raw, admin: s.cfg.TLS == nil, principal: rpc.PlaintextPrincipal}
+	verifiedCert := false
 	if s.cfg.TLS != nil {
-		tc := tls.Server(raw, s.cfg.TLS.Server(tlsauth.RoleController, tlsauth.RoleBroker, tlsauth.RoleAdmin))
+		tc := tls.Server(raw, s.tlsConfig)
 		_ = tc.SetDeadline(time.Now().Add(handshakeTimeout))
 		if err := tc.HandshakeContext(s.ctx); err != nil {
 			s.log.Debug("kafka listener: TLS handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
 			return
 		}
 		_ = tc.SetDeadline(time.Time{})
-		connlimit.Authenticated(raw)
 		if chains := tc.ConnectionState().VerifiedChains; len(chains) > 0 {
 			id, _ := tlsauth.PeerIdentity(chains[0])
 			c.admin, c.principal = id.Role == tlsauth.RoleAdmin, id.Name
+			verifiedCert = true
+			connlimit.Authenticated(raw)
 		}
 		c.Conn = tc
 	}
+	// A client without a certificate is a stranger until it authenticates
+	// by SASL (which tells the limiter then).
+	s.startSASL(c, verifiedCert)
 	c.w = bufio.NewWriterSize(c.Conn, 64<<10)
 	// Answers go out in the order of the requests, from one writer; the
 	// reader goes on to the next request while an acks=all produce waits
@@ -276,6 +306,9 @@ func (s *Server) serveConn(raw net.Conn) {
 		if first {
 			wait = min(wait, handshakeTimeout)
 		}
+		if c.saslPending() {
+			wait = min(wait, time.Until(c.sasl.deadline))
+		}
 		_ = c.SetReadDeadline(time.Now().Add(wait))
 		if _, err := io.ReadFull(r, sizeBuf[:]); err != nil {
 			return // closed, idle, gone, or closed by the writer
@@ -287,7 +320,11 @@ func (s *Server) serveConn(raw net.Conn) {
 		if err != nil {
 			return
 		}
-		if limit := s.requestLimit(key); size < 8 || size > limit {
+		limit := s.requestLimit(key)
+		if c.saslPending() {
+			limit = min(limit, saslMaxReceiveSize)
+		}
+		if size < 8 || size > limit {
 			s.log.Warn("kafka listener: request size out of bounds; connection closed", "remote", raw.RemoteAddr().String(),
 				"request", kmsg.NameForKey(key), "size", size, "max", limit)
 			return
@@ -306,7 +343,9 @@ func (s *Server) serveConn(raw net.Conn) {
 		}
 		arrived := time.Now()
 		if first {
-			connlimit.Authenticated(raw)
+			if !c.saslPending() {
+				connlimit.Authenticated(raw)
+			}
 			first = false
 		}
 		a, err := s.handleFrame(ctx, c, frame)
@@ -420,6 +459,9 @@ func (s *Server) handleFrame(ctx context.Context, c *conn, frame []byte) (*answe
 		return nil, fmt.Errorf("%s v%d does not parse: %v", kmsg.NameForKey(h.key), h.version, err)
 	}
 	a := &answer{h: h, flexible: req.IsFlexible() && h.key != apiVersionsKey, ready: readyNow}
+	if handled, err := s.saslGate(c, a, req); handled {
+		return a, err
+	}
 	if pr, ok := req.(*kmsg.ProduceRequest); ok {
 		// acks=0 produce that failed: closing is how Kafka tells such a
 		// client to refresh its metadata.
@@ -514,6 +556,10 @@ func (s *Server) handle(ctx context.Context, c *conn, req kmsg.Request) kmsg.Res
 		return s.describeQuorum(ctx, c, r)
 	case *kmsg.UpdateFeaturesRequest:
 		return s.updateFeatures(ctx, c, r)
+	case *kmsg.DescribeUserSCRAMCredentialsRequest:
+		return s.describeUserScramCredentials(c, r)
+	case *kmsg.AlterUserSCRAMCredentialsRequest:
+		return s.alterUserScramCredentials(ctx, c, r)
 	}
 	// versions lists only the keys above.
 	panic(fmt.Sprintf("no handler for %s", kmsg.NameForKey(req.Key())))

@@ -96,6 +96,8 @@ var methodRules = map[string]rule{
 	keelpb.ControllerService_ListPartitionReassignments_FullMethodName: anyIdentity,
 	keelpb.ControllerService_DescribeConfigs_FullMethodName:            anyIdentity,
 	keelpb.ControllerService_DescribeFeatures_FullMethodName:           anyIdentity,
+	// Users, mechanisms and iterations: never a salt or a key.
+	keelpb.ControllerService_DescribeUserScramCredentials_FullMethodName: anyIdentity,
 	// What a starting controller asks its peers about itself (a data dir
 	// rolled back): an index, nothing more.
 	keelpb.ControllerService_AcknowledgedIndex_FullMethodName: anyIdentity,

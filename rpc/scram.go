@@ -43,6 +43,19 @@ func checkAlterScram(r *keelpb.AlterUserScramCredentialsRequest) error {
 	return validPrincipal(r.GetPrincipal())
 }
 
+// DescribeUserScramCredentials lists the SCRAM credentials' users,
+// mechanisms and iterations (see ListTopics for the options).
+func (c *Client) DescribeUserScramCredentials(ctx context.Context, opts ...ReadOption) (*keelpb.DescribeUserScramCredentialsResponse, error) {
+	o := readOpts(opts)
+	var resp *keelpb.DescribeUserScramCredentialsResponse
+	err := c.read(ctx, o, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.DescribeUserScramCredentials(ctx, &keelpb.DescribeUserScramCredentialsRequest{Linearizable: o.linearizable, Stale: o.stale})
+		return err
+	})
+	return resp, err
+}
+
 // AlterUserScramCredentials deletes and sets SCRAM credentials through the
 // active controller; the answer has a result per user (KIP-554).
 // InvalidArgument for a request out of bounds.

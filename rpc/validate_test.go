@@ -464,6 +464,8 @@ var controllerMethodsWithoutInput = map[string]bool{
 	"ListPartitionReassignments": true,
 	"FetchSnapshot":              true,
 	"DescribeFeatures":           true,
+
+	"DescribeUserScramCredentials": true,
 }
 
 // anyValueFields are request fields every value of which is valid, so that

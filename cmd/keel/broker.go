@@ -50,6 +50,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 	kafkaFetchMaxWait := kafka.DefaultFetchMaxWait
 	var conns connFlags
 	var kafkaLim kafkaLimits
+	var kafkaSASLMode kafkaSASL
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run a broker (the reference broker); list and inspect brokers",
@@ -89,8 +90,9 @@ refuses to start unless every address it listens on, advertises and dials
 With --kafka-listen it serves the Kafka protocol too (docs/kafka.md):
 Kafka clients produce and consume through it (keel produce, keel consume,
 kcat, franz-go), learning every broker's --kafka-advertise address from its
-metadata. With TLS the Kafka listener requires a client certificate from the
-same CA; SASL is not served.
+metadata. With TLS the Kafka listener takes a client certificate from the
+same CA; --kafka-sasl (default optional) also lets a client without one log
+in by SASL/SCRAM (SASL_SSL) with a credential from keel user add.
 `,
 		Example: `  keel broker --broker-id 1 --listen 127.0.0.1:9201 --data-dir /var/lib/keel/broker-1 \
     --controllers 127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093
@@ -162,6 +164,9 @@ same CA; SASL is not served.
 			cfg.Metrics = metricsSrv.registerer()
 			kc := kafka.Config{FetchMaxWait: kafkaFetchMaxWait, Conns: plan.kafka}
 			kafkaLim.apply(&kc)
+			if err := kafkaSASLMode.apply(&kc); err != nil {
+				return err
+			}
 			// Catch signals before starting, as the controller does, so a
 			// stop during the start ends cleanly instead of killing the
 			// process mid-start.
@@ -232,6 +237,7 @@ same CA; SASL is not served.
 	f.DurationVar(&kafkaFetchMaxWait, "kafka-fetch-max-wait", kafkaFetchMaxWait,
 		"the longest a Kafka fetch waits for records, whatever it asks")
 	kafkaLim.addFlags(f)
+	kafkaSASLMode.addFlags(f)
 	f.IntVar(&cfg.MaxStreamsPerConn, "max-concurrent-streams", rpc.DefaultBrokerStreams,
 		"the gRPC calls in flight on one connection (each partition a follower fetches is one)")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)

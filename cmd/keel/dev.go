@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/broker/kafka"
 	"github.com/keel-dev/keel/broker/node"
 	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/internal/atomicfile"
@@ -333,6 +334,9 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 				Metrics:     ms[i].registerer(),
 			},
 			KafkaListen: "127.0.0.1:0",
+			// SCRAM logins for Kafka clients that use them; anonymous
+			// clients keep every right.
+			Kafka: kafka.Config{SASL: defaultKafkaSASL},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("broker %d: %w", id, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,10 +20,10 @@ func TestFeatures_CheckMetadataVersions(t *testing.T) {
 	}{
 		{name: "the latest", initial: fsm.MaxMetadataVersion},
 		{name: "the lowest", initial: fsm.MinMetadataVersion},
-		{name: "level 0", initial: 0, wantErr: "--initial-metadata-version 0: this node supports metadata.version 1-3"},
-		{name: "above the binary", initial: fsm.MaxMetadataVersion + 1, wantErr: "--initial-metadata-version 4"},
+		{name: "level 0", initial: 0, wantErr: fmt.Sprintf("--initial-metadata-version 0: this node supports metadata.version 1-%d", fsm.MaxMetadataVersion)},
+		{name: "above the binary", initial: fsm.MaxMetadataVersion + 1, wantErr: fmt.Sprintf("--initial-metadata-version %d", fsm.MaxMetadataVersion+1)},
 		{name: "above a pretended older binary", initial: 2, testMax: 1, wantErr: "this node supports metadata.version 1-1"},
-		{name: "a pretended range above the binary", initial: 1, testMax: fsm.MaxMetadataVersion + 1, wantErr: "--test-max-metadata-version 4: this binary supports"},
+		{name: "a pretended range above the binary", initial: 1, testMax: fsm.MaxMetadataVersion + 1, wantErr: fmt.Sprintf("--test-max-metadata-version %d: this binary supports", fsm.MaxMetadataVersion+1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkMetadataVersions(tc.initial, tc.testMax)
@@ -44,7 +45,7 @@ func TestFeatures_DescribeUpgradeDowngrade(t *testing.T) {
 	addrs := "--controllers=" + strings.Join(c.Addrs(), ",")
 
 	out, err := runKeel(t, "features", "describe", addrs)
-	if err != nil || !strings.Contains(out, "metadata.version: 1\n") || !strings.Contains(out, "controller  1   ") || !strings.Contains(out, "1-3") {
+	if err != nil || !strings.Contains(out, "metadata.version: 1\n") || !strings.Contains(out, "controller  1   ") || !strings.Contains(out, fmt.Sprintf("1-%d", fsm.MaxMetadataVersion)) {
 		t.Fatalf("features describe: %v\n%s", err, out)
 	}
 	if _, err := runKeel(t, "features", "upgrade", addrs); err == nil || !strings.Contains(err.Error(), "--metadata-version is required") {

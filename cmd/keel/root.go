@@ -47,6 +47,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newProduceCmd(), newConsumeCmd())
 	root.AddCommand(newSnapshotCmd())
 	root.AddCommand(newCertCmd())
+	root.AddCommand(newUserCmd())
 	root.AddCommand(newMetadataCmd())
 	root.AddCommand(newBenchCmd(g), newBenchSinkCmd()) // bench-sink: hidden
 	root.AddCommand(newVersionCmd())

@@ -5560,6 +5560,112 @@ func (x *DescribeConfigsResponse) GetSource() *ReadSource {
 	return nil
 }
 
+type DescribeUserScramCredentialsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// linearizable and stale: as in ListTopicsRequest.
+	Linearizable  bool `protobuf:"varint,1,opt,name=linearizable,proto3" json:"linearizable,omitempty"`
+	Stale         bool `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeUserScramCredentialsRequest) Reset() {
+	*x = DescribeUserScramCredentialsRequest{}
+	mi := &file_controller_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeUserScramCredentialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeUserScramCredentialsRequest) ProtoMessage() {}
+
+func (x *DescribeUserScramCredentialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeUserScramCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*DescribeUserScramCredentialsRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *DescribeUserScramCredentialsRequest) GetLinearizable() bool {
+	if x != nil {
+		return x.Linearizable
+	}
+	return false
+}
+
+func (x *DescribeUserScramCredentialsRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type DescribeUserScramCredentialsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By user, then mechanism.
+	Credentials   []*ScramCredentialInfo `protobuf:"bytes,1,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	Source        *ReadSource            `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeUserScramCredentialsResponse) Reset() {
+	*x = DescribeUserScramCredentialsResponse{}
+	mi := &file_controller_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeUserScramCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeUserScramCredentialsResponse) ProtoMessage() {}
+
+func (x *DescribeUserScramCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeUserScramCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*DescribeUserScramCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *DescribeUserScramCredentialsResponse) GetCredentials() []*ScramCredentialInfo {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+func (x *DescribeUserScramCredentialsResponse) GetSource() *ReadSource {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
 var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
@@ -5966,6 +6072,12 @@ const file_controller_proto_rawDesc = "" +
 	"\x0fproducer_id_len\x18\x02 \x01(\x05R\rproducerIdLen\"v\n" +
 	"\x17DescribeConfigsResponse\x12.\n" +
 	"\aconfigs\x18\x01 \x03(\v2\x14.keel.v1.ConfigEntryR\aconfigs\x12+\n" +
+	"\x06source\x18\x02 \x01(\v2\x13.keel.v1.ReadSourceR\x06source\"_\n" +
+	"#DescribeUserScramCredentialsRequest\x12\"\n" +
+	"\flinearizable\x18\x01 \x01(\bR\flinearizable\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"\x93\x01\n" +
+	"$DescribeUserScramCredentialsResponse\x12>\n" +
+	"\vcredentials\x18\x01 \x03(\v2\x1c.keel.v1.ScramCredentialInfoR\vcredentials\x12+\n" +
 	"\x06source\x18\x02 \x01(\v2\x13.keel.v1.ReadSourceR\x06source*e\n" +
 	"\fElectionType\x12\x1d\n" +
 	"\x19ELECTION_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
@@ -5981,7 +6093,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x13ALTER_CONFIG_OP_SET\x10\x01\x12\x1a\n" +
 	"\x16ALTER_CONFIG_OP_DELETE\x10\x02\x12\x1a\n" +
 	"\x16ALTER_CONFIG_OP_APPEND\x10\x03\x12\x1c\n" +
-	"\x18ALTER_CONFIG_OP_SUBTRACT\x10\x042\xb0\x14\n" +
+	"\x18ALTER_CONFIG_OP_SUBTRACT\x10\x042\xad\x15\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +
@@ -6014,7 +6126,8 @@ const file_controller_proto_rawDesc = "" +
 	"\x0eUpdateFeatures\x12\x1e.keel.v1.UpdateFeaturesRequest\x1a\x1f.keel.v1.UpdateFeaturesResponse\x12K\n" +
 	"\fCompareImage\x12\x1c.keel.v1.CompareImageRequest\x1a\x1d.keel.v1.CompareImageResponse\x12Z\n" +
 	"\x11AcknowledgedIndex\x12!.keel.v1.AcknowledgedIndexRequest\x1a\".keel.v1.AcknowledgedIndexResponse\x12r\n" +
-	"\x19AlterUserScramCredentials\x12).keel.v1.AlterUserScramCredentialsRequest\x1a*.keel.v1.AlterUserScramCredentialsResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\x19AlterUserScramCredentials\x12).keel.v1.AlterUserScramCredentialsRequest\x1a*.keel.v1.AlterUserScramCredentialsResponse\x12{\n" +
+	"\x1cDescribeUserScramCredentials\x12,.keel.v1.DescribeUserScramCredentialsRequest\x1a-.keel.v1.DescribeUserScramCredentialsResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -6029,99 +6142,102 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_controller_proto_goTypes = []any{
-	(ElectionType)(0),                           // 0: keel.v1.ElectionType
-	(ConfigSource)(0),                           // 1: keel.v1.ConfigSource
-	(AlterConfigOp)(0),                          // 2: keel.v1.AlterConfigOp
-	(*CompareImageRequest)(nil),                 // 3: keel.v1.CompareImageRequest
-	(*CompareImageResponse)(nil),                // 4: keel.v1.CompareImageResponse
-	(*AcknowledgedIndexRequest)(nil),            // 5: keel.v1.AcknowledgedIndexRequest
-	(*AcknowledgedIndexResponse)(nil),           // 6: keel.v1.AcknowledgedIndexResponse
-	(*DescribeFeaturesRequest)(nil),             // 7: keel.v1.DescribeFeaturesRequest
-	(*DescribeFeaturesResponse)(nil),            // 8: keel.v1.DescribeFeaturesResponse
-	(*FeatureNode)(nil),                         // 9: keel.v1.FeatureNode
-	(*UpdateFeaturesRequest)(nil),               // 10: keel.v1.UpdateFeaturesRequest
-	(*UpdateFeaturesResponse)(nil),              // 11: keel.v1.UpdateFeaturesResponse
-	(*DescribeQuorumRequest)(nil),               // 12: keel.v1.DescribeQuorumRequest
-	(*DescribeQuorumResponse)(nil),              // 13: keel.v1.DescribeQuorumResponse
-	(*ImageCheck)(nil),                          // 14: keel.v1.ImageCheck
-	(*ImageCheckVoter)(nil),                     // 15: keel.v1.ImageCheckVoter
-	(*VoterReplication)(nil),                    // 16: keel.v1.VoterReplication
-	(*ReadSource)(nil),                          // 17: keel.v1.ReadSource
-	(*QuorumMember)(nil),                        // 18: keel.v1.QuorumMember
-	(*AppendNoOpRequest)(nil),                   // 19: keel.v1.AppendNoOpRequest
-	(*AppendNoOpResponse)(nil),                  // 20: keel.v1.AppendNoOpResponse
-	(*RegisterBrokerRequest)(nil),               // 21: keel.v1.RegisterBrokerRequest
-	(*RegisterBrokerResponse)(nil),              // 22: keel.v1.RegisterBrokerResponse
-	(*BrokerHeartbeatRequest)(nil),              // 23: keel.v1.BrokerHeartbeatRequest
-	(*BrokerHeartbeatResponse)(nil),             // 24: keel.v1.BrokerHeartbeatResponse
-	(*UnregisterBrokerRequest)(nil),             // 25: keel.v1.UnregisterBrokerRequest
-	(*UnregisterBrokerResponse)(nil),            // 26: keel.v1.UnregisterBrokerResponse
-	(*StreamMetadataRequest)(nil),               // 27: keel.v1.StreamMetadataRequest
-	(*MetadataPush)(nil),                        // 28: keel.v1.MetadataPush
-	(*MetadataEntries)(nil),                     // 29: keel.v1.MetadataEntries
-	(*MetadataEntry)(nil),                       // 30: keel.v1.MetadataEntry
-	(*SnapshotChunk)(nil),                       // 31: keel.v1.SnapshotChunk
-	(*FetchSnapshotRequest)(nil),                // 32: keel.v1.FetchSnapshotRequest
-	(*ListBrokersRequest)(nil),                  // 33: keel.v1.ListBrokersRequest
-	(*ListBrokersResponse)(nil),                 // 34: keel.v1.ListBrokersResponse
-	(*BrokerInfo)(nil),                          // 35: keel.v1.BrokerInfo
-	(*CreateTopicRequest)(nil),                  // 36: keel.v1.CreateTopicRequest
-	(*PartitionAssignment)(nil),                 // 37: keel.v1.PartitionAssignment
-	(*CreateTopicResponse)(nil),                 // 38: keel.v1.CreateTopicResponse
-	(*CreatePartitionsRequest)(nil),             // 39: keel.v1.CreatePartitionsRequest
-	(*CreatePartitionsResponse)(nil),            // 40: keel.v1.CreatePartitionsResponse
-	(*DeleteTopicRequest)(nil),                  // 41: keel.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),                 // 42: keel.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),                   // 43: keel.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),                  // 44: keel.v1.ListTopicsResponse
-	(*TopicSummary)(nil),                        // 45: keel.v1.TopicSummary
-	(*DescribeTopicRequest)(nil),                // 46: keel.v1.DescribeTopicRequest
-	(*DescribeTopicResponse)(nil),               // 47: keel.v1.DescribeTopicResponse
-	(*TopicDescription)(nil),                    // 48: keel.v1.TopicDescription
-	(*PartitionDescription)(nil),                // 49: keel.v1.PartitionDescription
-	(*AlterPartitionRequest)(nil),               // 50: keel.v1.AlterPartitionRequest
-	(*BrokerState)(nil),                         // 51: keel.v1.BrokerState
-	(*AlterPartitionResponse)(nil),              // 52: keel.v1.AlterPartitionResponse
-	(*ReplicaLog)(nil),                          // 53: keel.v1.ReplicaLog
-	(*ReportReplicaLogsRequest)(nil),            // 54: keel.v1.ReportReplicaLogsRequest
-	(*ReportReplicaLogsResponse)(nil),           // 55: keel.v1.ReportReplicaLogsResponse
-	(*TopicPartition)(nil),                      // 56: keel.v1.TopicPartition
-	(*ElectLeadersRequest)(nil),                 // 57: keel.v1.ElectLeadersRequest
-	(*ElectLeadersResponse)(nil),                // 58: keel.v1.ElectLeadersResponse
-	(*ElectionResult)(nil),                      // 59: keel.v1.ElectionResult
-	(*AlterPartitionReassignmentsRequest)(nil),  // 60: keel.v1.AlterPartitionReassignmentsRequest
-	(*ReassignmentTarget)(nil),                  // 61: keel.v1.ReassignmentTarget
-	(*AlterPartitionReassignmentsResponse)(nil), // 62: keel.v1.AlterPartitionReassignmentsResponse
-	(*ReassignedPartition)(nil),                 // 63: keel.v1.ReassignedPartition
-	(*ListPartitionReassignmentsRequest)(nil),   // 64: keel.v1.ListPartitionReassignmentsRequest
-	(*ListPartitionReassignmentsResponse)(nil),  // 65: keel.v1.ListPartitionReassignmentsResponse
-	(*Reassignment)(nil),                        // 66: keel.v1.Reassignment
-	(*RestoreSnapshotRequest)(nil),              // 67: keel.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),             // 68: keel.v1.RestoreSnapshotResponse
-	(*LeaderHint)(nil),                          // 69: keel.v1.LeaderHint
-	(*AddVoterRequest)(nil),                     // 70: keel.v1.AddVoterRequest
-	(*AddVoterResponse)(nil),                    // 71: keel.v1.AddVoterResponse
-	(*RemoveVoterRequest)(nil),                  // 72: keel.v1.RemoveVoterRequest
-	(*RemoveVoterResponse)(nil),                 // 73: keel.v1.RemoveVoterResponse
-	(*TransferLeadershipRequest)(nil),           // 74: keel.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil),          // 75: keel.v1.TransferLeadershipResponse
-	(*ConfigResource)(nil),                      // 76: keel.v1.ConfigResource
-	(*ConfigEntry)(nil),                         // 77: keel.v1.ConfigEntry
-	(*AlterableConfig)(nil),                     // 78: keel.v1.AlterableConfig
-	(*IncrementalAlterConfigsRequest)(nil),      // 79: keel.v1.IncrementalAlterConfigsRequest
-	(*IncrementalAlterConfigsResponse)(nil),     // 80: keel.v1.IncrementalAlterConfigsResponse
-	(*DescribeConfigsRequest)(nil),              // 81: keel.v1.DescribeConfigsRequest
-	(*AllocateProducerIdsRequest)(nil),          // 82: keel.v1.AllocateProducerIdsRequest
-	(*AllocateProducerIdsResponse)(nil),         // 83: keel.v1.AllocateProducerIdsResponse
-	(*DescribeConfigsResponse)(nil),             // 84: keel.v1.DescribeConfigsResponse
-	nil,                                         // 85: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                         // 86: keel.v1.TopicDescription.ConfigsEntry
-	(LeaderRecoveryState)(0),                    // 87: keel.v1.LeaderRecoveryState
-	(ConfigResourceType)(0),                     // 88: keel.v1.ConfigResourceType
-	(*AlterUserScramCredentialsRequest)(nil),    // 89: keel.v1.AlterUserScramCredentialsRequest
-	(*AlterUserScramCredentialsResponse)(nil),   // 90: keel.v1.AlterUserScramCredentialsResponse
+	(ElectionType)(0),                            // 0: keel.v1.ElectionType
+	(ConfigSource)(0),                            // 1: keel.v1.ConfigSource
+	(AlterConfigOp)(0),                           // 2: keel.v1.AlterConfigOp
+	(*CompareImageRequest)(nil),                  // 3: keel.v1.CompareImageRequest
+	(*CompareImageResponse)(nil),                 // 4: keel.v1.CompareImageResponse
+	(*AcknowledgedIndexRequest)(nil),             // 5: keel.v1.AcknowledgedIndexRequest
+	(*AcknowledgedIndexResponse)(nil),            // 6: keel.v1.AcknowledgedIndexResponse
+	(*DescribeFeaturesRequest)(nil),              // 7: keel.v1.DescribeFeaturesRequest
+	(*DescribeFeaturesResponse)(nil),             // 8: keel.v1.DescribeFeaturesResponse
+	(*FeatureNode)(nil),                          // 9: keel.v1.FeatureNode
+	(*UpdateFeaturesRequest)(nil),                // 10: keel.v1.UpdateFeaturesRequest
+	(*UpdateFeaturesResponse)(nil),               // 11: keel.v1.UpdateFeaturesResponse
+	(*DescribeQuorumRequest)(nil),                // 12: keel.v1.DescribeQuorumRequest
+	(*DescribeQuorumResponse)(nil),               // 13: keel.v1.DescribeQuorumResponse
+	(*ImageCheck)(nil),                           // 14: keel.v1.ImageCheck
+	(*ImageCheckVoter)(nil),                      // 15: keel.v1.ImageCheckVoter
+	(*VoterReplication)(nil),                     // 16: keel.v1.VoterReplication
+	(*ReadSource)(nil),                           // 17: keel.v1.ReadSource
+	(*QuorumMember)(nil),                         // 18: keel.v1.QuorumMember
+	(*AppendNoOpRequest)(nil),                    // 19: keel.v1.AppendNoOpRequest
+	(*AppendNoOpResponse)(nil),                   // 20: keel.v1.AppendNoOpResponse
+	(*RegisterBrokerRequest)(nil),                // 21: keel.v1.RegisterBrokerRequest
+	(*RegisterBrokerResponse)(nil),               // 22: keel.v1.RegisterBrokerResponse
+	(*BrokerHeartbeatRequest)(nil),               // 23: keel.v1.BrokerHeartbeatRequest
+	(*BrokerHeartbeatResponse)(nil),              // 24: keel.v1.BrokerHeartbeatResponse
+	(*UnregisterBrokerRequest)(nil),              // 25: keel.v1.UnregisterBrokerRequest
+	(*UnregisterBrokerResponse)(nil),             // 26: keel.v1.UnregisterBrokerResponse
+	(*StreamMetadataRequest)(nil),                // 27: keel.v1.StreamMetadataRequest
+	(*MetadataPush)(nil),                         // 28: keel.v1.MetadataPush
+	(*MetadataEntries)(nil),                      // 29: keel.v1.MetadataEntries
+	(*MetadataEntry)(nil),                        // 30: keel.v1.MetadataEntry
+	(*SnapshotChunk)(nil),                        // 31: keel.v1.SnapshotChunk
+	(*FetchSnapshotRequest)(nil),                 // 32: keel.v1.FetchSnapshotRequest
+	(*ListBrokersRequest)(nil),                   // 33: keel.v1.ListBrokersRequest
+	(*ListBrokersResponse)(nil),                  // 34: keel.v1.ListBrokersResponse
+	(*BrokerInfo)(nil),                           // 35: keel.v1.BrokerInfo
+	(*CreateTopicRequest)(nil),                   // 36: keel.v1.CreateTopicRequest
+	(*PartitionAssignment)(nil),                  // 37: keel.v1.PartitionAssignment
+	(*CreateTopicResponse)(nil),                  // 38: keel.v1.CreateTopicResponse
+	(*CreatePartitionsRequest)(nil),              // 39: keel.v1.CreatePartitionsRequest
+	(*CreatePartitionsResponse)(nil),             // 40: keel.v1.CreatePartitionsResponse
+	(*DeleteTopicRequest)(nil),                   // 41: keel.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),                  // 42: keel.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),                    // 43: keel.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),                   // 44: keel.v1.ListTopicsResponse
+	(*TopicSummary)(nil),                         // 45: keel.v1.TopicSummary
+	(*DescribeTopicRequest)(nil),                 // 46: keel.v1.DescribeTopicRequest
+	(*DescribeTopicResponse)(nil),                // 47: keel.v1.DescribeTopicResponse
+	(*TopicDescription)(nil),                     // 48: keel.v1.TopicDescription
+	(*PartitionDescription)(nil),                 // 49: keel.v1.PartitionDescription
+	(*AlterPartitionRequest)(nil),                // 50: keel.v1.AlterPartitionRequest
+	(*BrokerState)(nil),                          // 51: keel.v1.BrokerState
+	(*AlterPartitionResponse)(nil),               // 52: keel.v1.AlterPartitionResponse
+	(*ReplicaLog)(nil),                           // 53: keel.v1.ReplicaLog
+	(*ReportReplicaLogsRequest)(nil),             // 54: keel.v1.ReportReplicaLogsRequest
+	(*ReportReplicaLogsResponse)(nil),            // 55: keel.v1.ReportReplicaLogsResponse
+	(*TopicPartition)(nil),                       // 56: keel.v1.TopicPartition
+	(*ElectLeadersRequest)(nil),                  // 57: keel.v1.ElectLeadersRequest
+	(*ElectLeadersResponse)(nil),                 // 58: keel.v1.ElectLeadersResponse
+	(*ElectionResult)(nil),                       // 59: keel.v1.ElectionResult
+	(*AlterPartitionReassignmentsRequest)(nil),   // 60: keel.v1.AlterPartitionReassignmentsRequest
+	(*ReassignmentTarget)(nil),                   // 61: keel.v1.ReassignmentTarget
+	(*AlterPartitionReassignmentsResponse)(nil),  // 62: keel.v1.AlterPartitionReassignmentsResponse
+	(*ReassignedPartition)(nil),                  // 63: keel.v1.ReassignedPartition
+	(*ListPartitionReassignmentsRequest)(nil),    // 64: keel.v1.ListPartitionReassignmentsRequest
+	(*ListPartitionReassignmentsResponse)(nil),   // 65: keel.v1.ListPartitionReassignmentsResponse
+	(*Reassignment)(nil),                         // 66: keel.v1.Reassignment
+	(*RestoreSnapshotRequest)(nil),               // 67: keel.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),              // 68: keel.v1.RestoreSnapshotResponse
+	(*LeaderHint)(nil),                           // 69: keel.v1.LeaderHint
+	(*AddVoterRequest)(nil),                      // 70: keel.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),                     // 71: keel.v1.AddVoterResponse
+	(*RemoveVoterRequest)(nil),                   // 72: keel.v1.RemoveVoterRequest
+	(*RemoveVoterResponse)(nil),                  // 73: keel.v1.RemoveVoterResponse
+	(*TransferLeadershipRequest)(nil),            // 74: keel.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),           // 75: keel.v1.TransferLeadershipResponse
+	(*ConfigResource)(nil),                       // 76: keel.v1.ConfigResource
+	(*ConfigEntry)(nil),                          // 77: keel.v1.ConfigEntry
+	(*AlterableConfig)(nil),                      // 78: keel.v1.AlterableConfig
+	(*IncrementalAlterConfigsRequest)(nil),       // 79: keel.v1.IncrementalAlterConfigsRequest
+	(*IncrementalAlterConfigsResponse)(nil),      // 80: keel.v1.IncrementalAlterConfigsResponse
+	(*DescribeConfigsRequest)(nil),               // 81: keel.v1.DescribeConfigsRequest
+	(*AllocateProducerIdsRequest)(nil),           // 82: keel.v1.AllocateProducerIdsRequest
+	(*AllocateProducerIdsResponse)(nil),          // 83: keel.v1.AllocateProducerIdsResponse
+	(*DescribeConfigsResponse)(nil),              // 84: keel.v1.DescribeConfigsResponse
+	(*DescribeUserScramCredentialsRequest)(nil),  // 85: keel.v1.DescribeUserScramCredentialsRequest
+	(*DescribeUserScramCredentialsResponse)(nil), // 86: keel.v1.DescribeUserScramCredentialsResponse
+	nil,                                      // 87: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                      // 88: keel.v1.TopicDescription.ConfigsEntry
+	(LeaderRecoveryState)(0),                 // 89: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),                  // 90: keel.v1.ConfigResourceType
+	(*ScramCredentialInfo)(nil),              // 91: keel.v1.ScramCredentialInfo
+	(*AlterUserScramCredentialsRequest)(nil), // 92: keel.v1.AlterUserScramCredentialsRequest
+	(*AlterUserScramCredentialsResponse)(nil), // 93: keel.v1.AlterUserScramCredentialsResponse
 }
 var file_controller_proto_depIdxs = []int32{
 	9,  // 0: keel.v1.DescribeFeaturesResponse.nodes:type_name -> keel.v1.FeatureNode
@@ -6135,7 +6251,7 @@ var file_controller_proto_depIdxs = []int32{
 	35, // 8: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
 	17, // 9: keel.v1.ListBrokersResponse.source:type_name -> keel.v1.ReadSource
 	37, // 10: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	85, // 11: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	87, // 11: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
 	48, // 12: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
 	37, // 13: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
 	48, // 14: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
@@ -6143,11 +6259,11 @@ var file_controller_proto_depIdxs = []int32{
 	17, // 16: keel.v1.ListTopicsResponse.source:type_name -> keel.v1.ReadSource
 	48, // 17: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
 	17, // 18: keel.v1.DescribeTopicResponse.source:type_name -> keel.v1.ReadSource
-	86, // 19: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	88, // 19: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
 	49, // 20: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
 	77, // 21: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
-	87, // 22: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	87, // 23: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	89, // 22: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	89, // 23: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
 	51, // 24: keel.v1.AlterPartitionRequest.new_isr_with_epochs:type_name -> keel.v1.BrokerState
 	49, // 25: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
 	53, // 26: keel.v1.ReportReplicaLogsRequest.replicas:type_name -> keel.v1.ReplicaLog
@@ -6162,7 +6278,7 @@ var file_controller_proto_depIdxs = []int32{
 	17, // 35: keel.v1.ListPartitionReassignmentsResponse.source:type_name -> keel.v1.ReadSource
 	18, // 36: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
 	18, // 37: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	88, // 38: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
+	90, // 38: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
 	1,  // 39: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
 	2,  // 40: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
 	76, // 41: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
@@ -6172,71 +6288,75 @@ var file_controller_proto_depIdxs = []int32{
 	76, // 45: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
 	77, // 46: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
 	17, // 47: keel.v1.DescribeConfigsResponse.source:type_name -> keel.v1.ReadSource
-	12, // 48: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	19, // 49: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	21, // 50: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	23, // 51: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	25, // 52: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	27, // 53: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	33, // 54: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	36, // 55: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
-	39, // 56: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
-	41, // 57: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
-	43, // 58: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
-	46, // 59: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
-	50, // 60: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
-	54, // 61: keel.v1.ControllerService.ReportReplicaLogs:input_type -> keel.v1.ReportReplicaLogsRequest
-	57, // 62: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
-	60, // 63: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
-	64, // 64: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
-	32, // 65: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	67, // 66: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
-	70, // 67: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
-	72, // 68: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
-	74, // 69: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
-	79, // 70: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
-	81, // 71: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
-	82, // 72: keel.v1.ControllerService.AllocateProducerIds:input_type -> keel.v1.AllocateProducerIdsRequest
-	7,  // 73: keel.v1.ControllerService.DescribeFeatures:input_type -> keel.v1.DescribeFeaturesRequest
-	10, // 74: keel.v1.ControllerService.UpdateFeatures:input_type -> keel.v1.UpdateFeaturesRequest
-	3,  // 75: keel.v1.ControllerService.CompareImage:input_type -> keel.v1.CompareImageRequest
-	5,  // 76: keel.v1.ControllerService.AcknowledgedIndex:input_type -> keel.v1.AcknowledgedIndexRequest
-	89, // 77: keel.v1.ControllerService.AlterUserScramCredentials:input_type -> keel.v1.AlterUserScramCredentialsRequest
-	13, // 78: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	20, // 79: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	22, // 80: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	24, // 81: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	26, // 82: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	28, // 83: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	34, // 84: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	38, // 85: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	40, // 86: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	42, // 87: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	44, // 88: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	47, // 89: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	52, // 90: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	55, // 91: keel.v1.ControllerService.ReportReplicaLogs:output_type -> keel.v1.ReportReplicaLogsResponse
-	58, // 92: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	62, // 93: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	65, // 94: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	31, // 95: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	68, // 96: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	71, // 97: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	73, // 98: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	75, // 99: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	80, // 100: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
-	84, // 101: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
-	83, // 102: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
-	8,  // 103: keel.v1.ControllerService.DescribeFeatures:output_type -> keel.v1.DescribeFeaturesResponse
-	11, // 104: keel.v1.ControllerService.UpdateFeatures:output_type -> keel.v1.UpdateFeaturesResponse
-	4,  // 105: keel.v1.ControllerService.CompareImage:output_type -> keel.v1.CompareImageResponse
-	6,  // 106: keel.v1.ControllerService.AcknowledgedIndex:output_type -> keel.v1.AcknowledgedIndexResponse
-	90, // 107: keel.v1.ControllerService.AlterUserScramCredentials:output_type -> keel.v1.AlterUserScramCredentialsResponse
-	78, // [78:108] is the sub-list for method output_type
-	48, // [48:78] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	91, // 48: keel.v1.DescribeUserScramCredentialsResponse.credentials:type_name -> keel.v1.ScramCredentialInfo
+	17, // 49: keel.v1.DescribeUserScramCredentialsResponse.source:type_name -> keel.v1.ReadSource
+	12, // 50: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	19, // 51: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	21, // 52: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	23, // 53: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	25, // 54: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	27, // 55: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	33, // 56: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	36, // 57: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	39, // 58: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	41, // 59: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	43, // 60: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	46, // 61: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	50, // 62: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	54, // 63: keel.v1.ControllerService.ReportReplicaLogs:input_type -> keel.v1.ReportReplicaLogsRequest
+	57, // 64: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	60, // 65: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	64, // 66: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	32, // 67: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
+	67, // 68: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	70, // 69: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
+	72, // 70: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
+	74, // 71: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
+	79, // 72: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
+	81, // 73: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
+	82, // 74: keel.v1.ControllerService.AllocateProducerIds:input_type -> keel.v1.AllocateProducerIdsRequest
+	7,  // 75: keel.v1.ControllerService.DescribeFeatures:input_type -> keel.v1.DescribeFeaturesRequest
+	10, // 76: keel.v1.ControllerService.UpdateFeatures:input_type -> keel.v1.UpdateFeaturesRequest
+	3,  // 77: keel.v1.ControllerService.CompareImage:input_type -> keel.v1.CompareImageRequest
+	5,  // 78: keel.v1.ControllerService.AcknowledgedIndex:input_type -> keel.v1.AcknowledgedIndexRequest
+	92, // 79: keel.v1.ControllerService.AlterUserScramCredentials:input_type -> keel.v1.AlterUserScramCredentialsRequest
+	85, // 80: keel.v1.ControllerService.DescribeUserScramCredentials:input_type -> keel.v1.DescribeUserScramCredentialsRequest
+	13, // 81: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	20, // 82: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	22, // 83: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	24, // 84: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	26, // 85: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	28, // 86: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	34, // 87: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	38, // 88: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	40, // 89: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	42, // 90: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	44, // 91: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	47, // 92: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	52, // 93: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	55, // 94: keel.v1.ControllerService.ReportReplicaLogs:output_type -> keel.v1.ReportReplicaLogsResponse
+	58, // 95: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	62, // 96: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	65, // 97: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	31, // 98: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	68, // 99: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	71, // 100: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	73, // 101: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	75, // 102: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	80, // 103: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
+	84, // 104: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
+	83, // 105: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
+	8,  // 106: keel.v1.ControllerService.DescribeFeatures:output_type -> keel.v1.DescribeFeaturesResponse
+	11, // 107: keel.v1.ControllerService.UpdateFeatures:output_type -> keel.v1.UpdateFeaturesResponse
+	4,  // 108: keel.v1.ControllerService.CompareImage:output_type -> keel.v1.CompareImageResponse
+	6,  // 109: keel.v1.ControllerService.AcknowledgedIndex:output_type -> keel.v1.AcknowledgedIndexResponse
+	93, // 110: keel.v1.ControllerService.AlterUserScramCredentials:output_type -> keel.v1.AlterUserScramCredentialsResponse
+	86, // 111: keel.v1.ControllerService.DescribeUserScramCredentials:output_type -> keel.v1.DescribeUserScramCredentialsResponse
+	81, // [81:112] is the sub-list for method output_type
+	50, // [50:81] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -6257,7 +6377,7 @@ func file_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   84,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

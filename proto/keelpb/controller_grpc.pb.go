@@ -21,36 +21,37 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ControllerService_DescribeQuorum_FullMethodName              = "/keel.v1.ControllerService/DescribeQuorum"
-	ControllerService_AppendNoOp_FullMethodName                  = "/keel.v1.ControllerService/AppendNoOp"
-	ControllerService_RegisterBroker_FullMethodName              = "/keel.v1.ControllerService/RegisterBroker"
-	ControllerService_BrokerHeartbeat_FullMethodName             = "/keel.v1.ControllerService/BrokerHeartbeat"
-	ControllerService_UnregisterBroker_FullMethodName            = "/keel.v1.ControllerService/UnregisterBroker"
-	ControllerService_StreamMetadata_FullMethodName              = "/keel.v1.ControllerService/StreamMetadata"
-	ControllerService_ListBrokers_FullMethodName                 = "/keel.v1.ControllerService/ListBrokers"
-	ControllerService_CreateTopic_FullMethodName                 = "/keel.v1.ControllerService/CreateTopic"
-	ControllerService_CreatePartitions_FullMethodName            = "/keel.v1.ControllerService/CreatePartitions"
-	ControllerService_DeleteTopic_FullMethodName                 = "/keel.v1.ControllerService/DeleteTopic"
-	ControllerService_ListTopics_FullMethodName                  = "/keel.v1.ControllerService/ListTopics"
-	ControllerService_DescribeTopic_FullMethodName               = "/keel.v1.ControllerService/DescribeTopic"
-	ControllerService_AlterPartition_FullMethodName              = "/keel.v1.ControllerService/AlterPartition"
-	ControllerService_ReportReplicaLogs_FullMethodName           = "/keel.v1.ControllerService/ReportReplicaLogs"
-	ControllerService_ElectLeaders_FullMethodName                = "/keel.v1.ControllerService/ElectLeaders"
-	ControllerService_AlterPartitionReassignments_FullMethodName = "/keel.v1.ControllerService/AlterPartitionReassignments"
-	ControllerService_ListPartitionReassignments_FullMethodName  = "/keel.v1.ControllerService/ListPartitionReassignments"
-	ControllerService_FetchSnapshot_FullMethodName               = "/keel.v1.ControllerService/FetchSnapshot"
-	ControllerService_RestoreSnapshot_FullMethodName             = "/keel.v1.ControllerService/RestoreSnapshot"
-	ControllerService_AddVoter_FullMethodName                    = "/keel.v1.ControllerService/AddVoter"
-	ControllerService_RemoveVoter_FullMethodName                 = "/keel.v1.ControllerService/RemoveVoter"
-	ControllerService_TransferLeadership_FullMethodName          = "/keel.v1.ControllerService/TransferLeadership"
-	ControllerService_IncrementalAlterConfigs_FullMethodName     = "/keel.v1.ControllerService/IncrementalAlterConfigs"
-	ControllerService_DescribeConfigs_FullMethodName             = "/keel.v1.ControllerService/DescribeConfigs"
-	ControllerService_AllocateProducerIds_FullMethodName         = "/keel.v1.ControllerService/AllocateProducerIds"
-	ControllerService_DescribeFeatures_FullMethodName            = "/keel.v1.ControllerService/DescribeFeatures"
-	ControllerService_UpdateFeatures_FullMethodName              = "/keel.v1.ControllerService/UpdateFeatures"
-	ControllerService_CompareImage_FullMethodName                = "/keel.v1.ControllerService/CompareImage"
-	ControllerService_AcknowledgedIndex_FullMethodName           = "/keel.v1.ControllerService/AcknowledgedIndex"
-	ControllerService_AlterUserScramCredentials_FullMethodName   = "/keel.v1.ControllerService/AlterUserScramCredentials"
+	ControllerService_DescribeQuorum_FullMethodName               = "/keel.v1.ControllerService/DescribeQuorum"
+	ControllerService_AppendNoOp_FullMethodName                   = "/keel.v1.ControllerService/AppendNoOp"
+	ControllerService_RegisterBroker_FullMethodName               = "/keel.v1.ControllerService/RegisterBroker"
+	ControllerService_BrokerHeartbeat_FullMethodName              = "/keel.v1.ControllerService/BrokerHeartbeat"
+	ControllerService_UnregisterBroker_FullMethodName             = "/keel.v1.ControllerService/UnregisterBroker"
+	ControllerService_StreamMetadata_FullMethodName               = "/keel.v1.ControllerService/StreamMetadata"
+	ControllerService_ListBrokers_FullMethodName                  = "/keel.v1.ControllerService/ListBrokers"
+	ControllerService_CreateTopic_FullMethodName                  = "/keel.v1.ControllerService/CreateTopic"
+	ControllerService_CreatePartitions_FullMethodName             = "/keel.v1.ControllerService/CreatePartitions"
+	ControllerService_DeleteTopic_FullMethodName                  = "/keel.v1.ControllerService/DeleteTopic"
+	ControllerService_ListTopics_FullMethodName                   = "/keel.v1.ControllerService/ListTopics"
+	ControllerService_DescribeTopic_FullMethodName                = "/keel.v1.ControllerService/DescribeTopic"
+	ControllerService_AlterPartition_FullMethodName               = "/keel.v1.ControllerService/AlterPartition"
+	ControllerService_ReportReplicaLogs_FullMethodName            = "/keel.v1.ControllerService/ReportReplicaLogs"
+	ControllerService_ElectLeaders_FullMethodName                 = "/keel.v1.ControllerService/ElectLeaders"
+	ControllerService_AlterPartitionReassignments_FullMethodName  = "/keel.v1.ControllerService/AlterPartitionReassignments"
+	ControllerService_ListPartitionReassignments_FullMethodName   = "/keel.v1.ControllerService/ListPartitionReassignments"
+	ControllerService_FetchSnapshot_FullMethodName                = "/keel.v1.ControllerService/FetchSnapshot"
+	ControllerService_RestoreSnapshot_FullMethodName              = "/keel.v1.ControllerService/RestoreSnapshot"
+	ControllerService_AddVoter_FullMethodName                     = "/keel.v1.ControllerService/AddVoter"
+	ControllerService_RemoveVoter_FullMethodName                  = "/keel.v1.ControllerService/RemoveVoter"
+	ControllerService_TransferLeadership_FullMethodName           = "/keel.v1.ControllerService/TransferLeadership"
+	ControllerService_IncrementalAlterConfigs_FullMethodName      = "/keel.v1.ControllerService/IncrementalAlterConfigs"
+	ControllerService_DescribeConfigs_FullMethodName              = "/keel.v1.ControllerService/DescribeConfigs"
+	ControllerService_AllocateProducerIds_FullMethodName          = "/keel.v1.ControllerService/AllocateProducerIds"
+	ControllerService_DescribeFeatures_FullMethodName             = "/keel.v1.ControllerService/DescribeFeatures"
+	ControllerService_UpdateFeatures_FullMethodName               = "/keel.v1.ControllerService/UpdateFeatures"
+	ControllerService_CompareImage_FullMethodName                 = "/keel.v1.ControllerService/CompareImage"
+	ControllerService_AcknowledgedIndex_FullMethodName            = "/keel.v1.ControllerService/AcknowledgedIndex"
+	ControllerService_AlterUserScramCredentials_FullMethodName    = "/keel.v1.ControllerService/AlterUserScramCredentials"
+	ControllerService_DescribeUserScramCredentials_FullMethodName = "/keel.v1.ControllerService/DescribeUserScramCredentials"
 )
 
 // ControllerServiceClient is the client API for ControllerService service.
@@ -210,6 +211,10 @@ type ControllerServiceClient interface {
 	// without an error are changed in one batch. Answered once the active
 	// controller knows it still leads.
 	AlterUserScramCredentials(ctx context.Context, in *AlterUserScramCredentialsRequest, opts ...grpc.CallOption) (*AlterUserScramCredentialsResponse, error)
+	// DescribeUserScramCredentials lists the users' SCRAM mechanisms and
+	// iterations, never a salt or a key, from this controller's committed
+	// image (or, linearizable, the active controller's confirmed one).
+	DescribeUserScramCredentials(ctx context.Context, in *DescribeUserScramCredentialsRequest, opts ...grpc.CallOption) (*DescribeUserScramCredentialsResponse, error)
 }
 
 type controllerServiceClient struct {
@@ -541,6 +546,16 @@ func (c *controllerServiceClient) AlterUserScramCredentials(ctx context.Context,
 	return out, nil
 }
 
+func (c *controllerServiceClient) DescribeUserScramCredentials(ctx context.Context, in *DescribeUserScramCredentialsRequest, opts ...grpc.CallOption) (*DescribeUserScramCredentialsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeUserScramCredentialsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_DescribeUserScramCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServiceServer is the server API for ControllerService service.
 // All implementations must embed UnimplementedControllerServiceServer
 // for forward compatibility.
@@ -698,6 +713,10 @@ type ControllerServiceServer interface {
 	// without an error are changed in one batch. Answered once the active
 	// controller knows it still leads.
 	AlterUserScramCredentials(context.Context, *AlterUserScramCredentialsRequest) (*AlterUserScramCredentialsResponse, error)
+	// DescribeUserScramCredentials lists the users' SCRAM mechanisms and
+	// iterations, never a salt or a key, from this controller's committed
+	// image (or, linearizable, the active controller's confirmed one).
+	DescribeUserScramCredentials(context.Context, *DescribeUserScramCredentialsRequest) (*DescribeUserScramCredentialsResponse, error)
 	mustEmbedUnimplementedControllerServiceServer()
 }
 
@@ -797,6 +816,9 @@ func (UnimplementedControllerServiceServer) AcknowledgedIndex(context.Context, *
 }
 func (UnimplementedControllerServiceServer) AlterUserScramCredentials(context.Context, *AlterUserScramCredentialsRequest) (*AlterUserScramCredentialsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AlterUserScramCredentials not implemented")
+}
+func (UnimplementedControllerServiceServer) DescribeUserScramCredentials(context.Context, *DescribeUserScramCredentialsRequest) (*DescribeUserScramCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeUserScramCredentials not implemented")
 }
 func (UnimplementedControllerServiceServer) mustEmbedUnimplementedControllerServiceServer() {}
 func (UnimplementedControllerServiceServer) testEmbeddedByValue()                           {}
@@ -1334,6 +1356,24 @@ func _ControllerService_AlterUserScramCredentials_Handler(srv interface{}, ctx c
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_DescribeUserScramCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeUserScramCredentialsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).DescribeUserScramCredentials(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_DescribeUserScramCredentials_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).DescribeUserScramCredentials(ctx, req.(*DescribeUserScramCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControllerService_ServiceDesc is the grpc.ServiceDesc for ControllerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1448,6 +1488,10 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AlterUserScramCredentials",
 			Handler:    _ControllerService_AlterUserScramCredentials_Handler,
+		},
+		{
+			MethodName: "DescribeUserScramCredentials",
+			Handler:    _ControllerService_DescribeUserScramCredentials_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

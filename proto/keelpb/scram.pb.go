@@ -586,6 +586,67 @@ func (x *ScramCredentialResult) GetMessage() string {
 	return ""
 }
 
+// ScramCredentialInfo describes one credential: never its salt or keys.
+type ScramCredentialInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Mechanism     ScramMechanism         `protobuf:"varint,2,opt,name=mechanism,proto3,enum=keel.v1.ScramMechanism" json:"mechanism,omitempty"`
+	Iterations    int32                  `protobuf:"varint,3,opt,name=iterations,proto3" json:"iterations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScramCredentialInfo) Reset() {
+	*x = ScramCredentialInfo{}
+	mi := &file_scram_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScramCredentialInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScramCredentialInfo) ProtoMessage() {}
+
+func (x *ScramCredentialInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_scram_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScramCredentialInfo.ProtoReflect.Descriptor instead.
+func (*ScramCredentialInfo) Descriptor() ([]byte, []int) {
+	return file_scram_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ScramCredentialInfo) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ScramCredentialInfo) GetMechanism() ScramMechanism {
+	if x != nil {
+		return x.Mechanism
+	}
+	return ScramMechanism_SCRAM_MECHANISM_UNKNOWN
+}
+
+func (x *ScramCredentialInfo) GetIterations() int32 {
+	if x != nil {
+		return x.Iterations
+	}
+	return 0
+}
+
 var File_scram_proto protoreflect.FileDescriptor
 
 const file_scram_proto_rawDesc = "" +
@@ -627,7 +688,13 @@ const file_scram_proto_rawDesc = "" +
 	"\x15ScramCredentialResult\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x123\n" +
 	"\x05error\x18\x02 \x01(\x0e2\x1d.keel.v1.ScramCredentialErrorR\x05error\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage*s\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x80\x01\n" +
+	"\x13ScramCredentialInfo\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x125\n" +
+	"\tmechanism\x18\x02 \x01(\x0e2\x17.keel.v1.ScramMechanismR\tmechanism\x12\x1e\n" +
+	"\n" +
+	"iterations\x18\x03 \x01(\x05R\n" +
+	"iterations*s\n" +
 	"\x0eScramMechanism\x12\x1b\n" +
 	"\x17SCRAM_MECHANISM_UNKNOWN\x10\x00\x12!\n" +
 	"\x1dSCRAM_MECHANISM_SCRAM_SHA_256\x10\x01\x12!\n" +
@@ -653,7 +720,7 @@ func file_scram_proto_rawDescGZIP() []byte {
 }
 
 var file_scram_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_scram_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_scram_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_scram_proto_goTypes = []any{
 	(ScramMechanism)(0),                       // 0: keel.v1.ScramMechanism
 	(ScramCredentialError)(0),                 // 1: keel.v1.ScramCredentialError
@@ -664,6 +731,7 @@ var file_scram_proto_goTypes = []any{
 	(*ScramCredentialUpsertion)(nil),          // 6: keel.v1.ScramCredentialUpsertion
 	(*AlterUserScramCredentialsResponse)(nil), // 7: keel.v1.AlterUserScramCredentialsResponse
 	(*ScramCredentialResult)(nil),             // 8: keel.v1.ScramCredentialResult
+	(*ScramCredentialInfo)(nil),               // 9: keel.v1.ScramCredentialInfo
 }
 var file_scram_proto_depIdxs = []int32{
 	0, // 0: keel.v1.UserScramCredentialRecord.mechanism:type_name -> keel.v1.ScramMechanism
@@ -674,11 +742,12 @@ var file_scram_proto_depIdxs = []int32{
 	0, // 5: keel.v1.ScramCredentialUpsertion.mechanism:type_name -> keel.v1.ScramMechanism
 	8, // 6: keel.v1.AlterUserScramCredentialsResponse.results:type_name -> keel.v1.ScramCredentialResult
 	1, // 7: keel.v1.ScramCredentialResult.error:type_name -> keel.v1.ScramCredentialError
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	0, // 8: keel.v1.ScramCredentialInfo.mechanism:type_name -> keel.v1.ScramMechanism
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_scram_proto_init() }
@@ -692,7 +761,7 @@ func file_scram_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_scram_proto_rawDesc), len(file_scram_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

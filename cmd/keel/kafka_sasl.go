@@ -1,0 +1,30 @@
+package main
+
+import (
+	"github.com/spf13/pflag"
+
+	"github.com/keel-dev/keel/broker/kafka"
+)
+
+// defaultKafkaSASL is --kafka-sasl's default: SASL/SCRAM offered. It lets
+// no one in who could not connect before, but a client without a
+// certificate on a TLS listener that logs in with credentials an operator
+// made (keel user add): anonymous plaintext clients keep their rights,
+// and with no credentials in the log no login succeeds.
+const defaultKafkaSASL = kafka.SASLOptional
+
+// kafkaSASL is the --kafka-sasl flag.
+type kafkaSASL struct{ mode string }
+
+func (k *kafkaSASL) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&k.mode, "kafka-sasl", string(defaultKafkaSASL),
+		"SASL/SCRAM on the Kafka listener: off; optional (with TLS a client without a certificate logs in by SCRAM; "+
+			"in plaintext a client may log in or stay anonymous); required (in plaintext every client must log in)")
+}
+
+// apply checks the flag and sets cfg's mode.
+func (k kafkaSASL) apply(cfg *kafka.Config) error {
+	m, err := kafka.ParseSASLMode(k.mode)
+	cfg.SASL = m
+	return err
+}

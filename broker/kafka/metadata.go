@@ -45,9 +45,10 @@ var versions = map[int16]versionRange{
 	57: {0, 1},  // UpdateFeatures (v2 drops the per-feature results)
 	60: {0, 1},  // DescribeCluster
 	61: {0, 0},  // DescribeProducers
-	// SASL (sasl.go), advertised only where offered. SaslHandshake v0
-	// (raw tokens after it, without SaslAuthenticate) is not served.
-	17: {1, 1}, // SaslHandshake
+	// SASL (sasl.go), advertised only where offered. After SaslHandshake
+	// v0 the tokens come bare, without SaslAuthenticate; librdkafka
+	// needs v0 in the range to use SASL at all.
+	17: {0, 1}, // SaslHandshake
 	36: {0, 2}, // SaslAuthenticate
 	// SCRAM credentials (scram.go, KIP-554).
 	50: {0, 0}, // DescribeUserScramCredentials

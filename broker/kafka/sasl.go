@@ -3,8 +3,10 @@ package kafka
 import (
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -82,6 +84,10 @@ type saslConn struct {
 	// exchange is the SCRAM exchange under way, after a SaslHandshake.
 	exchange  *scram.Server
 	mechanism string
+	// rawTokens: the handshake was v0, so the SCRAM messages come as
+	// bare size-prefixed tokens until the exchange ends (Kafka before
+	// KIP-152).
+	rawTokens bool
 }
 
 // saslTLS is the TLS config of a listener that offers SASL: a client
@@ -169,7 +175,37 @@ func (s *Server) saslHandshake(c *conn, a *answer, r *kmsg.SASLHandshakeRequest)
 		return scram.Credential{Salt: cred.Salt, StoredKey: cred.StoredKey, ServerKey: cred.ServerKey, Iterations: int(cred.Iterations)}, true
 	}
 	c.sasl.exchange, c.sasl.mechanism = scram.NewServer(m, lookup, s.saslSecret), m.Name
+	c.sasl.rawTokens = r.Version == 0
 	return nil
+}
+
+// saslRawToken reads one bare SASL token (after a SaslHandshake v0) and
+// answers it with the next, bare too. A failure has no answer in this
+// framing: the connection closes, as Kafka closes it.
+func (s *Server) saslRawToken(c *conn, r io.Reader, size int32) (*answer, error) {
+	if size < 0 || size > saslMaxReceiveSize {
+		return nil, fmt.Errorf("SASL token of %d bytes", size)
+	}
+	_ = c.SetReadDeadline(c.sasl.deadline)
+	token := make([]byte, size)
+	if _, err := io.ReadFull(r, token); err != nil {
+		return nil, err
+	}
+	a := &answer{ready: readyNow}
+	if !s.saslStep(c, token, func(out []byte) { a.raw = append([]byte{}, out...) }) {
+		a.closeAfter = true
+	}
+	return a, nil
+}
+
+// writeRaw writes a bare SASL token, size first.
+func writeRaw(c *conn, token []byte, timeout time.Duration) error {
+	buf := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(token)), uint32(len(token)))
+	_ = c.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := c.w.Write(append(buf, token...)); err != nil {
+		return err
+	}
+	return c.w.Flush()
 }
 
 func (s *Server) saslAuthenticate(c *conn, a *answer, r *kmsg.SASLAuthenticateRequest) error {
@@ -180,23 +216,32 @@ func (s *Server) saslAuthenticate(c *conn, a *answer, r *kmsg.SASLAuthenticateRe
 		resp.ErrorCode, resp.ErrorMessage, a.closeAfter = kerr.IllegalSaslState.Code, &msg, true
 		return nil
 	}
-	out, done, err := c.sasl.exchange.Step(r.SASLAuthBytes)
-	if err != nil {
+	if !s.saslStep(c, r.SASLAuthBytes, func(out []byte) { resp.SASLAuthBytes = out }) {
 		msg := saslFailed(c.sasl.mechanism)
 		resp.ErrorCode, resp.ErrorMessage, a.closeAfter = kerr.SaslAuthenticationFailed.Code, &msg, true
+	}
+	return nil
+}
+
+// saslStep takes the client's next SCRAM message and hands the answer to
+// answer; false: the authentication failed. Once it succeeds the
+// connection is the user's.
+func (s *Server) saslStep(c *conn, msg []byte, answer func([]byte)) bool {
+	out, done, err := c.sasl.exchange.Step(msg)
+	if err != nil {
 		s.log.Debug("kafka listener: SASL authentication failed", "remote", c.RemoteAddr().String(), "mechanism", c.sasl.mechanism, "err", err)
 		s.met.sasl(c.sasl.mechanism, "failed")
-		return nil
+		return false
 	}
-	resp.SASLAuthBytes = out
+	answer(out)
 	if done {
 		// From here the connection is the user's, with no admin rights:
 		// what it may do is the authorizer's to say (allowed).
 		c.principal, c.admin = "User:"+c.sasl.exchange.User(), false
-		c.sasl.over, c.sasl.exchange = true, nil
+		c.sasl.over, c.sasl.exchange, c.sasl.rawTokens = true, nil, false
 		connlimit.Authenticated(c.raw)
 		s.log.Debug("kafka listener: SASL authenticated", "remote", c.RemoteAddr().String(), "mechanism", c.sasl.mechanism, "principal", c.principal)
 		s.met.sasl(c.sasl.mechanism, "ok")
 	}
-	return nil
+	return true
 }

@@ -297,8 +297,8 @@ func TestServer_SASLStateMachine(t *testing.T) {
 				sasl[k.ApiKey] = [2]int16{k.MinVersion, k.MaxVersion}
 			}
 		}
-		if sasl[17] != [2]int16{1, 1} || sasl[36] != [2]int16{0, 2} {
-			t.Fatalf("SASL versions listed: %v; want SaslHandshake 1-1, SaslAuthenticate 0-2", sasl)
+		if sasl[17] != [2]int16{0, 1} || sasl[36] != [2]int16{0, 2} {
+			t.Fatalf("SASL versions listed: %v; want SaslHandshake 0-1, SaslAuthenticate 0-2", sasl)
 		}
 		if _, err := saslRoundTrip(t, c, r, kmsg.NewPtrMetadataRequest(), 2); err == nil {
 			t.Fatal("a Metadata before authentication was answered")
@@ -338,6 +338,55 @@ func TestServer_SASLStateMachine(t *testing.T) {
 		}
 		if _, err := saslRoundTrip(t, c, r, kmsg.NewPtrApiVersionsRequest(), 3); err == nil {
 			t.Fatal("the connection stayed open")
+		}
+	})
+	t.Run("a v0 handshake, then bare tokens", func(t *testing.T) {
+		meta := s.cfg.Image.(*fakeMeta)
+		salted, err := iscram.SHA256.SaltedPassword("pw", []byte("salt"), 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := meta.AlterUserScramCredentials(context.Background(), &keelpb.AlterUserScramCredentialsRequest{Upsertions: []*keelpb.ScramCredentialUpsertion{
+			{Name: "v0", Mechanism: keelpb.ScramMechanism_SCRAM_MECHANISM_SCRAM_SHA_256, Iterations: 4096, Salt: []byte("salt"), SaltedPassword: salted}}}); err != nil {
+			t.Fatal(err)
+		}
+		c, r := dial()
+		hs := handshake("SCRAM-SHA-256")
+		hs.Version = 0
+		if _, err := saslRoundTrip(t, c, r, hs, 1); err != nil {
+			t.Fatal(err)
+		}
+		bare := func(token []byte) ([]byte, error) {
+			if _, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(token))), token...)); err != nil {
+				return nil, err
+			}
+			var size [4]byte
+			if _, err := io.ReadFull(r, size[:]); err != nil {
+				return nil, err
+			}
+			out := make([]byte, binary.BigEndian.Uint32(size[:]))
+			_, err := io.ReadFull(r, out)
+			return out, err
+		}
+		session, first, err := scram.Auth{User: "v0", Pass: "pw"}.AsSha256Mechanism().Authenticate(context.Background(), s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for msg, done := first, false; !done; {
+			answer, err := bare(msg)
+			if err != nil {
+				t.Fatalf("bare token: %v", err)
+			}
+			if done, msg, err = session.Challenge(answer); err != nil {
+				t.Fatalf("the server's token: %v", err)
+			}
+			if done {
+				break
+			}
+		}
+		// Authenticated: a Metadata is served.
+		if _, err := saslRoundTrip(t, c, r, kmsg.NewPtrMetadataRequest(), 9); err != nil {
+			t.Fatalf("Metadata after a v0 login: %v", err)
 		}
 	})
 	t.Run("an exchange that does not finish", func(t *testing.T) {

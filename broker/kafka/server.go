@@ -314,6 +314,21 @@ func (s *Server) serveConn(raw net.Conn) {
 			return // closed, idle, gone, or closed by the writer
 		}
 		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
+		if c.sasl.rawTokens {
+			// After a SaslHandshake v0 the SASL tokens come bare, with
+			// no request header (sasl.go).
+			a, err := s.saslRawToken(c, r, size)
+			if err != nil {
+				s.log.Debug("kafka listener: SASL token refused; connection closed", "remote", raw.RemoteAddr().String(), "err", err)
+				return
+			}
+			answers <- a
+			if a.closeAfter {
+				drain = true
+				return
+			}
+			continue
+		}
 		// The API key, before the body is read: a request's limit and its
 		// cost in memory depend on it (requestLimit, requestCost).
 		key, err := peekKey(r, size)
@@ -385,6 +400,9 @@ type answer struct {
 	// lease: the request's bytes in the budgets, given back once the
 	// answer is written (or dropped).
 	lease lease
+	// raw, when resp is nil: a bare SASL token, written with its size
+	// only (after a SaslHandshake v0).
+	raw []byte
 }
 
 // readyNow is a closed channel, for the answers that are complete.
@@ -408,6 +426,10 @@ func (s *Server) writeAnswers(c *conn, answers <-chan *answer) {
 				continue
 			}
 			s.met.request(a.h.key, a.arrived)
+		} else if a.raw != nil && writeRaw(c, a.raw, s.cfg.IdleTimeout) != nil {
+			failed = true
+			_ = c.Close()
+			continue
 		}
 		a.lease.release()
 		if a.closeAfter {

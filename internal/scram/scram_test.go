@@ -89,6 +89,8 @@ func TestServer_Refuses(t *testing.T) {
 		{name: "client-final: no proof", password: "pencil", clientFirst: rfc7677.clientFirst, final: final[:strings.Index(final, ",p=")]},
 		{name: "client-final: proof not base64", password: "pencil", clientFirst: rfc7677.clientFirst, final: final[:strings.Index(final, ",p=")] + ",p=!!"},
 		{name: "client-final: short proof", password: "pencil", clientFirst: rfc7677.clientFirst, final: final[:strings.Index(final, ",p=")] + ",p=AAAA"},
+		{name: "client-final: a nonce that does not end with the exchange's", password: "pencil", clientFirst: rfc7677.clientFirst,
+			final: strings.Replace(final, "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0", "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0x", 1)},
 		{name: "client-final: another nonce", password: "pencil", clientFirst: rfc7677.clientFirst, final: strings.Replace(final, "k0,p=", "k1,p=", 1)},
 		{name: "client-final: binding differs", password: "pencil", clientFirst: rfc7677.clientFirst, final: strings.Replace(final, "c=biws", "c=eSws", 1)},
 		{name: "client-final: attributes out of order", password: "pencil", clientFirst: rfc7677.clientFirst, final: "r=x,c=biws,p=AAAA"},

@@ -18,8 +18,7 @@ type kafkaSASL struct{ mode string }
 
 func (k *kafkaSASL) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&k.mode, "kafka-sasl", string(defaultKafkaSASL),
-		"SASL/SCRAM on the Kafka listener: off; optional (with TLS a client without a certificate logs in by SCRAM; "+
-			"in plaintext a client may log in or stay anonymous); required (in plaintext every client must log in)")
+		"SASL/SCRAM logins on the Kafka listener: off, optional or required (docs/kafka.md#sasl)")
 }
 
 // apply checks the flag and sets cfg's mode.

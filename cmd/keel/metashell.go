@@ -298,7 +298,8 @@ func (st *shellState) tree() *vnode {
 		return nodes
 	})
 	return dir(func() []namedNode {
-		return []namedNode{{"brokers", brokers}, {"configs", configs}, {"controllers", controllers}, {"quorum", quorum}, {"topics", topics}}
+		return []namedNode{{"brokers", brokers}, {"configs", configs}, {"controllers", controllers}, {"quorum", quorum}, {"topics", topics},
+			{"users", scramUsersDir(img)}}
 	})
 }
 
@@ -502,4 +503,24 @@ func stdinIsTerminal(r io.Reader) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// scramUsersDir is /users/NAME: a SCRAM user's mechanisms and iterations,
+// never a salt or a key.
+func scramUsersDir(img *fsm.Image) *vnode {
+	return dir(func() []namedNode {
+		byUser := map[string][]userRow{}
+		var users []string
+		for _, c := range img.ScramCredentials() {
+			if byUser[c.User] == nil {
+				users = append(users, c.User)
+			}
+			byUser[c.User] = append(byUser[c.User], userRow{User: c.User, Mechanism: fsm.ScramMechanismName(c.Mechanism), Iterations: c.Iterations})
+		}
+		out := make([]namedNode, 0, len(users))
+		for _, u := range users {
+			out = append(out, namedNode{u, file(func() any { return byUser[u] })})
+		}
+		return out
+	})
 }

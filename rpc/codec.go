@@ -60,6 +60,9 @@ var repeatedBounds = map[protoreflect.FullName]int{
 	"keel.v1.ReassignmentTarget.replicas":                   maxReplicationFactor,
 	"keel.v1.IncrementalAlterConfigsRequest.configs":        maxConfigs,
 	"keel.v1.ReportReplicaLogsRequest.replicas":             maxPartitionsPerRequest,
+
+	"keel.v1.AlterUserScramCredentialsRequest.deletions":  maxScramAlterations,
+	"keel.v1.AlterUserScramCredentialsRequest.upsertions": maxScramAlterations,
 }
 
 // defaultRepeatedBound is the largest bound Validate applies to any list.

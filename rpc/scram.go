@@ -7,14 +7,14 @@ import (
 )
 
 // Bounds of an AlterUserScramCredentials request: generous for real use
-// (Kafka bounds none of them), small enough that one request cannot make
-// the controllers write or log megabytes.
+// (Kafka bounds none of them), and a whole request within the small
+// request limit (smallRequestBytes).
 const (
-	maxScramAlterations = 1000
+	maxScramAlterations = 64
 	maxScramNameLen     = 255
 	// maxScramBytes bounds a salt and a salted password: a SHA-512 key is
 	// 64 bytes, salts are 16 to 32.
-	maxScramBytes = 1024
+	maxScramBytes = 256
 )
 
 // checkAlterScram checks an AlterUserScramCredentials request's shape:

@@ -135,7 +135,8 @@ func TestServer_UnknownUserLooksKnown(t *testing.T) {
 		}
 		return parts[1]
 	}
-	if salt("ghost") != salt("ghost") || salt("ghost") == salt("phantom") {
+	first, again := salt("ghost"), salt("ghost")
+	if first != again || first == salt("phantom") {
 		t.Fatal("decoy salts are not stable per user")
 	}
 }

@@ -188,6 +188,7 @@ func TestSASL_SCRAMOverTLS(t *testing.T) {
 		t.Fatalf("app-orders altered a credential: %+v, %v", own, err)
 	}
 
+	expectRefused(t, "", c.adminArgs("user", "remove", "nobody"), `user "nobody": RESOURCE_NOT_FOUND`)
 	keelUser(t, c, "", "remove", "app-orders")
 	for _, id := range ids {
 		poll.Until(t, 10*time.Second, "the removed credential refused on broker "+kafka[id], func() bool {
@@ -223,5 +224,25 @@ func TestKcat_SASLSSLSCRAM512(t *testing.T) {
 	_, stderr, err := runKcat(t, kcat, "", args("wrong", "-L", "-m", "5")...)
 	if err == nil || !strings.Contains(stderr, "Authentication failed") {
 		t.Fatalf("kcat with a wrong password: %v\n%s", err, stderr)
+	}
+}
+
+// TestSASL_RefusesBadInput: keel user and --kafka-sasl refuse bad input in
+// one line, before anything is sent or started.
+func TestSASL_RefusesBadInput(t *testing.T) {
+	listen := freeAddr(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"an unknown --kafka-sasl", append(brokerArgs(1, listen, t.TempDir(), []string{freeAddr(t)}), "--kafka-listen", freeAddr(t), "--kafka-sasl", "maybe"),
+			[]string{`--kafka-sasl "maybe": want off, optional or required`}},
+		{"too few iterations", []string{"user", "add", "app", "--iterations", "100"}, []string{"--iterations 100: want 4096 to 16384"}},
+		{"an unknown mechanism", []string{"user", "add", "app", "--mechanism", "MD5"}, []string{`--mechanism "MD5": want SCRAM-SHA-256 or SCRAM-SHA-512`}},
+		{"no password", []string{"user", "add", "app"}, []string{"no password on stdin"}},
+		{"a password file that is not there", []string{"user", "add", "app", "--password-file", filepath.Join(t.TempDir(), "none")}, []string{"--password-file"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { expectRefused(t, "", tc.args, tc.want...) })
 	}
 }

@@ -35,9 +35,21 @@ func appendMessageJSON(b []byte, m protoreflect.Message) []byte {
 		first = false
 		b = strconv.AppendQuote(b, string(fd.Name()))
 		b = append(b, ':')
+		if redactedFields[fd.FullName()] {
+			b = append(b, `"(redacted)"`...)
+			continue
+		}
 		b = appendFieldJSON(b, fd, m.Get(fd))
 	}
 	return append(b, '}')
+}
+
+// redactedFields are never shown, as Kafka's RecordRedactor hides them:
+// what a SCRAM login is checked against.
+var redactedFields = map[protoreflect.FullName]bool{
+	"keel.v1.UserScramCredentialRecord.salt":       true,
+	"keel.v1.UserScramCredentialRecord.stored_key": true,
+	"keel.v1.UserScramCredentialRecord.server_key": true,
 }
 
 func appendFieldJSON(b []byte, fd protoreflect.FieldDescriptor, v protoreflect.Value) []byte {

@@ -127,6 +127,9 @@ in by SASL/SCRAM (SASL_SSL) with a credential from keel user add.
 			if err := kafkaLim.check(); err != nil {
 				return err
 			}
+			if err := kafkaSASLMode.check(); err != nil {
+				return err
+			}
 			if cfg.MaxStreamsPerConn <= 0 {
 				return fmt.Errorf("--max-concurrent-streams %d: want a positive number of calls", cfg.MaxStreamsPerConn)
 			}
@@ -164,9 +167,7 @@ in by SASL/SCRAM (SASL_SSL) with a credential from keel user add.
 			cfg.Metrics = metricsSrv.registerer()
 			kc := kafka.Config{FetchMaxWait: kafkaFetchMaxWait, Conns: plan.kafka}
 			kafkaLim.apply(&kc)
-			if err := kafkaSASLMode.apply(&kc); err != nil {
-				return err
-			}
+			kafkaSASLMode.apply(&kc)
 			// Catch signals before starting, as the controller does, so a
 			// stop during the start ends cleanly instead of killing the
 			// process mid-start.

@@ -21,9 +21,11 @@ func (k *kafkaSASL) addFlags(f *pflag.FlagSet) {
 		"SASL/SCRAM logins on the Kafka listener: off, optional or required (docs/kafka.md#sasl)")
 }
 
-// apply checks the flag and sets cfg's mode.
-func (k kafkaSASL) apply(cfg *kafka.Config) error {
-	m, err := kafka.ParseSASLMode(k.mode)
-	cfg.SASL = m
+// check refuses a mode Keel does not know, naming the flag.
+func (k kafkaSASL) check() error {
+	_, err := kafka.ParseSASLMode(k.mode)
 	return err
 }
+
+// apply sets cfg's mode (checked).
+func (k kafkaSASL) apply(cfg *kafka.Config) { cfg.SASL = kafka.SASLMode(k.mode) }

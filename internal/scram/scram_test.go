@@ -154,3 +154,24 @@ func TestDecodeName(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkServer_Exchange: the server's work for one RFC 7677 login (no
+// PBKDF2 on the server: the client salts).
+func BenchmarkServer_Exchange(b *testing.B) {
+	salt, _ := base64.StdEncoding.DecodeString(rfc7677.salt)
+	salted, _ := SHA256.SaltedPassword("pencil", salt, 4096)
+	stored, server := SHA256.Keys(salted)
+	lookup := func(string) (Credential, bool) {
+		return Credential{Salt: salt, StoredKey: stored, ServerKey: server, Iterations: 4096}, true
+	}
+	for b.Loop() {
+		s := NewServer(SHA256, lookup, []byte("secret"))
+		s.serverNonce = func() (string, error) { return rfc7677.serverNonce, nil }
+		if _, _, err := s.Step([]byte(rfc7677.clientFirst)); err != nil {
+			b.Fatal(err)
+		}
+		if _, done, err := s.Step([]byte(rfc7677.clientFinal)); err != nil || !done {
+			b.Fatal(err)
+		}
+	}
+}

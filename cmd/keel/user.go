@@ -89,16 +89,22 @@ func readPassword(cmd *cobra.Command, file string) (string, error) {
 	return pw, nil
 }
 
-// userAnswer turns a controller's result into the command's: its error
-// for a user it refused.
-func userAnswer(resp *keelpb.AlterUserScramCredentialsResponse, v userResult) (userResult, error) {
-	for _, r := range resp.GetResults() {
-		if r.GetError() != keelpb.ScramCredentialError_SCRAM_CREDENTIAL_ERROR_NONE {
-			code := strings.TrimPrefix(r.GetError().String(), "SCRAM_CREDENTIAL_ERROR_")
-			return v, fmt.Errorf("user %q: %s: %s", r.GetUser(), code, r.GetMessage())
+// alterUser sends req to the active controller and prints v, or the
+// controller's refusal of the user as the command's error.
+func alterUser(cmd *cobra.Command, a *adminFlags, req *keelpb.AlterUserScramCredentialsRequest, v userResult) error {
+	return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (userResult, error) {
+		resp, err := c.AlterUserScramCredentials(ctx, req)
+		if err != nil {
+			return userResult{}, err
 		}
-	}
-	return v, nil
+		for _, r := range resp.GetResults() {
+			if r.GetError() != keelpb.ScramCredentialError_SCRAM_CREDENTIAL_ERROR_NONE {
+				code := strings.TrimPrefix(r.GetError().String(), "SCRAM_CREDENTIAL_ERROR_")
+				return v, fmt.Errorf("user %q: %s: %s", r.GetUser(), code, r.GetMessage())
+			}
+		}
+		return v, nil
+	}, printUserResult)
 }
 
 func printUserResult(w io.Writer, v userResult) error {
@@ -141,13 +147,7 @@ where other users would see it. A second add changes the password.`,
 			}
 			req := &keelpb.AlterUserScramCredentialsRequest{Upsertions: []*keelpb.ScramCredentialUpsertion{
 				{Name: args[0], Mechanism: m, Iterations: iterations, Salt: salt, SaltedPassword: salted}}}
-			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (userResult, error) {
-				resp, err := c.AlterUserScramCredentials(ctx, req)
-				if err != nil {
-					return userResult{}, err
-				}
-				return userAnswer(resp, userResult{User: args[0], Mechanism: sm.Name, Action: "set"})
-			}, printUserResult)
+			return alterUser(cmd, a, req, userResult{User: args[0], Mechanism: sm.Name, Action: "set"})
 		},
 	}
 	a.add(cmd)
@@ -174,13 +174,7 @@ within a second).`,
 				return err
 			}
 			req := &keelpb.AlterUserScramCredentialsRequest{Deletions: []*keelpb.ScramCredentialDeletion{{Name: args[0], Mechanism: m}}}
-			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (userResult, error) {
-				resp, err := c.AlterUserScramCredentials(ctx, req)
-				if err != nil {
-					return userResult{}, err
-				}
-				return userAnswer(resp, userResult{User: args[0], Mechanism: sm.Name, Action: "removed"})
-			}, printUserResult)
+			return alterUser(cmd, a, req, userResult{User: args[0], Mechanism: sm.Name, Action: "removed"})
 		},
 	}
 	a.add(cmd)

@@ -22,7 +22,7 @@ import (
 // (TopicRecord, ConfigRecord for the topic), the cluster-wide default
 // (ConfigRecord for the cluster), Keel's built-in default (Kafka's).
 
-// The topic configs Keel knows.
+// The topic configs Keel's own code reads by name.
 const (
 	// MinInsyncReplicas: the ISR size below which the partition's leader
 	// refuses acks=all writes, and below which replicas leaving the ISR
@@ -34,8 +34,26 @@ const (
 	RetentionMs           = "retention.ms"
 	RetentionBytes        = "retention.bytes"
 	SegmentBytes          = "segment.bytes"
+	SegmentMs             = "segment.ms"
+	SegmentIndexBytes     = "segment.index.bytes"
+	IndexIntervalBytes    = "index.interval.bytes"
 	MaxMessageBytes       = "max.message.bytes"
 	CleanupPolicy         = "cleanup.policy"
+	CompressionType       = "compression.type"
+	// MessageTimestampType is CreateTime (the producer's timestamps) or
+	// LogAppendTime (the leader stamps each batch as it appends it).
+	MessageTimestampType = "message.timestamp.type"
+	// MessageTimestampBeforeMaxMs and MessageTimestampAfterMaxMs bound how
+	// far a CreateTime record's timestamp may be before or after the
+	// leader's clock (KIP-937).
+	MessageTimestampBeforeMaxMs = "message.timestamp.before.max.ms"
+	MessageTimestampAfterMaxMs  = "message.timestamp.after.max.ms"
+)
+
+// The values of message.timestamp.type.
+const (
+	CreateTime    = "CreateTime"
+	LogAppendTime = "LogAppendTime"
 )
 
 // ConfigType is a config's value type, as Kafka's ConfigDef names it.
@@ -46,6 +64,8 @@ const (
 	TypeBoolean ConfigType = "boolean"
 	TypeInt     ConfigType = "int"
 	TypeLong    ConfigType = "long"
+	TypeDouble  ConfigType = "double"
+	TypeString  ConfigType = "string"
 	TypeList    ConfigType = "list"
 )
 
@@ -57,19 +77,45 @@ type ConfigDef struct {
 	Default string
 	// Min and Max bound an int or long.
 	Min, Max int64
-	// Values are the items a list may hold.
+	// MinF and MaxF bound a double.
+	MinF, MaxF float64
+	// Values are the items a list may hold, or the values a string takes
+	// (case matters, as in Kafka's ValidString). A list with none takes
+	// items of the form check gives.
 	Values []string
+	// Synonym is the broker config Kafka takes the default from
+	// (ServerTopicConfigSynonyms: log.retention.ms for retention.ms), for
+	// DescribeConfigs' synonyms.
+	Synonym string
+	// Unsupported, when set, says why Keel's data plane cannot honour the
+	// config yet: only its default is taken, and any other value is
+	// refused with this reason. Every config without it takes effect on
+	// every broker as soon as it has replayed the change.
+	Unsupported string
 	// Doc says what it does, for `keel config describe` and the docs.
 	Doc string
+	// check, when set, checks a list's items (each trimmed, not empty).
+	check func(item string) error
 }
+
+// Honoured reports whether any valid value takes effect: the data plane
+// enforces the config. One that is not takes only its default.
+func (d ConfigDef) Honoured() bool { return d.Unsupported == "" }
 
 // Range renders the values the config takes, as Kafka's docs do.
 func (d ConfigDef) Range() string {
 	switch d.Type {
 	case TypeBoolean:
 		return "true, false"
-	case TypeList:
+	case TypeString:
 		return strings.Join(d.Values, ", ")
+	case TypeList:
+		if len(d.Values) == 0 {
+			return "[partition]:[broker],... or *"
+		}
+		return strings.Join(d.Values, ", ")
+	case TypeDouble:
+		return fmt.Sprintf("[%s,...,%s]", formatDouble(d.MinF), formatDouble(d.MaxF))
 	}
 	hi := "..."
 	if (d.Type == TypeInt && d.Max != math.MaxInt32) || (d.Type == TypeLong && d.Max != math.MaxInt64) {
@@ -81,24 +127,108 @@ func (d ConfigDef) Range() string {
 	return fmt.Sprintf("[%d,%s]", d.Min, hi)
 }
 
-// configDefs are Keel's topic configs, in name order. Defaults and ranges
-// are Kafka 4's (segment.bytes at least 1 MiB since KIP-1030).
+// The reasons configs the data plane cannot honour yet are refused at any
+// value but their default.
+const (
+	needsCleaner    = "needs the log cleaner (cleanup.policy=compact), which Keel does not have yet"
+	noTieredStorage = "tiered storage is not supported"
+	noRecompression = "the broker does not recompress batches yet: they are kept as the producer compressed them (compression.type=producer)"
+	noThrottles     = "replication throttles are not supported"
+	brokerFlush     = "fsync is the broker's policy (keel broker --flush-interval), not a topic's"
+)
+
+// configDefs are Keel's topic configs: every one of Kafka 4's (LogConfig),
+// in name order. Defaults and ranges are Kafka 4's (KIP-1030: segment.bytes
+// at least 1 MiB, message.timestamp.after.max.ms one hour).
 var configDefs = []ConfigDef{
-	{Name: CleanupPolicy, Type: TypeList, Default: "delete", Values: []string{"delete"},
-		Doc: "what happens to old log segments: delete (compact is not supported yet)"},
-	{Name: MaxMessageBytes, Type: TypeInt, Default: "1048588", Min: 0, Max: math.MaxInt32,
-		Doc: "the largest record batch the topic accepts"},
-	{Name: MinInsyncReplicas, Type: TypeInt, Default: "1", Min: 1, Max: math.MaxInt32,
+	{Name: CleanupPolicy, Type: TypeList, Default: "delete", Values: []string{"delete"}, Synonym: "log.cleanup.policy",
+		Doc: "what happens to old log segments: delete (compact needs the log cleaner: not supported yet)"},
+	{Name: "compression.gzip.level", Type: TypeInt, Default: "-1", Min: -1, Max: 9, Synonym: "compression.gzip.level", Unsupported: noRecompression,
+		Doc: "the gzip level the broker compresses at, when compression.type is gzip"},
+	{Name: "compression.lz4.level", Type: TypeInt, Default: "9", Min: 1, Max: 17, Synonym: "compression.lz4.level", Unsupported: noRecompression,
+		Doc: "the lz4 level the broker compresses at, when compression.type is lz4"},
+	{Name: CompressionType, Type: TypeString, Default: "producer", Values: []string{"uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"},
+		Synonym: "compression.type", Unsupported: noRecompression,
+		Doc: "the codec the broker stores batches in; producer keeps the producer's"},
+	{Name: "compression.zstd.level", Type: TypeInt, Default: "3", Min: -131072, Max: 22, Synonym: "compression.zstd.level", Unsupported: noRecompression,
+		Doc: "the zstd level the broker compresses at, when compression.type is zstd"},
+	{Name: "delete.retention.ms", Type: TypeLong, Default: "86400000", Min: 0, Max: math.MaxInt64, Synonym: "log.cleaner.delete.retention.ms", Unsupported: needsCleaner,
+		Doc: "how long a compacted topic keeps delete markers"},
+	{Name: "file.delete.delay.ms", Type: TypeLong, Default: "60000", Min: 0, Max: math.MaxInt64, Synonym: "log.segment.delete.delay.ms",
+		Unsupported: "Keel deletes a segment's files as soon as retention removes it",
+		Doc:         "how long a deleted segment's files stay on disk"},
+	{Name: "flush.messages", Type: TypeLong, Default: "9223372036854775807", Min: 1, Max: math.MaxInt64, Synonym: "log.flush.interval.messages", Unsupported: brokerFlush,
+		Doc: "fsync the log every this many records"},
+	{Name: "flush.ms", Type: TypeLong, Default: "9223372036854775807", Min: 0, Max: math.MaxInt64, Synonym: "log.flush.interval.ms", Unsupported: brokerFlush,
+		Doc: "fsync the log when its last fsync is this old"},
+	{Name: "follower.replication.throttled.replicas", Type: TypeList, Default: "", Synonym: "follower.replication.throttled.replicas", Unsupported: noThrottles,
+		Doc: "the replicas whose follower fetches are throttled", check: throttledReplica},
+	{Name: IndexIntervalBytes, Type: TypeInt, Default: "4096", Min: 0, Max: math.MaxInt32, Synonym: "log.index.interval.bytes",
+		Doc: "the bytes of batches between two offset index entries"},
+	{Name: "leader.replication.throttled.replicas", Type: TypeList, Default: "", Synonym: "leader.replication.throttled.replicas", Unsupported: noThrottles,
+		Doc: "the replicas whose leader side of replication is throttled", check: throttledReplica},
+	{Name: "local.retention.bytes", Type: TypeLong, Default: "-2", Min: -2, Max: math.MaxInt64, Synonym: "log.local.retention.bytes", Unsupported: noTieredStorage,
+		Doc: "the bytes kept on local disk when tiered storage is on (-2: retention.bytes)"},
+	{Name: "local.retention.ms", Type: TypeLong, Default: "-2", Min: -2, Max: math.MaxInt64, Synonym: "log.local.retention.ms", Unsupported: noTieredStorage,
+		Doc: "how long a segment stays on local disk when tiered storage is on (-2: retention.ms)"},
+	{Name: "max.compaction.lag.ms", Type: TypeLong, Default: "9223372036854775807", Min: 1, Max: math.MaxInt64, Synonym: "log.cleaner.max.compaction.lag.ms", Unsupported: needsCleaner,
+		Doc: "the longest a record stays uncompacted"},
+	{Name: MaxMessageBytes, Type: TypeInt, Default: "1048588", Min: 0, Max: math.MaxInt32, Synonym: "message.max.bytes",
+		Doc: "the largest record batch the topic accepts, up to the broker's frame cap (keel broker --kafka-max-request-size)"},
+	{Name: MessageTimestampAfterMaxMs, Type: TypeLong, Default: "3600000", Min: 0, Max: math.MaxInt64, Synonym: "log.message.timestamp.after.max.ms",
+		Doc: "how far after the leader's clock a CreateTime record's timestamp may be"},
+	{Name: MessageTimestampBeforeMaxMs, Type: TypeLong, Default: "9223372036854775807", Min: 0, Max: math.MaxInt64, Synonym: "log.message.timestamp.before.max.ms",
+		Doc: "how far before the leader's clock a CreateTime record's timestamp may be"},
+	{Name: MessageTimestampType, Type: TypeString, Default: CreateTime, Values: []string{CreateTime, LogAppendTime}, Synonym: "log.message.timestamp.type",
+		Doc: "CreateTime keeps the producer's timestamps; LogAppendTime has the leader stamp each batch"},
+	{Name: "min.cleanable.dirty.ratio", Type: TypeDouble, Default: "0.5", MinF: 0, MaxF: 1, Synonym: "log.cleaner.min.cleanable.ratio", Unsupported: needsCleaner,
+		Doc: "the share of a compacted log not yet cleaned that starts the cleaner"},
+	{Name: "min.compaction.lag.ms", Type: TypeLong, Default: "0", Min: 0, Max: math.MaxInt64, Synonym: "log.cleaner.min.compaction.lag.ms", Unsupported: needsCleaner,
+		Doc: "the shortest a record stays uncompacted"},
+	{Name: MinInsyncReplicas, Type: TypeInt, Default: "1", Min: 1, Max: math.MaxInt32, Synonym: "min.insync.replicas",
 		Doc: "the fewest in-sync replicas an acks=all write needs; below it, replicas leaving the ISR become eligible leader replicas"},
-	{Name: RetentionBytes, Type: TypeLong, Default: "-1", Min: math.MinInt64, Max: math.MaxInt64,
+	{Name: "preallocate", Type: TypeBoolean, Default: "false", Synonym: "log.preallocate", Unsupported: "Keel does not preallocate segment files",
+		Doc: "preallocate a new segment's file"},
+	{Name: "remote.log.copy.disable", Type: TypeBoolean, Default: "false", Unsupported: noTieredStorage,
+		Doc: "stop copying segments to tiered storage"},
+	{Name: "remote.log.delete.on.disable", Type: TypeBoolean, Default: "false", Unsupported: noTieredStorage,
+		Doc: "delete tiered segments when tiered storage is turned off"},
+	{Name: "remote.storage.enable", Type: TypeBoolean, Default: "false", Unsupported: noTieredStorage,
+		Doc: "keep old segments in tiered storage"},
+	{Name: RetentionBytes, Type: TypeLong, Default: "-1", Min: math.MinInt64, Max: math.MaxInt64, Synonym: "log.retention.bytes",
 		Doc: "the most bytes a partition keeps before old segments go (-1: no limit)"},
-	{Name: RetentionMs, Type: TypeLong, Default: "604800000", Min: -1, Max: math.MaxInt64,
+	{Name: RetentionMs, Type: TypeLong, Default: "604800000", Min: -1, Max: math.MaxInt64, Synonym: "log.retention.ms",
 		Doc: "how long a segment is kept, in milliseconds (-1: forever)"},
-	{Name: SegmentBytes, Type: TypeInt, Default: "1073741824", Min: 1 << 20, Max: math.MaxInt32,
+	{Name: SegmentBytes, Type: TypeInt, Default: "1073741824", Min: 1 << 20, Max: math.MaxInt32, Synonym: "log.segment.bytes",
 		Doc: "the size of one log segment"},
-	{Name: UncleanLeaderElection, Type: TypeBoolean, Default: "false",
+	{Name: SegmentIndexBytes, Type: TypeInt, Default: "10485760", Min: 4, Max: math.MaxInt32, Synonym: "log.index.size.max.bytes",
+		Doc: "the size of a segment's offset index; a full index rolls the segment"},
+	{Name: "segment.jitter.ms", Type: TypeLong, Default: "0", Min: 0, Max: math.MaxInt64, Synonym: "log.roll.jitter.ms",
+		Unsupported: "segments roll at segment.ms exactly", Doc: "the most a segment's roll by age is brought forward, at random"},
+	{Name: SegmentMs, Type: TypeLong, Default: "604800000", Min: 1, Max: math.MaxInt64, Synonym: "log.roll.ms",
+		Doc: "roll the active segment when its first batch is this old"},
+	{Name: UncleanLeaderElection, Type: TypeBoolean, Default: "false", Synonym: "unclean.leader.election.enable",
 		Doc: "let a replica outside the ISR lead when no ISR member or eligible leader replica can (data may be lost)"},
 }
+
+// throttledReplica checks an item of a replication throttle list: *, or
+// partition:broker (Kafka's ThrottledReplicaListValidator).
+func throttledReplica(item string) error {
+	if item == "*" {
+		return nil
+	}
+	p, b, ok := strings.Cut(item, ":")
+	if ok {
+		_, err1 := strconv.ParseInt(strings.TrimSpace(p), 10, 32)
+		_, err2 := strconv.ParseInt(strings.TrimSpace(b), 10, 32)
+		if err1 == nil && err2 == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is not [partition]:[broker] or *", truncateName(item))
+}
+
+func formatDouble(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // ConfigDefs returns every topic config Keel knows, in name order.
 func ConfigDefs() []ConfigDef { return slices.Clone(configDefs) }
@@ -124,13 +254,28 @@ func ConfigNames() []string {
 // CheckConfig checks a config's name and value by Kafka's rules and returns
 // the value in its one canonical form: booleans in any case ("TRUE" is
 // true), numbers in decimal, list items trimmed and without repeats, as
-// Kafka parses them. The error says what is wrong, naming the config but no
-// request field.
+// Kafka parses them. A config the data plane cannot honour yet takes only
+// its default, and any other value is refused with the reason. The error
+// says what is wrong, naming the config but no request field.
 func CheckConfig(name, value string) (string, error) {
 	d, ok := LookupConfig(name)
 	if !ok {
-		return "", fmt.Errorf("unknown config %q; Keel knows %s", truncateName(name), strings.Join(ConfigNames(), ", "))
+		return "", fmt.Errorf("unknown config %q: not one of Kafka's topic configs ('keel topic alter --help' lists them)", truncateName(name))
 	}
+	v, err := d.canonical(value)
+	if err != nil {
+		return "", err
+	}
+	if d.Unsupported != "" && v != d.Default {
+		return "", fmt.Errorf("%s: only the default %q is supported: %s", name, d.Default, d.Unsupported)
+	}
+	return v, nil
+}
+
+// canonical checks value against d's type and range, and returns it in
+// canonical form.
+func (d ConfigDef) canonical(value string) (string, error) {
+	name := d.Name
 	v := strings.TrimSpace(value)
 	switch d.Type {
 	case TypeBoolean:
@@ -157,6 +302,21 @@ func CheckConfig(name, value string) (string, error) {
 			return "", fmt.Errorf("%s: %d is outside %s", name, n, d.Range())
 		}
 		return strconv.FormatInt(n, 10), nil
+	case TypeDouble:
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return "", fmt.Errorf("%s: %q is not a number (double)", name, truncateName(value))
+		}
+		if f < d.MinF || f > d.MaxF {
+			return "", fmt.Errorf("%s: %s is outside %s", name, formatDouble(f), d.Range())
+		}
+		return formatDouble(f), nil
+	case TypeString:
+		// Kafka's ValidString: exact, case and all.
+		if !slices.Contains(d.Values, v) {
+			return "", fmt.Errorf("%s: %q is not one of %s", name, truncateName(value), d.Range())
+		}
+		return v, nil
 	case TypeList:
 		var items []string
 		for _, item := range strings.Split(v, ",") {
@@ -164,15 +324,20 @@ func CheckConfig(name, value string) (string, error) {
 			if item == "" || slices.Contains(items, item) {
 				continue
 			}
-			if !slices.Contains(d.Values, item) {
+			switch {
+			case d.check != nil:
+				if err := d.check(item); err != nil {
+					return "", fmt.Errorf("%s: %w", name, err)
+				}
+			case !slices.Contains(d.Values, item):
 				if name == CleanupPolicy && item == "compact" {
-					return "", fmt.Errorf("%s: compact is not supported: Keel's brokers do not compact logs yet; only delete is", name)
+					return "", fmt.Errorf("%s: compact is not supported: it needs the log cleaner, which Keel's brokers do not have yet; only delete is", name)
 				}
 				return "", fmt.Errorf("%s: %q is not one of %s", name, truncateName(item), d.Range())
 			}
 			items = append(items, item)
 		}
-		if len(items) == 0 {
+		if len(items) == 0 && d.Default != "" {
 			return "", fmt.Errorf("%s: empty; want %s", name, d.Range())
 		}
 		return strings.Join(items, ","), nil

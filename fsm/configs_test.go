@@ -59,7 +59,44 @@ func TestCheckConfig(t *testing.T) {
 		{CleanupPolicy, "compact,delete", "", "compact is not supported"},
 		{CleanupPolicy, "Delete", "", `"Delete" is not one of delete`},
 		{CleanupPolicy, "", "", "empty"},
-		{"retention.hours", "1", "", `unknown config "retention.hours"; Keel knows cleanup.policy, max.message.bytes`},
+		{"retention.hours", "1", "", `unknown config "retention.hours": not one of Kafka's topic configs`},
+		// LogConfigTest.testFromPropsInvalid: each type refuses what does
+		// not parse, and each range what is outside it.
+		{SegmentMs, "0", "", "segment.ms: 0 is outside [1,...]"},
+		{SegmentMs, "3600000", "3600000", ""},
+		{SegmentIndexBytes, "3", "", "outside [4,...]"},
+		{IndexIntervalBytes, "-1", "", "outside [0,...]"},
+		{MaxMessageBytes, "3000000", "3000000", ""},
+		{MessageTimestampAfterMaxMs, "-1", "", "outside [0,...]"},
+		{MessageTimestampBeforeMaxMs, "86400000", "86400000", ""},
+		// ConfigDefTest.testValidators: ValidString is exact, case and all.
+		{MessageTimestampType, "LogAppendTime", "LogAppendTime", ""},
+		{MessageTimestampType, " CreateTime ", "CreateTime", ""},
+		{MessageTimestampType, "logappendtime", "", `"logappendtime" is not one of CreateTime, LogAppendTime`},
+		{"min.cleanable.dirty.ratio", "0.5", "0.5", ""},
+		{"min.cleanable.dirty.ratio", ".50", "0.5", ""},
+		{"min.cleanable.dirty.ratio", "1.5", "", "1.5 is outside [0,...,1]"},
+		{"min.cleanable.dirty.ratio", "NaN", "", "is not a number"},
+		{"leader.replication.throttled.replicas", "", "", ""},
+		{"leader.replication.throttled.replicas", "0:x", "", `"0:x" is not [partition]:[broker] or *`},
+		// Configs the data plane cannot honour take their default (in any
+		// spelling of it) and refuse anything else, saying why.
+		{CompressionType, "producer", "producer", ""},
+		{CompressionType, "zstd", "", "compression.type: only the default \"producer\" is supported: the broker does not recompress"},
+		{CompressionType, "brotli", "", `"brotli" is not one of uncompressed, zstd`},
+		{"compression.gzip.level", "0", "", "only the default"},
+		{"compression.gzip.level", "10", "", "10 is outside [-1,9]"},
+		{"remote.storage.enable", "FALSE", "false", ""},
+		{"remote.storage.enable", "true", "", "remote.storage.enable: only the default \"false\" is supported: tiered storage is not supported"},
+		{"local.retention.ms", "-2", "-2", ""},
+		{"local.retention.ms", "1000", "", "tiered storage"},
+		{"delete.retention.ms", "1000", "", "needs the log cleaner"},
+		{"min.cleanable.dirty.ratio", "0.2", "", "needs the log cleaner"},
+		{"leader.replication.throttled.replicas", "*", "", "replication throttles are not supported"},
+		{"flush.messages", "1", "", "keel broker --flush-interval"},
+		{"flush.ms", "9223372036854775807", "9223372036854775807", ""},
+		{"segment.jitter.ms", "10", "", "segments roll at segment.ms exactly"},
+		{"preallocate", "true", "", "does not preallocate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
@@ -83,6 +120,47 @@ func TestCheckConfig(t *testing.T) {
 	}
 	if !slices.IsSorted(ConfigNames()) {
 		t.Errorf("configs are not in name order: %v", ConfigNames())
+	}
+}
+
+// TestConfigDefs_KafkaTopicConfigs: every standard Kafka 4 topic config is
+// known, with the broker synonym DescribeConfigs names (LogConfig,
+// ServerTopicConfigSynonyms), and says whether the data plane honours it.
+func TestConfigDefs_KafkaTopicConfigs(t *testing.T) {
+	kafka := map[string]string{
+		"cleanup.policy": "log.cleanup.policy", "compression.gzip.level": "compression.gzip.level",
+		"compression.lz4.level": "compression.lz4.level", "compression.type": "compression.type",
+		"compression.zstd.level": "compression.zstd.level", "delete.retention.ms": "log.cleaner.delete.retention.ms",
+		"file.delete.delay.ms": "log.segment.delete.delay.ms", "flush.messages": "log.flush.interval.messages",
+		"flush.ms": "log.flush.interval.ms", "follower.replication.throttled.replicas": "follower.replication.throttled.replicas",
+		"index.interval.bytes": "log.index.interval.bytes", "leader.replication.throttled.replicas": "leader.replication.throttled.replicas",
+		"local.retention.bytes": "log.local.retention.bytes", "local.retention.ms": "log.local.retention.ms",
+		"max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms", "max.message.bytes": "message.max.bytes",
+		"message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms", "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+		"message.timestamp.type": "log.message.timestamp.type", "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+		"min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms", "min.insync.replicas": "min.insync.replicas",
+		"preallocate": "log.preallocate", "remote.log.copy.disable": "", "remote.log.delete.on.disable": "",
+		"remote.storage.enable": "", "retention.bytes": "log.retention.bytes", "retention.ms": "log.retention.ms",
+		"segment.bytes": "log.segment.bytes", "segment.index.bytes": "log.index.size.max.bytes",
+		"segment.jitter.ms": "log.roll.jitter.ms", "segment.ms": "log.roll.ms",
+		"unclean.leader.election.enable": "unclean.leader.election.enable",
+	}
+	got := map[string]string{}
+	for _, d := range ConfigDefs() {
+		got[d.Name] = d.Synonym
+		if d.Doc == "" {
+			t.Errorf("%s has no doc line", d.Name)
+		}
+	}
+	if !maps.Equal(got, kafka) {
+		t.Errorf("configs and synonyms:\n got %v\nwant %v", got, kafka)
+	}
+	honoured := []string{CleanupPolicy, IndexIntervalBytes, MaxMessageBytes, MessageTimestampAfterMaxMs, MessageTimestampBeforeMaxMs,
+		MessageTimestampType, MinInsyncReplicas, RetentionBytes, RetentionMs, SegmentBytes, SegmentIndexBytes, SegmentMs, UncleanLeaderElection}
+	for _, d := range ConfigDefs() {
+		if want := slices.Contains(honoured, d.Name); d.Honoured() != want {
+			t.Errorf("%s: honoured %v, want %v", d.Name, d.Honoured(), want)
+		}
 	}
 }
 

@@ -18,8 +18,8 @@ import (
 // unclean election gets leaders for its leaderless partitions (KRaft's
 // maybeTriggerUncleanLeaderElectionForLeaderlessPartitions, here in the
 // same decision), and a changed min.insync.replicas clears the eligible
-// leader replicas it governs (KIP-966: they were eligible under the old
-// value only).
+// leader replicas of exactly the topics whose value in effect it changes
+// (KIP-966: they were eligible under the old value only).
 
 // ConfigAlteration is what an IncrementalAlterConfigs decision did, or
 // would do.
@@ -208,7 +208,19 @@ func alterConfigsRecords(img *fsm.Image, req *keelpb.IncrementalAlterConfigsRequ
 
 	var recs []*keelpb.Record
 	if changed[fsm.MinInsyncReplicas] {
+		// Only a topic whose value in effect changes loses its ELR: a
+		// cluster default set to what a topic already had (the built-in
+		// one, say), or a topic's own value set or deleted to what it
+		// had from the default, leaves the rule its ELR was built under
+		// as it was.
+		after, err := fsm.Apply(img, img.Offset+1, img.Term, &keelpb.RecordBatch{Records: configs})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%w; nothing was written: %w", ErrRefused, err)
+		}
 		for _, t := range res.topics(img, fsm.MinInsyncReplicas) {
+			if nt, ok := after.TopicByID(t.ID); ok && after.MinISR(nt) == img.MinISR(t) {
+				continue
+			}
 			for _, p := range img.Partitions(t.ID) {
 				if len(p.ELR()) == 0 {
 					continue

@@ -288,8 +288,9 @@ func strPtr(s string) *string { return &s }
 
 // TestConfigurationControlManager_MinIsrChangeClearsElr: KIP-966 as Kafka
 // 4 applies it: a changed min.insync.replicas clears the ELR of the
-// partitions it governs (a topic's own, or, for the cluster default, every
-// topic without its own), before the new value commits.
+// partitions of exactly the topics whose value in effect it changes (a
+// topic's own, or, for the cluster default, a topic without its own whose
+// value moves), before the new value commits.
 func TestConfigurationControlManager_MinIsrChangeClearsElr(t *testing.T) {
 	start := elrPartition{replicas: []int32{0, 1, 2}, isr: []int32{0}, elr: []int32{1, 2}, leader: 0}
 	for _, tt := range []struct {
@@ -304,6 +305,12 @@ func TestConfigurationControlManager_MinIsrChangeClearsElr(t *testing.T) {
 		{name: "the cluster default under the topic's own", topic: minISR(2), req: alterReq(clusterResource, set(fsm.MinInsyncReplicas, "3"))},
 		{name: "the cluster default the topic follows", req: alterReq(clusterResource, set(fsm.MinInsyncReplicas, "3")), cleared: true},
 		{name: "another config", topic: minISR(2), req: alterReq(topicResource("e"), set(fsm.RetentionMs, "1"))},
+		// Exactly the topics whose value in effect changes: setting the
+		// cluster default to the built-in value a topic follows, or a
+		// topic's own to the value it had, leaves the ELR alone.
+		{name: "the cluster default set to the value in effect", req: alterReq(clusterResource, set(fsm.MinInsyncReplicas, "1"))},
+		{name: "the topic's own set to the value in effect", req: alterReq(topicResource("e"), set(fsm.MinInsyncReplicas, "1"))},
+		{name: "the topic's own deleted to the same default", topic: minISR(1), req: alterReq(topicResource("e"), del(fsm.MinInsyncReplicas))},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			img := elrImage(t, []int32{0, 1, 2}, tt.topic, start)

@@ -28,8 +28,8 @@ const (
 	// ReasonControl: a control or transactional batch, which no client of
 	// Keel may write (INVALID_RECORD).
 	ReasonControl Reason = "control"
-	// ReasonTimestamp: a producer that set the LogAppendTime bit
-	// (INVALID_TIMESTAMP); topics are CreateTime.
+	// ReasonTimestamp: a producer that set the LogAppendTime bit, or a
+	// record's CreateTime outside the topic's bounds (INVALID_TIMESTAMP).
 	ReasonTimestamp Reason = "timestamp"
 	// ReasonCodec: a compression codec that is not one of Kafka's, or zstd
 	// in a request too old for it (UNSUPPORTED_COMPRESSION_TYPE).
@@ -79,6 +79,15 @@ type Rules struct {
 	MaxUncompressedBytes int64
 	// NoZstd refuses zstd, as Kafka does in Produce requests before v7.
 	NoZstd bool
+	// Timestamps, when set, refuses a record whose timestamp (but -1, no
+	// timestamp) is more than BeforeMax milliseconds before Now or
+	// AfterMax after it (a CreateTime topic's
+	// message.timestamp.before.max.ms and .after.max.ms; Kafka's
+	// LogValidator.validateTimestamp).
+	Timestamps bool
+	// Now is the leader's clock, in Unix milliseconds.
+	Now                 int64
+	BeforeMax, AfterMax int64
 }
 
 // DefaultMaxUncompressedBytes is 64 MiB: 64 times Kafka's default

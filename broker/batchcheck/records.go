@@ -17,6 +17,11 @@ import (
 // errTooLarge ends a read past Rules.MaxUncompressedBytes.
 var errTooLarge = errors.New("past the bound on uncompressed records")
 
+// timestampError is a record's timestamp outside the bounds.
+type timestampError struct{ msg string }
+
+func (e timestampError) Error() string { return e.msg }
+
 // codecError is a failure of the decompressor, not of the records.
 type codecError struct{ err error }
 
@@ -85,7 +90,7 @@ func checkRecords(h *kmsg.RecordBatch, rules Rules) error {
 		br.Reset(nil)
 		bufs.Put(br)
 	}()
-	r := recordReader{br: br}
+	r := recordReader{br: br, base: h.FirstTimestamp, rules: &rules}
 	for i := range int(h.NumRecords) {
 		if err := r.record(i); err != nil {
 			return refusal(i, codec, err)
@@ -104,7 +109,12 @@ func checkRecords(h *kmsg.RecordBatch, rules Rules) error {
 // batch's refusal.
 func refusal(i int, codec int16, err error) *Error {
 	var ce codecError
+	var te timestampError
 	switch {
+	case errors.As(err, &te):
+		e := refuse(kerr.InvalidTimestamp, ReasonTimestamp, "record %d: %s", i, te.msg)
+		e.Record = i
+		return e
 	case errors.Is(err, errTooLarge):
 		return refuse(kerr.MessageTooLarge, ReasonTooLarge, "the records decompress (%s) to more than the bound", codecName(codec))
 	case errors.Is(err, zstd.ErrWindowSizeExceeded):
@@ -128,8 +138,10 @@ func refusal(i int, codec int16, err error) *Error {
 // what is left of the current record's length: a record's bytes are never
 // held.
 type recordReader struct {
-	br   *bufio.Reader
-	left int64 // bytes of the current record not read yet
+	br    *bufio.Reader
+	left  int64 // bytes of the current record not read yet
+	base  int64 // the batch's first timestamp
+	rules *Rules
 }
 
 // record reads and checks record i (Kafka's DefaultRecord layout: length,
@@ -146,7 +158,11 @@ func (r *recordReader) record(i int) error {
 	if err := r.skip(1); err != nil { // attributes: none are defined for records
 		return err
 	}
-	if _, err := r.field(math.MaxInt64, "timestamp delta"); err != nil {
+	tsDelta, err := r.field(math.MaxInt64, "timestamp delta")
+	if err != nil {
+		return err
+	}
+	if err := r.checkTimestamp(r.base + tsDelta); err != nil {
 		return err
 	}
 	delta, err := r.field(math.MaxInt32, "offset delta")
@@ -179,6 +195,20 @@ func (r *recordReader) record(i int) error {
 	}
 	if r.left != 0 {
 		return fmt.Errorf("its length says %d bytes more than its fields hold", r.left)
+	}
+	return nil
+}
+
+// checkTimestamp refuses a timestamp outside the rules' bounds. The
+// differences are taken unsigned: they fit, whatever the timestamp.
+func (r *recordReader) checkTimestamp(ts int64) error {
+	ru := r.rules
+	if !ru.Timestamps || ts == -1 {
+		return nil
+	}
+	if (ts < ru.Now && uint64(ru.Now)-uint64(ts) > uint64(ru.BeforeMax)) || (ts > ru.Now && uint64(ts)-uint64(ru.Now) > uint64(ru.AfterMax)) {
+		return timestampError{fmt.Sprintf("timestamp %d is out of range: it must be within %d ms before and %d ms after the broker's clock, %d",
+			ts, ru.BeforeMax, ru.AfterMax, ru.Now)}
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/broker/batchcheck"
 )
 
 // codeOf is the Kafka error code of a Backend error: its kerr code, or
@@ -68,6 +70,7 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg
 	)
 	pr.Topics = make([]kmsg.ProduceResponseTopic, len(r.Topics))
 	for i, rt := range r.Topics {
+		tr := topicRulesOf(img, rt.Topic)
 		t := &pr.Topics[i]
 		t.Topic = rt.Topic
 		t.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
@@ -79,11 +82,19 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg
 			if ke == nil {
 				ke = s.leaderCheck(img, rt.Topic, rp.Partition)
 			}
+			now := time.Now().UnixMilli()
 			if ke == nil {
-				if e := s.checkBatch(r.Version, rp.Records); e != nil {
+				if e := s.checkBatch(r.Version, rp.Records, tr, now); e != nil {
 					ke = e.Code
 					explain(p, r.Version, e)
 				}
+			}
+			appendTime := int64(-1)
+			if ke == nil && tr.logAppendTime {
+				// The leader's clock, as Kafka's LogValidator stamps it
+				// just before the append.
+				batchcheck.StampLogAppendTime(rp.Records, now)
+				appendTime = now
 			}
 			if ke != nil {
 				p.ErrorCode = ke.Code
@@ -103,6 +114,9 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg
 					return
 				}
 				p.BaseOffset, p.LogStartOffset, p.LogAppendTime = res.BaseOffset, res.LogStartOffset, res.LogAppendTime
+				if appendTime >= 0 {
+					p.LogAppendTime = appendTime
+				}
 				if commit != nil {
 					mu.Lock()
 					commits = append(commits, func() {

@@ -61,9 +61,6 @@ const (
 	// DefaultConnectionMaxRequestBytes is the same for one connection: a
 	// maximal produce request fits whole.
 	DefaultConnectionMaxRequestBytes = DefaultMaxRequestSize
-	// DefaultMaxBatchSize is Kafka's message.max.bytes: one produced batch
-	// larger than this is refused with MESSAGE_TOO_LARGE.
-	DefaultMaxBatchSize = 1<<20 + 12
 	// DefaultIdleTimeout is Kafka's connections.max.idle.ms.
 	DefaultIdleTimeout = 10 * time.Minute
 	// maxFetchResponse bounds one Fetch answer whatever the client asks.
@@ -118,7 +115,10 @@ type Config struct {
 	// takes it whole. Defaults DefaultQueuedMaxRequestBytes and
 	// DefaultConnectionMaxRequestBytes.
 	QueuedMaxRequestBytes, ConnectionMaxRequestBytes int64
-	// MaxBatchSize bounds one produced batch; default DefaultMaxBatchSize.
+	// MaxBatchSize bounds one produced batch, whatever its topic's
+	// max.message.bytes (which every produce is checked against, from the
+	// image); default MaxRequestSize: the frame cap is the broker's
+	// maximum, as socket.request.max.bytes is Kafka's.
 	MaxBatchSize int32
 	// IdleTimeout closes a connection that sends nothing for this long;
 	// default DefaultIdleTimeout.

@@ -82,7 +82,7 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 		cfg.MaxRequestSize = DefaultMaxRequestSize
 	}
 	if cfg.MaxBatchSize == 0 {
-		cfg.MaxBatchSize = DefaultMaxBatchSize
+		cfg.MaxBatchSize = cfg.MaxRequestSize
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout

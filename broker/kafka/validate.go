@@ -10,17 +10,17 @@ import (
 )
 
 // checkBatch validates one produced partition's records before the data
-// plane sees them: within the size limit, then exactly one v2 batch that
-// every consumer can read to its last record (batchcheck: Kafka's
-// LogValidator). A refusal is counted by its reason.
-func (s *Server) checkBatch(version int16, records []byte) *batchcheck.Error {
+// plane sees them: within the listener's size limit and the topic's
+// max.message.bytes, then exactly one v2 batch that every consumer can
+// read to its last record, with timestamps within the topic's bounds
+// (batchcheck: Kafka's LogValidator). A refusal is counted by its reason.
+func (s *Server) checkBatch(version int16, records []byte, tr topicRules, now int64) *batchcheck.Error {
 	var err error
-	if len(records) > int(s.cfg.MaxBatchSize) {
+	if limit := min(int64(s.cfg.MaxBatchSize), tr.maxBytes); int64(len(records)) > limit {
 		err = &batchcheck.Error{Code: kerr.MessageTooLarge, Reason: batchcheck.ReasonTooLarge, Record: -1,
-			Detail: fmt.Sprintf("%d bytes, the limit is %d", len(records), s.cfg.MaxBatchSize)}
+			Detail: fmt.Sprintf("%d bytes, the limit is %d", len(records), limit)}
 	} else {
-		// Kafka takes zstd from Produce v7 on.
-		err = batchcheck.Check(records, batchcheck.Rules{NoZstd: version < 7})
+		err = batchcheck.Check(records, tr.batchRules(version, now))
 	}
 	if err == nil {
 		return nil

@@ -486,9 +486,13 @@ func (l *Log) write(b []byte, h BatchHeader) error {
 			return err
 		}
 	}
-	if err := l.active().append(b, h, l.cfg.IndexIntervalBytes); err != nil {
+	s := l.active()
+	if err := s.append(b, h, l.cfg.IndexIntervalBytes); err != nil {
 		l.fail(err)
 		return err
+	}
+	if s.firstWrite.IsZero() {
+		s.firstWrite = l.cfg.Now()
 	}
 	l.producers.update(h)
 	l.leo.Store(h.NextOffset())
@@ -506,7 +510,7 @@ func (l *Log) write(b []byte, h BatchHeader) error {
 func (l *Log) maybeRoll(h BatchHeader) error {
 	s := l.active()
 	size := s.size.Load()
-	if size == 0 || (size+h.Size() <= l.cfg.SegmentBytes && !s.idx.full() && h.LastOffset()-s.base <= math.MaxInt32) {
+	if size == 0 || (size+h.Size() <= l.cfg.SegmentBytes && !s.idx.full() && h.LastOffset()-s.base <= math.MaxInt32 && !l.aged(s)) {
 		return nil
 	}
 	// The sealed segment is fsynced now, so that recovery need only check
@@ -534,6 +538,30 @@ func (l *Log) maybeRoll(h BatchHeader) error {
 		return fmt.Errorf("partlog: %s: recovery checkpoint: %w: %w", l.dir, ErrNoDescriptors, err)
 	}
 	return err
+}
+
+// aged reports whether the active segment s is older than SegmentMs: the
+// next batch starts a new one (Kafka's roll by time). The caller holds wmu.
+func (l *Log) aged(s *segment) bool {
+	return !s.firstWrite.IsZero() && l.cfg.Now().Sub(s.firstWrite) > l.cfg.SegmentMs
+}
+
+// Reconfigure applies a topic's changed configs to the open log, as Kafka's
+// LogManager.updateTopicConfig does: SegmentBytes and SegmentMs from the
+// next append, SegmentIndexBytes from the next segment, IndexIntervalBytes
+// from the next index entry. The other fields of c are ignored; a value out
+// of range is an error and changes nothing.
+func (l *Log) Reconfigure(c Config) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	next := l.cfg
+	next.SegmentBytes, next.SegmentMs, next.SegmentIndexBytes, next.IndexIntervalBytes = c.SegmentBytes, c.SegmentMs, c.SegmentIndexBytes, c.IndexIntervalBytes
+	next, err := next.withDefaults()
+	if err != nil {
+		return fmt.Errorf("partlog: %s: %w", l.dir, err)
+	}
+	l.cfg = next
+	return nil
 }
 
 // outOfDescriptors: err is EMFILE or ENFILE.

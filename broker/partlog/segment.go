@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 const (
@@ -49,6 +50,10 @@ type segment struct {
 	// Owned by the log's writer.
 	next       int64 // the offset after the last batch (base if empty)
 	sinceIndex int64 // bytes appended since the last index entry
+	// firstWrite is when the segment took its first batch in this
+	// process, or was opened holding some: the start of its age for
+	// SegmentMs. Zero while it is empty.
+	firstWrite time.Time
 
 	// maxTimestamp is the largest batch maxTimestamp (-1 if none): set by
 	// the writer, read by retention and by lookups by timestamp.

@@ -68,6 +68,10 @@ func Start(cfg Config) (_ *Node, err error) {
 	log := cfg.Agent.Logger
 	rc := cfg.Replication
 	rc.DataDir, rc.TLS, rc.Dialer, rc.Metrics = cfg.Agent.DataDir, cfg.Agent.TLS, cfg.Agent.Dialer, cfg.Agent.Metrics
+	if rc.MaxBatchBytes == 0 && cfg.Kafka.MaxRequestSize > 0 {
+		// No produced batch is larger than the listener's frame.
+		rc.MaxBatchBytes = int64(cfg.Kafka.MaxRequestSize)
+	}
 	rc.Logger = log.With("broker_id", cfg.Agent.BrokerID)
 	dp, err := replication.New(rc)
 	if err != nil {

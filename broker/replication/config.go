@@ -38,6 +38,10 @@ const (
 	// FlushInterval (Kafka's log.flush.scheduler.interval.ms, whose default
 	// never checks; here it only matters when FlushInterval is set).
 	DefaultFlushCheckInterval = time.Second
+	// DefaultMaxBatchBytes is the largest batch a log takes: the Kafka
+	// listener's frame cap (Kafka's socket.request.max.bytes), which no
+	// produced batch can exceed whatever its topic's max.message.bytes.
+	DefaultMaxBatchBytes = 100 << 20
 )
 
 // Config configures a Manager.
@@ -55,6 +59,9 @@ type Config struct {
 	// (Kafka's flush.ms for every topic); 0 leaves durability to
 	// replication, Kafka's default.
 	FlushInterval time.Duration
+	// MaxBatchBytes: see DefaultMaxBatchBytes. A topic's max.message.bytes
+	// is checked by the Kafka listener, on every produce.
+	MaxBatchBytes int64
 	// FlushCheckInterval: see DefaultFlushCheckInterval.
 	FlushCheckInterval time.Duration
 	// HighWatermarkCheckpointInterval: see its default.
@@ -100,6 +107,12 @@ func (c *Config) check() error {
 	}
 	if c.ScrubBytesPerSecond < 0 {
 		return fmt.Errorf("replication: scrub rate %d bytes per second is negative", c.ScrubBytesPerSecond)
+	}
+	if c.MaxBatchBytes < 0 {
+		return fmt.Errorf("replication: max batch bytes %d is negative", c.MaxBatchBytes)
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
 	}
 	if c.FetchMaxBytes < 0 {
 		return fmt.Errorf("replication: fetch max bytes %d is negative", c.FetchMaxBytes)

@@ -109,6 +109,8 @@ type replica struct {
 	changed chan struct{}
 	// watches are called at each change too (Manager.Watch).
 	watches map[*func()]struct{}
+	// segments are the segment configs the log has now (segments.go).
+	segments segmentConfig
 
 	// As leader: where this epoch starts, since when it leads, each
 	// follower's fetches at this epoch, the ISR change in progress and
@@ -288,9 +290,9 @@ func (r *replica) notify() {
 }
 
 // MetadataChanged keeps the image, lets the ISR changes that waited for it
-// go on, and, once the image has reached this broker's registration,
+// go on, applies changed segment configs to the open logs, and, once the image has reached this broker's registration,
 // deletes the logs it holds that the image does not assign to it.
-func (m *Manager) MetadataChanged(_, after *fsm.Image) {
+func (m *Manager) MetadataChanged(before, after *fsm.Image) {
 	m.img.Store(after)
 	m.mu.Lock()
 	close(m.imaged)
@@ -311,7 +313,9 @@ func (m *Manager) MetadataChanged(_, after *fsm.Image) {
 	if checkStrays {
 		m.strayDone = true
 	}
+	changed := m.segmentChanges(before, after)
 	m.mu.Unlock()
+	m.reconfigure(changed)
 	if checkStrays {
 		m.deleteStrays(after)
 	}
@@ -386,21 +390,18 @@ func (m *Manager) logFailed(err error) {
 	}
 }
 
-// logConfig is the partlog config of a topic's replicas: segment.bytes and
-// max.message.bytes from the image's configs, read when the log opens.
-func (m *Manager) logConfig(img *fsm.Image, id fsm.TopicID) partlog.Config {
-	cfg := partlog.Config{FlushInterval: m.cfg.FlushInterval, Logger: m.log, Now: m.clock.Now, OnFail: m.logFailed}
+// logConfig is the partlog config of a topic's replicas: the segment
+// configs from the image (applied again as they change: reconfigure), and
+// the broker's largest batch, which bounds what recovery reads as one.
+func (m *Manager) logConfig(img *fsm.Image, id fsm.TopicID) (partlog.Config, segmentConfig) {
+	cfg := partlog.Config{FlushInterval: m.cfg.FlushInterval, Logger: m.log, Now: m.clock.Now, OnFail: m.logFailed, MaxBatchBytes: m.cfg.MaxBatchBytes}
 	t, ok := img.TopicByID(id)
 	if !ok {
-		return cfg
+		return cfg, segmentConfig{}
 	}
-	if n, err := strconv.ParseInt(img.TopicConfig(t, fsm.SegmentBytes).Value, 10, 64); err == nil && n > 0 {
-		cfg.SegmentBytes = n
-	}
-	if n, err := strconv.ParseInt(img.TopicConfig(t, fsm.MaxMessageBytes).Value, 10, 64); err == nil && n > 0 {
-		cfg.MaxBatchBytes = n
-	}
-	return cfg
+	sc := segmentConfigOf(img, t)
+	sc.apply(&cfg)
+	return cfg, sc
 }
 
 // open returns the replica of p, opening its log the first time. The caller
@@ -418,12 +419,13 @@ func (m *Manager) open(p broker.PartitionState) (*replica, error) {
 	if m.closed {
 		return nil, errors.New("replication: closed")
 	}
-	l, err := partlog.Open(filepath.Join(m.dir, logDirName(tp)), m.logConfig(m.img.Load(), p.TopicID))
+	cfg, sc := m.logConfig(m.img.Load(), p.TopicID)
+	l, err := partlog.Open(filepath.Join(m.dir, logDirName(tp)), cfg)
 	if err != nil {
 		return nil, err
 	}
 	r := &replica{tp: tp, topic: p.Topic, log: l, role: broker.RoleStopped, leader: fsm.NoLeader,
-		hw: l.HighWatermark(), checkpointed: l.HighWatermark(), changed: make(chan struct{})}
+		hw: l.HighWatermark(), checkpointed: l.HighWatermark(), changed: make(chan struct{}), segments: sc}
 	m.replicas[tp] = r
 	if p.Topic != "" {
 		m.byName[p.Topic] = p.TopicID

@@ -123,7 +123,11 @@ func alterConfigs(cmd *cobra.Command, a *adminFlags, f *alterConfigFlags, resour
 func configsHelp() string {
 	var b strings.Builder
 	for _, d := range fsm.ConfigDefs() {
-		fmt.Fprintf(&b, "  %-32s %-8s default %-11s %s\n", d.Name, d.Type, d.Default, d.Range())
+		note := ""
+		if !d.Honoured() {
+			note = " (only the default: not supported yet)"
+		}
+		fmt.Fprintf(&b, "  %-39s %-7s default %-21q %s%s\n", d.Name, d.Type, d.Default, d.Range(), note)
 	}
 	return b.String()
 }

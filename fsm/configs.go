@@ -450,19 +450,70 @@ func (img *Image) MinISR(t *Topic) int32 {
 }
 
 // checkConfigs checks a topic's configs as a TopicRecord carries them.
-func checkConfigs(configs map[string]string) error {
+func checkConfigs(img *Image, configs map[string]string) error {
 	for _, k := range slices.Sorted(maps.Keys(configs)) {
 		if _, err := CheckConfig(k, configs[k]); err != nil {
+			return err
+		}
+		if err := checkConfigLevel(img, k); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// firstConfigs are the configs Keel knew before TopicConfigsMetadataVersion:
+// a binary from before it refuses any other, so no record names one below
+// that level.
+var firstConfigs = []string{CleanupPolicy, MaxMessageBytes, MinInsyncReplicas, RetentionBytes, RetentionMs, SegmentBytes, UncleanLeaderElection}
+
+// ConfigLevel is the metadata.version that introduced the config name.
+func ConfigLevel(name string) uint32 {
+	if slices.Contains(firstConfigs, name) {
+		return 1
+	}
+	return TopicConfigsMetadataVersion
+}
+
+// checkConfigLevel refuses a config the image's finalized level does not
+// allow yet.
+func checkConfigLevel(img *Image, name string) error {
+	if need, have := ConfigLevel(name), img.FinalizedMetadataVersion(); need > have {
+		return fmt.Errorf("%w: %s needs %s %d; the cluster is at %d", ErrAboveMetadataVersion, name, MetadataVersionFeature, need, have)
+	}
+	return nil
+}
+
+// levelConfigs counts the topics and cluster defaults that hold a config
+// of TopicConfigsMetadataVersion, which a lower level cannot express.
+func (img *Image) levelConfigs() int {
+	above := func(configs map[string]string) bool {
+		for k := range configs {
+			if ConfigLevel(k) >= TopicConfigsMetadataVersion {
+				return true
+			}
+		}
+		return false
+	}
+	n := 0
+	if above(img.clusterConfigs) {
+		n++
+	}
+	for _, t := range img.Topics() {
+		if above(t.Configs) {
+			n++
+		}
+	}
+	return n
+}
+
 func applyConfig(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	r := rec.GetConfig()
 	if r.Value != nil {
 		if _, err := CheckConfig(r.GetName(), r.GetValue()); err != nil {
+			return err
+		}
+		if err := checkConfigLevel(img, r.GetName()); err != nil {
 			return err
 		}
 	} else if _, ok := LookupConfig(r.GetName()); !ok {

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -288,5 +289,38 @@ func TestFSM_TopicConfigsAreCopiedOnWrite(t *testing.T) {
 	img3 = apply1(t, img3, topicRec("b", topicA, nil))
 	if b3, _ := img3.Topic("b"); len(b3.Configs) != 0 || img3.UncleanElection(b3) {
 		t.Fatalf("a topic re-created under the name has configs %v", b3.Configs)
+	}
+}
+
+// TestFSM_TopicConfigsNeedTheirLevel: a config beyond the first seven is
+// refused, in a ConfigRecord or a TopicRecord, below
+// TopicConfigsMetadataVersion (a binary from before it would refuse the
+// record, and its image diverge); the first seven are taken at any level;
+// and the level cannot be lowered below it while a topic or the cluster
+// holds such a config.
+func TestFSM_TopicConfigsNeedTheirLevel(t *testing.T) {
+	low := withTopicsAt(t, TopicConfigsMetadataVersion-1)
+	for _, b := range []*keelpb.RecordBatch{
+		batch(configRec("a", MessageTimestampType, str(LogAppendTime))),
+		batch(configRec("", SegmentMs, str("1000"))),
+		batch(topicRec("b", topicB, map[string]string{SegmentMs: "1000"})),
+	} {
+		if got, err := Apply(low, low.Offset+1, 1, b); !errors.Is(err, ErrAboveMetadataVersion) || got != low ||
+			!strings.Contains(err.Error(), "needs metadata.version 4; the cluster is at 3") {
+			t.Errorf("at level %d: err = %v; want it refused for its level", TopicConfigsMetadataVersion-1, err)
+		}
+	}
+	apply1(t, low, configRec("a", MaxMessageBytes, str("2000")), configRec("", MaxMessageBytes, nil))
+
+	img := replay(t,
+		batch(clusterID("c"), featureLevel(TopicConfigsMetadataVersion), epoch(1, 1)),
+		batch(topicRec("a", topicA, map[string]string{MessageTimestampType: LogAppendTime})),
+	)
+	if b := LevelBlockers(img, TopicConfigsMetadataVersion-1); len(b) != 1 || !strings.Contains(b[0], "1 topics or cluster defaults") {
+		t.Errorf("LevelBlockers to %d = %q; want the topic's config named", TopicConfigsMetadataVersion-1, b)
+	}
+	img = apply1(t, img, configRec("a", MessageTimestampType, nil))
+	if b := LevelBlockers(img, TopicConfigsMetadataVersion-1); len(b) != 0 {
+		t.Errorf("LevelBlockers once the config is deleted = %q; want none", b)
 	}
 }

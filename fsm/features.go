@@ -36,6 +36,10 @@ const (
 	// A binary below it refuses an empty ISR, so the active controller
 	// keeps such a broker as the ISR's last member below this level.
 	EmptyISRMetadataVersion uint32 = 3
+	// TopicConfigsMetadataVersion is the level from which a topic or the
+	// cluster may set any of Kafka's topic configs, not only the first
+	// seven (ConfigLevel): a binary below it refuses the others.
+	TopicConfigsMetadataVersion uint32 = 4
 )
 
 // MetadataVersionInfo describes one level: what it adds to the level below.
@@ -67,7 +71,9 @@ var MetadataVersions = []MetadataVersionInfo{
 	{Level: 3, Adds: "an empty ISR (KIP-966): a broker that restarts after an unclean shutdown leaves the ISR even as its " +
 		"last member, and the partition waits for an eligible leader replica"},
 	{Level: 4, Records: []string{"user_scram_credential", "remove_user_scram_credential"},
-		Adds: "SCRAM credentials (KIP-554): salted keys for SASL/SCRAM logins on the Kafka listener"},
+		Adds: "SCRAM credentials (KIP-554): salted keys for SASL/SCRAM logins on the Kafka listener; " +
+			"every standard Kafka topic config in Config and Topic records, beyond cleanup.policy, " +
+			"max.message.bytes, min.insync.replicas, retention.bytes, retention.ms, segment.bytes and unclean.leader.election.enable"},
 }
 
 // ErrUnsupportedMetadataVersion is wrapped by the errors of a level a node
@@ -159,6 +165,12 @@ func LevelBlockers(img *Image, level uint32) []string {
 		if n := img.emptyISRs(); n > 0 {
 			out = append(out, fmt.Sprintf("%d partitions with an empty ISR (metadata.version %d) could not be expressed; "+
 				"wait until each has a leader again", n, EmptyISRMetadataVersion))
+		}
+	}
+	if level < TopicConfigsMetadataVersion && img.FinalizedMetadataVersion() >= TopicConfigsMetadataVersion {
+		if n := img.levelConfigs(); n > 0 {
+			out = append(out, fmt.Sprintf("%d topics or cluster defaults set configs of metadata.version %d; delete them first",
+				n, TopicConfigsMetadataVersion))
 		}
 	}
 	return out

@@ -30,7 +30,7 @@ func applyTopic(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	if _, ok := ctx.topic(img, id); ok {
 		return fmt.Errorf("topic id %s already exists", id)
 	}
-	if err := checkConfigs(r.GetConfigs()); err != nil {
+	if err := checkConfigs(img, r.GetConfigs()); err != nil {
 		return err
 	}
 	t := &Topic{Name: r.GetName(), ID: id, Configs: maps.Clone(r.GetConfigs())}

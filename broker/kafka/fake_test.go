@@ -85,7 +85,7 @@ func (m *fakeMeta) addBroker(id int32, addr string) {
 	m.t.Helper()
 	m.must(&keelpb.Record{Record: &keelpb.Record_BrokerRegistration{BrokerRegistration: &keelpb.BrokerRegistrationRecord{
 		BrokerId: id, IncarnationId: fmt.Sprintf("inc-%d", id), Address: fmt.Sprintf("127.0.0.1:%d", 9200+id), KafkaAddress: addr,
-		MinMetadataVersion: 1, MaxMetadataVersion: 1}}})
+		MinMetadataVersion: 1, MaxMetadataVersion: fsm.MaxMetadataVersion}}})
 	b, _ := m.Image().Broker(id)
 	m.must(&keelpb.Record{Record: &keelpb.Record_UnfenceBroker{UnfenceBroker: &keelpb.UnfenceBrokerRecord{BrokerId: id, BrokerEpoch: b.Epoch}}})
 }

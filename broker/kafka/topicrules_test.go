@@ -28,6 +28,8 @@ func topicConfig(topic, name, value string) *keelpb.Record {
 // consumer reads as every record's timestamp.
 func TestServer_TopicConfigsOnEveryProduce(t *testing.T) {
 	meta, backend := newFakeMeta(t), NewMemoryBackend()
+	meta.must(&keelpb.Record{Record: &keelpb.Record_FeatureLevel{FeatureLevel: &keelpb.FeatureLevelRecord{
+		Name: fsm.MetadataVersionFeature, Level: fsm.TopicConfigsMetadataVersion}}})
 	s := startServer(t, 1, meta, backend, nil)
 	meta.createTopic("big", []int32{1})
 	meta.createTopic("stamped", []int32{1})

@@ -217,7 +217,8 @@ message.max.bytes, ...).
 
 Turning unclean.leader.election.enable on elects a live replica for every
 leaderless partition of the topics that follow the default; changing
-min.insync.replicas clears their eligible leader replicas.
+min.insync.replicas clears the eligible leader replicas of those whose value in
+effect changes.
 
 Prints the defaults in effect afterwards, as 'keel config describe' does, and
 the partitions the change gave a leader.`,

@@ -14,11 +14,11 @@ type Config struct {
 	// this size (segment.bytes; 1 GiB). At most 2 GiB - 1: positions are
 	// 32-bit in the index.
 	SegmentBytes int64
-	// SegmentMs rolls the active segment when a batch comes this long
+	// SegmentTime rolls the active segment when a batch comes this long
 	// after its first (segment.ms; 7 days), by the log's clock: since the
 	// first append in this process for a segment that was opened with
 	// data.
-	SegmentMs time.Duration
+	SegmentTime time.Duration
 	// SegmentIndexBytes rolls the active segment when its .index reaches
 	// this size (segment.index.bytes; 10 MiB).
 	SegmentIndexBytes int64
@@ -53,7 +53,7 @@ const (
 	DefaultSegmentIndexBytes  = 10 << 20
 	DefaultIndexIntervalBytes = 4096
 	DefaultMaxBatchBytes      = 1<<20 + 12
-	DefaultSegmentMs          = 7 * 24 * time.Hour
+	DefaultSegmentTime          = 7 * 24 * time.Hour
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -66,16 +66,16 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.SegmentIndexBytes, DefaultSegmentIndexBytes)
 	def(&c.IndexIntervalBytes, DefaultIndexIntervalBytes)
 	def(&c.MaxBatchBytes, DefaultMaxBatchBytes)
-	if c.SegmentMs == 0 {
-		c.SegmentMs = DefaultSegmentMs
+	if c.SegmentTime == 0 {
+		c.SegmentTime = DefaultSegmentTime
 	}
 	switch {
 	case c.SegmentBytes < batchHeaderSize || c.SegmentBytes > math.MaxInt32:
 		return c, fmt.Errorf("partlog: SegmentBytes %d is outside [%d, %d]", c.SegmentBytes, batchHeaderSize, math.MaxInt32)
 	case c.SegmentIndexBytes < indexEntrySize:
 		return c, fmt.Errorf("partlog: SegmentIndexBytes %d is under one entry (%d)", c.SegmentIndexBytes, indexEntrySize)
-	case c.IndexIntervalBytes < 0, c.MaxBatchBytes < batchHeaderSize, c.FlushMessages < 0, c.FlushInterval < 0, c.SegmentMs < 0:
-		return c, fmt.Errorf("partlog: negative or too small IndexIntervalBytes, MaxBatchBytes, FlushMessages, FlushInterval or SegmentMs")
+	case c.IndexIntervalBytes < 0, c.MaxBatchBytes < batchHeaderSize, c.FlushMessages < 0, c.FlushInterval < 0, c.SegmentTime < 0:
+		return c, fmt.Errorf("partlog: negative or too small IndexIntervalBytes, MaxBatchBytes, FlushMessages, FlushInterval or SegmentTime")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -540,14 +540,14 @@ func (l *Log) maybeRoll(h BatchHeader) error {
 	return err
 }
 
-// aged reports whether the active segment s is older than SegmentMs: the
+// aged reports whether the active segment s is older than SegmentTime: the
 // next batch starts a new one (Kafka's roll by time). The caller holds wmu.
 func (l *Log) aged(s *segment) bool {
-	return !s.firstWrite.IsZero() && l.cfg.Now().Sub(s.firstWrite) > l.cfg.SegmentMs
+	return !s.firstWrite.IsZero() && l.cfg.Now().Sub(s.firstWrite) > l.cfg.SegmentTime
 }
 
 // Reconfigure applies a topic's changed configs to the open log, as Kafka's
-// LogManager.updateTopicConfig does: SegmentBytes and SegmentMs from the
+// LogManager.updateTopicConfig does: SegmentBytes and SegmentTime from the
 // next append, SegmentIndexBytes from the next segment, IndexIntervalBytes
 // from the next index entry. The other fields of c are ignored; a value out
 // of range is an error and changes nothing.
@@ -555,7 +555,7 @@ func (l *Log) Reconfigure(c Config) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	next := l.cfg
-	next.SegmentBytes, next.SegmentMs, next.SegmentIndexBytes, next.IndexIntervalBytes = c.SegmentBytes, c.SegmentMs, c.SegmentIndexBytes, c.IndexIntervalBytes
+	next.SegmentBytes, next.SegmentTime, next.SegmentIndexBytes, next.IndexIntervalBytes = c.SegmentBytes, c.SegmentTime, c.SegmentIndexBytes, c.IndexIntervalBytes
 	next, err := next.withDefaults()
 	if err != nil {
 		return fmt.Errorf("partlog: %s: %w", l.dir, err)

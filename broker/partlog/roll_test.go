@@ -18,7 +18,7 @@ func segmentBases(l *Log) []int64 {
 // segment's first starts a new segment; up to segment.ms it does not.
 func TestLog_RollsBySegmentMs(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
-	l := openLog(t, t.TempDir(), Config{SegmentMs: time.Hour, Now: func() time.Time { return now }})
+	l := openLog(t, t.TempDir(), Config{SegmentTime: time.Hour, Now: func() time.Time { return now }})
 	mustAppend(t, l, spec{value: 10}, 0)
 	now = now.Add(time.Hour)
 	mustAppend(t, l, spec{value: 10}, 0)
@@ -55,7 +55,7 @@ func TestLog_Reconfigure(t *testing.T) {
 	if got := segmentBases(l); !equalInts(got, []int64{0, 4}) {
 		t.Fatalf("segment.bytes lowered to 4 batches: segments at %v, want [0 4]", got)
 	}
-	if err := l.Reconfigure(Config{SegmentMs: time.Second}); err != nil {
+	if err := l.Reconfigure(Config{SegmentTime: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(2 * time.Second)

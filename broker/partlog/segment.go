@@ -52,7 +52,7 @@ type segment struct {
 	sinceIndex int64 // bytes appended since the last index entry
 	// firstWrite is when the segment took its first batch in this
 	// process, or was opened holding some: the start of its age for
-	// SegmentMs. Zero while it is empty.
+	// SegmentTime. Zero while it is empty.
 	firstWrite time.Time
 
 	// maxTimestamp is the largest batch maxTimestamp (-1 if none): set by

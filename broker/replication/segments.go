@@ -37,7 +37,7 @@ func segmentConfigOf(img *fsm.Image, t *fsm.Topic) segmentConfig {
 }
 
 func (c segmentConfig) apply(pc *partlog.Config) {
-	pc.SegmentBytes, pc.SegmentMs, pc.SegmentIndexBytes, pc.IndexIntervalBytes = c.bytes, c.ms, c.indexBytes, c.indexInterval
+	pc.SegmentBytes, pc.SegmentTime, pc.SegmentIndexBytes, pc.IndexIntervalBytes = c.bytes, c.ms, c.indexBytes, c.indexInterval
 }
 
 type segmentChange struct {

@@ -70,7 +70,7 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg
 	)
 	pr.Topics = make([]kmsg.ProduceResponseTopic, len(r.Topics))
 	for i, rt := range r.Topics {
-		tr := topicRulesOf(img, rt.Topic)
+		tr := s.topicRules(img, rt.Topic)
 		t := &pr.Topics[i]
 		t.Topic = rt.Topic
 		t.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))

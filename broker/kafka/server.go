@@ -35,6 +35,9 @@ type Server struct {
 	limit *connlimit.Limiter
 	pids  *producerIDs
 	met   *serverMetrics
+	// rules caches the topics' produce rules read from one image
+	// (topicrules.go).
+	rules rulesHolder
 	// produceBudget and otherBudget: the request bytes every connection
 	// shares (QueuedMaxRequestBytes each), one for produce requests and one
 	// for the others, so that fetches waiting for records (which hold

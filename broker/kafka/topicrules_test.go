@@ -93,3 +93,30 @@ func rebatch(b kmsg.RecordBatch) []byte {
 	b.CRC = int32(crc32c(raw[21:]))
 	return b.AppendTo(nil)
 }
+
+// BenchmarkTopicRules: what reading a topic's produce rules costs, once
+// per topic of every produce request: from the image, and from the cache
+// of the image's rules.
+func BenchmarkTopicRules(b *testing.B) {
+	meta := newFakeMeta(b)
+	meta.createTopic("t", []int32{1})
+	meta.must(topicConfig("t", fsm.MaxMessageBytes, "3000000"))
+	img := meta.Image()
+	b.Run("image", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if r, _ := topicRulesOf(img, "t"); r.maxBytes != 3000000 {
+				b.Fatal(r)
+			}
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		var s Server
+		b.ReportAllocs()
+		for b.Loop() {
+			if r := s.topicRules(img, "t"); r.maxBytes != 3000000 {
+				b.Fatal(r)
+			}
+		}
+	})
+}

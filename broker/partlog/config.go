@@ -53,7 +53,7 @@ const (
 	DefaultSegmentIndexBytes  = 10 << 20
 	DefaultIndexIntervalBytes = 4096
 	DefaultMaxBatchBytes      = 1<<20 + 12
-	DefaultSegmentTime          = 7 * 24 * time.Hour
+	DefaultSegmentTime        = 7 * 24 * time.Hour
 )
 
 func (c Config) withDefaults() (Config, error) {

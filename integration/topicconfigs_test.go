@@ -74,6 +74,24 @@ func produceTo(t *testing.T, cl *kgo.Client, id int32, topic string, records []b
 	return resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
 }
 
+// produceAnswered is produceTo repeated while the broker has not replayed
+// the topic or its leadership yet (the controller has committed it, the
+// broker's image may be a moment behind): the first answer about the
+// batch itself.
+func produceAnswered(t *testing.T, cl *kgo.Client, id int32, topic string, records []byte) kmsg.ProduceResponseTopicPartition {
+	t.Helper()
+	var p kmsg.ProduceResponseTopicPartition
+	poll.UntilState(t, kafkaTimeout, fmt.Sprintf("broker %d answering for %s", id, topic), func() (bool, string) {
+		p = produceTo(t, cl, id, topic, records)
+		switch p.ErrorCode {
+		case kerr.UnknownTopicOrPartition.Code, kerr.NotLeaderForPartition.Code:
+			return false, kerr.ErrorForCode(p.ErrorCode).Error()
+		}
+		return true, ""
+	})
+	return p
+}
+
 // fullyLed waits until partition 0 of topic has a leader and all three
 // replicas in its ISR, and returns the leader.
 func fullyLed(t *testing.T, c *Cluster, topic string) int32 {
@@ -98,7 +116,7 @@ func TestTopicConfigs_MaxMessageBytesOnEveryBroker(t *testing.T) {
 	leader := fullyLed(t, c, topic)
 	cl := kafkaClient(t, kafka)
 
-	if p := produceTo(t, cl, leader, topic, rawBatch(t, 2_000_074, time.Now().UnixMilli())); p.ErrorCode != 0 {
+	if p := produceAnswered(t, cl, leader, topic, rawBatch(t, 2_000_074, time.Now().UnixMilli())); p.ErrorCode != 0 {
 		t.Fatalf("a 2,000,074-byte batch to a topic set to 3,000,000: %v", kerr.ErrorForCode(p.ErrorCode))
 	}
 	var a alteredJSON
@@ -141,7 +159,7 @@ func TestTopicConfigs_TimestampsAndSegmentMs(t *testing.T) {
 	leader := fullyLed(t, c, stamped)
 	hourAgo := time.Now().Add(-time.Hour).UnixMilli()
 	sent := time.Now().UnixMilli()
-	p := produceTo(t, cl, leader, stamped, rawBatch(t, 200, hourAgo))
+	p := produceAnswered(t, cl, leader, stamped, rawBatch(t, 200, hourAgo))
 	if p.ErrorCode != 0 || p.LogAppendTime < sent || p.LogAppendTime > time.Now().UnixMilli() {
 		t.Fatalf("produce to a LogAppendTime topic: %v, log_append_time_ms %d; want the broker's time, from %d", kerr.ErrorForCode(p.ErrorCode), p.LogAppendTime, sent)
 	}
@@ -164,7 +182,7 @@ func TestTopicConfigs_TimestampsAndSegmentMs(t *testing.T) {
 	const created = "created"
 	c.createTopic(t, created, "--partitions", "1", "--replication-factor", "3")
 	leader = fullyLed(t, c, created)
-	if p := produceTo(t, cl, leader, created, rawBatch(t, 200, time.Now().Add(2*time.Hour).UnixMilli())); p.ErrorCode != kerr.InvalidTimestamp.Code {
+	if p := produceAnswered(t, cl, leader, created, rawBatch(t, 200, time.Now().Add(2*time.Hour).UnixMilli())); p.ErrorCode != kerr.InvalidTimestamp.Code {
 		t.Errorf("a record two hours ahead: %v; want INVALID_TIMESTAMP", kerr.ErrorForCode(p.ErrorCode))
 	}
 	if p := produceTo(t, cl, leader, created, rawBatch(t, 200, hourAgo)); p.ErrorCode != 0 || p.LogAppendTime != -1 {

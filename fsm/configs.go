@@ -85,7 +85,8 @@ type ConfigDef struct {
 	Values []string
 	// Synonym is the broker config Kafka takes the default from
 	// (ServerTopicConfigSynonyms: log.retention.ms for retention.ms), for
-	// DescribeConfigs' synonyms.
+	// DescribeConfigs' synonyms; empty for a config with no cluster default
+	// (the replication throttles).
 	Synonym string
 	// Unsupported, when set, says why Keel's data plane cannot honour the
 	// config yet: only its default is taken, and any other value is
@@ -161,11 +162,11 @@ var configDefs = []ConfigDef{
 		Doc: "fsync the log every this many records"},
 	{Name: "flush.ms", Type: TypeLong, Default: "9223372036854775807", Min: 0, Max: math.MaxInt64, Synonym: "log.flush.interval.ms", Unsupported: brokerFlush,
 		Doc: "fsync the log when its last fsync is this old"},
-	{Name: "follower.replication.throttled.replicas", Type: TypeList, Default: "", Synonym: "follower.replication.throttled.replicas", Unsupported: noThrottles,
+	{Name: "follower.replication.throttled.replicas", Type: TypeList, Default: "", Unsupported: noThrottles,
 		Doc: "the replicas whose follower fetches are throttled", check: throttledReplica},
 	{Name: IndexIntervalBytes, Type: TypeInt, Default: "4096", Min: 0, Max: math.MaxInt32, Synonym: "log.index.interval.bytes",
 		Doc: "the bytes of batches between two offset index entries"},
-	{Name: "leader.replication.throttled.replicas", Type: TypeList, Default: "", Synonym: "leader.replication.throttled.replicas", Unsupported: noThrottles,
+	{Name: "leader.replication.throttled.replicas", Type: TypeList, Default: "", Unsupported: noThrottles,
 		Doc: "the replicas whose leader side of replication is throttled", check: throttledReplica},
 	{Name: "local.retention.bytes", Type: TypeLong, Default: "-2", Min: -2, Max: math.MaxInt64, Synonym: "log.local.retention.bytes", Unsupported: noTieredStorage,
 		Doc: "the bytes kept on local disk when tiered storage is on (-2: retention.bytes)"},

@@ -31,47 +31,18 @@ import (
 // clusterName is the name of Kafka's one CLUSTER resource.
 const clusterName = "kafka-cluster"
 
-// brokerSynonyms maps each topic config to the broker config whose value
-// is its cluster default (Kafka's ServerTopicConfigSynonyms, the first
-// synonym of each). A topic config missing here has no cluster default
-// Kafka clients can name.
-var brokerSynonyms = map[string]string{
-	"cleanup.policy":                  "log.cleanup.policy",
-	"compression.gzip.level":          "compression.gzip.level",
-	"compression.lz4.level":           "compression.lz4.level",
-	"compression.type":                "compression.type",
-	"compression.zstd.level":          "compression.zstd.level",
-	"delete.retention.ms":             "log.cleaner.delete.retention.ms",
-	"file.delete.delay.ms":            "log.segment.delete.delay.ms",
-	"flush.messages":                  "log.flush.interval.messages",
-	"flush.ms":                        "log.flush.interval.ms",
-	"index.interval.bytes":            "log.index.interval.bytes",
-	"local.retention.bytes":           "log.local.retention.bytes",
-	"local.retention.ms":              "log.local.retention.ms",
-	"max.compaction.lag.ms":           "log.cleaner.max.compaction.lag.ms",
-	"max.message.bytes":               "message.max.bytes",
-	"message.timestamp.after.max.ms":  "log.message.timestamp.after.max.ms",
-	"message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
-	"message.timestamp.type":          "log.message.timestamp.type",
-	"min.cleanable.dirty.ratio":       "log.cleaner.min.cleanable.ratio",
-	"min.compaction.lag.ms":           "log.cleaner.min.compaction.lag.ms",
-	"min.insync.replicas":             "min.insync.replicas",
-	"preallocate":                     "log.preallocate",
-	"retention.bytes":                 "log.retention.bytes",
-	"retention.ms":                    "log.retention.ms",
-	"segment.bytes":                   "log.segment.bytes",
-	"segment.index.bytes":             "log.index.size.max.bytes",
-	"segment.jitter.ms":               "log.roll.jitter.ms",
-	"segment.ms":                      "log.roll.ms",
-	"unclean.leader.election.enable":  "unclean.leader.election.enable",
-}
+// brokerSynonym is the broker config whose value is topic config d's
+// cluster default (Kafka's ServerTopicConfigSynonyms, the first synonym of
+// each: fsm.ConfigDef.Synonym). A config without one has no cluster
+// default Kafka clients can name.
+func brokerSynonym(d fsm.ConfigDef) (string, bool) { return d.Synonym, d.Synonym != "" }
 
 // topicConfigOf returns the topic config whose cluster default the broker
 // config name is.
 func topicConfigOf(name string) (fsm.ConfigDef, bool) {
-	for topic, broker := range brokerSynonyms {
-		if broker == name {
-			return fsm.LookupConfig(topic)
+	for _, d := range fsm.ConfigDefs() {
+		if d.Synonym != "" && d.Synonym == name {
+			return d, true
 		}
 	}
 	return fsm.ConfigDef{}, false
@@ -82,7 +53,7 @@ func topicConfigOf(name string) (fsm.ConfigDef, bool) {
 func clusterDefaultNames() string {
 	var out []string
 	for _, d := range fsm.ConfigDefs() {
-		if b, ok := brokerSynonyms[d.Name]; ok {
+		if b, ok := brokerSynonym(d); ok {
 			out = append(out, b)
 		}
 	}
@@ -173,7 +144,7 @@ func topicEntries(img *fsm.Image, t *fsm.Topic) []describeEntry {
 // under its broker name: the cluster-wide one if set, then the built-in.
 // A config with no broker name has its built-in default under its own.
 func defaultSynonyms(img *fsm.Image, d fsm.ConfigDef) []kmsg.DescribeConfigsResponseResourceConfigConfigSynonym {
-	name, ok := brokerSynonyms[d.Name]
+	name, ok := brokerSynonym(d)
 	if !ok {
 		return []kmsg.DescribeConfigsResponseResourceConfigConfigSynonym{synonym(d.Name, d.Default, kmsg.ConfigSourceDefaultConfig)}
 	}
@@ -191,7 +162,7 @@ func defaultSynonyms(img *fsm.Image, d fsm.ConfigDef) []kmsg.DescribeConfigsResp
 func (s *Server) brokerEntries(img *fsm.Image, perBroker bool) []describeEntry {
 	var out []describeEntry
 	for _, d := range fsm.ConfigDefs() {
-		name, ok := brokerSynonyms[d.Name]
+		name, ok := brokerSynonym(d)
 		if !ok {
 			continue
 		}

@@ -353,8 +353,8 @@ func TestServer_UpdateFeatures(t *testing.T) {
 	if f := resp.FinalizedFeatures; len(f) != 1 || f[0].Name != "metadata.version" || f[0].MaxVersionLevel != 1 || f[0].MinVersionLevel != 1 {
 		t.Errorf("finalized features %+v", f)
 	}
-	if f := resp.SupportedFeatures; len(f) != 1 || f[0].Name != "metadata.version" || f[0].MinVersion != 1 || f[0].MaxVersion != 1 {
-		t.Errorf("supported features %+v (broker 1 registered 1-1)", f)
+	if f := resp.SupportedFeatures; len(f) != 1 || f[0].Name != "metadata.version" || f[0].MinVersion != 1 || f[0].MaxVersion != int16(fsm.MaxMetadataVersion) {
+		t.Errorf("supported features %+v (broker 1 registered 1-%d)", f, fsm.MaxMetadataVersion)
 	}
 	if resp.FinalizedFeaturesEpoch != int64(meta.Image().Offset) {
 		t.Errorf("finalized features epoch %d, want the image's offset %d", resp.FinalizedFeaturesEpoch, meta.Image().Offset)

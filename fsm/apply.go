@@ -161,6 +161,8 @@ func applyRecord(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 		return applyUserScramCredential(img, rec, ctx)
 	case *keelpb.Record_RemoveUserScramCredential:
 		return applyRemoveUserScramCredential(img, rec, ctx)
+	case *keelpb.Record_ClientQuota:
+		return applyClientQuota(img, rec, ctx)
 	}
 	return errors.New("unknown record type")
 }

@@ -40,6 +40,9 @@ const (
 	// cluster may set any of Kafka's topic configs, not only the first
 	// seven (ConfigLevel): a binary below it refuses the others.
 	TopicConfigsMetadataVersion uint32 = 4
+	// ClientQuotaMetadataVersion is the level that adds client quotas
+	// (ClientQuotaRecord).
+	ClientQuotaMetadataVersion uint32 = 4
 )
 
 // MetadataVersionInfo describes one level: what it adds to the level below.
@@ -70,8 +73,9 @@ var MetadataVersions = []MetadataVersionInfo{
 		Adds: "controller registrations (KIP-919): each controller's supported metadata.version range in the log"},
 	{Level: 3, Adds: "an empty ISR (KIP-966): a broker that restarts after an unclean shutdown leaves the ISR even as its " +
 		"last member, and the partition waits for an eligible leader replica"},
-	{Level: 4, Records: []string{"user_scram_credential", "remove_user_scram_credential"},
+	{Level: 4, Records: []string{"user_scram_credential", "remove_user_scram_credential", "client_quota"},
 		Adds: "SCRAM credentials (KIP-554): salted keys for SASL/SCRAM logins on the Kafka listener; " +
+			"client quotas (KIP-546): producer and consumer byte rates and request percentages of users and client ids; " +
 			"every standard Kafka topic config in Config and Topic records, beyond cleanup.policy, " +
 			"max.message.bytes, min.insync.replicas, retention.bytes, retention.ms, segment.bytes and unclean.leader.election.enable"},
 }
@@ -96,6 +100,8 @@ func RecordLevel(rec *keelpb.Record) uint32 {
 		return 2
 	case *keelpb.Record_UserScramCredential, *keelpb.Record_RemoveUserScramCredential:
 		return ScramCredentialsMetadataVersion
+	case *keelpb.Record_ClientQuota:
+		return ClientQuotaMetadataVersion
 	}
 	return 1
 }
@@ -158,6 +164,10 @@ func LevelBlockers(img *Image, level uint32) []string {
 	}
 	if level < ScramCredentialsMetadataVersion && len(img.scram) > 0 {
 		out = append(out, fmt.Sprintf("%d SCRAM credentials (metadata.version %d) would be dropped", len(img.scram), ScramCredentialsMetadataVersion))
+	}
+	if level < ClientQuotaMetadataVersion && len(img.clientQuotas) > 0 {
+		out = append(out, fmt.Sprintf("%d client quota entities (metadata.version %d) would be dropped; remove them first",
+			len(img.clientQuotas), ClientQuotaMetadataVersion))
 	}
 	// Only a level that allows them can hold empty ISRs: the walk is for a
 	// lowering from such a level, a rare act.

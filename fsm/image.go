@@ -74,6 +74,10 @@ type Image struct {
 	// clusterConfigs are the cluster-wide config defaults (configs.go).
 	// Never modified once published: a change copies the map.
 	clusterConfigs map[string]string
+	// clientQuotas are the client quotas (quotas.go), by entity. Never
+	// modified once published: a change copies the outer map and the
+	// entity's own.
+	clientQuotas map[QuotaEntity]map[string]float64
 
 	// brokers by id. Shared between image versions until a batch changes a
 	// broker; then that batch copies the map once (see applyContext).

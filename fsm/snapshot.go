@@ -55,8 +55,8 @@ const (
 // snapshot (as opposed to the reader failing).
 var ErrCorruptSnapshot = errors.New("corrupt snapshot")
 
-// identityRecords counts the records imageRecords writes before the
-// cluster's configs and the brokers.
+// identityRecords counts the records imageRecords writes besides the
+// brokers, topics, partitions and the cluster's configs.
 func identityRecords(img *Image) int {
 	n := 0
 	for _, present := range []bool{img.ClusterID != "", img.MetadataVersion > 0, img.ControllerEpoch > 0, img.NextProducerID > 0} {
@@ -64,7 +64,7 @@ func identityRecords(img *Image) int {
 			n++
 		}
 	}
-	return n + len(img.controllers) + len(img.scram)
+	return n + len(img.controllers) + len(img.scram) + clientQuotaRecordCount(img)
 }
 
 // imageRecords lists the image as records, in an order that depends only on
@@ -105,6 +105,10 @@ func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
 	// The cluster's config defaults, by name. Topics' own configs travel
 	// in their TopicRecords.
 	if err := configRecords(img, emit); err != nil {
+		return err
+	}
+	// The client quotas, after the level that allows them.
+	if err := clientQuotaRecords(img, emit); err != nil {
 		return err
 	}
 	for _, b := range img.Brokers() {

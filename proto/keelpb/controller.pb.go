@@ -5666,6 +5666,272 @@ func (x *DescribeUserScramCredentialsResponse) GetSource() *ReadSource {
 	return nil
 }
 
+type AlterClientQuotasRequest struct {
+	state   protoimpl.MessageState   `protogen:"open.v1"`
+	Entries []*ClientQuotaAlteration `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Check everything and answer as the change would, but write nothing.
+	ValidateOnly bool `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	// The Kafka client's principal the broker forwards the request for.
+	Principal     string `protobuf:"bytes,3,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterClientQuotasRequest) Reset() {
+	*x = AlterClientQuotasRequest{}
+	mi := &file_controller_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterClientQuotasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterClientQuotasRequest) ProtoMessage() {}
+
+func (x *AlterClientQuotasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterClientQuotasRequest.ProtoReflect.Descriptor instead.
+func (*AlterClientQuotasRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *AlterClientQuotasRequest) GetEntries() []*ClientQuotaAlteration {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *AlterClientQuotasRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+func (x *AlterClientQuotasRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+// ClientQuotaAlteration changes the quotas of one entity.
+type ClientQuotaAlteration struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Entity        []*ClientQuotaEntityData `protobuf:"bytes,1,rep,name=entity,proto3" json:"entity,omitempty"`
+	Ops           []*ClientQuotaOp         `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientQuotaAlteration) Reset() {
+	*x = ClientQuotaAlteration{}
+	mi := &file_controller_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientQuotaAlteration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientQuotaAlteration) ProtoMessage() {}
+
+func (x *ClientQuotaAlteration) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientQuotaAlteration.ProtoReflect.Descriptor instead.
+func (*ClientQuotaAlteration) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *ClientQuotaAlteration) GetEntity() []*ClientQuotaEntityData {
+	if x != nil {
+		return x.Entity
+	}
+	return nil
+}
+
+func (x *ClientQuotaAlteration) GetOps() []*ClientQuotaOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// ClientQuotaOp sets a quota key to value, or removes it.
+type ClientQuotaOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         float64                `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	Remove        bool                   `protobuf:"varint,3,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientQuotaOp) Reset() {
+	*x = ClientQuotaOp{}
+	mi := &file_controller_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientQuotaOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientQuotaOp) ProtoMessage() {}
+
+func (x *ClientQuotaOp) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientQuotaOp.ProtoReflect.Descriptor instead.
+func (*ClientQuotaOp) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *ClientQuotaOp) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ClientQuotaOp) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *ClientQuotaOp) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
+type AlterClientQuotasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per entry, in the request's order.
+	Results       []*ClientQuotaResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterClientQuotasResponse) Reset() {
+	*x = AlterClientQuotasResponse{}
+	mi := &file_controller_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterClientQuotasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterClientQuotasResponse) ProtoMessage() {}
+
+func (x *AlterClientQuotasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterClientQuotasResponse.ProtoReflect.Descriptor instead.
+func (*AlterClientQuotasResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *AlterClientQuotasResponse) GetResults() []*ClientQuotaResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// ClientQuotaResult is one entry's outcome: an empty error is success.
+type ClientQuotaResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         string                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientQuotaResult) Reset() {
+	*x = ClientQuotaResult{}
+	mi := &file_controller_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientQuotaResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientQuotaResult) ProtoMessage() {}
+
+func (x *ClientQuotaResult) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientQuotaResult.ProtoReflect.Descriptor instead.
+func (*ClientQuotaResult) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *ClientQuotaResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
@@ -6078,7 +6344,22 @@ const file_controller_proto_rawDesc = "" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"\x93\x01\n" +
 	"$DescribeUserScramCredentialsResponse\x12>\n" +
 	"\vcredentials\x18\x01 \x03(\v2\x1c.keel.v1.ScramCredentialInfoR\vcredentials\x12+\n" +
-	"\x06source\x18\x02 \x01(\v2\x13.keel.v1.ReadSourceR\x06source*e\n" +
+	"\x06source\x18\x02 \x01(\v2\x13.keel.v1.ReadSourceR\x06source\"\x97\x01\n" +
+	"\x18AlterClientQuotasRequest\x128\n" +
+	"\aentries\x18\x01 \x03(\v2\x1e.keel.v1.ClientQuotaAlterationR\aentries\x12#\n" +
+	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\x12\x1c\n" +
+	"\tprincipal\x18\x03 \x01(\tR\tprincipal\"y\n" +
+	"\x15ClientQuotaAlteration\x126\n" +
+	"\x06entity\x18\x01 \x03(\v2\x1e.keel.v1.ClientQuotaEntityDataR\x06entity\x12(\n" +
+	"\x03ops\x18\x02 \x03(\v2\x16.keel.v1.ClientQuotaOpR\x03ops\"O\n" +
+	"\rClientQuotaOp\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x16\n" +
+	"\x06remove\x18\x03 \x01(\bR\x06remove\"Q\n" +
+	"\x19AlterClientQuotasResponse\x124\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.keel.v1.ClientQuotaResultR\aresults\")\n" +
+	"\x11ClientQuotaResult\x12\x14\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error*e\n" +
 	"\fElectionType\x12\x1d\n" +
 	"\x19ELECTION_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ELECTION_TYPE_PREFERRED\x10\x01\x12\x19\n" +
@@ -6093,7 +6374,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x13ALTER_CONFIG_OP_SET\x10\x01\x12\x1a\n" +
 	"\x16ALTER_CONFIG_OP_DELETE\x10\x02\x12\x1a\n" +
 	"\x16ALTER_CONFIG_OP_APPEND\x10\x03\x12\x1c\n" +
-	"\x18ALTER_CONFIG_OP_SUBTRACT\x10\x042\xad\x15\n" +
+	"\x18ALTER_CONFIG_OP_SUBTRACT\x10\x042\x89\x16\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +
@@ -6120,7 +6401,8 @@ const file_controller_proto_rawDesc = "" +
 	"\vRemoveVoter\x12\x1b.keel.v1.RemoveVoterRequest\x1a\x1c.keel.v1.RemoveVoterResponse\x12]\n" +
 	"\x12TransferLeadership\x12\".keel.v1.TransferLeadershipRequest\x1a#.keel.v1.TransferLeadershipResponse\x12l\n" +
 	"\x17IncrementalAlterConfigs\x12'.keel.v1.IncrementalAlterConfigsRequest\x1a(.keel.v1.IncrementalAlterConfigsResponse\x12T\n" +
-	"\x0fDescribeConfigs\x12\x1f.keel.v1.DescribeConfigsRequest\x1a .keel.v1.DescribeConfigsResponse\x12`\n" +
+	"\x0fDescribeConfigs\x12\x1f.keel.v1.DescribeConfigsRequest\x1a .keel.v1.DescribeConfigsResponse\x12Z\n" +
+	"\x11AlterClientQuotas\x12!.keel.v1.AlterClientQuotasRequest\x1a\".keel.v1.AlterClientQuotasResponse\x12`\n" +
 	"\x13AllocateProducerIds\x12#.keel.v1.AllocateProducerIdsRequest\x1a$.keel.v1.AllocateProducerIdsResponse\x12W\n" +
 	"\x10DescribeFeatures\x12 .keel.v1.DescribeFeaturesRequest\x1a!.keel.v1.DescribeFeaturesResponse\x12Q\n" +
 	"\x0eUpdateFeatures\x12\x1e.keel.v1.UpdateFeaturesRequest\x1a\x1f.keel.v1.UpdateFeaturesResponse\x12K\n" +
@@ -6142,7 +6424,7 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_controller_proto_goTypes = []any{
 	(ElectionType)(0),                            // 0: keel.v1.ElectionType
 	(ConfigSource)(0),                            // 1: keel.v1.ConfigSource
@@ -6231,13 +6513,19 @@ var file_controller_proto_goTypes = []any{
 	(*DescribeConfigsResponse)(nil),              // 84: keel.v1.DescribeConfigsResponse
 	(*DescribeUserScramCredentialsRequest)(nil),  // 85: keel.v1.DescribeUserScramCredentialsRequest
 	(*DescribeUserScramCredentialsResponse)(nil), // 86: keel.v1.DescribeUserScramCredentialsResponse
-	nil,                                      // 87: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                      // 88: keel.v1.TopicDescription.ConfigsEntry
-	(LeaderRecoveryState)(0),                 // 89: keel.v1.LeaderRecoveryState
-	(ConfigResourceType)(0),                  // 90: keel.v1.ConfigResourceType
-	(*ScramCredentialInfo)(nil),              // 91: keel.v1.ScramCredentialInfo
-	(*AlterUserScramCredentialsRequest)(nil), // 92: keel.v1.AlterUserScramCredentialsRequest
-	(*AlterUserScramCredentialsResponse)(nil), // 93: keel.v1.AlterUserScramCredentialsResponse
+	(*AlterClientQuotasRequest)(nil),             // 87: keel.v1.AlterClientQuotasRequest
+	(*ClientQuotaAlteration)(nil),                // 88: keel.v1.ClientQuotaAlteration
+	(*ClientQuotaOp)(nil),                        // 89: keel.v1.ClientQuotaOp
+	(*AlterClientQuotasResponse)(nil),            // 90: keel.v1.AlterClientQuotasResponse
+	(*ClientQuotaResult)(nil),                    // 91: keel.v1.ClientQuotaResult
+	nil,                                          // 92: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                          // 93: keel.v1.TopicDescription.ConfigsEntry
+	(LeaderRecoveryState)(0),                     // 94: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),                      // 95: keel.v1.ConfigResourceType
+	(*ScramCredentialInfo)(nil),                  // 96: keel.v1.ScramCredentialInfo
+	(*ClientQuotaEntityData)(nil),                // 97: keel.v1.ClientQuotaEntityData
+	(*AlterUserScramCredentialsRequest)(nil),     // 98: keel.v1.AlterUserScramCredentialsRequest
+	(*AlterUserScramCredentialsResponse)(nil),    // 99: keel.v1.AlterUserScramCredentialsResponse
 }
 var file_controller_proto_depIdxs = []int32{
 	9,  // 0: keel.v1.DescribeFeaturesResponse.nodes:type_name -> keel.v1.FeatureNode
@@ -6251,7 +6539,7 @@ var file_controller_proto_depIdxs = []int32{
 	35, // 8: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
 	17, // 9: keel.v1.ListBrokersResponse.source:type_name -> keel.v1.ReadSource
 	37, // 10: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	87, // 11: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	92, // 11: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
 	48, // 12: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
 	37, // 13: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
 	48, // 14: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
@@ -6259,11 +6547,11 @@ var file_controller_proto_depIdxs = []int32{
 	17, // 16: keel.v1.ListTopicsResponse.source:type_name -> keel.v1.ReadSource
 	48, // 17: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
 	17, // 18: keel.v1.DescribeTopicResponse.source:type_name -> keel.v1.ReadSource
-	88, // 19: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	93, // 19: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
 	49, // 20: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
 	77, // 21: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
-	89, // 22: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	89, // 23: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	94, // 22: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	94, // 23: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
 	51, // 24: keel.v1.AlterPartitionRequest.new_isr_with_epochs:type_name -> keel.v1.BrokerState
 	49, // 25: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
 	53, // 26: keel.v1.ReportReplicaLogsRequest.replicas:type_name -> keel.v1.ReplicaLog
@@ -6278,7 +6566,7 @@ var file_controller_proto_depIdxs = []int32{
 	17, // 35: keel.v1.ListPartitionReassignmentsResponse.source:type_name -> keel.v1.ReadSource
 	18, // 36: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
 	18, // 37: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	90, // 38: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
+	95, // 38: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
 	1,  // 39: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
 	2,  // 40: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
 	76, // 41: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
@@ -6288,75 +6576,81 @@ var file_controller_proto_depIdxs = []int32{
 	76, // 45: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
 	77, // 46: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
 	17, // 47: keel.v1.DescribeConfigsResponse.source:type_name -> keel.v1.ReadSource
-	91, // 48: keel.v1.DescribeUserScramCredentialsResponse.credentials:type_name -> keel.v1.ScramCredentialInfo
+	96, // 48: keel.v1.DescribeUserScramCredentialsResponse.credentials:type_name -> keel.v1.ScramCredentialInfo
 	17, // 49: keel.v1.DescribeUserScramCredentialsResponse.source:type_name -> keel.v1.ReadSource
-	12, // 50: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	19, // 51: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	21, // 52: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	23, // 53: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	25, // 54: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	27, // 55: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	33, // 56: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	36, // 57: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
-	39, // 58: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
-	41, // 59: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
-	43, // 60: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
-	46, // 61: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
-	50, // 62: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
-	54, // 63: keel.v1.ControllerService.ReportReplicaLogs:input_type -> keel.v1.ReportReplicaLogsRequest
-	57, // 64: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
-	60, // 65: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
-	64, // 66: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
-	32, // 67: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	67, // 68: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
-	70, // 69: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
-	72, // 70: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
-	74, // 71: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
-	79, // 72: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
-	81, // 73: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
-	82, // 74: keel.v1.ControllerService.AllocateProducerIds:input_type -> keel.v1.AllocateProducerIdsRequest
-	7,  // 75: keel.v1.ControllerService.DescribeFeatures:input_type -> keel.v1.DescribeFeaturesRequest
-	10, // 76: keel.v1.ControllerService.UpdateFeatures:input_type -> keel.v1.UpdateFeaturesRequest
-	3,  // 77: keel.v1.ControllerService.CompareImage:input_type -> keel.v1.CompareImageRequest
-	5,  // 78: keel.v1.ControllerService.AcknowledgedIndex:input_type -> keel.v1.AcknowledgedIndexRequest
-	92, // 79: keel.v1.ControllerService.AlterUserScramCredentials:input_type -> keel.v1.AlterUserScramCredentialsRequest
-	85, // 80: keel.v1.ControllerService.DescribeUserScramCredentials:input_type -> keel.v1.DescribeUserScramCredentialsRequest
-	13, // 81: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	20, // 82: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	22, // 83: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	24, // 84: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	26, // 85: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	28, // 86: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	34, // 87: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	38, // 88: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	40, // 89: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	42, // 90: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	44, // 91: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	47, // 92: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	52, // 93: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	55, // 94: keel.v1.ControllerService.ReportReplicaLogs:output_type -> keel.v1.ReportReplicaLogsResponse
-	58, // 95: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	62, // 96: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	65, // 97: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	31, // 98: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	68, // 99: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	71, // 100: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	73, // 101: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	75, // 102: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	80, // 103: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
-	84, // 104: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
-	83, // 105: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
-	8,  // 106: keel.v1.ControllerService.DescribeFeatures:output_type -> keel.v1.DescribeFeaturesResponse
-	11, // 107: keel.v1.ControllerService.UpdateFeatures:output_type -> keel.v1.UpdateFeaturesResponse
-	4,  // 108: keel.v1.ControllerService.CompareImage:output_type -> keel.v1.CompareImageResponse
-	6,  // 109: keel.v1.ControllerService.AcknowledgedIndex:output_type -> keel.v1.AcknowledgedIndexResponse
-	93, // 110: keel.v1.ControllerService.AlterUserScramCredentials:output_type -> keel.v1.AlterUserScramCredentialsResponse
-	86, // 111: keel.v1.ControllerService.DescribeUserScramCredentials:output_type -> keel.v1.DescribeUserScramCredentialsResponse
-	81, // [81:112] is the sub-list for method output_type
-	50, // [50:81] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	88, // 50: keel.v1.AlterClientQuotasRequest.entries:type_name -> keel.v1.ClientQuotaAlteration
+	97, // 51: keel.v1.ClientQuotaAlteration.entity:type_name -> keel.v1.ClientQuotaEntityData
+	89, // 52: keel.v1.ClientQuotaAlteration.ops:type_name -> keel.v1.ClientQuotaOp
+	91, // 53: keel.v1.AlterClientQuotasResponse.results:type_name -> keel.v1.ClientQuotaResult
+	12, // 54: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	19, // 55: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	21, // 56: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	23, // 57: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	25, // 58: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	27, // 59: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	33, // 60: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	36, // 61: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	39, // 62: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	41, // 63: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	43, // 64: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	46, // 65: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	50, // 66: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	54, // 67: keel.v1.ControllerService.ReportReplicaLogs:input_type -> keel.v1.ReportReplicaLogsRequest
+	57, // 68: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	60, // 69: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	64, // 70: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	32, // 71: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
+	67, // 72: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	70, // 73: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
+	72, // 74: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
+	74, // 75: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
+	79, // 76: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
+	81, // 77: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
+	87, // 78: keel.v1.ControllerService.AlterClientQuotas:input_type -> keel.v1.AlterClientQuotasRequest
+	82, // 79: keel.v1.ControllerService.AllocateProducerIds:input_type -> keel.v1.AllocateProducerIdsRequest
+	7,  // 80: keel.v1.ControllerService.DescribeFeatures:input_type -> keel.v1.DescribeFeaturesRequest
+	10, // 81: keel.v1.ControllerService.UpdateFeatures:input_type -> keel.v1.UpdateFeaturesRequest
+	3,  // 82: keel.v1.ControllerService.CompareImage:input_type -> keel.v1.CompareImageRequest
+	5,  // 83: keel.v1.ControllerService.AcknowledgedIndex:input_type -> keel.v1.AcknowledgedIndexRequest
+	98, // 84: keel.v1.ControllerService.AlterUserScramCredentials:input_type -> keel.v1.AlterUserScramCredentialsRequest
+	85, // 85: keel.v1.ControllerService.DescribeUserScramCredentials:input_type -> keel.v1.DescribeUserScramCredentialsRequest
+	13, // 86: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	20, // 87: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	22, // 88: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	24, // 89: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	26, // 90: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	28, // 91: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	34, // 92: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	38, // 93: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	40, // 94: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	42, // 95: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	44, // 96: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	47, // 97: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	52, // 98: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	55, // 99: keel.v1.ControllerService.ReportReplicaLogs:output_type -> keel.v1.ReportReplicaLogsResponse
+	58, // 100: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	62, // 101: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	65, // 102: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	31, // 103: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	68, // 104: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	71, // 105: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	73, // 106: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	75, // 107: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	80, // 108: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
+	84, // 109: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
+	90, // 110: keel.v1.ControllerService.AlterClientQuotas:output_type -> keel.v1.AlterClientQuotasResponse
+	83, // 111: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
+	8,  // 112: keel.v1.ControllerService.DescribeFeatures:output_type -> keel.v1.DescribeFeaturesResponse
+	11, // 113: keel.v1.ControllerService.UpdateFeatures:output_type -> keel.v1.UpdateFeaturesResponse
+	4,  // 114: keel.v1.ControllerService.CompareImage:output_type -> keel.v1.CompareImageResponse
+	6,  // 115: keel.v1.ControllerService.AcknowledgedIndex:output_type -> keel.v1.AcknowledgedIndexResponse
+	99, // 116: keel.v1.ControllerService.AlterUserScramCredentials:output_type -> keel.v1.AlterUserScramCredentialsResponse
+	86, // 117: keel.v1.ControllerService.DescribeUserScramCredentials:output_type -> keel.v1.DescribeUserScramCredentialsResponse
+	86, // [86:118] is the sub-list for method output_type
+	54, // [54:86] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -6377,7 +6671,7 @@ func file_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   86,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,6 +45,7 @@ const (
 	ControllerService_TransferLeadership_FullMethodName           = "/keel.v1.ControllerService/TransferLeadership"
 	ControllerService_IncrementalAlterConfigs_FullMethodName      = "/keel.v1.ControllerService/IncrementalAlterConfigs"
 	ControllerService_DescribeConfigs_FullMethodName              = "/keel.v1.ControllerService/DescribeConfigs"
+	ControllerService_AlterClientQuotas_FullMethodName            = "/keel.v1.ControllerService/AlterClientQuotas"
 	ControllerService_AllocateProducerIds_FullMethodName          = "/keel.v1.ControllerService/AllocateProducerIds"
 	ControllerService_DescribeFeatures_FullMethodName             = "/keel.v1.ControllerService/DescribeFeatures"
 	ControllerService_UpdateFeatures_FullMethodName               = "/keel.v1.ControllerService/UpdateFeatures"
@@ -172,6 +173,11 @@ type ControllerServiceClient interface {
 	// source, from this controller's committed image (or, linearizable, the
 	// active controller's confirmed one).
 	DescribeConfigs(ctx context.Context, in *DescribeConfigsRequest, opts ...grpc.CallOption) (*DescribeConfigsResponse, error)
+	// AlterClientQuotas sets and removes client quotas (Kafka's
+	// AlterClientQuotas, KIP-546), forwarded by a broker with its client's
+	// principal. Each entry is decided whole: a bad one gets its error in
+	// its result and writes nothing; the good ones are written in one batch.
+	AlterClientQuotas(ctx context.Context, in *AlterClientQuotasRequest, opts ...grpc.CallOption) (*AlterClientQuotasResponse, error)
 	// AllocateProducerIds hands the calling broker a block of producer ids for
 	// the idempotent producers it serves (KRaft's AllocateProducerIds): the
 	// block is written as a ProducerIdsRecord, so no two blocks overlap, across
@@ -486,6 +492,16 @@ func (c *controllerServiceClient) DescribeConfigs(ctx context.Context, in *Descr
 	return out, nil
 }
 
+func (c *controllerServiceClient) AlterClientQuotas(ctx context.Context, in *AlterClientQuotasRequest, opts ...grpc.CallOption) (*AlterClientQuotasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlterClientQuotasResponse)
+	err := c.cc.Invoke(ctx, ControllerService_AlterClientQuotas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *controllerServiceClient) AllocateProducerIds(ctx context.Context, in *AllocateProducerIdsRequest, opts ...grpc.CallOption) (*AllocateProducerIdsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AllocateProducerIdsResponse)
@@ -674,6 +690,11 @@ type ControllerServiceServer interface {
 	// source, from this controller's committed image (or, linearizable, the
 	// active controller's confirmed one).
 	DescribeConfigs(context.Context, *DescribeConfigsRequest) (*DescribeConfigsResponse, error)
+	// AlterClientQuotas sets and removes client quotas (Kafka's
+	// AlterClientQuotas, KIP-546), forwarded by a broker with its client's
+	// principal. Each entry is decided whole: a bad one gets its error in
+	// its result and writes nothing; the good ones are written in one batch.
+	AlterClientQuotas(context.Context, *AlterClientQuotasRequest) (*AlterClientQuotasResponse, error)
 	// AllocateProducerIds hands the calling broker a block of producer ids for
 	// the idempotent producers it serves (KRaft's AllocateProducerIds): the
 	// block is written as a ProducerIdsRecord, so no two blocks overlap, across
@@ -798,6 +819,9 @@ func (UnimplementedControllerServiceServer) IncrementalAlterConfigs(context.Cont
 }
 func (UnimplementedControllerServiceServer) DescribeConfigs(context.Context, *DescribeConfigsRequest) (*DescribeConfigsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DescribeConfigs not implemented")
+}
+func (UnimplementedControllerServiceServer) AlterClientQuotas(context.Context, *AlterClientQuotasRequest) (*AlterClientQuotasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlterClientQuotas not implemented")
 }
 func (UnimplementedControllerServiceServer) AllocateProducerIds(context.Context, *AllocateProducerIdsRequest) (*AllocateProducerIdsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AllocateProducerIds not implemented")
@@ -1248,6 +1272,24 @@ func _ControllerService_DescribeConfigs_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_AlterClientQuotas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlterClientQuotasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).AlterClientQuotas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_AlterClientQuotas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).AlterClientQuotas(ctx, req.(*AlterClientQuotasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ControllerService_AllocateProducerIds_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(AllocateProducerIdsRequest)
 	if err := dec(in); err != nil {
@@ -1464,6 +1506,10 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DescribeConfigs",
 			Handler:    _ControllerService_DescribeConfigs_Handler,
+		},
+		{
+			MethodName: "AlterClientQuotas",
+			Handler:    _ControllerService_AlterClientQuotas_Handler,
 		},
 		{
 			MethodName: "AllocateProducerIds",

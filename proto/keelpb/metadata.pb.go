@@ -198,6 +198,7 @@ type Record struct {
 	//	*Record_ControllerRegistration
 	//	*Record_UserScramCredential
 	//	*Record_RemoveUserScramCredential
+	//	*Record_ClientQuota
 	Record        isRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -402,6 +403,15 @@ func (x *Record) GetRemoveUserScramCredential() *RemoveUserScramCredentialRecord
 	return nil
 }
 
+func (x *Record) GetClientQuota() *ClientQuotaRecord {
+	if x != nil {
+		if x, ok := x.Record.(*Record_ClientQuota); ok {
+			return x.ClientQuota
+		}
+	}
+	return nil
+}
+
 type isRecord_Record interface {
 	isRecord_Record()
 }
@@ -478,6 +488,10 @@ type Record_RemoveUserScramCredential struct {
 	RemoveUserScramCredential *RemoveUserScramCredentialRecord `protobuf:"bytes,20,opt,name=remove_user_scram_credential,json=removeUserScramCredential,proto3,oneof"`
 }
 
+type Record_ClientQuota struct {
+	ClientQuota *ClientQuotaRecord `protobuf:"bytes,21,opt,name=client_quota,json=clientQuota,proto3,oneof"`
+}
+
 func (*Record_ClusterId) isRecord_Record() {}
 
 func (*Record_ControllerEpoch) isRecord_Record() {}
@@ -513,6 +527,8 @@ func (*Record_ControllerRegistration) isRecord_Record() {}
 func (*Record_UserScramCredential) isRecord_Record() {}
 
 func (*Record_RemoveUserScramCredential) isRecord_Record() {}
+
+func (*Record_ClientQuota) isRecord_Record() {}
 
 // ClusterIdRecord names the cluster. The first active controller writes it once;
 // it can never change afterwards.
@@ -1642,6 +1658,137 @@ func (x *ProducerIdsRecord) GetNextProducerId() int64 {
 	return 0
 }
 
+// ClientQuotaRecord sets or removes one quota of a client quota entity
+// (KRaft's ClientQuotaRecord, KIP-546): the key is producer_byte_rate,
+// consumer_byte_rate or request_percentage, checked by fsm.CheckClientQuota.
+// Needs metadata.version 4.
+type ClientQuotaRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entity: a user, a client id, or a user and a client id, each at
+	// most once, in that order.
+	Entity []*ClientQuotaEntityData `protobuf:"bytes,1,rep,name=entity,proto3" json:"entity,omitempty"`
+	Key    string                   `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Ignored when remove is set.
+	Value         float64 `protobuf:"fixed64,3,opt,name=value,proto3" json:"value,omitempty"`
+	Remove        bool    `protobuf:"varint,4,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientQuotaRecord) Reset() {
+	*x = ClientQuotaRecord{}
+	mi := &file_metadata_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientQuotaRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientQuotaRecord) ProtoMessage() {}
+
+func (x *ClientQuotaRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientQuotaRecord.ProtoReflect.Descriptor instead.
+func (*ClientQuotaRecord) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ClientQuotaRecord) GetEntity() []*ClientQuotaEntityData {
+	if x != nil {
+		return x.Entity
+	}
+	return nil
+}
+
+func (x *ClientQuotaRecord) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ClientQuotaRecord) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *ClientQuotaRecord) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
+// ClientQuotaEntityData is one part of a client quota entity.
+type ClientQuotaEntityData struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "user" or "client-id", as Kafka names them.
+	EntityType string `protobuf:"bytes,1,opt,name=entity_type,json=entityType,proto3" json:"entity_type,omitempty"`
+	// Absent: the default entity of the type (Kafka's <default>). A user is
+	// its principal's name without the "User:" type.
+	EntityName    *string `protobuf:"bytes,2,opt,name=entity_name,json=entityName,proto3,oneof" json:"entity_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientQuotaEntityData) Reset() {
+	*x = ClientQuotaEntityData{}
+	mi := &file_metadata_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientQuotaEntityData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientQuotaEntityData) ProtoMessage() {}
+
+func (x *ClientQuotaEntityData) ProtoReflect() protoreflect.Message {
+	mi := &file_metadata_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientQuotaEntityData.ProtoReflect.Descriptor instead.
+func (*ClientQuotaEntityData) Descriptor() ([]byte, []int) {
+	return file_metadata_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ClientQuotaEntityData) GetEntityType() string {
+	if x != nil {
+		return x.EntityType
+	}
+	return ""
+}
+
+func (x *ClientQuotaEntityData) GetEntityName() string {
+	if x != nil && x.EntityName != nil {
+		return *x.EntityName
+	}
+	return ""
+}
+
 // RemoveTopicRecord deletes a topic and all its partitions.
 type RemoveTopicRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1652,7 +1799,7 @@ type RemoveTopicRecord struct {
 
 func (x *RemoveTopicRecord) Reset() {
 	*x = RemoveTopicRecord{}
-	mi := &file_metadata_proto_msgTypes[18]
+	mi := &file_metadata_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1811,7 @@ func (x *RemoveTopicRecord) String() string {
 func (*RemoveTopicRecord) ProtoMessage() {}
 
 func (x *RemoveTopicRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[18]
+	mi := &file_metadata_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1824,7 @@ func (x *RemoveTopicRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTopicRecord.ProtoReflect.Descriptor instead.
 func (*RemoveTopicRecord) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{18}
+	return file_metadata_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RemoveTopicRecord) GetTopicId() []byte {
@@ -1728,7 +1875,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_metadata_proto_msgTypes[19]
+	mi := &file_metadata_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1887,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[19]
+	mi := &file_metadata_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1900,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{19}
+	return file_metadata_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -1880,7 +2027,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_metadata_proto_msgTypes[20]
+	mi := &file_metadata_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2039,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_metadata_proto_msgTypes[20]
+	mi := &file_metadata_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2052,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_metadata_proto_rawDescGZIP(), []int{20}
+	return file_metadata_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SnapshotTrailer) GetRecordCount() uint64 {
@@ -1928,7 +2075,7 @@ const file_metadata_proto_rawDesc = "" +
 	"\n" +
 	"\x0emetadata.proto\x12\akeel.v1\x1a\vscram.proto\"8\n" +
 	"\vRecordBatch\x12)\n" +
-	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\xa0\n" +
+	"\arecords\x18\x01 \x03(\v2\x0f.keel.v1.RecordR\arecords\"\xe1\n" +
 	"\n" +
 	"\x06Record\x129\n" +
 	"\n" +
@@ -1950,7 +2097,8 @@ const file_metadata_proto_rawDesc = "" +
 	"\fproducer_ids\x18\x0f \x01(\v2\x1a.keel.v1.ProducerIdsRecordH\x00R\vproducerIds\x12`\n" +
 	"\x17controller_registration\x18\x10 \x01(\v2%.keel.v1.ControllerRegistrationRecordH\x00R\x16controllerRegistration\x12X\n" +
 	"\x15user_scram_credential\x18\x13 \x01(\v2\".keel.v1.UserScramCredentialRecordH\x00R\x13userScramCredential\x12k\n" +
-	"\x1cremove_user_scram_credential\x18\x14 \x01(\v2(.keel.v1.RemoveUserScramCredentialRecordH\x00R\x19removeUserScramCredentialB\b\n" +
+	"\x1cremove_user_scram_credential\x18\x14 \x01(\v2(.keel.v1.RemoveUserScramCredentialRecordH\x00R\x19removeUserScramCredential\x12?\n" +
+	"\fclient_quota\x18\x15 \x01(\v2\x1a.keel.v1.ClientQuotaRecordH\x00R\vclientQuotaB\b\n" +
 	"\x06record\"0\n" +
 	"\x0fClusterIdRecord\x12\x1d\n" +
 	"\n" +
@@ -2040,7 +2188,18 @@ const file_metadata_proto_rawDesc = "" +
 	"\x11ProducerIdsRecord\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12!\n" +
 	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12(\n" +
-	"\x10next_producer_id\x18\x03 \x01(\x03R\x0enextProducerId\".\n" +
+	"\x10next_producer_id\x18\x03 \x01(\x03R\x0enextProducerId\"\x8b\x01\n" +
+	"\x11ClientQuotaRecord\x126\n" +
+	"\x06entity\x18\x01 \x03(\v2\x1e.keel.v1.ClientQuotaEntityDataR\x06entity\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\x01R\x05value\x12\x16\n" +
+	"\x06remove\x18\x04 \x01(\bR\x06remove\"n\n" +
+	"\x15ClientQuotaEntityData\x12\x1f\n" +
+	"\ventity_type\x18\x01 \x01(\tR\n" +
+	"entityType\x12$\n" +
+	"\ventity_name\x18\x02 \x01(\tH\x00R\n" +
+	"entityName\x88\x01\x01B\x0e\n" +
+	"\f_entity_name\".\n" +
 	"\x11RemoveTopicRecord\x12\x19\n" +
 	"\btopic_id\x18\x01 \x01(\fR\atopicId\"\x93\x04\n" +
 	"\x0eSnapshotHeader\x12%\n" +
@@ -2088,7 +2247,7 @@ func file_metadata_proto_rawDescGZIP() []byte {
 }
 
 var file_metadata_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_metadata_proto_goTypes = []any{
 	(LeaderRecoveryState)(0),                // 0: keel.v1.LeaderRecoveryState
 	(ConfigResourceType)(0),                 // 1: keel.v1.ConfigResourceType
@@ -2110,12 +2269,14 @@ var file_metadata_proto_goTypes = []any{
 	(*PartitionChangeRecord)(nil),           // 17: keel.v1.PartitionChangeRecord
 	(*ConfigRecord)(nil),                    // 18: keel.v1.ConfigRecord
 	(*ProducerIdsRecord)(nil),               // 19: keel.v1.ProducerIdsRecord
-	(*RemoveTopicRecord)(nil),               // 20: keel.v1.RemoveTopicRecord
-	(*SnapshotHeader)(nil),                  // 21: keel.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),                 // 22: keel.v1.SnapshotTrailer
-	nil,                                     // 23: keel.v1.TopicRecord.ConfigsEntry
-	(*UserScramCredentialRecord)(nil),       // 24: keel.v1.UserScramCredentialRecord
-	(*RemoveUserScramCredentialRecord)(nil), // 25: keel.v1.RemoveUserScramCredentialRecord
+	(*ClientQuotaRecord)(nil),               // 20: keel.v1.ClientQuotaRecord
+	(*ClientQuotaEntityData)(nil),           // 21: keel.v1.ClientQuotaEntityData
+	(*RemoveTopicRecord)(nil),               // 22: keel.v1.RemoveTopicRecord
+	(*SnapshotHeader)(nil),                  // 23: keel.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),                 // 24: keel.v1.SnapshotTrailer
+	nil,                                     // 25: keel.v1.TopicRecord.ConfigsEntry
+	(*UserScramCredentialRecord)(nil),       // 26: keel.v1.UserScramCredentialRecord
+	(*RemoveUserScramCredentialRecord)(nil), // 27: keel.v1.RemoveUserScramCredentialRecord
 }
 var file_metadata_proto_depIdxs = []int32{
 	3,  // 0: keel.v1.RecordBatch.records:type_name -> keel.v1.Record
@@ -2130,28 +2291,30 @@ var file_metadata_proto_depIdxs = []int32{
 	14, // 9: keel.v1.Record.topic:type_name -> keel.v1.TopicRecord
 	15, // 10: keel.v1.Record.partition:type_name -> keel.v1.PartitionRecord
 	17, // 11: keel.v1.Record.partition_change:type_name -> keel.v1.PartitionChangeRecord
-	20, // 12: keel.v1.Record.remove_topic:type_name -> keel.v1.RemoveTopicRecord
+	22, // 12: keel.v1.Record.remove_topic:type_name -> keel.v1.RemoveTopicRecord
 	13, // 13: keel.v1.Record.broker_shutting_down:type_name -> keel.v1.BrokerShuttingDownRecord
 	18, // 14: keel.v1.Record.config:type_name -> keel.v1.ConfigRecord
 	19, // 15: keel.v1.Record.producer_ids:type_name -> keel.v1.ProducerIdsRecord
 	8,  // 16: keel.v1.Record.controller_registration:type_name -> keel.v1.ControllerRegistrationRecord
-	24, // 17: keel.v1.Record.user_scram_credential:type_name -> keel.v1.UserScramCredentialRecord
-	25, // 18: keel.v1.Record.remove_user_scram_credential:type_name -> keel.v1.RemoveUserScramCredentialRecord
-	23, // 19: keel.v1.TopicRecord.configs:type_name -> keel.v1.TopicRecord.ConfigsEntry
-	0,  // 20: keel.v1.PartitionRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	16, // 21: keel.v1.PartitionChangeRecord.isr:type_name -> keel.v1.Int32List
-	16, // 22: keel.v1.PartitionChangeRecord.replicas:type_name -> keel.v1.Int32List
-	16, // 23: keel.v1.PartitionChangeRecord.adding_replicas:type_name -> keel.v1.Int32List
-	16, // 24: keel.v1.PartitionChangeRecord.removing_replicas:type_name -> keel.v1.Int32List
-	16, // 25: keel.v1.PartitionChangeRecord.eligible_leader_replicas:type_name -> keel.v1.Int32List
-	16, // 26: keel.v1.PartitionChangeRecord.last_known_elr:type_name -> keel.v1.Int32List
-	0,  // 27: keel.v1.PartitionChangeRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	1,  // 28: keel.v1.ConfigRecord.resource_type:type_name -> keel.v1.ConfigResourceType
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	26, // 17: keel.v1.Record.user_scram_credential:type_name -> keel.v1.UserScramCredentialRecord
+	27, // 18: keel.v1.Record.remove_user_scram_credential:type_name -> keel.v1.RemoveUserScramCredentialRecord
+	20, // 19: keel.v1.Record.client_quota:type_name -> keel.v1.ClientQuotaRecord
+	25, // 20: keel.v1.TopicRecord.configs:type_name -> keel.v1.TopicRecord.ConfigsEntry
+	0,  // 21: keel.v1.PartitionRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	16, // 22: keel.v1.PartitionChangeRecord.isr:type_name -> keel.v1.Int32List
+	16, // 23: keel.v1.PartitionChangeRecord.replicas:type_name -> keel.v1.Int32List
+	16, // 24: keel.v1.PartitionChangeRecord.adding_replicas:type_name -> keel.v1.Int32List
+	16, // 25: keel.v1.PartitionChangeRecord.removing_replicas:type_name -> keel.v1.Int32List
+	16, // 26: keel.v1.PartitionChangeRecord.eligible_leader_replicas:type_name -> keel.v1.Int32List
+	16, // 27: keel.v1.PartitionChangeRecord.last_known_elr:type_name -> keel.v1.Int32List
+	0,  // 28: keel.v1.PartitionChangeRecord.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	1,  // 29: keel.v1.ConfigRecord.resource_type:type_name -> keel.v1.ConfigResourceType
+	21, // 30: keel.v1.ClientQuotaRecord.entity:type_name -> keel.v1.ClientQuotaEntityData
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_metadata_proto_init() }
@@ -2179,16 +2342,18 @@ func file_metadata_proto_init() {
 		(*Record_ControllerRegistration)(nil),
 		(*Record_UserScramCredential)(nil),
 		(*Record_RemoveUserScramCredential)(nil),
+		(*Record_ClientQuota)(nil),
 	}
 	file_metadata_proto_msgTypes[15].OneofWrappers = []any{}
 	file_metadata_proto_msgTypes[16].OneofWrappers = []any{}
+	file_metadata_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metadata_proto_rawDesc), len(file_metadata_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -45,6 +45,12 @@ func (a *Agent) CreatePartitions(ctx context.Context, req *keelpb.CreatePartitio
 	return a.client.CreatePartitions(ctx, req)
 }
 
+// AlterClientQuotas forwards a change of client quotas to the active
+// controller.
+func (a *Agent) AlterClientQuotas(ctx context.Context, req *keelpb.AlterClientQuotasRequest) (*keelpb.AlterClientQuotasResponse, error) {
+	return a.client.AlterClientQuotas(ctx, req)
+}
+
 // DeleteTopic forwards a topic deletion to the active controller.
 func (a *Agent) DeleteTopic(ctx context.Context, req *keelpb.DeleteTopicRequest) error {
 	return a.client.DeleteTopicRequest(ctx, req)

@@ -71,6 +71,18 @@ func (c *Client) ElectLeaders(ctx context.Context, req *keelpb.ElectLeadersReque
 	return resp, err
 }
 
+// AlterClientQuotas sets and removes client quotas through the active
+// controller: one error message per entry, "" for an entry applied.
+func (c *Client) AlterClientQuotas(ctx context.Context, req *keelpb.AlterClientQuotasRequest) (*keelpb.AlterClientQuotasResponse, error) {
+	var resp *keelpb.AlterClientQuotasResponse
+	err := c.Write(ctx, func(ctx context.Context, cl keelpb.ControllerServiceClient) error {
+		var err error
+		resp, err = cl.AlterClientQuotas(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
 // AlterPartitionReassignments starts a reassignment of one partition to
 // req.Replicas, or cancels the ongoing one when req.Replicas is empty,
 // through the active controller.

@@ -144,6 +144,9 @@ var methodRules = map[string]rule{
 	// Configs: an operator, or a broker forwarding a Kafka client's
 	// IncrementalAlterConfigs or AlterConfigs (Kafka: ALTER_CONFIGS).
 	keelpb.ControllerService_IncrementalAlterConfigs_FullMethodName: forwardedAdmin("principal"),
+	// Client quotas: an operator, or a broker forwarding a Kafka client's
+	// AlterClientQuotas (Kafka's needs ALTER_CONFIGS on the cluster).
+	keelpb.ControllerService_AlterClientQuotas_FullMethodName: forwardedAdmin("principal"),
 	// Raising or lowering metadata.version (Kafka's UpdateFeatures needs
 	// ALTER on the cluster), by an operator or forwarded by a broker.
 	keelpb.ControllerService_UpdateFeatures_FullMethodName: forwardedAdmin("principal"),

@@ -89,6 +89,8 @@ func Validate(req proto.Message) error {
 		return checkAlterScram(r)
 	case *keelpb.DescribeConfigsRequest:
 		return validConfigResource(r.GetResource())
+	case *keelpb.AlterClientQuotasRequest:
+		return checkAlterClientQuotas(r)
 	case *keelpb.AddVoterRequest:
 		return firstError(validNodeID("id", r.GetId()), validAddress("address", r.GetAddress()))
 	case *keelpb.RemoveVoterRequest:

@@ -101,6 +101,11 @@ func validControllerRequests() []controllerRequestCase {
 		{method: "CreateTopic", name: "forwarded for a broker", req: edited(validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Principal = "broker-3" })},
 		{method: "CreatePartitions", name: "forwarded for an admin", req: edited(validCreatePartitions, func(r *keelpb.CreatePartitionsRequest) { r.Principal = "admin" })},
 		{method: "DescribeTopic", req: &keelpb.DescribeTopicRequest{Name: "orders"}},
+		{method: "AlterClientQuotas", req: quotaRequest("user", "producer_byte_rate", 1024)},
+		{method: "AlterClientQuotas", name: "the default client id, removed, forwarded for an admin", req: edited(quotaRequest("client-id", "request_percentage", 0),
+			func(r *keelpb.AlterClientQuotasRequest) {
+				r.Entries[0].Entity[0].EntityName, r.Entries[0].Ops[0].Remove, r.Principal = nil, true, "admin"
+			})},
 		{method: "AlterPartition", req: validAlterPartition},
 		{method: "AlterPartition", name: "recovering", req: edited(validAlterPartition, func(r *keelpb.AlterPartitionRequest) {
 			r.NewIsr, r.LeaderRecoveryState = []int32{1}, keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING
@@ -238,6 +243,14 @@ func invalidControllerRequests() []controllerRequestCase {
 		register("an over-long cluster id", "cluster_id", func(r *keelpb.RegisterBrokerRequest) { r.ClusterId = long(maxClusterIDLen + 1) }),
 		register("a Kafka address without a port", "kafka_address", func(r *keelpb.RegisterBrokerRequest) { r.KafkaAddress = "broker1" }),
 		{method: "UpdateFeatures", name: "metadata version 0", field: "metadata_version", req: &keelpb.UpdateFeaturesRequest{Downgrade: true}},
+		{method: "AlterClientQuotas", name: "no entries", field: "entries", req: &keelpb.AlterClientQuotasRequest{}},
+		{method: "AlterClientQuotas", name: "a principal that is no identity", field: "principal", req: edited(quotaRequest("user", "producer_byte_rate", 1),
+			func(r *keelpb.AlterClientQuotasRequest) { r.Principal = "broker-07" })},
+		{method: "AlterClientQuotas", name: "an unknown key", field: "entries[0]", req: quotaRequest("user", "producer_bytes", 1)},
+		{method: "AlterClientQuotas", name: "a negative rate", field: "entries[0]", req: quotaRequest("user", "producer_byte_rate", -1)},
+		{method: "AlterClientQuotas", name: "an unknown entity type", field: "entries[0]", req: quotaRequest("group", "producer_byte_rate", 1)},
+		{method: "AlterClientQuotas", name: "an entity named twice", field: "entries[0]", req: edited(quotaRequest("user", "producer_byte_rate", 1),
+			func(r *keelpb.AlterClientQuotasRequest) { r.Entries[0].Entity = append(r.Entries[0].Entity, r.Entries[0].Entity[0]) })},
 		{method: "CompareImage", name: "index 0", field: "index", req: &keelpb.CompareImageRequest{}},
 		{method: "CompareImage", name: "a digest of 31 bytes", field: "majority_digest", req: &keelpb.CompareImageRequest{Index: 5, MajorityDigest: make([]byte, 31)}},
 		{method: "CompareImage", name: "an over-long majority", field: "majority", req: &keelpb.CompareImageRequest{Index: 5, Majority: long(maxAddressLen + 1)}},
@@ -599,4 +612,13 @@ func TestValidate_MalformedISRIsInvalidRequest(t *testing.T) {
 			t.Errorf("new_isr %v: %v (reason %q); want InvalidArgument, %s", isr, err, ReasonOf(err), ReasonInvalidRequest)
 		}
 	}
+}
+
+// quotaRequest is an AlterClientQuotas of one entity of type typ named
+// "alice", setting key to value.
+func quotaRequest(typ, key string, value float64) *keelpb.AlterClientQuotasRequest {
+	name := "alice"
+	return &keelpb.AlterClientQuotasRequest{Entries: []*keelpb.ClientQuotaAlteration{{
+		Entity: []*keelpb.ClientQuotaEntityData{{EntityType: typ, EntityName: &name}},
+		Ops:    []*keelpb.ClientQuotaOp{{Key: key, Value: value}}}}}
 }

@@ -29,6 +29,22 @@ func (s *controllerService) IncrementalAlterConfigs(ctx context.Context, req *ke
 	return resp, nil
 }
 
+// AlterClientQuotas sets and removes client quotas; each entry's result
+// carries its error, if any.
+func (s *controllerService) AlterClientQuotas(ctx context.Context, req *keelpb.AlterClientQuotasRequest) (*keelpb.AlterClientQuotasResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	errs, offset, err := s.ctrl.AlterClientQuotas(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &keelpb.AlterClientQuotasResponse{Results: make([]*keelpb.ClientQuotaResult, len(errs)), Offset: offset}
+	for i, e := range errs {
+		resp.Results[i] = &keelpb.ClientQuotaResult{Error: e}
+	}
+	return resp, nil
+}
+
 // DescribeConfigs answers a resource's effective configs, as ListTopics
 // answers: from the active controller's image, its confirmed one, or with
 // stale this node's.

@@ -164,6 +164,13 @@ func (s *Server) createTopics(ctx context.Context, c *conn, r *kmsg.CreateTopics
 	return resp
 }
 
+// awaitOffset waits, briefly, for this broker's image to reach offset, so
+// that a client that reads next here finds what it changed. A timeout is
+// no error: what it changed is committed, and the image gets there.
+func (s *Server) awaitOffset(ctx context.Context, offset uint64) {
+	s.await(ctx, func(img *fsm.Image) bool { return img.Offset >= offset })
+}
+
 // awaitTopic waits, briefly, for this broker's image to show topic created
 // (or gone), so that a client that asks for metadata next finds what it
 // did. A timeout is no error: the client retries its metadata anyway.

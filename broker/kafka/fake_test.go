@@ -226,6 +226,34 @@ func (m *fakeMeta) AlterConfigs(_ context.Context, req *keelpb.IncrementalAlterC
 	return resp, nil
 }
 
+// AlterClientQuotas writes each entry's ops as records (at the level
+// that allows them), an entry the state machine refuses answered with its
+// error.
+func (m *fakeMeta) AlterClientQuotas(_ context.Context, req *keelpb.AlterClientQuotasRequest) (*keelpb.AlterClientQuotasResponse, error) {
+	m.forwarded(req.GetPrincipal())
+	resp := &keelpb.AlterClientQuotasResponse{}
+	for _, e := range req.GetEntries() {
+		recs := []*keelpb.Record{{Record: &keelpb.Record_FeatureLevel{FeatureLevel: &keelpb.FeatureLevelRecord{
+			Name: fsm.MetadataVersionFeature, Level: fsm.ClientQuotaMetadataVersion}}}}
+		for _, op := range e.GetOps() {
+			recs = append(recs, &keelpb.Record{Record: &keelpb.Record_ClientQuota{ClientQuota: &keelpb.ClientQuotaRecord{
+				Entity: e.GetEntity(), Key: op.GetKey(), Value: op.GetValue(), Remove: op.GetRemove()}}})
+		}
+		result := &keelpb.ClientQuotaResult{}
+		if req.GetValidateOnly() {
+			_, err := fsm.Apply(m.Image(), m.Image().Offset+1, 1, &keelpb.RecordBatch{Records: recs})
+			if err != nil {
+				result.Error = err.Error()
+			}
+		} else if err := m.apply(recs...); err != nil {
+			result.Error = err.Error()
+		}
+		resp.Results = append(resp.Results, result)
+	}
+	resp.Offset = m.Image().Offset
+	return resp, nil
+}
+
 // startServer serves broker id's Kafka listener on loopback over meta and
 // backend, registered in meta with its address; it stops in t.Cleanup.
 func startServer(t *testing.T, id int32, meta *fakeMeta, backend broker.Backend, mutate func(*Config)) *Server {

@@ -40,6 +40,7 @@ type Controller interface {
 	UpdateFeatures(ctx context.Context, req *keelpb.UpdateFeaturesRequest) (*keelpb.UpdateFeaturesResponse, error)
 	DescribeQuorum(ctx context.Context) (*keelpb.DescribeQuorumResponse, error)
 	AlterUserScramCredentials(ctx context.Context, req *keelpb.AlterUserScramCredentialsRequest) (*keelpb.AlterUserScramCredentialsResponse, error)
+	AlterClientQuotas(ctx context.Context, req *keelpb.AlterClientQuotasRequest) (*keelpb.AlterClientQuotasResponse, error)
 }
 
 // Defaults.

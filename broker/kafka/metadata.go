@@ -23,36 +23,38 @@ const apiVersionsKey = 18
 // when the range holds v0; a produce below v3 (message format v0 or v1) is
 // refused per partition.
 var versions = map[int16]versionRange{
-	0:  {0, 11}, // Produce
-	1:  {4, 12}, // Fetch (v13+ name topics by id)
-	2:  {0, 7},  // ListOffsets
-	3:  {0, 12}, // Metadata
-	18: {0, 4},  // ApiVersions
-	19: {0, 7},  // CreateTopics
-	20: {0, 6},  // DeleteTopics
-	21: {0, 2},  // DeleteRecords
-	22: {0, 4},  // InitProducerId
-	23: {2, 4},  // OffsetForLeaderEpoch (kgo validates after a leader change from v2: KIP-320)
-	32: {0, 4},  // DescribeConfigs
-	33: {0, 2},  // AlterConfigs
-	35: {0, 4},  // DescribeLogDirs
-	37: {0, 3},  // CreatePartitions
-	43: {0, 2},  // ElectLeaders
-	44: {0, 1},  // IncrementalAlterConfigs
-	45: {0, 0},  // AlterPartitionReassignments
-	46: {0, 0},  // ListPartitionReassignments
-	55: {0, 2},  // DescribeQuorum
-	57: {0, 1},  // UpdateFeatures (v2 drops the per-feature results)
-	60: {0, 1},  // DescribeCluster
-	61: {0, 0},  // DescribeProducers
-	// SASL (sasl.go), advertised only where offered. After SaslHandshake
-	// v0 the tokens come bare, without SaslAuthenticate; librdkafka
-	// needs v0 in the range to use SASL at all.
+	0: {0, 11}, // Produce
+	1: {4, 12}, // Fetch (v13+ name topics by id)
+	2: {0, 7},  // ListOffsets
+	3: {0, 12}, // Metadata
+	// SaslHandshake and SaslAuthenticate (sasl.go) are advertised only
+	// where SASL is offered. After SaslHandshake v0 the tokens come bare,
+	// without SaslAuthenticate; librdkafka needs v0 in the range to use
+	// SASL at all.
 	17: {0, 1}, // SaslHandshake
+	18: {0, 4}, // ApiVersions
+	19: {0, 7}, // CreateTopics
+	20: {0, 6}, // DeleteTopics
+	21: {0, 2}, // DeleteRecords
+	22: {0, 4}, // InitProducerId
+	23: {2, 4}, // OffsetForLeaderEpoch (kgo validates after a leader change from v2: KIP-320)
+	32: {0, 4}, // DescribeConfigs
+	33: {0, 2}, // AlterConfigs
+	35: {0, 4}, // DescribeLogDirs
 	36: {0, 2}, // SaslAuthenticate
-	// SCRAM credentials (scram.go, KIP-554).
-	50: {0, 0}, // DescribeUserScramCredentials
+	37: {0, 3}, // CreatePartitions
+	43: {0, 2}, // ElectLeaders
+	44: {0, 1}, // IncrementalAlterConfigs
+	45: {0, 0}, // AlterPartitionReassignments
+	46: {0, 0}, // ListPartitionReassignments
+	48: {0, 1}, // DescribeClientQuotas
+	49: {0, 1}, // AlterClientQuotas
+	50: {0, 0}, // DescribeUserScramCredentials (scram.go, KIP-554)
 	51: {0, 0}, // AlterUserScramCredentials
+	55: {0, 2}, // DescribeQuorum
+	57: {0, 1}, // UpdateFeatures (v2 drops the per-feature results)
+	60: {0, 1}, // DescribeCluster
+	61: {0, 0}, // DescribeProducers
 }
 
 func (s *Server) apiVersions(r *kmsg.ApiVersionsRequest) kmsg.Response {

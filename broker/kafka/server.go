@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -38,6 +39,9 @@ type Server struct {
 	// rules caches the topics' produce rules read from one image
 	// (topicrules.go).
 	rules rulesHolder
+	// quotas measure clients against their quotas (throttle.go); nil
+	// charges nothing.
+	quotas *quotas
 	// produceBudget and otherBudget: the request bytes every connection
 	// shares (QueuedMaxRequestBytes each), one for produce requests and one
 	// for the others, so that fetches waiting for records (which hold
@@ -110,6 +114,10 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka listener: metrics: %w", err)
 	}
+	quotas, err := newQuotas(cfg.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("kafka listener: metrics: %w", err)
+	}
 	limit := connlimit.NewLimits(cfg.Conns, 2*handshakeTimeout, "the Kafka listener "+lis.Addr().String())
 	limit.SetLogger(cfg.Logger)
 	if cfg.Metrics != nil {
@@ -123,6 +131,7 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 	s := &Server{
 		limit:         limit,
 		met:           met,
+		quotas:        quotas,
 		produceBudget: newBudget(cfg.QueuedMaxRequestBytes),
 		otherBudget:   newBudget(cfg.QueuedMaxRequestBytes),
 		cfg:           cfg,
@@ -231,6 +240,9 @@ type conn struct {
 	// raw is the accepted connection, under TLS if any.
 	raw  net.Conn
 	sasl saslConn
+	// mutedUntil: the connection's next request is not handled before
+	// this (unix ns), while its client is throttled (throttle.go).
+	mutedUntil atomic.Int64
 }
 
 func (s *Server) serveConn(raw net.Conn) {
@@ -366,6 +378,14 @@ func (s *Server) serveConn(raw net.Conn) {
 			}
 			first = false
 		}
+		// A throttled client's request waits its turn; its handling time
+		// starts after.
+		started := arrived
+		if waited, ok := c.awaitUnmuted(ctx); !ok {
+			return
+		} else if waited {
+			started = time.Now()
+		}
 		a, err := s.handleFrame(ctx, c, frame)
 		if a != nil {
 			a.arrived = arrived
@@ -375,6 +395,7 @@ func (s *Server) serveConn(raw net.Conn) {
 			return
 		}
 		a.lease, held = held, lease{}
+		a.quota = s.chargeRequest(c, a, len(frame), started)
 		answers <- a
 		if a.closeAfter {
 			drain = true
@@ -406,6 +427,9 @@ type answer struct {
 	// raw, when resp is nil: a bare SASL token, written with its size
 	// only (after a SaslHandshake v0).
 	raw []byte
+	// quota: what the request owes its client's quotas; nil when no quota
+	// is set.
+	quota *quotaCharge
 }
 
 // readyNow is a closed channel, for the answers that are complete.
@@ -422,6 +446,9 @@ func (s *Server) writeAnswers(c *conn, answers <-chan *answer) {
 			continue
 		}
 		if a.resp != nil {
+			if a.quota != nil {
+				s.settleQuota(c, a)
+			}
 			if err := s.write(c, a.h, a.flexible, a.resp); err != nil {
 				a.lease.release()
 				failed = true
@@ -585,6 +612,10 @@ func (s *Server) handle(ctx context.Context, c *conn, req kmsg.Request) kmsg.Res
 		return s.describeUserScramCredentials(c, r)
 	case *kmsg.AlterUserSCRAMCredentialsRequest:
 		return s.alterUserScramCredentials(ctx, c, r)
+	case *kmsg.DescribeClientQuotasRequest:
+		return s.describeClientQuotas(c, r)
+	case *kmsg.AlterClientQuotasRequest:
+		return s.alterClientQuotas(ctx, c, r)
 	}
 	// versions lists only the keys above.
 	panic(fmt.Sprintf("no handler for %s", kmsg.NameForKey(req.Key())))

@@ -5845,7 +5845,9 @@ func (x *ClientQuotaOp) GetRemove() bool {
 type AlterClientQuotasResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One per entry, in the request's order.
-	Results       []*ClientQuotaResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*ClientQuotaResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// The metadata offset the change was written at; 0 when nothing was.
+	Offset        uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5885,6 +5887,13 @@ func (x *AlterClientQuotasResponse) GetResults() []*ClientQuotaResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *AlterClientQuotasResponse) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
 }
 
 // ClientQuotaResult is one entry's outcome: an empty error is success.
@@ -6355,9 +6364,10 @@ const file_controller_proto_rawDesc = "" +
 	"\rClientQuotaOp\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x16\n" +
-	"\x06remove\x18\x03 \x01(\bR\x06remove\"Q\n" +
+	"\x06remove\x18\x03 \x01(\bR\x06remove\"i\n" +
 	"\x19AlterClientQuotasResponse\x124\n" +
-	"\aresults\x18\x01 \x03(\v2\x1a.keel.v1.ClientQuotaResultR\aresults\")\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.keel.v1.ClientQuotaResultR\aresults\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\")\n" +
 	"\x11ClientQuotaResult\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error*e\n" +
 	"\fElectionType\x12\x1d\n" +

@@ -12,8 +12,12 @@ func quotaEntry(e fsm.QuotaEntity, ops ...*keelpb.ClientQuotaOp) *keelpb.ClientQ
 	return &keelpb.ClientQuotaAlteration{Entity: e.Data(), Ops: ops}
 }
 
-func setQuota(key string, v float64) *keelpb.ClientQuotaOp { return &keelpb.ClientQuotaOp{Key: key, Value: v} }
-func removeQuota(key string) *keelpb.ClientQuotaOp       { return &keelpb.ClientQuotaOp{Key: key, Remove: true} }
+func setQuota(key string, v float64) *keelpb.ClientQuotaOp {
+	return &keelpb.ClientQuotaOp{Key: key, Value: v}
+}
+func removeQuota(key string) *keelpb.ClientQuotaOp {
+	return &keelpb.ClientQuotaOp{Key: key, Remove: true}
+}
 
 // TestClientQuotaRecords: each entry is decided whole, in Kafka's way
 // (ClientQuotaControlManagerTest): the records replay into the image

@@ -250,7 +250,9 @@ func invalidControllerRequests() []controllerRequestCase {
 		{method: "AlterClientQuotas", name: "a negative rate", field: "entries[0]", req: quotaRequest("user", "producer_byte_rate", -1)},
 		{method: "AlterClientQuotas", name: "an unknown entity type", field: "entries[0]", req: quotaRequest("group", "producer_byte_rate", 1)},
 		{method: "AlterClientQuotas", name: "an entity named twice", field: "entries[0]", req: edited(quotaRequest("user", "producer_byte_rate", 1),
-			func(r *keelpb.AlterClientQuotasRequest) { r.Entries[0].Entity = append(r.Entries[0].Entity, r.Entries[0].Entity[0]) })},
+			func(r *keelpb.AlterClientQuotasRequest) {
+				r.Entries[0].Entity = append(r.Entries[0].Entity, r.Entries[0].Entity[0])
+			})},
 		{method: "CompareImage", name: "index 0", field: "index", req: &keelpb.CompareImageRequest{}},
 		{method: "CompareImage", name: "a digest of 31 bytes", field: "majority_digest", req: &keelpb.CompareImageRequest{Index: 5, MajorityDigest: make([]byte, 31)}},
 		{method: "CompareImage", name: "an over-long majority", field: "majority", req: &keelpb.CompareImageRequest{Index: 5, Majority: long(maxAddressLen + 1)}},

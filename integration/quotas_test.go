@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
@@ -263,8 +264,11 @@ func TestClientQuotas_ThrottleProduceAndFetch(t *testing.T) {
 	// Producer: as fast as it can, for quotaRun.
 	set("slow-producer", "producer_byte_rate", false)
 	var throttles throttleCounter
+	// Bytes that do not compress, sent as they are: a quota counts the
+	// bytes on the wire.
 	value := make([]byte, 1000)
-	producer := kafkaClient(t, kafka, kgo.ClientID("slow-producer"), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0),
+	rand.Read(value)
+	producer := kafkaClient(t, kafka, kgo.ClientID("slow-producer"), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0), kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.ProducerBatchMaxBytes(16<<10), kgo.MaxBufferedRecords(200), kgo.WithHooks(&throttles))
 	produce := func(run time.Duration, stopAt int64) (acked int64, took time.Duration) {
 		var n atomic.Int64

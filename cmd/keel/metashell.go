@@ -277,6 +277,15 @@ func (st *shellState) tree() *vnode {
 			})},
 		}
 	})
+	// Each entity's client quotas, named as Kafka's tools name it, a '/'
+	// in a name escaped as %2F.
+	clientQuotas := dir(func() []namedNode {
+		var out []namedNode
+		for _, q := range img.ClientQuotas() {
+			out = append(out, namedNode{strings.ReplaceAll(q.Entity.String(), "/", "%2F"), file(func() any { return q.Values })})
+		}
+		return out
+	})
 	quorum := dir(func() []namedNode {
 		nodes := []namedNode{
 			{"active_controller", file(func() any { return img.ControllerLeaderID })},
@@ -298,7 +307,7 @@ func (st *shellState) tree() *vnode {
 		return nodes
 	})
 	return dir(func() []namedNode {
-		return []namedNode{{"brokers", brokers}, {"configs", configs}, {"controllers", controllers}, {"quorum", quorum}, {"topics", topics},
+		return []namedNode{{"brokers", brokers}, {"client_quotas", clientQuotas}, {"configs", configs}, {"controllers", controllers}, {"quorum", quorum}, {"topics", topics},
 			{"users", scramUsersDir(img)}}
 	})
 }

@@ -138,4 +138,8 @@ type Config struct {
 	// Metrics, when set, takes the listener's request metrics
 	// (docs/metrics.md).
 	Metrics prometheus.Registerer
+
+	// noQuotas leaves the quota code out altogether: the baseline of the
+	// benchmark that shows what it costs (tests only).
+	noQuotas bool
 }

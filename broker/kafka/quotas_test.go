@@ -234,3 +234,39 @@ func TestServer_ClientQuotas(t *testing.T) {
 		t.Fatalf("throttled %d ms after the quota was removed", resp.ThrottleMillis)
 	}
 }
+
+// TestServer_QuotaRequestsBadInput: a malformed AlterClientQuotas or
+// DescribeClientQuotas closes its connection only, and an oversized name
+// is refused alone; nothing is written either way.
+func TestServer_QuotaRequestsBadInput(t *testing.T) {
+	meta := newFakeMeta(t)
+	s := startServer(t, 1, meta, NewMemoryBackend(), nil)
+	for _, tt := range []struct {
+		name string
+		req  kmsg.Request
+	}{
+		{"AlterClientQuotas", func() kmsg.Request {
+			r := kmsg.NewPtrAlterClientQuotasRequest()
+			r.Entries = []kmsg.AlterClientQuotasRequestEntry{quotaEntry("user", kmsg.StringPtr("alice"), fsm.ProducerByteRate, 1024)}
+			return r
+		}()},
+		{"DescribeClientQuotas", kmsg.NewPtrDescribeClientQuotasRequest()},
+	} {
+		body := tt.req.AppendTo(nil)
+		c := dial(t, s.Addr())
+		// Truncated: the body's last bytes are missing.
+		writeFrame(t, c, frame(tt.req.Key(), 0, 1, body[:len(body)-3]))
+		_ = c.SetReadDeadline(time.Now().Add(testTimeout))
+		if n, err := c.Read(make([]byte, 1)); err == nil {
+			t.Errorf("%s truncated: the connection answered %d bytes; want it closed", tt.name, n)
+		}
+	}
+	cl := newClient(t, []string{s.Addr()})
+	long := string(make([]byte, 200))
+	if got := alterQuota(t, cl, false, quotaEntry("user", &long, fsm.ProducerByteRate, 1024)); got[0].ErrorCode != kerr.InvalidRequest.Code {
+		t.Errorf("an oversized name: %v; want INVALID_REQUEST", kerr.ErrorForCode(got[0].ErrorCode))
+	}
+	if n := meta.Image().ClientQuotaCount(); n != 0 {
+		t.Fatalf("%d quotas written by bad input", n)
+	}
+}

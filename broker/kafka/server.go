@@ -114,9 +114,11 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka listener: metrics: %w", err)
 	}
-	quotas, err := newQuotas(cfg.Metrics)
-	if err != nil {
-		return nil, fmt.Errorf("kafka listener: metrics: %w", err)
+	var quotas *quotas
+	if !cfg.noQuotas {
+		if quotas, err = newQuotas(cfg.Metrics); err != nil {
+			return nil, fmt.Errorf("kafka listener: metrics: %w", err)
+		}
 	}
 	limit := connlimit.NewLimits(cfg.Conns, 2*handshakeTimeout, "the Kafka listener "+lis.Addr().String())
 	limit.SetLogger(cfg.Logger)

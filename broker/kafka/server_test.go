@@ -517,7 +517,7 @@ func writeFrame(t *testing.T, c net.Conn, f []byte) {
 	}
 }
 
-func readFrame(t *testing.T, c net.Conn) []byte {
+func readFrame(t testing.TB, c net.Conn) []byte {
 	t.Helper()
 	_ = c.SetReadDeadline(time.Now().Add(testTimeout))
 	var size [4]byte

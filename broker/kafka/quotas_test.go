@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/proto/keelpb"
 )
 
 // TestRate_QuotaViolation is ClientQuotaManagerTest.testQuotaViolation
@@ -152,7 +154,8 @@ func quotaEntry(typ string, name *string, key string, value float64) kmsg.AlterC
 // throttle_time_ms and the connection's next request waits that long.
 func TestServer_ClientQuotas(t *testing.T) {
 	meta := newFakeMeta(t)
-	s := startServer(t, 1, meta, NewMemoryBackend(), nil)
+	reg := prometheus.NewRegistry()
+	s := startServer(t, 1, meta, NewMemoryBackend(), func(c *Config) { c.Metrics = reg })
 	meta.createTopic("t", []int32{1})
 	cl := newClient(t, []string{s.Addr()}, kgo.ClientID("slow"))
 
@@ -220,6 +223,9 @@ func TestServer_ClientQuotas(t *testing.T) {
 	if took >= throttle {
 		t.Fatalf("the throttled produce took %v to answer: not at once", took)
 	}
+	if got := counterValue(t, reg, MetricThrottleSeconds); got < throttle.Seconds()-0.01 {
+		t.Fatalf("%s = %v; want the %v throttle counted", MetricThrottleSeconds, got, throttle)
+	}
 	// KIP-219: the connection's next request waits out the throttle.
 	if _, took := produce(c); took < throttle/2 {
 		t.Fatalf("the next request was answered after %v, within the %v throttle", took, throttle)
@@ -268,5 +274,34 @@ func TestServer_QuotaRequestsBadInput(t *testing.T) {
 	}
 	if n := meta.Image().ClientQuotaCount(); n != 0 {
 		t.Fatalf("%d quotas written by bad input", n)
+	}
+}
+
+// TestQuotas_RequestPercentageCapped: a request_percentage throttle is at
+// most one window, as ClientRequestQuotaManager caps it; a byte rate's is
+// not; a client under another entity's quota is not charged.
+func TestQuotas_RequestPercentageCapped(t *testing.T) {
+	e := fsm.QuotaEntity{ClientID: fsm.Named("busy")}
+	img, err := fsm.Apply(fsm.Empty(), 1, 1, &keelpb.RecordBatch{Records: []*keelpb.Record{
+		{Record: &keelpb.Record_FeatureLevel{FeatureLevel: &keelpb.FeatureLevelRecord{Name: fsm.MetadataVersionFeature, Level: fsm.ClientQuotaMetadataVersion}}},
+		{Record: &keelpb.Record_ClientQuota{ClientQuota: &keelpb.ClientQuotaRecord{Entity: e.Data(), Key: fsm.RequestPercentage, Value: 1}}},
+		{Record: &keelpb.Record_ClientQuota{ClientQuota: &keelpb.ClientQuotaRecord{Entity: e.Data(), Key: fsm.ProducerByteRate, Value: 1}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := newQuotas(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_000_000, 0)
+	if d := q.charge(img, fsm.RequestPercentage, "anyone", "busy", 500, now, false); d != quotaWindow {
+		t.Errorf("500%% of a thread against 1%%: throttled %v; want one window, %v", d, quotaWindow)
+	}
+	if d := q.charge(img, fsm.ProducerByteRate, "anyone", "busy", 100, now, false); d <= quotaWindow {
+		t.Errorf("100 bytes against 1 B/s: throttled %v; want more than a window", d)
+	}
+	if d := q.charge(img, fsm.RequestPercentage, "anyone", "idle", 500, now, false); d != 0 {
+		t.Errorf("a client without a quota was throttled %v", d)
 	}
 }

@@ -291,23 +291,11 @@ func TestClientQuotas_ThrottleProduceAndFetch(t *testing.T) {
 		return n.Load(), took
 	}
 	acked, _ := produce(quotaRun, 0)
-	t.Logf("produced %d bytes in %v at %d B/s a broker (at most %d a broker allowed); throttled by brokers %v",
-		acked, quotaRun, quotaRate, quotaAllowed, throttles.brokers())
-	if acked > 3*quotaAllowed || acked < 3*quotaRate*quotaRunSeconds/2 {
-		t.Errorf("produced %d bytes in %v; want near the quota: at most %d, at least %d", acked, quotaRun, 3*quotaAllowed, 3*quotaRate*quotaRunSeconds/2)
-	}
-	for id := range kafka {
-		if throttles.brokers()[id] == 0 {
-			t.Errorf("broker %d never answered the producer with throttle_time_ms", id)
-		}
-	}
+	checkHeld(t, "producer", acked, &throttles, kafka)
 	// Lifted: the quota's whole allowance again, several times over, in
 	// less time than the quota would take for it.
 	set("slow-producer", "producer_byte_rate", true)
-	want := int64(6 * quotaAllowed)
-	if got, took := produce(kafkaTimeout, want); got < want || took > 3*time.Duration(want/(3*quotaRate))*time.Second/4 {
-		t.Errorf("after the quota's removal: %d bytes in %v; want %d well within %v", got, took, want, time.Duration(want/(3*quotaRate))*time.Second)
-	}
+	checkLifted(t, "producer", int64(6*quotaAllowed), produce)
 
 	// Consumer: reads what is there as fast as it can, for quotaRun.
 	set("slow-consumer", "consumer_byte_rate", false)
@@ -324,18 +312,36 @@ func TestClientQuotas_ThrottleProduceAndFetch(t *testing.T) {
 		return read, time.Since(start)
 	}
 	read, _ := consume(quotaRun, 0)
-	t.Logf("consumed %d bytes in %v; throttled by brokers %v", read, quotaRun, cthrottles.brokers())
-	if read > 3*quotaAllowed || read < 3*quotaRate*quotaRunSeconds/2 {
-		t.Errorf("consumed %d bytes in %v; want near the quota: at most %d, at least %d", read, quotaRun, 3*quotaAllowed, 3*quotaRate*quotaRunSeconds/2)
+	checkHeld(t, "consumer", read, &cthrottles, kafka)
+	set("slow-consumer", "consumer_byte_rate", true)
+	// What is left of the topic: a third of the producer's lifted run.
+	checkLifted(t, "consumer", int64(3*quotaAllowed), consume)
+}
+
+// checkHeld checks that a client moved near its quota through each of the
+// three brokers in quotaRun, and that each answered it with
+// throttle_time_ms.
+func checkHeld(t *testing.T, who string, moved int64, throttles *throttleCounter, kafka map[int32]string) {
+	t.Helper()
+	lo, hi := int64(3*quotaRate*quotaRunSeconds/2), int64(3*quotaAllowed)
+	t.Logf("the %s moved %d bytes in %v at %d B/s a broker (allowed %d..%d); throttled by brokers %v", who, moved, quotaRun, quotaRate, lo, hi, throttles.brokers())
+	if moved > hi || moved < lo {
+		t.Errorf("the %s moved %d bytes in %v; want near the quota: %d..%d", who, moved, quotaRun, lo, hi)
 	}
 	for id := range kafka {
-		if cthrottles.brokers()[id] == 0 {
-			t.Errorf("broker %d never answered the consumer with throttle_time_ms", id)
+		if throttles.brokers()[id] == 0 {
+			t.Errorf("broker %d never answered the %s with throttle_time_ms", id, who)
 		}
 	}
-	set("slow-consumer", "consumer_byte_rate", true)
-	want = int64(3 * quotaAllowed)
-	if got, took := consume(kafkaTimeout, want); got < want || took > 3*time.Duration(want/(3*quotaRate))*time.Second/4 {
-		t.Errorf("after the quota's removal: read %d bytes in %v; want %d well within %v", got, took, want, time.Duration(want/(3*quotaRate))*time.Second)
+}
+
+// checkLifted checks that, its quota removed, a client moves want bytes
+// in well under the time the quota would allow them (run: move until want
+// or the limit).
+func checkLifted(t *testing.T, who string, want int64, run func(limit time.Duration, want int64) (int64, time.Duration)) {
+	t.Helper()
+	atQuota := time.Duration(want/(3*quotaRate)) * time.Second
+	if got, took := run(kafkaTimeout, want); got < want || took > 3*atQuota/4 {
+		t.Errorf("after the quota's removal the %s moved %d bytes in %v; want %d well within %v", who, got, took, want, atQuota)
 	}
 }

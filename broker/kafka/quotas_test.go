@@ -305,3 +305,27 @@ func TestQuotas_RequestPercentageCapped(t *testing.T) {
 		t.Errorf("a client without a quota was throttled %v", d)
 	}
 }
+
+// TestServer_QuotaMutesAcksZero: an acks=0 produce over its quota has no
+// answer to carry throttle_time_ms, but its connection is muted all the
+// same: the next request waits.
+func TestServer_QuotaMutesAcksZero(t *testing.T) {
+	meta := newFakeMeta(t)
+	s := startServer(t, 1, meta, NewMemoryBackend(), nil)
+	meta.createTopic("t", []int32{1})
+	if got := alterQuota(t, newClient(t, []string{s.Addr()}), false, quotaEntry("client-id", kmsg.StringPtr("t"), fsm.ProducerByteRate, 1024)); got[0].ErrorCode != 0 {
+		t.Fatalf("alter: %v", kerr.ErrorForCode(got[0].ErrorCode))
+	}
+	c := dial(t, s.Addr())
+	req := kmsg.NewPtrProduceRequest()
+	req.Version, req.Acks, req.TimeoutMillis = 7, 0, 5000
+	req.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: batchOf(make([]byte, 12<<10))}}}}
+	writeFrame(t, c, frame(0, 7, 1, req.AppendTo(nil)))
+	// 12 KiB at 1 KiB/s, over ten windows: a throttle of about 2 s.
+	start := time.Now()
+	writeFrame(t, c, frame(apiVersionsKey, 0, 2, nil))
+	readFrame(t, c)
+	if took := time.Since(start); took < time.Second {
+		t.Fatalf("the request after an acks=0 produce over its quota was answered after %v; want it held about 2 s", took)
+	}
+}

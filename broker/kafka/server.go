@@ -447,10 +447,11 @@ func (s *Server) writeAnswers(c *conn, answers <-chan *answer) {
 			a.lease.release()
 			continue
 		}
+		if a.quota != nil {
+			// An acks=0 produce has no answer, but mutes all the same.
+			s.settleQuota(c, a)
+		}
 		if a.resp != nil {
-			if a.quota != nil {
-				s.settleQuota(c, a)
-			}
 			if err := s.write(c, a.h, a.flexible, a.resp); err != nil {
 				a.lease.release()
 				failed = true

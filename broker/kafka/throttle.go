@@ -222,12 +222,18 @@ func (s *Server) chargeRequest(c *conn, a *answer, frameSize int, started time.T
 	// request_percentage: per cent of one second of one thread.
 	pct := float64(handled) / float64(time.Second) * 100
 	qc.throttle = max(qc.throttle, s.quotas.charge(img, fsm.RequestPercentage, qc.user, qc.clientID, pct, now, false))
+	if qc.throttle > 0 {
+		// Muted from now, before the reader reads on: an acks=0 produce's
+		// answer never comes for the writer to mute after.
+		c.mute(now.Add(qc.throttle))
+	}
 	return qc
 }
 
 // settleQuota finishes a's charge once its answer is ready: a fetch's
-// bytes, then the throttle in the answer and on the connection. A fetch
-// that throttles is answered empty, its bytes not charged, as Kafka does.
+// bytes, then the throttle in the answer (if any: an acks=0 produce has
+// none) and on the connection. A fetch that throttles is answered empty,
+// its bytes not charged, as Kafka does.
 func (s *Server) settleQuota(c *conn, a *answer) {
 	qc := a.quota
 	throttle := qc.throttle
@@ -246,6 +252,8 @@ func (s *Server) settleQuota(c *conn, a *answer) {
 	if throttle <= 0 {
 		return
 	}
+	s.log.Debug("client throttled over its quota", "request", kmsg.NameForKey(a.h.key), "principal", c.principal,
+		"client_id", qc.clientID, "throttle", throttle)
 	ms := int32(min(throttle.Milliseconds(), 1<<31-1))
 	if tr, ok := a.resp.(kmsg.ThrottleResponse); ok {
 		if have, _ := tr.Throttle(); have < ms {

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
+	"github.com/keel-dev/keel/tlsauth"
 )
 
 // TestRate_QuotaViolation is ClientQuotaManagerTest.testQuotaViolation
@@ -327,5 +329,43 @@ func TestServer_QuotaMutesAcksZero(t *testing.T) {
 	readFrame(t, c)
 	if took := time.Since(start); took < time.Second {
 		t.Fatalf("the request after an acks=0 produce over its quota was answered after %v; want it held about 2 s", took)
+	}
+}
+
+// TestServer_ClientQuotasAuthorized: over TLS, altering and describing
+// client quotas needs ALTER_CONFIGS and DESCRIBE_CONFIGS on the cluster
+// (allowed): refused with CLUSTER_AUTHORIZATION_FAILED to a broker's
+// certificate, nothing forwarded; an admin's is forwarded with its
+// principal.
+func TestServer_ClientQuotasAuthorized(t *testing.T) {
+	ca, err := tlsauth.NewCA("kafka test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := map[string]*tlsauth.Config{}
+	for _, cn := range []string{"broker-1", "broker-2", "admin"} {
+		if certs[cn], err = ca.Config(cn, "127.0.0.1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meta := newFakeMeta(t)
+	s := startServer(t, 1, meta, NewMemoryBackend(), func(c *Config) { c.TLS = certs["broker-1"] })
+	client := func(cn string) *kgo.Client {
+		return newClient(t, []string{s.Addr()}, kgo.DialTLSConfig(certs[cn].Client(tlsauth.RoleBroker)))
+	}
+	entry := quotaEntry("user", kmsg.StringPtr("app"), fsm.ConsumerByteRate, 4096)
+	app := client("broker-2")
+	if got := alterQuota(t, app, false, entry); got[0].ErrorCode != kerr.ClusterAuthorizationFailed.Code {
+		t.Fatalf("AlterClientQuotas with a broker's certificate: %v", kerr.ErrorForCode(got[0].ErrorCode))
+	}
+	resp, err := kmsg.NewPtrDescribeClientQuotasRequest().RequestWith(context.Background(), app)
+	if err != nil || resp.ErrorCode != kerr.ClusterAuthorizationFailed.Code {
+		t.Fatalf("DescribeClientQuotas with a broker's certificate: %v, %v", err, resp)
+	}
+	if got := alterQuota(t, client("admin"), false, entry); got[0].ErrorCode != 0 {
+		t.Fatalf("AlterClientQuotas with an admin's certificate: %v", kerr.ErrorForCode(got[0].ErrorCode))
+	}
+	if got := meta.forwardedPrincipals(); !slices.Equal(got, []string{"admin"}) {
+		t.Fatalf("principals forwarded: %q; want [admin]", got)
 	}
 }

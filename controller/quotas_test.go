@@ -68,6 +68,8 @@ func TestClientQuotaRecords(t *testing.T) {
 					t.Fatal("half of a bad entry was written")
 				}
 			}},
+		{name: "an entry of no operations changes nothing, as in Kafka", img: level(4), entries: []*keelpb.ClientQuotaAlteration{quotaEntry(alice)},
+			wantErrs: []string{""}},
 		{name: "negative rate", img: level(4), entries: []*keelpb.ClientQuotaAlteration{quotaEntry(alice, setQuota(fsm.ConsumerByteRate, -1))},
 			wantErrs: []string{"-1 is outside"}},
 		{name: "key named twice", img: level(4), entries: []*keelpb.ClientQuotaAlteration{

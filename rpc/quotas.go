@@ -27,8 +27,9 @@ func checkAlterClientQuotas(r *keelpb.AlterClientQuotasRequest) error {
 }
 
 // CheckClientQuotaEntry checks one entity's alteration by Kafka's rules
-// (fsm.ParseQuotaEntity, fsm.CheckClientQuota): a good entity, one to
-// maxConfigs operations, each key once, a removed key a known one. A
+// (fsm.ParseQuotaEntity, fsm.CheckClientQuota): a good entity, at most
+// maxConfigs operations (none is a change of nothing, as in Kafka), each
+// key once, a removed key a known one. A
 // broker checks each entry of a Kafka AlterClientQuotas with it, to answer
 // a bad one alone. The error names no request field.
 func CheckClientQuotaEntry(e *keelpb.ClientQuotaAlteration) error {
@@ -41,8 +42,8 @@ func CheckClientQuotaEntry(e *keelpb.ClientQuotaAlteration) error {
 		return err
 	}
 	ops := e.GetOps()
-	if len(ops) == 0 || len(ops) > maxConfigs {
-		return fmt.Errorf("%d quota operations; want 1..%d", len(ops), maxConfigs)
+	if len(ops) > maxConfigs {
+		return fmt.Errorf("%d quota operations; want at most %d", len(ops), maxConfigs)
 	}
 	for i, op := range ops {
 		if slices.ContainsFunc(ops[:i], func(o *keelpb.ClientQuotaOp) bool { return o.GetKey() == op.GetKey() }) {

@@ -369,3 +369,41 @@ func TestServer_ClientQuotasAuthorized(t *testing.T) {
 		t.Fatalf("principals forwarded: %q; want [admin]", got)
 	}
 }
+
+// TestServer_FetchCappedByQuota: a fetch is bounded to what its client's
+// consumer quota allows over ten windows, as Kafka bounds it: 1,000 B/s
+// lets a 1 MiB fetch take two of three 4 KiB batches, unthrottled; whole,
+// it would be throttled and answered empty, every time.
+func TestServer_FetchCappedByQuota(t *testing.T) {
+	meta := newFakeMeta(t)
+	s := startServer(t, 1, meta, NewMemoryBackend(), nil)
+	meta.createTopic("t", []int32{1})
+	cl := newClient(t, []string{s.Addr()})
+	for range 3 {
+		if resp := produceRaw(t, cl, 1, "t", 0, make([]byte, 4<<10)); resp.Topics[0].Partitions[0].ErrorCode != 0 {
+			t.Fatalf("produce: %v", kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode))
+		}
+	}
+	if got := alterQuota(t, cl, false, quotaEntry("client-id", kmsg.StringPtr("t"), fsm.ConsumerByteRate, 1000)); got[0].ErrorCode != 0 {
+		t.Fatalf("alter: %v", kerr.ErrorForCode(got[0].ErrorCode))
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.Version, req.ReplicaID, req.MinBytes, req.MaxBytes = 11, -1, 1, 1<<20
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.PartitionMaxBytes = 1 << 20
+	req.Topics = []kmsg.FetchRequestTopic{{Topic: "t", Partitions: []kmsg.FetchRequestTopicPartition{rp}}}
+	c := dial(t, s.Addr())
+	writeFrame(t, c, frame(1, 11, 1, req.AppendTo(nil)))
+	resp := kmsg.NewPtrFetchResponse()
+	resp.Version = 11
+	if err := resp.ReadFrom(readFrame(t, c)[4:]); err != nil {
+		t.Fatal(err)
+	}
+	if resp.ThrottleMillis != 0 || len(resp.Topics) != 1 {
+		t.Fatalf("throttled %d ms, %d topics; want an answer, unthrottled", resp.ThrottleMillis, len(resp.Topics))
+	}
+	n := len(resp.Topics[0].Partitions[0].RecordBatches)
+	if n < 8<<10 || n > 10_000 {
+		t.Fatalf("answered %d bytes; want two batches, within the quota's 10,000", n)
+	}
+}

@@ -527,6 +527,7 @@ func (s *Server) handleFrame(ctx context.Context, c *conn, frame []byte) (*answe
 		// A fetch that waits for data waits off the reader, which reads
 		// on: a client that closes its connection is noticed at once, and
 		// the close (ctx) ends the wait.
+		s.capFetch(c, h, fr)
 		a.resp, a.ready = s.fetch(ctx, fr)
 		return a, nil
 	}

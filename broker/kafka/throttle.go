@@ -230,6 +230,32 @@ func (s *Server) chargeRequest(c *conn, a *answer, frameSize int, started time.T
 	return qc
 }
 
+// capFetch bounds a fetch's answer to what its client's consumer quota
+// allows over all the quota windows but one (Kafka's
+// getMaxValueInQuotaWindow): a larger answer would always throttle, be
+// answered empty, and the consumer never get anything.
+func (s *Server) capFetch(c *conn, h header, r *kmsg.FetchRequest) {
+	if s.quotas == nil {
+		return
+	}
+	img := s.cfg.Image.Image()
+	if img.ClientQuotaCount() == 0 {
+		return
+	}
+	clientID := ""
+	if h.clientID != nil {
+		clientID = *h.clientID
+	}
+	bound, _, ok := img.QuotaFor(fsm.ConsumerByteRate, quotaUser(c.principal), clientID)
+	if !ok {
+		return
+	}
+	limit := bound * (quotaSamples - 1) * quotaWindow.Seconds()
+	if limit < float64(r.MaxBytes) || r.MaxBytes <= 0 && limit < maxFetchResponse {
+		r.MaxBytes = int32(max(limit, 1))
+	}
+}
+
 // settleQuota finishes a's charge once its answer is ready: a fetch's
 // bytes, then the throttle in the answer (if any: an acks=0 produce has
 // none) and on the connection. A fetch that throttles is answered empty,

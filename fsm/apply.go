@@ -40,6 +40,8 @@ type applyContext struct {
 	// brokersOwned is set once this batch has its own copy of the brokers
 	// map: copy on first write, at most once per batch.
 	brokersOwned bool
+	// aclsOwned: this batch has its own copy of the ACLs.
+	aclsOwned bool
 
 	// own marks the tree nodes, vector nodes and topics this batch made.
 	own *owner
@@ -163,6 +165,10 @@ func applyRecord(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 		return applyRemoveUserScramCredential(img, rec, ctx)
 	case *keelpb.Record_ClientQuota:
 		return applyClientQuota(img, rec, ctx)
+	case *keelpb.Record_Acl:
+		return applyACL(img, rec, ctx)
+	case *keelpb.Record_RemoveAcl:
+		return applyRemoveACL(img, rec, ctx)
 	}
 	return errors.New("unknown record type")
 }

@@ -73,9 +73,10 @@ var MetadataVersions = []MetadataVersionInfo{
 		Adds: "controller registrations (KIP-919): each controller's supported metadata.version range in the log"},
 	{Level: 3, Adds: "an empty ISR (KIP-966): a broker that restarts after an unclean shutdown leaves the ISR even as its " +
 		"last member, and the partition waits for an eligible leader replica"},
-	{Level: 4, Records: []string{"user_scram_credential", "remove_user_scram_credential", "client_quota"},
+	{Level: 4, Records: []string{"user_scram_credential", "remove_user_scram_credential", "client_quota", "acl", "remove_acl"},
 		Adds: "SCRAM credentials (KIP-554): salted keys for SASL/SCRAM logins on the Kafka listener; " +
 			"client quotas (KIP-546): producer and consumer byte rates and request percentages of users and client ids; " +
+			"ACLs (KRaft's AccessControlEntryRecord): the authorizer's bindings in the metadata log; " +
 			"every standard Kafka topic config in Config and Topic records, beyond cleanup.policy, " +
 			"max.message.bytes, min.insync.replicas, retention.bytes, retention.ms, segment.bytes and unclean.leader.election.enable"},
 }
@@ -102,6 +103,8 @@ func RecordLevel(rec *keelpb.Record) uint32 {
 		return ScramCredentialsMetadataVersion
 	case *keelpb.Record_ClientQuota:
 		return ClientQuotaMetadataVersion
+	case *keelpb.Record_Acl, *keelpb.Record_RemoveAcl:
+		return ACLMetadataVersion
 	}
 	return 1
 }
@@ -158,6 +161,9 @@ func LevelBlockers(img *Image, level uint32) []string {
 		if level < c.MinMetadataVersion || level > c.MaxMetadataVersion {
 			out = append(out, fmt.Sprintf("controller %d supports %d-%d", c.NodeID, c.MinMetadataVersion, c.MaxMetadataVersion))
 		}
+	}
+	if level < ACLMetadataVersion && img.ACLCount() > 0 {
+		out = append(out, fmt.Sprintf("%d ACLs (metadata.version %d) would be dropped", img.ACLCount(), ACLMetadataVersion))
 	}
 	if level < 2 && len(img.controllers) > 0 {
 		out = append(out, fmt.Sprintf("%d controller registrations (metadata.version 2) would be dropped", len(img.controllers)))

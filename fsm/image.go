@@ -88,6 +88,8 @@ type Image struct {
 	// scram holds the SCRAM credentials (scram.go); few, copied whole on
 	// every change.
 	scram map[ScramKey]*ScramCredential
+	// acls are the ACLs (acls.go); nil before the first.
+	acls *aclState
 
 	// Topics, partitions and the replica index are persistent structures
 	// (btree.go, partvec.go): a batch that changes k partitions copies

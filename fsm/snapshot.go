@@ -64,7 +64,7 @@ func identityRecords(img *Image) int {
 			n++
 		}
 	}
-	return n + len(img.controllers) + len(img.scram) + clientQuotaRecordCount(img)
+	return n + len(img.controllers) + len(img.scram) + clientQuotaRecordCount(img) + img.ACLCount()
 }
 
 // imageRecords lists the image as records, in an order that depends only on
@@ -100,6 +100,10 @@ func imageRecords(img *Image, emit func(*keelpb.Record) error) error {
 	}
 	// The SCRAM credentials, after the level that allows them.
 	if err := scramRecords(img, emit); err != nil {
+		return err
+	}
+	// The ACLs, likewise after the level.
+	if err := aclRecords(img, emit); err != nil {
 		return err
 	}
 	// The cluster's config defaults, by name. Topics' own configs travel

@@ -189,6 +189,530 @@ func (AlterConfigOp) EnumDescriptor() ([]byte, []int) {
 	return file_controller_proto_rawDescGZIP(), []int{2}
 }
 
+// AclBinding is one ACL, with Kafka's enum codes (AccessControlEntryRecord).
+type AclBinding struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	ResourceType   int32                  `protobuf:"varint,1,opt,name=resource_type,json=resourceType,proto3" json:"resource_type,omitempty"`
+	ResourceName   string                 `protobuf:"bytes,2,opt,name=resource_name,json=resourceName,proto3" json:"resource_name,omitempty"`
+	PatternType    int32                  `protobuf:"varint,3,opt,name=pattern_type,json=patternType,proto3" json:"pattern_type,omitempty"`
+	Principal      string                 `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
+	Host           string                 `protobuf:"bytes,5,opt,name=host,proto3" json:"host,omitempty"`
+	Operation      int32                  `protobuf:"varint,6,opt,name=operation,proto3" json:"operation,omitempty"`
+	PermissionType int32                  `protobuf:"varint,7,opt,name=permission_type,json=permissionType,proto3" json:"permission_type,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AclBinding) Reset() {
+	*x = AclBinding{}
+	mi := &file_controller_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclBinding) ProtoMessage() {}
+
+func (x *AclBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclBinding.ProtoReflect.Descriptor instead.
+func (*AclBinding) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *AclBinding) GetResourceType() int32 {
+	if x != nil {
+		return x.ResourceType
+	}
+	return 0
+}
+
+func (x *AclBinding) GetResourceName() string {
+	if x != nil {
+		return x.ResourceName
+	}
+	return ""
+}
+
+func (x *AclBinding) GetPatternType() int32 {
+	if x != nil {
+		return x.PatternType
+	}
+	return 0
+}
+
+func (x *AclBinding) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *AclBinding) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *AclBinding) GetOperation() int32 {
+	if x != nil {
+		return x.Operation
+	}
+	return 0
+}
+
+func (x *AclBinding) GetPermissionType() int32 {
+	if x != nil {
+		return x.PermissionType
+	}
+	return 0
+}
+
+// AclFilter selects ACLs as Kafka's AclBindingFilter: an absent string and
+// the ANY codes match everything; pattern type MATCH selects the ACLs that
+// apply to the named resource.
+type AclFilter struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	ResourceType   int32                  `protobuf:"varint,1,opt,name=resource_type,json=resourceType,proto3" json:"resource_type,omitempty"`
+	ResourceName   *string                `protobuf:"bytes,2,opt,name=resource_name,json=resourceName,proto3,oneof" json:"resource_name,omitempty"`
+	PatternType    int32                  `protobuf:"varint,3,opt,name=pattern_type,json=patternType,proto3" json:"pattern_type,omitempty"`
+	Principal      *string                `protobuf:"bytes,4,opt,name=principal,proto3,oneof" json:"principal,omitempty"`
+	Host           *string                `protobuf:"bytes,5,opt,name=host,proto3,oneof" json:"host,omitempty"`
+	Operation      int32                  `protobuf:"varint,6,opt,name=operation,proto3" json:"operation,omitempty"`
+	PermissionType int32                  `protobuf:"varint,7,opt,name=permission_type,json=permissionType,proto3" json:"permission_type,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AclFilter) Reset() {
+	*x = AclFilter{}
+	mi := &file_controller_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclFilter) ProtoMessage() {}
+
+func (x *AclFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclFilter.ProtoReflect.Descriptor instead.
+func (*AclFilter) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AclFilter) GetResourceType() int32 {
+	if x != nil {
+		return x.ResourceType
+	}
+	return 0
+}
+
+func (x *AclFilter) GetResourceName() string {
+	if x != nil && x.ResourceName != nil {
+		return *x.ResourceName
+	}
+	return ""
+}
+
+func (x *AclFilter) GetPatternType() int32 {
+	if x != nil {
+		return x.PatternType
+	}
+	return 0
+}
+
+func (x *AclFilter) GetPrincipal() string {
+	if x != nil && x.Principal != nil {
+		return *x.Principal
+	}
+	return ""
+}
+
+func (x *AclFilter) GetHost() string {
+	if x != nil && x.Host != nil {
+		return *x.Host
+	}
+	return ""
+}
+
+func (x *AclFilter) GetOperation() int32 {
+	if x != nil {
+		return x.Operation
+	}
+	return 0
+}
+
+func (x *AclFilter) GetPermissionType() int32 {
+	if x != nil {
+		return x.PermissionType
+	}
+	return 0
+}
+
+type CreateAclsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Creations []*AclBinding          `protobuf:"bytes,1,rep,name=creations,proto3" json:"creations,omitempty"`
+	// The Kafka client a broker forwards the request for (User:NAME).
+	Principal     string `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateAclsRequest) Reset() {
+	*x = CreateAclsRequest{}
+	mi := &file_controller_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateAclsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateAclsRequest) ProtoMessage() {}
+
+func (x *CreateAclsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateAclsRequest.ProtoReflect.Descriptor instead.
+func (*CreateAclsRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CreateAclsRequest) GetCreations() []*AclBinding {
+	if x != nil {
+		return x.Creations
+	}
+	return nil
+}
+
+func (x *CreateAclsRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+type CreateAclsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per creation, in order: empty, or why it was refused (Kafka's
+	// INVALID_REQUEST).
+	Errors        []string `protobuf:"bytes,1,rep,name=errors,proto3" json:"errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateAclsResponse) Reset() {
+	*x = CreateAclsResponse{}
+	mi := &file_controller_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateAclsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateAclsResponse) ProtoMessage() {}
+
+func (x *CreateAclsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateAclsResponse.ProtoReflect.Descriptor instead.
+func (*CreateAclsResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CreateAclsResponse) GetErrors() []string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+type DeleteAclsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Filters       []*AclFilter           `protobuf:"bytes,1,rep,name=filters,proto3" json:"filters,omitempty"`
+	Principal     string                 `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteAclsRequest) Reset() {
+	*x = DeleteAclsRequest{}
+	mi := &file_controller_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteAclsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteAclsRequest) ProtoMessage() {}
+
+func (x *DeleteAclsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteAclsRequest.ProtoReflect.Descriptor instead.
+func (*DeleteAclsRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DeleteAclsRequest) GetFilters() []*AclFilter {
+	if x != nil {
+		return x.Filters
+	}
+	return nil
+}
+
+func (x *DeleteAclsRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+type DeleteAclsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*DeleteAclsResult    `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteAclsResponse) Reset() {
+	*x = DeleteAclsResponse{}
+	mi := &file_controller_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteAclsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteAclsResponse) ProtoMessage() {}
+
+func (x *DeleteAclsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteAclsResponse.ProtoReflect.Descriptor instead.
+func (*DeleteAclsResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DeleteAclsResponse) GetResults() []*DeleteAclsResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type DeleteAclsResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty, or why the filter was refused (nothing it matched was deleted).
+	Error         string        `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Deleted       []*AclBinding `protobuf:"bytes,2,rep,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteAclsResult) Reset() {
+	*x = DeleteAclsResult{}
+	mi := &file_controller_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteAclsResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteAclsResult) ProtoMessage() {}
+
+func (x *DeleteAclsResult) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteAclsResult.ProtoReflect.Descriptor instead.
+func (*DeleteAclsResult) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DeleteAclsResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *DeleteAclsResult) GetDeleted() []*AclBinding {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
+type DescribeAclsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Filter        *AclFilter             `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeAclsRequest) Reset() {
+	*x = DescribeAclsRequest{}
+	mi := &file_controller_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeAclsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeAclsRequest) ProtoMessage() {}
+
+func (x *DescribeAclsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeAclsRequest.ProtoReflect.Descriptor instead.
+func (*DescribeAclsRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DescribeAclsRequest) GetFilter() *AclFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+type DescribeAclsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Acls          []*AclBinding          `protobuf:"bytes,1,rep,name=acls,proto3" json:"acls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeAclsResponse) Reset() {
+	*x = DescribeAclsResponse{}
+	mi := &file_controller_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeAclsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeAclsResponse) ProtoMessage() {}
+
+func (x *DescribeAclsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeAclsResponse.ProtoReflect.Descriptor instead.
+func (*DescribeAclsResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *DescribeAclsResponse) GetAcls() []*AclBinding {
+	if x != nil {
+		return x.Acls
+	}
+	return nil
+}
+
 type CompareImageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The raft index of a command entry: the digest as of that entry.
@@ -208,7 +732,7 @@ type CompareImageRequest struct {
 
 func (x *CompareImageRequest) Reset() {
 	*x = CompareImageRequest{}
-	mi := &file_controller_proto_msgTypes[0]
+	mi := &file_controller_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +744,7 @@ func (x *CompareImageRequest) String() string {
 func (*CompareImageRequest) ProtoMessage() {}
 
 func (x *CompareImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[0]
+	mi := &file_controller_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +757,7 @@ func (x *CompareImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareImageRequest.ProtoReflect.Descriptor instead.
 func (*CompareImageRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{0}
+	return file_controller_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CompareImageRequest) GetIndex() uint64 {
@@ -293,7 +817,7 @@ type CompareImageResponse struct {
 
 func (x *CompareImageResponse) Reset() {
 	*x = CompareImageResponse{}
-	mi := &file_controller_proto_msgTypes[1]
+	mi := &file_controller_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -305,7 +829,7 @@ func (x *CompareImageResponse) String() string {
 func (*CompareImageResponse) ProtoMessage() {}
 
 func (x *CompareImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[1]
+	mi := &file_controller_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -318,7 +842,7 @@ func (x *CompareImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareImageResponse.ProtoReflect.Descriptor instead.
 func (*CompareImageResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{1}
+	return file_controller_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CompareImageResponse) GetNodeId() int32 {
@@ -380,7 +904,7 @@ type AcknowledgedIndexRequest struct {
 
 func (x *AcknowledgedIndexRequest) Reset() {
 	*x = AcknowledgedIndexRequest{}
-	mi := &file_controller_proto_msgTypes[2]
+	mi := &file_controller_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +916,7 @@ func (x *AcknowledgedIndexRequest) String() string {
 func (*AcknowledgedIndexRequest) ProtoMessage() {}
 
 func (x *AcknowledgedIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[2]
+	mi := &file_controller_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +929,7 @@ func (x *AcknowledgedIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgedIndexRequest.ProtoReflect.Descriptor instead.
 func (*AcknowledgedIndexRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{2}
+	return file_controller_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AcknowledgedIndexRequest) GetNodeId() int32 {
@@ -428,7 +952,7 @@ type AcknowledgedIndexResponse struct {
 
 func (x *AcknowledgedIndexResponse) Reset() {
 	*x = AcknowledgedIndexResponse{}
-	mi := &file_controller_proto_msgTypes[3]
+	mi := &file_controller_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +964,7 @@ func (x *AcknowledgedIndexResponse) String() string {
 func (*AcknowledgedIndexResponse) ProtoMessage() {}
 
 func (x *AcknowledgedIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[3]
+	mi := &file_controller_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +977,7 @@ func (x *AcknowledgedIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgedIndexResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgedIndexResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{3}
+	return file_controller_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AcknowledgedIndexResponse) GetNodeId() int32 {
@@ -478,7 +1002,7 @@ type DescribeFeaturesRequest struct {
 
 func (x *DescribeFeaturesRequest) Reset() {
 	*x = DescribeFeaturesRequest{}
-	mi := &file_controller_proto_msgTypes[4]
+	mi := &file_controller_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +1014,7 @@ func (x *DescribeFeaturesRequest) String() string {
 func (*DescribeFeaturesRequest) ProtoMessage() {}
 
 func (x *DescribeFeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[4]
+	mi := &file_controller_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +1027,7 @@ func (x *DescribeFeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeFeaturesRequest.ProtoReflect.Descriptor instead.
 func (*DescribeFeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{4}
+	return file_controller_proto_rawDescGZIP(), []int{13}
 }
 
 type DescribeFeaturesResponse struct {
@@ -518,7 +1042,7 @@ type DescribeFeaturesResponse struct {
 
 func (x *DescribeFeaturesResponse) Reset() {
 	*x = DescribeFeaturesResponse{}
-	mi := &file_controller_proto_msgTypes[5]
+	mi := &file_controller_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +1054,7 @@ func (x *DescribeFeaturesResponse) String() string {
 func (*DescribeFeaturesResponse) ProtoMessage() {}
 
 func (x *DescribeFeaturesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[5]
+	mi := &file_controller_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +1067,7 @@ func (x *DescribeFeaturesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeFeaturesResponse.ProtoReflect.Descriptor instead.
 func (*DescribeFeaturesResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{5}
+	return file_controller_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DescribeFeaturesResponse) GetMetadataVersion() uint32 {
@@ -577,7 +1101,7 @@ type FeatureNode struct {
 
 func (x *FeatureNode) Reset() {
 	*x = FeatureNode{}
-	mi := &file_controller_proto_msgTypes[6]
+	mi := &file_controller_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +1113,7 @@ func (x *FeatureNode) String() string {
 func (*FeatureNode) ProtoMessage() {}
 
 func (x *FeatureNode) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[6]
+	mi := &file_controller_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +1126,7 @@ func (x *FeatureNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeatureNode.ProtoReflect.Descriptor instead.
 func (*FeatureNode) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{6}
+	return file_controller_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FeatureNode) GetKind() string {
@@ -663,7 +1187,7 @@ type UpdateFeaturesRequest struct {
 
 func (x *UpdateFeaturesRequest) Reset() {
 	*x = UpdateFeaturesRequest{}
-	mi := &file_controller_proto_msgTypes[7]
+	mi := &file_controller_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +1199,7 @@ func (x *UpdateFeaturesRequest) String() string {
 func (*UpdateFeaturesRequest) ProtoMessage() {}
 
 func (x *UpdateFeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[7]
+	mi := &file_controller_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +1212,7 @@ func (x *UpdateFeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFeaturesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{7}
+	return file_controller_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UpdateFeaturesRequest) GetMetadataVersion() uint32 {
@@ -732,7 +1256,7 @@ type UpdateFeaturesResponse struct {
 
 func (x *UpdateFeaturesResponse) Reset() {
 	*x = UpdateFeaturesResponse{}
-	mi := &file_controller_proto_msgTypes[8]
+	mi := &file_controller_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +1268,7 @@ func (x *UpdateFeaturesResponse) String() string {
 func (*UpdateFeaturesResponse) ProtoMessage() {}
 
 func (x *UpdateFeaturesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[8]
+	mi := &file_controller_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +1281,7 @@ func (x *UpdateFeaturesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFeaturesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateFeaturesResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{8}
+	return file_controller_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateFeaturesResponse) GetPreviousMetadataVersion() uint32 {
@@ -789,7 +1313,7 @@ type DescribeQuorumRequest struct {
 
 func (x *DescribeQuorumRequest) Reset() {
 	*x = DescribeQuorumRequest{}
-	mi := &file_controller_proto_msgTypes[9]
+	mi := &file_controller_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +1325,7 @@ func (x *DescribeQuorumRequest) String() string {
 func (*DescribeQuorumRequest) ProtoMessage() {}
 
 func (x *DescribeQuorumRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[9]
+	mi := &file_controller_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +1338,7 @@ func (x *DescribeQuorumRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeQuorumRequest.ProtoReflect.Descriptor instead.
 func (*DescribeQuorumRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{9}
+	return file_controller_proto_rawDescGZIP(), []int{18}
 }
 
 type DescribeQuorumResponse struct {
@@ -865,7 +1389,7 @@ type DescribeQuorumResponse struct {
 
 func (x *DescribeQuorumResponse) Reset() {
 	*x = DescribeQuorumResponse{}
-	mi := &file_controller_proto_msgTypes[10]
+	mi := &file_controller_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1401,7 @@ func (x *DescribeQuorumResponse) String() string {
 func (*DescribeQuorumResponse) ProtoMessage() {}
 
 func (x *DescribeQuorumResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[10]
+	mi := &file_controller_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1414,7 @@ func (x *DescribeQuorumResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeQuorumResponse.ProtoReflect.Descriptor instead.
 func (*DescribeQuorumResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{10}
+	return file_controller_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DescribeQuorumResponse) GetClusterId() string {
@@ -1070,7 +1594,7 @@ type ImageCheck struct {
 
 func (x *ImageCheck) Reset() {
 	*x = ImageCheck{}
-	mi := &file_controller_proto_msgTypes[11]
+	mi := &file_controller_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1606,7 @@ func (x *ImageCheck) String() string {
 func (*ImageCheck) ProtoMessage() {}
 
 func (x *ImageCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[11]
+	mi := &file_controller_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1619,7 @@ func (x *ImageCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageCheck.ProtoReflect.Descriptor instead.
 func (*ImageCheck) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{11}
+	return file_controller_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ImageCheck) GetIndex() uint64 {
@@ -1139,7 +1663,7 @@ type ImageCheckVoter struct {
 
 func (x *ImageCheckVoter) Reset() {
 	*x = ImageCheckVoter{}
-	mi := &file_controller_proto_msgTypes[12]
+	mi := &file_controller_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1675,7 @@ func (x *ImageCheckVoter) String() string {
 func (*ImageCheckVoter) ProtoMessage() {}
 
 func (x *ImageCheckVoter) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[12]
+	mi := &file_controller_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1688,7 @@ func (x *ImageCheckVoter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageCheckVoter.ProtoReflect.Descriptor instead.
 func (*ImageCheckVoter) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{12}
+	return file_controller_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ImageCheckVoter) GetId() int32 {
@@ -1205,7 +1729,7 @@ type VoterReplication struct {
 
 func (x *VoterReplication) Reset() {
 	*x = VoterReplication{}
-	mi := &file_controller_proto_msgTypes[13]
+	mi := &file_controller_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1741,7 @@ func (x *VoterReplication) String() string {
 func (*VoterReplication) ProtoMessage() {}
 
 func (x *VoterReplication) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[13]
+	mi := &file_controller_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1754,7 @@ func (x *VoterReplication) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VoterReplication.ProtoReflect.Descriptor instead.
 func (*VoterReplication) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{13}
+	return file_controller_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *VoterReplication) GetId() int32 {
@@ -1279,7 +1803,7 @@ type ReadSource struct {
 
 func (x *ReadSource) Reset() {
 	*x = ReadSource{}
-	mi := &file_controller_proto_msgTypes[14]
+	mi := &file_controller_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1815,7 @@ func (x *ReadSource) String() string {
 func (*ReadSource) ProtoMessage() {}
 
 func (x *ReadSource) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[14]
+	mi := &file_controller_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1828,7 @@ func (x *ReadSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSource.ProtoReflect.Descriptor instead.
 func (*ReadSource) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{14}
+	return file_controller_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReadSource) GetNodeId() int32 {
@@ -1368,7 +1892,7 @@ type QuorumMember struct {
 
 func (x *QuorumMember) Reset() {
 	*x = QuorumMember{}
-	mi := &file_controller_proto_msgTypes[15]
+	mi := &file_controller_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1904,7 @@ func (x *QuorumMember) String() string {
 func (*QuorumMember) ProtoMessage() {}
 
 func (x *QuorumMember) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[15]
+	mi := &file_controller_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1917,7 @@ func (x *QuorumMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuorumMember.ProtoReflect.Descriptor instead.
 func (*QuorumMember) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{15}
+	return file_controller_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QuorumMember) GetId() int32 {
@@ -1427,7 +1951,7 @@ type AppendNoOpRequest struct {
 
 func (x *AppendNoOpRequest) Reset() {
 	*x = AppendNoOpRequest{}
-	mi := &file_controller_proto_msgTypes[16]
+	mi := &file_controller_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1963,7 @@ func (x *AppendNoOpRequest) String() string {
 func (*AppendNoOpRequest) ProtoMessage() {}
 
 func (x *AppendNoOpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[16]
+	mi := &file_controller_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1976,7 @@ func (x *AppendNoOpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendNoOpRequest.ProtoReflect.Descriptor instead.
 func (*AppendNoOpRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{16}
+	return file_controller_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AppendNoOpRequest) GetRequestId() string {
@@ -1472,7 +1996,7 @@ type AppendNoOpResponse struct {
 
 func (x *AppendNoOpResponse) Reset() {
 	*x = AppendNoOpResponse{}
-	mi := &file_controller_proto_msgTypes[17]
+	mi := &file_controller_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +2008,7 @@ func (x *AppendNoOpResponse) String() string {
 func (*AppendNoOpResponse) ProtoMessage() {}
 
 func (x *AppendNoOpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[17]
+	mi := &file_controller_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +2021,7 @@ func (x *AppendNoOpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendNoOpResponse.ProtoReflect.Descriptor instead.
 func (*AppendNoOpResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{17}
+	return file_controller_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AppendNoOpResponse) GetIndex() uint64 {
@@ -1540,7 +2064,7 @@ type RegisterBrokerRequest struct {
 
 func (x *RegisterBrokerRequest) Reset() {
 	*x = RegisterBrokerRequest{}
-	mi := &file_controller_proto_msgTypes[18]
+	mi := &file_controller_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +2076,7 @@ func (x *RegisterBrokerRequest) String() string {
 func (*RegisterBrokerRequest) ProtoMessage() {}
 
 func (x *RegisterBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[18]
+	mi := &file_controller_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +2089,7 @@ func (x *RegisterBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{18}
+	return file_controller_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RegisterBrokerRequest) GetBrokerId() int32 {
@@ -1642,7 +2166,7 @@ type RegisterBrokerResponse struct {
 
 func (x *RegisterBrokerResponse) Reset() {
 	*x = RegisterBrokerResponse{}
-	mi := &file_controller_proto_msgTypes[19]
+	mi := &file_controller_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1654,7 +2178,7 @@ func (x *RegisterBrokerResponse) String() string {
 func (*RegisterBrokerResponse) ProtoMessage() {}
 
 func (x *RegisterBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[19]
+	mi := &file_controller_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1667,7 +2191,7 @@ func (x *RegisterBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrokerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{19}
+	return file_controller_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RegisterBrokerResponse) GetBrokerEpoch() int64 {
@@ -1705,7 +2229,7 @@ type BrokerHeartbeatRequest struct {
 
 func (x *BrokerHeartbeatRequest) Reset() {
 	*x = BrokerHeartbeatRequest{}
-	mi := &file_controller_proto_msgTypes[20]
+	mi := &file_controller_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +2241,7 @@ func (x *BrokerHeartbeatRequest) String() string {
 func (*BrokerHeartbeatRequest) ProtoMessage() {}
 
 func (x *BrokerHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[20]
+	mi := &file_controller_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +2254,7 @@ func (x *BrokerHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*BrokerHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{20}
+	return file_controller_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BrokerHeartbeatRequest) GetBrokerId() int32 {
@@ -1782,7 +2306,7 @@ type BrokerHeartbeatResponse struct {
 
 func (x *BrokerHeartbeatResponse) Reset() {
 	*x = BrokerHeartbeatResponse{}
-	mi := &file_controller_proto_msgTypes[21]
+	mi := &file_controller_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +2318,7 @@ func (x *BrokerHeartbeatResponse) String() string {
 func (*BrokerHeartbeatResponse) ProtoMessage() {}
 
 func (x *BrokerHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[21]
+	mi := &file_controller_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +2331,7 @@ func (x *BrokerHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*BrokerHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{21}
+	return file_controller_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BrokerHeartbeatResponse) GetIsCaughtUp() bool {
@@ -1856,7 +2380,7 @@ type UnregisterBrokerRequest struct {
 
 func (x *UnregisterBrokerRequest) Reset() {
 	*x = UnregisterBrokerRequest{}
-	mi := &file_controller_proto_msgTypes[22]
+	mi := &file_controller_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2392,7 @@ func (x *UnregisterBrokerRequest) String() string {
 func (*UnregisterBrokerRequest) ProtoMessage() {}
 
 func (x *UnregisterBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[22]
+	mi := &file_controller_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2405,7 @@ func (x *UnregisterBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterBrokerRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{22}
+	return file_controller_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UnregisterBrokerRequest) GetBrokerId() int32 {
@@ -1908,7 +2432,7 @@ type UnregisterBrokerResponse struct {
 
 func (x *UnregisterBrokerResponse) Reset() {
 	*x = UnregisterBrokerResponse{}
-	mi := &file_controller_proto_msgTypes[23]
+	mi := &file_controller_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2444,7 @@ func (x *UnregisterBrokerResponse) String() string {
 func (*UnregisterBrokerResponse) ProtoMessage() {}
 
 func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[23]
+	mi := &file_controller_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2457,7 @@ func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterBrokerResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{23}
+	return file_controller_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UnregisterBrokerResponse) GetBrokerEpoch() int64 {
@@ -1958,7 +2482,7 @@ type StreamMetadataRequest struct {
 
 func (x *StreamMetadataRequest) Reset() {
 	*x = StreamMetadataRequest{}
-	mi := &file_controller_proto_msgTypes[24]
+	mi := &file_controller_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2494,7 @@ func (x *StreamMetadataRequest) String() string {
 func (*StreamMetadataRequest) ProtoMessage() {}
 
 func (x *StreamMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[24]
+	mi := &file_controller_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2507,7 @@ func (x *StreamMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamMetadataRequest.ProtoReflect.Descriptor instead.
 func (*StreamMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{24}
+	return file_controller_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StreamMetadataRequest) GetBrokerId() int32 {
@@ -2032,7 +2556,7 @@ type MetadataPush struct {
 
 func (x *MetadataPush) Reset() {
 	*x = MetadataPush{}
-	mi := &file_controller_proto_msgTypes[25]
+	mi := &file_controller_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2568,7 @@ func (x *MetadataPush) String() string {
 func (*MetadataPush) ProtoMessage() {}
 
 func (x *MetadataPush) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[25]
+	mi := &file_controller_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2581,7 @@ func (x *MetadataPush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataPush.ProtoReflect.Descriptor instead.
 func (*MetadataPush) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{25}
+	return file_controller_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MetadataPush) GetControllerEpoch() int64 {
@@ -2124,7 +2648,7 @@ type MetadataEntries struct {
 
 func (x *MetadataEntries) Reset() {
 	*x = MetadataEntries{}
-	mi := &file_controller_proto_msgTypes[26]
+	mi := &file_controller_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2660,7 @@ func (x *MetadataEntries) String() string {
 func (*MetadataEntries) ProtoMessage() {}
 
 func (x *MetadataEntries) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[26]
+	mi := &file_controller_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2673,7 @@ func (x *MetadataEntries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataEntries.ProtoReflect.Descriptor instead.
 func (*MetadataEntries) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{26}
+	return file_controller_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *MetadataEntries) GetEntries() []*MetadataEntry {
@@ -2175,7 +2699,7 @@ type MetadataEntry struct {
 
 func (x *MetadataEntry) Reset() {
 	*x = MetadataEntry{}
-	mi := &file_controller_proto_msgTypes[27]
+	mi := &file_controller_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2711,7 @@ func (x *MetadataEntry) String() string {
 func (*MetadataEntry) ProtoMessage() {}
 
 func (x *MetadataEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[27]
+	mi := &file_controller_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2724,7 @@ func (x *MetadataEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataEntry.ProtoReflect.Descriptor instead.
 func (*MetadataEntry) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{27}
+	return file_controller_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MetadataEntry) GetPrevOffset() uint64 {
@@ -2244,7 +2768,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_controller_proto_msgTypes[28]
+	mi := &file_controller_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2256,7 +2780,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[28]
+	mi := &file_controller_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2269,7 +2793,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{28}
+	return file_controller_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -2294,7 +2818,7 @@ type FetchSnapshotRequest struct {
 
 func (x *FetchSnapshotRequest) Reset() {
 	*x = FetchSnapshotRequest{}
-	mi := &file_controller_proto_msgTypes[29]
+	mi := &file_controller_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2830,7 @@ func (x *FetchSnapshotRequest) String() string {
 func (*FetchSnapshotRequest) ProtoMessage() {}
 
 func (x *FetchSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[29]
+	mi := &file_controller_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2843,7 @@ func (x *FetchSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*FetchSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{29}
+	return file_controller_proto_rawDescGZIP(), []int{38}
 }
 
 type ListBrokersRequest struct {
@@ -2333,7 +2857,7 @@ type ListBrokersRequest struct {
 
 func (x *ListBrokersRequest) Reset() {
 	*x = ListBrokersRequest{}
-	mi := &file_controller_proto_msgTypes[30]
+	mi := &file_controller_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2869,7 @@ func (x *ListBrokersRequest) String() string {
 func (*ListBrokersRequest) ProtoMessage() {}
 
 func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[30]
+	mi := &file_controller_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2882,7 @@ func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersRequest.ProtoReflect.Descriptor instead.
 func (*ListBrokersRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{30}
+	return file_controller_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListBrokersRequest) GetStale() bool {
@@ -2378,7 +2902,7 @@ type ListBrokersResponse struct {
 
 func (x *ListBrokersResponse) Reset() {
 	*x = ListBrokersResponse{}
-	mi := &file_controller_proto_msgTypes[31]
+	mi := &file_controller_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2914,7 @@ func (x *ListBrokersResponse) String() string {
 func (*ListBrokersResponse) ProtoMessage() {}
 
 func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[31]
+	mi := &file_controller_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2927,7 @@ func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersResponse.ProtoReflect.Descriptor instead.
 func (*ListBrokersResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{31}
+	return file_controller_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListBrokersResponse) GetBrokers() []*BrokerInfo {
@@ -2437,7 +2961,7 @@ type BrokerInfo struct {
 
 func (x *BrokerInfo) Reset() {
 	*x = BrokerInfo{}
-	mi := &file_controller_proto_msgTypes[32]
+	mi := &file_controller_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2973,7 @@ func (x *BrokerInfo) String() string {
 func (*BrokerInfo) ProtoMessage() {}
 
 func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[32]
+	mi := &file_controller_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2986,7 @@ func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerInfo.ProtoReflect.Descriptor instead.
 func (*BrokerInfo) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{32}
+	return file_controller_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BrokerInfo) GetId() int32 {
@@ -2537,7 +3061,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_controller_proto_msgTypes[33]
+	mi := &file_controller_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2549,7 +3073,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[33]
+	mi := &file_controller_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2562,7 +3086,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{33}
+	return file_controller_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateTopicRequest) GetName() string {
@@ -2623,7 +3147,7 @@ type PartitionAssignment struct {
 
 func (x *PartitionAssignment) Reset() {
 	*x = PartitionAssignment{}
-	mi := &file_controller_proto_msgTypes[34]
+	mi := &file_controller_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +3159,7 @@ func (x *PartitionAssignment) String() string {
 func (*PartitionAssignment) ProtoMessage() {}
 
 func (x *PartitionAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[34]
+	mi := &file_controller_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +3172,7 @@ func (x *PartitionAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionAssignment.ProtoReflect.Descriptor instead.
 func (*PartitionAssignment) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{34}
+	return file_controller_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PartitionAssignment) GetReplicas() []int32 {
@@ -2667,7 +3191,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_controller_proto_msgTypes[35]
+	mi := &file_controller_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +3203,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[35]
+	mi := &file_controller_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +3216,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{35}
+	return file_controller_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateTopicResponse) GetTopic() *TopicDescription {
@@ -2721,7 +3245,7 @@ type CreatePartitionsRequest struct {
 
 func (x *CreatePartitionsRequest) Reset() {
 	*x = CreatePartitionsRequest{}
-	mi := &file_controller_proto_msgTypes[36]
+	mi := &file_controller_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +3257,7 @@ func (x *CreatePartitionsRequest) String() string {
 func (*CreatePartitionsRequest) ProtoMessage() {}
 
 func (x *CreatePartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[36]
+	mi := &file_controller_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +3270,7 @@ func (x *CreatePartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePartitionsRequest.ProtoReflect.Descriptor instead.
 func (*CreatePartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{36}
+	return file_controller_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreatePartitionsRequest) GetTopic() string {
@@ -2793,7 +3317,7 @@ type CreatePartitionsResponse struct {
 
 func (x *CreatePartitionsResponse) Reset() {
 	*x = CreatePartitionsResponse{}
-	mi := &file_controller_proto_msgTypes[37]
+	mi := &file_controller_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +3329,7 @@ func (x *CreatePartitionsResponse) String() string {
 func (*CreatePartitionsResponse) ProtoMessage() {}
 
 func (x *CreatePartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[37]
+	mi := &file_controller_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +3342,7 @@ func (x *CreatePartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePartitionsResponse.ProtoReflect.Descriptor instead.
 func (*CreatePartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{37}
+	return file_controller_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreatePartitionsResponse) GetTopic() *TopicDescription {
@@ -2843,7 +3367,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_controller_proto_msgTypes[38]
+	mi := &file_controller_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2855,7 +3379,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[38]
+	mi := &file_controller_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2868,7 +3392,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{38}
+	return file_controller_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeleteTopicRequest) GetName() string {
@@ -2893,7 +3417,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_controller_proto_msgTypes[39]
+	mi := &file_controller_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2905,7 +3429,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[39]
+	mi := &file_controller_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2918,7 +3442,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{39}
+	return file_controller_proto_rawDescGZIP(), []int{48}
 }
 
 type ListTopicsRequest struct {
@@ -2937,7 +3461,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_controller_proto_msgTypes[40]
+	mi := &file_controller_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3473,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[40]
+	mi := &file_controller_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3486,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{40}
+	return file_controller_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListTopicsRequest) GetLinearizable() bool {
@@ -2989,7 +3513,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_controller_proto_msgTypes[41]
+	mi := &file_controller_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3525,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[41]
+	mi := &file_controller_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3538,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{41}
+	return file_controller_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicSummary {
@@ -3043,7 +3567,7 @@ type TopicSummary struct {
 
 func (x *TopicSummary) Reset() {
 	*x = TopicSummary{}
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3579,7 @@ func (x *TopicSummary) String() string {
 func (*TopicSummary) ProtoMessage() {}
 
 func (x *TopicSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[42]
+	mi := &file_controller_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3592,7 @@ func (x *TopicSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicSummary.ProtoReflect.Descriptor instead.
 func (*TopicSummary) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{42}
+	return file_controller_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TopicSummary) GetName() string {
@@ -3111,7 +3635,7 @@ type DescribeTopicRequest struct {
 
 func (x *DescribeTopicRequest) Reset() {
 	*x = DescribeTopicRequest{}
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3123,7 +3647,7 @@ func (x *DescribeTopicRequest) String() string {
 func (*DescribeTopicRequest) ProtoMessage() {}
 
 func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[43]
+	mi := &file_controller_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3136,7 +3660,7 @@ func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTopicRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{43}
+	return file_controller_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DescribeTopicRequest) GetName() string {
@@ -3170,7 +3694,7 @@ type DescribeTopicResponse struct {
 
 func (x *DescribeTopicResponse) Reset() {
 	*x = DescribeTopicResponse{}
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3182,7 +3706,7 @@ func (x *DescribeTopicResponse) String() string {
 func (*DescribeTopicResponse) ProtoMessage() {}
 
 func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[44]
+	mi := &file_controller_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3195,7 +3719,7 @@ func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTopicResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{44}
+	return file_controller_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DescribeTopicResponse) GetTopic() *TopicDescription {
@@ -3227,7 +3751,7 @@ type TopicDescription struct {
 
 func (x *TopicDescription) Reset() {
 	*x = TopicDescription{}
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3763,7 @@ func (x *TopicDescription) String() string {
 func (*TopicDescription) ProtoMessage() {}
 
 func (x *TopicDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[45]
+	mi := &file_controller_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3776,7 @@ func (x *TopicDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicDescription.ProtoReflect.Descriptor instead.
 func (*TopicDescription) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{45}
+	return file_controller_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TopicDescription) GetName() string {
@@ -3312,7 +3836,7 @@ type PartitionDescription struct {
 
 func (x *PartitionDescription) Reset() {
 	*x = PartitionDescription{}
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3324,7 +3848,7 @@ func (x *PartitionDescription) String() string {
 func (*PartitionDescription) ProtoMessage() {}
 
 func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[46]
+	mi := &file_controller_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3337,7 +3861,7 @@ func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionDescription.ProtoReflect.Descriptor instead.
 func (*PartitionDescription) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{46}
+	return file_controller_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PartitionDescription) GetPartition() int32 {
@@ -3451,7 +3975,7 @@ type AlterPartitionRequest struct {
 
 func (x *AlterPartitionRequest) Reset() {
 	*x = AlterPartitionRequest{}
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3987,7 @@ func (x *AlterPartitionRequest) String() string {
 func (*AlterPartitionRequest) ProtoMessage() {}
 
 func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[47]
+	mi := &file_controller_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +4000,7 @@ func (x *AlterPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{47}
+	return file_controller_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AlterPartitionRequest) GetBrokerId() int32 {
@@ -3554,7 +4078,7 @@ type BrokerState struct {
 
 func (x *BrokerState) Reset() {
 	*x = BrokerState{}
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3566,7 +4090,7 @@ func (x *BrokerState) String() string {
 func (*BrokerState) ProtoMessage() {}
 
 func (x *BrokerState) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[48]
+	mi := &file_controller_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3579,7 +4103,7 @@ func (x *BrokerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerState.ProtoReflect.Descriptor instead.
 func (*BrokerState) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{48}
+	return file_controller_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BrokerState) GetBrokerId() int32 {
@@ -3605,7 +4129,7 @@ type AlterPartitionResponse struct {
 
 func (x *AlterPartitionResponse) Reset() {
 	*x = AlterPartitionResponse{}
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3617,7 +4141,7 @@ func (x *AlterPartitionResponse) String() string {
 func (*AlterPartitionResponse) ProtoMessage() {}
 
 func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[49]
+	mi := &file_controller_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3630,7 +4154,7 @@ func (x *AlterPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterPartitionResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{49}
+	return file_controller_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AlterPartitionResponse) GetPartition() *PartitionDescription {
@@ -3658,7 +4182,7 @@ type ReplicaLog struct {
 
 func (x *ReplicaLog) Reset() {
 	*x = ReplicaLog{}
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3670,7 +4194,7 @@ func (x *ReplicaLog) String() string {
 func (*ReplicaLog) ProtoMessage() {}
 
 func (x *ReplicaLog) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[50]
+	mi := &file_controller_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3683,7 +4207,7 @@ func (x *ReplicaLog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaLog.ProtoReflect.Descriptor instead.
 func (*ReplicaLog) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{50}
+	return file_controller_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReplicaLog) GetTopicId() string {
@@ -3732,7 +4256,7 @@ type ReportReplicaLogsRequest struct {
 
 func (x *ReportReplicaLogsRequest) Reset() {
 	*x = ReportReplicaLogsRequest{}
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +4268,7 @@ func (x *ReportReplicaLogsRequest) String() string {
 func (*ReportReplicaLogsRequest) ProtoMessage() {}
 
 func (x *ReportReplicaLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[51]
+	mi := &file_controller_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +4281,7 @@ func (x *ReportReplicaLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReplicaLogsRequest.ProtoReflect.Descriptor instead.
 func (*ReportReplicaLogsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{51}
+	return file_controller_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReportReplicaLogsRequest) GetBrokerId() int32 {
@@ -3789,7 +4313,7 @@ type ReportReplicaLogsResponse struct {
 
 func (x *ReportReplicaLogsResponse) Reset() {
 	*x = ReportReplicaLogsResponse{}
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3801,7 +4325,7 @@ func (x *ReportReplicaLogsResponse) String() string {
 func (*ReportReplicaLogsResponse) ProtoMessage() {}
 
 func (x *ReportReplicaLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[52]
+	mi := &file_controller_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3814,7 +4338,7 @@ func (x *ReportReplicaLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReplicaLogsResponse.ProtoReflect.Descriptor instead.
 func (*ReportReplicaLogsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{52}
+	return file_controller_proto_rawDescGZIP(), []int{61}
 }
 
 type TopicPartition struct {
@@ -3827,7 +4351,7 @@ type TopicPartition struct {
 
 func (x *TopicPartition) Reset() {
 	*x = TopicPartition{}
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3839,7 +4363,7 @@ func (x *TopicPartition) String() string {
 func (*TopicPartition) ProtoMessage() {}
 
 func (x *TopicPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[53]
+	mi := &file_controller_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3852,7 +4376,7 @@ func (x *TopicPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicPartition.ProtoReflect.Descriptor instead.
 func (*TopicPartition) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{53}
+	return file_controller_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TopicPartition) GetTopic() string {
@@ -3884,7 +4408,7 @@ type ElectLeadersRequest struct {
 
 func (x *ElectLeadersRequest) Reset() {
 	*x = ElectLeadersRequest{}
-	mi := &file_controller_proto_msgTypes[54]
+	mi := &file_controller_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3896,7 +4420,7 @@ func (x *ElectLeadersRequest) String() string {
 func (*ElectLeadersRequest) ProtoMessage() {}
 
 func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[54]
+	mi := &file_controller_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3909,7 +4433,7 @@ func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersRequest.ProtoReflect.Descriptor instead.
 func (*ElectLeadersRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{54}
+	return file_controller_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ElectLeadersRequest) GetType() ElectionType {
@@ -3949,7 +4473,7 @@ type ElectLeadersResponse struct {
 
 func (x *ElectLeadersResponse) Reset() {
 	*x = ElectLeadersResponse{}
-	mi := &file_controller_proto_msgTypes[55]
+	mi := &file_controller_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3961,7 +4485,7 @@ func (x *ElectLeadersResponse) String() string {
 func (*ElectLeadersResponse) ProtoMessage() {}
 
 func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[55]
+	mi := &file_controller_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3974,7 +4498,7 @@ func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersResponse.ProtoReflect.Descriptor instead.
 func (*ElectLeadersResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{55}
+	return file_controller_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ElectLeadersResponse) GetResults() []*ElectionResult {
@@ -4002,7 +4526,7 @@ type ElectionResult struct {
 
 func (x *ElectionResult) Reset() {
 	*x = ElectionResult{}
-	mi := &file_controller_proto_msgTypes[56]
+	mi := &file_controller_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4014,7 +4538,7 @@ func (x *ElectionResult) String() string {
 func (*ElectionResult) ProtoMessage() {}
 
 func (x *ElectionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[56]
+	mi := &file_controller_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4027,7 +4551,7 @@ func (x *ElectionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectionResult.ProtoReflect.Descriptor instead.
 func (*ElectionResult) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{56}
+	return file_controller_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ElectionResult) GetTopic() string {
@@ -4084,7 +4608,7 @@ type AlterPartitionReassignmentsRequest struct {
 
 func (x *AlterPartitionReassignmentsRequest) Reset() {
 	*x = AlterPartitionReassignmentsRequest{}
-	mi := &file_controller_proto_msgTypes[57]
+	mi := &file_controller_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4096,7 +4620,7 @@ func (x *AlterPartitionReassignmentsRequest) String() string {
 func (*AlterPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[57]
+	mi := &file_controller_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4109,7 +4633,7 @@ func (x *AlterPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use AlterPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{57}
+	return file_controller_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AlterPartitionReassignmentsRequest) GetTopic() string {
@@ -4160,7 +4684,7 @@ type ReassignmentTarget struct {
 
 func (x *ReassignmentTarget) Reset() {
 	*x = ReassignmentTarget{}
-	mi := &file_controller_proto_msgTypes[58]
+	mi := &file_controller_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4172,7 +4696,7 @@ func (x *ReassignmentTarget) String() string {
 func (*ReassignmentTarget) ProtoMessage() {}
 
 func (x *ReassignmentTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[58]
+	mi := &file_controller_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4185,7 +4709,7 @@ func (x *ReassignmentTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignmentTarget.ProtoReflect.Descriptor instead.
 func (*ReassignmentTarget) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{58}
+	return file_controller_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ReassignmentTarget) GetTopic() string {
@@ -4221,7 +4745,7 @@ type AlterPartitionReassignmentsResponse struct {
 
 func (x *AlterPartitionReassignmentsResponse) Reset() {
 	*x = AlterPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[59]
+	mi := &file_controller_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4233,7 +4757,7 @@ func (x *AlterPartitionReassignmentsResponse) String() string {
 func (*AlterPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[59]
+	mi := &file_controller_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4246,7 +4770,7 @@ func (x *AlterPartitionReassignmentsResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use AlterPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*AlterPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{59}
+	return file_controller_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *AlterPartitionReassignmentsResponse) GetPartition() *PartitionDescription {
@@ -4274,7 +4798,7 @@ type ReassignedPartition struct {
 
 func (x *ReassignedPartition) Reset() {
 	*x = ReassignedPartition{}
-	mi := &file_controller_proto_msgTypes[60]
+	mi := &file_controller_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4286,7 +4810,7 @@ func (x *ReassignedPartition) String() string {
 func (*ReassignedPartition) ProtoMessage() {}
 
 func (x *ReassignedPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[60]
+	mi := &file_controller_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4299,7 +4823,7 @@ func (x *ReassignedPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignedPartition.ProtoReflect.Descriptor instead.
 func (*ReassignedPartition) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{60}
+	return file_controller_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReassignedPartition) GetTopic() string {
@@ -4329,7 +4853,7 @@ type ListPartitionReassignmentsRequest struct {
 
 func (x *ListPartitionReassignmentsRequest) Reset() {
 	*x = ListPartitionReassignmentsRequest{}
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4341,7 +4865,7 @@ func (x *ListPartitionReassignmentsRequest) String() string {
 func (*ListPartitionReassignmentsRequest) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[61]
+	mi := &file_controller_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4354,7 +4878,7 @@ func (x *ListPartitionReassignmentsRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListPartitionReassignmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{61}
+	return file_controller_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListPartitionReassignmentsRequest) GetStale() bool {
@@ -4381,7 +4905,7 @@ type ListPartitionReassignmentsResponse struct {
 
 func (x *ListPartitionReassignmentsResponse) Reset() {
 	*x = ListPartitionReassignmentsResponse{}
-	mi := &file_controller_proto_msgTypes[62]
+	mi := &file_controller_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4393,7 +4917,7 @@ func (x *ListPartitionReassignmentsResponse) String() string {
 func (*ListPartitionReassignmentsResponse) ProtoMessage() {}
 
 func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[62]
+	mi := &file_controller_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4406,7 +4930,7 @@ func (x *ListPartitionReassignmentsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ListPartitionReassignmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionReassignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{62}
+	return file_controller_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListPartitionReassignmentsResponse) GetReassignments() []*Reassignment {
@@ -4436,7 +4960,7 @@ type Reassignment struct {
 
 func (x *Reassignment) Reset() {
 	*x = Reassignment{}
-	mi := &file_controller_proto_msgTypes[63]
+	mi := &file_controller_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4448,7 +4972,7 @@ func (x *Reassignment) String() string {
 func (*Reassignment) ProtoMessage() {}
 
 func (x *Reassignment) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[63]
+	mi := &file_controller_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4461,7 +4985,7 @@ func (x *Reassignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reassignment.ProtoReflect.Descriptor instead.
 func (*Reassignment) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{63}
+	return file_controller_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Reassignment) GetTopic() string {
@@ -4511,7 +5035,7 @@ type RestoreSnapshotRequest struct {
 
 func (x *RestoreSnapshotRequest) Reset() {
 	*x = RestoreSnapshotRequest{}
-	mi := &file_controller_proto_msgTypes[64]
+	mi := &file_controller_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4523,7 +5047,7 @@ func (x *RestoreSnapshotRequest) String() string {
 func (*RestoreSnapshotRequest) ProtoMessage() {}
 
 func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[64]
+	mi := &file_controller_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4536,7 +5060,7 @@ func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{64}
+	return file_controller_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RestoreSnapshotRequest) GetForceClusterId() bool {
@@ -4574,7 +5098,7 @@ type RestoreSnapshotResponse struct {
 
 func (x *RestoreSnapshotResponse) Reset() {
 	*x = RestoreSnapshotResponse{}
-	mi := &file_controller_proto_msgTypes[65]
+	mi := &file_controller_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4586,7 +5110,7 @@ func (x *RestoreSnapshotResponse) String() string {
 func (*RestoreSnapshotResponse) ProtoMessage() {}
 
 func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[65]
+	mi := &file_controller_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4599,7 +5123,7 @@ func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{65}
+	return file_controller_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RestoreSnapshotResponse) GetClusterId() string {
@@ -4656,7 +5180,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_controller_proto_msgTypes[66]
+	mi := &file_controller_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4668,7 +5192,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[66]
+	mi := &file_controller_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4681,7 +5205,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{66}
+	return file_controller_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *LeaderHint) GetLeaderId() int32 {
@@ -4711,7 +5235,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_controller_proto_msgTypes[67]
+	mi := &file_controller_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4723,7 +5247,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[67]
+	mi := &file_controller_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4736,7 +5260,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{67}
+	return file_controller_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AddVoterRequest) GetId() int32 {
@@ -4774,7 +5298,7 @@ type AddVoterResponse struct {
 
 func (x *AddVoterResponse) Reset() {
 	*x = AddVoterResponse{}
-	mi := &file_controller_proto_msgTypes[68]
+	mi := &file_controller_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4786,7 +5310,7 @@ func (x *AddVoterResponse) String() string {
 func (*AddVoterResponse) ProtoMessage() {}
 
 func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[68]
+	mi := &file_controller_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4799,7 +5323,7 @@ func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterResponse.ProtoReflect.Descriptor instead.
 func (*AddVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{68}
+	return file_controller_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AddVoterResponse) GetConfigurationIndex() uint64 {
@@ -4832,7 +5356,7 @@ type RemoveVoterRequest struct {
 
 func (x *RemoveVoterRequest) Reset() {
 	*x = RemoveVoterRequest{}
-	mi := &file_controller_proto_msgTypes[69]
+	mi := &file_controller_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4844,7 +5368,7 @@ func (x *RemoveVoterRequest) String() string {
 func (*RemoveVoterRequest) ProtoMessage() {}
 
 func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[69]
+	mi := &file_controller_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4857,7 +5381,7 @@ func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveVoterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{69}
+	return file_controller_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RemoveVoterRequest) GetId() int32 {
@@ -4878,7 +5402,7 @@ type RemoveVoterResponse struct {
 
 func (x *RemoveVoterResponse) Reset() {
 	*x = RemoveVoterResponse{}
-	mi := &file_controller_proto_msgTypes[70]
+	mi := &file_controller_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4890,7 +5414,7 @@ func (x *RemoveVoterResponse) String() string {
 func (*RemoveVoterResponse) ProtoMessage() {}
 
 func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[70]
+	mi := &file_controller_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4903,7 +5427,7 @@ func (x *RemoveVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveVoterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{70}
+	return file_controller_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *RemoveVoterResponse) GetConfigurationIndex() uint64 {
@@ -4937,7 +5461,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_controller_proto_msgTypes[71]
+	mi := &file_controller_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4949,7 +5473,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[71]
+	mi := &file_controller_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4962,7 +5486,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{71}
+	return file_controller_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *TransferLeadershipRequest) GetTargetId() int32 {
@@ -4985,7 +5509,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_controller_proto_msgTypes[72]
+	mi := &file_controller_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4997,7 +5521,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[72]
+	mi := &file_controller_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5010,7 +5534,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{72}
+	return file_controller_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *TransferLeadershipResponse) GetPreviousLeaderId() int32 {
@@ -5039,7 +5563,7 @@ type ConfigResource struct {
 
 func (x *ConfigResource) Reset() {
 	*x = ConfigResource{}
-	mi := &file_controller_proto_msgTypes[73]
+	mi := &file_controller_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5051,7 +5575,7 @@ func (x *ConfigResource) String() string {
 func (*ConfigResource) ProtoMessage() {}
 
 func (x *ConfigResource) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[73]
+	mi := &file_controller_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5064,7 +5588,7 @@ func (x *ConfigResource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigResource.ProtoReflect.Descriptor instead.
 func (*ConfigResource) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{73}
+	return file_controller_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ConfigResource) GetType() ConfigResourceType {
@@ -5092,7 +5616,7 @@ type ConfigEntry struct {
 
 func (x *ConfigEntry) Reset() {
 	*x = ConfigEntry{}
-	mi := &file_controller_proto_msgTypes[74]
+	mi := &file_controller_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5104,7 +5628,7 @@ func (x *ConfigEntry) String() string {
 func (*ConfigEntry) ProtoMessage() {}
 
 func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[74]
+	mi := &file_controller_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5117,7 +5641,7 @@ func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
 func (*ConfigEntry) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{74}
+	return file_controller_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ConfigEntry) GetName() string {
@@ -5153,7 +5677,7 @@ type AlterableConfig struct {
 
 func (x *AlterableConfig) Reset() {
 	*x = AlterableConfig{}
-	mi := &file_controller_proto_msgTypes[75]
+	mi := &file_controller_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5165,7 +5689,7 @@ func (x *AlterableConfig) String() string {
 func (*AlterableConfig) ProtoMessage() {}
 
 func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[75]
+	mi := &file_controller_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5178,7 +5702,7 @@ func (x *AlterableConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterableConfig.ProtoReflect.Descriptor instead.
 func (*AlterableConfig) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{75}
+	return file_controller_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *AlterableConfig) GetName() string {
@@ -5222,7 +5746,7 @@ type IncrementalAlterConfigsRequest struct {
 
 func (x *IncrementalAlterConfigsRequest) Reset() {
 	*x = IncrementalAlterConfigsRequest{}
-	mi := &file_controller_proto_msgTypes[76]
+	mi := &file_controller_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5234,7 +5758,7 @@ func (x *IncrementalAlterConfigsRequest) String() string {
 func (*IncrementalAlterConfigsRequest) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[76]
+	mi := &file_controller_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5247,7 +5771,7 @@ func (x *IncrementalAlterConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsRequest.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{76}
+	return file_controller_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *IncrementalAlterConfigsRequest) GetResource() *ConfigResource {
@@ -5297,7 +5821,7 @@ type IncrementalAlterConfigsResponse struct {
 
 func (x *IncrementalAlterConfigsResponse) Reset() {
 	*x = IncrementalAlterConfigsResponse{}
-	mi := &file_controller_proto_msgTypes[77]
+	mi := &file_controller_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5309,7 +5833,7 @@ func (x *IncrementalAlterConfigsResponse) String() string {
 func (*IncrementalAlterConfigsResponse) ProtoMessage() {}
 
 func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[77]
+	mi := &file_controller_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5322,7 +5846,7 @@ func (x *IncrementalAlterConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncrementalAlterConfigsResponse.ProtoReflect.Descriptor instead.
 func (*IncrementalAlterConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{77}
+	return file_controller_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *IncrementalAlterConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -5351,7 +5875,7 @@ type DescribeConfigsRequest struct {
 
 func (x *DescribeConfigsRequest) Reset() {
 	*x = DescribeConfigsRequest{}
-	mi := &file_controller_proto_msgTypes[78]
+	mi := &file_controller_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5363,7 +5887,7 @@ func (x *DescribeConfigsRequest) String() string {
 func (*DescribeConfigsRequest) ProtoMessage() {}
 
 func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[78]
+	mi := &file_controller_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5376,7 +5900,7 @@ func (x *DescribeConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{78}
+	return file_controller_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *DescribeConfigsRequest) GetResource() *ConfigResource {
@@ -5410,7 +5934,7 @@ type AllocateProducerIdsRequest struct {
 
 func (x *AllocateProducerIdsRequest) Reset() {
 	*x = AllocateProducerIdsRequest{}
-	mi := &file_controller_proto_msgTypes[79]
+	mi := &file_controller_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5422,7 +5946,7 @@ func (x *AllocateProducerIdsRequest) String() string {
 func (*AllocateProducerIdsRequest) ProtoMessage() {}
 
 func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[79]
+	mi := &file_controller_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5435,7 +5959,7 @@ func (x *AllocateProducerIdsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsRequest.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{79}
+	return file_controller_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *AllocateProducerIdsRequest) GetBrokerId() int32 {
@@ -5464,7 +5988,7 @@ type AllocateProducerIdsResponse struct {
 
 func (x *AllocateProducerIdsResponse) Reset() {
 	*x = AllocateProducerIdsResponse{}
-	mi := &file_controller_proto_msgTypes[80]
+	mi := &file_controller_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5476,7 +6000,7 @@ func (x *AllocateProducerIdsResponse) String() string {
 func (*AllocateProducerIdsResponse) ProtoMessage() {}
 
 func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[80]
+	mi := &file_controller_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5489,7 +6013,7 @@ func (x *AllocateProducerIdsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateProducerIdsResponse.ProtoReflect.Descriptor instead.
 func (*AllocateProducerIdsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{80}
+	return file_controller_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *AllocateProducerIdsResponse) GetProducerIdStart() int64 {
@@ -5518,7 +6042,7 @@ type DescribeConfigsResponse struct {
 
 func (x *DescribeConfigsResponse) Reset() {
 	*x = DescribeConfigsResponse{}
-	mi := &file_controller_proto_msgTypes[81]
+	mi := &file_controller_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5530,7 +6054,7 @@ func (x *DescribeConfigsResponse) String() string {
 func (*DescribeConfigsResponse) ProtoMessage() {}
 
 func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[81]
+	mi := &file_controller_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5543,7 +6067,7 @@ func (x *DescribeConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConfigsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{81}
+	return file_controller_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *DescribeConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -5571,7 +6095,7 @@ type DescribeUserScramCredentialsRequest struct {
 
 func (x *DescribeUserScramCredentialsRequest) Reset() {
 	*x = DescribeUserScramCredentialsRequest{}
-	mi := &file_controller_proto_msgTypes[82]
+	mi := &file_controller_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5583,7 +6107,7 @@ func (x *DescribeUserScramCredentialsRequest) String() string {
 func (*DescribeUserScramCredentialsRequest) ProtoMessage() {}
 
 func (x *DescribeUserScramCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[82]
+	mi := &file_controller_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5596,7 +6120,7 @@ func (x *DescribeUserScramCredentialsRequest) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use DescribeUserScramCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeUserScramCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{82}
+	return file_controller_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *DescribeUserScramCredentialsRequest) GetLinearizable() bool {
@@ -5624,7 +6148,7 @@ type DescribeUserScramCredentialsResponse struct {
 
 func (x *DescribeUserScramCredentialsResponse) Reset() {
 	*x = DescribeUserScramCredentialsResponse{}
-	mi := &file_controller_proto_msgTypes[83]
+	mi := &file_controller_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5636,7 +6160,7 @@ func (x *DescribeUserScramCredentialsResponse) String() string {
 func (*DescribeUserScramCredentialsResponse) ProtoMessage() {}
 
 func (x *DescribeUserScramCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[83]
+	mi := &file_controller_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5649,7 +6173,7 @@ func (x *DescribeUserScramCredentialsResponse) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use DescribeUserScramCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeUserScramCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{83}
+	return file_controller_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *DescribeUserScramCredentialsResponse) GetCredentials() []*ScramCredentialInfo {
@@ -5679,7 +6203,7 @@ type AlterClientQuotasRequest struct {
 
 func (x *AlterClientQuotasRequest) Reset() {
 	*x = AlterClientQuotasRequest{}
-	mi := &file_controller_proto_msgTypes[84]
+	mi := &file_controller_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5691,7 +6215,7 @@ func (x *AlterClientQuotasRequest) String() string {
 func (*AlterClientQuotasRequest) ProtoMessage() {}
 
 func (x *AlterClientQuotasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[84]
+	mi := &file_controller_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5704,7 +6228,7 @@ func (x *AlterClientQuotasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterClientQuotasRequest.ProtoReflect.Descriptor instead.
 func (*AlterClientQuotasRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{84}
+	return file_controller_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *AlterClientQuotasRequest) GetEntries() []*ClientQuotaAlteration {
@@ -5739,7 +6263,7 @@ type ClientQuotaAlteration struct {
 
 func (x *ClientQuotaAlteration) Reset() {
 	*x = ClientQuotaAlteration{}
-	mi := &file_controller_proto_msgTypes[85]
+	mi := &file_controller_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5751,7 +6275,7 @@ func (x *ClientQuotaAlteration) String() string {
 func (*ClientQuotaAlteration) ProtoMessage() {}
 
 func (x *ClientQuotaAlteration) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[85]
+	mi := &file_controller_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5764,7 +6288,7 @@ func (x *ClientQuotaAlteration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientQuotaAlteration.ProtoReflect.Descriptor instead.
 func (*ClientQuotaAlteration) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{85}
+	return file_controller_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *ClientQuotaAlteration) GetEntity() []*ClientQuotaEntityData {
@@ -5793,7 +6317,7 @@ type ClientQuotaOp struct {
 
 func (x *ClientQuotaOp) Reset() {
 	*x = ClientQuotaOp{}
-	mi := &file_controller_proto_msgTypes[86]
+	mi := &file_controller_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5805,7 +6329,7 @@ func (x *ClientQuotaOp) String() string {
 func (*ClientQuotaOp) ProtoMessage() {}
 
 func (x *ClientQuotaOp) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[86]
+	mi := &file_controller_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5818,7 +6342,7 @@ func (x *ClientQuotaOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientQuotaOp.ProtoReflect.Descriptor instead.
 func (*ClientQuotaOp) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{86}
+	return file_controller_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ClientQuotaOp) GetKey() string {
@@ -5854,7 +6378,7 @@ type AlterClientQuotasResponse struct {
 
 func (x *AlterClientQuotasResponse) Reset() {
 	*x = AlterClientQuotasResponse{}
-	mi := &file_controller_proto_msgTypes[87]
+	mi := &file_controller_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5866,7 +6390,7 @@ func (x *AlterClientQuotasResponse) String() string {
 func (*AlterClientQuotasResponse) ProtoMessage() {}
 
 func (x *AlterClientQuotasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[87]
+	mi := &file_controller_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5879,7 +6403,7 @@ func (x *AlterClientQuotasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterClientQuotasResponse.ProtoReflect.Descriptor instead.
 func (*AlterClientQuotasResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{87}
+	return file_controller_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *AlterClientQuotasResponse) GetResults() []*ClientQuotaResult {
@@ -5906,7 +6430,7 @@ type ClientQuotaResult struct {
 
 func (x *ClientQuotaResult) Reset() {
 	*x = ClientQuotaResult{}
-	mi := &file_controller_proto_msgTypes[88]
+	mi := &file_controller_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5918,7 +6442,7 @@ func (x *ClientQuotaResult) String() string {
 func (*ClientQuotaResult) ProtoMessage() {}
 
 func (x *ClientQuotaResult) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[88]
+	mi := &file_controller_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5931,7 +6455,7 @@ func (x *ClientQuotaResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientQuotaResult.ProtoReflect.Descriptor instead.
 func (*ClientQuotaResult) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{88}
+	return file_controller_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ClientQuotaResult) GetError() string {
@@ -5945,7 +6469,45 @@ var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
 	"\n" +
-	"\x10controller.proto\x12\akeel.v1\x1a\x0emetadata.proto\x1a\vscram.proto\"\xaa\x01\n" +
+	"\x10controller.proto\x12\akeel.v1\x1a\x0emetadata.proto\x1a\vscram.proto\"\xf2\x01\n" +
+	"\n" +
+	"AclBinding\x12#\n" +
+	"\rresource_type\x18\x01 \x01(\x05R\fresourceType\x12#\n" +
+	"\rresource_name\x18\x02 \x01(\tR\fresourceName\x12!\n" +
+	"\fpattern_type\x18\x03 \x01(\x05R\vpatternType\x12\x1c\n" +
+	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12\x12\n" +
+	"\x04host\x18\x05 \x01(\tR\x04host\x12\x1c\n" +
+	"\toperation\x18\x06 \x01(\x05R\toperation\x12'\n" +
+	"\x0fpermission_type\x18\a \x01(\x05R\x0epermissionType\"\xa9\x02\n" +
+	"\tAclFilter\x12#\n" +
+	"\rresource_type\x18\x01 \x01(\x05R\fresourceType\x12(\n" +
+	"\rresource_name\x18\x02 \x01(\tH\x00R\fresourceName\x88\x01\x01\x12!\n" +
+	"\fpattern_type\x18\x03 \x01(\x05R\vpatternType\x12!\n" +
+	"\tprincipal\x18\x04 \x01(\tH\x01R\tprincipal\x88\x01\x01\x12\x17\n" +
+	"\x04host\x18\x05 \x01(\tH\x02R\x04host\x88\x01\x01\x12\x1c\n" +
+	"\toperation\x18\x06 \x01(\x05R\toperation\x12'\n" +
+	"\x0fpermission_type\x18\a \x01(\x05R\x0epermissionTypeB\x10\n" +
+	"\x0e_resource_nameB\f\n" +
+	"\n" +
+	"_principalB\a\n" +
+	"\x05_host\"d\n" +
+	"\x11CreateAclsRequest\x121\n" +
+	"\tcreations\x18\x01 \x03(\v2\x13.keel.v1.AclBindingR\tcreations\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\",\n" +
+	"\x12CreateAclsResponse\x12\x16\n" +
+	"\x06errors\x18\x01 \x03(\tR\x06errors\"_\n" +
+	"\x11DeleteAclsRequest\x12,\n" +
+	"\afilters\x18\x01 \x03(\v2\x12.keel.v1.AclFilterR\afilters\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\"I\n" +
+	"\x12DeleteAclsResponse\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.keel.v1.DeleteAclsResultR\aresults\"W\n" +
+	"\x10DeleteAclsResult\x12\x14\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\x12-\n" +
+	"\adeleted\x18\x02 \x03(\v2\x13.keel.v1.AclBindingR\adeleted\"A\n" +
+	"\x13DescribeAclsRequest\x12*\n" +
+	"\x06filter\x18\x01 \x01(\v2\x12.keel.v1.AclFilterR\x06filter\"?\n" +
+	"\x14DescribeAclsResponse\x12'\n" +
+	"\x04acls\x18\x01 \x03(\v2\x13.keel.v1.AclBindingR\x04acls\"\xaa\x01\n" +
 	"\x13CompareImageRequest\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12'\n" +
 	"\x0fmajority_digest\x18\x02 \x01(\fR\x0emajorityDigest\x12\x1a\n" +
@@ -6384,7 +6946,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x13ALTER_CONFIG_OP_SET\x10\x01\x12\x1a\n" +
 	"\x16ALTER_CONFIG_OP_DELETE\x10\x02\x12\x1a\n" +
 	"\x16ALTER_CONFIG_OP_APPEND\x10\x03\x12\x1c\n" +
-	"\x18ALTER_CONFIG_OP_SUBTRACT\x10\x042\x89\x16\n" +
+	"\x18ALTER_CONFIG_OP_SUBTRACT\x10\x042\xe4\x17\n" +
 	"\x11ControllerService\x12Q\n" +
 	"\x0eDescribeQuorum\x12\x1e.keel.v1.DescribeQuorumRequest\x1a\x1f.keel.v1.DescribeQuorumResponse\x12E\n" +
 	"\n" +
@@ -6419,7 +6981,12 @@ const file_controller_proto_rawDesc = "" +
 	"\fCompareImage\x12\x1c.keel.v1.CompareImageRequest\x1a\x1d.keel.v1.CompareImageResponse\x12Z\n" +
 	"\x11AcknowledgedIndex\x12!.keel.v1.AcknowledgedIndexRequest\x1a\".keel.v1.AcknowledgedIndexResponse\x12r\n" +
 	"\x19AlterUserScramCredentials\x12).keel.v1.AlterUserScramCredentialsRequest\x1a*.keel.v1.AlterUserScramCredentialsResponse\x12{\n" +
-	"\x1cDescribeUserScramCredentials\x12,.keel.v1.DescribeUserScramCredentialsRequest\x1a-.keel.v1.DescribeUserScramCredentialsResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\x1cDescribeUserScramCredentials\x12,.keel.v1.DescribeUserScramCredentialsRequest\x1a-.keel.v1.DescribeUserScramCredentialsResponse\x12E\n" +
+	"\n" +
+	"CreateAcls\x12\x1a.keel.v1.CreateAclsRequest\x1a\x1b.keel.v1.CreateAclsResponse\x12E\n" +
+	"\n" +
+	"DeleteAcls\x12\x1a.keel.v1.DeleteAclsRequest\x1a\x1b.keel.v1.DeleteAclsResponse\x12K\n" +
+	"\fDescribeAcls\x12\x1c.keel.v1.DescribeAclsRequest\x1a\x1d.keel.v1.DescribeAclsResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -6434,233 +7001,254 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 100)
 var file_controller_proto_goTypes = []any{
 	(ElectionType)(0),                            // 0: keel.v1.ElectionType
 	(ConfigSource)(0),                            // 1: keel.v1.ConfigSource
 	(AlterConfigOp)(0),                           // 2: keel.v1.AlterConfigOp
-	(*CompareImageRequest)(nil),                  // 3: keel.v1.CompareImageRequest
-	(*CompareImageResponse)(nil),                 // 4: keel.v1.CompareImageResponse
-	(*AcknowledgedIndexRequest)(nil),             // 5: keel.v1.AcknowledgedIndexRequest
-	(*AcknowledgedIndexResponse)(nil),            // 6: keel.v1.AcknowledgedIndexResponse
-	(*DescribeFeaturesRequest)(nil),              // 7: keel.v1.DescribeFeaturesRequest
-	(*DescribeFeaturesResponse)(nil),             // 8: keel.v1.DescribeFeaturesResponse
-	(*FeatureNode)(nil),                          // 9: keel.v1.FeatureNode
-	(*UpdateFeaturesRequest)(nil),                // 10: keel.v1.UpdateFeaturesRequest
-	(*UpdateFeaturesResponse)(nil),               // 11: keel.v1.UpdateFeaturesResponse
-	(*DescribeQuorumRequest)(nil),                // 12: keel.v1.DescribeQuorumRequest
-	(*DescribeQuorumResponse)(nil),               // 13: keel.v1.DescribeQuorumResponse
-	(*ImageCheck)(nil),                           // 14: keel.v1.ImageCheck
-	(*ImageCheckVoter)(nil),                      // 15: keel.v1.ImageCheckVoter
-	(*VoterReplication)(nil),                     // 16: keel.v1.VoterReplication
-	(*ReadSource)(nil),                           // 17: keel.v1.ReadSource
-	(*QuorumMember)(nil),                         // 18: keel.v1.QuorumMember
-	(*AppendNoOpRequest)(nil),                    // 19: keel.v1.AppendNoOpRequest
-	(*AppendNoOpResponse)(nil),                   // 20: keel.v1.AppendNoOpResponse
-	(*RegisterBrokerRequest)(nil),                // 21: keel.v1.RegisterBrokerRequest
-	(*RegisterBrokerResponse)(nil),               // 22: keel.v1.RegisterBrokerResponse
-	(*BrokerHeartbeatRequest)(nil),               // 23: keel.v1.BrokerHeartbeatRequest
-	(*BrokerHeartbeatResponse)(nil),              // 24: keel.v1.BrokerHeartbeatResponse
-	(*UnregisterBrokerRequest)(nil),              // 25: keel.v1.UnregisterBrokerRequest
-	(*UnregisterBrokerResponse)(nil),             // 26: keel.v1.UnregisterBrokerResponse
-	(*StreamMetadataRequest)(nil),                // 27: keel.v1.StreamMetadataRequest
-	(*MetadataPush)(nil),                         // 28: keel.v1.MetadataPush
-	(*MetadataEntries)(nil),                      // 29: keel.v1.MetadataEntries
-	(*MetadataEntry)(nil),                        // 30: keel.v1.MetadataEntry
-	(*SnapshotChunk)(nil),                        // 31: keel.v1.SnapshotChunk
-	(*FetchSnapshotRequest)(nil),                 // 32: keel.v1.FetchSnapshotRequest
-	(*ListBrokersRequest)(nil),                   // 33: keel.v1.ListBrokersRequest
-	(*ListBrokersResponse)(nil),                  // 34: keel.v1.ListBrokersResponse
-	(*BrokerInfo)(nil),                           // 35: keel.v1.BrokerInfo
-	(*CreateTopicRequest)(nil),                   // 36: keel.v1.CreateTopicRequest
-	(*PartitionAssignment)(nil),                  // 37: keel.v1.PartitionAssignment
-	(*CreateTopicResponse)(nil),                  // 38: keel.v1.CreateTopicResponse
-	(*CreatePartitionsRequest)(nil),              // 39: keel.v1.CreatePartitionsRequest
-	(*CreatePartitionsResponse)(nil),             // 40: keel.v1.CreatePartitionsResponse
-	(*DeleteTopicRequest)(nil),                   // 41: keel.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),                  // 42: keel.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),                    // 43: keel.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),                   // 44: keel.v1.ListTopicsResponse
-	(*TopicSummary)(nil),                         // 45: keel.v1.TopicSummary
-	(*DescribeTopicRequest)(nil),                 // 46: keel.v1.DescribeTopicRequest
-	(*DescribeTopicResponse)(nil),                // 47: keel.v1.DescribeTopicResponse
-	(*TopicDescription)(nil),                     // 48: keel.v1.TopicDescription
-	(*PartitionDescription)(nil),                 // 49: keel.v1.PartitionDescription
-	(*AlterPartitionRequest)(nil),                // 50: keel.v1.AlterPartitionRequest
-	(*BrokerState)(nil),                          // 51: keel.v1.BrokerState
-	(*AlterPartitionResponse)(nil),               // 52: keel.v1.AlterPartitionResponse
-	(*ReplicaLog)(nil),                           // 53: keel.v1.ReplicaLog
-	(*ReportReplicaLogsRequest)(nil),             // 54: keel.v1.ReportReplicaLogsRequest
-	(*ReportReplicaLogsResponse)(nil),            // 55: keel.v1.ReportReplicaLogsResponse
-	(*TopicPartition)(nil),                       // 56: keel.v1.TopicPartition
-	(*ElectLeadersRequest)(nil),                  // 57: keel.v1.ElectLeadersRequest
-	(*ElectLeadersResponse)(nil),                 // 58: keel.v1.ElectLeadersResponse
-	(*ElectionResult)(nil),                       // 59: keel.v1.ElectionResult
-	(*AlterPartitionReassignmentsRequest)(nil),   // 60: keel.v1.AlterPartitionReassignmentsRequest
-	(*ReassignmentTarget)(nil),                   // 61: keel.v1.ReassignmentTarget
-	(*AlterPartitionReassignmentsResponse)(nil),  // 62: keel.v1.AlterPartitionReassignmentsResponse
-	(*ReassignedPartition)(nil),                  // 63: keel.v1.ReassignedPartition
-	(*ListPartitionReassignmentsRequest)(nil),    // 64: keel.v1.ListPartitionReassignmentsRequest
-	(*ListPartitionReassignmentsResponse)(nil),   // 65: keel.v1.ListPartitionReassignmentsResponse
-	(*Reassignment)(nil),                         // 66: keel.v1.Reassignment
-	(*RestoreSnapshotRequest)(nil),               // 67: keel.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),              // 68: keel.v1.RestoreSnapshotResponse
-	(*LeaderHint)(nil),                           // 69: keel.v1.LeaderHint
-	(*AddVoterRequest)(nil),                      // 70: keel.v1.AddVoterRequest
-	(*AddVoterResponse)(nil),                     // 71: keel.v1.AddVoterResponse
-	(*RemoveVoterRequest)(nil),                   // 72: keel.v1.RemoveVoterRequest
-	(*RemoveVoterResponse)(nil),                  // 73: keel.v1.RemoveVoterResponse
-	(*TransferLeadershipRequest)(nil),            // 74: keel.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil),           // 75: keel.v1.TransferLeadershipResponse
-	(*ConfigResource)(nil),                       // 76: keel.v1.ConfigResource
-	(*ConfigEntry)(nil),                          // 77: keel.v1.ConfigEntry
-	(*AlterableConfig)(nil),                      // 78: keel.v1.AlterableConfig
-	(*IncrementalAlterConfigsRequest)(nil),       // 79: keel.v1.IncrementalAlterConfigsRequest
-	(*IncrementalAlterConfigsResponse)(nil),      // 80: keel.v1.IncrementalAlterConfigsResponse
-	(*DescribeConfigsRequest)(nil),               // 81: keel.v1.DescribeConfigsRequest
-	(*AllocateProducerIdsRequest)(nil),           // 82: keel.v1.AllocateProducerIdsRequest
-	(*AllocateProducerIdsResponse)(nil),          // 83: keel.v1.AllocateProducerIdsResponse
-	(*DescribeConfigsResponse)(nil),              // 84: keel.v1.DescribeConfigsResponse
-	(*DescribeUserScramCredentialsRequest)(nil),  // 85: keel.v1.DescribeUserScramCredentialsRequest
-	(*DescribeUserScramCredentialsResponse)(nil), // 86: keel.v1.DescribeUserScramCredentialsResponse
-	(*AlterClientQuotasRequest)(nil),             // 87: keel.v1.AlterClientQuotasRequest
-	(*ClientQuotaAlteration)(nil),                // 88: keel.v1.ClientQuotaAlteration
-	(*ClientQuotaOp)(nil),                        // 89: keel.v1.ClientQuotaOp
-	(*AlterClientQuotasResponse)(nil),            // 90: keel.v1.AlterClientQuotasResponse
-	(*ClientQuotaResult)(nil),                    // 91: keel.v1.ClientQuotaResult
-	nil,                                          // 92: keel.v1.CreateTopicRequest.ConfigsEntry
-	nil,                                          // 93: keel.v1.TopicDescription.ConfigsEntry
-	(LeaderRecoveryState)(0),                     // 94: keel.v1.LeaderRecoveryState
-	(ConfigResourceType)(0),                      // 95: keel.v1.ConfigResourceType
-	(*ScramCredentialInfo)(nil),                  // 96: keel.v1.ScramCredentialInfo
-	(*ClientQuotaEntityData)(nil),                // 97: keel.v1.ClientQuotaEntityData
-	(*AlterUserScramCredentialsRequest)(nil),     // 98: keel.v1.AlterUserScramCredentialsRequest
-	(*AlterUserScramCredentialsResponse)(nil),    // 99: keel.v1.AlterUserScramCredentialsResponse
+	(*AclBinding)(nil),                           // 3: keel.v1.AclBinding
+	(*AclFilter)(nil),                            // 4: keel.v1.AclFilter
+	(*CreateAclsRequest)(nil),                    // 5: keel.v1.CreateAclsRequest
+	(*CreateAclsResponse)(nil),                   // 6: keel.v1.CreateAclsResponse
+	(*DeleteAclsRequest)(nil),                    // 7: keel.v1.DeleteAclsRequest
+	(*DeleteAclsResponse)(nil),                   // 8: keel.v1.DeleteAclsResponse
+	(*DeleteAclsResult)(nil),                     // 9: keel.v1.DeleteAclsResult
+	(*DescribeAclsRequest)(nil),                  // 10: keel.v1.DescribeAclsRequest
+	(*DescribeAclsResponse)(nil),                 // 11: keel.v1.DescribeAclsResponse
+	(*CompareImageRequest)(nil),                  // 12: keel.v1.CompareImageRequest
+	(*CompareImageResponse)(nil),                 // 13: keel.v1.CompareImageResponse
+	(*AcknowledgedIndexRequest)(nil),             // 14: keel.v1.AcknowledgedIndexRequest
+	(*AcknowledgedIndexResponse)(nil),            // 15: keel.v1.AcknowledgedIndexResponse
+	(*DescribeFeaturesRequest)(nil),              // 16: keel.v1.DescribeFeaturesRequest
+	(*DescribeFeaturesResponse)(nil),             // 17: keel.v1.DescribeFeaturesResponse
+	(*FeatureNode)(nil),                          // 18: keel.v1.FeatureNode
+	(*UpdateFeaturesRequest)(nil),                // 19: keel.v1.UpdateFeaturesRequest
+	(*UpdateFeaturesResponse)(nil),               // 20: keel.v1.UpdateFeaturesResponse
+	(*DescribeQuorumRequest)(nil),                // 21: keel.v1.DescribeQuorumRequest
+	(*DescribeQuorumResponse)(nil),               // 22: keel.v1.DescribeQuorumResponse
+	(*ImageCheck)(nil),                           // 23: keel.v1.ImageCheck
+	(*ImageCheckVoter)(nil),                      // 24: keel.v1.ImageCheckVoter
+	(*VoterReplication)(nil),                     // 25: keel.v1.VoterReplication
+	(*ReadSource)(nil),                           // 26: keel.v1.ReadSource
+	(*QuorumMember)(nil),                         // 27: keel.v1.QuorumMember
+	(*AppendNoOpRequest)(nil),                    // 28: keel.v1.AppendNoOpRequest
+	(*AppendNoOpResponse)(nil),                   // 29: keel.v1.AppendNoOpResponse
+	(*RegisterBrokerRequest)(nil),                // 30: keel.v1.RegisterBrokerRequest
+	(*RegisterBrokerResponse)(nil),               // 31: keel.v1.RegisterBrokerResponse
+	(*BrokerHeartbeatRequest)(nil),               // 32: keel.v1.BrokerHeartbeatRequest
+	(*BrokerHeartbeatResponse)(nil),              // 33: keel.v1.BrokerHeartbeatResponse
+	(*UnregisterBrokerRequest)(nil),              // 34: keel.v1.UnregisterBrokerRequest
+	(*UnregisterBrokerResponse)(nil),             // 35: keel.v1.UnregisterBrokerResponse
+	(*StreamMetadataRequest)(nil),                // 36: keel.v1.StreamMetadataRequest
+	(*MetadataPush)(nil),                         // 37: keel.v1.MetadataPush
+	(*MetadataEntries)(nil),                      // 38: keel.v1.MetadataEntries
+	(*MetadataEntry)(nil),                        // 39: keel.v1.MetadataEntry
+	(*SnapshotChunk)(nil),                        // 40: keel.v1.SnapshotChunk
+	(*FetchSnapshotRequest)(nil),                 // 41: keel.v1.FetchSnapshotRequest
+	(*ListBrokersRequest)(nil),                   // 42: keel.v1.ListBrokersRequest
+	(*ListBrokersResponse)(nil),                  // 43: keel.v1.ListBrokersResponse
+	(*BrokerInfo)(nil),                           // 44: keel.v1.BrokerInfo
+	(*CreateTopicRequest)(nil),                   // 45: keel.v1.CreateTopicRequest
+	(*PartitionAssignment)(nil),                  // 46: keel.v1.PartitionAssignment
+	(*CreateTopicResponse)(nil),                  // 47: keel.v1.CreateTopicResponse
+	(*CreatePartitionsRequest)(nil),              // 48: keel.v1.CreatePartitionsRequest
+	(*CreatePartitionsResponse)(nil),             // 49: keel.v1.CreatePartitionsResponse
+	(*DeleteTopicRequest)(nil),                   // 50: keel.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),                  // 51: keel.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),                    // 52: keel.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),                   // 53: keel.v1.ListTopicsResponse
+	(*TopicSummary)(nil),                         // 54: keel.v1.TopicSummary
+	(*DescribeTopicRequest)(nil),                 // 55: keel.v1.DescribeTopicRequest
+	(*DescribeTopicResponse)(nil),                // 56: keel.v1.DescribeTopicResponse
+	(*TopicDescription)(nil),                     // 57: keel.v1.TopicDescription
+	(*PartitionDescription)(nil),                 // 58: keel.v1.PartitionDescription
+	(*AlterPartitionRequest)(nil),                // 59: keel.v1.AlterPartitionRequest
+	(*BrokerState)(nil),                          // 60: keel.v1.BrokerState
+	(*AlterPartitionResponse)(nil),               // 61: keel.v1.AlterPartitionResponse
+	(*ReplicaLog)(nil),                           // 62: keel.v1.ReplicaLog
+	(*ReportReplicaLogsRequest)(nil),             // 63: keel.v1.ReportReplicaLogsRequest
+	(*ReportReplicaLogsResponse)(nil),            // 64: keel.v1.ReportReplicaLogsResponse
+	(*TopicPartition)(nil),                       // 65: keel.v1.TopicPartition
+	(*ElectLeadersRequest)(nil),                  // 66: keel.v1.ElectLeadersRequest
+	(*ElectLeadersResponse)(nil),                 // 67: keel.v1.ElectLeadersResponse
+	(*ElectionResult)(nil),                       // 68: keel.v1.ElectionResult
+	(*AlterPartitionReassignmentsRequest)(nil),   // 69: keel.v1.AlterPartitionReassignmentsRequest
+	(*ReassignmentTarget)(nil),                   // 70: keel.v1.ReassignmentTarget
+	(*AlterPartitionReassignmentsResponse)(nil),  // 71: keel.v1.AlterPartitionReassignmentsResponse
+	(*ReassignedPartition)(nil),                  // 72: keel.v1.ReassignedPartition
+	(*ListPartitionReassignmentsRequest)(nil),    // 73: keel.v1.ListPartitionReassignmentsRequest
+	(*ListPartitionReassignmentsResponse)(nil),   // 74: keel.v1.ListPartitionReassignmentsResponse
+	(*Reassignment)(nil),                         // 75: keel.v1.Reassignment
+	(*RestoreSnapshotRequest)(nil),               // 76: keel.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),              // 77: keel.v1.RestoreSnapshotResponse
+	(*LeaderHint)(nil),                           // 78: keel.v1.LeaderHint
+	(*AddVoterRequest)(nil),                      // 79: keel.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),                     // 80: keel.v1.AddVoterResponse
+	(*RemoveVoterRequest)(nil),                   // 81: keel.v1.RemoveVoterRequest
+	(*RemoveVoterResponse)(nil),                  // 82: keel.v1.RemoveVoterResponse
+	(*TransferLeadershipRequest)(nil),            // 83: keel.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),           // 84: keel.v1.TransferLeadershipResponse
+	(*ConfigResource)(nil),                       // 85: keel.v1.ConfigResource
+	(*ConfigEntry)(nil),                          // 86: keel.v1.ConfigEntry
+	(*AlterableConfig)(nil),                      // 87: keel.v1.AlterableConfig
+	(*IncrementalAlterConfigsRequest)(nil),       // 88: keel.v1.IncrementalAlterConfigsRequest
+	(*IncrementalAlterConfigsResponse)(nil),      // 89: keel.v1.IncrementalAlterConfigsResponse
+	(*DescribeConfigsRequest)(nil),               // 90: keel.v1.DescribeConfigsRequest
+	(*AllocateProducerIdsRequest)(nil),           // 91: keel.v1.AllocateProducerIdsRequest
+	(*AllocateProducerIdsResponse)(nil),          // 92: keel.v1.AllocateProducerIdsResponse
+	(*DescribeConfigsResponse)(nil),              // 93: keel.v1.DescribeConfigsResponse
+	(*DescribeUserScramCredentialsRequest)(nil),  // 94: keel.v1.DescribeUserScramCredentialsRequest
+	(*DescribeUserScramCredentialsResponse)(nil), // 95: keel.v1.DescribeUserScramCredentialsResponse
+	(*AlterClientQuotasRequest)(nil),             // 96: keel.v1.AlterClientQuotasRequest
+	(*ClientQuotaAlteration)(nil),                // 97: keel.v1.ClientQuotaAlteration
+	(*ClientQuotaOp)(nil),                        // 98: keel.v1.ClientQuotaOp
+	(*AlterClientQuotasResponse)(nil),            // 99: keel.v1.AlterClientQuotasResponse
+	(*ClientQuotaResult)(nil),                    // 100: keel.v1.ClientQuotaResult
+	nil,                                          // 101: keel.v1.CreateTopicRequest.ConfigsEntry
+	nil,                                          // 102: keel.v1.TopicDescription.ConfigsEntry
+	(LeaderRecoveryState)(0),                     // 103: keel.v1.LeaderRecoveryState
+	(ConfigResourceType)(0),                      // 104: keel.v1.ConfigResourceType
+	(*ScramCredentialInfo)(nil),                  // 105: keel.v1.ScramCredentialInfo
+	(*ClientQuotaEntityData)(nil),                // 106: keel.v1.ClientQuotaEntityData
+	(*AlterUserScramCredentialsRequest)(nil),     // 107: keel.v1.AlterUserScramCredentialsRequest
+	(*AlterUserScramCredentialsResponse)(nil),    // 108: keel.v1.AlterUserScramCredentialsResponse
 }
 var file_controller_proto_depIdxs = []int32{
-	9,  // 0: keel.v1.DescribeFeaturesResponse.nodes:type_name -> keel.v1.FeatureNode
-	18, // 1: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
-	16, // 2: keel.v1.DescribeQuorumResponse.replication:type_name -> keel.v1.VoterReplication
-	14, // 3: keel.v1.DescribeQuorumResponse.image_check:type_name -> keel.v1.ImageCheck
-	15, // 4: keel.v1.ImageCheck.voters:type_name -> keel.v1.ImageCheckVoter
-	29, // 5: keel.v1.MetadataPush.entries:type_name -> keel.v1.MetadataEntries
-	31, // 6: keel.v1.MetadataPush.snapshot:type_name -> keel.v1.SnapshotChunk
-	30, // 7: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
-	35, // 8: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
-	17, // 9: keel.v1.ListBrokersResponse.source:type_name -> keel.v1.ReadSource
-	37, // 10: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	92, // 11: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
-	48, // 12: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	37, // 13: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
-	48, // 14: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
-	45, // 15: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
-	17, // 16: keel.v1.ListTopicsResponse.source:type_name -> keel.v1.ReadSource
-	48, // 17: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
-	17, // 18: keel.v1.DescribeTopicResponse.source:type_name -> keel.v1.ReadSource
-	93, // 19: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
-	49, // 20: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
-	77, // 21: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
-	94, // 22: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	94, // 23: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
-	51, // 24: keel.v1.AlterPartitionRequest.new_isr_with_epochs:type_name -> keel.v1.BrokerState
-	49, // 25: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
-	53, // 26: keel.v1.ReportReplicaLogsRequest.replicas:type_name -> keel.v1.ReplicaLog
-	0,  // 27: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
-	56, // 28: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
-	59, // 29: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
-	61, // 30: keel.v1.AlterPartitionReassignmentsRequest.partitions:type_name -> keel.v1.ReassignmentTarget
-	49, // 31: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
-	63, // 32: keel.v1.AlterPartitionReassignmentsResponse.partitions:type_name -> keel.v1.ReassignedPartition
-	49, // 33: keel.v1.ReassignedPartition.partition:type_name -> keel.v1.PartitionDescription
-	66, // 34: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
-	17, // 35: keel.v1.ListPartitionReassignmentsResponse.source:type_name -> keel.v1.ReadSource
-	18, // 36: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	18, // 37: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
-	95, // 38: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
-	1,  // 39: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
-	2,  // 40: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
-	76, // 41: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
-	78, // 42: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
-	77, // 43: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
-	59, // 44: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
-	76, // 45: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
-	77, // 46: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
-	17, // 47: keel.v1.DescribeConfigsResponse.source:type_name -> keel.v1.ReadSource
-	96, // 48: keel.v1.DescribeUserScramCredentialsResponse.credentials:type_name -> keel.v1.ScramCredentialInfo
-	17, // 49: keel.v1.DescribeUserScramCredentialsResponse.source:type_name -> keel.v1.ReadSource
-	88, // 50: keel.v1.AlterClientQuotasRequest.entries:type_name -> keel.v1.ClientQuotaAlteration
-	97, // 51: keel.v1.ClientQuotaAlteration.entity:type_name -> keel.v1.ClientQuotaEntityData
-	89, // 52: keel.v1.ClientQuotaAlteration.ops:type_name -> keel.v1.ClientQuotaOp
-	91, // 53: keel.v1.AlterClientQuotasResponse.results:type_name -> keel.v1.ClientQuotaResult
-	12, // 54: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
-	19, // 55: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
-	21, // 56: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
-	23, // 57: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
-	25, // 58: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
-	27, // 59: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
-	33, // 60: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
-	36, // 61: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
-	39, // 62: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
-	41, // 63: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
-	43, // 64: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
-	46, // 65: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
-	50, // 66: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
-	54, // 67: keel.v1.ControllerService.ReportReplicaLogs:input_type -> keel.v1.ReportReplicaLogsRequest
-	57, // 68: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
-	60, // 69: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
-	64, // 70: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
-	32, // 71: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
-	67, // 72: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
-	70, // 73: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
-	72, // 74: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
-	74, // 75: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
-	79, // 76: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
-	81, // 77: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
-	87, // 78: keel.v1.ControllerService.AlterClientQuotas:input_type -> keel.v1.AlterClientQuotasRequest
-	82, // 79: keel.v1.ControllerService.AllocateProducerIds:input_type -> keel.v1.AllocateProducerIdsRequest
-	7,  // 80: keel.v1.ControllerService.DescribeFeatures:input_type -> keel.v1.DescribeFeaturesRequest
-	10, // 81: keel.v1.ControllerService.UpdateFeatures:input_type -> keel.v1.UpdateFeaturesRequest
-	3,  // 82: keel.v1.ControllerService.CompareImage:input_type -> keel.v1.CompareImageRequest
-	5,  // 83: keel.v1.ControllerService.AcknowledgedIndex:input_type -> keel.v1.AcknowledgedIndexRequest
-	98, // 84: keel.v1.ControllerService.AlterUserScramCredentials:input_type -> keel.v1.AlterUserScramCredentialsRequest
-	85, // 85: keel.v1.ControllerService.DescribeUserScramCredentials:input_type -> keel.v1.DescribeUserScramCredentialsRequest
-	13, // 86: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
-	20, // 87: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
-	22, // 88: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
-	24, // 89: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
-	26, // 90: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
-	28, // 91: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
-	34, // 92: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
-	38, // 93: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
-	40, // 94: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
-	42, // 95: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
-	44, // 96: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
-	47, // 97: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
-	52, // 98: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
-	55, // 99: keel.v1.ControllerService.ReportReplicaLogs:output_type -> keel.v1.ReportReplicaLogsResponse
-	58, // 100: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
-	62, // 101: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
-	65, // 102: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
-	31, // 103: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
-	68, // 104: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
-	71, // 105: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
-	73, // 106: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
-	75, // 107: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
-	80, // 108: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
-	84, // 109: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
-	90, // 110: keel.v1.ControllerService.AlterClientQuotas:output_type -> keel.v1.AlterClientQuotasResponse
-	83, // 111: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
-	8,  // 112: keel.v1.ControllerService.DescribeFeatures:output_type -> keel.v1.DescribeFeaturesResponse
-	11, // 113: keel.v1.ControllerService.UpdateFeatures:output_type -> keel.v1.UpdateFeaturesResponse
-	4,  // 114: keel.v1.ControllerService.CompareImage:output_type -> keel.v1.CompareImageResponse
-	6,  // 115: keel.v1.ControllerService.AcknowledgedIndex:output_type -> keel.v1.AcknowledgedIndexResponse
-	99, // 116: keel.v1.ControllerService.AlterUserScramCredentials:output_type -> keel.v1.AlterUserScramCredentialsResponse
-	86, // 117: keel.v1.ControllerService.DescribeUserScramCredentials:output_type -> keel.v1.DescribeUserScramCredentialsResponse
-	86, // [86:118] is the sub-list for method output_type
-	54, // [54:86] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	3,   // 0: keel.v1.CreateAclsRequest.creations:type_name -> keel.v1.AclBinding
+	4,   // 1: keel.v1.DeleteAclsRequest.filters:type_name -> keel.v1.AclFilter
+	9,   // 2: keel.v1.DeleteAclsResponse.results:type_name -> keel.v1.DeleteAclsResult
+	3,   // 3: keel.v1.DeleteAclsResult.deleted:type_name -> keel.v1.AclBinding
+	4,   // 4: keel.v1.DescribeAclsRequest.filter:type_name -> keel.v1.AclFilter
+	3,   // 5: keel.v1.DescribeAclsResponse.acls:type_name -> keel.v1.AclBinding
+	18,  // 6: keel.v1.DescribeFeaturesResponse.nodes:type_name -> keel.v1.FeatureNode
+	27,  // 7: keel.v1.DescribeQuorumResponse.voters:type_name -> keel.v1.QuorumMember
+	25,  // 8: keel.v1.DescribeQuorumResponse.replication:type_name -> keel.v1.VoterReplication
+	23,  // 9: keel.v1.DescribeQuorumResponse.image_check:type_name -> keel.v1.ImageCheck
+	24,  // 10: keel.v1.ImageCheck.voters:type_name -> keel.v1.ImageCheckVoter
+	38,  // 11: keel.v1.MetadataPush.entries:type_name -> keel.v1.MetadataEntries
+	40,  // 12: keel.v1.MetadataPush.snapshot:type_name -> keel.v1.SnapshotChunk
+	39,  // 13: keel.v1.MetadataEntries.entries:type_name -> keel.v1.MetadataEntry
+	44,  // 14: keel.v1.ListBrokersResponse.brokers:type_name -> keel.v1.BrokerInfo
+	26,  // 15: keel.v1.ListBrokersResponse.source:type_name -> keel.v1.ReadSource
+	46,  // 16: keel.v1.CreateTopicRequest.assignments:type_name -> keel.v1.PartitionAssignment
+	101, // 17: keel.v1.CreateTopicRequest.configs:type_name -> keel.v1.CreateTopicRequest.ConfigsEntry
+	57,  // 18: keel.v1.CreateTopicResponse.topic:type_name -> keel.v1.TopicDescription
+	46,  // 19: keel.v1.CreatePartitionsRequest.assignments:type_name -> keel.v1.PartitionAssignment
+	57,  // 20: keel.v1.CreatePartitionsResponse.topic:type_name -> keel.v1.TopicDescription
+	54,  // 21: keel.v1.ListTopicsResponse.topics:type_name -> keel.v1.TopicSummary
+	26,  // 22: keel.v1.ListTopicsResponse.source:type_name -> keel.v1.ReadSource
+	57,  // 23: keel.v1.DescribeTopicResponse.topic:type_name -> keel.v1.TopicDescription
+	26,  // 24: keel.v1.DescribeTopicResponse.source:type_name -> keel.v1.ReadSource
+	102, // 25: keel.v1.TopicDescription.configs:type_name -> keel.v1.TopicDescription.ConfigsEntry
+	58,  // 26: keel.v1.TopicDescription.partitions:type_name -> keel.v1.PartitionDescription
+	86,  // 27: keel.v1.TopicDescription.effective_configs:type_name -> keel.v1.ConfigEntry
+	103, // 28: keel.v1.PartitionDescription.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	103, // 29: keel.v1.AlterPartitionRequest.leader_recovery_state:type_name -> keel.v1.LeaderRecoveryState
+	60,  // 30: keel.v1.AlterPartitionRequest.new_isr_with_epochs:type_name -> keel.v1.BrokerState
+	58,  // 31: keel.v1.AlterPartitionResponse.partition:type_name -> keel.v1.PartitionDescription
+	62,  // 32: keel.v1.ReportReplicaLogsRequest.replicas:type_name -> keel.v1.ReplicaLog
+	0,   // 33: keel.v1.ElectLeadersRequest.type:type_name -> keel.v1.ElectionType
+	65,  // 34: keel.v1.ElectLeadersRequest.partitions:type_name -> keel.v1.TopicPartition
+	68,  // 35: keel.v1.ElectLeadersResponse.results:type_name -> keel.v1.ElectionResult
+	70,  // 36: keel.v1.AlterPartitionReassignmentsRequest.partitions:type_name -> keel.v1.ReassignmentTarget
+	58,  // 37: keel.v1.AlterPartitionReassignmentsResponse.partition:type_name -> keel.v1.PartitionDescription
+	72,  // 38: keel.v1.AlterPartitionReassignmentsResponse.partitions:type_name -> keel.v1.ReassignedPartition
+	58,  // 39: keel.v1.ReassignedPartition.partition:type_name -> keel.v1.PartitionDescription
+	75,  // 40: keel.v1.ListPartitionReassignmentsResponse.reassignments:type_name -> keel.v1.Reassignment
+	26,  // 41: keel.v1.ListPartitionReassignmentsResponse.source:type_name -> keel.v1.ReadSource
+	27,  // 42: keel.v1.AddVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	27,  // 43: keel.v1.RemoveVoterResponse.voters:type_name -> keel.v1.QuorumMember
+	104, // 44: keel.v1.ConfigResource.type:type_name -> keel.v1.ConfigResourceType
+	1,   // 45: keel.v1.ConfigEntry.source:type_name -> keel.v1.ConfigSource
+	2,   // 46: keel.v1.AlterableConfig.op:type_name -> keel.v1.AlterConfigOp
+	85,  // 47: keel.v1.IncrementalAlterConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	87,  // 48: keel.v1.IncrementalAlterConfigsRequest.configs:type_name -> keel.v1.AlterableConfig
+	86,  // 49: keel.v1.IncrementalAlterConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	68,  // 50: keel.v1.IncrementalAlterConfigsResponse.elections:type_name -> keel.v1.ElectionResult
+	85,  // 51: keel.v1.DescribeConfigsRequest.resource:type_name -> keel.v1.ConfigResource
+	86,  // 52: keel.v1.DescribeConfigsResponse.configs:type_name -> keel.v1.ConfigEntry
+	26,  // 53: keel.v1.DescribeConfigsResponse.source:type_name -> keel.v1.ReadSource
+	105, // 54: keel.v1.DescribeUserScramCredentialsResponse.credentials:type_name -> keel.v1.ScramCredentialInfo
+	26,  // 55: keel.v1.DescribeUserScramCredentialsResponse.source:type_name -> keel.v1.ReadSource
+	97,  // 56: keel.v1.AlterClientQuotasRequest.entries:type_name -> keel.v1.ClientQuotaAlteration
+	106, // 57: keel.v1.ClientQuotaAlteration.entity:type_name -> keel.v1.ClientQuotaEntityData
+	98,  // 58: keel.v1.ClientQuotaAlteration.ops:type_name -> keel.v1.ClientQuotaOp
+	100, // 59: keel.v1.AlterClientQuotasResponse.results:type_name -> keel.v1.ClientQuotaResult
+	21,  // 60: keel.v1.ControllerService.DescribeQuorum:input_type -> keel.v1.DescribeQuorumRequest
+	28,  // 61: keel.v1.ControllerService.AppendNoOp:input_type -> keel.v1.AppendNoOpRequest
+	30,  // 62: keel.v1.ControllerService.RegisterBroker:input_type -> keel.v1.RegisterBrokerRequest
+	32,  // 63: keel.v1.ControllerService.BrokerHeartbeat:input_type -> keel.v1.BrokerHeartbeatRequest
+	34,  // 64: keel.v1.ControllerService.UnregisterBroker:input_type -> keel.v1.UnregisterBrokerRequest
+	36,  // 65: keel.v1.ControllerService.StreamMetadata:input_type -> keel.v1.StreamMetadataRequest
+	42,  // 66: keel.v1.ControllerService.ListBrokers:input_type -> keel.v1.ListBrokersRequest
+	45,  // 67: keel.v1.ControllerService.CreateTopic:input_type -> keel.v1.CreateTopicRequest
+	48,  // 68: keel.v1.ControllerService.CreatePartitions:input_type -> keel.v1.CreatePartitionsRequest
+	50,  // 69: keel.v1.ControllerService.DeleteTopic:input_type -> keel.v1.DeleteTopicRequest
+	52,  // 70: keel.v1.ControllerService.ListTopics:input_type -> keel.v1.ListTopicsRequest
+	55,  // 71: keel.v1.ControllerService.DescribeTopic:input_type -> keel.v1.DescribeTopicRequest
+	59,  // 72: keel.v1.ControllerService.AlterPartition:input_type -> keel.v1.AlterPartitionRequest
+	63,  // 73: keel.v1.ControllerService.ReportReplicaLogs:input_type -> keel.v1.ReportReplicaLogsRequest
+	66,  // 74: keel.v1.ControllerService.ElectLeaders:input_type -> keel.v1.ElectLeadersRequest
+	69,  // 75: keel.v1.ControllerService.AlterPartitionReassignments:input_type -> keel.v1.AlterPartitionReassignmentsRequest
+	73,  // 76: keel.v1.ControllerService.ListPartitionReassignments:input_type -> keel.v1.ListPartitionReassignmentsRequest
+	41,  // 77: keel.v1.ControllerService.FetchSnapshot:input_type -> keel.v1.FetchSnapshotRequest
+	76,  // 78: keel.v1.ControllerService.RestoreSnapshot:input_type -> keel.v1.RestoreSnapshotRequest
+	79,  // 79: keel.v1.ControllerService.AddVoter:input_type -> keel.v1.AddVoterRequest
+	81,  // 80: keel.v1.ControllerService.RemoveVoter:input_type -> keel.v1.RemoveVoterRequest
+	83,  // 81: keel.v1.ControllerService.TransferLeadership:input_type -> keel.v1.TransferLeadershipRequest
+	88,  // 82: keel.v1.ControllerService.IncrementalAlterConfigs:input_type -> keel.v1.IncrementalAlterConfigsRequest
+	90,  // 83: keel.v1.ControllerService.DescribeConfigs:input_type -> keel.v1.DescribeConfigsRequest
+	96,  // 84: keel.v1.ControllerService.AlterClientQuotas:input_type -> keel.v1.AlterClientQuotasRequest
+	91,  // 85: keel.v1.ControllerService.AllocateProducerIds:input_type -> keel.v1.AllocateProducerIdsRequest
+	16,  // 86: keel.v1.ControllerService.DescribeFeatures:input_type -> keel.v1.DescribeFeaturesRequest
+	19,  // 87: keel.v1.ControllerService.UpdateFeatures:input_type -> keel.v1.UpdateFeaturesRequest
+	12,  // 88: keel.v1.ControllerService.CompareImage:input_type -> keel.v1.CompareImageRequest
+	14,  // 89: keel.v1.ControllerService.AcknowledgedIndex:input_type -> keel.v1.AcknowledgedIndexRequest
+	107, // 90: keel.v1.ControllerService.AlterUserScramCredentials:input_type -> keel.v1.AlterUserScramCredentialsRequest
+	94,  // 91: keel.v1.ControllerService.DescribeUserScramCredentials:input_type -> keel.v1.DescribeUserScramCredentialsRequest
+	5,   // 92: keel.v1.ControllerService.CreateAcls:input_type -> keel.v1.CreateAclsRequest
+	7,   // 93: keel.v1.ControllerService.DeleteAcls:input_type -> keel.v1.DeleteAclsRequest
+	10,  // 94: keel.v1.ControllerService.DescribeAcls:input_type -> keel.v1.DescribeAclsRequest
+	22,  // 95: keel.v1.ControllerService.DescribeQuorum:output_type -> keel.v1.DescribeQuorumResponse
+	29,  // 96: keel.v1.ControllerService.AppendNoOp:output_type -> keel.v1.AppendNoOpResponse
+	31,  // 97: keel.v1.ControllerService.RegisterBroker:output_type -> keel.v1.RegisterBrokerResponse
+	33,  // 98: keel.v1.ControllerService.BrokerHeartbeat:output_type -> keel.v1.BrokerHeartbeatResponse
+	35,  // 99: keel.v1.ControllerService.UnregisterBroker:output_type -> keel.v1.UnregisterBrokerResponse
+	37,  // 100: keel.v1.ControllerService.StreamMetadata:output_type -> keel.v1.MetadataPush
+	43,  // 101: keel.v1.ControllerService.ListBrokers:output_type -> keel.v1.ListBrokersResponse
+	47,  // 102: keel.v1.ControllerService.CreateTopic:output_type -> keel.v1.CreateTopicResponse
+	49,  // 103: keel.v1.ControllerService.CreatePartitions:output_type -> keel.v1.CreatePartitionsResponse
+	51,  // 104: keel.v1.ControllerService.DeleteTopic:output_type -> keel.v1.DeleteTopicResponse
+	53,  // 105: keel.v1.ControllerService.ListTopics:output_type -> keel.v1.ListTopicsResponse
+	56,  // 106: keel.v1.ControllerService.DescribeTopic:output_type -> keel.v1.DescribeTopicResponse
+	61,  // 107: keel.v1.ControllerService.AlterPartition:output_type -> keel.v1.AlterPartitionResponse
+	64,  // 108: keel.v1.ControllerService.ReportReplicaLogs:output_type -> keel.v1.ReportReplicaLogsResponse
+	67,  // 109: keel.v1.ControllerService.ElectLeaders:output_type -> keel.v1.ElectLeadersResponse
+	71,  // 110: keel.v1.ControllerService.AlterPartitionReassignments:output_type -> keel.v1.AlterPartitionReassignmentsResponse
+	74,  // 111: keel.v1.ControllerService.ListPartitionReassignments:output_type -> keel.v1.ListPartitionReassignmentsResponse
+	40,  // 112: keel.v1.ControllerService.FetchSnapshot:output_type -> keel.v1.SnapshotChunk
+	77,  // 113: keel.v1.ControllerService.RestoreSnapshot:output_type -> keel.v1.RestoreSnapshotResponse
+	80,  // 114: keel.v1.ControllerService.AddVoter:output_type -> keel.v1.AddVoterResponse
+	82,  // 115: keel.v1.ControllerService.RemoveVoter:output_type -> keel.v1.RemoveVoterResponse
+	84,  // 116: keel.v1.ControllerService.TransferLeadership:output_type -> keel.v1.TransferLeadershipResponse
+	89,  // 117: keel.v1.ControllerService.IncrementalAlterConfigs:output_type -> keel.v1.IncrementalAlterConfigsResponse
+	93,  // 118: keel.v1.ControllerService.DescribeConfigs:output_type -> keel.v1.DescribeConfigsResponse
+	99,  // 119: keel.v1.ControllerService.AlterClientQuotas:output_type -> keel.v1.AlterClientQuotasResponse
+	92,  // 120: keel.v1.ControllerService.AllocateProducerIds:output_type -> keel.v1.AllocateProducerIdsResponse
+	17,  // 121: keel.v1.ControllerService.DescribeFeatures:output_type -> keel.v1.DescribeFeaturesResponse
+	20,  // 122: keel.v1.ControllerService.UpdateFeatures:output_type -> keel.v1.UpdateFeaturesResponse
+	13,  // 123: keel.v1.ControllerService.CompareImage:output_type -> keel.v1.CompareImageResponse
+	15,  // 124: keel.v1.ControllerService.AcknowledgedIndex:output_type -> keel.v1.AcknowledgedIndexResponse
+	108, // 125: keel.v1.ControllerService.AlterUserScramCredentials:output_type -> keel.v1.AlterUserScramCredentialsResponse
+	95,  // 126: keel.v1.ControllerService.DescribeUserScramCredentials:output_type -> keel.v1.DescribeUserScramCredentialsResponse
+	6,   // 127: keel.v1.ControllerService.CreateAcls:output_type -> keel.v1.CreateAclsResponse
+	8,   // 128: keel.v1.ControllerService.DeleteAcls:output_type -> keel.v1.DeleteAclsResponse
+	11,  // 129: keel.v1.ControllerService.DescribeAcls:output_type -> keel.v1.DescribeAclsResponse
+	95,  // [95:130] is the sub-list for method output_type
+	60,  // [60:95] is the sub-list for method input_type
+	60,  // [60:60] is the sub-list for extension type_name
+	60,  // [60:60] is the sub-list for extension extendee
+	0,   // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -6670,18 +7258,19 @@ func file_controller_proto_init() {
 	}
 	file_metadata_proto_init()
 	file_scram_proto_init()
-	file_controller_proto_msgTypes[25].OneofWrappers = []any{
+	file_controller_proto_msgTypes[1].OneofWrappers = []any{}
+	file_controller_proto_msgTypes[34].OneofWrappers = []any{
 		(*MetadataPush_Entries)(nil),
 		(*MetadataPush_Snapshot)(nil),
 	}
-	file_controller_proto_msgTypes[71].OneofWrappers = []any{}
+	file_controller_proto_msgTypes[80].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   91,
+			NumMessages:   100,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

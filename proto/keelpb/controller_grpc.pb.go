@@ -53,6 +53,9 @@ const (
 	ControllerService_AcknowledgedIndex_FullMethodName            = "/keel.v1.ControllerService/AcknowledgedIndex"
 	ControllerService_AlterUserScramCredentials_FullMethodName    = "/keel.v1.ControllerService/AlterUserScramCredentials"
 	ControllerService_DescribeUserScramCredentials_FullMethodName = "/keel.v1.ControllerService/DescribeUserScramCredentials"
+	ControllerService_CreateAcls_FullMethodName                   = "/keel.v1.ControllerService/CreateAcls"
+	ControllerService_DeleteAcls_FullMethodName                   = "/keel.v1.ControllerService/DeleteAcls"
+	ControllerService_DescribeAcls_FullMethodName                 = "/keel.v1.ControllerService/DescribeAcls"
 )
 
 // ControllerServiceClient is the client API for ControllerService service.
@@ -221,6 +224,18 @@ type ControllerServiceClient interface {
 	// iterations, never a salt or a key, from this controller's committed
 	// image (or, linearizable, the active controller's confirmed one).
 	DescribeUserScramCredentials(ctx context.Context, in *DescribeUserScramCredentialsRequest, opts ...grpc.CallOption) (*DescribeUserScramCredentialsResponse, error)
+	// CreateAcls adds ACL bindings (Kafka's CreateAcls, KRaft's
+	// AclControlManager): each creation is checked on its own and gets its own
+	// result; the valid ones are written in one batch, a binding that exists
+	// already is not written again. A broker forwards a Kafka client's request
+	// with its principal, which needs ALTER on the cluster.
+	CreateAcls(ctx context.Context, in *CreateAclsRequest, opts ...grpc.CallOption) (*CreateAclsResponse, error)
+	// DeleteAcls removes every ACL each filter matches, answering them per
+	// filter; all in one batch.
+	DeleteAcls(ctx context.Context, in *DeleteAclsRequest, opts ...grpc.CallOption) (*DeleteAclsResponse, error)
+	// DescribeAcls answers the ACLs a filter matches, from the active
+	// controller's confirmed image.
+	DescribeAcls(ctx context.Context, in *DescribeAclsRequest, opts ...grpc.CallOption) (*DescribeAclsResponse, error)
 }
 
 type controllerServiceClient struct {
@@ -572,6 +587,36 @@ func (c *controllerServiceClient) DescribeUserScramCredentials(ctx context.Conte
 	return out, nil
 }
 
+func (c *controllerServiceClient) CreateAcls(ctx context.Context, in *CreateAclsRequest, opts ...grpc.CallOption) (*CreateAclsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateAclsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_CreateAcls_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) DeleteAcls(ctx context.Context, in *DeleteAclsRequest, opts ...grpc.CallOption) (*DeleteAclsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteAclsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_DeleteAcls_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerServiceClient) DescribeAcls(ctx context.Context, in *DescribeAclsRequest, opts ...grpc.CallOption) (*DescribeAclsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeAclsResponse)
+	err := c.cc.Invoke(ctx, ControllerService_DescribeAcls_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServiceServer is the server API for ControllerService service.
 // All implementations must embed UnimplementedControllerServiceServer
 // for forward compatibility.
@@ -738,6 +783,18 @@ type ControllerServiceServer interface {
 	// iterations, never a salt or a key, from this controller's committed
 	// image (or, linearizable, the active controller's confirmed one).
 	DescribeUserScramCredentials(context.Context, *DescribeUserScramCredentialsRequest) (*DescribeUserScramCredentialsResponse, error)
+	// CreateAcls adds ACL bindings (Kafka's CreateAcls, KRaft's
+	// AclControlManager): each creation is checked on its own and gets its own
+	// result; the valid ones are written in one batch, a binding that exists
+	// already is not written again. A broker forwards a Kafka client's request
+	// with its principal, which needs ALTER on the cluster.
+	CreateAcls(context.Context, *CreateAclsRequest) (*CreateAclsResponse, error)
+	// DeleteAcls removes every ACL each filter matches, answering them per
+	// filter; all in one batch.
+	DeleteAcls(context.Context, *DeleteAclsRequest) (*DeleteAclsResponse, error)
+	// DescribeAcls answers the ACLs a filter matches, from the active
+	// controller's confirmed image.
+	DescribeAcls(context.Context, *DescribeAclsRequest) (*DescribeAclsResponse, error)
 	mustEmbedUnimplementedControllerServiceServer()
 }
 
@@ -843,6 +900,15 @@ func (UnimplementedControllerServiceServer) AlterUserScramCredentials(context.Co
 }
 func (UnimplementedControllerServiceServer) DescribeUserScramCredentials(context.Context, *DescribeUserScramCredentialsRequest) (*DescribeUserScramCredentialsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DescribeUserScramCredentials not implemented")
+}
+func (UnimplementedControllerServiceServer) CreateAcls(context.Context, *CreateAclsRequest) (*CreateAclsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateAcls not implemented")
+}
+func (UnimplementedControllerServiceServer) DeleteAcls(context.Context, *DeleteAclsRequest) (*DeleteAclsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteAcls not implemented")
+}
+func (UnimplementedControllerServiceServer) DescribeAcls(context.Context, *DescribeAclsRequest) (*DescribeAclsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeAcls not implemented")
 }
 func (UnimplementedControllerServiceServer) mustEmbedUnimplementedControllerServiceServer() {}
 func (UnimplementedControllerServiceServer) testEmbeddedByValue()                           {}
@@ -1416,6 +1482,60 @@ func _ControllerService_DescribeUserScramCredentials_Handler(srv interface{}, ct
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControllerService_CreateAcls_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateAclsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).CreateAcls(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_CreateAcls_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).CreateAcls(ctx, req.(*CreateAclsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_DeleteAcls_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteAclsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).DeleteAcls(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_DeleteAcls_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).DeleteAcls(ctx, req.(*DeleteAclsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControllerService_DescribeAcls_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeAclsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).DescribeAcls(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControllerService_DescribeAcls_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).DescribeAcls(ctx, req.(*DescribeAclsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControllerService_ServiceDesc is the grpc.ServiceDesc for ControllerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1538,6 +1658,18 @@ var ControllerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DescribeUserScramCredentials",
 			Handler:    _ControllerService_DescribeUserScramCredentials_Handler,
+		},
+		{
+			MethodName: "CreateAcls",
+			Handler:    _ControllerService_CreateAcls_Handler,
+		},
+		{
+			MethodName: "DeleteAcls",
+			Handler:    _ControllerService_DeleteAcls_Handler,
+		},
+		{
+			MethodName: "DescribeAcls",
+			Handler:    _ControllerService_DescribeAcls_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -78,6 +78,17 @@ func (img *Image) HasACL(b acl.Binding) bool {
 	return false
 }
 
+// MatchingACLs lists the ACLs filter matches, in id order.
+func (img *Image) MatchingACLs(filter acl.Filter) []acl.Binding {
+	var out []acl.Binding
+	for _, a := range img.ACLs() {
+		if filter.Matches(a.Binding) {
+			out = append(out, a.Binding)
+		}
+	}
+	return out
+}
+
 // mutACLs returns img's ACLs for this batch to edit, copied first if the
 // batch does not own them yet.
 func (ctx *applyContext) mutACLs(img *Image) map[ACLID]acl.Binding {

@@ -13,6 +13,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/acl"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/tlsauth"
 )
@@ -136,11 +139,16 @@ var methodRules = map[string]rule{
 	keelpb.ControllerService_DeleteTopic_FullMethodName:                 forwardedAdmin("principal"),
 	keelpb.ControllerService_ElectLeaders_FullMethodName:                forwardedAdmin("principal"),
 	keelpb.ControllerService_AlterPartitionReassignments_FullMethodName: forwardedAdmin("principal"),
-	keelpb.ControllerService_FetchSnapshot_FullMethodName:               adminOnly,
-	keelpb.ControllerService_RestoreSnapshot_FullMethodName:             adminOnly,
-	keelpb.ControllerService_AddVoter_FullMethodName:                    adminOnly,
-	keelpb.ControllerService_RemoveVoter_FullMethodName:                 adminOnly,
-	keelpb.ControllerService_TransferLeadership_FullMethodName:          adminOnly,
+	keelpb.ControllerService_CreateAcls_FullMethodName:                  forwardedAdmin("principal"),
+	keelpb.ControllerService_DeleteAcls_FullMethodName:                  forwardedAdmin("principal"),
+	// Brokers read the ACLs from their replayed image; keel acl list is an
+	// operator's (Kafka: DESCRIBE on the cluster).
+	keelpb.ControllerService_DescribeAcls_FullMethodName:       adminOnly,
+	keelpb.ControllerService_FetchSnapshot_FullMethodName:      adminOnly,
+	keelpb.ControllerService_RestoreSnapshot_FullMethodName:    adminOnly,
+	keelpb.ControllerService_AddVoter_FullMethodName:           adminOnly,
+	keelpb.ControllerService_RemoveVoter_FullMethodName:        adminOnly,
+	keelpb.ControllerService_TransferLeadership_FullMethodName: adminOnly,
 	// Configs: an operator, or a broker forwarding a Kafka client's
 	// IncrementalAlterConfigs or AlterConfigs (Kafka: ALTER_CONFIGS).
 	keelpb.ControllerService_IncrementalAlterConfigs_FullMethodName: forwardedAdmin("principal"),
@@ -181,7 +189,7 @@ func authorize(id tlsauth.Identity, method string, req proto.Message) error {
 	}
 	name := shortMethod(method)
 	switch {
-	case id.Role == tlsauth.RoleNone:
+	case id.Role == tlsauth.RoleNone || id.Role == tlsauth.RoleUser:
 		return status.Errorf(codes.PermissionDenied, "%s: certificate %q names no keel role", name, id.Name)
 	case r.access == accessHealth:
 		return nil
@@ -231,9 +239,11 @@ func authorize(id tlsauth.Identity, method string, req proto.Message) error {
 }
 
 // authorizeForwarded decides on broker's request forwarded for a client:
-// the principal in field must be an admin's. A broker's certificate
-// vouches for the principal it forwards, as a KRaft broker's does for its
-// envelope, but is no admin's itself.
+// the principal in field must be an admin's (User:admin, User:admin-NAME).
+// A broker's certificate vouches for the principal it forwards, as a KRaft
+// broker's does for its envelope, but is no admin's itself. Another
+// principal may still be allowed by the controller's ACLs
+// (authorizeForwardedByACL).
 func authorizeForwarded(broker tlsauth.Identity, name string, req proto.Message, field protoreflect.Name) error {
 	principal, err := requestString(req, field)
 	if err != nil {
@@ -242,10 +252,42 @@ func authorizeForwarded(broker tlsauth.Identity, name string, req proto.Message,
 	if principal == "" {
 		return status.Errorf(codes.PermissionDenied, "%s needs an admin certificate, or a broker forwarding an admin client's request in %s; the caller's is %s, which forwards none", name, field, broker)
 	}
-	if client, _ := tlsauth.ParseIdentity(principal); client.Role != tlsauth.RoleAdmin {
-		return status.Errorf(codes.PermissionDenied, "%s needs an admin certificate; %s forwards the request of %q", name, broker, principal)
+	if PrincipalIdentity(principal).Role != tlsauth.RoleAdmin {
+		return status.Errorf(codes.PermissionDenied, "%s needs an admin certificate; %s forwards the request of %q, whom no ACL allows it", name, broker, principal)
 	}
 	return nil
+}
+
+// ACLDecider decides a Kafka principal's operation on a resource by the
+// ACLs of the server's image (WithForwardedACLs).
+type ACLDecider func(principal string, op kmsg.ACLOperation, typ kmsg.ACLResourceType, name string) bool
+
+// authorizeForwardedByACL allows a broker's request forwarded for a
+// principal that is no admin's when the ACLs allow what the request does,
+// as Kafka's controller authorizes a forwarded request's principal:
+// CREATE on the cluster or the topic for CreateTopic, DELETE or ALTER on
+// the topic for DeleteTopic and CreatePartitions, ALTER on the cluster for
+// the ACL changes.
+func authorizeForwardedByACL(acls ACLDecider, req proto.Message) bool {
+	cluster := func(op kmsg.ACLOperation, principal string) bool {
+		return acls(principal, op, kmsg.ACLResourceTypeCluster, acl.ClusterName)
+	}
+	topic := func(op kmsg.ACLOperation, principal, name string) bool {
+		return acls(principal, op, kmsg.ACLResourceTypeTopic, name)
+	}
+	switch r := req.(type) {
+	case *keelpb.CreateTopicRequest:
+		return cluster(kmsg.ACLOperationCreate, r.GetPrincipal()) || topic(kmsg.ACLOperationCreate, r.GetPrincipal(), r.GetName())
+	case *keelpb.DeleteTopicRequest:
+		return r.GetPrincipal() != "" && topic(kmsg.ACLOperationDelete, r.GetPrincipal(), r.GetName())
+	case *keelpb.CreatePartitionsRequest:
+		return r.GetPrincipal() != "" && topic(kmsg.ACLOperationAlter, r.GetPrincipal(), r.GetTopic())
+	case *keelpb.CreateAclsRequest:
+		return r.GetPrincipal() != "" && cluster(kmsg.ACLOperationAlter, r.GetPrincipal())
+	case *keelpb.DeleteAclsRequest:
+		return r.GetPrincipal() != "" && cluster(kmsg.ACLOperationAlter, r.GetPrincipal())
+	}
+	return false
 }
 
 // requestString reads the string field named field from req.
@@ -299,17 +341,24 @@ func callerIdentity(ctx context.Context) (tlsauth.Identity, error) {
 	return id, nil
 }
 
-// authUnary authorizes every unary call by the caller's certificate.
-func authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	id, err := callerIdentity(ctx)
-	if err != nil {
-		return nil, err
+// authUnary authorizes every unary call by the caller's certificate; a
+// broker's forwarded request that the certificates alone refuse, by acls
+// (nil: none).
+func authUnary(acls ACLDecider) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		id, err := callerIdentity(ctx)
+		if err != nil {
+			return nil, err
+		}
+		msg, _ := req.(proto.Message)
+		if err := authorize(id, info.FullMethod, msg); err != nil {
+			r, _ := ruleFor(info.FullMethod)
+			if acls == nil || id.Role != tlsauth.RoleBroker || r.access != accessForwarded || !authorizeForwardedByACL(acls, msg) {
+				return nil, err
+			}
+		}
+		return handler(ctx, req)
 	}
-	msg, _ := req.(proto.Message)
-	if err := authorize(id, info.FullMethod, msg); err != nil {
-		return nil, err
-	}
-	return handler(ctx, req)
 }
 
 // authStream authorizes every streaming call: at once when the certificate

@@ -146,7 +146,7 @@ func TestAuthorize(t *testing.T) {
 		{caller: "broker-1", method: deleteTopic, req: &keelpb.DeleteTopicRequest{Principal: "broker-3"}, wantCode: codes.PermissionDenied, wantMsg: `DeleteTopic needs an admin certificate; broker-1 forwards the request of "broker-3"`},
 		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{Principal: "controller-1"}, wantCode: codes.PermissionDenied, wantMsg: `forwards the request of "controller-1"`},
 		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{Principal: "probe"}, wantCode: codes.PermissionDenied, wantMsg: `forwards the request of "probe"`},
-		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{Principal: PlaintextPrincipal}, wantCode: codes.PermissionDenied, wantMsg: `forwards the request of "plaintext"`},
+		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{Principal: PlaintextPrincipal}, wantCode: codes.PermissionDenied, wantMsg: `forwards the request of "User:ANONYMOUS"`},
 		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{Principal: "nobody"}, wantCode: codes.PermissionDenied, wantMsg: `forwards the request of "nobody"`},
 		// Only a broker's certificate vouches for a forwarded principal.
 		{caller: "controller-1", method: create, req: &keelpb.CreateTopicRequest{Principal: "admin"}, wantCode: codes.PermissionDenied, wantMsg: "CreateTopic needs an admin certificate; the caller's is controller-1"},

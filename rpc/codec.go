@@ -63,9 +63,11 @@ var repeatedBounds = map[protoreflect.FullName]int{
 
 	"keel.v1.AlterUserScramCredentialsRequest.deletions":  maxScramAlterations,
 	"keel.v1.AlterUserScramCredentialsRequest.upsertions": maxScramAlterations,
-	"keel.v1.AlterClientQuotasRequest.entries":              maxQuotaEntries,
-	"keel.v1.ClientQuotaAlteration.entity":                  2,
-	"keel.v1.ClientQuotaAlteration.ops":                     maxConfigs,
+	"keel.v1.AlterClientQuotasRequest.entries":            maxQuotaEntries,
+	"keel.v1.ClientQuotaAlteration.entity":                2,
+	"keel.v1.ClientQuotaAlteration.ops":                   maxConfigs,
+	"keel.v1.CreateAclsRequest.creations":                 maxACLsPerRequest,
+	"keel.v1.DeleteAclsRequest.filters":                   maxACLsPerRequest,
 }
 
 // defaultRepeatedBound is the largest bound Validate applies to any list.

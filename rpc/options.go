@@ -21,6 +21,14 @@ type options struct {
 	failFast bool
 	dialer   func(context.Context, string) (net.Conn, error)
 	limits   ServerLimits
+	acls     ACLDecider
+}
+
+// WithForwardedACLs has a TLS server allow a broker's forwarded request for
+// a principal that is no admin's when acls allow what it does (Kafka's
+// controller authorizing a forwarded principal by its ACLs).
+func WithForwardedACLs(acls ACLDecider) Option {
+	return func(o *options) { o.acls = acls }
 }
 
 // ServerLimits bound the calls a server's clients may hold in flight
@@ -137,7 +145,7 @@ func serverCallOptions(o options) []grpc.ServerOption {
 	return append(opts,
 		grpc.Creds(serverCreds(o)),
 		grpc.InTapHandle(tapHandle),
-		grpc.ChainUnaryInterceptor(codec.refusedUnary, authUnary, validateUnary),
+		grpc.ChainUnaryInterceptor(codec.refusedUnary, authUnary(o.acls), validateUnary),
 		grpc.ChainStreamInterceptor(streams...),
 	)
 }

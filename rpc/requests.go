@@ -114,6 +114,15 @@ func Validate(req proto.Message) error {
 		return validMaxLen("majority", r.GetMajority(), maxAddressLen)
 	case *keelpb.AcknowledgedIndexRequest:
 		return validNodeID("node_id", r.GetNodeId())
+	case *keelpb.CreateAclsRequest:
+		return firstError(validACLCount("creations", len(r.GetCreations())), validPrincipal(r.GetPrincipal()))
+	case *keelpb.DeleteAclsRequest:
+		return firstError(validACLCount("filters", len(r.GetFilters())), validPrincipal(r.GetPrincipal()))
+	case *keelpb.DescribeAclsRequest:
+		if r.GetFilter() == nil {
+			return invalidArgument("filter", "is missing")
+		}
+		return nil
 	case *keelpb.UpdateFeaturesRequest:
 		if r.GetMetadataVersion() == 0 {
 			return invalidArgument("metadata_version", "must be at least 1")

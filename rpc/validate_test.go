@@ -106,6 +106,10 @@ func validControllerRequests() []controllerRequestCase {
 			func(r *keelpb.AlterClientQuotasRequest) {
 				r.Entries[0].Entity[0].EntityName, r.Entries[0].Ops[0].Remove, r.Principal = nil, true, "admin"
 			})},
+		{method: "CreateTopic", name: "forwarded for an application", req: edited(validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Principal = "User:app-orders" })},
+		{method: "CreateAcls", req: &keelpb.CreateAclsRequest{Creations: []*keelpb.AclBinding{{}}, Principal: "User:admin"}},
+		{method: "DeleteAcls", req: &keelpb.DeleteAclsRequest{Filters: []*keelpb.AclFilter{{}}}},
+		{method: "DescribeAcls", req: &keelpb.DescribeAclsRequest{Filter: &keelpb.AclFilter{}}},
 		{method: "AlterPartition", req: validAlterPartition},
 		{method: "AlterPartition", name: "recovering", req: edited(validAlterPartition, func(r *keelpb.AlterPartitionRequest) {
 			r.NewIsr, r.LeaderRecoveryState = []int32{1}, keelpb.LeaderRecoveryState_LEADER_RECOVERY_STATE_RECOVERING
@@ -317,6 +321,12 @@ func invalidControllerRequests() []controllerRequestCase {
 			req: &keelpb.DeleteTopicRequest{Name: "orders", Principal: "root"}},
 		{method: "DeleteTopic", name: "an over-long principal", field: "principal",
 			req: &keelpb.DeleteTopicRequest{Name: "orders", Principal: "admin-" + long(maxPrincipalLen)}},
+		{method: "CreateAcls", name: "no creations", field: "creations", req: &keelpb.CreateAclsRequest{}},
+		{method: "CreateAcls", name: "too many creations", field: "creations", req: &keelpb.CreateAclsRequest{Creations: make([]*keelpb.AclBinding, maxACLsPerRequest+1)}},
+		{method: "CreateAcls", name: "a principal without User:", field: "principal", req: &keelpb.CreateAclsRequest{Creations: []*keelpb.AclBinding{{}}, Principal: "alice"}},
+		{method: "DeleteAcls", name: "no filters", field: "filters", req: &keelpb.DeleteAclsRequest{}},
+		{method: "DeleteAcls", name: "a principal without User:", field: "principal", req: &keelpb.DeleteAclsRequest{Filters: []*keelpb.AclFilter{{}}, Principal: "User:"}},
+		{method: "DescribeAcls", name: "no filter", field: "filter", req: &keelpb.DescribeAclsRequest{}},
 		create("a principal that is no identity", "principal", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Principal = "broker-07" }),
 		addParts("a principal that is no identity", "principal", validCreatePartitions, func(r *keelpb.CreatePartitionsRequest) { r.Principal = "ANONYMOUS" }),
 		{method: "ElectLeaders", name: "a principal that is no identity", field: "principal",

@@ -244,7 +244,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	// (rollback.go); every other call waits for the start (gate).
 	// connTracker tells a broker's stream whose connection closed (crash
 	// detection).
-	s.grpc = grpc.NewServer(append(rpc.ServerOptions(rpc.WithTLS(cfg.TLS), rpc.WithServerLimits(cfg.Limits)), grpc.StatsHandler(connTracker{}),
+	s.grpc = grpc.NewServer(append(rpc.ServerOptions(rpc.WithTLS(cfg.TLS), rpc.WithServerLimits(cfg.Limits), rpc.WithForwardedACLs(s.forwardedACLs)), grpc.StatsHandler(connTracker{}),
 		grpc.ChainUnaryInterceptor(s.gateUnary), grpc.ChainStreamInterceptor(s.gateStream))...)
 	newControllerService(s.ctrl, s, cfg.Version, cfg.WriteTimeout).register(s.grpc)
 	peerService{node: s}.register(s.grpc)

@@ -212,6 +212,9 @@ func (c *Config) PeerClient(role Role) *tls.Config {
 // keel role when roles is empty).
 func requireRole(certs []*x509.Certificate, side string, roles []Role) error {
 	id, err := PeerIdentity(certs)
+	if err != nil && slices.Contains(roles, RoleUser) {
+		id, err = ParseAnyIdentity(certs[0].Subject.CommonName)
+	}
 	if err != nil {
 		return fmt.Errorf("%s certificate: %v", side, err)
 	}

@@ -25,6 +25,10 @@ const (
 	// common name probe or probe-<name>. It may check health and nothing
 	// else: no reads of metadata, no writes.
 	RoleProbe
+	// RoleUser is an application on the Kafka listener (ParseUser): its
+	// principal is User:<common name>, authorized by ACLs. No keel server
+	// but the Kafka listener accepts it.
+	RoleUser
 )
 
 // KeelRoles are every role a keel certificate may name: a server that
@@ -42,6 +46,8 @@ func (r Role) String() string {
 		return "admin"
 	case RoleProbe:
 		return "probe"
+	case RoleUser:
+		return "user"
 	}
 	return "none"
 }
@@ -95,6 +101,39 @@ func ParseIdentity(cn string) (Identity, error) {
 		}
 	}
 	return Identity{Name: cn}, fmt.Errorf("certificate common name %q names no keel role (want %s)", cn, IdentityForms)
+}
+
+// UserForms describes the common names ParseUser accepts, as errors name
+// them.
+const UserForms = "an application name: letters, digits, '.', '_', '-', at most 64, not starting with controller, broker, admin or probe"
+
+// ParseUser reads an application's identity (RoleUser) from a certificate's
+// common name: letters, digits, '.', '_', '-', at most 64 of them, and
+// nothing a keel role begins with, so that no user name can be mistaken
+// for a role's, now or when a role gains a form.
+func ParseUser(cn string) (Identity, error) {
+	if !validAdminName(cn) {
+		return Identity{Name: cn}, fmt.Errorf("%q is not a user name (want %s)", cn, UserForms)
+	}
+	for _, p := range []string{"controller", "broker", "admin", "probe"} {
+		if strings.HasPrefix(cn, p) {
+			return Identity{Name: cn}, fmt.Errorf("%q begins as a keel role's name (%s) but is none: want %s, or %s", cn, p, IdentityForms, UserForms)
+		}
+	}
+	return Identity{Role: RoleUser, Name: cn}, nil
+}
+
+// ParseAnyIdentity is ParseIdentity, or else ParseUser: the identities the
+// Kafka listener takes.
+func ParseAnyIdentity(cn string) (Identity, error) {
+	id, err := ParseIdentity(cn)
+	if err == nil {
+		return id, nil
+	}
+	if u, uerr := ParseUser(cn); uerr == nil {
+		return u, nil
+	}
+	return id, fmt.Errorf("certificate common name %q names no keel role (want %s) and is no user name (want %s)", cn, IdentityForms, UserForms)
 }
 
 // parseID accepts the canonical decimal form of a non-negative int32.

@@ -135,11 +135,13 @@ func newCertCreateCmd() *cobra.Command {
 	lifetime := defaultCertLifetime
 	cmd := &cobra.Command{
 		Use:   "create NAME",
-		Short: "Make the certificate of one identity (controller-N, broker-N, admin[-name], probe[-name]), signed by the CA",
+		Short: "Make the certificate of one identity (controller-N, broker-N, admin[-name], probe[-name], or an application), signed by the CA",
 		Long: `Make the certificate and key of the identity NAME, signed by the CA in
 --certs-dir (ca.pem, and --ca-key): --certs-dir/NAME.pem and NAME-key.pem, the
-key readable by its owner only. NAME is one of ` + tlsauth.IdentityForms + `;
-anything else is refused.
+key readable by its owner only. NAME is one of ` + tlsauth.IdentityForms + `,
+or ` + tlsauth.UserForms + `: an application's certificate, for the
+Kafka listener only, as principal User:NAME, authorized by ACLs (keel acl).
+Anything else is refused.
 
 The certificate is valid for 127.0.0.1, ::1 and localhost, and for every
 --host: give a controller's and a broker's the addresses and names others dial
@@ -152,7 +154,7 @@ a certificate; restart the process to use it).`,
 				return err
 			}
 			name := args[0]
-			id, err := tlsauth.ParseIdentity(name)
+			id, err := tlsauth.ParseAnyIdentity(name)
 			if err != nil {
 				return err // it names NAME and what is wanted
 			}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-dev/keel/acl"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
@@ -71,9 +72,9 @@ func adminTimeout(ms int32) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// notAdmin is the refusal of an admin request from a client whose
-// certificate is not an admin's.
-const notAdmin = "creating and deleting topics and adding partitions needs an admin certificate"
+// notAdmin is the refusal of an admin request from a client that is no
+// super user and whose ACLs do not allow it.
+const notAdmin = "not authorized: this needs a super user (an admin certificate) or an ACL allowing it"
 
 func (s *Server) createTopics(ctx context.Context, c *conn, r *kmsg.CreateTopicsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
@@ -89,7 +90,9 @@ func (s *Server) createTopics(ctx context.Context, c *conn, r *kmsg.CreateTopics
 			resp.Topics = append(resp.Topics, out)
 		}
 		switch {
-		case !s.allowed(c, kmsg.ACLOperationCreate, kmsg.ACLResourceTypeTopic, rt.Topic):
+		// Kafka: CREATE on the cluster, or on the topic.
+		case !s.allowed(c, kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, acl.ClusterName) &&
+			!s.allowed(c, kmsg.ACLOperationCreate, kmsg.ACLResourceTypeTopic, rt.Topic):
 			fail(kerr.TopicAuthorizationFailed, notAdmin)
 			continue
 		case seen[rt.Topic]:

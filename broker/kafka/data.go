@@ -34,7 +34,7 @@ const (
 	lastOffsetDeltaAt = 23
 )
 
-func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg.Response, closeAfter bool, ready chan struct{}) {
+func (s *Server) produce(ctx context.Context, c *conn, r *kmsg.ProduceRequest) (resp kmsg.Response, closeAfter bool, ready chan struct{}) {
 	pr := r.ResponseKind().(*kmsg.ProduceResponse)
 	img := s.cfg.Image.Image()
 	timeout := time.Duration(r.TimeoutMillis) * time.Millisecond
@@ -74,11 +74,15 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg
 		t := &pr.Topics[i]
 		t.Topic = rt.Topic
 		t.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
+		denied := whole == nil && !s.allowed(c, kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTopic, rt.Topic)
 		for j, rp := range rt.Partitions {
 			p := &t.Partitions[j]
 			*p = kmsg.NewProduceResponseTopicPartition()
 			p.Partition, p.BaseOffset, p.LogAppendTime, p.LogStartOffset = rp.Partition, -1, -1, -1
 			ke := whole
+			if denied {
+				ke = kerr.TopicAuthorizationFailed
+			}
 			if ke == nil {
 				ke = s.leaderCheck(img, rt.Topic, rp.Partition)
 			}
@@ -160,7 +164,7 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest) (resp kmsg
 	return pr, false, ready
 }
 
-func (s *Server) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) kmsg.Response {
+func (s *Server) listOffsets(ctx context.Context, c *conn, r *kmsg.ListOffsetsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
 	img := s.cfg.Image.Image()
 	resp.Topics = make([]kmsg.ListOffsetsResponseTopic, len(r.Topics))
@@ -168,11 +172,12 @@ func (s *Server) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) km
 		t := &resp.Topics[i]
 		t.Topic = rt.Topic
 		t.Partitions = make([]kmsg.ListOffsetsResponseTopicPartition, len(rt.Partitions))
+		denied := !s.allowed(c, kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, rt.Topic)
 		for j, rp := range rt.Partitions {
 			p := &t.Partitions[j]
 			*p = kmsg.NewListOffsetsResponseTopicPartition()
 			p.Partition = rp.Partition
-			if ke := s.leaderCheck(img, rt.Topic, rp.Partition); ke != nil {
+			if ke := authorizedLeader(s, img, denied, rt.Topic, rp.Partition); ke != nil {
 				p.ErrorCode = ke.Code
 				continue
 			}
@@ -212,7 +217,7 @@ func (s *Server) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) km
 // position (kgo reports ErrDataLoss and moves back when it does not).
 // Partitions this broker does not lead are answered as Fetch answers them;
 // UNDEFINED_EPOCH_OFFSET is EndOffset -1, LeaderEpoch -1, no error.
-func (s *Server) offsetForLeaderEpoch(ctx context.Context, r *kmsg.OffsetForLeaderEpochRequest) kmsg.Response {
+func (s *Server) offsetForLeaderEpoch(ctx context.Context, c *conn, r *kmsg.OffsetForLeaderEpochRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
 	img := s.cfg.Image.Image()
 	resp.Topics = make([]kmsg.OffsetForLeaderEpochResponseTopic, len(r.Topics))
@@ -221,11 +226,12 @@ func (s *Server) offsetForLeaderEpoch(ctx context.Context, r *kmsg.OffsetForLead
 		*t = kmsg.NewOffsetForLeaderEpochResponseTopic()
 		t.Topic = rt.Topic
 		t.Partitions = make([]kmsg.OffsetForLeaderEpochResponseTopicPartition, len(rt.Partitions))
+		denied := !s.allowed(c, kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, rt.Topic)
 		for j, rp := range rt.Partitions {
 			p := &t.Partitions[j]
 			*p = kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 			p.Partition, p.LeaderEpoch, p.EndOffset = rp.Partition, -1, -1
-			if ke := s.leaderCheck(img, rt.Topic, rp.Partition); ke != nil {
+			if ke := authorizedLeader(s, img, denied, rt.Topic, rp.Partition); ke != nil {
 				p.ErrorCode = ke.Code
 				continue
 			}

@@ -52,8 +52,8 @@ type pendingFetch struct {
 // woken by the partitions it watches (Backend.Watch), which reads them
 // again; it ends with the connection (ctx), and then the answer read first
 // stands (nobody reads it). ready is closed once the answer is complete.
-func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) (resp kmsg.Response, ready chan struct{}) {
-	f := s.newFetch(r)
+func (s *Server) fetch(ctx context.Context, c *conn, r *kmsg.FetchRequest) (resp kmsg.Response, ready chan struct{}) {
+	f := s.newFetch(c, r)
 	f.readAll()
 	wait := min(time.Duration(r.MaxWaitMillis)*time.Millisecond, s.cfg.FetchMaxWait)
 	// More than the answer may hold is never there to wait for.
@@ -90,7 +90,7 @@ func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) (resp kmsg.Res
 
 // newFetch lays out a Fetch's answer, each partition refused by the image
 // already answered.
-func (s *Server) newFetch(r *kmsg.FetchRequest) *pendingFetch {
+func (s *Server) newFetch(c *conn, r *kmsg.FetchRequest) *pendingFetch {
 	resp := r.ResponseKind().(*kmsg.FetchResponse)
 	img := s.cfg.Image.Image()
 	// Sessionless (no KIP-227): session id 0 tells the client so.
@@ -105,12 +105,16 @@ func (s *Server) newFetch(r *kmsg.FetchRequest) *pendingFetch {
 		t := &resp.Topics[i]
 		t.Topic = rt.Topic
 		t.Partitions = make([]kmsg.FetchResponseTopicPartition, len(rt.Partitions))
+		// A replica's fetch is refused below whatever the ACLs say.
+		denied := r.ReplicaID < 0 && !s.allowed(c, kmsg.ACLOperationRead, kmsg.ACLResourceTypeTopic, rt.Topic)
 		for j, rp := range rt.Partitions {
 			p := &t.Partitions[j]
 			*p = kmsg.NewFetchResponseTopicPartition()
 			p.Partition, p.HighWatermark, p.LastStableOffset, p.LogStartOffset = rp.Partition, -1, -1, -1
 			sl := &fetchSlot{topic: rt.Topic, rp: rp, out: p}
-			if ke := s.fetchCheck(img, r, rt.Topic, rp.Partition); ke != nil {
+			if denied {
+				p.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			} else if ke := s.fetchCheck(img, r, rt.Topic, rp.Partition); ke != nil {
 				p.ErrorCode = ke.Code
 			} else {
 				sl.ok = true

@@ -94,13 +94,16 @@ type Config struct {
 	// (required).
 	Controller Controller
 	// TLS, when set, serves TLS with the broker's certificate and requires
-	// a client certificate from the cluster's CA: any keel identity but a
-	// probe may produce and consume; only an admin may create or delete
-	// topics or add partitions. Nil is plaintext, where anyone who reaches
-	// the port may do everything.
+	// a client certificate from the cluster's CA: a keel identity but a
+	// probe (a super user), or an application's (tlsauth.RoleUser), whose
+	// principal User:NAME the image's ACLs authorize. Nil is plaintext,
+	// where anyone who reaches the port may do everything.
 	TLS *tlsauth.Config
 	// SASL offers SASL/SCRAM (sasl.go); the zero value is SASLOff.
 	SASL SASLMode
+	// SuperUsers are principals (User:NAME) allowed everything, beside the
+	// keel roles' certificates: Kafka's super.users.
+	SuperUsers []string
 	// MaxRequestSize bounds a request frame; default DefaultMaxRequestSize.
 	MaxRequestSize int32
 	// MaxOtherRequestSize bounds the frame of any request but a produce;

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keel-dev/keel/acl"
 	"github.com/keel-dev/keel/internal/poll"
 )
 
@@ -62,7 +63,7 @@ func TestLimits_DecodeAmplification(t *testing.T) {
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
-			a, err := s.handleFrame(context.Background(), &conn{}, f)
+			a, err := s.handleFrame(context.Background(), &conn{principal: acl.Anonymous, super: true}, f)
 			if err != nil {
 				t.Fatal(err)
 			}

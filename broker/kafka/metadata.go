@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keel-dev/keel/acl"
 	"github.com/keel-dev/keel/fsm"
 )
 
@@ -120,7 +121,7 @@ func liveBrokers(img *fsm.Image) []kafkaBroker {
 	return out
 }
 
-func (s *Server) metadata(r *kmsg.MetadataRequest) kmsg.Response {
+func (s *Server) metadata(c *conn, r *kmsg.MetadataRequest) kmsg.Response {
 	img := s.cfg.Image.Image()
 	resp := r.ResponseKind().(*kmsg.MetadataResponse)
 	live := liveBrokers(img)
@@ -140,8 +141,11 @@ func (s *Server) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 	// v0: an empty list is every topic; v1+: null is every topic.
 	all := r.Topics == nil || (r.Version == 0 && len(r.Topics) == 0)
 	if all {
+		// Kafka leaves out the topics the client may not describe.
 		for _, t := range img.Topics() {
-			resp.Topics = append(resp.Topics, topicMetadata(img, t, alive))
+			if s.allowed(c, kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, t.Name) {
+				resp.Topics = append(resp.Topics, topicMetadata(img, t, alive))
+			}
 		}
 		return resp
 	}
@@ -153,6 +157,21 @@ func (s *Server) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 			t, ok = img.Topic(*rt.Topic)
 		case rt.TopicID != [16]byte{}:
 			t, ok = img.TopicByID(fsm.TopicID(rt.TopicID))
+		}
+		// A named topic the client may not describe is refused whether or
+		// not it exists, so that its existence is not told (Kafka).
+		name := ""
+		if rt.Topic != nil {
+			name = *rt.Topic
+		} else if ok {
+			name = t.Name
+		}
+		if (rt.Topic != nil || ok) && !s.allowed(c, kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, name) {
+			mt := kmsg.NewMetadataResponseTopic()
+			mt.Topic, mt.TopicID = rt.Topic, rt.TopicID
+			mt.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			resp.Topics = append(resp.Topics, mt)
+			continue
 		}
 		if !ok {
 			mt := kmsg.NewMetadataResponseTopic()
@@ -195,9 +214,13 @@ func topicMetadata(img *fsm.Image, t *fsm.Topic, alive map[int32]bool) kmsg.Meta
 	return mt
 }
 
-func (s *Server) describeCluster(r *kmsg.DescribeClusterRequest) kmsg.Response {
+func (s *Server) describeCluster(c *conn, r *kmsg.DescribeClusterRequest) kmsg.Response {
 	img := s.cfg.Image.Image()
 	resp := r.ResponseKind().(*kmsg.DescribeClusterResponse)
+	if !s.allowed(c, kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, acl.ClusterName) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp
+	}
 	if r.Version >= 1 && r.EndpointType != 1 {
 		resp.ErrorCode = kerr.UnsupportedEndpointType.Code
 		msg := "this listener describes brokers only (endpoint type 1)"
@@ -211,6 +234,15 @@ func (s *Server) describeCluster(r *kmsg.DescribeClusterRequest) kmsg.Response {
 		resp.Brokers = append(resp.Brokers, kmsg.DescribeClusterResponseBroker{NodeID: b.id, Host: b.host, Port: b.port, Rack: b.rack})
 	}
 	return resp
+}
+
+// authorizedLeader is leaderCheck for a topic the client may (denied:
+// may not) describe.
+func authorizedLeader(s *Server, img *fsm.Image, denied bool, topic string, partition int32) *kerr.Error {
+	if denied {
+		return kerr.TopicAuthorizationFailed
+	}
+	return s.leaderCheck(img, topic, partition)
 }
 
 // leaderCheck is the image's answer to "may this broker serve topic's

@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/acl"
 )
 
 const (
@@ -115,12 +117,18 @@ func (p *producerIDs) wait() { p.wg.Wait() }
 // initProducerID gives an idempotent producer a new id at epoch 0. Without
 // a transactional id Kafka's coordinator always gives a new id, also to a
 // producer that sends its old one (KIP-360's epoch bump asks for it).
-func (s *Server) initProducerID(ctx context.Context, r *kmsg.InitProducerIDRequest) kmsg.Response {
+func (s *Server) initProducerID(ctx context.Context, c *conn, r *kmsg.InitProducerIDRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if r.TransactionalID != nil {
 		// Transactions are not served (ApiVersions does not list them).
 		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return resp
+	}
+	// Kafka 3: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
+	if !s.allowed(c, kmsg.ACLOperationIdempotentWrite, kmsg.ACLResourceTypeCluster, acl.ClusterName) &&
+		!s.allowedAny(c, kmsg.ACLOperationWrite, kmsg.ACLResourceTypeTopic) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return resp
 	}
 	ctx, cancel := context.WithTimeout(ctx, initProducerIDWait)

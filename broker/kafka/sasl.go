@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keel-dev/keel/acl"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/internal/scram"
@@ -235,9 +236,11 @@ func (s *Server) saslStep(c *conn, msg []byte, answer func([]byte)) bool {
 	}
 	answer(out)
 	if done {
-		// From here the connection is the user's, with no admin rights:
-		// what it may do is the authorizer's to say (allowed).
-		c.principal, c.admin = "User:"+c.sasl.exchange.User(), false
+		// From here the connection is the user's: what it may do is the
+		// authorizer's to say (allowed), unless --kafka-super-users names
+		// it.
+		c.principal = "User:" + c.sasl.exchange.User()
+		c.super = acl.IsSuper(c.principal, s.cfg.SuperUsers)
 		c.sasl.over, c.sasl.exchange, c.sasl.rawTokens = true, nil, false
 		connlimit.Authenticated(c.raw)
 		s.log.Debug("kafka listener: SASL authenticated", "remote", c.RemoteAddr().String(), "mechanism", c.sasl.mechanism, "principal", c.principal)

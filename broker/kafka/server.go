@@ -14,11 +14,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/internal/connlimit"
-	"github.com/keel-dev/keel/rpc"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
@@ -42,6 +42,7 @@ type Server struct {
 	// quotas measure clients against their quotas (throttle.go); nil
 	// charges nothing.
 	quotas *quotas
+	authz  *prometheus.CounterVec
 	// produceBudget and otherBudget: the request bytes every connection
 	// shares (QueuedMaxRequestBytes each), one for produce requests and one
 	// for the others, so that fetches waiting for records (which hold
@@ -120,6 +121,10 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("kafka listener: metrics: %w", err)
 		}
 	}
+	authz, err := newAuthzMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("kafka listener: metrics: %w", err)
+	}
 	limit := connlimit.NewLimits(cfg.Conns, 2*handshakeTimeout, "the Kafka listener "+lis.Addr().String())
 	limit.SetLogger(cfg.Logger)
 	if cfg.Metrics != nil {
@@ -134,6 +139,7 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 		limit:         limit,
 		met:           met,
 		quotas:        quotas,
+		authz:         authz,
 		produceBudget: newBudget(cfg.QueuedMaxRequestBytes),
 		otherBudget:   newBudget(cfg.QueuedMaxRequestBytes),
 		cfg:           cfg,
@@ -145,7 +151,7 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 		saslSecret:    secret,
 	}
 	if cfg.TLS != nil {
-		s.tlsConfig = cfg.TLS.Server(tlsauth.RoleController, tlsauth.RoleBroker, tlsauth.RoleAdmin)
+		s.tlsConfig = cfg.TLS.Server(tlsauth.RoleController, tlsauth.RoleBroker, tlsauth.RoleAdmin, tlsauth.RoleUser)
 		if cfg.SASL.on() {
 			s.tlsConfig = saslTLS(s.tlsConfig)
 		}
@@ -231,14 +237,13 @@ func (s *Server) accept() {
 // conn is one client connection: who it is, and where it writes.
 type conn struct {
 	net.Conn
-	// admin: the client may create and delete topics (plaintext, or an
-	// admin certificate).
-	admin bool
-	// principal is who the client is, as admin requests forwarded to the
-	// controller name it: its certificate's common name, or
-	// rpc.PlaintextPrincipal.
-	principal string
-	w         *bufio.Writer
+	// principal is who the client is, in Kafka's form (User:NAME), as
+	// authorization and the admin requests forwarded to the controller
+	// name it (identify); host is its address, as ACLs name hosts.
+	principal, host string
+	// super: a super user, allowed everything.
+	super bool
+	w     *bufio.Writer
 	// raw is the accepted connection, under TLS if any.
 	raw  net.Conn
 	sasl saslConn
@@ -262,9 +267,11 @@ func (s *Server) serveConn(raw net.Conn) {
 			s.log.Error("kafka listener: request handling panicked; connection closed", "remote", raw.RemoteAddr().String(), "panic", fmt.Sprint(r))
 		}
 	}()
-	c := &conn{Conn: raw, raw: raw, admin: s.cfg.TLS == nil, principal: rpc.PlaintextPrincipal}
+	c := &conn{Conn: raw, raw: raw}
 	verifiedCert := false
-	if s.cfg.TLS != nil {
+	if s.cfg.TLS == nil {
+		s.identify(c, nil)
+	} else {
 		tc := tls.Server(raw, s.tlsConfig)
 		_ = tc.SetDeadline(time.Now().Add(handshakeTimeout))
 		if err := tc.HandshakeContext(s.ctx); err != nil {
@@ -273,10 +280,19 @@ func (s *Server) serveConn(raw net.Conn) {
 		}
 		_ = tc.SetDeadline(time.Time{})
 		if chains := tc.ConnectionState().VerifiedChains; len(chains) > 0 {
-			id, _ := tlsauth.PeerIdentity(chains[0])
-			c.admin, c.principal = id.Role == tlsauth.RoleAdmin, id.Name
+			// The handshake admitted only these roles (tlsauth requireRole).
+			id, err := tlsauth.ParseAnyIdentity(chains[0][0].Subject.CommonName)
+			if err != nil {
+				return
+			}
+			s.identify(c, &id)
 			verifiedCert = true
 			connlimit.Authenticated(raw)
+		} else {
+			// No certificate (SASL_SSL): a stranger with no rights until
+			// its SASL login names it (startSASL requires one).
+			s.identify(c, nil)
+			c.super = false
 		}
 		c.Conn = tc
 	}
@@ -520,7 +536,7 @@ func (s *Server) handleFrame(ctx context.Context, c *conn, frame []byte) (*answe
 	if pr, ok := req.(*kmsg.ProduceRequest); ok {
 		// acks=0 produce that failed: closing is how Kafka tells such a
 		// client to refresh its metadata.
-		a.resp, a.closeAfter, a.ready = s.produce(ctx, pr)
+		a.resp, a.closeAfter, a.ready = s.produce(ctx, c, pr)
 		return a, nil
 	}
 	if fr, ok := req.(*kmsg.FetchRequest); ok {
@@ -528,7 +544,7 @@ func (s *Server) handleFrame(ctx context.Context, c *conn, frame []byte) (*answe
 		// on: a client that closes its connection is noticed at once, and
 		// the close (ctx) ends the wait.
 		s.capFetch(c, h, fr)
-		a.resp, a.ready = s.fetch(ctx, fr)
+		a.resp, a.ready = s.fetch(ctx, c, fr)
 		return a, nil
 	}
 	if dr, ok := req.(*kmsg.DeleteRecordsRequest); ok {
@@ -577,15 +593,15 @@ func (s *Server) handle(ctx context.Context, c *conn, req kmsg.Request) kmsg.Res
 	case *kmsg.ApiVersionsRequest:
 		return s.apiVersions(r)
 	case *kmsg.MetadataRequest:
-		return s.metadata(r)
+		return s.metadata(c, r)
 	case *kmsg.DescribeClusterRequest:
-		return s.describeCluster(r)
+		return s.describeCluster(c, r)
 	case *kmsg.ListOffsetsRequest:
-		return s.listOffsets(ctx, r)
+		return s.listOffsets(ctx, c, r)
 	case *kmsg.OffsetForLeaderEpochRequest:
-		return s.offsetForLeaderEpoch(ctx, r)
+		return s.offsetForLeaderEpoch(ctx, c, r)
 	case *kmsg.InitProducerIDRequest:
-		return s.initProducerID(ctx, r)
+		return s.initProducerID(ctx, c, r)
 	case *kmsg.CreateTopicsRequest:
 		return s.createTopics(ctx, c, r)
 	case *kmsg.DeleteTopicsRequest:

@@ -51,6 +51,16 @@ func (a *Agent) AlterClientQuotas(ctx context.Context, req *keelpb.AlterClientQu
 	return a.client.AlterClientQuotas(ctx, req)
 }
 
+// CreateAcls forwards ACL creations to the active controller.
+func (a *Agent) CreateAcls(ctx context.Context, req *keelpb.CreateAclsRequest) (*keelpb.CreateAclsResponse, error) {
+	return a.client.CreateACLs(ctx, req)
+}
+
+// DeleteAcls forwards ACL deletions to the active controller.
+func (a *Agent) DeleteAcls(ctx context.Context, req *keelpb.DeleteAclsRequest) (*keelpb.DeleteAclsResponse, error) {
+	return a.client.DeleteACLs(ctx, req)
+}
+
 // DeleteTopic forwards a topic deletion to the active controller.
 func (a *Agent) DeleteTopic(ctx context.Context, req *keelpb.DeleteTopicRequest) error {
 	return a.client.DeleteTopicRequest(ctx, req)

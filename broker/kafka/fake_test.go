@@ -278,3 +278,54 @@ func startServer(t *testing.T, id int32, meta *fakeMeta, backend broker.Backend,
 
 // crc32c is the v2 batch checksum.
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }
+
+// CreateAcls writes the valid creations, as the controller does (without
+// its authorization), moving the fake's level up to the ACLs' first.
+func (m *fakeMeta) CreateAcls(_ context.Context, req *keelpb.CreateAclsRequest) (*keelpb.CreateAclsResponse, error) {
+	m.forwarded(req.GetPrincipal())
+	resp := &keelpb.CreateAclsResponse{Errors: make([]string, len(req.GetCreations()))}
+	var recs []*keelpb.Record
+	if m.Image().FinalizedMetadataVersion() < fsm.ACLMetadataVersion {
+		recs = append(recs, &keelpb.Record{Record: &keelpb.Record_FeatureLevel{FeatureLevel: &keelpb.FeatureLevelRecord{Name: fsm.MetadataVersionFeature, Level: fsm.ACLMetadataVersion}}})
+	}
+	for i, c := range req.GetCreations() {
+		b := rpc.BindingFromProto(c)
+		if err := b.Validate(); err != nil {
+			resp.Errors[i] = err.Error()
+			continue
+		}
+		m.mu.Lock()
+		m.nextID++
+		id := fsm.ACLID{byte(m.nextID >> 8), byte(m.nextID), 0xac}
+		m.mu.Unlock()
+		recs = append(recs, fsm.ACLRecord(id, b))
+	}
+	if err := m.apply(recs...); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return resp, nil
+}
+
+// DeleteAcls removes what each filter matches.
+func (m *fakeMeta) DeleteAcls(_ context.Context, req *keelpb.DeleteAclsRequest) (*keelpb.DeleteAclsResponse, error) {
+	m.forwarded(req.GetPrincipal())
+	resp := &keelpb.DeleteAclsResponse{}
+	var recs []*keelpb.Record
+	for _, pf := range req.GetFilters() {
+		f := rpc.FilterFromProto(pf)
+		res := &keelpb.DeleteAclsResult{}
+		for _, a := range m.Image().ACLs() {
+			if f.Matches(a.Binding) {
+				res.Deleted = append(res.Deleted, rpc.BindingProto(a.Binding))
+				recs = append(recs, &keelpb.Record{Record: &keelpb.Record_RemoveAcl{RemoveAcl: &keelpb.RemoveAccessControlEntryRecord{Id: append([]byte(nil), a.ID[:]...)}}})
+			}
+		}
+		resp.Results = append(resp.Results, res)
+	}
+	if len(recs) > 0 {
+		if err := m.apply(recs...); err != nil {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+	}
+	return resp, nil
+}

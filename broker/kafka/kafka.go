@@ -41,6 +41,8 @@ type Controller interface {
 	DescribeQuorum(ctx context.Context) (*keelpb.DescribeQuorumResponse, error)
 	AlterUserScramCredentials(ctx context.Context, req *keelpb.AlterUserScramCredentialsRequest) (*keelpb.AlterUserScramCredentialsResponse, error)
 	AlterClientQuotas(ctx context.Context, req *keelpb.AlterClientQuotasRequest) (*keelpb.AlterClientQuotasResponse, error)
+	CreateAcls(ctx context.Context, req *keelpb.CreateAclsRequest) (*keelpb.CreateAclsResponse, error)
+	DeleteAcls(ctx context.Context, req *keelpb.DeleteAclsRequest) (*keelpb.DeleteAclsResponse, error)
 }
 
 // Defaults.

@@ -636,6 +636,12 @@ func (s *Server) handle(ctx context.Context, c *conn, req kmsg.Request) kmsg.Res
 		return s.describeClientQuotas(c, r)
 	case *kmsg.AlterClientQuotasRequest:
 		return s.alterClientQuotas(ctx, c, r)
+	case *kmsg.CreateACLsRequest:
+		return s.createACLs(ctx, c, r)
+	case *kmsg.DescribeACLsRequest:
+		return s.describeACLs(c, r)
+	case *kmsg.DeleteACLsRequest:
+		return s.deleteACLs(ctx, c, r)
 	}
 	// versions lists only the keys above.
 	panic(fmt.Sprintf("no handler for %s", kmsg.NameForKey(req.Key())))

@@ -51,6 +51,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 	var conns connFlags
 	var kafkaLim kafkaLimits
 	var kafkaSASLMode kafkaSASL
+	var superUsers kafkaSuperUsers
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run a broker (the reference broker); list and inspect brokers",
@@ -130,6 +131,9 @@ in by SASL/SCRAM (SASL_SSL) with a credential from keel user add.
 			if err := kafkaSASLMode.check(); err != nil {
 				return err
 			}
+			if err := superUsers.check(); err != nil {
+				return err
+			}
 			if cfg.MaxStreamsPerConn <= 0 {
 				return fmt.Errorf("--max-concurrent-streams %d: want a positive number of calls", cfg.MaxStreamsPerConn)
 			}
@@ -168,6 +172,7 @@ in by SASL/SCRAM (SASL_SSL) with a credential from keel user add.
 			kc := kafka.Config{FetchMaxWait: kafkaFetchMaxWait, Conns: plan.kafka}
 			kafkaLim.apply(&kc)
 			kafkaSASLMode.apply(&kc)
+			superUsers.apply(&kc)
 			// Catch signals before starting, as the controller does, so a
 			// stop during the start ends cleanly instead of killing the
 			// process mid-start.
@@ -239,6 +244,7 @@ in by SASL/SCRAM (SASL_SSL) with a credential from keel user add.
 		"the longest a Kafka fetch waits for records, whatever it asks")
 	kafkaLim.addFlags(f)
 	kafkaSASLMode.addFlags(f)
+	superUsers.addFlags(f)
 	f.IntVar(&cfg.MaxStreamsPerConn, "max-concurrent-streams", rpc.DefaultBrokerStreams,
 		"the gRPC calls in flight on one connection (each partition a follower fetches is one)")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)

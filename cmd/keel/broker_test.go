@@ -185,6 +185,7 @@ func TestBrokerCommandErrors(t *testing.T) {
 		{"no replica lag time", []string{"broker", "--broker-id", "1", "--data-dir", "d", "--listen", "127.0.0.1:0", "--replica-lag-time-max", "-1s"}, "--replica-lag-time-max -1s"},
 		{"no replica fetch interval", []string{"broker", "--broker-id", "1", "--data-dir", "d", "--listen", "127.0.0.1:0", "--replica-fetch-interval", "0s"}, "--replica-fetch-interval 0s"},
 		{"no Kafka fetch wait", []string{"broker", "--broker-id", "1", "--data-dir", "d", "--listen", "127.0.0.1:0", "--kafka-fetch-max-wait", "0s"}, "--kafka-fetch-max-wait 0s"},
+		{"a super user without User:", []string{"broker", "--broker-id", "1", "--data-dir", "d", "--listen", "127.0.0.1:0", "--kafka-super-users", "User:ops,ops"}, `--kafka-super-users: principal "ops" is not of the form User:NAME`},
 		{"another broker's data dir", []string{"broker", "--broker-id", "1", "--data-dir", taken, "--listen", "127.0.0.1:0"}, "belongs to broker 2, not broker 1"},
 		{"unknown subcommand", []string{"broker", "lst"}, `unknown command "lst" for "keel broker"`},
 		{"inspect without an address", []string{"broker", "inspect"}, "--address is required"},

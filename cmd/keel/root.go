@@ -43,7 +43,7 @@ func newRootCmd() *cobra.Command {
 		"read settings from this YAML file; flags and KEEL_* variables win over it (env KEEL_CONFIG)")
 	root.AddCommand(withPrintConfig(g, newControllerCmd(g)), withPrintConfig(g, newBrokerCmd(g)),
 		withPrintConfig(g, newDevCmd(g)), newQuorumCmd())
-	root.AddCommand(newTopicCmd(), newPartitionCmd(), newConfigCmd(), newFeaturesCmd())
+	root.AddCommand(newTopicCmd(), newPartitionCmd(), newConfigCmd(), newFeaturesCmd(), newACLCmd())
 	root.AddCommand(newProduceCmd(), newConsumeCmd())
 	root.AddCommand(newSnapshotCmd())
 	root.AddCommand(newCertCmd())

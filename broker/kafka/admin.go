@@ -72,6 +72,16 @@ func adminTimeout(ms int32) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
+// topicAdminError is adminError for a request on a topic: the controller
+// refusing the forwarded principal is TOPIC_AUTHORIZATION_FAILED, as Kafka
+// answers CreateTopics, DeleteTopics and CreatePartitions.
+func topicAdminError(err error) (*kerr.Error, string) {
+	if status.Code(err) == codes.PermissionDenied {
+		return kerr.TopicAuthorizationFailed, status.Convert(err).Message()
+	}
+	return adminError(err)
+}
+
 // notAdmin is the refusal of an admin request from a client that is no
 // super user and whose ACLs do not allow it.
 const notAdmin = "not authorized: this needs a super user (an admin certificate) or an ACL allowing it"
@@ -139,12 +149,12 @@ func (s *Server) createTopics(ctx context.Context, c *conn, r *kmsg.CreateTopics
 			}
 		}
 		if err := rpc.Validate(req); err != nil {
-			fail(adminError(err))
+			fail(topicAdminError(err))
 			continue
 		}
 		created, err := s.cfg.Controller.CreateTopic(ctx, req)
 		if err != nil {
-			fail(adminError(err))
+			fail(topicAdminError(err))
 			continue
 		}
 		d := created.GetTopic()
@@ -254,7 +264,7 @@ func (s *Server) deleteTopics(ctx context.Context, c *conn, r *kmsg.DeleteTopics
 			out.TopicID = [16]byte(t.ID)
 		}
 		if err := s.cfg.Controller.DeleteTopic(ctx, &keelpb.DeleteTopicRequest{Name: name, Principal: c.principal}); err != nil {
-			fail(adminError(err))
+			fail(topicAdminError(err))
 			continue
 		}
 		s.awaitTopic(ctx, name, false)
@@ -284,11 +294,11 @@ func (s *Server) createPartitions(ctx context.Context, c *conn, r *kmsg.CreatePa
 			req.Assignments = append(req.Assignments, &keelpb.PartitionAssignment{Replicas: a.Replicas})
 		}
 		if err := rpc.Validate(req); err != nil {
-			fail(adminError(err))
+			fail(topicAdminError(err))
 			continue
 		}
 		if _, err := s.cfg.Controller.CreatePartitions(ctx, req); err != nil {
-			fail(adminError(err))
+			fail(topicAdminError(err))
 			continue
 		}
 		resp.Topics = append(resp.Topics, out)

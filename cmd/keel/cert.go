@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -193,7 +195,13 @@ a certificate; restart the process to use it).`,
 				}
 				return err
 			}
-			c, err := tlsauth.FromPEM(certPEM, keyPEM, ca.CertPEM())
+			// Read back as it was written (an application's certificate is
+			// no keel process's, which tlsauth.FromPEM loads).
+			block, _ := pem.Decode(certPEM)
+			if block == nil {
+				return fmt.Errorf("%s: no certificate", files.Cert)
+			}
+			leaf, err := x509.ParseCertificate(block.Bytes)
 			if err != nil {
 				return err
 			}
@@ -201,7 +209,7 @@ a certificate; restart the process to use it).`,
 			fmt.Fprintf(out, "Certificate: %s\nKey:         %s\n", files.Cert, files.Key)
 			fmt.Fprintf(out, "Identity:    %s (role %s)\n", id, id.Role)
 			fmt.Fprintf(out, "Hosts:       %s\n", strings.Join(append([]string{"127.0.0.1", "::1", "localhost"}, hosts...), ", "))
-			fmt.Fprintf(out, "Valid until: %s\n", c.NotAfter().UTC().Format(time.RFC3339))
+			fmt.Fprintf(out, "Valid until: %s\n", leaf.NotAfter.UTC().Format(time.RFC3339))
 			fmt.Fprintf(out, "Flags:       %s\n", strings.Join(files.Flags(), " "))
 			return nil
 		},

@@ -142,7 +142,7 @@ func TestCert_Refusals(t *testing.T) {
 		{"no --certs-dir", []string{"create-ca"}, "--certs-dir is required"},
 		{"a second CA", []string{"create-ca", "--certs-dir", dir}, filepath.Join(dir, "ca.pem") + " exists; keel cert create-ca never replaces a CA"},
 		{"a second CA key", []string{"create-ca", "--certs-dir", t.TempDir(), "--ca-key", safe}, safe + " exists; keel cert create-ca never replaces a CA"},
-		{"unknown identity", []string{"create", "nobody", "--certs-dir", dir, "--ca-key", safe}, `certificate common name "nobody" names no keel role (want controller-<id>, broker-<id>, admin, admin-<name>, probe or probe-<name>)`},
+		{"neither a keel role nor a user name", []string{"create", "no/body", "--certs-dir", dir, "--ca-key", safe}, `certificate common name "no/body" names no keel role (want controller-<id>, broker-<id>, admin, admin-<name>, probe or probe-<name>) and is no user name`},
 		{"node id 0", []string{"create", "controller-0", "--certs-dir", dir, "--ca-key", safe}, `"controller-0" names no keel role`},
 		{"a broker id with a leading zero", []string{"create", "broker-07", "--certs-dir", dir, "--ca-key", safe}, `"broker-07" names no keel role`},
 		{"admin-lb is fine, admin- is not", []string{"create", "admin-", "--certs-dir", dir, "--ca-key", safe}, `"admin-" names no keel role`},
@@ -194,5 +194,21 @@ func TestCert_Refusals(t *testing.T) {
 	}
 	if _, err := tlsauth.Load(filepath.Join(dir, "admin.pem"), filepath.Join(dir, "admin-key.pem"), filepath.Join(dir, "ca.pem")); err != nil {
 		t.Errorf("the renewed certificate does not load: %v", err)
+	}
+}
+
+// TestCert_CreateApplication: keel cert create makes an application's
+// certificate, principal User:<name>, for the Kafka listener only.
+func TestCert_CreateApplication(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "certs")
+	if out, err := runKeel(t, "cert", "create-ca", "--certs-dir", dir); err != nil {
+		t.Fatalf("create-ca: %v\n%s", err, out)
+	}
+	out, err := runKeel(t, "cert", "create", "app-orders", "--certs-dir", dir)
+	if err != nil || !strings.Contains(out, "Identity:    app-orders (role user)") {
+		t.Fatalf("create app-orders: %v\n%s", err, out)
+	}
+	if leaf := readCert(t, filepath.Join(dir, "app-orders.pem")); leaf.Subject.CommonName != "app-orders" {
+		t.Fatalf("common name %q", leaf.Subject.CommonName)
 	}
 }

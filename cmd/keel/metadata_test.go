@@ -389,7 +389,7 @@ func TestMetadataShell(t *testing.T) {
 
 	t.Run("a command from the arguments", func(t *testing.T) {
 		out, errOut, err := runShell(t, "", "--data-dir", dir, "ls", "/")
-		if err != nil || out != "brokers/\nclient_quotas/\nconfigs/\ncontrollers/\nquorum/\ntopics/\nusers/\n" || errOut != "" {
+		if err != nil || out != "acls\nbrokers/\nclient_quotas/\nconfigs/\ncontrollers/\nquorum/\ntopics/\nusers/\n" || errOut != "" {
 			t.Errorf("ls /: %q, stderr %q, %v", out, errOut, err)
 		}
 		// The log after the snapshot is replayed: other is gone, orders/0's ISR shrank.

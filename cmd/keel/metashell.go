@@ -307,8 +307,15 @@ func (st *shellState) tree() *vnode {
 		return nodes
 	})
 	return dir(func() []namedNode {
-		return []namedNode{{"brokers", brokers}, {"client_quotas", clientQuotas}, {"configs", configs}, {"controllers", controllers}, {"quorum", quorum}, {"topics", topics},
-			{"users", scramUsersDir(img)}}
+		acls := file(func() any {
+			out := []aclJSON{}
+			for _, a := range img.ACLs() {
+				out = append(out, aclOf(a.Binding))
+			}
+			return out
+		})
+		return []namedNode{{"acls", acls}, {"brokers", brokers}, {"client_quotas", clientQuotas}, {"configs", configs}, {"controllers", controllers},
+			{"quorum", quorum}, {"topics", topics}, {"users", scramUsersDir(img)}}
 	})
 }
 

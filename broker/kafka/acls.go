@@ -5,6 +5,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/keel-dev/keel/acl"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -28,13 +29,7 @@ func (s *Server) createACLs(ctx context.Context, c *conn, r *kmsg.CreateACLsRequ
 		resp.Results[i].ErrorCode = ke.Code
 		resp.Results[i].ErrorMessage = &msg
 	}
-	if len(r.Creations) == 0 {
-		return resp
-	}
-	if !s.allowed(c, kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, acl.ClusterName) {
-		for i := range resp.Results {
-			set(i, kerr.ClusterAuthorizationFailed, notAuthorizedACLs)
-		}
+	if !s.mayAlterACLs(c, len(r.Creations), set) {
 		return resp
 	}
 	req := &keelpb.CreateAclsRequest{Principal: c.principal}
@@ -52,23 +47,11 @@ func (s *Server) createACLs(ctx context.Context, c *conn, r *kmsg.CreateACLsRequ
 		req.Creations = append(req.Creations, rpc.BindingProto(b))
 		forwarded = append(forwarded, i)
 	}
-	if len(forwarded) == 0 {
-		return resp
-	}
-	if err := rpc.Validate(req); err != nil {
-		for _, i := range forwarded {
-			set(i, kerr.InvalidRequest, err.Error())
-		}
-		return resp
-	}
-	ctx, cancel := context.WithTimeout(ctx, defaultAdminTimeout)
-	defer cancel()
-	out, err := s.cfg.Controller.CreateAcls(ctx, req)
-	if err != nil {
-		ke, msg := adminError(err)
-		for _, i := range forwarded {
-			set(i, ke, msg)
-		}
+	var out *keelpb.CreateAclsResponse
+	if !forwardACLs(ctx, req, forwarded, set, func(ctx context.Context) (err error) {
+		out, err = s.cfg.Controller.CreateAcls(ctx, req)
+		return err
+	}) {
 		return resp
 	}
 	for j, i := range forwarded {
@@ -128,13 +111,7 @@ func (s *Server) deleteACLs(ctx context.Context, c *conn, r *kmsg.DeleteACLsRequ
 		resp.Results[i].ErrorCode = ke.Code
 		resp.Results[i].ErrorMessage = &msg
 	}
-	if len(r.Filters) == 0 {
-		return resp
-	}
-	if !s.allowed(c, kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, acl.ClusterName) {
-		for i := range resp.Results {
-			set(i, kerr.ClusterAuthorizationFailed, notAuthorizedACLs)
-		}
+	if !s.mayAlterACLs(c, len(r.Filters), set) {
 		return resp
 	}
 	req := &keelpb.DeleteAclsRequest{Principal: c.principal}
@@ -148,23 +125,11 @@ func (s *Server) deleteACLs(ctx context.Context, c *conn, r *kmsg.DeleteACLsRequ
 		req.Filters = append(req.Filters, rpc.FilterProto(f))
 		forwarded = append(forwarded, i)
 	}
-	if len(forwarded) == 0 {
-		return resp
-	}
-	if err := rpc.Validate(req); err != nil {
-		for _, i := range forwarded {
-			set(i, kerr.InvalidRequest, err.Error())
-		}
-		return resp
-	}
-	ctx, cancel := context.WithTimeout(ctx, defaultAdminTimeout)
-	defer cancel()
-	out, err := s.cfg.Controller.DeleteAcls(ctx, req)
-	if err != nil {
-		ke, msg := adminError(err)
-		for _, i := range forwarded {
-			set(i, ke, msg)
-		}
+	var out *keelpb.DeleteAclsResponse
+	if !forwardACLs(ctx, req, forwarded, set, func(ctx context.Context) (err error) {
+		out, err = s.cfg.Controller.DeleteAcls(ctx, req)
+		return err
+	}) {
 		return resp
 	}
 	for j, i := range forwarded {
@@ -182,4 +147,46 @@ func (s *Server) deleteACLs(ctx context.Context, c *conn, r *kmsg.DeleteACLsRequ
 		}
 	}
 	return resp
+}
+
+// mayAlterACLs says whether the client on c may change ACLs (ALTER on the
+// cluster), answering each of the request's n creations or filters with
+// set when it may not; an empty request needs no answer.
+func (s *Server) mayAlterACLs(c *conn, n int, set func(int, *kerr.Error, string)) bool {
+	if n == 0 {
+		return false
+	}
+	if !s.allowed(c, kmsg.ACLOperationAlter, kmsg.ACLResourceTypeCluster, acl.ClusterName) {
+		for i := range n {
+			set(i, kerr.ClusterAuthorizationFailed, notAuthorizedACLs)
+		}
+		return false
+	}
+	return true
+}
+
+// forwardACLs checks req and sends it to the controller with call, within
+// the admin timeout. When either fails, every creation or filter req
+// carries (forwarded: their indexes in the Kafka request) is answered with
+// set, and it reports false.
+func forwardACLs(ctx context.Context, req proto.Message, forwarded []int, set func(int, *kerr.Error, string), call func(context.Context) error) bool {
+	if len(forwarded) == 0 {
+		return false
+	}
+	if err := rpc.Validate(req); err != nil {
+		for _, i := range forwarded {
+			set(i, kerr.InvalidRequest, err.Error())
+		}
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, defaultAdminTimeout)
+	defer cancel()
+	if err := call(ctx); err != nil {
+		ke, msg := adminError(err)
+		for _, i := range forwarded {
+			set(i, ke, msg)
+		}
+		return false
+	}
+	return true
 }

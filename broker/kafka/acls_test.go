@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -49,8 +50,10 @@ func TestServer_ACLs(t *testing.T) {
 		t.Fatal(err)
 	}
 	meta, backend := newFakeMeta(t), NewMemoryBackend()
+	reg := prometheus.NewRegistry()
 	s := startServer(t, 1, meta, backend, func(c *Config) {
 		c.TLS = brokerCert
+		c.Metrics = reg
 		c.SuperUsers = []string{"User:ops"}
 	})
 	meta.createTopic("orders", []int32{1})
@@ -96,9 +99,12 @@ func TestServer_ACLs(t *testing.T) {
 	}
 	denied := kerr.TopicAuthorizationFailed.Code
 
-	// No ACL: nothing.
+	// No ACL: nothing, and the decision is counted.
 	if code := produce(app, "orders"); code != denied {
 		t.Fatalf("produce without an ACL: %v", kerr.ErrorForCode(code))
+	}
+	if n := authorizations(t, reg)["WRITE/TOPIC/denied"]; n != 1 {
+		t.Fatalf("%s: %v WRITE/TOPIC/denied after one refused produce, want 1 (%v)", MetricAuthorizations, n, authorizations(t, reg))
 	}
 	if code := fetch(app, "orders"); code != denied {
 		t.Fatalf("fetch without an ACL: %v", kerr.ErrorForCode(code))
@@ -205,4 +211,27 @@ func TestServer_ACLs(t *testing.T) {
 			t.Fatalf("principals forwarded: %q", meta.forwardedPrincipals())
 		}
 	}
+}
+
+// authorizations is MetricAuthorizations in reg, by operation/type/decision.
+func authorizations(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != MetricAuthorizations {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			out[l["operation"]+"/"+l["resource_type"]+"/"+l["decision"]] = m.GetCounter().GetValue()
+		}
+	}
+	return out
 }

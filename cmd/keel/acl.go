@@ -16,7 +16,7 @@ import (
 )
 
 func newACLCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "acl", Short: "Add, list and remove the ACLs that authorize Kafka clients (docs/security.md#acls)"}
+	cmd := &cobra.Command{Use: "acl", Short: "Add, list and remove the ACLs that authorize Kafka clients"}
 	cmd.AddCommand(newACLAddCmd(), newACLListCmd(), newACLRemoveCmd())
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -216,21 +217,32 @@ func TestServer_ACLs(t *testing.T) {
 // authorizations is MetricAuthorizations in reg, by operation/type/decision.
 func authorizations(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
+	return counters(t, reg, MetricAuthorizations, "operation", "resource_type", "decision")
+}
+
+// counters is the counter name in reg, by the values of labels joined
+// with "/".
+func counters(t *testing.T, reg *prometheus.Registry, name string, labels ...string) map[string]float64 {
+	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
 	for _, f := range families {
-		if f.GetName() != MetricAuthorizations {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			l := map[string]string{}
-			for _, p := range m.GetLabel() {
-				l[p.GetName()] = p.GetValue()
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
 			}
-			out[l["operation"]+"/"+l["resource_type"]+"/"+l["decision"]] = m.GetCounter().GetValue()
+			key := make([]string, len(labels))
+			for i, l := range labels {
+				key[i] = have[l]
+			}
+			out[strings.Join(key, "/")] = m.GetCounter().GetValue()
 		}
 	}
 	return out

@@ -71,22 +71,5 @@ func TestServer_RefusesPoisonBatch(t *testing.T) {
 // refusals is MetricProduceRefused in reg, by reason.
 func refusals(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, f := range families {
-		if f.GetName() != MetricProduceRefused {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" {
-					out[l.GetValue()] = m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return out
+	return counters(t, reg, MetricProduceRefused, "reason")
 }

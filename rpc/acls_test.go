@@ -39,7 +39,17 @@ func TestAuthorizeForwardedByACL(t *testing.T) {
 		{"delete acls, cluster DESCRIBE only", allowCluster(kmsg.ACLOperationDescribe), &keelpb.DeleteAclsRequest{Principal: "User:app"}, false},
 		{"no ACLs", nil, &keelpb.CreateTopicRequest{Name: "orders", Principal: "User:app"}, false},
 		{"a request forwarded for nobody", allowCluster(kmsg.ACLOperationAll), &keelpb.DeleteAclsRequest{}, false},
-		{"not a forwarded request", allowCluster(kmsg.ACLOperationAll), &keelpb.ElectLeadersRequest{}, false},
+		{"elect leaders forwarded for nobody", allowCluster(kmsg.ACLOperationAll), &keelpb.ElectLeadersRequest{}, false},
+		{"elect leaders, cluster ALTER", allowCluster(kmsg.ACLOperationAlter), &keelpb.ElectLeadersRequest{Principal: "User:app"}, true},
+		{"reassign, cluster ALTER", allowCluster(kmsg.ACLOperationAlter), &keelpb.AlterPartitionReassignmentsRequest{Principal: "User:app"}, true},
+		{"update features, cluster DESCRIBE only", allowCluster(kmsg.ACLOperationDescribe), &keelpb.UpdateFeaturesRequest{Principal: "User:app"}, false},
+		{"scram credentials, cluster ALTER", allowCluster(kmsg.ACLOperationAlter), &keelpb.AlterUserScramCredentialsRequest{Principal: "User:app"}, true},
+		{"topic configs, topic ALTER_CONFIGS", allowTopic(kmsg.ACLOperationAlterConfigs), &keelpb.IncrementalAlterConfigsRequest{Principal: "User:app",
+			Resource: &keelpb.ConfigResource{Type: keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_TOPIC, Name: "orders"}}, true},
+		{"cluster configs, topic ALTER_CONFIGS only", allowTopic(kmsg.ACLOperationAlterConfigs), &keelpb.IncrementalAlterConfigsRequest{Principal: "User:app",
+			Resource: &keelpb.ConfigResource{Type: keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_CLUSTER}}, false},
+		{"client quotas, cluster ALTER_CONFIGS", allowCluster(kmsg.ACLOperationAlterConfigs), &keelpb.AlterClientQuotasRequest{Principal: "User:app"}, true},
+		{"not a forwarded request", allowCluster(kmsg.ACLOperationAll), &keelpb.AppendNoOpRequest{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			decide := func(p string, op kmsg.ACLOperation, typ kmsg.ACLResourceType, name string) bool {

@@ -266,8 +266,9 @@ type ACLDecider func(principal string, op kmsg.ACLOperation, typ kmsg.ACLResourc
 // principal that is no admin's when the ACLs allow what the request does,
 // as Kafka's controller authorizes a forwarded request's principal:
 // CREATE on the cluster or the topic for CreateTopic, DELETE or ALTER on
-// the topic for DeleteTopic and CreatePartitions, ALTER on the cluster for
-// the ACL changes.
+// the topic for DeleteTopic and CreatePartitions, ALTER_CONFIGS on the
+// topic or the cluster for config and quota changes, ALTER on the cluster
+// for the ACL, election, reassignment, feature and credential changes.
 func authorizeForwardedByACL(acls ACLDecider, req proto.Message) bool {
 	cluster := func(op kmsg.ACLOperation, principal string) bool {
 		return acls(principal, op, kmsg.ACLResourceTypeCluster, acl.ClusterName)
@@ -285,6 +286,24 @@ func authorizeForwardedByACL(acls ACLDecider, req proto.Message) bool {
 	case *keelpb.CreateAclsRequest:
 		return r.GetPrincipal() != "" && cluster(kmsg.ACLOperationAlter, r.GetPrincipal())
 	case *keelpb.DeleteAclsRequest:
+		return r.GetPrincipal() != "" && cluster(kmsg.ACLOperationAlter, r.GetPrincipal())
+	case *keelpb.IncrementalAlterConfigsRequest:
+		if r.GetPrincipal() == "" {
+			return false
+		}
+		if res := r.GetResource(); res.GetType() == keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_TOPIC {
+			return topic(kmsg.ACLOperationAlterConfigs, r.GetPrincipal(), res.GetName())
+		}
+		return cluster(kmsg.ACLOperationAlterConfigs, r.GetPrincipal())
+	case *keelpb.AlterClientQuotasRequest:
+		return r.GetPrincipal() != "" && cluster(kmsg.ACLOperationAlterConfigs, r.GetPrincipal())
+	case *keelpb.ElectLeadersRequest:
+		return r.GetPrincipal() != "" && cluster(kmsg.ACLOperationAlter, r.GetPrincipal())
+	case *keelpb.AlterPartitionReassignmentsRequest:
+		return r.GetPrincipal() != "" && cluster(kmsg.ACLOperationAlter, r.GetPrincipal())
+	case *keelpb.UpdateFeaturesRequest:
+		return r.GetPrincipal() != "" && cluster(kmsg.ACLOperationAlter, r.GetPrincipal())
+	case *keelpb.AlterUserScramCredentialsRequest:
 		return r.GetPrincipal() != "" && cluster(kmsg.ACLOperationAlter, r.GetPrincipal())
 	}
 	return false

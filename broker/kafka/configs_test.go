@@ -235,7 +235,7 @@ func TestServer_IncrementalAlterConfigs(t *testing.T) {
 		t.Fatalf("a refused change applied to the cluster defaults: %v", c)
 	}
 	for _, p := range meta.forwardedPrincipals() {
-		if p != "plaintext" {
+		if p != "User:ANONYMOUS" {
 			t.Fatalf("principals forwarded: %q", meta.forwardedPrincipals())
 		}
 	}
@@ -296,7 +296,7 @@ func TestServer_ConfigsAuthorized(t *testing.T) {
 		return newClient(t, []string{s.Addr()}, kgo.DialTLSConfig(certs[cn].Client(tlsauth.RoleBroker)))
 	}
 	retention := op(kmsg.IncrementalAlterConfigOpSet, fsm.RetentionMs, kmsg.StringPtr("5"))
-	other := client("broker-2")
+	other := newClient(t, []string{s.Addr()}, kgo.DialTLSConfig(userTLS(t, ca, "app-orders")))
 	rs := incrementalAlter(t, other, false, incremental(kmsg.ConfigResourceTypeTopic, "secure", retention),
 		incremental(kmsg.ConfigResourceTypeBroker, "", op(kmsg.IncrementalAlterConfigOpSet, "log.retention.ms", kmsg.StringPtr("5"))))
 	if rs[0].ErrorCode != kerr.TopicAuthorizationFailed.Code || rs[1].ErrorCode != kerr.ClusterAuthorizationFailed.Code {
@@ -312,7 +312,7 @@ func TestServer_ConfigsAuthorized(t *testing.T) {
 	if rs := incrementalAlter(t, client("admin"), false, incremental(kmsg.ConfigResourceTypeTopic, "secure", retention)); rs[0].ErrorCode != 0 {
 		t.Fatalf("an admin's change: %v", kerr.ErrorForCode(rs[0].ErrorCode))
 	}
-	if got := meta.forwardedPrincipals(); len(got) != 1 || got[0] != "admin" {
-		t.Fatalf("principals forwarded: %q; want [admin]", got)
+	if got := meta.forwardedPrincipals(); len(got) != 1 || got[0] != "User:admin" {
+		t.Fatalf("principals forwarded: %q; want [User:admin]", got)
 	}
 }

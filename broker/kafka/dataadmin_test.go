@@ -268,8 +268,8 @@ func TestServer_DeleteRecordsNeedsDelete(t *testing.T) {
 		req.Topics = []kmsg.DeleteRecordsRequestTopic{{Topic: "orders", Partitions: []kmsg.DeleteRecordsRequestTopicPartition{{Partition: 0, Offset: offset}}}}
 		return ask(t, cl, 1, req).(*kmsg.DeleteRecordsResponse).Topics[0].Partitions[0]
 	}
-	if p := deleteTo(client("broker-2"), 1); p.ErrorCode != kerr.TopicAuthorizationFailed.Code || p.LowWatermark != -1 {
-		t.Fatalf("a broker's certificate: %v, low watermark %d; want TOPIC_AUTHORIZATION_FAILED", kerr.ErrorForCode(p.ErrorCode), p.LowWatermark)
+	if p := deleteTo(newClient(t, []string{s.Addr()}, kgo.DialTLSConfig(userTLS(t, ca, "app-orders"))), 1); p.ErrorCode != kerr.TopicAuthorizationFailed.Code || p.LowWatermark != -1 {
+		t.Fatalf("an application's certificate with no ACL: %v, low watermark %d; want TOPIC_AUTHORIZATION_FAILED", kerr.ErrorForCode(p.ErrorCode), p.LowWatermark)
 	}
 	if p := deleteTo(client("admin"), 1); p.ErrorCode != 0 || p.LowWatermark != 1 {
 		t.Fatalf("an admin's certificate: %v, low watermark %d; want 1", kerr.ErrorForCode(p.ErrorCode), p.LowWatermark)

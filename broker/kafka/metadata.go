@@ -39,6 +39,9 @@ var versions = map[int16]versionRange{
 	21: {0, 2}, // DeleteRecords
 	22: {0, 4}, // InitProducerId
 	23: {2, 4}, // OffsetForLeaderEpoch (kgo validates after a leader change from v2: KIP-320)
+	29: {0, 3}, // DescribeAcls
+	30: {0, 3}, // CreateAcls
+	31: {0, 3}, // DeleteAcls
 	32: {0, 4}, // DescribeConfigs
 	33: {0, 2}, // AlterConfigs
 	35: {0, 4}, // DescribeLogDirs

@@ -270,7 +270,7 @@ func TestServer_QuotaRequestsBadInput(t *testing.T) {
 		}
 	}
 	cl := newClient(t, []string{s.Addr()})
-	long := string(make([]byte, 200))
+	long := string(make([]byte, 1000)) // beyond any principal's bound
 	if got := alterQuota(t, cl, false, quotaEntry("user", &long, fsm.ProducerByteRate, 1024)); got[0].ErrorCode != kerr.InvalidRequest.Code {
 		t.Errorf("an oversized name: %v; want INVALID_REQUEST", kerr.ErrorForCode(got[0].ErrorCode))
 	}
@@ -354,19 +354,19 @@ func TestServer_ClientQuotasAuthorized(t *testing.T) {
 		return newClient(t, []string{s.Addr()}, kgo.DialTLSConfig(certs[cn].Client(tlsauth.RoleBroker)))
 	}
 	entry := quotaEntry("user", kmsg.StringPtr("app"), fsm.ConsumerByteRate, 4096)
-	app := client("broker-2")
+	app := newClient(t, []string{s.Addr()}, kgo.DialTLSConfig(userTLS(t, ca, "app-orders")))
 	if got := alterQuota(t, app, false, entry); got[0].ErrorCode != kerr.ClusterAuthorizationFailed.Code {
-		t.Fatalf("AlterClientQuotas with a broker's certificate: %v", kerr.ErrorForCode(got[0].ErrorCode))
+		t.Fatalf("AlterClientQuotas with an application's certificate: %v", kerr.ErrorForCode(got[0].ErrorCode))
 	}
 	resp, err := kmsg.NewPtrDescribeClientQuotasRequest().RequestWith(context.Background(), app)
 	if err != nil || resp.ErrorCode != kerr.ClusterAuthorizationFailed.Code {
-		t.Fatalf("DescribeClientQuotas with a broker's certificate: %v, %v", err, resp)
+		t.Fatalf("DescribeClientQuotas with an application's certificate: %v, %v", err, resp)
 	}
 	if got := alterQuota(t, client("admin"), false, entry); got[0].ErrorCode != 0 {
 		t.Fatalf("AlterClientQuotas with an admin's certificate: %v", kerr.ErrorForCode(got[0].ErrorCode))
 	}
-	if got := meta.forwardedPrincipals(); !slices.Equal(got, []string{"admin"}) {
-		t.Fatalf("principals forwarded: %q; want [admin]", got)
+	if got := meta.forwardedPrincipals(); !slices.Equal(got, []string{"User:admin"}) {
+		t.Fatalf("principals forwarded: %q; want [User:admin]", got)
 	}
 }
 

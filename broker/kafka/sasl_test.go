@@ -41,6 +41,17 @@ func startSCRAMServer(t *testing.T, mutate func(*Config)) (*Server, *fakeMeta) {
 	return s, meta
 }
 
+// allowTopics lets principal do everything to every topic (an ACL), as an
+// operator grants an application: a SCRAM login is authorized like any
+// other principal.
+func allowTopics(meta *fakeMeta, principal string) {
+	id := make([]byte, 16)
+	copy(id, principal)
+	meta.must(&keelpb.Record{Record: &keelpb.Record_Acl{Acl: &keelpb.AccessControlEntryRecord{
+		Id: id, ResourceType: int32(kmsg.ACLResourceTypeTopic), ResourceName: "*", PatternType: int32(kmsg.ACLResourcePatternTypeLiteral),
+		Principal: principal, Host: "*", Operation: int32(kmsg.ACLOperationAll), PermissionType: int32(kmsg.ACLPermissionTypeAllow)}}})
+}
+
 // setUser gives user password for both mechanisms, through the admin API
 // as an anonymous plaintext admin would.
 func setUser(t *testing.T, adm *kadm.Client, user, password string) {
@@ -99,6 +110,7 @@ func TestServer_SASLSCRAM(t *testing.T) {
 			{Name: user, Mechanism: m, Iterations: 4096, Salt: []byte("salt"), SaltedPassword: salted}}}); err != nil {
 			t.Fatal(err)
 		}
+		allowTopics(meta, "User:"+user)
 	}
 
 	for name, m := range map[string]sasl.Mechanism{
@@ -166,7 +178,7 @@ func TestServer_SASLOverTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, _ := startSCRAMServer(t, func(c *Config) { c.TLS, c.SASL = certs["broker-1"], SASLOptional })
+	s, meta := startSCRAMServer(t, func(c *Config) { c.TLS, c.SASL = certs["broker-1"], SASLOptional })
 	addrs := []string{s.Addr()}
 	withCert := func(cn string) kgo.Opt { return kgo.DialTLSConfig(certs[cn].Client(tlsauth.RoleBroker)) }
 	noCert := certs["admin"].Client(tlsauth.RoleBroker)
@@ -174,6 +186,7 @@ func TestServer_SASLOverTLS(t *testing.T) {
 
 	adm := kadm.NewClient(newClient(t, addrs, withCert("admin")))
 	setUser(t, adm, "app", "pw")
+	allowTopics(meta, "User:app")
 	app := newClient(t, addrs, kgo.DialTLSConfig(noCert), kgo.SASL(scram.Auth{User: "app", Pass: "pw"}.AsSha512Mechanism()))
 	if err := produceOne(app); err != nil {
 		t.Fatalf("SCRAM over TLS without a certificate: %v", err)
@@ -221,7 +234,7 @@ func TestServer_SCRAMCredentialAPIs(t *testing.T) {
 	if err != nil || len(resp.Results) != 1 || resp.Results[0].ErrorCode != kerr.DuplicateResource.Code {
 		t.Fatalf("a user described twice: %+v, %v", resp, err)
 	}
-	if got := meta.forwardedPrincipals(); len(got) != 1 || got[0] != "plaintext" {
+	if got := meta.forwardedPrincipals(); len(got) != 1 || got[0] != "User:ANONYMOUS" {
 		t.Fatalf("principals forwarded: %q", got)
 	}
 }

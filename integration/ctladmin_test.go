@@ -287,11 +287,11 @@ func TestCtlAdmin_UpdateFeatures(t *testing.T) {
 	}
 }
 
-// TestCtlAdmin_AlterNeedsAdmin: with TLS, a Kafka client holding a
-// broker's certificate is refused elections, reassignments and feature
-// updates (CLUSTER_AUTHORIZATION_FAILED) and may describe the quorum; an
-// admin's certificate is forwarded with its principal, which the
-// controller accepts.
+// TestCtlAdmin_AlterNeedsAdmin: with TLS, a Kafka client holding an
+// application's certificate and no ACL is refused elections,
+// reassignments, feature updates and describing the quorum
+// (CLUSTER_AUTHORIZATION_FAILED); an admin's certificate is forwarded with
+// its principal, which the controller accepts.
 func TestCtlAdmin_AlterNeedsAdmin(t *testing.T) {
 	pki := newTestPKI(t)
 	c, kafka := startKafkaCluster(t, []int32{1}, withTLS(pki))
@@ -301,22 +301,22 @@ func TestCtlAdmin_AlterNeedsAdmin(t *testing.T) {
 	set := kadm.TopicsSet{}
 	set.Add("guarded", 0)
 
-	other := kadm.NewClient(kafkaClient(t, kafka, kafkaTLS(pki, "broker-2")))
+	other := kadm.NewClient(kafkaClient(t, kafka, appTLS(t, pki, "app-orders")))
 	var ae *kadm.AuthError
 	if _, err := other.ElectLeaders(ctx, kadm.ElectPreferredReplica, set); !errors.As(err, &ae) || !errors.Is(ae.Err, kerr.ClusterAuthorizationFailed) {
-		t.Errorf("ElectLeaders with broker-2's certificate: %v; want CLUSTER_AUTHORIZATION_FAILED", err)
+		t.Errorf("ElectLeaders with an application's certificate: %v; want CLUSTER_AUTHORIZATION_FAILED", err)
 	}
 	var move kadm.AlterPartitionAssignmentsReq
 	move.Assign("guarded", 0, []int32{1})
 	if _, err := other.AlterPartitionAssignments(ctx, move); !errors.As(err, &ae) || !errors.Is(ae.Err, kerr.ClusterAuthorizationFailed) {
-		t.Errorf("AlterPartitionAssignments with broker-2's certificate: %v; want CLUSTER_AUTHORIZATION_FAILED", err)
+		t.Errorf("AlterPartitionAssignments with an application's certificate: %v; want CLUSTER_AUTHORIZATION_FAILED", err)
 	}
 	up := kadm.FeatureUpdate{Feature: "metadata.version", MaxVersionLevel: 2, UpgradeType: 1}
 	if _, err := other.UpdateFeatures(ctx, true, up); !errors.As(err, &ae) || !errors.Is(ae.Err, kerr.ClusterAuthorizationFailed) {
-		t.Errorf("UpdateFeatures with broker-2's certificate: %v; want CLUSTER_AUTHORIZATION_FAILED", err)
+		t.Errorf("UpdateFeatures with an application's certificate: %v; want CLUSTER_AUTHORIZATION_FAILED", err)
 	}
-	if _, err := describeQuorum(ctx, kafkaClient(t, kafka, kafkaTLS(pki, "broker-2"))); err != nil {
-		t.Errorf("DescribeQuorum with broker-2's certificate: %v", err)
+	if _, err := describeQuorum(ctx, kafkaClient(t, kafka, appTLS(t, pki, "app-orders"))); !errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		t.Errorf("DescribeQuorum with an application's certificate: %v; want CLUSTER_AUTHORIZATION_FAILED", err)
 	}
 
 	admin := kadm.NewClient(kafkaClient(t, kafka, kafkaTLS(pki, "admin-alice")))

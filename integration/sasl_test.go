@@ -106,6 +106,9 @@ func TestSASL_SCRAMOverTLS(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 3, 3, nil, "sasl-orders"); err != nil {
 		t.Fatal(err)
 	}
+	// A login is a principal like any other: authorized by ACLs.
+	grantTopic(t, c, kafka, "User:app-orders", "sasl-orders", []string{"WRITE"}, kafkaTLS(pki, "admin"))
+	grantTopic(t, c, kafka, "User:app-audit", "sasl-orders", []string{"READ"}, kafkaTLS(pki, "admin"))
 	producer := kafkaClient(t, kafka, noCertTLS(pki), kgo.SASL(orders), kgo.DefaultProduceTopic("sasl-orders"))
 	for _, v := range []string{"a", "b", "c"} {
 		if err := producer.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
@@ -216,6 +219,7 @@ func TestKcat_SASLSSLSCRAM512(t *testing.T) {
 		return append([]string{"-b", kafka[1], "-X", "security.protocol=SASL_SSL", "-X", "sasl.mechanisms=SCRAM-SHA-512",
 			"-X", "sasl.username=kcat-user", "-X", "sasl.password=" + password, "-X", "ssl.ca.location=" + pki.certFiles("admin").CA}, rest...)
 	}
+	grantTopic(t, c, kafka, "User:kcat-user", "kcat-sasl", []string{"WRITE", "READ"}, kafkaTLS(pki, "admin"))
 	mustKcat(t, kcat, "one\ntwo\n", args("kcat-secret", "-P", "-t", "kcat-sasl")...)
 	out := mustKcat(t, kcat, "", args("kcat-secret", "-C", "-t", "kcat-sasl", "-o", "beginning", "-c", "2", "-e")...)
 	if out != "one\ntwo\n" {

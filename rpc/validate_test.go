@@ -426,7 +426,7 @@ func invalidControllerRequests() []controllerRequestCase {
 		}),
 		alterConf("an unknown op", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[0].Op = 9 }),
 		alterConf("replace with a delete", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Replace = true }),
-		alterConf("a principal that is no identity", "principal", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Principal = "User:nobody" }),
+		alterConf("a principal that is no identity", "principal", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Principal = "nobody" }),
 		alterConf("an over-long value", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[0].Value = long(maxConfigValueLen + 1) }),
 
 		{method: "DescribeConfigs", name: "no resource", field: "resource", req: &keelpb.DescribeConfigsRequest{}},

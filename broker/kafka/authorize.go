@@ -75,16 +75,18 @@ func newAuthzMetrics(reg prometheus.Registerer) (*prometheus.CounterVec, error) 
 // the certificate names a keel role (an operator, a broker, a
 // controller); an application's certificate (tlsauth.RoleUser) is
 // authorized by ACLs. Without TLS the client is User:ANONYMOUS, a super
-// user: plaintext is Keel's explicit trust in whoever reaches the port.
+// user unless SASL is required: plaintext is Keel's explicit trust in
+// whoever reaches the port.
 // Configured super users (Config.SuperUsers) are super users too.
 func (s *Server) identify(c *conn, id *tlsauth.Identity) {
 	if host, _, err := net.SplitHostPort(c.RemoteAddr().String()); err == nil {
 		c.host = host
 	}
 	if id == nil {
-		c.principal, c.super = acl.Anonymous, true
-		// A listener that requires SASL (not yet) leaves an anonymous
-		// client no rights: c.super = false here.
+		// A listener that requires SASL gives an anonymous client no
+		// rights (and serves it nothing but the SASL requests until its
+		// login names it: saslGate).
+		c.principal, c.super = acl.Anonymous, s.cfg.SASL != SASLRequired
 	} else {
 		c.principal = "User:" + id.Name
 		c.super = id.Role == tlsauth.RoleAdmin || id.Role == tlsauth.RoleBroker || id.Role == tlsauth.RoleController

@@ -2,10 +2,13 @@ package keelproc
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -101,6 +104,14 @@ func setFlag(args []string, flag, value string) []string {
 // ports were free a moment ago. They are held open together, so no two are
 // the same; another process may still take one before its user binds it,
 // which is why the cluster starts again on other ports when that happens.
+//
+// The ports come from below the kernel's ephemeral range
+// (ip_local_port_range), where a listener on :0 and a connection's own end
+// are never put: a port picked from that range, freed and handed to a
+// process to bind later, could meanwhile become the test's own fault proxy
+// or a dial's source port (a broker's --kafka-listen was taken so, five
+// starts in a row, by the proxy the same test opened after picking it). A
+// port is handed out once per process.
 func FreeAddrs(n int) ([]string, error) {
 	lns := make([]net.Listener, 0, n)
 	defer func() {
@@ -110,7 +121,7 @@ func FreeAddrs(n int) ([]string, error) {
 	}()
 	addrs := make([]string, n)
 	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := listenFree()
 		if err != nil {
 			return nil, fmt.Errorf("pick a free loopback port: %w", err)
 		}
@@ -118,4 +129,51 @@ func FreeAddrs(n int) ([]string, error) {
 		addrs[i] = ln.Addr().String()
 	}
 	return addrs, nil
+}
+
+// The ports FreeAddrs picks from: [freeLow, the ephemeral range's start).
+const freeLow = 10000
+
+var (
+	freeMu   sync.Mutex
+	freeUsed = map[int]bool{} // handed out by this process
+	freeHigh = ephemeralStart()
+)
+
+// listenFree listens on a loopback port below the ephemeral range that
+// this process has not handed out, or on :0 where there is no such range.
+func listenFree() (net.Listener, error) {
+	freeMu.Lock()
+	defer freeMu.Unlock()
+	for tries := 0; freeHigh > freeLow && tries < 200; tries++ {
+		port := freeLow + rand.IntN(freeHigh-freeLow)
+		if freeUsed[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // taken by another process
+		}
+		freeUsed[port] = true
+		return ln, nil
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
+}
+
+// ephemeralStart is the first port of Linux's ephemeral range, or 0 where
+// it cannot be read (then FreeAddrs takes the kernel's :0 ports).
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil || lo <= freeLow {
+		return 0
+	}
+	return lo
 }

@@ -138,6 +138,10 @@ type Config struct {
 	// A connection beyond a bound is closed as soon as it is accepted.
 	// The zero value bounds nothing.
 	Conns connlimit.Limits
+	// Groups, when set, makes the group coordinator (groups.go) over the
+	// __consumer_offsets partitions this broker leads. Nil serves no
+	// consumer groups.
+	Groups NewGroups
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics, when set, takes the listener's request metrics

@@ -277,7 +277,7 @@ func TestServer_Errors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp := raw.(*kmsg.InitProducerIDResponse); resp.ErrorCode != kerr.TransactionalIDAuthorizationFailed.Code {
+		if resp := raw.(*kmsg.InitProducerIDResponse); resp.ErrorCode != kerr.UnsupportedVersion.Code {
 			t.Fatalf("InitProducerId with a transactional id: %v", kerr.ErrorForCode(resp.ErrorCode))
 		}
 	})
@@ -359,7 +359,7 @@ func TestServer_BadInputClosesTheConnectionOnly(t *testing.T) {
 		{"a 1 GiB frame", huge},
 		{"a negative size", negative},
 		{"a header cut short", sized([]byte{0, 3, 0})},
-		{"an API not served (JoinGroup)", frame(11, 5, 1, nil)},
+		{"an API not served whose body does not parse (JoinGroup)", frame(11, 5, 1, nil)},
 		{"a version not served (Fetch v3)", frame(1, 3, 1, nil)},
 		{"an unknown API key", frame(999, 0, 1, nil)},
 		{"a Metadata body that does not parse", frame(3, 1, 1, []byte{0x7f, 0xff, 0xff, 0xff})},

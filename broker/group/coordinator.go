@@ -31,6 +31,9 @@ type Config struct {
 	// OffsetMetadataMaxBytes bounds a commit's metadata
 	// (offset.metadata.max.bytes, 4096).
 	OffsetMetadataMaxBytes int
+	// OffsetsRetention is how long an Empty group's offsets are kept
+	// (offsets.retention.minutes, 7 days).
+	OffsetsRetention time.Duration
 
 	// now and afterFunc are the clock, for tests.
 	now       func() time.Time
@@ -67,6 +70,7 @@ type Coordinator struct {
 	closed     bool
 	partitions int32 // __consumer_offsets's partition count, from Elect
 	parts      map[int32]*partition
+	expiry     stopper // the next sweep of expired offsets
 
 	// bg counts the loads and background writes that Close waits for.
 	bgMu     sync.Mutex
@@ -113,6 +117,12 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.OffsetMetadataMaxBytes == 0 {
 		cfg.OffsetMetadataMaxBytes = defaultOffsetMetadataMaxBytes
 	}
+	if cfg.OffsetsRetention < 0 {
+		return nil, fmt.Errorf("group: offsets retention %v is negative", cfg.OffsetsRetention)
+	}
+	if cfg.OffsetsRetention == 0 {
+		cfg.OffsetsRetention = defaultOffsetsRetention
+	}
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
@@ -125,6 +135,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c.metrics = m
+	c.armExpiry()
 	return c, nil
 }
 
@@ -166,6 +177,7 @@ func (c *Coordinator) Resign(p int32) {
 func (c *Coordinator) Close() {
 	c.mu.Lock()
 	c.closed = true
+	c.expiry.Stop()
 	for p := range c.parts {
 		c.dropLocked(p)
 	}

@@ -215,9 +215,9 @@ func (g *group) updateAndRebalance(m *member, r *kmsg.JoinGroupRequest, session,
 // (its leader is told to skip the assignment), once the new member id is
 // committed.
 func (g *group) replaceStatic(r *kmsg.JoinGroupRequest, old, m *member) (chan joinResult, joinResult) {
+	wasLeader := g.leader == old.id
 	g.answer(old, kerr.FencedInstanceID.Code)
 	g.removeMember(old)
-	wasLeader := g.leader == "" || g.leader == old.id
 	m.assignment = old.assignment
 	g.addMember(m)
 	if wasLeader {
@@ -255,9 +255,13 @@ func (g *group) storeStatic(m, old *member) {
 			ch := m.join
 			m.join = nil
 			if g.state != stateDead && g.generation == gen {
+				led := g.leader == m.id
 				g.removeMember(m)
 				if _, taken := g.static[*old.instanceID]; !taken {
 					g.addMember(old)
+					if led {
+						g.leader = old.id
+					}
 					g.armSession(old)
 				}
 			}

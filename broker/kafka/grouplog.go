@@ -34,6 +34,11 @@ var _ group.Log = (*groupLog)(nil)
 
 func newGroupLog(b broker.Backend) *groupLog { return &groupLog{backend: b, now: time.Now} }
 
+// NewGroupLog is group.Log over b, the broker's data plane: what Serve
+// hands Config.Groups, for a caller that makes its coordinator first
+// (broker/node).
+func NewGroupLog(b broker.Backend) group.Log { return newGroupLog(b) }
+
 // Append appends records as one uncompressed batch and waits for its
 // commit.
 func (l *groupLog) Append(ctx context.Context, partition int32, records []group.Record) error {

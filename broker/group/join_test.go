@@ -343,6 +343,23 @@ func TestLeaveGroup(t *testing.T) {
 	}
 }
 
+// Resign answers every waiting SyncGroup NOT_COORDINATOR.
+func TestResign_FailsWaitingSyncs(t *testing.T) {
+	h := newHarness(t, nil)
+	a, b := h.memberID("g"), h.memberID("g")
+	js := h.joinAll("g", joinReq("g", a), joinReq("g", b))
+	follower := b
+	if js[0].LeaderID == b {
+		follower = a
+	}
+	ch := h.syncAsync(syncReq("g", follower, js[0].Generation, nil))
+	h.awaitSyncing("g", 1)
+	h.c.Resign(0)
+	if code := h.recvSync(ch).ErrorCode; code != kerr.NotCoordinator.Code {
+		t.Fatalf("waiting sync after Resign: code %d", code)
+	}
+}
+
 // Resign answers every waiting JoinGroup NOT_COORDINATOR, and the group is
 // another coordinator's from then on.
 func TestResign_FailsWaitingJoins(t *testing.T) {

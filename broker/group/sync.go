@@ -143,7 +143,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, r *kmsg.HeartbeatRequest) *
 	case code == kerr.CoordinatorLoadInProgress.Code:
 		// Kafka answers a loading coordinator's heartbeats blindly: the
 		// member is checked once its group is loaded.
-		code = 0
+		return resp
 	case code == 0 && g == nil:
 		code = kerr.UnknownMemberID.Code
 	}

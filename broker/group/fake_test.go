@@ -2,6 +2,7 @@ package group
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -35,11 +36,15 @@ func newFakeLog() *fakeLog { return &fakeLog{parts: make(map[int32][]Record)} }
 
 func (l *fakeLog) Append(ctx context.Context, p int32, records []Record) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.appendErr != nil {
+		defer l.mu.Unlock()
 		return l.appendErr
 	}
 	l.parts[p] = append(l.parts[p], records...)
+	l.mu.Unlock()
+	// The commit's wait: other appends may be answered first, as the
+	// data plane's acks=all waits are.
+	time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
 	return nil
 }
 

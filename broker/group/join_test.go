@@ -147,10 +147,7 @@ func TestJoinGroup_OldVersionNoMemberIDRequired(t *testing.T) {
 // leader's assignment.
 func TestJoinGroup_SecondMemberRebalances(t *testing.T) {
 	h := newHarness(t, nil)
-	a, gen := h.stable("g")
-	b := h.memberID("g")
-	chB := h.joinAsync(joinReq("g", b))
-	h.awaitJoining("g", 1)
+	a, gen, b, chB := h.secondJoining("g")
 	if s := h.state("g"); s != statePreparingRebalance {
 		t.Fatalf("state %v", s)
 	}
@@ -269,10 +266,7 @@ func TestHeartbeat_SessionExpiry(t *testing.T) {
 // within the rebalance timeout is removed, and the others go on.
 func TestJoinGroup_RebalanceTimeoutRemovesLaggard(t *testing.T) {
 	h := newHarness(t, nil)
-	a, gen := h.stable("g")
-	b := h.memberID("g")
-	chB := h.joinAsync(joinReq("g", b))
-	h.awaitJoining("g", 1)
+	a, gen, b, chB := h.secondJoining("g")
 	// a keeps heartbeating, but never rejoins.
 	for elapsed := time.Duration(0); elapsed < testRebalance; elapsed += 5 * time.Second {
 		h.heartbeat("g", a, gen)

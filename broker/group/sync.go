@@ -13,14 +13,11 @@ import (
 // for it.
 func (c *Coordinator) SyncGroup(ctx context.Context, r *kmsg.SyncGroupRequest) *kmsg.SyncGroupResponse {
 	resp := r.ResponseKind().(*kmsg.SyncGroupResponse)
-	g, code := c.lookup(r.Group, false)
-	switch {
-	case code == kerr.CoordinatorLoadInProgress.Code:
+	g, code := c.existing(r.Group, kerr.UnknownMemberID.Code)
+	if code == kerr.CoordinatorLoadInProgress.Code {
 		// The rebalance's state is lost with the coordinator: the member
 		// must rejoin, which older clients learn only from this code.
 		code = kerr.RebalanceInProgress.Code
-	case code == 0 && g == nil:
-		code = kerr.UnknownMemberID.Code
 	}
 	if code != 0 {
 		resp.ErrorCode = code
@@ -138,14 +135,11 @@ func (g *group) storeAssignment(ctx context.Context, gen int32, rec Record, assi
 // (REBALANCE_IN_PROGRESS), as Kafka's handleHeartbeat.
 func (c *Coordinator) Heartbeat(ctx context.Context, r *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse {
 	resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
-	g, code := c.lookup(r.Group, false)
-	switch {
-	case code == kerr.CoordinatorLoadInProgress.Code:
+	g, code := c.existing(r.Group, kerr.UnknownMemberID.Code)
+	if code == kerr.CoordinatorLoadInProgress.Code {
 		// Kafka answers a loading coordinator's heartbeats blindly: the
 		// member is checked once its group is loaded.
 		return resp
-	case code == 0 && g == nil:
-		code = kerr.UnknownMemberID.Code
 	}
 	if code != 0 {
 		resp.ErrorCode = code

@@ -228,6 +228,16 @@ func (c *Coordinator) lookup(id string, create bool) (g *group, code int16) {
 	return g, 0
 }
 
+// existing finds a known group: code is lookup's, or missing when the
+// group is not known.
+func (c *Coordinator) existing(id string, missing int16) (*group, int16) {
+	g, code := c.lookup(id, false)
+	if code == 0 && g == nil {
+		code = missing
+	}
+	return g, code
+}
+
 // forget removes a deleted group from its partition's map, if it is still
 // the one there.
 func (c *Coordinator) forget(g *group) {

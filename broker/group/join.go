@@ -117,7 +117,7 @@ func (g *group) joinLocked(r *kmsg.JoinGroupRequest, client Client, session, reb
 		return fail(kerr.FencedInstanceID.Code)
 	}
 	m := g.members[r.MemberID]
-	if m == nil {
+	if m == nil || r.InstanceID != nil && g.static[*r.InstanceID] == "" {
 		return fail(kerr.UnknownMemberID.Code)
 	}
 	switch g.state {

@@ -147,10 +147,7 @@ func TestJoinGroup_OldVersionNoMemberIDRequired(t *testing.T) {
 // leader's assignment.
 func TestJoinGroup_SecondMemberRebalances(t *testing.T) {
 	h := newHarness(t, nil)
-	a, gen := h.stable("g")
-	b := h.memberID("g")
-	chB := h.joinAsync(joinReq("g", b))
-	h.awaitJoining("g", 1)
+	a, gen, b, chB := h.secondJoining("g")
 	if s := h.state("g"); s != statePreparingRebalance {
 		t.Fatalf("state %v", s)
 	}
@@ -269,10 +266,7 @@ func TestHeartbeat_SessionExpiry(t *testing.T) {
 // within the rebalance timeout is removed, and the others go on.
 func TestJoinGroup_RebalanceTimeoutRemovesLaggard(t *testing.T) {
 	h := newHarness(t, nil)
-	a, gen := h.stable("g")
-	b := h.memberID("g")
-	chB := h.joinAsync(joinReq("g", b))
-	h.awaitJoining("g", 1)
+	a, gen, b, chB := h.secondJoining("g")
 	// a keeps heartbeating, but never rejoins.
 	for elapsed := time.Duration(0); elapsed < testRebalance; elapsed += 5 * time.Second {
 		h.heartbeat("g", a, gen)
@@ -340,6 +334,23 @@ func TestLeaveGroup(t *testing.T) {
 	old.Group, old.MemberID = "g", id
 	if code := h.c.LeaveGroup(h.ctx, old).ErrorCode; code != kerr.UnknownMemberID.Code {
 		t.Fatalf("v1 leave of a gone member: code %d", code)
+	}
+}
+
+// Resign answers every waiting SyncGroup NOT_COORDINATOR.
+func TestResign_FailsWaitingSyncs(t *testing.T) {
+	h := newHarness(t, nil)
+	a, b := h.memberID("g"), h.memberID("g")
+	js := h.joinAll("g", joinReq("g", a), joinReq("g", b))
+	follower := b
+	if js[0].LeaderID == b {
+		follower = a
+	}
+	ch := h.syncAsync(syncReq("g", follower, js[0].Generation, nil))
+	h.awaitSyncing("g", 1)
+	h.c.Resign(0)
+	if code := h.recvSync(ch).ErrorCode; code != kerr.NotCoordinator.Code {
+		t.Fatalf("waiting sync after Resign: code %d", code)
 	}
 }
 

@@ -59,15 +59,16 @@ func (c *Coordinator) commit(ctx context.Context, g *group, r *kmsg.OffsetCommit
 		g.mu.Unlock()
 		return kerr.FencedInstanceID.Code
 	case r.Generation < 0 && g.state == stateEmpty:
-	case g.state == stateCompletingRebalance:
-		g.mu.Unlock()
-		return kerr.RebalanceInProgress.Code
 	case g.members[r.MemberID] == nil:
 		g.mu.Unlock()
 		return kerr.UnknownMemberID.Code
 	case r.Generation != g.generation:
 		g.mu.Unlock()
 		return kerr.IllegalGeneration.Code
+	case g.state == stateCompletingRebalance:
+		// The member has its generation, not yet its assignment.
+		g.mu.Unlock()
+		return kerr.RebalanceInProgress.Code
 	default:
 		g.armSession(g.members[r.MemberID])
 	}

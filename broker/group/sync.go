@@ -13,9 +13,11 @@ import (
 // for it.
 func (c *Coordinator) SyncGroup(ctx context.Context, r *kmsg.SyncGroupRequest) *kmsg.SyncGroupResponse {
 	resp := r.ResponseKind().(*kmsg.SyncGroupResponse)
-	g, code := c.lookup(r.Group, false)
-	if code == 0 && g == nil {
-		code = kerr.UnknownMemberID.Code
+	g, code := c.existing(r.Group, kerr.UnknownMemberID.Code)
+	if code == kerr.CoordinatorLoadInProgress.Code {
+		// The rebalance's state is lost with the coordinator: the member
+		// must rejoin, which older clients learn only from this code.
+		code = kerr.RebalanceInProgress.Code
 	}
 	if code != 0 {
 		resp.ErrorCode = code
@@ -55,6 +57,8 @@ func (g *group) syncLocked(r *kmsg.SyncGroupRequest) (chan syncResult, syncResul
 	switch {
 	case g.state == stateDead:
 		return fail(g.notAlive())
+	case g.fenced(r.InstanceID, r.MemberID):
+		return fail(kerr.FencedInstanceID.Code)
 	case g.members[r.MemberID] == nil:
 		return fail(kerr.UnknownMemberID.Code)
 	case r.Generation != g.generation:
@@ -62,8 +66,6 @@ func (g *group) syncLocked(r *kmsg.SyncGroupRequest) (chan syncResult, syncResul
 	case r.ProtocolType != nil && *r.ProtocolType != g.protocolType,
 		r.Protocol != nil && *r.Protocol != g.protocol:
 		return fail(kerr.InconsistentGroupProtocol.Code)
-	case g.fenced(r.InstanceID, r.MemberID):
-		return fail(kerr.FencedInstanceID.Code)
 	}
 	m := g.members[r.MemberID]
 	switch g.state {
@@ -133,9 +135,11 @@ func (g *group) storeAssignment(ctx context.Context, gen int32, rec Record, assi
 // (REBALANCE_IN_PROGRESS), as Kafka's handleHeartbeat.
 func (c *Coordinator) Heartbeat(ctx context.Context, r *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse {
 	resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
-	g, code := c.lookup(r.Group, false)
-	if code == 0 && g == nil {
-		code = kerr.UnknownMemberID.Code
+	g, code := c.existing(r.Group, kerr.UnknownMemberID.Code)
+	if code == kerr.CoordinatorLoadInProgress.Code {
+		// Kafka answers a loading coordinator's heartbeats blindly: the
+		// member is checked once its group is loaded.
+		return resp
 	}
 	if code != 0 {
 		resp.ErrorCode = code
@@ -208,20 +212,19 @@ func (c *Coordinator) LeaveGroup(ctx context.Context, r *kmsg.LeaveGroupRequest)
 // leave removes one leaving member, under the group's lock.
 func (g *group) leave(l kmsg.LeaveGroupRequestMember) int16 {
 	id := l.MemberID
-	if l.InstanceID != nil {
-		known, ok := g.static[*l.InstanceID]
-		if !ok {
-			return kerr.UnknownMemberID.Code
-		}
-		if id != "" && id != known {
-			return kerr.FencedInstanceID.Code
-		}
-		id = known
-	} else if t, ok := g.pending[id]; ok {
+	if id != "" && g.fenced(l.InstanceID, id) {
+		return kerr.FencedInstanceID.Code
+	}
+	if t, ok := g.pending[id]; ok {
 		t.Stop()
 		delete(g.pending, id)
 		g.tryCompleteJoin()
 		return 0
+	}
+	if l.InstanceID != nil {
+		if known, ok := g.static[*l.InstanceID]; ok {
+			id = known
+		}
 	}
 	m := g.members[id]
 	if m == nil {

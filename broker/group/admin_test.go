@@ -228,3 +228,19 @@ func TestOffsetExpiry_EmptiedGroupRemoved(t *testing.T) {
 		t.Fatalf("offset after the expiry: %v", got)
 	}
 }
+
+// A group that a refused join or a failed commit made is not listed.
+func TestListGroups_NoGroupFromRefusals(t *testing.T) {
+	h := newHarness(t, nil)
+	r := joinReq("refused", "")
+	r.ProtocolType = ""
+	h.c.JoinGroup(h.ctx, r)
+	h.log.failAppends(kerr.NotEnoughReplicas)
+	h.c.OffsetCommit(h.ctx, commitReq("failed", "", -1, "t", map[int32]int64{0: 1}))
+	h.log.failAppends(nil)
+	h.c.JoinGroup(h.ctx, joinReq("pending", "")) // MEMBER_ID_REQUIRED: kept, its member id is given out
+	gs, _ := h.c.ListGroups(h.ctx, nil, nil)
+	if len(gs) != 1 || gs[0].Group != "pending" {
+		t.Fatalf("groups %+v, want only pending", gs)
+	}
+}

@@ -54,6 +54,9 @@ func (c *Coordinator) join(ctx context.Context, r *kmsg.JoinGroupRequest) joinRe
 	ch, res := g.joinLocked(r, client, session, rebalance)
 	g.mu.Unlock()
 	if ch == nil {
+		if res.code != 0 {
+			c.dropIfUnused(g)
+		}
 		return res
 	}
 	select {

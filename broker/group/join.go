@@ -250,9 +250,18 @@ func (g *group) replaceStatic(r *kmsg.JoinGroupRequest, old, m *member) (chan jo
 // old member is put back (Kafka's revert) and the join gets the error.
 func (g *group) storeStatic(m, old *member) {
 	gen := g.generation
-	rec := g.metadataRecord(nil)
 	g.c.background(func() {
 		g.wmu.Lock()
+		g.mu.Lock()
+		if g.members[m.id] != m || m.join == nil || g.state != stateStable || g.generation != gen {
+			// Fenced or removed (answered already), or a rebalance began,
+			// whose join phase answers the member and whose sync writes.
+			g.mu.Unlock()
+			g.wmu.Unlock()
+			return
+		}
+		rec := g.metadataRecord(nil) // as the group stands now, under the write lock
+		g.mu.Unlock()
 		code := g.appendRecords(context.Background(), []Record{rec}, false)
 		g.wmu.Unlock()
 		g.mu.Lock()

@@ -92,16 +92,25 @@ func (g *group) syncLocked(r *kmsg.SyncGroupRequest) (chan syncResult, syncResul
 		}
 	}
 	gen := g.generation
-	rec := g.metadataRecord(assignments)
-	return m.sync, syncResult{}, func(ctx context.Context) { g.storeAssignment(ctx, gen, rec, assignments) }
+	return m.sync, syncResult{}, func(ctx context.Context) { g.storeAssignment(ctx, gen, assignments) }
 }
 
 // storeAssignment commits the leader's assignment, then, if the group is
 // still in the generation it was made for, answers every waiting member
 // and makes the group Stable; a failed write answers them the error and
-// starts a rebalance, as Kafka's doSyncGroup.
-func (g *group) storeAssignment(ctx context.Context, gen int32, rec Record, assignments map[string][]byte) {
+// starts a rebalance, as Kafka's doSyncGroup. A group that moved on before
+// the write lock was had is not written: whatever moved it answered the
+// members, and its own write must not be overtaken by an older state.
+func (g *group) storeAssignment(ctx context.Context, gen int32, assignments map[string][]byte) {
 	g.wmu.Lock()
+	g.mu.Lock()
+	if g.state != stateCompletingRebalance || g.generation != gen {
+		g.mu.Unlock()
+		g.wmu.Unlock()
+		return
+	}
+	rec := g.metadataRecord(assignments)
+	g.mu.Unlock()
 	code := g.appendRecords(ctx, []Record{rec}, false)
 	g.wmu.Unlock()
 	g.mu.Lock()

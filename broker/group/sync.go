@@ -39,10 +39,8 @@ func (c *Coordinator) SyncGroup(ctx context.Context, r *kmsg.SyncGroupRequest) *
 	resp.ErrorCode = res.code
 	resp.MemberAssignment = res.assignment
 	if res.code == 0 {
-		g.mu.Lock()
-		resp.ProtocolType = kmsg.StringPtr(g.protocolType)
-		resp.Protocol = kmsg.StringPtr(g.protocol)
-		g.mu.Unlock()
+		resp.ProtocolType = kmsg.StringPtr(res.protocolType)
+		resp.Protocol = kmsg.StringPtr(res.protocol)
 	}
 	return resp
 }
@@ -73,7 +71,7 @@ func (g *group) syncLocked(r *kmsg.SyncGroupRequest) (chan syncResult, syncResul
 		return fail(kerr.RebalanceInProgress.Code)
 	case stateStable:
 		g.armSession(m)
-		return nil, syncResult{assignment: m.assignment}, nil
+		return nil, g.syncResult(m), nil
 	case stateCompletingRebalance:
 	default: // Empty
 		return fail(kerr.UnknownMemberID.Code)
@@ -132,12 +130,17 @@ func (g *group) storeAssignment(ctx context.Context, gen int32, assignments map[
 	for _, m := range g.members {
 		m.assignment = assignments[m.id]
 		if m.sync != nil {
-			m.sync <- syncResult{assignment: m.assignment}
+			m.sync <- g.syncResult(m)
 			m.sync = nil
 			g.armSession(m)
 		}
 	}
 	g.transition(stateStable)
+}
+
+// syncResult is m's assignment in the current generation.
+func (g *group) syncResult(m *member) syncResult {
+	return syncResult{assignment: m.assignment, protocolType: g.protocolType, protocol: g.protocol}
 }
 
 // Heartbeat keeps a member's session, and tells it of a rebalance

@@ -244,3 +244,25 @@ func TestListGroups_NoGroupFromRefusals(t *testing.T) {
 		t.Fatalf("groups %+v, want only pending", gs)
 	}
 }
+
+// A deleted topic's offsets are removed from every group, committed as
+// tombstones: a topic made again under its name starts with none.
+func TestTopicsDeleted(t *testing.T) {
+	h := newHarness(t, nil)
+	h.c.OffsetCommit(h.ctx, commitReq("a", "", -1, "gone", map[int32]int64{0: 1, 1: 2}))
+	h.c.OffsetCommit(h.ctx, commitReq("a", "", -1, "kept", map[int32]int64{0: 3}))
+	h.c.OffsetCommit(h.ctx, commitReq("b", "", -1, "gone", map[int32]int64{0: 4}))
+	h.c.TopicsDeleted([]string{"gone"})
+	poll.Until(t, 10*time.Second, "the deleted topic's offsets removed", func() bool {
+		a, _ := h.fetched("a", "gone", 0, 1)
+		b, _ := h.fetched("b", "gone", 0)
+		return a[0] == -1 && a[1] == -1 && b[0] == -1
+	})
+	if got, _ := h.fetched("a", "kept", 0); got[0] != 3 {
+		t.Fatalf("another topic's offset: %v", got)
+	}
+	h2 := newHarnessOn(t, h.log, nil)
+	if got, _ := h2.fetched("a", "gone", 0, 1); got[0] != -1 || got[1] != -1 {
+		t.Fatalf("reloaded: %v", got)
+	}
+}

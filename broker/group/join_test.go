@@ -422,3 +422,24 @@ func TestElect_NewEpochReloads(t *testing.T) {
 		t.Fatalf("state after the reload: %v", s)
 	}
 }
+
+// A Resign while the leader's assignment is being written ends the write
+// (its context is the partition's too) and answers the leader
+// NOT_COORDINATOR: the group is another coordinator's now.
+func TestResign_EndsAWriteInFlight(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.memberID("g")
+	join := h.joinAll("g", joinReq("g", id))[0]
+	h.log.mu.Lock()
+	h.log.appendGate = make(chan struct{}) // never opened
+	h.log.mu.Unlock()
+	ch := h.syncAsync(syncReq("g", id, join.Generation, map[string]string{id: "a"}))
+	h.awaitSyncing("g", 1)
+	h.c.Resign(0)
+	if code := h.recvSync(ch).ErrorCode; code != kerr.NotCoordinator.Code {
+		t.Fatalf("sync after Resign: %d", code)
+	}
+	if n := len(h.log.records(0)); n != 0 {
+		t.Fatalf("%d records written", n)
+	}
+}

@@ -277,7 +277,17 @@ func (s *Server) describeGroups(ctx context.Context, c *conn, r *kmsg.DescribeGr
 			resp.Groups = append(resp.Groups, out)
 			continue
 		}
-		resp.Groups = append(resp.Groups, s.groups.DescribeGroup(ctx, r.Version, g))
+		out := s.groups.DescribeGroup(ctx, r.Version, g)
+		if r.IncludeAuthorizedOperations {
+			// KIP-430: the operations on the group the client may do.
+			out.AuthorizedOperations = 0
+			for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationRead, kmsg.ACLOperationDescribe, kmsg.ACLOperationDelete} {
+				if s.allowed(c, op, kmsg.ACLResourceTypeGroup, g) {
+					out.AuthorizedOperations |= 1 << op
+				}
+			}
+		}
+		resp.Groups = append(resp.Groups, out)
 	}
 	return resp
 }

@@ -347,6 +347,13 @@ func TestServer_GroupAuthorization(t *testing.T) {
 	fetch := kmsg.NewPtrOffsetFetchRequest()
 	fetch.Version = 8
 	fetch.Groups = []kmsg.OffsetFetchRequestGroup{{Group: "g"}, {Group: "h"}}
+	describe := kmsg.NewPtrDescribeGroupsRequest()
+	describe.Groups, describe.IncludeAuthorizedOperations = []string{"g", "h"}, true
+	if resp := send(describe).(*kmsg.DescribeGroupsResponse); len(resp.Groups) != 2 ||
+		resp.Groups[0].AuthorizedOperations != 1<<kmsg.ACLOperationRead|1<<kmsg.ACLOperationDescribe ||
+		resp.Groups[1].ErrorCode != kerr.GroupAuthorizationFailed.Code {
+		t.Fatalf("DescribeGroups: %+v", resp.Groups)
+	}
 	resp := send(fetch).(*kmsg.OffsetFetchResponse)
 	if len(resp.Groups) != 2 || resp.Groups[0].ErrorCode != 0 || len(resp.Groups[0].Topics) != 1 || resp.Groups[0].Topics[0].Topic != "orders" ||
 		resp.Groups[1].ErrorCode != kerr.GroupAuthorizationFailed.Code {

@@ -208,7 +208,8 @@ func TestGroups_ConsumerResumesAfterCoordinatorKill(t *testing.T) {
 // __consumer_offsets on their own (the controllers take a broker's
 // internal request, with no principal); an application's certificate with
 // READ on a topic and a group consumes in the group and commits, and is
-// refused a group it has no ACL for (GROUP_AUTHORIZATION_FAILED).
+// refused a group it has no ACL for (GROUP_AUTHORIZATION_FAILED); not even
+// an admin deletes __consumer_offsets or adds partitions to it.
 func TestGroups_ApplicationOnTLS(t *testing.T) {
 	t.Parallel()
 	pki := newTestPKI(t)
@@ -257,6 +258,14 @@ func TestGroups_ApplicationOnTLS(t *testing.T) {
 		if got[p] != o {
 			t.Fatalf("committed offsets %v; want %v", got, want)
 		}
+	}
+
+	// Not even an admin deletes the internal topic or grows it.
+	if dr, err := adm.DeleteTopics(ctx, "__consumer_offsets"); err != nil || !errors.Is(dr["__consumer_offsets"].Err, kerr.InvalidTopicException) {
+		t.Fatalf("DeleteTopics(__consumer_offsets): %+v, %v; want INVALID_TOPIC_EXCEPTION", dr, err)
+	}
+	if cr, err := adm.CreatePartitions(ctx, 1, "__consumer_offsets"); err != nil || !errors.Is(cr["__consumer_offsets"].Err, kerr.InvalidTopicException) {
+		t.Fatalf("CreatePartitions(__consumer_offsets): %+v, %v; want INVALID_TOPIC_EXCEPTION", cr, err)
 	}
 
 	stranger := member("other")

@@ -39,7 +39,12 @@ const (
 	IndexIntervalBytes    = "index.interval.bytes"
 	MaxMessageBytes       = "max.message.bytes"
 	CleanupPolicy         = "cleanup.policy"
-	CompressionType       = "compression.type"
+	// DeleteRetentionMs, MinCleanableDirtyRatio and MinCompactionLagMs
+	// are the log cleaner's, for cleanup.policy=compact.
+	DeleteRetentionMs      = "delete.retention.ms"
+	MinCleanableDirtyRatio = "min.cleanable.dirty.ratio"
+	MinCompactionLagMs     = "min.compaction.lag.ms"
+	CompressionType        = "compression.type"
 	// MessageTimestampType is CreateTime (the producer's timestamps) or
 	// LogAppendTime (the leader stamps each batch as it appends it).
 	MessageTimestampType = "message.timestamp.type"
@@ -153,7 +158,7 @@ var configDefs = []ConfigDef{
 		Doc: "the codec the broker stores batches in; producer keeps the producer's"},
 	{Name: "compression.zstd.level", Type: TypeInt, Default: "3", Min: -131072, Max: 22, Synonym: "compression.zstd.level", Unsupported: noRecompression,
 		Doc: "the zstd level the broker compresses at, when compression.type is zstd"},
-	{Name: "delete.retention.ms", Type: TypeLong, Default: "86400000", Min: 0, Max: math.MaxInt64, Synonym: "log.cleaner.delete.retention.ms",
+	{Name: DeleteRetentionMs, Type: TypeLong, Default: "86400000", Min: 0, Max: math.MaxInt64, Synonym: "log.cleaner.delete.retention.ms",
 		Doc: "how long a compacted topic keeps delete markers"},
 	{Name: "file.delete.delay.ms", Type: TypeLong, Default: "60000", Min: 0, Max: math.MaxInt64, Synonym: "log.segment.delete.delay.ms",
 		Unsupported: "Keel deletes a segment's files as soon as retention removes it",
@@ -182,9 +187,9 @@ var configDefs = []ConfigDef{
 		Doc: "how far before the leader's clock a CreateTime record's timestamp may be"},
 	{Name: MessageTimestampType, Type: TypeString, Default: CreateTime, Values: []string{CreateTime, LogAppendTime}, Synonym: "log.message.timestamp.type",
 		Doc: "CreateTime keeps the producer's timestamps; LogAppendTime has the leader stamp each batch"},
-	{Name: "min.cleanable.dirty.ratio", Type: TypeDouble, Default: "0.5", MinF: 0, MaxF: 1, Synonym: "log.cleaner.min.cleanable.ratio",
+	{Name: MinCleanableDirtyRatio, Type: TypeDouble, Default: "0.5", MinF: 0, MaxF: 1, Synonym: "log.cleaner.min.cleanable.ratio",
 		Doc: "the share of a compacted log not yet cleaned that starts the cleaner"},
-	{Name: "min.compaction.lag.ms", Type: TypeLong, Default: "0", Min: 0, Max: math.MaxInt64, Synonym: "log.cleaner.min.compaction.lag.ms",
+	{Name: MinCompactionLagMs, Type: TypeLong, Default: "0", Min: 0, Max: math.MaxInt64, Synonym: "log.cleaner.min.compaction.lag.ms",
 		Doc: "the shortest a record stays uncompacted"},
 	{Name: MinInsyncReplicas, Type: TypeInt, Default: "1", Min: 1, Max: math.MaxInt32, Synonym: "min.insync.replicas",
 		Doc: "the fewest in-sync replicas an acks=all write needs; below it, replicas leaving the ISR become eligible leader replicas"},

@@ -74,6 +74,9 @@ type Cleaned struct {
 	RecordsRemoved int64
 	// CleanedOffset is the offset below which the log is clean.
 	CleanedOffset int64
+	// Ran: the dirty ratio reached the minimum, and the log was cleaned
+	// (unless Aborted).
+	Ran bool
 	// Aborted: a truncation, retention or close changed the segments
 	// meanwhile; nothing was swapped in from then on, and a later Clean
 	// starts again.
@@ -164,6 +167,7 @@ func (l *Log) Clean(now time.Time, c Compaction, upTo int64) (Cleaned, error) {
 	if p.dirtyBytes == 0 || out.DirtyRatio < c.MinCleanableRatio {
 		return out, nil
 	}
+	out.Ran = true
 
 	// The newest offset of every key in the dirty segments.
 	newest := map[string]int64{}
@@ -181,17 +185,17 @@ func (l *Log) Clean(now time.Time, c Compaction, upTo int64) (Cleaned, error) {
 			return err
 		})
 		if err != nil {
-			return out, l.cleanFailed(p, err)
+			return l.cleanFailed(p, out, err)
 		}
 	}
 
 	for _, s := range p.segs {
 		res, err := l.cleanSegment(s, p, newest, now, c)
 		if err != nil {
-			return out, l.cleanFailed(p, err)
+			return l.cleanFailed(p, out, err)
 		}
 		if res.aborted {
-			out.Aborted = true
+			out.Aborted, out.Ran = true, false
 			return out, nil
 		}
 		if res.swapped {
@@ -205,7 +209,7 @@ func (l *Log) Clean(now time.Time, c Compaction, upTo int64) (Cleaned, error) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if l.closed || l.gen != p.gen {
-		out.Aborted = true
+		out.Aborted, out.Ran = true, false
 		return out, nil
 	}
 	if p.end > l.cleaned {
@@ -219,15 +223,17 @@ func (l *Log) Clean(now time.Time, c Compaction, upTo int64) (Cleaned, error) {
 
 // cleanFailed names the log in a clean's error. A segment that went from
 // under the clean (a truncation or retention closed its file) is no
-// failure: the clean stops, and the next starts again.
-func (l *Log) cleanFailed(p cleanPlan, err error) error {
+// failure: the clean is aborted, and the next starts again.
+func (l *Log) cleanFailed(p cleanPlan, out Cleaned, err error) (Cleaned, error) {
 	l.wmu.Lock()
 	changed := l.closed || l.gen != p.gen
 	l.wmu.Unlock()
+	out.Ran = false
 	if changed && errors.Is(err, os.ErrClosed) {
-		return nil
+		out.Aborted = true
+		return out, nil
 	}
-	return fmt.Errorf("partlog: %s: cleaning: %w", l.dir, err)
+	return out, fmt.Errorf("partlog: %s: cleaning: %w", l.dir, err)
 }
 
 type segmentCleaned struct {

@@ -91,6 +91,8 @@ type cleanPlan struct {
 	end                    int64 // the cleaned offset once segs are
 	cleanBytes, dirtyBytes int64
 	gen                    uint64
+	// The config a rewritten segment's index is built by.
+	indexInterval, maxIndexEntries int64
 }
 
 func (p cleanPlan) ratio() float64 {
@@ -107,7 +109,8 @@ func (p cleanPlan) dirty(s *segment) bool { return s.next > p.firstDirty }
 // wholly below the log start (retention's). The caller holds wmu.
 func (l *Log) plan(now time.Time, c Compaction, upTo int64) cleanPlan {
 	start := l.logStart.Load()
-	p := cleanPlan{firstDirty: max(l.cleaned, start), end: l.cleaned, gen: l.gen}
+	p := cleanPlan{firstDirty: max(l.cleaned, start), end: l.cleaned, gen: l.gen,
+		indexInterval: l.cfg.IndexIntervalBytes, maxIndexEntries: l.cfg.maxIndexEntries()}
 	cutoff := now.Add(-c.MinLag).UnixMilli()
 	for _, s := range l.segs[:len(l.segs)-1] {
 		if s.next > upTo || (c.MinLag > 0 && s.maxTimestamp.Load() > cutoff) {
@@ -221,15 +224,16 @@ func (l *Log) Clean(now time.Time, c Compaction, upTo int64) (Cleaned, error) {
 	return out, nil
 }
 
-// cleanFailed names the log in a clean's error. A segment that went from
-// under the clean (a truncation or retention closed its file) is no
-// failure: the clean is aborted, and the next starts again.
+// cleanFailed names the log in a clean's error. A log closed meanwhile (a
+// stop, a deletion), or a segment that went from under the clean (a
+// truncation or retention closed its file), is no failure: the clean is
+// aborted, and the next starts again.
 func (l *Log) cleanFailed(p cleanPlan, out Cleaned, err error) (Cleaned, error) {
 	l.wmu.Lock()
-	changed := l.closed || l.gen != p.gen
+	closed, changed := l.closed, l.gen != p.gen
 	l.wmu.Unlock()
 	out.Ran = false
-	if changed && errors.Is(err, os.ErrClosed) {
+	if closed || (changed && errors.Is(err, os.ErrClosed)) {
 		out.Aborted = true
 		return out, nil
 	}
@@ -274,6 +278,7 @@ func (l *Log) cleanSegment(s *segment, p cleanPlan, newest map[string]int64, now
 	var (
 		pos, since int64
 		next       = s.base
+		maxTS      = int64(-1)
 		index      []indexEntry
 		buf        []byte
 		kept       []record
@@ -303,7 +308,7 @@ func (l *Log) cleanSegment(s *segment, p cleanPlan, newest map[string]int64, now
 			}
 			out = buf
 		}
-		if since > l.cfg.IndexIntervalBytes {
+		if since > p.indexInterval {
 			index = append(index, indexEntry{offset: h.BaseOffset, pos: pos})
 			since = 0
 		}
@@ -313,6 +318,7 @@ func (l *Log) cleanSegment(s *segment, p cleanPlan, newest map[string]int64, now
 		pos += int64(len(out))
 		since += int64(len(out))
 		next = h.NextOffset()
+		maxTS = max(maxTS, parseHeader(out).MaxTimestamp)
 		return nil
 	})
 	if err == nil {
@@ -332,7 +338,7 @@ func (l *Log) cleanSegment(s *segment, p cleanPlan, newest map[string]int64, now
 	if err := f.Sync(); err != nil {
 		return res, fmt.Errorf("%s: fsync: %w", tmp, err)
 	}
-	idx, err := openIndex(l.path(segmentName(s.base, indexSuffix)+cleanedSuffix), s.base, l.cfg.maxIndexEntries())
+	idx, err := openIndex(l.path(segmentName(s.base, indexSuffix)+cleanedSuffix), s.base, p.maxIndexEntries)
 	if err != nil {
 		return res, err
 	}
@@ -346,7 +352,7 @@ func (l *Log) cleanSegment(s *segment, p cleanPlan, newest map[string]int64, now
 	}
 	ns := &segment{base: s.base, logPath: s.logPath, f: f, idx: idx, next: next}
 	ns.size.Store(pos)
-	ns.maxTimestamp.Store(s.maxTimestamp.Load())
+	ns.maxTimestamp.Store(maxTS)
 	swapped, err := l.swap(s, ns, tmp, p.gen, cleanedAt)
 	if swapped {
 		keepFile = true

@@ -395,3 +395,21 @@ func TestClean_CrashMidSwap(t *testing.T) {
 		t.Fatal("the cleaned offset was not checkpointed")
 	}
 }
+
+// TestClean_MaxTimestamp: a cleaned CreateTime batch's max timestamp is
+// its kept records' largest, so ListOffsets for the largest timestamp
+// (KIP-734) still finds a record when the one that had it was removed.
+func TestClean_MaxTimestamp(t *testing.T) {
+	l := openLog(t, t.TempDir(), Config{SegmentBytes: 100})
+	appendKeyed(t, l, 0, 1000, rec("x", "1"), rec("a", "1")) // a at 1001
+	appendKeyed(t, l, 0, 10, rec("a", "2"))
+	appendKeyed(t, l, 0, 5, rec("z", "1"))
+	mustClean(t, l, time.Now(), Compaction{}, l.LogEndOffset())
+	got, err := l.MaxTimestampOffset(l.LogEndOffset())
+	if err != nil || got.Offset != 0 || got.Timestamp != 1000 {
+		t.Fatalf("MaxTimestampOffset = %+v, %v; want offset 0 at 1000", got, err)
+	}
+	if segs := l.Segments(); len(segs) != 3 {
+		t.Fatalf("segments %+v", segs)
+	}
+}

@@ -11,7 +11,8 @@ import (
 
 // record is what the cleaner reads of one record of a batch.
 type record struct {
-	offset int64
+	offset    int64
+	timestamp int64 // CreateTime: the batch's base timestamp and the record's delta
 	// key is nil for a record without one (a null key).
 	key []byte
 	// tombstone: the value is null (a delete marker).
@@ -50,7 +51,7 @@ func batchRecords(b []byte, h BatchHeader) ([]record, error) {
 			}
 			vals[j], fields = v, fields[m:]
 		}
-		r := record{offset: h.BaseOffset + vals[1], raw: raw}
+		r := record{offset: h.BaseOffset + vals[1], timestamp: h.BaseTimestamp + vals[0], raw: raw}
 		if k := vals[2]; k >= 0 {
 			if k > int64(len(fields)) {
 				return nil, fmt.Errorf("%w: record %d: its key runs past it", ErrInvalidBatch, i)
@@ -83,10 +84,13 @@ var compressors = func() map[int16]kgo.Compressor {
 
 // rebuildBatch writes a batch with the header of b (h) and only the records
 // kept, in place of the original's: its base offset and last offset delta,
-// its epoch, producer fields and timestamps stay (followers, the index and
-// the producer state depend on them); the record count, length and CRC
-// are new. Kept records are recompressed with the batch's codec; a batch
-// with none left is an empty batch, uncompressed, as Kafka writes one.
+// its epoch, producer fields and base timestamp stay (followers, the index
+// and the producer state depend on them); the record count, length and CRC
+// are new, and so is the max timestamp of a CreateTime batch: the kept
+// records' largest, as Kafka's cleaner writes it (a ListOffsets for the
+// largest timestamp finds its record). Kept records are recompressed with
+// the batch's codec; a batch with none left is an empty batch,
+// uncompressed, as Kafka writes one.
 func rebuildBatch(dst, b []byte, h BatchHeader, kept []record) ([]byte, error) {
 	var raw []byte
 	for _, r := range kept {
@@ -114,6 +118,13 @@ func rebuildBatch(dst, b []byte, h BatchHeader, kept []record) ([]byte, error) {
 	be.PutUint32(nb[8:], uint32(len(nb)-logOverhead))
 	be.PutUint16(nb[offAttrs:], uint16(attrs))
 	be.PutUint32(nb[57:], uint32(len(kept)))
+	if attrs&attrLogAppendTime == 0 && len(kept) > 0 {
+		m := kept[0].timestamp
+		for _, r := range kept[1:] {
+			m = max(m, r.timestamp)
+		}
+		be.PutUint64(nb[35:], uint64(m))
+	}
 	be.PutUint32(nb[offCRC:], crc32.Checksum(nb[offAttrs:], castagnoli))
 	return dst, nil
 }

@@ -225,15 +225,15 @@ func (l *Log) Clean(now time.Time, c Compaction, upTo int64) (Cleaned, error) {
 }
 
 // cleanFailed names the log in a clean's error. A log closed meanwhile (a
-// stop, a deletion), or a segment that went from under the clean (a
-// truncation or retention closed its file), is no failure: the clean is
-// aborted, and the next starts again.
+// stop, a deletion), or segments that went from under the clean (a
+// truncation or retention closed and removed their files), is no failure:
+// the clean is aborted, and the next starts again.
 func (l *Log) cleanFailed(p cleanPlan, out Cleaned, err error) (Cleaned, error) {
 	l.wmu.Lock()
 	closed, changed := l.closed, l.gen != p.gen
 	l.wmu.Unlock()
 	out.Ran = false
-	if closed || (changed && errors.Is(err, os.ErrClosed)) {
+	if closed || changed {
 		out.Aborted = true
 		return out, nil
 	}
@@ -342,7 +342,7 @@ func (l *Log) cleanSegment(s *segment, p cleanPlan, newest map[string]int64, now
 	if err != nil {
 		return res, err
 	}
-	if err := idx.reset(index); err == nil {
+	if err = idx.reset(index); err == nil {
 		err = idx.f.Sync()
 	}
 	if err != nil {

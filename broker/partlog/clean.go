@@ -383,6 +383,11 @@ func (l *Log) swap(s, ns *segment, tmp string, gen uint64, modTime time.Time) (b
 	if err := os.Remove(idxPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return false, err
 	}
+	// The old index is gone on disk before the new log is there: never
+	// the one with the other.
+	if err := syncDir(l.dir); err != nil {
+		return false, err
+	}
 	if err := os.Rename(tmp, s.logPath); err != nil {
 		// The old segment stays, its index open though unlinked: Open
 		// rebuilds it.

@@ -113,6 +113,18 @@ func TestCompaction_NewestValuePerKeySurvivesKill(t *testing.T) {
 		t.Fatalf("%v: %s", err, state)
 	}
 	t.Logf("%d records produced in %d rounds; %s", len(produced), round, state)
+	// With producing stopped, every replica cleans what it can: nothing
+	// left dirty below its high watermark.
+	poll.UntilState(t, kafkaTimeout, "every replica's compacted log clean", func() (bool, string) {
+		done := true
+		var state []string
+		for _, id := range ids {
+			r := brokerMetric(t, c, id, replication.MetricCleanerMaxDirtyRatio)
+			done = done && r == 0
+			state = append(state, fmt.Sprintf("broker %d: dirty ratio %v", id, r))
+		}
+		return done, strings.Join(state, ", ")
+	})
 
 	check := func(what string) {
 		t.Helper()

@@ -86,6 +86,9 @@ type Cleaned struct {
 // cleanPlan is what a clean covers.
 type cleanPlan struct {
 	segs []*segment // sealed, oldest first, each wholly below end
+	// dirty[i]: segs[i] ends past firstDirty (read under wmu: a
+	// segment's end is the writer's).
+	dirty []bool
 	// firstDirty: segments ending at or below it were cleaned before.
 	firstDirty             int64
 	end                    int64 // the cleaned offset once segs are
@@ -101,8 +104,6 @@ func (p cleanPlan) ratio() float64 {
 	}
 	return float64(p.dirtyBytes) / float64(p.cleanBytes+p.dirtyBytes)
 }
-
-func (p cleanPlan) dirty(s *segment) bool { return s.next > p.firstDirty }
 
 // plan picks the segments a clean at now may cover: sealed, wholly
 // below upTo and below the first segment younger than c.MinLag, not
@@ -120,7 +121,8 @@ func (l *Log) plan(now time.Time, c Compaction, upTo int64) cleanPlan {
 			continue
 		}
 		p.segs = append(p.segs, s)
-		if p.dirty(s) {
+		p.dirty = append(p.dirty, s.next > p.firstDirty)
+		if s.next > p.firstDirty {
 			p.dirtyBytes += s.size.Load()
 		} else {
 			p.cleanBytes += s.size.Load()
@@ -174,8 +176,8 @@ func (l *Log) Clean(now time.Time, c Compaction, upTo int64) (Cleaned, error) {
 
 	// The newest offset of every key in the dirty segments.
 	newest := map[string]int64{}
-	for _, s := range p.segs {
-		if !p.dirty(s) {
+	for i, s := range p.segs {
+		if !p.dirty[i] {
 			continue
 		}
 		err := s.eachBatch(func(b []byte, h BatchHeader) error {
@@ -192,8 +194,8 @@ func (l *Log) Clean(now time.Time, c Compaction, upTo int64) (Cleaned, error) {
 		}
 	}
 
-	for _, s := range p.segs {
-		res, err := l.cleanSegment(s, p, newest, now, c)
+	for i, s := range p.segs {
+		res, err := l.cleanSegment(s, p.dirty[i], p, newest, now, c)
 		if err != nil {
 			return l.cleanFailed(p, out, err)
 		}
@@ -248,7 +250,7 @@ type segmentCleaned struct {
 // cleanSegment writes s without the records newest supersedes (and its
 // expired tombstones) beside it, then swaps it in. A segment that loses no
 // record is left as it is.
-func (l *Log) cleanSegment(s *segment, p cleanPlan, newest map[string]int64, now time.Time, c Compaction) (segmentCleaned, error) {
+func (l *Log) cleanSegment(s *segment, dirty bool, p cleanPlan, newest map[string]int64, now time.Time, c Compaction) (segmentCleaned, error) {
 	var res segmentCleaned
 	fi, err := os.Stat(s.logPath)
 	if err != nil {
@@ -257,10 +259,10 @@ func (l *Log) cleanSegment(s *segment, p cleanPlan, newest map[string]int64, now
 	// A dirty segment's tombstones start their DeleteRetention now; a
 	// clean one's started at its first clean, its modification time.
 	cleanedAt := now
-	if !p.dirty(s) {
+	if !dirty {
 		cleanedAt = fi.ModTime()
 	}
-	dropTombstones := !p.dirty(s) && !cleanedAt.Add(c.DeleteRetention).After(now)
+	dropTombstones := !dirty && !cleanedAt.Add(c.DeleteRetention).After(now)
 
 	tmp := s.logPath + cleanedSuffix
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
@@ -328,7 +330,7 @@ func (l *Log) cleanSegment(s *segment, p cleanPlan, newest map[string]int64, now
 		return res, err
 	}
 	if res.removed == 0 {
-		if p.dirty(s) {
+		if dirty {
 			// Nothing to remove, but its tombstones' time starts now.
 			return res, os.Chtimes(s.logPath, now, now)
 		}

@@ -2,9 +2,11 @@ package partlog
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"time"
@@ -245,11 +247,12 @@ func (l *Log) cleanFailed(p cleanPlan, out Cleaned, err error) (Cleaned, error) 
 type segmentCleaned struct {
 	swapped, aborted       bool
 	read, written, removed int64
+	merged                 int64 // empty batches joined to the one before
 }
 
 // cleanSegment writes s without the records newest supersedes (and its
 // expired tombstones) beside it, then swaps it in. A segment that loses no
-// record is left as it is.
+// record, and has no empty batches to join, is left as it is.
 func (l *Log) cleanSegment(s *segment, dirty bool, p cleanPlan, newest map[string]int64, now time.Time, c Compaction) (segmentCleaned, error) {
 	var res segmentCleaned
 	fi, err := os.Stat(s.logPath)
@@ -284,7 +287,36 @@ func (l *Log) cleanSegment(s *segment, dirty bool, p cleanPlan, newest map[strin
 		index      []indexEntry
 		buf        []byte
 		kept       []record
+		// pending is an empty batch not written yet: the empty batches
+		// right after it, of no producer, in the same leader epoch, join
+		// it, one header for all their offsets (Kafka's cleaner drops
+		// them and leaves a gap, which a follower here refuses).
+		pending []byte
 	)
+	emit := func(out []byte) error {
+		h := parseHeader(out)
+		if since > p.indexInterval {
+			index = append(index, indexEntry{offset: h.BaseOffset, pos: pos})
+			since = 0
+		}
+		if _, err := w.Write(out); err != nil {
+			return err
+		}
+		pos += int64(len(out))
+		since += int64(len(out))
+		next = h.NextOffset()
+		maxTS = max(maxTS, h.MaxTimestamp)
+		return nil
+	}
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		stampCRC(pending)
+		err := emit(pending)
+		pending = pending[:0]
+		return err
+	}
 	err = s.eachBatch(func(b []byte, h BatchHeader) error {
 		res.read += int64(len(b))
 		recs, err := batchRecords(b, h)
@@ -310,26 +342,38 @@ func (l *Log) cleanSegment(s *segment, dirty bool, p cleanPlan, newest map[strin
 			}
 			out = buf
 		}
-		if since > p.indexInterval {
-			index = append(index, indexEntry{offset: h.BaseOffset, pos: pos})
-			since = 0
+		if len(kept) > 0 || h.Idempotent() {
+			if err := flush(); err != nil {
+				return err
+			}
+			return emit(out)
 		}
-		if _, err := w.Write(out); err != nil {
+		if len(pending) > 0 {
+			ph := parseHeader(pending)
+			if ph.PartitionLeaderEpoch == h.PartitionLeaderEpoch && ph.Attributes == h.Attributes&^attrCodecMask &&
+				h.LastOffset()-ph.BaseOffset <= math.MaxInt32 {
+				binary.BigEndian.PutUint32(pending[23:], uint32(h.LastOffset()-ph.BaseOffset))
+				binary.BigEndian.PutUint64(pending[35:], uint64(max(ph.MaxTimestamp, h.MaxTimestamp)))
+				res.merged++
+				return nil
+			}
+		}
+		if err := flush(); err != nil {
 			return err
 		}
-		pos += int64(len(out))
-		since += int64(len(out))
-		next = h.NextOffset()
-		maxTS = max(maxTS, parseHeader(out).MaxTimestamp)
+		pending = append(pending, out...)
 		return nil
 	})
+	if err == nil {
+		err = flush()
+	}
 	if err == nil {
 		err = w.Flush()
 	}
 	if err != nil {
 		return res, err
 	}
-	if res.removed == 0 {
+	if res.removed == 0 && res.merged == 0 {
 		if dirty {
 			// Nothing to remove, but its tombstones' time starts now.
 			return res, os.Chtimes(s.logPath, now, now)

@@ -413,3 +413,49 @@ func TestClean_MaxTimestamp(t *testing.T) {
 		t.Fatalf("segments %+v", segs)
 	}
 }
+
+// TestClean_EmptyBatchesJoin: emptied batches in a row, of no producer
+// and one leader epoch, become one empty batch over all their offsets; an
+// idempotent producer's keeps its own header (its producer state); a
+// follower copies the result.
+func TestClean_EmptyBatchesJoin(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, Config{SegmentBytes: 1 << 20})
+	for i := range 5 { // offsets 0-9
+		appendKeyed(t, l, 0, int64(i), rec("a", fmt.Sprint(i)), rec("b", fmt.Sprint(i)))
+	}
+	if _, err := l.Append(keyedBatch(t, 0, 5, 7, 0, rec("a", "p")), 0); err != nil { // 10, idempotent
+		t.Fatal(err)
+	}
+	appendKeyed(t, l, 0, 6, rec("a", "x"))                      // 11
+	appendKeyed(t, l, 0, 7, rec("b", "x"))                      // 12
+	appendKeyed(t, l, 0, 8, rec("a", "last"), rec("b", "last")) // 13-14
+	if err := l.Reconfigure(Config{SegmentBytes: 61}); err != nil {
+		t.Fatal(err)
+	}
+	appendKeyed(t, l, 0, 9, rec("z", "1")) // rolls: the segment above is sealed
+	mustClean(t, l, time.Now(), Compaction{}, l.LogEndOffset())
+	_, hs := readRecords(t, l)
+	var got []string
+	for _, h := range hs {
+		got = append(got, fmt.Sprintf("%d-%d:%d", h.BaseOffset, h.LastOffset(), h.RecordsCount))
+	}
+	if want := "0-9:0 10-10:0 11-12:0 13-14:2 15-15:1"; strings.Join(got, " ") != want {
+		t.Fatalf("batches %v, want %s", got, want)
+	}
+	res, err := l.Read(0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := openLog(t, t.TempDir(), Config{})
+	if _, err := f.AppendAsFollower(res.Records); err != nil || f.LogEndOffset() != 15 {
+		t.Fatalf("a follower's copy: LEO %d, %v", f.LogEndOffset(), err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, dir, Config{})
+	if p := l.Producers(); len(p) != 1 || p[0].ProducerID != 7 {
+		t.Fatalf("producers after a restart: %+v", p)
+	}
+}

@@ -125,6 +125,11 @@ func rebuildBatch(dst, b []byte, h BatchHeader, kept []record) ([]byte, error) {
 		}
 		be.PutUint64(nb[35:], uint64(m))
 	}
-	be.PutUint32(nb[offCRC:], crc32.Checksum(nb[offAttrs:], castagnoli))
+	stampCRC(nb)
 	return dst, nil
+}
+
+// stampCRC writes the CRC-32C of batch b into its header.
+func stampCRC(b []byte) {
+	binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttrs:], castagnoli))
 }

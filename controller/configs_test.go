@@ -73,7 +73,7 @@ func TestConfigurationControlManager_IncrementalAlterConfigs(t *testing.T) {
 		{name: "an unknown topic", req: alterReq(topicResource("nope"), set(fsm.RetentionMs, "1")), wantErr: ErrUnknownTopic},
 		{name: "an unknown config, with a good one: nothing", req: alterReq(topicResource("t"), set(fsm.RetentionMs, "5"), set("retention.hours", "1")), wantField: "configs[1]"},
 		{name: "a bad value", req: alterReq(clusterResource, set(fsm.MaxMessageBytes, "-1")), wantField: "configs[0]"},
-		{name: "compact", req: alterReq(clusterResource, set(fsm.CleanupPolicy, "compact")), wantField: "configs[0]"},
+		{name: "a config not supported", req: alterReq(clusterResource, set("max.compaction.lag.ms", "60000")), wantField: "configs[0]"},
 		{name: "a config twice", req: alterReq(clusterResource, set(fsm.RetentionMs, "1"), del(fsm.RetentionMs)), wantField: "configs[1]"},
 		{name: "the cluster by a name", req: alterReq(&keelpb.ConfigResource{Type: clusterResource.Type, Name: "0"}, set(fsm.RetentionMs, "1")), wantField: "resource.name"},
 	}
@@ -138,7 +138,7 @@ func TestConfigurationControlManager_AppendAndSubtract(t *testing.T) {
 		{name: "append what is there writes nothing", req: alterReq(topicResource("t"), listOp(appendOp, fsm.CleanupPolicy, " delete,delete"))},
 		{name: "subtract what is not there writes nothing", req: alterReq(topicResource("t"), listOp(subtractOp, fsm.CleanupPolicy, "compact"))},
 		{name: "subtract the last item", req: alterReq(topicResource("t"), listOp(subtractOp, fsm.CleanupPolicy, "delete")), wantField: "configs[0]"},
-		{name: "append an item the config does not take", req: alterReq(clusterResource, listOp(appendOp, fsm.CleanupPolicy, "compact")), wantField: "configs[0]"},
+		{name: "append an item the config does not take", req: alterReq(clusterResource, listOp(appendOp, fsm.CleanupPolicy, "Compact")), wantField: "configs[0]"},
 		{name: "append to a number", req: alterReq(clusterResource, listOp(appendOp, fsm.RetentionMs, "1")), wantField: "configs[0]"},
 	}
 	for _, s := range steps {

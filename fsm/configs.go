@@ -39,7 +39,12 @@ const (
 	IndexIntervalBytes    = "index.interval.bytes"
 	MaxMessageBytes       = "max.message.bytes"
 	CleanupPolicy         = "cleanup.policy"
-	CompressionType       = "compression.type"
+	// DeleteRetentionMs, MinCleanableDirtyRatio and MinCompactionLagMs
+	// are the log cleaner's, for cleanup.policy=compact.
+	DeleteRetentionMs      = "delete.retention.ms"
+	MinCleanableDirtyRatio = "min.cleanable.dirty.ratio"
+	MinCompactionLagMs     = "min.compaction.lag.ms"
+	CompressionType        = "compression.type"
 	// MessageTimestampType is CreateTime (the producer's timestamps) or
 	// LogAppendTime (the leader stamps each batch as it appends it).
 	MessageTimestampType = "message.timestamp.type"
@@ -131,7 +136,7 @@ func (d ConfigDef) Range() string {
 // The reasons configs the data plane cannot honour yet are refused at any
 // value but their default.
 const (
-	needsCleaner    = "needs the log cleaner (cleanup.policy=compact), which Keel does not have yet"
+	noMaxLag        = "Keel's log cleaner cleans by dirty ratio only, not by a record's age"
 	noTieredStorage = "tiered storage is not supported"
 	noRecompression = "the broker does not recompress batches yet: they are kept as the producer compressed them (compression.type=producer)"
 	noThrottles     = "replication throttles are not supported"
@@ -142,8 +147,8 @@ const (
 // in name order. Defaults and ranges are Kafka 4's (KIP-1030: segment.bytes
 // at least 1 MiB, message.timestamp.after.max.ms one hour).
 var configDefs = []ConfigDef{
-	{Name: CleanupPolicy, Type: TypeList, Default: "delete", Values: []string{"delete"}, Synonym: "log.cleanup.policy",
-		Doc: "what happens to old log segments: delete (compact needs the log cleaner: not supported yet)"},
+	{Name: CleanupPolicy, Type: TypeList, Default: "delete", Values: []string{"compact", "delete"}, Synonym: "log.cleanup.policy",
+		Doc: "what happens to old log segments: delete (by retention.ms and retention.bytes), compact (the newest record of each key is kept), or both"},
 	{Name: "compression.gzip.level", Type: TypeInt, Default: "-1", Min: -1, Max: 9, Synonym: "compression.gzip.level", Unsupported: noRecompression,
 		Doc: "the gzip level the broker compresses at, when compression.type is gzip"},
 	{Name: "compression.lz4.level", Type: TypeInt, Default: "9", Min: 1, Max: 17, Synonym: "compression.lz4.level", Unsupported: noRecompression,
@@ -153,7 +158,7 @@ var configDefs = []ConfigDef{
 		Doc: "the codec the broker stores batches in; producer keeps the producer's"},
 	{Name: "compression.zstd.level", Type: TypeInt, Default: "3", Min: -131072, Max: 22, Synonym: "compression.zstd.level", Unsupported: noRecompression,
 		Doc: "the zstd level the broker compresses at, when compression.type is zstd"},
-	{Name: "delete.retention.ms", Type: TypeLong, Default: "86400000", Min: 0, Max: math.MaxInt64, Synonym: "log.cleaner.delete.retention.ms", Unsupported: needsCleaner,
+	{Name: DeleteRetentionMs, Type: TypeLong, Default: "86400000", Min: 0, Max: math.MaxInt64, Synonym: "log.cleaner.delete.retention.ms",
 		Doc: "how long a compacted topic keeps delete markers"},
 	{Name: "file.delete.delay.ms", Type: TypeLong, Default: "60000", Min: 0, Max: math.MaxInt64, Synonym: "log.segment.delete.delay.ms",
 		Unsupported: "Keel deletes a segment's files as soon as retention removes it",
@@ -172,7 +177,7 @@ var configDefs = []ConfigDef{
 		Doc: "the bytes kept on local disk when tiered storage is on (-2: retention.bytes)"},
 	{Name: "local.retention.ms", Type: TypeLong, Default: "-2", Min: -2, Max: math.MaxInt64, Synonym: "log.local.retention.ms", Unsupported: noTieredStorage,
 		Doc: "how long a segment stays on local disk when tiered storage is on (-2: retention.ms)"},
-	{Name: "max.compaction.lag.ms", Type: TypeLong, Default: "9223372036854775807", Min: 1, Max: math.MaxInt64, Synonym: "log.cleaner.max.compaction.lag.ms", Unsupported: needsCleaner,
+	{Name: "max.compaction.lag.ms", Type: TypeLong, Default: "9223372036854775807", Min: 1, Max: math.MaxInt64, Synonym: "log.cleaner.max.compaction.lag.ms", Unsupported: noMaxLag,
 		Doc: "the longest a record stays uncompacted"},
 	{Name: MaxMessageBytes, Type: TypeInt, Default: "1048588", Min: 0, Max: math.MaxInt32, Synonym: "message.max.bytes",
 		Doc: "the largest record batch the topic accepts, up to the broker's frame cap (keel broker --kafka-max-request-size)"},
@@ -182,9 +187,9 @@ var configDefs = []ConfigDef{
 		Doc: "how far before the leader's clock a CreateTime record's timestamp may be"},
 	{Name: MessageTimestampType, Type: TypeString, Default: CreateTime, Values: []string{CreateTime, LogAppendTime}, Synonym: "log.message.timestamp.type",
 		Doc: "CreateTime keeps the producer's timestamps; LogAppendTime has the leader stamp each batch"},
-	{Name: "min.cleanable.dirty.ratio", Type: TypeDouble, Default: "0.5", MinF: 0, MaxF: 1, Synonym: "log.cleaner.min.cleanable.ratio", Unsupported: needsCleaner,
+	{Name: MinCleanableDirtyRatio, Type: TypeDouble, Default: "0.5", MinF: 0, MaxF: 1, Synonym: "log.cleaner.min.cleanable.ratio",
 		Doc: "the share of a compacted log not yet cleaned that starts the cleaner"},
-	{Name: "min.compaction.lag.ms", Type: TypeLong, Default: "0", Min: 0, Max: math.MaxInt64, Synonym: "log.cleaner.min.compaction.lag.ms", Unsupported: needsCleaner,
+	{Name: MinCompactionLagMs, Type: TypeLong, Default: "0", Min: 0, Max: math.MaxInt64, Synonym: "log.cleaner.min.compaction.lag.ms",
 		Doc: "the shortest a record stays uncompacted"},
 	{Name: MinInsyncReplicas, Type: TypeInt, Default: "1", Min: 1, Max: math.MaxInt32, Synonym: "min.insync.replicas",
 		Doc: "the fewest in-sync replicas an acks=all write needs; below it, replicas leaving the ISR become eligible leader replicas"},

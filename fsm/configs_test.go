@@ -56,9 +56,9 @@ func TestCheckConfig(t *testing.T) {
 		{MaxMessageBytes, "-1", "", "-1 is outside [0,...]"},
 		{CleanupPolicy, "delete", "delete", ""},
 		{CleanupPolicy, " delete , delete", "delete", ""},
-		{CleanupPolicy, "compact", "", "compact is not supported"},
-		{CleanupPolicy, "compact,delete", "", "compact is not supported"},
-		{CleanupPolicy, "Delete", "", `"Delete" is not one of delete`},
+		{CleanupPolicy, "compact", "compact", ""},
+		{CleanupPolicy, "compact, delete", "compact,delete", ""},
+		{CleanupPolicy, "Delete", "", `"Delete" is not one of compact, delete`},
 		{CleanupPolicy, "", "", "empty"},
 		{"retention.hours", "1", "", `unknown config "retention.hours": not one of Kafka's topic configs`},
 		// LogConfigTest.testFromPropsInvalid: each type refuses what does
@@ -91,8 +91,10 @@ func TestCheckConfig(t *testing.T) {
 		{"remote.storage.enable", "true", "", "remote.storage.enable: only the default \"false\" is supported: tiered storage is not supported"},
 		{"local.retention.ms", "-2", "-2", ""},
 		{"local.retention.ms", "1000", "", "tiered storage"},
-		{"delete.retention.ms", "1000", "", "needs the log cleaner"},
-		{"min.cleanable.dirty.ratio", "0.2", "", "needs the log cleaner"},
+		{"delete.retention.ms", "1000", "1000", ""},
+		{"min.cleanable.dirty.ratio", "0.2", "0.2", ""},
+		{"min.compaction.lag.ms", "60000", "60000", ""},
+		{"max.compaction.lag.ms", "60000", "", "cleans by dirty ratio only"},
 		{"leader.replication.throttled.replicas", "*", "", "replication throttles are not supported"},
 		{"flush.messages", "1", "", "keel broker --flush-interval"},
 		{"flush.ms", "9223372036854775807", "9223372036854775807", ""},
@@ -156,8 +158,8 @@ func TestConfigDefs_KafkaTopicConfigs(t *testing.T) {
 	if !maps.Equal(got, kafka) {
 		t.Errorf("configs and synonyms:\n got %v\nwant %v", got, kafka)
 	}
-	honoured := []string{CleanupPolicy, IndexIntervalBytes, MaxMessageBytes, MessageTimestampAfterMaxMs, MessageTimestampBeforeMaxMs,
-		MessageTimestampType, MinInsyncReplicas, RetentionBytes, RetentionMs, SegmentBytes, SegmentIndexBytes, SegmentMs, UncleanLeaderElection}
+	honoured := []string{CleanupPolicy, "delete.retention.ms", IndexIntervalBytes, MaxMessageBytes, MessageTimestampAfterMaxMs, MessageTimestampBeforeMaxMs,
+		MessageTimestampType, "min.cleanable.dirty.ratio", "min.compaction.lag.ms", MinInsyncReplicas, RetentionBytes, RetentionMs, SegmentBytes, SegmentIndexBytes, SegmentMs, UncleanLeaderElection}
 	for _, d := range ConfigDefs() {
 		if want := slices.Contains(honoured, d.Name); d.Honoured() != want {
 			t.Errorf("%s: honoured %v, want %v", d.Name, d.Honoured(), want)
@@ -247,7 +249,7 @@ func TestFSM_ConfigRecordRefusals(t *testing.T) {
 		{"an unknown config", batch(configRec("a", "retention.hours", str("1"))), `unknown config "retention.hours"`},
 		{"deleting an unknown config", batch(configRec("", "retention.hours", nil)), `unknown config "retention.hours"`},
 		{"a value out of range", batch(configRec("a", MinInsyncReplicas, str("0"))), "0 is outside"},
-		{"compact", batch(configRec("", CleanupPolicy, str("compact"))), "compact is not supported"},
+		{"max.compaction.lag.ms", batch(configRec("", "max.compaction.lag.ms", str("1000"))), "max.compaction.lag.ms: only the default"},
 		{"an unknown topic", batch(configRec("zz", MinInsyncReplicas, str("2"))), `topic "zz" does not exist`},
 		{"the cluster with a name", batch(&keelpb.Record{Record: &keelpb.Record_Config{Config: &keelpb.ConfigRecord{
 			ResourceType: keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_CLUSTER, ResourceName: "x", Name: MinInsyncReplicas, Value: str("2")}}}), "no resource name"},

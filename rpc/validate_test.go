@@ -411,8 +411,8 @@ func invalidControllerRequests() []controllerRequestCase {
 		alterConf("a config twice", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[1].Name = fsm.MinInsyncReplicas }),
 		alterConf("a value out of range", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[0].Value = "0" }),
 		alterConf("a boolean that is none", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[1].Value = "yes" }),
-		alterConf("compact", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) {
-			r.Configs[0].Name, r.Configs[0].Value = fsm.CleanupPolicy, "compact"
+		alterConf("a config not supported", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) {
+			r.Configs[0].Name, r.Configs[0].Value = "max.compaction.lag.ms", "60000"
 		}),
 		alterConf("a delete with a value", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) { r.Configs[2].Value = "1" }),
 		alterConf("no op", "configs", func(r *keelpb.IncrementalAlterConfigsRequest) {

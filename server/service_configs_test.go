@@ -84,9 +84,9 @@ func TestControllerService_Configs(t *testing.T) {
 	}
 
 	_, err = cl.IncrementalAlterConfigs(ctx, &keelpb.IncrementalAlterConfigsRequest{Resource: cluster,
-		Configs: []*keelpb.AlterableConfig{set(fsm.CleanupPolicy, "compact")}})
-	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), "configs[0]: cleanup.policy: compact is not supported") {
-		t.Fatalf("compact: %v", err)
+		Configs: []*keelpb.AlterableConfig{set("max.compaction.lag.ms", "60000")}})
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), "configs[0]: max.compaction.lag.ms: only the default") {
+		t.Fatalf("max.compaction.lag.ms: %v", err)
 	}
 	_, err = cl.DescribeConfigs(ctx, &keelpb.DescribeConfigsRequest{Resource: &keelpb.ConfigResource{Type: topic.Type, Name: "nope"}})
 	if status.Code(err) != codes.NotFound {

@@ -85,6 +85,10 @@ type Rules struct {
 	// message.timestamp.before.max.ms and .after.max.ms; Kafka's
 	// LogValidator.validateTimestamp).
 	Timestamps bool
+	// RequireKeys refuses a record without a key (null): a compacted
+	// topic's (cleanup.policy=compact), whose cleaner keeps records by
+	// key (Kafka's "Compacted topic cannot accept message without key").
+	RequireKeys bool
 	// Now is the leader's clock, in Unix milliseconds.
 	Now                 int64
 	BeforeMax, AfterMax int64

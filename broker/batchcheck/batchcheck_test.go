@@ -135,6 +135,13 @@ func TestCheck(t *testing.T) {
 		{name: "zstd", batch: batch(codecZstd, 5, compress(t, codecZstd, good), nil)},
 		{name: "idempotent", batch: batch(codecNone, 5, good, idempotent)},
 		{name: "a null key and value", batch: batch(codecNone, 1, nullRecord(), nil)},
+		// LogValidatorTest.testCompactedTopicWithNullKey: a compacted
+		// topic takes keyed records only, tombstones among them.
+		{name: "a null key, compacted", batch: batch(codecNone, 1, nullRecord(), nil), rules: Rules{RequireKeys: true},
+			code: kerr.InvalidRecord, reason: ReasonRecords, record: 0},
+		{name: "a null key, compacted, gzip", batch: batch(codecGzip, 1, compress(t, codecGzip, nullRecord()), nil), rules: Rules{RequireKeys: true},
+			code: kerr.InvalidRecord, reason: ReasonRecords, record: 0},
+		{name: "a key and a tombstone, compacted", batch: batch(codecNone, 1, keyedTombstone(), nil), rules: Rules{RequireKeys: true}},
 
 		// The frame and the header (UnifiedLog.analyzeAndValidateRecords,
 		// ProduceRequest.validateRecords).
@@ -230,6 +237,13 @@ func TestCheck(t *testing.T) {
 			t.Log(err)
 		})
 	}
+}
+
+// keyedTombstone is one record with a key and a null value.
+func keyedTombstone() []byte {
+	r := kmsg.Record{Key: []byte("k")}
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	return r.AppendTo(nil)
 }
 
 // nullRecord is one record with a null key and a null value.

@@ -142,6 +142,8 @@ type recordReader struct {
 	left  int64 // bytes of the current record not read yet
 	base  int64 // the batch's first timestamp
 	rules *Rules
+	// nullKey: the last bytes field read was null.
+	nullKey bool
 }
 
 // record reads and checks record i (Kafka's DefaultRecord layout: length,
@@ -174,6 +176,9 @@ func (r *recordReader) record(i int) error {
 	}
 	if err := r.bytesField("key", -1); err != nil {
 		return err
+	}
+	if r.rules.RequireKeys && r.nullKey {
+		return errors.New("compacted topic cannot accept message without key")
 	}
 	if err := r.bytesField("value", -1); err != nil {
 		return err
@@ -260,6 +265,7 @@ func (r *recordReader) bytesField(what string, header int) error {
 		return fmt.Sprintf("header %d's %s", header, what)
 	}
 	n, err := r.varint(math.MaxInt32)
+	r.nullKey = n == -1
 	switch {
 	case err != nil:
 		return fmt.Errorf("%s length: %w", name(), err)

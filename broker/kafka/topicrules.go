@@ -1,7 +1,9 @@
 package kafka
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -22,6 +24,9 @@ type topicRules struct {
 	// before and after bound a CreateTime record's timestamp around the
 	// leader's clock (message.timestamp.before.max.ms, .after.max.ms).
 	before, after int64
+	// compacted: cleanup.policy holds compact, so every record needs a
+	// key.
+	compacted bool
 }
 
 // rulesCache holds the rules of the topics of one image: reading them
@@ -74,6 +79,7 @@ func topicRulesOf(img *fsm.Image, topic string) (topicRules, bool) {
 		logAppendTime: img.TopicConfig(t, fsm.MessageTimestampType).Value == fsm.LogAppendTime,
 		before:        num(fsm.MessageTimestampBeforeMaxMs),
 		after:         num(fsm.MessageTimestampAfterMaxMs),
+		compacted:     slices.Contains(strings.Split(img.TopicConfig(t, fsm.CleanupPolicy).Value, ","), "compact"),
 	}, known
 }
 
@@ -82,5 +88,6 @@ func topicRulesOf(img *fsm.Image, topic string) (topicRules, bool) {
 // within its bounds.
 func (r topicRules) batchRules(version int16, now int64) batchcheck.Rules {
 	// Kafka takes zstd from Produce v7 on.
-	return batchcheck.Rules{NoZstd: version < 7, Timestamps: !r.logAppendTime, Now: now, BeforeMax: r.before, AfterMax: r.after}
+	return batchcheck.Rules{NoZstd: version < 7, Timestamps: !r.logAppendTime, Now: now, BeforeMax: r.before, AfterMax: r.after,
+		RequireKeys: r.compacted}
 }

@@ -157,9 +157,11 @@ func checkCRC(b []byte, got uint32) error {
 	return nil
 }
 
-// checkHeader checks the header fields that must agree.
+// checkHeader checks the header fields that must agree. A batch the
+// cleaner compacted holds fewer records than offsets, maybe none (Kafka's
+// empty batch): a follower copies it, and recovery reads it, as it is.
 func checkHeader(h BatchHeader) error {
-	if h.LastOffsetDelta < 0 || h.RecordsCount != h.LastOffsetDelta+1 {
+	if h.LastOffsetDelta < 0 || h.RecordsCount < 0 || h.RecordsCount > h.LastOffsetDelta+1 {
 		return fmt.Errorf("%w: %d records but lastOffsetDelta %d", ErrInvalidBatch, h.RecordsCount, h.LastOffsetDelta)
 	}
 	if c := h.Attributes & attrCodecMask; c > 4 {

@@ -47,6 +47,13 @@
 // Config.FlushInterval (with MaybeFlush) fsync more often, for a cluster
 // that wants a power loss of every replica at once to cost at most that.
 //
+// # Compaction
+//
+// Clean is Kafka's log cleaner for one log (cleanup.policy=compact): it
+// rewrites sealed segments below the high watermark without the records
+// a newer one of the same key supersedes, keeping every batch's offsets,
+// and swaps each in by a rename (clean.go).
+//
 // # Recovery
 //
 // Open scans the segments. Those wholly below the recovery point are read

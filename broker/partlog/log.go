@@ -72,6 +72,14 @@ type Log struct {
 	epochs    *epochCache
 	producers *producerState
 
+	// cleaned is the offset below which the cleaner compacted the log
+	// (clean.go); gen counts the truncations and deletions of segments,
+	// which a clean in progress must not undo. Both are the writer's.
+	cleaned int64
+	gen     uint64
+	// cmu lets one Clean run at a time.
+	cmu sync.Mutex
+
 	recoveryPoint int64 // offsets below it are fsynced
 	unflushed     int64 // records appended since the last fsync
 	lastFlush     time.Time
@@ -144,7 +152,8 @@ func (l *Log) load() error {
 	for _, e := range entries {
 		name := e.Name()
 		switch {
-		case strings.Contains(name, ".tmp-"): // a checkpoint write that did not finish
+		case strings.Contains(name, ".tmp-"), // a checkpoint write that did not finish
+			strings.HasSuffix(name, cleanedSuffix): // a clean that did not finish
 			if err := os.Remove(l.path(name)); err != nil {
 				return fmt.Errorf("partlog: %w", err)
 			}
@@ -184,6 +193,10 @@ func (l *Log) load() error {
 	if err != nil {
 		return err
 	}
+	cleaned, _, err := readOffsetCheckpoint(l.path(cleanerCheckpointFile))
+	if err != nil {
+		return err
+	}
 
 	if len(bases) == 0 {
 		s, err := createSegment(l.dir, start, &l.cfg)
@@ -219,6 +232,7 @@ func (l *Log) load() error {
 	l.logStart.Store(start)
 	l.recoveryPoint = min(rp, leo)
 	l.hw.Store(min(max(hw, start), leo))
+	l.cleaned = min(cleaned, leo)
 	changed := l.epochs.truncateFromEnd(leo)
 	changed = l.epochs.truncateFromStart(start) || changed
 	if changed || len(l.epochs.entries) > 0 {
@@ -360,6 +374,9 @@ func (l *Log) Append(batch []byte, leaderEpoch int32) (AppendInfo, error) {
 	}
 	if h.Size() > l.cfg.MaxBatchBytes {
 		return AppendInfo{}, fmt.Errorf("partlog: %s: %w: %d bytes, the limit is %d", l.dir, ErrBatchTooLarge, h.Size(), l.cfg.MaxBatchBytes)
+	}
+	if h.RecordsCount != h.LastOffsetDelta+1 { // only the cleaner leaves gaps
+		return AppendInfo{}, fmt.Errorf("partlog: %s: %w: %d records but lastOffsetDelta %d", l.dir, ErrInvalidBatch, h.RecordsCount, h.LastOffsetDelta)
 	}
 	if leaderEpoch < 0 {
 		return AppendInfo{}, fmt.Errorf("partlog: %s: leader epoch %d", l.dir, leaderEpoch)
@@ -636,6 +653,7 @@ func (l *Log) TruncateTo(offset int64) error {
 	}
 	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > offset }) - 1
 	oldEnd := l.leo.Load()
+	l.gen++
 	l.rw.Lock()
 	gone := slices.Clone(l.segs[i+1:])
 	l.segs = l.segs[: i+1 : i+1]
@@ -660,6 +678,11 @@ func (l *Log) TruncateTo(offset int64) error {
 	}
 	if err := l.rebuildProducers(); err != nil {
 		return err
+	}
+	if l.cleaned > leo {
+		if err := l.setCleaned(leo); err != nil {
+			return err
+		}
 	}
 	if l.recoveryPoint > leo {
 		l.recoveryPoint = leo
@@ -687,6 +710,7 @@ func (l *Log) truncateFully(offset int64) error {
 	if err := writeOffsetCheckpoint(l.path(startCheckpointFile), offset); err != nil {
 		return err
 	}
+	l.gen++
 	l.rw.Lock()
 	gone := l.segs
 	var err error
@@ -712,7 +736,7 @@ func (l *Log) truncateFully(offset int64) error {
 	l.epochs.entries = nil
 	l.producers = newProducerState()
 	l.recoveryPoint = offset
-	return errors.Join(l.epochs.save(), writeOffsetCheckpoint(l.path(recoveryCheckpointFile), offset))
+	return errors.Join(l.epochs.save(), writeOffsetCheckpoint(l.path(recoveryCheckpointFile), offset), l.setCleaned(offset))
 }
 
 // rebuildProducers replays every batch header into a fresh producer state.
@@ -784,6 +808,7 @@ func (l *Log) deleteOldest(n int) (int64, error) {
 	if n <= 0 {
 		return 0, nil
 	}
+	l.gen++
 	l.rw.Lock()
 	gone := slices.Clone(l.segs[:n])
 	l.segs = slices.Clone(l.segs[n:])

@@ -69,6 +69,9 @@ type Config struct {
 	// RetentionCheckInterval: how often retention.ms and retention.bytes
 	// are applied; see its default.
 	RetentionCheckInterval time.Duration
+	// CleanerBackoff is how long the log cleaner rests when no compacted
+	// log is dirty enough (cleaner.go); see its default.
+	CleanerBackoff time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// TLS, when set, is the broker's mutual TLS, to fetch from leaders
@@ -100,6 +103,7 @@ func (c *Config) check() error {
 		"replica lag time max": c.ReplicaLagTimeMax, "fetch max wait": c.FetchMaxWait, "fetch backoff": c.FetchBackoff,
 		"flush interval": c.FlushInterval, "flush check interval": c.FlushCheckInterval,
 		"high watermark checkpoint interval": c.HighWatermarkCheckpointInterval, "retention check interval": c.RetentionCheckInterval,
+		"cleaner backoff": c.CleanerBackoff,
 	} {
 		if d < 0 {
 			return fmt.Errorf("replication: %s %v is negative", name, d)
@@ -128,6 +132,7 @@ func (c *Config) check() error {
 	def(&c.FlushCheckInterval, DefaultFlushCheckInterval)
 	def(&c.HighWatermarkCheckpointInterval, DefaultHighWatermarkCheckpointInterval)
 	def(&c.RetentionCheckInterval, DefaultRetentionCheckInterval)
+	def(&c.CleanerBackoff, DefaultCleanerBackoff)
 	if c.FetchMaxBytes == 0 {
 		c.FetchMaxBytes = DefaultFetchMaxBytes
 	}

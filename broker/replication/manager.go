@@ -76,6 +76,8 @@ type Manager struct {
 	reports logReporter
 	// scrubMetrics count what the scrubs read and found (scrub.go).
 	scrubMetrics scrubMetrics
+	// cleanerMetrics count the log cleaner's work (cleaner.go).
+	cleanerMetrics cleanerMetrics
 	// imaged is closed (and replaced) at each new image, under mu: a
 	// DeleteRecords waiting for its replicas looks again when a broker is
 	// fenced.
@@ -175,7 +177,8 @@ func New(cfg Config) (*Manager, error) {
 		failed:   make(chan error, 1),
 		reports:  newLogReporter(),
 
-		scrubMetrics: newScrubMetrics(),
+		scrubMetrics:   newScrubMetrics(),
+		cleanerMetrics: newCleanerMetrics(),
 	}
 	m.img.Store(fsm.Empty())
 	return m, nil
@@ -188,7 +191,7 @@ func (m *Manager) Start(link broker.Link) error {
 		return err
 	}
 	if reg := m.cfg.Metrics; reg != nil {
-		for _, c := range m.scrubMetrics.collectors() {
+		for _, c := range append(m.scrubMetrics.collectors(), m.cleanerMetrics.collected...) {
 			if err := reg.Register(c); err != nil {
 				return fmt.Errorf("replication: register the data plane's metrics: %v", err)
 			}
@@ -210,6 +213,8 @@ func (m *Manager) Start(link broker.Link) error {
 		m.every(m.cfg.FlushCheckInterval, m.maybeFlush)
 	}
 	m.every(m.cfg.RetentionCheckInterval, m.retain)
+	m.wg.Add(1)
+	go m.runCleaner()
 	return nil
 }
 
@@ -710,6 +715,9 @@ func (m *Manager) retain() {
 		t, ok := img.TopicByID(r.tp.TopicID)
 		if !ok {
 			continue
+		}
+		if !deletes(img, t) {
+			continue // cleanup.policy=compact: the cleaner's
 		}
 		var ret partlog.Retention
 		if n, err := strconv.ParseInt(img.TopicConfig(t, fsm.RetentionMs).Value, 10, 64); err == nil && n > 0 {

@@ -43,6 +43,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 		FetchMaxWait:           replication.DefaultFetchMaxWait,
 		ReplicaLagTimeMax:      replication.DefaultReplicaLagTimeMax,
 		RetentionCheckInterval: replication.DefaultRetentionCheckInterval,
+		CleanerBackoff:         replication.DefaultCleanerBackoff,
 		ScrubBytesPerSecond:    replication.DefaultScrubBytesPerSecond,
 	}
 	var controllers, metricsAddr, testDialVia, kafkaListen, kafkaAdvertise string
@@ -121,6 +122,8 @@ in by SASL/SCRAM (SASL_SSL) with a credential from keel user add.
 				return fmt.Errorf("--log-flush-interval %v: want a positive duration, or 0 to leave durability to replication", replicas.FlushInterval)
 			case replicas.RetentionCheckInterval <= 0:
 				return fmt.Errorf("--log-retention-check-interval %v: want a positive duration", replicas.RetentionCheckInterval)
+			case replicas.CleanerBackoff <= 0:
+				return fmt.Errorf("--log-cleaner-backoff %v: want a positive duration", replicas.CleanerBackoff)
 			case kafkaFetchMaxWait <= 0:
 				return fmt.Errorf("--kafka-fetch-max-wait %v: want a positive duration", kafkaFetchMaxWait)
 			case replicas.ScrubBytesPerSecond < 0:
@@ -238,6 +241,8 @@ in by SASL/SCRAM (SASL_SSL) with a credential from keel user add.
 		"fsync each log at least this often while it takes writes (Kafka's flush.ms); 0: only at roll and stop")
 	f.DurationVar(&replicas.RetentionCheckInterval, "log-retention-check-interval", replicas.RetentionCheckInterval,
 		"how often each log applies retention.ms and retention.bytes (Kafka's log.retention.check.interval.ms)")
+	f.DurationVar(&replicas.CleanerBackoff, "log-cleaner-backoff", replicas.CleanerBackoff,
+		"how long the log cleaner rests when no compacted log is dirty enough to clean (Kafka's log.cleaner.backoff.ms)")
 	f.Int64Var(&replicas.ScrubBytesPerSecond, "log-scrub-rate", replicas.ScrubBytesPerSecond,
 		"bytes per second a background scrub verifies sealed segments at; 0: none")
 	addTestMaxMetadataVersionFlag(f, &cfg.MaxMetadataVersion)

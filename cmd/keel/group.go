@@ -24,27 +24,27 @@ func newGroupCmd() *cobra.Command {
 	return cmd
 }
 
-// groupFlags are what every group command shares: the brokers' Kafka
+// groupCLIFlags are what every group command shares: the brokers' Kafka
 // listeners and how long to keep retrying; and -o, for those that print.
-type groupFlags struct {
+type groupCLIFlags struct {
 	bootstrap string
 	timeout   time.Duration
 	output    string
 }
 
-func (g *groupFlags) add(cmd *cobra.Command) {
+func (g *groupCLIFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&g.bootstrap, "bootstrap", defaultBootstrap, "Kafka listeners of the brokers (keel broker --kafka-advertise), host:port,... (any one will do)")
 	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "how long to keep retrying (a coordinator that is loading, a leader that moved)")
 }
 
-func (g *groupFlags) addOutput(cmd *cobra.Command) {
+func (g *groupCLIFlags) addOutput(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 }
 
 // run checks -o, connects, and calls do with an admin client and a context
 // that ends after --timeout.
-func (g *groupFlags) run(cmd *cobra.Command, do func(ctx context.Context, adm *kadm.Client) error) error {
+func (g *groupCLIFlags) run(cmd *cobra.Command, do func(ctx context.Context, adm *kadm.Client) error) error {
 	if g.output != "" {
 		if err := checkOutput(g.output); err != nil {
 			return err
@@ -114,7 +114,7 @@ var groupListTable = tableOf([]string{"GROUP", "STATE", "PROTOCOL TYPE", "MEMBER
 })
 
 func newGroupListCmd() *cobra.Command {
-	var g groupFlags
+	var g groupCLIFlags
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List consumer groups: state, protocol type, members, coordinator",
@@ -305,7 +305,7 @@ func groupViewsTable(w io.Writer, vs []groupView) error {
 }
 
 func newGroupDescribeCmd() *cobra.Command {
-	var g groupFlags
+	var g groupCLIFlags
 	cmd := &cobra.Command{
 		Use:   "describe GROUP...",
 		Short: "Describe consumer groups: committed offsets and lag per partition, members and their assignments",
@@ -344,7 +344,7 @@ does not exist is described in state Dead.`,
 }
 
 func newGroupDeleteCmd() *cobra.Command {
-	var g groupFlags
+	var g groupCLIFlags
 	cmd := &cobra.Command{
 		Use:   "delete GROUP...",
 		Short: "Delete consumer groups that have no members, with their committed offsets",

@@ -206,7 +206,7 @@ var resetTable = tableOf([]string{"TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-O
 })
 
 func newGroupResetOffsetsCmd() *cobra.Command {
-	var g groupFlags
+	var g groupCLIFlags
 	var o resetOpts
 	var topics []string
 	var allTopics, dryRun bool

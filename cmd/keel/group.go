@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -43,8 +44,9 @@ func (g *groupCLIFlags) addOutput(cmd *cobra.Command) {
 }
 
 // run checks -o, connects, and calls do with an admin client and a context
-// that ends after --timeout.
-func (g *groupCLIFlags) run(cmd *cobra.Command, do func(ctx context.Context, adm *kadm.Client) error) error {
+// that ends a little after --timeout: the client gives up retrying at
+// --timeout, with the brokers' last answer rather than the context's end.
+func (g *groupCLIFlags) run(cmd *cobra.Command, do func(ctx context.Context, adm groupAdmin) error) error {
 	if g.output != "" {
 		if err := checkOutput(g.output); err != nil {
 			return err
@@ -57,9 +59,45 @@ func (g *groupCLIFlags) run(cmd *cobra.Command, do func(ctx context.Context, adm
 	defer cl.Close()
 	ctx, cancel := interrupted(cmd.Context())
 	defer cancel()
-	ctx, stop := context.WithTimeout(ctx, g.timeout)
+	ctx, stop := context.WithTimeout(ctx, g.timeout+explainTimeout)
 	defer stop()
-	return do(ctx, kadm.NewClient(cl))
+	return do(ctx, groupAdmin{Client: kadm.NewClient(cl), cl: cl})
+}
+
+// explainTimeout bounds the question that explains a failure.
+const explainTimeout = 5 * time.Second
+
+// groupAdmin is kadm over the command's client, which it keeps to ask the
+// brokers why they failed when kadm does not say.
+type groupAdmin struct {
+	*kadm.Client
+	cl *kgo.Client
+}
+
+// explain is groupError, with the broker's own reason when it has no
+// coordinator for group: FindCoordinator's ErrorMessage (too few brokers
+// for __consumer_offsets' replication factor, no leader), which kadm
+// drops.
+func (a groupAdmin) explain(ctx context.Context, group string, err error) error {
+	if !errors.Is(err, kerr.CoordinatorNotAvailable) {
+		return groupError(group, err)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), explainTimeout)
+	defer cancel()
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.CoordinatorKey, req.CoordinatorKeys = group, []string{group}
+	resp, ferr := req.RequestWith(ctx, a.cl)
+	if ferr != nil {
+		return groupError(group, err)
+	}
+	msg := resp.ErrorMessage
+	if len(resp.Coordinators) == 1 {
+		msg = resp.Coordinators[0].ErrorMessage
+	}
+	if msg == nil || *msg == "" {
+		return groupError(group, err)
+	}
+	return fmt.Errorf("group %s: no coordinator is available: %s (%s)", group, *msg, kerr.CoordinatorNotAvailable.Message)
 }
 
 // groupArgs accepts one or more group names.
@@ -126,7 +164,7 @@ DESCRIBE.`,
   keel group list -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.run(cmd, func(ctx context.Context, adm *kadm.Client) error {
+			return g.run(cmd, func(ctx context.Context, adm groupAdmin) error {
 				listed, err := adm.ListGroups(ctx)
 				if err != nil {
 					return fmt.Errorf("list groups: %w", err)
@@ -145,7 +183,7 @@ DESCRIBE.`,
 							continue // gone since it was listed
 						}
 						if d.Err != nil {
-							return groupError(name, d.Err)
+							return adm.explain(ctx, name, d.Err)
 						}
 						rows = append(rows, groupSummary{Group: name, State: d.State, ProtocolType: d.ProtocolType,
 							Members: len(d.Members), Coordinator: d.Coordinator.NodeID})
@@ -318,10 +356,10 @@ does not exist is described in state Dead.`,
   keel group describe orders-app billing -o json`,
 		Args: groupArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.run(cmd, func(ctx context.Context, adm *kadm.Client) error {
+			return g.run(cmd, func(ctx context.Context, adm groupAdmin) error {
 				lags, err := adm.Lag(ctx, args...)
 				if err != nil {
-					return fmt.Errorf("describe groups: %w", err)
+					return adm.explain(ctx, args[0], err)
 				}
 				var views []groupView
 				for _, name := range args {
@@ -330,7 +368,7 @@ does not exist is described in state Dead.`,
 						return fmt.Errorf("group %s: not in the brokers' answer", name)
 					}
 					if err := l.Error(); err != nil {
-						return groupError(name, err)
+						return adm.explain(ctx, name, err)
 					}
 					views = append(views, groupViewOf(l))
 				}
@@ -354,10 +392,10 @@ prints each group deleted and fails naming every one that was not.`,
 		Example: `  keel group delete orders-app --bootstrap 127.0.0.1:9092`,
 		Args:    groupArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.run(cmd, func(ctx context.Context, adm *kadm.Client) error {
+			return g.run(cmd, func(ctx context.Context, adm groupAdmin) error {
 				resps, err := adm.DeleteGroups(ctx, args...)
 				if err != nil {
-					return fmt.Errorf("delete groups: %w", err)
+					return adm.explain(ctx, args[0], err)
 				}
 				var failed []string
 				for _, name := range args {
@@ -366,7 +404,7 @@ prints each group deleted and fails naming every one that was not.`,
 					case !ok:
 						failed = append(failed, fmt.Sprintf("group %s: not in the brokers' answer", name))
 					case r.Err != nil:
-						failed = append(failed, groupError(name, r.Err).Error())
+						failed = append(failed, adm.explain(ctx, name, r.Err).Error())
 					default:
 						fmt.Fprintf(cmd.OutOrStdout(), "deleted group %s\n", name)
 					}

@@ -252,7 +252,7 @@ members: stop its consumers first.`,
 			if err != nil {
 				return err
 			}
-			return g.run(cmd, func(ctx context.Context, adm *kadm.Client) error {
+			return g.run(cmd, func(ctx context.Context, adm groupAdmin) error {
 				rows, err := resetOffsets(ctx, adm, group, specs, target, dryRun)
 				if err != nil {
 					return err
@@ -279,27 +279,27 @@ members: stop its consumers first.`,
 // topic it has committed offsets for) and, unless dryRun, commits the plan.
 // It refuses a group with members before it plans, and the coordinator
 // refuses a commit from outside a group that gained one since.
-func resetOffsets(ctx context.Context, adm *kadm.Client, group string, specs topicSpecs, t resetTarget, dryRun bool) ([]resetRow, error) {
+func resetOffsets(ctx context.Context, adm groupAdmin, group string, specs topicSpecs, t resetTarget, dryRun bool) ([]resetRow, error) {
 	described, err := adm.DescribeGroups(ctx, group)
 	if err != nil {
-		return nil, fmt.Errorf("describe group %s: %w", group, err)
+		return nil, adm.explain(ctx, group, err)
 	}
 	d, ok := described[group]
 	if !ok {
 		return nil, fmt.Errorf("group %s: not in the brokers' answer", group)
 	}
 	if d.Err != nil {
-		return nil, groupError(group, d.Err)
+		return nil, adm.explain(ctx, group, d.Err)
 	}
 	if err := resettable(group, d.State); err != nil {
 		return nil, err
 	}
 	committed, err := adm.FetchOffsets(ctx, group)
-	if err != nil {
-		return nil, groupError(group, err)
+	if err == nil {
+		err = committed.Error()
 	}
-	if err := committed.Error(); err != nil {
-		return nil, groupError(group, err)
+	if err != nil {
+		return nil, adm.explain(ctx, group, err)
 	}
 	if len(specs) == 0 {
 		specs = topicSpecs{}
@@ -364,11 +364,11 @@ func resetOffsets(ctx context.Context, adm *kadm.Client, group string, specs top
 		commit.Add(kadm.Offset{Topic: r.Topic, Partition: r.Partition, At: r.NewOffset, LeaderEpoch: -1})
 	}
 	resps, err := adm.CommitOffsets(ctx, group, commit)
-	if err != nil {
-		return nil, groupError(group, err)
+	if err == nil {
+		err = resps.Error()
 	}
-	if err := resps.Error(); err != nil {
-		return nil, groupError(group, err)
+	if err != nil {
+		return nil, adm.explain(ctx, group, err)
 	}
 	return rows, nil
 }

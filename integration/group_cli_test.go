@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,9 +31,13 @@ func TestGroupCLI_ListDescribeResetDelete(t *testing.T) {
 	produceEach(t, kafka, topic, partitions, 10)
 	boot := "--bootstrap=" + strings.Join(bootstrap(kafka), ",")
 
-	member := startGroupMember(t, kafka, topic, group)
-	member.waitRead(t, partitions*10)
-	member.commit(t)
+	member := groupMember(t, kafka, topic, group)
+	groupConsume(t, member, partitions*10, "the member reading every record")
+	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
+	defer cancel()
+	if err := member.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
 
 	listed := groupCLIJSON[[]groupSummaryJSON](t, "group", "list", boot)
 	i := slices.IndexFunc(listed, func(g groupSummaryJSON) bool { return g.Group == group })
@@ -71,7 +74,7 @@ func TestGroupCLI_ListDescribeResetDelete(t *testing.T) {
 		t.Fatalf("delete of an active group: exit %d, stderr %q; want NON_EMPTY_GROUP in words", code, stderr)
 	}
 
-	member.close()
+	member.Close() // leaves the group
 	pollGroupCLI(t, "the group Empty once its member left", func() bool {
 		view = groupCLIJSON[[]groupViewJSON](t, "group", "describe", group, boot)[0]
 		return view.State == "Empty"
@@ -100,9 +103,9 @@ func TestGroupCLI_ListDescribeResetDelete(t *testing.T) {
 	}
 
 	// The consumer, started again, reads from the reset offsets: all 36.
-	again := startGroupMember(t, kafka, topic, group)
-	again.waitRead(t, partitions*12)
-	again.close()
+	again := groupMember(t, kafka, topic, group)
+	groupConsume(t, again, partitions*12, "the member reading every record again")
+	again.Close()
 
 	pollGroupCLI(t, "the group Empty again", func() bool {
 		return groupCLIJSON[[]groupViewJSON](t, "group", "describe", group, boot)[0].State == "Empty"
@@ -190,72 +193,12 @@ func produceEach(t *testing.T, kafka map[int32]string, topic string, partitions 
 	}
 }
 
-// groupMember is a franz-go consumer in a group, reading from a goroutine
-// until closed, counting what it read.
-type groupMember struct {
-	cl   *kgo.Client
-	stop context.CancelFunc
-	done chan struct{}
-	once sync.Once
-
-	mu   sync.Mutex
-	read int
-}
-
-// startGroupMember starts a member of group consuming topic from the
-// committed offsets (from the start without one); it is closed at the end
-// of the test at the latest.
-func startGroupMember(t *testing.T, kafka map[int32]string, topic, group string) *groupMember {
+// groupMember is a franz-go consumer in group, reading topic from the
+// committed offsets (from the start without one), committing only when
+// told. It stays a member while open, polled or not: kgo heartbeats in the
+// background.
+func groupMember(t *testing.T, kafka map[int32]string, topic, group string) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(bootstrap(kafka)...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
-		kgo.HeartbeatInterval(200*time.Millisecond), kgo.MetadataMinAge(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	m := &groupMember{cl: cl, stop: stop, done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		for ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			m.mu.Lock()
-			m.read += fs.NumRecords()
-			m.mu.Unlock()
-		}
-	}()
-	t.Cleanup(m.close)
-	return m
-}
-
-// waitRead waits until the member has read n records.
-func (m *groupMember) waitRead(t *testing.T, n int) {
-	t.Helper()
-	err := poll.Wait(context.Background(), kafkaTimeout, 20*time.Millisecond, fmt.Sprintf("the group member reading %d records", n), func() (bool, error) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return m.read >= n, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// commit commits what the member read.
-func (m *groupMember) commit(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
-	defer cancel()
-	if err := m.cl.CommitUncommittedOffsets(ctx); err != nil {
-		t.Fatalf("commit: %v", err)
-	}
-}
-
-// close stops reading and leaves the group.
-func (m *groupMember) close() {
-	m.once.Do(func() {
-		m.stop()
-		<-m.done
-		m.cl.Close()
-	})
+	return kafkaClient(t, kafka, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.HeartbeatInterval(200*time.Millisecond))
 }

@@ -59,6 +59,10 @@ this keel binary), written to by franz-go producers in the bench process:
                        leader, and the writes that failed or were retried
   catch-up             a follower restarted after --catch-up-bytes were written
                        without it: until it is back in every ISR
+  consume-group        --group-records records read by a consumer group of 3 that
+                       commits them (records/s against one consumer without a
+                       group), then the rebalance when a 4th member joins (until
+                       every partition is assigned again) and when it leaves
 
 Brokers are full (an in-process broker agent replaying the whole image) or thin
 (registration, heartbeats, the metadata stream and offset acknowledgements,
@@ -76,7 +80,8 @@ simulated broker presents too.`,
 		Example: `  keel bench
   keel bench --partitions 1000000 --scenarios create,load,broker-failure,controlled-shutdown --runs 1
   keel bench --controllers 127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093 --scenarios create,heartbeats -o json
-  keel bench --scenarios produce,leader-crash,catch-up -o json`,
+  keel bench --scenarios produce,leader-crash,catch-up -o json
+  keel bench --scenarios consume-group --runs 5`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {

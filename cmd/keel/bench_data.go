@@ -15,6 +15,7 @@ func addBenchDataFlags(f *pflag.FlagSet, d *bench.DataConfig) {
 	f.IntVar(&d.Producers, "producers", bench.DefaultProducers, "produce, catch-up: franz-go clients producing at once")
 	f.DurationVar(&d.Duration, "produce-duration", bench.DefaultProduceDuration, "produce: how long each of its three measurements lasts, after a warm-up")
 	f.Int64Var(&d.CatchUpBytes, "catch-up-bytes", bench.DefaultCatchUpBytes, "catch-up: bytes of records written while the follower is down")
+	f.Int64Var(&d.GroupRecords, "group-records", bench.DefaultGroupRecords, "consume-group: records written, then consumed by the group")
 	f.DurationVar(&d.SessionTimeout, "broker-session-timeout", 0, "leader-crash: the data path controllers' --session-timeout (default: theirs, 9s)")
 }
 

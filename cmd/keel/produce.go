@@ -44,7 +44,14 @@ func (k *kafkaFlags) client(cmd *cobra.Command, opts ...kgo.Opt) (*kgo.Client, e
 	if k.topic == "" {
 		return nil, errors.New("--topic is required")
 	}
-	seeds := splitAddrs(k.bootstrap)
+	return kafkaClient(cmd, k.bootstrap, k.timeout, opts...)
+}
+
+// kafkaClient is a franz-go client of the Kafka listeners in bootstrap,
+// retrying a request for up to timeout, over mutual TLS with the --tls-*
+// certificate when given.
+func kafkaClient(cmd *cobra.Command, bootstrap string, timeout time.Duration, opts ...kgo.Opt) (*kgo.Client, error) {
+	seeds := splitAddrs(bootstrap)
 	if len(seeds) == 0 {
 		return nil, errors.New("--bootstrap: no address given")
 	}
@@ -52,7 +59,7 @@ func (k *kafkaFlags) client(cmd *cobra.Command, opts ...kgo.Opt) (*kgo.Client, e
 	if err != nil {
 		return nil, err
 	}
-	opts = append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.RetryTimeout(k.timeout)}, opts...)
+	opts = append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.RetryTimeout(timeout)}, opts...)
 	if tlsCfg != nil {
 		opts = append(opts, kgo.DialTLSConfig(tlsCfg.Client(tlsauth.RoleBroker)))
 	}

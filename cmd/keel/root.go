@@ -44,7 +44,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(withPrintConfig(g, newControllerCmd(g)), withPrintConfig(g, newBrokerCmd(g)),
 		withPrintConfig(g, newDevCmd(g)), newQuorumCmd())
 	root.AddCommand(newTopicCmd(), newPartitionCmd(), newConfigCmd(), newFeaturesCmd(), newACLCmd())
-	root.AddCommand(newProduceCmd(), newConsumeCmd())
+	root.AddCommand(newProduceCmd(), newConsumeCmd(), newGroupCmd())
 	root.AddCommand(newSnapshotCmd())
 	root.AddCommand(newCertCmd())
 	root.AddCommand(newUserCmd())

@@ -37,7 +37,7 @@ const (
 // dataScenarios run on a cluster of their own: three controllers and three
 // real `keel broker` processes with Kafka listeners, started from the same
 // keel executable, driven by franz-go producers in the bench process.
-var dataScenarios = map[string]bool{ScenarioProduce: true, ScenarioLeaderCrash: true, ScenarioCatchUp: true}
+var dataScenarios = map[string]bool{ScenarioProduce: true, ScenarioLeaderCrash: true, ScenarioCatchUp: true, ScenarioConsumeGroup: true}
 
 // DataConfig configures the data path's scenarios.
 type DataConfig struct {
@@ -55,6 +55,8 @@ type DataConfig struct {
 	// SessionTimeout is the controllers' --session-timeout; 0 leaves their
 	// default (9 s), which leader-crash is reported with.
 	SessionTimeout time.Duration
+	// GroupRecords is what consume-group writes, then consumes (100,000).
+	GroupRecords int64
 }
 
 func (c *DataConfig) check() error {
@@ -73,6 +75,9 @@ func (c *DataConfig) check() error {
 	if c.CatchUpBytes == 0 {
 		c.CatchUpBytes = DefaultCatchUpBytes
 	}
+	if c.GroupRecords == 0 {
+		c.GroupRecords = DefaultGroupRecords
+	}
 	switch {
 	case c.RecordSize < 1 || c.RecordSize > 512<<10:
 		return fmt.Errorf("--record-size %d: between 1 and 524288 bytes", c.RecordSize)
@@ -84,6 +89,8 @@ func (c *DataConfig) check() error {
 		return fmt.Errorf("--produce-duration %v: at least 100ms", c.Duration)
 	case c.CatchUpBytes < int64(c.RecordSize):
 		return fmt.Errorf("--catch-up-bytes %d: at least one record (--record-size %d)", c.CatchUpBytes, c.RecordSize)
+	case c.GroupRecords < 1:
+		return fmt.Errorf("--group-records %d: at least 1", c.GroupRecords)
 	case c.SessionTimeout < 0:
 		return fmt.Errorf("--broker-session-timeout %v: must not be negative", c.SessionTimeout)
 	}
@@ -121,6 +128,8 @@ func (r *runner) dataPath(ctx context.Context, report *Report, names []string) (
 			res, err = r.leaderCrash(ctx, dc)
 		case ScenarioCatchUp:
 			res, err = r.catchUp(ctx, dc)
+		case ScenarioConsumeGroup:
+			res, err = r.consumeGroup(ctx, dc)
 		default:
 			err = fmt.Errorf("unknown scenario %q", name)
 		}

@@ -22,6 +22,9 @@ const (
 	ScenarioProduce     = "produce"
 	ScenarioLeaderCrash = "leader-crash"
 	ScenarioCatchUp     = "catch-up"
+	// ScenarioConsumeGroup is the data path through a consumer group
+	// (scenario_group.go).
+	ScenarioConsumeGroup = "consume-group"
 )
 
 // AllScenarios lists every scenario in the order they run: the partitions
@@ -32,7 +35,7 @@ var AllScenarios = []string{
 }
 
 // optionalScenarios run only when named, after the others.
-var optionalScenarios = []string{ScenarioSteady, ScenarioProduce, ScenarioLeaderCrash, ScenarioCatchUp}
+var optionalScenarios = []string{ScenarioSteady, ScenarioProduce, ScenarioLeaderCrash, ScenarioCatchUp, ScenarioConsumeGroup}
 
 // killsControllers: scenarios that kill and restart controller processes,
 // which a bench against a running quorum (--controllers) cannot do.
@@ -82,4 +85,5 @@ var measures = map[string]string{
 	ScenarioProduce:            "acks=all produce latency p99 at half the acks=all peak rate (per run)",
 	ScenarioLeaderCrash:        "kill -9 of a partition's leader under an acks=all producer, to the first write acknowledged by the new leader",
 	ScenarioCatchUp:            "restart of a follower that missed --catch-up-bytes, until it is back in every ISR",
+	ScenarioConsumeGroup:       "a 4th member's start until every partition is assigned again, one owner each",
 }

@@ -19,9 +19,10 @@ import (
 	"github.com/keel-dev/keel/internal/poll"
 )
 
-// produceForGroup produces n records over every partition of topic with an
-// idempotent acks=all producer, tagged tag, and returns them as
-// acknowledged; a record that failed fails the test.
+// produceForGroup produces records over every partition of topic, round
+// robin, with an idempotent acks=all producer, tagged tag, until at least
+// n are acknowledged, and returns them as acknowledged; a record that
+// failed fails the test.
 func produceForGroup(t *testing.T, kafka map[int32]string, topic string, partitions int32, tag string, n int) []ackedRecord {
 	t.Helper()
 	p := startProducer(t, kafka, topic, partitions, tag)
@@ -43,7 +44,7 @@ const clientCloseLimit = 10 * time.Second
 
 // TestPythonClient_GroupSubscribe: confluent-kafka's Consumer.subscribe()
 // (testdata/groups.py) in a group, on a topic of 4 partitions holding 400
-// acknowledged records: one member reads every record; its synchronous
+// acknowledged records (at least): one member reads every record; its synchronous
 // commit() is answered and committed() returns the high watermarks; a
 // second member joins and the coordinator splits the partitions between
 // them, as their on_assign callbacks say; 200 more records are read by the
@@ -111,7 +112,8 @@ func startPyGroupMember(t *testing.T, python string, kafka map[int32]string, gro
 // 200 more records are produced, and the two together read all 600. Both
 // stopped (SIGTERM: they commit and leave), the group's committed offsets
 // are the high watermarks; 10 more records are produced, and a third run
-// in the group (-e: to the end) reads exactly those, nothing older.
+// in the group (-e: to the end; from the earliest offset where nothing is
+// committed) reads exactly those, nothing older.
 func TestKcat_Group(t *testing.T) {
 	kcat := kcatPath(t)
 	t.Parallel()
@@ -137,7 +139,8 @@ func TestKcat_Group(t *testing.T) {
 	t.Logf("%d records; kcat a read %d, b %d; a's rebalances:\n%s\nb's:\n%s", len(acked), na, nb, kcatRebalances(a), kcatRebalances(b))
 
 	last := produceForGroup(t, kafka, topic, partitions, "c", 10)
-	out := mustKcat(t, kcat, "", "-G", group, "-b", seeds, "-e", "-q", "-f", `%s\n`, "-X", "heartbeat.interval.ms=500", topic)
+	out := mustKcat(t, kcat, "", "-G", group, "-b", seeds, "-e", "-q", "-f", `%s\n`,
+		"-X", "heartbeat.interval.ms=500", "-X", "auto.offset.reset=earliest", topic)
 	got := strings.Fields(out)
 	var want []string
 	for _, r := range last {
@@ -151,13 +154,14 @@ func TestKcat_Group(t *testing.T) {
 }
 
 // startKcatMember runs `kcat -G group topic` printing each record as JSON
-// (-J); it commits what it read (librdkafka's auto commit) and leaves the
-// group when stopped.
+// (-J) as it reads it (-u: unbuffered, else records wait in stdio's
+// buffer of the pipe); it commits what it read (librdkafka's auto commit)
+// and leaves the group when stopped.
 func startKcatMember(t *testing.T, kcat, seeds, group, topic, name string) *groupMember {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*clientTimeout)
 	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, kcat, "-G", group, "-b", seeds, "-J",
+	cmd := exec.CommandContext(ctx, kcat, "-G", group, "-b", seeds, "-J", "-u",
 		"-X", "auto.offset.reset=earliest", "-X", "heartbeat.interval.ms=500", "-X", "auto.commit.interval.ms=500", topic)
 	cmd.WaitDelay = 5 * time.Second
 	return startMemberProcess(t, name, cmd)

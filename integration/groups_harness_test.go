@@ -59,19 +59,7 @@ var groupBrokerFlags = []string{"--group-initial-rebalance-delay=0s", "--offsets
 // ids) with groupBrokerFlags given to every broker.
 func startGroupCluster(t *testing.T, ids []int32) (*Cluster, map[int32]string) {
 	t.Helper()
-	c := startCluster(t, 3, withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second))
-	c.WaitForActive(t, activeTimeout)
-	addrs := freeAddrs(t, len(ids))
-	kafka := make(map[int32]string, len(ids))
-	bopts := make([][]brokerOption, len(ids))
-	for i, id := range ids {
-		kafka[id] = addrs[i]
-		flags := append([]string{"--kafka-listen=" + addrs[i], "--replica-lag-time-max=1s", "--replica-fetch-interval=100ms"}, groupBrokerFlags...)
-		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags(flags...)}
-	}
-	c.startBrokers(ids, bopts)
-	c.WaitForBrokers(t, allActive(ids...))
-	return c, kafka
+	return startKafkaClusterWith(t, ids, groupBrokerFlags)
 }
 
 // createLedTopic creates topic with CreateTopics through the brokers and

@@ -25,6 +25,34 @@ import (
 // groupPartitions is the partition count of the group tests' topics.
 const groupPartitions = 6
 
+// startGroupTest starts a cluster for a group test (startGroupCluster,
+// brokers 1 to 3) with topic, of groupPartitions partitions led with a
+// full ISR, and returns it with an admin client.
+func startGroupTest(t *testing.T, topic string) (*Cluster, map[int32]string, *kadm.Client) {
+	t.Helper()
+	c, kafka := startGroupCluster(t, threeBrokers)
+	createLedTopic(t, c, kafka, topic, groupPartitions)
+	return c, kafka, kadm.NewClient(kafkaClient(t, kafka))
+}
+
+// drainGroup stops the producer, then waits until the members ms together
+// have read every record it had acknowledged (at least once) and the
+// group has committed the high watermarks; it returns the records
+// acknowledged. A record the producer gave up on fails the test.
+func drainGroup(t *testing.T, kafka map[int32]string, adm *kadm.Client, producer *streamProducer, group, topic string, ms ...*groupMember) []ackedRecord {
+	t.Helper()
+	if !producer.stop(kafkaTimeout) {
+		t.Fatal("the producer did not finish")
+	}
+	_, acked, failed := producer.results()
+	if len(failed) > 0 {
+		t.Fatalf("%d records failed to produce", len(failed))
+	}
+	waitAllRead(t, acked, ms...)
+	waitForCommitted(t, adm, group, topic, highWatermarks(t, kafkaClient(t, kafka), topic, groupPartitions))
+	return acked
+}
+
 // TestGroups_SecondMemberJoinsAndLeaves: one member takes the 6
 // partitions of a topic; a second joins and the coordinator splits them,
 // each member's own view (its assign and revoke callbacks) matching
@@ -34,10 +62,8 @@ const groupPartitions = 6
 // reach the high watermarks.
 func TestGroups_SecondMemberJoinsAndLeaves(t *testing.T) {
 	t.Parallel()
-	c, kafka := startGroupCluster(t, threeBrokers)
 	const topic, group = "groups-split", "split"
-	createLedTopic(t, c, kafka, topic, groupPartitions)
-	adm := kadm.NewClient(kafkaClient(t, kafka))
+	_, kafka, adm := startGroupTest(t, topic)
 	producer := startProducer(t, kafka, topic, groupPartitions, "a")
 	producer.waitAcked(300, "before the first member")
 
@@ -66,15 +92,7 @@ func TestGroups_SecondMemberJoinsAndLeaves(t *testing.T) {
 		t.Logf("b's partitions moved to a %s after b left", moved.Round(time.Millisecond))
 	}
 	producer.waitAcked(300, "after b left")
-	if !producer.stop(kafkaTimeout) {
-		t.Fatal("the producer did not finish")
-	}
-	_, acked, failed := producer.results()
-	if len(failed) > 0 {
-		t.Fatalf("%d records failed to produce", len(failed))
-	}
-	waitAllRead(t, acked, a, b)
-	waitForCommitted(t, adm, group, topic, highWatermarks(t, kafkaClient(t, kafka), topic, groupPartitions))
+	acked := drainGroup(t, kafka, adm, producer, group, topic, a, b)
 	_, na := a.reads()
 	_, nb := b.reads()
 	t.Logf("%d acknowledged records; a read %d, b read %d", len(acked), na, nb)
@@ -88,10 +106,8 @@ func TestGroups_SecondMemberJoinsAndLeaves(t *testing.T) {
 // two together read every acknowledged record at least once.
 func TestGroups_KilledMemberPartitionsMove(t *testing.T) {
 	t.Parallel()
-	c, kafka := startGroupCluster(t, threeBrokers)
 	const topic, group = "groups-kill", "kill"
-	createLedTopic(t, c, kafka, topic, groupPartitions)
-	adm := kadm.NewClient(kafkaClient(t, kafka))
+	_, kafka, adm := startGroupTest(t, topic)
 	producer := startProducer(t, kafka, topic, groupPartitions, "a")
 
 	a := startGroupMember(t, kafka, group, topic, "a", groupSession)
@@ -123,15 +139,7 @@ func TestGroups_KilledMemberPartitionsMove(t *testing.T) {
 	}
 
 	producer.waitAcked(500, "after a's kill -9")
-	if !producer.stop(kafkaTimeout) {
-		t.Fatal("the producer did not finish")
-	}
-	_, acked, failed := producer.results()
-	if len(failed) > 0 {
-		t.Fatalf("%d records failed to produce", len(failed))
-	}
-	waitAllRead(t, acked, a, b)
-	waitForCommitted(t, adm, group, topic, highWatermarks(t, kafkaClient(t, kafka), topic, groupPartitions))
+	acked := drainGroup(t, kafka, adm, producer, group, topic, a, b)
 	readA, na := a.reads()
 	readB, nb := b.reads()
 	again := 0
@@ -153,10 +161,8 @@ func TestGroups_KilledMemberPartitionsMove(t *testing.T) {
 // backwards.
 func TestGroups_CoordinatorKill(t *testing.T) {
 	t.Parallel()
-	c, kafka := startGroupCluster(t, threeBrokers)
 	const topic, group = "groups-coordinator", "coordinator"
-	createLedTopic(t, c, kafka, topic, groupPartitions)
-	adm := kadm.NewClient(kafkaClient(t, kafka))
+	c, kafka, adm := startGroupTest(t, topic)
 	producer := startProducer(t, kafka, topic, groupPartitions, "a")
 
 	a := startGroupMember(t, kafka, group, topic, "a", groupSession)
@@ -190,15 +196,7 @@ func TestGroups_CoordinatorKill(t *testing.T) {
 	t.Logf("coordinator %d killed; %d coordinates %s after %s", victim, successor, g, time.Since(killed).Round(time.Millisecond))
 
 	producer.waitAcked(500, "after the coordinator's kill")
-	if !producer.stop(kafkaTimeout) {
-		t.Fatal("the producer did not finish")
-	}
-	_, acked, failed := producer.results()
-	if len(failed) > 0 {
-		t.Fatalf("%d records failed to produce", len(failed))
-	}
-	waitAllRead(t, acked, a)
-	waitForCommitted(t, adm, group, topic, highWatermarks(t, kafkaClient(t, kafka), topic, groupPartitions))
+	acked := drainGroup(t, kafka, adm, producer, group, topic, a)
 	backwards, answers := w.stop()
 	for _, b := range backwards {
 		t.Error(b)

@@ -37,6 +37,13 @@ const kafkaTimeout = 45 * time.Second
 // the cluster's options (withTLS).
 func startKafkaCluster(t *testing.T, ids []int32, opts ...clusterOption) (*Cluster, map[int32]string) {
 	t.Helper()
+	return startKafkaClusterWith(t, ids, nil, opts...)
+}
+
+// startKafkaClusterWith is startKafkaCluster with brokerFlags given to
+// every broker, after the harness's own.
+func startKafkaClusterWith(t *testing.T, ids []int32, brokerFlags []string, opts ...clusterOption) (*Cluster, map[int32]string) {
+	t.Helper()
 	c := startCluster(t, 3, append([]clusterOption{withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second)}, opts...)...)
 	c.WaitForActive(t, activeTimeout)
 	addrs := freeAddrs(t, len(ids))
@@ -45,7 +52,7 @@ func startKafkaCluster(t *testing.T, ids []int32, opts ...clusterOption) (*Clust
 	for i, id := range ids {
 		kafka[id] = addrs[i]
 		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags("--kafka-listen="+addrs[i],
-			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms")}
+			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms"), withBrokerFlags(brokerFlags...)}
 	}
 	c.startBrokers(ids, bopts)
 	c.WaitForBrokers(t, allActive(ids...))

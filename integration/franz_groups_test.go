@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -61,6 +62,10 @@ func TestFranzGo_GroupTests(t *testing.T) {
 		"-run", "^(TestGroupETL|TestGroupSimple)$", "github.com/twmb/franz-go/pkg/kgo")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "KGO_SEEDS="+m[1], "KGO_TEST_RF=3", "KGO_TEST_RECORDS="+records, "KGO_LOG_LEVEL=none")
+	// go test runs the test binary as its child: at the deadline, kill
+	// both, by the process group go test leads.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -50,13 +50,8 @@ const (
 	groupTimeout = 90 * time.Second
 )
 
-// groupBrokerFlags are the flags of the group tests' brokers: no initial
-// rebalance delay (as `keel dev` runs), and fewer __consumer_offsets
-// partitions than Kafka's 50, to be created quickly on a shared machine.
-var groupBrokerFlags = []string{"--group-initial-rebalance-delay=0s", "--offsets-topic-partitions=10"}
-
 // startGroupCluster is startKafkaCluster (3 controllers, the brokers
-// ids) with groupBrokerFlags given to every broker.
+// ids) with groupBrokerFlags (groups_test.go) given to every broker.
 func startGroupCluster(t *testing.T, ids []int32) (*Cluster, map[int32]string) {
 	t.Helper()
 	return startKafkaClusterWith(t, ids, groupBrokerFlags)
@@ -160,8 +155,8 @@ func waitForGroup(t *testing.T, adm *kadm.Client, group, topic, what string, con
 	return g
 }
 
-// committedOffsets fetches the group's committed offsets of topic, once.
-func committedOffsets(adm *kadm.Client, group, topic string) (map[int32]int64, error) {
+// fetchCommitted fetches the group's committed offsets of topic, once.
+func fetchCommitted(adm *kadm.Client, group, topic string) (map[int32]int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := adm.FetchOffsets(ctx, group)
@@ -183,7 +178,7 @@ func committedOffsets(adm *kadm.Client, group, topic string) (map[int32]int64, e
 func waitForCommitted(t *testing.T, adm *kadm.Client, group, topic string, hw map[int32]int64) {
 	t.Helper()
 	poll.UntilState(t, groupTimeout, fmt.Sprintf("group %s committed the high watermarks %v", group, hw), func() (bool, string) {
-		got, err := committedOffsets(adm, group, topic)
+		got, err := fetchCommitted(adm, group, topic)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -196,8 +191,8 @@ func waitForCommitted(t *testing.T, adm *kadm.Client, group, topic string, hw ma
 	})
 }
 
-// coordinatorOf asks a broker which broker coordinates group, once.
-func coordinatorOf(adm *kadm.Client, group string) (int32, error) {
+// groupCoordinator asks a broker which broker coordinates group, once.
+func groupCoordinator(adm *kadm.Client, group string) (int32, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	r := adm.FindGroupCoordinators(ctx, group)[group]

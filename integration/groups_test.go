@@ -1,273 +1,203 @@
 package integration
 
-// Consumer groups end to end (issue 30), with franz-go: members in child
-// processes (groups_harness_test.go) on 3 controllers and 3 brokers, an
-// idempotent acks=all producer streaming to every partition, and the
-// group as its coordinator describes it (kadm). What a Kafka user relies
-// on: the partitions are split between the members, a member that leaves
-// or dies has its partitions moved to the others, every acknowledged
-// record is read by the group at least once, and committed offsets never
-// go backwards, through the kill -9 of the group's coordinator too.
+// Consumer groups end to end: real `keel broker` processes, franz-go's
+// group consumer (kgo.ConsumerGroup), and the group's coordinator killed
+// with kill -9. What a Kafka user relies on: offsets committed (answered)
+// survive the coordinator's death, and a new member of the group resumes
+// from them: nothing below them is read again, nothing above them lost.
 
 import (
+	"context"
 	"fmt"
-	"maps"
-	"slices"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/internal/poll"
 )
 
-// groupPartitions is the partition count of the group tests' topics.
-const groupPartitions = 6
+// groupBrokerFlags make groups quick to test: no initial rebalance delay,
+// and a small __consumer_offsets (replicated on all three brokers, Kafka's
+// default).
+var groupBrokerFlags = []string{"--group-initial-rebalance-delay=0s", "--offsets-topic-partitions=3"}
 
-// startGroupTest starts a cluster for a group test (startGroupCluster,
-// brokers 1 to 3) with topic, of groupPartitions partitions led with a
-// full ISR, and returns it with an admin client.
-func startGroupTest(t *testing.T, topic string) (*Cluster, map[int32]string, *kadm.Client) {
+// produceValues produces values to topic with acks=all, keyed by value,
+// and fails the test on any error.
+func produceValues(t *testing.T, cl *kgo.Client, topic string, values []string) {
 	t.Helper()
-	c, kafka := startGroupCluster(t, threeBrokers)
-	createLedTopic(t, c, kafka, topic, groupPartitions)
-	return c, kafka, kadm.NewClient(kafkaClient(t, kafka))
+	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
+	defer cancel()
+	var recs []*kgo.Record
+	for _, v := range values {
+		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(v), Value: []byte(v)})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
 }
 
-// drainGroup stops the producer, then waits until the members ms together
-// have read every record it had acknowledged (at least once) and the
-// group has committed the high watermarks; it returns the records
-// acknowledged. A record the producer gave up on fails the test.
-func drainGroup(t *testing.T, kafka map[int32]string, adm *kadm.Client, producer *streamProducer, group, topic string, ms ...*groupMember) []ackedRecord {
+// groupConsume reads with a member of group until it has read want
+// records, and returns them by partition.
+func groupConsume(t *testing.T, cl *kgo.Client, want int, what string) map[int32][]consumedRecord {
 	t.Helper()
-	if !producer.stop(kafkaTimeout) {
-		t.Fatal("the producer did not finish")
-	}
-	_, acked, failed := producer.results()
-	if len(failed) > 0 {
-		t.Fatalf("%d records failed to produce", len(failed))
-	}
-	waitAllRead(t, acked, ms...)
-	waitForCommitted(t, adm, group, topic, highWatermarks(t, kafkaClient(t, kafka), topic, groupPartitions))
-	return acked
-}
-
-// TestGroups_SecondMemberJoinsAndLeaves: one member takes the 6
-// partitions of a topic; a second joins and the coordinator splits them,
-// each member's own view (its assign and revoke callbacks) matching
-// DescribeGroups; the second leaves (SIGTERM: LeaveGroup) and the first
-// has all 6 again well before a session would have run out; together
-// they read every acknowledged record, and the group's committed offsets
-// reach the high watermarks.
-func TestGroups_SecondMemberJoinsAndLeaves(t *testing.T) {
-	t.Parallel()
-	const topic, group = "groups-split", "split"
-	_, kafka, adm := startGroupTest(t, topic)
-	producer := startProducer(t, kafka, topic, groupPartitions, "a")
-	producer.waitAcked(300, "before the first member")
-
-	// A long session: a move within it is the leave's doing, not the
-	// session's.
-	const session = 20 * time.Second
-	a := startGroupMember(t, kafka, group, topic, "a", session)
-	waitForGroup(t, adm, group, topic, "member a owns every partition", func(g groupAssignment) bool {
-		return g.split(1, groupPartitions) && a.ownsAsDescribed(g)
-	})
-	b := startGroupMember(t, kafka, group, topic, "b", session)
-	g := waitForGroup(t, adm, group, topic, "split between a and b, as each says", func(g groupAssignment) bool {
-		return g.split(2, groupPartitions) && a.ownsAsDescribed(g) && b.ownsAsDescribed(g)
-	})
-	t.Logf("two members: %s", g)
-	producer.waitAcked(300, "with two members")
-
-	b.stop(kafkaTimeout)
-	left := time.Now()
-	waitForGroup(t, adm, group, topic, "member a owns every partition again", func(g groupAssignment) bool {
-		return g.split(1, groupPartitions) && a.ownsAsDescribed(g)
-	})
-	if moved := time.Since(left); moved >= session {
-		t.Errorf("b's partitions moved to a %s after b left: LeaveGroup should not wait for the session (%s)", moved, session)
-	} else {
-		t.Logf("b's partitions moved to a %s after b left", moved.Round(time.Millisecond))
-	}
-	producer.waitAcked(300, "after b left")
-	acked := drainGroup(t, kafka, adm, producer, group, topic, a, b)
-	_, na := a.reads()
-	_, nb := b.reads()
-	t.Logf("%d acknowledged records; a read %d, b read %d", len(acked), na, nb)
-	a.stop(kafkaTimeout)
-}
-
-// TestGroups_KilledMemberPartitionsMove: two members split a topic's 6
-// partitions while a producer streams; one is killed with kill -9 (no
-// LeaveGroup); once its session (6 s) runs out, the coordinator gives all
-// 6 to the survivor, which reads from the dead member's last commit: the
-// two together read every acknowledged record at least once.
-func TestGroups_KilledMemberPartitionsMove(t *testing.T) {
-	t.Parallel()
-	const topic, group = "groups-kill", "kill"
-	_, kafka, adm := startGroupTest(t, topic)
-	producer := startProducer(t, kafka, topic, groupPartitions, "a")
-
-	a := startGroupMember(t, kafka, group, topic, "a", groupSession)
-	b := startGroupMember(t, kafka, group, topic, "b", groupSession)
-	g := waitForGroup(t, adm, group, topic, "split between a and b, as each says", func(g groupAssignment) bool {
-		return g.split(2, groupPartitions) && a.ownsAsDescribed(g) && b.ownsAsDescribed(g)
-	})
-	aID, aParts := a.partitions()
-	producer.waitAcked(500, "with two members")
-	poll.UntilState(t, groupTimeout, "member a reading", func() (bool, string) {
-		_, n := a.reads()
-		return n > 50, fmt.Sprintf("a read %d", n)
-	})
-
-	a.kill()
-	killed := time.Now()
-	waitForGroup(t, adm, group, topic, "member b owns every partition after a's kill -9", func(g groupAssignment) bool {
-		_, dead := g.members[aID]
-		return !dead && g.split(1, groupPartitions) && b.ownsAsDescribed(g)
-	})
-	moved := time.Since(killed)
-	t.Logf("two members (%s); a (%s, partitions %v) killed; its partitions moved to b %s later (session %s)",
-		g, aID, aParts, moved.Round(time.Millisecond), groupSession)
-	// A killed member sends nothing: only its session running out moves
-	// its partitions (its last heartbeat was at most groupHeartbeat
-	// before the kill).
-	if moved < groupSession-groupHeartbeat-500*time.Millisecond {
-		t.Errorf("a's partitions moved %s after its kill -9, before its session (%s) could run out", moved, groupSession)
-	}
-
-	producer.waitAcked(500, "after a's kill -9")
-	acked := drainGroup(t, kafka, adm, producer, group, topic, a, b)
-	readA, na := a.reads()
-	readB, nb := b.reads()
-	again := 0
-	for v := range readA {
-		again += readB[v]
-	}
-	t.Logf("%d acknowledged records, each read at least once: a read %d before its kill, b %d (%d of them read by a too: after a's last commit)",
-		len(acked), na, nb, again)
-	b.stop(kafkaTimeout)
-}
-
-// TestGroups_CoordinatorKill: one member reads a topic's 6 partitions
-// while a producer streams and a watcher fetches the group's committed
-// offsets every 100 ms; the group's coordinator (the leader of its
-// __consumer_offsets partition) is killed with kill -9. Another broker
-// becomes the coordinator, loads the group, and the member carries on in
-// it: it reads every acknowledged record, its commits reach the high
-// watermarks, and no committed offset the watcher was answered ever goes
-// backwards.
-func TestGroups_CoordinatorKill(t *testing.T) {
-	t.Parallel()
-	const topic, group = "groups-coordinator", "coordinator"
-	c, kafka, adm := startGroupTest(t, topic)
-	producer := startProducer(t, kafka, topic, groupPartitions, "a")
-
-	a := startGroupMember(t, kafka, group, topic, "a", groupSession)
-	waitForGroup(t, adm, group, topic, "member a owns every partition", func(g groupAssignment) bool {
-		return g.split(1, groupPartitions) && a.ownsAsDescribed(g)
-	})
-	w := watchCommitted(t, adm, group, topic)
-	producer.waitAcked(500, "before the coordinator's kill")
-	poll.UntilState(t, groupTimeout, "offsets committed", func() (bool, string) {
-		n := w.answers()
-		return n > 5, fmt.Sprintf("%d answers", n)
-	})
-
-	var victim int32
-	poll.UntilState(t, groupTimeout, "the group's coordinator", func() (bool, string) {
-		id, err := coordinatorOf(adm, group)
-		victim = id
-		return err == nil && id > 0, fmt.Sprintf("%d, %v", id, err)
-	})
-	c.KillBroker(victim)
-	killed := time.Now()
-	var successor int32
-	poll.UntilState(t, groupTimeout, "another coordinator", func() (bool, string) {
-		id, err := coordinatorOf(adm, group)
-		successor = id
-		return err == nil && id > 0 && id != victim, fmt.Sprintf("%d, %v", id, err)
-	})
-	g := waitForGroup(t, adm, group, topic, "member a owns every partition, on the new coordinator", func(g groupAssignment) bool {
-		return g.split(1, groupPartitions) && a.ownsAsDescribed(g)
-	})
-	t.Logf("coordinator %d killed; %d coordinates %s after %s", victim, successor, g, time.Since(killed).Round(time.Millisecond))
-
-	producer.waitAcked(500, "after the coordinator's kill")
-	acked := drainGroup(t, kafka, adm, producer, group, topic, a)
-	backwards, answers := w.stop()
-	for _, b := range backwards {
-		t.Error(b)
-	}
-	_, n := a.reads()
-	t.Logf("%d acknowledged records, %d read; %d committed-offset answers, %d went backwards", len(acked), n, answers, len(backwards))
-	a.stop(kafkaTimeout)
-}
-
-// committedWatcher fetches a group's committed offsets every 100 ms and
-// keeps every answer that went below an earlier one.
-type committedWatcher struct {
-	stopCh chan struct{}
-	done   chan struct{}
-
-	mu        sync.Mutex
-	highest   map[int32]int64
-	n         int
-	backwards []string
-}
-
-func watchCommitted(t *testing.T, adm *kadm.Client, group, topic string) *committedWatcher {
-	w := &committedWatcher{stopCh: make(chan struct{}), done: make(chan struct{}), highest: map[int32]int64{}}
-	go func() {
-		defer close(w.done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-w.stopCh:
-				return
-			case <-tick.C:
+	got := map[int32][]consumedRecord{}
+	n := 0
+	poll.UntilState(t, kafkaTimeout, what, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fetches := cl.PollFetches(ctx)
+		cancel()
+		var errs []string
+		fetches.EachError(func(topic string, p int32, err error) {
+			if err != context.DeadlineExceeded {
+				errs = append(errs, fmt.Sprintf("%s/%d: %v", topic, p, err))
 			}
-			// An error (no coordinator yet, a load in progress) is no
-			// answer; only answers are compared.
-			got, err := committedOffsets(adm, group, topic)
-			if err != nil || len(got) == 0 {
-				continue
-			}
-			w.mu.Lock()
-			w.n++
-			for _, p := range slices.Sorted(maps.Keys(got)) {
-				if got[p] < w.highest[p] {
-					w.backwards = append(w.backwards, fmt.Sprintf("partition %d: committed offset %d answered at %s, after %d",
-						p, got[p], time.Now().Format("15:04:05.000"), w.highest[p]))
-				}
-				w.highest[p] = max(w.highest[p], got[p])
-			}
-			w.mu.Unlock()
+		})
+		fetches.EachRecord(func(r *kgo.Record) {
+			got[r.Partition] = append(got[r.Partition], consumedRecord{offset: r.Offset, leaderEpoch: r.LeaderEpoch, value: string(r.Value)})
+			n++
+		})
+		return n >= want, fmt.Sprintf("read %d of %d; errors: %s", n, want, strings.Join(errs, "; "))
+	})
+	return got
+}
+
+// coordinatorOf asks the cluster which broker coordinates group, until
+// one does.
+func coordinatorOf(t *testing.T, cl *kgo.Client, group string) int32 {
+	t.Helper()
+	var id int32
+	poll.UntilState(t, kafkaTimeout, "a coordinator for group "+group, func() (bool, string) {
+		req := kmsg.NewPtrFindCoordinatorRequest()
+		req.CoordinatorKey = group
+		req.CoordinatorKeys = []string{group}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return false, err.Error()
 		}
-	}()
-	t.Cleanup(func() { w.stop() })
-	return w
+		code, node := resp.ErrorCode, resp.NodeID
+		if len(resp.Coordinators) == 1 {
+			code, node = resp.Coordinators[0].ErrorCode, resp.Coordinators[0].NodeID
+		}
+		id = node
+		return code == 0, fmt.Sprintf("error %v, node %d", kerr.ErrorForCode(code), node)
+	})
+	return id
 }
 
-func (w *committedWatcher) answers() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.n
+// committedOffsets is group's committed offsets of topic, by partition,
+// as OffsetFetch answers them.
+func committedOffsets(t *testing.T, cl *kgo.Client, group, topic string) map[int32]int64 {
+	t.Helper()
+	var out map[int32]int64
+	poll.UntilState(t, kafkaTimeout, "group "+group+"'s committed offsets", func() (bool, string) {
+		req := kmsg.NewPtrOffsetFetchRequest()
+		req.Group = group
+		req.Groups = []kmsg.OffsetFetchRequestGroup{{Group: group}}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return false, err.Error()
+		}
+		out = map[int32]int64{}
+		for _, g := range resp.Groups {
+			if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+				return false, err.Error()
+			}
+			for _, rt := range g.Topics {
+				for _, p := range rt.Partitions {
+					if rt.Topic == topic && p.ErrorCode == 0 {
+						out[p.Partition] = p.Offset
+					}
+				}
+			}
+		}
+		return true, ""
+	})
+	return out
 }
 
-// stop ends the watch and returns what went backwards and how many
-// answers there were.
-func (w *committedWatcher) stop() ([]string, int) {
-	select {
-	case <-w.stopCh:
-	default:
-		close(w.stopCh)
+// TestGroups_ConsumerResumesAfterCoordinatorKill: a group consumer reads
+// every record produced and commits; the group's coordinator is killed
+// with kill -9 while more records are produced; a new member of the group
+// reads from the committed offsets on: every record above them, none
+// below.
+func TestGroups_ConsumerResumesAfterCoordinatorKill(t *testing.T) {
+	t.Parallel()
+	c, kafka := startKafkaClusterWith(t, threeBrokers, groupBrokerFlags)
+	const topic, group = "orders", "billing"
+	c.createTopic(t, topic, "--partitions", "3", "--replication-factor", "3", "--config", "min.insync.replicas=2")
+	c.WaitForTopic(t, topic, "led with full ISRs", func(d topicJSON) bool {
+		return d.every(func(p partitionJSON) bool { return p.Leader > 0 && len(p.ISR) == 3 })
+	})
+	producer := kafkaClient(t, kafka)
+	var first, second []string
+	for i := range 300 {
+		first = append(first, fmt.Sprintf("a%03d", i))
+		second = append(second, fmt.Sprintf("b%03d", i))
 	}
-	<-w.done
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.backwards), w.n
+	produceValues(t, producer, topic, first)
+
+	member := func() *kgo.Client {
+		return kafkaClient(t, kafka, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	}
+	a := member()
+	read := groupConsume(t, a, len(first), "the first member reads every record")
+	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
+	defer cancel()
+	if err := a.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	committed := map[int32]int64{}
+	total := 0
+	for p, recs := range read {
+		committed[p] = recs[len(recs)-1].offset + 1
+		total += len(recs)
+	}
+	if total != len(first) {
+		t.Fatalf("the first member read %d records; want %d", total, len(first))
+	}
+	a.Close() // leaves the group
+
+	victim := coordinatorOf(t, producer, group)
+	c.KillBroker(victim)
+	t.Logf("killed broker %d, the coordinator of %s, after commits %v", victim, group, committed)
+	produceValues(t, producer, topic, second)
+	if got := committedOffsets(t, producer, group, topic); len(got) != len(committed) {
+		t.Fatalf("committed offsets after the kill: %v; want %v", got, committed)
+	} else {
+		for p, o := range committed {
+			if got[p] != o {
+				t.Fatalf("committed offsets after the kill: %v; want %v", got, committed)
+			}
+		}
+	}
+	if now := coordinatorOf(t, producer, group); now == victim {
+		t.Fatalf("broker %d still coordinates %s after its kill", victim, group)
+	}
+
+	b := member()
+	again := groupConsume(t, b, len(second), "the second member reads the records produced after the commit")
+	seen := map[string]bool{}
+	for p, recs := range again {
+		for _, r := range recs {
+			if r.offset < committed[p] {
+				t.Errorf("partition %d: offset %d (%q) read again below the committed %d", p, r.offset, r.value, committed[p])
+			}
+			seen[r.value] = true
+		}
+	}
+	for _, v := range second {
+		if !seen[v] {
+			t.Errorf("%q, produced after the commit, was not read", v)
+		}
+	}
+	t.Logf("first member: %d records, committed %v; after the kill of broker %d the second member read %d records", total, committed, victim, len(seen))
 }

@@ -40,9 +40,9 @@ func startKafkaCluster(t *testing.T, ids []int32, opts ...clusterOption) (*Clust
 	return startKafkaClusterWith(t, ids, nil, opts...)
 }
 
-// startKafkaClusterWith is startKafkaCluster with brokerFlags given to
-// every broker, after the harness's own.
-func startKafkaClusterWith(t *testing.T, ids []int32, brokerFlags []string, opts ...clusterOption) (*Cluster, map[int32]string) {
+// startKafkaClusterWith is startKafkaCluster with flags added to every
+// broker's.
+func startKafkaClusterWith(t *testing.T, ids []int32, flags []string, opts ...clusterOption) (*Cluster, map[int32]string) {
 	t.Helper()
 	c := startCluster(t, 3, append([]clusterOption{withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second)}, opts...)...)
 	c.WaitForActive(t, activeTimeout)
@@ -51,8 +51,8 @@ func startKafkaClusterWith(t *testing.T, ids []int32, brokerFlags []string, opts
 	bopts := make([][]brokerOption, len(ids))
 	for i, id := range ids {
 		kafka[id] = addrs[i]
-		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags("--kafka-listen="+addrs[i],
-			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms"), withBrokerFlags(brokerFlags...)}
+		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags(append([]string{"--kafka-listen=" + addrs[i],
+			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms"}, flags...)...)}
 	}
 	c.startBrokers(ids, bopts)
 	c.WaitForBrokers(t, allActive(ids...))

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-
 	"github.com/keel-dev/keel/internal/poll"
 )
 
@@ -56,7 +54,7 @@ func TestPythonClient_GroupSubscribe(t *testing.T) {
 	c, kafka := startGroupCluster(t, threeBrokers)
 	const topic, group, partitions = "python-group", "python", 4
 	createLedTopic(t, c, kafka, topic, partitions)
-	adm := kadm.NewClient(kafkaClient(t, kafka))
+	adm := kafkaClient(t, kafka)
 	first := produceForGroup(t, kafka, topic, partitions, "a", 400)
 
 	a := startPyGroupMember(t, python, kafka, group, topic, "a")
@@ -121,7 +119,7 @@ func TestKcat_Group(t *testing.T) {
 	seeds := strings.Join(bootstrap(kafka), ",")
 	const topic, group, partitions = "kcat-group", "kcat", 4
 	createLedTopic(t, c, kafka, topic, partitions)
-	adm := kadm.NewClient(kafkaClient(t, kafka))
+	adm := kafkaClient(t, kafka)
 	acked := produceForGroup(t, kafka, topic, partitions, "a", 400)
 
 	a := startKcatMember(t, kcat, seeds, group, topic, "a")

@@ -4,7 +4,7 @@ package integration
 // brokers serve groups without Kafka's initial rebalance delay, group
 // members run as child processes (the test binary itself, switched by
 // groupMemberEnv) so that a test can kill one with kill -9, and the
-// coordinator's view of a group through kadm.
+// coordinator's view of a group (DescribeGroups, OffsetFetch).
 
 import (
 	"bufio"
@@ -23,8 +23,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/internal/poll"
 )
@@ -68,7 +69,7 @@ func createLedTopic(t *testing.T, c *Cluster, kafka map[int32]string, topic stri
 }
 
 // ---------------------------------------------------------------------------
-// The coordinator's view, through kadm
+// The coordinator's view
 
 // groupAssignment is a group as DescribeGroups answers it: its state and
 // each member's partitions of one topic, by member id.
@@ -109,29 +110,66 @@ func (g groupAssignment) split(n int, partitions int32) bool {
 	return len(seen) == int(partitions)
 }
 
-// describeGroup asks the group's coordinator for the group, once.
-func describeGroup(adm *kadm.Client, group, topic string) (groupAssignment, error) {
+// coordinatorRequest sends req to the broker that FindCoordinator names
+// as group's coordinator now, not to one the client cached: franz-go
+// keeps sending a group's requests to a coordinator it cached after that
+// broker died (a refused dial does not clear it).
+func coordinatorRequest(cl *kgo.Client, group string, req kmsg.Request) (kmsg.Response, error) {
+	id, err := groupCoordinator(cl, group)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	described, err := adm.DescribeGroups(ctx, group)
+	return cl.Broker(int(id)).Request(ctx, req)
+}
+
+// groupCoordinator asks a broker which broker coordinates group, once.
+func groupCoordinator(cl *kgo.Client, group string) (int32, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.CoordinatorKey = group
+	req.CoordinatorKeys = []string{group}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return -1, err
+	}
+	code, id := resp.ErrorCode, resp.NodeID
+	if len(resp.Coordinators) == 1 {
+		code, id = resp.Coordinators[0].ErrorCode, resp.Coordinators[0].NodeID
+	}
+	return id, kerr.ErrorForCode(code)
+}
+
+// describeGroup asks the group's coordinator for the group, once.
+func describeGroup(cl *kgo.Client, group, topic string) (groupAssignment, error) {
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{group}
+	r, err := coordinatorRequest(cl, group, req)
 	if err != nil {
 		return groupAssignment{}, err
 	}
-	d, ok := described[group]
-	if !ok {
-		return groupAssignment{}, fmt.Errorf("DescribeGroups answered no %s", group)
+	resp := r.(*kmsg.DescribeGroupsResponse)
+	if len(resp.Groups) != 1 {
+		return groupAssignment{}, fmt.Errorf("DescribeGroups answered %d groups", len(resp.Groups))
 	}
-	if d.Err != nil {
-		return groupAssignment{}, d.Err
+	d := resp.Groups[0]
+	if err := kerr.ErrorForCode(d.ErrorCode); err != nil {
+		return groupAssignment{}, err
 	}
 	g := groupAssignment{state: d.State, members: map[string][]int32{}}
 	for _, m := range d.Members {
 		var ps []int32
-		if a, ok := m.Assigned.AsConsumer(); ok {
-			for _, at := range a.Topics {
-				if at.Topic == topic {
-					ps = append(ps, at.Partitions...)
-				}
+		var a kmsg.ConsumerMemberAssignment
+		if len(m.MemberAssignment) > 0 {
+			if err := a.ReadFrom(m.MemberAssignment); err != nil {
+				return groupAssignment{}, fmt.Errorf("member %s's assignment: %v", m.MemberID, err)
+			}
+		}
+		for _, at := range a.Topics {
+			if at.Topic == topic {
+				ps = append(ps, at.Partitions...)
 			}
 		}
 		slices.Sort(ps)
@@ -142,12 +180,12 @@ func describeGroup(adm *kadm.Client, group, topic string) (groupAssignment, erro
 
 // waitForGroup polls DescribeGroups until cond holds of the group, and
 // returns the group as it then was.
-func waitForGroup(t *testing.T, adm *kadm.Client, group, topic, what string, cond func(groupAssignment) bool) groupAssignment {
+func waitForGroup(t *testing.T, cl *kgo.Client, group, topic, what string, cond func(groupAssignment) bool) groupAssignment {
 	t.Helper()
 	var g groupAssignment
 	poll.UntilState(t, groupTimeout, fmt.Sprintf("group %s: %s", group, what), func() (bool, string) {
 		var err error
-		if g, err = describeGroup(adm, group, topic); err != nil {
+		if g, err = describeGroup(cl, group, topic); err != nil {
 			return false, err.Error()
 		}
 		return cond(g), g.String()
@@ -155,30 +193,61 @@ func waitForGroup(t *testing.T, adm *kadm.Client, group, topic, what string, con
 	return g
 }
 
-// fetchCommitted fetches the group's committed offsets of topic, once.
-func fetchCommitted(adm *kadm.Client, group, topic string) (map[int32]int64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := adm.FetchOffsets(ctx, group)
+// fetchCommitted fetches the group's committed offsets of topic from its
+// coordinator, once.
+func fetchCommitted(cl *kgo.Client, group, topic string) (map[int32]int64, error) {
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	req.Groups = []kmsg.OffsetFetchRequestGroup{{Group: group}}
+	r, err := coordinatorRequest(cl, group, req)
 	if err != nil {
 		return nil, err
 	}
-	if err := resp.Error(); err != nil {
+	resp := r.(*kmsg.OffsetFetchResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
 		return nil, err
 	}
+	// v8 and later answer per group, earlier versions at the top.
+	type offset struct {
+		topic     string
+		partition int32
+		offset    int64
+		code      int16
+	}
+	var offsets []offset
+	for _, rt := range resp.Topics {
+		for _, p := range rt.Partitions {
+			offsets = append(offsets, offset{rt.Topic, p.Partition, p.Offset, p.ErrorCode})
+		}
+	}
+	for _, g := range resp.Groups {
+		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+			return nil, err
+		}
+		for _, rt := range g.Topics {
+			for _, p := range rt.Partitions {
+				offsets = append(offsets, offset{rt.Topic, p.Partition, p.Offset, p.ErrorCode})
+			}
+		}
+	}
 	out := map[int32]int64{}
-	for p, o := range resp[topic] {
-		out[p] = o.At
+	for _, o := range offsets {
+		if err := kerr.ErrorForCode(o.code); err != nil {
+			return nil, fmt.Errorf("%s/%d: %v", o.topic, o.partition, err)
+		}
+		if o.topic == topic && o.offset >= 0 {
+			out[o.partition] = o.offset
+		}
 	}
 	return out, nil
 }
 
 // waitForCommitted polls the group's committed offsets until they equal
 // hw, every partition's high watermark.
-func waitForCommitted(t *testing.T, adm *kadm.Client, group, topic string, hw map[int32]int64) {
+func waitForCommitted(t *testing.T, cl *kgo.Client, group, topic string, hw map[int32]int64) {
 	t.Helper()
 	poll.UntilState(t, groupTimeout, fmt.Sprintf("group %s committed the high watermarks %v", group, hw), func() (bool, string) {
-		got, err := fetchCommitted(adm, group, topic)
+		got, err := fetchCommitted(cl, group, topic)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -189,14 +258,6 @@ func waitForCommitted(t *testing.T, adm *kadm.Client, group, topic string, hw ma
 		}
 		return true, ""
 	})
-}
-
-// groupCoordinator asks a broker which broker coordinates group, once.
-func groupCoordinator(adm *kadm.Client, group string) (int32, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	r := adm.FindGroupCoordinators(ctx, group)[group]
-	return r.NodeID, r.Err
 }
 
 // ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@ package integration
 // Consumer groups end to end (issue 30), with franz-go: members in child
 // processes (groups_harness_test.go) on 3 controllers and 3 brokers, an
 // idempotent acks=all producer streaming to every partition, and the
-// group as its coordinator describes it (kadm). What a Kafka user relies
+// group as its coordinator describes it (DescribeGroups). What a Kafka user relies
 // on: the partitions are split between the members, a member that leaves
 // or dies has its partitions moved to the others, every acknowledged
 // record is read by the group at least once, and committed offsets never
@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keel-dev/keel/internal/poll"
 )
@@ -28,18 +28,18 @@ const groupPartitions = 6
 // startGroupTest starts a cluster for a group test (startGroupCluster,
 // brokers 1 to 3) with topic, of groupPartitions partitions led with a
 // full ISR, and returns it with an admin client.
-func startGroupTest(t *testing.T, topic string) (*Cluster, map[int32]string, *kadm.Client) {
+func startGroupTest(t *testing.T, topic string) (*Cluster, map[int32]string, *kgo.Client) {
 	t.Helper()
 	c, kafka := startGroupCluster(t, threeBrokers)
 	createLedTopic(t, c, kafka, topic, groupPartitions)
-	return c, kafka, kadm.NewClient(kafkaClient(t, kafka))
+	return c, kafka, kafkaClient(t, kafka)
 }
 
 // drainGroup stops the producer, then waits until the members ms together
 // have read every record it had acknowledged (at least once) and the
 // group has committed the high watermarks; it returns the records
 // acknowledged. A record the producer gave up on fails the test.
-func drainGroup(t *testing.T, kafka map[int32]string, adm *kadm.Client, producer *streamProducer, group, topic string, ms ...*groupMember) []ackedRecord {
+func drainGroup(t *testing.T, kafka map[int32]string, adm *kgo.Client, producer *streamProducer, group, topic string, ms ...*groupMember) []ackedRecord {
 	t.Helper()
 	if !producer.stop(kafkaTimeout) {
 		t.Fatal("the producer did not finish")
@@ -194,8 +194,14 @@ func TestGroups_CoordinatorKill(t *testing.T) {
 		return g.split(1, groupPartitions) && a.ownsAsDescribed(g)
 	})
 	t.Logf("coordinator %d killed; %d coordinates %s after %s", victim, successor, g, time.Since(killed).Round(time.Millisecond))
-
+	// Answers from the new coordinator, compared with the old one's.
+	before := w.answers()
 	producer.waitAcked(500, "after the coordinator's kill")
+	poll.UntilState(t, groupTimeout, "committed offsets answered by the new coordinator", func() (bool, string) {
+		n := w.answers()
+		return n >= before+10, fmt.Sprintf("%d answers since the kill", n-before)
+	})
+
 	acked := drainGroup(t, kafka, adm, producer, group, topic, a)
 	backwards, answers := w.stop()
 	for _, b := range backwards {
@@ -218,7 +224,7 @@ type committedWatcher struct {
 	backwards []string
 }
 
-func watchCommitted(t *testing.T, adm *kadm.Client, group, topic string) *committedWatcher {
+func watchCommitted(t *testing.T, adm *kgo.Client, group, topic string) *committedWatcher {
 	w := &committedWatcher{stopCh: make(chan struct{}), done: make(chan struct{}), highest: map[int32]int64{}}
 	go func() {
 		defer close(w.done)

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/acl"
+	"github.com/keel-dev/keel/broker/group"
 )
 
 // The group APIs: the listener authorizes each request as Kafka's
@@ -97,6 +98,14 @@ func (s *Server) handleGroup(ctx context.Context, c *conn, a *answer, req kmsg.R
 	default:
 		return false
 	}
+	// The client, as Kafka's coordinator knows it: its header's client id
+	// (a new member's id starts with it) and its address in the form
+	// DescribeGroups shows (Java's InetAddress: "/127.0.0.1").
+	client := group.Client{Host: "/" + c.host}
+	if a.h.clientID != nil {
+		client.ID = *a.h.clientID
+	}
+	ctx = group.WithClient(ctx, client)
 	ready := make(chan struct{})
 	a.ready = ready
 	go func() {

@@ -127,6 +127,9 @@ func TestKcat_Group(t *testing.T) {
 	b := startKcatMember(t, kcat, seeds, group, topic, "b")
 	g := waitForGroup(t, adm, group, topic, "split between kcat a and b", func(g groupAssignment) bool { return g.split(2, partitions) })
 	t.Logf("two members: %s", g)
+	if bad := g.clientsAre("rdkafka"); len(bad) > 0 {
+		t.Errorf("DescribeGroups: want each kcat member's client rdkafka@/127.0.0.1 and its id rdkafka-...: %v", bad)
+	}
 	acked = append(acked, produceForGroup(t, kafka, topic, partitions, "b", 200)...)
 	waitAllRead(t, acked, a, b)
 	a.stop(kafkaTimeout)

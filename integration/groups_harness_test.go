@@ -76,6 +76,7 @@ func createLedTopic(t *testing.T, c *Cluster, kafka map[int32]string, topic stri
 type groupAssignment struct {
 	state   string
 	members map[string][]int32
+	clients map[string]string // by member id: its client id and host, "ID@HOST"
 }
 
 func (g groupAssignment) String() string {
@@ -86,6 +87,20 @@ func (g groupAssignment) String() string {
 		fmt.Fprintf(&b, " %s=%v", id, g.members[id])
 	}
 	return b.String()
+}
+
+// clientsAre returns the members whose client, as the coordinator
+// describes it, is not clientID at /127.0.0.1, or whose member id does
+// not start with clientID, as Kafka's do.
+func (g groupAssignment) clientsAre(clientID string) []string {
+	var bad []string
+	for id, client := range g.clients {
+		if client != clientID+"@/127.0.0.1" || !strings.HasPrefix(id, clientID+"-") {
+			bad = append(bad, fmt.Sprintf("member %s: client %s", id, client))
+		}
+	}
+	slices.Sort(bad)
+	return bad
 }
 
 // split reports whether the group is stable with n members, each with
@@ -158,8 +173,9 @@ func describeGroup(cl *kgo.Client, group, topic string) (groupAssignment, error)
 	if err := kerr.ErrorForCode(d.ErrorCode); err != nil {
 		return groupAssignment{}, err
 	}
-	g := groupAssignment{state: d.State, members: map[string][]int32{}}
+	g := groupAssignment{state: d.State, members: map[string][]int32{}, clients: map[string]string{}}
 	for _, m := range d.Members {
+		g.clients[m.MemberID] = m.ClientID + "@" + m.ClientHost
 		var ps []int32
 		var a kmsg.ConsumerMemberAssignment
 		if len(m.MemberAssignment) > 0 {

@@ -56,10 +56,11 @@ func drainGroup(t *testing.T, kafka map[int32]string, adm *kgo.Client, producer 
 // TestGroups_SecondMemberJoinsAndLeaves: one member takes the 6
 // partitions of a topic; a second joins and the coordinator splits them,
 // each member's own view (its assign and revoke callbacks) matching
-// DescribeGroups; the second leaves (SIGTERM: LeaveGroup) and the first
-// has all 6 again well before a session would have run out; together
-// they read every acknowledged record, and the group's committed offsets
-// reach the high watermarks.
+// DescribeGroups, which shows each member's client (its id and host; the
+// client id starts the member id, as in Kafka); the second leaves
+// (SIGTERM: LeaveGroup) and the first has all 6 again well before a
+// session would have run out; together they read every acknowledged
+// record, and the group's committed offsets reach the high watermarks.
 func TestGroups_SecondMemberJoinsAndLeaves(t *testing.T) {
 	t.Parallel()
 	const topic, group = "groups-split", "split"
@@ -79,6 +80,10 @@ func TestGroups_SecondMemberJoinsAndLeaves(t *testing.T) {
 		return g.split(2, groupPartitions) && a.ownsAsDescribed(g) && b.ownsAsDescribed(g)
 	})
 	t.Logf("two members: %s", g)
+	// franz-go's client id is "kgo".
+	if bad := g.clientsAre("kgo"); len(bad) > 0 {
+		t.Errorf("DescribeGroups: want each member's client kgo@/127.0.0.1 and its id kgo-...: %v", bad)
+	}
 	producer.waitAcked(300, "with two members")
 
 	b.stop(kafkaTimeout)

@@ -48,9 +48,10 @@ test-clients: build
 ## test-kcat: the former name of test-clients.
 test-kcat: test-clients
 
-## test-franz-groups: franz-go's own consumer-group tests (pkg/kgo's TestGroupETL and
-## TestGroupSimple, FRANZ_RECORDS records: 20000) against a `keel dev` of 3 controllers
-## and 3 brokers on free loopback ports, stopped whatever happens (TestFranzGo_GroupTests).
+## test-franz-groups: franz-go's own consumer-group tests (pkg/kgo's TestGroupETL with
+## FRANZ_RECORDS records (20000), TestGroupSimple, TestIssue523, TestIssue1034,
+## TestConsumeRegex) against a `keel dev` of 3 controllers and 3 brokers on free
+## loopback ports, stopped whatever happens (TestFranzGo_GroupTests).
 FRANZ_RECORDS ?= 20000
 test-franz-groups: build
 	KEEL_FRANZ_GROUPS=1 KEEL_FRANZ_RECORDS=$(FRANZ_RECORDS) \

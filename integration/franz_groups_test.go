@@ -3,10 +3,13 @@ package integration
 // franz-go's own consumer-group tests against Keel (issue 30): pkg/kgo's
 // TestGroupETL (a chain of groups whose members join and leave while a
 // producer writes, every record consumed once and in order, with each
-// balancer, static membership too) and TestGroupSimple, run by `go test`
-// on the franz-go module this one requires, against a `keel dev` of 3
-// controllers and 3 brokers (plaintext, temporary data). Their KIP-848
-// cases skip themselves: Keel does not serve ConsumerGroupHeartbeat.
+// balancer, static membership too), TestGroupSimple, TestIssue523 (a
+// regex group whose topic is deleted under it), TestIssue1034 (batched
+// FindCoordinator) and TestConsumeRegex (a regex group that skips internal
+// topics), run by `go test` on the franz-go module this one requires,
+// against a `keel dev` of 3 controllers and 3 brokers (plaintext,
+// temporary data). Their KIP-848 cases skip themselves: Keel does not
+// serve ConsumerGroupHeartbeat.
 //
 // `make test-franz-groups` runs it (KEEL_FRANZ_GROUPS=1); elsewhere it is
 // skipped: it compiles franz-go's test package.
@@ -33,12 +36,15 @@ const (
 	franzRecords = "20000"
 	// franzTimeout bounds franz-go's tests (go test -timeout).
 	franzTimeout = 5 * time.Minute
+	// franzGroupTests are the tests of pkg/kgo run: the group tests the
+	// issue saw fail ("broker is too old", no __consumer_offsets).
+	franzGroupTests = "^(TestGroupETL|TestGroupSimple|TestIssue523|TestIssue1034|TestConsumeRegex)$"
 )
 
-// TestFranzGo_GroupTests runs `go test -race -run
-// '^(TestGroupETL|TestGroupSimple)$' github.com/twmb/franz-go/pkg/kgo`
-// with KGO_SEEDS at a fresh `keel dev --brokers-count 3`, and fails if
-// they do; each subtest's outcome is logged.
+// TestFranzGo_GroupTests runs `go test -race -run franzGroupTests
+// github.com/twmb/franz-go/pkg/kgo` with KGO_SEEDS at a fresh `keel dev
+// --brokers-count 3`, and fails if they do; each subtest's outcome is
+// logged.
 func TestFranzGo_GroupTests(t *testing.T) {
 	if os.Getenv(franzGroupsEnv) == "" {
 		t.Skipf("franz-go's group tests run with %s=1: make test-franz-groups", franzGroupsEnv)
@@ -59,7 +65,7 @@ func TestFranzGo_GroupTests(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), franzTimeout+2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "test", "-race", "-count=1", "-v", "-timeout", franzTimeout.String(),
-		"-run", "^(TestGroupETL|TestGroupSimple)$", "github.com/twmb/franz-go/pkg/kgo")
+		"-run", franzGroupTests, "github.com/twmb/franz-go/pkg/kgo")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "KGO_SEEDS="+m[1], "KGO_TEST_RF=3", "KGO_TEST_RECORDS="+records, "KGO_LOG_LEVEL=none")
 	// go test runs the test binary as its child: at the deadline, kill

@@ -248,6 +248,23 @@ func (c *Coordinator) forget(g *group) {
 	}
 }
 
+// dropIfUnused forgets g when it holds nothing: no members, pending member
+// ids, offsets or generation, as a group that a refused join or commit
+// made is left, so that lists do not show it.
+func (c *Coordinator) dropIfUnused(g *group) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.state != stateEmpty || len(g.members) > 0 || len(g.pending) > 0 || len(g.offsets) > 0 || g.generation > 0 {
+		return
+	}
+	if part := c.parts[g.partition]; part != nil && part.groups[g.id] == g {
+		delete(part.groups, g.id)
+		g.transition(stateDead) // a request holding it retries on a new one
+	}
+}
+
 func (c *Coordinator) newGroup(id string, p int32, part *partition) *group {
 	return &group{
 		c:         c,

@@ -30,6 +30,9 @@ type fakeLog struct {
 	loadErrs  []error
 	gate      chan struct{} // when not nil, Load waits for it to close
 	loads     int
+	// appendGate, when not nil, holds appends until it closes or their
+	// context ends.
+	appendGate chan struct{}
 }
 
 func newFakeLog() *fakeLog { return &fakeLog{parts: make(map[int32][]Record)} }
@@ -40,6 +43,16 @@ func (l *fakeLog) Append(ctx context.Context, p int32, records []Record) error {
 		defer l.mu.Unlock()
 		return l.appendErr
 	}
+	gate := l.appendGate
+	l.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	l.mu.Lock()
 	l.parts[p] = append(l.parts[p], records...)
 	l.mu.Unlock()
 	// The commit's wait: other appends may be answered first, as the

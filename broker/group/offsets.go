@@ -31,6 +31,7 @@ func (c *Coordinator) OffsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequ
 	}
 	if code == 0 {
 		code = c.commit(ctx, g, r, codes)
+		c.dropIfUnused(g) // when nothing was committed to a group the commit made
 	}
 	if code != 0 {
 		set(code)

@@ -39,10 +39,8 @@ func (c *Coordinator) SyncGroup(ctx context.Context, r *kmsg.SyncGroupRequest) *
 	resp.ErrorCode = res.code
 	resp.MemberAssignment = res.assignment
 	if res.code == 0 {
-		g.mu.Lock()
-		resp.ProtocolType = kmsg.StringPtr(g.protocolType)
-		resp.Protocol = kmsg.StringPtr(g.protocol)
-		g.mu.Unlock()
+		resp.ProtocolType = kmsg.StringPtr(res.protocolType)
+		resp.Protocol = kmsg.StringPtr(res.protocol)
 	}
 	return resp
 }
@@ -73,7 +71,7 @@ func (g *group) syncLocked(r *kmsg.SyncGroupRequest) (chan syncResult, syncResul
 		return fail(kerr.RebalanceInProgress.Code)
 	case stateStable:
 		g.armSession(m)
-		return nil, syncResult{assignment: m.assignment}, nil
+		return nil, g.syncResult(m), nil
 	case stateCompletingRebalance:
 	default: // Empty
 		return fail(kerr.UnknownMemberID.Code)
@@ -92,16 +90,25 @@ func (g *group) syncLocked(r *kmsg.SyncGroupRequest) (chan syncResult, syncResul
 		}
 	}
 	gen := g.generation
-	rec := g.metadataRecord(assignments)
-	return m.sync, syncResult{}, func(ctx context.Context) { g.storeAssignment(ctx, gen, rec, assignments) }
+	return m.sync, syncResult{}, func(ctx context.Context) { g.storeAssignment(ctx, gen, assignments) }
 }
 
 // storeAssignment commits the leader's assignment, then, if the group is
 // still in the generation it was made for, answers every waiting member
 // and makes the group Stable; a failed write answers them the error and
-// starts a rebalance, as Kafka's doSyncGroup.
-func (g *group) storeAssignment(ctx context.Context, gen int32, rec Record, assignments map[string][]byte) {
+// starts a rebalance, as Kafka's doSyncGroup. A group that moved on before
+// the write lock was had is not written: whatever moved it answered the
+// members, and its own write must not be overtaken by an older state.
+func (g *group) storeAssignment(ctx context.Context, gen int32, assignments map[string][]byte) {
 	g.wmu.Lock()
+	g.mu.Lock()
+	if g.state != stateCompletingRebalance || g.generation != gen {
+		g.mu.Unlock()
+		g.wmu.Unlock()
+		return
+	}
+	rec := g.metadataRecord(assignments)
+	g.mu.Unlock()
 	code := g.appendRecords(ctx, []Record{rec}, false)
 	g.wmu.Unlock()
 	g.mu.Lock()
@@ -123,12 +130,17 @@ func (g *group) storeAssignment(ctx context.Context, gen int32, rec Record, assi
 	for _, m := range g.members {
 		m.assignment = assignments[m.id]
 		if m.sync != nil {
-			m.sync <- syncResult{assignment: m.assignment}
+			m.sync <- g.syncResult(m)
 			m.sync = nil
 			g.armSession(m)
 		}
 	}
 	g.transition(stateStable)
+}
+
+// syncResult is m's assignment in the current generation.
+func (g *group) syncResult(m *member) syncResult {
+	return syncResult{assignment: m.assignment, protocolType: g.protocolType, protocol: g.protocol}
 }
 
 // Heartbeat keeps a member's session, and tells it of a rebalance

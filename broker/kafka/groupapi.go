@@ -47,41 +47,24 @@ func (s *Server) serves(key int16) bool {
 // The answer's response is set once ready is closed.
 func (s *Server) handleGroup(ctx context.Context, c *conn, a *answer, req kmsg.Request) bool {
 	var call func(context.Context) kmsg.Response
+	// read: the request is a member's (join, sync, heartbeat, leave),
+	// which needs READ on its group.
+	read, group := false, ""
 	switch r := req.(type) {
 	case *kmsg.FindCoordinatorRequest:
 		a.resp = s.findCoordinator(c, r)
 		return true
 	case *kmsg.JoinGroupRequest:
-		if !s.allowed(c, kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, r.Group) {
-			resp := r.ResponseKind().(*kmsg.JoinGroupResponse)
-			resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-			a.resp = resp
-			return true
-		}
+		read, group = true, r.Group
 		call = func(ctx context.Context) kmsg.Response { return s.groups.JoinGroup(ctx, r) }
 	case *kmsg.SyncGroupRequest:
-		if !s.allowed(c, kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, r.Group) {
-			resp := r.ResponseKind().(*kmsg.SyncGroupResponse)
-			resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-			a.resp = resp
-			return true
-		}
+		read, group = true, r.Group
 		call = func(ctx context.Context) kmsg.Response { return s.groups.SyncGroup(ctx, r) }
 	case *kmsg.HeartbeatRequest:
-		if !s.allowed(c, kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, r.Group) {
-			resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
-			resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-			a.resp = resp
-			return true
-		}
+		read, group = true, r.Group
 		call = func(ctx context.Context) kmsg.Response { return s.groups.Heartbeat(ctx, r) }
 	case *kmsg.LeaveGroupRequest:
-		if !s.allowed(c, kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, r.Group) {
-			resp := r.ResponseKind().(*kmsg.LeaveGroupResponse)
-			resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-			a.resp = resp
-			return true
-		}
+		read, group = true, r.Group
 		call = func(ctx context.Context) kmsg.Response { return s.groups.LeaveGroup(ctx, r) }
 	case *kmsg.OffsetCommitRequest:
 		call = func(ctx context.Context) kmsg.Response { return s.offsetCommit(ctx, c, r) }
@@ -98,14 +81,11 @@ func (s *Server) handleGroup(ctx context.Context, c *conn, a *answer, req kmsg.R
 	default:
 		return false
 	}
-	// The client, as Kafka's coordinator knows it: its header's client id
-	// (a new member's id starts with it) and its address in the form
-	// DescribeGroups shows (Java's InetAddress: "/127.0.0.1").
-	client := group.Client{Host: "/" + c.host}
-	if a.h.clientID != nil {
-		client.ID = *a.h.clientID
+	if read && !s.allowed(c, kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, group) {
+		a.resp = errorResponse(req, kerr.GroupAuthorizationFailed.Code, "")
+		return true
 	}
-	ctx = group.WithClient(ctx, client)
+	ctx = withGroupClient(ctx, c, a.h.clientID)
 	ready := make(chan struct{})
 	a.ready = ready
 	go func() {
@@ -113,6 +93,18 @@ func (s *Server) handleGroup(ctx context.Context, c *conn, a *answer, req kmsg.R
 		a.resp = call(ctx)
 	}()
 	return true
+}
+
+// withGroupClient returns ctx carrying the client as Kafka's coordinator
+// knows it: its header's client id (a new member's id starts with it) and
+// its address in the form DescribeGroups shows (Java's InetAddress:
+// "/127.0.0.1").
+func withGroupClient(ctx context.Context, c *conn, clientID *string) context.Context {
+	client := group.Client{Host: "/" + c.host}
+	if clientID != nil {
+		client.ID = *clientID
+	}
+	return group.WithClient(ctx, client)
 }
 
 // offsetCommit commits what the client may: READ on the group, and on
@@ -299,7 +291,17 @@ func (s *Server) describeGroups(ctx context.Context, c *conn, r *kmsg.DescribeGr
 			resp.Groups = append(resp.Groups, out)
 			continue
 		}
-		resp.Groups = append(resp.Groups, s.groups.DescribeGroup(ctx, r.Version, g))
+		out := s.groups.DescribeGroup(ctx, r.Version, g)
+		if r.IncludeAuthorizedOperations {
+			// KIP-430: the operations on the group the client may do.
+			out.AuthorizedOperations = 0
+			for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationRead, kmsg.ACLOperationDescribe, kmsg.ACLOperationDelete} {
+				if s.allowed(c, op, kmsg.ACLResourceTypeGroup, g) {
+					out.AuthorizedOperations |= 1 << op
+				}
+			}
+		}
+		resp.Groups = append(resp.Groups, out)
 	}
 	return resp
 }

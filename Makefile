@@ -6,7 +6,7 @@ LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 PROTO_DIR := proto/keelpb
 SHELL     := /bin/bash
 
-.PHONY: all build run test test-clients test-kcat faults faults-data faults-data-unclean lint docs docs-check fuzz proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel bench-table clean
+.PHONY: all build run test test-clients test-kcat test-franz-groups faults faults-data faults-data-unclean lint docs docs-check fuzz proto proto-check bench bench-failover bench-heartbeats bench-partitions bench-snapshot bench-keel bench-table clean
 
 all: build
 
@@ -25,7 +25,8 @@ test: build
 ## kcat and the Python client of python3-confluent-kafka (both librdkafka 2.0):
 ## metadata, a topic created through the brokers, produce with acks=all and an
 ## idempotent producer across a kill -9 of the partition's leader, consume, and
-## every delivery the client reported read back at its offset. Installs Debian's
+## every delivery the client reported read back at its offset; consumer groups
+## (kcat -G, subscribe()): partitions split between members, offsets committed. Installs Debian's
 ## kcat and python3-confluent-kafka with apt-get when absent, and fails (never
 ## skips) if one still cannot be found. `make test` runs each test where its
 ## client is installed, and skips it with a message otherwise.
@@ -46,6 +47,15 @@ test-clients: build
 
 ## test-kcat: the former name of test-clients.
 test-kcat: test-clients
+
+## test-franz-groups: franz-go's own consumer-group tests (pkg/kgo's TestGroupETL with
+## FRANZ_RECORDS records (20000), TestGroupSimple, TestIssue523, TestIssue1034,
+## TestConsumeRegex) against a `keel dev` of 3 controllers and 3 brokers on free
+## loopback ports, stopped whatever happens (TestFranzGo_GroupTests).
+FRANZ_RECORDS ?= 20000
+test-franz-groups: build
+	KEEL_FRANZ_GROUPS=1 KEEL_FRANZ_RECORDS=$(FRANZ_RECORDS) \
+		$(GO) test -race -count=1 -run '^TestFranzGo_GroupTests$$' -v -timeout 15m ./integration/
 
 ## faults: the fault-injection suite for longer: FAULT_RUNS runs (10) of FAULT_DURATION
 ## faults each (30s) on fresh 3-controller, 3-broker clusters; KEEL_FAULT_SEED replays

@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	if spec := os.Getenv(groupMemberEnv); spec != "" {
+		return runGroupMember(spec) // a child of a group test (groups_harness_test.go)
+	}
 	dir, err := os.MkdirTemp("", "keel-integration-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration:", err)

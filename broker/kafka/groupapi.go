@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/acl"
+	"github.com/keel-dev/keel/broker/group"
 )
 
 // The group APIs: the listener authorizes each request as Kafka's
@@ -84,6 +85,7 @@ func (s *Server) handleGroup(ctx context.Context, c *conn, a *answer, req kmsg.R
 		a.resp = errorResponse(req, kerr.GroupAuthorizationFailed.Code, "")
 		return true
 	}
+	ctx = withGroupClient(ctx, c, a.h.clientID)
 	ready := make(chan struct{})
 	a.ready = ready
 	go func() {
@@ -91,6 +93,18 @@ func (s *Server) handleGroup(ctx context.Context, c *conn, a *answer, req kmsg.R
 		a.resp = call(ctx)
 	}()
 	return true
+}
+
+// withGroupClient returns ctx carrying the client as Kafka's coordinator
+// knows it: its header's client id (a new member's id starts with it) and
+// its address in the form DescribeGroups shows (Java's InetAddress:
+// "/127.0.0.1").
+func withGroupClient(ctx context.Context, c *conn, clientID *string) context.Context {
+	client := group.Client{Host: "/" + c.host}
+	if clientID != nil {
+		client.ID = *clientID
+	}
+	return group.WithClient(ctx, client)
 }
 
 // offsetCommit commits what the client may: READ on the group, and on

@@ -1,0 +1,557 @@
+package integration
+
+// The data fault suite's consumer group (issue 30): a group of
+// groupMembers franz-go consumers (kgo.ConsumerGroup) reads every data
+// topic through the faults, and the nemesis kills (kill -9) and pauses
+// (SIGSTOP) the group's coordinator, the leader of its __consumer_offsets
+// partition, so that every run fails the coordinator over at least once
+// (its first fault is one of these). The members commit explicitly after
+// each poll, before they let a rebalance run (BlockRebalanceOnPoll): a
+// record is committed only once it was recorded, which is the at-least-
+// once contract the check below holds the cluster to, and each commit's
+// answer is observed per partition; autocommit would commit in the
+// background with no answer to check. A poller reads the group's committed
+// offsets (OffsetFetch) all along. The checks:
+//
+//   - committed offsets never go backwards: a committed offset observed
+//     (a commit the coordinator acknowledged, or an OffsetFetch answer)
+//     is never below one observed before it began (commitRegressions);
+//   - every acknowledged record is consumed by the group at least once,
+//     at its offset, with its value (groupMissed): after the faults the
+//     group catches up to the high watermarks and commits them.
+//
+// The run reports the records the group consumed, the duplicates (records
+// read again after a rebalance or a failed commit), the commits and the
+// rebalances.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/broker/group"
+)
+
+const (
+	// groupMembers is how many consumers the group has: fewer than the
+	// suite's partitions, so that each holds several and a rebalance
+	// moves some.
+	groupMembers = 3
+	// groupCommitTimeout bounds a commit: past it the commit's outcome is
+	// unknown, and the member polls again (its records are committed by
+	// the next commit, or read again by the next owner).
+	groupCommitTimeout = 5 * time.Second
+	// groupFetchEvery is how often the poller reads the committed offsets.
+	groupFetchEvery = 200 * time.Millisecond
+)
+
+// coordinatorFaultKinds are the nemesis's faults of the group's
+// coordinator; the first fault of a run that has a group is one of them.
+var coordinatorFaultKinds = []string{"kill-coordinator", "pause-coordinator"}
+
+// commitObs is one observation of a partition's committed offset: a commit
+// the coordinator acknowledged (the offset it sent), or an OffsetFetch's
+// answer. call and ret bound when it took effect: the offset was committed
+// at some instant between them.
+type commitObs struct {
+	topic     string
+	partition int32
+	offset    int64
+	call, ret time.Duration // from the start of the faults
+	source    string
+}
+
+// commitRegressions returns a message for every observation of a
+// committed offset below one observed before it began: once an offset is
+// committed, and seen so, no later commit of the group and no later
+// OffsetFetch may hold a lower one. Observations that overlap in time are
+// not ordered, and so not compared.
+func commitRegressions(obs []commitObs) []string {
+	type tp struct {
+		topic string
+		p     int32
+	}
+	by := map[tp][]commitObs{}
+	for _, o := range obs {
+		k := tp{o.topic, o.partition}
+		by[k] = append(by[k], o)
+	}
+	keys := make([]tp, 0, len(by))
+	for k := range by {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b tp) int {
+		if c := strings.Compare(a.topic, b.topic); c != 0 {
+			return c
+		}
+		return int(a.p - b.p)
+	})
+	var bad []string
+	for _, k := range keys {
+		os := by[k]
+		done := slices.Clone(os) // by the end of each observation
+		slices.SortStableFunc(done, func(a, b commitObs) int { return int(a.ret - b.ret) })
+		// highest[i] is the observation with the highest offset among
+		// done[:i+1].
+		highest := make([]int, len(done))
+		for i := range done {
+			highest[i] = i
+			if i > 0 && done[highest[i-1]].offset >= done[i].offset {
+				highest[i] = highest[i-1]
+			}
+		}
+		for _, o := range os {
+			n := sort.Search(len(done), func(i int) bool { return done[i].ret >= o.call })
+			if n == 0 {
+				continue
+			}
+			if h := done[highest[n-1]]; o.offset < h.offset {
+				bad = append(bad, fmt.Sprintf("%s partition %d: the committed offset went backwards: %d (%s, %v to %v) after %d (%s, %v to %v)",
+					k.topic, k.p, o.offset, o.source, o.call, o.ret, h.offset, h.source, h.call, h.ret))
+			}
+		}
+	}
+	return bad
+}
+
+// groupMissed returns a message for every acknowledged record of topic
+// that the group did not consume at its offset with its value; seen is
+// what the group read of topic, by partition and offset.
+func groupMissed(topic string, acked []ackedRecord, seen map[int32]map[int64]string) []string {
+	var bad []string
+	for _, a := range acked {
+		v, ok := seen[a.partition][a.offset]
+		switch {
+		case !ok:
+			bad = append(bad, fmt.Sprintf("%s partition %d offset %d: %q was acknowledged, and the group never consumed it", topic, a.partition, a.offset, a.value))
+		case v != a.value:
+			bad = append(bad, fmt.Sprintf("%s partition %d offset %d: %q was acknowledged, and the group consumed %q there", topic, a.partition, a.offset, a.value, v))
+		}
+	}
+	return bad
+}
+
+// groupTally counts what the group did, for the report.
+type groupTally struct {
+	runs                 int // runs with a group
+	consumed, duplicates int
+	commits              int // partitions' offsets the coordinator acknowledged
+	fetches              int // committed offsets the poller read
+	rebalances           int // generations the members joined
+	lost                 int // times a member lost its partitions (session gone)
+	commitErrs           map[string]int
+	fetchErrs            map[string]int
+	coordinatorMoves     int // coordinator faults after which another broker coordinated
+}
+
+func (g *groupTally) add(o *groupTally) {
+	g.runs += o.runs
+	g.consumed += o.consumed
+	g.duplicates += o.duplicates
+	g.commits += o.commits
+	g.fetches += o.fetches
+	g.rebalances += o.rebalances
+	g.lost += o.lost
+	g.coordinatorMoves += o.coordinatorMoves
+	g.commitErrs = addCounts(g.commitErrs, o.commitErrs)
+	g.fetchErrs = addCounts(g.fetchErrs, o.fetchErrs)
+}
+
+// addCounts adds src's counts to dst's, making dst if it is nil.
+func addCounts(dst, src map[string]int) map[string]int {
+	if dst == nil {
+		dst = map[string]int{}
+	}
+	for k, v := range src {
+		dst[k] += v
+	}
+	return dst
+}
+
+func (g *groupTally) write(b *strings.Builder) {
+	if g.runs == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nconsumer groups (%d members): %d records consumed, %d of them duplicates; %d offsets committed, %d committed offsets read back; %d rebalances, %d losses of a member's partitions; the coordinator moved after %d of its faults",
+		groupMembers, g.consumed, g.duplicates, g.commits, g.fetches, g.rebalances, g.lost, g.coordinatorMoves)
+	for _, m := range []struct {
+		what string
+		errs map[string]int
+	}{{"commits failed", g.commitErrs}, {"offset fetches failed", g.fetchErrs}} {
+		if len(m.errs) > 0 {
+			fmt.Fprintf(b, "; %s:", m.what)
+			for _, k := range sortedKeys(m.errs) {
+				fmt.Fprintf(b, " %dx %s", m.errs[k], k)
+			}
+		}
+	}
+}
+
+// groupRun is the consumer group of one run.
+type groupRun struct {
+	name    string
+	topics  []string
+	start   time.Time
+	members []*kgo.Client
+	admin   *kadm.Client
+	wg      sync.WaitGroup
+
+	mu    sync.Mutex
+	obs   []commitObs
+	seen  map[string]map[int32]map[int64]string // topic -> partition -> offset -> value
+	bad   []string                              // what the members saw break the rules
+	gens  map[int32]bool
+	tally groupTally
+}
+
+// groupsServed reports whether the cluster's brokers serve consumer groups
+// (JoinGroup in their ApiVersions).
+func groupsServed(t *testing.T, kafka map[int32]string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
+	defer cancel()
+	vs, err := kadm.NewClient(kafkaClient(t, kafka)).ApiVersions(ctx)
+	if err != nil {
+		t.Fatalf("ApiVersions: %v", err)
+	}
+	served := true
+	vs.Each(func(v kadm.BrokerApiVersions) {
+		if _, ok := v.KeyMaxVersion(kmsg.JoinGroup.Int16()); !ok || v.Err != nil {
+			served = false
+		}
+	})
+	return served
+}
+
+// startGroup starts the group's members and the poller of its committed
+// offsets; they run until ctx ends. It returns once every member has been
+// assigned partitions and every partition of topics has a committed
+// offset, so that the faults find a group at work.
+func startGroup(t *testing.T, ctx context.Context, kafka map[int32]string, name string, topics []string, start time.Time) *groupRun {
+	t.Helper()
+	g := &groupRun{name: name, topics: topics, start: start, seen: map[string]map[int32]map[int64]string{}, gens: map[int32]bool{},
+		tally: groupTally{commitErrs: map[string]int{}, fetchErrs: map[string]int{}}}
+	for _, topic := range topics {
+		g.seen[topic] = map[int32]map[int64]string{}
+	}
+	g.admin = kadm.NewClient(kafkaClient(t, kafka))
+	for i := range groupMembers {
+		member := i + 1
+		cl := kafkaClient(t, kafka, kgo.ConsumerGroup(name), kgo.ConsumeTopics(topics...),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
+			// Short enough that a member the faults cut off is replaced
+			// within the run, above the coordinator's minimum (6 s).
+			kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(500*time.Millisecond),
+			kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, _ map[string][]int32) {
+				_, gen := cl.GroupMetadata()
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				g.gens[gen] = true
+			}),
+			// A member that gives partitions up commits what it read of
+			// them first, as Kafka's docs ask of manual commits.
+			kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, _ map[string][]int32) {
+				g.commit(ctx, cl, member, "on revoke")
+			}),
+			kgo.OnPartitionsLost(func(context.Context, *kgo.Client, map[string][]int32) {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				g.tally.lost++
+			}))
+		g.members = append(g.members, cl)
+		g.wg.Add(1)
+		go func() { defer g.wg.Done(); g.consume(ctx, cl, member) }()
+	}
+	g.wg.Add(1)
+	go func() { defer g.wg.Done(); g.pollCommitted(ctx) }()
+	g.waitCommitted(t, nil, "before the faults")
+	return g
+}
+
+// consume is a member's loop: poll, record, commit, then let a rebalance
+// run.
+func (g *groupRun) consume(ctx context.Context, cl *kgo.Client, member int) {
+	for ctx.Err() == nil {
+		fetches := cl.PollFetches(ctx)
+		g.record(fetches)
+		if ctx.Err() == nil {
+			g.commit(ctx, cl, member, "after a poll")
+		}
+		cl.AllowRebalance()
+	}
+}
+
+// record adds what a poll returned to what the group has read.
+func (g *groupRun) record(fetches kgo.Fetches) {
+	now := time.Since(g.start).Round(time.Millisecond)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	fetches.EachError(func(topic string, p int32, err error) {
+		var loss *kgo.ErrDataLoss
+		switch {
+		case errors.Is(err, context.Canceled), errors.Is(err, kgo.ErrClientClosed):
+		case errors.As(err, &loss):
+			g.bad = append(g.bad, fmt.Sprintf("%s partition %d, at %v: a group member was told of data loss: it had read to offset %d, the leader's log ends at %d",
+				topic, p, now, loss.ConsumedTo, loss.ResetTo))
+		default:
+			g.tally.fetchErrs["consume: "+err.Error()]++
+		}
+	})
+	fetches.EachRecord(func(rec *kgo.Record) {
+		g.tally.consumed++
+		seen := g.seen[rec.Topic][rec.Partition]
+		if seen == nil {
+			seen = map[int64]string{}
+			g.seen[rec.Topic][rec.Partition] = seen
+		}
+		prev, ok := seen[rec.Offset]
+		switch {
+		case !ok:
+			seen[rec.Offset] = string(rec.Value)
+		case prev != string(rec.Value):
+			g.bad = append(g.bad, fmt.Sprintf("%s partition %d offset %d: the group read %q there, then %q at %v",
+				rec.Topic, rec.Partition, rec.Offset, prev, rec.Value, now))
+		default:
+			g.tally.duplicates++
+		}
+	})
+}
+
+// commit commits what member cl has read and not committed, and observes
+// each partition the coordinator acknowledged.
+func (g *groupRun) commit(ctx context.Context, cl *kgo.Client, member int, when string) {
+	offsets := cl.UncommittedOffsets()
+	if len(offsets) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, groupCommitTimeout)
+	defer cancel()
+	call := time.Since(g.start)
+	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		ret := time.Since(g.start)
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if err != nil {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrClientClosed) {
+				g.tally.commitErrs[err.Error()]++
+			}
+			return
+		}
+		sent := map[string]map[int32]int64{}
+		for _, rt := range req.Topics {
+			sent[rt.Topic] = map[int32]int64{}
+			for _, rp := range rt.Partitions {
+				sent[rt.Topic][rp.Partition] = rp.Offset
+			}
+		}
+		for _, rt := range resp.Topics {
+			for _, rp := range rt.Partitions {
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					g.tally.commitErrs[err.Error()]++
+					continue
+				}
+				off, ok := sent[rt.Topic][rp.Partition]
+				if !ok {
+					continue
+				}
+				g.tally.commits++
+				g.obs = append(g.obs, commitObs{topic: rt.Topic, partition: rp.Partition, offset: off, call: call, ret: ret,
+					source: fmt.Sprintf("member %d's commit %s in generation %d", member, when, req.Generation)})
+			}
+		}
+	})
+}
+
+// pollCommitted reads the group's committed offsets every groupFetchEvery
+// until ctx ends.
+func (g *groupRun) pollCommitted(ctx context.Context) {
+	tick := time.NewTicker(groupFetchEvery)
+	defer tick.Stop()
+	for {
+		g.fetchCommitted(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// fetchCommitted reads the group's committed offsets once, observes them,
+// and returns them (nil on an error).
+func (g *groupRun) fetchCommitted(ctx context.Context) map[string]map[int32]int64 {
+	fctx, cancel := context.WithTimeout(ctx, groupCommitTimeout)
+	defer cancel()
+	call := time.Since(g.start)
+	resp, err := g.admin.FetchOffsets(fctx, g.name)
+	ret := time.Since(g.start)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil {
+			g.tally.fetchErrs[err.Error()]++
+		}
+		return nil
+	}
+	out := map[string]map[int32]int64{}
+	resp.Each(func(o kadm.OffsetResponse) {
+		if o.Err != nil {
+			g.tally.fetchErrs[o.Err.Error()]++
+			return
+		}
+		if o.At < 0 || !slices.Contains(g.topics, o.Topic) {
+			return
+		}
+		if out[o.Topic] == nil {
+			out[o.Topic] = map[int32]int64{}
+		}
+		out[o.Topic][o.Partition] = o.At
+		g.tally.fetches++
+		g.obs = append(g.obs, commitObs{topic: o.Topic, partition: o.Partition, offset: o.At, call: call, ret: ret, source: "OffsetFetch"})
+	})
+	return out
+}
+
+// waitCommitted waits until the group has committed an offset for every
+// partition of its topics, at least hws's when hws is not nil: the group
+// is at work, or has caught up.
+func (g *groupRun) waitCommitted(t *testing.T, hws map[string]map[int32]int64, what string) {
+	t.Helper()
+	var state string
+	deadline := time.Now().Add(kafkaTimeout)
+	for {
+		committed := g.fetchCommitted(context.Background())
+		var behind []string
+		for _, topic := range g.topics {
+			for p := range int32(dataPartitions) {
+				c, ok := committed[topic][p]
+				switch hw := hws[topic][p]; {
+				case hws == nil && !ok:
+					behind = append(behind, fmt.Sprintf("%s-%d (nothing committed)", topic, p))
+				case hws != nil && hw > 0 && (!ok || c < hw):
+					behind = append(behind, fmt.Sprintf("%s-%d (committed %d, of %d)", topic, p, c, hw))
+				}
+			}
+		}
+		if len(behind) == 0 {
+			return
+		}
+		state = strings.Join(behind, ", ")
+		if time.Now().After(deadline) {
+			g.mu.Lock()
+			t.Fatalf("the consumer group %s did not commit every partition %s within %v: behind on %s; commit errors %v, fetch errors %v",
+				g.name, what, kafkaTimeout, state, g.tally.commitErrs, g.tally.fetchErrs)
+			g.mu.Unlock()
+		}
+		time.Sleep(100 * time.Millisecond) // the poll's interval
+	}
+}
+
+// stop leaves the group and closes its clients, while the cluster is
+// whole (a member's Close waits for its LeaveGroup), and waits for the
+// loops ended by their context.
+func (g *groupRun) stop() {
+	var wg sync.WaitGroup
+	for _, cl := range g.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), groupCommitTimeout)
+			defer cancel()
+			_ = cl.LeaveGroupContext(ctx) // the group is judged already
+			cl.Close()
+		}()
+	}
+	wg.Wait()
+	g.wg.Wait()
+}
+
+// judge fails t on every rule the group broke and returns its tally.
+func (g *groupRun) judge(t *testing.T, acked map[string][]ackedRecord) *groupTally {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	bad := slices.Clone(g.bad)
+	bad = append(bad, commitRegressions(g.obs)...)
+	for _, topic := range g.topics {
+		bad = append(bad, groupMissed(topic, acked[topic], g.seen[topic])...)
+	}
+	for i, msg := range bad {
+		if i == 10 {
+			t.Errorf("consumer group %s: ... and %d more violations", g.name, len(bad)-i)
+			break
+		}
+		t.Errorf("consumer group %s: %s", g.name, msg)
+	}
+	out := g.tally
+	out.runs = 1
+	out.rebalances = len(g.gens)
+	return &out
+}
+
+// coordinator returns the leader of group's __consumer_offsets partition
+// as the controllers see it, or 0 when the topic or its leader is unknown.
+func (r *dataRun) coordinator(name string) (int32, int32) {
+	d, err := r.c.DescribeTopicE(context.Background(), group.OffsetsTopic)
+	if err != nil || len(d.Partitions) == 0 {
+		return 0, -1
+	}
+	p := group.PartitionFor(name, int32(len(d.Partitions)))
+	return max(d.Partitions[p].Leader, 0), p
+}
+
+// coordinatorFault kills (kill -9) or pauses (SIGSTOP) the group's
+// coordinator for a while, then starts or resumes it; a pause is held from
+// well within the brokers' session to past it, so that the coordinator
+// sometimes keeps its partition and sometimes loses it while frozen.
+func (r *dataRun) coordinatorFault(from time.Time, kind string, anyBroker int32, hold func(lo, hi time.Duration) time.Duration) {
+	c := r.c
+	name := ""
+	if r.group != nil {
+		name = r.group.name
+	}
+	id, part := r.coordinator(name)
+	how := fmt.Sprintf("coordinator of %s (leader of %s-%d)", name, group.OffsetsTopic, part)
+	if id == 0 {
+		id, how = anyBroker, "broker (no coordinator known)"
+	}
+	var did string
+	switch kind {
+	case "pause-coordinator":
+		d := hold(300*time.Millisecond, testSessionTimeout+2*time.Second)
+		c.PauseBroker(id)
+		time.Sleep(d) // the fault's length, not synchronisation
+		c.ResumeBroker(id)
+		did = fmt.Sprintf("SIGSTOP %s %d for %v", how, id, d)
+	default:
+		d := hold(200*time.Millisecond, 3*time.Second)
+		c.KillBroker(id)
+		time.Sleep(d)
+		r.restartBroker(id)
+		did = fmt.Sprintf("kill -9 %s %d for %v", how, id, d)
+	}
+	after, _ := r.coordinator(name)
+	switch {
+	case after == 0:
+		did += "; no coordinator known after it"
+	case after != id && part >= 0:
+		did += fmt.Sprintf("; broker %d coordinates it now", after)
+		if r.group != nil {
+			r.group.mu.Lock()
+			r.group.tally.coordinatorMoves++
+			r.group.mu.Unlock()
+		}
+	}
+	r.fault(from, "%s: %s", kind, did)
+}

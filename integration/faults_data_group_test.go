@@ -19,6 +19,8 @@ package integration
 //   - every acknowledged record is consumed by the group at least once,
 //     at its offset, with its value (groupMissed): after the faults the
 //     group catches up to the high watermarks and commits them.
+//   - once the cluster is whole, FindCoordinator answers the broker that
+//     the controllers say leads the group's __consumer_offsets partition.
 //
 // The run reports the records the group consumed, the duplicates (records
 // read again after a rebalance or a failed commit), the commits and the
@@ -41,6 +43,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/broker/group"
+	"github.com/keel-dev/keel/internal/poll"
 )
 
 const (
@@ -554,4 +557,23 @@ func (r *dataRun) coordinatorFault(from time.Time, kind string, anyBroker int32,
 		}
 	}
 	r.fault(from, "%s: %s", kind, did)
+}
+
+// waitCoordinatorAgrees waits until FindCoordinator answers, for the
+// group, the broker the controllers say leads its __consumer_offsets
+// partition: once the cluster is whole, the listener finds the
+// coordinator the image names.
+func (r *dataRun) waitCoordinatorAgrees(t *testing.T) {
+	t.Helper()
+	g := r.group
+	poll.UntilState(t, kafkaTimeout, fmt.Sprintf("FindCoordinator(%s) to answer the leader of its %s partition", g.name, group.OffsetsTopic), func() (bool, string) {
+		leader, p := r.coordinator(g.name)
+		ctx, cancel := context.WithTimeout(context.Background(), groupCommitTimeout)
+		defer cancel()
+		found := g.admin.FindGroupCoordinators(ctx, g.name)[g.name]
+		if found.Err != nil {
+			return false, fmt.Sprintf("FindCoordinator: %v (%s); the controllers: broker %d leads %s-%d", found.Err, found.ErrMessage, leader, group.OffsetsTopic, p)
+		}
+		return leader > 0 && found.NodeID == leader, fmt.Sprintf("FindCoordinator answers broker %d; the controllers: broker %d leads %s-%d", found.NodeID, leader, group.OffsetsTopic, p)
+	})
 }

@@ -393,6 +393,7 @@ func runDataFaults(t *testing.T, mode dataMode, seed int64, duration time.Durati
 	r.waitConsumed(t, hws)
 	if r.group != nil {
 		r.group.waitCommitted(t, hws, "up to the high watermarks after the faults")
+		r.waitCoordinatorAgrees(t)
 	}
 	stopWork()
 	wg.Wait()

@@ -62,6 +62,12 @@ type Backend interface {
 	// (kerr.FencedLeaderEpoch below the leader's, kerr.UnknownLeaderEpoch
 	// above). Only the leader answers.
 	OffsetForLeaderEpoch(ctx context.Context, topic string, partition int32, currentLeaderEpoch, leaderEpoch int32) (endOffset int64, epoch int32, err error)
+	// LogEnd is the log end offset of a partition this broker leads: the
+	// offset its next record gets, committed or not. The group
+	// coordinator's Load (broker/kafka) reads its partition up to there,
+	// once the high watermark has reached it. Only the leader answers
+	// (kerr.NotLeaderForPartition).
+	LogEnd(topic string, partition int32) (int64, error)
 	// LogDirs describes the broker's log dirs and every partition replica
 	// each holds (Kafka's ReplicaManager.describeLogDirs), leaders and
 	// followers alike.

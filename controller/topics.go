@@ -243,7 +243,16 @@ func createTopicRecords(img *fsm.Image, req *keelpb.CreateTopicRequest, id fsm.T
 	if err := validateTopicName(img, req.Name); err != nil {
 		return nil, err
 	}
-	configs, err := validateConfigs(req.Configs)
+	if err := checkInternal(req.Name, req.Internal); err != nil {
+		return nil, err
+	}
+	reqConfigs := req.Configs
+	if req.Internal {
+		// The internal topic's configs are the controller's, whatever the
+		// broker that asked for it sends.
+		reqConfigs = fsm.InternalTopicConfigs()
+	}
+	configs, err := validateConfigs(reqConfigs)
 	if err != nil {
 		return nil, err
 	}
@@ -257,6 +266,29 @@ func createTopicRecords(img *fsm.Image, req *keelpb.CreateTopicRequest, id fsm.T
 	}
 	topic := &keelpb.Record{Record: &keelpb.Record_Topic{Topic: &keelpb.TopicRecord{Name: req.Name, TopicId: bytes.Clone(id[:]), Configs: configs}}}
 	return append([]*keelpb.Record{topic}, parts...), nil
+}
+
+// checkInternal refuses a user's create of an internal topic, and a
+// broker's internal request for any other: an internal topic is created
+// by the brokers, when they first need it, with the controller's configs.
+func checkInternal(name string, internal bool) error {
+	switch {
+	case fsm.IsInternalTopic(name) && !internal:
+		return fieldError("name", "%q is an internal topic: the brokers create it when a client first needs it", name)
+	case internal && !fsm.IsInternalTopic(name):
+		return fieldError("name", "%q is no internal topic", name)
+	}
+	return nil
+}
+
+// refuseInternal refuses deleting an internal topic or adding partitions
+// to it: the groups it holds are found by their partition's number
+// (group.PartitionFor), which a new count would change.
+func refuseInternal(field, name, what string) error {
+	if fsm.IsInternalTopic(name) {
+		return fieldError(field, "%q is an internal topic: it cannot %s", name, what)
+	}
+	return nil
 }
 
 // resolveAssignments returns explicit assignments after checking them, or
@@ -294,6 +326,9 @@ func createPartitionsRecords(img *fsm.Image, req *keelpb.CreatePartitionsRequest
 	if !ok {
 		return nil, fmt.Errorf("%w: topic %q", ErrUnknownTopic, req.Topic)
 	}
+	if err := refuseInternal("topic", t.Name, "have partitions added"); err != nil {
+		return nil, err
+	}
 	// An explicit assignment names the new partitions only, so it starts at
 	// the current count; one that starts lower reads as a count too small.
 	if n := int32(len(req.Assignments)); n > 0 && req.Count-n != t.Partitions {
@@ -326,6 +361,9 @@ func deleteTopicRecords(img *fsm.Image, name string) ([]*keelpb.Record, error) {
 	t, ok := img.Topic(name)
 	if !ok {
 		return nil, fmt.Errorf("%w: topic %q", ErrUnknownTopic, name)
+	}
+	if err := refuseInternal("name", name, "be deleted"); err != nil {
+		return nil, err
 	}
 	return []*keelpb.Record{{Record: &keelpb.Record_RemoveTopic{RemoveTopic: &keelpb.RemoveTopicRecord{TopicId: bytes.Clone(t.ID[:])}}}}, nil
 }

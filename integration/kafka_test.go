@@ -37,6 +37,13 @@ const kafkaTimeout = 45 * time.Second
 // the cluster's options (withTLS).
 func startKafkaCluster(t *testing.T, ids []int32, opts ...clusterOption) (*Cluster, map[int32]string) {
 	t.Helper()
+	return startKafkaClusterWith(t, ids, nil, opts...)
+}
+
+// startKafkaClusterWith is startKafkaCluster with flags added to every
+// broker's.
+func startKafkaClusterWith(t *testing.T, ids []int32, flags []string, opts ...clusterOption) (*Cluster, map[int32]string) {
+	t.Helper()
 	c := startCluster(t, 3, append([]clusterOption{withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second)}, opts...)...)
 	c.WaitForActive(t, activeTimeout)
 	addrs := freeAddrs(t, len(ids))
@@ -44,8 +51,8 @@ func startKafkaCluster(t *testing.T, ids []int32, opts ...clusterOption) (*Clust
 	bopts := make([][]brokerOption, len(ids))
 	for i, id := range ids {
 		kafka[id] = addrs[i]
-		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags("--kafka-listen="+addrs[i],
-			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms")}
+		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags(append([]string{"--kafka-listen=" + addrs[i],
+			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms"}, flags...)...)}
 	}
 	c.startBrokers(ids, bopts)
 	c.WaitForBrokers(t, allActive(ids...))

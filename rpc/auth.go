@@ -249,6 +249,11 @@ func authorizeForwarded(broker tlsauth.Identity, name string, req proto.Message,
 	if err != nil {
 		return status.Errorf(codes.Internal, "%s: %v", name, err)
 	}
+	if ct, ok := req.(*keelpb.CreateTopicRequest); ok && ct.GetInternal() && principal == "" {
+		// The broker's own request for an internal topic it needs
+		// (__consumer_offsets): the controller creates nothing else so.
+		return nil
+	}
 	if principal == "" {
 		return status.Errorf(codes.PermissionDenied, "%s needs an admin certificate, or a broker forwarding an admin client's request in %s; the caller's is %s, which forwards none", name, field, broker)
 	}

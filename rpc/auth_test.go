@@ -144,6 +144,11 @@ func TestAuthorize(t *testing.T) {
 		{caller: "broker-1", method: "/keel.v1.ControllerService/CreateAcls", req: &keelpb.CreateAclsRequest{Principal: "User:admin"}, wantCode: codes.OK},
 		{caller: "broker-1", method: "/keel.v1.ControllerService/DeleteAcls", req: &keelpb.DeleteAclsRequest{Principal: "User:broker-1"}, wantCode: codes.PermissionDenied},
 		{caller: "broker-1", method: "/keel.v1.ControllerService/DescribeAcls", wantCode: codes.PermissionDenied},
+		// A broker's own request for an internal topic (__consumer_offsets):
+		// no principal; the controller creates nothing but an internal
+		// topic so (controller.checkInternal).
+		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{Internal: true}, wantCode: codes.OK},
+		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{Internal: true, Principal: "User:alice"}, wantCode: codes.PermissionDenied},
 		{caller: "broker-1", method: create, req: &keelpb.CreateTopicRequest{}, wantCode: codes.PermissionDenied, wantMsg: "CreateTopic needs an admin certificate, or a broker forwarding an admin client's request in principal; the caller's is broker-1, which forwards none"},
 		{caller: "broker-1", method: deleteTopic, req: &keelpb.DeleteTopicRequest{}, wantCode: codes.PermissionDenied, wantMsg: "DeleteTopic needs an admin certificate, or a broker forwarding"},
 		{caller: "broker-1", method: addParts, req: &keelpb.CreatePartitionsRequest{}, wantCode: codes.PermissionDenied, wantMsg: "CreatePartitions needs an admin certificate, or a broker forwarding"},

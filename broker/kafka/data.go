@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/broker/batchcheck"
+	"github.com/keel-dev/keel/fsm"
 )
 
 // codeOf is the Kafka error code of a Backend error: its kerr code, or
@@ -80,10 +81,14 @@ func (s *Server) produce(ctx context.Context, c *conn, r *kmsg.ProduceRequest) (
 			*p = kmsg.NewProduceResponseTopicPartition()
 			p.Partition, p.BaseOffset, p.LogAppendTime, p.LogStartOffset = rp.Partition, -1, -1, -1
 			ke := whole
-			if denied {
+			switch {
+			case denied:
 				ke = kerr.TopicAuthorizationFailed
-			}
-			if ke == nil {
+			case ke == nil && fsm.IsInternalTopic(rt.Topic):
+				// Only the group coordinator writes __consumer_offsets
+				// (Kafka: "Cannot append to internal topic").
+				ke = kerr.InvalidTopicException
+			case ke == nil:
 				ke = s.leaderCheck(img, rt.Topic, rp.Partition)
 			}
 			now := time.Now().UnixMilli()

@@ -6,6 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/fsm"
 )
 
 // deleteRecords answers DeleteRecords (KIP-107) for the partitions this
@@ -52,6 +54,9 @@ func (s *Server) deleteRecords(ctx context.Context, c *conn, r *kmsg.DeleteRecor
 				ke = kerr.TopicAuthorizationFailed
 			case named[tp{rt.Topic, rp.Partition}] > 1:
 				ke = kerr.InvalidRequest
+			case fsm.IsInternalTopic(rt.Topic):
+				// Kafka: "Cannot delete records of internal topic".
+				ke = kerr.InvalidTopicException
 			default:
 				ke = s.leaderCheck(img, rt.Topic, rp.Partition)
 			}

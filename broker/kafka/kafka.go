@@ -142,6 +142,18 @@ type Config struct {
 	// __consumer_offsets partitions this broker leads. Nil serves no
 	// consumer groups.
 	Groups NewGroups
+	// GroupElections, with Groups, tells the coordinator which
+	// __consumer_offsets partitions this broker leads: the agent's
+	// Handler (broker/node wires it). Nil elects nothing (tests call
+	// Elect themselves).
+	GroupElections *GroupElections
+	// OffsetsTopicPartitions and OffsetsTopicReplicationFactor are those
+	// of __consumer_offsets, when this broker asks for it (Kafka's
+	// offsets.topic.num.partitions and offsets.topic.replication.factor);
+	// defaults DefaultOffsetsTopicPartitions and
+	// DefaultOffsetsTopicReplicationFactor.
+	OffsetsTopicPartitions        int32
+	OffsetsTopicReplicationFactor int16
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics, when set, takes the listener's request metrics

@@ -236,6 +236,17 @@ func (b *MemoryBackend) Fetch(ctx context.Context, topic string, partition int32
 	}
 }
 
+// LogEnd is the partition's log end (its high watermark: every append is
+// committed at once).
+func (b *MemoryBackend) LogEnd(topic string, partition int32) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.refuse[tp{topic, partition}]; err != nil {
+		return 0, err
+	}
+	return b.logLocked(topic, partition).leo, nil
+}
+
 // ListOffsets answers the earliest (0) and latest offsets, and by
 // timestamp a batch at a time: the base offset and maxTimestamp of the
 // first batch whose maxTimestamp is at or after the timestamp (-3: the

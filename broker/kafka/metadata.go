@@ -59,6 +59,20 @@ var versions = map[int16]versionRange{
 	57: {0, 1}, // UpdateFeatures (v2 drops the per-feature results)
 	60: {0, 1}, // DescribeCluster
 	61: {0, 0}, // DescribeProducers
+	// The group APIs (groupapi.go), served only with a coordinator
+	// (Config.Groups): the classic protocol's versions, not KIP-848's
+	// (OffsetCommit and OffsetFetch v9+ name member epochs).
+	8:  {0, 8}, // OffsetCommit
+	9:  {0, 8}, // OffsetFetch (v8: several groups)
+	10: {0, 4}, // FindCoordinator (v4: several keys)
+	11: {0, 9}, // JoinGroup
+	12: {0, 4}, // Heartbeat
+	13: {0, 5}, // LeaveGroup (v3: several members)
+	14: {0, 5}, // SyncGroup
+	15: {0, 5}, // DescribeGroups
+	16: {0, 5}, // ListGroups (v4: states, v5: types)
+	42: {0, 2}, // DeleteGroups
+	47: {0, 0}, // OffsetDelete
 }
 
 func (s *Server) apiVersions(r *kmsg.ApiVersionsRequest) kmsg.Response {
@@ -71,6 +85,9 @@ func (s *Server) apiVersions(r *kmsg.ApiVersionsRequest) kmsg.Response {
 	for _, k := range keys {
 		if (k == saslHandshakeKey || k == saslAuthenticateKey) && !s.cfg.SASL.on() {
 			continue // not served on this listener
+		}
+		if !s.serves(k) {
+			continue
 		}
 		resp.ApiKeys = append(resp.ApiKeys, kmsg.ApiVersionsResponseApiKey{ApiKey: k, MinVersion: versions[k].min, MaxVersion: versions[k].max})
 	}
@@ -199,6 +216,7 @@ func topicMetadata(img *fsm.Image, t *fsm.Topic, alive map[int32]bool) kmsg.Meta
 	mt := kmsg.NewMetadataResponseTopic()
 	name := t.Name
 	mt.Topic, mt.TopicID = &name, [16]byte(t.ID)
+	mt.IsInternal = fsm.IsInternalTopic(name)
 	for _, p := range img.Partitions(t.ID) {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition, mp.Leader, mp.LeaderEpoch = p.Partition, p.Leader, p.LeaderEpoch

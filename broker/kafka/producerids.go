@@ -121,8 +121,9 @@ func (s *Server) initProducerID(ctx context.Context, c *conn, r *kmsg.InitProduc
 	resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if r.TransactionalID != nil {
-		// Transactions are not served (ApiVersions does not list them).
-		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		// Transactions are not served (ApiVersions does not list them):
+		// Kafka's answer to a request of what a broker does not support.
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
 		return resp
 	}
 	// Kafka 3: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.

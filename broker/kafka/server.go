@@ -53,6 +53,10 @@ type Server struct {
 	// salts of unknown SCRAM users.
 	tlsConfig  *tls.Config
 	saslSecret []byte
+	// groups is the group coordinator (Config.Groups); nil serves no
+	// groups. offsets creates __consumer_offsets (coordinator.go).
+	groups  Groups
+	offsets offsetsTopic
 
 	ctx    context.Context // ends at Close: every request's parent
 	cancel context.CancelFunc
@@ -74,8 +78,14 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 	case cfg.Controller == nil:
 		return nil, errors.New("kafka listener: no controller client")
 	case cfg.MaxRequestSize < 0, cfg.MaxBatchSize < 0, cfg.IdleTimeout < 0, cfg.FetchMaxWait < 0, cfg.MaxOtherRequestSize < 0,
-		cfg.QueuedMaxRequestBytes < 0, cfg.ConnectionMaxRequestBytes < 0:
+		cfg.QueuedMaxRequestBytes < 0, cfg.ConnectionMaxRequestBytes < 0, cfg.OffsetsTopicPartitions < 0, cfg.OffsetsTopicReplicationFactor < 0:
 		return nil, errors.New("kafka listener: negative limit")
+	}
+	if cfg.OffsetsTopicPartitions == 0 {
+		cfg.OffsetsTopicPartitions = DefaultOffsetsTopicPartitions
+	}
+	if cfg.OffsetsTopicReplicationFactor == 0 {
+		cfg.OffsetsTopicReplicationFactor = DefaultOffsetsTopicReplicationFactor
 	}
 	if cfg.MaxOtherRequestSize == 0 {
 		cfg.MaxOtherRequestSize = DefaultMaxOtherRequestSize
@@ -157,6 +167,12 @@ func Serve(lis net.Listener, cfg Config) (*Server, error) {
 		}
 	}
 	s.pids = newProducerIDs(ctx, cfg.Controller, s.log)
+	if cfg.Groups != nil {
+		s.groups = cfg.Groups(newGroupLog(cfg.Backend))
+		if cfg.GroupElections != nil {
+			cfg.GroupElections.attach(s.groups)
+		}
+	}
 	s.produceBudget.onChange = met.budgetInUse("produce")
 	s.otherBudget.onChange = met.budgetInUse("other")
 	s.wg.Add(1)
@@ -181,6 +197,9 @@ func (s *Server) Close() error {
 		c.Close()
 	}
 	s.mu.Unlock()
+	if s.cfg.GroupElections != nil {
+		s.cfg.GroupElections.detach()
+	}
 	s.cancel()
 	err := s.lis.Close()
 	s.wg.Wait()
@@ -510,8 +529,18 @@ func (s *Server) handleFrame(ctx context.Context, c *conn, frame []byte) (*answe
 		return &answer{h: h, resp: unsupportedApiVersions(), ready: readyNow}, nil
 	}
 	vr, ok := versions[h.key]
-	if !ok {
-		return nil, fmt.Errorf("API key %d is not served", h.key)
+	if !ok || !s.serves(h.key) {
+		// An API Keel does not serve: its error response, if kmsg reads
+		// the request (unserved.go).
+		req, resp, err := unservedResponse(h.key, h.version, rd.Src)
+		if err != nil {
+			return nil, err
+		}
+		a := &answer{h: h, flexible: req.IsFlexible(), resp: resp, ready: readyNow}
+		if handled, err := s.saslGate(c, a, req); handled {
+			return a, err
+		}
+		return a, nil
 	}
 	if h.version < vr.min || h.version > vr.max {
 		return nil, fmt.Errorf("%s v%d is not served (%d-%d)", kmsg.NameForKey(h.key), h.version, vr.min, vr.max)
@@ -549,6 +578,9 @@ func (s *Server) handleFrame(ctx context.Context, c *conn, frame []byte) (*answe
 	}
 	if dr, ok := req.(*kmsg.DeleteRecordsRequest); ok {
 		a.resp, a.ready = s.deleteRecords(ctx, c, dr)
+		return a, nil
+	}
+	if s.handleGroup(ctx, c, a, req) {
 		return a, nil
 	}
 	a.resp = s.handle(ctx, c, req)

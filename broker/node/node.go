@@ -18,6 +18,7 @@ import (
 	"net"
 
 	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/broker/group"
 	"github.com/keel-dev/keel/broker/kafka"
 	"github.com/keel-dev/keel/broker/replication"
 )
@@ -43,7 +44,15 @@ type Config struct {
 	// its BrokerID, Image, Ready, Backend, Controller, TLS, Logger and
 	// Metrics from the agent and the data plane.
 	Kafka kafka.Config
+	// Groups, when set with a Kafka listener, serves consumer groups: a
+	// group coordinator (broker/group) for the __consumer_offsets
+	// partitions this broker leads, elected as the agent applies their
+	// leaderships. Start sets its Log, Logger and Metrics.
+	Groups *group.Config
 }
+
+// The listener's coordinator is broker/group's.
+var _ kafka.Groups = (*group.Coordinator)(nil)
 
 // Node is one running broker: the agent, its data plane and its Kafka
 // listener.
@@ -53,6 +62,8 @@ type Node struct {
 	// kafka is nil without a Kafka listener.
 	kafka          *kafka.Server
 	kafkaAdvertise string
+	// groups is nil without Config.Groups.
+	groups *group.Coordinator
 }
 
 // Start starts a broker: the data plane, then the Kafka listener's port
@@ -83,26 +94,46 @@ func Start(cfg Config) (_ *Node, err error) {
 	}
 	ac := cfg.Agent
 	ac.DataPlane = dp
+	kc := cfg.Kafka
+	var groups *group.Coordinator
 	if lis != nil {
 		ac.KafkaAddress = advertise
+		if cfg.Groups != nil {
+			gc := *cfg.Groups
+			gc.Log, gc.Logger, gc.Metrics = kafka.NewGroupLog(dp), log.With("component", "group", "broker_id", ac.BrokerID), ac.Metrics
+			if groups, err = group.New(gc); err != nil {
+				lis.Close()
+				return nil, errors.Join(fmt.Errorf("group coordinator: %w", err), dp.Close())
+			}
+			// The coordinator learns its partitions from the agent, after
+			// the data plane has acted on each leadership.
+			kc.GroupElections = kafka.NewGroupElections(ac.Handler)
+			ac.Handler = kc.GroupElections
+			kc.Groups = func(group.Log) kafka.Groups { return groups }
+		}
 	}
 	agent, err := broker.Start(ac)
 	if err != nil {
 		if lis != nil {
 			lis.Close()
 		}
+		if groups != nil {
+			groups.Close()
+		}
 		return nil, errors.Join(err, dp.Close())
 	}
-	n := &Node{agent: agent, dp: dp, kafkaAdvertise: advertise}
+	n := &Node{agent: agent, dp: dp, kafkaAdvertise: advertise, groups: groups}
 	if lis == nil {
 		return n, nil
 	}
-	kc := cfg.Kafka
 	kc.BrokerID, kc.Image, kc.Ready, kc.Backend, kc.Controller = ac.BrokerID, agent, agent.CaughtUp(), dp, agent
 	kc.TLS, kc.Logger, kc.Metrics = ac.TLS, log, ac.Metrics
 	if n.kafka, err = kafka.Serve(lis, kc); err != nil {
 		lis.Close()
 		agent.Close() // closes the data plane too
+		if groups != nil {
+			groups.Close()
+		}
 		return nil, err
 	}
 	return n, nil
@@ -182,5 +213,8 @@ func (n *Node) Close() error {
 func (n *Node) closeKafka() {
 	if n.kafka != nil {
 		n.kafka.Close()
+	}
+	if n.groups != nil {
+		n.groups.Close()
 	}
 }

@@ -383,3 +383,14 @@ func waitForChange(ctx context.Context, changed <-chan struct{}, d time.Duration
 	case <-ctx.Done():
 	}
 }
+
+// LogEnd is the log end offset of a partition this broker leads.
+func (m *Manager) LogEnd(topic string, partition int32) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, err := m.leaderOf(topic, partition, -1)
+	if err != nil {
+		return 0, err
+	}
+	return r.log.LogEndOffset(), nil
+}

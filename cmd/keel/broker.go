@@ -52,6 +52,7 @@ func newBrokerCmd(g *globalFlags) *cobra.Command {
 	var kafkaLim kafkaLimits
 	var kafkaSASLMode kafkaSASL
 	var superUsers kafkaSuperUsers
+	groups := newGroupFlags()
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run a broker (the reference broker); list and inspect brokers",
@@ -131,6 +132,9 @@ in by SASL/SCRAM (SASL_SSL) with a credential from keel user add.
 			if err := kafkaSASLMode.check(); err != nil {
 				return err
 			}
+			if err := groups.check(); err != nil {
+				return err
+			}
 			if err := superUsers.check(); err != nil {
 				return err
 			}
@@ -173,13 +177,14 @@ in by SASL/SCRAM (SASL_SSL) with a credential from keel user add.
 			kafkaLim.apply(&kc)
 			kafkaSASLMode.apply(&kc)
 			superUsers.apply(&kc)
+			gc := groups.apply(&kc)
 			// Catch signals before starting, as the controller does, so a
 			// stop during the start ends cleanly instead of killing the
 			// process mid-start.
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 			defer signal.Stop(sigs)
-			n, err := node.Start(node.Config{Agent: cfg, Replication: replicas, KafkaListen: kafkaListen, KafkaAdvertise: kafkaAdvertise, Kafka: kc})
+			n, err := node.Start(node.Config{Agent: cfg, Replication: replicas, KafkaListen: kafkaListen, KafkaAdvertise: kafkaAdvertise, Kafka: kc, Groups: gc})
 			if err != nil {
 				return err
 			}
@@ -245,6 +250,7 @@ in by SASL/SCRAM (SASL_SSL) with a credential from keel user add.
 	kafkaLim.addFlags(f)
 	kafkaSASLMode.addFlags(f)
 	superUsers.addFlags(f)
+	groups.addFlags(f)
 	f.IntVar(&cfg.MaxStreamsPerConn, "max-concurrent-streams", rpc.DefaultBrokerStreams,
 		"the gRPC calls in flight on one connection (each partition a follower fetches is one)")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)

@@ -318,8 +318,16 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 			}
 		}
 	}()
+	// Consumer groups as Kafka's quickstart images serve them: no initial
+	// rebalance delay, and __consumer_offsets replicated on as many
+	// brokers as there are, up to Kafka's 3.
+	groups := newGroupFlags()
+	groups.initialRebalanceDelay = 0
+	groups.replicationFactor = int16(min(n, kafka.DefaultOffsetsTopicReplicationFactor))
 	for i := range n {
 		id := int32(i + 1)
+		kc := kafka.Config{SASL: defaultKafkaSASL}
+		gc := groups.apply(&kc)
 		// The reference data plane: a log per replica, followers fetching
 		// from their leaders, so ISRs shrink and grow as brokers come and
 		// go, as in a real cluster.
@@ -336,7 +344,8 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 			KafkaListen: "127.0.0.1:0",
 			// SCRAM logins for Kafka clients that use them; anonymous
 			// clients keep every right.
-			Kafka: kafka.Config{SASL: defaultKafkaSASL},
+			Kafka:  kc,
+			Groups: gc,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("broker %d: %w", id, err)

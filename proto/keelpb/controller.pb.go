@@ -3054,7 +3054,12 @@ type CreateTopicRequest struct {
 	// ("plaintext" on a listener without TLS). With TLS the controller
 	// authorizes this principal, not the broker's, and reads it only from a
 	// broker certificate; a broker sending none is refused.
-	Principal     string `protobuf:"bytes,7,opt,name=principal,proto3" json:"principal,omitempty"`
+	Principal string `protobuf:"bytes,7,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Set by a broker asking, for itself and with no principal, for an
+	// internal topic it needs (__consumer_offsets, on a client's first
+	// FindCoordinator): the controller gives the topic its internal configs.
+	// Only an internal topic may be created so, and only so.
+	Internal      bool `protobuf:"varint,8,opt,name=internal,proto3" json:"internal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3136,6 +3141,13 @@ func (x *CreateTopicRequest) GetPrincipal() string {
 		return x.Principal
 	}
 	return ""
+}
+
+func (x *CreateTopicRequest) GetInternal() bool {
+	if x != nil {
+		return x.Internal
+	}
+	return false
 }
 
 type PartitionAssignment struct {
@@ -6686,7 +6698,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x04rack\x18\x04 \x01(\tR\x04rack\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12%\n" +
 	"\x0eincarnation_id\x18\x06 \x01(\tR\rincarnationId\x12#\n" +
-	"\rkafka_address\x18\a \x01(\tR\fkafkaAddress\"\xfa\x02\n" +
+	"\rkafka_address\x18\a \x01(\tR\fkafkaAddress\"\x96\x03\n" +
 	"\x12CreateTopicRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -6696,7 +6708,8 @@ const file_controller_proto_rawDesc = "" +
 	"\vassignments\x18\x04 \x03(\v2\x1c.keel.v1.PartitionAssignmentR\vassignments\x12B\n" +
 	"\aconfigs\x18\x05 \x03(\v2(.keel.v1.CreateTopicRequest.ConfigsEntryR\aconfigs\x12#\n" +
 	"\rvalidate_only\x18\x06 \x01(\bR\fvalidateOnly\x12\x1c\n" +
-	"\tprincipal\x18\a \x01(\tR\tprincipal\x1a:\n" +
+	"\tprincipal\x18\a \x01(\tR\tprincipal\x12\x1a\n" +
+	"\binternal\x18\b \x01(\bR\binternal\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +

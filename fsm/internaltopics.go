@@ -1,0 +1,31 @@
+package fsm
+
+// OffsetsTopic is Kafka's internal topic of consumer groups' state (the
+// group coordinators' log: broker/group.OffsetsTopic is the same name).
+const OffsetsTopic = "__consumer_offsets"
+
+// IsInternalTopic says whether name is an internal topic: one the
+// brokers ask the controller for (CreateTopicRequest.internal) and users
+// may not create, delete or add partitions to; Metadata calls it internal
+// (Kafka's Topic.isInternal).
+func IsInternalTopic(name string) bool {
+	return name == OffsetsTopic
+}
+
+// InternalTopicConfigs are the configs an internal topic is created with,
+// as Kafka's GroupCoordinator.offsetsTopicConfigs gives __consumer_offsets:
+// compacted (one record per group and partition survives), 100 MiB
+// segments; compression.type is left at its default, producer, which is
+// Kafka's for the topic (and needs no newer metadata.version to state). Until this build's log has a cleaner
+// (CheckConfig refuses cleanup.policy=compact), the topic keeps every
+// record instead (retention.ms=-1): a deleted segment would lose committed
+// offsets.
+func InternalTopicConfigs() map[string]string {
+	configs := map[string]string{SegmentBytes: "104857600"}
+	if _, err := CheckConfig(CleanupPolicy, "compact"); err == nil {
+		configs[CleanupPolicy] = "compact"
+	} else {
+		configs[RetentionMs] = "-1"
+	}
+	return configs
+}

@@ -154,8 +154,9 @@ type groupTally struct {
 	rebalances           int // generations the members joined
 	lost                 int // times a member lost its partitions (session gone)
 	commitErrs           map[string]int
-	fetchErrs            map[string]int
-	coordinatorMoves     int // coordinator faults after which another broker coordinated
+	fetchErrs            map[string]int // the poller's
+	pollErrs             map[string]int // the members' polls
+	coordinatorMoves     int            // coordinator faults after which another broker coordinated
 }
 
 func (g *groupTally) add(o *groupTally) {
@@ -169,6 +170,7 @@ func (g *groupTally) add(o *groupTally) {
 	g.coordinatorMoves += o.coordinatorMoves
 	g.commitErrs = addCounts(g.commitErrs, o.commitErrs)
 	g.fetchErrs = addCounts(g.fetchErrs, o.fetchErrs)
+	g.pollErrs = addCounts(g.pollErrs, o.pollErrs)
 }
 
 // addCounts adds src's counts to dst's, making dst if it is nil.
@@ -191,7 +193,7 @@ func (g *groupTally) write(b *strings.Builder) {
 	for _, m := range []struct {
 		what string
 		errs map[string]int
-	}{{"commits failed", g.commitErrs}, {"offset fetches failed", g.fetchErrs}} {
+	}{{"commits failed", g.commitErrs}, {"offset fetches failed", g.fetchErrs}, {"members' polls failed", g.pollErrs}} {
 		if len(m.errs) > 0 {
 			fmt.Fprintf(b, "; %s:", m.what)
 			for _, k := range sortedKeys(m.errs) {
@@ -218,9 +220,10 @@ type groupRun struct {
 	tally groupTally
 }
 
-// groupsServed reports whether the cluster's brokers serve consumer groups
-// (JoinGroup in their ApiVersions).
-func groupsServed(t *testing.T, kafka map[int32]string) bool {
+// requireGroups fails t unless every broker serves consumer groups
+// (JoinGroup in its ApiVersions): a group that cannot join would otherwise
+// fail the run only after kafkaTimeout, with less said.
+func requireGroups(t *testing.T, kafka map[int32]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
 	defer cancel()
@@ -228,13 +231,11 @@ func groupsServed(t *testing.T, kafka map[int32]string) bool {
 	if err != nil {
 		t.Fatalf("ApiVersions: %v", err)
 	}
-	served := true
 	vs.Each(func(v kadm.BrokerApiVersions) {
 		if _, ok := v.KeyMaxVersion(kmsg.JoinGroup.Int16()); !ok || v.Err != nil {
-			served = false
+			t.Fatalf("broker %d does not serve consumer groups (JoinGroup is not in its ApiVersions; %v)", v.NodeID, v.Err)
 		}
 	})
-	return served
 }
 
 // startGroup starts the group's members and the poller of its committed
@@ -244,10 +245,11 @@ func groupsServed(t *testing.T, kafka map[int32]string) bool {
 func startGroup(t *testing.T, ctx context.Context, kafka map[int32]string, name string, topics []string, start time.Time) *groupRun {
 	t.Helper()
 	g := &groupRun{name: name, topics: topics, start: start, seen: map[string]map[int32]map[int64]string{}, gens: map[int32]bool{},
-		tally: groupTally{commitErrs: map[string]int{}, fetchErrs: map[string]int{}}}
+		tally: groupTally{commitErrs: map[string]int{}, fetchErrs: map[string]int{}, pollErrs: map[string]int{}}}
 	for _, topic := range topics {
 		g.seen[topic] = map[int32]map[int64]string{}
 	}
+	requireGroups(t, kafka)
 	g.admin = kadm.NewClient(kafkaClient(t, kafka))
 	for i := range groupMembers {
 		member := i + 1
@@ -308,7 +310,7 @@ func (g *groupRun) record(fetches kgo.Fetches) {
 			g.bad = append(g.bad, fmt.Sprintf("%s partition %d, at %v: a group member was told of data loss: it had read to offset %d, the leader's log ends at %d",
 				topic, p, now, loss.ConsumedTo, loss.ResetTo))
 		default:
-			g.tally.fetchErrs["consume: "+err.Error()]++
+			g.tally.pollErrs[err.Error()]++
 		}
 	})
 	fetches.EachRecord(func(rec *kgo.Record) {

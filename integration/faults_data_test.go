@@ -264,7 +264,7 @@ type dataRun struct {
 	// restore-snapshot restores.
 	snapshot string
 	// group is the consumer group that reads the topics (nil in the
-	// unclean mode, or when the brokers serve no groups).
+	// unclean mode).
 	group *groupRun
 
 	mu        sync.Mutex
@@ -347,13 +347,9 @@ func runDataFaults(t *testing.T, mode dataMode, seed int64, duration time.Durati
 		p.waitAcked(50, "before the faults")
 	}
 	if !mode.unclean {
-		// The unclean mode may lose records, which the group's checks
-		// would fail on.
-		if groupsServed(t, kafka) {
-			r.group = startGroup(t, workCtx, kafka, fmt.Sprintf("data-faults-%d", seed), r.topics, r.start)
-		} else {
-			t.Logf("the brokers serve no consumer groups (no JoinGroup in ApiVersions): the group's checks are skipped")
-		}
+		// Not in the unclean mode: it may lose records, which the group's
+		// checks would fail on.
+		r.group = startGroup(t, workCtx, kafka, fmt.Sprintf("data-faults-%d", seed), r.topics, r.start)
 	}
 
 	r.nemesis(t, rng, duration, brokers, tally)
@@ -904,7 +900,8 @@ func (r *dataRun) startCluster(t *testing.T, brokers []int32) {
 		r.kafka[id] = addrs[i]
 		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags("--kafka-listen="+addrs[i],
 			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms", "--advertise="+r.net.in[id].Addr()),
-			withBrokerMetrics(), withBrokerFlags(dataKafkaBounds...)} // for flood-kafka
+			withBrokerMetrics(), withBrokerFlags(dataKafkaBounds...), // for flood-kafka
+			withBrokerFlags("--group-initial-rebalance-delay=0s")} // the group's members join at once
 	}
 	c.startBrokers(brokers, bopts)
 	for _, id := range brokers {

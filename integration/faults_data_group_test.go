@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -173,6 +174,15 @@ func (g *groupTally) add(o *groupTally) {
 	g.pollErrs = addCounts(g.pollErrs, o.pollErrs)
 }
 
+// addrs matches the addresses in an error, which errKey leaves out.
+var addrs = regexp.MustCompile(`\d+\.\d+\.\d+\.\d+:\d+`)
+
+// errKey is err's message with its addresses left out, to count errors of
+// a kind together across brokers and runs.
+func errKey(err error) string {
+	return addrs.ReplaceAllString(err.Error(), "ADDR")
+}
+
 // addCounts adds src's counts to dst's, making dst if it is nil.
 func addCounts(dst, src map[string]int) map[string]int {
 	if dst == nil {
@@ -209,6 +219,7 @@ type groupRun struct {
 	topics  []string
 	start   time.Time
 	members []*kgo.Client
+	kafka   map[int32]string
 	admin   *kadm.Client
 	wg      sync.WaitGroup
 
@@ -250,6 +261,7 @@ func startGroup(t *testing.T, ctx context.Context, kafka map[int32]string, name 
 		g.seen[topic] = map[int32]map[int64]string{}
 	}
 	requireGroups(t, kafka)
+	g.kafka = kafka
 	g.admin = kadm.NewClient(kafkaClient(t, kafka))
 	for i := range groupMembers {
 		member := i + 1
@@ -310,7 +322,7 @@ func (g *groupRun) record(fetches kgo.Fetches) {
 			g.bad = append(g.bad, fmt.Sprintf("%s partition %d, at %v: a group member was told of data loss: it had read to offset %d, the leader's log ends at %d",
 				topic, p, now, loss.ConsumedTo, loss.ResetTo))
 		default:
-			g.tally.pollErrs[err.Error()]++
+			g.tally.pollErrs[errKey(err)]++
 		}
 	})
 	fetches.EachRecord(func(rec *kgo.Record) {
@@ -349,7 +361,7 @@ func (g *groupRun) commit(ctx context.Context, cl *kgo.Client, member int, when 
 		defer g.mu.Unlock()
 		if err != nil {
 			if !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrClientClosed) {
-				g.tally.commitErrs[err.Error()]++
+				g.tally.commitErrs[errKey(err)]++
 			}
 			return
 		}
@@ -363,7 +375,7 @@ func (g *groupRun) commit(ctx context.Context, cl *kgo.Client, member int, when 
 		for _, rt := range resp.Topics {
 			for _, rp := range rt.Partitions {
 				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-					g.tally.commitErrs[err.Error()]++
+					g.tally.commitErrs[errKey(err)]++
 					continue
 				}
 				off, ok := sent[rt.Topic][rp.Partition]
@@ -383,8 +395,10 @@ func (g *groupRun) commit(ctx context.Context, cl *kgo.Client, member int, when 
 func (g *groupRun) pollCommitted(ctx context.Context) {
 	tick := time.NewTicker(groupFetchEvery)
 	defer tick.Stop()
+	f := &offsetFetcher{kafka: g.kafka}
+	defer f.close()
 	for {
-		g.fetchCommitted(ctx)
+		g.fetchCommitted(ctx, f)
 		select {
 		case <-ctx.Done():
 			return
@@ -393,26 +407,59 @@ func (g *groupRun) pollCommitted(ctx context.Context) {
 	}
 }
 
-// fetchCommitted reads the group's committed offsets once, observes them,
-// and returns them (nil on an error).
-func (g *groupRun) fetchCommitted(ctx context.Context) map[string]map[int32]int64 {
+// offsetFetcher reads a group's committed offsets with a client of its
+// own, made again after an error that is not one of Kafka's codes:
+// franz-go's OffsetFetch (sharded by group) keeps the coordinator it found
+// while dialing it fails (a broker killed, or not yet listening after its
+// start), so a client kept for the run would read nothing for seconds
+// after each coordinator fault.
+type offsetFetcher struct {
+	kafka map[int32]string
+	cl    *kgo.Client
+}
+
+func (f *offsetFetcher) fetch(ctx context.Context, group string) (kadm.OffsetResponses, error) {
+	if f.cl == nil {
+		cl, err := kgo.NewClient(kafkaClientOpts(f.kafka)...)
+		if err != nil {
+			return nil, err
+		}
+		f.cl = cl
+	}
+	resp, err := kadm.NewClient(f.cl).FetchOffsets(ctx, group)
+	if ke := (*kerr.Error)(nil); err != nil && !errors.As(err, &ke) {
+		f.close()
+	}
+	return resp, err
+}
+
+func (f *offsetFetcher) close() {
+	if f.cl != nil {
+		f.cl.Close()
+		f.cl = nil
+	}
+}
+
+// fetchCommitted reads the group's committed offsets once with f,
+// observes them, and returns them (nil on an error).
+func (g *groupRun) fetchCommitted(ctx context.Context, f *offsetFetcher) map[string]map[int32]int64 {
 	fctx, cancel := context.WithTimeout(ctx, groupCommitTimeout)
 	defer cancel()
 	call := time.Since(g.start)
-	resp, err := g.admin.FetchOffsets(fctx, g.name)
+	resp, err := f.fetch(fctx, g.name)
 	ret := time.Since(g.start)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err != nil {
 		if ctx.Err() == nil {
-			g.tally.fetchErrs[err.Error()]++
+			g.tally.fetchErrs[errKey(err)]++
 		}
 		return nil
 	}
 	out := map[string]map[int32]int64{}
 	resp.Each(func(o kadm.OffsetResponse) {
 		if o.Err != nil {
-			g.tally.fetchErrs[o.Err.Error()]++
+			g.tally.fetchErrs[errKey(o.Err)]++
 			return
 		}
 		if o.At < 0 || !slices.Contains(g.topics, o.Topic) {
@@ -435,8 +482,10 @@ func (g *groupRun) waitCommitted(t *testing.T, hws map[string]map[int32]int64, w
 	t.Helper()
 	var state string
 	deadline := time.Now().Add(kafkaTimeout)
+	f := &offsetFetcher{kafka: g.kafka}
+	defer f.close()
 	for {
-		committed := g.fetchCommitted(context.Background())
+		committed := g.fetchCommitted(context.Background(), f)
 		var behind []string
 		for _, topic := range g.topics {
 			for p := range int32(dataPartitions) {

@@ -76,11 +76,12 @@ type commitObs struct {
 	source    string
 }
 
-// commitRegressions returns a message for every observation of a
-// committed offset below one observed before it began: once an offset is
-// committed, and seen so, no later commit of the group and no later
-// OffsetFetch may hold a lower one. Observations that overlap in time are
-// not ordered, and so not compared.
+// commitRegressions returns a message for each partition with an
+// observation of a committed offset below one observed before it began
+// (the first such, and how many more): once an offset is committed, and
+// seen so, no later commit of the group and no later OffsetFetch may hold
+// a lower one. Observations that overlap in time are not ordered, and so
+// not compared.
 func commitRegressions(obs []commitObs) []string {
 	type tp struct {
 		topic string
@@ -103,8 +104,8 @@ func commitRegressions(obs []commitObs) []string {
 	})
 	var bad []string
 	for _, k := range keys {
-		os := by[k]
-		done := slices.Clone(os) // by the end of each observation
+		part := by[k]
+		done := slices.Clone(part) // by the end of each observation
 		slices.SortStableFunc(done, func(a, b commitObs) int { return int(a.ret - b.ret) })
 		// highest[i] is the observation with the highest offset among
 		// done[:i+1].
@@ -115,15 +116,30 @@ func commitRegressions(obs []commitObs) []string {
 				highest[i] = highest[i-1]
 			}
 		}
-		for _, o := range os {
+		slices.SortStableFunc(part, func(a, b commitObs) int { return int(a.call - b.call) })
+		var first string
+		more := 0
+		for _, o := range part {
 			n := sort.Search(len(done), func(i int) bool { return done[i].ret >= o.call })
 			if n == 0 {
 				continue
 			}
-			if h := done[highest[n-1]]; o.offset < h.offset {
-				bad = append(bad, fmt.Sprintf("%s partition %d: the committed offset went backwards: %d (%s, %v to %v) after %d (%s, %v to %v)",
-					k.topic, k.p, o.offset, o.source, o.call, o.ret, h.offset, h.source, h.call, h.ret))
+			h := done[highest[n-1]]
+			switch {
+			case o.offset >= h.offset:
+			case first == "":
+				ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+				first = fmt.Sprintf("%s partition %d: the committed offset went backwards: %d (%s, %v to %v) after %d (%s, %v to %v)",
+					k.topic, k.p, o.offset, o.source, ms(o.call), ms(o.ret), h.offset, h.source, ms(h.call), ms(h.ret))
+			default:
+				more++
 			}
+		}
+		if more > 0 {
+			first += fmt.Sprintf("; and %d more observations below one before them", more)
+		}
+		if first != "" {
+			bad = append(bad, first)
 		}
 	}
 	return bad
@@ -457,12 +473,21 @@ func (g *groupRun) fetchCommitted(ctx context.Context, f *offsetFetcher) map[str
 		return nil
 	}
 	out := map[string]map[int32]int64{}
+	// A partition the answer leaves out has no committed offset: -1, below
+	// any the group committed before.
+	for _, topic := range g.topics {
+		for p := range int32(dataPartitions) {
+			if _, ok := resp.Lookup(topic, p); !ok {
+				g.obs = append(g.obs, commitObs{topic: topic, partition: p, offset: -1, call: call, ret: ret, source: "OffsetFetch, no offset committed"})
+			}
+		}
+	}
 	resp.Each(func(o kadm.OffsetResponse) {
 		if o.Err != nil {
 			g.tally.fetchErrs[errKey(o.Err)]++
 			return
 		}
-		if o.At < 0 || !slices.Contains(g.topics, o.Topic) {
+		if !slices.Contains(g.topics, o.Topic) {
 			return
 		}
 		if out[o.Topic] == nil {
@@ -491,7 +516,7 @@ func (g *groupRun) waitCommitted(t *testing.T, hws map[string]map[int32]int64, w
 			for p := range int32(dataPartitions) {
 				c, ok := committed[topic][p]
 				switch hw := hws[topic][p]; {
-				case hws == nil && !ok:
+				case hws == nil && (!ok || c < 0):
 					behind = append(behind, fmt.Sprintf("%s-%d (nothing committed)", topic, p))
 				case hws != nil && hw > 0 && (!ok || c < hw):
 					behind = append(behind, fmt.Sprintf("%s-%d (committed %d, of %d)", topic, p, c, hw))

@@ -27,7 +27,11 @@ func TestCommitRegressions(t *testing.T) {
 		{"the same offset again", []commitObs{commit(0, 10, 0, 5), commit(0, 10, 10, 15), fetch(0, 10, 20, 25)}, nil},
 		{"a fetch below an acknowledged commit", []commitObs{commit(0, 20, 0, 5), fetch(0, 10, 10, 15)},
 			[]string{"t partition 0: the committed offset went backwards: 10 (OffsetFetch, 10ms to 15ms) after 20 (member 1's commit, 0s to 5ms)"}},
+		{"the first regression is named", []commitObs{commit(0, 20, 0, 5), fetch(0, 12, 30, 35), fetch(0, 10, 10, 15)},
+			[]string{"10 (OffsetFetch, 10ms to 15ms) after 20 (member 1's commit, 0s to 5ms); and 1 more"}},
 		{"a commit below a fetch", []commitObs{fetch(0, 20, 0, 5), commit(0, 10, 10, 15)}, []string{"10 (member 1's commit"}},
+		{"no offset after a commit", []commitObs{commit(0, 20, 0, 5), fetch(0, -1, 10, 15)}, []string{"-1 (OffsetFetch"}},
+		{"no offset before any commit", []commitObs{fetch(0, -1, 0, 5), commit(0, 20, 10, 15)}, nil},
 		{"a fetch below an earlier fetch", []commitObs{fetch(0, 20, 0, 5), fetch(0, 19, 10, 15)}, []string{"19 (OffsetFetch"}},
 		// A fetch that began before the commit was acknowledged may see
 		// the offset before it.
@@ -37,7 +41,9 @@ func TestCommitRegressions(t *testing.T) {
 		{"topics are independent", []commitObs{commit(0, 20, 0, 5), {topic: "u", partition: 0, offset: 10, call: ms(10), ret: ms(15), source: "OffsetFetch"}}, nil},
 		// The highest offset seen before counts, not the last one.
 		{"below the highest, above the last", []commitObs{commit(0, 30, 0, 5), fetch(0, 30, 6, 8), commit(0, 31, 10, 40), fetch(0, 20, 9, 12), fetch(0, 25, 50, 55)},
-			[]string{"20 (OffsetFetch, 9ms to 12ms) after 30", "25 (OffsetFetch, 50ms to 55ms) after 31"}},
+			[]string{"20 (OffsetFetch, 9ms to 12ms) after 30 (member 1's commit, 0s to 5ms); and 1 more"}},
+		{"one message for each partition", []commitObs{commit(0, 30, 0, 5), fetch(0, 20, 10, 15), commit(1, 30, 0, 5), fetch(1, 20, 10, 15)},
+			[]string{"t partition 0: ", "t partition 1: "}},
 		{"in any order of the input", []commitObs{fetch(0, 5, 100, 110), commit(0, 10, 0, 5)}, []string{"5 (OffsetFetch, 100ms to 110ms) after 10"}},
 	}
 	for _, tt := range tests {

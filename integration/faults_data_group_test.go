@@ -653,3 +653,22 @@ func (r *dataRun) waitCoordinatorAgrees(t *testing.T) {
 		return leader > 0 && found.NodeID == leader, fmt.Sprintf("FindCoordinator answers broker %d; the controllers: broker %d leads %s-%d", found.NodeID, leader, group.OffsetsTopic, p)
 	})
 }
+
+// createOffsetsTopic has the brokers create __consumer_offsets, as a
+// group's first FindCoordinator does, and waits until every partition of
+// it is led with a full ISR: before the snapshot that restore-snapshot
+// restores, which would otherwise delete the topic with every offset the
+// group committed.
+func (r *dataRun) createOffsetsTopic(t *testing.T, name string) {
+	t.Helper()
+	admin := kadm.NewClient(kafkaClient(t, r.kafka))
+	poll.UntilState(t, kafkaTimeout, fmt.Sprintf("FindCoordinator(%s) to answer a coordinator", name), func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), groupCommitTimeout)
+		defer cancel()
+		found := admin.FindGroupCoordinators(ctx, name)[name]
+		return found.Err == nil, fmt.Sprintf("%v (%s)", found.Err, found.ErrMessage)
+	})
+	r.c.WaitForTopic(t, group.OffsetsTopic, "led with full ISRs", func(d topicJSON) bool {
+		return d.every(func(p partitionJSON) bool { return p.Leader > 0 && len(p.ISR) == 3 })
+	})
+}

@@ -308,6 +308,10 @@ func runDataFaults(t *testing.T, mode dataMode, seed int64, duration time.Durati
 			t.Fatalf("%s: unclean.leader.election.enable: %+v; want %s", topic, v, unclean)
 		}
 	}
+	groupName := fmt.Sprintf("data-faults-%d", seed)
+	if !mode.unclean {
+		r.createOffsetsTopic(t, groupName)
+	}
 	if slices.ContainsFunc(mode.kinds, func(k dataFaultKind) bool { return k.name == "restore-snapshot" }) {
 		// Older than everything the faults will do: the topics, but none
 		// of the leader changes, registrations or producer ids to come.
@@ -349,7 +353,7 @@ func runDataFaults(t *testing.T, mode dataMode, seed int64, duration time.Durati
 	if !mode.unclean {
 		// Not in the unclean mode: it may lose records, which the group's
 		// checks would fail on.
-		r.group = startGroup(t, workCtx, kafka, fmt.Sprintf("data-faults-%d", seed), r.topics, r.start)
+		r.group = startGroup(t, workCtx, kafka, groupName, r.topics, r.start)
 	}
 
 	r.nemesis(t, rng, duration, brokers, tally)

@@ -101,12 +101,9 @@ func (c *Coordinator) ListGroups(ctx context.Context, states, types []string) ([
 // no member joins or commits into what is being deleted; a failed write
 // gives it back as it was.
 func (c *Coordinator) DeleteGroup(ctx context.Context, groupID string) int16 {
-	g, code := c.lookup(groupID, false)
+	g, code := c.existing(groupID, kerr.GroupIDNotFound.Code)
 	if code != 0 {
 		return code
-	}
-	if g == nil {
-		return kerr.GroupIDNotFound.Code
 	}
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
@@ -157,10 +154,7 @@ func (c *Coordinator) DeleteGroup(ctx context.Context, groupID string) int16 {
 // Empty (NON_EMPTY_GROUP).
 func (c *Coordinator) OffsetDelete(ctx context.Context, r *kmsg.OffsetDeleteRequest) *kmsg.OffsetDeleteResponse {
 	resp := r.ResponseKind().(*kmsg.OffsetDeleteResponse)
-	g, code := c.lookup(r.Group, false)
-	if code == 0 && g == nil {
-		code = kerr.GroupIDNotFound.Code
-	}
+	g, code := c.existing(r.Group, kerr.GroupIDNotFound.Code)
 	if code != 0 {
 		resp.ErrorCode = code
 		return resp

@@ -228,3 +228,41 @@ func TestOffsetExpiry_EmptiedGroupRemoved(t *testing.T) {
 		t.Fatalf("offset after the expiry: %v", got)
 	}
 }
+
+// A group that a refused join or a failed commit made is not listed.
+func TestListGroups_NoGroupFromRefusals(t *testing.T) {
+	h := newHarness(t, nil)
+	r := joinReq("refused", "")
+	r.ProtocolType = ""
+	h.c.JoinGroup(h.ctx, r)
+	h.log.failAppends(kerr.NotEnoughReplicas)
+	h.c.OffsetCommit(h.ctx, commitReq("failed", "", -1, "t", map[int32]int64{0: 1}))
+	h.log.failAppends(nil)
+	h.c.JoinGroup(h.ctx, joinReq("pending", "")) // MEMBER_ID_REQUIRED: kept, its member id is given out
+	gs, _ := h.c.ListGroups(h.ctx, nil, nil)
+	if len(gs) != 1 || gs[0].Group != "pending" {
+		t.Fatalf("groups %+v, want only pending", gs)
+	}
+}
+
+// A deleted topic's offsets are removed from every group, committed as
+// tombstones: a topic made again under its name starts with none.
+func TestTopicsDeleted(t *testing.T) {
+	h := newHarness(t, nil)
+	h.c.OffsetCommit(h.ctx, commitReq("a", "", -1, "gone", map[int32]int64{0: 1, 1: 2}))
+	h.c.OffsetCommit(h.ctx, commitReq("a", "", -1, "kept", map[int32]int64{0: 3}))
+	h.c.OffsetCommit(h.ctx, commitReq("b", "", -1, "gone", map[int32]int64{0: 4}))
+	h.c.TopicsDeleted([]string{"gone"})
+	poll.Until(t, 10*time.Second, "the deleted topic's offsets removed", func() bool {
+		a, _ := h.fetched("a", "gone", 0, 1)
+		b, _ := h.fetched("b", "gone", 0)
+		return a[0] == -1 && a[1] == -1 && b[0] == -1
+	})
+	if got, _ := h.fetched("a", "kept", 0); got[0] != 3 {
+		t.Fatalf("another topic's offset: %v", got)
+	}
+	h2 := newHarnessOn(t, h.log, nil)
+	if got, _ := h2.fetched("a", "gone", 0, 1); got[0] != -1 || got[1] != -1 {
+		t.Fatalf("reloaded: %v", got)
+	}
+}

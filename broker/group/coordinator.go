@@ -228,6 +228,16 @@ func (c *Coordinator) lookup(id string, create bool) (g *group, code int16) {
 	return g, 0
 }
 
+// existing finds a known group: code is lookup's, or missing when the
+// group is not known.
+func (c *Coordinator) existing(id string, missing int16) (*group, int16) {
+	g, code := c.lookup(id, false)
+	if code == 0 && g == nil {
+		code = missing
+	}
+	return g, code
+}
+
 // forget removes a deleted group from its partition's map, if it is still
 // the one there.
 func (c *Coordinator) forget(g *group) {
@@ -235,6 +245,23 @@ func (c *Coordinator) forget(g *group) {
 	defer c.mu.Unlock()
 	if part := c.parts[g.partition]; part != nil && part.groups[g.id] == g {
 		delete(part.groups, g.id)
+	}
+}
+
+// dropIfUnused forgets g when it holds nothing: no members, pending member
+// ids, offsets or generation, as a group that a refused join or commit
+// made is left, so that lists do not show it.
+func (c *Coordinator) dropIfUnused(g *group) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.state != stateEmpty || len(g.members) > 0 || len(g.pending) > 0 || len(g.offsets) > 0 || g.generation > 0 {
+		return
+	}
+	if part := c.parts[g.partition]; part != nil && part.groups[g.id] == g {
+		delete(part.groups, g.id)
+		g.transition(stateDead) // a request holding it retries on a new one
 	}
 }
 

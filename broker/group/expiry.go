@@ -29,17 +29,7 @@ func (c *Coordinator) armExpiry() {
 // loaded here, and the Empty groups left with none, as Kafka's
 // GroupMetadataManager.cleanupGroupMetadata.
 func (c *Coordinator) expireOffsets() {
-	var gs []*group
-	c.mu.Lock()
-	for _, part := range c.parts {
-		if part.loaded {
-			for _, g := range part.groups {
-				gs = append(gs, g)
-			}
-		}
-	}
-	c.mu.Unlock()
-	for _, g := range gs {
+	for _, g := range c.loadedGroups() {
 		if g.expire() {
 			c.forget(g)
 		}
@@ -113,4 +103,68 @@ func (g *group) expire() bool {
 		g.c.log.Info("group offsets expired", "group", g.id, "partitions", len(expired), "group_removed", gone)
 	}
 	return gone
+}
+
+// TopicsDeleted removes the committed offsets of deleted topics from the
+// groups loaded here, as Kafka's handleDeletedPartitions, so that a topic
+// made again under the same name is not read from its predecessor's
+// offsets. The listener calls it when the image loses topics; the
+// tombstones are written in the background, each group's in one batch.
+func (c *Coordinator) TopicsDeleted(topics []string) {
+	if len(topics) == 0 {
+		return
+	}
+	deleted := make(map[string]bool, len(topics))
+	for _, t := range topics {
+		deleted[t] = true
+	}
+	c.background(func() {
+		for _, g := range c.loadedGroups() {
+			g.removeOffsets(func(tp topicPartition) bool { return deleted[tp.topic] })
+		}
+	})
+}
+
+// loadedGroups are the groups of the partitions loaded here.
+func (c *Coordinator) loadedGroups() []*group {
+	var gs []*group
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, part := range c.parts {
+		if part.loaded {
+			for _, g := range part.groups {
+				gs = append(gs, g)
+			}
+		}
+	}
+	return gs
+}
+
+// removeOffsets writes tombstones for g's offsets that match, and removes
+// them once committed.
+func (g *group) removeOffsets(match func(topicPartition) bool) {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	g.mu.Lock()
+	var records []Record
+	var gone []topicPartition
+	for _, tp := range sortedPartitions(g.offsets) {
+		if match(tp) {
+			records = append(records, Record{Key: offsetKey(g.id, tp.topic, tp.partition)})
+			gone = append(gone, tp)
+		}
+	}
+	dead := g.state == stateDead
+	g.mu.Unlock()
+	if len(records) == 0 || dead {
+		return
+	}
+	if code := g.appendRecords(context.Background(), records, true); code != 0 {
+		return // logged; the offsets stay, as in the log
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, tp := range gone {
+		delete(g.offsets, tp)
+	}
 }

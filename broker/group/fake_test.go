@@ -2,6 +2,7 @@ package group
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -29,17 +30,34 @@ type fakeLog struct {
 	loadErrs  []error
 	gate      chan struct{} // when not nil, Load waits for it to close
 	loads     int
+	// appendGate, when not nil, holds appends until it closes or their
+	// context ends.
+	appendGate chan struct{}
 }
 
 func newFakeLog() *fakeLog { return &fakeLog{parts: make(map[int32][]Record)} }
 
 func (l *fakeLog) Append(ctx context.Context, p int32, records []Record) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.appendErr != nil {
+		defer l.mu.Unlock()
 		return l.appendErr
 	}
+	gate := l.appendGate
+	l.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	l.mu.Lock()
 	l.parts[p] = append(l.parts[p], records...)
+	l.mu.Unlock()
+	// The commit's wait: other appends may be answered first, as the
+	// data plane's acks=all waits are.
+	time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
 	return nil
 }
 
@@ -297,22 +315,34 @@ func joinReq(group, member string, protocols ...protocol) *kmsg.JoinGroupRequest
 	return r
 }
 
-// joinAsync sends r and returns where its answer will come.
-func (h *harness) joinAsync(r *kmsg.JoinGroupRequest) <-chan *kmsg.JoinGroupResponse {
-	ch := make(chan *kmsg.JoinGroupResponse, 1)
-	go func() { ch <- h.c.JoinGroup(h.ctx, r) }()
+// async runs f and returns where its answer will come.
+func async[T any](f func() T) <-chan T {
+	ch := make(chan T, 1)
+	go func() { ch <- f() }()
 	return ch
 }
 
-func (h *harness) recvJoin(ch <-chan *kmsg.JoinGroupResponse) *kmsg.JoinGroupResponse {
-	h.t.Helper()
+// recv is ch's answer, which must come.
+func recv[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
 	select {
 	case r := <-ch:
 		return r
 	case <-time.After(10 * time.Second):
-		h.t.Fatal("no JoinGroup answer")
-		return nil
+		var zero T
+		t.Fatalf("no %T answer", zero)
+		return zero
 	}
+}
+
+// joinAsync sends r and returns where its answer will come.
+func (h *harness) joinAsync(r *kmsg.JoinGroupRequest) <-chan *kmsg.JoinGroupResponse {
+	return async(func() *kmsg.JoinGroupResponse { return h.c.JoinGroup(h.ctx, r) })
+}
+
+func (h *harness) recvJoin(ch <-chan *kmsg.JoinGroupResponse) *kmsg.JoinGroupResponse {
+	h.t.Helper()
+	return recv(h.t, ch)
 }
 
 // memberID gets a new member id for group (KIP-394's first join).
@@ -361,20 +391,12 @@ func syncReq(group, member string, generation int32, assignments map[string]stri
 }
 
 func (h *harness) syncAsync(r *kmsg.SyncGroupRequest) <-chan *kmsg.SyncGroupResponse {
-	ch := make(chan *kmsg.SyncGroupResponse, 1)
-	go func() { ch <- h.c.SyncGroup(h.ctx, r) }()
-	return ch
+	return async(func() *kmsg.SyncGroupResponse { return h.c.SyncGroup(h.ctx, r) })
 }
 
 func (h *harness) recvSync(ch <-chan *kmsg.SyncGroupResponse) *kmsg.SyncGroupResponse {
 	h.t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(10 * time.Second):
-		h.t.Fatal("no SyncGroup answer")
-		return nil
-	}
+	return recv(h.t, ch)
 }
 
 func (h *harness) heartbeat(group, member string, generation int32) int16 {
@@ -441,4 +463,15 @@ func (h *harness) fetched(group, topic string, partitions ...int32) (map[int32]i
 		}
 	}
 	return out, resp.ErrorCode
+}
+
+// secondJoining makes a Stable group of one member (a, in gen) and has a
+// second member (b) join it, waiting on chB.
+func (h *harness) secondJoining(group string) (a string, gen int32, b string, chB <-chan *kmsg.JoinGroupResponse) {
+	h.t.Helper()
+	a, gen = h.stable(group)
+	b = h.memberID(group)
+	chB = h.joinAsync(joinReq(group, b))
+	h.awaitJoining(group, 1)
+	return a, gen, b, chB
 }

@@ -39,9 +39,6 @@ func (c *Coordinator) join(ctx context.Context, r *kmsg.JoinGroupRequest) joinRe
 	if r.Version >= 1 {
 		rebalance = time.Duration(r.RebalanceTimeoutMillis) * time.Millisecond
 	}
-	if r.InstanceID != nil && *r.InstanceID == "" {
-		return fail(kerr.InvalidGroupID.Code) // Kafka refuses an empty group.instance.id client-side
-	}
 	g, code := c.lookup(r.Group, r.MemberID == "")
 	if code != 0 {
 		return fail(code)
@@ -54,6 +51,9 @@ func (c *Coordinator) join(ctx context.Context, r *kmsg.JoinGroupRequest) joinRe
 	ch, res := g.joinLocked(r, client, session, rebalance)
 	g.mu.Unlock()
 	if ch == nil {
+		if res.code != 0 {
+			c.dropIfUnused(g)
+		}
 		return res
 	}
 	select {
@@ -83,14 +83,16 @@ func (g *group) joinLocked(r *kmsg.JoinGroupRequest, client Client, session, reb
 		}
 	}
 	if r.MemberID == "" {
-		if limit := g.c.cfg.MaxGroupSize; limit > 0 && len(g.members)+len(g.pending) >= limit {
-			return fail(kerr.GroupMaxSizeReached.Code)
-		}
 		id := client.ID + "-" + uuid.NewString()
 		if r.InstanceID != nil {
 			if old, ok := g.static[*r.InstanceID]; ok {
 				return g.replaceStatic(r, g.members[old], newMember(id))
 			}
+		}
+		if g.full() {
+			return fail(kerr.GroupMaxSizeReached.Code)
+		}
+		if r.InstanceID != nil {
 			return g.addAndRebalance(newMember(id))
 		}
 		if r.Version >= 4 {
@@ -108,7 +110,7 @@ func (g *group) joinLocked(r *kmsg.JoinGroupRequest, client Client, session, reb
 			// Kafka: a pending member id is a dynamic member's.
 			return fail(kerr.UnknownMemberID.Code)
 		}
-		if limit := g.c.cfg.MaxGroupSize; limit > 0 && len(g.members)+len(g.pending) >= limit {
+		if g.full() {
 			return fail(kerr.GroupMaxSizeReached.Code)
 		}
 		return g.addAndRebalance(newMember(r.MemberID))
@@ -117,7 +119,7 @@ func (g *group) joinLocked(r *kmsg.JoinGroupRequest, client Client, session, reb
 		return fail(kerr.FencedInstanceID.Code)
 	}
 	m := g.members[r.MemberID]
-	if m == nil {
+	if m == nil || r.InstanceID != nil && g.static[*r.InstanceID] == "" {
 		return fail(kerr.UnknownMemberID.Code)
 	}
 	switch g.state {
@@ -142,6 +144,13 @@ func (g *group) joinLocked(r *kmsg.JoinGroupRequest, client Client, session, reb
 	default: // Empty
 		return fail(kerr.UnknownMemberID.Code)
 	}
+}
+
+// full tells whether a new member would take the group past
+// group.max.size; the member ids given out count, as they will join.
+func (g *group) full() bool {
+	limit := g.c.cfg.MaxGroupSize
+	return limit > 0 && len(g.members)+len(g.pending) >= limit
 }
 
 // joinMembers are the members' metadata of the group's protocol, for the
@@ -241,9 +250,18 @@ func (g *group) replaceStatic(r *kmsg.JoinGroupRequest, old, m *member) (chan jo
 // old member is put back (Kafka's revert) and the join gets the error.
 func (g *group) storeStatic(m, old *member) {
 	gen := g.generation
-	rec := g.metadataRecord(nil)
 	g.c.background(func() {
 		g.wmu.Lock()
+		g.mu.Lock()
+		if g.members[m.id] != m || m.join == nil || g.state != stateStable || g.generation != gen {
+			// Fenced or removed (answered already), or a rebalance began,
+			// whose join phase answers the member and whose sync writes.
+			g.mu.Unlock()
+			g.wmu.Unlock()
+			return
+		}
+		rec := g.metadataRecord(nil) // as the group stands now, under the write lock
+		g.mu.Unlock()
 		code := g.appendRecords(context.Background(), []Record{rec}, false)
 		g.wmu.Unlock()
 		g.mu.Lock()

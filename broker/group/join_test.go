@@ -147,10 +147,7 @@ func TestJoinGroup_OldVersionNoMemberIDRequired(t *testing.T) {
 // leader's assignment.
 func TestJoinGroup_SecondMemberRebalances(t *testing.T) {
 	h := newHarness(t, nil)
-	a, gen := h.stable("g")
-	b := h.memberID("g")
-	chB := h.joinAsync(joinReq("g", b))
-	h.awaitJoining("g", 1)
+	a, gen, b, chB := h.secondJoining("g")
 	if s := h.state("g"); s != statePreparingRebalance {
 		t.Fatalf("state %v", s)
 	}
@@ -269,10 +266,7 @@ func TestHeartbeat_SessionExpiry(t *testing.T) {
 // within the rebalance timeout is removed, and the others go on.
 func TestJoinGroup_RebalanceTimeoutRemovesLaggard(t *testing.T) {
 	h := newHarness(t, nil)
-	a, gen := h.stable("g")
-	b := h.memberID("g")
-	chB := h.joinAsync(joinReq("g", b))
-	h.awaitJoining("g", 1)
+	a, gen, b, chB := h.secondJoining("g")
 	// a keeps heartbeating, but never rejoins.
 	for elapsed := time.Duration(0); elapsed < testRebalance; elapsed += 5 * time.Second {
 		h.heartbeat("g", a, gen)
@@ -343,6 +337,23 @@ func TestLeaveGroup(t *testing.T) {
 	}
 }
 
+// Resign answers every waiting SyncGroup NOT_COORDINATOR.
+func TestResign_FailsWaitingSyncs(t *testing.T) {
+	h := newHarness(t, nil)
+	a, b := h.memberID("g"), h.memberID("g")
+	js := h.joinAll("g", joinReq("g", a), joinReq("g", b))
+	follower := b
+	if js[0].LeaderID == b {
+		follower = a
+	}
+	ch := h.syncAsync(syncReq("g", follower, js[0].Generation, nil))
+	h.awaitSyncing("g", 1)
+	h.c.Resign(0)
+	if code := h.recvSync(ch).ErrorCode; code != kerr.NotCoordinator.Code {
+		t.Fatalf("waiting sync after Resign: code %d", code)
+	}
+}
+
 // Resign answers every waiting JoinGroup NOT_COORDINATOR, and the group is
 // another coordinator's from then on.
 func TestResign_FailsWaitingJoins(t *testing.T) {
@@ -357,5 +368,78 @@ func TestResign_FailsWaitingJoins(t *testing.T) {
 	}
 	if code := h.heartbeat("g", a, 1); code != kerr.NotCoordinator.Code {
 		t.Fatalf("heartbeat after Resign: code %d", code)
+	}
+}
+
+// A member that dies during a rebalance is removed at the end of its
+// session, and the join phase completes then, before the rebalance
+// timeout: the others do not wait for the dead.
+func TestJoinGroup_DeadMemberEndsTheJoinPhaseAtItsSession(t *testing.T) {
+	h := newHarness(t, nil)
+	_, _, b, chB := h.secondJoining("g")
+	h.clock.Advance(testSession)
+	jb := h.recvJoin(chB)
+	if jb.ErrorCode != 0 || jb.LeaderID != b || len(jb.Members) != 1 {
+		t.Fatalf("join after the dead member's session: %+v", jb)
+	}
+}
+
+// KIP-394: a member id given out but never joined with holds a rebalance
+// up to its session timeout only.
+func TestJoinGroup_PendingMemberExpires(t *testing.T) {
+	h := newHarness(t, nil)
+	a, _ := h.stable("g")
+	h.memberID("g") // never used
+	ch := h.joinAsync(joinReq("g", a))
+	h.awaitJoining("g", 1)
+	select {
+	case r := <-ch:
+		t.Fatalf("answered while a member id is pending: %+v", r)
+	default:
+	}
+	h.clock.Advance(testSession)
+	if j := h.recvJoin(ch); j.ErrorCode != 0 || len(j.Members) != 1 {
+		t.Fatalf("join after the pending id expired: %+v", j)
+	}
+}
+
+// An Elect of a new epoch drops the partition's groups as a Resign does
+// (a waiting join gets NOT_COORDINATOR) and loads them again from the
+// log.
+func TestElect_NewEpochReloads(t *testing.T) {
+	h := newHarness(t, nil)
+	a, gen, _, chB := h.secondJoining("g")
+	h.c.Elect(0, 2, 1)
+	if j := h.recvJoin(chB); j.ErrorCode != kerr.NotCoordinator.Code {
+		t.Fatalf("waiting join after a new epoch: %d", j.ErrorCode)
+	}
+	h.awaitLoaded(0)
+	// As the log has it: Stable with a alone.
+	if code := h.heartbeat("g", a, gen); code != 0 {
+		t.Fatalf("heartbeat after the reload: %d", code)
+	}
+	if s := h.state("g"); s != stateStable {
+		t.Fatalf("state after the reload: %v", s)
+	}
+}
+
+// A Resign while the leader's assignment is being written ends the write
+// (its context is the partition's too) and answers the leader
+// NOT_COORDINATOR: the group is another coordinator's now.
+func TestResign_EndsAWriteInFlight(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.memberID("g")
+	join := h.joinAll("g", joinReq("g", id))[0]
+	h.log.mu.Lock()
+	h.log.appendGate = make(chan struct{}) // never opened
+	h.log.mu.Unlock()
+	ch := h.syncAsync(syncReq("g", id, join.Generation, map[string]string{id: "a"}))
+	h.awaitSyncing("g", 1)
+	h.c.Resign(0)
+	if code := h.recvSync(ch).ErrorCode; code != kerr.NotCoordinator.Code {
+		t.Fatalf("sync after Resign: %d", code)
+	}
+	if n := len(h.log.records(0)); n != 0 {
+		t.Fatalf("%d records written", n)
 	}
 }

@@ -78,6 +78,14 @@ func TestLoad_InProgressRetryAndNewEpoch(t *testing.T) {
 	if _, code := h.c.ListGroups(h.ctx, nil, nil); code != kerr.CoordinatorLoadInProgress.Code {
 		t.Fatalf("list while loading: code %d", code)
 	}
+	// As Kafka: a heartbeat is answered blindly, a sync with
+	// REBALANCE_IN_PROGRESS (the rebalance's state is lost).
+	if code := h.heartbeat("g", "m", 1); code != 0 {
+		t.Fatalf("heartbeat while loading: code %d", code)
+	}
+	if code := h.c.SyncGroup(h.ctx, syncReq("g", "m", 1, nil)).ErrorCode; code != kerr.RebalanceInProgress.Code {
+		t.Fatalf("sync while loading: code %d", code)
+	}
 	close(gate)
 	h.awaitLoaded(0)
 	h.log.mu.Lock()

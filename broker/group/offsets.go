@@ -31,6 +31,7 @@ func (c *Coordinator) OffsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequ
 	}
 	if code == 0 {
 		code = c.commit(ctx, g, r, codes)
+		c.dropIfUnused(g) // when nothing was committed to a group the commit made
 	}
 	if code != 0 {
 		set(code)
@@ -59,15 +60,16 @@ func (c *Coordinator) commit(ctx context.Context, g *group, r *kmsg.OffsetCommit
 		g.mu.Unlock()
 		return kerr.FencedInstanceID.Code
 	case r.Generation < 0 && g.state == stateEmpty:
-	case g.state == stateCompletingRebalance:
-		g.mu.Unlock()
-		return kerr.RebalanceInProgress.Code
 	case g.members[r.MemberID] == nil:
 		g.mu.Unlock()
 		return kerr.UnknownMemberID.Code
 	case r.Generation != g.generation:
 		g.mu.Unlock()
 		return kerr.IllegalGeneration.Code
+	case g.state == stateCompletingRebalance:
+		// The member has its generation, not yet its assignment.
+		g.mu.Unlock()
+		return kerr.RebalanceInProgress.Code
 	default:
 		g.armSession(g.members[r.MemberID])
 	}

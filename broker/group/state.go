@@ -71,8 +71,9 @@ type joinResult struct {
 
 // syncResult is what a waiting SyncGroup is answered.
 type syncResult struct {
-	code       int16
-	assignment []byte
+	code                   int16
+	assignment             []byte
+	protocolType, protocol string
 }
 
 // group is one classic group. mu guards everything but wmu, which orders

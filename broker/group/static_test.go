@@ -140,3 +140,16 @@ func TestStaticMember_Leave(t *testing.T) {
 		t.Fatalf("after the leave: members %v state %v", g.memberIDs(), g.state)
 	}
 }
+
+// A static member's rejoin replaces its old member id: it takes no room
+// in a group at group.max.size.
+func TestStaticMember_RejoinInAFullGroup(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxGroupSize = 2 })
+	_, _, gen := h.stableStatic("g")
+	if j := h.recvJoin(h.joinAsync(staticJoinReq("g", "", "ia"))); j.ErrorCode != 0 || j.Generation != gen {
+		t.Fatalf("rejoin: %+v", j)
+	}
+	if code := h.c.JoinGroup(h.ctx, staticJoinReq("g", "", "ic")).ErrorCode; code != kerr.GroupMaxSizeReached.Code {
+		t.Fatalf("a third static member: %d", code)
+	}
+}

@@ -13,9 +13,11 @@ import (
 // for it.
 func (c *Coordinator) SyncGroup(ctx context.Context, r *kmsg.SyncGroupRequest) *kmsg.SyncGroupResponse {
 	resp := r.ResponseKind().(*kmsg.SyncGroupResponse)
-	g, code := c.lookup(r.Group, false)
-	if code == 0 && g == nil {
-		code = kerr.UnknownMemberID.Code
+	g, code := c.existing(r.Group, kerr.UnknownMemberID.Code)
+	if code == kerr.CoordinatorLoadInProgress.Code {
+		// The rebalance's state is lost with the coordinator: the member
+		// must rejoin, which older clients learn only from this code.
+		code = kerr.RebalanceInProgress.Code
 	}
 	if code != 0 {
 		resp.ErrorCode = code
@@ -37,10 +39,8 @@ func (c *Coordinator) SyncGroup(ctx context.Context, r *kmsg.SyncGroupRequest) *
 	resp.ErrorCode = res.code
 	resp.MemberAssignment = res.assignment
 	if res.code == 0 {
-		g.mu.Lock()
-		resp.ProtocolType = kmsg.StringPtr(g.protocolType)
-		resp.Protocol = kmsg.StringPtr(g.protocol)
-		g.mu.Unlock()
+		resp.ProtocolType = kmsg.StringPtr(res.protocolType)
+		resp.Protocol = kmsg.StringPtr(res.protocol)
 	}
 	return resp
 }
@@ -55,6 +55,8 @@ func (g *group) syncLocked(r *kmsg.SyncGroupRequest) (chan syncResult, syncResul
 	switch {
 	case g.state == stateDead:
 		return fail(g.notAlive())
+	case g.fenced(r.InstanceID, r.MemberID):
+		return fail(kerr.FencedInstanceID.Code)
 	case g.members[r.MemberID] == nil:
 		return fail(kerr.UnknownMemberID.Code)
 	case r.Generation != g.generation:
@@ -62,8 +64,6 @@ func (g *group) syncLocked(r *kmsg.SyncGroupRequest) (chan syncResult, syncResul
 	case r.ProtocolType != nil && *r.ProtocolType != g.protocolType,
 		r.Protocol != nil && *r.Protocol != g.protocol:
 		return fail(kerr.InconsistentGroupProtocol.Code)
-	case g.fenced(r.InstanceID, r.MemberID):
-		return fail(kerr.FencedInstanceID.Code)
 	}
 	m := g.members[r.MemberID]
 	switch g.state {
@@ -71,7 +71,7 @@ func (g *group) syncLocked(r *kmsg.SyncGroupRequest) (chan syncResult, syncResul
 		return fail(kerr.RebalanceInProgress.Code)
 	case stateStable:
 		g.armSession(m)
-		return nil, syncResult{assignment: m.assignment}, nil
+		return nil, g.syncResult(m), nil
 	case stateCompletingRebalance:
 	default: // Empty
 		return fail(kerr.UnknownMemberID.Code)
@@ -90,16 +90,25 @@ func (g *group) syncLocked(r *kmsg.SyncGroupRequest) (chan syncResult, syncResul
 		}
 	}
 	gen := g.generation
-	rec := g.metadataRecord(assignments)
-	return m.sync, syncResult{}, func(ctx context.Context) { g.storeAssignment(ctx, gen, rec, assignments) }
+	return m.sync, syncResult{}, func(ctx context.Context) { g.storeAssignment(ctx, gen, assignments) }
 }
 
 // storeAssignment commits the leader's assignment, then, if the group is
 // still in the generation it was made for, answers every waiting member
 // and makes the group Stable; a failed write answers them the error and
-// starts a rebalance, as Kafka's doSyncGroup.
-func (g *group) storeAssignment(ctx context.Context, gen int32, rec Record, assignments map[string][]byte) {
+// starts a rebalance, as Kafka's doSyncGroup. A group that moved on before
+// the write lock was had is not written: whatever moved it answered the
+// members, and its own write must not be overtaken by an older state.
+func (g *group) storeAssignment(ctx context.Context, gen int32, assignments map[string][]byte) {
 	g.wmu.Lock()
+	g.mu.Lock()
+	if g.state != stateCompletingRebalance || g.generation != gen {
+		g.mu.Unlock()
+		g.wmu.Unlock()
+		return
+	}
+	rec := g.metadataRecord(assignments)
+	g.mu.Unlock()
 	code := g.appendRecords(ctx, []Record{rec}, false)
 	g.wmu.Unlock()
 	g.mu.Lock()
@@ -121,7 +130,7 @@ func (g *group) storeAssignment(ctx context.Context, gen int32, rec Record, assi
 	for _, m := range g.members {
 		m.assignment = assignments[m.id]
 		if m.sync != nil {
-			m.sync <- syncResult{assignment: m.assignment}
+			m.sync <- g.syncResult(m)
 			m.sync = nil
 			g.armSession(m)
 		}
@@ -129,13 +138,20 @@ func (g *group) storeAssignment(ctx context.Context, gen int32, rec Record, assi
 	g.transition(stateStable)
 }
 
+// syncResult is m's assignment in the current generation.
+func (g *group) syncResult(m *member) syncResult {
+	return syncResult{assignment: m.assignment, protocolType: g.protocolType, protocol: g.protocol}
+}
+
 // Heartbeat keeps a member's session, and tells it of a rebalance
 // (REBALANCE_IN_PROGRESS), as Kafka's handleHeartbeat.
 func (c *Coordinator) Heartbeat(ctx context.Context, r *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse {
 	resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
-	g, code := c.lookup(r.Group, false)
-	if code == 0 && g == nil {
-		code = kerr.UnknownMemberID.Code
+	g, code := c.existing(r.Group, kerr.UnknownMemberID.Code)
+	if code == kerr.CoordinatorLoadInProgress.Code {
+		// Kafka answers a loading coordinator's heartbeats blindly: the
+		// member is checked once its group is loaded.
+		return resp
 	}
 	if code != 0 {
 		resp.ErrorCode = code
@@ -208,20 +224,19 @@ func (c *Coordinator) LeaveGroup(ctx context.Context, r *kmsg.LeaveGroupRequest)
 // leave removes one leaving member, under the group's lock.
 func (g *group) leave(l kmsg.LeaveGroupRequestMember) int16 {
 	id := l.MemberID
-	if l.InstanceID != nil {
-		known, ok := g.static[*l.InstanceID]
-		if !ok {
-			return kerr.UnknownMemberID.Code
-		}
-		if id != "" && id != known {
-			return kerr.FencedInstanceID.Code
-		}
-		id = known
-	} else if t, ok := g.pending[id]; ok {
+	if id != "" && g.fenced(l.InstanceID, id) {
+		return kerr.FencedInstanceID.Code
+	}
+	if t, ok := g.pending[id]; ok {
 		t.Stop()
 		delete(g.pending, id)
 		g.tryCompleteJoin()
 		return 0
+	}
+	if l.InstanceID != nil {
+		if known, ok := g.static[*l.InstanceID]; ok {
+			id = known
+		}
 	}
 	m := g.members[id]
 	if m == nil {

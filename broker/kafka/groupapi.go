@@ -46,41 +46,24 @@ func (s *Server) serves(key int16) bool {
 // The answer's response is set once ready is closed.
 func (s *Server) handleGroup(ctx context.Context, c *conn, a *answer, req kmsg.Request) bool {
 	var call func(context.Context) kmsg.Response
+	// read: the request is a member's (join, sync, heartbeat, leave),
+	// which needs READ on its group.
+	read, group := false, ""
 	switch r := req.(type) {
 	case *kmsg.FindCoordinatorRequest:
 		a.resp = s.findCoordinator(c, r)
 		return true
 	case *kmsg.JoinGroupRequest:
-		if !s.allowed(c, kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, r.Group) {
-			resp := r.ResponseKind().(*kmsg.JoinGroupResponse)
-			resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-			a.resp = resp
-			return true
-		}
+		read, group = true, r.Group
 		call = func(ctx context.Context) kmsg.Response { return s.groups.JoinGroup(ctx, r) }
 	case *kmsg.SyncGroupRequest:
-		if !s.allowed(c, kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, r.Group) {
-			resp := r.ResponseKind().(*kmsg.SyncGroupResponse)
-			resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-			a.resp = resp
-			return true
-		}
+		read, group = true, r.Group
 		call = func(ctx context.Context) kmsg.Response { return s.groups.SyncGroup(ctx, r) }
 	case *kmsg.HeartbeatRequest:
-		if !s.allowed(c, kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, r.Group) {
-			resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
-			resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-			a.resp = resp
-			return true
-		}
+		read, group = true, r.Group
 		call = func(ctx context.Context) kmsg.Response { return s.groups.Heartbeat(ctx, r) }
 	case *kmsg.LeaveGroupRequest:
-		if !s.allowed(c, kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, r.Group) {
-			resp := r.ResponseKind().(*kmsg.LeaveGroupResponse)
-			resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-			a.resp = resp
-			return true
-		}
+		read, group = true, r.Group
 		call = func(ctx context.Context) kmsg.Response { return s.groups.LeaveGroup(ctx, r) }
 	case *kmsg.OffsetCommitRequest:
 		call = func(ctx context.Context) kmsg.Response { return s.offsetCommit(ctx, c, r) }
@@ -96,6 +79,10 @@ func (s *Server) handleGroup(ctx context.Context, c *conn, a *answer, req kmsg.R
 		call = func(ctx context.Context) kmsg.Response { return s.deleteGroups(ctx, c, r) }
 	default:
 		return false
+	}
+	if read && !s.allowed(c, kmsg.ACLOperationRead, kmsg.ACLResourceTypeGroup, group) {
+		a.resp = errorResponse(req, kerr.GroupAuthorizationFailed.Code, "")
+		return true
 	}
 	ready := make(chan struct{})
 	a.ready = ready
@@ -290,7 +277,17 @@ func (s *Server) describeGroups(ctx context.Context, c *conn, r *kmsg.DescribeGr
 			resp.Groups = append(resp.Groups, out)
 			continue
 		}
-		resp.Groups = append(resp.Groups, s.groups.DescribeGroup(ctx, r.Version, g))
+		out := s.groups.DescribeGroup(ctx, r.Version, g)
+		if r.IncludeAuthorizedOperations {
+			// KIP-430: the operations on the group the client may do.
+			out.AuthorizedOperations = 0
+			for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationRead, kmsg.ACLOperationDescribe, kmsg.ACLOperationDelete} {
+				if s.allowed(c, op, kmsg.ACLResourceTypeGroup, g) {
+					out.AuthorizedOperations |= 1 << op
+				}
+			}
+		}
+		resp.Groups = append(resp.Groups, out)
 	}
 	return resp
 }

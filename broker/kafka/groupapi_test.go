@@ -28,6 +28,7 @@ type fakeGroups struct {
 	calls   []string
 	commits []kmsg.OffsetCommitRequestTopic
 	elected map[int32]int32
+	deleted []string
 	log     group.Log
 }
 
@@ -60,6 +61,18 @@ func (f *fakeGroups) Resign(p int32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.elected, p)
+}
+
+func (f *fakeGroups) TopicsDeleted(topics []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deleted = append(f.deleted, topics...)
+}
+
+func (f *fakeGroups) deletedTopics() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.deleted)
 }
 
 func (f *fakeGroups) leads() map[int32]int32 {
@@ -334,6 +347,13 @@ func TestServer_GroupAuthorization(t *testing.T) {
 	fetch := kmsg.NewPtrOffsetFetchRequest()
 	fetch.Version = 8
 	fetch.Groups = []kmsg.OffsetFetchRequestGroup{{Group: "g"}, {Group: "h"}}
+	describe := kmsg.NewPtrDescribeGroupsRequest()
+	describe.Groups, describe.IncludeAuthorizedOperations = []string{"g", "h"}, true
+	if resp := send(describe).(*kmsg.DescribeGroupsResponse); len(resp.Groups) != 2 ||
+		resp.Groups[0].AuthorizedOperations != 1<<kmsg.ACLOperationRead|1<<kmsg.ACLOperationDescribe ||
+		resp.Groups[1].ErrorCode != kerr.GroupAuthorizationFailed.Code {
+		t.Fatalf("DescribeGroups: %+v", resp.Groups)
+	}
 	resp := send(fetch).(*kmsg.OffsetFetchResponse)
 	if len(resp.Groups) != 2 || resp.Groups[0].ErrorCode != 0 || len(resp.Groups[0].Topics) != 1 || resp.Groups[0].Topics[0].Topic != "orders" ||
 		resp.Groups[1].ErrorCode != kerr.GroupAuthorizationFailed.Code {
@@ -519,7 +539,7 @@ func TestGroupLog_AppendLoad(t *testing.T) {
 // TestGroupElections: the coordinator is elected for the
 // __consumer_offsets partitions this broker leads (those led before it is
 // attached too) and resigns them on a new leader or a stopped replica;
-// other topics are none of its business.
+// other topics are none of its business; it is told of topics deleted.
 func TestGroupElections(t *testing.T) {
 	meta := newFakeMeta(t)
 	meta.addBroker(1, "127.0.0.1:9092")
@@ -542,6 +562,17 @@ func TestGroupElections(t *testing.T) {
 	e.StopReplica(topic.ID, 1, true)
 	if got := fg.leads(); len(got) != 0 {
 		t.Fatalf("after the replica of 1 stopped: %v", got)
+	}
+	// A deleted topic's offsets are dropped; batches that delete nothing
+	// tell nothing.
+	meta.createTopic("orders", []int32{1})
+	before := meta.Image()
+	e.MetadataChanged(before, before)
+	orders, _ := before.Topic("orders")
+	meta.must(&keelpb.Record{Record: &keelpb.Record_RemoveTopic{RemoveTopic: &keelpb.RemoveTopicRecord{TopicId: orders.ID[:]}}})
+	e.MetadataChanged(before, meta.Image())
+	if got := fg.deletedTopics(); !slices.Equal(got, []string{"orders"}) {
+		t.Fatalf("topics deleted: %q, want orders", got)
 	}
 	e.detach()
 	e.BecomeLeader(broker.PartitionState{Topic: group.OffsetsTopic, TopicID: topic.ID, Partition: 0, Leader: 1, LeaderEpoch: 6})

@@ -41,14 +41,44 @@ func NewGroupElections(next broker.Handler) *GroupElections {
 
 var _ broker.Handler = (*GroupElections)(nil)
 
-// MetadataChanged remembers __consumer_offsets' id and partition count.
+// topicsDeleter is a coordinator that drops the committed offsets of
+// deleted topics (broker/group's Coordinator.TopicsDeleted), so that a
+// topic made again under the same name is not read from its
+// predecessor's offsets, as Kafka's handleDeletedPartitions.
+type topicsDeleter interface{ TopicsDeleted(topics []string) }
+
+// MetadataChanged remembers __consumer_offsets' id and partition count,
+// and tells the coordinator of topics deleted.
 func (e *GroupElections) MetadataChanged(before, after *fsm.Image) {
 	e.next.MetadataChanged(before, after)
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if t, ok := after.Topic(group.OffsetsTopic); ok {
 		e.topicID, e.partitions = t.ID, t.Partitions
 	}
+	d, _ := e.groups.(topicsDeleter)
+	e.mu.Unlock()
+	if d != nil {
+		if gone := deletedTopics(before, after); len(gone) > 0 {
+			d.TopicsDeleted(gone)
+		}
+	}
+}
+
+// deletedTopics are the topics of before that after does not have (or
+// has under another id). A deletion is a batch of its own, which lowers
+// the count: only then are the topics walked, so that the batches of a
+// cluster of many topics cost nothing here.
+func deletedTopics(before, after *fsm.Image) []string {
+	if after.TopicCount() >= before.TopicCount() {
+		return nil
+	}
+	var gone []string
+	for _, t := range before.Topics() {
+		if now, ok := after.Topic(t.Name); !ok || now.ID != t.ID {
+			gone = append(gone, t.Name)
+		}
+	}
+	return gone
 }
 
 // BecomeLeader elects the coordinator of a partition this broker now

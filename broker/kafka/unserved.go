@@ -60,16 +60,20 @@ func unservedResponse(key, version int16, body []byte) (kmsg.Request, kmsg.Respo
 	if err := req.ReadFrom(body); err != nil {
 		return nil, nil, fmt.Errorf("%s v%d (not served) does not parse: %v", kmsg.NameForKey(key), version, err)
 	}
+	return req, errorResponse(req, kerr.UnsupportedVersion.Code, unservedMessage(key)), nil
+}
+
+// errorResponse is req's response at its version with code (and msg,
+// where it has an ErrorMessage) as its top-level error and every entry's.
+// Both: kmsg's structs hold the fields of every version, and only those of
+// the request's are sent (AddPartitionsToTxn has a top-level ErrorCode
+// from v4, per-partition codes before).
+func errorResponse(req kmsg.Request, code int16, msg string) kmsg.Response {
 	resp := req.ResponseKind()
-	resp.SetVersion(version)
-	msg := unservedMessage(key)
-	// Both the top-level error and the entries': kmsg's structs hold the
-	// fields of every version, and only those of the request's are sent
-	// (AddPartitionsToTxn has a top-level ErrorCode from v4, per-partition
-	// codes before).
-	setError(reflect.ValueOf(resp).Elem(), kerr.UnsupportedVersion.Code, msg)
-	mirror(reflect.ValueOf(resp).Elem(), reflect.ValueOf(req).Elem(), kerr.UnsupportedVersion.Code, msg)
-	return req, resp, nil
+	resp.SetVersion(req.GetVersion())
+	setError(reflect.ValueOf(resp).Elem(), code, msg)
+	mirror(reflect.ValueOf(resp).Elem(), reflect.ValueOf(req).Elem(), code, msg)
+	return resp
 }
 
 // setError sets a response struct's ErrorCode (and ErrorMessage, when it
@@ -80,7 +84,7 @@ func setError(resp reflect.Value, code int16, msg string) bool {
 		return false
 	}
 	ec.SetInt(int64(code))
-	if em := resp.FieldByName("ErrorMessage"); em.IsValid() && em.Type() == reflect.TypeOf((*string)(nil)) {
+	if em := resp.FieldByName("ErrorMessage"); msg != "" && em.IsValid() && em.Type() == reflect.TypeOf((*string)(nil)) {
 		em.Set(reflect.ValueOf(&msg))
 	}
 	return true

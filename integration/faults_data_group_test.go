@@ -27,6 +27,7 @@ package integration
 // rebalances.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,66 +84,62 @@ type commitObs struct {
 // a lower one. Observations that overlap in time are not ordered, and so
 // not compared.
 func commitRegressions(obs []commitObs) []string {
-	type tp struct {
-		topic string
-		p     int32
-	}
-	by := map[tp][]commitObs{}
+	by := map[string]map[int32][]commitObs{}
 	for _, o := range obs {
-		k := tp{o.topic, o.partition}
-		by[k] = append(by[k], o)
-	}
-	keys := make([]tp, 0, len(by))
-	for k := range by {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b tp) int {
-		if c := strings.Compare(a.topic, b.topic); c != 0 {
-			return c
+		if by[o.topic] == nil {
+			by[o.topic] = map[int32][]commitObs{}
 		}
-		return int(a.p - b.p)
-	})
+		by[o.topic][o.partition] = append(by[o.topic][o.partition], o)
+	}
 	var bad []string
-	for _, k := range keys {
-		part := by[k]
-		done := slices.Clone(part) // by the end of each observation
-		slices.SortStableFunc(done, func(a, b commitObs) int { return int(a.ret - b.ret) })
-		// highest[i] is the observation with the highest offset among
-		// done[:i+1].
-		highest := make([]int, len(done))
-		for i := range done {
-			highest[i] = i
-			if i > 0 && done[highest[i-1]].offset >= done[i].offset {
-				highest[i] = highest[i-1]
+	for _, topic := range sortedKeys(by) {
+		for _, p := range sortedKeys(by[topic]) {
+			if msg := partitionRegression(topic, p, by[topic][p]); msg != "" {
+				bad = append(bad, msg)
 			}
-		}
-		slices.SortStableFunc(part, func(a, b commitObs) int { return int(a.call - b.call) })
-		var first string
-		more := 0
-		for _, o := range part {
-			n := sort.Search(len(done), func(i int) bool { return done[i].ret >= o.call })
-			if n == 0 {
-				continue
-			}
-			h := done[highest[n-1]]
-			switch {
-			case o.offset >= h.offset:
-			case first == "":
-				ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
-				first = fmt.Sprintf("%s partition %d: the committed offset went backwards: %d (%s, %v to %v) after %d (%s, %v to %v)",
-					k.topic, k.p, o.offset, o.source, ms(o.call), ms(o.ret), h.offset, h.source, ms(h.call), ms(h.ret))
-			default:
-				more++
-			}
-		}
-		if more > 0 {
-			first += fmt.Sprintf("; and %d more observations below one before them", more)
-		}
-		if first != "" {
-			bad = append(bad, first)
 		}
 	}
 	return bad
+}
+
+// partitionRegression is commitRegressions for one partition's
+// observations: the first regression and how many more, or "".
+func partitionRegression(topic string, p int32, part []commitObs) string {
+	done := slices.Clone(part) // by the end of each observation
+	slices.SortStableFunc(done, func(a, b commitObs) int { return cmp.Compare(a.ret, b.ret) })
+	// highest[i] is the observation with the highest offset among
+	// done[:i+1].
+	highest := make([]int, len(done))
+	for i := range done {
+		highest[i] = i
+		if i > 0 && done[highest[i-1]].offset >= done[i].offset {
+			highest[i] = highest[i-1]
+		}
+	}
+	part = slices.Clone(part)
+	slices.SortStableFunc(part, func(a, b commitObs) int { return cmp.Compare(a.call, b.call) })
+	var first string
+	more := 0
+	for _, o := range part {
+		n := sort.Search(len(done), func(i int) bool { return done[i].ret >= o.call })
+		if n == 0 {
+			continue
+		}
+		h := done[highest[n-1]]
+		switch {
+		case o.offset >= h.offset:
+		case first == "":
+			ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+			first = fmt.Sprintf("%s partition %d: the committed offset went backwards: %d (%s, %v to %v) after %d (%s, %v to %v)",
+				topic, p, o.offset, o.source, ms(o.call), ms(o.ret), h.offset, h.source, ms(h.call), ms(h.ret))
+		default:
+			more++
+		}
+	}
+	if more > 0 {
+		first += fmt.Sprintf("; and %d more observations below one before them", more)
+	}
+	return first
 }
 
 // groupMissed returns a message for every acknowledged record of topic

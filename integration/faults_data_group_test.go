@@ -273,7 +273,6 @@ func startGroup(t *testing.T, ctx context.Context, kafka map[int32]string, name 
 	for _, topic := range topics {
 		g.seen[topic] = map[int32]map[int64]string{}
 	}
-	requireGroups(t, kafka)
 	g.kafka = kafka
 	g.admin = kadm.NewClient(kafkaClient(t, kafka))
 	for i := range groupMembers {
@@ -658,6 +657,7 @@ func (r *dataRun) waitCoordinatorAgrees(t *testing.T) {
 // group committed.
 func (r *dataRun) createOffsetsTopic(t *testing.T, name string) {
 	t.Helper()
+	requireGroups(t, r.kafka)
 	admin := kadm.NewClient(kafkaClient(t, r.kafka))
 	poll.UntilState(t, kafkaTimeout, fmt.Sprintf("FindCoordinator(%s) to answer a coordinator", name), func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), groupCommitTimeout)

@@ -8,11 +8,13 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -200,4 +202,82 @@ func TestGroups_ConsumerResumesAfterCoordinatorKill(t *testing.T) {
 		}
 	}
 	t.Logf("first member: %d records, committed %v; after the kill of broker %d the second member read %d records", total, committed, victim, len(seen))
+}
+
+// TestGroups_ApplicationOnTLS: on a TLS cluster the brokers create
+// __consumer_offsets on their own (the controllers take a broker's
+// internal request, with no principal); an application's certificate with
+// READ on a topic and a group consumes in the group and commits, and is
+// refused a group it has no ACL for (GROUP_AUTHORIZATION_FAILED); not even
+// an admin deletes __consumer_offsets or adds partitions to it.
+func TestGroups_ApplicationOnTLS(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t)
+	c, kafka := startKafkaClusterWith(t, threeBrokers, groupBrokerFlags, withTLS(pki))
+	const topic, group = "orders", "billing"
+	c.createTopic(t, topic, "--partitions", "3", "--replication-factor", "3")
+	c.WaitForTopic(t, topic, "led with full ISRs", func(d topicJSON) bool {
+		return d.every(func(p partitionJSON) bool { return p.Leader > 0 && len(p.ISR) == 3 })
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
+	defer cancel()
+	adm := kafkaAdmin(t, kafka, kafkaTLS(pki, "admin"))
+	grant := kadm.NewACLs().Allow("User:app-orders").AllowHosts("*").Topics(topic).Groups(group).
+		Operations(kadm.OpRead).ResourcePatternType(kadm.ACLPatternLiteral)
+	res, err := adm.CreateACLs(ctx, grant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatalf("CreateACLs: %v", r.Err)
+		}
+	}
+	admin := kafkaClient(t, kafka, kafkaTLS(pki, "admin"))
+	var values []string
+	for i := range 100 {
+		values = append(values, fmt.Sprintf("v%03d", i))
+	}
+	produceValues(t, admin, topic, values)
+
+	member := func(group string) *kgo.Client {
+		return kafkaClient(t, kafka, appTLS(t, pki, "app-orders"), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+			kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	}
+	app := member(group)
+	read := groupConsume(t, app, len(values), "the application reads every record in its group")
+	if err := app.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	want := map[int32]int64{}
+	for p, recs := range read {
+		want[p] = recs[len(recs)-1].offset + 1
+	}
+	got := committedOffsets(t, admin, group, topic)
+	for p, o := range want {
+		if got[p] != o {
+			t.Fatalf("committed offsets %v; want %v", got, want)
+		}
+	}
+
+	// Not even an admin deletes the internal topic or grows it.
+	if dr, err := adm.DeleteTopics(ctx, "__consumer_offsets"); err != nil || !errors.Is(dr["__consumer_offsets"].Err, kerr.InvalidTopicException) {
+		t.Fatalf("DeleteTopics(__consumer_offsets): %+v, %v; want INVALID_TOPIC_EXCEPTION", dr, err)
+	}
+	if cr, err := adm.CreatePartitions(ctx, 1, "__consumer_offsets"); err != nil || !errors.Is(cr["__consumer_offsets"].Err, kerr.InvalidTopicException) {
+		t.Fatalf("CreatePartitions(__consumer_offsets): %+v, %v; want INVALID_TOPIC_EXCEPTION", cr, err)
+	}
+
+	stranger := member("other")
+	poll.UntilState(t, kafkaTimeout, "a group without ACLs refused", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var seen []string
+		refused := false
+		stranger.PollFetches(ctx).EachError(func(_ string, _ int32, err error) {
+			refused = refused || errors.Is(err, kerr.GroupAuthorizationFailed)
+			seen = append(seen, err.Error())
+		})
+		return refused, strings.Join(seen, "; ")
+	})
 }

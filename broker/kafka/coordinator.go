@@ -133,14 +133,20 @@ func (s *Server) createOffsetsTopic(img *fsm.Image) string {
 		})
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		o.creating, o.problem = false, ""
+		o.creating = false
 		switch {
 		case err == nil:
+			o.problem = ""
 			s.log.Info("created the internal topic of groups", "topic", group.OffsetsTopic, "partitions", s.cfg.OffsetsTopicPartitions, "replication_factor", rf)
 		case status.Code(err) == codes.AlreadyExists:
+			o.problem = ""
 		default:
-			o.problem = fmt.Sprintf("creating %s: %s", group.OffsetsTopic, status.Convert(err).Message())
-			s.log.Warn("could not create the internal topic of groups", "topic", group.OffsetsTopic, "err", err)
+			problem := fmt.Sprintf("creating %s: %s", group.OffsetsTopic, status.Convert(err).Message())
+			if problem != o.problem {
+				// Once per reason: clients ask again every few hundred ms.
+				s.log.Warn("could not create the internal topic of groups", "topic", group.OffsetsTopic, "err", err)
+			}
+			o.problem = problem
 		}
 	}()
 	if problem != "" {

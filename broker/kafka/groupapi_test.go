@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/keel-dev/keel/acl"
 	"github.com/keel-dev/keel/broker"
@@ -347,6 +348,28 @@ func TestServer_GroupAuthorization(t *testing.T) {
 	fetch := kmsg.NewPtrOffsetFetchRequest()
 	fetch.Version = 8
 	fetch.Groups = []kmsg.OffsetFetchRequestGroup{{Group: "g"}, {Group: "h"}}
+	// An older client's OffsetFetch (v7: one group, named topics): the
+	// topic it may not describe is refused by partition.
+	old := newClient(t, []string{s.Addr()}, kgo.DialTLSConfig(userTLS(t, ca, "app")), kgo.RequestRetries(0), kgo.MaxVersions(kversion.V2_8_0()))
+	seedMetadata(t, old)
+	fetch7 := kmsg.NewPtrOffsetFetchRequest()
+	fetch7.Group = "g"
+	fetch7.Topics = []kmsg.OffsetFetchRequestTopic{{Topic: "orders", Partitions: []int32{0}}, {Topic: "secret", Partitions: []int32{0}}}
+	raw7, err := old.Broker(1).Request(ctx, fetch7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes7 := map[string]int16{}
+	offsets7 := map[string]int64{}
+	for _, rt := range raw7.(*kmsg.OffsetFetchResponse).Topics {
+		for _, p := range rt.Partitions {
+			codes7[rt.Topic], offsets7[rt.Topic] = p.ErrorCode, p.Offset
+		}
+	}
+	if r7 := raw7.(*kmsg.OffsetFetchResponse); r7.Version != 7 || r7.ErrorCode != 0 || codes7["orders"] != 0 || offsets7["orders"] != 7 ||
+		codes7["secret"] != kerr.TopicAuthorizationFailed.Code {
+		t.Fatalf("OffsetFetch v%d: error %d, topics %+v", r7.Version, r7.ErrorCode, r7.Topics)
+	}
 	describe := kmsg.NewPtrDescribeGroupsRequest()
 	describe.Groups, describe.IncludeAuthorizedOperations = []string{"g", "h"}, true
 	if resp := send(describe).(*kmsg.DescribeGroupsResponse); len(resp.Groups) != 2 ||
@@ -596,5 +619,27 @@ func (m *fakeMeta) grant(t *testing.T, bindings ...acl.Binding) {
 		if e != "" {
 			t.Fatal(e)
 		}
+	}
+}
+
+// TestServer_FindCoordinatorTooFewBrokers: with fewer live brokers than
+// __consumer_offsets' replication factor, nothing is asked of the
+// controller, and the client is told which flag to change.
+func TestServer_FindCoordinatorTooFewBrokers(t *testing.T) {
+	meta := newFakeMeta(t)
+	s := startServer(t, 1, meta, NewMemoryBackend(), func(c *Config) { c.Groups = newFakeGroups().newGroups })
+	cl := newClient(t, []string{s.Addr()}, kgo.RequestRetries(0))
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.CoordinatorKeys = []string{"g"}
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "__consumer_offsets needs 3 live brokers for its replication factor (--offsets-topic-replication-factor); the cluster has 1"
+	if c := resp.Coordinators; len(c) != 1 || c[0].ErrorCode != kerr.CoordinatorNotAvailable.Code || c[0].ErrorMessage == nil || *c[0].ErrorMessage != want {
+		t.Fatalf("FindCoordinator: %+v", c)
+	}
+	if p := meta.forwardedPrincipals(); len(p) != 0 {
+		t.Fatalf("the controller was asked %d times", len(p))
 	}
 }

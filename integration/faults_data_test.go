@@ -15,7 +15,9 @@ package integration
 // blips of a broker's links to the controllers; and hostile clients:
 // poison batches a producer sends beside the good ones
 // (faults_data_poison_test.go) and floods of strangers' connections to a
-// partition leader's Kafka port (faults_data_flood_test.go). After
+// partition leader's Kafka port (faults_data_flood_test.go). A consumer
+// group reads the topics through the faults, and the nemesis kills and
+// pauses its coordinator (faults_data_group_test.go). After
 // the faults everything is healed, the ISRs fill again, every partition is
 // read from its start to its high watermark and checked with the Kafka
 // tests' check (ackedRecordViolations), and against what the consumers saw
@@ -83,6 +85,8 @@ var dataFaultKinds = []dataFaultKind{
 	{"blip-broker-links", 3},
 	{"poison-batch", 1},
 	{"flood-kafka", 1},
+	{"kill-coordinator", 2},
+	{"pause-coordinator", 1},
 }
 
 // uncleanFaultKinds are what the unclean mode's nemesis injects: mostly
@@ -175,6 +179,7 @@ type dataTally struct {
 	crashElections int
 	gray           grayTally // the gray failures' own counts
 	flood          floodTally
+	group          groupTally // the consumer group's (faults_data_group_test.go)
 }
 
 func newDataTally() *dataTally {
@@ -202,6 +207,7 @@ func (d *dataTally) Add(o *dataTally) {
 	d.crashElections += o.crashElections
 	d.gray.add(&o.gray)
 	d.flood.add(&o.flood)
+	d.group.add(&o.group)
 }
 
 func (d *dataTally) String() string {
@@ -218,6 +224,7 @@ func (d *dataTally) String() string {
 	}
 	d.gray.write(&b)
 	d.flood.write(&b)
+	d.group.write(&b)
 	fmt.Fprintf(&b, "\nread during the faults: %d; read at the end: %d (acknowledged: %d found, %d lost; %d never acknowledged)",
 		d.seen, d.final, d.found, d.lost, d.unacked)
 	if len(d.tolerated) > 0 {
@@ -256,6 +263,9 @@ type dataRun struct {
 	// snapshot is a metadata snapshot saved before the faults, which
 	// restore-snapshot restores.
 	snapshot string
+	// group is the consumer group that reads the topics (nil in the
+	// unclean mode).
+	group *groupRun
 
 	mu        sync.Mutex
 	faults    []dataFault
@@ -298,6 +308,10 @@ func runDataFaults(t *testing.T, mode dataMode, seed int64, duration time.Durati
 			t.Fatalf("%s: unclean.leader.election.enable: %+v; want %s", topic, v, unclean)
 		}
 	}
+	groupName := fmt.Sprintf("data-faults-%d", seed)
+	if !mode.unclean {
+		r.createOffsetsTopic(t, groupName)
+	}
 	if slices.ContainsFunc(mode.kinds, func(k dataFaultKind) bool { return k.name == "restore-snapshot" }) {
 		// Older than everything the faults will do: the topics, but none
 		// of the leader changes, registrations or producer ids to come.
@@ -336,6 +350,11 @@ func runDataFaults(t *testing.T, mode dataMode, seed int64, duration time.Durati
 	for _, p := range prods {
 		p.waitAcked(50, "before the faults")
 	}
+	if !mode.unclean {
+		// Not in the unclean mode: it may lose records, which the group's
+		// checks would fail on.
+		r.group = startGroup(t, workCtx, kafka, groupName, r.topics, r.start)
+	}
 
 	r.nemesis(t, rng, duration, brokers, tally)
 	// Registered after every restart, so it runs before the processes' own
@@ -372,8 +391,20 @@ func runDataFaults(t *testing.T, mode dataMode, seed int64, duration time.Durati
 		hws[topic] = highWatermarks(t, reader, topic, dataPartitions)
 	}
 	r.waitConsumed(t, hws)
+	if r.group != nil {
+		r.group.waitCommitted(t, hws, "up to the high watermarks after the faults")
+		r.waitCoordinatorAgrees(t)
+	}
 	stopWork()
 	wg.Wait()
+	if r.group != nil {
+		r.group.stop()
+		acked := map[string][]ackedRecord{}
+		for i, topic := range r.topics {
+			_, acked[topic], _ = prods[i].results()
+		}
+		tally.group = *r.group.judge(t, acked)
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -620,6 +651,14 @@ func (r *dataRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration, 
 		totalWeight += k.weight
 	}
 	hold := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	// The first fault is one of the coordinator's (when the mode has
+	// them), so that every run fails the group's coordinator over.
+	var first []string
+	for _, k := range kinds {
+		if slices.Contains(coordinatorFaultKinds, k.name) {
+			first = append(first, k.name)
+		}
+	}
 	for time.Now().Before(deadline) {
 		n := rng.IntN(totalWeight)
 		var kind string
@@ -636,6 +675,9 @@ func (r *dataRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration, 
 		anyBroker := brokers[rng.IntN(len(brokers))]
 		topic := r.topics[rng.IntN(len(r.topics))]
 		part := int32(rng.IntN(dataPartitions))
+		if len(first) > 0 {
+			kind, first = first[rng.IntN(len(first))], nil
+		}
 		linkMode := faultproxy.Drop
 		if rng.IntN(2) == 0 {
 			linkMode = faultproxy.Blackhole
@@ -727,6 +769,8 @@ func (r *dataRun) nemesis(t *testing.T, rng *rand.Rand, duration time.Duration, 
 			r.poisonBatch(t, from, kind, topic, part, leaderOr)
 		case "flood-kafka":
 			outcome = r.floodKafka(t, from, kind, topic, part, leaderOr, hold(2*time.Second, 4*time.Second), &tally.flood)
+		case "kill-coordinator", "pause-coordinator":
+			r.coordinatorFault(from, kind, anyBroker, hold)
 		case "power-loss-broker", "power-loss-last-isr-member", "restore-snapshot", "blip-broker-links":
 			outcome = r.grayFault(t, rng, kind, from, topic, part, leaderOr, hold, tally)
 		}
@@ -860,7 +904,8 @@ func (r *dataRun) startCluster(t *testing.T, brokers []int32) {
 		r.kafka[id] = addrs[i]
 		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerFlags("--kafka-listen="+addrs[i],
 			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms", "--advertise="+r.net.in[id].Addr()),
-			withBrokerMetrics(), withBrokerFlags(dataKafkaBounds...)} // for flood-kafka
+			withBrokerMetrics(), withBrokerFlags(dataKafkaBounds...), // for flood-kafka
+			withBrokerFlags("--group-initial-rebalance-delay=0s")} // the group's members join at once
 	}
 	c.startBrokers(brokers, bopts)
 	for _, id := range brokers {

@@ -74,14 +74,18 @@ func bootstrap(kafka map[int32]string) []string {
 // failover costs the client little.
 func kafkaClient(t *testing.T, kafka map[int32]string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	opts = append([]kgo.Opt{kgo.SeedBrokers(bootstrap(kafka)...), kgo.MetadataMinAge(100 * time.Millisecond),
-		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond })}, opts...)
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(append(kafkaClientOpts(kafka), opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
 	return cl
+}
+
+// kafkaClientOpts are kafkaClient's options.
+func kafkaClientOpts(kafka map[int32]string) []kgo.Opt {
+	return []kgo.Opt{kgo.SeedBrokers(bootstrap(kafka)...), kgo.MetadataMinAge(100 * time.Millisecond),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond })}
 }
 
 // ackedRecord is a record the producer's promise acknowledged.

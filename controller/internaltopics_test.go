@@ -40,7 +40,7 @@ func TestTopics_InternalTopicRules(t *testing.T) {
 			if !ok || topic.Partitions != 3 {
 				t.Fatalf("topic %+v", topic)
 			}
-			want := fsm.InternalTopicConfigs()
+			want := fsm.InternalTopicConfigs(img.FinalizedMetadataVersion())
 			if len(topic.Configs) != len(want) {
 				t.Fatalf("configs %v, want %v", topic.Configs, want)
 			}

@@ -461,7 +461,7 @@ func checkConfigs(img *Image, configs map[string]string) error {
 		if _, err := CheckConfig(k, configs[k]); err != nil {
 			return err
 		}
-		if err := checkConfigLevel(img, k); err != nil {
+		if err := checkConfigLevel(img, k, configs[k]); err != nil {
 			return err
 		}
 	}
@@ -481,21 +481,49 @@ func ConfigLevel(name string) uint32 {
 	return TopicConfigsMetadataVersion
 }
 
-// checkConfigLevel refuses a config the image's finalized level does not
-// allow yet.
-func checkConfigLevel(img *Image, name string) error {
-	if need, have := ConfigLevel(name), img.FinalizedMetadataVersion(); need > have {
-		return fmt.Errorf("%w: %s needs %s %d; the cluster is at %d", ErrAboveMetadataVersion, name, MetadataVersionFeature, need, have)
+// cleanerConfigs are the log cleaner's configs: a binary below
+// CompactionMetadataVersion takes only their defaults.
+var cleanerConfigs = []string{DeleteRetentionMs, MinCleanableDirtyRatio, MinCompactionLagMs}
+
+// ConfigValueLevel is the metadata.version a config's canonical value
+// needs: ConfigLevel(name), and CompactionMetadataVersion for
+// cleanup.policy with compact and for a cleaner config off its default,
+// which a binary below that level refuses.
+func ConfigValueLevel(name, value string) uint32 {
+	level := ConfigLevel(name)
+	switch {
+	case name == CleanupPolicy && slices.Contains(strings.Split(value, ","), "compact"),
+		slices.Contains(cleanerConfigs, name) && value != configDefault(name):
+		level = max(level, CompactionMetadataVersion)
+	}
+	return level
+}
+
+// configDefault is a known config's default.
+func configDefault(name string) string {
+	d, _ := LookupConfig(name)
+	return d.Default
+}
+
+// checkConfigLevel refuses a config value the image's finalized level
+// does not allow yet.
+func checkConfigLevel(img *Image, name, value string) error {
+	if need, have := ConfigValueLevel(name, value), img.FinalizedMetadataVersion(); need > have {
+		what := name
+		if need > ConfigLevel(name) {
+			what = name + "=" + value
+		}
+		return fmt.Errorf("%w: %s needs %s %d; the cluster is at %d", ErrAboveMetadataVersion, what, MetadataVersionFeature, need, have)
 	}
 	return nil
 }
 
 // levelConfigs counts the topics and cluster defaults that hold a config
-// of TopicConfigsMetadataVersion, which a lower level cannot express.
-func (img *Image) levelConfigs() int {
+// value of level or above, which a lower level cannot express.
+func (img *Image) levelConfigs(level uint32) int {
 	above := func(configs map[string]string) bool {
-		for k := range configs {
-			if ConfigLevel(k) >= TopicConfigsMetadataVersion {
+		for k, v := range configs {
+			if ConfigValueLevel(k, v) >= level {
 				return true
 			}
 		}
@@ -519,7 +547,7 @@ func applyConfig(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 		if _, err := CheckConfig(r.GetName(), r.GetValue()); err != nil {
 			return err
 		}
-		if err := checkConfigLevel(img, r.GetName()); err != nil {
+		if err := checkConfigLevel(img, r.GetName(), r.GetValue()); err != nil {
 			return err
 		}
 	} else if _, ok := LookupConfig(r.GetName()); !ok {

@@ -326,3 +326,60 @@ func TestFSM_TopicConfigsNeedTheirLevel(t *testing.T) {
 		t.Errorf("LevelBlockers once the config is deleted = %q; want none", b)
 	}
 }
+
+// TestFSM_CompactionNeedsItsLevel: cleanup.policy with compact, and a
+// cleaner config off its default, are refused below
+// CompactionMetadataVersion (a binary from before it has no cleaner and
+// refuses them); delete and the cleaner configs' defaults are taken; and
+// the level cannot be lowered below it while a topic is compacted.
+func TestFSM_CompactionNeedsItsLevel(t *testing.T) {
+	low := withTopicsAt(t, CompactionMetadataVersion-1)
+	for _, b := range []*keelpb.RecordBatch{
+		batch(configRec("a", CleanupPolicy, str("compact"))),
+		batch(configRec("", CleanupPolicy, str("compact,delete"))),
+		batch(configRec("a", DeleteRetentionMs, str("1000"))),
+		batch(configRec("a", MinCleanableDirtyRatio, str("0.1"))),
+		batch(topicRec("b", topicB, map[string]string{CleanupPolicy: "compact"})),
+		batch(topicRec("b", topicB, map[string]string{MinCompactionLagMs: "5"})),
+	} {
+		if got, err := Apply(low, low.Offset+1, 1, b); !errors.Is(err, ErrAboveMetadataVersion) || got != low ||
+			!strings.Contains(err.Error(), "needs metadata.version 5; the cluster is at 4") {
+			t.Errorf("at level %d: err = %v; want it refused for its level", CompactionMetadataVersion-1, err)
+		}
+	}
+	apply1(t, low, configRec("a", CleanupPolicy, str("delete")), configRec("a", DeleteRetentionMs, str("86400000")))
+
+	img := replay(t,
+		batch(clusterID("c"), featureLevel(CompactionMetadataVersion), epoch(1, 1)),
+		batch(topicRec("a", topicA, map[string]string{CleanupPolicy: "compact"})),
+	)
+	if b := LevelBlockers(img, CompactionMetadataVersion-1); len(b) != 1 || !strings.Contains(b[0], "configs of metadata.version 5") {
+		t.Errorf("LevelBlockers to %d = %q; want the compacted topic named", CompactionMetadataVersion-1, b)
+	}
+	img = apply1(t, img, configRec("a", CleanupPolicy, nil))
+	if b := LevelBlockers(img, CompactionMetadataVersion-1); len(b) != 0 {
+		t.Errorf("LevelBlockers once the config is deleted = %q; want none", b)
+	}
+}
+
+func TestConfigValueLevel(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		want        uint32
+	}{
+		{CleanupPolicy, "delete", 1},
+		{CleanupPolicy, "compact", CompactionMetadataVersion},
+		{CleanupPolicy, "compact,delete", CompactionMetadataVersion},
+		{RetentionMs, "-1", 1},
+		{SegmentMs, "1000", TopicConfigsMetadataVersion},
+		{DeleteRetentionMs, "86400000", TopicConfigsMetadataVersion},
+		{DeleteRetentionMs, "0", CompactionMetadataVersion},
+		{MinCleanableDirtyRatio, "0.5", TopicConfigsMetadataVersion},
+		{MinCleanableDirtyRatio, "0.01", CompactionMetadataVersion},
+		{MinCompactionLagMs, "1", CompactionMetadataVersion},
+	} {
+		if got := ConfigValueLevel(tc.name, tc.value); got != tc.want {
+			t.Errorf("ConfigValueLevel(%s, %s) = %d, want %d", tc.name, tc.value, got, tc.want)
+		}
+	}
+}

@@ -16,7 +16,7 @@ func withTopicsAt(t *testing.T, level uint32) *Image {
 	t.Helper()
 	return replay(t,
 		batch(clusterID("c"), featureLevel(level), epoch(1, 1)),
-		batch(registerRange(1, "a", 1, 3)), batch(registerRange(2, "b", 1, 3)), batch(registerRange(3, "c", 1, 3)),
+		batch(registerRange(1, "a", 1, MaxMetadataVersion)), batch(registerRange(2, "b", 1, MaxMetadataVersion)), batch(registerRange(3, "c", 1, MaxMetadataVersion)),
 		batch(unfence(1, 2), unfence(2, 3), unfence(3, 4)),
 		batch(topicRec("a", topicA, nil), partRec(topicA, 0, []int32{1, 2, 3}, []int32{1, 2, 3}, 1), partRec(topicA, 1, []int32{2, 3, 1}, []int32{2, 3, 1}, 2)),
 	)

@@ -22,7 +22,7 @@ const (
 	// can read: a cluster's level must lie between them for a node to apply
 	// its log.
 	MinMetadataVersion uint32 = 1
-	MaxMetadataVersion uint32 = 4
+	MaxMetadataVersion uint32 = 5
 	// BootstrapMetadataVersion is the level of a log that states none (a
 	// cluster from before FeatureLevel records, as KRaft's bootstrap
 	// metadata.version): level 1, which covers every record such a log may
@@ -43,6 +43,11 @@ const (
 	// ClientQuotaMetadataVersion is the level that adds client quotas
 	// (ClientQuotaRecord).
 	ClientQuotaMetadataVersion uint32 = 4
+	// CompactionMetadataVersion is the level from which a topic or the
+	// cluster may set cleanup.policy=compact and the cleaner's configs
+	// (ConfigValueLevel): a binary below it has no log cleaner and refuses
+	// them.
+	CompactionMetadataVersion uint32 = 5
 )
 
 // MetadataVersionInfo describes one level: what it adds to the level below.
@@ -79,6 +84,8 @@ var MetadataVersions = []MetadataVersionInfo{
 			"ACLs (KRaft's AccessControlEntryRecord): the authorizer's bindings in the metadata log; " +
 			"every standard Kafka topic config in Config and Topic records, beyond cleanup.policy, " +
 			"max.message.bytes, min.insync.replicas, retention.bytes, retention.ms, segment.bytes and unclean.leader.election.enable"},
+	{Level: 5, Adds: "log compaction: cleanup.policy=compact, and delete.retention.ms, min.cleanable.dirty.ratio and " +
+		"min.compaction.lag.ms off their defaults; __consumer_offsets is created compacted from this level"},
 }
 
 // ErrUnsupportedMetadataVersion is wrapped by the errors of a level a node
@@ -183,10 +190,12 @@ func LevelBlockers(img *Image, level uint32) []string {
 				"wait until each has a leader again", n, EmptyISRMetadataVersion))
 		}
 	}
-	if level < TopicConfigsMetadataVersion && img.FinalizedMetadataVersion() >= TopicConfigsMetadataVersion {
-		if n := img.levelConfigs(); n > 0 {
-			out = append(out, fmt.Sprintf("%d topics or cluster defaults set configs of metadata.version %d; delete them first",
-				n, TopicConfigsMetadataVersion))
+	for _, gated := range []uint32{TopicConfigsMetadataVersion, CompactionMetadataVersion} {
+		if level < gated && img.FinalizedMetadataVersion() >= gated {
+			if n := img.levelConfigs(gated); n > 0 {
+				out = append(out, fmt.Sprintf("%d topics or cluster defaults set configs of metadata.version %d; delete them first",
+					n, gated))
+			}
 		}
 	}
 	return out

@@ -12,17 +12,17 @@ func IsInternalTopic(name string) bool {
 	return name == OffsetsTopic
 }
 
-// InternalTopicConfigs are the configs an internal topic is created with,
-// as Kafka's GroupCoordinator.offsetsTopicConfigs gives __consumer_offsets:
-// compacted (one record per group and partition survives), 100 MiB
-// segments; compression.type is left at its default, producer, which is
-// Kafka's for the topic (and needs no newer metadata.version to state). Until this build's log has a cleaner
-// (CheckConfig refuses cleanup.policy=compact), the topic keeps every
-// record instead (retention.ms=-1): a deleted segment would lose committed
-// offsets.
-func InternalTopicConfigs() map[string]string {
+// InternalTopicConfigs are the configs an internal topic is created with
+// at metadata.version level, as Kafka's GroupCoordinator.offsetsTopicConfigs
+// gives __consumer_offsets: compacted (one record per group and partition
+// survives), 100 MiB segments; compression.type is left at its default,
+// producer, which is Kafka's for the topic. Below CompactionMetadataVersion
+// a binary may have no cleaner, so the topic keeps every record instead
+// (retention.ms=-1): a deleted segment would lose committed offsets; an
+// operator compacts it after the upgrade (docs/kafka.md).
+func InternalTopicConfigs(level uint32) map[string]string {
 	configs := map[string]string{SegmentBytes: "104857600"}
-	if _, err := CheckConfig(CleanupPolicy, "compact"); err == nil {
+	if level >= CompactionMetadataVersion {
 		configs[CleanupPolicy] = "compact"
 	} else {
 		configs[RetentionMs] = "-1"

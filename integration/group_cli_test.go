@@ -31,7 +31,7 @@ func TestGroupCLI_ListDescribeResetDelete(t *testing.T) {
 	produceEach(t, kafka, topic, partitions, 10)
 	boot := "--bootstrap=" + strings.Join(bootstrap(kafka), ",")
 
-	member := groupMember(t, kafka, topic, group)
+	member := groupConsumer(t, kafka, topic, group)
 	groupConsume(t, member, partitions*10, "the member reading every record")
 	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
 	defer cancel()
@@ -103,7 +103,7 @@ func TestGroupCLI_ListDescribeResetDelete(t *testing.T) {
 	}
 
 	// The consumer, started again, reads from the reset offsets: all 36.
-	again := groupMember(t, kafka, topic, group)
+	again := groupConsumer(t, kafka, topic, group)
 	groupConsume(t, again, partitions*12, "the member reading every record again")
 	again.Close()
 
@@ -193,11 +193,11 @@ func produceEach(t *testing.T, kafka map[int32]string, topic string, partitions 
 	}
 }
 
-// groupMember is a franz-go consumer in group, reading topic from the
+// groupConsumer is a franz-go consumer in group, reading topic from the
 // committed offsets (from the start without one), committing only when
 // told. It stays a member while open, polled or not: kgo heartbeats in the
 // background.
-func groupMember(t *testing.T, kafka map[int32]string, topic, group string) *kgo.Client {
+func groupConsumer(t *testing.T, kafka map[int32]string, topic, group string) *kgo.Client {
 	t.Helper()
 	return kafkaClient(t, kafka, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.HeartbeatInterval(200*time.Millisecond))

@@ -14,7 +14,7 @@ func TestGroupCLI_NoCoordinatorSaysWhy(t *testing.T) {
 	boot := "--bootstrap=" + strings.Join(bootstrap(kafka), ",")
 	for _, args := range [][]string{
 		{"group", "describe", "app"},
-		{"group", "reset-offsets", "app", "--all-topics", "--to-earliest"},
+		{"group", "reset-offsets", "app", "--all-topics", "--to-earliest", "--execute"},
 		{"group", "delete", "app"},
 	} {
 		_, stderr, code := runKeel(t, 30*time.Second, append(args, boot, "--timeout=3s")...)

@@ -65,7 +65,7 @@ func TestGroupCLI_ListDescribeResetDelete(t *testing.T) {
 	}
 
 	// While the member is active, its offsets and the group stay.
-	_, stderr, code := runKeel(t, groupCLITimeout, "group", "reset-offsets", group, "--topic", topic, "--to-earliest", boot)
+	_, stderr, code := runKeel(t, groupCLITimeout, "group", "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute", boot)
 	if code == 0 || !strings.Contains(stderr, "stop its consumers first") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 		t.Fatalf("reset-offsets of an active group: exit %d, stderr %q; want one line refusing it", code, stderr)
 	}
@@ -95,7 +95,7 @@ func TestGroupCLI_ListDescribeResetDelete(t *testing.T) {
 		}
 	}
 
-	groupCLIJSON[[]resetRowJSON](t, "group", "reset-offsets", group, "--topic", topic, "--to-earliest", boot)
+	groupCLIJSON[[]resetRowJSON](t, "group", "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute", boot)
 	for _, p := range groupCLIJSON[[]groupViewJSON](t, "group", "describe", group, boot)[0].Partitions {
 		if p.CommittedOffset != 0 || p.Lag != 12 {
 			t.Fatalf("after --to-earliest partition %d: committed %d, lag %d; want 0 and 12", p.Partition, p.CommittedOffset, p.Lag)

@@ -209,7 +209,7 @@ func newGroupResetOffsetsCmd() *cobra.Command {
 	var g groupCLIFlags
 	var o resetOpts
 	var topics []string
-	var allTopics, dryRun bool
+	var allTopics, dryRun, execute bool
 	var toOffset, shiftBy int64
 	cmd := &cobra.Command{
 		Use:   "reset-offsets GROUP",
@@ -221,12 +221,13 @@ func newGroupResetOffsetsCmd() *cobra.Command {
 (from the committed offset; negative moves back). Offsets are clamped to
 the partition's log start and end, as kafka-consumer-groups.sh does.
 
-It prints the plan (current and new offset of each partition) and commits
-it, or with --dry-run only prints it. It is refused while the group has
-members: stop its consumers first.`,
+It prints the plan (current and new offset of each partition) and, with
+--execute, commits it; with --dry-run it only prints it. One of the two is
+required, as kafka-consumer-groups.sh asks for them. It is refused while
+the group has members: stop its consumers first.`,
 		Example: `  keel group reset-offsets orders-app --topic orders --to-earliest --dry-run
-  keel group reset-offsets orders-app --topic orders:0,1 --shift-by -100
-  keel group reset-offsets orders-app --all-topics --to-datetime 2026-12-06T01:00:00Z`,
+  keel group reset-offsets orders-app --topic orders:0,1 --shift-by -100 --execute
+  keel group reset-offsets orders-app --all-topics --to-datetime 2026-12-06T01:00:00Z --execute`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return fmt.Errorf("want one group name, got %d: %s", len(args), cmd.UseLine())
@@ -244,6 +245,9 @@ members: stop its consumers first.`,
 			target, err := o.target()
 			if err != nil {
 				return err
+			}
+			if dryRun == execute {
+				return errors.New("give --dry-run (print the plan) or --execute (commit it), one of them")
 			}
 			if allTopics == (len(topics) > 0) {
 				return errors.New("give --topic (repeatable) or --all-topics, one of them")
@@ -272,6 +276,7 @@ members: stop its consumers first.`,
 	f.StringVar(&o.toDatetime, "to-datetime", "", "to the first record at or after this time, RFC 3339 (e.g. 2026-12-06T01:00:00Z)")
 	f.Int64Var(&shiftBy, "shift-by", 0, "by this many records from the committed offset; negative moves back")
 	f.BoolVar(&dryRun, "dry-run", false, "print the plan and commit nothing")
+	f.BoolVar(&execute, "execute", false, "commit the plan")
 	return cmd
 }
 

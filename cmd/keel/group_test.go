@@ -254,11 +254,13 @@ func TestGroupResetOffsetsCmd_RefusesBadOptions(t *testing.T) {
 	}{
 		{"UnrecognizedScenario", []string{"app", "--topic", "orders"}, "one of --to-earliest"},
 		{"TwoScenarios", []string{"app", "--topic", "orders", "--to-earliest", "--to-offset", "3"}, "not --to-earliest and --to-offset"},
-		{"NoTopics", []string{"app", "--to-earliest"}, "give --topic (repeatable) or --all-topics"},
-		{"TopicsAndAllTopics", []string{"app", "--to-earliest", "--topic", "orders", "--all-topics"}, "give --topic (repeatable) or --all-topics"},
-		{"NoGroup", []string{"--to-earliest", "--all-topics"}, "want one group name, got 0"},
-		{"TwoGroups", []string{"a", "b", "--to-earliest", "--all-topics"}, "want one group name, got 2"},
-		{"BadOutput", []string{"app", "--to-earliest", "--all-topics", "-o", "yaml"}, `-o "yaml"`},
+		{"NeitherDryRunNorExecute", []string{"app", "--topic", "orders", "--to-earliest"}, "give --dry-run (print the plan) or --execute"},
+		{"DryRunAndExecute", []string{"app", "--topic", "orders", "--to-earliest", "--dry-run", "--execute"}, "give --dry-run (print the plan) or --execute"},
+		{"NoTopics", []string{"app", "--to-earliest", "--execute"}, "give --topic (repeatable) or --all-topics"},
+		{"TopicsAndAllTopics", []string{"app", "--to-earliest", "--topic", "orders", "--all-topics", "--dry-run"}, "give --topic (repeatable) or --all-topics"},
+		{"NoGroup", []string{"--to-earliest", "--all-topics", "--execute"}, "want one group name, got 0"},
+		{"TwoGroups", []string{"a", "b", "--to-earliest", "--all-topics", "--execute"}, "want one group name, got 2"},
+		{"BadOutput", []string{"app", "--to-earliest", "--all-topics", "--execute", "-o", "yaml"}, `-o "yaml"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := runKeel(t, append([]string{"group", "reset-offsets", "--bootstrap", "127.0.0.1:1", "--timeout", "1s"}, tc.args...)...)

@@ -443,3 +443,34 @@ func TestResign_EndsAWriteInFlight(t *testing.T) {
 		t.Fatalf("%d records written", n)
 	}
 }
+
+// A leave that empties the group is answered only once the group's Empty
+// state is in the log: a coordinator that loads the partition after a
+// kill -9 of this one never waits out the session of a member whose leave
+// was acknowledged (it would hold the next member's join that long).
+func TestLeaveGroup_EmptiedGroupWrittenFirst(t *testing.T) {
+	h := newHarness(t, nil)
+	id, _ := h.stable("g")
+	gate := make(chan struct{})
+	h.log.mu.Lock()
+	h.log.appendGate = gate
+	h.log.mu.Unlock()
+	r := kmsg.NewPtrLeaveGroupRequest()
+	r.Version = 3
+	r.Group = "g"
+	r.Members = []kmsg.LeaveGroupRequestMember{{MemberID: id}}
+	ch := async(func() *kmsg.LeaveGroupResponse { return h.c.LeaveGroup(h.ctx, r) })
+	select {
+	case resp := <-ch:
+		t.Fatalf("the leave was answered (%+v) before the emptied group was written", resp)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(gate)
+	if resp := recv(t, ch); resp.ErrorCode != 0 || resp.Members[0].ErrorCode != 0 {
+		t.Fatalf("leave: %+v", resp)
+	}
+	again := newHarnessOn(t, h.log, nil)
+	if g := again.group("g"); g == nil || g.state != stateEmpty || len(g.members) != 0 {
+		t.Fatalf("the group as a new coordinator loads it: %+v", g)
+	}
+}

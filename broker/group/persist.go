@@ -42,12 +42,17 @@ func (g *group) metadataRecord(assignments map[string][]byte) Record {
 
 // storeEmpty writes, in the background, that g became Empty in its
 // generation, as Kafka stores an emptied group, so that a new coordinator
-// carries the generation on. Nobody waits for it: a failure is logged, and
-// a write that the group has moved past by the time it holds the write
-// lock is skipped, so that it never lands after a newer state.
+// carries the generation on and does not wait for members that left. A
+// LeaveGroup that emptied the group waits for it (g.emptied), nobody else:
+// a failure is logged, and a write that the group has moved past by the
+// time it holds the write lock is skipped, so that it never lands after a
+// newer state.
 func (g *group) storeEmpty() {
 	gen := g.generation
-	g.c.background(func() {
+	done := make(chan struct{})
+	g.emptied = done
+	if !g.c.background(func() {
+		defer close(done)
 		g.wmu.Lock()
 		defer g.wmu.Unlock()
 		g.mu.Lock()
@@ -58,20 +63,23 @@ func (g *group) storeEmpty() {
 		rec := g.metadataRecord(nil)
 		g.mu.Unlock()
 		g.appendRecords(context.Background(), []Record{rec}, false)
-	})
+	}) {
+		close(done)
+	}
 }
 
 // background runs f in a goroutine that Close waits for; after Close, f
-// does not run.
-func (c *Coordinator) background(f func()) {
+// does not run, and background says so.
+func (c *Coordinator) background(f func()) bool {
 	c.bgMu.Lock()
 	defer c.bgMu.Unlock()
 	if c.bgClosed {
-		return
+		return false
 	}
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
 		f()
 	}()
+	return true
 }

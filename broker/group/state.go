@@ -108,6 +108,10 @@ type group struct {
 	newMemberAdded bool
 
 	offsets map[topicPartition]offset
+	// emptied is closed once the write that the group became Empty (the
+	// last storeEmpty) has ended: a LeaveGroup that emptied the group
+	// answers after it.
+	emptied <-chan struct{}
 }
 
 func (g *group) transition(s state) {

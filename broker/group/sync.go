@@ -209,7 +209,21 @@ func (c *Coordinator) LeaveGroup(ctx context.Context, r *kmsg.LeaveGroupRequest)
 		for i, l := range leaving {
 			codes[i] = g.leave(l)
 		}
+		var emptied <-chan struct{}
+		if g.state == stateEmpty {
+			emptied = g.emptied
+		}
 		g.mu.Unlock()
+		// A leave that emptied the group is answered once the group's
+		// Empty state is written (or its write failed): a new coordinator
+		// then never waits out the session of a member whose leave was
+		// acknowledged before a kill -9 of this one.
+		if emptied != nil {
+			select {
+			case <-emptied:
+			case <-ctx.Done():
+			}
+		}
 	}
 	if r.Version < 3 {
 		resp.ErrorCode = codes[0]

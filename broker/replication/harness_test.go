@@ -60,7 +60,7 @@ func applyBatch(t testing.TB, img *fsm.Image, records ...*keelpb.Record) *fsm.Im
 func regRec(id int32) *keelpb.Record {
 	return &keelpb.Record{Record: &keelpb.Record_BrokerRegistration{BrokerRegistration: &keelpb.BrokerRegistrationRecord{
 		BrokerId: id, IncarnationId: fmt.Sprintf("00000000-0000-0000-0000-%012d", id), Address: fmt.Sprintf("broker-%d", id),
-		MinMetadataVersion: 1, MaxMetadataVersion: 1}}}
+		MinMetadataVersion: 1, MaxMetadataVersion: fsm.MaxMetadataVersion}}}
 }
 
 func unfenceRec(id int32, epoch int64) *keelpb.Record {
@@ -89,7 +89,7 @@ func clusterImage(t testing.TB, configs map[string]string, isr ...int32) *fsm.Im
 	t.Helper()
 	img := applyBatch(t, fsm.Empty(),
 		&keelpb.Record{Record: &keelpb.Record_ClusterId{ClusterId: &keelpb.ClusterIdRecord{ClusterId: "c"}}},
-		&keelpb.Record{Record: &keelpb.Record_FeatureLevel{FeatureLevel: &keelpb.FeatureLevelRecord{Name: fsm.MetadataVersionFeature, Level: 1}}},
+		&keelpb.Record{Record: &keelpb.Record_FeatureLevel{FeatureLevel: &keelpb.FeatureLevelRecord{Name: fsm.MetadataVersionFeature, Level: fsm.MaxMetadataVersion}}},
 		&keelpb.Record{Record: &keelpb.Record_ControllerEpoch{ControllerEpoch: &keelpb.ControllerEpochRecord{Epoch: 1, LeaderId: 1}}})
 	for id := int32(1); id <= 3; id++ {
 		img = applyBatch(t, img, regRec(id))

@@ -231,7 +231,7 @@ func throttledReplica(item string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%q is not [partition]:[broker] or *", truncateName(item))
+	return fmt.Errorf("%q is not [partition]:[broker] or *", Truncate(item))
 }
 
 func formatDouble(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
@@ -266,7 +266,7 @@ func ConfigNames() []string {
 func CheckConfig(name, value string) (string, error) {
 	d, ok := LookupConfig(name)
 	if !ok {
-		return "", fmt.Errorf("unknown config %q: not one of Kafka's topic configs ('keel topic alter --help' lists them)", truncateName(name))
+		return "", fmt.Errorf("unknown config %q: not one of Kafka's topic configs ('keel topic alter --help' lists them)", Truncate(name))
 	}
 	v, err := d.canonical(value)
 	if err != nil {
@@ -291,7 +291,7 @@ func (d ConfigDef) canonical(value string) (string, error) {
 		case strings.EqualFold(v, "false"):
 			return "false", nil
 		}
-		return "", fmt.Errorf("%s: %q is not a boolean (true or false)", name, truncateName(value))
+		return "", fmt.Errorf("%s: %q is not a boolean (true or false)", name, Truncate(value))
 	case TypeInt, TypeLong:
 		bits := 64
 		if d.Type == TypeInt {
@@ -300,9 +300,9 @@ func (d ConfigDef) canonical(value string) (string, error) {
 		n, err := strconv.ParseInt(v, 10, bits)
 		if err != nil {
 			if errors.Is(err, strconv.ErrRange) {
-				return "", fmt.Errorf("%s: %s is outside %s (a %d-bit %s)", name, truncateName(v), d.Range(), bits, d.Type)
+				return "", fmt.Errorf("%s: %s is outside %s (a %d-bit %s)", name, Truncate(v), d.Range(), bits, d.Type)
 			}
-			return "", fmt.Errorf("%s: %q is not a whole number (%s)", name, truncateName(value), d.Type)
+			return "", fmt.Errorf("%s: %q is not a whole number (%s)", name, Truncate(value), d.Type)
 		}
 		if n < d.Min || n > d.Max {
 			return "", fmt.Errorf("%s: %d is outside %s", name, n, d.Range())
@@ -311,7 +311,7 @@ func (d ConfigDef) canonical(value string) (string, error) {
 	case TypeDouble:
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return "", fmt.Errorf("%s: %q is not a number (double)", name, truncateName(value))
+			return "", fmt.Errorf("%s: %q is not a number (double)", name, Truncate(value))
 		}
 		if f < d.MinF || f > d.MaxF {
 			return "", fmt.Errorf("%s: %s is outside %s", name, formatDouble(f), d.Range())
@@ -320,7 +320,7 @@ func (d ConfigDef) canonical(value string) (string, error) {
 	case TypeString:
 		// Kafka's ValidString: exact, case and all.
 		if !slices.Contains(d.Values, v) {
-			return "", fmt.Errorf("%s: %q is not one of %s", name, truncateName(value), d.Range())
+			return "", fmt.Errorf("%s: %q is not one of %s", name, Truncate(value), d.Range())
 		}
 		return v, nil
 	case TypeList:
@@ -339,7 +339,7 @@ func (d ConfigDef) canonical(value string) (string, error) {
 				if name == CleanupPolicy && item == "compact" {
 					return "", fmt.Errorf("%s: compact is not supported: it needs the log cleaner, which Keel's brokers do not have yet; only delete is", name)
 				}
-				return "", fmt.Errorf("%s: %q is not one of %s", name, truncateName(item), d.Range())
+				return "", fmt.Errorf("%s: %q is not one of %s", name, Truncate(item), d.Range())
 			}
 			items = append(items, item)
 		}
@@ -351,7 +351,9 @@ func (d ConfigDef) canonical(value string) (string, error) {
 	return "", fmt.Errorf("%s: unknown type %s", name, d.Type)
 }
 
-func truncateName(s string) string {
+// Truncate shortens s, a name or value from a request quoted in an
+// error, to 64 bytes and an ellipsis: an error never echoes a megabyte.
+func Truncate(s string) string {
 	if len(s) > 64 {
 		return s[:64] + "..."
 	}
@@ -551,7 +553,7 @@ func applyConfig(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 			return err
 		}
 	} else if _, ok := LookupConfig(r.GetName()); !ok {
-		return fmt.Errorf("unknown config %q", truncateName(r.GetName()))
+		return fmt.Errorf("unknown config %q", Truncate(r.GetName()))
 	}
 	edit := func(m map[string]string) map[string]string {
 		m = maps.Clone(m)
@@ -571,7 +573,7 @@ func applyConfig(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	switch r.GetResourceType() {
 	case keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_CLUSTER:
 		if r.GetResourceName() != "" {
-			return fmt.Errorf("the cluster's configs have no resource name, not %q", truncateName(r.GetResourceName()))
+			return fmt.Errorf("the cluster's configs have no resource name, not %q", Truncate(r.GetResourceName()))
 		}
 		// The map is never modified once published: a change copies it
 		// (there are a handful of entries).
@@ -579,7 +581,7 @@ func applyConfig(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	case keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_TOPIC:
 		t, ok := img.topicsByName.get(topicName(r.GetResourceName()))
 		if !ok {
-			return fmt.Errorf("topic %q does not exist", truncateName(r.GetResourceName()))
+			return fmt.Errorf("topic %q does not exist", Truncate(r.GetResourceName()))
 		}
 		e, _ := ctx.topic(img, t.ID)
 		e = ctx.mutTopic(img, e)

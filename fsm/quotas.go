@@ -134,7 +134,7 @@ func ParseQuotaEntity(parts []*keelpb.ClientQuotaEntityData) (QuotaEntity, error
 		case quotaEntityIP:
 			return e, errors.New("ip quotas (connection_creation_rate) are not supported: Keel limits connections per source address with its connection limits")
 		default:
-			return e, fmt.Errorf("unknown quota entity type %q: want user or client-id", truncateName(p.GetEntityType()))
+			return e, fmt.Errorf("unknown quota entity type %q: want user or client-id", Truncate(p.GetEntityType()))
 		}
 		if n.Set {
 			return e, fmt.Errorf("the quota entity names %s twice", p.GetEntityType())
@@ -171,7 +171,7 @@ func CheckClientQuota(key string, value float64) error {
 	case controllerMutationRate:
 		return fmt.Errorf("%s is not supported: Keel does not limit the rate of topic and partition changes", key)
 	default:
-		return fmt.Errorf("unknown quota key %q; Keel knows %s", truncateName(key), strings.Join(QuotaKeys, ", "))
+		return fmt.Errorf("unknown quota key %q; Keel knows %s", Truncate(key), strings.Join(QuotaKeys, ", "))
 	}
 	return nil
 }
@@ -249,7 +249,7 @@ func applyClientQuota(img *Image, rec *keelpb.Record, _ *applyContext) error {
 			return err
 		}
 	} else if !slices.Contains(QuotaKeys, r.GetKey()) {
-		return fmt.Errorf("unknown quota key %q", truncateName(r.GetKey()))
+		return fmt.Errorf("unknown quota key %q", Truncate(r.GetKey()))
 	}
 	quotas := maps.Clone(img.clientQuotas[e])
 	if r.GetRemove() {

@@ -3,6 +3,7 @@ package rpc
 import (
 	"fmt"
 
+	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -20,7 +21,7 @@ func checkReportReplicaLogs(r *keelpb.ReportReplicaLogsRequest) error {
 	for i, l := range r.GetReplicas() {
 		field := func(name string) string { return fmt.Sprintf("replicas[%d].%s", i, name) }
 		if err := validTopicID(l.GetTopicId()); err != nil {
-			return invalidArgument(field("topic_id"), "%q is not a topic id (a UUID)", truncate(l.GetTopicId()))
+			return invalidArgument(field("topic_id"), "%q is not a topic id (a UUID)", fsm.Truncate(l.GetTopicId()))
 		}
 		switch {
 		case l.GetPartition() < 0:

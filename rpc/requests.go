@@ -229,9 +229,9 @@ func validConfigMap(m map[string]string) error {
 		case k == "":
 			return invalidArgument("configs", "a key is empty")
 		case len(k) > maxConfigKeyLen:
-			return invalidArgument("configs", "key %q is longer than %d bytes", truncate(k), maxConfigKeyLen)
+			return invalidArgument("configs", "key %q is longer than %d bytes", fsm.Truncate(k), maxConfigKeyLen)
 		case len(m[k]) > maxConfigValueLen:
-			return invalidArgument("configs", "%s: the value is longer than %d bytes", truncate(k), maxConfigValueLen)
+			return invalidArgument("configs", "%s: the value is longer than %d bytes", fsm.Truncate(k), maxConfigValueLen)
 		}
 		if _, err := fsm.CheckConfig(k, m[k]); err != nil {
 			return invalidArgument("configs", "%v", err)
@@ -248,7 +248,7 @@ func validConfigResource(r *keelpb.ConfigResource) error {
 		return validTopicRef("resource.name", r.GetName())
 	case keelpb.ConfigResourceType_CONFIG_RESOURCE_TYPE_CLUSTER:
 		if r.GetName() != "" {
-			return invalidArgument("resource.name", "%q: the cluster defaults have no name", truncate(r.GetName()))
+			return invalidArgument("resource.name", "%q: the cluster defaults have no name", fsm.Truncate(r.GetName()))
 		}
 		return nil
 	}
@@ -337,7 +337,7 @@ func validNewPartitionTotal(n int32) error {
 
 func validTopicID(id string) error {
 	if _, err := fsm.ParseTopicID(id); err != nil || len(id) != 36 {
-		return invalidArgument("topic_id", "%q is not a topic id (a UUID)", truncate(id))
+		return invalidArgument("topic_id", "%q is not a topic id (a UUID)", fsm.Truncate(id))
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ func validPreviousBrokerEpoch(epoch int64) error {
 
 func validIncarnationID(id string) error {
 	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
-		return invalidArgument("incarnation_id", "%q is not a UUID", truncate(id))
+		return invalidArgument("incarnation_id", "%q is not a UUID", fsm.Truncate(id))
 	}
 	return nil
 }
@@ -122,13 +122,6 @@ func firstError(errs ...error) error {
 		}
 	}
 	return nil
-}
-
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
 }
 
 // ValidateFetch checks a replica fetch (BrokerService.Fetch, served by

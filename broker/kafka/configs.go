@@ -93,16 +93,9 @@ func configSource(src keelpb.ConfigSource) int8 {
 func brokerID(name string) (int32, error) {
 	id, err := strconv.ParseInt(name, 10, 32)
 	if err != nil {
-		return 0, fmt.Errorf("broker id must be an integer, but it is: %s", truncate(name))
+		return 0, fmt.Errorf("broker id must be an integer, but it is: %s", fsm.Truncate(name))
 	}
 	return int32(id), nil
-}
-
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
 }
 
 // describeEntry is one config a DescribeConfigs answer lists, before the
@@ -295,7 +288,7 @@ func (a *alteration) add(name string, op keelpb.AlterConfigOp, value *string) {
 	switch {
 	case op == keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE:
 	case value == nil:
-		a.refuse(failed(kerr.InvalidRequest, "null value not supported for: %s", truncate(name)))
+		a.refuse(failed(kerr.InvalidRequest, "null value not supported for: %s", fsm.Truncate(name)))
 	default:
 		ac.Value = *value
 	}
@@ -337,7 +330,7 @@ func (s *Server) incrementalAlterConfigs(ctx context.Context, c *conn, r *kmsg.I
 		for _, cfg := range rr.Configs {
 			op, ok := incrementalOps[cfg.Op]
 			if !ok {
-				alts[i].refuse(failed(kerr.InvalidRequest, "unknown operation %d for %s: want SET (0), DELETE (1), APPEND (2) or SUBTRACT (3)", cfg.Op, truncate(cfg.Name)))
+				alts[i].refuse(failed(kerr.InvalidRequest, "unknown operation %d for %s: want SET (0), DELETE (1), APPEND (2) or SUBTRACT (3)", cfg.Op, fsm.Truncate(cfg.Name)))
 			}
 			alts[i].add(cfg.Name, op, cfg.Value)
 		}
@@ -396,7 +389,7 @@ func (s *Server) alterConfigs(ctx context.Context, c *conn, alts []alteration, v
 			out[i] = s.alterResource(ctx, c, a, validateOnly)
 		}
 		if out[i].code != 0 {
-			s.log.Debug("config change refused", "resource_type", a.typ.String(), "resource", truncate(a.name),
+			s.log.Debug("config change refused", "resource_type", a.typ.String(), "resource", fsm.Truncate(a.name),
 				"principal", c.principal, "error", kerr.ErrorForCode(out[i].code), "why", *out[i].msg)
 		}
 	}
@@ -408,7 +401,7 @@ func (s *Server) alterResource(ctx context.Context, c *conn, a alteration, valid
 	for i, cfg := range a.configs {
 		for _, o := range a.configs[:i] {
 			if o.GetName() == cfg.GetName() {
-				return failed(kerr.InvalidRequest, "error due to duplicate config keys: %s is named twice", truncate(cfg.GetName()))
+				return failed(kerr.InvalidRequest, "error due to duplicate config keys: %s is named twice", fsm.Truncate(cfg.GetName()))
 			}
 		}
 	}
@@ -450,7 +443,7 @@ func (s *Server) alterResource(ctx context.Context, c *conn, a alteration, valid
 		for i, cfg := range a.configs {
 			d, ok := topicConfigOf(cfg.GetName())
 			if !ok {
-				return failed(kerr.InvalidConfig, "%s is no cluster-wide default Keel holds; those are %s", truncate(cfg.GetName()), clusterDefaultNames())
+				return failed(kerr.InvalidConfig, "%s is no cluster-wide default Keel holds; those are %s", fsm.Truncate(cfg.GetName()), clusterDefaultNames())
 			}
 			configs[i] = &keelpb.AlterableConfig{Name: d.Name, Op: cfg.GetOp(), Value: cfg.GetValue()}
 		}

@@ -71,7 +71,7 @@ func parseQuotaFilter(r *kmsg.DescribeClientQuotasRequest) (quotaFilter, *kerr.E
 		case dupExact || f.any[typ]:
 			return f, kerr.InvalidRequest, fmt.Sprintf("entity type %s cannot appear more than once in the filter", typ)
 		case typ != fsm.QuotaEntityUser && typ != fsm.QuotaEntityClientID && typ != "ip":
-			return f, kerr.UnsupportedVersion, fmt.Sprintf("unsupported entity type %s", truncate(typ))
+			return f, kerr.UnsupportedVersion, fmt.Sprintf("unsupported entity type %s", fsm.Truncate(typ))
 		}
 		switch c.MatchType {
 		case kmsg.QuotasMatchTypeExact:

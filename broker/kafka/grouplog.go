@@ -5,13 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/broker"
+	"github.com/keel-dev/keel/broker/batchcheck"
 	"github.com/keel-dev/keel/broker/group"
 )
 
@@ -180,32 +180,12 @@ func readRecord(src []byte, r *kmsg.Record) (int, error) {
 	return n + int(length), nil
 }
 
-// recordBatch is one v2 batch of records as a producer without
-// idempotence sends it (producer id -1, offsets and leader epoch zero for
-// the log to assign), uncompressed, stamped at nowMs.
+// recordBatch is records as one v2 batch, stamped at nowMs
+// (batchcheck.Build).
 func recordBatch(records []group.Record, nowMs int64) []byte {
-	var recs []byte
-	for i, rec := range records {
-		r := kmsg.Record{OffsetDelta: int32(i), Key: rec.Key, Value: rec.Value}
-		r.Length = int32(len(r.AppendTo(nil)) - 1) // all after the one-byte varint of a zero Length
-		recs = r.AppendTo(recs)
+	recs := make([]kmsg.Record, len(records))
+	for i, r := range records {
+		recs[i] = kmsg.Record{Key: r.Key, Value: r.Value}
 	}
-	rb := kmsg.RecordBatch{
-		Length:          int32(batchHeaderSize - 12 + len(recs)),
-		Magic:           2,
-		LastOffsetDelta: int32(len(records) - 1),
-		FirstTimestamp:  nowMs,
-		MaxTimestamp:    nowMs,
-		ProducerID:      -1,
-		ProducerEpoch:   -1,
-		FirstSequence:   -1,
-		NumRecords:      int32(len(records)),
-		Records:         recs,
-	}
-	b := rb.AppendTo(nil)
-	// The CRC-32C covers the batch from its attributes (byte 21) on.
-	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], castagnoli))
-	return b
+	return batchcheck.Build(nowMs, recs)
 }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)

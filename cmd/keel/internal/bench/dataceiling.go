@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keel-dev/keel/broker/batchcheck"
 	"github.com/keel-dev/keel/broker/partlog"
 )
 
@@ -64,32 +64,14 @@ func (c DataCeiling) Ratio(bytesPerS float64) float64 {
 }
 
 // recordBatch returns one v2 record batch (uncompressed, not idempotent)
-// of n records whose values are value, as a producer sends it: offsets and
-// leader epoch zero, for the log to assign.
+// of n records whose values are value, as a producer sends it
+// (batchcheck.Build), a millisecond apart.
 func recordBatch(n int, value []byte) []byte {
-	var recs []byte
-	for i := range n {
-		r := kmsg.Record{TimestampDelta64: int64(i), OffsetDelta: int32(i), Value: value}
-		r.Length = int32(len(r.AppendTo(nil)) - 1) // all after the one-byte varint of a zero Length
-		recs = r.AppendTo(recs)
+	recs := make([]kmsg.Record, n)
+	for i := range recs {
+		recs[i] = kmsg.Record{TimestampDelta64: int64(i), Value: value}
 	}
-	now := time.Now().UnixMilli()
-	rb := kmsg.RecordBatch{
-		Length:          int32(49 + len(recs)), // the 61-byte header less baseOffset and length
-		Magic:           2,
-		LastOffsetDelta: int32(n - 1),
-		FirstTimestamp:  now,
-		MaxTimestamp:    now + int64(n-1),
-		ProducerID:      -1,
-		ProducerEpoch:   -1,
-		FirstSequence:   -1,
-		NumRecords:      int32(n),
-		Records:         recs,
-	}
-	b := rb.AppendTo(nil)
-	// The CRC-32C covers the batch from its attributes (byte 21) on.
-	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return b
+	return batchcheck.Build(time.Now().UnixMilli(), recs)
 }
 
 // MeasureAppend is one partition log's append rate in this process, in

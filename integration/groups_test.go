@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/internal/poll"
 )
@@ -73,21 +72,9 @@ func coordinatorOf(t *testing.T, cl *kgo.Client, group string) int32 {
 	t.Helper()
 	var id int32
 	poll.UntilState(t, kafkaTimeout, "a coordinator for group "+group, func() (bool, string) {
-		req := kmsg.NewPtrFindCoordinatorRequest()
-		req.CoordinatorKey = group
-		req.CoordinatorKeys = []string{group}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		resp, err := req.RequestWith(ctx, cl)
-		if err != nil {
-			return false, err.Error()
-		}
-		code, node := resp.ErrorCode, resp.NodeID
-		if len(resp.Coordinators) == 1 {
-			code, node = resp.Coordinators[0].ErrorCode, resp.Coordinators[0].NodeID
-		}
-		id = node
-		return code == 0, fmt.Sprintf("error %v, node %d", kerr.ErrorForCode(code), node)
+		var err error
+		id, err = groupCoordinator(cl, group)
+		return err == nil, fmt.Sprintf("error %v, node %d", err, id)
 	})
 	return id
 }
@@ -98,29 +85,9 @@ func committedOffsets(t *testing.T, cl *kgo.Client, group, topic string) map[int
 	t.Helper()
 	var out map[int32]int64
 	poll.UntilState(t, kafkaTimeout, "group "+group+"'s committed offsets", func() (bool, string) {
-		req := kmsg.NewPtrOffsetFetchRequest()
-		req.Group = group
-		req.Groups = []kmsg.OffsetFetchRequestGroup{{Group: group}}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		resp, err := req.RequestWith(ctx, cl)
-		if err != nil {
-			return false, err.Error()
-		}
-		out = map[int32]int64{}
-		for _, g := range resp.Groups {
-			if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
-				return false, err.Error()
-			}
-			for _, rt := range g.Topics {
-				for _, p := range rt.Partitions {
-					if rt.Topic == topic && p.ErrorCode == 0 {
-						out[p.Partition] = p.Offset
-					}
-				}
-			}
-		}
-		return true, ""
+		var err error
+		out, err = fetchCommitted(cl, group, topic)
+		return err == nil, fmt.Sprint(err)
 	})
 	return out
 }

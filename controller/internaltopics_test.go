@@ -40,7 +40,11 @@ func TestTopics_InternalTopicRules(t *testing.T) {
 			if !ok || topic.Partitions != 3 {
 				t.Fatalf("topic %+v", topic)
 			}
-			want := fsm.InternalTopicConfigs(img.FinalizedMetadataVersion())
+			want := fsm.InternalTopicConfigs(img.FinalizedMetadataVersion(), tc.req.ReplicationFactor)
+			// A majority of its 3 replicas must hold an acknowledged commit.
+			if got := topic.Configs[fsm.MinInsyncReplicas]; got != "2" {
+				t.Fatalf("min.insync.replicas %q, want 2 of its 3 replicas", got)
+			}
 			if len(topic.Configs) != len(want) {
 				t.Fatalf("configs %v, want %v", topic.Configs, want)
 			}

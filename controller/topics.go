@@ -250,7 +250,7 @@ func createTopicRecords(img *fsm.Image, req *keelpb.CreateTopicRequest, id fsm.T
 	if req.Internal {
 		// The internal topic's configs are the controller's, whatever the
 		// broker that asked for it sends.
-		reqConfigs = fsm.InternalTopicConfigs(img.FinalizedMetadataVersion())
+		reqConfigs = fsm.InternalTopicConfigs(img.FinalizedMetadataVersion(), req.ReplicationFactor)
 	}
 	configs, err := validateConfigs(reqConfigs)
 	if err != nil {

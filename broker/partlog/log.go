@@ -598,6 +598,14 @@ func (l *Log) Read(offset int64, maxBytes int) (ReadResult, error) {
 // ReadUpTo is Read with no batch ending past upTo: a consumer's fetch
 // reads up to the high watermark.
 func (l *Log) ReadUpTo(offset int64, maxBytes int, upTo int64) (ReadResult, error) {
+	return l.ReadInto(nil, offset, maxBytes, upTo)
+}
+
+// ReadInto is ReadUpTo into buf's space (from buf[:0]), allocating only
+// when a read needs more than cap(buf): a caller that pools its buffers
+// (internal/bufpool) reads without allocating. ReadResult.Records then
+// aliases buf, or a larger buffer in its place.
+func (l *Log) ReadInto(buf []byte, offset int64, maxBytes int, upTo int64) (ReadResult, error) {
 	l.rw.RLock()
 	defer l.rw.RUnlock()
 	if l.closed {
@@ -617,7 +625,7 @@ func (l *Log) ReadUpTo(offset int64, maxBytes int, upTo int64) (ReadResult, erro
 	if i < 0 {
 		return res, fmt.Errorf("partlog: %s: no segment holds offset %d", l.dir, offset)
 	}
-	b, err := l.segs[i].read(offset, maxBytes, upTo)
+	b, err := l.segs[i].read(buf, offset, maxBytes, upTo)
 	res.Records = b
 	return res, err
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -211,14 +212,14 @@ func (s *segment) find(offset, size int64) (int64, error) {
 
 // read returns the whole batches from the one holding offset, up to
 // maxBytes but at least one (KIP-74), none ending past upTo.
-func (s *segment) read(offset int64, maxBytes int, upTo int64) ([]byte, error) {
+func (s *segment) read(buf []byte, offset int64, maxBytes int, upTo int64) ([]byte, error) {
 	size := s.size.Load()
 	pos, err := s.find(offset, size)
 	if err != nil || pos >= size {
-		return nil, err
+		return buf[:0], err
 	}
 	n := min(int64(max(maxBytes, batchHeaderSize)), size-pos)
-	buf := make([]byte, n)
+	buf = slices.Grow(buf[:0], int(n))[:n]
 	if _, err := s.f.ReadAt(buf, pos); err != nil {
 		return nil, fmt.Errorf("partlog: %s: position %d: %w", s.logPath, pos, err)
 	}
@@ -236,7 +237,7 @@ func (s *segment) read(offset int64, maxBytes int, upTo int64) ([]byte, error) {
 				if pos+h.Size() > size {
 					return nil, fmt.Errorf("partlog: %s: position %d: batch of %d bytes does not fit", s.logPath, pos, h.Size())
 				}
-				whole := make([]byte, h.Size())
+				whole := slices.Grow(buf[:0], int(h.Size()))[:h.Size()]
 				if _, err := s.f.ReadAt(whole, pos); err != nil {
 					return nil, fmt.Errorf("partlog: %s: position %d: %w", s.logPath, pos, err)
 				}
@@ -246,7 +247,7 @@ func (s *segment) read(offset int64, maxBytes int, upTo int64) ([]byte, error) {
 		}
 		end += h.Size()
 	}
-	return buf[:end:end], nil
+	return buf[:end], nil
 }
 
 // scanResult is what a scan of a segment learned.

@@ -17,8 +17,8 @@ func TestGetPut(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := Get(tc.n)
-			if len(b.B) != tc.n || cap(b.B) != tc.wantCap {
-				t.Fatalf("Get(%d): len %d cap %d, want len %d cap %d", tc.n, len(b.B), cap(b.B), tc.n, tc.wantCap)
+			if len(*b) != tc.n || cap(*b) != tc.wantCap {
+				t.Fatalf("Get(%d): len %d cap %d, want len %d cap %d", tc.n, len(*b), cap(*b), tc.n, tc.wantCap)
 			}
 			Put(b)
 		})
@@ -26,10 +26,11 @@ func TestGetPut(t *testing.T) {
 }
 
 func TestPutDropsForeignBuffers(t *testing.T) {
-	Put(&Buf{B: make([]byte, 10, 5000)}) // not a class: dropped, no panic
+	foreign := make([]byte, 10, 5000)
+	Put(&foreign) // not a class: dropped, no panic
 	Put(nil)
-	if b := Get(100); cap(b.B) != 4096 {
-		t.Fatalf("cap %d after foreign puts, want 4096", cap(b.B))
+	if b := Get(100); cap(*b) != 4096 {
+		t.Fatalf("cap %d after foreign puts, want 4096", cap(*b))
 	}
 }
 

@@ -52,6 +52,9 @@ var _ encoding.CodecV2 = pooledCodec{}
 func (pooledCodec) Name() string { return grpcproto.Name }
 
 func (pooledCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if w, ok := v.(WireMarshaler); ok {
+		return w.MarshalWire()
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("cannot encode %T: not a protobuf message", v)
@@ -75,6 +78,9 @@ func (pooledCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (pooledCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if w, ok := v.(WireUnmarshaler); ok {
+		return w.UnmarshalWire(data)
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return fmt.Errorf("cannot decode into %T: not a protobuf message", v)

@@ -339,7 +339,7 @@ type serverCodec struct {
 var _ encoding.CodecV2 = (*serverCodec)(nil)
 
 // Marshal encodes the responses as gRPC's proto codec does, with Keel's
-// buffer pool (pooledCodec).
+// buffer pool, or sends a WireMarshaler's own encoding (pooledCodec).
 func (c *serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return pooledCodec{}.Marshal(v)
 }

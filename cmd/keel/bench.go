@@ -185,6 +185,15 @@ func printBenchTable(w io.Writer, r *bench.Report) error {
 		fmt.Fprintf(w, "raw hashicorp/raft ceiling (3 nodes in process, %d-record entries): %.0f records/s one entry at a time, %.0f records/s pipelined\n",
 			bench.CeilingRecordsPerEntry, r.RaftCeilingRecordsPerS, r.RaftPipelinedRecordsPerS)
 	}
+	fmt.Fprintf(w, "the machine idle before the bench: scheduling gaps max %.2fms, p99 %.2fms, %d above 10ms\n",
+		r.IdleGapMaxMs, r.IdleGapP99Ms, r.IdleGapsOver10ms)
+	for _, t := range r.Targets {
+		met := "not met"
+		if t.Met {
+			met = "met"
+		}
+		fmt.Fprintf(w, "target %s (%d partitions, %d brokers): %s: %s\n", t.Scenario, t.Partitions, t.Brokers, t.Target, met)
+	}
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "skipped %s: %s\n", s.Name, s.Reason)
 	}

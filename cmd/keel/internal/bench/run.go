@@ -170,6 +170,8 @@ type runner struct {
 	admin  *rpc.Client
 	hb     *latencies
 	prog   progress
+	// meters measure each scenario's CPU and scheduling gaps.
+	meters *meters
 
 	brokers []simBroker // by id order
 	prefix  string      // of every topic the bench creates
@@ -208,7 +210,14 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		timeout: 2*time.Minute + time.Duration(cfg.Partitions/1000)*time.Second,
 	}
 	defer r.close()
+	r.meters = newMeters()
+	defer r.meters.close()
 	report := &Report{}
+	statusf(cfg.Status, "the machine's baseline: scheduling gaps over %v idle", idleBaseline)
+	report.setIdle(r.meters.gaps.idle(ctx, idleBaseline))
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted: %w", context.Cause(ctx))
+	}
 	var todo, data []string
 	for _, s := range cfg.Scenarios {
 		if dataScenarios[s] {
@@ -230,7 +239,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	// The data path has ceilings of its own (its produce scenario
 	// measures them): with only its scenarios, no raw raft ceiling.
 	if len(todo) == 0 && len(data) > 0 {
-		return r.dataPath(ctx, report, data)
+		return r.finish(ctx, report, data)
 	}
 
 	statusf(cfg.Status, "raw hashicorp/raft ceiling: 3 in-process nodes committing %d entries of %d Partition records, one at a time and pipelined", cfg.CeilingEntries, CeilingRecordsPerEntry)
@@ -243,7 +252,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	report.RaftCeilingRecordsPerS = round(r.ceiling.RecordsPerS)
 	report.RaftPipelinedRecordsPerS = round(r.ceiling.PipelinedRecordsPerS)
 	if len(todo) == 0 {
-		return r.dataPath(ctx, report, data)
+		return r.finish(ctx, report, data)
 	}
 
 	if err := r.startQuorum(ctx); err != nil {
@@ -259,7 +268,17 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		}
 		report.Scenarios = append(report.Scenarios, res)
 	}
-	return r.dataPath(ctx, report, data)
+	return r.finish(ctx, report, data)
+}
+
+// finish runs the data path's scenarios, then checks the targets.
+func (r *runner) finish(ctx context.Context, report *Report, data []string) (*Report, error) {
+	report, err := r.dataPath(ctx, report, data)
+	if err != nil {
+		return nil, err
+	}
+	report.Targets = CheckTargets(report)
+	return report, nil
 }
 
 // withLogs adds the end of the local controllers' logs to an error; an
@@ -377,6 +396,7 @@ func (r *runner) startQuorum(ctx context.Context) error {
 		return err
 	}
 	r.quorum = q
+	r.meters.watch(q)
 	if err := q.Start(ctx); err != nil {
 		return err
 	}

@@ -18,9 +18,11 @@ const cpuSampleInterval = 200 * time.Millisecond
 // brokers, the Kafka clients, the admin client).
 type cpuUse struct {
 	controllers, brokers, bench time.Duration
-	// brokerProcs is how many broker processes were ever seen: none on the
-	// control plane's cluster, whose brokers are simulated in the bench.
-	brokerProcs int
+	// controllerProcs and brokerProcs are how many processes of each
+	// role were ever seen: no brokers on the control plane's cluster,
+	// whose brokers are simulated in the bench, and no controllers for a
+	// bench of a running quorum (--controllers), which it cannot measure.
+	controllerProcs, brokerProcs int
 	// ok is false where a figure could not be read (no /proc).
 	ok bool
 }
@@ -28,11 +30,12 @@ type cpuUse struct {
 // minus is the use between two samples.
 func (u cpuUse) minus(before cpuUse) cpuUse {
 	return cpuUse{
-		controllers: u.controllers - before.controllers,
-		brokers:     u.brokers - before.brokers,
-		bench:       u.bench - before.bench,
-		brokerProcs: u.brokerProcs,
-		ok:          u.ok && before.ok,
+		controllers:     u.controllers - before.controllers,
+		brokers:         u.brokers - before.brokers,
+		bench:           u.bench - before.bench,
+		controllerProcs: u.controllerProcs,
+		brokerProcs:     u.brokerProcs,
+		ok:              u.ok && before.ok,
 	}
 }
 
@@ -117,6 +120,7 @@ func (m *cpuMeter) sample() cpuUse {
 			u.brokerProcs++
 		} else {
 			u.controllers += d
+			u.controllerProcs++
 		}
 	}
 	self, err := selfCPU()

@@ -155,13 +155,14 @@ func (l load) run(ctx context.Context) (loadResult, error) {
 	}
 	if l.records == 0 {
 		_ = poll.Wait(ctx, 2*time.Minute, 5*time.Millisecond, "a first acknowledgement", func() (bool, error) {
-			return lastAck.Load() != 0 || failed.Load() > 0, nil
+			// to, not lastAck: the first acknowledgement sets it just after.
+			return to.Load() != 0 || failed.Load() > 0, nil
 		})
 		// The window is known now: timers, not polling.
 		if end := to.Load(); end > 0 {
 			var mark stepMark
 			if l.meters != nil {
-				sleepUntil(ctx, time.Unix(0, from.Load()))
+				sleepUntil(ctx, time.Unix(0, end).Add(-l.window))
 				mark = l.meters.begin()
 			}
 			sleepUntil(ctx, time.Unix(0, end))

@@ -109,9 +109,10 @@ func createCPUFigures(steps []stepUse, partitions int) []Figure {
 		ctrl = append(ctrl, perUnit(s.cpu.controllers, float64(partitions))*1e6)
 		sim = append(sim, perUnit(s.cpu.bench, float64(partitions))*1e6)
 	}
-	return append(out,
-		Figure{"controllers_cpu_us_per_partition", Median(ctrl)},
-		Figure{"sim_brokers_cpu_us_per_partition", Median(sim)})
+	if steps[0].cpu.controllerProcs > 0 {
+		out = append(out, Figure{"controllers_cpu_us_per_partition", Median(ctrl)})
+	}
+	return append(out, Figure{"sim_brokers_cpu_us_per_partition", Median(sim)})
 }
 
 // heartbeats: the latency of every thin broker's heartbeats, at the

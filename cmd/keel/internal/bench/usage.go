@@ -41,24 +41,29 @@ func useFigures(steps []stepUse) []Figure {
 }
 
 // cpuFigures are the median CPU seconds of each role over the steps:
-// brokers only where `keel broker` processes run (the bench process hosts
-// the simulated ones); none if a figure could not be read.
+// controllers only where the bench started them, brokers only where
+// `keel broker` processes run (the bench process hosts the simulated
+// ones); none if a figure could not be read.
 func cpuFigures(steps []stepUse) []Figure {
 	if len(steps) == 0 {
 		return nil
 	}
 	var ctrl, brk, self []float64
-	brokers := false
+	controllers, brokers := false, false
 	for _, s := range steps {
 		if !s.cpu.ok {
 			return nil
 		}
+		controllers = controllers || s.cpu.controllerProcs > 0
 		brokers = brokers || s.cpu.brokerProcs > 0
 		ctrl = append(ctrl, s.cpu.controllers.Seconds())
 		brk = append(brk, s.cpu.brokers.Seconds())
 		self = append(self, s.cpu.bench.Seconds())
 	}
-	out := []Figure{{"cpu_controllers_s", Median(ctrl)}}
+	var out []Figure
+	if controllers {
+		out = append(out, Figure{"cpu_controllers_s", Median(ctrl)})
+	}
 	if brokers {
 		out = append(out, Figure{"cpu_brokers_s", Median(brk)})
 	}

@@ -84,8 +84,10 @@ func checkFigures(t *testing.T, got []Figure, want map[string]float64, absent ..
 	}
 }
 
+// step is a step of a cluster of 3 controllers the bench started, and
+// procs broker processes.
 func step(ctrl, brokers, bench time.Duration, procs int, gaps gapStats) stepUse {
-	return stepUse{cpu: cpuUse{controllers: ctrl, brokers: brokers, bench: bench, brokerProcs: procs, ok: true}, gaps: gaps}
+	return stepUse{cpu: cpuUse{controllers: ctrl, brokers: brokers, bench: bench, controllerProcs: 3, brokerProcs: procs, ok: true}, gaps: gaps}
 }
 
 func TestUseFigures(t *testing.T) {
@@ -114,6 +116,12 @@ func TestUseFigures(t *testing.T) {
 			want:  map[string]float64{"cpu_controllers_s": 0.5, "cpu_brokers_s": 6, "cpu_bench_s": 1, "gaps_over_10ms": 0},
 		},
 		{
+			name:   "a running quorum (--controllers): no controller processes of the bench's",
+			steps:  []stepUse{{cpu: cpuUse{controllers: 0, bench: 3 * s, ok: true}}},
+			want:   map[string]float64{"cpu_bench_s": 3},
+			absent: []string{"cpu_controllers_s", "cpu_brokers_s"},
+		},
+		{
 			name:   "a figure not read: no CPU, the gaps still",
 			steps:  []stepUse{step(s, s, s, 3, gapStats{max: msec}), {gaps: gapStats{max: 2 * msec}}},
 			want:   map[string]float64{"gap_max_ms": 2},
@@ -125,9 +133,9 @@ func TestUseFigures(t *testing.T) {
 }
 
 func TestCPUUse_Minus(t *testing.T) {
-	a := cpuUse{controllers: 5 * time.Second, brokers: 7 * time.Second, bench: 2 * time.Second, brokerProcs: 3, ok: true}
-	b := cpuUse{controllers: 2 * time.Second, brokers: 1 * time.Second, bench: time.Second, brokerProcs: 3, ok: true}
-	want := cpuUse{controllers: 3 * time.Second, brokers: 6 * time.Second, bench: time.Second, brokerProcs: 3, ok: true}
+	a := cpuUse{controllers: 5 * time.Second, brokers: 7 * time.Second, bench: 2 * time.Second, controllerProcs: 4, brokerProcs: 3, ok: true}
+	b := cpuUse{controllers: 2 * time.Second, brokers: 1 * time.Second, bench: time.Second, controllerProcs: 3, brokerProcs: 3, ok: true}
+	want := cpuUse{controllers: 3 * time.Second, brokers: 6 * time.Second, bench: time.Second, controllerProcs: 4, brokerProcs: 3, ok: true}
 	if got := a.minus(b); got != want {
 		t.Errorf("minus = %+v, want %+v", got, want)
 	}

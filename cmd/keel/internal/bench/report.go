@@ -18,9 +18,10 @@ type Report struct {
 	// measured) when only the data path's scenarios ran: they measure
 	// ceilings of their own.
 	RaftCeilingRecordsPerS float64 `json:"raft_ceiling_records_per_s"`
-	// RaftPipelinedRecordsPerS is the same with 64 entries in flight: the
-	// ceiling of the controller, which pipelines its decisions (the create
-	// scenario's raft_pipelined_ratio).
+	// RaftPipelinedRecordsPerS is the same with 64 entries in flight, for
+	// reference (the create scenario's raft_pipelined_ratio): raw raft
+	// applies, decodes and pushes nothing, while the controllers share the
+	// machine with the simulated brokers.
 	RaftPipelinedRecordsPerS float64 `json:"raft_pipelined_records_per_s"`
 	// IdleGap* are the scheduling gaps the bench process saw in the 2 s
 	// before it started anything: the machine's own stalls, the baseline

@@ -79,7 +79,11 @@ func TestBenchDataPathEndToEnd(t *testing.T) {
 	}
 	for _, name := range []string{"acks_1_mb_per_s", "acks_1_records_per_s", "acks_all_mb_per_s", "acks_all_records_per_s",
 		"append_mb_per_s", "loopback_mb_per_s", "rf3_ceiling_mb_per_s", "acks_all_ceiling_ratio", "acks_1_ceiling_ratio",
-		"half_rate_records_per_s", "latency_p50_ms", "latency_p99_ms"} {
+		"half_rate_records_per_s", "latency_p50_ms", "latency_p99_ms",
+		// The machine's figures: the brokers and clients worked in every
+		// window, and the half-peak step's gaps were sampled.
+		"cpu_controllers_s", "cpu_brokers_s", "cpu_bench_s", "brokers_cpu_s_per_gb_acks_1", "brokers_cpu_s_per_gb_acks_all",
+		"clients_cpu_s_per_gb_acks_1", "clients_cpu_s_per_gb_acks_all", "gap_max_ms"} {
 		if v := figure("produce", name); v <= 0 {
 			t.Errorf("produce: %s = %v", name, v)
 		}
@@ -97,6 +101,11 @@ func TestBenchDataPathEndToEnd(t *testing.T) {
 	}
 	if v := figure("catch-up", "catch_up_bytes"); v != 2<<20 {
 		t.Errorf("catch-up: catch_up_bytes = %v", v)
+	}
+	for _, name := range []string{"leader-crash", "catch-up"} {
+		if v := figure(name, "cpu_brokers_s"); v <= 0 {
+			t.Errorf("%s: cpu_brokers_s = %v", name, v)
+		}
 	}
 	if v := figure("catch-up", "failed_writes"); v != 0 {
 		t.Errorf("catch-up: %v writes failed", v)

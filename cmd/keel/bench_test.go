@@ -119,8 +119,9 @@ func TestBenchEndToEnd(t *testing.T) {
 	t.Logf("bench took %v\n%s", time.Since(start).Round(time.Millisecond), out)
 
 	var report struct {
-		Scenarios []map[string]any `json:"scenarios"`
-		Ceiling   float64          `json:"raft_ceiling_records_per_s"`
+		Scenarios  []map[string]any `json:"scenarios"`
+		Ceiling    float64          `json:"raft_ceiling_records_per_s"`
+		IdleGapMax float64          `json:"idle_gap_max_ms"`
 	}
 	if err := json.Unmarshal([]byte(out), &report); err != nil {
 		t.Fatalf("%v in %s", err, out)
@@ -188,6 +189,28 @@ func TestBenchEndToEnd(t *testing.T) {
 	}
 	if v := figure("broker-crash", "kill_to_fence_median_s"); v <= 0 || v >= 5 {
 		t.Errorf("broker-crash: fenced %vs after the kill; want it within the crash grace, well before the 9s session", v)
+	}
+	// The machine's figures: every scenario's CPU by role (the simulated
+	// brokers are the bench's: no broker processes here) and its
+	// scheduling gaps; create's CPU per partition.
+	for _, name := range names {
+		if v := figure(name, "cpu_controllers_s"); v <= 0 {
+			t.Errorf("%s: cpu_controllers_s = %v: the controllers worked in every scenario", name, v)
+		}
+		figure(name, "cpu_bench_s")
+		if mx, p99 := figure(name, "gap_max_ms"), figure(name, "gap_p99_ms"); mx < p99 || p99 < 0 {
+			t.Errorf("%s: gap max %vms, p99 %vms", name, mx, p99)
+		}
+		figure(name, "gaps_over_10ms")
+	}
+	if v := figure("create", "controllers_cpu_us_per_partition"); v <= 0 {
+		t.Errorf("create: controllers_cpu_us_per_partition = %v", v)
+	}
+	if v := figure("create", "sim_brokers_cpu_us_per_partition"); v <= 0 {
+		t.Errorf("create: sim_brokers_cpu_us_per_partition = %v", v)
+	}
+	if report.IdleGapMax <= 0 {
+		t.Errorf("idle_gap_max_ms = %v: the idle baseline was not measured", report.IdleGapMax)
 	}
 	left, err := os.ReadDir(tmp)
 	if err != nil {

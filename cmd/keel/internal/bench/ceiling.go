@@ -32,10 +32,11 @@ const pipelineWindow = 64
 type Ceiling struct {
 	// RecordsPerS commits one entry at a time, each waited for before the
 	// next: the ceiling of a controller that waits for each commit before
-	// the next decision, as Keel's did before it pipelined them.
+	// the next decision, as Keel's did before it pipelined them, and the
+	// rate the create scenario's target is at least.
 	RecordsPerS float64
 	// PipelinedRecordsPerS keeps 64 entries in flight: raft's own ceiling,
-	// and the one the create scenario is measured against.
+	// for reference only, as raw raft applies, decodes and pushes nothing.
 	PipelinedRecordsPerS float64
 }
 

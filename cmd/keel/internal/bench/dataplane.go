@@ -167,6 +167,7 @@ func (r *runner) startDataCluster(ctx context.Context) (*dataCluster, error) {
 		return nil, err
 	}
 	dc := &dataCluster{q: q, kafka: map[int32]string{}}
+	r.meters.watch(q)
 	if err := q.Start(ctx); err != nil {
 		return dc, err
 	}

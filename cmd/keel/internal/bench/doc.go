@@ -42,4 +42,11 @@
 // machine's own ceiling in the same run (dataceiling.go): one partition
 // log's append rate in process, and the loopback bandwidth to a child
 // `keel bench-sink`.
+//
+// Every scenario also reports what the machine did in its measured step
+// (usage.go): the CPU seconds of the controller processes, the broker
+// processes and the bench process itself (cpu.go), and the scheduling gaps
+// a goroutine of the bench saw (gaps.go), so that a reader tells a stall of
+// the machine from Keel's own time. Each report checks the scenarios'
+// targets (targets.go).
 package bench

@@ -36,6 +36,8 @@ type load struct {
 	// all instead of after the window; every acknowledgement counts.
 	records   int64
 	latencies bool
+	// meters, if set, measure the window (not with records).
+	meters *meters
 }
 
 // loadResult is what a load did.
@@ -50,6 +52,8 @@ type loadResult struct {
 	failed int64
 	// latencies of the records produced and acknowledged in the window.
 	latencies []time.Duration
+	// use is the machine's during the window, if the load had meters.
+	use stepUse
 }
 
 // bytesPerS and recordsPerS are the load's throughput.
@@ -82,6 +86,7 @@ func (l load) run(ctx context.Context) (loadResult, error) {
 	value := make([]byte, l.recordSize)
 	_, _ = rand.Read(value)
 
+	var use stepUse
 	var (
 		acked, failed, handed atomic.Int64
 		mu                    sync.Mutex
@@ -150,13 +155,19 @@ func (l load) run(ctx context.Context) (loadResult, error) {
 	}
 	if l.records == 0 {
 		_ = poll.Wait(ctx, 2*time.Minute, 5*time.Millisecond, "a first acknowledgement", func() (bool, error) {
-			return lastAck.Load() != 0 || failed.Load() > 0, nil
+			// to, not lastAck: the first acknowledgement sets it just after.
+			return to.Load() != 0 || failed.Load() > 0, nil
 		})
-		// The window's end is known now: a timer, not polling.
+		// The window is known now: timers, not polling.
 		if end := to.Load(); end > 0 {
-			select {
-			case <-time.After(time.Until(time.Unix(0, end))):
-			case <-ctx.Done():
+			var mark stepMark
+			if l.meters != nil {
+				sleepUntil(ctx, time.Unix(0, end).Add(-l.window))
+				mark = l.meters.begin()
+			}
+			sleepUntil(ctx, time.Unix(0, end))
+			if l.meters != nil {
+				use = l.meters.end(mark)
 			}
 		}
 		close(stop)
@@ -173,7 +184,7 @@ func (l load) run(ctx context.Context) (loadResult, error) {
 	if err := ctx.Err(); err != nil {
 		return loadResult{}, err
 	}
-	res := loadResult{acked: acked.Load(), failed: failed.Load(), latencies: lat, took: l.window}
+	res := loadResult{acked: acked.Load(), failed: failed.Load(), latencies: lat, took: l.window, use: use}
 	if l.records > 0 {
 		res.took = time.Unix(0, lastAck.Load()).Sub(start)
 	}
@@ -182,4 +193,14 @@ func (l load) run(ctx context.Context) (loadResult, error) {
 		return res, fmt.Errorf("%w (%d failed)", errNoAcks, res.failed)
 	}
 	return res, nil
+}
+
+// sleepUntil waits until t, or until ctx ends.
+func sleepUntil(ctx context.Context, t time.Time) {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
 }

@@ -18,12 +18,26 @@ type Report struct {
 	// measured) when only the data path's scenarios ran: they measure
 	// ceilings of their own.
 	RaftCeilingRecordsPerS float64 `json:"raft_ceiling_records_per_s"`
-	// RaftPipelinedRecordsPerS is the same with 64 entries in flight: the
-	// ceiling of the controller, which pipelines its decisions (the create
-	// scenario's raft_pipelined_ratio).
+	// RaftPipelinedRecordsPerS is the same with 64 entries in flight, for
+	// reference (the create scenario's raft_pipelined_ratio): raw raft
+	// applies, decodes and pushes nothing, while the controllers share the
+	// machine with the simulated brokers.
 	RaftPipelinedRecordsPerS float64 `json:"raft_pipelined_records_per_s"`
+	// IdleGap* are the scheduling gaps the bench process saw in the 2 s
+	// before it started anything: the machine's own stalls, the baseline
+	// of every scenario's gap_* figures.
+	IdleGapMaxMs     float64 `json:"idle_gap_max_ms"`
+	IdleGapP99Ms     float64 `json:"idle_gap_p99_ms"`
+	IdleGapsOver10ms int     `json:"idle_gaps_over_10ms"`
+	// Targets are the goals of the scenarios that ran, each met or not by
+	// this run's figures.
+	Targets []TargetCheck `json:"targets,omitempty"`
 	// Skipped names the scenarios asked for that could not run, and why.
 	Skipped []Skipped `json:"skipped,omitempty"`
+}
+
+func (r *Report) setIdle(g gapStats) {
+	r.IdleGapMaxMs, r.IdleGapP99Ms, r.IdleGapsOver10ms = round(ms(g.max)), round(ms(g.p99)), g.long
 }
 
 // Skipped is a scenario that did not run.

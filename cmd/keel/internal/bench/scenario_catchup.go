@@ -13,6 +13,7 @@ import (
 type catchUpRun struct {
 	took   time.Duration // from the restart until back in every ISR
 	filled loadResult    // the writes while the follower was down
+	use    stepUse       // the machine's over took
 }
 
 // catchUp: a broker stops (SIGTERM: its controlled shutdown takes it out
@@ -50,6 +51,7 @@ func (r *runner) catchUp(ctx context.Context, dc *dataCluster) (Result, error) {
 		if cr.filled, err = fill.run(ctx); err != nil {
 			return Result{}, fmt.Errorf("write %d bytes: %w", d.CatchUpBytes, err)
 		}
+		mark := r.meters.begin()
 		start := time.Now()
 		if err := dc.q.StartNodes(ctx, node); err != nil {
 			return Result{}, fmt.Errorf("restart broker %d: %w", victim, err)
@@ -59,6 +61,7 @@ func (r *runner) catchUp(ctx context.Context, dc *dataCluster) (Result, error) {
 			return Result{}, fmt.Errorf("broker %d back in every ISR: %w", victim, err)
 		}
 		cr.took = time.Since(start)
+		cr.use = r.meters.end(mark)
 		statusf(r.cfg.Status, "catch-up: run %d/%d: %d MiB written at %.1f MB/s; broker %d back in every ISR %v after its restart",
 			run, r.cfg.Runs, cr.filled.bytes>>20, cr.filled.bytesPerS()/1e6, victim, cr.took.Round(time.Millisecond))
 		runs = append(runs, cr)
@@ -75,16 +78,18 @@ func catchUpResult(d DataConfig, runs []catchUpRun) Result {
 	var took []time.Duration
 	var rate, fill []float64
 	var failed float64
+	var steps []stepUse
 	for _, cr := range runs {
+		steps = append(steps, cr.use)
 		took = append(took, cr.took)
 		rate = append(rate, float64(cr.filled.bytes)/cr.took.Seconds()/1e6)
 		fill = append(fill, cr.filled.bytesPerS()/1e6)
 		failed += float64(cr.filled.failed)
 	}
-	return newResult(ScenarioCatchUp, d.Partitions, dataBrokers, took,
+	return newResult(ScenarioCatchUp, d.Partitions, dataBrokers, took, withUse(steps,
 		Figure{"catch_up_bytes", float64(d.CatchUpBytes)},
 		Figure{"catch_up_mb_per_s", Median(rate)},
 		Figure{"write_mb_per_s", Median(fill)},
 		Figure{"failed_writes", failed},
-	)
+	)...)
 }

@@ -22,6 +22,7 @@ func (r *runner) failover(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	var active, elected, streaming []time.Duration
+	var steps []stepUse
 	fenced, resent := 0, 0
 	for run := 1; run <= r.cfg.Runs; run++ {
 		if _, err := r.barrier(ctx); err != nil {
@@ -42,6 +43,7 @@ func (r *runner) failover(ctx context.Context) (Result, error) {
 			}
 		}
 		statusf(r.cfg.Status, "failover: run %d/%d: kill -9 of controller %d (epoch %d)", run, r.cfg.Runs, id, epoch)
+		mark := r.meters.begin()
 		killed := time.Now()
 		if err := r.kill(r.quorum.Controller(id)); err != nil {
 			return Result{}, err
@@ -100,6 +102,7 @@ func (r *runner) failover(ctx context.Context) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
+		steps = append(steps, r.meters.end(mark))
 		active = append(active, activeAt.Sub(killed))
 		elected = append(elected, raftAt.Sub(killed))
 		streaming = append(streaming, streamAt.Sub(killed))
@@ -121,13 +124,13 @@ func (r *runner) failover(ctx context.Context) (Result, error) {
 		}
 	}
 	s := seconds(streaming...)
-	return newResult(ScenarioFailover, r.partitions(), len(r.brokers), active,
+	return newResult(ScenarioFailover, r.partitions(), len(r.brokers), active, withUse(steps,
 		Figure{"raft_leader_median_s", Median(seconds(elected...))},
 		Figure{"streaming_median_s", Median(s)},
 		Figure{"streaming_max_s", Max(s)},
 		Figure{"fenced_brokers", float64(fenced)},
 		Figure{"snapshot_resends", float64(resent)},
-	), nil
+	)...), nil
 }
 
 // load: every controller killed (kill -9) once each has a raft snapshot of
@@ -142,6 +145,7 @@ func (r *runner) load(ctx context.Context) (Result, error) {
 	}
 	var ready []time.Duration
 	var heaps, rsses, perPartition []float64
+	var steps []stepUse
 	for run := 1; run <= r.cfg.Runs; run++ {
 		idx, err := r.barrier(ctx)
 		if err != nil {
@@ -165,6 +169,7 @@ func (r *runner) load(ctx context.Context) (Result, error) {
 		statusf(r.cfg.Status, "load: run %d/%d: kill -9 of every controller (snapshots at index %d or later, commit index %d), then a restart",
 			run, r.cfg.Runs, idx, commit)
 		ctrls := r.quorum.Controllers()
+		mark := r.meters.begin()
 		if err := r.kill(ctrls...); err != nil { // together: every signal before any wait
 			return Result{}, err
 		}
@@ -190,6 +195,7 @@ func (r *runner) load(ctx context.Context) (Result, error) {
 			return Result{}, err
 		}
 		ready = append(ready, time.Since(start))
+		steps = append(steps, r.meters.end(mark))
 		var most, rss uint64
 		for _, nd := range ctrls {
 			hctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -210,11 +216,11 @@ func (r *runner) load(ctx context.Context) (Result, error) {
 			return Result{}, err
 		}
 	}
-	return newResult(ScenarioLoad, r.partitions(), len(r.brokers), ready,
+	return newResult(ScenarioLoad, r.partitions(), len(r.brokers), ready, withUse(steps,
 		Figure{"heap_live_bytes", Median(heaps)},
 		Figure{"heap_bytes_per_partition", Median(perPartition)},
 		Figure{"rss_bytes", Median(rsses)},
-	), nil
+	)...), nil
 }
 
 // waitConverged waits until every voter has applied the active

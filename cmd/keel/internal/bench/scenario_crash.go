@@ -18,6 +18,7 @@ func (r *runner) brokerCrash(ctx context.Context) (Result, error) {
 	}
 	var total, detection, spread []time.Duration
 	var led, leaderless []float64
+	var steps []stepUse
 	for run := 1; run <= r.cfg.Runs; run++ {
 		l, err := r.loseBroker(ctx, func(id int32, parts int) {
 			statusf(r.cfg.Status, "broker-crash: run %d/%d: killing broker %d, which leads %d partitions", run, r.cfg.Runs, id, parts)
@@ -30,13 +31,14 @@ func (r *runner) brokerCrash(ctx context.Context) (Result, error) {
 		spread = append(spread, l.allAt.Sub(l.fencedAt))
 		led = append(led, float64(l.led))
 		leaderless = append(leaderless, float64(l.left))
+		steps = append(steps, l.use)
 	}
 	d, s := seconds(detection...), seconds(spread...)
-	return newResult(ScenarioBrokerCrash, r.partitions(), len(r.brokers), total,
+	return newResult(ScenarioBrokerCrash, r.partitions(), len(r.brokers), total, withUse(steps,
 		Figure{"kill_to_fence_median_s", Median(d)},
 		Figure{"kill_to_fence_max_s", Max(d)},
 		Figure{"fence_to_all_brokers_median_s", Median(s)},
 		Figure{"led_partitions", Median(led)},
 		Figure{"leaderless_partitions", Max(leaderless)},
-	), nil
+	)...), nil
 }

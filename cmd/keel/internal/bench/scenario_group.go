@@ -41,6 +41,8 @@ type consumeGroupRun struct {
 	// every partition is owned by exactly one member again (and, on a
 	// join, some by the new one).
 	join, leave time.Duration
+	// use is the machine's during the join.
+	use stepUse
 }
 
 // consumed is how fast one consumer or a group read a topic.
@@ -122,6 +124,7 @@ func (r *runner) consumeGroupRun(ctx context.Context, dc *dataCluster, topic, gr
 		return gr, err
 	}
 	statusf(r.cfg.Status, "consume-group: a fourth member joins, then leaves")
+	mark := r.meters.begin()
 	start = time.Now()
 	if err := g.add(ctx); err != nil {
 		return gr, err
@@ -130,6 +133,7 @@ func (r *runner) consumeGroupRun(ctx context.Context, dc *dataCluster, topic, gr
 		return gr, err
 	}
 	gr.join = time.Since(start)
+	gr.use = r.meters.end(mark)
 	leaving := len(g.members) - 1
 	g.stopPolling(leaving)
 	start = time.Now()
@@ -423,7 +427,9 @@ func consumeGroupResult(d DataConfig, runs []consumeGroupRun) Result {
 	var join []time.Duration
 	var leave, group, ceiling, ratio, first []float64
 	var dups float64
+	var steps []stepUse
 	for _, gr := range runs {
+		steps = append(steps, gr.use)
 		join = append(join, gr.join)
 		leave = append(leave, gr.leave.Seconds())
 		group = append(group, gr.group.recordsPerS())
@@ -432,7 +438,7 @@ func consumeGroupResult(d DataConfig, runs []consumeGroupRun) Result {
 		first = append(first, gr.firstRecord.Seconds())
 		dups += float64(gr.duplicates)
 	}
-	return newResult(ScenarioConsumeGroup, d.Partitions, dataBrokers, join,
+	return newResult(ScenarioConsumeGroup, d.Partitions, dataBrokers, join, withUse(steps,
 		Figure{"records", float64(d.GroupRecords)},
 		Figure{"members", groupMembers},
 		Figure{"group_records_per_s", Median(group)},
@@ -442,5 +448,5 @@ func consumeGroupResult(d DataConfig, runs []consumeGroupRun) Result {
 		Figure{"leave_rebalance_s", Median(leave)},
 		Figure{"leave_rebalance_max_s", Max(leave)},
 		Figure{"duplicates", dups},
-	)
+	)...)
 }

@@ -29,6 +29,9 @@ type crashRun struct {
 	// (again) to the new one; requestErrors are produce requests that
 	// failed on the connection (written or read).
 	failed, retried, requestErrors int64
+	// use is the machine's from the kill until the new leader has
+	// acknowledged half a second of writes.
+	use stepUse
 }
 
 // leaderCrash: kill -9 of the broker leading a partition while a producer
@@ -78,7 +81,9 @@ func crashResult(d DataConfig, runs []crashRun) Result {
 	var toAck []time.Duration
 	var toLeader []float64
 	var failed, retried, reqErrs float64
+	var steps []stepUse
 	for _, cr := range runs {
+		steps = append(steps, cr.use)
 		toAck = append(toAck, cr.toAck)
 		toLeader = append(toLeader, cr.toLeader.Seconds())
 		failed += float64(cr.failed)
@@ -89,7 +94,7 @@ func crashResult(d DataConfig, runs []crashRun) Result {
 	if session == 0 {
 		session = controller.DefaultSessionTimeout
 	}
-	return newResult(ScenarioLeaderCrash, 1, dataBrokers, toAck,
+	return newResult(ScenarioLeaderCrash, 1, dataBrokers, toAck, withUse(steps,
 		Figure{"session_timeout_s", session.Seconds()},
 		Figure{"new_leader_median_s", Median(toLeader)},
 		Figure{"new_leader_max_s", Max(toLeader)},
@@ -97,7 +102,7 @@ func crashResult(d DataConfig, runs []crashRun) Result {
 		Figure{"failed_writes", failed},
 		Figure{"retried_writes", retried},
 		Figure{"produce_request_errors", reqErrs},
-	)
+	)...)
 }
 
 // produceWatch watches the producer's connections: it counts produce
@@ -215,6 +220,7 @@ func (r *runner) crashOnce(ctx context.Context, dc *dataCluster, topic string, v
 	}); err != nil {
 		return crashRun{}, err
 	}
+	mark := r.meters.begin()
 	mu.Lock()
 	killAt = time.Now()
 	mu.Unlock()
@@ -238,6 +244,7 @@ func (r *runner) crashOnce(ctx context.Context, dc *dataCluster, topic string, v
 	}); err != nil {
 		return crashRun{}, err
 	}
+	use := r.meters.end(mark)
 	stop()
 	<-done
 	fctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -247,5 +254,6 @@ func (r *runner) crashOnce(ctx context.Context, dc *dataCluster, topic string, v
 	defer mu.Unlock()
 	out.toAck = firstAck.Sub(killAt)
 	out.requestErrors = hook.errs.Load()
+	out.use = use
 	return out, nil
 }

@@ -61,7 +61,7 @@ func (r *runner) produce(ctx context.Context, dc *dataCluster) (Result, error) {
 				return Result{}, err
 			}
 			l := load{seeds: dc.seeds(), topic: topic, producers: d.Producers, recordSize: d.RecordSize,
-				allISR: step.allISR, warmup: warmup, window: d.Duration}
+				allISR: step.allISR, warmup: warmup, window: d.Duration, meters: r.meters}
 			if step.half {
 				l.rate, l.latencies = pr.acksAll.recordsPerS()/2, true
 			}
@@ -126,7 +126,7 @@ func produceFigures(d DataConfig, runs []produceRun) []Figure {
 	for _, pr := range runs {
 		failed += float64(pr.acks1.failed + pr.acksAll.failed + pr.half.failed)
 	}
-	return []Figure{
+	figs := []Figure{
 		{"record_size", float64(d.RecordSize)}, // bytes; _bytes would print as MiB,
 		{"producers", float64(d.Producers)},
 		{"duration_s", d.Duration.Seconds()},
@@ -148,4 +148,38 @@ func produceFigures(d DataConfig, runs []produceRun) []Figure {
 		{"broker_produce_p99_ms", med(func(p produceRun) float64 { return p.server.quantile(0.99) * 1000 })},
 		{"failed_writes", failed},
 	}
+	return append(figs, produceUseFigures(runs)...)
+}
+
+// produceUseFigures are produce's figures of the machine: each role's CPU
+// seconds in the acks=all window, the CPU seconds per GB (10^9 bytes of
+// record values) acknowledged of the brokers and of the clients (the
+// bench process) with acks=1 and acks=all, and the scheduling gaps of the
+// step at half the peak, whose latency the scenario reports.
+func produceUseFigures(runs []produceRun) []Figure {
+	var all, half []stepUse
+	for _, pr := range runs {
+		all = append(all, pr.acksAll.use)
+		half = append(half, pr.half.use)
+	}
+	out := cpuFigures(all)
+	if out != nil {
+		perGB := func(cpu func(cpuUse) time.Duration, res func(produceRun) loadResult) float64 {
+			xs := make([]float64, len(runs))
+			for i, pr := range runs {
+				xs[i] = perUnit(cpu(res(pr).use.cpu), float64(res(pr).bytes)/1e9)
+			}
+			return Median(xs)
+		}
+		brokers := func(u cpuUse) time.Duration { return u.brokers }
+		clients := func(u cpuUse) time.Duration { return u.bench }
+		acks1 := func(p produceRun) loadResult { return p.acks1 }
+		acksAll := func(p produceRun) loadResult { return p.acksAll }
+		out = append(out,
+			Figure{"brokers_cpu_s_per_gb_acks_1", perGB(brokers, acks1)},
+			Figure{"brokers_cpu_s_per_gb_acks_all", perGB(brokers, acksAll)},
+			Figure{"clients_cpu_s_per_gb_acks_1", perGB(clients, acks1)},
+			Figure{"clients_cpu_s_per_gb_acks_all", perGB(clients, acksAll)})
+	}
+	return append(out, gapFigures(half)...)
 }

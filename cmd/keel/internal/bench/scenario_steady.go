@@ -22,6 +22,7 @@ func (r *runner) steady(ctx context.Context) (Result, error) {
 	var p99 []time.Duration
 	changes, writes, failures, fenced := 0, 0, 0, 0
 	var worst time.Duration
+	var steps []stepUse
 	for run := 1; run <= r.cfg.Runs; run++ {
 		start, err := r.waitActive(ctx, time.Minute)
 		if err != nil {
@@ -33,6 +34,7 @@ func (r *runner) steady(ctx context.Context) (Result, error) {
 		var lat []time.Duration
 		leader, epoch := start.NodeId, start.ControllerEpoch
 		tick := time.NewTicker(r.cfg.SteadyWriteInterval)
+		mark := r.meters.begin()
 		began := time.Now()
 		for time.Since(began) < r.cfg.SteadyDuration {
 			select {
@@ -60,6 +62,7 @@ func (r *runner) steady(ctx context.Context) (Result, error) {
 			bar.set(int(time.Since(began) / time.Second))
 		}
 		tick.Stop()
+		steps = append(steps, r.meters.end(mark))
 		bar.done()
 		end, err := r.waitActive(ctx, time.Minute)
 		if err != nil {
@@ -82,12 +85,12 @@ func (r *runner) steady(ctx context.Context) (Result, error) {
 		p99 = append(p99, Percentile(lat, 0.99))
 		worst = max(worst, Percentile(lat, 1))
 	}
-	return newResult(ScenarioSteady, r.partitions(), len(r.brokers), p99,
+	return newResult(ScenarioSteady, r.partitions(), len(r.brokers), p99, withUse(steps,
 		Figure{"leader_changes", float64(changes)},
 		Figure{"duration_s", r.cfg.SteadyDuration.Seconds()},
 		Figure{"writes", float64(writes)},
 		Figure{"write_failures", float64(failures)},
 		Figure{"write_max_ms", worst.Seconds() * 1000},
 		Figure{"fenced_brokers", float64(fenced)},
-	), nil
+	)...), nil
 }

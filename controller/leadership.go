@@ -84,7 +84,7 @@ func (c *Controller) newLeadership() *leadership {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &leadership{c: c, log: c.log, ctx: ctx, cancel: cancel, events: make(chan event, c.cfg.EventQueueSize),
 		sessions: newSessionTracker(c.cfg.SessionTimeout), shutdownAt: map[int32]uint64{}, reports: newLogReports(), registerKick: make(chan struct{}, 1),
-		reportedImages: map[int32]bool{}, pushes: newPushCache(c.metrics.pushEncodes, c.metrics.pushesSent)}
+		reportedImages: map[int32]bool{}, pushes: newPushCache(c.metrics)}
 	l.wg.Add(1)
 	return l
 }

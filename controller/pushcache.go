@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -83,8 +82,7 @@ type sharedPush struct {
 // made a million partitions' creation, with 100 brokers, copy each batch a
 // hundred times on the active controller.
 type pushCache struct {
-	encodes prometheus.Counter // pushes encoded
-	sent    prometheus.Counter // pushes of entries sent, shared or not
+	metrics *metrics // pushEncodes, pushesSent
 
 	mu     sync.Mutex
 	closed bool
@@ -92,8 +90,8 @@ type pushCache struct {
 	order  []pushKey // cached keys, oldest first
 }
 
-func newPushCache(encodes, sent prometheus.Counter) *pushCache {
-	return &pushCache{encodes: encodes, sent: sent, byKey: map[pushKey]*sharedPush{}}
+func newPushCache(m *metrics) *pushCache {
+	return &pushCache{metrics: m, byKey: map[pushKey]*sharedPush{}}
 }
 
 // acquire returns the encoding of the push named key, built by build and
@@ -124,7 +122,7 @@ func (pc *pushCache) acquire(key pushKey, build func() *keelpb.MetadataPush) (*s
 	pc.mu.Unlock()
 	// Encoded outside mu: streams at other positions need not wait.
 	p.enc, p.err = rpc.Encode(build())
-	pc.encodes.Inc()
+	pc.metrics.pushEncodes.Inc()
 	close(p.done)
 	if p.err != nil {
 		pc.mu.Lock()

@@ -14,7 +14,7 @@ import (
 )
 
 func newTestPushCache() *pushCache {
-	return newPushCache(prometheus.NewCounter(prometheus.CounterOpts{Name: "encodes"}), prometheus.NewCounter(prometheus.CounterOpts{Name: "sent"}))
+	return newPushCache(newMetrics())
 }
 
 // testPush is the push of one entry after prev, with size bytes of data.
@@ -116,7 +116,7 @@ func TestPushCache(t *testing.T) {
 			if got := int(builds.Load()); got != tt.wantEncodes {
 				t.Errorf("built %d pushes, want %d", got, tt.wantEncodes)
 			}
-			if got := int(counterValue(pc.encodes)); got != tt.wantEncodes {
+			if got := int(counterValue(pc.metrics.pushEncodes)); got != tt.wantEncodes {
 				t.Errorf("encodes counter %d, want %d", got, tt.wantEncodes)
 			}
 			pc.close()
@@ -151,7 +151,7 @@ func BenchmarkPushFanOut(b *testing.B) {
 			data.Free()
 			pc.release(p)
 		}
-		b.ReportMetric(counterValue(pc.encodes)/float64(b.N), "encodes/op")
+		b.ReportMetric(counterValue(pc.metrics.pushEncodes)/float64(b.N), "encodes/op")
 	})
 	b.Run("per_stream", func(b *testing.B) {
 		b.ReportAllocs()

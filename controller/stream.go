@@ -119,7 +119,7 @@ func (c *Controller) sendEntries(l *leadership, offset uint64, entries []Entry, 
 	defer l.pushes.release(p)
 	// Counted before the send: a reader of the stream that has the push
 	// finds it counted.
-	l.pushes.sent.Inc()
+	l.pushes.metrics.pushesSent.Inc()
 	return stream.SendMsg(p.enc)
 }
 

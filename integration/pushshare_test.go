@@ -35,7 +35,7 @@ func TestPush_EncodedOnceForBrokersAtOnePosition(t *testing.T) {
 	before := pushCounts(t, c, leader)
 	const batches = 20
 	for range batches {
-		last = c.appendNoOp(t, 10*time.Second).Index
+		c.appendNoOp(t, 10*time.Second)
 	}
 	c.createTopic(t, "push-during", "--partitions", "6", "--replication-factor", "3")
 	last = c.appendNoOp(t, 10*time.Second).Index

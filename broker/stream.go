@@ -215,7 +215,9 @@ func (s *Session) streamOnce(ctx context.Context, target string, epoch int64) (a
 		return 0, err
 	}
 	for {
-		push, err := stream.Recv()
+		// Decoded from one copy of its bytes (pushMessage), not proto's two.
+		push := &keelpb.MetadataPush{}
+		err := stream.RecvMsg(&pushMessage{push: push})
 		if err == io.EOF {
 			return accepted, errStreamEnded
 		}

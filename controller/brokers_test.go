@@ -178,10 +178,10 @@ func collectStream(ctx context.Context, nd *member, req *keelpb.StreamMetadataRe
 	pushes := make(chan *keelpb.MetadataPush, 1024)
 	done := make(chan error, 1)
 	go func() {
-		done <- nd.Controller().StreamMetadata(ctx, req, func(p *keelpb.MetadataPush) error {
+		done <- nd.Controller().StreamMetadata(ctx, req, controller.PushFunc(func(p *keelpb.MetadataPush) error {
 			pushes <- p
 			return nil
-		})
+		}))
 	}()
 	return pushes, done
 }
@@ -283,7 +283,7 @@ func TestStream_RefusesStaleEpochAndOtherCluster(t *testing.T) {
 	c := newCluster(t, 3)
 	leader := c.WaitForActive(5 * time.Second)
 	epoch := registerActive(t, leader, 1, incA)
-	send := func(*keelpb.MetadataPush) error { return nil }
+	send := controller.PushFunc(func(*keelpb.MetadataPush) error { return nil })
 	ctx := context.Background()
 	if err := leader.Controller().StreamMetadata(ctx, &keelpb.StreamMetadataRequest{BrokerId: 1, BrokerEpoch: epoch - 1}, send); !errors.Is(err, controller.ErrStaleBrokerEpoch) {
 		t.Fatalf("stale epoch: %v", err)

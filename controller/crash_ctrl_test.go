@@ -66,13 +66,13 @@ func openStream(t *testing.T, nd *member, id int32, epoch int64) *brokerStream {
 	t.Cleanup(cancel)
 	pushed := make(chan struct{}, 1)
 	go func() {
-		s.done <- nd.Controller().StreamMetadata(ctx, &keelpb.StreamMetadataRequest{BrokerId: id, BrokerEpoch: epoch}, func(*keelpb.MetadataPush) error {
+		s.done <- nd.Controller().StreamMetadata(ctx, &keelpb.StreamMetadataRequest{BrokerId: id, BrokerEpoch: epoch}, controller.PushFunc(func(*keelpb.MetadataPush) error {
 			select {
 			case pushed <- struct{}{}:
 			default:
 			}
 			return nil
-		})
+		}))
 	}()
 	select {
 	case <-pushed:

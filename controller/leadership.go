@@ -59,6 +59,10 @@ type leadership struct {
 	// logged in this term (checkImagesOnce's own).
 	imageChecked   atomic.Pointer[imageCheck]
 	reportedImages map[int32]bool
+
+	// pushes shares the encoding of a push between the broker streams
+	// (stream.go).
+	pushes *pushCache
 }
 
 // event is one unit of work for the event loop: a decision to take and
@@ -80,7 +84,7 @@ func (c *Controller) newLeadership() *leadership {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &leadership{c: c, log: c.log, ctx: ctx, cancel: cancel, events: make(chan event, c.cfg.EventQueueSize),
 		sessions: newSessionTracker(c.cfg.SessionTimeout), shutdownAt: map[int32]uint64{}, reports: newLogReports(), registerKick: make(chan struct{}, 1),
-		reportedImages: map[int32]bool{}}
+		reportedImages: map[int32]bool{}, pushes: newPushCache(c.metrics)}
 	l.wg.Add(1)
 	return l
 }
@@ -470,6 +474,7 @@ func (l *leadership) revoke() {
 	l.c.active.CompareAndSwap(l, nil)
 	l.cancel()
 	l.wg.Wait()
+	l.pushes.close()
 	if l.epoch.Load() > 0 {
 		l.log.Info("no longer the active controller", "epoch", l.epoch.Load())
 	}

@@ -41,6 +41,8 @@ const (
 	MetricBrokerCrashProbes              = "keel_controller_broker_crash_probes_total"
 	MetricImageDiverged                  = "keel_controller_image_diverged"
 	MetricImageMismatches                = "keel_controller_image_mismatches_total"
+	MetricPushEncodes                    = "keel_controller_push_encodes_total"
+	MetricPushesSent                     = "keel_controller_pushes_sent_total"
 )
 
 // The causes MetricFencedBrokers counts fencings by.
@@ -73,6 +75,9 @@ type metrics struct {
 	// imageMismatches counts voters whose image digest differed, per
 	// comparison (integrity.go).
 	imageMismatches prometheus.Counter
+	// pushEncodes and pushesSent: pushes of entries encoded, and handed to
+	// broker streams (pushcache.go).
+	pushEncodes, pushesSent prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -103,6 +108,14 @@ func newMetrics() *metrics {
 		imageMismatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: MetricImageMismatches,
 			Help: "Voters whose image digest differed from the majority's (or, with no majority, from the others') when this node, as the active controller, compared them at one index; counted at every comparison. Anything above 0 is a controller to look at.",
+		}),
+		pushEncodes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricPushEncodes,
+			Help: "Pushes of committed entries this node encoded as the active controller: one per position the broker streams were at, shared by every stream at it.",
+		}),
+		pushesSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricPushesSent,
+			Help: "Pushes of committed entries this node handed to broker streams as the active controller; the ratio to " + MetricPushEncodes + " is how many streams shared each encoding.",
 		}),
 	}
 	// Every cause and result is reported from the start, at 0.
@@ -303,7 +316,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 // these metrics (two controllers on one registry).
 func (c *Controller) startMetrics(reg prometheus.Registerer) {
 	m := c.metrics
-	c.metricsCollectors = []prometheus.Collector{&collector{c: c}, m.eventQueueTime, m.commitTime, m.leaderChanges, m.fenced, m.crashProbes, m.imageMismatches}
+	c.metricsCollectors = []prometheus.Collector{&collector{c: c}, m.eventQueueTime, m.commitTime, m.leaderChanges, m.fenced, m.crashProbes, m.imageMismatches, m.pushEncodes, m.pushesSent}
 	reg.MustRegister(c.metricsCollectors...)
 	// The log may drop an observation rather than wait (a leader change
 	// missed under a burst of them leaves the counter one short, which is

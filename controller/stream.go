@@ -21,7 +21,11 @@ const (
 // broker's one sender: a slow broker only slows its own stream. A broker
 // that is new (offset 0), behind the retained history, or at an offset this
 // log never applied gets an image snapshot first, then the tail.
-func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetadataRequest, send func(*keelpb.MetadataPush) error) error {
+//
+// The pushes of entries are encoded once for every stream at the same
+// position (pushCache) and sent with stream.SendMsg; snapshot chunks, a
+// broker's own, with stream.Send.
+func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetadataRequest, stream PushStream) error {
 	l := c.active.Load()
 	if l == nil {
 		return c.notLeader()
@@ -60,7 +64,7 @@ func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetad
 		if needSnapshot {
 			img := c.applied.Current()
 			if err := sendSnapshot(img, func(chunk *keelpb.SnapshotChunk) error {
-				return send(stamp(&keelpb.MetadataPush{Body: &keelpb.MetadataPush_Snapshot{Snapshot: chunk}}))
+				return stream.Send(stamp(&keelpb.MetadataPush{Body: &keelpb.MetadataPush_Snapshot{Snapshot: chunk}}))
 			}); err != nil {
 				return err
 			}
@@ -74,11 +78,7 @@ func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetad
 		}
 		if len(entries) > 0 || !pushed {
 			pushed = true
-			msg := &keelpb.MetadataEntries{Entries: make([]*keelpb.MetadataEntry, len(entries))}
-			for i, e := range entries {
-				msg.Entries[i] = &keelpb.MetadataEntry{PrevOffset: e.Prev, Offset: e.Offset, Term: e.Term, Data: e.Data}
-			}
-			if err := send(stamp(&keelpb.MetadataPush{Body: &keelpb.MetadataPush_Entries{Entries: msg}})); err != nil {
+			if err := c.sendEntries(l, offset, entries, stream); err != nil {
 				return err
 			}
 			if len(entries) > 0 {
@@ -95,6 +95,32 @@ func (c *Controller) StreamMetadata(ctx context.Context, req *keelpb.StreamMetad
 			return c.notLeader()
 		}
 	}
+}
+
+// sendEntries sends the push of entries after offset (none: the first push
+// of a stream with nothing new), sharing its encoding with every stream at
+// the same position.
+func (c *Controller) sendEntries(l *leadership, offset uint64, entries []Entry, stream PushStream) error {
+	key := pushKey{epoch: l.epoch.Load(), prev: offset, last: offset}
+	if len(entries) > 0 {
+		key.last = entries[len(entries)-1].Offset
+	}
+	p, err := l.pushes.acquire(key, func() *keelpb.MetadataPush {
+		msg := &keelpb.MetadataEntries{Entries: make([]*keelpb.MetadataEntry, len(entries))}
+		for i, e := range entries {
+			msg.Entries[i] = &keelpb.MetadataEntry{PrevOffset: e.Prev, Offset: e.Offset, Term: e.Term, Data: e.Data}
+		}
+		return &keelpb.MetadataPush{ControllerEpoch: key.epoch, ControllerId: c.cfg.NodeID,
+			Body: &keelpb.MetadataPush_Entries{Entries: msg}}
+	})
+	if err != nil {
+		return err
+	}
+	defer l.pushes.release(p)
+	// Counted before the send: a reader of the stream that has the push
+	// finds it counted.
+	l.pushes.metrics.pushesSent.Inc()
+	return stream.SendMsg(p.enc)
 }
 
 // sendSnapshot writes img in the FSM snapshot format as a series of chunks,

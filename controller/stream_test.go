@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-dev/keel/controller"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -57,5 +58,81 @@ func TestStream_FirstPushAtOnceWithNothingNew(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("stream ended with %v", err)
+	}
+}
+
+// TestStream_BrokersAtOnePositionShareAnEncoding: three brokers at the
+// head receive each new batch in one push encoded once; a broker resuming
+// from an older offset gets exactly the entries after it, and a new one a
+// snapshot, then the tail.
+func TestStream_BrokersAtOnePositionShareAnEncoding(t *testing.T) {
+	c := newCluster(t, 3, withMetrics())
+	leader := c.WaitForActive(5 * time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var streams []<-chan *keelpb.MetadataPush
+	// received is, per stream, the offset of the last entry it got.
+	var received []uint64
+	for id := int32(1); id <= 3; id++ {
+		epoch := registerActive(t, leader, id, incA)
+		from := leader.FSM().Image().Offset
+		pushes, _ := collectStream(ctx, leader, &keelpb.StreamMetadataRequest{BrokerId: id, BrokerEpoch: epoch, FromOffset: from})
+		streams, received = append(streams, pushes), append(received, from)
+	}
+	drainTo := func(offset uint64) {
+		t.Helper()
+		for i, pushes := range streams {
+			for received[i] < offset {
+				if e := nextPush(t, pushes).GetEntries().GetEntries(); len(e) > 0 {
+					received[i] = e[len(e)-1].Offset
+				}
+			}
+		}
+	}
+	drainTo(leader.FSM().Image().Offset)
+	old := leader.FSM().Image().Offset
+	before := scrape(t, c.Metrics(leader.ID()))
+	const batches = 10
+	var index uint64
+	for range batches {
+		var err error
+		if index, err = leader.Controller().Propose(context.Background(), noOp()); err != nil {
+			t.Fatal(err)
+		}
+		drainTo(index)
+	}
+	after := scrape(t, c.Metrics(leader.ID()))
+	encodes := after[controller.MetricPushEncodes] - before[controller.MetricPushEncodes]
+	sent := after[controller.MetricPushesSent] - before[controller.MetricPushesSent]
+	if encodes != batches || sent != 3*batches {
+		t.Fatalf("%v pushes sent from %v encodings, want %d from %d", sent, encodes, 3*batches, batches)
+	}
+
+	// Another position: a broker that stopped at old.
+	epoch4 := registerActive(t, leader, 4, incA)
+	behind, _ := collectStream(ctx, leader, &keelpb.StreamMetadataRequest{BrokerId: 4, BrokerEpoch: epoch4, FromOffset: old})
+	e := nextPush(t, behind).GetEntries().GetEntries()
+	if len(e) == 0 || e[0].PrevOffset != old {
+		t.Fatalf("a stream from %d first got %v", old, e)
+	}
+	for i := 1; i < len(e); i++ {
+		if e[i].PrevOffset != e[i-1].Offset {
+			t.Fatalf("entry %d follows %d, not the entry before it, %d", e[i].Offset, e[i].PrevOffset, e[i-1].Offset)
+		}
+	}
+	if last := e[len(e)-1].Offset; last < index {
+		t.Fatalf("a stream from %d got entries up to %d only, want %d", old, last, index)
+	}
+	// And a new broker: a snapshot of the image, marked last.
+	epoch5 := registerActive(t, leader, 5, incA)
+	fresh, _ := collectStream(ctx, leader, &keelpb.StreamMetadataRequest{BrokerId: 5, BrokerEpoch: epoch5})
+	for p := nextPush(t, fresh); ; p = nextPush(t, fresh) {
+		s := p.GetSnapshot()
+		if s == nil {
+			t.Fatalf("a new broker got %v before the end of its snapshot", p)
+		}
+		if s.Last {
+			break
+		}
 	}
 }

@@ -110,7 +110,7 @@ func (s *controllerService) AllocateProducerIds(ctx context.Context, req *keelpb
 // StreamMetadata pushes committed metadata to one broker until it goes away
 // or this node stops being the active controller.
 func (s *controllerService) StreamMetadata(req *keelpb.StreamMetadataRequest, stream grpc.ServerStreamingServer[keelpb.MetadataPush]) error {
-	return toStatus(s.ctrl.StreamMetadata(withConnClosed(stream.Context(), s.node.stopping.Load), req, stream.Send))
+	return toStatus(s.ctrl.StreamMetadata(withConnClosed(stream.Context(), s.node.stopping.Load), req, stream))
 }
 
 // ListBrokers answers from the active controller's committed image, or with

@@ -1,0 +1,126 @@
+package node_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/broker/batchcheck"
+	"github.com/keel-dev/keel/broker/kafka"
+	"github.com/keel-dev/keel/broker/node"
+	"github.com/keel-dev/keel/broker/replication"
+	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest"
+	"github.com/keel-dev/keel/proto/keelpb"
+)
+
+// BenchmarkNode_ProducePath: the leader's whole produce path for one
+// connection, acks=1 (a Produce frame read, parsed, checked by batchcheck,
+// appended by the replication Manager to partlog, answered), with N records
+// of 100 bytes in one batch. allocs/record is allocs/op over N: the path's
+// allocations must not grow with the records a batch holds. Allocations are
+// the whole process's (the controller's heartbeats included: a few per
+// thousand ops).
+//
+//	go test -run '^$' -bench BenchmarkNode_ProducePath -benchmem ./broker/node/
+func BenchmarkNode_ProducePath(b *testing.B) {
+	c := keeltest.NewCluster(b, 1, keeltest.WithLogger(slog.New(slog.DiscardHandler)))
+	c.WaitForActive(waitTimeout)
+	n, err := node.Start(node.Config{Agent: agentConfig(c.Addrs(), b.TempDir(), nil), KafkaListen: "127.0.0.1:0",
+		Replication: replication.Config{}, Kafka: kafka.Config{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	poll.Until(b, waitTimeout, "the broker to be ready", func() bool { return n.Ready() == nil })
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := c.Client().CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "t", Partitions: 1, ReplicationFactor: 1}); err != nil {
+		b.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", n.KafkaAddr())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	for _, records := range []int{1, 16, 256} {
+		b.Run(fmt.Sprintf("records=%d", records), func(b *testing.B) {
+			recs := make([]kmsg.Record, records)
+			for i := range recs {
+				recs[i] = kmsg.Record{Key: []byte("key"), Value: make([]byte, 100)}
+			}
+			batch := batchcheck.Build(time.Now().UnixMilli(), recs)
+			req := kmsg.NewPtrProduceRequest()
+			req.Version, req.Acks, req.TimeoutMillis = 9, 1, 5000
+			req.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: batch}}}}
+			frame := produceFrame(req)
+			resp := kmsg.NewPtrProduceResponse()
+			resp.Version = req.Version
+			var in []byte
+			produce := func() int16 {
+				if _, err := conn.Write(frame); err != nil {
+					b.Fatal(err)
+				}
+				in = readAnswer(b, conn, in)
+				// Size, correlation id and the flexible header's empty tags.
+				if err := resp.ReadFrom(in[9:]); err != nil {
+					b.Fatal(err)
+				}
+				return resp.Topics[0].Partitions[0].ErrorCode
+			}
+			// The partition's first leader may take a moment to be elected.
+			poll.Until(b, waitTimeout, "t-0 to take a produce", func() bool { return produce() == 0 })
+			b.SetBytes(int64(len(batch)))
+			b.ReportAllocs()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			b.ResetTimer()
+			for b.Loop() {
+				if code := produce(); code != 0 {
+					b.Fatalf("produce answered error %d", code)
+				}
+			}
+			b.StopTimer()
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(b.N)/float64(records), "allocs/record")
+		})
+	}
+}
+
+// produceFrame is req as a client sends it: size, header v2 (flexible
+// Produce, v9 and later) with client id "b", body.
+func produceFrame(req *kmsg.ProduceRequest) []byte {
+	f := make([]byte, 4, 64+len(req.Topics[0].Partitions[0].Records))
+	f = binary.BigEndian.AppendUint16(f, uint16(req.Key()))
+	f = binary.BigEndian.AppendUint16(f, uint16(req.Version))
+	f = binary.BigEndian.AppendUint32(f, 1)
+	f = binary.BigEndian.AppendUint16(f, 1)
+	f = append(f, 'b', 0) // client id, then no header tags
+	f = req.AppendTo(f)
+	binary.BigEndian.PutUint32(f, uint32(len(f)-4))
+	return f
+}
+
+// readAnswer reads one answer frame into buf's space, size included: the
+// client allocates nothing once buf has grown.
+func readAnswer(b *testing.B, c net.Conn, buf []byte) []byte {
+	buf = slices.Grow(buf[:0], 4)[:4]
+	if _, err := io.ReadFull(c, buf); err != nil {
+		b.Fatal(err)
+	}
+	n := int(binary.BigEndian.Uint32(buf))
+	buf = slices.Grow(buf, n)[:4+n]
+	if _, err := io.ReadFull(c, buf[4:]); err != nil {
+		b.Fatal(err)
+	}
+	return buf
+}

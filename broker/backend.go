@@ -24,7 +24,8 @@ type Backend interface {
 	// ISR shrank meanwhile. The listener appends a connection's requests in
 	// order and waits for their commits side by side: Kafka's clients keep
 	// up to five produce requests in flight per broker, idempotent ones
-	// included, and their answers go back in request order.
+	// included, and their answers go back in request order. It keeps no
+	// slice of batch once it returns: the listener reuses its frames.
 	ProduceAppend(topic string, partition int32, batch []byte, acks int16) (res ProduceResult, commit func(ctx context.Context, timeout time.Duration) error, err error)
 	// Fetch reads whole batches starting at the one holding offset, up to
 	// maxBytes (at least one batch, KIP-74), only below the high watermark,

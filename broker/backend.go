@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"time"
+
+	"github.com/keel-dev/keel/internal/bufpool"
 )
 
 // Backend is what the Kafka listener (package broker/kafka) needs from the
@@ -33,7 +35,9 @@ type Backend interface {
 	// checked as KIP-320. Offset out of [logStart, HW] →
 	// kerr.OffsetOutOfRange. maxWait: with no data at offset yet, wait up to
 	// maxWait for some. (The listener passes 0 and waits with Watch, once
-	// for the whole request.)
+	// for the whole request.) The records may lie in a pooled buffer, which
+	// the caller gives back with FetchResult.Release once it is done with
+	// them.
 	Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (FetchResult, error)
 	// Watch calls wake whenever what Fetch answers for the partition may
 	// have changed (its high watermark, log start or end, its leadership, or
@@ -136,6 +140,19 @@ type ProduceResult struct {
 type FetchResult struct {
 	Records                       []byte // whole v2 batches, all below HighWatermark
 	HighWatermark, LogStartOffset int64  // LastStableOffset = HighWatermark
+	// Pooled, when set, is the internal/bufpool buffer Records lies in:
+	// a consumer's reads reuse their buffers instead of allocating one a
+	// read.
+	Pooled *[]byte
+}
+
+// Release gives the buffer Records lies in back to its pool, once no
+// slice of Records is used any more; Records is then nil. A result that
+// is dropped instead is the garbage collector's; a second Release does
+// nothing.
+func (r *FetchResult) Release() {
+	bufpool.Put(r.Pooled)
+	r.Pooled, r.Records = nil, nil
 }
 
 // ListOffsetsResult is one partition's ListOffsets answer: an offset, the

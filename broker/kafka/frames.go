@@ -1,6 +1,8 @@
 package kafka
 
 import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/keel-dev/keel/internal/bufpool"
 )
 
@@ -28,4 +30,25 @@ func newFrame(key int16, size int32) *[]byte {
 	}
 	b := make([]byte, size)
 	return &b
+}
+
+// answerSize is about the bytes resp encodes to, header and size
+// included, for the buffer write encodes it into: a fetch's records and a
+// margin for its other fields; the smallest pooled buffer for any other
+// answer, which appends past it when it must.
+func answerSize(resp kmsg.Response) int {
+	const small = 4 << 10
+	fr, ok := resp.(*kmsg.FetchResponse)
+	if !ok {
+		return small
+	}
+	n := small
+	for i := range fr.Topics {
+		t := &fr.Topics[i]
+		n += len(t.Topic) + 32
+		for j := range t.Partitions {
+			n += len(t.Partitions[j].RecordBatches) + 96
+		}
+	}
+	return n
 }

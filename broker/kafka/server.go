@@ -479,6 +479,9 @@ type answer struct {
 	// (frames.go), which the request and its answer may alias; given
 	// back once the answer is written or dropped.
 	frame *[]byte
+	// release, when set, gives back the buffers resp aliases (a fetch's
+	// records), once it is written or dropped.
+	release func()
 }
 
 // readyNow is a closed channel, for the answers that are complete.
@@ -492,7 +495,10 @@ func (s *Server) writeAnswers(c *conn, answers <-chan *answer) {
 		<-a.ready
 		s.writeAnswer(c, a, &failed)
 		// Written or dropped, and its handler done with it (ready): no
-		// slice of the frame is used any more.
+		// slice of the frame or of its records is used any more.
+		if a.release != nil {
+			a.release()
+		}
 		bufpool.Put(a.frame)
 	}
 }
@@ -594,7 +600,7 @@ func (s *Server) handleFrame(ctx context.Context, c *conn, frame []byte) (*answe
 		// on: a client that closes its connection is noticed at once, and
 		// the close (ctx) ends the wait.
 		s.capFetch(c, h, fr)
-		a.resp, a.ready = s.fetch(ctx, c, fr)
+		a.resp, a.ready, a.release = s.fetch(ctx, c, fr)
 		return a, nil
 	}
 	if dr, ok := req.(*kmsg.DeleteRecordsRequest); ok {
@@ -623,14 +629,21 @@ func skipTags(rd *kbin.Reader) bool {
 }
 
 // write sends one response: size, correlation id, header tags for flexible
-// responses (never ApiVersions'), body.
+// responses (never ApiVersions'), body. It is encoded into a pooled buffer
+// of about its size (answerSize), given back once written: a fetch's
+// records are copied once, from their read buffer into it, and a buffer
+// larger than the connection's writer goes to the socket without a copy.
 func (s *Server) write(c *conn, h header, flexibleHeader bool, resp kmsg.Response) error {
-	buf := make([]byte, 8, 256)
-	binary.BigEndian.PutUint32(buf[4:], uint32(h.correlation))
+	pooled := bufpool.Get(answerSize(resp))
+	defer func() { bufpool.Put(pooled) }()
+	buf := binary.BigEndian.AppendUint32((*pooled)[:4], uint32(h.correlation))
 	if flexibleHeader {
 		buf = append(buf, 0)
 	}
 	buf = resp.AppendTo(buf)
+	// Outgrown (answerSize guessed short): the larger buffer goes back
+	// instead, if it is a pool's size.
+	*pooled = buf
 	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
 	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.IdleTimeout))
 	if _, err := c.w.Write(buf); err != nil {

@@ -15,9 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/broker/batchcheck"
-	"github.com/keel-dev/keel/broker/kafka"
 	"github.com/keel-dev/keel/broker/node"
-	"github.com/keel-dev/keel/broker/replication"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/keeltest"
 	"github.com/keel-dev/keel/proto/keelpb"
@@ -33,25 +31,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkNode_ProducePath -benchmem ./broker/node/
 func BenchmarkNode_ProducePath(b *testing.B) {
-	c := keeltest.NewCluster(b, 1, keeltest.WithLogger(slog.New(slog.DiscardHandler)))
-	c.WaitForActive(waitTimeout)
-	n, err := node.Start(node.Config{Agent: agentConfig(c.Addrs(), b.TempDir(), nil), KafkaListen: "127.0.0.1:0",
-		Replication: replication.Config{}, Kafka: kafka.Config{}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.Close()
-	poll.Until(b, waitTimeout, "the broker to be ready", func() bool { return n.Ready() == nil })
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	if _, err := c.Client().CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "t", Partitions: 1, ReplicationFactor: 1}); err != nil {
-		b.Fatal(err)
-	}
-	conn, err := net.Dial("tcp", n.KafkaAddr())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
+	conn := benchNode(b)
 	for _, records := range []int{1, 16, 256} {
 		b.Run(fmt.Sprintf("records=%d", records), func(b *testing.B) {
 			recs := make([]kmsg.Record, records)
@@ -67,10 +47,7 @@ func BenchmarkNode_ProducePath(b *testing.B) {
 			resp.Version = req.Version
 			var in []byte
 			produce := func() int16 {
-				if _, err := conn.Write(frame); err != nil {
-					b.Fatal(err)
-				}
-				in = readAnswer(b, conn, in)
+				in = roundTrip(b, conn, frame, in)
 				// Size, correlation id and the flexible header's empty tags.
 				if err := resp.ReadFrom(in[9:]); err != nil {
 					b.Fatal(err)
@@ -94,6 +71,95 @@ func BenchmarkNode_ProducePath(b *testing.B) {
 			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(b.N)/float64(records), "allocs/record")
 		})
 	}
+}
+
+// benchNode starts a controller and a node serving Kafka, creates t with
+// one partition (RF 1) and returns a connection to its Kafka listener;
+// all of it stops when b ends.
+func benchNode(b *testing.B) net.Conn {
+	c := keeltest.NewCluster(b, 1, keeltest.WithLogger(slog.New(slog.DiscardHandler)))
+	c.WaitForActive(waitTimeout)
+	n, err := node.Start(node.Config{Agent: agentConfig(c.Addrs(), b.TempDir(), nil), KafkaListen: "127.0.0.1:0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { n.Close() })
+	poll.Until(b, waitTimeout, "the broker to be ready", func() bool { return n.Ready() == nil })
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := c.Client().CreateTopic(ctx, &keelpb.CreateTopicRequest{Name: "t", Partitions: 1, ReplicationFactor: 1}); err != nil {
+		b.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", n.KafkaAddr())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// BenchmarkNode_FetchPath: a consumer's fetch of 1 MiB (Fetch v11, as
+// librdkafka sends it) from a partition holding 8 MiB in batches of 100
+// records of 1 KiB, always from the first offset: the log's read, the
+// answer's encoding and its write, for the records' bytes.
+//
+//	go test -run '^$' -bench BenchmarkNode_FetchPath -benchmem ./broker/node/
+func BenchmarkNode_FetchPath(b *testing.B) {
+	conn := benchNode(b)
+	recs := make([]kmsg.Record, 100)
+	for i := range recs {
+		recs[i] = kmsg.Record{Value: make([]byte, 1024)}
+	}
+	batch := batchcheck.Build(time.Now().UnixMilli(), recs)
+	preq := kmsg.NewPtrProduceRequest()
+	preq.Version, preq.Acks, preq.TimeoutMillis = 9, 1, 5000
+	preq.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: batch}}}}
+	pframe := produceFrame(preq)
+	presp := kmsg.NewPtrProduceResponse()
+	presp.Version = preq.Version
+	var in []byte
+	produced := 0
+	poll.Until(b, waitTimeout, "8 MiB produced to t-0", func() bool {
+		in = roundTrip(b, conn, pframe, in)
+		if err := presp.ReadFrom(in[9:]); err != nil {
+			b.Fatal(err)
+		}
+		if presp.Topics[0].Partitions[0].ErrorCode == 0 {
+			produced += len(batch)
+		}
+		return produced >= 8<<20
+	})
+	req := kmsg.NewPtrFetchRequest()
+	req.Version, req.ReplicaID, req.MaxBytes, req.MaxWaitMillis = 11, -1, 1<<20, 0
+	req.Topics = []kmsg.FetchRequestTopic{{Topic: "t", Partitions: []kmsg.FetchRequestTopicPartition{{Partition: 0, CurrentLeaderEpoch: -1,
+		FetchOffset: 0, LogStartOffset: -1, PartitionMaxBytes: 1 << 20}}}}
+	f := make([]byte, 4, 256)
+	f = binary.BigEndian.AppendUint16(f, uint16(req.Key()))
+	f = binary.BigEndian.AppendUint16(f, uint16(req.Version))
+	f = binary.BigEndian.AppendUint32(f, 1)
+	f = binary.BigEndian.AppendUint16(f, 1)
+	f = append(f, 'b')
+	f = req.AppendTo(f)
+	binary.BigEndian.PutUint32(f, uint32(len(f)-4))
+	in = roundTrip(b, conn, f, in)
+	b.SetBytes(int64(len(in)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		in = roundTrip(b, conn, f, in)
+	}
+	b.StopTimer()
+	if len(in) < 1<<19 {
+		b.Fatalf("a fetch answered %d bytes, want about 1 MiB", len(in))
+	}
+}
+
+// roundTrip writes frame and reads its answer into in's space.
+func roundTrip(b *testing.B, conn net.Conn, frame, in []byte) []byte {
+	if _, err := conn.Write(frame); err != nil {
+		b.Fatal(err)
+	}
+	return readAnswer(b, conn, in)
 }
 
 // produceFrame is req as a client sends it: size, header v2 (flexible

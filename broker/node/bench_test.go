@@ -34,29 +34,15 @@ func BenchmarkNode_ProducePath(b *testing.B) {
 	conn := benchNode(b)
 	for _, records := range []int{1, 16, 256} {
 		b.Run(fmt.Sprintf("records=%d", records), func(b *testing.B) {
-			recs := make([]kmsg.Record, records)
-			for i := range recs {
-				recs[i] = kmsg.Record{Key: []byte("key"), Value: make([]byte, 100)}
-			}
-			batch := batchcheck.Build(time.Now().UnixMilli(), recs)
-			req := kmsg.NewPtrProduceRequest()
-			req.Version, req.Acks, req.TimeoutMillis = 9, 1, 5000
-			req.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: batch}}}}
-			frame := produceFrame(req)
-			resp := kmsg.NewPtrProduceResponse()
-			resp.Version = req.Version
+			frame, size := produceFrame(records, 100)
 			var in []byte
-			produce := func() int16 {
-				in = roundTrip(b, conn, frame, in)
-				// Size, correlation id and the flexible header's empty tags.
-				if err := resp.ReadFrom(in[9:]); err != nil {
-					b.Fatal(err)
-				}
-				return resp.Topics[0].Partitions[0].ErrorCode
+			produce := func() (code int16) {
+				code, in = roundTripProduce(b, conn, frame, in)
+				return code
 			}
 			// The partition's first leader may take a moment to be elected.
 			poll.Until(b, waitTimeout, "t-0 to take a produce", func() bool { return produce() == 0 })
-			b.SetBytes(int64(len(batch)))
+			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
@@ -106,26 +92,13 @@ func benchNode(b *testing.B) net.Conn {
 //	go test -run '^$' -bench BenchmarkNode_FetchPath -benchmem ./broker/node/
 func BenchmarkNode_FetchPath(b *testing.B) {
 	conn := benchNode(b)
-	recs := make([]kmsg.Record, 100)
-	for i := range recs {
-		recs[i] = kmsg.Record{Value: make([]byte, 1024)}
-	}
-	batch := batchcheck.Build(time.Now().UnixMilli(), recs)
-	preq := kmsg.NewPtrProduceRequest()
-	preq.Version, preq.Acks, preq.TimeoutMillis = 9, 1, 5000
-	preq.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: batch}}}}
-	pframe := produceFrame(preq)
-	presp := kmsg.NewPtrProduceResponse()
-	presp.Version = preq.Version
+	pframe, size := produceFrame(100, 1024)
 	var in []byte
 	produced := 0
 	poll.Until(b, waitTimeout, "8 MiB produced to t-0", func() bool {
-		in = roundTrip(b, conn, pframe, in)
-		if err := presp.ReadFrom(in[9:]); err != nil {
-			b.Fatal(err)
-		}
-		if presp.Topics[0].Partitions[0].ErrorCode == 0 {
-			produced += len(batch)
+		var code int16
+		if code, in = roundTripProduce(b, conn, pframe, in); code == 0 {
+			produced += size
 		}
 		return produced >= 8<<20
 	})
@@ -133,14 +106,7 @@ func BenchmarkNode_FetchPath(b *testing.B) {
 	req.Version, req.ReplicaID, req.MaxBytes, req.MaxWaitMillis = 11, -1, 1<<20, 0
 	req.Topics = []kmsg.FetchRequestTopic{{Topic: "t", Partitions: []kmsg.FetchRequestTopicPartition{{Partition: 0, CurrentLeaderEpoch: -1,
 		FetchOffset: 0, LogStartOffset: -1, PartitionMaxBytes: 1 << 20}}}}
-	f := make([]byte, 4, 256)
-	f = binary.BigEndian.AppendUint16(f, uint16(req.Key()))
-	f = binary.BigEndian.AppendUint16(f, uint16(req.Version))
-	f = binary.BigEndian.AppendUint32(f, 1)
-	f = binary.BigEndian.AppendUint16(f, 1)
-	f = append(f, 'b')
-	f = req.AppendTo(f)
-	binary.BigEndian.PutUint32(f, uint32(len(f)-4))
+	f := requestFrame(req)
 	in = roundTrip(b, conn, f, in)
 	b.SetBytes(int64(len(in)))
 	b.ReportAllocs()
@@ -162,15 +128,44 @@ func roundTrip(b *testing.B, conn net.Conn, frame, in []byte) []byte {
 	return readAnswer(b, conn, in)
 }
 
-// produceFrame is req as a client sends it: size, header v2 (flexible
-// Produce, v9 and later) with client id "b", body.
-func produceFrame(req *kmsg.ProduceRequest) []byte {
-	f := make([]byte, 4, 64+len(req.Topics[0].Partitions[0].Records))
+// roundTripProduce writes a produce's frame and reads its answer into
+// in's space: the answer's error code for t-0.
+func roundTripProduce(b *testing.B, conn net.Conn, frame, in []byte) (int16, []byte) {
+	in = roundTrip(b, conn, frame, in)
+	resp := kmsg.ProduceResponse{Version: 9}
+	// Size, correlation id and the flexible header's empty tags.
+	if err := resp.ReadFrom(in[9:]); err != nil {
+		b.Fatal(err)
+	}
+	return resp.Topics[0].Partitions[0].ErrorCode, in
+}
+
+// produceFrame is a Produce v9 (acks=1) of one batch to t-0 of records
+// records of size bytes each, and the batch's size.
+func produceFrame(records, size int) (frame []byte, batchSize int) {
+	recs := make([]kmsg.Record, records)
+	for i := range recs {
+		recs[i] = kmsg.Record{Key: []byte("key"), Value: make([]byte, size)}
+	}
+	batch := batchcheck.Build(time.Now().UnixMilli(), recs)
+	req := kmsg.NewPtrProduceRequest()
+	req.Version, req.Acks, req.TimeoutMillis = 9, 1, 5000
+	req.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: batch}}}}
+	return requestFrame(req), len(batch)
+}
+
+// requestFrame is req as a client sends it: size, header (v2, with no
+// tags, for a flexible request) with client id "b", body.
+func requestFrame(req kmsg.Request) []byte {
+	f := make([]byte, 4, 64)
 	f = binary.BigEndian.AppendUint16(f, uint16(req.Key()))
-	f = binary.BigEndian.AppendUint16(f, uint16(req.Version))
+	f = binary.BigEndian.AppendUint16(f, uint16(req.GetVersion()))
 	f = binary.BigEndian.AppendUint32(f, 1)
 	f = binary.BigEndian.AppendUint16(f, 1)
-	f = append(f, 'b', 0) // client id, then no header tags
+	f = append(f, 'b')
+	if req.IsFlexible() {
+		f = append(f, 0)
+	}
 	f = req.AppendTo(f)
 	binary.BigEndian.PutUint32(f, uint32(len(f)-4))
 	return f

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net"
@@ -24,19 +25,33 @@ import (
 // BenchmarkNode_ProducePath: the leader's whole produce path for one
 // connection, acks=1 (a Produce frame read, parsed, checked by batchcheck,
 // appended by the replication Manager to partlog, answered), with N records
-// of 100 bytes in one batch. allocs/record is allocs/op over N: the path's
-// allocations must not grow with the records a batch holds. Allocations are
-// the whole process's (the controller's heartbeats included: a few per
-// thousand ops).
+// of 100 bytes in one batch; idempotent: from one producer id, each batch
+// the next sequence (partlog's producer state). allocs/record is allocs/op
+// over N: the path's allocations must not grow with the records a batch
+// holds. Allocations are the whole process's (the controller's heartbeats
+// included: a few per thousand ops).
 //
 //	go test -run '^$' -bench BenchmarkNode_ProducePath -benchmem ./broker/node/
 func BenchmarkNode_ProducePath(b *testing.B) {
 	conn := benchNode(b)
-	for _, records := range []int{1, 16, 256} {
-		b.Run(fmt.Sprintf("records=%d", records), func(b *testing.B) {
+	for _, tc := range []struct {
+		records    int
+		idempotent bool
+	}{{1, false}, {16, false}, {256, false}, {16, true}, {256, true}} {
+		name := fmt.Sprintf("records=%d", tc.records)
+		if tc.idempotent {
+			name += ",idempotent"
+		}
+		records := tc.records
+		b.Run(name, func(b *testing.B) {
 			frame, size := produceFrame(records, 100)
+			next := func() {}
+			if tc.idempotent {
+				next = idempotentFrame(frame, size, int64(1000+records))
+			}
 			var in []byte
 			produce := func() (code int16) {
+				next()
 				code, in = roundTripProduce(b, conn, frame, in)
 				return code
 			}
@@ -153,6 +168,24 @@ func produceFrame(records, size int) (frame []byte, batchSize int) {
 	req.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: batch}}}}
 	return requestFrame(req), len(batch)
 }
+
+// idempotentFrame makes the batch of a produceFrame of size bytes one of
+// producer pid (epoch 0, sequence 0), and returns next, which moves it
+// to its next sequence in place (the CRC with it), allocating nothing.
+func idempotentFrame(frame []byte, size int, pid int64) (next func()) {
+	batch := frame[len(frame)-size-3 : len(frame)-3] // then the partition's, topic's and request's tags
+	binary.BigEndian.PutUint64(batch[43:], uint64(pid))
+	binary.BigEndian.PutUint16(batch[51:], 0)
+	records := int32(binary.BigEndian.Uint32(batch[57:]))
+	seq := -records
+	return func() {
+		seq += records
+		binary.BigEndian.PutUint32(batch[53:], uint32(seq))
+		binary.BigEndian.PutUint32(batch[17:], crc32.Checksum(batch[21:], castagnoli))
+	}
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // requestFrame is req as a client sends it: size, header (v2, with no
 // tags, for a flexible request) with client id "b", body.

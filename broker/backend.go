@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"time"
+
+	"github.com/keel-dev/keel/internal/bufpool"
 )
 
 // Backend is what the Kafka listener (package broker/kafka) needs from the
@@ -24,7 +26,8 @@ type Backend interface {
 	// ISR shrank meanwhile. The listener appends a connection's requests in
 	// order and waits for their commits side by side: Kafka's clients keep
 	// up to five produce requests in flight per broker, idempotent ones
-	// included, and their answers go back in request order.
+	// included, and their answers go back in request order. It keeps no
+	// slice of batch once it returns: the listener reuses its frames.
 	ProduceAppend(topic string, partition int32, batch []byte, acks int16) (res ProduceResult, commit func(ctx context.Context, timeout time.Duration) error, err error)
 	// Fetch reads whole batches starting at the one holding offset, up to
 	// maxBytes (at least one batch, KIP-74), only below the high watermark,
@@ -32,7 +35,9 @@ type Backend interface {
 	// checked as KIP-320. Offset out of [logStart, HW] →
 	// kerr.OffsetOutOfRange. maxWait: with no data at offset yet, wait up to
 	// maxWait for some. (The listener passes 0 and waits with Watch, once
-	// for the whole request.)
+	// for the whole request.) The records may lie in a pooled buffer, which
+	// the caller gives back with FetchResult.Release once it is done with
+	// them.
 	Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (FetchResult, error)
 	// Watch calls wake whenever what Fetch answers for the partition may
 	// have changed (its high watermark, log start or end, its leadership, or
@@ -135,6 +140,19 @@ type ProduceResult struct {
 type FetchResult struct {
 	Records                       []byte // whole v2 batches, all below HighWatermark
 	HighWatermark, LogStartOffset int64  // LastStableOffset = HighWatermark
+	// Pooled, when set, is the internal/bufpool buffer Records lies in:
+	// a consumer's reads reuse their buffers instead of allocating one a
+	// read.
+	Pooled *[]byte
+}
+
+// Release gives the buffer Records lies in back to its pool, once no
+// slice of Records is used any more; Records is then nil. A result that
+// is dropped instead is the garbage collector's; a second Release does
+// nothing.
+func (r *FetchResult) Release() {
+	bufpool.Put(r.Pooled)
+	r.Pooled, r.Records = nil, nil
 }
 
 // ListOffsetsResult is one partition's ListOffsets answer: an offset, the

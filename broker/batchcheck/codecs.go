@@ -12,6 +12,8 @@ import (
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
+
+	"github.com/keel-dev/keel/internal/bufpool"
 )
 
 // The codecs of Kafka's batch attributes, as the Java client writes them:
@@ -119,11 +121,11 @@ func openSnappy(payload []byte, max int64) (decoder, error) {
 	if len(payload) >= xerialHeaderSize && bytes.HasPrefix(payload, xerialMagic) {
 		return &xerialReader{rest: payload[xerialHeaderSize:], max: max}, nil
 	}
-	out, err := snappyBlock(payload, max)
+	buf, err := snappyBlock(nil, payload, max)
 	if err != nil {
 		return nil, err
 	}
-	return pooled{bytes.NewReader(out), func() {}}, nil
+	return pooled{bytes.NewReader(*buf), func() { bufpool.Put(buf) }}, nil
 }
 
 // snappyMaxRatio bounds what a snappy block may decode to, per byte of
@@ -134,8 +136,11 @@ func openSnappy(payload []byte, max int64) (decoder, error) {
 const snappyMaxRatio = 24
 
 // snappyBlock decodes one raw snappy block that says it holds at most
-// max bytes, and no more than snappy can.
-func snappyBlock(b []byte, max int64) ([]byte, error) {
+// max bytes, and no more than snappy can, into a buffer from
+// internal/bufpool: into buf when it has room, else a new one (and buf
+// goes back). A producer's batch decompressed for its check allocates
+// nothing, whatever its size (kgo compresses with snappy by default).
+func snappyBlock(buf *[]byte, b []byte, max int64) (*[]byte, error) {
 	n, err := s2.DecodedLen(b)
 	switch {
 	case err != nil:
@@ -145,15 +150,27 @@ func snappyBlock(b []byte, max int64) ([]byte, error) {
 	case int64(n) > max:
 		return nil, errTooLarge
 	}
-	return s2.Decode(make([]byte, n), b)
+	if buf == nil || cap(*buf) < n {
+		bufpool.Put(buf)
+		buf = bufpool.Get(n)
+	}
+	*buf = (*buf)[:n]
+	out, err := s2.Decode(*buf, b)
+	if err != nil {
+		bufpool.Put(buf)
+		return nil, err
+	}
+	*buf = out
+	return buf, nil
 }
 
 // xerialReader decodes xerial's blocks one at a time, each bounded by
 // what is left of max.
 type xerialReader struct {
-	rest []byte // blocks not decoded yet
-	out  []byte // the current block's bytes not read yet
-	max  int64  // bytes that may still be decoded
+	rest []byte  // blocks not decoded yet
+	out  []byte  // the current block's bytes not read yet
+	buf  *[]byte // the pooled buffer out lies in, reused block after block
+	max  int64   // bytes that may still be decoded
 }
 
 func (x *xerialReader) Read(p []byte) (int, error) {
@@ -168,15 +185,20 @@ func (x *xerialReader) Read(p []byte) (int, error) {
 		if n > int64(len(x.rest)-4) {
 			return 0, fmt.Errorf("xerial snappy: a block of %d bytes, %d left", n, len(x.rest)-4)
 		}
-		out, err := snappyBlock(x.rest[4:4+n], x.max)
+		buf, err := snappyBlock(x.buf, x.rest[4:4+n], x.max)
 		if err != nil {
+			x.buf = nil // given back by snappyBlock
 			return 0, err
 		}
-		x.rest, x.out, x.max = x.rest[4+n:], out, x.max-int64(len(out))
+		x.buf = buf
+		x.rest, x.out, x.max = x.rest[4+n:], *buf, x.max-int64(len(*buf))
 	}
 	n := copy(p, x.out)
 	x.out = x.out[n:]
 	return n, nil
 }
 
-func (x *xerialReader) Close() {}
+func (x *xerialReader) Close() {
+	bufpool.Put(x.buf)
+	x.buf, x.out = nil, nil
+}

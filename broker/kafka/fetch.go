@@ -11,6 +11,7 @@ import (
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/bufpool"
 )
 
 // fetchSlot is one partition of a Fetch request and its answer.
@@ -23,6 +24,9 @@ type fetchSlot struct {
 	// were seen, and the offset after them, where the next look reads.
 	avail int64
 	next  int64
+	// pooled: the buffer out.RecordBatches lies in (Backend.Fetch), given
+	// back when the answer is read again, or once it is written.
+	pooled *[]byte
 }
 
 // fetchWatch is one partition a waiting fetch watches, however many times
@@ -51,8 +55,9 @@ type pendingFetch struct {
 // A wait is Kafka's DelayedFetch: one goroutine for the whole request,
 // woken by the partitions it watches (Backend.Watch), which reads them
 // again; it ends with the connection (ctx), and then the answer read first
-// stands (nobody reads it). ready is closed once the answer is complete.
-func (s *Server) fetch(ctx context.Context, c *conn, r *kmsg.FetchRequest) (resp kmsg.Response, ready chan struct{}) {
+// stands (nobody reads it). ready is closed once the answer is complete;
+// release gives back the buffers its records lie in, once it is written.
+func (s *Server) fetch(ctx context.Context, c *conn, r *kmsg.FetchRequest) (resp kmsg.Response, ready chan struct{}, release func()) {
 	f := s.newFetch(c, r)
 	f.readAll()
 	wait := min(time.Duration(r.MaxWaitMillis)*time.Millisecond, s.cfg.FetchMaxWait)
@@ -60,13 +65,13 @@ func (s *Server) fetch(ctx context.Context, c *conn, r *kmsg.FetchRequest) (resp
 	minBytes := min(int64(max(r.MinBytes, 1)), f.budget)
 	if f.total >= minBytes || wait <= 0 {
 		f.finish()
-		return f.resp, readyNow
+		return f.resp, readyNow, f.release
 	}
 	watches := f.watch()
 	if len(watches) == 0 {
 		// Every partition failed: nothing to wait for.
 		f.finish()
-		return f.resp, readyNow
+		return f.resp, readyNow, f.release
 	}
 	ready = make(chan struct{})
 	s.wg.Add(1)
@@ -85,7 +90,7 @@ func (s *Server) fetch(ctx context.Context, c *conn, r *kmsg.FetchRequest) (resp
 			f.readAll()
 		}
 	}()
-	return f.resp, ready
+	return f.resp, ready, f.release
 }
 
 // newFetch lays out a Fetch's answer, each partition refused by the image
@@ -135,6 +140,8 @@ func (f *pendingFetch) readAll() {
 			continue
 		}
 		sl.out.RecordBatches = nil
+		bufpool.Put(sl.pooled)
+		sl.pooled = nil
 		limit := sl.rp.PartitionMaxBytes
 		if left := f.budget - f.total; int64(limit) > left {
 			limit = int32(max(left, 1)) // KIP-74: at least one batch
@@ -151,10 +158,20 @@ func (f *pendingFetch) readAll() {
 			sl.next = next
 		}
 		if f.total > 0 && f.total+int64(len(res.Records)) > f.budget {
+			res.Release()
 			continue // over the response's budget: the next fetch gets it
 		}
-		sl.out.RecordBatches = res.Records
+		sl.out.RecordBatches, sl.pooled = res.Records, res.Pooled
 		f.total += int64(len(res.Records))
+	}
+}
+
+// release gives back the buffers the answer's records lie in: once the
+// answer is written, or dropped.
+func (f *pendingFetch) release() {
+	for _, sl := range f.slots {
+		bufpool.Put(sl.pooled)
+		sl.pooled = nil
 	}
 }
 
@@ -267,15 +284,18 @@ func (f *pendingFetch) satisfied(watches []*fetchWatch, minBytes int64) bool {
 			if err != nil {
 				return true
 			}
+			// Only counted: the final read reads the records again.
+			n := int64(len(res.Records))
 			next, ok := offsetAfter(res.Records)
-			if len(res.Records) > 0 && !ok {
+			res.Release()
+			if n > 0 && !ok {
 				return true // not whole batches: the final read answers
 			}
 			if ok {
 				sl.next = next
 			}
-			sl.avail += int64(len(res.Records))
-			avail += int64(len(res.Records))
+			sl.avail += n
+			avail += n
 		}
 	}
 	return avail >= minBytes

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keel-dev/keel/internal/bufpool"
 	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/tlsauth"
 )
@@ -402,10 +403,12 @@ func (s *Server) serveConn(raw net.Conn) {
 		if held, err = s.lease(ctx, connBudget, key, size); err != nil {
 			return
 		}
-		frame := make([]byte, size)
+		pooled := newFrame(key, size)
+		frame := *pooled
 		// A large request may take a while to arrive, but not forever.
 		_ = c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
 		if _, err := io.ReadFull(r, frame); err != nil {
+			bufpool.Put(pooled)
 			return
 		}
 		arrived := time.Now()
@@ -428,10 +431,15 @@ func (s *Server) serveConn(raw net.Conn) {
 			a.arrived = arrived
 		}
 		if err != nil {
+			// Not given back: a refused request may have left goroutines
+			// holding slices of its frame.
 			s.log.Warn("kafka listener: request refused; connection closed", "remote", raw.RemoteAddr().String(), "err", err)
 			return
 		}
 		a.lease, held = held, lease{}
+		if pooledKey(key) {
+			a.frame = pooled
+		}
 		a.quota = s.chargeRequest(c, a, len(frame), started)
 		answers <- a
 		if a.closeAfter {
@@ -467,6 +475,13 @@ type answer struct {
 	// quota: what the request owes its client's quotas; nil when no quota
 	// is set.
 	quota *quotaCharge
+	// frame: the request's frame when it goes back to the pool
+	// (frames.go), which the request and its answer may alias; given
+	// back once the answer is written or dropped.
+	frame *[]byte
+	// release, when set, gives back the buffers resp aliases (a fetch's
+	// records), once it is written or dropped.
+	release func()
 }
 
 // readyNow is a closed channel, for the answers that are complete.
@@ -478,32 +493,44 @@ func (s *Server) writeAnswers(c *conn, answers <-chan *answer) {
 	failed := false
 	for a := range answers {
 		<-a.ready
-		if failed {
-			a.lease.release()
-			continue
+		s.writeAnswer(c, a, &failed)
+		// Written or dropped, and its handler done with it (ready): no
+		// slice of the frame or of its records is used any more.
+		if a.release != nil {
+			a.release()
 		}
-		if a.quota != nil {
-			// An acks=0 produce has no answer, but mutes all the same.
-			s.settleQuota(c, a)
-		}
-		if a.resp != nil {
-			if err := s.write(c, a.h, a.flexible, a.resp); err != nil {
-				a.lease.release()
-				failed = true
-				_ = c.Close()
-				continue
-			}
-			s.met.request(a.h.key, a.arrived)
-		} else if a.raw != nil && writeRaw(c, a.raw, s.cfg.IdleTimeout) != nil {
-			failed = true
-			_ = c.Close()
-			continue
-		}
+		bufpool.Put(a.frame)
+	}
+}
+
+// writeAnswer writes a (unless an earlier write failed), gives its lease
+// back, and closes the connection when a write fails or a says so.
+func (s *Server) writeAnswer(c *conn, a *answer, failed *bool) {
+	if *failed {
 		a.lease.release()
-		if a.closeAfter {
-			failed = true
+		return
+	}
+	if a.quota != nil {
+		// An acks=0 produce has no answer, but mutes all the same.
+		s.settleQuota(c, a)
+	}
+	if a.resp != nil {
+		if err := s.write(c, a.h, a.flexible, a.resp); err != nil {
+			a.lease.release()
+			*failed = true
 			_ = c.Close()
+			return
 		}
+		s.met.request(a.h.key, a.arrived)
+	} else if a.raw != nil && writeRaw(c, a.raw, s.cfg.IdleTimeout) != nil {
+		*failed = true
+		_ = c.Close()
+		return
+	}
+	a.lease.release()
+	if a.closeAfter {
+		*failed = true
+		_ = c.Close()
 	}
 }
 
@@ -573,7 +600,7 @@ func (s *Server) handleFrame(ctx context.Context, c *conn, frame []byte) (*answe
 		// on: a client that closes its connection is noticed at once, and
 		// the close (ctx) ends the wait.
 		s.capFetch(c, h, fr)
-		a.resp, a.ready = s.fetch(ctx, c, fr)
+		a.resp, a.ready, a.release = s.fetch(ctx, c, fr)
 		return a, nil
 	}
 	if dr, ok := req.(*kmsg.DeleteRecordsRequest); ok {
@@ -602,14 +629,21 @@ func skipTags(rd *kbin.Reader) bool {
 }
 
 // write sends one response: size, correlation id, header tags for flexible
-// responses (never ApiVersions'), body.
+// responses (never ApiVersions'), body. It is encoded into a pooled buffer
+// of about its size (answerSize), given back once written: a fetch's
+// records are copied once, from their read buffer into it, and a buffer
+// larger than the connection's writer goes to the socket without a copy.
 func (s *Server) write(c *conn, h header, flexibleHeader bool, resp kmsg.Response) error {
-	buf := make([]byte, 8, 256)
-	binary.BigEndian.PutUint32(buf[4:], uint32(h.correlation))
+	pooled := bufpool.Get(answerSize(resp))
+	defer func() { bufpool.Put(pooled) }()
+	buf := binary.BigEndian.AppendUint32((*pooled)[:4], uint32(h.correlation))
 	if flexibleHeader {
 		buf = append(buf, 0)
 	}
 	buf = resp.AppendTo(buf)
+	// Outgrown (answerSize guessed short): the larger buffer goes back
+	// instead, if it is a pool's size.
+	*pooled = buf
 	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
 	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.IdleTimeout))
 	if _, err := c.w.Write(buf); err != nil {

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/keel-dev/keel/internal/bufpool"
 )
 
 // File names in a log's directory, besides the segments.
@@ -606,6 +608,11 @@ func (l *Log) ReadUpTo(offset int64, maxBytes int, upTo int64) (ReadResult, erro
 // (internal/bufpool) reads without allocating. ReadResult.Records then
 // aliases buf, or a larger buffer in its place.
 func (l *Log) ReadInto(buf []byte, offset int64, maxBytes int, upTo int64) (ReadResult, error) {
+	return l.read(buf, grow, offset, maxBytes, upTo)
+}
+
+// read is ReadInto, asking grow for a buffer when buf is too small.
+func (l *Log) read(buf []byte, grow func([]byte, int) []byte, offset int64, maxBytes int, upTo int64) (ReadResult, error) {
 	l.rw.RLock()
 	defer l.rw.RUnlock()
 	if l.closed {
@@ -625,10 +632,30 @@ func (l *Log) ReadInto(buf []byte, offset int64, maxBytes int, upTo int64) (Read
 	if i < 0 {
 		return res, fmt.Errorf("partlog: %s: no segment holds offset %d", l.dir, offset)
 	}
-	b, err := l.segs[i].read(buf, offset, maxBytes, upTo)
+	b, err := l.segs[i].read(buf, grow, offset, maxBytes, upTo)
 	res.Records = b
 	return res, err
 }
+
+// ReadPooled is ReadUpTo into a buffer from internal/bufpool sized to what
+// it reads (a consumer at the log's end reads a few bytes, not maxBytes):
+// Records lies in *buf, which the caller gives back with bufpool.Put once
+// no slice of it is used, or drops. buf may be nil (nothing read).
+func (l *Log) ReadPooled(offset int64, maxBytes int, upTo int64) (res ReadResult, buf *[]byte, err error) {
+	res, err = l.read(nil, func(_ []byte, n int) []byte {
+		bufpool.Put(buf)
+		buf = bufpool.Get(n)
+		return *buf
+	}, offset, maxBytes, upTo)
+	if err != nil {
+		bufpool.Put(buf)
+		return res, nil, err
+	}
+	return res, buf, nil
+}
+
+// grow is a buffer of n bytes in place of buf, which it outgrew.
+func grow(buf []byte, n int) []byte { return slices.Grow(buf[:0], n) }
 
 // TruncateTo removes every batch at or after offset (Kafka's truncateTo):
 // a follower cutting the log where it diverges from its leader's (KIP-279).

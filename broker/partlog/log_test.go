@@ -3,12 +3,15 @@ package partlog
 import (
 	"bytes"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keel-dev/keel/internal/bufpool"
 )
 
 // TestLog_AppendAsLeader: the leader gives each batch the next offsets and
@@ -277,6 +280,24 @@ func TestLog_Read(t *testing.T) {
 			if res.LogStartOffset != 0 || res.LogEndOffset != 120 {
 				t.Fatalf("bounds [%d, %d], want [0, 120]", res.LogStartOffset, res.LogEndOffset)
 			}
+			// ReadPooled reads the same, into the buffer it returns,
+			// sized to the read rather than to maxBytes.
+			upTo := tc.upTo
+			if upTo < 0 {
+				upTo = math.MaxInt64
+			}
+			pres, buf, err := l.ReadPooled(tc.offset, tc.maxBytes, upTo)
+			switch {
+			case err != nil:
+				t.Fatalf("ReadPooled: %v", err)
+			case !bytes.Equal(pres.Records, res.Records):
+				t.Fatalf("ReadPooled read %d bytes, ReadUpTo %d", len(pres.Records), len(res.Records))
+			case len(res.Records) > 0 && (buf == nil || &(*buf)[0] != &pres.Records[0]):
+				t.Fatal("ReadPooled's records are not in the buffer it returned")
+			case buf != nil && cap(*buf) > max(4<<10, 2*len(res.Records)+2*int(size)):
+				t.Fatalf("ReadPooled read %d bytes into a buffer of %d", len(res.Records), cap(*buf))
+			}
+			bufpool.Put(buf)
 		})
 	}
 }

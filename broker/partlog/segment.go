@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -211,15 +210,20 @@ func (s *segment) find(offset, size int64) (int64, error) {
 }
 
 // read returns the whole batches from the one holding offset, up to
-// maxBytes but at least one (KIP-74), none ending past upTo.
-func (s *segment) read(buf []byte, offset int64, maxBytes int, upTo int64) ([]byte, error) {
+// maxBytes but at least one (KIP-74), none ending past upTo, read into
+// buf's space, or into grow(buf, n) when it needs n bytes more than buf
+// holds.
+func (s *segment) read(buf []byte, grow func([]byte, int) []byte, offset int64, maxBytes int, upTo int64) ([]byte, error) {
 	size := s.size.Load()
 	pos, err := s.find(offset, size)
 	if err != nil || pos >= size {
 		return buf[:0], err
 	}
 	n := min(int64(max(maxBytes, batchHeaderSize)), size-pos)
-	buf = slices.Grow(buf[:0], int(n))[:n]
+	if int64(cap(buf)) < n {
+		buf = grow(buf, int(n))
+	}
+	buf = buf[:n]
 	if _, err := s.f.ReadAt(buf, pos); err != nil {
 		return nil, fmt.Errorf("partlog: %s: position %d: %w", s.logPath, pos, err)
 	}
@@ -237,7 +241,11 @@ func (s *segment) read(buf []byte, offset int64, maxBytes int, upTo int64) ([]by
 				if pos+h.Size() > size {
 					return nil, fmt.Errorf("partlog: %s: position %d: batch of %d bytes does not fit", s.logPath, pos, h.Size())
 				}
-				whole := slices.Grow(buf[:0], int(h.Size()))[:h.Size()]
+				whole := buf[:0]
+				if int64(cap(whole)) < h.Size() {
+					whole = grow(buf, int(h.Size()))
+				}
+				whole = whole[:h.Size()]
 				if _, err := s.f.ReadAt(whole, pos); err != nil {
 					return nil, fmt.Errorf("partlog: %s: position %d: %w", s.logPath, pos, err)
 				}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/broker/partlog"
+	"github.com/keel-dev/keel/internal/bufpool"
 )
 
 // The acks a produce may ask for.
@@ -204,7 +205,8 @@ func produceError(topic string, partition int32, err error) error {
 // a moment, and a consumer that read up to the old one must wait there,
 // not be told that its position is gone (franz-go then resets, by time).
 // Batches are checked before they are served (checkRead): a damaged one
-// is kerr.KafkaStorageError, never served.
+// is kerr.KafkaStorageError, never served. They are read into a pooled
+// buffer of the read's size (FetchResult.Release).
 func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (broker.FetchResult, error) {
 	m.mu.Lock()
 	r, err := m.leaderOf(topic, partition, currentLeaderEpoch)
@@ -230,7 +232,7 @@ func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, curr
 	if offset >= hw {
 		return broker.FetchResult{HighWatermark: hw, LogStartOffset: start}, nil
 	}
-	res, err := r.log.ReadUpTo(offset, max(int(maxBytes), 1), hw)
+	res, buf, err := r.log.ReadPooled(offset, max(int(maxBytes), 1), hw)
 	switch {
 	case errors.Is(err, partlog.ErrOffsetOutOfRange):
 		return broker.FetchResult{}, fmt.Errorf("%w: %s/%d: %v", kerr.OffsetOutOfRange, topic, partition, err)
@@ -241,9 +243,10 @@ func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, curr
 	}
 	records, err := m.checkRead(r, res.Records)
 	if err != nil {
+		bufpool.Put(buf)
 		return broker.FetchResult{}, fmt.Errorf("%w: %s/%d: %v", kerr.KafkaStorageError, topic, partition, err)
 	}
-	return broker.FetchResult{Records: records, HighWatermark: hw, LogStartOffset: res.LogStartOffset}, nil
+	return broker.FetchResult{Records: records, HighWatermark: hw, LogStartOffset: res.LogStartOffset, Pooled: buf}, nil
 }
 
 // Watch calls wake at each change of the replica of topic's partition

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/internal/poll"
 )
@@ -42,7 +44,7 @@ func (c *Cluster) throttleRates(t testing.TB) (leader, follower int64) {
 // throttle, and acks=all writes to "steady", which broker 3 follows too,
 // are acknowledged promptly: only the replica being added is throttled.
 // Once the move completes, both throttle configs are gone, deleted by the
-// batch that completed it.
+// batch that completed it; Kafka's AlterBrokerConfigs sets them too.
 func TestReassign_ThrottleCapsTheMove(t *testing.T) {
 	t.Parallel()
 	brokers := []int32{1, 2, 3}
@@ -118,4 +120,14 @@ func TestReassign_ThrottleCapsTheMove(t *testing.T) {
 		l, f := c.throttleRates(t)
 		return l == math.MaxInt64 && f == math.MaxInt64, "leader " + strconv.FormatInt(l, 10) + ", follower " + strconv.FormatInt(f, 10)
 	})
+
+	// Kafka's tools set the same configs as the brokers' dynamic defaults
+	// (kafka-configs --entity-type brokers --entity-default).
+	adm := kadm.NewClient(cl)
+	if _, err := adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Name: "follower.replication.throttled.rate", Value: kmsg.StringPtr("3000000")}}); err != nil {
+		t.Fatalf("AlterBrokerConfigs follower.replication.throttled.rate: %v", err)
+	}
+	if _, f := c.throttleRates(t); f != 3_000_000 {
+		t.Fatalf("after Kafka's AlterBrokerConfigs: follower rate %d, want 3000000", f)
+	}
 }

@@ -2,12 +2,14 @@ package replication
 
 import (
 	"bytes"
+	"context"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/fsm"
+	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
 
@@ -129,6 +131,28 @@ func TestManager_Throttle(t *testing.T) {
 	e.clock.Advance(time.Second)
 	if d := leader.leaderThrottled(tp, 3); d != 0 {
 		t.Fatalf("leader throttled for %v once paid", d)
+	}
+	if got := counterValue(t, leader.throttle.bytes.WithLabelValues("leader")); got != 2_000_000 {
+		t.Fatalf("%s{side=leader} = %v, want the 2 MB of the throttled replica only", MetricThrottleBytes, got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		follower.throttleWait(ctx, false, time.Second, time.Minute)
+	}()
+	poll.Until(t, 10*time.Second, "the follower waiting on the clock", func() bool {
+		e.clock.Advance(100 * time.Millisecond)
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	cancel()
+	if got := counterValue(t, follower.throttle.seconds.WithLabelValues("follower")); got < 1 {
+		t.Fatalf("%s{side=follower} = %v, want the second held back", MetricThrottleSeconds, got)
 	}
 	// The rate lifted: nothing is held back, whatever the debt.
 	e.ctl.commit(&keelpb.Record{Record: &keelpb.Record_Config{Config: &keelpb.ConfigRecord{

@@ -89,15 +89,20 @@ func (f *throttleFlag) set(ctx context.Context, c *rpc.Client) error {
 	if f.rate == 0 {
 		return nil
 	}
-	v := strconv.FormatInt(f.rate, 10)
-	req := &keelpb.IncrementalAlterConfigsRequest{Resource: clusterResource, Configs: []*keelpb.AlterableConfig{
-		{Name: fsm.FollowerReplicationThrottledRate, Op: keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET, Value: v},
-		{Name: fsm.LeaderReplicationThrottledRate, Op: keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET, Value: v},
-	}}
-	if _, err := c.IncrementalAlterConfigs(ctx, req); err != nil {
+	if err := alterThrottle(ctx, c, keelpb.AlterConfigOp_ALTER_CONFIG_OP_SET, strconv.FormatInt(f.rate, 10)); err != nil {
 		return fmt.Errorf("setting the throttle: %w", err)
 	}
 	return nil
+}
+
+// alterThrottle applies op (with value) to both rates, in one request.
+func alterThrottle(ctx context.Context, c *rpc.Client, op keelpb.AlterConfigOp, value string) error {
+	req := &keelpb.IncrementalAlterConfigsRequest{Resource: clusterResource, Configs: []*keelpb.AlterableConfig{
+		{Name: fsm.FollowerReplicationThrottledRate, Op: op, Value: value},
+		{Name: fsm.LeaderReplicationThrottledRate, Op: op, Value: value},
+	}}
+	_, err := c.IncrementalAlterConfigs(ctx, req)
+	return err
 }
 
 // started is called with the outcome of starting the moves, and returns
@@ -108,23 +113,19 @@ func (f *throttleFlag) started(ctx context.Context, c *rpc.Client, moveErr error
 	if f.rate == 0 {
 		return moveErr
 	}
-	if err := f.liftIfIdle(ctx, c); err != nil && moveErr == nil {
+	if err := liftIfIdle(ctx, c); err != nil && moveErr == nil {
 		return fmt.Errorf("the moves started, but lifting the throttle after them failed: %w", err)
 	}
 	return moveErr
 }
 
-func (f *throttleFlag) liftIfIdle(ctx context.Context, c *rpc.Client) error {
+// liftIfIdle deletes both rates if no move is in progress.
+func liftIfIdle(ctx context.Context, c *rpc.Client) error {
 	resp, err := c.ListPartitionReassignments(ctx, rpc.Linearizable())
 	if err != nil || len(resp.GetReassignments()) > 0 {
 		return err
 	}
-	req := &keelpb.IncrementalAlterConfigsRequest{Resource: clusterResource, Configs: []*keelpb.AlterableConfig{
-		{Name: fsm.FollowerReplicationThrottledRate, Op: keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE},
-		{Name: fsm.LeaderReplicationThrottledRate, Op: keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE},
-	}}
-	_, err = c.IncrementalAlterConfigs(ctx, req)
-	return err
+	return alterThrottle(ctx, c, keelpb.AlterConfigOp_ALTER_CONFIG_OP_DELETE, "")
 }
 
 // throttleInEffect reads the two rates in effect (math.MaxInt64: none).

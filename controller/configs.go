@@ -113,7 +113,11 @@ func configRecords(img *fsm.Image, res configResource, configs []*keelpb.Alterab
 				}
 				value = v
 			}
-			v, err := fsm.CheckConfig(c.GetName(), value)
+			check := fsm.CheckConfig
+			if res.topic != nil {
+				check = fsm.CheckTopicConfig
+			}
+			v, err := check(c.GetName(), value)
 			if err != nil {
 				return nil, nil, fieldError(field, "%v", err)
 			}

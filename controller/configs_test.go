@@ -74,6 +74,7 @@ func TestConfigurationControlManager_IncrementalAlterConfigs(t *testing.T) {
 		{name: "an unknown config, with a good one: nothing", req: alterReq(topicResource("t"), set(fsm.RetentionMs, "5"), set("retention.hours", "1")), wantField: "configs[1]"},
 		{name: "a bad value", req: alterReq(clusterResource, set(fsm.MaxMessageBytes, "-1")), wantField: "configs[0]"},
 		{name: "a config not supported", req: alterReq(clusterResource, set("max.compaction.lag.ms", "60000")), wantField: "configs[0]"},
+		{name: "a broker config on a topic", req: alterReq(topicResource("t"), set(fsm.LeaderReplicationThrottledRate, "1")), wantField: "configs[0]"},
 		{name: "a config twice", req: alterReq(clusterResource, set(fsm.RetentionMs, "1"), del(fsm.RetentionMs)), wantField: "configs[1]"},
 		{name: "the cluster by a name", req: alterReq(&keelpb.ConfigResource{Type: clusterResource.Type, Name: "0"}, set(fsm.RetentionMs, "1")), wantField: "resource.name"},
 	}

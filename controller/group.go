@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/keel-dev/keel/consensus"
@@ -256,6 +257,12 @@ func (l *leadership) take(p *pipeline, ev event) {
 	// image moves on and before raft sees an entry: a refused decision
 	// leaves both as they were, for the next one.
 	specs, err := speculate(p.spec, p.next, p.term, parts)
+	if err == nil {
+		if lifted := liftThrottles(p.spec, specs[len(specs)-1].Image()); len(lifted) > 0 {
+			parts = splitRecords(slices.Concat(records, lifted), MaxEntryBytes)
+			specs, err = speculate(p.spec, p.next, p.term, parts)
+		}
+	}
 	if err != nil {
 		answer(err)
 		return

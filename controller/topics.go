@@ -33,7 +33,7 @@ func validateTopicName(img *fsm.Image, name string) error {
 	return nil
 }
 
-// validateConfigs checks a new topic's configs by fsm.CheckConfig and
+// validateConfigs checks a new topic's configs by fsm.CheckTopicConfig and
 // returns them in canonical form (nil for none).
 func validateConfigs(configs map[string]string) (map[string]string, error) {
 	if len(configs) == 0 {
@@ -41,7 +41,7 @@ func validateConfigs(configs map[string]string) (map[string]string, error) {
 	}
 	out := make(map[string]string, len(configs))
 	for _, k := range slices.Sorted(maps.Keys(configs)) {
-		v, err := fsm.CheckConfig(k, configs[k])
+		v, err := fsm.CheckTopicConfig(k, configs[k])
 		if err != nil {
 			return nil, fieldError("configs", "%v", err)
 		}

@@ -53,6 +53,12 @@ const (
 	// leader's clock (KIP-937).
 	MessageTimestampBeforeMaxMs = "message.timestamp.before.max.ms"
 	MessageTimestampAfterMaxMs  = "message.timestamp.after.max.ms"
+	// LeaderReplicationThrottledRate and FollowerReplicationThrottledRate
+	// are Kafka's broker configs of the same names: the bytes/s each
+	// broker sends, as leader, and fetches, as follower, for the replicas
+	// a reassignment is adding (ReplicationThrottled). Cluster-wide only.
+	LeaderReplicationThrottledRate   = "leader.replication.throttled.rate"
+	FollowerReplicationThrottledRate = "follower.replication.throttled.rate"
 )
 
 // The values of message.timestamp.type.
@@ -98,6 +104,9 @@ type ConfigDef struct {
 	// refused with this reason. Every config without it takes effect on
 	// every broker as soon as it has replayed the change.
 	Unsupported string
+	// Broker marks a broker config (Kafka's DynamicConfig.Broker): the
+	// cluster holds it, and no topic takes it.
+	Broker bool
 	// Doc says what it does, for `keel config describe` and the docs.
 	Doc string
 	// check, when set, checks a list's items (each trimmed, not empty).
@@ -139,7 +148,7 @@ const (
 	noMaxLag        = "Keel's log cleaner cleans by dirty ratio only, not by a record's age"
 	noTieredStorage = "tiered storage is not supported"
 	noRecompression = "the broker does not recompress batches yet: they are kept as the producer compressed them (compression.type=producer)"
-	noThrottles     = "replication throttles are not supported"
+	noThrottles     = "Keel throttles the replicas a reassignment adds, by leader.replication.throttled.rate and follower.replication.throttled.rate, not by a list"
 	brokerFlush     = "fsync is the broker's policy (keel broker --flush-interval), not a topic's"
 )
 
@@ -167,10 +176,16 @@ var configDefs = []ConfigDef{
 		Doc: "fsync the log every this many records"},
 	{Name: "flush.ms", Type: TypeLong, Default: "9223372036854775807", Min: 0, Max: math.MaxInt64, Synonym: "log.flush.interval.ms", Unsupported: brokerFlush,
 		Doc: "fsync the log when its last fsync is this old"},
+	{Name: FollowerReplicationThrottledRate, Type: TypeLong, Default: "9223372036854775807", Min: 0, Max: math.MaxInt64,
+		Synonym: FollowerReplicationThrottledRate, Broker: true,
+		Doc: "the bytes/s each broker fetches, as follower, for the replicas a reassignment adds that are not in sync yet"},
 	{Name: "follower.replication.throttled.replicas", Type: TypeList, Default: "", Unsupported: noThrottles,
 		Doc: "the replicas whose follower fetches are throttled", check: throttledReplica},
 	{Name: IndexIntervalBytes, Type: TypeInt, Default: "4096", Min: 0, Max: math.MaxInt32, Synonym: "log.index.interval.bytes",
 		Doc: "the bytes of batches between two offset index entries"},
+	{Name: LeaderReplicationThrottledRate, Type: TypeLong, Default: "9223372036854775807", Min: 0, Max: math.MaxInt64,
+		Synonym: LeaderReplicationThrottledRate, Broker: true,
+		Doc: "the bytes/s each broker sends, as leader, to the replicas a reassignment adds that are not in sync yet"},
 	{Name: "leader.replication.throttled.replicas", Type: TypeList, Default: "", Unsupported: noThrottles,
 		Doc: "the replicas whose leader side of replication is throttled", check: throttledReplica},
 	{Name: "local.retention.bytes", Type: TypeLong, Default: "-2", Min: -2, Max: math.MaxInt64, Synonym: "log.local.retention.bytes", Unsupported: noTieredStorage,
@@ -420,13 +435,46 @@ func (img *Image) TopicConfig(t *Topic, name string) ConfigValue {
 	return img.resolve(t, d)
 }
 
-// TopicConfigs returns every config in effect for t, in name order.
+// TopicConfigs returns every topic config in effect for t, in name order:
+// not the broker configs, which no topic takes.
 func (img *Image) TopicConfigs(t *Topic) []ConfigValue {
-	out := make([]ConfigValue, len(configDefs))
-	for i, d := range configDefs {
-		out[i] = img.resolve(t, d)
+	out := make([]ConfigValue, 0, len(configDefs))
+	for _, d := range configDefs {
+		if !d.Broker {
+			out = append(out, img.resolve(t, d))
+		}
 	}
 	return out
+}
+
+// ReplicationThrottle returns the leader and follower replication
+// throttles in effect, in bytes/s (math.MaxInt64: none).
+func (img *Image) ReplicationThrottle() (leader, follower int64) {
+	rate := func(name string) int64 {
+		v, ok := img.clusterConfigs[name]
+		if !ok {
+			return math.MaxInt64
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return math.MaxInt64
+		}
+		return n
+	}
+	return rate(LeaderReplicationThrottledRate), rate(FollowerReplicationThrottledRate)
+}
+
+// CheckTopicConfig is CheckConfig for a topic's own value: a broker
+// config is the cluster's only.
+func CheckTopicConfig(name, value string) (string, error) {
+	if d, ok := LookupConfig(name); ok && d.Broker {
+		return "", errBrokerConfig(name)
+	}
+	return CheckConfig(name, value)
+}
+
+func errBrokerConfig(name string) error {
+	return fmt.Errorf("%s is a broker config: set it cluster-wide ('keel config alter'), not on a topic", name)
 }
 
 func (img *Image) resolve(t *Topic, d ConfigDef) ConfigValue {
@@ -460,7 +508,7 @@ func (img *Image) MinISR(t *Topic) int32 {
 // checkConfigs checks a topic's configs as a TopicRecord carries them.
 func checkConfigs(img *Image, configs map[string]string) error {
 	for _, k := range slices.Sorted(maps.Keys(configs)) {
-		if _, err := CheckConfig(k, configs[k]); err != nil {
+		if _, err := CheckTopicConfig(k, configs[k]); err != nil {
 			return err
 		}
 		if err := checkConfigLevel(img, k, configs[k]); err != nil {
@@ -479,6 +527,9 @@ var firstConfigs = []string{CleanupPolicy, MaxMessageBytes, MinInsyncReplicas, R
 func ConfigLevel(name string) uint32 {
 	if slices.Contains(firstConfigs, name) {
 		return 1
+	}
+	if name == LeaderReplicationThrottledRate || name == FollowerReplicationThrottledRate {
+		return ThrottleMetadataVersion
 	}
 	return TopicConfigsMetadataVersion
 }
@@ -582,6 +633,9 @@ func applyConfig(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 		t, ok := img.topicsByName.get(topicName(r.GetResourceName()))
 		if !ok {
 			return fmt.Errorf("topic %q does not exist", Truncate(r.GetResourceName()))
+		}
+		if d, _ := LookupConfig(r.GetName()); d.Broker {
+			return errBrokerConfig(r.GetName())
 		}
 		e, _ := ctx.topic(img, t.ID)
 		e = ctx.mutTopic(img, e)

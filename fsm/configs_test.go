@@ -95,7 +95,13 @@ func TestCheckConfig(t *testing.T) {
 		{"min.cleanable.dirty.ratio", "0.2", "0.2", ""},
 		{"min.compaction.lag.ms", "60000", "60000", ""},
 		{"max.compaction.lag.ms", "60000", "", "cleans by dirty ratio only"},
-		{"leader.replication.throttled.replicas", "*", "", "replication throttles are not supported"},
+		{"leader.replication.throttled.replicas", "*", "", "Keel throttles the replicas a reassignment adds"},
+		// The replication throttles: bytes/s, a long of at least 0 (Kafka's
+		// DynamicConfig.Broker validators).
+		{LeaderReplicationThrottledRate, "2000000", "2000000", ""},
+		{FollowerReplicationThrottledRate, " 0 ", "0", ""},
+		{FollowerReplicationThrottledRate, "-1", "", "outside [0,...]"},
+		{LeaderReplicationThrottledRate, "10MB", "", "leader.replication.throttled.rate"},
 		{"flush.messages", "1", "", "keel broker --flush-interval"},
 		{"flush.ms", "9223372036854775807", "9223372036854775807", ""},
 		{"segment.jitter.ms", "10", "", "segments roll at segment.ms exactly"},
@@ -147,6 +153,8 @@ func TestConfigDefs_KafkaTopicConfigs(t *testing.T) {
 		"segment.bytes": "log.segment.bytes", "segment.index.bytes": "log.index.size.max.bytes",
 		"segment.jitter.ms": "log.roll.jitter.ms", "segment.ms": "log.roll.ms",
 		"unclean.leader.election.enable": "unclean.leader.election.enable",
+		// Broker configs, named alike on the broker resource.
+		"leader.replication.throttled.rate": "leader.replication.throttled.rate", "follower.replication.throttled.rate": "follower.replication.throttled.rate",
 	}
 	got := map[string]string{}
 	for _, d := range ConfigDefs() {
@@ -159,7 +167,8 @@ func TestConfigDefs_KafkaTopicConfigs(t *testing.T) {
 		t.Errorf("configs and synonyms:\n got %v\nwant %v", got, kafka)
 	}
 	honoured := []string{CleanupPolicy, "delete.retention.ms", IndexIntervalBytes, MaxMessageBytes, MessageTimestampAfterMaxMs, MessageTimestampBeforeMaxMs,
-		MessageTimestampType, "min.cleanable.dirty.ratio", "min.compaction.lag.ms", MinInsyncReplicas, RetentionBytes, RetentionMs, SegmentBytes, SegmentIndexBytes, SegmentMs, UncleanLeaderElection}
+		MessageTimestampType, "min.cleanable.dirty.ratio", "min.compaction.lag.ms", MinInsyncReplicas, RetentionBytes, RetentionMs, SegmentBytes, SegmentIndexBytes, SegmentMs, UncleanLeaderElection,
+		LeaderReplicationThrottledRate, FollowerReplicationThrottledRate}
 	for _, d := range ConfigDefs() {
 		if want := slices.Contains(honoured, d.Name); d.Honoured() != want {
 			t.Errorf("%s: honoured %v, want %v", d.Name, d.Honoured(), want)
@@ -223,7 +232,8 @@ func TestConfigurationControlManager_Replay(t *testing.T) {
 	if !sameImage(t, back, img) || ba.Configs[RetentionMs] != "1000" || !back.UncleanElection(ba) {
 		t.Fatalf("after a snapshot: topic configs %v, cluster %v", ba.Configs, back.ClusterConfigs())
 	}
-	if got := back.TopicConfigs(ba); len(got) != len(ConfigDefs()) || got[0].Name != CleanupPolicy {
+	// Every topic config, but not the broker configs (the throttles).
+	if got := back.TopicConfigs(ba); len(got) != len(ConfigDefs())-2 || got[0].Name != CleanupPolicy {
 		t.Fatalf("TopicConfigs = %+v", got)
 	}
 }

@@ -22,7 +22,7 @@ const (
 	// can read: a cluster's level must lie between them for a node to apply
 	// its log.
 	MinMetadataVersion uint32 = 1
-	MaxMetadataVersion uint32 = 5
+	MaxMetadataVersion uint32 = 6
 	// BootstrapMetadataVersion is the level of a log that states none (a
 	// cluster from before FeatureLevel records, as KRaft's bootstrap
 	// metadata.version): level 1, which covers every record such a log may
@@ -48,6 +48,11 @@ const (
 	// (ConfigValueLevel): a binary below it has no log cleaner and refuses
 	// them.
 	CompactionMetadataVersion uint32 = 5
+	// ThrottleMetadataVersion is the level from which the cluster may set
+	// the replication throttles (leader.replication.throttled.rate,
+	// follower.replication.throttled.rate): a binary below it refuses
+	// their names.
+	ThrottleMetadataVersion uint32 = 6
 )
 
 // MetadataVersionInfo describes one level: what it adds to the level below.
@@ -86,6 +91,8 @@ var MetadataVersions = []MetadataVersionInfo{
 			"max.message.bytes, min.insync.replicas, retention.bytes, retention.ms, segment.bytes and unclean.leader.election.enable"},
 	{Level: 5, Adds: "log compaction: cleanup.policy=compact, and delete.retention.ms, min.cleanable.dirty.ratio and " +
 		"min.compaction.lag.ms off their defaults; __consumer_offsets is created compacted from this level"},
+	{Level: 6, Adds: "replication throttles: leader.replication.throttled.rate and follower.replication.throttled.rate, " +
+		"the bytes/s of the replicas a reassignment adds"},
 }
 
 // ErrUnsupportedMetadataVersion is wrapped by the errors of a level a node
@@ -190,7 +197,7 @@ func LevelBlockers(img *Image, level uint32) []string {
 				"wait until each has a leader again", n, EmptyISRMetadataVersion))
 		}
 	}
-	for _, gated := range []uint32{TopicConfigsMetadataVersion, CompactionMetadataVersion} {
+	for _, gated := range []uint32{TopicConfigsMetadataVersion, CompactionMetadataVersion, ThrottleMetadataVersion} {
 		if level < gated && img.FinalizedMetadataVersion() >= gated {
 			if n := img.levelConfigs(gated); n > 0 {
 				out = append(out, fmt.Sprintf("%d topics or cluster defaults set configs of metadata.version %d; delete them first",

@@ -101,6 +101,8 @@ type Image struct {
 	replicas btree[replicaKey, *replicaList]
 	// partitions counts every topic's partitions.
 	partitions int
+	// reassigning counts the partitions with a reassignment in progress.
+	reassigning int
 
 	// Offset and Term are the raft index and term of the last batch applied.
 	Offset uint64

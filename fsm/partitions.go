@@ -132,6 +132,9 @@ func applyPartition(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 		ctx.setTopic(img, e)
 	}
 	img.partitions++
+	if p.Reassigning() {
+		img.reassigning++
+	}
 	// checkReplicas made AddingReplicas a subset of Replicas: indexing the
 	// replicas indexes both.
 	for _, b := range p.Replicas {
@@ -200,6 +203,12 @@ func applyPartitionChange(img *Image, rec *keelpb.Record, ctx *applyContext) err
 	if err := checkReplicas(img, p); err != nil {
 		return err
 	}
+	switch was, is := old.Reassigning(), p.Reassigning(); {
+	case is && !was:
+		img.reassigning++
+	case was && !is:
+		img.reassigning--
+	}
 	leaderChanged := p.Leader != old.Leader
 	replicaRemoved := !subset(old.Replicas, p.Replicas)
 	replicasChanged := !slices.Equal(p.Replicas, old.Replicas)
@@ -250,6 +259,14 @@ func applyRemoveTopic(img *Image, rec *keelpb.Record, ctx *applyContext) error {
 	}
 	ctx.dropTopicReplicas(img, e)
 	img.partitions -= int(e.topic.Partitions)
+	if img.reassigning > 0 {
+		vecEach(e.parts, int(e.topic.Partitions), func(p *Partition) bool {
+			if p.Reassigning() {
+				img.reassigning--
+			}
+			return true
+		})
+	}
 	ctx.removeTopic(img, e)
 	return nil
 }

@@ -202,6 +202,10 @@ func (img *Image) TopicCount() int { return img.topicsByName.Len() }
 // PartitionCount is the number of partitions of every topic.
 func (img *Image) PartitionCount() int { return img.partitions }
 
+// Reassignments is the number of partitions with a reassignment in
+// progress.
+func (img *Image) Reassignments() int { return img.reassigning }
+
 // Partition returns one partition.
 func (img *Image) Partition(id TopicID, partition int32) (*Partition, bool) {
 	e, ok := img.topicsByID.get(id)

@@ -233,7 +233,7 @@ func validConfigMap(m map[string]string) error {
 		case len(m[k]) > maxConfigValueLen:
 			return invalidArgument("configs", "%s: the value is longer than %d bytes", fsm.Truncate(k), maxConfigValueLen)
 		}
-		if _, err := fsm.CheckConfig(k, m[k]); err != nil {
+		if _, err := fsm.CheckTopicConfig(k, m[k]); err != nil {
 			return invalidArgument("configs", "%v", err)
 		}
 	}

@@ -299,6 +299,9 @@ func invalidControllerRequests() []controllerRequestCase {
 		create("an empty config key", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Configs = map[string]string{"": "x"} }),
 		create("an over-long config key", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Configs = map[string]string{long(maxConfigKeyLen + 1): "x"} }),
 		create("an unknown config", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Configs = map[string]string{"retention.hours": "1"} }),
+		create("a broker config", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) {
+			r.Configs = map[string]string{fsm.LeaderReplicationThrottledRate: "1"}
+		}),
 		create("a bad config value", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) { r.Configs = map[string]string{fsm.SegmentBytes: "1000"} }),
 		create("an over-long config value", "configs", validCreateTopic, func(r *keelpb.CreateTopicRequest) {
 			r.Configs = map[string]string{fsm.UncleanLeaderElection: long(maxConfigValueLen + 1)}

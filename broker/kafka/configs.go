@@ -122,6 +122,9 @@ func synonym(name, value string, src kmsg.ConfigSource) kmsg.DescribeConfigsResp
 func topicEntries(img *fsm.Image, t *fsm.Topic) []describeEntry {
 	var out []describeEntry
 	for _, d := range fsm.ConfigDefs() {
+		if d.Broker {
+			continue // no topic takes it
+		}
 		e := describeEntry{name: d.Name, typ: kafkaConfigType(d.Type), doc: d.Doc}
 		if v, ok := t.Configs[d.Name]; ok {
 			e.synonyms = append(e.synonyms, synonym(d.Name, v, kmsg.ConfigSourceDynamicTopicConfig))
@@ -148,6 +151,14 @@ func defaultSynonyms(img *fsm.Image, d fsm.ConfigDef) []kmsg.DescribeConfigsResp
 	return append(out, synonym(name, d.Default, kmsg.ConfigSourceDefaultConfig))
 }
 
+// brokerDoc is the doc line of d under its broker name.
+func brokerDoc(d fsm.ConfigDef) string {
+	if d.Broker {
+		return d.Doc
+	}
+	return "the cluster-wide default of the topic config " + d.Name + ": " + d.Doc
+}
+
 // brokerEntries are a broker's configs: the cluster defaults under their
 // broker names (the cluster-wide ones alone, set, for the empty name: the
 // dynamic defaults, as KRaft's broker answers), and for this broker's own
@@ -167,7 +178,7 @@ func (s *Server) brokerEntries(img *fsm.Image, perBroker bool) []describeEntry {
 			syns = syns[:1]
 		}
 		out = append(out, describeEntry{name: name, value: *syns[0].Value, source: syns[0].Source, synonyms: syns,
-			typ: kafkaConfigType(d.Type), doc: "the cluster-wide default of the topic config " + d.Name + ": " + d.Doc})
+			typ: kafkaConfigType(d.Type), doc: brokerDoc(d)})
 	}
 	if !perBroker {
 		return out

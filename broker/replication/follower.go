@@ -80,6 +80,12 @@ func retryBackoff(err error, failures int, backoff time.Duration) time.Duration 
 
 // fetchOnce sends one fetch and applies its answer.
 func (m *Manager) fetchOnce(ctx context.Context, r *replica, gen uint64, leader, epoch int32) error {
+	if d := m.followerThrottled(r.tp); d > 0 {
+		// Kafka's follower does not ask for a throttled replica while
+		// the quota is exceeded (throttle.go).
+		m.throttleWait(ctx, false, d, m.cfg.FetchMaxWait)
+		return nil
+	}
 	conn, err := m.conn(leader)
 	if err != nil {
 		return err
@@ -99,6 +105,7 @@ func (m *Manager) fetchOnce(ctx context.Context, r *replica, gen uint64, leader,
 		}
 		return err
 	}
+	m.recordFollowerBytes(r.tp, len(resp.GetRecords()))
 	return m.applyFetch(r, gen, req.GetFetchOffset(), resp)
 }
 

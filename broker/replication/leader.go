@@ -115,8 +115,17 @@ func (m *Manager) ReplicaFetch(ctx context.Context, req *keelpb.FetchRequest) (*
 	if maxBytes == 0 {
 		maxBytes = int(m.cfg.FetchMaxBytes)
 	}
-	res, err := l.Read(req.GetFetchOffset(), maxBytes)
-	if err == nil && len(res.Records) == 0 && req.GetMaxWaitMs() > 0 {
+	var res partlog.ReadResult
+	throttled := m.leaderThrottled(tp, from)
+	if throttled > 0 {
+		// Kafka's leader leaves a throttled replica's partition out of
+		// its answer while the quota is exceeded (throttle.go).
+		m.throttleWait(ctx, true, throttled, min(time.Duration(req.GetMaxWaitMs())*time.Millisecond, maxFetchWait))
+		res.LogStartOffset, res.LogEndOffset = l.LogStartOffset(), l.LogEndOffset()
+	} else {
+		res, err = l.Read(req.GetFetchOffset(), maxBytes)
+	}
+	if err == nil && len(res.Records) == 0 && req.GetMaxWaitMs() > 0 && throttled == 0 {
 		waitForChange(ctx, changed, min(time.Duration(req.GetMaxWaitMs())*time.Millisecond, maxFetchWait))
 		m.mu.Lock()
 		still := r.gen == gen
@@ -132,6 +141,7 @@ func (m *Manager) ReplicaFetch(ctx context.Context, req *keelpb.FetchRequest) (*
 	resp.HighWatermark = r.hw
 	m.mu.Unlock()
 	resp.Records, resp.LogStartOffset, resp.LogEndOffset = res.Records, res.LogStartOffset, res.LogEndOffset
+	m.recordLeaderBytes(tp, from, len(res.Records))
 	return resp, nil
 }
 

@@ -78,6 +78,8 @@ type Manager struct {
 	scrubMetrics scrubMetrics
 	// cleanerMetrics count the log cleaner's work (cleaner.go).
 	cleanerMetrics cleanerMetrics
+	// throttle holds the replication throttles' quotas (throttle.go).
+	throttle *throttles
 	// imaged is closed (and replaced) at each new image, under mu: a
 	// DeleteRecords waiting for its replicas looks again when a broker is
 	// fenced.
@@ -179,6 +181,7 @@ func New(cfg Config) (*Manager, error) {
 
 		scrubMetrics:   newScrubMetrics(),
 		cleanerMetrics: newCleanerMetrics(),
+		throttle:       newThrottles(),
 	}
 	m.img.Store(fsm.Empty())
 	return m, nil
@@ -191,7 +194,7 @@ func (m *Manager) Start(link broker.Link) error {
 		return err
 	}
 	if reg := m.cfg.Metrics; reg != nil {
-		for _, c := range append(m.scrubMetrics.collectors(), m.cleanerMetrics.collected...) {
+		for _, c := range slices.Concat(m.scrubMetrics.collectors(), m.cleanerMetrics.collected, m.throttle.collectors()) {
 			if err := reg.Register(c); err != nil {
 				return fmt.Errorf("replication: register the data plane's metrics: %v", err)
 			}

@@ -24,6 +24,7 @@ type drainFlags struct {
 	noWait       bool
 	waitTimeout  time.Duration
 	pollInterval time.Duration
+	throttle     throttleFlag
 }
 
 // drainView is what `keel broker drain -o json` prints.
@@ -73,9 +74,13 @@ progress on stderr, until no partition holds the broker; --no-wait returns
 at once. Brokers and topics created meanwhile may still place replicas on
 the broker: the command checks at the end, and says so.
 
+--throttle RATE caps the bytes/s each broker sends and fetches for the
+replicas the moves add, as 'keel partition reassign --throttle' does.
+
 --cancel cancels every ongoing move off the broker (those a drain started);
 partitions already moved stay where they are.`,
 		Example: `  keel broker drain --broker-id 4
+  keel broker drain --broker-id 4 --throttle 50MiB
   keel broker drain --broker-id 4 --no-wait
   keel broker drain --broker-id 4 --cancel`,
 		Args: cobra.NoArgs,
@@ -91,6 +96,13 @@ partitions already moved stay where they are.`,
 				return fmt.Errorf("--poll-interval %v: want a positive duration", f.pollInterval)
 			case f.waitTimeout < 0:
 				return fmt.Errorf("--wait-timeout %v: want 0 (no limit) or a positive duration", f.waitTimeout)
+			}
+			forbidden := ""
+			if f.cancel {
+				forbidden = "--cancel"
+			}
+			if err := f.throttle.check(cmd, forbidden); err != nil {
+				return err
 			}
 			if f.cancel {
 				return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (drainCancelView, error) {
@@ -118,6 +130,7 @@ partitions already moved stay where they are.`,
 	fl.BoolVar(&f.noWait, "no-wait", false, "start the moves and return, without waiting for them")
 	fl.DurationVar(&f.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: never); the moves go on")
 	fl.DurationVar(&f.pollInterval, "poll-interval", time.Second, "how often to check progress while waiting")
+	f.throttle.add(cmd)
 	a.add(cmd)
 	return cmd
 }
@@ -172,8 +185,11 @@ func runDrain(cmd *cobra.Command, a *adminFlags, f *drainFlags) error {
 		if len(v.Plan.Partitions) == 0 {
 			return nil
 		}
+		if err := f.throttle.set(ctx, c); err != nil {
+			return err
+		}
 		_, err = sendPlan(ctx, c, targetsOf(v.Plan))
-		return err
+		return f.throttle.started(ctx, c, err)
 	})
 	if err != nil {
 		return err

@@ -379,6 +379,20 @@ func (f *reassignFlags) form(changed func(flag string) bool) (int, error) {
 	return reassignOne, nil
 }
 
+// forbidsThrottle names the flag of a form that starts no move, which
+// --throttle cannot go with; empty for a form that starts moves.
+func (f *reassignFlags) forbidsThrottle(form int) string {
+	switch {
+	case form == reassignVerify:
+		return "--verify"
+	case form == reassignGenerate:
+		return "--generate"
+	case f.cancel:
+		return "--cancel"
+	}
+	return ""
+}
+
 // request checks the flags of the single form and builds its request,
 // before any RPC. An empty replica list in the request cancels.
 func (f *reassignFlags) request(changed func(flag string) bool) (*keelpb.AlterPartitionReassignmentsRequest, error) {
@@ -415,6 +429,7 @@ type reassignView struct {
 func newReassignCmd() *cobra.Command {
 	a := &adminFlags{}
 	f := &reassignFlags{}
+	th := &throttleFlag{}
 	cmd := &cobra.Command{
 		Use:   "reassign",
 		Short: "Move partitions to new replicas: one, or a plan of many; generate and verify plans",
@@ -444,6 +459,13 @@ partition keeping its replication factor, placed as topic creation places
 replicas (racks interleaved, preferred leaders spread evenly). Save the
 proposal to a file, edit it if you like, and run it with --plan.
 
+--throttle RATE (bytes/s: 10MB, 50MiB) with a move or --plan caps the bytes/s
+each broker sends, as leader, and fetches, as follower, for the replicas the
+moves add (Kafka's leader.replication.throttled.rate and
+follower.replication.throttled.rate, which it sets); replicas in sync are
+never throttled. The controller deletes both rates when the last move in
+progress completes, whoever set them.
+
 --verify FILE prints, per partition of the plan, whether its move is
 complete, still in progress, or not what the plan asks; the exit status is 1
 until every partition is complete.
@@ -454,7 +476,7 @@ follow a move with --verify, 'keel partition reassignments' or
 		Example: `  keel partition reassign --topic orders --partition 0 --replicas 4,5,6
   keel partition reassign --topic orders --partition 0 --cancel
   keel partition reassign --generate --topics orders,payments --brokers 4,5,6
-  keel partition reassign --plan move.json
+  keel partition reassign --plan move.json --throttle 50MiB
   keel partition reassign --verify move.json
   keel partition reassign --plan move.json --cancel`,
 		Args: cobra.NoArgs,
@@ -463,12 +485,15 @@ follow a move with --verify, 'keel partition reassignments' or
 			if err != nil {
 				return err
 			}
+			if err := th.check(cmd, f.forbidsThrottle(form)); err != nil {
+				return err
+			}
 			switch form {
 			case reassignPlan:
 				if f.cancel {
 					return runPlanCancel(cmd, a, f.plan)
 				}
-				return runPlan(cmd, a, f.plan)
+				return runPlan(cmd, a, f.plan, th)
 			case reassignGenerate:
 				return runGenerate(cmd, a, f.topics, f.brokers)
 			case reassignVerify:
@@ -479,8 +504,11 @@ follow a move with --verify, 'keel partition reassignments' or
 				return err
 			}
 			return adminCall(cmd, a, func(ctx context.Context, c *rpc.Client) (reassignView, error) {
+				if err := th.set(ctx, c); err != nil {
+					return reassignView{}, err
+				}
 				resp, err := c.AlterPartitionReassignments(ctx, req)
-				if err != nil {
+				if err = th.started(ctx, c, err); err != nil {
 					return reassignView{}, err
 				}
 				p := resp.GetPartition()
@@ -509,6 +537,7 @@ follow a move with --verify, 'keel partition reassignments' or
 	fl.BoolVar(&f.generate, "generate", false, "print the current assignment of --topics and a proposed one over --brokers; writes nothing")
 	fl.StringVar(&f.topics, "topics", "", "with --generate: the topics to move, T1,T2,...")
 	fl.StringVar(&f.brokers, "brokers", "", "with --generate: the brokers to move them to, B1,B2,...")
+	th.add(cmd)
 	a.add(cmd)
 	return cmd
 }
@@ -520,6 +549,10 @@ type reassignmentRow struct {
 	Replicas         []int32 `json:"replicas"`
 	AddingReplicas   []int32 `json:"adding_replicas"`
 	RemovingReplicas []int32 `json:"removing_replicas"`
+	// The replication throttle in effect, bytes/s (none: omitted); it
+	// caps the replicas the moves add.
+	LeaderThrottledRate   *int64 `json:"leader_replication_throttled_rate,omitempty"`
+	FollowerThrottledRate *int64 `json:"follower_replication_throttled_rate,omitempty"`
 }
 
 func newReassignmentsCmd() *cobra.Command {
@@ -527,24 +560,42 @@ func newReassignmentsCmd() *cobra.Command {
 	r := &readFlags{}
 	cmd := &cobra.Command{
 		Use:   "reassignments",
-		Short: "List the ongoing reassignments",
+		Short: "List the ongoing reassignments, and the replication throttle in effect",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var leader, follower int64
 			return readCall(cmd, a, r, func(ctx context.Context, c *rpc.Client, opts []rpc.ReadOption) ([]reassignmentRow, *keelpb.ReadSource, error) {
 				resp, err := c.ListPartitionReassignments(ctx, opts...)
 				if err != nil {
 					return nil, nil, err
 				}
 				rows := make([]reassignmentRow, 0, len(resp.GetReassignments()))
+				if len(resp.GetReassignments()) > 0 {
+					if leader, follower, err = throttleInEffect(ctx, c, opts...); err != nil {
+						return nil, nil, err
+					}
+				}
 				for _, r := range resp.GetReassignments() {
-					rows = append(rows, reassignmentRow{Topic: r.GetTopic(), Partition: r.GetPartition(), Replicas: ids(r.GetReplicas()),
-						AddingReplicas: ids(r.GetAddingReplicas()), RemovingReplicas: ids(r.GetRemovingReplicas())})
+					row := reassignmentRow{Topic: r.GetTopic(), Partition: r.GetPartition(), Replicas: ids(r.GetReplicas()),
+						AddingReplicas: ids(r.GetAddingReplicas()), RemovingReplicas: ids(r.GetRemovingReplicas())}
+					if leader != math.MaxInt64 {
+						row.LeaderThrottledRate = &leader
+					}
+					if follower != math.MaxInt64 {
+						row.FollowerThrottledRate = &follower
+					}
+					rows = append(rows, row)
 				}
 				sortByPartition(rows, func(r reassignmentRow) (string, int32) { return r.Topic, r.Partition })
 				return rows, resp.GetSource(), nil
-			}, tableOf([]string{"TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"}, "No reassignments in progress.", func(r reassignmentRow) []string {
-				return []string{r.Topic, fmt.Sprint(r.Partition), joinIDs(r.Replicas), joinIDs(r.AddingReplicas), joinIDs(r.RemovingReplicas)}
-			}))
+			}, func(w io.Writer, rows []reassignmentRow) error {
+				if len(rows) > 0 && (leader != math.MaxInt64 || follower != math.MaxInt64) {
+					fmt.Fprintf(w, "Replication throttle: leader %s, follower %s\n\n", formatRate(leader), formatRate(follower))
+				}
+				return tableOf([]string{"TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"}, "No reassignments in progress.", func(r reassignmentRow) []string {
+					return []string{r.Topic, fmt.Sprint(r.Partition), joinIDs(r.Replicas), joinIDs(r.AddingReplicas), joinIDs(r.RemovingReplicas)}
+				})(w, rows)
+			})
 		},
 	}
 	a.add(cmd)

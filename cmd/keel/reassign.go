@@ -174,7 +174,7 @@ type planRunView struct {
 }
 
 // runPlan starts the moves of a plan file in one request.
-func runPlan(cmd *cobra.Command, a *adminFlags, path string) error {
+func runPlan(cmd *cobra.Command, a *adminFlags, path string, th *throttleFlag) error {
 	plan, err := readPlanFile("--plan", path)
 	if err != nil {
 		return err
@@ -185,8 +185,11 @@ func runPlan(cmd *cobra.Command, a *adminFlags, path string) error {
 			return planRunView{}, err
 		}
 		current := reassign.Current(statesIn(plan, states))
+		if err := th.set(ctx, c); err != nil {
+			return planRunView{}, err
+		}
 		parts, err := sendPlan(ctx, c, targetsOf(plan))
-		if err != nil {
+		if err = th.started(ctx, c, err); err != nil {
 			return planRunView{}, err
 		}
 		return planRunView{Current: current, Partitions: parts}, nil

@@ -32,7 +32,8 @@ type fakeCluster struct {
 	topics       map[string][]*keelpb.PartitionDescription
 	plans        []*keelpb.AlterPartitionReassignmentsRequest // every plan received
 	autoComplete bool
-	refuse       error // when set, AlterPartitionReassignments fails with it
+	refuse       error             // when set, AlterPartitionReassignments fails with it
+	configs      map[string]string // the cluster's configs (throttle_test.go)
 }
 
 func newFakeCluster(brokers string, topics map[string][][]int32) *fakeCluster {

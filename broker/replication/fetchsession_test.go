@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -281,4 +282,54 @@ func gaugeValue(g prometheus.Gauge) float64 {
 		return -1
 	}
 	return m.GetGauge().GetValue()
+}
+
+// BenchmarkFetchSession_Answer: a leader building one answer for a session
+// of 16 partitions, each with a batch of n records to read: the
+// allocations per answer do not grow with the records (the batches go out
+// of pooled read buffers).
+func BenchmarkFetchSession_Answer(b *testing.B) {
+	for _, n := range []int{1, 100} {
+		b.Run(fmt.Sprintf("records=%d", n), func(b *testing.B) {
+			e := &env{ctl: &fakeController{t: b, img: clusterImage(b, nil, 1)}, ms: map[int32]*Manager{}, seen: map[int32]*fsm.Image{}, dirs: map[int32]string{}}
+			m, err := New(Config{DataDir: b.TempDir(), Logger: slog.New(slog.DiscardHandler), manualFetch: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := m.attach(ctlLink{e.ctl, 1}); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { m.Close() })
+			e.ms[1] = m
+			const parts = 16
+			for p := int32(1); p < parts; p++ {
+				e.ctl.commit(&keelpb.Record{Record: &keelpb.Record_Partition{Partition: &keelpb.PartitionRecord{
+					TopicId: bytes.Clone(topicT[:]), Partition: p, Replicas: []int32{1, 2, 3}, Isr: []int32{1}, Leader: 1}}})
+			}
+			img := e.ctl.image()
+			m.MetadataChanged(fsm.Empty(), img)
+			for _, p := range broker.DiffReplicas(1, fsm.Empty(), img).Leaders {
+				m.BecomeLeader(p)
+			}
+			s := &leaderSession{m: m, from: 2, brokerEpoch: 3, byTP: map[broker.TopicPartition]int{}, wake: make(chan struct{}, 1)}
+			s.poke = func() {}
+			req := &keelpb.FetchSessionRequest{ReplicaId: 2, BrokerEpoch: 3}
+			for p := range int32(parts) {
+				if _, err := m.Produce(context.Background(), "t", p, makeBatch(b, n, 0, 0), AcksLeader, time.Second); err != nil {
+					b.Fatal(err)
+				}
+				req.Partitions = append(req.Partitions, partFetch(p, 0, 0))
+			}
+			s.apply(req)
+			defer s.close()
+			s.build(true, DefaultFetchResponseMaxBytes)
+			bytesOut := 0
+			for b.Loop() {
+				s.build(false, DefaultFetchResponseMaxBytes)
+				bytesOut = s.w.bytes
+				s.w.free()
+			}
+			b.SetBytes(int64(bytesOut))
+		})
+	}
 }

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -165,8 +166,30 @@ func (f *fetcher) run() {
 	}
 }
 
+// maxInFlight is the most requests a session has sent unanswered: the
+// one the leader may be long-polling, and one that ends that wait because
+// the session's partitions changed.
+const maxInFlight = 2
+
+// inFlight is a request sent and not yet answered: its changes to the
+// session, which its answer is applied under.
+type inFlight struct {
+	changed   map[broker.TopicPartition]sentState
+	forgotten []broker.TopicPartition
+	wait      time.Duration
+}
+
 // session runs one fetch session until it fails; answered says whether
 // the leader answered at all.
+//
+// A request goes out when the last answer came in, and also, while one is
+// outstanding, as soon as the partitions change (a partition added, or
+// back from its back-off): the leader ends its long-poll when a request
+// arrives, answers the round in progress, then serves the new one, so
+// that a leader change does not wait for the fetch interval. Each request
+// gets one answer, in order; an answer is applied under the partitions'
+// fetch state as of its own request (answering), which held is ahead of
+// while a later request is in flight.
 func (f *fetcher) session() (answered bool, err error) {
 	m := f.m
 	conn, err := m.conn(f.leader)
@@ -183,49 +206,132 @@ func (f *fetcher) session() (answered bool, err error) {
 	// (a link that silently dropped) ends the session.
 	watchdog := time.AfterFunc(time.Hour, cancel)
 	defer watchdog.Stop()
-	held := map[broker.TopicPartition]sentState{}
-	var ans sessionAnswer
-	defer ans.release()
-	for {
-		req, wait := f.request(held)
-		if req == nil {
+
+	// The answers are received on their own goroutine, into one of
+	// maxInFlight answers handed back once applied.
+	type result struct {
+		ans *sessionAnswer
+		err error
+	}
+	free := make(chan *sessionAnswer, maxInFlight)
+	results := make(chan result, maxInFlight)
+	for range maxInFlight {
+		free <- &sessionAnswer{}
+	}
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		for {
+			var a *sessionAnswer
 			select {
+			case a = <-free:
 			case <-ctx.Done():
-				return answered, ctx.Err()
-			case <-f.changed:
-			case <-m.clock.After(wait):
+				return
 			}
-			continue
+			err := stream.RecvMsg(a)
+			results <- result{a, err}
+			if err != nil {
+				return
+			}
 		}
-		if err := stream.Send(req); err != nil {
-			_, err = stream.Recv() // the stream's status
-			return answered, err
+	}()
+	defer func() {
+		cancel()
+		<-recvDone
+		for {
+			select {
+			case r := <-results:
+				r.ans.release()
+			default:
+				return
+			}
 		}
-		watchdog.Reset(time.Duration(req.GetMaxWaitMs())*time.Millisecond + fetchTimeout)
-		err := stream.RecvMsg(&ans)
-		watchdog.Stop()
-		if err != nil {
-			return answered, err
+	}()
+
+	held := map[broker.TopicPartition]sentState{}      // as of the last request sent
+	answering := map[broker.TopicPartition]sentState{} // as of the request answered next
+	var pending []inFlight
+	changed := true
+	var retry <-chan time.Time
+	for {
+		if changed && len(pending) < maxInFlight {
+			req, wait, fl := f.request(held, len(pending) == 0)
+			changed = false
+			retry = nil
+			if req == nil && len(pending) == 0 {
+				retry = m.clock.After(wait)
+			} else if req == nil {
+				retry = m.clock.After(fl.wait)
+			} else {
+				if err := stream.Send(req); err != nil {
+					// The stream's status, once the answers before it.
+					for r := range results {
+						r.ans.release()
+						if r.err != nil {
+							return answered, r.err
+						}
+						free <- r.ans
+					}
+				}
+				if len(pending) == 0 {
+					watchdog.Reset(time.Duration(req.GetMaxWaitMs())*time.Millisecond + fetchTimeout)
+				}
+				pending = append(pending, fl)
+				retry = m.clock.After(fl.wait)
+			}
 		}
-		if !answered {
-			answered = true
-			m.sessionMetrics.following.Inc()
-			defer m.sessionMetrics.following.Dec()
+		select {
+		case <-ctx.Done():
+			return answered, ctx.Err()
+		case <-f.changed:
+			changed = true
+		case <-retry:
+			changed = true
+		case r := <-results:
+			if r.err != nil {
+				r.ans.release()
+				return answered, r.err
+			}
+			if len(pending) == 0 {
+				r.ans.release()
+				return answered, status.Error(codes.Internal, "the leader answered a fetch session request not sent")
+			}
+			if !answered {
+				answered = true
+				m.sessionMetrics.following.Inc()
+				defer m.sessionMetrics.following.Dec()
+			}
+			fl := pending[0]
+			pending = pending[1:]
+			for _, tp := range fl.forgotten {
+				delete(answering, tp)
+			}
+			maps.Copy(answering, fl.changed)
+			if len(pending) > 0 {
+				watchdog.Reset(pending[0].wait + fetchTimeout)
+			} else {
+				watchdog.Stop()
+				changed = true
+			}
+			f.apply(r.ans, answering)
+			r.ans.release()
+			free <- r.ans
 		}
-		f.apply(&ans, held)
-		ans.release()
 	}
 }
 
 // request builds the next request of a session whose leader holds held
 // (updated as if sent): the partitions whose fetch state changed or that
-// are new, and those to forget (removed, or backing off after an error).
-// It returns nil when the session is empty, with how long the caller may
-// wait for a partition to come back from its back-off.
-func (f *fetcher) request(held map[broker.TopicPartition]sentState) (*keelpb.FetchSessionRequest, time.Duration) {
+// are new, and those to forget (removed, or backing off after an error),
+// with those changes as an inFlight. It returns nil when the session is
+// empty, or when the request would change nothing and !always; and how
+// long the caller may wait for a partition to come back from its
+// back-off.
+func (f *fetcher) request(held map[broker.TopicPartition]sentState, always bool) (*keelpb.FetchSessionRequest, time.Duration, inFlight) {
 	m := f.m
 	req := &keelpb.FetchSessionRequest{ReplicaId: m.self, BrokerEpoch: m.link.BrokerEpoch(),
 		MaxWaitMs: int32(m.cfg.FetchMaxWait / time.Millisecond), MaxBytes: int32(m.cfg.FetchResponseMaxBytes)}
+	fl := inFlight{changed: map[broker.TopicPartition]sentState{}}
 	now := m.clock.Now()
 	wait := m.cfg.FetchMaxWait
 	f.mu.Lock()
@@ -237,6 +343,7 @@ func (f *fetcher) request(held map[broker.TopicPartition]sentState) (*keelpb.Fet
 		}
 		if p := f.parts[tp]; p == nil || now.Before(p.retryAt) {
 			req.Forgotten = append(req.Forgotten, &keelpb.FetchSessionPartitionKey{TopicId: tp.TopicID[:], Partition: tp.Partition})
+			fl.forgotten = append(fl.forgotten, tp)
 			delete(held, tp)
 			room--
 		}
@@ -258,6 +365,7 @@ func (f *fetcher) request(held map[broker.TopicPartition]sentState) (*keelpb.Fet
 			continue
 		}
 		held[tp] = st
+		fl.changed[tp] = st
 		room--
 		part := &keelpb.FetchSessionPartition{TopicId: tp.TopicID[:], Partition: tp.Partition, LeaderEpoch: st.epoch,
 			FetchOffset: st.offset, LogStartOffset: st.logStart, MaxBytes: m.cfg.FetchMaxBytes}
@@ -266,25 +374,28 @@ func (f *fetcher) request(held map[broker.TopicPartition]sentState) (*keelpb.Fet
 		}
 		req.Partitions = append(req.Partitions, part)
 	}
-	if len(held) == 0 && len(req.Forgotten) == 0 {
-		return nil, wait
+	fl.wait = wait
+	if len(held) == 0 && len(req.Forgotten) == 0 || !always && len(req.Partitions) == 0 && len(req.Forgotten) == 0 {
+		return nil, wait, fl
 	}
 	if len(held) == 0 {
 		req.MaxWaitMs = 0
 	} else {
 		req.MaxWaitMs = int32(wait / time.Millisecond)
 	}
-	return req, wait
+	fl.wait = time.Duration(req.MaxWaitMs) * time.Millisecond
+	return req, wait, fl
 }
 
-// apply applies an answer's partitions, each under the role it was
-// fetched for, by the rules of a unary fetch's answer (applyFetch,
-// outOfRange); a refused partition backs off out of the session.
-func (f *fetcher) apply(ans *sessionAnswer, held map[broker.TopicPartition]sentState) {
+// apply applies an answer's partitions, each under the role and fetch
+// state it was fetched with (states, as of the answered request), by the
+// rules of a unary fetch's answer (applyFetch, outOfRange); a refused
+// partition backs off out of the session.
+func (f *fetcher) apply(ans *sessionAnswer, states map[broker.TopicPartition]sentState) {
 	m := f.m
 	for i := range ans.parts {
 		d := &ans.parts[i]
-		sent, ok := held[d.tp]
+		sent, ok := states[d.tp]
 		f.mu.Lock()
 		p := f.parts[d.tp]
 		f.mu.Unlock()

@@ -87,8 +87,36 @@ func (m *Manager) ReplicaFetchSession(stream broker.FetchSessionStream) error {
 	m.sessionMetrics.open.Inc()
 	defer m.sessionMetrics.open.Dec()
 	defer s.close()
+	// Requests are received beside the answering, so that one arriving
+	// ends the long-poll in progress: a partition the follower adds (a
+	// leader change) is fetched at once, not after the wait. Each request
+	// still gets one answer, in order.
+	reqs := make(chan received, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			select {
+			case reqs <- received{req, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	var next *received
 	for first := true; ; first = false {
-		req, err := stream.Recv()
+		in := next
+		if in == nil {
+			select {
+			case r := <-reqs:
+				in = &r
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		req, err := in.req, in.err
 		if err != nil {
 			if errors.Is(err, io.EOF) || ctx.Err() != nil {
 				return nil
@@ -110,10 +138,16 @@ func (m *Manager) ReplicaFetchSession(stream broker.FetchSessionStream) error {
 		if budget == 0 {
 			budget = m.cfg.FetchResponseMaxBytes
 		}
-		if err := s.answer(stream, wait, budget); err != nil {
+		if next, err = s.answer(stream, wait, budget, reqs); err != nil {
 			return err
 		}
 	}
+}
+
+// received is one of a session's requests, or how its stream ended.
+type received struct {
+	req *keelpb.FetchSessionRequest
+	err error
 }
 
 // apply takes a request's changes into the session.
@@ -167,9 +201,12 @@ func (s *leaderSession) unwatch(sp *sessionPart) {
 	sp.watched = nil
 }
 
-// answer sends the session's news, waiting up to wait for some.
-func (s *leaderSession) answer(stream broker.FetchSessionStream, wait time.Duration, budget int) error {
+// answer sends the session's news, waiting up to wait for some, or until
+// the follower's next request arrives on reqs: that request is returned,
+// to be served next.
+func (s *leaderSession) answer(stream broker.FetchSessionStream, wait time.Duration, budget int, reqs <-chan received) (*received, error) {
 	ctx := stream.Context()
+	var next *received
 	var deadline <-chan time.Time
 	for note := true; ; note = false {
 		s.build(note, budget)
@@ -184,9 +221,11 @@ func (s *leaderSession) answer(stream broker.FetchSessionStream, wait time.Durat
 		select {
 		case <-s.wake:
 			continue
+		case r := <-reqs:
+			next = &r
 		case <-deadline:
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		s.build(false, budget)
 		break
@@ -195,9 +234,7 @@ func (s *leaderSession) answer(stream broker.FetchSessionStream, wait time.Durat
 	metrics.answers.Inc()
 	metrics.partitions.Observe(float64(s.w.parts))
 	metrics.bytes.Add(float64(s.w.bytes))
-	data := s.w.data
-	s.w.data = nil
-	return stream.SendMsg(answerWire{data})
+	return next, stream.SendMsg(answerWire{s.w.finish()})
 }
 
 // build makes the answer of one round (in s.w): each partition is checked

@@ -33,6 +33,10 @@ func TestFetchSessionWire_IsProtobuf(t *testing.T) {
 			Reason: ReasonOffsetOutOfRange, Message: "out", LogStartOffset: 4, LogEndOffset: 8}},
 		{tp: broker.TopicPartition{TopicID: topicT, Partition: 3}},
 	}
+	// Enough partitions for the headers to take several pooled chunks.
+	for p := int32(10); p < 400; p++ {
+		parts = append(parts, partitionData{tp: broker.TopicPartition{TopicID: topicT, Partition: p}, hw: int64(p), logEnd: int64(p)})
+	}
 	want := &keelpb.FetchSessionResponse{}
 	for _, d := range parts {
 		want.Partitions = append(want.Partitions, &keelpb.FetchSessionPartitionData{TopicId: topicT[:], Partition: d.tp.Partition,
@@ -43,11 +47,12 @@ func TestFetchSessionWire_IsProtobuf(t *testing.T) {
 	for i := range parts {
 		w.add(&parts[i], nil)
 	}
-	data, err := answerWire{w.data}.MarshalWire()
+	data, err := answerWire{w.finish()}.MarshalWire()
 	if err != nil {
 		t.Fatal(err)
 	}
 	wire := data.Materialize()
+	data.Free()
 	got := &keelpb.FetchSessionResponse{}
 	if err := proto.Unmarshal(wire, got); err != nil {
 		t.Fatalf("proto cannot decode the leader's answer: %v", err)
@@ -221,10 +226,16 @@ func TestFetchSession_BudgetRotates(t *testing.T) {
 // clock), as a broker runs it.
 func startedEnv(t *testing.T, noSessions bool, isr ...int32) *env {
 	t.Helper()
+	return startedEnvWait(t, noSessions, 50*time.Millisecond, isr...)
+}
+
+// startedEnvWait is startedEnv with a fetch interval (long-poll) of wait.
+func startedEnvWait(t *testing.T, noSessions bool, wait time.Duration, isr ...int32) *env {
+	t.Helper()
 	e := &env{t: t, ctl: &fakeController{t: t, img: clusterImage(t, nil, isr...)}, ms: map[int32]*Manager{},
 		seen: map[int32]*fsm.Image{}, dirs: map[int32]string{}, noSessions: noSessions}
 	for id := int32(1); id <= 3; id++ {
-		m, err := New(Config{DataDir: t.TempDir(), FetchMaxWait: 50 * time.Millisecond, FetchBackoff: 50 * time.Millisecond,
+		m, err := New(Config{DataDir: t.TempDir(), FetchMaxWait: wait, FetchBackoff: 50 * time.Millisecond,
 			Logger: testLogger(t).With("broker", id), dial: func(addr string) (fetchClient, error) { return netConn{e, addr}, nil }})
 		if err != nil {
 			t.Fatal(err)

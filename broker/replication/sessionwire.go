@@ -46,21 +46,30 @@ type partitionData struct {
 	records              []byte
 }
 
-// answerWriter builds a leader's answer: the partitions' headers in one
-// buffer the session reuses (a follower sends its next request only once
-// it has received the whole answer, so the previous answer's bytes are
-// written by then), the records as the buffers they were read into.
+// answerWriter builds a leader's answer: the partitions' headers written
+// into pooled chunks, the records as the buffers they were read into. An
+// answer's buffers are its own (gRPC frees them once written): a leader
+// may build the next answer before the last one is on the wire, when the
+// follower's next request crossed it.
 type answerWriter struct {
-	hdr    []byte // the headers of the answer being built
+	chunk *[]byte // headers being written, not yet in data
+	// pieces are the headers in chunk: each one's index in data and end
+	// in chunk.
+	pieces []headerPiece
 	fields []byte // one partition's fields, before its length is known
 	data   mem.BufferSlice
 	parts  int
 	bytes  int
 }
 
+type headerPiece struct{ at, end int }
+
+// headerChunk is the size of a chunk of headers: some 60 partitions'.
+const headerChunk = 4 << 10
+
 // reset starts a new answer.
 func (w *answerWriter) reset() {
-	w.hdr, w.data, w.parts, w.bytes = w.hdr[:0], nil, 0, 0
+	w.data, w.parts, w.bytes = nil, 0, 0
 }
 
 // add appends one partition. records, when not nil, is the buffer that
@@ -76,21 +85,31 @@ func (w *answerWriter) add(d *partitionData, records mem.Buffer) {
 	f = appendVarintField(f, fieldDataLogEndOffset, uint64(d.logEnd))
 	f = appendMessageField(f, fieldDataDivergingEpoch, d.diverging)
 	f = appendMessageField(f, fieldDataError, d.err)
+	w.fields = f
 	n := len(d.records)
 	size := len(f)
 	if n > 0 {
 		size += protowire.SizeTag(fieldDataRecords) + protowire.SizeBytes(n)
 	}
-	start := len(w.hdr)
-	w.hdr = protowire.AppendTag(w.hdr, fieldAnswerPartitions, protowire.BytesType)
-	w.hdr = protowire.AppendVarint(w.hdr, uint64(size))
-	w.hdr = append(w.hdr, f...)
-	if n > 0 {
-		w.hdr = protowire.AppendTag(w.hdr, fieldDataRecords, protowire.BytesType)
-		w.hdr = protowire.AppendVarint(w.hdr, uint64(n))
+	need := protowire.SizeTag(fieldAnswerPartitions) + protowire.SizeVarint(uint64(size)) + size - n
+	if w.chunk != nil && len(*w.chunk)+need > cap(*w.chunk) {
+		w.seal()
 	}
-	w.fields = f
-	w.data = append(w.data, mem.SliceBuffer(w.hdr[start:]))
+	if w.chunk == nil {
+		w.chunk = bufpool.Get(max(need, headerChunk))
+		*w.chunk = (*w.chunk)[:0]
+	}
+	h := *w.chunk
+	h = protowire.AppendTag(h, fieldAnswerPartitions, protowire.BytesType)
+	h = protowire.AppendVarint(h, uint64(size))
+	h = append(h, f...)
+	if n > 0 {
+		h = protowire.AppendTag(h, fieldDataRecords, protowire.BytesType)
+		h = protowire.AppendVarint(h, uint64(n))
+	}
+	*w.chunk = h
+	w.pieces = append(w.pieces, headerPiece{at: len(w.data), end: len(h)})
+	w.data = append(w.data, nil) // the header, once sealed
 	if n > 0 {
 		if records == nil {
 			records = mem.SliceBuffer(d.records)
@@ -101,10 +120,37 @@ func (w *answerWriter) add(d *partitionData, records mem.Buffer) {
 	w.bytes += n
 }
 
+// seal puts the chunk's headers in data, as buffers sharing the chunk,
+// which goes back to the pool when the last is freed.
+func (w *answerWriter) seal() {
+	if w.chunk == nil {
+		return
+	}
+	buf := mem.NewBuffer(w.chunk, bufpool.Pool{})
+	start := 0
+	for i, pc := range w.pieces {
+		if i == len(w.pieces)-1 {
+			w.data[pc.at] = buf
+			break
+		}
+		w.data[pc.at], buf = mem.SplitUnsafe(buf, pc.end-start)
+		start = pc.end
+	}
+	w.chunk, w.pieces = nil, w.pieces[:0]
+}
+
+// finish hands over the answer's buffers: the caller frees them (gRPC does
+// once it has written them).
+func (w *answerWriter) finish() mem.BufferSlice {
+	w.seal()
+	data := w.data
+	w.data = nil
+	return data
+}
+
 // free drops the references of an answer that is not sent.
 func (w *answerWriter) free() {
-	w.data.Free()
-	w.data = nil
+	w.finish().Free()
 }
 
 func appendVarintField(b []byte, num protowire.Number, v uint64) []byte {

@@ -1,10 +1,13 @@
 package replication
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/keel-dev/keel/broker"
 	"github.com/keel-dev/keel/internal/poll"
 	"github.com/keel-dev/keel/proto/keelpb"
 )
@@ -88,4 +91,73 @@ func TestFetcher_AddedPartitionNotDelayedByLongPoll(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("the first acks=all write to the new partition took %v, with a fetch interval of %v", took, longPoll)
 	}
+}
+
+// TestFetcher_CrossingRequestsKeepLogsIdentical: while acks=all writes go
+// on to t-0, partitions are added one at a time, each crossing the
+// followers' outstanding requests (records of t-0 in flight, answered
+// under the older request's fetch state): every write commits, and every
+// follower's log ends up byte for byte the leader's.
+func TestFetcher_CrossingRequestsKeepLogsIdentical(t *testing.T) {
+	e := startedEnvWait(t, false, longPoll, 1, 2, 3)
+	const added = 6
+	var batches [][]byte
+	for seq := int32(0); seq < 1000; seq += 2 {
+		batches = append(batches, makeBatch(t, 2, 1, seq))
+	}
+	stop := make(chan struct{})
+	produced := make(chan error, 1)
+	go func() {
+		for _, b := range batches {
+			select {
+			case <-stop:
+				produced <- nil
+				return
+			default:
+			}
+			if _, err := e.ms[1].Produce(context.Background(), "t", 0, b, AcksAll, longPoll); err != nil {
+				produced <- err
+				return
+			}
+		}
+		produced <- nil
+	}()
+	for p := int32(1); p <= added; p++ {
+		e.ctl.commit(&keelpb.Record{Record: &keelpb.Record_Partition{Partition: &keelpb.PartitionRecord{
+			TopicId: bytes.Clone(topicT[:]), Partition: p, Replicas: []int32{1, 2, 3}, Isr: []int32{1, 2, 3}, Leader: 1}}})
+		e.publish()
+		if _, err := e.ms[1].Produce(context.Background(), "t", p, makeBatch(t, 2, 0, 0), AcksAll, longPoll); err != nil {
+			t.Fatalf("acks=all produce to t-%d: %v", p, err)
+		}
+	}
+	close(stop)
+	if err := <-produced; err != nil {
+		t.Fatalf("acks=all produce to t-0: %v", err)
+	}
+	for p := int32(0); p <= added; p++ {
+		tp := broker.TopicPartition{TopicID: topicT, Partition: p}
+		want := readAll(t, e.ms[1], tp)
+		for _, id := range []int32{2, 3} {
+			poll.UntilState(t, 5*time.Second, fmt.Sprintf("broker %d's t-%d the leader's", id, p), func() (bool, string) {
+				got := readAll(t, e.ms[id], tp)
+				return bytes.Equal(got, want), fmt.Sprintf("%d bytes, the leader's %d", len(got), len(want))
+			})
+		}
+	}
+}
+
+// readAll reads m's whole log of tp.
+func readAll(t *testing.T, m *Manager, tp broker.TopicPartition) []byte {
+	t.Helper()
+	m.mu.Lock()
+	r := m.replicas[tp]
+	m.mu.Unlock()
+	if r == nil {
+		t.Fatalf("no replica of %v", tp)
+	}
+	res, err := r.log.Read(0, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Records
 }

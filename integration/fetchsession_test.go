@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/keel-dev/keel/internal/poll"
 )
@@ -44,29 +43,7 @@ func waitOneSessionPerPair(t *testing.T, c *Cluster, ids []int32) {
 func TestFetchSession_OnePerLeaderAndAckedSurviveKill(t *testing.T) {
 	t.Parallel()
 	const topic, partitions = "sessions", 60
-	c := startCluster(t, 3, withSessionTimeout(testSessionTimeout), withLeaderImbalanceCheck(-time.Second))
-	c.WaitForActive(t, activeTimeout)
-	kafka := map[int32]string{}
-	addrs := freeAddrs(t, len(threeBrokers))
-	bopts := make([][]brokerOption, len(threeBrokers))
-	for i, id := range threeBrokers {
-		kafka[id] = addrs[i]
-		bopts[i] = []brokerOption{withRack(fmt.Sprintf("r%d", id)), withBrokerMetrics(), withBrokerFlags("--kafka-listen="+addrs[i],
-			"--replica-lag-time-max=1s", "--replica-fetch-interval=100ms")}
-	}
-	c.startBrokers(threeBrokers, bopts)
-	c.WaitForBrokers(t, allActive(threeBrokers...))
-	c.createTopic(t, topic, "--partitions", fmt.Sprint(partitions), "--replication-factor", "3", "--config", "min.insync.replicas=2")
-	d := c.WaitForTopic(t, topic, "every partition led with a full ISR", func(d topicJSON) bool {
-		for _, p := range d.Partitions {
-			if p.Leader <= 0 || len(p.ISR) != 3 {
-				return false
-			}
-		}
-		return len(d.Partitions) == partitions
-	})
-	waitOneSessionPerPair(t, c, threeBrokers)
-
+	c, kafka, d := startSessionCluster(t, topic, partitions, "--replica-lag-time-max=1s", "--replica-fetch-interval=100ms")
 	prod := startProducer(t, kafka, topic, partitions, "")
 	prod.waitAcked(10*partitions, "on every partition")
 	victim := d.Partitions[0].Leader
@@ -76,15 +53,7 @@ func TestFetchSession_OnePerLeaderAndAckedSurviveKill(t *testing.T) {
 			led = append(led, p.Partition)
 		}
 	}
-	c.KillBroker(victim)
-	c.WaitForTopic(t, topic, fmt.Sprintf("no partition led by %d, killed", victim), func(d topicJSON) bool {
-		for _, p := range d.Partitions {
-			if p.Leader <= 0 || p.Leader == victim {
-				return false
-			}
-		}
-		return true
-	})
+	killAndWaitMoved(t, c, topic, victim)
 	prod.waitAcked(5*partitions, fmt.Sprintf("with broker %d killed", victim))
 	c.RestartBroker(victim)
 	c.WaitForTopic(t, topic, "back to a full ISR everywhere", func(d topicJSON) bool {

@@ -255,14 +255,9 @@ func (f *fetcher) session() (answered bool, err error) {
 	var retry <-chan time.Time
 	for {
 		if changed && len(pending) < maxInFlight {
-			req, wait, fl := f.request(held, len(pending) == 0)
+			req, fl, backoff := f.request(held, len(pending) == 0)
 			changed = false
-			retry = nil
-			if req == nil && len(pending) == 0 {
-				retry = m.clock.After(wait)
-			} else if req == nil {
-				retry = m.clock.After(fl.wait)
-			} else {
+			if req != nil {
 				if err := stream.Send(req); err != nil {
 					// The stream's status, once the answers before it.
 					for r := range results {
@@ -274,10 +269,19 @@ func (f *fetcher) session() (answered bool, err error) {
 					}
 				}
 				if len(pending) == 0 {
-					watchdog.Reset(time.Duration(req.GetMaxWaitMs())*time.Millisecond + fetchTimeout)
+					watchdog.Reset(fl.wait + fetchTimeout)
 				}
 				pending = append(pending, fl)
-				retry = m.clock.After(fl.wait)
+			}
+			// Woken when a partition comes back from its back-off, or
+			// to look again at an empty session; otherwise changes come
+			// by f.changed and answers.
+			retry = nil
+			switch {
+			case backoff > 0:
+				retry = m.clock.After(backoff)
+			case len(pending) == 0:
+				retry = m.clock.After(m.cfg.FetchMaxWait)
 			}
 		}
 		select {
@@ -325,15 +329,14 @@ func (f *fetcher) session() (answered bool, err error) {
 // are new, and those to forget (removed, or backing off after an error),
 // with those changes as an inFlight. It returns nil when the session is
 // empty, or when the request would change nothing and !always; and how
-// long the caller may wait for a partition to come back from its
-// back-off.
-func (f *fetcher) request(held map[broker.TopicPartition]sentState, always bool) (*keelpb.FetchSessionRequest, time.Duration, inFlight) {
+// long until the first partition backing off may come back (0 if none).
+func (f *fetcher) request(held map[broker.TopicPartition]sentState, always bool) (*keelpb.FetchSessionRequest, inFlight, time.Duration) {
 	m := f.m
 	req := &keelpb.FetchSessionRequest{ReplicaId: m.self, BrokerEpoch: m.link.BrokerEpoch(),
 		MaxWaitMs: int32(m.cfg.FetchMaxWait / time.Millisecond), MaxBytes: int32(m.cfg.FetchResponseMaxBytes)}
 	fl := inFlight{changed: map[broker.TopicPartition]sentState{}}
 	now := m.clock.Now()
-	wait := m.cfg.FetchMaxWait
+	var backoff time.Duration
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	room := rpc.MaxFetchSessionPartitions
@@ -350,7 +353,9 @@ func (f *fetcher) request(held map[broker.TopicPartition]sentState, always bool)
 	}
 	for tp, p := range f.parts {
 		if now.Before(p.retryAt) {
-			wait = min(wait, p.retryAt.Sub(now))
+			if d := p.retryAt.Sub(now); backoff == 0 || d < backoff {
+				backoff = d
+			}
 			continue
 		}
 		if room == 0 {
@@ -374,17 +379,14 @@ func (f *fetcher) request(held map[broker.TopicPartition]sentState, always bool)
 		}
 		req.Partitions = append(req.Partitions, part)
 	}
-	fl.wait = wait
 	if len(held) == 0 && len(req.Forgotten) == 0 || !always && len(req.Partitions) == 0 && len(req.Forgotten) == 0 {
-		return nil, wait, fl
+		return nil, fl, backoff
 	}
 	if len(held) == 0 {
 		req.MaxWaitMs = 0
-	} else {
-		req.MaxWaitMs = int32(wait / time.Millisecond)
 	}
 	fl.wait = time.Duration(req.MaxWaitMs) * time.Millisecond
-	return req, wait, fl
+	return req, fl, backoff
 }
 
 // apply applies an answer's partitions, each under the role and fetch

@@ -161,3 +161,44 @@ func readAll(t *testing.T, m *Manager, tp broker.TopicPartition) []byte {
 	}
 	return res.Records
 }
+
+// TestFetcher_RefusedPartitionRejoinsDuringLongPoll: followers that learn
+// of a new partition before its leader does are refused (the leader holds
+// no replica yet) and back off out of the session, which then long-polls;
+// each comes back when its back-off ends, not after the long-poll, so
+// the partition's first acks=all write commits well within it.
+func TestFetcher_RefusedPartitionRejoinsDuringLongPoll(t *testing.T) {
+	e := startedEnvWait(t, false, longPoll, 1, 2, 3)
+	for _, id := range []int32{2, 3} {
+		poll.Until(t, 5*time.Second, "a session with the leader", func() bool {
+			return gaugeValue(e.ms[id].sessionMetrics.following) == 1
+		})
+	}
+	e.ctl.commit(&keelpb.Record{Record: &keelpb.Record_Partition{Partition: &keelpb.PartitionRecord{
+		TopicId: bytes.Clone(topicT[:]), Partition: 1, Replicas: []int32{1, 2, 3}, Isr: []int32{1, 2, 3}, Leader: 1}}})
+	leader := e.ms[1]
+	delete(e.ms, 1) // the followers first
+	e.publish()
+	e.ms[1] = leader
+	tp := broker.TopicPartition{TopicID: topicT, Partition: 1}
+	for _, id := range []int32{2, 3} {
+		m := e.ms[id]
+		m.mu.Lock()
+		f := m.fetchers[1]
+		m.mu.Unlock()
+		poll.Until(t, 5*time.Second, fmt.Sprintf("broker %d refused t-1", id), func() bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			p := f.parts[tp]
+			return p != nil && p.failures > 0
+		})
+	}
+	start := time.Now()
+	e.publish()
+	if _, err := leader.Produce(context.Background(), "t", 1, makeBatch(t, 2, 0, 0), AcksAll, longPoll); err != nil {
+		t.Fatalf("acks=all produce to t-1: %v", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("the first acks=all write to t-1 took %v, with a fetch interval of %v", took, longPoll)
+	}
+}

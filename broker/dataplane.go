@@ -30,6 +30,25 @@ type DataPlane interface {
 	Close() error
 }
 
+// SessionDataPlane is a DataPlane that serves fetch sessions too
+// (BrokerService.FetchSession); a broker whose data plane is not one answers
+// them Unimplemented, and its followers fetch each partition on its own.
+type SessionDataPlane interface {
+	DataPlane
+	// ReplicaFetchSession serves one follower's session until the stream
+	// ends. Each request Recv returns has passed rpc.ValidateFetchSession.
+	ReplicaFetchSession(FetchSessionStream) error
+}
+
+// FetchSessionStream is the leader's side of a fetch session. SendMsg takes
+// a keelpb.FetchSessionResponse, or a value that encodes itself as one
+// (rpc.WireMarshaler).
+type FetchSessionStream interface {
+	Context() context.Context
+	Recv() (*keelpb.FetchSessionRequest, error)
+	SendMsg(m any) error
+}
+
 // Link is what the agent offers its data plane. *Agent implements it.
 type Link interface {
 	// BrokerID is this broker's id.

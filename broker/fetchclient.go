@@ -35,6 +35,9 @@ const (
 // BrokerService (DialLeader makes one).
 type FetchClient interface {
 	Fetch(ctx context.Context, req *keelpb.FetchRequest) (*keelpb.FetchResponse, error)
+	// FetchSession opens a fetch session (BrokerService.FetchSession);
+	// a leader of an older version answers its first receive Unimplemented.
+	FetchSession(ctx context.Context, opts ...grpc.CallOption) (keelpb.BrokerService_FetchSessionClient, error)
 	Close() error
 }
 

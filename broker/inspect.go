@@ -51,6 +51,31 @@ func (s brokerService) Fetch(ctx context.Context, req *keelpb.FetchRequest) (*ke
 	return s.a.cfg.DataPlane.ReplicaFetch(ctx, req)
 }
 
+func (s brokerService) FetchSession(stream keelpb.BrokerService_FetchSessionServer) error {
+	dp, ok := s.a.cfg.DataPlane.(SessionDataPlane)
+	if !ok {
+		return status.Errorf(codes.Unimplemented, "broker %d serves no fetch sessions", s.a.cfg.BrokerID)
+	}
+	return dp.ReplicaFetchSession(validatedSession{stream})
+}
+
+// validatedSession refuses a session request that fails
+// rpc.ValidateFetchSession before the data plane sees it.
+type validatedSession struct {
+	keelpb.BrokerService_FetchSessionServer
+}
+
+func (s validatedSession) Recv() (*keelpb.FetchSessionRequest, error) {
+	req, err := s.BrokerService_FetchSessionServer.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if err := rpc.ValidateFetchSession(req); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
 // Replicas lists this broker's replicas: as its data plane reports them,
 // or, without one, as the image assigns them (leader or follower by the
 // image's leader).

@@ -87,9 +87,12 @@ func TestBrokerService_PassesValidFetches(t *testing.T) {
 // A new method or field without checks fails here.
 func TestBrokerService_EveryMethodValidated(t *testing.T) {
 	withoutInput := map[string]bool{"Inspect": true, "ScrubLogs": true}
-	checked := map[string]map[string]bool{"Fetch": {}}
+	checked := map[string]map[string]bool{"Fetch": {}, "FetchSession": {}}
 	for _, tc := range invalidFetches() {
 		checked["Fetch"][tc.field] = true
+	}
+	for _, tc := range invalidSessions() {
+		checked["FetchSession"][tc.field] = true
 	}
 	sd := keelpb.File_broker_proto.Services().ByName("BrokerService")
 	desc := keelpb.BrokerService_ServiceDesc

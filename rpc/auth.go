@@ -174,6 +174,8 @@ var methodRules = map[string]rule{
 	// replica of the partition (broker/replication).
 	keelpb.BrokerService_Inspect_FullMethodName: brokerOrAdmin,
 	keelpb.BrokerService_Fetch_FullMethodName:   replicaSelf("replica_id"),
+	// A fetch session: each of its requests, as a fetch.
+	keelpb.BrokerService_FetchSession_FullMethodName: replicaSelf("replica_id"),
 	// A scrub reads every byte the broker holds and may cut a follower's
 	// log: an operator's call.
 	keelpb.BrokerService_ScrubLogs_FullMethodName: adminOnly,

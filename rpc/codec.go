@@ -42,6 +42,7 @@ var largeRequestMethods = map[string]int{
 	keelpb.ControllerService_AlterPartitionReassignments_FullMethodName: maxRecvMsgBytes,
 	keelpb.ControllerService_RestoreSnapshot_FullMethodName:             maxRecvMsgBytes,
 	keelpb.ControllerService_ReportReplicaLogs_FullMethodName:           maxRecvMsgBytes,
+	keelpb.BrokerService_FetchSession_FullMethodName:                    maxRecvMsgBytes,
 }
 
 // repeatedBounds is the most entries each repeated field of a request may
@@ -60,6 +61,8 @@ var repeatedBounds = map[protoreflect.FullName]int{
 	"keel.v1.ReassignmentTarget.replicas":                   maxReplicationFactor,
 	"keel.v1.IncrementalAlterConfigsRequest.configs":        maxConfigs,
 	"keel.v1.ReportReplicaLogsRequest.replicas":             maxPartitionsPerRequest,
+	"keel.v1.FetchSessionRequest.partitions":                MaxFetchSessionPartitions,
+	"keel.v1.FetchSessionRequest.forgotten":                 MaxFetchSessionPartitions,
 
 	"keel.v1.AlterUserScramCredentialsRequest.deletions":  maxScramAlterations,
 	"keel.v1.AlterUserScramCredentialsRequest.upsertions": maxScramAlterations,

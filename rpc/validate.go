@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/google/uuid"
@@ -150,6 +151,58 @@ func ValidateFetch(req *keelpb.FetchRequest) error {
 		return invalidArgument("max_wait_ms", "%d is negative", req.GetMaxWaitMs())
 	case req.GetLogStartOffset() < 0:
 		return invalidArgument("log_start_offset", "%d is negative", req.GetLogStartOffset())
+	}
+	return nil
+}
+
+// MaxFetchSessionPartitions is the most partitions one FetchSession request
+// may add, change or forget: a follower following more from one leader
+// adds them over several requests.
+const MaxFetchSessionPartitions = 10_000
+
+// ValidateFetchSession checks one request of a fetch session
+// (BrokerService.FetchSession) as ValidateFetch checks a fetch: each
+// partition's fields, and its index in the field's name.
+func ValidateFetchSession(req *keelpb.FetchSessionRequest) error {
+	if err := firstError(
+		validNonNegative("replica_id", req.GetReplicaId()),
+		validNonNegative("max_wait_ms", req.GetMaxWaitMs()),
+		validNonNegative("max_bytes", req.GetMaxBytes()),
+	); err != nil {
+		return err
+	}
+	if req.GetBrokerEpoch() < 0 {
+		return invalidArgument("broker_epoch", "%d is negative", req.GetBrokerEpoch())
+	}
+	if n := len(req.GetPartitions()) + len(req.GetForgotten()); n > MaxFetchSessionPartitions {
+		return invalidArgument("partitions", "%d partitions and forgotten; at most %d in one request", n, MaxFetchSessionPartitions)
+	}
+	for i, p := range req.GetPartitions() {
+		field := func(name string) string { return fmt.Sprintf("partitions[%d].%s", i, name) }
+		switch {
+		case len(p.GetTopicId()) != len(fsm.TopicID{}):
+			return invalidArgument(field("topic_id"), "%d bytes; a topic id is %d", len(p.GetTopicId()), len(fsm.TopicID{}))
+		case p.GetPartition() < 0:
+			return invalidArgument(field("partition"), "%d is negative", p.GetPartition())
+		case p.GetLeaderEpoch() < 0:
+			return invalidArgument(field("leader_epoch"), "%d is negative", p.GetLeaderEpoch())
+		case p.GetFetchOffset() < 0:
+			return invalidArgument(field("fetch_offset"), "%d is negative", p.GetFetchOffset())
+		case p.LastFetchedEpoch != nil && p.GetLastFetchedEpoch() < 0:
+			return invalidArgument(field("last_fetched_epoch"), "%d is negative (leave it out when the log holds no epoch)", p.GetLastFetchedEpoch())
+		case p.GetLogStartOffset() < 0:
+			return invalidArgument(field("log_start_offset"), "%d is negative", p.GetLogStartOffset())
+		case p.GetMaxBytes() < 0:
+			return invalidArgument(field("max_bytes"), "%d is negative", p.GetMaxBytes())
+		}
+	}
+	for i, k := range req.GetForgotten() {
+		switch {
+		case len(k.GetTopicId()) != len(fsm.TopicID{}):
+			return invalidArgument(fmt.Sprintf("forgotten[%d].topic_id", i), "%d bytes; a topic id is %d", len(k.GetTopicId()), len(fsm.TopicID{}))
+		case k.GetPartition() < 0:
+			return invalidArgument(fmt.Sprintf("forgotten[%d].partition", i), "%d is negative", k.GetPartition())
+		}
 	}
 	return nil
 }

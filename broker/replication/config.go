@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"time"
 
@@ -55,6 +56,9 @@ type Config struct {
 	FetchMaxWait  time.Duration
 	FetchMaxBytes int32
 	FetchBackoff  time.Duration
+	// FetchResponseMaxBytes bounds the records of one fetch session answer
+	// (see DefaultFetchResponseMaxBytes).
+	FetchResponseMaxBytes int
 	// FlushInterval fsyncs a log whose last fsync is older than this
 	// (Kafka's flush.ms for every topic); 0 leaves durability to
 	// replication, Kafka's default.
@@ -135,6 +139,14 @@ func (c *Config) check() error {
 	def(&c.CleanerBackoff, DefaultCleanerBackoff)
 	if c.FetchMaxBytes == 0 {
 		c.FetchMaxBytes = DefaultFetchMaxBytes
+	}
+	switch {
+	case c.FetchResponseMaxBytes < 0:
+		return fmt.Errorf("replication: fetch response max bytes %d is negative", c.FetchResponseMaxBytes)
+	case c.FetchResponseMaxBytes > math.MaxInt32:
+		return fmt.Errorf("replication: fetch response max bytes %d is above %d", c.FetchResponseMaxBytes, math.MaxInt32)
+	case c.FetchResponseMaxBytes == 0:
+		c.FetchResponseMaxBytes = DefaultFetchResponseMaxBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

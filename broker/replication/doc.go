@@ -8,9 +8,11 @@
 //
 // It follows Kafka's replication protocol:
 //
-//   - A follower fetches from its leader over the brokers' gRPC Fetch, one
-//     fetch loop per replica it follows, with its log end offset and the
-//     epoch of its last batch (KIP-320). A leader whose log ends that epoch
+//   - A follower fetches from its leader with its log end offset and the
+//     epoch of its last batch (KIP-320), every partition it follows from
+//     one leader broker on one fetch session (fetcher.go, fetchsession.go:
+//     KIP-227's incremental fetches, on the brokers' gRPC FetchSession),
+//     or, from a leader without sessions, one unary Fetch loop per replica. A leader whose log ends that epoch
 //     earlier answers the epoch and its end instead of records; the
 //     follower truncates to it (KIP-101, KIP-279) and fetches again, so no
 //     follower keeps a record its leader does not have.

@@ -106,21 +106,30 @@ func (m *Manager) fetchOnce(ctx context.Context, r *replica, gen uint64, leader,
 		return err
 	}
 	m.recordFollowerBytes(r.tp, len(resp.GetRecords()))
-	return m.applyFetch(r, gen, req.GetFetchOffset(), resp)
+	return m.applyFetch(r, gen, req.GetFetchOffset(), fetchAnswer{hw: resp.GetHighWatermark(), logStart: resp.GetLogStartOffset(),
+		records: resp.GetRecords(), diverging: resp.GetDivergingEpoch()})
+}
+
+// fetchAnswer is a leader's answer for one partition: a unary Fetch's, or
+// one partition of a fetch session's.
+type fetchAnswer struct {
+	hw, logStart int64
+	records      []byte
+	diverging    *keelpb.EpochEndOffset
 }
 
 // applyFetch applies a leader's answer under the role it was fetched for:
 // a diverging epoch truncates the log (KIP-279), batches are appended with
 // the leader's offsets and epochs, and the high watermark becomes the
 // leader's, at most the log end.
-func (m *Manager) applyFetch(r *replica, gen uint64, offset int64, resp *keelpb.FetchResponse) error {
+func (m *Manager) applyFetch(r *replica, gen uint64, offset int64, resp fetchAnswer) error {
 	r.roleMu.RLock()
 	defer r.roleMu.RUnlock()
 	if !m.current(r, gen) {
 		return nil
 	}
 	l := r.log
-	if d := resp.GetDivergingEpoch(); d != nil {
+	if d := resp.diverging; d != nil {
 		to := truncationOffset(l, d.GetEpoch(), d.GetEndOffset())
 		if to < l.LogEndOffset() {
 			m.log.Info("truncating a follower's log where it diverges from the leader's", "topic", r.topic, "partition", r.tp.Partition,
@@ -131,10 +140,10 @@ func (m *Manager) applyFetch(r *replica, gen uint64, offset int64, resp *keelpb.
 		if err := l.TruncateTo(to); err != nil {
 			return fmt.Errorf("truncating to %d: %w", to, err)
 		}
-		m.followerHW(r, resp.GetHighWatermark())
+		m.followerHW(r, resp.hw)
 		return nil
 	}
-	if records := resp.GetRecords(); len(records) > 0 {
+	if records := resp.records; len(records) > 0 {
 		if l.LogEndOffset() != offset {
 			return nil // the log moved since the fetch was sent
 		}
@@ -152,8 +161,8 @@ func (m *Manager) applyFetch(r *replica, gen uint64, offset int64, resp *keelpb.
 			return fmt.Errorf("refusing the leader's batches at %d: %w", l.LogEndOffset(), damaged)
 		}
 	}
-	m.followerHW(r, resp.GetHighWatermark())
-	return m.followLogStart(r, resp.GetLogStartOffset())
+	m.followerHW(r, resp.hw)
+	return m.followLogStart(r, resp.logStart)
 }
 
 // followLogStart moves a follower's log start up to its leader's, at most

@@ -238,6 +238,8 @@ type env struct {
 	ms    map[int32]*Manager
 	seen  map[int32]*fsm.Image
 	dirs  map[int32]string
+	// noSessions makes every leader answer FetchSession Unimplemented.
+	noSessions bool
 }
 
 const testLag = 10 * time.Second

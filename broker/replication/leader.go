@@ -60,54 +60,29 @@ func (m *Manager) ReplicaFetch(ctx context.Context, req *keelpb.FetchRequest) (*
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "topic_id: %v", err)
 	}
-	tp := broker.TopicPartition{TopicID: id, Partition: req.GetPartition()}
+	pf := partitionFetch{tp: broker.TopicPartition{TopicID: id, Partition: req.GetPartition()}, epoch: req.GetLeaderEpoch(),
+		offset: req.GetFetchOffset(), logStart: req.GetLogStartOffset(), lastFetched: -1}
+	if req.LastFetchedEpoch != nil {
+		pf.lastFetched = req.GetLastFetchedEpoch()
+	}
 	from := req.GetReplicaId()
 	img := m.img.Load()
 
 	m.mu.Lock()
-	r, ok := m.replicas[tp]
-	if !ok {
-		m.mu.Unlock()
-		return nil, withReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition,
-			fmt.Sprintf("broker %d holds no replica of %s/%d", m.self, id, tp.Partition), nil)
-	}
-	if err := m.checkLeader(r, req.GetLeaderEpoch()); err != nil {
+	r, div, leo, err := m.checkFetch(img, from, req.GetBrokerEpoch(), &pf)
+	if err != nil {
 		m.mu.Unlock()
 		return nil, err
 	}
-	p, ok := img.Partition(id, tp.Partition)
-	if !ok || from == m.self || !slices.Contains(p.Replicas, from) {
-		m.mu.Unlock()
-		return nil, withReason(codes.FailedPrecondition, ReasonNotLeaderOrFollower,
-			fmt.Sprintf("broker %d is not a follower of %s/%d", from, r.topic, tp.Partition), nil)
-	}
-	if e := req.GetBrokerEpoch(); e > 0 {
-		if b, ok := img.Broker(from); !ok || b.Epoch != e {
-			m.mu.Unlock()
-			return nil, withReason(codes.FailedPrecondition, ReasonNotLeaderOrFollower,
-				fmt.Sprintf("broker %d fetches at broker epoch %d, which this leader's metadata does not show", from, e), nil)
-		}
-	}
 	l := r.log
 	resp := &keelpb.FetchResponse{}
-	if req.LastFetchedEpoch != nil {
-		last := req.GetLastFetchedEpoch()
-		epoch, end := l.EndOffsetFor(last)
-		if epoch < last || end < req.GetFetchOffset() {
-			resp.DivergingEpoch = &keelpb.EpochEndOffset{Epoch: epoch, EndOffset: end}
-			resp.HighWatermark, resp.LogEndOffset, resp.LogStartOffset = r.hw, l.LogEndOffset(), l.LogStartOffset()
-			m.mu.Unlock()
-			return resp, nil
-		}
-	}
-	start, leo := l.LogStartOffset(), l.LogEndOffset()
-	if off := req.GetFetchOffset(); off < start || off > leo {
+	if div != nil {
+		resp.DivergingEpoch = div
+		resp.HighWatermark, resp.LogEndOffset, resp.LogStartOffset = r.hw, l.LogEndOffset(), l.LogStartOffset()
 		m.mu.Unlock()
-		return nil, withReason(codes.OutOfRange, ReasonOffsetOutOfRange,
-			fmt.Sprintf("%s/%d: fetch offset %d is outside the leader's log [%d, %d]", r.topic, tp.Partition, off, start, leo),
-			map[string]string{metaLogStart: strconv.FormatInt(start, 10), metaLogEnd: strconv.FormatInt(leo, 10)})
+		return resp, nil
 	}
-	m.updateFollower(r, from, req.GetFetchOffset(), req.GetLogStartOffset(), req.GetBrokerEpoch(), leo, img)
+	m.updateFollower(r, from, pf.offset, pf.logStart, req.GetBrokerEpoch(), leo, img)
 	changed, gen := r.changed, r.gen
 	m.mu.Unlock()
 
@@ -116,14 +91,14 @@ func (m *Manager) ReplicaFetch(ctx context.Context, req *keelpb.FetchRequest) (*
 		maxBytes = int(m.cfg.FetchMaxBytes)
 	}
 	var res partlog.ReadResult
-	throttled := m.leaderThrottled(tp, from)
+	throttled := m.leaderThrottled(pf.tp, from)
 	if throttled > 0 {
 		// Kafka's leader leaves a throttled replica's partition out of
 		// its answer while the quota is exceeded (throttle.go).
 		m.throttleWait(ctx, true, throttled, min(time.Duration(req.GetMaxWaitMs())*time.Millisecond, maxFetchWait))
 		res.LogStartOffset, res.LogEndOffset = l.LogStartOffset(), l.LogEndOffset()
 	} else {
-		res, err = l.Read(req.GetFetchOffset(), maxBytes)
+		res, err = l.Read(pf.offset, maxBytes)
 	}
 	if err == nil && len(res.Records) == 0 && req.GetMaxWaitMs() > 0 && throttled == 0 {
 		waitForChange(ctx, changed, min(time.Duration(req.GetMaxWaitMs())*time.Millisecond, maxFetchWait))
@@ -131,7 +106,7 @@ func (m *Manager) ReplicaFetch(ctx context.Context, req *keelpb.FetchRequest) (*
 		still := r.gen == gen
 		m.mu.Unlock()
 		if still {
-			res, err = l.Read(req.GetFetchOffset(), maxBytes)
+			res, err = l.Read(pf.offset, maxBytes)
 		}
 	}
 	if err != nil {
@@ -141,8 +116,62 @@ func (m *Manager) ReplicaFetch(ctx context.Context, req *keelpb.FetchRequest) (*
 	resp.HighWatermark = r.hw
 	m.mu.Unlock()
 	resp.Records, resp.LogStartOffset, resp.LogEndOffset = res.Records, res.LogStartOffset, res.LogEndOffset
-	m.recordLeaderBytes(tp, from, len(res.Records))
+	m.recordLeaderBytes(pf.tp, from, len(res.Records))
 	return resp, nil
+}
+
+// partitionFetch is a follower's fetch of one partition: the unary
+// Fetch's, or one partition of a fetch session.
+type partitionFetch struct {
+	tp     broker.TopicPartition
+	epoch  int32
+	offset int64
+	// lastFetched is the epoch of the follower's last batch, -1 if none.
+	lastFetched int32
+	logStart    int64
+	maxBytes    int32
+}
+
+// checkFetch applies ReplicaFetch's checks to one partition fetch from
+// broker from: the replica, and either where the follower's log diverges
+// (then nothing is read) or the leader's log end the fetch offset lies
+// within. The caller holds mu, and notes the fetch (updateFollower) when
+// it reads.
+func (m *Manager) checkFetch(img *fsm.Image, from int32, brokerEpoch int64, pf *partitionFetch) (*replica, *keelpb.EpochEndOffset, int64, error) {
+	tp := pf.tp
+	r, ok := m.replicas[tp]
+	if !ok {
+		return nil, nil, 0, withReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition,
+			fmt.Sprintf("broker %d holds no replica of %s/%d", m.self, tp.TopicID, tp.Partition), nil)
+	}
+	if err := m.checkLeader(r, pf.epoch); err != nil {
+		return r, nil, 0, err
+	}
+	p, ok := img.Partition(tp.TopicID, tp.Partition)
+	if !ok || from == m.self || !slices.Contains(p.Replicas, from) {
+		return r, nil, 0, withReason(codes.FailedPrecondition, ReasonNotLeaderOrFollower,
+			fmt.Sprintf("broker %d is not a follower of %s/%d", from, r.topic, tp.Partition), nil)
+	}
+	if brokerEpoch > 0 {
+		if b, ok := img.Broker(from); !ok || b.Epoch != brokerEpoch {
+			return r, nil, 0, withReason(codes.FailedPrecondition, ReasonNotLeaderOrFollower,
+				fmt.Sprintf("broker %d fetches at broker epoch %d, which this leader's metadata does not show", from, brokerEpoch), nil)
+		}
+	}
+	l := r.log
+	if pf.lastFetched >= 0 {
+		epoch, end := l.EndOffsetFor(pf.lastFetched)
+		if epoch < pf.lastFetched || end < pf.offset {
+			return r, &keelpb.EpochEndOffset{Epoch: epoch, EndOffset: end}, 0, nil
+		}
+	}
+	start, leo := l.LogStartOffset(), l.LogEndOffset()
+	if off := pf.offset; off < start || off > leo {
+		return r, nil, 0, withReason(codes.OutOfRange, ReasonOffsetOutOfRange,
+			fmt.Sprintf("%s/%d: fetch offset %d is outside the leader's log [%d, %d]", r.topic, tp.Partition, off, start, leo),
+			map[string]string{metaLogStart: strconv.FormatInt(start, 10), metaLogEnd: strconv.FormatInt(leo, 10)})
+	}
+	return r, nil, leo, nil
 }
 
 // checkLeader refuses a request unless this broker leads r at epoch. The

@@ -63,6 +63,7 @@ type Manager struct {
 	queue       []broker.TopicPartition
 	strayDone   bool
 	conns       map[string]fetchClient // by leader address
+	fetchers    map[int32]*fetcher     // by leader broker (fetcher.go)
 	closed      bool
 	wake        chan struct{} // pokes the senders
 	ctx         context.Context
@@ -80,6 +81,8 @@ type Manager struct {
 	cleanerMetrics cleanerMetrics
 	// throttle holds the replication throttles' quotas (throttle.go).
 	throttle *throttles
+	// sessionMetrics count the fetch sessions (sessionmetrics.go).
+	sessionMetrics sessionMetrics
 	// imaged is closed (and replaced) at each new image, under mu: a
 	// DeleteRecords waiting for its replicas looks again when a broker is
 	// fenced.
@@ -174,6 +177,7 @@ func New(cfg Config) (*Manager, error) {
 		byName:   map[string]fsm.TopicID{},
 		waiting:  map[broker.TopicPartition]struct{}{},
 		conns:    map[string]fetchClient{},
+		fetchers: map[int32]*fetcher{},
 		imaged:   make(chan struct{}),
 		wake:     make(chan struct{}, alterSenders),
 		failed:   make(chan error, 1),
@@ -182,6 +186,7 @@ func New(cfg Config) (*Manager, error) {
 		scrubMetrics:   newScrubMetrics(),
 		cleanerMetrics: newCleanerMetrics(),
 		throttle:       newThrottles(),
+		sessionMetrics: newSessionMetrics(),
 	}
 	m.img.Store(fsm.Empty())
 	return m, nil
@@ -194,7 +199,7 @@ func (m *Manager) Start(link broker.Link) error {
 		return err
 	}
 	if reg := m.cfg.Metrics; reg != nil {
-		for _, c := range slices.Concat(m.scrubMetrics.collectors(), m.cleanerMetrics.collected, m.throttle.collectors()) {
+		for _, c := range slices.Concat(m.scrubMetrics.collectors(), m.cleanerMetrics.collected, m.throttle.collectors(), m.sessionMetrics.collectors()) {
 			if err := reg.Register(c); err != nil {
 				return fmt.Errorf("replication: register the data plane's metrics: %v", err)
 			}
@@ -522,9 +527,10 @@ func (m *Manager) BecomeLeader(p broker.PartitionState) {
 	}
 }
 
-// BecomeFollower makes the replica fetch from p.Leader at p.LeaderEpoch,
-// from a fresh fetch loop (each new epoch starts with a fetch that may find
-// the logs diverging, KAFKA-7164).
+// BecomeFollower makes the replica fetch from p.Leader at p.LeaderEpoch, on
+// this broker's fetch session with that leader (fetcher.go), as a partition
+// new to it (each new epoch starts with a fetch that may find the logs
+// diverging, KAFKA-7164).
 func (m *Manager) BecomeFollower(p broker.PartitionState) {
 	m.mu.Lock()
 	r, err := m.open(p)
@@ -557,10 +563,7 @@ func (m *Manager) BecomeFollower(p broker.PartitionState) {
 		m.pokeReports()
 	}
 	if p.Leader != fsm.NoLeader && p.Leader != m.self && m.ctx != nil && !m.closed && !m.cfg.manualFetch {
-		ctx, cancel := context.WithCancel(m.ctx)
-		r.stopFetch = cancel
-		m.wg.Add(1)
-		go m.runFollower(ctx, r, r.gen, p.Leader, p.LeaderEpoch)
+		m.follow(r, p.Leader, p.LeaderEpoch)
 	}
 	m.log.Debug("following", "topic", p.Topic, "partition", p.Partition, "leader", p.Leader, "leader_epoch", p.LeaderEpoch)
 }

@@ -235,6 +235,8 @@ in by SASL/SCRAM (SASL_SSL) with a credential from keel user add.
 		"on SIGTERM, how long to wait for this broker's leaderships to move away before leaving anyway")
 	f.DurationVar(&replicas.FetchMaxWait, "replica-fetch-interval", replicas.FetchMaxWait,
 		"how long a follower's fetch waits on its leader for new records (Kafka's replica.fetch.wait.max.ms)")
+	f.IntVar(&replicas.FetchResponseMaxBytes, "replica-fetch-response-max-bytes", replication.DefaultFetchResponseMaxBytes,
+		"the most bytes of records one answer of a follower's fetch session carries, at least one batch (Kafka's replica.fetch.response.max.bytes)")
 	f.DurationVar(&replicas.ReplicaLagTimeMax, "replica-lag-time-max", replicas.ReplicaLagTimeMax,
 		"how long a follower may lag before the leader drops it from the ISR (Kafka's replica.lag.time.max.ms)")
 	f.DurationVar(&replicas.FlushInterval, "log-flush-interval", replicas.FlushInterval,

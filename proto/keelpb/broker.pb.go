@@ -729,6 +729,472 @@ func (x *ScrubbedLog) GetLogEndOffset() int64 {
 	return 0
 }
 
+type FetchSessionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ReplicaId int32                  `protobuf:"varint,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	// The follower's broker epoch (KIP-903), as in FetchRequest.
+	BrokerEpoch int64 `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	// With no news for any partition, the leader waits up to this long.
+	MaxWaitMs int32 `protobuf:"varint,3,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	// At most this many bytes of records in one answer (Kafka's
+	// replica.fetch.response.max.bytes), but at least one batch; 0: the
+	// leader's default.
+	MaxBytes int32 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// The partitions added to the session, or whose fetch state changed.
+	Partitions []*FetchSessionPartition `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// The partitions removed from the session.
+	Forgotten     []*FetchSessionPartitionKey `protobuf:"bytes,6,rep,name=forgotten,proto3" json:"forgotten,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchSessionRequest) Reset() {
+	*x = FetchSessionRequest{}
+	mi := &file_broker_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchSessionRequest) ProtoMessage() {}
+
+func (x *FetchSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_broker_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchSessionRequest.ProtoReflect.Descriptor instead.
+func (*FetchSessionRequest) Descriptor() ([]byte, []int) {
+	return file_broker_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *FetchSessionRequest) GetReplicaId() int32 {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return 0
+}
+
+func (x *FetchSessionRequest) GetBrokerEpoch() int64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+func (x *FetchSessionRequest) GetMaxWaitMs() int32 {
+	if x != nil {
+		return x.MaxWaitMs
+	}
+	return 0
+}
+
+func (x *FetchSessionRequest) GetMaxBytes() int32 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *FetchSessionRequest) GetPartitions() []*FetchSessionPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *FetchSessionRequest) GetForgotten() []*FetchSessionPartitionKey {
+	if x != nil {
+		return x.Forgotten
+	}
+	return nil
+}
+
+// FetchSessionPartition is one partition's fetch state: FetchRequest's
+// fields for it.
+type FetchSessionPartition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 16 bytes.
+	TopicId          []byte `protobuf:"bytes,1,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	Partition        int32  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	LeaderEpoch      int32  `protobuf:"varint,3,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	FetchOffset      int64  `protobuf:"varint,4,opt,name=fetch_offset,json=fetchOffset,proto3" json:"fetch_offset,omitempty"`
+	LastFetchedEpoch *int32 `protobuf:"varint,5,opt,name=last_fetched_epoch,json=lastFetchedEpoch,proto3,oneof" json:"last_fetched_epoch,omitempty"`
+	LogStartOffset   int64  `protobuf:"varint,6,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
+	// At most this many bytes of this partition's batches (at least one
+	// whole batch); 0: the leader's default.
+	MaxBytes      int32 `protobuf:"varint,7,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchSessionPartition) Reset() {
+	*x = FetchSessionPartition{}
+	mi := &file_broker_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchSessionPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchSessionPartition) ProtoMessage() {}
+
+func (x *FetchSessionPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_broker_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchSessionPartition.ProtoReflect.Descriptor instead.
+func (*FetchSessionPartition) Descriptor() ([]byte, []int) {
+	return file_broker_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FetchSessionPartition) GetTopicId() []byte {
+	if x != nil {
+		return x.TopicId
+	}
+	return nil
+}
+
+func (x *FetchSessionPartition) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *FetchSessionPartition) GetLeaderEpoch() int32 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
+}
+
+func (x *FetchSessionPartition) GetFetchOffset() int64 {
+	if x != nil {
+		return x.FetchOffset
+	}
+	return 0
+}
+
+func (x *FetchSessionPartition) GetLastFetchedEpoch() int32 {
+	if x != nil && x.LastFetchedEpoch != nil {
+		return *x.LastFetchedEpoch
+	}
+	return 0
+}
+
+func (x *FetchSessionPartition) GetLogStartOffset() int64 {
+	if x != nil {
+		return x.LogStartOffset
+	}
+	return 0
+}
+
+func (x *FetchSessionPartition) GetMaxBytes() int32 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+type FetchSessionPartitionKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TopicId       []byte                 `protobuf:"bytes,1,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchSessionPartitionKey) Reset() {
+	*x = FetchSessionPartitionKey{}
+	mi := &file_broker_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchSessionPartitionKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchSessionPartitionKey) ProtoMessage() {}
+
+func (x *FetchSessionPartitionKey) ProtoReflect() protoreflect.Message {
+	mi := &file_broker_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchSessionPartitionKey.ProtoReflect.Descriptor instead.
+func (*FetchSessionPartitionKey) Descriptor() ([]byte, []int) {
+	return file_broker_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *FetchSessionPartitionKey) GetTopicId() []byte {
+	if x != nil {
+		return x.TopicId
+	}
+	return nil
+}
+
+func (x *FetchSessionPartitionKey) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+type FetchSessionResponse struct {
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	Partitions    []*FetchSessionPartitionData `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchSessionResponse) Reset() {
+	*x = FetchSessionResponse{}
+	mi := &file_broker_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchSessionResponse) ProtoMessage() {}
+
+func (x *FetchSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_broker_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchSessionResponse.ProtoReflect.Descriptor instead.
+func (*FetchSessionResponse) Descriptor() ([]byte, []int) {
+	return file_broker_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *FetchSessionResponse) GetPartitions() []*FetchSessionPartitionData {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// FetchPartitionError is a partition's refusal: what the unary Fetch
+// answers as a status (code, reason, message), with the leader's log
+// bounds for OFFSET_OUT_OF_RANGE.
+type FetchPartitionError struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Code           int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Reason         string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message        string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	LogStartOffset int64                  `protobuf:"varint,4,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
+	LogEndOffset   int64                  `protobuf:"varint,5,opt,name=log_end_offset,json=logEndOffset,proto3" json:"log_end_offset,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *FetchPartitionError) Reset() {
+	*x = FetchPartitionError{}
+	mi := &file_broker_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchPartitionError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchPartitionError) ProtoMessage() {}
+
+func (x *FetchPartitionError) ProtoReflect() protoreflect.Message {
+	mi := &file_broker_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchPartitionError.ProtoReflect.Descriptor instead.
+func (*FetchPartitionError) Descriptor() ([]byte, []int) {
+	return file_broker_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *FetchPartitionError) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *FetchPartitionError) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FetchPartitionError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *FetchPartitionError) GetLogStartOffset() int64 {
+	if x != nil {
+		return x.LogStartOffset
+	}
+	return 0
+}
+
+func (x *FetchPartitionError) GetLogEndOffset() int64 {
+	if x != nil {
+		return x.LogEndOffset
+	}
+	return 0
+}
+
+// FetchSessionPartitionData is FetchResponse for one partition of a session.
+type FetchSessionPartitionData struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	TopicId        []byte                 `protobuf:"bytes,1,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	Partition      int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	HighWatermark  int64                  `protobuf:"varint,3,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
+	LogStartOffset int64                  `protobuf:"varint,4,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
+	LogEndOffset   int64                  `protobuf:"varint,5,opt,name=log_end_offset,json=logEndOffset,proto3" json:"log_end_offset,omitempty"`
+	DivergingEpoch *EpochEndOffset        `protobuf:"bytes,6,opt,name=diverging_epoch,json=divergingEpoch,proto3" json:"diverging_epoch,omitempty"`
+	Error          *FetchPartitionError   `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// Last, so that a leader writes its header and then the batches from its
+	// read buffer as they are.
+	Records       []byte `protobuf:"bytes,8,opt,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchSessionPartitionData) Reset() {
+	*x = FetchSessionPartitionData{}
+	mi := &file_broker_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchSessionPartitionData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchSessionPartitionData) ProtoMessage() {}
+
+func (x *FetchSessionPartitionData) ProtoReflect() protoreflect.Message {
+	mi := &file_broker_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchSessionPartitionData.ProtoReflect.Descriptor instead.
+func (*FetchSessionPartitionData) Descriptor() ([]byte, []int) {
+	return file_broker_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *FetchSessionPartitionData) GetTopicId() []byte {
+	if x != nil {
+		return x.TopicId
+	}
+	return nil
+}
+
+func (x *FetchSessionPartitionData) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *FetchSessionPartitionData) GetHighWatermark() int64 {
+	if x != nil {
+		return x.HighWatermark
+	}
+	return 0
+}
+
+func (x *FetchSessionPartitionData) GetLogStartOffset() int64 {
+	if x != nil {
+		return x.LogStartOffset
+	}
+	return 0
+}
+
+func (x *FetchSessionPartitionData) GetLogEndOffset() int64 {
+	if x != nil {
+		return x.LogEndOffset
+	}
+	return 0
+}
+
+func (x *FetchSessionPartitionData) GetDivergingEpoch() *EpochEndOffset {
+	if x != nil {
+		return x.DivergingEpoch
+	}
+	return nil
+}
+
+func (x *FetchSessionPartitionData) GetError() *FetchPartitionError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *FetchSessionPartitionData) GetRecords() []byte {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
 var File_broker_proto protoreflect.FileDescriptor
 
 const file_broker_proto_rawDesc = "" +
@@ -794,11 +1260,53 @@ const file_broker_proto_rawDesc = "" +
 	"\rleader_damage\x18\n" +
 	" \x01(\tR\fleaderDamage\x12(\n" +
 	"\x10log_start_offset\x18\v \x01(\x03R\x0elogStartOffset\x12$\n" +
-	"\x0elog_end_offset\x18\f \x01(\x03R\flogEndOffset2\xc9\x01\n" +
+	"\x0elog_end_offset\x18\f \x01(\x03R\flogEndOffset\"\x95\x02\n" +
+	"\x13FetchSessionRequest\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\x05R\treplicaId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x03R\vbrokerEpoch\x12\x1e\n" +
+	"\vmax_wait_ms\x18\x03 \x01(\x05R\tmaxWaitMs\x12\x1b\n" +
+	"\tmax_bytes\x18\x04 \x01(\x05R\bmaxBytes\x12>\n" +
+	"\n" +
+	"partitions\x18\x05 \x03(\v2\x1e.keel.v1.FetchSessionPartitionR\n" +
+	"partitions\x12?\n" +
+	"\tforgotten\x18\x06 \x03(\v2!.keel.v1.FetchSessionPartitionKeyR\tforgotten\"\xa7\x02\n" +
+	"\x15FetchSessionPartition\x12\x19\n" +
+	"\btopic_id\x18\x01 \x01(\fR\atopicId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12!\n" +
+	"\fleader_epoch\x18\x03 \x01(\x05R\vleaderEpoch\x12!\n" +
+	"\ffetch_offset\x18\x04 \x01(\x03R\vfetchOffset\x121\n" +
+	"\x12last_fetched_epoch\x18\x05 \x01(\x05H\x00R\x10lastFetchedEpoch\x88\x01\x01\x12(\n" +
+	"\x10log_start_offset\x18\x06 \x01(\x03R\x0elogStartOffset\x12\x1b\n" +
+	"\tmax_bytes\x18\a \x01(\x05R\bmaxBytesB\x15\n" +
+	"\x13_last_fetched_epoch\"S\n" +
+	"\x18FetchSessionPartitionKey\x12\x19\n" +
+	"\btopic_id\x18\x01 \x01(\fR\atopicId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\"Z\n" +
+	"\x14FetchSessionResponse\x12B\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v2\".keel.v1.FetchSessionPartitionDataR\n" +
+	"partitions\"\xab\x01\n" +
+	"\x13FetchPartitionError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12(\n" +
+	"\x10log_start_offset\x18\x04 \x01(\x03R\x0elogStartOffset\x12$\n" +
+	"\x0elog_end_offset\x18\x05 \x01(\x03R\flogEndOffset\"\xdb\x02\n" +
+	"\x19FetchSessionPartitionData\x12\x19\n" +
+	"\btopic_id\x18\x01 \x01(\fR\atopicId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12%\n" +
+	"\x0ehigh_watermark\x18\x03 \x01(\x03R\rhighWatermark\x12(\n" +
+	"\x10log_start_offset\x18\x04 \x01(\x03R\x0elogStartOffset\x12$\n" +
+	"\x0elog_end_offset\x18\x05 \x01(\x03R\flogEndOffset\x12@\n" +
+	"\x0fdiverging_epoch\x18\x06 \x01(\v2\x17.keel.v1.EpochEndOffsetR\x0edivergingEpoch\x122\n" +
+	"\x05error\x18\a \x01(\v2\x1c.keel.v1.FetchPartitionErrorR\x05error\x12\x18\n" +
+	"\arecords\x18\b \x01(\fR\arecords2\x9a\x02\n" +
 	"\rBrokerService\x12<\n" +
 	"\aInspect\x12\x17.keel.v1.InspectRequest\x1a\x18.keel.v1.InspectResponse\x126\n" +
 	"\x05Fetch\x12\x15.keel.v1.FetchRequest\x1a\x16.keel.v1.FetchResponse\x12B\n" +
-	"\tScrubLogs\x12\x19.keel.v1.ScrubLogsRequest\x1a\x1a.keel.v1.ScrubLogsResponseB'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
+	"\tScrubLogs\x12\x19.keel.v1.ScrubLogsRequest\x1a\x1a.keel.v1.ScrubLogsResponse\x12O\n" +
+	"\fFetchSession\x12\x1c.keel.v1.FetchSessionRequest\x1a\x1d.keel.v1.FetchSessionResponse(\x010\x01B'Z%github.com/keel-dev/keel/proto/keelpbb\x06proto3"
 
 var (
 	file_broker_proto_rawDescOnce sync.Once
@@ -812,33 +1320,46 @@ func file_broker_proto_rawDescGZIP() []byte {
 	return file_broker_proto_rawDescData
 }
 
-var file_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_broker_proto_goTypes = []any{
-	(*FetchRequest)(nil),      // 0: keel.v1.FetchRequest
-	(*EpochEndOffset)(nil),    // 1: keel.v1.EpochEndOffset
-	(*FetchResponse)(nil),     // 2: keel.v1.FetchResponse
-	(*InspectRequest)(nil),    // 3: keel.v1.InspectRequest
-	(*InspectResponse)(nil),   // 4: keel.v1.InspectResponse
-	(*ReplicaState)(nil),      // 5: keel.v1.ReplicaState
-	(*ScrubLogsRequest)(nil),  // 6: keel.v1.ScrubLogsRequest
-	(*ScrubLogsResponse)(nil), // 7: keel.v1.ScrubLogsResponse
-	(*ScrubbedLog)(nil),       // 8: keel.v1.ScrubbedLog
+	(*FetchRequest)(nil),              // 0: keel.v1.FetchRequest
+	(*EpochEndOffset)(nil),            // 1: keel.v1.EpochEndOffset
+	(*FetchResponse)(nil),             // 2: keel.v1.FetchResponse
+	(*InspectRequest)(nil),            // 3: keel.v1.InspectRequest
+	(*InspectResponse)(nil),           // 4: keel.v1.InspectResponse
+	(*ReplicaState)(nil),              // 5: keel.v1.ReplicaState
+	(*ScrubLogsRequest)(nil),          // 6: keel.v1.ScrubLogsRequest
+	(*ScrubLogsResponse)(nil),         // 7: keel.v1.ScrubLogsResponse
+	(*ScrubbedLog)(nil),               // 8: keel.v1.ScrubbedLog
+	(*FetchSessionRequest)(nil),       // 9: keel.v1.FetchSessionRequest
+	(*FetchSessionPartition)(nil),     // 10: keel.v1.FetchSessionPartition
+	(*FetchSessionPartitionKey)(nil),  // 11: keel.v1.FetchSessionPartitionKey
+	(*FetchSessionResponse)(nil),      // 12: keel.v1.FetchSessionResponse
+	(*FetchPartitionError)(nil),       // 13: keel.v1.FetchPartitionError
+	(*FetchSessionPartitionData)(nil), // 14: keel.v1.FetchSessionPartitionData
 }
 var file_broker_proto_depIdxs = []int32{
-	1, // 0: keel.v1.FetchResponse.diverging_epoch:type_name -> keel.v1.EpochEndOffset
-	5, // 1: keel.v1.InspectResponse.partitions:type_name -> keel.v1.ReplicaState
-	8, // 2: keel.v1.ScrubLogsResponse.logs:type_name -> keel.v1.ScrubbedLog
-	3, // 3: keel.v1.BrokerService.Inspect:input_type -> keel.v1.InspectRequest
-	0, // 4: keel.v1.BrokerService.Fetch:input_type -> keel.v1.FetchRequest
-	6, // 5: keel.v1.BrokerService.ScrubLogs:input_type -> keel.v1.ScrubLogsRequest
-	4, // 6: keel.v1.BrokerService.Inspect:output_type -> keel.v1.InspectResponse
-	2, // 7: keel.v1.BrokerService.Fetch:output_type -> keel.v1.FetchResponse
-	7, // 8: keel.v1.BrokerService.ScrubLogs:output_type -> keel.v1.ScrubLogsResponse
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	1,  // 0: keel.v1.FetchResponse.diverging_epoch:type_name -> keel.v1.EpochEndOffset
+	5,  // 1: keel.v1.InspectResponse.partitions:type_name -> keel.v1.ReplicaState
+	8,  // 2: keel.v1.ScrubLogsResponse.logs:type_name -> keel.v1.ScrubbedLog
+	10, // 3: keel.v1.FetchSessionRequest.partitions:type_name -> keel.v1.FetchSessionPartition
+	11, // 4: keel.v1.FetchSessionRequest.forgotten:type_name -> keel.v1.FetchSessionPartitionKey
+	14, // 5: keel.v1.FetchSessionResponse.partitions:type_name -> keel.v1.FetchSessionPartitionData
+	1,  // 6: keel.v1.FetchSessionPartitionData.diverging_epoch:type_name -> keel.v1.EpochEndOffset
+	13, // 7: keel.v1.FetchSessionPartitionData.error:type_name -> keel.v1.FetchPartitionError
+	3,  // 8: keel.v1.BrokerService.Inspect:input_type -> keel.v1.InspectRequest
+	0,  // 9: keel.v1.BrokerService.Fetch:input_type -> keel.v1.FetchRequest
+	6,  // 10: keel.v1.BrokerService.ScrubLogs:input_type -> keel.v1.ScrubLogsRequest
+	9,  // 11: keel.v1.BrokerService.FetchSession:input_type -> keel.v1.FetchSessionRequest
+	4,  // 12: keel.v1.BrokerService.Inspect:output_type -> keel.v1.InspectResponse
+	2,  // 13: keel.v1.BrokerService.Fetch:output_type -> keel.v1.FetchResponse
+	7,  // 14: keel.v1.BrokerService.ScrubLogs:output_type -> keel.v1.ScrubLogsResponse
+	12, // 15: keel.v1.BrokerService.FetchSession:output_type -> keel.v1.FetchSessionResponse
+	12, // [12:16] is the sub-list for method output_type
+	8,  // [8:12] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_broker_proto_init() }
@@ -847,13 +1368,14 @@ func file_broker_proto_init() {
 		return
 	}
 	file_broker_proto_msgTypes[0].OneofWrappers = []any{}
+	file_broker_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_broker_proto_rawDesc), len(file_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,9 +21,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BrokerService_Inspect_FullMethodName   = "/keel.v1.BrokerService/Inspect"
-	BrokerService_Fetch_FullMethodName     = "/keel.v1.BrokerService/Fetch"
-	BrokerService_ScrubLogs_FullMethodName = "/keel.v1.BrokerService/ScrubLogs"
+	BrokerService_Inspect_FullMethodName      = "/keel.v1.BrokerService/Inspect"
+	BrokerService_Fetch_FullMethodName        = "/keel.v1.BrokerService/Fetch"
+	BrokerService_ScrubLogs_FullMethodName    = "/keel.v1.BrokerService/ScrubLogs"
+	BrokerService_FetchSession_FullMethodName = "/keel.v1.BrokerService/FetchSession"
 )
 
 // BrokerServiceClient is the client API for BrokerService service.
@@ -43,6 +44,16 @@ type BrokerServiceClient interface {
 	// keel broker scrub. A follower's damaged log is cut where the good log
 	// ends and fetched again from its leader.
 	ScrubLogs(ctx context.Context, in *ScrubLogsRequest, opts ...grpc.CallOption) (*ScrubLogsResponse, error)
+	// FetchSession is one follower broker fetching every partition it
+	// follows from this leader on one stream (Kafka's fetcher thread with an
+	// incremental fetch session, KIP-227): the stream is the session. The
+	// first request lists every partition; each later one, sent after an
+	// answer, only those added or changed and those forgotten. Each answer
+	// holds only the partitions with news (records, or a high watermark, log
+	// start or error other than last sent), waiting up to max_wait_ms for
+	// some. The stream fails only for a bad request or a follower that is not
+	// a registered broker; a partition's refusal is its error.
+	FetchSession(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[FetchSessionRequest, FetchSessionResponse], error)
 }
 
 type brokerServiceClient struct {
@@ -83,6 +94,19 @@ func (c *brokerServiceClient) ScrubLogs(ctx context.Context, in *ScrubLogsReques
 	return out, nil
 }
 
+func (c *brokerServiceClient) FetchSession(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[FetchSessionRequest, FetchSessionResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &BrokerService_ServiceDesc.Streams[0], BrokerService_FetchSession_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FetchSessionRequest, FetchSessionResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BrokerService_FetchSessionClient = grpc.BidiStreamingClient[FetchSessionRequest, FetchSessionResponse]
+
 // BrokerServiceServer is the server API for BrokerService service.
 // All implementations must embed UnimplementedBrokerServiceServer
 // for forward compatibility.
@@ -100,6 +124,16 @@ type BrokerServiceServer interface {
 	// keel broker scrub. A follower's damaged log is cut where the good log
 	// ends and fetched again from its leader.
 	ScrubLogs(context.Context, *ScrubLogsRequest) (*ScrubLogsResponse, error)
+	// FetchSession is one follower broker fetching every partition it
+	// follows from this leader on one stream (Kafka's fetcher thread with an
+	// incremental fetch session, KIP-227): the stream is the session. The
+	// first request lists every partition; each later one, sent after an
+	// answer, only those added or changed and those forgotten. Each answer
+	// holds only the partitions with news (records, or a high watermark, log
+	// start or error other than last sent), waiting up to max_wait_ms for
+	// some. The stream fails only for a bad request or a follower that is not
+	// a registered broker; a partition's refusal is its error.
+	FetchSession(grpc.BidiStreamingServer[FetchSessionRequest, FetchSessionResponse]) error
 	mustEmbedUnimplementedBrokerServiceServer()
 }
 
@@ -118,6 +152,9 @@ func (UnimplementedBrokerServiceServer) Fetch(context.Context, *FetchRequest) (*
 }
 func (UnimplementedBrokerServiceServer) ScrubLogs(context.Context, *ScrubLogsRequest) (*ScrubLogsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ScrubLogs not implemented")
+}
+func (UnimplementedBrokerServiceServer) FetchSession(grpc.BidiStreamingServer[FetchSessionRequest, FetchSessionResponse]) error {
+	return status.Error(codes.Unimplemented, "method FetchSession not implemented")
 }
 func (UnimplementedBrokerServiceServer) mustEmbedUnimplementedBrokerServiceServer() {}
 func (UnimplementedBrokerServiceServer) testEmbeddedByValue()                       {}
@@ -194,6 +231,13 @@ func _BrokerService_ScrubLogs_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BrokerService_FetchSession_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(BrokerServiceServer).FetchSession(&grpc.GenericServerStream[FetchSessionRequest, FetchSessionResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BrokerService_FetchSessionServer = grpc.BidiStreamingServer[FetchSessionRequest, FetchSessionResponse]
+
 // BrokerService_ServiceDesc is the grpc.ServiceDesc for BrokerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -214,6 +258,13 @@ var BrokerService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _BrokerService_ScrubLogs_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "FetchSession",
+			Handler:       _BrokerService_FetchSession_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "broker.proto",
 }

@@ -34,11 +34,15 @@ var bufferPool = func() mem.BufferPool {
 }()
 
 // PooledDialOptions give a client Keel's buffer pool and codec
-// (bufferPool); the clients this package builds have them already.
+// (bufferPool), and its windows and write buffer (streamWindow); the
+// clients this package builds have them already.
 func PooledDialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		experimental.WithBufferPool(bufferPool),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(pooledCodec{})),
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
+		grpc.WithWriteBufferSize(writeBufferBytes),
 	}
 }
 
@@ -99,3 +103,19 @@ func withBytes(data mem.BufferSlice, f func([]byte) error) error {
 	defer buf.Free()
 	return f(buf.ReadOnlyData())
 }
+
+// Flow control and write buffering of every Keel connection. gRPC's
+// defaults (64 KiB windows that its BDP estimator grows only after some
+// round trips, and a 32 KiB write buffer) cut a 400 KB metadata push or a
+// multi-MB fetch answer into many window waits and write syscalls: on the
+// active controller, writing one push to each of 100 brokers was a third
+// of its CPU during a million partitions' creation. Fixed windows of a
+// fetch answer's order (the answer budget is 10 MiB by default) and a
+// larger write buffer took 12 % off the controllers' CPU there and 11 %
+// off the brokers' CPU per GB acknowledged (keel bench, 2026-12-06). The
+// windows bound what a peer may send ahead, not what is allocated.
+const (
+	streamWindow     = 4 << 20
+	connWindow       = 16 << 20
+	writeBufferBytes = 256 << 10
+)

@@ -98,6 +98,9 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 		grpc.MaxConcurrentStreams(uint32(limits.StreamsPerConn)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
 		experimental.BufferPool(bufferPool),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+		grpc.WriteBufferSize(writeBufferBytes),
 	}, serverCallOptions(o)...)
 }
 

@@ -267,11 +267,11 @@ func (s *leaderSession) build(note bool, budget int) {
 	// One look at the replicas for the round; then each replica's own
 	// lock, one at a time, for its checks.
 	s.found = s.found[:0]
-	m.mu.Lock()
+	m.mu.RLock()
 	for i := range n {
 		s.found = append(s.found, m.replicas[s.parts[(s.next+i)%n].tp])
 	}
-	m.mu.Unlock()
+	m.mu.RUnlock()
 	for i, r := range s.found {
 		sp := s.parts[(s.next+i)%n]
 		if r != sp.watched {

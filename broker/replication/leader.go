@@ -138,9 +138,9 @@ type partitionFetch struct {
 
 // fetched finds the replica a follower fetches.
 func (m *Manager) fetched(tp broker.TopicPartition) (*replica, error) {
-	m.mu.Lock()
+	m.mu.RLock()
 	r := m.replicas[tp]
-	m.mu.Unlock()
+	m.mu.RUnlock()
 	if r == nil {
 		return nil, notHeld(m.self, tp)
 	}

@@ -62,8 +62,8 @@ type Manager struct {
 	// replica's mu, then alterMu; no goroutine holds two replicas' mu at
 	// once, and a fetcher's and the throttles' locks are taken last. The
 	// hot paths (a produce, a fetch session's round, a follower applying
-	// an answer) take mu at most to look replicas up.
-	mu          sync.Mutex
+	// an answer) take mu at most shared, to look replicas up.
+	mu          sync.RWMutex
 	replicas    map[broker.TopicPartition]*replica
 	byName      map[string]fsm.TopicID // topics held, for Produce and Fetch by name
 	strayDone   bool

@@ -55,8 +55,8 @@ func (m *Manager) leading(r *replica, topic string, partition int32, currentLead
 // kerr.NotLeaderForPartition if the partition exists but has no replica
 // here, kerr.UnknownTopicOrPartition if it does not exist.
 func (m *Manager) replicaOf(topic string, partition int32) (*replica, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	id, ok := m.byName[topic]
 	if !ok {
 		if _, known := m.img.Load().Topic(topic); known {
@@ -266,10 +266,10 @@ func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, curr
 // under the replica's lock and must not block. A partition with no replica
 // here is never woken, and its stop does nothing.
 func (m *Manager) Watch(topic string, partition int32, wake func()) (stop func()) {
-	m.mu.Lock()
+	m.mu.RLock()
 	id, named := m.byName[topic]
 	r := m.replicas[broker.TopicPartition{TopicID: id, Partition: partition}]
-	m.mu.Unlock()
+	m.mu.RUnlock()
 	if !named || r == nil {
 		return func() {}
 	}

@@ -447,23 +447,24 @@ func (m *Manager) logConfig(img *fsm.Image, id fsm.TopicID) (partlog.Config, seg
 	return cfg, sc
 }
 
-// open returns the replica of p, opening its log the first time. The caller
-// holds mu. A log that cannot be opened leaves the replica out: the broker
-// then does not serve it (Kafka marks its log dir offline).
+// open returns the replica of p, opening its log the first time. The log
+// is opened outside mu, which produces and fetches of the other replicas
+// take: recovering a log (after a crash, every unflushed segment is read)
+// may take seconds. Role changes come one at a time (the agent's), so no
+// other open of the same log runs meanwhile. A log that cannot be opened
+// leaves the replica out: the broker then does not serve it (Kafka marks
+// its log dir offline).
 func (m *Manager) open(p broker.PartitionState) (*replica, error) {
 	tp := broker.TopicPartition{TopicID: p.TopicID, Partition: p.Partition}
+	m.mu.Lock()
 	if r, ok := m.replicas[tp]; ok {
-		if p.Topic != "" {
-			if r.topic != p.Topic {
-				r.mu.Lock()
-				r.topic = p.Topic
-				r.mu.Unlock()
-			}
-			m.byName[p.Topic] = p.TopicID
-		}
+		m.named(r, p)
+		m.mu.Unlock()
 		return r, nil
 	}
-	if m.closed {
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
 		return nil, errors.New("replication: closed")
 	}
 	cfg, sc := m.logConfig(m.img.Load(), p.TopicID)
@@ -471,13 +472,31 @@ func (m *Manager) open(p broker.PartitionState) (*replica, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		// Close has closed the logs it held; this one is closed here.
+		l.Close()
+		return nil, errors.New("replication: closed")
+	}
 	r := &replica{tp: tp, topic: p.Topic, log: l, role: broker.RoleStopped, leader: fsm.NoLeader,
 		hw: l.HighWatermark(), checkpointed: l.HighWatermark(), changed: make(chan struct{}), segments: sc}
 	m.replicas[tp] = r
-	if p.Topic != "" {
-		m.byName[p.Topic] = p.TopicID
-	}
+	m.named(r, p)
 	return r, nil
+}
+
+// named records p's topic name for r. The caller holds mu.
+func (m *Manager) named(r *replica, p broker.PartitionState) {
+	if p.Topic == "" {
+		return
+	}
+	if r.topic != p.Topic {
+		r.mu.Lock()
+		r.topic = p.Topic
+		r.mu.Unlock()
+	}
+	m.byName[p.Topic] = p.TopicID
 }
 
 // reset ends the replica's current role: its fetch loop, its followers, its
@@ -504,9 +523,7 @@ func (m *Manager) reset(r *replica) {
 // high watermark stays where it was, maybe behind, until the followers
 // report their log ends.
 func (m *Manager) BecomeLeader(p broker.PartitionState) {
-	m.mu.Lock()
 	r, err := m.open(p)
-	m.mu.Unlock()
 	if err != nil {
 		m.log.Error("cannot open a replica's log; not leading it", "topic", p.Topic, "partition", p.Partition, "err", err)
 		return
@@ -568,9 +585,7 @@ func (m *Manager) BecomeLeader(p broker.PartitionState) {
 // new to it (each new epoch starts with a fetch that may find the logs
 // diverging, KAFKA-7164).
 func (m *Manager) BecomeFollower(p broker.PartitionState) {
-	m.mu.Lock()
 	r, err := m.open(p)
-	m.mu.Unlock()
 	if err != nil {
 		m.log.Error("cannot open a replica's log; not following", "topic", p.Topic, "partition", p.Partition, "err", err)
 		return

@@ -24,23 +24,21 @@ import (
 // moves only up to the high watermark: what a consumer may not read yet is
 // not the client's to delete (Kafka's maybeIncrementLogStartOffset).
 func (m *Manager) DeleteRecords(topic string, partition int32, offset int64) (func(ctx context.Context) (int64, error), error) {
-	m.mu.Lock()
-	r, err := m.leaderOf(topic, partition, -1)
-	m.mu.Unlock()
+	r, err := m.replicaOf(topic, partition)
 	if err != nil {
 		return nil, err
 	}
 	// As Kafka holds leaderIsrUpdateLock: the log start moves under the
 	// leadership it was checked for.
 	r.roleMu.RLock()
-	m.mu.Lock()
-	if r.role != broker.RoleLeader {
-		m.mu.Unlock()
+	r.mu.Lock()
+	if err := m.leading(r, topic, partition, -1); err != nil {
+		r.mu.Unlock()
 		r.roleMu.RUnlock()
-		return nil, fmt.Errorf("%w: broker %d no longer leads %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
+		return nil, err
 	}
 	hw, gen := r.hw, r.gen
-	m.mu.Unlock()
+	r.mu.Unlock()
 	to := offset
 	if offset == -1 {
 		to = hw
@@ -59,10 +57,10 @@ func (m *Manager) DeleteRecords(topic string, partition int32, offset int64) (fu
 		return nil, fmt.Errorf("%w: %s/%d: %v", kerr.KafkaStorageError, topic, partition, err)
 	}
 	m.log.Info("deleted records", "topic", topic, "partition", partition, "log_start_offset", r.log.LogStartOffset())
-	m.mu.Lock()
+	r.mu.Lock()
 	// Followers waiting in a fetch wake, and carry the new start home.
 	r.notify()
-	m.mu.Unlock()
+	r.mu.Unlock()
 	return func(ctx context.Context) (int64, error) {
 		return m.awaitLowWatermark(ctx, r, gen, to, topic, partition)
 	}, nil
@@ -72,17 +70,21 @@ func (m *Manager) DeleteRecords(topic string, partition int32, offset int64) (fu
 // DelayedDeleteRecords): it looks once even if ctx has ended.
 func (m *Manager) awaitLowWatermark(ctx context.Context, r *replica, gen uint64, to int64, topic string, partition int32) (int64, error) {
 	for {
+		// Taken before the look, so that an image after it wakes this.
 		m.mu.Lock()
+		imaged := m.imaged
+		m.mu.Unlock()
+		r.mu.Lock()
 		if r.gen != gen {
-			m.mu.Unlock()
+			r.mu.Unlock()
 			return -1, fmt.Errorf("%w: %s/%d: the leadership moved before the replicas deleted up to %d", kerr.NotLeaderForPartition, topic, partition, to)
 		}
 		if low := m.lowWatermark(r); low >= to {
-			m.mu.Unlock()
+			r.mu.Unlock()
 			return low, nil
 		}
-		changed, imaged := r.changed, m.imaged
-		m.mu.Unlock()
+		changed := r.changed
+		r.mu.Unlock()
 		select {
 		case <-changed:
 		case <-imaged:
@@ -98,7 +100,7 @@ func (m *Manager) awaitLowWatermark(ctx context.Context, r *replica, gen uint64,
 // lowWatermark is the smallest log start of the leader and of each other
 // replica the partition now assigns to a live (registered, unfenced)
 // broker, as its last fetch at this epoch said; -1 while one has not
-// fetched (Kafka's lowWatermarkIfLeader). The caller holds mu.
+// fetched (Kafka's lowWatermarkIfLeader). The caller holds r.mu.
 func (m *Manager) lowWatermark(r *replica) int64 {
 	img := m.img.Load()
 	low := r.log.LogStartOffset()
@@ -136,10 +138,12 @@ func (m *Manager) LogDirs() []broker.LogDir {
 	m.mu.Lock()
 	rs := make([]held, 0, len(m.replicas))
 	for _, r := range m.replicas {
+		r.mu.Lock()
 		hw := r.hw
 		if r.role == broker.RoleFollower {
 			hw = r.leaderHW
 		}
+		r.mu.Unlock()
 		rs = append(rs, held{r: r, hw: hw})
 	}
 	m.mu.Unlock()
@@ -157,9 +161,7 @@ func (m *Manager) LogDirs() []broker.LogDir {
 // leader or follower (followers keep them from the replicated batch
 // headers, for when they lead).
 func (m *Manager) Producers(topic string, partition int32) ([]broker.ProducerState, error) {
-	m.mu.Lock()
 	r, err := m.replicaOf(topic, partition)
-	m.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}

@@ -114,9 +114,9 @@ func (m *Manager) cleanDirtiest() bool {
 		if !ok {
 			continue
 		}
-		m.mu.Lock()
+		r.mu.Lock()
 		hw := r.hw
-		m.mu.Unlock()
+		r.mu.Unlock()
 		ratio, dirty := r.log.DirtyRatio(now, c, hw)
 		maxRatio = max(maxRatio, ratio)
 		if dirty > 0 && ratio >= c.MinCleanableRatio && ratio > bestRatio {

@@ -35,6 +35,12 @@
 //     the leader's at once and answers once every live replica's has
 //     followed (Kafka's DelayedDeleteRecords).
 //
+// Each replica's role state (its role, high watermark, followers, ISR
+// change) has a lock of its own, so that one partition's produces, fetches
+// and ISR changes never wait for another's; the Manager's lock covers only
+// which replicas it holds, the connections and the fetchers (Manager.mu
+// gives the lock order).
+//
 // Errors of Produce, Fetch, ListOffsets and OffsetForLeaderEpoch are
 // franz-go's kerr values (wrapped: find them with errors.As), the codes a
 // Kafka listener answers.

@@ -56,8 +56,8 @@ type sentState struct {
 }
 
 // follow makes r, of the current generation, fetch from leader at epoch on
-// this broker's fetcher for that leader. The caller holds mu (and r's
-// roleMu), and reset stops it.
+// this broker's fetcher for that leader. The caller holds r.roleMu, mu and
+// r.mu, and reset stops it.
 func (m *Manager) follow(r *replica, leader, epoch int32) {
 	f := m.fetchers[leader]
 	if f == nil {

@@ -47,6 +47,9 @@ type leaderSession struct {
 	poke  func()
 	w     answerWriter
 	reads []sessionRead
+	// found are the replicas of the round's partitions, looked up
+	// together.
+	found []*replica
 	// throttled is the shortest time a replica skipped this round
 	// waits for the leader quota (0: none skipped).
 	throttled time.Duration
@@ -66,7 +69,7 @@ type sessionPart struct {
 }
 
 // sessionRead is a partition to read in this round, with what the checks
-// found under mu.
+// found under the replica's mu.
 type sessionRead struct {
 	sp  *sessionPart
 	r   *replica
@@ -195,13 +198,12 @@ func (s *leaderSession) close() {
 }
 
 func (s *leaderSession) unwatch(sp *sessionPart) {
-	if sp.watched == nil {
-		return
+	if r := sp.watched; r != nil {
+		r.mu.Lock()
+		delete(r.watches, &s.poke)
+		r.mu.Unlock()
+		sp.watched = nil
 	}
-	s.m.mu.Lock()
-	delete(sp.watched.watches, &s.poke)
-	s.m.mu.Unlock()
-	sp.watched = nil
 }
 
 // answer sends the session's news, waiting up to wait for some, or until
@@ -262,22 +264,34 @@ func (s *leaderSession) build(note bool, budget int) {
 	img := m.img.Load()
 	s.reads, s.throttled = s.reads[:0], 0
 	n := len(s.parts)
-	m.mu.Lock()
+	// One look at the replicas for the round; then each replica's own
+	// lock, one at a time, for its checks.
+	s.found = s.found[:0]
+	m.mu.RLock()
 	for i := range n {
+		s.found = append(s.found, m.replicas[s.parts[(s.next+i)%n].tp])
+	}
+	m.mu.RUnlock()
+	for i, r := range s.found {
 		sp := s.parts[(s.next+i)%n]
-		r, div, leo, err := m.checkFetch(img, s.from, s.brokerEpoch, &sp.partitionFetch)
 		if r != sp.watched {
-			if sp.watched != nil {
-				delete(sp.watched.watches, &s.poke)
+			s.unwatch(sp)
+		}
+		if r == nil {
+			s.addError(sp, notHeld(m.self, sp.tp))
+			continue
+		}
+		r.mu.Lock()
+		if sp.watched == nil {
+			// Watched before the checks: a change after them wakes the
+			// wait.
+			if r.watches == nil {
+				r.watches = map[*func()]struct{}{}
 			}
-			if r != nil {
-				if r.watches == nil {
-					r.watches = map[*func()]struct{}{}
-				}
-				r.watches[&s.poke] = struct{}{}
-			}
+			r.watches[&s.poke] = struct{}{}
 			sp.watched = r
 		}
+		div, leo, err := m.checkFetch(img, r, s.from, s.brokerEpoch, &sp.partitionFetch)
 		switch {
 		case err != nil:
 			s.addError(sp, err)
@@ -293,8 +307,9 @@ func (s *leaderSession) build(note bool, budget int) {
 			}
 			s.reads = append(s.reads, sessionRead{sp: sp, r: r, hw: r.hw, leo: leo})
 		}
+		r.mu.Unlock()
 	}
-	m.mu.Unlock()
+	clear(s.found)
 	if n > 0 {
 		s.next = (s.next + 1) % n
 	}

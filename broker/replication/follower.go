@@ -181,9 +181,9 @@ func (m *Manager) followLogStart(r *replica, leaderStart int64) error {
 		return fmt.Errorf("moving the log start to the leader's %d: %w", to, err)
 	}
 	m.log.Debug("moved a follower's log start to its leader's", "topic", r.topic, "partition", r.tp.Partition, "log_start_offset", to)
-	m.mu.Lock()
+	r.mu.Lock()
 	r.notify()
-	m.mu.Unlock()
+	r.mu.Unlock()
 	return nil
 }
 
@@ -242,24 +242,24 @@ func (m *Manager) outOfRange(r *replica, gen uint64, offset int64, err error) er
 	default:
 		return err
 	}
-	m.mu.Lock()
+	r.mu.Lock()
 	r.hw = min(r.hw, r.log.LogEndOffset())
-	m.mu.Unlock()
+	r.mu.Unlock()
 	return nil
 }
 
 // current reports whether r still has the role of generation gen.
 func (m *Manager) current(r *replica, gen uint64) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return r.gen == gen && r.role == broker.RoleFollower
 }
 
 // followerHW sets a follower's high watermark: the leader's, at most its
 // own log end (Kafka's follower rule).
 func (m *Manager) followerHW(r *replica, leaderHW int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.leaderHW = leaderHW
 	if hw := min(leaderHW, r.log.LogEndOffset()); hw != r.hw {
 		r.hw = hw
@@ -271,8 +271,8 @@ func (m *Manager) followerHW(r *replica, leaderHW int64) {
 // normal for a moment after a leader change: the next BecomeFollower
 // brings the new one).
 func (m *Manager) noteFetch(r *replica, gen uint64, leader, epoch int32, err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.gen != gen {
 		return
 	}

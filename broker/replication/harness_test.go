@@ -340,9 +340,9 @@ func (e *env) replica(id int32) *replica {
 func (e *env) fetch(id int32) error {
 	e.t.Helper()
 	m, r := e.ms[id], e.replica(id)
-	m.mu.Lock()
+	r.mu.Lock()
 	gen, leader, epoch, role := r.gen, r.leader, r.leaderEpoch, r.role
-	m.mu.Unlock()
+	r.mu.Unlock()
 	if role != broker.RoleFollower {
 		e.t.Fatalf("broker %d is %s, not a follower", id, role)
 	}

@@ -19,7 +19,7 @@ type alterState struct {
 }
 
 // maybeAlter queues an ISR change for a led partition if one is due and
-// none is in progress. The caller holds mu.
+// none is in progress. The caller holds r.mu.
 func (m *Manager) maybeAlter(r *replica, now time.Time) {
 	if r.role != broker.RoleLeader || r.alter.queued || r.sending {
 		return
@@ -35,13 +35,17 @@ func (m *Manager) maybeAlter(r *replica, now time.Time) {
 			return
 		}
 		r.alter, r.inflight = alterState{}, nil
+		m.alterMu.Lock()
 		delete(m.waiting, r.tp)
+		m.alterMu.Unlock()
 	}
 	if isr, _ := m.desiredISR(p, r, img, now); isr == nil {
 		return
 	}
 	r.alter.queued = true
+	m.alterMu.Lock()
 	m.queue = append(m.queue, r.tp)
+	m.alterMu.Unlock()
 	select {
 	case m.wake <- struct{}{}:
 	default:
@@ -56,7 +60,7 @@ func (m *Manager) maybeAlter(r *replica, now time.Time) {
 // ISR unchanged, to confirm its recovery (KIP-704: its leader has nothing to
 // recover, as Kafka's leaders today). Nothing is wanted while this broker
 // itself may not lead (fenced or in controlled shutdown). The caller holds
-// mu.
+// r.mu.
 func (m *Manager) desiredISR(p *fsm.Partition, r *replica, img *fsm.Image, now time.Time) ([]int32, []int64) {
 	eligible := func(id int32) bool {
 		b, ok := img.Broker(id)
@@ -131,13 +135,13 @@ func (m *Manager) inSync(r *replica, id int32, img *fsm.Image, now time.Time) bo
 // checkLag looks at every led partition: ISR members that fell behind go,
 // and changes that waited for a retry time may go on.
 func (m *Manager) checkLag() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	now := m.clock.Now()
-	for _, r := range m.replicas {
+	for _, r := range m.logs() {
+		r.mu.Lock()
 		if r.role == broker.RoleLeader {
 			m.maybeAlter(r, now)
 		}
+		r.mu.Unlock()
 	}
 }
 
@@ -157,28 +161,35 @@ func (m *Manager) runSender() {
 // sendOne sends the first queued ISR change, decided afresh from the latest
 // image, and handles the answer. It reports whether the queue had one.
 func (m *Manager) sendOne(ctx context.Context) bool {
-	m.mu.Lock()
+	m.alterMu.Lock()
 	if len(m.queue) == 0 {
-		m.mu.Unlock()
+		m.alterMu.Unlock()
 		return false
 	}
 	tp := m.queue[0]
 	m.queue = slices.Delete(m.queue, 0, 1)
+	m.alterMu.Unlock()
+	m.mu.Lock()
 	r := m.replicas[tp]
-	if r == nil || !r.alter.queued {
-		m.mu.Unlock()
+	m.mu.Unlock()
+	if r == nil {
+		return true
+	}
+	r.mu.Lock()
+	if !r.alter.queued {
+		r.mu.Unlock()
 		return true
 	}
 	r.alter.queued = false
 	img := m.img.Load()
 	p, ok := img.Partition(tp.TopicID, tp.Partition)
 	if r.role != broker.RoleLeader || !ok || p.Leader != m.self || p.LeaderEpoch != r.leaderEpoch {
-		m.mu.Unlock()
+		r.mu.Unlock()
 		return true
 	}
 	isr, epochs := m.desiredISR(p, r, img, m.clock.Now())
 	if isr == nil {
-		m.mu.Unlock()
+		r.mu.Unlock()
 		return true
 	}
 	change := broker.ISRChange{TopicID: tp.TopicID, Partition: tp.Partition, LeaderEpoch: r.leaderEpoch,
@@ -187,38 +198,49 @@ func (m *Manager) sendOne(ctx context.Context) bool {
 	gen, sentAt := r.gen, img.Offset
 	m.log.Info("changing ISR", "topic", r.topic, "partition", tp.Partition, "isr", p.ISR, "new_isr", isr,
 		"leader_epoch", change.LeaderEpoch, "partition_epoch", change.PartitionEpoch, "high_watermark", r.hw)
-	m.mu.Unlock()
+	r.mu.Unlock()
 
 	actx, cancel := context.WithTimeout(ctx, broker.AlterPartitionTimeout)
 	desc, err := m.link.AlterPartition(actx, change)
 	cancel()
 
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	cur := m.replicas[tp]
+	m.mu.Unlock()
+	r.mu.Lock()
 	r.sending = false
 	if err != nil {
 		r.inflight = nil
 	}
 	// On success the members it adds keep holding the high watermark back
 	// until the metadata shows them in the ISR (the wait is lifted).
-	if m.replicas[tp] != r || r.gen != gen {
+	switch {
+	case cur == r && r.gen == gen:
+		m.answered(r, change, sentAt, desc, err)
+	case cur == r:
 		// The role changed meanwhile; the new role may want a change too.
-		if cur := m.replicas[tp]; cur != nil {
-			m.maybeAlter(cur, m.clock.Now())
-		}
-		return true
+		m.maybeAlter(r, m.clock.Now())
 	}
-	m.answered(r, change, sentAt, desc, err)
+	r.mu.Unlock()
+	if cur != nil && cur != r {
+		// The replica was replaced meanwhile; the new one may want a
+		// change too.
+		cur.mu.Lock()
+		m.maybeAlter(cur, m.clock.Now())
+		cur.mu.Unlock()
+	}
 	return true
 }
 
 // answered makes the leader wait (broker.WaitAfterAlterPartition) for the
-// metadata after an AlterPartition. The caller holds mu.
+// metadata after an AlterPartition. The caller holds r.mu.
 func (m *Manager) answered(r *replica, change broker.ISRChange, sentAt uint64, desc *keelpb.PartitionDescription, err error) {
 	now := m.clock.Now()
 	log := m.log.With("topic", r.topic, "partition", r.tp.Partition, "new_isr", change.ISR,
 		"leader_epoch", change.LeaderEpoch, "partition_epoch", change.PartitionEpoch)
 	r.alter = alterState{waiting: true, wait: broker.WaitAfterAlterPartition(log, change, sentAt, desc, err, now)}
+	m.alterMu.Lock()
 	m.waiting[r.tp] = struct{}{}
+	m.alterMu.Unlock()
 	m.maybeAlter(r, now)
 }

@@ -68,10 +68,14 @@ func (m *Manager) ReplicaFetch(ctx context.Context, req *keelpb.FetchRequest) (*
 	from := req.GetReplicaId()
 	img := m.img.Load()
 
-	m.mu.Lock()
-	r, div, leo, err := m.checkFetch(img, from, req.GetBrokerEpoch(), &pf)
+	r, err := m.fetched(pf.tp)
 	if err != nil {
-		m.mu.Unlock()
+		return nil, err
+	}
+	r.mu.Lock()
+	div, leo, err := m.checkFetch(img, r, from, req.GetBrokerEpoch(), &pf)
+	if err != nil {
+		r.mu.Unlock()
 		return nil, err
 	}
 	l := r.log
@@ -79,12 +83,12 @@ func (m *Manager) ReplicaFetch(ctx context.Context, req *keelpb.FetchRequest) (*
 	if div != nil {
 		resp.DivergingEpoch = div
 		resp.HighWatermark, resp.LogEndOffset, resp.LogStartOffset = r.hw, l.LogEndOffset(), l.LogStartOffset()
-		m.mu.Unlock()
+		r.mu.Unlock()
 		return resp, nil
 	}
 	m.updateFollower(r, from, pf.offset, pf.logStart, req.GetBrokerEpoch(), leo, img)
 	changed, gen := r.changed, r.gen
-	m.mu.Unlock()
+	r.mu.Unlock()
 
 	maxBytes := int(req.GetMaxBytes())
 	if maxBytes == 0 {
@@ -102,9 +106,9 @@ func (m *Manager) ReplicaFetch(ctx context.Context, req *keelpb.FetchRequest) (*
 	}
 	if err == nil && len(res.Records) == 0 && req.GetMaxWaitMs() > 0 && throttled == 0 {
 		waitForChange(ctx, changed, min(time.Duration(req.GetMaxWaitMs())*time.Millisecond, maxFetchWait))
-		m.mu.Lock()
+		r.mu.Lock()
 		still := r.gen == gen
-		m.mu.Unlock()
+		r.mu.Unlock()
 		if still {
 			res, err = l.Read(pf.offset, maxBytes)
 		}
@@ -112,9 +116,9 @@ func (m *Manager) ReplicaFetch(ctx context.Context, req *keelpb.FetchRequest) (*
 	if err != nil {
 		return nil, fetchError(r, err)
 	}
-	m.mu.Lock()
+	r.mu.Lock()
 	resp.HighWatermark = r.hw
-	m.mu.Unlock()
+	r.mu.Unlock()
 	resp.Records, resp.LogStartOffset, resp.LogEndOffset = res.Records, res.LogStartOffset, res.LogEndOffset
 	m.recordLeaderBytes(pf.tp, from, len(res.Records))
 	return resp, nil
@@ -132,29 +136,41 @@ type partitionFetch struct {
 	maxBytes    int32
 }
 
-// checkFetch applies ReplicaFetch's checks to one partition fetch from
-// broker from: the replica, and either where the follower's log diverges
-// (then nothing is read) or the leader's log end the fetch offset lies
-// within. The caller holds mu, and notes the fetch (updateFollower) when
-// it reads.
-func (m *Manager) checkFetch(img *fsm.Image, from int32, brokerEpoch int64, pf *partitionFetch) (*replica, *keelpb.EpochEndOffset, int64, error) {
-	tp := pf.tp
-	r, ok := m.replicas[tp]
-	if !ok {
-		return nil, nil, 0, withReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition,
-			fmt.Sprintf("broker %d holds no replica of %s/%d", m.self, tp.TopicID, tp.Partition), nil)
+// fetched finds the replica a follower fetches.
+func (m *Manager) fetched(tp broker.TopicPartition) (*replica, error) {
+	m.mu.RLock()
+	r := m.replicas[tp]
+	m.mu.RUnlock()
+	if r == nil {
+		return nil, notHeld(m.self, tp)
 	}
+	return r, nil
+}
+
+// notHeld refuses a fetch of a partition this broker holds no replica of.
+func notHeld(self int32, tp broker.TopicPartition) error {
+	return withReason(codes.NotFound, rpc.ReasonUnknownTopicOrPartition,
+		fmt.Sprintf("broker %d holds no replica of %s/%d", self, tp.TopicID, tp.Partition), nil)
+}
+
+// checkFetch applies ReplicaFetch's checks to one partition fetch of r
+// from broker from: either where the follower's log diverges (then
+// nothing is read) or the leader's log end the fetch offset lies within.
+// The caller holds r.mu, and notes the fetch (updateFollower) when it
+// reads.
+func (m *Manager) checkFetch(img *fsm.Image, r *replica, from int32, brokerEpoch int64, pf *partitionFetch) (*keelpb.EpochEndOffset, int64, error) {
+	tp := pf.tp
 	if err := m.checkLeader(r, pf.epoch); err != nil {
-		return r, nil, 0, err
+		return nil, 0, err
 	}
 	p, ok := img.Partition(tp.TopicID, tp.Partition)
 	if !ok || from == m.self || !slices.Contains(p.Replicas, from) {
-		return r, nil, 0, withReason(codes.FailedPrecondition, ReasonNotLeaderOrFollower,
+		return nil, 0, withReason(codes.FailedPrecondition, ReasonNotLeaderOrFollower,
 			fmt.Sprintf("broker %d is not a follower of %s/%d", from, r.topic, tp.Partition), nil)
 	}
 	if brokerEpoch > 0 {
 		if b, ok := img.Broker(from); !ok || b.Epoch != brokerEpoch {
-			return r, nil, 0, withReason(codes.FailedPrecondition, ReasonNotLeaderOrFollower,
+			return nil, 0, withReason(codes.FailedPrecondition, ReasonNotLeaderOrFollower,
 				fmt.Sprintf("broker %d fetches at broker epoch %d, which this leader's metadata does not show", from, brokerEpoch), nil)
 		}
 	}
@@ -162,20 +178,20 @@ func (m *Manager) checkFetch(img *fsm.Image, from int32, brokerEpoch int64, pf *
 	if pf.lastFetched >= 0 {
 		epoch, end := l.EndOffsetFor(pf.lastFetched)
 		if epoch < pf.lastFetched || end < pf.offset {
-			return r, &keelpb.EpochEndOffset{Epoch: epoch, EndOffset: end}, 0, nil
+			return &keelpb.EpochEndOffset{Epoch: epoch, EndOffset: end}, 0, nil
 		}
 	}
 	start, leo := l.LogStartOffset(), l.LogEndOffset()
 	if off := pf.offset; off < start || off > leo {
-		return r, nil, 0, withReason(codes.OutOfRange, ReasonOffsetOutOfRange,
+		return nil, 0, withReason(codes.OutOfRange, ReasonOffsetOutOfRange,
 			fmt.Sprintf("%s/%d: fetch offset %d is outside the leader's log [%d, %d]", r.topic, tp.Partition, off, start, leo),
 			map[string]string{metaLogStart: strconv.FormatInt(start, 10), metaLogEnd: strconv.FormatInt(leo, 10)})
 	}
-	return r, nil, leo, nil
+	return nil, leo, nil
 }
 
 // checkLeader refuses a request unless this broker leads r at epoch. The
-// caller holds mu.
+// caller holds r.mu.
 func (m *Manager) checkLeader(r *replica, epoch int32) error {
 	switch {
 	case r.role != broker.RoleLeader:
@@ -207,7 +223,7 @@ func fetchError(r *replica, err error) error {
 // at least at the leader's log end of its previous fetch (then as of that
 // fetch). Then the high watermark and the ISR may move, and with the
 // follower's log start a DeleteRecords waiting for it may finish. The
-// caller holds mu.
+// caller holds r.mu.
 func (m *Manager) updateFollower(r *replica, id int32, offset, logStart, brokerEpoch, leo int64, img *fsm.Image) {
 	now := m.clock.Now()
 	f := r.followers[id]
@@ -257,7 +273,7 @@ func effectiveMinISR(img *fsm.Image, p *fsm.Partition) int {
 // epoch (one not heard from holds it back). It never moves back, and not at
 // all while the committed ISR is below min.insync.replicas (KAFKA-15583):
 // a replica that leaves the ISR then holds every committed record, which is
-// what makes it an eligible leader replica. The caller holds mu.
+// what makes it an eligible leader replica. The caller holds r.mu.
 func (m *Manager) maybeIncrementHW(r *replica, img *fsm.Image) {
 	if r.role != broker.RoleLeader {
 		return
@@ -289,8 +305,8 @@ func (m *Manager) maybeIncrementHW(r *replica, img *fsm.Image) {
 // appended tells the leader its log end moved: fetches waiting at the old
 // end wake, and a leader alone in its ISR commits.
 func (m *Manager) appended(r *replica) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.notify()
 	m.maybeIncrementHW(r, m.img.Load())
 }

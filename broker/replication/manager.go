@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,13 +55,17 @@ type Manager struct {
 
 	img atomic.Pointer[fsm.Image]
 
-	mu       sync.Mutex // guards the fields below and every replica's role state
-	replicas map[broker.TopicPartition]*replica
-	byName   map[string]fsm.TopicID // topics held, for Produce and Fetch by name
-	// waiting holds the led partitions whose ISR changes wait for metadata.
-	waiting map[broker.TopicPartition]struct{}
-	// queue holds the led partitions with an ISR change to send.
-	queue       []broker.TopicPartition
+	// mu guards the fields below up to alterMu: the replicas held (not
+	// their role state: each replica's own mu guards that, so that
+	// partitions do not serialise on one lock), the connections and
+	// fetchers. The lock order is a replica's roleMu, then mu, then a
+	// replica's mu, then alterMu; no goroutine holds two replicas' mu at
+	// once, and a fetcher's and the throttles' locks are taken last. The
+	// hot paths (a produce, a fetch session's round, a follower applying
+	// an answer) take mu at most shared, to look replicas up.
+	mu          sync.RWMutex
+	replicas    map[broker.TopicPartition]*replica
+	byName      map[string]fsm.TopicID // topics held, for Produce and Fetch by name
 	strayDone   bool
 	conns       map[string]fetchClient // by leader address
 	fetchers    map[int32]*fetcher     // by leader broker (fetcher.go)
@@ -87,19 +92,34 @@ type Manager struct {
 	// DeleteRecords waiting for its replicas looks again when a broker is
 	// fenced.
 	imaged chan struct{}
+
+	// alterMu guards the ISR changes to send, which maybeAlter queues
+	// under a replica's mu.
+	alterMu sync.Mutex
+	// waiting holds the led partitions whose ISR changes wait for metadata.
+	waiting map[broker.TopicPartition]struct{}
+	// queue holds the led partitions with an ISR change to send.
+	queue []broker.TopicPartition
 }
 
-// replica is one partition replica on this broker. Its role fields are
-// guarded by Manager.mu; roleMu is held shared by whoever writes to the log
-// under the current role (a produce, a follower's fetched batches) and
-// exclusively by role changes, so that no write of an old role lands after
-// a new one has started (Kafka's leaderIsrUpdateLock).
+// replica is one partition replica on this broker. roleMu is held shared
+// by whoever writes to the log under the current role (a produce, a
+// follower's fetched batches) and exclusively by role changes, so that no
+// write of an old role lands after a new one has started (Kafka's
+// leaderIsrUpdateLock). mu guards the role state, the fields after it; it
+// is the replica's own, taken after roleMu and Manager.mu (see Manager.mu
+// for the order), so that one partition's fetches and produces do not wait
+// for another's.
 type replica struct {
 	tp     broker.TopicPartition
-	topic  string
+	topic  string // written under Manager.mu and mu, only when it differs
 	log    *partlog.Log
 	roleMu sync.RWMutex
+	// segments are the segment configs the log has now (segments.go);
+	// guarded by Manager.mu.
+	segments segmentConfig
 
+	mu          sync.Mutex
 	role        string
 	leader      int32
 	leaderEpoch int32
@@ -116,8 +136,6 @@ type replica struct {
 	changed chan struct{}
 	// watches are called at each change too (Manager.Watch).
 	watches map[*func()]struct{}
-	// segments are the segment configs the log has now (segments.go).
-	segments segmentConfig
 
 	// As leader: where this epoch starts, since when it leads, each
 	// follower's fetches at this epoch, the ISR change in progress and
@@ -274,7 +292,10 @@ func (m *Manager) Close() error {
 		defer m.mu.Unlock()
 		var errs []error
 		for _, r := range m.replicas {
-			if hw := min(r.hw, r.log.LogEndOffset()); hw != r.log.HighWatermark() {
+			r.mu.Lock()
+			hw := r.hw
+			r.mu.Unlock()
+			if hw = min(hw, r.log.LogEndOffset()); hw != r.log.HighWatermark() {
 				if err := r.log.CheckpointHighWatermark(hw); err != nil {
 					errs = append(errs, err)
 				}
@@ -282,7 +303,9 @@ func (m *Manager) Close() error {
 			if err := r.log.Close(); err != nil {
 				errs = append(errs, err)
 			}
+			r.mu.Lock()
 			r.notify()
+			r.mu.Unlock()
 		}
 		for _, c := range m.conns {
 			c.Close()
@@ -293,7 +316,7 @@ func (m *Manager) Close() error {
 }
 
 // notify wakes whoever waits on the replica's changes. The caller holds
-// Manager.mu.
+// r.mu.
 func (r *replica) notify() {
 	close(r.changed)
 	r.changed = make(chan struct{})
@@ -310,17 +333,9 @@ func (m *Manager) MetadataChanged(before, after *fsm.Image) {
 	m.mu.Lock()
 	close(m.imaged)
 	m.imaged = make(chan struct{})
-	now := m.clock.Now()
-	for tp := range m.waiting {
-		if r := m.replicas[tp]; r != nil {
-			m.maybeAlter(r, now)
-		}
-	}
-	// An ISR that changed may move a leader's high watermark.
+	rs := make([]*replica, 0, len(m.replicas))
 	for _, r := range m.replicas {
-		if r.role == broker.RoleLeader {
-			m.maybeIncrementHW(r, after)
-		}
+		rs = append(rs, r)
 	}
 	checkStrays := !m.strayDone && m.link != nil && m.link.BrokerEpoch() > 0 && after.Offset >= uint64(m.link.BrokerEpoch())
 	if checkStrays {
@@ -328,6 +343,21 @@ func (m *Manager) MetadataChanged(before, after *fsm.Image) {
 	}
 	changed := m.segmentChanges(before, after)
 	m.mu.Unlock()
+	m.alterMu.Lock()
+	waiting := maps.Clone(m.waiting)
+	m.alterMu.Unlock()
+	now := m.clock.Now()
+	for _, r := range rs {
+		r.mu.Lock()
+		if _, ok := waiting[r.tp]; ok {
+			m.maybeAlter(r, now)
+		}
+		// An ISR that changed may move a leader's high watermark.
+		if r.role == broker.RoleLeader {
+			m.maybeIncrementHW(r, after)
+		}
+		r.mu.Unlock()
+	}
 	m.reconfigure(changed)
 	if checkStrays {
 		m.deleteStrays(after)
@@ -417,19 +447,24 @@ func (m *Manager) logConfig(img *fsm.Image, id fsm.TopicID) (partlog.Config, seg
 	return cfg, sc
 }
 
-// open returns the replica of p, opening its log the first time. The caller
-// holds mu. A log that cannot be opened leaves the replica out: the broker
-// then does not serve it (Kafka marks its log dir offline).
+// open returns the replica of p, opening its log the first time. The log
+// is opened outside mu, which produces and fetches of the other replicas
+// take: recovering a log (after a crash, every unflushed segment is read)
+// may take seconds. Role changes come one at a time (the agent's), so no
+// other open of the same log runs meanwhile. A log that cannot be opened
+// leaves the replica out: the broker then does not serve it (Kafka marks
+// its log dir offline).
 func (m *Manager) open(p broker.PartitionState) (*replica, error) {
 	tp := broker.TopicPartition{TopicID: p.TopicID, Partition: p.Partition}
+	m.mu.Lock()
 	if r, ok := m.replicas[tp]; ok {
-		if p.Topic != "" {
-			r.topic = p.Topic
-			m.byName[p.Topic] = p.TopicID
-		}
+		m.named(r, p)
+		m.mu.Unlock()
 		return r, nil
 	}
-	if m.closed {
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
 		return nil, errors.New("replication: closed")
 	}
 	cfg, sc := m.logConfig(m.img.Load(), p.TopicID)
@@ -437,18 +472,36 @@ func (m *Manager) open(p broker.PartitionState) (*replica, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		// Close has closed the logs it held; this one is closed here.
+		l.Close()
+		return nil, errors.New("replication: closed")
+	}
 	r := &replica{tp: tp, topic: p.Topic, log: l, role: broker.RoleStopped, leader: fsm.NoLeader,
 		hw: l.HighWatermark(), checkpointed: l.HighWatermark(), changed: make(chan struct{}), segments: sc}
 	m.replicas[tp] = r
-	if p.Topic != "" {
-		m.byName[p.Topic] = p.TopicID
-	}
+	m.named(r, p)
 	return r, nil
 }
 
+// named records p's topic name for r. The caller holds mu.
+func (m *Manager) named(r *replica, p broker.PartitionState) {
+	if p.Topic == "" {
+		return
+	}
+	if r.topic != p.Topic {
+		r.mu.Lock()
+		r.topic = p.Topic
+		r.mu.Unlock()
+	}
+	m.byName[p.Topic] = p.TopicID
+}
+
 // reset ends the replica's current role: its fetch loop, its followers, its
-// ISR change, and wakes whoever waits on it. The caller holds mu and
-// r.roleMu.
+// ISR change, and wakes whoever waits on it. The caller holds r.roleMu and
+// r.mu.
 func (m *Manager) reset(r *replica) {
 	if r.stopFetch != nil {
 		r.stopFetch()
@@ -456,7 +509,9 @@ func (m *Manager) reset(r *replica) {
 	}
 	r.gen++
 	r.followers, r.alter, r.inflight, r.fetchFailing = nil, alterState{}, nil, false
+	m.alterMu.Lock()
 	delete(m.waiting, r.tp)
+	m.alterMu.Unlock()
 	r.notify()
 }
 
@@ -468,9 +523,7 @@ func (m *Manager) reset(r *replica) {
 // high watermark stays where it was, maybe behind, until the followers
 // report their log ends.
 func (m *Manager) BecomeLeader(p broker.PartitionState) {
-	m.mu.Lock()
 	r, err := m.open(p)
-	m.mu.Unlock()
 	if err != nil {
 		m.log.Error("cannot open a replica's log; not leading it", "topic", p.Topic, "partition", p.Partition, "err", err)
 		return
@@ -483,24 +536,24 @@ func (m *Manager) BecomeLeader(p broker.PartitionState) {
 		// elects again above it.
 		m.log.Warn("not leading: the log holds a leader epoch above the metadata's; reporting it to the controller",
 			"topic", p.Topic, "partition", p.Partition, "leader_epoch", p.LeaderEpoch, "log_leader_epoch", last)
-		m.mu.Lock()
+		r.mu.Lock()
 		m.reset(r)
 		r.role, r.leader, r.leaderEpoch = broker.RoleStopped, p.Leader, p.LeaderEpoch
-		m.mu.Unlock()
+		r.mu.Unlock()
 		m.pokeReports()
 		return
 	}
 	if err := r.log.AssignEpoch(p.LeaderEpoch); err != nil {
 		m.log.Error("cannot record the leader epoch; not leading", "topic", p.Topic, "partition", p.Partition,
 			"leader_epoch", p.LeaderEpoch, "err", err)
-		m.mu.Lock()
+		r.mu.Lock()
 		m.reset(r)
 		r.role = broker.RoleStopped
-		m.mu.Unlock()
+		r.mu.Unlock()
 		return
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	m.reset(r)
 	now := m.clock.Now()
 	r.role, r.leader, r.leaderEpoch, r.since = broker.RoleLeader, p.Leader, p.LeaderEpoch, now
@@ -532,17 +585,17 @@ func (m *Manager) BecomeLeader(p broker.PartitionState) {
 // new to it (each new epoch starts with a fetch that may find the logs
 // diverging, KAFKA-7164).
 func (m *Manager) BecomeFollower(p broker.PartitionState) {
-	m.mu.Lock()
 	r, err := m.open(p)
-	m.mu.Unlock()
 	if err != nil {
 		m.log.Error("cannot open a replica's log; not following", "topic", p.Topic, "partition", p.Partition, "err", err)
 		return
 	}
 	r.roleMu.Lock()
 	defer r.roleMu.Unlock()
-	m.mu.Lock()
+	m.mu.Lock() // for the fetchers
 	defer m.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	m.reset(r)
 	if ahead, last := logAhead(r, p.LeaderEpoch); ahead {
 		// A fetch would truncate the log to a leader that may lack what it
@@ -586,8 +639,10 @@ func (m *Manager) StopReplica(topicID fsm.TopicID, partition int32, remove bool)
 	r.roleMu.Lock()
 	defer r.roleMu.Unlock()
 	m.mu.Lock()
+	r.mu.Lock()
 	m.reset(r)
 	r.role = broker.RoleStopped
+	r.mu.Unlock()
 	if remove {
 		delete(m.replicas, tp)
 		if m.byName[r.topic] == topicID && !m.holdsTopic(topicID) {
@@ -628,8 +683,10 @@ func (m *Manager) Replicas() []broker.ReplicaStatus {
 	m.mu.Lock()
 	out := make([]broker.ReplicaStatus, 0, len(m.replicas))
 	for tp, r := range m.replicas {
+		r.mu.Lock()
 		s := broker.ReplicaStatus{Topic: r.topic, TopicID: tp.TopicID, Partition: tp.Partition, Role: r.role,
 			Leader: r.leader, LeaderEpoch: r.leaderEpoch}
+		r.mu.Unlock()
 		if p, ok := img.Partition(tp.TopicID, tp.Partition); ok {
 			s.PartitionEpoch, s.Replicas, s.ISR = p.PartitionEpoch, p.Replicas, p.ISR
 		}
@@ -654,11 +711,13 @@ type ReplicaState struct {
 // does not hold it.
 func (m *Manager) State(topicID fsm.TopicID, partition int32) (ReplicaState, bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	r, ok := m.replicas[broker.TopicPartition{TopicID: topicID, Partition: partition}]
+	m.mu.Unlock()
 	if !ok {
 		return ReplicaState{}, false
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return ReplicaState{Role: r.role, LeaderEpoch: r.leaderEpoch, LogStartOffset: r.log.LogStartOffset(),
 		LogEndOffset: r.log.LogEndOffset(), HighWatermark: r.hw}, true
 }
@@ -673,9 +732,11 @@ func (m *Manager) checkpointHighWatermarks() {
 	}
 	var work []todo
 	for _, r := range m.replicas {
+		r.mu.Lock()
 		if r.hw != r.checkpointed {
 			work = append(work, todo{r, r.hw})
 		}
+		r.mu.Unlock()
 	}
 	m.mu.Unlock()
 	for _, w := range work {
@@ -686,9 +747,9 @@ func (m *Manager) checkpointHighWatermarks() {
 			}
 			continue
 		}
-		m.mu.Lock()
+		w.r.mu.Lock()
 		w.r.checkpointed = hw
-		m.mu.Unlock()
+		w.r.mu.Unlock()
 	}
 }
 
@@ -742,9 +803,9 @@ func (m *Manager) retain() {
 		case res.Segments > 0:
 			m.log.Info("retention deleted segments", "topic", r.topic, "partition", r.tp.Partition,
 				"segments", res.Segments, "bytes", res.Bytes, "log_start_offset", res.LogStartOffset)
-			m.mu.Lock()
+			r.mu.Lock()
 			r.notify()
-			m.mu.Unlock()
+			r.mu.Unlock()
 		}
 	}
 }

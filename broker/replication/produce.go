@@ -21,28 +21,42 @@ const (
 )
 
 // leaderOf finds the replica of topic/partition and checks that this
-// broker leads it (at currentLeaderEpoch, when >= 0: KIP-320). The caller
-// holds mu.
+// broker leads it (at currentLeaderEpoch, when >= 0: KIP-320). It returns
+// the replica locked (r.mu): the caller reads the role state it needs under
+// the leadership checked, then unlocks it.
 func (m *Manager) leaderOf(topic string, partition int32, currentLeaderEpoch int32) (*replica, error) {
 	r, err := m.replicaOf(topic, partition)
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, err
-	case r.role != broker.RoleLeader:
-		return nil, fmt.Errorf("%w: broker %d does not lead %s/%d (leader %d)", kerr.NotLeaderForPartition, m.self, topic, partition, r.leader)
-	case currentLeaderEpoch >= 0 && currentLeaderEpoch < r.leaderEpoch:
-		return nil, fmt.Errorf("%w: %s/%d: leader epoch %d, the leader is at %d", kerr.FencedLeaderEpoch, topic, partition, currentLeaderEpoch, r.leaderEpoch)
-	case currentLeaderEpoch > r.leaderEpoch:
-		return nil, fmt.Errorf("%w: %s/%d: leader epoch %d, the leader is at %d", kerr.UnknownLeaderEpoch, topic, partition, currentLeaderEpoch, r.leaderEpoch)
+	}
+	r.mu.Lock()
+	if err := m.leading(r, topic, partition, currentLeaderEpoch); err != nil {
+		r.mu.Unlock()
+		return nil, err
 	}
 	return r, nil
 }
 
+// leading checks that this broker leads r (at currentLeaderEpoch, when
+// >= 0). The caller holds r.mu.
+func (m *Manager) leading(r *replica, topic string, partition int32, currentLeaderEpoch int32) error {
+	switch {
+	case r.role != broker.RoleLeader:
+		return fmt.Errorf("%w: broker %d does not lead %s/%d (leader %d)", kerr.NotLeaderForPartition, m.self, topic, partition, r.leader)
+	case currentLeaderEpoch >= 0 && currentLeaderEpoch < r.leaderEpoch:
+		return fmt.Errorf("%w: %s/%d: leader epoch %d, the leader is at %d", kerr.FencedLeaderEpoch, topic, partition, currentLeaderEpoch, r.leaderEpoch)
+	case currentLeaderEpoch > r.leaderEpoch:
+		return fmt.Errorf("%w: %s/%d: leader epoch %d, the leader is at %d", kerr.UnknownLeaderEpoch, topic, partition, currentLeaderEpoch, r.leaderEpoch)
+	}
+	return nil
+}
+
 // replicaOf finds this broker's replica of topic/partition, in any role:
 // kerr.NotLeaderForPartition if the partition exists but has no replica
-// here, kerr.UnknownTopicOrPartition if it does not exist. The caller
-// holds mu.
+// here, kerr.UnknownTopicOrPartition if it does not exist.
 func (m *Manager) replicaOf(topic string, partition int32) (*replica, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	id, ok := m.byName[topic]
 	if !ok {
 		if _, known := m.img.Load().Topic(topic); known {
@@ -90,34 +104,32 @@ func (m *Manager) ProduceAppend(topic string, partition int32, batch []byte, ack
 	if acks != AcksNone && acks != AcksLeader && acks != AcksAll {
 		return broker.ProduceResult{}, nil, fmt.Errorf("%w: acks %d (want 0, 1 or -1)", kerr.InvalidRequiredAcks, acks)
 	}
-	m.mu.Lock()
-	r, err := m.leaderOf(topic, partition, -1)
-	m.mu.Unlock()
+	r, err := m.replicaOf(topic, partition)
 	if err != nil {
 		return broker.ProduceResult{}, nil, err
 	}
+	// The leadership is checked, and the batch appended, with no role
+	// change between (roleMu).
 	r.roleMu.RLock()
-	m.mu.Lock()
-	if r.role != broker.RoleLeader {
-		m.mu.Unlock()
+	r.mu.Lock()
+	if err := m.leading(r, topic, partition, -1); err != nil {
+		r.mu.Unlock()
 		r.roleMu.RUnlock()
-		return broker.ProduceResult{}, nil, fmt.Errorf("%w: broker %d no longer leads %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
+		return broker.ProduceResult{}, nil, err
 	}
 	epoch, gen := r.leaderEpoch, r.gen
+	r.mu.Unlock()
 	img := m.img.Load()
 	p, ok := img.Partition(r.tp.TopicID, r.tp.Partition)
 	if !ok {
-		m.mu.Unlock()
 		r.roleMu.RUnlock()
 		return broker.ProduceResult{}, nil, fmt.Errorf("%w: %s/%d", kerr.UnknownTopicOrPartition, topic, partition)
 	}
 	minISR := effectiveMinISR(img, p)
 	if acks == AcksAll && len(p.ISR) < minISR {
-		m.mu.Unlock()
 		r.roleMu.RUnlock()
 		return broker.ProduceResult{}, nil, fmt.Errorf("%w: %s/%d: ISR %v is below min.insync.replicas %d", kerr.NotEnoughReplicas, topic, partition, p.ISR, minISR)
 	}
-	m.mu.Unlock()
 	info, err := r.log.Append(batch, epoch)
 	r.roleMu.RUnlock()
 	if err != nil {
@@ -145,22 +157,22 @@ func (m *Manager) awaitCommit(ctx context.Context, r *replica, gen uint64, last 
 		expired = t.C
 	}
 	for {
-		m.mu.Lock()
+		r.mu.Lock()
 		if r.gen != gen {
-			m.mu.Unlock()
+			r.mu.Unlock()
 			return fmt.Errorf("%w: %s/%d: the leadership moved before offset %d committed", kerr.NotLeaderForPartition, topic, partition, last)
 		}
 		if r.hw > last {
+			r.mu.Unlock()
 			img := m.img.Load()
 			p, ok := img.Partition(r.tp.TopicID, r.tp.Partition)
-			m.mu.Unlock()
 			if ok && len(p.ISR) < effectiveMinISR(img, p) {
 				return fmt.Errorf("%w: %s/%d: ISR %v is below min.insync.replicas %d", kerr.NotEnoughReplicasAfterAppend, topic, partition, p.ISR, effectiveMinISR(img, p))
 			}
 			return nil
 		}
 		changed := r.changed
-		m.mu.Unlock()
+		r.mu.Unlock()
 		select {
 		case <-changed:
 		case <-expired:
@@ -208,26 +220,24 @@ func produceError(topic string, partition int32, err error) error {
 // is kerr.KafkaStorageError, never served. They are read into a pooled
 // buffer of the read's size (FetchResult.Release).
 func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, currentLeaderEpoch int32, offset int64, maxBytes int32, maxWait time.Duration) (broker.FetchResult, error) {
-	m.mu.Lock()
 	r, err := m.leaderOf(topic, partition, currentLeaderEpoch)
 	if err != nil {
-		m.mu.Unlock()
 		return broker.FetchResult{}, err
 	}
 	hw, start, leo, changed, gen := r.hw, r.log.LogStartOffset(), r.log.LogEndOffset(), r.changed, r.gen
-	m.mu.Unlock()
+	r.mu.Unlock()
 	if offset < start || offset > max(hw, leo) {
 		return broker.FetchResult{}, fmt.Errorf("%w: %s/%d: offset %d is outside [%d, %d]", kerr.OffsetOutOfRange, topic, partition, offset, start, max(hw, leo))
 	}
 	if offset >= hw && maxWait > 0 {
 		waitForChange(ctx, changed, maxWait)
-		m.mu.Lock()
+		r.mu.Lock()
 		if r.gen != gen {
-			m.mu.Unlock()
+			r.mu.Unlock()
 			return broker.FetchResult{}, fmt.Errorf("%w: broker %d no longer leads %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
 		}
 		hw = r.hw
-		m.mu.Unlock()
+		r.mu.Unlock()
 	}
 	if offset >= hw {
 		return broker.FetchResult{HighWatermark: hw, LogStartOffset: start}, nil
@@ -253,23 +263,26 @@ func (m *Manager) Fetch(ctx context.Context, topic string, partition int32, curr
 // that a Fetch waits for (its log end, high watermark, log start or role,
 // and its removal), until stop is called: the Kafka listener's waiting
 // fetches watch every partition they read with one goroutine. wake runs
-// under the Manager's lock and must not block. A partition with no replica
+// under the replica's lock and must not block. A partition with no replica
 // here is never woken, and its stop does nothing.
 func (m *Manager) Watch(topic string, partition int32, wake func()) (stop func()) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r := m.replicas[broker.TopicPartition{TopicID: m.byName[topic], Partition: partition}]
-	if _, named := m.byName[topic]; !named || r == nil {
+	m.mu.RLock()
+	id, named := m.byName[topic]
+	r := m.replicas[broker.TopicPartition{TopicID: id, Partition: partition}]
+	m.mu.RUnlock()
+	if !named || r == nil {
 		return func() {}
 	}
 	w := &wake
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.watches == nil {
 		r.watches = map[*func()]struct{}{}
 	}
 	r.watches[w] = struct{}{}
 	return func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		delete(r.watches, w)
 	}
 }
@@ -296,14 +309,12 @@ const (
 // kerr.InvalidRequest.
 func (m *Manager) ListOffsets(_ context.Context, topic string, partition int32, currentLeaderEpoch int32, timestamp int64) (broker.ListOffsetsResult, error) {
 	none := broker.ListOffsetsResult{Offset: -1, Timestamp: -1, LeaderEpoch: -1}
-	m.mu.Lock()
 	r, err := m.leaderOf(topic, partition, currentLeaderEpoch)
 	if err != nil {
-		m.mu.Unlock()
 		return none, err
 	}
 	hw, epochStart, leaderEpoch, l := r.hw, r.epochStart, r.leaderEpoch, r.log
-	m.mu.Unlock()
+	r.mu.Unlock()
 	behind := func() error {
 		return fmt.Errorf("%w: %s/%d: the high watermark %d has not reached the leader epoch's start %d",
 			kerr.OffsetNotAvailable, topic, partition, hw, epochStart)
@@ -348,9 +359,7 @@ func (m *Manager) ListOffsets(_ context.Context, topic string, partition int32, 
 // partition answers kerr.NotLeaderForPartition, an unknown partition
 // kerr.UnknownTopicOrPartition. The role cannot change while it reads.
 func (m *Manager) OffsetForLeaderEpoch(_ context.Context, topic string, partition int32, currentLeaderEpoch, leaderEpoch int32) (int64, int32, error) {
-	m.mu.Lock()
-	r, err := m.leaderOf(topic, partition, currentLeaderEpoch)
-	m.mu.Unlock()
+	r, err := m.replicaOf(topic, partition)
 	if err != nil {
 		return -1, -1, err
 	}
@@ -358,14 +367,11 @@ func (m *Manager) OffsetForLeaderEpoch(_ context.Context, topic string, partitio
 	// truncation, between the leadership check and the read.
 	r.roleMu.RLock()
 	defer r.roleMu.RUnlock()
-	m.mu.Lock()
-	again, err := m.leaderOf(topic, partition, currentLeaderEpoch)
-	m.mu.Unlock()
-	switch {
-	case err != nil:
+	r.mu.Lock()
+	err = m.leading(r, topic, partition, currentLeaderEpoch)
+	r.mu.Unlock()
+	if err != nil {
 		return -1, -1, err
-	case again != r:
-		return -1, -1, fmt.Errorf("%w: broker %d no longer leads %s/%d", kerr.NotLeaderForPartition, m.self, topic, partition)
 	}
 	epoch, end := r.log.EndOffsetFor(leaderEpoch)
 	if end == partlog.UndefinedOffset {
@@ -389,11 +395,10 @@ func waitForChange(ctx context.Context, changed <-chan struct{}, d time.Duration
 
 // LogEnd is the log end offset of a partition this broker leads.
 func (m *Manager) LogEnd(topic string, partition int32) (int64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	r, err := m.leaderOf(topic, partition, -1)
 	if err != nil {
 		return 0, err
 	}
+	defer r.mu.Unlock()
 	return r.log.LogEndOffset(), nil
 }

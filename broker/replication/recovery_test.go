@@ -27,9 +27,9 @@ func (e *env) reported() map[int32][]broker.ReplicaLog {
 }
 
 func (e *env) role(id int32) string {
-	m, r := e.ms[id], e.replica(id)
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	r := e.replica(id)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return r.role
 }
 

@@ -87,9 +87,9 @@ func TestReplicaManager_NotEnoughReplicas(t *testing.T) {
 		e.ctl.commit(changeRec(nil, []int32{1}))
 		e.publish()
 		r := e.replica(1)
-		e.ms[1].mu.Lock()
+		r.mu.Lock()
 		gen := r.gen
-		e.ms[1].mu.Unlock()
+		r.mu.Unlock()
 		err := e.ms[1].awaitCommit(context.Background(), r, gen, res.BaseOffset+1, time.Second, "t", 0)
 		if !isKerr(err, kerr.NotEnoughReplicasAfterAppend) {
 			t.Fatalf("%v, want NOT_ENOUGH_REPLICAS_AFTER_APPEND", err)

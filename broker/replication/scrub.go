@@ -81,7 +81,7 @@ func (m scrubMetrics) collectors() []prometheus.Collector {
 }
 
 // replicaDamage is what is known of damage in one replica's log, and in
-// its leader's. Guarded by Manager.mu.
+// its leader's. Guarded by the replica's mu.
 type replicaDamage struct {
 	// own is the damage the last scrub found in this replica's log, nil
 	// if it found none; repaired once the log was cut below it.
@@ -156,9 +156,9 @@ func (m *Manager) scrub(ctx context.Context, r *replica, pace func(context.Conte
 	}
 	// Clean: a follower's repaired log, or a damaged segment retention
 	// deleted.
-	m.mu.Lock()
+	r.mu.Lock()
 	r.damage.own, r.damage.repaired = nil, false
-	m.mu.Unlock()
+	r.mu.Unlock()
 	return res, nil
 }
 
@@ -170,11 +170,11 @@ func (m *Manager) scrub(ctx context.Context, r *replica, pace func(context.Conte
 func (m *Manager) damaged(r *replica, d *partlog.Damage) {
 	r.roleMu.RLock()
 	defer r.roleMu.RUnlock()
-	m.mu.Lock()
+	r.mu.Lock()
 	role, gen := r.role, r.gen
 	again := r.damage.own != nil && *r.damage.own == *d
 	r.damage.own, r.damage.repaired = d, false
-	m.mu.Unlock()
+	r.mu.Unlock()
 	if again && (role != broker.RoleFollower || d.Index) {
 		return // kept as it is: counted and logged when first found
 	}
@@ -190,8 +190,8 @@ func (m *Manager) damaged(r *replica, d *partlog.Damage) {
 		m.log.Error("cannot cut a damaged log", "topic", r.topic, "partition", r.tp.Partition, "err", err)
 		return
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.gen == gen {
 		r.damage.repaired = true
 	}
@@ -203,11 +203,11 @@ func (m *Manager) damaged(r *replica, d *partlog.Damage) {
 // (a bad CRC, a batch that does not parse): logged and counted once per
 // offset; the follower appends nothing and fetches it again.
 func (m *Manager) refusedFromLeader(r *replica, offset int64, err error) {
-	m.mu.Lock()
+	r.mu.Lock()
 	leader, what := r.leader, err.Error()
 	first := r.damage.leader != what
 	r.damage.leader = what
-	m.mu.Unlock()
+	r.mu.Unlock()
 	if !first {
 		return
 	}
@@ -226,11 +226,11 @@ func (m *Manager) checkRead(r *replica, records []byte) ([]byte, error) {
 	if damaged == nil {
 		return records, nil
 	}
-	m.mu.Lock()
+	r.mu.Lock()
 	what := damaged.Error()
 	first := r.damage.read != what
 	r.damage.read = what
-	m.mu.Unlock()
+	r.mu.Unlock()
 	if first {
 		m.scrubMetrics.damage.WithLabelValues(foundByRead).Inc()
 		m.log.Error("a consumer's read met damage in this leader's log: serving the batches before it, refusing it; move the partition's leadership away, or stop the broker and repair the log",
@@ -252,14 +252,14 @@ func (m *Manager) ScrubLogs(ctx context.Context) ([]broker.ScrubbedLog, error) {
 		if err != nil && !errors.Is(err, partlog.ErrClosed) {
 			return nil, err
 		}
-		m.mu.Lock()
+		r.mu.Lock()
 		s := broker.ScrubbedLog{Topic: r.topic, TopicID: r.tp.TopicID, Partition: r.tp.Partition, Role: r.role,
 			Segments: res.Segments, Bytes: res.Bytes, Repaired: r.damage.repaired, LeaderDamage: r.damage.leader,
 			LogStartOffset: r.log.LogStartOffset(), LogEndOffset: r.log.LogEndOffset()}
 		if d := r.damage.own; d != nil {
 			s.Damage, s.DamageOffset = d.String(), d.Offset
 		}
-		m.mu.Unlock()
+		r.mu.Unlock()
 		out = append(out, s)
 	}
 	broker.SortScrubbed(out)

@@ -115,9 +115,9 @@ func TestScrub_DamageFound(t *testing.T) {
 			if n := counterValue(t, m.scrubMetrics.damage.WithLabelValues(foundByScrub)); n != 1 {
 				t.Fatalf("damage{found=scrub} = %v, want 1", n)
 			}
-			m.mu.Lock()
+			r.mu.Lock()
 			repaired, hw := r.damage.repaired, r.hw
-			m.mu.Unlock()
+			r.mu.Unlock()
 			cut := tc.wantLEO < 8
 			if start := r.log.LogStartOffset(); start > tc.damage.Offset && cut {
 				t.Fatalf("log start %d after the cut, want at most %d", start, tc.damage.Offset)

@@ -600,18 +600,11 @@ func (l *Log) Read(offset int64, maxBytes int) (ReadResult, error) {
 // ReadUpTo is Read with no batch ending past upTo: a consumer's fetch
 // reads up to the high watermark.
 func (l *Log) ReadUpTo(offset int64, maxBytes int, upTo int64) (ReadResult, error) {
-	return l.ReadInto(nil, offset, maxBytes, upTo)
+	return l.read(nil, grow, offset, maxBytes, upTo)
 }
 
-// ReadInto is ReadUpTo into buf's space (from buf[:0]), allocating only
-// when a read needs more than cap(buf): a caller that pools its buffers
-// (internal/bufpool) reads without allocating. ReadResult.Records then
-// aliases buf, or a larger buffer in its place.
-func (l *Log) ReadInto(buf []byte, offset int64, maxBytes int, upTo int64) (ReadResult, error) {
-	return l.read(buf, grow, offset, maxBytes, upTo)
-}
-
-// read is ReadInto, asking grow for a buffer when buf is too small.
+// read is ReadUpTo into buf's space, asking grow for a buffer when buf is
+// too small.
 func (l *Log) read(buf []byte, grow func([]byte, int) []byte, offset int64, maxBytes int, upTo int64) (ReadResult, error) {
 	l.rw.RLock()
 	defer l.rw.RUnlock()

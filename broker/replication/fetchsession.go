@@ -23,11 +23,6 @@ import (
 // one batch).
 const DefaultFetchResponseMaxBytes = 10 << 20
 
-// minSessionRead is the smallest buffer a session reads a partition into;
-// each partition's next read takes twice what its last one returned, so
-// that a trickle does not pin a max-bytes buffer per partition.
-const minSessionRead = 64 << 10
-
 var _ broker.SessionDataPlane = (*Manager)(nil)
 
 // leaderSession is one follower's fetch session on this leader (Kafka's
@@ -64,8 +59,6 @@ type sessionPart struct {
 	answered     bool
 	hw, logStart int64
 	errReason    string
-	// lastRead is the size of the last read, which sizes the next buffer.
-	lastRead int
 }
 
 // sessionRead is a partition to read in this round, with what the checks
@@ -353,29 +346,23 @@ func (s *leaderSession) maxBytes(sp *sessionPart) int {
 	return int(s.m.cfg.FetchMaxBytes)
 }
 
-// read reads sp's batches into d.records, from a pooled buffer it returns
-// (nil if the read needed one of its own). Past the answer's first records
-// (first false), a read over limit is dropped: the partition is read in a
-// later round, when it may come first.
+// read reads sp's batches into d.records, in a pooled buffer sized to the
+// read (partlog's ReadPooled: a trickle does not pin a max-bytes buffer),
+// which it returns for gRPC to give back once written. Past the answer's
+// first records (first false), a read over limit is dropped: the partition
+// is read in a later round, when it may come first.
 func (s *leaderSession) read(d *partitionData, sp *sessionPart, r *replica, limit int, first bool) (mem.Buffer, error) {
-	p := bufpool.Get(min(max(2*sp.lastRead, minSessionRead), limit))
-	res, err := r.log.ReadInto(*p, sp.offset, limit, math.MaxInt64)
+	res, p, err := r.log.ReadPooled(sp.offset, limit, math.MaxInt64)
 	if err != nil {
-		bufpool.Put(p)
 		return nil, err
 	}
 	d.logStart, d.logEnd = res.LogStartOffset, res.LogEndOffset
-	sp.lastRead = len(res.Records)
-	if !first && len(res.Records) > limit {
+	if len(res.Records) == 0 || !first && len(res.Records) > limit {
 		bufpool.Put(p)
 		return nil, nil
 	}
 	d.records = res.Records
-	if len(res.Records) == 0 || cap(*p) == 0 || &res.Records[:1][0] != &(*p)[:1][0] {
-		bufpool.Put(p) // the read took a larger buffer, or none
-		return nil, nil
-	}
-	*p = res.Records
+	*p = res.Records // the pooled buffer's start, its capacity kept
 	return mem.NewBuffer(p, bufpool.Pool{}), nil
 }
 

@@ -40,7 +40,7 @@ func newControllerCmd(g *globalFlags) *cobra.Command {
 	cfg := server.NodeConfig{Timing: raftlog.DefaultTiming()}
 	var nodeID int32
 	var voters, raftDial, metricsAddr string
-	var insecure, pprof bool
+	var insecure, pprof, consoleOn bool
 	var conns connFlags
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -134,7 +134,7 @@ loopback, or --insecure says plaintext is meant.`,
 				return err
 			}
 			cfg.Conns = plan.port
-			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS, conns: plan.metrics}, log)
+			metricsSrv, err := startMetrics(metricsOptions{addr: metricsAddr, pprof: pprof, tls: cfg.TLS, conns: plan.metrics, console: consoleMode(consoleOn)}, log)
 			if err != nil {
 				return err
 			}
@@ -154,6 +154,7 @@ loopback, or --insecure says plaintext is meant.`,
 				logPlaintext(log, insecure, exposed)
 			}
 			metricsSrv.setReady(node.Ready)
+			metricsSrv.attachConsole(node.LocalReads())
 			select {
 			case sig := <-sigs:
 				log.Info("stopping", "signal", sig.String())
@@ -199,6 +200,7 @@ loopback, or --insecure says plaintext is meant.`,
 	f.StringVar(&cfg.LogStore, "log-store", raftlog.LogStoreBoltDB,
 		"raft log store: boltdb (raft.db) or wal (wal/); a data dir keeps its store")
 	addMetricsFlags(cmd, &metricsAddr, &pprof)
+	addConsoleFlag(cmd, &consoleOn)
 	addInsecureFlag(cmd, &insecure)
 	addRaftTimingFlags(f, &cfg.Timing)
 	conns.add(cmd, false)

@@ -121,6 +121,7 @@ the flags that reach the cluster with the admin certificate.`,
 			}
 			for i, n := range q.Nodes {
 				ms[i].setReady(n.Ready)
+				ms[i].attachConsole(n.LocalReads())
 			}
 			addrs := q.Addrs()
 			if saved == nil {

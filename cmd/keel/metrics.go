@@ -10,20 +10,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/keel-dev/keel/console"
 	"github.com/keel-dev/keel/internal/connlimit"
 	"github.com/keel-dev/keel/metrics"
 	"github.com/keel-dev/keel/tlsauth"
 )
 
 // metricsServer is a node's --metrics-addr: /metrics, /healthz, /readyz,
-// and pprof with --pprof; HTTPS with the node's certificate when TLS is on.
+// pprof with --pprof, and a controller's console (/console/, and / sent
+// there) unless --console=false; HTTPS with the node's certificate when
+// TLS is on.
 // The server starts before the node (so a taken address fails first), so
 // /readyz answers "starting" until setReady.
 type metricsServer struct {
 	reg   *prometheus.Registry // nil when --metrics-addr is empty
 	srv   *metrics.Server
 	ready atomic.Pointer[func() error]
-	log   *slog.Logger
+	// console is nil but on a controller's listener.
+	console *console.Console
+	log     *slog.Logger
 }
 
 var errStarting = errors.New("starting")
@@ -35,6 +40,9 @@ type metricsOptions struct {
 	tls   *tlsauth.Config // nil: plain HTTP
 	// conns bounds the listener's connections; the zero value none.
 	conns connlimit.Limits
+	// console is whether the listener may serve a console (once a
+	// controller attaches one) and what it answers before.
+	console console.Mode
 }
 
 // errPprofWithoutMetrics: --pprof serves on the metrics listener.
@@ -77,6 +85,12 @@ func startMetrics(o metricsOptions, log *slog.Logger) (*metricsServer, error) {
 	if o.conns != (connlimit.Limits{}) {
 		opts = append(opts, metrics.WithConns(o.conns, log))
 	}
+	if o.console != console.Off {
+		// Served once a controller attaches it (attachConsole); it
+		// authorizes every request itself, a probe's refused.
+		m.console = console.New(o.console, log)
+		opts = append(opts, metrics.WithHandler(console.Path, m.console), metrics.WithHandler(console.RootPattern, m.console.Redirect()))
+	}
 	srv, err := metrics.Serve(o.addr, m.reg, opts...)
 	if err != nil {
 		return nil, err
@@ -104,13 +118,28 @@ func (m *metricsServer) checkReady() error {
 	return errStarting
 }
 
+// attachConsole makes the console, if served, show src, the started
+// controller's reads.
+func (m *metricsServer) attachConsole(src console.Source) {
+	if m.console == nil || m.srv == nil {
+		return
+	}
+	m.console.Attach(src)
+	m.log.Info("serving the console", "address", m.srv.URL()+console.Path)
+}
+
 // describe is "  metrics http://ADDR/metrics" (https with TLS) for a
-// listing, or "" when off.
+// listing, then "  console http://ADDR/console/" once one is attached, or
+// "" when off.
 func (m *metricsServer) describe() string {
 	if m.srv == nil {
 		return ""
 	}
-	return "  metrics " + m.srv.URL() + "/metrics"
+	s := "  metrics " + m.srv.URL() + "/metrics"
+	if m.console != nil && m.console.Attached() {
+		s += "  console " + m.srv.URL() + console.Path
+	}
+	return s
 }
 
 // stop stops the server, if one runs.
@@ -132,6 +161,12 @@ func addMetricsFlags(cmd *cobra.Command, addr *string, pprof *bool) {
 		"also serve Go's profiler at /debug/pprof/ on --metrics-addr (it shows memory and command line)")
 }
 
+// addConsoleFlag gives keel controller --console.
+func addConsoleFlag(cmd *cobra.Command, on *bool) {
+	cmd.Flags().BoolVar(on, "console", true,
+		"serve the read-only web console at /console/ on --metrics-addr (with TLS, to controller, broker and admin certificates)")
+}
+
 // pprofNeedsAdmin lets only an admin certificate profile a TLS node: a
 // profile is an operator's tool, and a probe's or a broker's certificate
 // may scrape but has no business reading the process's memory.
@@ -147,4 +182,12 @@ func pprofNeedsAdmin(r *http.Request) error {
 		return fmt.Errorf("pprof needs an admin certificate; the caller's is %s", id)
 	}
 	return nil
+}
+
+// consoleMode is keel controller's console for --console.
+func consoleMode(on bool) console.Mode {
+	if on {
+		return console.Starting
+	}
+	return console.Off
 }

@@ -56,7 +56,7 @@ function ago(ms) {
 async function getJSON(path) {
   const resp = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
   if (!resp.ok) {
-    const text = (await resp.text()).trim();
+    const text = (await resp.text()).trim().replace(/^console: /, "");
     throw new Error(text || resp.status + " " + resp.statusText);
   }
   return resp.json();
@@ -256,7 +256,7 @@ async function refresh() {
       } catch (e) {
         $("features-note").textContent = "Finalized metadata.version " + o.metadata_version +
           "; this controller supports " + o.node.min_metadata_version + "–" + o.node.max_metadata_version +
-          ". Every node's range: " + e.message;
+          ". Every node's range is the active controller's to ask (" + e.message + ").";
         fill($("features"), [], 4, "only the active controller asks the nodes");
       }
     }

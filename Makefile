@@ -26,15 +26,18 @@ test: build
 ## metadata, a topic created through the brokers, produce with acks=all and an
 ## idempotent producer across a kill -9 of the partition's leader, consume, and
 ## every delivery the client reported read back at its offset; consumer groups
-## (kcat -G, subscribe()): partitions split between members, offsets committed. Installs Debian's
-## kcat and python3-confluent-kafka with apt-get when absent, and fails (never
-## skips) if one still cannot be found. `make test` runs each test where its
-## client is installed, and skips it with a message otherwise.
+## (kcat -G, subscribe()): partitions split between members, offsets committed; and
+## the console in headless Chromium (TestConsole_Browser; screenshots in
+## KEEL_SCREENSHOT_DIR when set). Installs Debian's kcat, python3-confluent-kafka
+## and chromium with apt-get when absent, and fails (never skips) if one still
+## cannot be found. `make test` runs each test where its client is installed, and
+## skips it with a message otherwise.
 HAVE_PY_KAFKA := { /usr/bin/python3 -c 'import confluent_kafka' || python3 -c 'import confluent_kafka'; } >/dev/null 2>&1
 test-clients: build
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="kcat"; \
 	$(HAVE_PY_KAFKA) || missing="$$missing python3-confluent-kafka"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing (apt-get)"; \
 		sudo=$$(test "$$(id -u)" -eq 0 || echo sudo); \
@@ -43,7 +46,8 @@ test-clients: build
 	fi
 	@command -v kcat >/dev/null 2>&1 || { echo "test-clients: kcat not found after apt-get install kcat" >&2; exit 1; }
 	@$(HAVE_PY_KAFKA) || { echo "test-clients: python3 cannot import confluent_kafka after apt-get install python3-confluent-kafka" >&2; exit 1; }
-	KEEL_CLIENTS_REQUIRED=1 $(GO) test -race -count=1 -run '^(TestKcat|TestPythonClient)' -v -timeout 15m ./integration/
+	@command -v chromium >/dev/null 2>&1 || { echo "test-clients: chromium not found after apt-get install chromium" >&2; exit 1; }
+	KEEL_CLIENTS_REQUIRED=1 $(GO) test -race -count=1 -run '^(TestKcat|TestPythonClient|TestConsole_Browser)' -v -timeout 15m ./integration/
 
 ## test-kcat: the former name of test-clients.
 test-kcat: test-clients

@@ -48,8 +48,8 @@ type consoleTopics struct {
 	} `json:"topics"`
 }
 
-// consoleGet GETs url with cl and returns the status and body.
-func consoleGet(cl *http.Client, url string) (int, string, error) {
+// getBody GETs url with cl and returns the status and body.
+func getBody(cl *http.Client, url string) (int, string, error) {
 	resp, err := cl.Get(url)
 	if err != nil {
 		return 0, "", err
@@ -61,7 +61,7 @@ func consoleGet(cl *http.Client, url string) (int, string, error) {
 
 // consoleJSON GETs url with cl and decodes a 200's body into v.
 func consoleJSON(cl *http.Client, url string, v any) error {
-	code, body, err := consoleGet(cl, url)
+	code, body, err := getBody(cl, url)
 	if err != nil {
 		return err
 	}
@@ -116,17 +116,17 @@ func TestConsole_ShowsAStoppedBrokerOnATLSCluster(t *testing.T) {
 		if tp.Total != 1 || tp.Topics[0].Name != "console-orders" || tp.Topics[0].UnderReplicated != 3 {
 			t.Errorf("controller %d's unhealthy topics: %+v", id, tp)
 		}
-		if code, body, err := consoleGet(admin, base); err != nil || code != http.StatusOK || !strings.Contains(body, `src="console.js"`) {
+		if code, body, err := getBody(admin, base); err != nil || code != http.StatusOK || !strings.Contains(body, `src="console.js"`) {
 			t.Errorf("an admin's GET %s: %d, %v: %.200s", base, code, err, body)
 		}
 		for _, path := range []string{"", "api/overview"} {
-			code, body, err := consoleGet(probe, base+path)
+			code, body, err := getBody(probe, base+path)
 			if err != nil || code != http.StatusForbidden || !strings.Contains(body, "probe certificate") || strings.Count(strings.TrimSpace(body), "\n") > 0 {
 				t.Errorf("a probe's GET %s%s: %d %q, %v; want 403 in one line naming the probe certificate", base, path, code, body, err)
 			}
 		}
 		// The probe still scrapes the same listener.
-		if code, _, err := consoleGet(probe, "https://"+c.node(id).MetricsAddr()+"/metrics"); err != nil || code != http.StatusOK {
+		if code, _, err := getBody(probe, "https://"+c.node(id).MetricsAddr()+"/metrics"); err != nil || code != http.StatusOK {
 			t.Errorf("a probe's GET /metrics: %d, %v", code, err)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -46,15 +45,7 @@ func TestMetrics_TLS(t *testing.T) {
 	otherCA := https(stranger.config("probe").Client())
 	otherCA.Transport.(*http.Transport).TLSClientConfig.RootCAs = pki.config("admin").Client().RootCAs
 
-	get := func(cl *http.Client, url string) (int, string, error) {
-		resp, err := cl.Get(url)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body), err
-	}
+	get := getBody
 
 	for _, tt := range []struct {
 		name, addr, metric string

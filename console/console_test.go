@@ -51,7 +51,7 @@ func part(tid fsm.TopicID, p, leader int32, replicas, isr []int32) *keelpb.Parti
 // rack a for broker 1; topic "orders" of 3 partitions: 0 well (leader 1),
 // 1 under-replicated (ISR [2]), 2 moving from 3 to 1 (adding 1,
 // removing 3; leader 2); topic "audit" of 1 partition, offline.
-func fixture(t *testing.T) *fsm.Image {
+func fixture(t testing.TB) *fsm.Image {
 	t.Helper()
 	reg := func(id int32, rack string) *keelpb.Record {
 		return rec(&keelpb.BrokerRegistrationRecord{BrokerId: id, IncarnationId: "inc", Address: "127.0.0.1:920" + string('0'+rune(id)),

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -142,6 +143,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusMethodNotAllowed, "the console is read-only: GET only")
 		return
 	}
+	if err := checkHost(r); err != nil {
+		httpError(w, http.StatusForbidden, err.Error())
+		return
+	}
 	if err := rpc.AuthorizeHTTP(r, readMethod); err != nil {
 		httpError(w, http.StatusForbidden, "the console shows what the admin API's reads show: "+err.Error())
 		return
@@ -195,6 +200,31 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := json.NewEncoder(w).Encode(v); err != nil {
 		c.log.Debug("console: answer not sent", "path", r.URL.Path, "err", err)
 	}
+}
+
+// checkHost refuses a plaintext request on a loopback listener whose Host
+// names no loopback address: a web page a browser loaded from elsewhere
+// may have a name of its own resolve to 127.0.0.1 (DNS rebinding) and read
+// the console as its own origin. A loopback listener is only ever
+// reached as localhost or a loopback address. With TLS the server's
+// certificate names the hosts the browser may use.
+func checkHost(r *http.Request) error {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if r.TLS != nil || !ok {
+		return nil
+	}
+	tcp, ok := local.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsLoopback() {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = r.Host
+	}
+	if ip := net.ParseIP(strings.Trim(host, "[]")); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("the Host %q is no name of this loopback listener: open http://%s%s", r.Host, tcp, Path)
 }
 
 // httpError answers code with msg, one line of text.

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -352,6 +353,41 @@ func TestConsole_Requests(t *testing.T) {
 				if h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Cache-Control") == "" {
 					t.Errorf("headers %v", h)
 				}
+			}
+		})
+	}
+}
+
+// TestConsole_LoopbackHost: on a plaintext loopback listener the console
+// answers only a Host that names loopback, so that a page from elsewhere
+// cannot rebind a name of its own to 127.0.0.1 and read it.
+func TestConsole_LoopbackHost(t *testing.T) {
+	loopback := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9100}
+	for _, tt := range []struct {
+		name, host string
+		local      net.Addr
+		tls        bool
+		want       int
+	}{
+		{name: "127.0.0.1", host: "127.0.0.1:9100", local: loopback, want: 200},
+		{name: "localhost", host: "localhost:9100", local: loopback, want: 200},
+		{name: "::1", host: "[::1]:9100", local: &net.TCPAddr{IP: net.IPv6loopback, Port: 9100}, want: 200},
+		{name: "another name", host: "attacker.example:9100", local: loopback, want: http.StatusForbidden},
+		{name: "another name, over TLS", host: "ctl-1.example:9100", local: loopback, tls: true, want: 200},
+		{name: "another name, on another interface", host: "ctl-1.example:9100", local: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 9100}, want: 200},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/console/api/overview", nil)
+			r.Host = tt.host
+			r.TLS = nil
+			if tt.tls {
+				r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{Subject: pkix.Name{CommonName: "admin"}}}}
+			}
+			r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, tt.local))
+			w := httptest.NewRecorder()
+			newConsole(&fakeSource{img: fixture(t), active: true}).ServeHTTP(w, r)
+			if w.Code != tt.want {
+				t.Fatalf("Host %s on %s: %d %s, want %d", tt.host, tt.local, w.Code, w.Body, tt.want)
 			}
 		})
 	}

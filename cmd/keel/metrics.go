@@ -26,7 +26,8 @@ type metricsServer struct {
 	reg   *prometheus.Registry // nil when --metrics-addr is empty
 	srv   *metrics.Server
 	ready atomic.Pointer[func() error]
-	// console is nil but on a controller's listener.
+	// console is nil with --console=false; on a broker's listener it is
+	// never attached, and serves nothing.
 	console *console.Console
 	log     *slog.Logger
 }

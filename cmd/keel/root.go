@@ -20,6 +20,8 @@ type globalFlags struct {
 	configPath    string         // --config
 	configFile    string         // the file read: --config's or KEEL_CONFIG's
 	configSources config.Sources // where each flag's value came from
+	process       string         // the process the command runs (envProcess); "" for the CLI
+	ignoredEnv    []config.Ignored
 }
 
 func newRootCmd() *cobra.Command {
@@ -40,7 +42,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().String(flagTLSKey, "", "the private key (PEM) of --tls-cert")
 	root.PersistentFlags().String(flagTLSCA, "", "the CA certificate (PEM) every peer's certificate must be signed by")
 	root.PersistentFlags().StringVar(&g.configPath, flagConfig, "",
-		"read settings from this YAML file; flags and KEEL_* variables win over it (env KEEL_CONFIG)")
+		"read settings from this YAML file; flags and KEEL_* variables win over it (env KEEL_CONFIG; keel controller's KEEL_CONTROLLER_CONFIG, and so on)")
 	root.AddCommand(withPrintConfig(g, newControllerCmd(g)), withPrintConfig(g, newBrokerCmd(g)),
 		withPrintConfig(g, newDevCmd(g)), newQuorumCmd())
 	root.AddCommand(newTopicCmd(), newPartitionCmd(), newConfigCmd(), newFeaturesCmd(), newACLCmd())
@@ -103,5 +105,23 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 	// etcd's capnslog, linked in by raft-wal, rewrites it to its own
 	// "I | ..." lines.
 	slog.SetDefault(l)
+	g.logIgnoredEnv(l)
 	return l, nil
+}
+
+// logIgnoredEnv says, once, which of the CLI's variables a process ignored
+// (applyConfig): the admin certificate exported for keel commands is not a
+// controller's, and a setting that silently does nothing is worse.
+func (g *globalFlags) logIgnoredEnv(l *slog.Logger) {
+	if len(g.ignoredEnv) == 0 {
+		return
+	}
+	ignored := make([]string, len(g.ignoredEnv))
+	instead := make([]string, len(g.ignoredEnv))
+	for i, v := range g.ignoredEnv {
+		ignored[i], instead[i] = v.Name, v.Instead
+	}
+	l.Info("ignoring the CLI's variables: keel "+g.process+" reads "+config.EnvPattern(g.process),
+		"ignored", strings.Join(ignored, ","), "instead", strings.Join(instead, ","))
+	g.ignoredEnv = nil
 }

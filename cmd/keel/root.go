@@ -68,8 +68,27 @@ const (
 // are the root's persistent flags): nil, plaintext, when none is given. A
 // command built without the root, as in tests, has none.
 func tlsFlags(cmd *cobra.Command) (*tlsauth.Config, error) {
-	cert, key, ca := tlsFlagValues(cmd)
-	return tlsauth.Load(cert, key, ca)
+	file := func(name string) tlsauth.File {
+		f := cmd.Flags().Lookup(name)
+		if f == nil {
+			return tlsauth.File{}
+		}
+		return tlsauth.File{Path: f.Value.String(), From: valueFrom(config.SourceOf(f))}
+	}
+	return tlsauth.LoadFiles(file(flagTLSCert), file(flagTLSKey), file(flagTLSCA))
+}
+
+// valueFrom is how an error says where a value came from when it was not
+// the command line: "env KEEL_BROKER_TLS_KEY", "--config FILE"; "" for the
+// command line (the flag's name says it) or the default.
+func valueFrom(s config.Source) string {
+	switch s.Kind {
+	case config.FromEnv:
+		return "env " + s.Name
+	case config.FromFile:
+		return "--" + flagConfig + " " + s.Name
+	}
+	return ""
 }
 
 func tlsFlagValues(cmd *cobra.Command) (cert, key, ca string) {

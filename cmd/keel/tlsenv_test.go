@@ -50,6 +50,12 @@ func TestTLSFlags_ErrorsNameTheSource(t *testing.T) {
 			want: "--tls-cert, --tls-key and --tls-ca go together: --tls-ca is missing (--tls-cert from env KEEL_TLS_CERT, --tls-key from env KEEL_TLS_KEY)",
 		},
 		{
+			name: "a CA from KEEL_CERTS_DIR that is not there",
+			env:  map[string]string{"KEEL_CERTS_DIR": dir},
+			args: []string{"cert", "create", "admin"},
+			want: "CA certificate " + filepath.Join(dir, "ca.pem") + ": no such file or directory (--certs-dir from env KEEL_CERTS_DIR)",
+		},
+		{
 			name: "a flag over a variable: the flag is named alone",
 			env:  map[string]string{"KEEL_TLS_KEY": admin.Key},
 			args: []string{"topic", "list", "--tls-cert", admin.Cert, "--tls-key", missing, "--tls-ca", admin.CA},

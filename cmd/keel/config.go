@@ -111,7 +111,13 @@ func withPrintConfig(g *globalFlags, cmd *cobra.Command) *cobra.Command {
 		if print {
 			return g.printConfig(cmd)
 		}
-		return run(cmd, args)
+		err := run(cmd, args)
+		if err != nil && len(g.ignoredEnv) > 0 {
+			// Refused before its logger said which variables it ignored
+			// (logIgnoredEnv): the refusal may be about one of them.
+			err = fmt.Errorf("%w (%s)", err, g.ignoredEnvNote())
+		}
+		return err
 	}
 	return cmd
 }

@@ -135,12 +135,25 @@ func (g *globalFlags) logIgnoredEnv(l *slog.Logger) {
 	if len(g.ignoredEnv) == 0 {
 		return
 	}
-	ignored := make([]string, len(g.ignoredEnv))
-	instead := make([]string, len(g.ignoredEnv))
-	for i, v := range g.ignoredEnv {
-		ignored[i], instead[i] = v.Name, v.Instead
-	}
+	ignored, instead := g.ignoredEnvNames()
 	l.Info("ignoring the CLI's variables: keel "+g.process+" reads "+config.EnvPattern(g.process),
 		"ignored", strings.Join(ignored, ","), "instead", strings.Join(instead, ","))
 	g.ignoredEnv = nil
+}
+
+// ignoredEnvNames are the CLI's variables the process ignored, and the ones
+// it reads instead, in one order.
+func (g *globalFlags) ignoredEnvNames() (ignored, instead []string) {
+	for _, v := range g.ignoredEnv {
+		ignored, instead = append(ignored, v.Name), append(instead, v.Instead)
+	}
+	return ignored, instead
+}
+
+// ignoredEnvNote is logIgnoredEnv's message in a few words, for an error
+// line: "ignored the CLI's KEEL_TLS_CERT: keel controller reads
+// KEEL_CONTROLLER_TLS_CERT".
+func (g *globalFlags) ignoredEnvNote() string {
+	ignored, instead := g.ignoredEnvNames()
+	return fmt.Sprintf("ignored the CLI's %s: keel %s reads %s", strings.Join(ignored, ", "), g.process, strings.Join(instead, ", "))
 }

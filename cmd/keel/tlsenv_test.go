@@ -100,10 +100,16 @@ func TestConfig_ProcessesIgnoreTheCLIsVariables(t *testing.T) {
 			t.Errorf("keel %s --print-config does not say %q:\n%s", args[0], want, out)
 		}
 	}
+	// A controller refused before its logger says which variables it
+	// ignored says so in its error line.
+	_, err := runKeel(t, "controller", "--node-id", "1", "--data-dir", t.TempDir(), "--voters", "bad")
+	if want := "(ignored the CLI's KEEL_TLS_CA, KEEL_TLS_CERT, KEEL_TLS_KEY: keel controller reads KEEL_CONTROLLER_TLS_CA, KEEL_CONTROLLER_TLS_CERT, KEEL_CONTROLLER_TLS_KEY)"; err == nil || !strings.HasSuffix(errorLine(err), want) {
+		t.Errorf("controller with bad --voters: %v, want it to end %q", err, want)
+	}
 	// An admin command still reads them: a partial set is refused, naming
 	// them.
 	t.Setenv("KEEL_TLS_CA", "")
-	if _, err := runKeel(t, "topic", "list"); err == nil || !strings.Contains(err.Error(), "--tls-cert from env KEEL_TLS_CERT") {
+	if _, err = runKeel(t, "topic", "list"); err == nil || !strings.Contains(err.Error(), "--tls-cert from env KEEL_TLS_CERT") {
 		t.Errorf("topic list with KEEL_TLS_CERT and KEEL_TLS_KEY: %v", err)
 	}
 }

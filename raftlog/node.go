@@ -114,6 +114,13 @@ type Config struct {
 	// stop the process and not return; keel controller prints one line and
 	// exits. Nil: raft panics.
 	FailStop func(err error)
+	// SnapshotLoad, if set, tells how far a snapshot restore has read: the
+	// one inside Open, before it returns, and raft's later ones.
+	SnapshotLoad *SnapshotLoad
+	// TestRestorePace, above zero, makes every snapshot restore read at a
+	// pace that takes this long (keel controller --test-restore-pace):
+	// tests see a restore in progress without a large image.
+	TestRestorePace time.Duration
 
 	// walSegmentSize is raft-wal's segment size; 0 means its default
 	// (64 MiB). Tests lower it to make segments rotate.
@@ -326,7 +333,12 @@ func Open(cfg Config, sm consensus.StateMachine, mux *Mux) (*Node, error) {
 		}
 	}
 
-	n.fsm = &fsmAdapter{sm: sm}
+	n.fsm = &fsmAdapter{sm: sm, load: cfg.SnapshotLoad, pace: cfg.TestRestorePace, newestSize: func() int64 {
+		if l, err := snaps.List(); err == nil && len(l) > 0 {
+			return l[0].Size
+		}
+		return 0
+	}}
 	// Guarded: a panic in NewRaft (a log entry checkStart did not foresee
 	// missing, a term it cannot store) comes before it starts anything.
 	var r *raft.Raft

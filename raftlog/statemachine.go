@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -34,6 +35,14 @@ type fsmAdapter struct {
 	// logs it and reports only that no snapshot could be loaded.
 	restoreMu  sync.Mutex
 	restoreErr error
+
+	// load, if set, counts each restore's reads; newestSize is the size of
+	// the snapshot raft restores (the newest in the store: the one it
+	// starts from, or the one a leader just sent), which raft does not pass
+	// to Restore. pace slows restores down (Config.TestRestorePace).
+	load       *SnapshotLoad
+	newestSize func() int64
+	pace       time.Duration
 }
 
 // restoreFailure returns the state machine's last refusal of a snapshot.
@@ -91,7 +100,16 @@ func (a *fsmAdapter) Snapshot() (raft.FSMSnapshot, error) {
 }
 
 func (a *fsmAdapter) Restore(rc io.ReadCloser) error {
-	err := a.sm.Restore(rc)
+	var r io.Reader = rc
+	if a.load != nil {
+		var size int64
+		if a.newestSize != nil {
+			size = a.newestSize()
+		}
+		r = a.load.begin(rc, size, a.pace)
+		defer a.load.end()
+	}
+	err := a.sm.Restore(r)
 	if cerr := rc.Close(); err == nil {
 		err = cerr
 	}

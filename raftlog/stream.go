@@ -130,7 +130,7 @@ func checkTLS(cfg Config) error {
 	}
 	id := cfg.TLS.Identity
 	if id.Role != tlsauth.RoleController || id.ID != cfg.NodeID {
-		return fmt.Errorf("%s is for %s, not controller-%d (this node's --node-id)", tlsauth.FlagCert, id, cfg.NodeID)
+		return fmt.Errorf("%s is for %s, not controller-%d (this node's --node-id)", cfg.TLS.CertName(), id, cfg.NodeID)
 	}
 	return nil
 }

@@ -214,7 +214,7 @@ func TestOpen_TLSCertificateMustBeThisNodes(t *testing.T) {
 	certs := testCerts(t, "controller-2", "broker-1")
 	for _, name := range []string{"controller-2", "broker-1"} {
 		_, _, err := startSingle(t, t.TempDir(), func(c *Config) { c.TLS = certs[name] })
-		want := fmt.Sprintf("--tls-cert is for %s, not controller-1 (this node's --node-id)", name)
+		want := fmt.Sprintf("the certificate is for %s, not controller-1 (this node's --node-id)", name)
 		if err == nil || err.Error() != want {
 			t.Errorf("Open with %s's certificate: %v, want %q", name, err, want)
 		}

@@ -112,6 +112,9 @@ type NodeConfig struct {
 	// state waits for its peers to say what they saw it hold (rollback.go):
 	// 0 means DefaultRollbackCheckWait; negative, it does not ask.
 	RollbackCheckWait time.Duration
+	// TestRestorePace, above zero, makes every snapshot restore take this
+	// long (raftlog.Config.TestRestorePace): test wiring.
+	TestRestorePace time.Duration
 }
 
 // MetricRaftStorageErrors counts the raft log and stable store's failed
@@ -146,10 +149,13 @@ type Node struct {
 	started atomic.Bool
 	// highWater are the data dir's marks, once raftlog has read them.
 	highWater atomic.Pointer[raftlog.HighWater]
-	fatal     chan error
-	stopWatch chan struct{}
-	wg        sync.WaitGroup
-	closeOnce sync.Once
+	// snapshotLoad is how far raft has read the snapshot it restores: a
+	// starting node says so to every call it refuses (startingError).
+	snapshotLoad raftlog.SnapshotLoad
+	fatal        chan error
+	stopWatch    chan struct{}
+	wg           sync.WaitGroup
+	closeOnce    sync.Once
 }
 
 // StartNode starts a controller node. Every error names what is wrong
@@ -287,6 +293,8 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		VerifySnapshot:    verifySnapshot,
 		BeforeRaft:        s.beforeRaft,
 		FailStop:          cfg.FailStop,
+		SnapshotLoad:      &s.snapshotLoad,
+		TestRestorePace:   cfg.TestRestorePace,
 		AskLeaderContact:  askLeaderContact(s.peers),
 	}, s.applied, mux)
 	if err != nil {

@@ -57,16 +57,26 @@ func (s *Node) servedBeforeStart(method string) bool {
 
 func (s *Node) gateUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if !s.servedBeforeStart(info.FullMethod) {
-		return nil, errStarting
+		return nil, s.startingError()
 	}
 	return handler(ctx, req)
 }
 
 func (s *Node) gateStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if !s.servedBeforeStart(info.FullMethod) {
-		return errStarting
+		return s.startingError()
 	}
 	return handler(srv, ss)
+}
+
+// startingError is errStarting, or while raft restores the snapshot (which
+// takes seconds for a large image) how far it has read: keel quorum status
+// shows that, not a node that looks as if it had lost its state.
+func (s *Node) startingError() error {
+	if read, size, ok := s.snapshotLoad.Progress(); ok {
+		return rpc.LoadingSnapshot(rpc.SnapshotLoad{Read: read, Size: size})
+	}
+	return errStarting
 }
 
 // AcknowledgedIndex answers, from this node's data dir, the highest

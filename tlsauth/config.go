@@ -27,55 +27,105 @@ type Config struct {
 
 	cert  tls.Certificate
 	roots *x509.CertPool
+	// certName is how errors name the certificate (File.describe).
+	certName string
 }
 
-// Load reads --tls-cert, --tls-key and --tls-ca. All three empty means
-// plaintext: it returns nil and no error. The three go together; a partial
-// set fails naming the missing flags. A file that cannot be read or parsed,
-// a key that does not match the certificate, a certificate the CA did not
-// sign or whose common name is no keel identity: each fails with one line
-// naming the flag and the path.
+// File is one of a process's TLS files as it was given: its path, and
+// where the path came from when not the command line ("env
+// KEEL_BROKER_TLS_KEY", "--config /etc/keel/broker.yaml"), so that an
+// error about it names a place the user can find and fix.
+type File struct {
+	Path string
+	From string // "": the flag, on the command line
+}
+
+// describe is how an error names f, given as flag: "--tls-key PATH", then
+// "(from env KEEL_BROKER_TLS_KEY)" when it did not come from the command
+// line.
+func (f File) describe(flag string) string {
+	if f.From == "" {
+		return flag + " " + f.Path
+	}
+	return fmt.Sprintf("%s %s (from %s)", flag, f.Path, f.From)
+}
+
+// Load reads --tls-cert, --tls-key and --tls-ca as given on the command
+// line: LoadFiles with no other source.
 func Load(certFile, keyFile, caFile string) (*Config, error) {
-	given := map[string]string{FlagCert: certFile, FlagKey: keyFile, FlagCA: caFile}
-	var missing []string
-	for _, f := range []string{FlagCert, FlagKey, FlagCA} {
-		if given[f] == "" {
-			missing = append(missing, f)
+	return LoadFiles(File{Path: certFile}, File{Path: keyFile}, File{Path: caFile})
+}
+
+// LoadFiles reads --tls-cert, --tls-key and --tls-ca. All three empty means
+// plaintext: it returns nil and no error. The three go together; a partial
+// set fails naming the missing flags, and where the given ones came from. A
+// file that cannot be read or parsed, a key that does not match the
+// certificate, a certificate the CA did not sign or whose common name is no
+// keel identity: each fails with one line naming the flag, the path and
+// where the path came from.
+func LoadFiles(cert, key, ca File) (*Config, error) {
+	files := []struct {
+		flag string
+		file File
+	}{{FlagCert, cert}, {FlagKey, key}, {FlagCA, ca}}
+	var missing, from []string
+	for _, f := range files {
+		switch {
+		case f.file.Path == "":
+			missing = append(missing, f.flag)
+		case f.file.From != "":
+			from = append(from, f.flag+" from "+f.file.From)
 		}
+	}
+	given := ""
+	if len(from) > 0 {
+		given = " (" + strings.Join(from, ", ") + ")"
 	}
 	switch len(missing) {
 	case 3:
 		return nil, nil
 	case 2:
-		return nil, fmt.Errorf("%s, %s and %s go together: %s and %s are missing", FlagCert, FlagKey, FlagCA, missing[0], missing[1])
+		return nil, fmt.Errorf("%s, %s and %s go together: %s and %s are missing%s", FlagCert, FlagKey, FlagCA, missing[0], missing[1], given)
 	case 1:
-		return nil, fmt.Errorf("%s, %s and %s go together: %s is missing", FlagCert, FlagKey, FlagCA, missing[0])
+		return nil, fmt.Errorf("%s, %s and %s go together: %s is missing%s", FlagCert, FlagKey, FlagCA, missing[0], given)
 	}
-	certPEM, err := readFlagFile(FlagCert, certFile)
+	certName, keyName, caName := cert.describe(FlagCert), key.describe(FlagKey), ca.describe(FlagCA)
+	certPEM, err := readFlagFile(certName, cert.Path)
 	if err != nil {
 		return nil, err
 	}
-	keyPEM, err := readFlagFile(FlagKey, keyFile)
+	keyPEM, err := readFlagFile(keyName, key.Path)
 	if err != nil {
 		return nil, err
 	}
-	caPEM, err := readFlagFile(FlagCA, caFile)
+	caPEM, err := readFlagFile(caName, ca.Path)
 	if err != nil {
 		return nil, err
 	}
 	roots, err := parseCA(caPEM)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %v", FlagCA, caFile, err)
+		return nil, fmt.Errorf("%s: %v", caName, err)
 	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s, %s %s: %v", FlagCert, certFile, FlagKey, keyFile, oneLine(err))
+		return nil, fmt.Errorf("%s, %s: %v", certName, keyName, oneLine(err))
 	}
-	c, err := newConfig(cert, roots)
+	c, err := newConfig(pair, roots, caName)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %v", FlagCert, certFile, err)
+		return nil, fmt.Errorf("%s: %v", certName, err)
 	}
+	c.certName = certName
 	return c, nil
+}
+
+// CertName is how errors name this process's certificate: "--tls-cert
+// PATH", with where the path came from when not the command line; "the
+// certificate" for one made from PEM bytes.
+func (c *Config) CertName() string {
+	if c.certName == "" {
+		return "the certificate"
+	}
+	return c.certName
 }
 
 // NotAfter is when this process's certificate expires.
@@ -91,17 +141,19 @@ func FromPEM(certPEM, keyPEM, caPEM []byte) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certificate and key: %v", oneLine(err))
 	}
-	return newConfig(cert, roots)
+	return newConfig(cert, roots, "the CA")
 }
 
-func readFlagFile(flag, path string) ([]byte, error) {
+// readFlagFile reads path, failing with name (the flag, path and source:
+// File.describe) and the cause.
+func readFlagFile(name, path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return nil, fmt.Errorf("%s %s: %v", flag, path, err)
+		return nil, fmt.Errorf("%s: %v", name, err)
 	}
 	return b, nil
 }
@@ -114,8 +166,9 @@ func parseCA(caPEM []byte) (*x509.CertPool, error) {
 	return roots, nil
 }
 
-// newConfig checks that cert is signed by roots and names a keel identity.
-func newConfig(cert tls.Certificate, roots *x509.CertPool) (*Config, error) {
+// newConfig checks that cert is signed by roots, which errors call caName,
+// and names a keel identity.
+func newConfig(cert tls.Certificate, roots *x509.CertPool, caName string) (*Config, error) {
 	leaf := cert.Leaf
 	if leaf == nil {
 		var err error
@@ -131,7 +184,7 @@ func newConfig(cert tls.Certificate, roots *x509.CertPool) (*Config, error) {
 		}
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-		return nil, fmt.Errorf("certificate %q does not verify against %s: %v", leaf.Subject.CommonName, FlagCA, oneLine(err))
+		return nil, fmt.Errorf("certificate %q does not verify against %s: %v", leaf.Subject.CommonName, caName, oneLine(err))
 	}
 	id, err := ParseIdentity(leaf.Subject.CommonName)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keel-dev/keel/cmd/keel/internal/config"
 	"github.com/keel-dev/keel/internal/atomicfile"
 	"github.com/keel-dev/keel/tlsauth"
 )
@@ -81,6 +82,24 @@ func (f *certDirFlags) check() error {
 	return nil
 }
 
+// from adds to err, which names a file in --certs-dir or --ca-key, where
+// those came from when not the command line (a KEEL_CERTS_DIR left in the
+// shell), so that a path the user never typed can be traced.
+func (f *certDirFlags) from(cmd *cobra.Command, err error) error {
+	var from []string
+	for _, name := range []string{"certs-dir", "ca-key"} {
+		if fl := cmd.Flags().Lookup(name); fl != nil {
+			if v := valueFrom(config.SourceOf(fl)); v != "" {
+				from = append(from, "--"+name+" from "+v)
+			}
+		}
+	}
+	if len(from) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, strings.Join(from, ", "))
+}
+
 func newCertCreateCACmd() *cobra.Command {
 	var f certDirFlags
 	lifetime := defaultCALifetime
@@ -100,7 +119,7 @@ signed. The key signs every certificate: keep it where the nodes are not.`,
 			certPath := filepath.Join(f.dir, caCertFile)
 			for _, p := range []string{certPath, f.caKey} {
 				if err := refuseExisting(p, "keel cert create-ca never replaces a CA: every certificate it signed would stop verifying"); err != nil {
-					return err
+					return f.from(cmd, err)
 				}
 			}
 			ca, err := tlsauth.NewCAValidFor("keel CA", lifetime)
@@ -162,7 +181,7 @@ a certificate; restart the process to use it).`,
 			}
 			ca, err := tlsauth.LoadCA(filepath.Join(f.dir, caCertFile), f.caKey)
 			if err != nil {
-				return err // it names the file
+				return f.from(cmd, err) // it names the file
 			}
 			files := tlsauth.Files{CA: filepath.Join(f.dir, caCertFile), Cert: filepath.Join(f.dir, name+".pem"), Key: filepath.Join(f.dir, name+"-key.pem")}
 			if !overwrite {

@@ -19,19 +19,23 @@ const (
 )
 
 // applyConfig is the root's PersistentPreRunE: it fills every flag of cmd
-// that the command line left alone from its KEEL_* variable, else from the
-// --config file (or KEEL_CONFIG's), and keeps where each value came from for
-// --print-config. Cobra runs only the nearest PersistentPreRunE, so a
-// subcommand that ever needs its own must call this one too.
+// that the command line left alone from its variable (KEEL_<FLAG> for the
+// CLI, KEEL_<PROCESS>_<FLAG> for a command that runs a process), else from
+// the --config file (or the variable's), and keeps where each value came
+// from for --print-config and TLS errors. Cobra runs only the nearest
+// PersistentPreRunE, so a subcommand that ever needs its own must call this
+// one too.
 func (g *globalFlags) applyConfig(cmd *cobra.Command) error {
 	if !configurable(cmd) {
 		return nil
 	}
+	process := envProcess(cmd)
 	// The root's own flag, not cmd.Flags().Lookup: `keel topic create` has a
 	// --config of its own (topic settings) that hides the root's.
 	path, from := g.configPath, "--"+flagConfig
 	if f := cmd.Root().PersistentFlags().Lookup(flagConfig); f == nil || !f.Changed {
-		path, from = os.Getenv(config.EnvName(flagConfig)), config.EnvName(flagConfig)
+		from = config.EnvName(process, flagConfig)
+		path = os.Getenv(from)
 	}
 	var file *config.File
 	if path != "" {
@@ -41,12 +45,24 @@ func (g *globalFlags) applyConfig(cmd *cobra.Command) error {
 		}
 	}
 	markActions(cmd)
-	src, err := config.Apply(cmd.CommandPath(), cmd.Flags(), os.LookupEnv, file)
+	src, err := config.Apply(cmd.CommandPath(), process, cmd.Flags(), os.LookupEnv, file)
 	if err != nil {
 		return err
 	}
 	g.configSources, g.configFile = src, path
+	g.process, g.ignoredEnv = process, config.IgnoredEnv(process, cmd.Flags(), os.LookupEnv)
 	return nil
+}
+
+// envProcess is the name of the process cmd runs ("controller"), whose
+// variables are KEEL_CONTROLLER_<FLAG>; "" for the CLI, which reads
+// KEEL_<FLAG>. The commands that run a process are those with
+// --print-config.
+func envProcess(cmd *cobra.Command) string {
+	if cmd.Flags().Lookup(flagPrintConfig) == nil {
+		return ""
+	}
+	return cmd.Name()
 }
 
 // connectionFlags are the flags of the commands that do not run a process
@@ -95,7 +111,13 @@ func withPrintConfig(g *globalFlags, cmd *cobra.Command) *cobra.Command {
 		if print {
 			return g.printConfig(cmd)
 		}
-		return run(cmd, args)
+		err := run(cmd, args)
+		if err != nil && len(g.ignoredEnv) > 0 {
+			// Refused before its logger said which variables it ignored
+			// (logIgnoredEnv): the refusal may be about one of them.
+			err = fmt.Errorf("%w (%s)", err, g.ignoredEnvNote())
+		}
+		return err
 	}
 	return cmd
 }
@@ -103,7 +125,11 @@ func withPrintConfig(g *globalFlags, cmd *cobra.Command) *cobra.Command {
 // printConfig writes cmd's flags, then the global ones, with their values
 // and where each came from.
 func (g *globalFlags) printConfig(cmd *cobra.Command) error {
-	header := fmt.Sprintf("%s: the effective settings (after each: flag, env KEEL_*, file or default).\n", cmd.CommandPath())
+	header := fmt.Sprintf("%s: the effective settings (after each: flag, env %s, file or default).\n",
+		cmd.CommandPath(), config.EnvPattern(envProcess(cmd)))
+	for _, v := range g.ignoredEnv {
+		header += fmt.Sprintf("Ignored %s, the CLI's: this command reads %s.\n", v.Name, v.Instead)
+	}
 	if g.configFile != "" {
 		header += fmt.Sprintf("Read from %s. ", g.configFile)
 	}

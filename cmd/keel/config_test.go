@@ -57,10 +57,13 @@ raft-heartbeat-timeout: 400ms
 snapshot-threshold: 100
 log-format: json
 `)
-	t.Setenv("KEEL_WRITE_TIMEOUT", "7s")
-	t.Setenv("KEEL_LOG_LEVEL", "debug")
-	t.Setenv("KEEL_TLS_CA", "/etc/keel/tls/ca.pem")
-	t.Setenv("KEEL_PRINT_CONFIG", "false") // reserved: no effect
+	t.Setenv("KEEL_CONTROLLER_WRITE_TIMEOUT", "7s")
+	t.Setenv("KEEL_CONTROLLER_LOG_LEVEL", "debug")
+	t.Setenv("KEEL_CONTROLLER_TLS_CA", "/etc/keel/tls/ca.pem")
+	t.Setenv("KEEL_CONTROLLER_PRINT_CONFIG", "false") // reserved: no effect
+	// The CLI's, left in the shell: ignored, and said so.
+	t.Setenv("KEEL_TLS_CERT", "/home/op/admin.pem")
+	t.Setenv("KEEL_SNAPSHOT_THRESHOLD", "1")
 	out, errOut, err := runBench(t, context.Background(), "controller", "--config", file, "--print-config", "--listen", "127.0.0.1:2")
 	if err != nil || errOut != "" {
 		t.Fatalf("err = %v, stderr %q", err, errOut)
@@ -73,18 +76,27 @@ log-format: json
 		"node-id":                {2, "file " + file},
 		"data-dir":               {dataDir, "file " + file},
 		"listen":                 {"127.0.0.1:2", "flag"},
-		"write-timeout":          {"7s", "env KEEL_WRITE_TIMEOUT"},
+		"write-timeout":          {"7s", "env KEEL_CONTROLLER_WRITE_TIMEOUT"},
 		"raft-heartbeat-timeout": {"400ms", "file " + file},
 		"raft-election-timeout":  {"300ms", "default"},
 		"snapshot-threshold":     {100, "file " + file},
-		"log-level":              {"debug", "env KEEL_LOG_LEVEL"},
+		"log-level":              {"debug", "env KEEL_CONTROLLER_LOG_LEVEL"},
 		"log-format":             {"json", "file " + file},
-		"tls-ca":                 {"/etc/keel/tls/ca.pem", "env KEEL_TLS_CA"},
+		"tls-ca":                 {"/etc/keel/tls/ca.pem", "env KEEL_CONTROLLER_TLS_CA"},
 		"tls-cert":               {"", "default"},
 		"cluster-id":             {"", "default"},
 	} {
 		if values[key] != want.value || from[key] != want.from {
 			t.Errorf("%s: %v (%s), want %v (%s)", key, values[key], from[key], want.value, want.from)
+		}
+	}
+	for _, line := range []string{
+		"# keel controller: the effective settings (after each: flag, env KEEL_CONTROLLER_*, file or default).",
+		"# Ignored KEEL_SNAPSHOT_THRESHOLD, the CLI's: this command reads KEEL_CONTROLLER_SNAPSHOT_THRESHOLD.",
+		"# Ignored KEEL_TLS_CERT, the CLI's: this command reads KEEL_CONTROLLER_TLS_CERT.",
+	} {
+		if !strings.Contains(out, line+"\n") {
+			t.Errorf("no line %q in\n%s", line, out)
 		}
 	}
 	for _, reserved := range []string{"config", "print-config", "help"} {
@@ -99,13 +111,13 @@ log-format: json
 		t.Errorf("--print-config touched the data dir: %v", err)
 	}
 
-	// Fed back, through KEEL_CONFIG this time, with the variables unset
+	// Fed back, through KEEL_CONTROLLER_CONFIG this time, with the variables unset
 	// (empty): every value now comes from the printed file, unchanged.
 	printed := writeFile(t, filepath.Join(dir, "printed.yaml"), out)
-	t.Setenv("KEEL_CONFIG", printed)
-	t.Setenv("KEEL_WRITE_TIMEOUT", "")
-	t.Setenv("KEEL_LOG_LEVEL", "")
-	t.Setenv("KEEL_TLS_CA", "")
+	t.Setenv("KEEL_CONTROLLER_CONFIG", printed)
+	t.Setenv("KEEL_CONTROLLER_WRITE_TIMEOUT", "")
+	t.Setenv("KEEL_CONTROLLER_LOG_LEVEL", "")
+	t.Setenv("KEEL_CONTROLLER_TLS_CA", "")
 	again, _, err := runBench(t, context.Background(), "controller", "--print-config")
 	if err != nil {
 		t.Fatalf("printed config fed back: %v\n%s", err, out)
@@ -139,9 +151,10 @@ func TestConfig_Errors(t *testing.T) {
 		{"a controller file for an admin command", nil, []string{"quorum", "status", "--config", typo}, []string{`unknown key "node-id": keel quorum status has no --node-id flag`}},
 		{"a wrong type", nil, []string{"controller", "--config", badInt}, []string{badInt + ":1:", "--node-id", `"one"`}},
 		{"a duration without a unit", nil, []string{"broker", "--config", badDuration}, []string{badDuration + ":1:", "--heartbeat-interval", "missing unit"}},
-		{"a variable of the wrong type", map[string]string{"KEEL_SESSION_TIMEOUT": "soon"}, []string{"controller"}, []string{"KEEL_SESSION_TIMEOUT:", "--session-timeout"}},
+		{"a variable of the wrong type", map[string]string{"KEEL_CONTROLLER_SESSION_TIMEOUT": "soon"}, []string{"controller"}, []string{"KEEL_CONTROLLER_SESSION_TIMEOUT:", "--session-timeout"}},
 		{"no such file", nil, []string{"controller", "--config", filepath.Join(dir, "none.yaml")}, []string{"--config: open " + filepath.Join(dir, "none.yaml")}},
-		{"no such file from KEEL_CONFIG", map[string]string{"KEEL_CONFIG": filepath.Join(dir, "none.yaml")}, []string{"broker"}, []string{"KEEL_CONFIG: open " + filepath.Join(dir, "none.yaml")}},
+		{"no such file from KEEL_BROKER_CONFIG", map[string]string{"KEEL_BROKER_CONFIG": filepath.Join(dir, "none.yaml")}, []string{"broker"}, []string{"KEEL_BROKER_CONFIG: open " + filepath.Join(dir, "none.yaml")}},
+		{"no such file from KEEL_CONFIG", map[string]string{"KEEL_CONFIG": filepath.Join(dir, "none.yaml")}, []string{"topic", "list"}, []string{"KEEL_CONFIG: open " + filepath.Join(dir, "none.yaml")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,9 +176,10 @@ func TestConfig_Errors(t *testing.T) {
 }
 
 // TestConfig_HelpIgnoresTheFile: help and completion work whatever file
-// KEEL_CONFIG names.
+// KEEL_CONFIG or KEEL_CONTROLLER_CONFIG names.
 func TestConfig_HelpIgnoresTheFile(t *testing.T) {
 	t.Setenv("KEEL_CONFIG", writeFile(t, filepath.Join(t.TempDir(), "c.yaml"), "node-id: 1\n"))
+	t.Setenv("KEEL_CONTROLLER_CONFIG", os.Getenv("KEEL_CONFIG"))
 	for _, args := range [][]string{{"help", "controller"}, {"completion", "bash"}, {"__complete", "controller", "--data"}} {
 		if out, err := runKeel(t, args...); err != nil || out == "" {
 			t.Errorf("keel %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -182,6 +182,8 @@ loopback, or --insecure says plaintext is meant.`,
 	f.Uint32Var(&cfg.InitialMetadataVersion, "initial-metadata-version", fsm.MaxMetadataVersion,
 		"the metadata.version a new cluster starts at; ignored once the cluster has state")
 	addTestMaxMetadataVersionFlag(f, &cfg.MaxMetadataVersion)
+	f.DurationVar(&cfg.TestRestorePace, "test-restore-pace", 0, "for Keel's own tests: read every snapshot restore slowly enough to take this long")
+	_ = f.MarkHidden("test-restore-pace")
 	f.StringVar(&cfg.ClusterID, "cluster-id", "", "cluster id for a new cluster (default: a random UUID)")
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", defaultWriteTimeout, "how long a write may wait to commit before it fails with Unavailable")
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", controller.DefaultSessionTimeout, "how long a broker may go without a heartbeat before it is fenced")

@@ -104,8 +104,14 @@ func writeConfigurationDoc(w io.Writer, root *cobra.Command) error {
 	p("## Where a setting comes from\n\n")
 	p("A *setting* is a flag that can also come from a variable or a YAML file; the first that has it\n")
 	p("wins: the command line; the variable `%s` and the flag's name upper-cased, `-` as `_`\n", config.EnvPrefix)
-	p("(`--data-dir`: `%s`; an empty one is unset); the key of the flag's name in the file\n", config.EnvName("data-dir"))
-	p("named by `--%s FILE`, else by `%s`; the default.\n\n", flagConfig, config.EnvName(flagConfig))
+	p("(`--data-dir`: `%s`; an empty one is unset); the key of the flag's name in the file\n", config.EnvName("", "data-dir"))
+	p("named by `--%s FILE`, else by `%s`; the default.\n\n", flagConfig, config.EnvName("", flagConfig))
+	p("The commands that run a process read their own variables, as etcd reads `ETCD_*` and\n")
+	p("etcdctl `ETCDCTL_*`: `keel controller` reads `%s`\n", config.EnvPattern("controller"))
+	p("(`%s`, `%s`), `keel broker` `%s`, `keel dev` `%s`,\n",
+		config.EnvName("controller", "data-dir"), config.EnvName("controller", flagConfig), config.EnvPattern("broker"), config.EnvPattern("dev"))
+	p("global flags included. They ignore the CLI's `%s`, and say at start which they ignored:\n", config.EnvPattern(""))
+	p("the admin certificate exported for admin commands is no server's.\n\n")
 	p("The settings are the global flags, every flag of\n%s,\n", joinAnd(processes))
 	p("and on other commands the flags that say where the cluster or the data is and how to reach\n")
 	p("it:\n%s.\n", joinAnd(conn))
@@ -124,7 +130,7 @@ func writeConfigurationDoc(w io.Writer, root *cobra.Command) error {
 		}
 	}
 	if len(shadows) > 0 {
-		p("%s take a `--config` of their own\n(`key=value` configs): name the file with `%s` there.\n\n", joinAnd(shadows), config.EnvName(flagConfig))
+		p("%s take a `--config` of their own\n(`key=value` configs): name the file with `%s` there.\n\n", joinAnd(shadows), config.EnvName("", flagConfig))
 	}
 
 	p("## Global flags\n\n")

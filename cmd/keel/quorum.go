@@ -58,6 +58,9 @@ type voterStatus struct {
 	LastIndex    uint64 `json:"last_index"`
 	AppliedIndex uint64 `json:"applied_index"`
 	Error        string `json:"error,omitempty"`
+	// LoadingSnapshot is set for a voter that is starting and restoring
+	// its snapshot (its state "starting"): its indexes are not known yet.
+	LoadingSnapshot *snapshotLoadStatus `json:"loading_snapshot,omitempty"`
 	// Diverged is set when the voter does not act on its image (it refused
 	// a committed entry, or its digest differed from the majority's).
 	Diverged *divergedStatus `json:"diverged,omitempty"`
@@ -67,6 +70,13 @@ type voterStatus struct {
 	ImageDetail string `json:"image_detail,omitempty"`
 	// With --replication, the active controller's view of the voter.
 	Replication *voterReplication `json:"replication,omitempty"`
+}
+
+// snapshotLoadStatus is how far a starting voter has read its snapshot.
+type snapshotLoadStatus struct {
+	ReadBytes int64 `json:"read_bytes"`
+	SizeBytes int64 `json:"size_bytes"`
+	Percent   int   `json:"percent"`
 }
 
 // divergedStatus says where and why a voter stopped acting on its image.
@@ -158,6 +168,10 @@ func askQuorumStatus(ctx context.Context, c *rpc.Client, replication bool) (quor
 			}
 		} else if e := view.Errors[v.Id]; e != nil {
 			vs.Error = errorLine(e)
+			if load, ok := rpc.SnapshotLoadOf(e); ok {
+				vs.State = "starting"
+				vs.LoadingSnapshot = &snapshotLoadStatus{ReadBytes: load.Read, SizeBytes: load.Size, Percent: load.Percent()}
+			}
 		}
 		if im := images[v.Id]; im != nil {
 			vs.Image, vs.ImageDetail = im.Result, im.Detail
@@ -202,6 +216,11 @@ func printQuorumStatus(w io.Writer, st quorumStatus, replication bool) error {
 		})(w, st.Voters)
 	}
 	if err := tableOf([]string{"ID", "ADDRESS", "STATE", "LAST INDEX", "APPLIED INDEX"}, "", func(v voterStatus) []string {
+		if l := v.LoadingSnapshot; l != nil {
+			// Not an applied index of 0, which reads as lost state.
+			load := rpc.SnapshotLoad{Read: l.ReadBytes, Size: l.SizeBytes}
+			return []string{fmt.Sprint(v.ID), v.Address, v.State, "-", load.String()}
+		}
 		return []string{fmt.Sprint(v.ID), v.Address, v.State, fmt.Sprint(v.LastIndex), fmt.Sprint(v.AppliedIndex)}
 	})(w, st.Voters); err != nil {
 		return err

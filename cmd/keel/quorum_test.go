@@ -259,3 +259,25 @@ func TestQuorumStatus_ImageLines(t *testing.T) {
 		})
 	}
 }
+
+// TestQuorumStatus_LoadingSnapshot: a voter restoring its snapshot shows
+// how far, where its applied index goes, and never an index of 0.
+func TestQuorumStatus_LoadingSnapshot(t *testing.T) {
+	st := quorumStatus{LeaderID: 1, LeaderKnownBy: 1, Voters: []voterStatus{
+		{ID: 1, Address: "a:1", State: "leader", LastIndex: 90, AppliedIndex: 90},
+		{ID: 2, Address: "b:1", State: "starting", LoadingSnapshot: &snapshotLoadStatus{ReadBytes: 42, SizeBytes: 100, Percent: 42}},
+	}}
+	var b bytes.Buffer
+	if err := printQuorumStatus(&b, st, false); err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for line := range strings.Lines(b.String()) {
+		if strings.HasPrefix(line, "2 ") {
+			row = strings.Join(strings.Fields(line), " ")
+		}
+	}
+	if want := "2 b:1 starting - loading snapshot (42%)"; row != want {
+		t.Errorf("row %q, want %q:\n%s", row, want, b.String())
+	}
+}

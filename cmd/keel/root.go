@@ -20,6 +20,8 @@ type globalFlags struct {
 	configPath    string         // --config
 	configFile    string         // the file read: --config's or KEEL_CONFIG's
 	configSources config.Sources // where each flag's value came from
+	process       string         // the process the command runs (envProcess); "" for the CLI
+	ignoredEnv    []config.Ignored
 }
 
 func newRootCmd() *cobra.Command {
@@ -40,7 +42,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().String(flagTLSKey, "", "the private key (PEM) of --tls-cert")
 	root.PersistentFlags().String(flagTLSCA, "", "the CA certificate (PEM) every peer's certificate must be signed by")
 	root.PersistentFlags().StringVar(&g.configPath, flagConfig, "",
-		"read settings from this YAML file; flags and KEEL_* variables win over it (env KEEL_CONFIG)")
+		"read settings from this YAML file; flags and KEEL_* variables win over it (env KEEL_CONFIG; keel controller's KEEL_CONTROLLER_CONFIG, and so on)")
 	root.AddCommand(withPrintConfig(g, newControllerCmd(g)), withPrintConfig(g, newBrokerCmd(g)),
 		withPrintConfig(g, newDevCmd(g)), newQuorumCmd())
 	root.AddCommand(newTopicCmd(), newPartitionCmd(), newConfigCmd(), newFeaturesCmd(), newACLCmd())
@@ -66,8 +68,27 @@ const (
 // are the root's persistent flags): nil, plaintext, when none is given. A
 // command built without the root, as in tests, has none.
 func tlsFlags(cmd *cobra.Command) (*tlsauth.Config, error) {
-	cert, key, ca := tlsFlagValues(cmd)
-	return tlsauth.Load(cert, key, ca)
+	file := func(name string) tlsauth.File {
+		f := cmd.Flags().Lookup(name)
+		if f == nil {
+			return tlsauth.File{}
+		}
+		return tlsauth.File{Path: f.Value.String(), From: valueFrom(config.SourceOf(f))}
+	}
+	return tlsauth.LoadFiles(file(flagTLSCert), file(flagTLSKey), file(flagTLSCA))
+}
+
+// valueFrom is how an error says where a value came from when it was not
+// the command line: "env KEEL_BROKER_TLS_KEY", "--config FILE"; "" for the
+// command line (the flag's name says it) or the default.
+func valueFrom(s config.Source) string {
+	switch s.Kind {
+	case config.FromEnv:
+		return "env " + s.Name
+	case config.FromFile:
+		return "--" + flagConfig + " " + s.Name
+	}
+	return ""
 }
 
 func tlsFlagValues(cmd *cobra.Command) (cert, key, ca string) {
@@ -103,5 +124,36 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 	// etcd's capnslog, linked in by raft-wal, rewrites it to its own
 	// "I | ..." lines.
 	slog.SetDefault(l)
+	g.logIgnoredEnv(l)
 	return l, nil
+}
+
+// logIgnoredEnv says, once, which of the CLI's variables a process ignored
+// (applyConfig): the admin certificate exported for keel commands is not a
+// controller's, and a setting that silently does nothing is worse.
+func (g *globalFlags) logIgnoredEnv(l *slog.Logger) {
+	if len(g.ignoredEnv) == 0 {
+		return
+	}
+	ignored, instead := g.ignoredEnvNames()
+	l.Info("ignoring the CLI's variables: keel "+g.process+" reads "+config.EnvPattern(g.process),
+		"ignored", strings.Join(ignored, ","), "instead", strings.Join(instead, ","))
+	g.ignoredEnv = nil
+}
+
+// ignoredEnvNames are the CLI's variables the process ignored, and the ones
+// it reads instead, in one order.
+func (g *globalFlags) ignoredEnvNames() (ignored, instead []string) {
+	for _, v := range g.ignoredEnv {
+		ignored, instead = append(ignored, v.Name), append(instead, v.Instead)
+	}
+	return ignored, instead
+}
+
+// ignoredEnvNote is logIgnoredEnv's message in a few words, for an error
+// line: "ignored the CLI's KEEL_TLS_CERT: keel controller reads
+// KEEL_CONTROLLER_TLS_CERT".
+func (g *globalFlags) ignoredEnvNote() string {
+	ignored, instead := g.ignoredEnvNames()
+	return fmt.Sprintf("ignored the CLI's %s: keel %s reads %s", strings.Join(ignored, ", "), g.process, strings.Join(instead, ", "))
 }

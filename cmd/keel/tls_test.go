@@ -54,7 +54,7 @@ func TestTLSFlags_Refused(t *testing.T) {
 		{name: "controller, key only", args: []string{"controller", "--node-id", "1", "--data-dir", t.TempDir(), "--voters", "1@" + addr, "--tls-key", admin.Key},
 			want: "--tls-cert and --tls-ca are missing"},
 		{name: "controller with a broker's certificate", args: append([]string{"controller", "--node-id", "1", "--data-dir", t.TempDir(), "--voters", "1@" + addr}, brk.Flags()...),
-			want: "--tls-cert is for broker-1, not controller-1 (this node's --node-id)"},
+			want: "--tls-cert " + brk.Cert + " is for broker-1, not controller-1 (this node's --node-id)"},
 		{name: "broker, unreadable key", args: []string{"broker", "--broker-id", "1", "--listen", addr, "--data-dir", t.TempDir(), "--tls-ca", admin.CA, "--tls-cert", brk.Cert, "--tls-key", missing},
 			want: "--tls-key " + missing + ": no such file or directory"},
 		{name: "dev makes its own", args: append([]string{"dev"}, admin.Flags()...),

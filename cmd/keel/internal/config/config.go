@@ -1,7 +1,13 @@
 // Package config lets a keel command take its flags from two more places
-// than the command line: KEEL_* environment variables and a YAML file
-// (--config). A flag given on the command line wins over its variable, the
-// variable over the file, the file over the flag's default.
+// than the command line: environment variables and a YAML file (--config).
+// A flag given on the command line wins over its variable, the variable over
+// the file, the file over the flag's default.
+//
+// The CLI (admin and offline commands) reads KEEL_<FLAG>; a command that runs
+// a process reads its own KEEL_<PROCESS>_<FLAG> and none of the CLI's, as
+// etcd reads ETCD_* and etcdctl ETCDCTL_*: the admin certificate exported
+// for keel commands must not become the certificate of a controller started
+// later from the same shell.
 //
 // It works on a command's pflag.FlagSet as it is, so a flag added to a
 // command is configurable with no more code; and it sets every value through
@@ -23,7 +29,8 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// EnvPrefix starts every variable's name: --data-dir is KEEL_DATA_DIR.
+// EnvPrefix starts every variable's name: --data-dir is KEEL_DATA_DIR for
+// the CLI, KEEL_CONTROLLER_DATA_DIR for keel controller.
 const EnvPrefix = "KEEL_"
 
 // reserved flags are actions or the configuration itself, not settings:
@@ -45,10 +52,51 @@ func Settable(f *pflag.Flag) bool {
 	return !reserved[f.Name] && !action
 }
 
-// EnvName is the variable that sets the flag called name: KEEL_ and the name
+// EnvName is the variable that sets the flag called name for process, the
+// name of a command that runs a process ("controller": KEEL_CONTROLLER_), or
+// for the CLI when process is "" (KEEL_): the prefix, then the name
 // upper-cased, with '-' as '_'.
-func EnvName(name string) string {
-	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+func EnvName(process, name string) string {
+	return envPrefix(process) + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// envPrefix starts the variables process reads (see EnvName).
+func envPrefix(process string) string {
+	if process == "" {
+		return EnvPrefix
+	}
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(process, "-", "_")) + "_"
+}
+
+// EnvPattern is how docs and messages name all of process's variables:
+// "KEEL_*" for the CLI, "KEEL_CONTROLLER_*" for keel controller.
+func EnvPattern(process string) string { return envPrefix(process) + "*" }
+
+// Ignored is a variable of the CLI, set, that a process does not read, and
+// the one it reads for the same flag instead.
+type Ignored struct {
+	Name, Instead string
+}
+
+// IgnoredEnv lists, in flag order, the CLI's variables set non-empty in env
+// that name a setting of fs, or its config flag, which process (not "")
+// reads under its own name instead: a process says so once at start, so
+// that a KEEL_TLS_CERT left in the shell is not mistaken for its
+// certificate. For the CLI (process "") it lists nothing.
+func IgnoredEnv(process string, fs *pflag.FlagSet, env func(string) (string, bool)) []Ignored {
+	if process == "" {
+		return nil
+	}
+	var out []Ignored
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !Settable(f) && f.Name != "config" {
+			return
+		}
+		if v, ok := env(EnvName("", f.Name)); ok && v != "" {
+			out = append(out, Ignored{Name: EnvName("", f.Name), Instead: EnvName(process, f.Name)})
+		}
+	})
+	return out
 }
 
 // File is a parsed config file: flag names and their values, in file order.
@@ -196,9 +244,10 @@ func (s Source) String() string {
 type Sources map[string]Source
 
 // Apply sets every settable flag of fs that the command line left alone:
-// from its KEEL_* variable when env (os.LookupEnv, or a fake) has it
-// non-empty, else from file's key of the same name (file nil: no file).
-// command (e.g. "keel controller") is only for messages.
+// from its variable (EnvName(process, flag)) when env (os.LookupEnv, or a
+// fake) has it non-empty, else from file's key of the same name (file nil:
+// no file). process is "" for the CLI, else the name of the command that
+// runs a process; command (e.g. "keel controller") is only for messages.
 //
 // Values go through fs.Set, so they parse exactly as on the command line and
 // the flag then counts as given (required-flag checks pass). A file's list
@@ -209,8 +258,9 @@ type Sources map[string]Source
 // Apply fails, before setting anything, on a file key that is not a settable
 // flag of fs (a typo, or another command's setting); and on the first value
 // that does not parse, naming the variable, or the file, line and key. It
-// returns where every settable flag's value came from.
-func Apply(command string, fs *pflag.FlagSet, env func(string) (string, bool), file *File) (Sources, error) {
+// returns where every settable flag's value came from, and records it on
+// each flag too (SourceOf).
+func Apply(command, process string, fs *pflag.FlagSet, env func(string) (string, bool), file *File) (Sources, error) {
 	byKey := make(map[string]entry)
 	if file != nil {
 		for _, e := range file.entries {
@@ -234,7 +284,7 @@ func Apply(command string, fs *pflag.FlagSet, env func(string) (string, bool), f
 			src[f.Name] = Source{Kind: FromFlag}
 			return
 		}
-		name := EnvName(f.Name)
+		name := EnvName(process, f.Name)
 		if v, ok := env(name); ok && v != "" {
 			if err = fs.Set(f.Name, v); err != nil {
 				err = fmt.Errorf("%s: %w", name, err)
@@ -256,7 +306,31 @@ func Apply(command string, fs *pflag.FlagSet, env func(string) (string, bool), f
 	if err != nil {
 		return nil, err
 	}
+	for name, s := range src {
+		_ = fs.SetAnnotation(name, sourceAnnotation, []string{fmt.Sprint(int(s.Kind)), s.Name})
+	}
 	return src, nil
+}
+
+// sourceAnnotation holds, on each flag Apply set or visited, its Source:
+// the Kind as a number, and the Name.
+const sourceAnnotation = "keel/source"
+
+// SourceOf is where f's value came from, as Apply recorded it on the flag,
+// so that code meeting a bad value later (a TLS file that does not load)
+// can say where it was given. A flag Apply did not visit is FromFlag if
+// the command line changed it, else FromDefault.
+func SourceOf(f *pflag.Flag) Source {
+	if a := f.Annotations[sourceAnnotation]; len(a) == 2 {
+		var k int
+		if _, err := fmt.Sscan(a[0], &k); err == nil {
+			return Source{Kind: Kind(k), Name: a[1]}
+		}
+	}
+	if f.Changed {
+		return Source{Kind: FromFlag}
+	}
+	return Source{Kind: FromDefault}
 }
 
 func setFromFile(fs *pflag.FlagSet, f *pflag.Flag, e entry) error {

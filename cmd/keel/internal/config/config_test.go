@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -47,16 +48,84 @@ func values(fs *pflag.FlagSet) map[string]string {
 }
 
 func TestEnvName(t *testing.T) {
-	for flag, want := range map[string]string{
-		"data-dir":               "KEEL_DATA_DIR",
-		"raft-heartbeat-timeout": "KEEL_RAFT_HEARTBEAT_TIMEOUT",
-		"tls-cert":               "KEEL_TLS_CERT",
-		"config":                 "KEEL_CONFIG",
-		"o":                      "KEEL_O",
+	for _, tt := range []struct{ process, flag, want string }{
+		{"", "data-dir", "KEEL_DATA_DIR"},
+		{"", "raft-heartbeat-timeout", "KEEL_RAFT_HEARTBEAT_TIMEOUT"},
+		{"", "tls-cert", "KEEL_TLS_CERT"},
+		{"", "config", "KEEL_CONFIG"},
+		{"", "o", "KEEL_O"},
+		{"controller", "data-dir", "KEEL_CONTROLLER_DATA_DIR"},
+		{"broker", "tls-key", "KEEL_BROKER_TLS_KEY"},
+		{"dev", "log-level", "KEEL_DEV_LOG_LEVEL"},
+		{"controller", "config", "KEEL_CONTROLLER_CONFIG"},
 	} {
-		if got := EnvName(flag); got != want {
-			t.Errorf("EnvName(%q) = %q, want %q", flag, got, want)
+		if got := EnvName(tt.process, tt.flag); got != tt.want {
+			t.Errorf("EnvName(%q, %q) = %q, want %q", tt.process, tt.flag, got, tt.want)
 		}
+	}
+	if got := EnvPattern("broker"); got != "KEEL_BROKER_*" {
+		t.Errorf("EnvPattern(broker) = %q", got)
+	}
+	if got := EnvPattern(""); got != "KEEL_*" {
+		t.Errorf("EnvPattern() = %q", got)
+	}
+}
+
+// TestApply_ProcessEnv: a process reads its own variables and none of the
+// CLI's; the CLI reads none of a process's.
+func TestApply_ProcessEnv(t *testing.T) {
+	env := map[string]string{
+		"KEEL_DATA_DIR": "/cli", "KEEL_TLS": "true", "KEEL_CONFIG": "cli.yaml", "KEEL_LISTEN": "",
+		"KEEL_CONTROLLER_DATA_DIR": "/controller", "KEEL_BROKER_NODE_ID": "9",
+	}
+	tests := []struct {
+		process     string
+		want        map[string]string
+		wantSrc     map[string]string
+		wantIgnored []Ignored
+	}{
+		{
+			process: "",
+			want:    map[string]string{"data-dir": "/cli", "tls": "true"},
+			wantSrc: map[string]string{"data-dir": "env KEEL_DATA_DIR", "tls": "env KEEL_TLS"},
+		},
+		{
+			process: "controller",
+			want:    map[string]string{"data-dir": "/controller"},
+			wantSrc: map[string]string{"data-dir": "env KEEL_CONTROLLER_DATA_DIR"},
+			// Flag order; KEEL_LISTEN is empty, so unset.
+			wantIgnored: []Ignored{{"KEEL_CONFIG", "KEEL_CONTROLLER_CONFIG"}, {"KEEL_DATA_DIR", "KEEL_CONTROLLER_DATA_DIR"}, {"KEEL_TLS", "KEEL_CONTROLLER_TLS"}},
+		},
+		{
+			process:     "broker",
+			want:        map[string]string{"node-id": "9"},
+			wantSrc:     map[string]string{"node-id": "env KEEL_BROKER_NODE_ID"},
+			wantIgnored: []Ignored{{"KEEL_CONFIG", "KEEL_BROKER_CONFIG"}, {"KEEL_DATA_DIR", "KEEL_BROKER_DATA_DIR"}, {"KEEL_TLS", "KEEL_BROKER_TLS"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run("process "+tt.process, func(t *testing.T) {
+			fs := testFlags()
+			want := values(fs)
+			src, err := Apply("keel test", tt.process, fs, fakeEnv(env), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range tt.want {
+				want[k] = v
+			}
+			if got := values(fs); !reflect.DeepEqual(got, want) {
+				t.Errorf("values = %v, want %v", got, want)
+			}
+			for name, s := range src {
+				if w, ok := tt.wantSrc[name]; ok && s.String() != w || !ok && s.Kind != FromDefault {
+					t.Errorf("%s from %s, want %q", name, s, w)
+				}
+			}
+			if got := IgnoredEnv(tt.process, testFlags(), fakeEnv(env)); !reflect.DeepEqual(got, tt.wantIgnored) {
+				t.Errorf("IgnoredEnv = %v, want %v", got, tt.wantIgnored)
+			}
+		})
 	}
 }
 
@@ -156,7 +225,7 @@ func TestApply_Precedence(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			src, err := Apply("keel test", fs, fakeEnv(tt.env), file)
+			src, err := Apply("keel test", "", fs, fakeEnv(tt.env), file)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,7 +287,7 @@ func TestApply_Errors(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			_, err := Apply("keel test", testFlags(), fakeEnv(tt.env), file)
+			_, err := Apply("keel test", "", testFlags(), fakeEnv(tt.env), file)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -305,7 +374,7 @@ func TestWrite_RoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		src, err := Apply("keel test", fs, fakeEnv(map[string]string{"KEEL_RAFT_HEARTBEAT_TIMEOUT": "250ms"}), file)
+		src, err := Apply("keel test", "", fs, fakeEnv(map[string]string{"KEEL_RAFT_HEARTBEAT_TIMEOUT": "250ms"}), file)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +396,7 @@ func TestWrite_RoundTrip(t *testing.T) {
 			t.Fatalf("printed config does not parse: %v\n%s", err, printed)
 		}
 		fresh := testFlags()
-		if _, err := Apply("keel test", fresh, fakeEnv(nil), back); err != nil {
+		if _, err := Apply("keel test", "", fresh, fakeEnv(nil), back); err != nil {
 			t.Fatalf("printed config does not apply: %v\n%s", err, printed)
 		}
 		want, got := values(fs), values(fresh)
@@ -348,7 +417,7 @@ func TestWrite_SaysWhereEachValueCameFrom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := Apply("keel test", fs, fakeEnv(map[string]string{"KEEL_TLS": "true"}), file)
+	src, err := Apply("keel test", "", fs, fakeEnv(map[string]string{"KEEL_TLS": "true"}), file)
 	if err != nil {
 		t.Fatal(err)
 	}

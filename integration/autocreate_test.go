@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -19,28 +20,36 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// keelIn runs a keel subcommand with stdin to completion (at most
-// timeout) and returns its stdout, stderr and exit code.
-func keelIn(t *testing.T, stdin string, timeout time.Duration, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
+// runStdin runs exe with args, stdin as its input, and returns what it
+// printed and how it exited; the process is killed if it outlives timeout.
+func runStdin(exe, stdin string, timeout time.Duration, args ...string) (stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, keelBin, args...)
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("did not exit within %s: %w", timeout, err)
+	}
+	return out.String(), errOut.String(), err
+}
+
+// keelIn runs a keel subcommand with stdin to completion (at most
+// timeout) and returns its stdout, stderr and exit code.
+func keelIn(t *testing.T, stdin string, timeout time.Duration, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	stdout, stderr, err := runStdin(keelBin, stdin, timeout, args...)
 	var exit *exec.ExitError
 	switch {
-	case ctx.Err() != nil:
-		t.Fatalf("keel %s did not exit within %s", strings.Join(args, " "), timeout)
-	case errors.As(err, &exit):
-		return out.String(), errOut.String(), exit.ExitCode()
+	case errors.As(err, &exit) && exit.ExitCode() >= 0:
+		return stdout, stderr, exit.ExitCode()
 	case err != nil:
-		t.Fatal(err)
+		t.Fatalf("keel %s: %v", strings.Join(args, " "), err)
 	}
-	return out.String(), errOut.String(), 0
+	return stdout, stderr, 0
 }
 
 // topicExists says whether the cluster has topic, as the active

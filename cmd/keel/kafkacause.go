@@ -119,7 +119,8 @@ func errNotAuthorized(topic string, op kafkaOp) error {
 }
 
 // topicProblem is what, in the brokers' metadata mt of topic, stops a
-// client that does op on partition (-1: every partition), or nil.
+// client that does op on partition (-1: every partition) for good, or
+// nil. A partition without a leader is not: one is elected in moments.
 func topicProblem(mt kmsg.MetadataResponseTopic, topic string, partition int32, op kafkaOp) error {
 	switch err := kerr.ErrorForCode(mt.ErrorCode); {
 	case err == nil:
@@ -135,7 +136,7 @@ func topicProblem(mt kmsg.MetadataResponseTopic, topic string, partition int32, 
 	}
 	for _, p := range mt.Partitions {
 		if p.Partition == partition {
-			return partitionProblem(topic, p)
+			return nil
 		}
 	}
 	return fmt.Errorf("topic %s has %s (0 to %d), no partition %d", topic, count(len(mt.Partitions), "partition"), len(mt.Partitions)-1, partition)

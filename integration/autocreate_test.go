@@ -239,3 +239,23 @@ func TestKcat_ProduceCreatesTopic(t *testing.T) {
 		t.Fatal("the topic is not listed after kcat created it")
 	}
 }
+
+// TestCLI_SASLRequiredNamed: against a listener that requires a SASL
+// login (--kafka-sasl required), which the CLI does not make, `keel
+// consume` and `keel produce` fail at once saying so, where a client
+// would retry until its timeout.
+func TestCLI_SASLRequiredNamed(t *testing.T) {
+	t.Parallel()
+	_, kafka := startKafkaClusterWith(t, []int32{1}, []string{"--kafka-sasl=required"})
+	const want = "keel produce and consume make no SASL login: a listener with --kafka-sasl required serves them nothing"
+	for _, args := range [][]string{
+		{"consume", "--topic", "events", "--max", "1", "--timeout", "20s", "--bootstrap", kafka[1]},
+		{"produce", "--topic", "events", "--timeout", "20s", "--bootstrap", kafka[1]},
+	} {
+		start := time.Now()
+		_, stderr, code := keelIn(t, "one\n", time.Minute, args...)
+		if took := time.Since(start); code != 1 || !strings.Contains(stderr, want) || took > 10*time.Second {
+			t.Fatalf("keel %s: exit status %d in %s, stderr %q; want status 1 before the timeout, naming SASL", args[0], code, took, stderr)
+		}
+	}
+}

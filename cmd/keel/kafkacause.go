@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -72,7 +73,7 @@ func describeTopic(ctx context.Context, cl *kgo.Client, topic string) (kmsg.Meta
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return kmsg.MetadataResponseTopic{}, fmt.Errorf("ask the brokers about topic %s: %w", topic, err)
+		return kmsg.MetadataResponseTopic{}, fmt.Errorf("ask the brokers about topic %s: %w%s", topic, err, closedHint(err))
 	}
 	for _, t := range resp.Topics {
 		if t.Topic != nil && *t.Topic == topic {
@@ -80,6 +81,16 @@ func describeTopic(ctx context.Context, cl *kgo.Client, topic string) (kmsg.Meta
 		}
 	}
 	return kmsg.MetadataResponseTopic{}, fmt.Errorf("the brokers' metadata does not mention topic %s", topic)
+}
+
+// closedHint explains a broker closing the connection on a request, as
+// " (hint)", or "": a listener that requires SASL closes it on anything
+// before a login, which the CLI does not make.
+func closedHint(err error) string {
+	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+		return " (keel produce and consume make no SASL login: a listener with --kafka-sasl required serves them nothing)"
+	}
+	return ""
 }
 
 // kafkaOp is what a command does to a topic, for the words and the ACL an
@@ -192,7 +203,7 @@ func kafkaCause(ctx context.Context, cl *kgo.Client, seeds []string, topic strin
 	}
 	mt, derr := describeTopic(ctx, cl, topic)
 	if derr != nil {
-		return err
+		return derr
 	}
 	if perr := topicProblem(mt, topic, -1, op); perr != nil {
 		return perr
@@ -254,14 +265,20 @@ func notConsumed(ctx context.Context, cl *kgo.Client, topic string, partition in
 	return fmt.Sprintf("%s, holding %s", where, count(int(held), "record"))
 }
 
-// exists says whether --topic exists, as far as the brokers tell: a topic
-// they cannot say about counts as existing, so that nothing claims it was
-// created.
-func (k *kafkaFlags) exists(ctx context.Context, cl *kgo.Client) bool {
-	ctx, cancel := context.WithTimeout(ctx, explainTimeout)
+// writable fails, naming the cause, when nothing listens at seeds or the
+// brokers do not answer Metadata, and otherwise says whether --topic
+// exists, so that a topic created on first use is told.
+func (k *kafkaFlags) writable(ctx context.Context, cl *kgo.Client, seeds []string) (exists bool, err error) {
+	if err := listening(ctx, seeds); err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, k.timeout)
 	defer cancel()
 	mt, err := describeTopic(ctx, cl, k.topic)
-	return err != nil || !errors.Is(kerr.ErrorForCode(mt.ErrorCode), kerr.UnknownTopicOrPartition)
+	if err != nil {
+		return false, err
+	}
+	return !errors.Is(kerr.ErrorForCode(mt.ErrorCode), kerr.UnknownTopicOrPartition), nil
 }
 
 // readable fails, naming the cause, when --topic (and partition, unless

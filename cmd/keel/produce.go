@@ -111,10 +111,10 @@ were acknowledged, and fails naming the first record that was not and why.`,
 			ctx, cancel := interrupted(cmd.Context())
 			defer cancel()
 			seeds := splitAddrs(k.bootstrap)
-			if err := listening(ctx, seeds); err != nil {
+			existed, err := k.writable(ctx, cl, seeds)
+			if err != nil {
 				return err
 			}
-			existed := k.exists(ctx, cl)
 			n, err := produceLines(ctx, cl, cmd.InOrStdin(), keySep, func(err error) error {
 				return kafkaCause(ctx, cl, seeds, k.topic, -1, opWrite, err)
 			})

@@ -64,17 +64,18 @@ func (c *Cluster) topicExists(t *testing.T, topic string) bool {
 	return false
 }
 
-// TestCLI_KafkaCommandsNameTheirCause: against one broker's Kafka
+// TestCLI_KafkaCommandsNameTheirCause: against broker 1's Kafka
 // listener, `keel consume` fails at once, exit status 1 and one line on
 // stderr, when nothing listens at --bootstrap, the topic does not exist or
 // the partition does not; with nothing to read before --timeout it says
 // what the topic holds; `keel produce` creates a new topic on first use
 // and says so, and once auto.create.topics.enable is false fails naming
-// the config. Before issue 32 consume printed only "0 of 1 records before
-// the timeout" in each case.
+// the config; with broker 2, a partition's only replica, killed, both name
+// the partition without a leader. Before issue 32 consume printed only "0
+// of 1 records before the timeout" in each case.
 func TestCLI_KafkaCommandsNameTheirCause(t *testing.T) {
 	t.Parallel()
-	c, kafka := startKafkaCluster(t, []int32{1})
+	c, kafka := startKafkaCluster(t, []int32{1, 2})
 	bootstrap := kafka[1]
 	c.createTopic(t, "empty", "--partitions", "3", "--replication-factor", "1")
 	c.WaitForTopic(t, "empty", "every partition led", func(d topicJSON) bool {
@@ -127,6 +128,17 @@ func TestCLI_KafkaCommandsNameTheirCause(t *testing.T) {
 		if c.topicExists(t, "fresher") {
 			t.Fatal("the topic was created with auto.create.topics.enable=false")
 		}
+	})
+
+	t.Run("no leader", func(t *testing.T) {
+		c.createTopic(t, "lonely", "--assignment", "0:2")
+		c.KillBroker(2)
+		c.WaitForTopic(t, "lonely", "without a leader", func(d topicJSON) bool {
+			return d.every(func(p partitionJSON) bool { return p.Leader < 0 })
+		})
+		const want = "partition 0 of topic lonely has no leader: broker 2 is offline (replicas 2)"
+		fails(t, "one\n", "line 1 not acknowledged: "+want, "produce", "--topic", "lonely", "--timeout", "3s", "--bootstrap", bootstrap)
+		fails(t, "", "0 of 1 record in 2s (--timeout): "+want, consume("lonely", "--partition", "0")...)
 	})
 }
 

@@ -160,10 +160,14 @@ func partitionProblem(topic string, p kmsg.MetadataResponseTopicPartition) error
 		return nil
 	}
 	why := "no replica is in sync and alive"
-	if len(p.OfflineReplicas) > 0 {
-		why = "replicas " + joinIDs(p.OfflineReplicas) + " of " + joinIDs(p.Replicas) + " are offline"
+	switch off := p.OfflineReplicas; len(off) {
+	case 0:
+	case 1:
+		why = fmt.Sprintf("broker %d is offline (replicas %s)", off[0], joinIDs(p.Replicas))
+	default:
+		why = fmt.Sprintf("brokers %s are offline (replicas %s)", joinIDs(off), joinIDs(p.Replicas))
 	}
-	return fmt.Errorf("partition %d of topic %s has no leader: %s (keel partition describe %s; keel broker list)", p.Partition, topic, why, topic)
+	return fmt.Errorf("partition %d of topic %s has no leader: %s; keel partition describe %s shows why", p.Partition, topic, why, topic)
 }
 
 // count is n and noun, in agreement: "1 record", "2 records".

@@ -76,7 +76,7 @@ func TestPartitionProblem(t *testing.T) {
 	mp.Partition, mp.Leader, mp.ErrorCode = 2, -1, kerr.LeaderNotAvailable.Code
 	mp.Replicas, mp.OfflineReplicas = []int32{1, 2, 3}, []int32{1, 3}
 	err := partitionProblem("events", mp)
-	if want := "partition 2 of topic events has no leader: replicas 1,3 of 1,2,3 are offline (keel partition describe events; keel broker list)"; err == nil || err.Error() != want {
+	if want := "partition 2 of topic events has no leader: brokers 1,3 are offline (replicas 1,2,3); keel partition describe events shows why"; err == nil || err.Error() != want {
 		t.Fatalf("partitionProblem = %v, want %q", err, want)
 	}
 	mp.OfflineReplicas = nil

@@ -121,7 +121,7 @@ func TestFSM_Brokers(t *testing.T) {
 			wantErr: "broker_epoch is assigned by the log",
 		},
 		{name: "unknown feature", batch: batch(&keelpb.Record{Record: &keelpb.Record_FeatureLevel{FeatureLevel: &keelpb.FeatureLevelRecord{Name: "x", Level: 1}}}), wantErr: `unknown feature "x"`},
-		{name: "metadata version out of range", batch: batch(featureLevel(7)), wantErr: "outside the range this binary supports"},
+		{name: "metadata version out of range", batch: batch(featureLevel(MaxMetadataVersion + 1)), wantErr: "outside the range this binary supports"},
 		{name: "all or nothing across brokers", batch: batch(unfence(2, 3), fence(1, 99)), wantErr: "record 1 (fence_broker)"},
 	}
 	for _, tt := range tests {

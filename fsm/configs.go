@@ -59,6 +59,15 @@ const (
 	// a reassignment is adding (ReplicationThrottled). Cluster-wide only.
 	LeaderReplicationThrottledRate   = "leader.replication.throttled.rate"
 	FollowerReplicationThrottledRate = "follower.replication.throttled.rate"
+	// AutoCreateTopicsEnable, NumPartitions and DefaultReplicationFactor
+	// are Kafka's broker configs of the same names: whether a Metadata
+	// request for a topic that does not exist creates it, and the
+	// partitions and replicas of a topic created without them (by
+	// Metadata, or a CreateTopics that leaves them to the broker).
+	// Cluster-wide only.
+	AutoCreateTopicsEnable   = "auto.create.topics.enable"
+	NumPartitions            = "num.partitions"
+	DefaultReplicationFactor = "default.replication.factor"
 )
 
 // The values of message.timestamp.type.
@@ -156,6 +165,9 @@ const (
 // in name order. Defaults and ranges are Kafka 4's (KIP-1030: segment.bytes
 // at least 1 MiB, message.timestamp.after.max.ms one hour).
 var configDefs = []ConfigDef{
+	{Name: AutoCreateTopicsEnable, Type: TypeBoolean, Default: "true", Synonym: AutoCreateTopicsEnable, Broker: true,
+		Doc: "a Kafka client's Metadata request for a topic that does not exist creates it, if the client may create it " +
+			"(CREATE on the cluster or the topic), with num.partitions and default.replication.factor"},
 	{Name: CleanupPolicy, Type: TypeList, Default: "delete", Values: []string{"compact", "delete"}, Synonym: "log.cleanup.policy",
 		Doc: "what happens to old log segments: delete (by retention.ms and retention.bytes), compact (the newest record of each key is kept), or both"},
 	{Name: "compression.gzip.level", Type: TypeInt, Default: "-1", Min: -1, Max: 9, Synonym: "compression.gzip.level", Unsupported: noRecompression,
@@ -167,6 +179,8 @@ var configDefs = []ConfigDef{
 		Doc: "the codec the broker stores batches in; producer keeps the producer's"},
 	{Name: "compression.zstd.level", Type: TypeInt, Default: "3", Min: -131072, Max: 22, Synonym: "compression.zstd.level", Unsupported: noRecompression,
 		Doc: "the zstd level the broker compresses at, when compression.type is zstd"},
+	{Name: DefaultReplicationFactor, Type: TypeInt, Default: "1", Min: 1, Max: math.MaxInt16, Synonym: DefaultReplicationFactor, Broker: true,
+		Doc: "the replicas of each partition of a topic created without a replication factor (auto-created, or CreateTopics with -1)"},
 	{Name: DeleteRetentionMs, Type: TypeLong, Default: "86400000", Min: 0, Max: math.MaxInt64, Synonym: "log.cleaner.delete.retention.ms",
 		Doc: "how long a compacted topic keeps delete markers"},
 	{Name: "file.delete.delay.ms", Type: TypeLong, Default: "60000", Min: 0, Max: math.MaxInt64, Synonym: "log.segment.delete.delay.ms",
@@ -208,6 +222,8 @@ var configDefs = []ConfigDef{
 		Doc: "the shortest a record stays uncompacted"},
 	{Name: MinInsyncReplicas, Type: TypeInt, Default: "1", Min: 1, Max: math.MaxInt32, Synonym: "min.insync.replicas",
 		Doc: "the fewest in-sync replicas an acks=all write needs; below it, replicas leaving the ISR become eligible leader replicas"},
+	{Name: NumPartitions, Type: TypeInt, Default: "1", Min: 1, Max: math.MaxInt32, Synonym: NumPartitions, Broker: true,
+		Doc: "the partitions of a topic created without a count (auto-created, or CreateTopics with -1)"},
 	{Name: "preallocate", Type: TypeBoolean, Default: "false", Synonym: "log.preallocate", Unsupported: "Keel does not preallocate segment files",
 		Doc: "preallocate a new segment's file"},
 	{Name: "remote.log.copy.disable", Type: TypeBoolean, Default: "false", Unsupported: noTieredStorage,
@@ -464,6 +480,37 @@ func (img *Image) ReplicationThrottle() (leader, follower int64) {
 	return rate(LeaderReplicationThrottledRate), rate(FollowerReplicationThrottledRate)
 }
 
+// AutoCreate is how the cluster creates a topic a Kafka client names
+// that does not exist: whether it does (auto.create.topics.enable), and
+// with how many partitions (num.partitions) of how many replicas
+// (default.replication.factor). The same counts stand in for a
+// CreateTopics that leaves them to the broker.
+type AutoCreate struct {
+	Enabled           bool
+	Partitions        int32
+	ReplicationFactor int32
+}
+
+// AutoCreate returns the cluster's auto-creation settings in effect: the
+// cluster-wide values, else Kafka's defaults (on, 1 partition, 1
+// replica). Below AutoCreateMetadataVersion no broker creates topics: the
+// operator could not turn it off, and brokers from before it do not.
+func (img *Image) AutoCreate() AutoCreate {
+	count := func(name string) int32 {
+		n, err := strconv.ParseInt(img.TopicConfig(nil, name).Value, 10, 32)
+		if err != nil || n < 1 {
+			return 1
+		}
+		return int32(n)
+	}
+	return AutoCreate{
+		Enabled: img.FinalizedMetadataVersion() >= AutoCreateMetadataVersion &&
+			img.TopicConfig(nil, AutoCreateTopicsEnable).Value == "true",
+		Partitions:        count(NumPartitions),
+		ReplicationFactor: count(DefaultReplicationFactor),
+	}
+}
+
 // CheckTopicConfig is CheckConfig for a topic's own value: a broker
 // config is the cluster's only.
 func CheckTopicConfig(name, value string) (string, error) {
@@ -528,8 +575,11 @@ func ConfigLevel(name string) uint32 {
 	if slices.Contains(firstConfigs, name) {
 		return 1
 	}
-	if name == LeaderReplicationThrottledRate || name == FollowerReplicationThrottledRate {
+	switch name {
+	case LeaderReplicationThrottledRate, FollowerReplicationThrottledRate:
 		return ThrottleMetadataVersion
+	case AutoCreateTopicsEnable, NumPartitions, DefaultReplicationFactor:
+		return AutoCreateMetadataVersion
 	}
 	return TopicConfigsMetadataVersion
 }

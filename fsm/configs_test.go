@@ -155,6 +155,8 @@ func TestConfigDefs_KafkaTopicConfigs(t *testing.T) {
 		"unclean.leader.election.enable": "unclean.leader.election.enable",
 		// Broker configs, named alike on the broker resource.
 		"leader.replication.throttled.rate": "leader.replication.throttled.rate", "follower.replication.throttled.rate": "follower.replication.throttled.rate",
+		"auto.create.topics.enable": "auto.create.topics.enable", "num.partitions": "num.partitions",
+		"default.replication.factor": "default.replication.factor",
 	}
 	got := map[string]string{}
 	for _, d := range ConfigDefs() {
@@ -168,7 +170,7 @@ func TestConfigDefs_KafkaTopicConfigs(t *testing.T) {
 	}
 	honoured := []string{CleanupPolicy, "delete.retention.ms", IndexIntervalBytes, MaxMessageBytes, MessageTimestampAfterMaxMs, MessageTimestampBeforeMaxMs,
 		MessageTimestampType, "min.cleanable.dirty.ratio", "min.compaction.lag.ms", MinInsyncReplicas, RetentionBytes, RetentionMs, SegmentBytes, SegmentIndexBytes, SegmentMs, UncleanLeaderElection,
-		LeaderReplicationThrottledRate, FollowerReplicationThrottledRate}
+		LeaderReplicationThrottledRate, FollowerReplicationThrottledRate, AutoCreateTopicsEnable, NumPartitions, DefaultReplicationFactor}
 	for _, d := range ConfigDefs() {
 		if want := slices.Contains(honoured, d.Name); d.Honoured() != want {
 			t.Errorf("%s: honoured %v, want %v", d.Name, d.Honoured(), want)
@@ -232,8 +234,9 @@ func TestConfigurationControlManager_Replay(t *testing.T) {
 	if !sameImage(t, back, img) || ba.Configs[RetentionMs] != "1000" || !back.UncleanElection(ba) {
 		t.Fatalf("after a snapshot: topic configs %v, cluster %v", ba.Configs, back.ClusterConfigs())
 	}
-	// Every topic config, but not the broker configs (the throttles).
-	if got := back.TopicConfigs(ba); len(got) != len(ConfigDefs())-2 || got[0].Name != CleanupPolicy {
+	// Every topic config, but not the broker configs (the throttles, and
+	// auto-creation's).
+	if got := back.TopicConfigs(ba); len(got) != len(ConfigDefs())-5 || got[0].Name != CleanupPolicy {
 		t.Fatalf("TopicConfigs = %+v", got)
 	}
 }

@@ -22,7 +22,7 @@ const (
 	// can read: a cluster's level must lie between them for a node to apply
 	// its log.
 	MinMetadataVersion uint32 = 1
-	MaxMetadataVersion uint32 = 6
+	MaxMetadataVersion uint32 = 7
 	// BootstrapMetadataVersion is the level of a log that states none (a
 	// cluster from before FeatureLevel records, as KRaft's bootstrap
 	// metadata.version): level 1, which covers every record such a log may
@@ -53,6 +53,11 @@ const (
 	// follower.replication.throttled.rate): a binary below it refuses
 	// their names.
 	ThrottleMetadataVersion uint32 = 6
+	// AutoCreateMetadataVersion is the level from which the cluster may
+	// set auto.create.topics.enable, num.partitions and
+	// default.replication.factor: a binary below it refuses their names.
+	// Below it, brokers that know them take their defaults.
+	AutoCreateMetadataVersion uint32 = 7
 )
 
 // MetadataVersionInfo describes one level: what it adds to the level below.
@@ -93,6 +98,8 @@ var MetadataVersions = []MetadataVersionInfo{
 		"min.compaction.lag.ms off their defaults; __consumer_offsets is created compacted from this level"},
 	{Level: 6, Adds: "replication throttles: leader.replication.throttled.rate and follower.replication.throttled.rate, " +
 		"the bytes/s of the replicas a reassignment adds"},
+	{Level: 7, Adds: "topic auto-creation: auto.create.topics.enable, num.partitions and default.replication.factor, " +
+		"set cluster-wide"},
 }
 
 // ErrUnsupportedMetadataVersion is wrapped by the errors of a level a node
@@ -197,7 +204,7 @@ func LevelBlockers(img *Image, level uint32) []string {
 				"wait until each has a leader again", n, EmptyISRMetadataVersion))
 		}
 	}
-	for _, gated := range []uint32{TopicConfigsMetadataVersion, CompactionMetadataVersion, ThrottleMetadataVersion} {
+	for _, gated := range []uint32{TopicConfigsMetadataVersion, CompactionMetadataVersion, ThrottleMetadataVersion, AutoCreateMetadataVersion} {
 		if level < gated && img.FinalizedMetadataVersion() >= gated {
 			if n := img.levelConfigs(gated); n > 0 {
 				out = append(out, fmt.Sprintf("%d topics or cluster defaults set configs of metadata.version %d; delete them first",

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -37,15 +36,7 @@ func kcatPath(t *testing.T) string {
 // printed; the process is killed if it outlives kcatTimeout.
 func runKcat(t *testing.T, kcat, stdin string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), kcatTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, kcat, args...)
-	cmd.WaitDelay = 5 * time.Second
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err = cmd.Run()
-	return out.String(), errOut.String(), err
+	return runStdin(kcat, stdin, kcatTimeout, args...)
 }
 
 // mustKcat is runKcat that fails the test unless kcat exits 0.

@@ -131,9 +131,9 @@ var methodRules = map[string]rule{
 	// Topics: an operator, or a broker forwarding a Kafka admin client's
 	// CreateTopics, DeleteTopics or CreatePartitions with the client's
 	// principal, as KRaft brokers forward them to the controller in an
-	// envelope. Keel brokers create no topics of their own (no
-	// auto.create.topics.enable). Elections and reassignments likewise
-	// (Kafka's need ALTER on the cluster).
+	// envelope; a Metadata request's auto-creation
+	// (auto.create.topics.enable) is forwarded so too. Elections and
+	// reassignments likewise (Kafka's need ALTER on the cluster).
 	keelpb.ControllerService_CreateTopic_FullMethodName:                 forwardedAdmin("principal"),
 	keelpb.ControllerService_CreatePartitions_FullMethodName:            forwardedAdmin("principal"),
 	keelpb.ControllerService_DeleteTopic_FullMethodName:                 forwardedAdmin("principal"),

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/keel-dev/keel/acl"
 	"github.com/keel-dev/keel/fsm"
 	"github.com/keel-dev/keel/proto/keelpb"
 	"github.com/keel-dev/keel/rpc"
@@ -23,10 +22,6 @@ const (
 	// seenWait bounds how long a created topic is waited for in this
 	// broker's own image, so that the client's next Metadata finds it.
 	seenWait = 5 * time.Second
-	// Kafka's defaults for a CreateTopics that leaves them to the broker
-	// (-1): num.partitions and default.replication.factor.
-	defaultPartitions        = 1
-	defaultReplicationFactor = 1
 )
 
 // adminError turns a controller's refusal into the Kafka error a client
@@ -100,9 +95,7 @@ func (s *Server) createTopics(ctx context.Context, c *conn, r *kmsg.CreateTopics
 			resp.Topics = append(resp.Topics, out)
 		}
 		switch {
-		// Kafka: CREATE on the cluster, or on the topic.
-		case !s.allowed(c, kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, acl.ClusterName) &&
-			!s.allowed(c, kmsg.ACLOperationCreate, kmsg.ACLResourceTypeTopic, rt.Topic):
+		case !s.mayCreate(c, rt.Topic):
 			fail(kerr.TopicAuthorizationFailed, notAdmin)
 			continue
 		case seen[rt.Topic]:
@@ -132,12 +125,15 @@ func (s *Server) createTopics(ctx context.Context, c *conn, r *kmsg.CreateTopics
 				continue
 			}
 		} else {
+			// -1 leaves them to the broker: the cluster's num.partitions
+			// and default.replication.factor (Kafka's).
 			req.Partitions, req.ReplicationFactor = rt.NumPartitions, int32(rt.ReplicationFactor)
+			ac := s.cfg.Image.Image().AutoCreate()
 			if req.Partitions == -1 {
-				req.Partitions = defaultPartitions
+				req.Partitions = ac.Partitions
 			}
 			if req.ReplicationFactor == -1 {
-				req.ReplicationFactor = defaultReplicationFactor
+				req.ReplicationFactor = ac.ReplicationFactor
 			}
 		}
 		if len(rt.Configs) > 0 {

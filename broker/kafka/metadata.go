@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"net"
 	"slices"
 	"strconv"
@@ -141,7 +142,7 @@ func liveBrokers(img *fsm.Image) []kafkaBroker {
 	return out
 }
 
-func (s *Server) metadata(c *conn, r *kmsg.MetadataRequest) kmsg.Response {
+func (s *Server) metadata(ctx context.Context, c *conn, r *kmsg.MetadataRequest) kmsg.Response {
 	img := s.cfg.Image.Image()
 	resp := r.ResponseKind().(*kmsg.MetadataResponse)
 	live := liveBrokers(img)
@@ -169,6 +170,9 @@ func (s *Server) metadata(c *conn, r *kmsg.MetadataRequest) kmsg.Response {
 		}
 		return resp
 	}
+	autoCreate := autoCreates(img, r)
+	ctx, cancel := context.WithTimeout(ctx, autoCreateBudget)
+	defer cancel()
 	for _, rt := range r.Topics {
 		var t *fsm.Topic
 		ok := false
@@ -191,6 +195,10 @@ func (s *Server) metadata(c *conn, r *kmsg.MetadataRequest) kmsg.Response {
 			mt.Topic, mt.TopicID = rt.Topic, rt.TopicID
 			mt.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			resp.Topics = append(resp.Topics, mt)
+			continue
+		}
+		if !ok && autoCreate && rt.Topic != nil {
+			resp.Topics = append(resp.Topics, s.autoCreate(ctx, c, *rt.Topic, alive))
 			continue
 		}
 		if !ok {

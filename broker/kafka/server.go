@@ -659,7 +659,7 @@ func (s *Server) handle(ctx context.Context, c *conn, req kmsg.Request) kmsg.Res
 	case *kmsg.ApiVersionsRequest:
 		return s.apiVersions(r)
 	case *kmsg.MetadataRequest:
-		return s.metadata(c, r)
+		return s.metadata(ctx, c, r)
 	case *kmsg.DescribeClusterRequest:
 		return s.describeCluster(c, r)
 	case *kmsg.ListOffsetsRequest:

@@ -83,8 +83,9 @@ idempotent franz-go producer through the brokers' Kafka listeners
 separator is the record's key and the rest its value; lines without it have
 no key. Records with a key go to the partition of its hash, others spread.
 
-It prints how many records were acknowledged, and fails naming the first
-record that was not.`,
+A topic that does not exist is created on first use if the cluster's
+auto.create.topics.enable allows it (and says so). It prints how many records
+were acknowledged, and fails naming the first record that was not and why.`,
 		Example: `  echo 'user-1:signed up' | keel produce --topic events --key-sep : --bootstrap 127.0.0.1:9092
   keel produce --topic events --acks 1 < lines.txt`,
 		Args: cobra.NoArgs,
@@ -100,15 +101,28 @@ record that was not.`,
 			default:
 				return fmt.Errorf("--acks %q: want all, 1 or 0", acks)
 			}
-			cl, err := k.client(cmd, opts...)
+			// As Kafka's producers do, it lets the brokers create a topic
+			// that does not exist (auto.create.topics.enable).
+			cl, err := k.client(cmd, append(opts, kgo.AllowAutoTopicCreation())...)
 			if err != nil {
 				return err
 			}
 			defer cl.Close()
 			ctx, cancel := interrupted(cmd.Context())
 			defer cancel()
-			n, err := produceLines(ctx, cl, cmd.InOrStdin(), keySep)
-			fmt.Fprintf(cmd.OutOrStdout(), "produced %d records to %s\n", n, k.topic)
+			seeds := splitAddrs(k.bootstrap)
+			existed, err := k.writable(ctx, cl, seeds)
+			if err != nil {
+				return err
+			}
+			n, err := produceLines(ctx, cl, cmd.InOrStdin(), keySep, func(err error) error {
+				return kafkaCause(ctx, cl, seeds, k.topic, -1, opWrite, err)
+			})
+			fmt.Fprintf(cmd.OutOrStdout(), "produced %s to %s\n", count(n, "record"), k.topic)
+			if !existed && n > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "topic %s did not exist: the cluster created it on first use "+
+					"(auto.create.topics.enable, with num.partitions and default.replication.factor)\n", k.topic)
+			}
 			return err
 		},
 	}
@@ -123,8 +137,9 @@ record that was not.`,
 const maxLine = 1 << 20
 
 // produceLines produces each line of in, waiting for each to be
-// acknowledged so that a failure names its line, and returns how many were.
-func produceLines(ctx context.Context, cl *kgo.Client, in io.Reader, keySep string) (int, error) {
+// acknowledged so that a failure names its line, and why (explain), and
+// returns how many were.
+func produceLines(ctx context.Context, cl *kgo.Client, in io.Reader, keySep string, explain func(error) error) (int, error) {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
 	n := 0
@@ -136,7 +151,7 @@ func produceLines(ctx context.Context, cl *kgo.Client, in io.Reader, keySep stri
 			}
 		}
 		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-			return n, fmt.Errorf("line %d not acknowledged: %w", line, err)
+			return n, fmt.Errorf("line %d not acknowledged: %w", line, explain(err))
 		}
 		n++
 	}
@@ -170,7 +185,10 @@ func newConsumeCmd() *cobra.Command {
 consumer (no consumer group: nothing is committed) and print each with its
 partition and offset. Without --from-beginning it starts at the end and
 prints what is produced from then on. It stops after --max records, or on
-Ctrl-C, or (with --max) when --timeout passes without the records.`,
+Ctrl-C, or (with --max) when --timeout passes without the records: then it
+fails saying what the topic holds. It fails at once, naming the cause, when
+nothing listens at --bootstrap, the topic or partition does not exist, or
+the client may not read it.`,
 		Example: `  keel consume --topic events --from-beginning --max 10 --bootstrap 127.0.0.1:9092
   keel consume --topic events --partition 2 -o json`,
 		Args: cobra.NoArgs,
@@ -195,12 +213,24 @@ Ctrl-C, or (with --max) when --timeout passes without the records.`,
 			defer cl.Close()
 			ctx, cancel := interrupted(cmd.Context())
 			defer cancel()
+			seeds := splitAddrs(k.bootstrap)
+			if err := k.readable(ctx, cl, seeds, partition); err != nil {
+				return err
+			}
+			wait := ctx
 			if limit > 0 {
 				var stop context.CancelFunc
-				ctx, stop = context.WithTimeout(ctx, k.timeout)
+				wait, stop = context.WithTimeout(ctx, k.timeout)
 				defer stop()
 			}
-			return consume(ctx, cl, cmd.OutOrStdout(), limit, output == "json")
+			n, err := consume(wait, cl, cmd.OutOrStdout(), limit, output == "json")
+			switch {
+			case err != nil:
+				return kafkaCause(ctx, cl, seeds, k.topic, partition, opRead, err)
+			case limit > 0 && n < limit && ctx.Err() == nil:
+				return k.shortfall(ctx, cl, seeds, partition, fromBeginning, n, limit)
+			}
+			return nil
 		},
 	}
 	k.add(cmd)
@@ -212,8 +242,9 @@ Ctrl-C, or (with --max) when --timeout passes without the records.`,
 	return cmd
 }
 
-// consume prints records as they come until limit (0: none) or ctx ends.
-func consume(ctx context.Context, cl *kgo.Client, w io.Writer, limit int, asJSON bool) error {
+// consume prints records as they come until limit (0: none) or ctx ends,
+// and returns how many it printed; an error is the brokers' refusal.
+func consume(ctx context.Context, cl *kgo.Client, w io.Writer, limit int, asJSON bool) (int, error) {
 	enc := json.NewEncoder(w)
 	n := 0
 	for limit == 0 || n < limit {
@@ -228,7 +259,7 @@ func consume(ctx context.Context, cl *kgo.Client, w io.Writer, limit int, asJSON
 			}
 		})
 		if fatal != nil && fs.NumRecords() == 0 {
-			return fatal
+			return n, fatal
 		}
 		for _, r := range fs.Records() {
 			if limit > 0 && n == limit {
@@ -238,7 +269,7 @@ func consume(ctx context.Context, cl *kgo.Client, w io.Writer, limit int, asJSON
 			if asJSON {
 				if err := enc.Encode(consumedRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 					Timestamp: r.Timestamp.UTC().Format(time.RFC3339Nano), Key: string(r.Key), Value: string(r.Value)}); err != nil {
-					return err
+					return n, err
 				}
 				continue
 			}
@@ -249,8 +280,5 @@ func consume(ctx context.Context, cl *kgo.Client, w io.Writer, limit int, asJSON
 			}
 		}
 	}
-	if limit > 0 && n < limit {
-		return fmt.Errorf("%d of %d records before the timeout", n, limit)
-	}
-	return nil
+	return n, nil
 }

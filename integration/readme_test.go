@@ -152,14 +152,15 @@ func (sh *readmeShell) run(t *testing.T, script string, timeout time.Duration) s
 	if _, err := fmt.Fprintf(sh.stdin, "%s\nprintf '%%s_%%d\\n' __readme_ran %d\n", script, sh.runs); err != nil {
 		t.Fatalf("the shell is gone: %v\n%s", err, sh.out)
 	}
-	poll.Until(t, timeout, "the README's commands to run", func() bool {
+	poll.UntilState(t, timeout, "the README's commands to run", func() (bool, string) {
 		select {
 		case err := <-sh.done:
 			sh.done <- err
 			t.Fatalf("a README command failed (%v); the shell's trace, the failing command last:\n%s", err, lastLines(sh.out.String(), 60))
 		default:
 		}
-		return strings.Contains(sh.out.String()[start:], marker)
+		out := sh.out.String()
+		return strings.Contains(out[start:], marker), lastLines(out, 60)
 	})
 	return strings.TrimSuffix(sh.out.String()[start:], marker)
 }
@@ -252,7 +253,7 @@ func TestReadme_CommandsRunAsPrinted(t *testing.T) {
 			})
 			waitBrokers = false
 		}
-		out := sh.run(t, strings.Join(script, "\n"), 2*time.Minute)
+		out := sh.run(t, strings.Join(script, "\n"), time.Minute)
 		if strings.Contains(strings.Join(b.lines, "\n"), " consume ") && !strings.Contains(out, "key user-1: hello") {
 			t.Errorf("README.md:%d: the block's consume printed no record:\n%s", b.line, out)
 		}

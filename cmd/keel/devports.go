@@ -110,6 +110,12 @@ type devPlan struct {
 // from base (0: none) when inUse says it is free, and a free port when not.
 func planDevAddrs(slots []devSlot, saved map[devSlot]string, base int, inUse func(addr string) error, statePath string) (devPlan, error) {
 	p := devPlan{addrs: map[devSlot]string{}, moved: map[devSlot]int{}}
+	// A saved address is not bound yet, but it is not free for another
+	// listener either.
+	kept := map[string]bool{}
+	for _, addr := range saved {
+		kept[addr] = true
+	}
 	var taken []string
 	var firstErr error
 	for _, s := range slots {
@@ -128,7 +134,7 @@ func planDevAddrs(slots []devSlot, saved map[devSlot]string, base int, inUse fun
 			continue
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port(base)))
-		if inUse(addr) == nil {
+		if !kept[addr] && inUse(addr) == nil {
 			p.addrs[s] = addr
 		} else {
 			p.moved[s] = s.port(base)

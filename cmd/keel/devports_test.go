@@ -132,6 +132,17 @@ func TestPlanDevAddrs(t *testing.T) {
 			},
 		},
 		{
+			name:  "a layout port another listener's saved address holds moves",
+			base:  9092,
+			saved: map[devSlot]string{{devController, 1}: "127.0.0.1:9093", {devBroker, 1}: "127.0.0.1:41001", {devKafka, 1}: "127.0.0.1:41002"},
+			want: map[devSlot]string{
+				{devController, 1}: "127.0.0.1:9093",
+				{devBroker, 1}:     "127.0.0.1:41001", {devBroker, 2}: "127.0.0.1:9293",
+				{devKafka, 1}: "127.0.0.1:41002", {devKafka, 2}: "127.0.0.1:0",
+			},
+			wantMoved: map[devSlot]int{{devKafka, 2}: 9093},
+		},
+		{
 			name:    "a saved address taken is refused, never moved",
 			base:    9092,
 			saved:   map[devSlot]string{{devController, 1}: "127.0.0.1:9192", {devKafka, 1}: "127.0.0.1:9092"},

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keel-dev/keel/keeltest/keelproc"
 )
@@ -43,6 +44,13 @@ func TestDev_DataDirKeepsEveryAddress(t *testing.T) {
 	first := startDev(t, args...)
 	want := first.devAddrLines(t)
 	wantBootstrap := exportBootstrap.FindStringSubmatch(first.stdout.String())
+	// While the first runs, a second is refused in one line naming a
+	// saved address, the file, and the process that holds it.
+	_, stderr, code := runKeel(t, time.Minute, append([]string{"dev"}, args...)...)
+	if by := fmt.Sprintf("address already in use by keel (pid %d)", first.cmd.Process.Pid); code != 1 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 ||
+		!strings.Contains(stderr, by) || !strings.Contains(stderr, filepath.Join(dir, "dev.json")) {
+		t.Errorf("keel dev on a data dir in use: exit %d, stderr %q; want exit 1 and one line naming dev.json and %q", code, stderr, by)
+	}
 	first.stop(t)
 
 	second := startDev(t, args...)
@@ -72,14 +80,14 @@ func TestDev_PortLayoutFromBasePort(t *testing.T) {
 	}
 	defer held.Close()
 	d := startDev(t, "--base-port", strconv.Itoa(base), "--controllers-count", "1", "--brokers-count", "2", "--metrics")
-	moved := regexp.MustCompile(fmt.Sprintf(`^  \(%d is taken: broker 2's Kafka listener is at (127\.0\.0\.1:\d+)\)$`, base+1))
+	moved := regexp.MustCompile(fmt.Sprintf(`^  \(%d is taken \(address already in use by \S+ \(pid %d\)\): broker 2's Kafka listener is at (127\.0\.0\.1:\d+)\)$`, base+1, os.Getpid()))
 	lines := d.devAddrLines(t)
 	if len(lines) != 4 {
 		t.Fatalf("keel dev's banner gives %d address lines, want 4:\n%s", len(lines), d.stdout)
 	}
 	m := moved.FindStringSubmatch(lines[3])
 	if m == nil {
-		t.Fatalf("keel dev's banner does not say that %d was taken, and where broker 2's Kafka listener went:\n%s", base+1, d.stdout)
+		t.Fatalf("keel dev's banner does not say that %d was taken, by this test, and where broker 2's Kafka listener went:\n%s", base+1, d.stdout)
 	}
 	want := []string{
 		fmt.Sprintf("  controller 1  %s  metrics http://%s/metrics", addrAt(base+100), addrAt(base+300)),

@@ -6,6 +6,8 @@ import (
 	"net"
 	"strconv"
 	"syscall"
+
+	"github.com/keel-dev/keel/internal/portowner"
 )
 
 // The ports of `keel dev`. With --base-port B (9092), node i's listener of
@@ -97,11 +99,17 @@ func checkDevBasePort(base, brokers int) error {
 }
 
 // devPlan is where each listener binds: a saved address, its port in the
-// layout, or "127.0.0.1:0" for a free one; moved names the layout's port
-// of each listener that found it taken.
+// layout, or "127.0.0.1:0" for a free one; moved says, for each listener
+// that found its layout port taken, which port and why.
 type devPlan struct {
 	addrs map[devSlot]string
-	moved map[devSlot]int
+	moved map[devSlot]devMove
+}
+
+// devMove is a layout port a listener did not get, and why.
+type devMove struct {
+	port int
+	why  error
 }
 
 // planDevAddrs places every slot. A saved address is the one a user has
@@ -109,7 +117,7 @@ type devPlan struct {
 // was saved in: never moved. Otherwise a slot takes its port in the layout
 // from base (0: none) when inUse says it is free, and a free port when not.
 func planDevAddrs(slots []devSlot, saved map[devSlot]string, base int, inUse func(addr string) error, statePath string) (devPlan, error) {
-	p := devPlan{addrs: map[devSlot]string{}, moved: map[devSlot]int{}}
+	p := devPlan{addrs: map[devSlot]string{}, moved: map[devSlot]devMove{}}
 	// A saved address is not bound yet, but it is not free for another
 	// listener either.
 	kept := map[string]bool{}
@@ -134,10 +142,14 @@ func planDevAddrs(slots []devSlot, saved map[devSlot]string, base int, inUse fun
 			continue
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port(base)))
-		if !kept[addr] && inUse(addr) == nil {
+		why := inUse(addr)
+		if kept[addr] {
+			why = errors.New("saved for another listener")
+		}
+		if why == nil {
 			p.addrs[s] = addr
 		} else {
-			p.moved[s] = s.port(base)
+			p.moved[s] = devMove{port: s.port(base), why: why}
 		}
 	}
 	if firstErr != nil {
@@ -151,42 +163,57 @@ func planDevAddrs(slots []devSlot, saved map[devSlot]string, base int, inUse fun
 }
 
 // movedNotes are the banner's lines for the listeners that found their
-// port in the layout taken, in slots' order: "9092 is taken: broker 1's
-// Kafka listener is at 127.0.0.1:41233". at gives a slot's bound address.
+// port in the layout taken, in slots' order: "9092 is taken (address
+// already in use by java (pid 4242)): broker 1's Kafka listener is at
+// 127.0.0.1:41233". at gives a slot's bound address.
 func (p devPlan) movedNotes(slots []devSlot, at func(devSlot) string) []string {
 	var out []string
 	for _, s := range slots {
-		if port, ok := p.moved[s]; ok {
-			out = append(out, fmt.Sprintf("%d is taken: %s is at %s", port, s, at(s)))
+		if m, ok := p.moved[s]; ok {
+			out = append(out, fmt.Sprintf("%d is taken (%v): %s is at %s", m.port, m.why, s, at(s)))
 		}
 	}
 	return out
 }
 
 // devPortInUse says why addr cannot be listened on: an error when it is
-// taken, nil when it is free. A loopback port is also taken when another
+// taken ("address already in use by NAME (pid N)" when it can tell by
+// whom), nil when it is free. A loopback port is also taken when another
 // process holds it on IPv6's loopback, where a client dialing
 // localhost:PORT may reach that process first.
 func devPortInUse(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		var errno syscall.Errno
-		if errors.As(err, &errno) {
-			return errno // "address already in use", without the whole *OpError
+		if !errors.As(err, &errno) {
+			return err
 		}
-		return err
+		return inUseBy(errno, port) // "address already in use", without the whole *OpError
 	}
 	ln.Close()
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host != "127.0.0.1" {
-		return err
+	if host != "127.0.0.1" {
+		return nil
 	}
 	ln6, err := net.Listen("tcp", net.JoinHostPort("::1", port))
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return fmt.Errorf("[::1]:%s, where localhost also leads, is in use", port)
+		return fmt.Errorf("%w on [::1], where localhost also leads", inUseBy(syscall.EADDRINUSE, port))
 	}
 	if err == nil {
 		ln6.Close()
 	}
 	return nil // no IPv6 loopback here: nothing for localhost to reach there
+}
+
+// inUseBy is errno, with the process that listens on port when errno is
+// EADDRINUSE and the system can tell.
+func inUseBy(errno syscall.Errno, port string) error {
+	p, _ := strconv.Atoi(port)
+	if owner := portowner.Of(p); errno == syscall.EADDRINUSE && owner != "" {
+		return fmt.Errorf("%w by %s", errno, owner)
+	}
+	return errno
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -175,16 +177,23 @@ func TestPlanDevAddrs(t *testing.T) {
 			if !reflect.DeepEqual(p.addrs, tt.want) {
 				t.Errorf("addrs = %v, want %v", p.addrs, tt.want)
 			}
-			if want := tt.wantMoved; len(p.moved) != 0 || len(want) != 0 {
-				if !reflect.DeepEqual(p.moved, want) {
-					t.Errorf("moved = %v, want %v", p.moved, want)
+			moved := map[devSlot]int{}
+			for s, m := range p.moved {
+				moved[s] = m.port
+				if m.why == nil {
+					t.Errorf("%s moved from %d for no reason", s, m.port)
+				}
+			}
+			if want := tt.wantMoved; len(moved) != 0 || len(want) != 0 {
+				if !reflect.DeepEqual(moved, want) {
+					t.Errorf("moved = %v, want %v", moved, want)
 				}
 			}
 		})
 	}
-	p := devPlan{moved: map[devSlot]int{{devKafka, 1}: 9092}}
+	p := devPlan{moved: map[devSlot]devMove{{devKafka, 1}: {port: 9092, why: errors.New("address already in use by java (pid 4242)")}}}
 	notes := p.movedNotes(slots, func(devSlot) string { return "127.0.0.1:41233" })
-	if want := []string{"9092 is taken: broker 1's Kafka listener is at 127.0.0.1:41233"}; !reflect.DeepEqual(notes, want) {
+	if want := []string{"9092 is taken (address already in use by java (pid 4242)): broker 1's Kafka listener is at 127.0.0.1:41233"}; !reflect.DeepEqual(notes, want) {
 		t.Errorf("notes = %q, want %q", notes, want)
 	}
 }
@@ -199,6 +208,8 @@ func TestDevPortInUse(t *testing.T) {
 	addr := ln.Addr().String()
 	if err := devPortInUse(addr); !errors.Is(err, syscall.EADDRINUSE) {
 		t.Errorf("devPortInUse(%s) while held = %v, want address already in use", addr, err)
+	} else if by := fmt.Sprintf("(pid %d)", os.Getpid()); runtime.GOOS == "linux" && !strings.HasSuffix(err.Error(), by) {
+		t.Errorf("devPortInUse(%s) while this process holds it = %q, want it to end %q", addr, err, by)
 	}
 	ln.Close()
 	if err := devPortInUse(addr); err != nil {
@@ -210,8 +221,8 @@ func TestDevPortInUse(t *testing.T) {
 	}
 	defer ln6.Close()
 	_, port, _ := net.SplitHostPort(ln6.Addr().String())
-	if err := devPortInUse("127.0.0.1:" + port); err == nil || !strings.Contains(err.Error(), "[::1]:"+port) {
-		t.Errorf("devPortInUse(127.0.0.1:%s) while [::1]:%s is held = %v, want it named", port, port, err)
+	if err := devPortInUse("127.0.0.1:" + port); !errors.Is(err, syscall.EADDRINUSE) || !strings.HasSuffix(err.Error(), " on [::1], where localhost also leads") {
+		t.Errorf("devPortInUse(127.0.0.1:%s) while [::1]:%s is held = %v, want [::1] named", port, port, err)
 	}
 }
 

@@ -110,8 +110,8 @@ func TestDev_PortLayoutFromBasePort(t *testing.T) {
 // those ports: the test is skipped then, as when one takes a port between
 // the check and keel dev's start.
 func TestDev_KafkaAt9092(t *testing.T) {
-	// Not parallel with the others: they take no fixed port, but a test
-	// beside them need not wait for a block this well known.
+	// Not parallel: it runs before this package's parallel tests start,
+	// none of which should meet Kafka's well-known port taken by it.
 	for _, p := range []int{9092, 9192, 9292} {
 		ln, err := net.Listen("tcp", addrAt(p))
 		if err != nil {

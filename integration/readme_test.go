@@ -156,11 +156,11 @@ func (sh *readmeShell) run(t *testing.T, script string, timeout time.Duration) s
 		select {
 		case err := <-sh.done:
 			sh.done <- err
-			t.Fatalf("a README command failed (%v); the shell's trace, the failing command last:\n%s", err, lastLines(sh.out.String(), 60))
+			t.Fatalf("a README command failed (%v); the shell's trace, the failing command last:\n%s", err, keelproc.LastLines(sh.out.String(), 60))
 		default:
 		}
 		out := sh.out.String()
-		return strings.Contains(out[start:], marker), lastLines(out, 60)
+		return strings.Contains(out[start:], marker), keelproc.LastLines(out, 60)
 	})
 	return strings.TrimSuffix(sh.out.String()[start:], marker)
 }
@@ -172,8 +172,6 @@ func (sh *readmeShell) kill() {
 	<-sh.done
 	sh.done <- nil
 }
-
-func lastLines(s string, n int) string { return keelproc.LastLines(s, n) }
 
 // TestReadme_CommandsRunAsPrinted runs every command of README.md's shell
 // blocks, in order, in one bash, against real processes: keel dev where the

@@ -116,7 +116,7 @@ var bannerBootstrap string
 func TestDev_BannerCommandsPasteAndDataDirRestarts(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "dev")
-	args := []string{"--data-dir", dir, "--controllers-count", "3", "--brokers-count", "1"}
+	args := []string{"--data-dir", dir, "--base-port", "0", "--controllers-count", "3", "--brokers-count", "1"}
 	// The first run serves each node's metrics too.
 	first := startDev(t, append(slices.Clone(args), "--metrics")...)
 	controllers := first.controllers(t)

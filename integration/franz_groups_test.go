@@ -49,7 +49,7 @@ func TestFranzGo_GroupTests(t *testing.T) {
 	if os.Getenv(franzGroupsEnv) == "" {
 		t.Skipf("franz-go's group tests run with %s=1: make test-franz-groups", franzGroupsEnv)
 	}
-	dev := startDev(t, "--controllers-count", "3", "--brokers-count", "3")
+	dev := startDev(t, "--base-port", "0", "--controllers-count", "3", "--brokers-count", "3")
 	m := exportBootstrap.FindStringSubmatch(dev.stdout.String())
 	if m == nil {
 		t.Fatalf("keel dev's banner has no export KEEL_BOOTSTRAP line:\n%s", dev.stdout)

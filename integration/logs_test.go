@@ -18,7 +18,7 @@ import (
 // restore, then a clean Ctrl-C.
 func TestLogs_NormalOperationIsCleanJSON(t *testing.T) {
 	var stdout, stderr syncBuffer
-	cmd := exec.Command(keelBin, "dev", "--log-format", "json", "--data-dir", t.TempDir())
+	cmd := exec.Command(keelBin, "dev", "--base-port", "0", "--log-format", "json", "--data-dir", t.TempDir())
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

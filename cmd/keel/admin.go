@@ -14,7 +14,7 @@ import (
 )
 
 const (
-	defaultControllers  = "127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093"
+	defaultControllers  = "127.0.0.1:9192,127.0.0.1:9193,127.0.0.1:9194" // keel dev's, and the README's
 	defaultAdminTimeout = 10 * time.Second
 )
 

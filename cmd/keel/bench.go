@@ -85,7 +85,7 @@ brokers are removed at the end. A running quorum with mutual TLS is reached with
 simulated broker presents too.`,
 		Example: `  keel bench
   keel bench --partitions 1000000 --scenarios create,load,broker-failure,controlled-shutdown --runs 1
-  keel bench --controllers 127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093 --scenarios create,heartbeats -o json
+  keel bench --controllers 127.0.0.1:9192,127.0.0.1:9193,127.0.0.1:9194 --scenarios create,heartbeats -o json
   keel bench --scenarios produce,leader-crash,catch-up -o json
   keel bench --scenarios consume-group --runs 5`,
 		Args: cobra.NoArgs,

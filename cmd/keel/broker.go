@@ -97,10 +97,10 @@ metadata. With TLS the Kafka listener takes a client certificate from the
 same CA; --kafka-sasl (default optional) also lets a client without one log
 in by SASL/SCRAM (SASL_SSL) with a credential from keel user add.
 `,
-		Example: `  keel broker --broker-id 1 --listen 127.0.0.1:9201 --data-dir /var/lib/keel/broker-1 \
-    --controllers 127.0.0.1:9091,127.0.0.1:9092,127.0.0.1:9093
+		Example: `  keel broker --broker-id 1 --listen 127.0.0.1:9292 --kafka-listen 127.0.0.1:9092 --data-dir /var/lib/keel/broker-1 \
+    --controllers 127.0.0.1:9192,127.0.0.1:9193,127.0.0.1:9194
   keel broker list
-  keel broker inspect --address 127.0.0.1:9201`,
+  keel broker inspect --address 127.0.0.1:9292`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {

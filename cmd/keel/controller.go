@@ -63,11 +63,11 @@ are mutual TLS. Without them the node runs plaintext, trusting everyone who
 can reach its port, and so refuses to start unless every address it listens
 on, advertises and dials (--listen, --voters, --raft-dial, --metrics-addr) is
 loopback, or --insecure says plaintext is meant.`,
-		Example: `  keel controller --node-id 1 --listen 127.0.0.1:9091 --data-dir /var/lib/keel/1 \
-    --voters 1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093
+		Example: `  keel controller --node-id 1 --listen 127.0.0.1:9192 --data-dir /var/lib/keel/1 \
+    --voters 1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194
 
-  # a fourth controller, then: keel quorum add-voter 4 127.0.0.1:9094
-  keel controller --node-id 4 --listen 127.0.0.1:9094 --data-dir /var/lib/keel/4 --join`,
+  # a fourth controller, then: keel quorum add-voter 4 127.0.0.1:9195
+  keel controller --node-id 4 --listen 127.0.0.1:9195 --data-dir /var/lib/keel/4 --join`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if nodeID <= 0 {

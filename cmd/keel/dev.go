@@ -31,20 +31,27 @@ import (
 
 func newDevCmd(g *globalFlags) *cobra.Command {
 	var dataDir string
-	var controllers, brokers int
+	var controllers, brokers, basePort int
 	var useTLS, useMetrics, usePprof bool
 	timing := raftlog.DefaultTiming()
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local cluster in one process (temporary data; Ctrl-C stops it)",
-		Long: `Run a local controller quorum and brokers in one process on free loopback
-ports, with their data in a temporary directory that is removed on exit (or in
+		Long: `Run a local controller quorum and brokers in one process on loopback ports,
+with their data in a temporary directory that is removed on exit (or in
 --data-dir, kept). Ctrl-C stops the brokers (each with a controlled shutdown),
 then the controllers.
 
-Run again with the same --data-dir, it starts the same cluster: the
-controllers listen on the addresses they had (saved in DATA/dev.json), since
-raft's configuration names them. It refuses, in one line, if one is taken.
+The ports follow one layout from --base-port (9092): the brokers' Kafka
+listeners at 9092, 9093, ... (Kafka's port, as clients expect), the
+controllers at 9192, ... (the admin commands' default --controllers), the
+brokers at 9292, ..., and with --metrics the controllers' metrics at 9392, ...
+and the brokers' at 9492, .... A port that is taken moves to a free one, and
+the banner says which. --base-port 0 takes free ports throughout.
+
+Run again with the same --data-dir, it starts the same cluster on the same
+addresses, every listener's (saved in DATA/dev.json; the controllers' are in
+raft's configuration too). It refuses, in one line, if one is taken.
 
 With --tls, everything runs over mutual TLS with certificates from a
 throwaway CA written to DATA/tls: controller-N, broker-N and admin. It prints
@@ -56,6 +63,9 @@ the flags that reach the cluster with the admin certificate.`,
 			}
 			if brokers < 0 {
 				return fmt.Errorf("--brokers-count %d: want 0 or more", brokers)
+			}
+			if err := checkDevBasePort(basePort, brokers); err != nil {
+				return err
 			}
 			if usePprof && !useMetrics {
 				return errors.New("--pprof serves the profiler on each node's metrics listener: give --metrics too")
@@ -77,18 +87,36 @@ the flags that reach the cluster with the admin certificate.`,
 				return err
 			}
 			// A data dir that held a dev cluster restarts it where it was:
-			// raft's configuration names the controllers' old addresses.
+			// raft's configuration names the controllers' old addresses,
+			// and the user's shell the others.
 			saved, err := loadDevState(dataDir)
 			if err != nil {
 				return err
 			}
-			listen := make([]string, controllers)
 			if saved != nil {
 				if cmd.Flags().Changed("controllers-count") && controllers != len(saved.Controllers) {
 					return fmt.Errorf("--controllers-count %d: the dev cluster in %s has %d controllers (%s); give another --data-dir for a new cluster",
 						controllers, dataDir, len(saved.Controllers), devStateFile)
 				}
-				controllers, listen = len(saved.Controllers), saved.Controllers
+				controllers = len(saved.Controllers)
+			}
+			slots := devSlots(controllers, brokers, useMetrics)
+			statePath := filepath.Join(dataDir, devStateFile)
+			plan, err := planDevAddrs(slots, saved.slots(), basePort, devPortInUse, statePath)
+			if err != nil {
+				return err
+			}
+			listen := make([]string, controllers)
+			metricsAddrs := make([]string, controllers+brokers)
+			for s, addr := range plan.addrs {
+				switch s.role {
+				case devController:
+					listen[s.id-1] = addr
+				case devControllerMetrics:
+					metricsAddrs[s.id-1] = addr
+				case devBrokerMetrics:
+					metricsAddrs[controllers+int(s.id)-1] = addr
+				}
 			}
 			// Catch Ctrl-C from here on, so that it always cleans up.
 			sigs := make(chan os.Signal, 1)
@@ -100,9 +128,9 @@ the flags that reach the cluster with the admin certificate.`,
 					return err
 				}
 			}
-			// Each node's metrics server, on a free port, bound before the
-			// node starts: controllers first, then brokers.
-			ms, err := startDevMetrics(useMetrics, usePprof, certs.nodes(controllers, brokers), log)
+			// Each node's metrics server, bound before the node starts:
+			// controllers first, then brokers.
+			ms, err := startDevMetrics(metricsAddrs, usePprof, certs.nodes(controllers, brokers), log)
 			if err != nil {
 				return err
 			}
@@ -115,7 +143,7 @@ the flags that reach the cluster with the admin certificate.`,
 			})
 			if err != nil {
 				if saved != nil {
-					return fmt.Errorf("%w (the address saved in %s: stop what holds it, or give another --data-dir)", err, filepath.Join(dataDir, devStateFile))
+					return fmt.Errorf("%w (the address saved in %s: stop what holds it, or give another --data-dir)", err, statePath)
 				}
 				return err
 			}
@@ -124,13 +152,32 @@ the flags that reach the cluster with the admin certificate.`,
 				ms[i].attachConsole(n.LocalReads())
 			}
 			addrs := q.Addrs()
-			if saved == nil {
-				if err := saveDevState(dataDir, devState{Controllers: addrs}); err != nil {
-					return errors.Join(err, q.Close())
+			nodes, err := startDevBrokers(brokers, addrs, plan.addrs, dataDir, log, certs, ms[controllers:])
+			if err != nil {
+				return errors.Join(err, q.Close())
+			}
+			// Every address as bound, saved before the banner gives it out;
+			// what an earlier run saved for nodes not run now is kept.
+			bound := saved.slots()
+			for i, addr := range addrs {
+				bound[devSlot{devController, int32(i + 1)}] = addr
+			}
+			for i, n := range nodes {
+				id := int32(i + 1)
+				bound[devSlot{devBroker, id}], bound[devSlot{devKafka, id}] = n.Addr(), n.KafkaAddr()
+			}
+			for i, m := range ms {
+				if m.srv == nil {
+					continue
+				}
+				if i < controllers {
+					bound[devSlot{devControllerMetrics, int32(i + 1)}] = m.srv.Addr()
+				} else {
+					bound[devSlot{devBrokerMetrics, int32(i - controllers + 1)}] = m.srv.Addr()
 				}
 			}
-			nodes, err := startDevBrokers(brokers, addrs, dataDir, log, certs, ms[controllers:])
-			if err != nil {
+			if err := saveDevState(dataDir, devStateOf(bound)); err != nil {
+				stopDevBrokers(nodes, log)
 				return errors.Join(err, q.Close())
 			}
 			// The banner says the cluster works: only once it does.
@@ -147,6 +194,9 @@ the flags that reach the cluster with the admin certificate.`,
 			for i, n := range nodes {
 				bootstrap[i] = n.KafkaAddr()
 				fmt.Fprintf(out, "  broker %d      %s  kafka %s%s\n", n.Agent().Status().BrokerID, n.Addr(), n.KafkaAddr(), ms[controllers+i].describe())
+			}
+			for _, note := range plan.movedNotes(slots, func(s devSlot) string { return bound[s] }) {
+				fmt.Fprintf(out, "  (%s)\n", note)
 			}
 			// Commands that paste as they are into another shell: the
 			// variables every admin command reads, then the commands.
@@ -185,8 +235,9 @@ the flags that reach the cluster with the admin certificate.`,
 	f.StringVar(&dataDir, "data-dir", "", "keep the cluster's data here instead of a temporary directory")
 	f.IntVar(&controllers, "controllers-count", 3, "number of controllers: 1, 3 or 5")
 	f.IntVar(&brokers, "brokers-count", 3, "number of brokers (ids 1 to N)")
+	f.IntVar(&basePort, "base-port", devBasePort, "first port of the layout: brokers' Kafka listeners from it, controllers 100 above, brokers 200, metrics 300 and 400; a taken port moves to a free one; 0: free ports throughout")
 	f.BoolVar(&useTLS, "tls", false, "run everything over mutual TLS, with a throwaway CA in DATA/tls")
-	f.BoolVar(&useMetrics, "metrics", false, "serve each node's /metrics, /healthz and /readyz on a free loopback port (printed at start)")
+	f.BoolVar(&useMetrics, "metrics", false, "serve each node's /metrics, /healthz and /readyz on a loopback port (printed at start)")
 	f.BoolVar(&usePprof, "pprof", false, "with --metrics, also serve Go's profiler at /debug/pprof/")
 	addRaftTimingFlags(f, &timing)
 	return cmd
@@ -200,10 +251,81 @@ const devStateFile = "dev.json"
 // that cannot elect (its nodes unable to reach each other) never will.
 const devActiveTimeout = 30 * time.Second
 
-// devState is DATA/dev.json: the controllers' addresses, which raft's
-// configuration holds, so a second run listens where the first did.
+// devState is DATA/dev.json: every listener's address, so that a second
+// run listens where the first did. Raft's configuration holds the
+// controllers'; the user's shell (KEEL_BOOTSTRAP) and tools the others.
+// Older files have the controllers only: the others are placed anew.
 type devState struct {
-	Controllers []string `json:"controllers"`
+	Controllers       []string         `json:"controllers"`
+	ControllerMetrics []string         `json:"controller_metrics,omitempty"`
+	Brokers           []devBrokerState `json:"brokers,omitempty"`
+}
+
+// devBrokerState is one broker's addresses in dev.json; "" is none saved.
+type devBrokerState struct {
+	Listen  string `json:"listen"`
+	Kafka   string `json:"kafka"`
+	Metrics string `json:"metrics,omitempty"`
+}
+
+// slots is st's addresses by slot; empty for a nil st.
+func (st *devState) slots() map[devSlot]string {
+	out := map[devSlot]string{}
+	if st == nil {
+		return out
+	}
+	put := func(role devRole, i int, addr string) {
+		if addr != "" {
+			out[devSlot{role, int32(i + 1)}] = addr
+		}
+	}
+	for i, a := range st.Controllers {
+		put(devController, i, a)
+	}
+	for i, a := range st.ControllerMetrics {
+		put(devControllerMetrics, i, a)
+	}
+	for i, b := range st.Brokers {
+		put(devBroker, i, b.Listen)
+		put(devKafka, i, b.Kafka)
+		put(devBrokerMetrics, i, b.Metrics)
+	}
+	return out
+}
+
+// devStateOf is the dev.json of addrs: nodes 1 to the highest id of each
+// kind, "" for a slot without an address.
+func devStateOf(addrs map[devSlot]string) devState {
+	var st devState
+	at := func(list []string, id int32, addr string) []string {
+		for len(list) < int(id) {
+			list = append(list, "")
+		}
+		list[id-1] = addr
+		return list
+	}
+	for s, addr := range addrs {
+		switch s.role {
+		case devController:
+			st.Controllers = at(st.Controllers, s.id, addr)
+		case devControllerMetrics:
+			st.ControllerMetrics = at(st.ControllerMetrics, s.id, addr)
+		default:
+			for len(st.Brokers) < int(s.id) {
+				st.Brokers = append(st.Brokers, devBrokerState{})
+			}
+			b := &st.Brokers[s.id-1]
+			switch s.role {
+			case devBroker:
+				b.Listen = addr
+			case devKafka:
+				b.Kafka = addr
+			case devBrokerMetrics:
+				b.Metrics = addr
+			}
+		}
+	}
+	return st
 }
 
 // loadDevState reads dataDir's dev.json: nil when dataDir holds no dev
@@ -228,9 +350,32 @@ func loadDevState(dataDir string) (*devState, error) {
 	if n := len(st.Controllers); n != 1 && n != 3 && n != 5 {
 		return nil, fmt.Errorf("%s is damaged: %d controllers, want 1, 3 or 5", path, n)
 	}
-	for _, a := range st.Controllers {
-		if err := hostport.Check(a); err != nil {
-			return nil, fmt.Errorf("%s is damaged: %v", path, err)
+	// Every node's addresses but its metrics' must be there: a run saves
+	// them all.
+	check := func(s devSlot, addr string, optional bool) error {
+		if addr == "" && optional {
+			return nil
+		}
+		if err := hostport.Check(addr); err != nil {
+			return fmt.Errorf("%s is damaged: %s: %v", path, s, err)
+		}
+		return nil
+	}
+	var errs []error
+	for i, a := range st.Controllers {
+		errs = append(errs, check(devSlot{devController, int32(i + 1)}, a, false))
+	}
+	for i, a := range st.ControllerMetrics {
+		errs = append(errs, check(devSlot{devControllerMetrics, int32(i + 1)}, a, true))
+	}
+	for i, b := range st.Brokers {
+		id := int32(i + 1)
+		errs = append(errs, check(devSlot{devBroker, id}, b.Listen, false), check(devSlot{devKafka, id}, b.Kafka, false),
+			check(devSlot{devBrokerMetrics, id}, b.Metrics, true))
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err // the first: one line
 		}
 	}
 	return &st, nil
@@ -307,10 +452,10 @@ func devCommandName() string {
 }
 
 // startDevBrokers starts brokers 1..n against the controllers at addrs, each
-// on a free loopback port with its data under dataDir, with a Kafka
+// on its address in listen with its data under dataDir, with a Kafka
 // listener on another, and with its own certificate from certs (nil:
 // plaintext).
-func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, certs *devCerts, ms []*metricsServer) (_ []*node.Node, err error) {
+func startDevBrokers(n int, addrs []string, listen map[devSlot]string, dataDir string, log *slog.Logger, certs *devCerts, ms []*metricsServer) (_ []*node.Node, err error) {
 	var nodes []*node.Node
 	defer func() {
 		if err != nil {
@@ -335,14 +480,14 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 		bn, err := node.Start(node.Config{
 			Agent: broker.Config{
 				BrokerID:    id,
-				Listen:      "127.0.0.1:0",
+				Listen:      listen[devSlot{devBroker, id}],
 				DataDir:     filepath.Join(dataDir, fmt.Sprintf("broker-%d", id)),
 				Controllers: addrs,
 				Logger:      log, // the agent adds broker_id
 				TLS:         certs.broker(id),
 				Metrics:     ms[i].registerer(),
 			},
-			KafkaListen: "127.0.0.1:0",
+			KafkaListen: listen[devSlot{devKafka, id}],
 			// SCRAM logins for Kafka clients that use them; anonymous
 			// clients keep every right.
 			Kafka:  kc,
@@ -357,17 +502,13 @@ func startDevBrokers(n int, addrs []string, dataDir string, log *slog.Logger, ce
 	return nodes, nil
 }
 
-// startDevMetrics starts a metrics server per node on a free loopback port,
-// HTTPS with its certificate in certs (nil: plain HTTP), or servers that
-// serve nothing when on is false.
-func startDevMetrics(on, pprof bool, certs []*tlsauth.Config, log *slog.Logger) ([]*metricsServer, error) {
-	addr := ""
-	if on {
-		addr = "127.0.0.1:0"
-	}
+// startDevMetrics starts a metrics server per node on its address in
+// addrs, HTTPS with its certificate in certs (nil: plain HTTP), or one that
+// serves nothing where the address is "".
+func startDevMetrics(addrs []string, pprof bool, certs []*tlsauth.Config, log *slog.Logger) ([]*metricsServer, error) {
 	ms := make([]*metricsServer, 0, len(certs))
-	for _, c := range certs {
-		m, err := startMetrics(metricsOptions{addr: addr, pprof: pprof, tls: c}, log)
+	for i, c := range certs {
+		m, err := startMetrics(metricsOptions{addr: addrs[i], pprof: pprof, tls: c}, log)
 		if err != nil {
 			stopDevMetrics(ms)
 			return nil, err

@@ -18,7 +18,7 @@ import (
 // and nodes register their metrics nowhere.
 func TestStartDevMetrics(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	off, err := startDevMetrics(false, false, make([]*tlsauth.Config, 2), log)
+	off, err := startDevMetrics(make([]string, 2), false, make([]*tlsauth.Config, 2), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestStartDevMetrics(t *testing.T) {
 		}
 	}
 
-	on, err := startDevMetrics(true, false, make([]*tlsauth.Config, 2), log)
+	on, err := startDevMetrics([]string{"127.0.0.1:0", "127.0.0.1:0"}, false, make([]*tlsauth.Config, 2), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestStartDevMetrics_TLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := startDevMetrics(true, true, d.nodes(1, 1), slog.New(slog.DiscardHandler))
+	ms, err := startDevMetrics([]string{"127.0.0.1:0", "127.0.0.1:0"}, true, d.nodes(1, 1), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -237,7 +237,7 @@ the flags that reach the cluster with the admin certificate.`,
 	f.IntVar(&brokers, "brokers-count", 3, "number of brokers (ids 1 to N)")
 	f.IntVar(&basePort, "base-port", devBasePort, "first port of the layout: brokers' Kafka listeners from it, controllers 100 above, brokers 200, metrics 300 and 400; a taken port moves to a free one; 0: free ports throughout")
 	f.BoolVar(&useTLS, "tls", false, "run everything over mutual TLS, with a throwaway CA in DATA/tls")
-	f.BoolVar(&useMetrics, "metrics", false, "serve each node's /metrics, /healthz and /readyz on a loopback port (printed at start)")
+	f.BoolVar(&useMetrics, "metrics", true, "serve each node's /metrics, /healthz and /readyz, and each controller's console, on a loopback port (printed at start)")
 	f.BoolVar(&usePprof, "pprof", false, "with --metrics, also serve Go's profiler at /debug/pprof/")
 	addRaftTimingFlags(f, &timing)
 	return cmd

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // The partition tools that ask the brokers' Kafka listeners, as Kafka's
@@ -76,7 +78,7 @@ func (s partitionSelection) keeps(topic string, p int32) bool {
 func (s partitionSelection) missing(listed func(topic string) (map[int32]bool, error)) error {
 	for _, t := range s.topics() {
 		have, err := listed(t)
-		if err != nil {
+		if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
 			return fmt.Errorf("topic %s: %w", t, err)
 		}
 		if len(have) == 0 {

@@ -65,24 +65,34 @@ func dumpFile(w io.Writer, file string, printRecords bool) error {
 	if !ok {
 		return errors.New("not a segment file: want NNNNNNNNNNNNNNNNNNNN.log or .index (20 digits, the base offset)")
 	}
-	f, err := os.Open(file)
+	f, size, err := openRegular(file)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !st.Mode().IsRegular() {
-		return errors.New("not a regular file")
-	}
 	fmt.Fprintf(w, "Dumping %s\n", file)
 	if suffix == ".index" {
 		return dumpIndex(w, f, base, strings.TrimSuffix(file, suffix)+".log")
 	}
 	fmt.Fprintf(w, "Log starting offset: %d\n", base)
-	return dumpSegment(w, f, st.Size(), printRecords)
+	return dumpSegment(w, f, size, printRecords)
+}
+
+// openRegular opens a regular file and returns its size.
+func openRegular(file string) (*os.File, int64, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = errors.New("not a regular file")
+	}
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, st.Size(), nil
 }
 
 // dumpSegment prints every batch of a .log of size bytes. The first batch
@@ -179,7 +189,7 @@ func dumpIndex(w io.Writer, r io.Reader, base int64, logFile string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(logFile)
+	f, size, err := openRegular(logFile)
 	if errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(w, "(not checked: no %s beside it)\n", filepath.Base(logFile))
 		return nil
@@ -188,12 +198,8 @@ func dumpIndex(w io.Writer, r io.Reader, base int64, logFile string) error {
 		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
 	starts := map[int64]int64{} // position -> base offset
-	err = partlog.ReadSegment(f, st.Size(), func(b partlog.SegmentBatch) error {
+	err = partlog.ReadSegment(f, size, func(b partlog.SegmentBatch) error {
 		starts[b.Position] = b.Header.BaseOffset
 		return nil
 	})

@@ -124,18 +124,9 @@ func describeLogDirs(ctx context.Context, adm *kadm.Client, sel partitionSelecti
 
 // logDirsTable prints every replica, then each broker's dir and totals.
 func logDirsTable(w io.Writer, dirs []brokerLogDir) error {
-	type replicaRow struct {
-		broker int32
-		logDirReplica
-	}
-	var rows []replicaRow
-	for _, d := range dirs {
-		for _, r := range d.Replicas {
-			rows = append(rows, replicaRow{d.Broker, r})
-		}
-	}
-	if err := tableOf([]string{"BROKER", "TOPIC", "PARTITION", "SIZE", "OFFSET LAG"}, "No replicas.", func(r replicaRow) []string {
-		return []string{fmt.Sprint(r.broker), r.Topic, fmt.Sprint(r.Partition), fmt.Sprint(r.SizeBytes), fmt.Sprint(r.OffsetLag)}
+	rows := flatRows(dirs, func(d brokerLogDir) []logDirReplica { return d.Replicas })
+	if err := tableOf([]string{"BROKER", "TOPIC", "PARTITION", "SIZE", "OFFSET LAG"}, "No replicas.", func(r nested[brokerLogDir, logDirReplica]) []string {
+		return []string{fmt.Sprint(r.outer.Broker), r.inner.Topic, fmt.Sprint(r.inner.Partition), fmt.Sprint(r.inner.SizeBytes), fmt.Sprint(r.inner.OffsetLag)}
 	})(w, rows); err != nil {
 		return err
 	}
@@ -149,4 +140,23 @@ func logDirsTable(w io.Writer, dirs []brokerLogDir) error {
 	return tableOf([]string{"BROKER", "DIR", "REPLICAS", "SIZE", "VOLUME TOTAL", "VOLUME USABLE", "ERROR"}, "No brokers answered.", func(d brokerLogDir) []string {
 		return []string{fmt.Sprint(d.Broker), d.Dir, fmt.Sprint(len(d.Replicas)), fmt.Sprint(d.SizeBytes), bytesOrDash(d.TotalBytes), bytesOrDash(d.UsableBytes), orDash(d.Error)}
 	})(w, dirs)
+}
+
+// nested is a row of a table of nested rows: an inner row (a replica, a
+// partition) with the outer one it belongs to (a broker, a topic).
+type nested[O, I any] struct {
+	outer O
+	inner I
+}
+
+// flatRows is every inner row of every outer one, in order, each with its
+// outer row.
+func flatRows[O, I any](outer []O, inner func(O) []I) []nested[O, I] {
+	var out []nested[O, I]
+	for _, o := range outer {
+		for _, i := range inner(o) {
+			out = append(out, nested[O, I]{o, i})
+		}
+	}
+	return out
 }

@@ -522,29 +522,20 @@ func (f partitionFilters) describes() string {
 // first, as kafka-topics --describe prints only the matching partitions'
 // lines under a filter. None is one line saying so.
 func (f partitionFilters) table(w io.Writer, name string, views []topicView) error {
-	type row struct {
-		topic string
-		partitionRow
-	}
-	var rows []row
-	for _, v := range views {
-		for _, p := range v.Partitions {
-			rows = append(rows, row{v.Name, p})
-		}
-	}
+	rows := flatRows(views, func(v topicView) []partitionRow { return v.Partitions })
 	of := ""
 	if name != "" {
 		of = " of " + name
 	}
 	none := fmt.Sprintf("No partitions%s are %s.", of, f.describes())
-	if err := tableOf(append([]string{"TOPIC"}, partitionHeader...), none, func(r row) []string {
-		return append([]string{r.topic}, partitionCells(r.partitionRow)...)
+	if err := tableOf(append([]string{"TOPIC"}, partitionHeader...), none, func(r nested[topicView, partitionRow]) []string {
+		return append([]string{r.outer.Name}, partitionCells(r.inner)...)
 	})(w, rows); err != nil {
 		return err
 	}
 	for _, r := range rows {
-		if r.NoLeaderReason != "" {
-			if _, err := fmt.Fprintf(w, "%s partition %d: %s\n", r.topic, r.Partition, r.NoLeaderReason); err != nil {
+		if p := r.inner; p.NoLeaderReason != "" {
+			if _, err := fmt.Fprintf(w, "%s partition %d: %s\n", r.outer.Name, p.Partition, p.NoLeaderReason); err != nil {
 				return err
 			}
 		}

@@ -73,8 +73,10 @@ func TestTools_PartitionsAndMetadata(t *testing.T) {
 	c.WaitForTopic(t, topic, "every partition led, ISR full", func(d topicJSON) bool {
 		return d.every(func(p partitionJSON) bool { return p.Leader > 0 && len(p.ISR) == 3 })
 	})
-	// A topic only on brokers 1 and 2, which stays whole when 3 stops.
+	// A topic only on brokers 1 and 2, which stays whole when 3 stops, and
+	// one only on broker 3, which then has no leader.
 	c.createTopic(t, "whole", "--assignment", "0:1,2")
+	c.createTopic(t, "lonely", "--assignment", "0:3")
 
 	cl := kafkaClient(t, kafka, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
@@ -244,6 +246,18 @@ func TestTools_PartitionsAndMetadata(t *testing.T) {
 		stdout, _, code = runKeel(t, 30*time.Second, c.adminArgs("topic", "describe", "whole", "--under-replicated-partitions")...)
 		if code != 0 || stdout != "No partitions of whole are under-replicated.\n" {
 			t.Errorf("keel topic describe whole --under-replicated-partitions: exit %d, %q", code, stdout)
+		}
+
+		// A partition without a leader does not hide the others' offsets:
+		// it is shown with its error, and the command fails.
+		began := time.Now()
+		stdout, stderr, code = runKeel(t, 60*time.Second, "partition", "offsets", topic, "lonely", "--bootstrap", boot, "--timeout", "3s", "-o", "json")
+		t.Logf("keel partition offsets %s lonely (%v), exit %d:\n%s%s", topic, time.Since(began).Round(time.Millisecond), code, stdout, stderr)
+		var listed []offsetsJSON
+		if err := json.Unmarshal([]byte(stdout), &listed); err != nil || code == 0 || len(listed) != 3 ||
+			listed[0].Topic != "lonely" || listed[0].Error == "" || listed[1].Error != "" || listed[1].Latest != 5 || !strings.Contains(stderr, "1 of 3 partitions did not answer") {
+			t.Errorf("keel partition offsets %s lonely, lonely without a leader: exit %d; want %s's offsets, lonely/0 with its error, exit 1\nstdout:\n%s\nstderr:\n%s",
+				topic, code, topic, stdout, stderr)
 		}
 	})
 }

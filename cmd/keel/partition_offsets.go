@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // The partition tools that ask the brokers' Kafka listeners, as Kafka's
@@ -197,18 +198,18 @@ func rowErrors(n int, each func(yield func(topic string, p int32, err string))) 
 	if bad == 0 {
 		return nil
 	}
-	return fmt.Errorf("%d of %d partitions did not answer; the first, %s", bad, n, first)
+	return fmt.Errorf("%d of %d partitions did not answer (the first: %s)", bad, n, first)
 }
 
 // listPartitionOffsets asks for the start and end offsets of the selected
 // partitions, and with timed those for ts.
 func listPartitionOffsets(ctx context.Context, adm *kadm.Client, sel partitionSelection, timed bool, ts int64) ([]offsetsRow, error) {
 	topics := sel.topics()
-	start, err := adm.ListStartOffsets(ctx, topics...)
+	start, err := partialOffsets(adm.ListStartOffsets(ctx, topics...))
 	if err != nil {
 		return nil, fmt.Errorf("list the earliest offsets: %w", err)
 	}
-	end, err := adm.ListEndOffsets(ctx, topics...)
+	end, err := partialOffsets(adm.ListEndOffsets(ctx, topics...))
 	if err != nil {
 		return nil, fmt.Errorf("list the latest offsets: %w", err)
 	}
@@ -220,9 +221,9 @@ func listPartitionOffsets(ctx context.Context, adm *kadm.Client, sel partitionSe
 		case -2:
 			atTime = start
 		case -3:
-			atTime, err = adm.ListMaxTimestampOffsets(ctx, topics...)
+			atTime, err = partialOffsets(adm.ListMaxTimestampOffsets(ctx, topics...))
 		default:
-			atTime, err = adm.ListOffsetsAfterMilli(ctx, ts, topics...)
+			atTime, err = partialOffsets(adm.ListOffsetsAfterMilli(ctx, ts, topics...))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list the offsets for time %d: %w", ts, err)
@@ -267,6 +268,35 @@ func listPartitionOffsets(ctx context.Context, adm *kadm.Client, sel partitionSe
 		return rows[i].Topic < rows[j].Topic || rows[i].Topic == rows[j].Topic && rows[i].Partition < rows[j].Partition
 	})
 	return rows, nil
+}
+
+// partialOffsets keeps what a listing's answered shards hold: each
+// partition of a shard that failed (a leader that did not answer, or none
+// in time) gets that shard's error, so that one partition without a leader
+// does not hide the others. Other errors are returned as they are.
+func partialOffsets(listed kadm.ListedOffsets, err error) (kadm.ListedOffsets, error) {
+	var shards *kadm.ShardErrors
+	if !errors.As(err, &shards) {
+		return listed, err
+	}
+	if listed == nil {
+		listed = kadm.ListedOffsets{}
+	}
+	for _, e := range shards.Errs {
+		req, ok := e.Req.(*kmsg.ListOffsetsRequest)
+		if !ok {
+			return nil, err
+		}
+		for _, t := range req.Topics {
+			if listed[t.Topic] == nil {
+				listed[t.Topic] = map[int32]kadm.ListedOffset{}
+			}
+			for _, p := range t.Partitions {
+				listed[t.Topic][p.Partition] = kadm.ListedOffset{Topic: t.Topic, Partition: p.Partition, Offset: -1, Timestamp: -1, LeaderEpoch: -1, Err: e.Err}
+			}
+		}
+	}
+	return listed, nil
 }
 
 func offsetsTable(w io.Writer, rows []offsetsRow, timed bool) error {

@@ -2,13 +2,16 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keel-dev/keel/broker/partlog"
@@ -61,6 +64,50 @@ func TestParsePartitionSelection(t *testing.T) {
 	})
 	if err == nil || err.Error() != "topic orders has no partition 1 (it has 1)" {
 		t.Errorf("missing: %v", err)
+	}
+}
+
+// TestPartialOffsets: a shard of a listing that failed (its leader did not
+// answer) marks its partitions with its error; the others' offsets stay,
+// and the command's error counts the failed rows.
+func TestPartialOffsets(t *testing.T) {
+	failed := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = "orders"
+	for _, p := range []int32{1, 2} {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = p
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	failed.Topics = append(failed.Topics, rt)
+	down := errors.New("broker 3 did not answer")
+	listed := kadm.ListedOffsets{"orders": {0: {Topic: "orders", Partition: 0, Offset: 7}}}
+	got, err := partialOffsets(listed, &kadm.ShardErrors{Name: "ListOffsets", Errs: []kadm.ShardError{{Req: failed, Err: down}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	got.Each(func(o kadm.ListedOffset) {
+		rows = append(rows, fmt.Sprintf("%s/%d:%d:%v", o.Topic, o.Partition, o.Offset, o.Err))
+	})
+	sort.Strings(rows)
+	if want := "[orders/0:7:<nil> orders/1:-1:broker 3 did not answer orders/2:-1:broker 3 did not answer]"; fmt.Sprint(rows) != want {
+		t.Errorf("partialOffsets: %v, want %s", rows, want)
+	}
+	if _, err := partialOffsets(nil, down); err != down {
+		t.Errorf("partialOffsets of another error: %v, want it as it is", err)
+	}
+	err = rowErrors(3, func(yield func(string, int32, string)) {
+		got.Each(func(o kadm.ListedOffset) {
+			msg := ""
+			if o.Err != nil {
+				msg = o.Err.Error()
+			}
+			yield(o.Topic, o.Partition, msg)
+		})
+	})
+	if err == nil || !strings.HasPrefix(err.Error(), "2 of 3 partitions did not answer (the first: orders/") {
+		t.Errorf("rowErrors: %v", err)
 	}
 }
 

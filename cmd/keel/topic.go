@@ -604,16 +604,16 @@ func newTopicDescribeCmd() *cobra.Command {
 leader, epochs, replicas and ISR. -o json prints one topic as an object, all of
 them as an array.
 
-The filters show only the partitions that need attention, as Kafka's do: one
-table of the partitions that match any filter given, each with its topic, and
-no configs; a line saying so when none does (-o json: the topics with only
-those partitions).
+The filters show only the partitions that need attention, as Kafka's do (a
+partition is shown when it matches any filter given):
   --under-replicated-partitions   fewer replicas in the ISR than assigned
   --under-min-isr-partitions      fewer in the ISR than min.insync.replicas
   --at-min-isr-partitions         exactly min.insync.replicas in the ISR
   --unavailable-partitions        no leader
 min.insync.replicas is the value in effect for the topic (topic describe
-shows it with its source).`,
+shows it with its source). With a filter the output is one table of those
+partitions, each with its topic, and no configs, or one line when none
+matches (-o json: the topics that have any, with only those partitions).`,
 		Example: `  keel topic describe orders
   keel topic describe
   keel topic describe --under-replicated-partitions

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -104,6 +103,7 @@ func describeLogDirs(ctx context.Context, adm *kadm.Client, sel partitionSelecti
 	} else if err != nil {
 		return nil, nil, fmt.Errorf("describe the log dirs: %w", err)
 	}
+	dirs = []brokerLogDir{}
 	for _, d := range all.Sorted() {
 		bd := brokerLogDir{Broker: d.Broker, Dir: d.Dir, TotalBytes: d.TotalBytes, UsableBytes: d.UsableBytes, Replicas: []logDirReplica{}}
 		if d.Err != nil {
@@ -118,7 +118,6 @@ func describeLogDirs(ctx context.Context, adm *kadm.Client, sel partitionSelecti
 		}
 		dirs = append(dirs, bd)
 	}
-	sort.SliceStable(dirs, func(i, j int) bool { return dirs[i].Broker < dirs[j].Broker })
 	return dirs, failed, nil
 }
 

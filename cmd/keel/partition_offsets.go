@@ -169,11 +169,7 @@ non-zero.`,
 				}); err != nil {
 					return err
 				}
-				return rowErrors(len(rows), func(yield func(string, int32, string)) {
-					for _, r := range rows {
-						yield(r.Topic, r.Partition, r.Error)
-					}
-				})
+				return rowErrors(rows)
 			})
 		},
 	}
@@ -183,22 +179,22 @@ non-zero.`,
 	return cmd
 }
 
-// rowErrors is the command's error when some rows of n carry one: how
-// many, and the first, each row already printed with its own.
-func rowErrors(n int, each func(yield func(topic string, p int32, err string))) error {
+// rowErrors is the command's error when some rows carry one (each row is
+// printed with its own): how many, and the first.
+func rowErrors(rows []offsetsRow) error {
 	bad, first := 0, ""
-	each(func(topic string, p int32, err string) {
-		if err != "" {
+	for _, r := range rows {
+		if r.Error != "" {
 			if bad == 0 {
-				first = fmt.Sprintf("%s/%d: %s", topic, p, err)
+				first = fmt.Sprintf("%s/%d: %s", r.Topic, r.Partition, r.Error)
 			}
 			bad++
 		}
-	})
+	}
 	if bad == 0 {
 		return nil
 	}
-	return fmt.Errorf("%d of %d partitions did not answer (the first: %s)", bad, n, first)
+	return fmt.Errorf("%d of %d partitions did not answer (the first: %s)", bad, len(rows), first)
 }
 
 // listPartitionOffsets asks for the start and end offsets of the selected
@@ -241,7 +237,7 @@ func listPartitionOffsets(ctx context.Context, adm *kadm.Client, sel partitionSe
 	}); err != nil {
 		return nil, err
 	}
-	var rows []offsetsRow
+	rows := []offsetsRow{}
 	end.Each(func(e kadm.ListedOffset) {
 		if e.Partition < 0 || !sel.keeps(e.Topic, e.Partition) {
 			return

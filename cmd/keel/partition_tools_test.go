@@ -97,16 +97,8 @@ func TestPartialOffsets(t *testing.T) {
 	if _, err := partialOffsets(nil, down); err != down {
 		t.Errorf("partialOffsets of another error: %v, want it as it is", err)
 	}
-	err = rowErrors(3, func(yield func(string, int32, string)) {
-		got.Each(func(o kadm.ListedOffset) {
-			msg := ""
-			if o.Err != nil {
-				msg = o.Err.Error()
-			}
-			yield(o.Topic, o.Partition, msg)
-		})
-	})
-	if err == nil || !strings.HasPrefix(err.Error(), "2 of 3 partitions did not answer (the first: orders/") {
+	err = rowErrors([]offsetsRow{{Topic: "orders", Partition: 0}, {Topic: "orders", Partition: 1, Error: down.Error()}, {Topic: "orders", Partition: 2, Error: "other"}})
+	if err == nil || err.Error() != "2 of 3 partitions did not answer (the first: orders/1: broker 3 did not answer)" {
 		t.Errorf("rowErrors: %v", err)
 	}
 }

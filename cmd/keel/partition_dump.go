@@ -34,7 +34,8 @@ decompressed.
 For an .index file, its entries (offset, position in the .log), each checked
 against the .log beside it when there is one.
 
-The files are only read: a running broker's are fine to dump. A batch whose
+The files are only read: a running broker's are fine to dump (the end of its
+active segment may hold a batch still being written). A batch whose
 CRC or header is wrong is printed with isvalid: false; where the file stops
 holding whole batches (a torn or damaged tail) the batches before are
 printed, then the damage is named with its position. Either exits non-zero.`,

@@ -44,7 +44,8 @@ func newPartitionLogDirsCmd() *cobra.Command {
 listeners) and show, as kafka-log-dirs does, each replica it holds with its
 size and offset lag (how far its log end is behind the leader's high
 watermark), then per broker and dir the replicas' total and the volume's
-total and usable bytes. Without arguments, every replica.
+total and usable bytes. Without arguments, every replica. The brokers asked
+are those Kafka's metadata lists: unfenced, with a Kafka listener.
 
 A broker that does not answer is named and the command exits non-zero, after
 printing the others.`,

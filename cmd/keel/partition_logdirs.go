@@ -52,7 +52,7 @@ printing the others.`,
 		Example: `  keel partition log-dirs
   keel partition log-dirs orders payments:0 -o json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sel, err := parsePartitionSelection(args)
+			sel, err := parseTopicList("", args)
 			if err != nil {
 				return err
 			}
@@ -76,7 +76,7 @@ printing the others.`,
 // describeLogDirs asks every broker for the selected replicas, sorted by
 // broker and dir. failed names the brokers that did not answer, whose dirs
 // are left out.
-func describeLogDirs(ctx context.Context, adm *kadm.Client, sel partitionSelection) (dirs []brokerLogDir, failed, err error) {
+func describeLogDirs(ctx context.Context, adm *kadm.Client, sel topicSpecs) (dirs []brokerLogDir, failed, err error) {
 	if len(sel) > 0 {
 		topics, err := adm.ListTopics(ctx, sel.topics()...)
 		if err != nil {

@@ -21,41 +21,8 @@ import (
 // kafka-get-offsets (GetOffsetShell) and kafka-log-dirs (LogDirsCommand)
 // do: what the data plane holds, which the controllers do not know.
 
-// partitionSelection is the TOPIC[:PARTITION,...] arguments: topics, each
-// with the partitions asked for (nil: all of them).
-type partitionSelection map[string][]int32
-
-// parsePartitionSelection parses "orders", "orders:0" and "orders:0,2",
-// each a topic, and maybe its partitions. No arguments select every topic.
-func parsePartitionSelection(args []string) (partitionSelection, error) {
-	sel := partitionSelection{}
-	for _, a := range args {
-		topic, list, hasList := strings.Cut(a, ":")
-		if topic == "" {
-			return nil, fmt.Errorf("%q: want TOPIC or TOPIC:PARTITION[,PARTITION...]", a)
-		}
-		if !hasList {
-			sel[topic] = nil
-			continue
-		}
-		if ps, ok := sel[topic]; ok && ps == nil {
-			continue // the whole topic was asked for already
-		}
-		for _, item := range strings.Split(list, ",") {
-			p, err := parseID(strings.TrimSpace(item))
-			if err != nil {
-				return nil, fmt.Errorf("%q: partition %v", a, err)
-			}
-			if !slices.Contains(sel[topic], p) {
-				sel[topic] = append(sel[topic], p)
-			}
-		}
-	}
-	return sel, nil
-}
-
 // topics are the topics selected, in order; none: every topic.
-func (s partitionSelection) topics() []string {
+func (s topicSpecs) topics() []string {
 	out := make([]string, 0, len(s))
 	for t := range s {
 		out = append(out, t)
@@ -65,7 +32,7 @@ func (s partitionSelection) topics() []string {
 }
 
 // keeps reports whether partition p of topic is selected.
-func (s partitionSelection) keeps(topic string, p int32) bool {
+func (s topicSpecs) keeps(topic string, p int32) bool {
 	if len(s) == 0 {
 		return true
 	}
@@ -76,7 +43,7 @@ func (s partitionSelection) keeps(topic string, p int32) bool {
 // missing names the first selected partition that listed does not hold:
 // a topic that does not exist (or that the brokers refused to describe:
 // its error), or a partition past its count.
-func (s partitionSelection) missing(listed func(topic string) (map[int32]bool, error)) error {
+func (s topicSpecs) missing(listed func(topic string) (map[int32]bool, error)) error {
 	for _, t := range s.topics() {
 		have, err := listed(t)
 		if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
@@ -148,7 +115,7 @@ non-zero.`,
   keel partition offsets orders:0,1 --time 1765000000000
   keel partition offsets --time -3 -o json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sel, err := parsePartitionSelection(args)
+			sel, err := parseTopicList("", args)
 			if err != nil {
 				return err
 			}
@@ -199,7 +166,7 @@ func rowErrors(rows []offsetsRow) error {
 
 // listPartitionOffsets asks for the start and end offsets of the selected
 // partitions, and with timed those for ts.
-func listPartitionOffsets(ctx context.Context, adm *kadm.Client, sel partitionSelection, timed bool, ts int64) ([]offsetsRow, error) {
+func listPartitionOffsets(ctx context.Context, adm *kadm.Client, sel topicSpecs, timed bool, ts int64) ([]offsetsRow, error) {
 	topics := sel.topics()
 	start, err := partialOffsets(adm.ListStartOffsets(ctx, topics...))
 	if err != nil {

@@ -17,7 +17,9 @@ import (
 	"github.com/keel-dev/keel/broker/partlog"
 )
 
-func TestParsePartitionSelection(t *testing.T) {
+// TestTopicSpecs_Arguments: TOPIC[:PARTITION,...] as arguments, as
+// group reset-offsets' --topic takes them, and which partitions they keep.
+func TestTopicSpecs_Arguments(t *testing.T) {
 	for _, tt := range []struct {
 		args    []string
 		want    string
@@ -29,21 +31,21 @@ func TestParsePartitionSelection(t *testing.T) {
 		{[]string{"orders:1", "orders:1,3"}, "map[orders:[1 3]]", ""},
 		{[]string{"orders", "orders:1"}, "map[orders:[]]", ""},
 		{[]string{":1"}, "", `":1": want TOPIC or TOPIC:PARTITION`},
-		{[]string{"orders:x"}, "", `"orders:x": partition "x" is not a number`},
-		{[]string{"orders:-1"}, "", `"orders:-1": partition -1: want 0 or more`},
+		{[]string{"orders:x"}, "", `"orders:x": partition "x" is not a partition number`},
+		{[]string{"orders:-1"}, "", `"orders:-1": partition "-1" is not a partition number`},
 	} {
-		got, err := parsePartitionSelection(tt.args)
+		got, err := parseTopicList("", tt.args)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("parsePartitionSelection(%q): %v, want %q", tt.args, err, tt.wantErr)
+				t.Errorf("parseTopicList(%q): %v, want %q", tt.args, err, tt.wantErr)
 			}
 			continue
 		}
 		if err != nil || fmt.Sprint(got) != tt.want {
-			t.Errorf("parsePartitionSelection(%q) = %v, %v; want %s", tt.args, got, err, tt.want)
+			t.Errorf("parseTopicList(%q) = %v, %v; want %s", tt.args, got, err, tt.want)
 		}
 	}
-	sel, _ := parsePartitionSelection([]string{"orders:1", "audit"})
+	sel, _ := parseTopicList("", []string{"orders:1", "audit"})
 	for _, tt := range []struct {
 		topic string
 		p     int32
@@ -53,7 +55,7 @@ func TestParsePartitionSelection(t *testing.T) {
 			t.Errorf("keeps(%s, %d) = %t, want %t", tt.topic, tt.p, got, tt.want)
 		}
 	}
-	if !(partitionSelection{}).keeps("any", 3) {
+	if !(topicSpecs{}).keeps("any", 3) {
 		t.Error("an empty selection keeps every partition")
 	}
 	err := sel.missing(func(topic string) (map[int32]bool, error) {

@@ -146,12 +146,17 @@ func loadClusterImage(cmd *cobra.Command, controllers string, timeout time.Durat
 		return nil, err
 	}
 	defer c.Close()
+	// The snapshot holds what `snapshot save`'s file does (SCRAM
+	// credentials among it): a private directory (0700, the file 0600),
+	// removed once the image is read, and on Ctrl-C during the fetch.
 	dir, err := os.MkdirTemp("", "keel-metadata-shell-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	ctx, stop := interrupted(cmd.Context())
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	file := filepath.Join(dir, "metadata.snap")
 	sum, err := saveSnapshot(ctx, c, file)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -43,7 +44,9 @@ printed, then the damage is named with its position. Either exits non-zero.`,
   keel partition dump --print-records 00000000000000000000.log 00000000000000000000.index`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			out := cmd.OutOrStdout()
+			// A line a record: written through a buffer, flushed before the
+			// errors are printed after the lines they follow.
+			out := bufio.NewWriterSize(cmd.OutOrStdout(), 256<<10)
 			var errs []error
 			for i, file := range args {
 				if i > 0 {
@@ -53,7 +56,7 @@ printed, then the damage is named with its position. Either exits non-zero.`,
 					errs = append(errs, fmt.Errorf("%s: %w", file, err))
 				}
 			}
-			return errors.Join(errs...)
+			return errors.Join(append(errs, out.Flush())...)
 		},
 	}
 	cmd.Flags().BoolVar(&printRecords, "print-records", false, "also print each record: offset, timestamp, key and value (kafka-dump-log's --print-data-log)")

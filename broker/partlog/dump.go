@@ -29,8 +29,10 @@ type SegmentBatch struct {
 	// Position is where the batch starts in the file.
 	Position int64
 	Header   BatchHeader
-	// CRC is the CRC-32C the header holds.
-	CRC uint32
+	// Magic and CRC are what the header holds (a valid batch: magic 2, and
+	// the CRC-32C of its bytes).
+	Magic int8
+	CRC   uint32
 	// Err is why the batch is not valid (its CRC, magic or header fields,
 	// as Open and the scrub check them); nil: valid.
 	Err error
@@ -156,7 +158,7 @@ func ReadSegment(r io.Reader, size int64, each func(SegmentBatch) error) error {
 		if _, err := io.ReadFull(br, b); err != nil {
 			return fmt.Errorf("position %d: %w", pos, err)
 		}
-		sb := SegmentBatch{Position: pos, Header: h, CRC: binary.BigEndian.Uint32(b[offCRC:]), raw: b}
+		sb := SegmentBatch{Position: pos, Header: h, Magic: int8(b[offMagic]), CRC: binary.BigEndian.Uint32(b[offCRC:]), raw: b}
 		sb.Err = checkFields(b, h)
 		if err := each(sb); err != nil {
 			return err

@@ -64,6 +64,11 @@ func TestReadSegment(t *testing.T) {
 			binary.BigEndian.PutUint32(d[p2+8:], 0)
 			return d
 		}(), []seen{{0, true, "none", nil}}, fmt.Sprintf("position %d: batchLength 0, under a batch's 49", p2)},
+		{"Magic1", func() []byte {
+			d := bytes.Clone(seg)
+			d[offMagic] = 1
+			return d
+		}(), []seen{{0, false, "none", nil}, {p2, true, "zstd", nil}, {p3, true, "none", nil}}, ""},
 		{"FlippedByte", func() []byte {
 			d := bytes.Clone(seg)
 			d[p3-1] ^= 0xff
@@ -83,8 +88,8 @@ func TestReadSegment(t *testing.T) {
 						s.records = append(s.records, fmt.Sprintf("%d:%s:%s", r.Offset, r.Key, r.Value))
 					}
 				}
-				if b.Err != nil && !errors.Is(b.Err, ErrCorruptBatch) {
-					t.Errorf("batch at %d: %v, want ErrCorruptBatch", b.Position, b.Err)
+				if b.Err != nil && !errors.Is(b.Err, ErrCorruptBatch) && !(errors.Is(b.Err, ErrInvalidBatch) && b.Magic == 1) {
+					t.Errorf("batch at %d (magic %d): %v, want ErrCorruptBatch, or ErrInvalidBatch for magic 1", b.Position, b.Magic, b.Err)
 				}
 				got = append(got, s)
 				return nil
@@ -113,7 +118,7 @@ func TestSegmentBatch_Fields(t *testing.T) {
 	h := got.Header
 	if h.BaseOffset != 10 || h.LastOffset() != 13 || h.RecordsCount != 4 || h.ProducerID != 42 || h.ProducerEpoch != 3 ||
 		h.BaseSequence != 7 || h.LastSequence() != 10 || h.PartitionLeaderEpoch != 2 || h.MaxTimestamp != 5003 ||
-		got.Transactional() || got.Control() || got.LogAppendTime() || got.Codec() != "none" || got.Err != nil ||
+		got.Transactional() || got.Control() || got.LogAppendTime() || got.Codec() != "none" || got.Err != nil || got.Magic != 2 ||
 		got.CRC != binary.BigEndian.Uint32(b[offCRC:]) {
 		t.Errorf("batch %+v (crc %d), want base 10, last 13, 4 records, producer 42/3, sequences 7-10, epoch 2, max timestamp 5003, valid", h, got.CRC)
 	}

@@ -141,9 +141,9 @@ func batchLine(b partlog.SegmentBatch) string {
 	if h.Idempotent() {
 		lastSeq = h.LastSequence()
 	}
-	line := fmt.Sprintf("baseOffset: %d lastOffset: %d count: %d baseSequence: %d lastSequence: %d producerId: %d producerEpoch: %d partitionLeaderEpoch: %d isTransactional: %t isControl: %t position: %d %s: %d size: %d magic: 2 compresscodec: %s crc: %d isvalid: %t",
+	line := fmt.Sprintf("baseOffset: %d lastOffset: %d count: %d baseSequence: %d lastSequence: %d producerId: %d producerEpoch: %d partitionLeaderEpoch: %d isTransactional: %t isControl: %t position: %d %s: %d size: %d magic: %d compresscodec: %s crc: %d isvalid: %t",
 		h.BaseOffset, h.LastOffset(), h.RecordsCount, h.BaseSequence, lastSeq, h.ProducerID, h.ProducerEpoch, h.PartitionLeaderEpoch,
-		b.Transactional(), b.Control(), b.Position, timestampType(b), h.MaxTimestamp, h.Size(), b.Codec(), b.CRC, b.Err == nil)
+		b.Transactional(), b.Control(), b.Position, timestampType(b), h.MaxTimestamp, h.Size(), b.Magic, b.Codec(), b.CRC, b.Err == nil)
 	if b.Err != nil {
 		line += " error: " + b.Err.Error()
 	}

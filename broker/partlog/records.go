@@ -17,6 +17,9 @@ type record struct {
 	key []byte
 	// tombstone: the value is null (a delete marker).
 	tombstone bool
+	// value is nil for a tombstone; headers are the bytes after it (the
+	// header count and headers), for the dump.
+	value, headers []byte
 	// raw is the whole record as stored, its length varint included.
 	raw []byte
 }
@@ -63,6 +66,13 @@ func batchRecords(b []byte, h BatchHeader) ([]record, error) {
 			return nil, fmt.Errorf("%w: record %d: a bad value length", ErrInvalidBatch, i)
 		}
 		r.tombstone = vlen < 0
+		if fields = fields[m:]; !r.tombstone {
+			if vlen > int64(len(fields)) {
+				return nil, fmt.Errorf("%w: record %d: its value runs past it", ErrInvalidBatch, i)
+			}
+			r.value, fields = fields[:vlen:vlen], fields[vlen:]
+		}
+		r.headers = fields
 		out = append(out, r)
 	}
 	return out, nil

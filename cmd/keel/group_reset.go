@@ -20,14 +20,18 @@ type topicSpecs map[string][]int32
 // parseTopicSpecs reads --topic values as kafka-consumer-groups.sh does:
 // TOPIC (every partition) or TOPIC:P[,P...]. A topic named twice takes the
 // union; named once without partitions, all of them.
-func parseTopicSpecs(specs []string) (topicSpecs, error) {
+func parseTopicSpecs(specs []string) (topicSpecs, error) { return parseTopicList("--topic ", specs) }
+
+// parseTopicList is parseTopicSpecs for specs given as flag (e.g.
+// "--topic ") or, flag empty, as arguments.
+func parseTopicList(flag string, specs []string) (topicSpecs, error) {
 	out := topicSpecs{}
 	all := map[string]bool{}
 	for _, spec := range specs {
 		topic, list, hasParts := strings.Cut(spec, ":")
 		topic = strings.TrimSpace(topic)
 		if topic == "" {
-			return nil, fmt.Errorf("--topic %q: want TOPIC or TOPIC:PARTITION[,PARTITION...]", spec)
+			return nil, fmt.Errorf("%s%q: want TOPIC or TOPIC:PARTITION[,PARTITION...]", flag, spec)
 		}
 		if !hasParts {
 			all[topic] = true
@@ -38,7 +42,7 @@ func parseTopicSpecs(specs []string) (topicSpecs, error) {
 		for _, f := range strings.Split(list, ",") {
 			p, err := strconv.ParseInt(strings.TrimSpace(f), 10, 32)
 			if err != nil || p < 0 {
-				return nil, fmt.Errorf("--topic %q: partition %q is not a partition number", spec, f)
+				return nil, fmt.Errorf("%s%q: partition %q is not a partition number", flag, spec, f)
 			}
 			parts = append(parts, int32(p))
 		}

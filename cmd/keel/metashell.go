@@ -2,15 +2,18 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/spf13/cobra"
@@ -26,13 +29,18 @@ import (
 // as a tree of directories and files to ls, cd, cat, tree and find.
 
 func newMetadataShellCmd() *cobra.Command {
-	var dataDir, snapshot string
+	var dataDir, snapshot, controllers string
+	timeout := defaultSnapshotTimeout
 	cmd := &cobra.Command{
-		Use:   "shell (--data-dir DIR | --snapshot FILE) [COMMAND [ARG...]]",
-		Short: "Browse the metadata of a stopped controller or a snapshot file as a tree (ls, cd, cat, tree, find)",
+		Use:   "shell (--data-dir DIR | --snapshot FILE | --controllers ADDRS) [COMMAND [ARG...]]",
+		Short: "Browse the metadata of a stopped controller, a snapshot file or a running cluster as a tree (ls, cd, cat, tree, find)",
 		Long: `Browse the metadata image of a stopped controller's data dir (its latest
-snapshot and every log entry after it) or of a snapshot file (keel snapshot
-save), as Kafka's metadata shell does:
+snapshot and every log entry after it), of a snapshot file (keel snapshot
+save), or of a running cluster (--controllers, or KEEL_CONTROLLERS: a
+consistent snapshot of the committed metadata, fetched from the active
+controller as keel snapshot save does, into a temporary file removed on exit;
+the index and term it was taken at go to stderr), as Kafka's metadata shell
+does:
 
   /brokers/ID               a registered broker
   /controllers/ID           a registered controller: its address and the
@@ -56,17 +64,21 @@ non-zero at the end of a script.`,
 		Example: `  keel metadata shell --data-dir /var/lib/keel/controller
   keel metadata shell --data-dir /var/lib/keel/controller cat /topics/orders/0
   keel metadata shell --snapshot backup.snap tree /brokers
+  keel metadata shell --controllers 127.0.0.1:9093 ls /topics
   printf 'cd /topics/orders\nls\ncat 0\n' | keel metadata shell --snapshot backup.snap`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if (dataDir == "") == (snapshot == "") {
-				return errors.New("give --data-dir DIR (a stopped controller's) or --snapshot FILE, one of them")
+			from, err := shellSource(map[string]string{"data-dir": dataDir, "snapshot": snapshot, "controllers": controllers}, os.Getenv)
+			if err != nil {
+				return err
 			}
 			var st *shellState
-			var err error
-			if dataDir != "" {
+			switch from {
+			case "data-dir":
 				st, err = loadDataDirImage(dataDir, cmd.ErrOrStderr())
-			} else {
+			case "snapshot":
 				st, err = loadSnapshotImage(snapshot)
+			default:
+				st, err = loadClusterImage(cmd, controllers, timeout)
 			}
 			if err != nil {
 				return err
@@ -83,9 +95,80 @@ non-zero at the end of a script.`,
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "a stopped controller's data dir")
 	cmd.Flags().StringVar(&snapshot, "snapshot", "", "a snapshot file (keel snapshot save)")
+	cmd.Flags().StringVar(&controllers, "controllers", "", "a running cluster's controller addresses, host:port,... (any one will do)")
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "with --controllers, how long to keep trying to fetch the snapshot")
 	// Everything after the flags is the command for the shell, flags too.
 	cmd.Flags().SetInterspersed(false)
 	return cmd
+}
+
+// shellSource picks which of the shell's sources (flag name to value) it
+// opens: the one given on the command line, else the one a KEEL_*
+// variable gave, so that KEEL_CONTROLLERS exported for the admin commands
+// does not stand in the way of --data-dir. A value equal to its variable's
+// counts as the variable's. Two on the same footing are refused.
+func shellSource(values map[string]string, getenv func(string) string) (string, error) {
+	var typed, fromEnv []string
+	for _, name := range []string{"data-dir", "snapshot", "controllers"} {
+		v := values[name]
+		switch {
+		case v == "":
+		case v == getenv("KEEL_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_"))):
+			fromEnv = append(fromEnv, name)
+		default:
+			typed = append(typed, name)
+		}
+	}
+	pick := typed
+	if len(pick) == 0 {
+		pick = fromEnv
+	}
+	if len(pick) != 1 {
+		return "", errors.New("give --data-dir DIR (a stopped controller's), --snapshot FILE or --controllers ADDRS (a running cluster), one of them")
+	}
+	return pick[0], nil
+}
+
+// loadClusterImage fetches a consistent snapshot of the committed
+// metadata from the active controller of controllers, as `keel snapshot
+// save` does, into a temporary file it removes, and says on stderr at
+// which index and term it was taken.
+func loadClusterImage(cmd *cobra.Command, controllers string, timeout time.Duration) (*shellState, error) {
+	if err := checkTimeout(timeout); err != nil {
+		return nil, err
+	}
+	tlsCfg, err := tlsFlags(cmd)
+	if err != nil {
+		return nil, err
+	}
+	c, err := openAdmin(&adminFlags{controllers: controllers}, tlsCfg)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	// The snapshot holds what `snapshot save`'s file does (SCRAM
+	// credentials among it): a private directory (0700, the file 0600),
+	// removed once the image is read, and on Ctrl-C during the fetch.
+	dir, err := os.MkdirTemp("", "keel-metadata-shell-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ctx, stop := interrupted(cmd.Context())
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	file := filepath.Join(dir, "metadata.snap")
+	sum, err := saveSnapshot(ctx, c, file)
+	if err != nil {
+		return nil, fmt.Errorf("fetch a snapshot from %s: %s", controllers, errorLine(err))
+	}
+	st, err := loadSnapshotImage(file)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "the committed metadata of cluster %s at index %d, term %d (from the active controller)\n", sum.ClusterID, sum.Index, sum.Term)
+	return st, nil
 }
 
 // errShellFailed ends a shell run in which a command failed: each failure

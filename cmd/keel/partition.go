@@ -18,8 +18,9 @@ import (
 )
 
 func newPartitionCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "partition", Short: "Add partitions, elect leaders, reassign replicas"}
-	cmd.AddCommand(newAddPartitionsCmd(), newElectCmd(), newReassignCmd(), newReassignmentsCmd())
+	cmd := &cobra.Command{Use: "partition", Short: "Add partitions, elect leaders, reassign replicas; show offsets, log dirs and segments"}
+	cmd.AddCommand(newAddPartitionsCmd(), newElectCmd(), newReassignCmd(), newReassignmentsCmd(),
+		newPartitionOffsetsCmd(), newPartitionLogDirsCmd(), newPartitionDumpCmd())
 	return cmd
 }
 

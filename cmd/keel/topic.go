@@ -502,6 +502,47 @@ func (f partitionFilters) filter(v topicView) topicView {
 	return v
 }
 
+// describes names the filters given, as a sentence's predicate:
+// "under-replicated or unavailable".
+func (f partitionFilters) describes() string {
+	var out []string
+	for _, c := range []struct {
+		on   bool
+		what string
+	}{{f.underReplicated, "under-replicated"}, {f.underMinISR, "under min ISR"}, {f.atMinISR, "at min ISR"}, {f.unavailable, "unavailable"}} {
+		if c.on {
+			out = append(out, c.what)
+		}
+	}
+	return strings.Join(out, " or ")
+}
+
+// table prints the partitions the filters kept, of one topic (named) or
+// of every topic (name empty), and nothing else: one row each, its topic
+// first, as kafka-topics --describe prints only the matching partitions'
+// lines under a filter. None is one line saying so.
+func (f partitionFilters) table(w io.Writer, name string, views []topicView) error {
+	rows := flatRows(views, func(v topicView) []partitionRow { return v.Partitions })
+	of := ""
+	if name != "" {
+		of = " of " + name
+	}
+	none := fmt.Sprintf("No partitions%s are %s.", of, f.describes())
+	if err := tableOf(append([]string{"TOPIC"}, partitionHeader...), none, func(r nested[topicView, partitionRow]) []string {
+		return append([]string{r.outer.Name}, partitionCells(r.inner)...)
+	})(w, rows); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if p := r.inner; p.NoLeaderReason != "" {
+			if _, err := fmt.Fprintf(w, "%s partition %d: %s\n", r.outer.Name, p.Partition, p.NoLeaderReason); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // describeParallelism bounds the describes of `topic describe` without a
 // name in flight at once.
 const describeParallelism = 8
@@ -564,14 +605,15 @@ leader, epochs, replicas and ISR. -o json prints one topic as an object, all of
 them as an array.
 
 The filters show only the partitions that need attention, as Kafka's do (a
-partition is shown when it matches any filter given; without NAME, topics
-with none are left out):
+partition is shown when it matches any filter given):
   --under-replicated-partitions   fewer replicas in the ISR than assigned
   --under-min-isr-partitions      fewer in the ISR than min.insync.replicas
   --at-min-isr-partitions         exactly min.insync.replicas in the ISR
   --unavailable-partitions        no leader
 min.insync.replicas is the value in effect for the topic (topic describe
-shows it with its source).`,
+shows it with its source). With a filter the output is one table of those
+partitions, each with its topic, and no configs, or one line when none
+matches (-o json: the topics that have any, with only those partitions).`,
 		Example: `  keel topic describe orders
   keel topic describe
   keel topic describe --under-replicated-partitions
@@ -597,12 +639,11 @@ shows it with its source).`,
 					}
 					return out, src, nil
 				}, func(w io.Writer, views []topicView) error {
+					if f.any() {
+						return f.table(w, "", views)
+					}
 					if len(views) == 0 {
-						if f.any() {
-							fmt.Fprintln(w, "No partitions match.")
-						} else {
-							fmt.Fprintln(w, "No topics.")
-						}
+						fmt.Fprintln(w, "No topics.")
 						return nil
 					}
 					for i, v := range views {
@@ -626,9 +667,8 @@ shows it with its source).`,
 				}
 				return f.filter(describeView(resp.GetTopic())), resp.GetSource(), nil
 			}, func(w io.Writer, v topicView) error {
-				if f.any() && len(v.Partitions) == 0 {
-					fmt.Fprintf(w, "Topic:   %s\nID:      %s\n\nNo partitions match.\n", v.Name, orDash(v.ID))
-					return nil
+				if f.any() {
+					return f.table(w, v.Name, []topicView{v})
 				}
 				return topicTable(w, v)
 			})

@@ -473,16 +473,75 @@ func TestTopicDescribe_AllAndFilters(t *testing.T) {
 	if i, j, k := strings.Index(out, "Topic:   min1"), strings.Index(out, "Topic:   ok"), strings.Index(out, "Topic:   sick"); i < 0 || !(i < j && j < k) {
 		t.Errorf("keel topic describe: want min1, ok, sick in order:\n%s", out)
 	}
-	// One topic with a filter that matches nothing says so.
+	// One topic with a filter that matches nothing says so in one line.
 	out, err = runKeel(t, "topic", "describe", "ok", "--unavailable-partitions", "--controllers", addr)
-	if err != nil || !strings.Contains(out, "Topic:   ok\n") || !strings.HasSuffix(out, "No partitions match.\n") {
-		t.Errorf("keel topic describe ok --unavailable-partitions: %v\n%s", err, out)
+	if err != nil || out != "No partitions of ok are unavailable.\n" {
+		t.Errorf("keel topic describe ok --unavailable-partitions: %q, %v", out, err)
 	}
 	// ... and so does every topic.
 	fake.set(func(*fakeAdmin) { topics["sick"].Configs["min.insync.replicas"] = "2" })
 	out, err = runKeel(t, "topic", "describe", "--under-min-isr-partitions", "--controllers", addr)
-	if err != nil || out != "No partitions match.\n" {
+	if err != nil || out != "No partitions are under min ISR.\n" {
 		t.Errorf("keel topic describe --under-min-isr-partitions with none under: %q, %v", out, err)
+	}
+	// A filter that matches prints those partitions only: no configs.
+	out, err = runKeel(t, "topic", "describe", "--under-replicated-partitions", "--controllers", addr)
+	if err != nil || strings.Contains(out, "Configs") || strings.Contains(out, "min.insync.replicas") {
+		t.Errorf("keel topic describe --under-replicated-partitions: want only partitions: %v\n%s", err, out)
+	}
+}
+
+// TestPartitionFilters_Table: with a filter, describe prints one table of
+// the matching partitions, each with its topic, or one line naming what
+// none is, as kafka-topics --describe --under-replicated-partitions does.
+func TestPartitionFilters_Table(t *testing.T) {
+	p := func(n, leader int32, isr ...int32) partitionRow {
+		return partitionRow{Partition: n, Leader: leader, Replicas: []int32{1, 2, 3}, ISR: isr, ELR: []int32{}, LastKnownELR: []int32{}}
+	}
+	sick := topicView{Name: "sick", Configs: map[string]string{"min.insync.replicas": "2"}, Partitions: []partitionRow{p(0, 1, 1, 2), p(1, -1, 2, 3), p(2, 3, 1, 2, 3)}}
+	sick.Partitions[1].NoLeaderReason = "waiting for an ELR member"
+	ok := topicView{Name: "ok", Partitions: []partitionRow{p(0, 1, 1, 2, 3)}}
+	for _, tt := range []struct {
+		name    string
+		f       partitionFilters
+		topic   string // the name given, or "" for every topic
+		views   []topicView
+		want    []string // lines, trimmed of the table's padding
+		notWant string
+	}{
+		{"UnderReplicatedAcrossTopics", partitionFilters{underReplicated: true}, "", []topicView{ok, sick}, []string{
+			"TOPIC PARTITION LEADER",
+			"sick 0 1",
+			"sick 1 none",
+			"sick partition 1: waiting for an ELR member",
+		}, "ok"},
+		{"UnavailableOneTopic", partitionFilters{unavailable: true}, "sick", []topicView{sick}, []string{"sick 1 none"}, "sick 0"},
+		{"NoneOfATopic", partitionFilters{unavailable: true}, "ok", []topicView{ok}, []string{"No partitions of ok are unavailable."}, "TOPIC"},
+		{"NoneAtAll", partitionFilters{underMinISR: true, unavailable: true}, "", nil, []string{"No partitions are under min ISR or unavailable."}, "TOPIC"},
+		{"AtMinISR", partitionFilters{atMinISR: true}, "", []topicView{ok, sick}, []string{"sick 0 1", "sick 1 none"}, "sick 2"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			views := make([]topicView, 0, len(tt.views))
+			for _, v := range tt.views {
+				if v = tt.f.filter(v); tt.topic != "" || len(v.Partitions) > 0 {
+					views = append(views, v)
+				}
+			}
+			var b strings.Builder
+			if err := tt.f.table(&b, tt.topic, views); err != nil {
+				t.Fatal(err)
+			}
+			out := b.String()
+			squeezed := regexp.MustCompile(` +`).ReplaceAllString(out, " ")
+			for _, w := range tt.want {
+				if !strings.Contains(squeezed, w) {
+					t.Errorf("want a line starting %q in:\n%s", w, out)
+				}
+			}
+			if strings.Contains(out, "Configs") || strings.Contains(squeezed, tt.notWant) {
+				t.Errorf("want no configs and no %q in:\n%s", tt.notWant, out)
+			}
+		})
 	}
 }
 

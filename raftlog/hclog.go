@@ -98,8 +98,11 @@ func relevel(level slog.Level, msg string, args []any) slog.Level {
 			return slog.LevelDebug
 		}
 	case "failed to heartbeat to", "failed to appendEntries to", "failed to pipeline appendEntries",
-		"failed to start pipeline replication to", "failed to make requestVote RPC",
-		"failed to send snapshot to":
+		"failed to start pipeline replication to", "failed to contact":
+		// A peer that does not answer the leader, a line per retry: the
+		// leader logs the outage's start and end once (peerWatch).
+		return slog.LevelDebug
+	case "failed to make requestVote RPC", "failed to send snapshot to":
 		// A peer that does not answer: down, restarting or cut off. Raft
 		// retries with a back-off; quorum status shows which.
 		return slog.LevelWarn

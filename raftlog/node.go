@@ -275,6 +275,7 @@ func Open(cfg Config, sm consensus.StateMachine, mux *Mux) (*Node, error) {
 	undo = append(undo, func() { _ = trans.Close() })
 	n.transport = trans
 	n.watched = newWatchedTransport(trans, &n.commits, n.heard)
+	n.watched.peers = newPeerWatch(cfg.Logger)
 	undo = append(undo, n.watched.stop)
 
 	rc := raft.DefaultConfig()

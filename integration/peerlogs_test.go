@@ -1,0 +1,92 @@
+package integration
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/raftlog"
+)
+
+// A controller that is down for seconds is one WARN in the leader's log
+// when it goes and one INFO when it is back, not a line per heartbeat
+// (hashicorp/raft logs each failed one, about five a second).
+func TestLogs_PeerDownIsOneWarnThenOneInfo(t *testing.T) {
+	c := startCluster(t, 3)
+	leader, _ := c.WaitForActive(t, activeTimeout)
+	down := c.IDs()[0]
+	if down == leader {
+		down = c.IDs()[1]
+	}
+	// What the survivors logged before the stop is not this test's.
+	from := map[int32]int{}
+	for _, id := range c.IDs() {
+		if id != down {
+			from[id] = len(processLog(t, c, id))
+		}
+	}
+	survivorsLog := func() string {
+		var b strings.Builder
+		for id, n := range from {
+			b.WriteString(processLog(t, c, id)[n:])
+		}
+		return b.String()
+	}
+
+	c.Stop(down)
+	poll.Until(t, 30*time.Second, "the leader to log that the peer is down", func() bool {
+		return strings.Contains(survivorsLog(), raftlog.PeerDownMessage)
+	})
+	// The outage itself: its length, not a wait for a condition, is what
+	// this test is about (about 20 failed heartbeats).
+	time.Sleep(4 * time.Second)
+	c.Start(down)
+	poll.Until(t, 30*time.Second, "the leader to log that the peer is back", func() bool {
+		return strings.Contains(survivorsLog(), raftlog.PeerBackMessage)
+	})
+
+	addr := c.Addr(down)
+	var about []string
+	for _, line := range strings.Split(survivorsLog(), "\n") {
+		if strings.Contains(line, "level=DEBUG") {
+			continue
+		}
+		if strings.Contains(line, addr) || strings.Contains(line, raftlog.PeerDownMessage) || strings.Contains(line, raftlog.PeerBackMessage) {
+			about = append(about, line)
+		}
+	}
+	t.Logf("the survivors' lines about node %d:\n%s", down, strings.Join(about, "\n"))
+	warns := 0
+	var back string
+	for _, line := range about {
+		switch {
+		case strings.Contains(line, "level=WARN"), strings.Contains(line, "level=ERROR"):
+			warns++
+		case strings.Contains(line, raftlog.PeerBackMessage):
+			back = line
+		}
+	}
+	// Raft's pipeline lines (aborted at the outage, started again at
+	// its end) are INFO and once each.
+	if warns != 1 || len(about) > 4 {
+		t.Fatalf("%d lines about node %d (%s), %d of them WARN or ERROR; want one WARN and at most 4 lines:\n%s",
+			len(about), down, addr, warns, strings.Join(about, "\n"))
+	}
+	for _, want := range []string{"level=INFO", "down_for=", "failed_heartbeats="} {
+		if !strings.Contains(back, want) {
+			t.Errorf("the line of the peer's return lacks %q: %s", want, back)
+		}
+	}
+}
+
+// processLog is node id's whole log, every process of it.
+func processLog(t *testing.T, c *Cluster, id int32) string {
+	t.Helper()
+	b, err := os.ReadFile(c.node(id).LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

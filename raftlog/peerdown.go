@@ -1,0 +1,135 @@
+package raftlog
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// A peer that does not answer the leader, told in two lines.
+//
+// While a voter is down, raft's heartbeat goroutine fails a request to it
+// about every HeartbeatTimeout/2 and its replication goroutine with a
+// back-off, each logging a line (185 lines in 30 s with one of three
+// controllers stopped), and nothing when the voter answers again. Every
+// request the leader sends a peer leaves through the transport, though
+// (watchedTransport), so peerWatch reads the answers there: the first
+// failed request of an outage is one WARN, the first answer after it one
+// INFO with how long it lasted and how many requests failed; raft's own
+// lines go to Debug (relevel).
+//
+// A peer that flaps would still write two lines per outage, so the WARNs
+// about a peer are at least peerQuietWindow apart. An outage that starts
+// within the window is logged when the window ends if it lasts that long,
+// and otherwise counted in the next WARN: a flapping peer is never silent
+// for longer than the window.
+
+// The lines of an outage, as tests look for them.
+const (
+	PeerDownMessage = "raft peer does not answer the leader; retrying"
+	PeerBackMessage = "raft peer answers the leader again"
+)
+
+// peerQuietWindow is the least time between two WARNs about one peer.
+const peerQuietWindow = 10 * time.Second
+
+// peerWatch tracks, per peer, whether the leader's requests to it fail.
+type peerWatch struct {
+	log   *slog.Logger
+	quiet time.Duration
+
+	mu    sync.Mutex
+	peers map[raft.ServerID]*peerOutage
+}
+
+// peerOutage is one peer's state as this node, leading in term, sees it.
+type peerOutage struct {
+	term  uint64
+	down  bool      // the latest request failed
+	since time.Time // the first failed request of the outage
+	// heartbeats and appends count the outage's failed requests.
+	heartbeats, appends int
+	warned              bool      // the outage has had its WARN
+	lastWarn            time.Time // the latest WARN about the peer
+	// unlogged counts the outages since lastWarn that ended before they
+	// could be logged.
+	unlogged int
+}
+
+func newPeerWatch(log *slog.Logger) *peerWatch {
+	return &peerWatch{log: log, quiet: peerQuietWindow, peers: map[raft.ServerID]*peerOutage{}}
+}
+
+// answered records the outcome of a request to id at target: err is the
+// transport's, nil for any answer.
+func (w *peerWatch) answered(id raft.ServerID, target raft.ServerAddress, req *raft.AppendEntriesRequest, err error, now time.Time) {
+	if w == nil || req == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.peers[id]
+	switch {
+	case p == nil:
+		p = &peerOutage{term: req.Term}
+		w.peers[id] = p
+	case req.Term < p.term:
+		return // a late answer from an older leadership
+	case req.Term > p.term:
+		// A new leadership: an outage of the old one, if any, is no longer
+		// watched here (this node stopped leading meanwhile); the WARNs
+		// stay spaced.
+		*p = peerOutage{term: req.Term, lastWarn: p.lastWarn, unlogged: p.unlogged}
+	}
+	if err == nil {
+		w.recovered(id, target, p, now)
+		return
+	}
+	if !p.down {
+		p.down, p.since, p.heartbeats, p.appends, p.warned = true, now, 0, 0, false
+	}
+	if isHeartbeat(req) {
+		p.heartbeats++
+	} else {
+		p.appends++
+	}
+	if p.warned || (!p.lastWarn.IsZero() && now.Sub(p.lastWarn) < w.quiet) {
+		return
+	}
+	p.warned, p.lastWarn = true, now
+	args := []any{"peer", string(id), "address", string(target), "err", err}
+	if now.After(p.since) {
+		args = append(args, "down_for", now.Sub(p.since).Round(time.Millisecond).String())
+	}
+	if p.unlogged > 0 {
+		args = append(args, "earlier_outages", p.unlogged)
+		p.unlogged = 0
+	}
+	w.log.Warn(PeerDownMessage, args...)
+}
+
+// recovered ends p's outage, if any, on an answer.
+func (w *peerWatch) recovered(id raft.ServerID, target raft.ServerAddress, p *peerOutage, now time.Time) {
+	if !p.down {
+		return
+	}
+	p.down = false
+	args := []any{"peer", string(id), "address", string(target), "down_for", now.Sub(p.since).Round(time.Millisecond).String(),
+		"failed_heartbeats", p.heartbeats, "failed_appends", p.appends}
+	if !p.warned {
+		p.unlogged++
+		w.log.Debug(PeerBackMessage, args...)
+		return
+	}
+	w.log.Info(PeerBackMessage, args...)
+}
+
+// isHeartbeat reports whether req is one of raft's heartbeats, which carry
+// only the leader's term and id: any other AppendEntries names the entry
+// before its own and the commit index, both past zero once the log has an
+// entry.
+func isHeartbeat(req *raft.AppendEntriesRequest) bool {
+	return len(req.Entries) == 0 && req.PrevLogEntry == 0 && req.LeaderCommitIndex == 0
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/internal/poll"
+	"github.com/keel-dev/keel/keeltest/keelproc"
 	"github.com/keel-dev/keel/raftlog"
 )
 
@@ -24,13 +25,13 @@ func TestLogs_PeerDownIsOneWarnThenOneInfo(t *testing.T) {
 	from := map[int32]int{}
 	for _, id := range c.IDs() {
 		if id != down {
-			from[id] = len(processLog(t, c, id))
+			from[id] = len(logText(t, c.node(id)))
 		}
 	}
 	survivorsLog := func() string {
 		var b strings.Builder
 		for id, n := range from {
-			b.WriteString(processLog(t, c, id)[n:])
+			b.WriteString(logText(t, c.node(id))[n:])
 		}
 		return b.String()
 	}
@@ -81,10 +82,10 @@ func TestLogs_PeerDownIsOneWarnThenOneInfo(t *testing.T) {
 	}
 }
 
-// processLog is node id's whole log, every process of it.
-func processLog(t *testing.T, c *Cluster, id int32) string {
+// logText is nd's whole log, every process of it.
+func logText(t *testing.T, nd *keelproc.Node) string {
 	t.Helper()
-	b, err := os.ReadFile(c.node(id).LogPath())
+	b, err := os.ReadFile(nd.LogPath())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,6 +102,16 @@ func relevel(level slog.Level, msg string, args []any) slog.Level {
 		// A peer that does not answer the leader, a line per retry: the
 		// leader logs the outage's start and end once (peerWatch).
 		return slog.LevelDebug
+	case "heartbeat timeout reached, starting election":
+		// With no leader known yet, the quorum's first election (every
+		// start): the election that follows a lost leader stays a WARN.
+		if argString(args, "last-leader-id") == "" {
+			return slog.LevelInfo
+		}
+	case "rejecting vote request since we have a leader", "rejecting pre-vote request since we have a leader":
+		// A voter back from a restart or a cut, which had not heard from
+		// the leader yet: the leader stays, and the voter follows it.
+		return slog.LevelInfo
 	case "failed to make requestVote RPC", "failed to send snapshot to":
 		// A peer that does not answer: down, restarting or cut off. Raft
 		// retries with a back-off; quorum status shows which.
@@ -120,11 +130,28 @@ func connectionEnded(err error) bool {
 
 // argError is the value of the "error" key in hclog's key-value args.
 func argError(args []any) error {
+	for _, key := range []string{"error", "err"} {
+		if err, ok := argValue(args, key).(error); ok {
+			return err
+		}
+	}
+	return nil
+}
+
+// argString is the value of key in hclog's key-value args as text, "" if
+// absent.
+func argString(args []any, key string) string {
+	if v := argValue(args, key); v != nil {
+		return fmt.Sprint(v)
+	}
+	return ""
+}
+
+// argValue is the value of key in hclog's key-value args, nil if absent.
+func argValue(args []any, key string) any {
 	for i := 0; i+1 < len(args); i += 2 {
-		if k, ok := args[i].(string); ok && (k == "error" || k == "err") {
-			if err, ok := args[i+1].(error); ok {
-				return err
-			}
+		if k, ok := args[i].(string); ok && k == key {
+			return args[i+1]
 		}
 	}
 	return nil

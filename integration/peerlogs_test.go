@@ -15,16 +15,31 @@ import (
 // when it goes and one INFO when it is back, not a line per heartbeat
 // (hashicorp/raft logs each failed one, about five a second).
 func TestLogs_PeerDownIsOneWarnThenOneInfo(t *testing.T) {
+	checkPeerOutageLines(t, "failed_heartbeats=", (*Cluster).Stop, (*Cluster).Start)
+}
+
+// A controller paused (or cut off without a reset) fails no request
+// before the transport's timeout: the leader's lease check tells it is
+// silent, in one WARN, and its return is one INFO.
+func TestLogs_PeerPausedIsOneWarnThenOneInfo(t *testing.T) {
+	checkPeerOutageLines(t, "down_for=", (*Cluster).Pause, (*Cluster).Resume)
+}
+
+// checkPeerOutageLines takes a follower down and back up, for seconds,
+// and checks what the survivors logged about it: one WARN, and one INFO
+// with want and how long it lasted.
+func checkPeerOutageLines(t *testing.T, want string, down, up func(*Cluster, int32)) {
+	t.Helper()
 	c := startCluster(t, 3)
 	leader, _ := c.WaitForActive(t, activeTimeout)
-	down := c.IDs()[0]
-	if down == leader {
-		down = c.IDs()[1]
+	peer := c.IDs()[0]
+	if peer == leader {
+		peer = c.IDs()[1]
 	}
-	// What the survivors logged before the stop is not this test's.
+	// What the survivors logged before the outage is not this test's.
 	from := map[int32]int{}
 	for _, id := range c.IDs() {
-		if id != down {
+		if id != peer {
 			from[id] = len(logText(t, c.node(id)))
 		}
 	}
@@ -36,19 +51,19 @@ func TestLogs_PeerDownIsOneWarnThenOneInfo(t *testing.T) {
 		return b.String()
 	}
 
-	c.Stop(down)
+	down(c, peer)
 	poll.Until(t, 30*time.Second, "the leader to log that the peer is down", func() bool {
 		return strings.Contains(survivorsLog(), raftlog.PeerDownMessage)
 	})
 	// The outage itself: its length, not a wait for a condition, is what
-	// this test is about (about 20 failed heartbeats).
+	// this test is about (about 20 heartbeats).
 	time.Sleep(4 * time.Second)
-	c.Start(down)
+	up(c, peer)
 	poll.Until(t, 30*time.Second, "the leader to log that the peer is back", func() bool {
 		return strings.Contains(survivorsLog(), raftlog.PeerBackMessage)
 	})
 
-	addr := c.Addr(down)
+	addr := c.Addr(peer)
 	var about []string
 	for _, line := range strings.Split(survivorsLog(), "\n") {
 		if strings.Contains(line, "level=DEBUG") {
@@ -58,7 +73,7 @@ func TestLogs_PeerDownIsOneWarnThenOneInfo(t *testing.T) {
 			about = append(about, line)
 		}
 	}
-	t.Logf("the survivors' lines about node %d:\n%s", down, strings.Join(about, "\n"))
+	t.Logf("the survivors' lines about node %d:\n%s", peer, strings.Join(about, "\n"))
 	warns := 0
 	var back string
 	for _, line := range about {
@@ -73,11 +88,11 @@ func TestLogs_PeerDownIsOneWarnThenOneInfo(t *testing.T) {
 	// its end) are INFO and once each.
 	if warns != 1 || len(about) > 4 {
 		t.Fatalf("%d lines about node %d (%s), %d of them WARN or ERROR; want one WARN and at most 4 lines:\n%s",
-			len(about), down, addr, warns, strings.Join(about, "\n"))
+			len(about), peer, addr, warns, strings.Join(about, "\n"))
 	}
-	for _, want := range []string{"level=INFO", "down_for=", "failed_heartbeats="} {
-		if !strings.Contains(back, want) {
-			t.Errorf("the line of the peer's return lacks %q: %s", want, back)
+	for _, w := range []string{"level=INFO", "down_for=", want} {
+		if !strings.Contains(back, w) {
+			t.Errorf("the line of the peer's return lacks %q: %s", w, back)
 		}
 	}
 }

@@ -26,6 +26,9 @@ type hclogAdapter struct {
 	logger  *slog.Logger // carries implied args already
 	name    string
 	implied []any
+	// peers hears of the voters the leader cannot contact (raft's "failed
+	// to contact" lines); nil: no one.
+	peers *peerWatch
 }
 
 var _ hclog.Logger = (*hclogAdapter)(nil)
@@ -53,6 +56,9 @@ func slogLevel(level hclog.Level) slog.Level {
 // not this adapter. Every exported logging method calls emit directly, which
 // keeps the frame count fixed.
 func (a *hclogAdapter) emit(level slog.Level, msg string, args []any) {
+	if msg == "failed to contact" && level >= slog.LevelWarn {
+		a.peers.silentArgs(args, time.Now())
+	}
 	level = relevel(level, msg, args)
 	ctx := context.Background()
 	h := a.logger.Handler()
@@ -99,8 +105,9 @@ func relevel(level slog.Level, msg string, args []any) slog.Level {
 		}
 	case "failed to heartbeat to", "failed to appendEntries to", "failed to pipeline appendEntries",
 		"failed to start pipeline replication to", "failed to contact":
-		// A peer that does not answer the leader, a line per retry: the
-		// leader logs the outage's start and end once (peerWatch).
+		// A peer that does not answer the leader (or, for the lease,
+		// has not for a while), a line per retry: the leader logs the
+		// outage's start and end once (peerWatch).
 		return slog.LevelDebug
 	case "heartbeat timeout reached, starting election":
 		// With no leader known yet, the quorum's first election (every
@@ -239,6 +246,7 @@ func (a *hclogAdapter) With(args ...any) hclog.Logger {
 		logger:  a.logger.With(args...),
 		name:    a.name,
 		implied: append(slices.Clone(a.implied), args...),
+		peers:   a.peers,
 	}
 }
 
@@ -253,7 +261,7 @@ func (a *hclogAdapter) Named(name string) hclog.Logger {
 }
 
 func (a *hclogAdapter) ResetNamed(name string) hclog.Logger {
-	return &hclogAdapter{logger: a.logger, name: name, implied: a.implied}
+	return &hclogAdapter{logger: a.logger, name: name, implied: a.implied, peers: a.peers}
 }
 
 // SetLevel is a no-op: the slog handler owns the level.

@@ -18,7 +18,10 @@ import (
 // (watchedTransport), so peerWatch reads the answers there: the first
 // failed request of an outage is one WARN, the first answer after it one
 // INFO with how long it lasted and how many requests failed; raft's own
-// lines go to Debug (relevel).
+// lines go to Debug (relevel). A peer paused or cut off without its
+// connections closing fails no request before the transport's timeout:
+// raft's lease check says first that it is silent ("failed to contact"),
+// which the adapter passes on (silent).
 //
 // A peer that flaps would still write two lines per outage, so the WARNs
 // about a peer are at least peerQuietWindow apart. An outage that starts
@@ -42,6 +45,7 @@ type peerWatch struct {
 
 	mu    sync.Mutex
 	peers map[raft.ServerID]*peerOutage
+	term  uint64 // the latest leadership's
 }
 
 // peerOutage is one peer's state as this node, leading in term, sees it.
@@ -70,36 +74,85 @@ func (w *peerWatch) answered(id raft.ServerID, target raft.ServerAddress, req *r
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p := w.peers[id]
-	switch {
-	case p == nil:
-		p = &peerOutage{term: req.Term}
-		w.peers[id] = p
-	case req.Term < p.term:
+	w.term = max(w.term, req.Term)
+	p := w.peer(id, req.Term)
+	if p == nil {
 		return // a late answer from an older leadership
-	case req.Term > p.term:
-		// A new leadership: an outage of the old one, if any, is no longer
-		// watched here (this node stopped leading meanwhile); the WARNs
-		// stay spaced.
-		*p = peerOutage{term: req.Term, lastWarn: p.lastWarn, unlogged: p.unlogged}
 	}
 	if err == nil {
 		w.recovered(id, target, p, now)
 		return
 	}
-	if !p.down {
-		p.down, p.since, p.heartbeats, p.appends, p.warned = true, now, 0, 0, false
-	}
+	w.down(p, now)
 	if isHeartbeat(req) {
 		p.heartbeats++
 	} else {
 		p.appends++
 	}
+	w.warn(id, p, now, "address", string(target), "err", err)
+}
+
+// silent records that the leader, checking its lease, has heard nothing
+// from id for d: a peer that is paused or cut off without its connections
+// closing fails no request until the transport's timeout (10 s).
+func (w *peerWatch) silent(id raft.ServerID, d time.Duration, now time.Time) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.peer(id, w.term)
+	if p == nil || p.down {
+		return
+	}
+	w.down(p, now.Add(-d))
+	w.warn(id, p, now, "err", "no answer within the leader's lease")
+}
+
+// silentArgs is silent with raft's "failed to contact" args: server-id and
+// time.
+func (w *peerWatch) silentArgs(args []any, now time.Time) {
+	id, _ := argValue(args, "server-id").(raft.ServerID)
+	d, _ := argValue(args, "time").(time.Duration)
+	if id != "" {
+		w.silent(id, d, now)
+	}
+}
+
+// peer is id's state in term, made or started over as needed; nil if term
+// is older than its state's. The caller holds w.mu.
+func (w *peerWatch) peer(id raft.ServerID, term uint64) *peerOutage {
+	p := w.peers[id]
+	switch {
+	case p == nil:
+		p = &peerOutage{term: term}
+		w.peers[id] = p
+	case term < p.term:
+		return nil
+	case term > p.term:
+		// A new leadership: an outage of the old one, if any, is no longer
+		// watched here (this node stopped leading meanwhile); the WARNs
+		// stay spaced.
+		*p = peerOutage{term: term, lastWarn: p.lastWarn, unlogged: p.unlogged}
+	}
+	return p
+}
+
+// down starts an outage of p at since, unless one is on.
+func (w *peerWatch) down(p *peerOutage, since time.Time) {
+	if !p.down {
+		p.down, p.since, p.heartbeats, p.appends, p.warned = true, since, 0, 0, false
+	}
+}
+
+// warn logs p's outage, with args, unless it was or a WARN about the peer
+// is too recent. The caller holds w.mu.
+func (w *peerWatch) warn(id raft.ServerID, p *peerOutage, now time.Time, args ...any) {
 	if p.warned || (!p.lastWarn.IsZero() && now.Sub(p.lastWarn) < w.quiet) {
 		return
 	}
 	p.warned, p.lastWarn = true, now
-	args := []any{"peer", string(id), "address", string(target), "err", err}
+	args = append([]any{"peer", string(id)}, args...)
 	if now.After(p.since) {
 		args = append(args, "down_for", now.Sub(p.since).Round(time.Millisecond).String())
 	}

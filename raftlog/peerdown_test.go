@@ -144,6 +144,44 @@ func TestPeerWatch_Lines(t *testing.T) {
 	}
 }
 
+// A peer that is silent (paused, or cut off without a reset) fails no
+// request before the transport's timeout: raft's lease check tells first,
+// through the adapter, and the outage is one WARN and one INFO as well.
+func TestPeerWatch_Silent(t *testing.T) {
+	h := newRecordHandler(slog.LevelInfo)
+	w := newPeerWatch(slog.New(h))
+	a := newHCLogAdapter(slog.New(h), "raft")
+	a.peers = w
+	start := time.Now() // the adapter reads the clock
+	w.answered("2", "127.0.0.1:9", heartbeatReq(1), nil, start)
+	// raft's lease check, at Warn then (past three leases) at Debug; each
+	// line itself at Debug.
+	for i := 1; i <= 4; i++ {
+		a.Warn("failed to contact", "server-id", raft.ServerID("2"), "time", time.Duration(i)*300*time.Millisecond)
+	}
+	a.Debug("failed to contact", "server-id", raft.ServerID("2"), "time", 2*time.Second)
+	// The heartbeat held by the paused peer fails at the transport's
+	// timeout, and the next is answered.
+	w.answered("2", "127.0.0.1:9", heartbeatReq(1), errors.New("i/o timeout"), start.Add(10*time.Second))
+	w.answered("2", "127.0.0.1:9", heartbeatReq(1), nil, start.Add(11*time.Second))
+
+	recs := h.records()
+	if len(recs) != 2 || recs[0].Level != slog.LevelWarn || recs[0].Message != PeerDownMessage ||
+		recs[1].Level != slog.LevelInfo || recs[1].Message != PeerBackMessage {
+		for _, r := range recs {
+			t.Logf("%v %s %v", r.Level, r.Message, attrsOf(r))
+		}
+		t.Fatalf("%d lines; want one WARN and one INFO", len(recs))
+	}
+	if got := attrsOf(recs[0]); got["peer"] != "2" || got["down_for"] != "300ms" {
+		t.Errorf("the WARN: %v; want peer 2 down for 300ms", got)
+	}
+	got := attrsOf(recs[1])
+	if d, err := time.ParseDuration(got["down_for"]); err != nil || d < 11*time.Second || got["failed_heartbeats"] != "1" {
+		t.Errorf("the INFO: %v; want down for 11.3s and 1 failed heartbeat", got)
+	}
+}
+
 func TestIsHeartbeat(t *testing.T) {
 	if !isHeartbeat(heartbeatReq(3)) {
 		t.Error("a heartbeat is not recognised")

@@ -119,7 +119,12 @@ func relevel(level slog.Level, msg string, args []any) slog.Level {
 		// A voter back from a restart or a cut, which had not heard from
 		// the leader yet: the leader stays, and the voter follows it.
 		return slog.LevelInfo
-	case "failed to make requestVote RPC", "failed to send snapshot to":
+	case "failed to make requestVote RPC":
+		// A candidate's vote request to a voter that is down, once per
+		// election: at every handoff, to the leader that is stopping.
+		// The new leader tells of a voter still down (peerWatch).
+		return slog.LevelInfo
+	case "failed to send snapshot to":
 		// A peer that does not answer: down, restarting or cut off. Raft
 		// retries with a back-off; quorum status shows which.
 		return slog.LevelWarn

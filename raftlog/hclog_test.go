@@ -182,7 +182,8 @@ func TestHCLogAdapter_Relevel(t *testing.T) {
 		{"a returning voter's pre-vote", hclog.Warn, "rejecting pre-vote request since we have a leader", []any{"from", raft.ServerAddress("127.0.0.1:1")}, slog.LevelInfo},
 		{"a returning voter's vote", hclog.Warn, "rejecting vote request since we have a leader", []any{"from", raft.ServerAddress("127.0.0.1:1")}, slog.LevelInfo},
 		{"a candidate without a quorum", hclog.Warn, "Election timeout reached, restarting election", nil, slog.LevelWarn},
-		{"a peer down, voting", hclog.Error, "failed to make requestVote RPC", []any{"error", io.EOF}, slog.LevelWarn},
+		{"a peer down, voting", hclog.Error, "failed to make requestVote RPC", []any{"error", io.EOF}, slog.LevelInfo},
+		{"a snapshot not sent", hclog.Error, "failed to send snapshot to", []any{"error", io.EOF}, slog.LevelWarn},
 		{"anything else keeps its level", hclog.Error, "failed to persist vote", []any{"error", errors.New("disk full")}, slog.LevelError},
 		{"info stays info", hclog.Info, "failed to get log", nil, slog.LevelInfo},
 	} {

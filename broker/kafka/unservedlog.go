@@ -3,6 +3,7 @@ package kafka
 import (
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -18,6 +19,12 @@ import (
 // it the memory starts over, and a client is logged again.
 const unservedSeenMax = 1024
 
+// unservedLinesPerMinute bounds the lines, whoever asks: a client that
+// varies its client id, before it has authenticated, must not fill the
+// log. A client past the bound is logged at its next request once the
+// minute is over.
+const unservedLinesPerMinute = 30
+
 // errNotServed marks a request refused, and its connection closed,
 // because Keel does not serve its API or version: logged by noteUnserved,
 // not as a malformed request.
@@ -32,17 +39,29 @@ type unservedKey struct {
 type unservedSeen struct {
 	mu   sync.Mutex
 	seen map[unservedKey]struct{}
+	// minute is when the current minute of lines began; lines, how many
+	// it has had.
+	minute time.Time
+	lines  int
 }
 
-// first reports whether client's request of key is the first seen (since
-// the memory last started over), and remembers it.
-func (u *unservedSeen) first(client string, key int16) bool {
+// first reports whether client's request of key, at now, is to be logged:
+// the first seen (since the memory last started over), within the bound
+// of lines a minute. It remembers the ones it logs.
+func (u *unservedSeen) first(client string, key int16, now time.Time) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	k := unservedKey{client, key}
 	if _, ok := u.seen[k]; ok {
 		return false
 	}
+	if now.Sub(u.minute) >= time.Minute {
+		u.minute, u.lines = now, 0
+	}
+	if u.lines >= unservedLinesPerMinute {
+		return false
+	}
+	u.lines++
 	if u.seen == nil || len(u.seen) >= unservedSeenMax {
 		u.seen = make(map[unservedKey]struct{})
 	}
@@ -62,7 +81,7 @@ func (s *Server) noteUnserved(c *conn, h header, answer string) {
 	if h.clientID != nil {
 		client = *h.clientID
 	}
-	if !s.unserved.first(client, h.key) {
+	if !s.unserved.first(client, h.key, time.Now()) {
 		return
 	}
 	remote := ""

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -102,19 +103,31 @@ func TestServer_UnservedCountedAndLoggedOncePerClient(t *testing.T) {
 }
 
 // The memory of clients logged is bounded: past unservedSeenMax it starts
-// over.
+// over. So are the lines a minute, whoever asks.
 func TestUnservedSeen_Bounded(t *testing.T) {
 	var u unservedSeen
-	if !u.first("a", 26) || u.first("a", 26) {
+	now := time.Now()
+	if !u.first("a", 26, now) || u.first("a", 26, now) {
 		t.Fatal("a client's first request of an API is not told from its next")
 	}
-	if !u.first("a", 25) || !u.first("b", 26) {
+	if !u.first("a", 25, now) || !u.first("b", 26, now) {
 		t.Fatal("another API or client is taken as seen")
 	}
+	logged := 3
 	for i := range 2 * unservedSeenMax {
-		u.first(fmt.Sprint("client-", i), 26)
+		// A client id a request, for minutes.
+		if u.first(fmt.Sprint("client-", i), 26, now.Add(time.Duration(i)*time.Second)) {
+			logged++
+		}
+		if n := len(u.seen); n > unservedSeenMax {
+			t.Fatalf("%d remembered, want at most %d", n, unservedSeenMax)
+		}
 	}
-	if n := len(u.seen); n > unservedSeenMax {
-		t.Fatalf("%d remembered, want at most %d", n, unservedSeenMax)
+	minutes := (2*unservedSeenMax + 59) / 60
+	if logged > (minutes+1)*unservedLinesPerMinute {
+		t.Fatalf("%d lines in %d minutes, want at most %d a minute", logged, minutes, unservedLinesPerMinute)
+	}
+	if !u.first("late", 26, now.Add(time.Hour)) {
+		t.Fatal("a client is not logged after the bound's minute")
 	}
 }

@@ -97,6 +97,7 @@ func (w *commitWatch) oldestAbove(applied uint64, now time.Time) (uint64, time.D
 type watchedTransport struct {
 	*raft.NetworkTransport
 	progress peerProgress // what the leader hears back from its peers
+	peers    *peerWatch   // which peers do not answer; nil logs nothing
 	heard    *heardFrom
 	ch       chan raft.RPC
 	done     chan struct{}

@@ -26,6 +26,9 @@ type hclogAdapter struct {
 	logger  *slog.Logger // carries implied args already
 	name    string
 	implied []any
+	// peers hears of the voters the leader cannot contact (raft's "failed
+	// to contact" lines); nil: no one.
+	peers *peerWatch
 }
 
 var _ hclog.Logger = (*hclogAdapter)(nil)
@@ -53,6 +56,9 @@ func slogLevel(level hclog.Level) slog.Level {
 // not this adapter. Every exported logging method calls emit directly, which
 // keeps the frame count fixed.
 func (a *hclogAdapter) emit(level slog.Level, msg string, args []any) {
+	if msg == "failed to contact" && level >= slog.LevelWarn {
+		a.peers.silentArgs(args, time.Now())
+	}
 	level = relevel(level, msg, args)
 	ctx := context.Background()
 	h := a.logger.Handler()
@@ -98,8 +104,27 @@ func relevel(level slog.Level, msg string, args []any) slog.Level {
 			return slog.LevelDebug
 		}
 	case "failed to heartbeat to", "failed to appendEntries to", "failed to pipeline appendEntries",
-		"failed to start pipeline replication to", "failed to make requestVote RPC",
-		"failed to send snapshot to":
+		"failed to start pipeline replication to", "failed to contact":
+		// A peer that does not answer the leader (or, for the lease,
+		// has not for a while), a line per retry: the leader logs the
+		// outage's start and end once (peerWatch).
+		return slog.LevelDebug
+	case "heartbeat timeout reached, starting election":
+		// With no leader known yet, the quorum's first election (every
+		// start): the election that follows a lost leader stays a WARN.
+		if argString(args, "last-leader-id") == "" {
+			return slog.LevelInfo
+		}
+	case "rejecting vote request since we have a leader", "rejecting pre-vote request since we have a leader":
+		// A voter back from a restart or a cut, which had not heard from
+		// the leader yet: the leader stays, and the voter follows it.
+		return slog.LevelInfo
+	case "failed to make requestVote RPC":
+		// A candidate's vote request to a voter that is down, once per
+		// election: at every handoff, to the leader that is stopping.
+		// The new leader tells of a voter still down (peerWatch).
+		return slog.LevelInfo
+	case "failed to send snapshot to":
 		// A peer that does not answer: down, restarting or cut off. Raft
 		// retries with a back-off; quorum status shows which.
 		return slog.LevelWarn
@@ -117,11 +142,28 @@ func connectionEnded(err error) bool {
 
 // argError is the value of the "error" key in hclog's key-value args.
 func argError(args []any) error {
+	for _, key := range []string{"error", "err"} {
+		if err, ok := argValue(args, key).(error); ok {
+			return err
+		}
+	}
+	return nil
+}
+
+// argString is the value of key in hclog's key-value args as text, "" if
+// absent.
+func argString(args []any, key string) string {
+	if v := argValue(args, key); v != nil {
+		return fmt.Sprint(v)
+	}
+	return ""
+}
+
+// argValue is the value of key in hclog's key-value args, nil if absent.
+func argValue(args []any, key string) any {
 	for i := 0; i+1 < len(args); i += 2 {
-		if k, ok := args[i].(string); ok && (k == "error" || k == "err") {
-			if err, ok := args[i+1].(error); ok {
-				return err
-			}
+		if k, ok := args[i].(string); ok && k == key {
+			return args[i+1]
 		}
 	}
 	return nil
@@ -209,6 +251,7 @@ func (a *hclogAdapter) With(args ...any) hclog.Logger {
 		logger:  a.logger.With(args...),
 		name:    a.name,
 		implied: append(slices.Clone(a.implied), args...),
+		peers:   a.peers,
 	}
 }
 
@@ -223,7 +266,7 @@ func (a *hclogAdapter) Named(name string) hclog.Logger {
 }
 
 func (a *hclogAdapter) ResetNamed(name string) hclog.Logger {
-	return &hclogAdapter{logger: a.logger, name: name, implied: a.implied}
+	return &hclogAdapter{logger: a.logger, name: name, implied: a.implied, peers: a.peers}
 }
 
 // SetLevel is a no-op: the slog handler owns the level.

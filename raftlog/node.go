@@ -195,6 +195,7 @@ func Open(cfg Config, sm consensus.StateMachine, mux *Mux) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	logger := newHCLogAdapter(cfg.Logger, "raft")
+	logger.peers = newPeerWatch(cfg.Logger)
 
 	m, err := prepareDataDir(cfg)
 	if err != nil {
@@ -282,6 +283,7 @@ func Open(cfg Config, sm consensus.StateMachine, mux *Mux) (*Node, error) {
 	undo = append(undo, func() { _ = trans.Close() })
 	n.transport = trans
 	n.watched = newWatchedTransport(trans, &n.commits, n.heard)
+	n.watched.peers = logger.peers
 	undo = append(undo, n.watched.stop)
 
 	rc := raft.DefaultConfig()

@@ -84,6 +84,8 @@ func (t *watchedTransport) AppendEntriesPipeline(id raft.ServerID, target raft.S
 	return newDrainedPipeline(p, func(f raft.AppendFuture) {
 		// The transport hands over a future once its answer is in, so
 		// Error does not wait.
-		t.progress.answered(id, f.Request(), f.Response(), f.Error(), time.Now())
+		now := time.Now()
+		t.progress.answered(id, f.Request(), f.Response(), f.Error(), now)
+		t.peers.answered(id, target, f.Request(), f.Error(), now)
 	}), nil
 }

@@ -81,7 +81,9 @@ func (p *peerProgress) of(id raft.ServerID, term uint64) PeerProgress {
 // raft sends its heartbeats and its first appends to a peer this way.
 func (t *watchedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
-	t.progress.answered(id, args, resp, err, time.Now())
+	now := time.Now()
+	t.progress.answered(id, args, resp, err, now)
+	t.peers.answered(id, target, args, err, now)
 	return err
 }
 

@@ -19,6 +19,7 @@ const (
 	MetricRequestBytesInUse = "keel_kafka_request_bytes_in_use"
 	MetricRequestBytesWaits = "keel_kafka_request_bytes_waits_total"
 	MetricSASLAuth          = "keel_kafka_sasl_authentications_total"
+	MetricUnservedRequests  = "keel_kafka_unserved_requests_total"
 )
 
 // requestBuckets run from half a millisecond to 10 s, finer where a
@@ -34,6 +35,7 @@ type serverMetrics struct {
 	bytesInUse *prometheus.GaugeVec
 	bytesWaits prometheus.Counter
 	saslAuth   *prometheus.CounterVec
+	unserved   *prometheus.CounterVec
 	// byKey holds each served API's histogram, so that a request does not
 	// look its label up.
 	byKey map[int16]prometheus.Observer
@@ -74,6 +76,10 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 			Name: MetricSASLAuth,
 			Help: "SASL authentications on the Kafka listener, by mechanism and result (ok, failed: a wrong password, an unknown user or a malformed message; unsupported_mechanism).",
 		}, []string{"mechanism", "result"}),
+		unserved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricUnservedRequests,
+			Help: "Kafka requests of an API, or a version of one, that Keel does not serve, by API (Unknown: a key kmsg does not know); each client id's first of an API is logged.",
+		}, []string{"api"}),
 		byKey: map[int16]prometheus.Observer{},
 	}
 	for _, r := range batchcheck.Reasons {
@@ -82,7 +88,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 	for key := range versions {
 		m.byKey[key] = m.duration.WithLabelValues(kmsg.NameForKey(key))
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.commitWait, m.fetchWaits, m.refusals, m.bytesInUse, m.bytesWaits, m.saslAuth} {
+	for _, c := range []prometheus.Collector{m.duration, m.commitWait, m.fetchWaits, m.refusals, m.bytesInUse, m.bytesWaits, m.saslAuth, m.unserved} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -110,6 +116,14 @@ func (m *serverMetrics) sasl(mechanism, result string) {
 		mechanism = ""
 	}
 	m.saslAuth.WithLabelValues(mechanism, result).Inc()
+}
+
+// unservedRequest counts one request of an API or version not served.
+func (m *serverMetrics) unservedRequest(api string) {
+	if m == nil {
+		return
+	}
+	m.unserved.WithLabelValues(api).Inc()
 }
 
 // committed observes an acks=all produce's wait for its commits.

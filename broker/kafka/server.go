@@ -58,6 +58,9 @@ type Server struct {
 	// groups. offsets creates __consumer_offsets (coordinator.go).
 	groups  Groups
 	offsets offsetsTopic
+	// unserved: the clients already logged asking for an API Keel does
+	// not serve (unservedlog.go).
+	unserved unservedSeen
 
 	ctx    context.Context // ends at Close: every request's parent
 	cancel context.CancelFunc
@@ -433,7 +436,11 @@ func (s *Server) serveConn(raw net.Conn) {
 		if err != nil {
 			// Not given back: a refused request may have left goroutines
 			// holding slices of its frame.
-			s.log.Warn("kafka listener: request refused; connection closed", "remote", raw.RemoteAddr().String(), "err", err)
+			level := slog.LevelWarn
+			if errors.Is(err, errNotServed) {
+				level = slog.LevelDebug // logged once per client (noteUnserved)
+			}
+			s.log.Log(ctx, level, "kafka listener: request refused; connection closed", "remote", raw.RemoteAddr().String(), "err", err)
 			return
 		}
 		a.lease, held = held, lease{}
@@ -561,8 +568,10 @@ func (s *Server) handleFrame(ctx context.Context, c *conn, frame []byte) (*answe
 		// the request (unserved.go).
 		req, resp, err := unservedResponse(h.key, h.version, rd.Src)
 		if err != nil {
-			return nil, err
+			s.noteUnserved(c, h, "connection closed: "+err.Error())
+			return nil, fmt.Errorf("%w: %v", errNotServed, err)
 		}
+		s.noteUnserved(c, h, "UNSUPPORTED_VERSION: "+unservedMessage(h.key))
 		a := &answer{h: h, flexible: req.IsFlexible(), resp: resp, ready: readyNow}
 		if handled, err := s.saslGate(c, a, req); handled {
 			return a, err
@@ -570,7 +579,9 @@ func (s *Server) handleFrame(ctx context.Context, c *conn, frame []byte) (*answe
 		return a, nil
 	}
 	if h.version < vr.min || h.version > vr.max {
-		return nil, fmt.Errorf("%s v%d is not served (%d-%d)", kmsg.NameForKey(h.key), h.version, vr.min, vr.max)
+		err := fmt.Errorf("%s v%d is not served (%d-%d)", kmsg.NameForKey(h.key), h.version, vr.min, vr.max)
+		s.noteUnserved(c, h, "connection closed: "+err.Error())
+		return nil, fmt.Errorf("%w: %v", errNotServed, err)
 	}
 	req := kmsg.RequestForKey(h.key)
 	req.SetVersion(h.version)

@@ -33,6 +33,8 @@ type fetcher struct {
 	legacy bool
 	// changed is poked when a partition is added or removed.
 	changed chan struct{}
+	// failing: the sessions failing now; only run touches it.
+	failing failStreak
 }
 
 // fetchedPart is one partition the fetcher follows, under the role of
@@ -154,15 +156,30 @@ func (f *fetcher) run() {
 			failures = 0
 		}
 		failures++
-		if failures == 1 {
-			m.log.Info("fetch session with the leader failed; starting another", "leader", f.leader,
-				"reason", rpc.ReasonOf(err), "err", status.Convert(err).Message())
-		}
+		f.noteSession(err)
 		select {
 		case <-f.ctx.Done():
 			return
 		case <-m.clock.After(retryBackoff(err, failures, m.cfg.FetchBackoff)):
 		}
+	}
+}
+
+// noteSession logs when the sessions with the leader start or stop
+// failing, by what it tells an operator (failStreak). Only run calls it.
+func (f *fetcher) noteSession(err error) {
+	m := f.m
+	now := m.clock.Now()
+	if err == nil {
+		if level, d, ok := f.failing.ok(now); ok {
+			m.log.Log(context.Background(), level, "fetch session with the leader works again", "leader", f.leader,
+				"failed_for", d.Round(time.Millisecond).String())
+		}
+		return
+	}
+	if level, ok := f.failing.failed(err, now); ok {
+		m.log.Log(context.Background(), level, "fetch session with the leader failed; starting another", "leader", f.leader,
+			"reason", rpc.ReasonOf(err), "err", status.Convert(err).Message())
 	}
 }
 
@@ -304,6 +321,7 @@ func (f *fetcher) session() (answered bool, err error) {
 				answered = true
 				m.sessionMetrics.following.Inc()
 				defer m.sessionMetrics.following.Dec()
+				f.noteSession(nil)
 			}
 			fl := pending[0]
 			pending = pending[1:]

@@ -267,37 +267,47 @@ func (m *Manager) followerHW(r *replica, leaderHW int64) {
 	}
 }
 
-// noteFetch logs when a follower starts or stops failing (a stale epoch is
-// normal for a moment after a leader change: the next BecomeFollower
-// brings the new one).
+// noteFetch logs when a follower starts or stops failing, by what it
+// tells an operator (failStreak).
 func (m *Manager) noteFetch(r *replica, gen uint64, leader, epoch int32, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.gen != gen {
 		return
 	}
-	switch {
-	case err == nil:
-		if r.fetchFailing {
-			r.fetchFailing = false
-			m.log.Info("fetching from the leader again", "topic", r.topic, "partition", r.tp.Partition, "leader", leader)
+	now := m.clock.Now()
+	if err == nil {
+		if level, d, ok := r.fetchFailing.ok(now); ok {
+			m.log.Log(context.Background(), level, "fetching from the leader again", "topic", r.topic, "partition", r.tp.Partition,
+				"leader", leader, "failed_for", d.Round(time.Millisecond).String())
 		}
-	case !r.fetchFailing:
-		r.fetchFailing = true
-		msg := err.Error()
-		if st, ok := status.FromError(err); ok {
-			msg = st.Message()
-		}
-		m.log.Info("fetch from the leader failed; retrying", "topic", r.topic, "partition", r.tp.Partition,
-			"leader", leader, "leader_epoch", epoch, "reason", rpc.ReasonOf(err), "err", msg)
+		return
 	}
+	since := r.fetchFailing.since
+	level, ok := r.fetchFailing.failed(err, now)
+	if !ok {
+		return
+	}
+	msg := err.Error()
+	if st, ok := status.FromError(err); ok {
+		msg = st.Message()
+	}
+	args := []any{"topic", r.topic, "partition", r.tp.Partition, "leader", leader, "leader_epoch", epoch, "reason", rpc.ReasonOf(err), "err", msg}
+	if !since.IsZero() {
+		args = append(args, "failing_for", now.Sub(since).Round(time.Millisecond).String())
+	}
+	m.log.Log(context.Background(), level, "fetch from the leader failed; retrying", args...)
 }
+
+// errLeaderNotRegistered: the metadata names a leader this broker does not
+// know yet.
+var errLeaderNotRegistered = errors.New("leader is not registered")
 
 // conn returns the connection to leader's current address.
 func (m *Manager) conn(leader int32) (fetchClient, error) {
 	b, ok := m.img.Load().Broker(leader)
 	if !ok {
-		return nil, fmt.Errorf("leader %d is not registered", leader)
+		return nil, fmt.Errorf("%w: broker %d", errLeaderNotRegistered, leader)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

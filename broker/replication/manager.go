@@ -147,10 +147,10 @@ type replica struct {
 	sending    bool
 	inflight   []int32
 
-	// As follower: the fetch loop's stop, and whether fetches fail (logged
-	// on change only).
+	// As follower: the fetch loop's stop, and the fetches failing now
+	// (logged on change only).
 	stopFetch    context.CancelFunc
-	fetchFailing bool
+	fetchFailing failStreak
 
 	// damage is what the scrub found in the log, and a follower in its
 	// leader's answers (scrub.go).
@@ -508,7 +508,7 @@ func (m *Manager) reset(r *replica) {
 		r.stopFetch = nil
 	}
 	r.gen++
-	r.followers, r.alter, r.inflight, r.fetchFailing = nil, alterState{}, nil, false
+	r.followers, r.alter, r.inflight, r.fetchFailing = nil, alterState{}, nil, failStreak{}
 	m.alterMu.Lock()
 	delete(m.waiting, r.tp)
 	m.alterMu.Unlock()

@@ -125,6 +125,10 @@ func TestCLI_KafkaCommandsNameTheirCause(t *testing.T) {
 		fails(t, "one\n", "line 1 not acknowledged: topic fresher does not exist, and the cluster does not create topics on first use",
 			"produce", "--topic", "fresher", "--timeout", "10s", "--bootstrap", bootstrap)
 		fails(t, "one\n", "nothing is listening at "+nobody, "produce", "--topic", "fresh", "--bootstrap", nobody)
+		// The other commands that speak Kafka say it too.
+		for _, args := range [][]string{{"partition", "offsets", "fresh"}, {"partition", "log-dirs"}, {"group", "list"}} {
+			fails(t, "", "nothing is listening at "+nobody+" (--bootstrap)", append(args, "--bootstrap", nobody)...)
+		}
 		if c.topicExists(t, "fresher") {
 			t.Fatal("the topic was created with auto.create.topics.enable=false")
 		}

@@ -61,6 +61,11 @@ func (g *groupCLIFlags) run(cmd *cobra.Command, do func(ctx context.Context, adm
 	defer cancel()
 	ctx, stop := context.WithTimeout(ctx, g.timeout+explainTimeout)
 	defer stop()
+	// Nothing listening is said at once, naming --bootstrap, rather than
+	// as the client's "unable to dial" after its retries.
+	if err := listening(ctx, splitAddrs(g.bootstrap)); err != nil {
+		return err
+	}
 	return do(ctx, groupAdmin{Client: kadm.NewClient(cl), cl: cl})
 }
 

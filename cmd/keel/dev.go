@@ -68,7 +68,7 @@ the flags that reach the cluster with the admin certificate.`,
 				return err
 			}
 			if usePprof && !useMetrics {
-				return errors.New("--pprof serves the profiler on each node's metrics listener: give --metrics too")
+				return errors.New("--pprof serves the profiler on each node's metrics listener, which --metrics=false turns off")
 			}
 			if cert, key, ca := tlsFlagValues(cmd); cert != "" || key != "" || ca != "" {
 				return errors.New("keel dev makes its own certificates: use --tls, not --tls-cert, --tls-key or --tls-ca")

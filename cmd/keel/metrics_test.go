@@ -130,8 +130,8 @@ func TestPprof_NeedsMetrics(t *testing.T) {
 			t.Errorf("keel %s: %v, want %q", strings.Join(args, " "), err, errPprofWithoutMetrics)
 		}
 	}
-	_, err := runKeel(t, "dev", "--pprof")
-	if err == nil || !strings.Contains(err.Error(), "give --metrics too") {
-		t.Errorf("keel dev --pprof: %v, want a refusal naming --metrics", err)
+	_, err := runKeel(t, "dev", "--pprof", "--metrics=false")
+	if err == nil || !strings.Contains(err.Error(), "--metrics=false turns off") {
+		t.Errorf("keel dev --pprof --metrics=false: %v, want a refusal naming --metrics", err)
 	}
 }

@@ -115,7 +115,7 @@ partitions already moved stay where they are.`,
 						fmt.Fprintf(w, "No partition is being moved off broker %d: nothing to cancel.\n", v.BrokerID)
 						return nil
 					}
-					fmt.Fprintf(w, "Cancelled the moves off broker %d of %d partitions: %s\n", v.BrokerID, len(v.Cancelled), strings.Join(v.Cancelled, ","))
+					fmt.Fprintf(w, "Cancelled the moves off broker %d of %s: %s\n", v.BrokerID, count(len(v.Cancelled), "partition"), strings.Join(v.Cancelled, ","))
 					fmt.Fprintln(w, "Partitions already moved stay where they are.")
 					return nil
 				})
@@ -205,7 +205,7 @@ func runDrain(cmd *cobra.Command, a *adminFlags, f *drainFlags) error {
 		if len(v.Plan.Partitions) > 0 {
 			fmt.Fprintf(out, "Current partition replica assignment\n\n%s\n\nSave this to use as the --plan file of 'keel partition reassign' to move the partitions back\n\n", v.Current)
 		}
-		fmt.Fprintf(out, "Draining broker %d: %d partitions to move off it (%d moves started).\n", id, v.Total, len(v.Plan.Partitions))
+		fmt.Fprintf(out, "Draining broker %d: %s to move off it (%s started).\n", id, count(v.Total, "partition"), count(len(v.Plan.Partitions), "move"))
 	}
 	// pending reads the watched partitions and returns those still on the
 	// broker; a partition whose topic is gone has left it too.

@@ -100,7 +100,7 @@ func describeLogDirs(ctx context.Context, adm *kadm.Client, sel topicSpecs) (dir
 		for _, e := range shards.Errs {
 			why = append(why, fmt.Sprintf("broker %d: %v", e.Broker.NodeID, e.Err))
 		}
-		failed = fmt.Errorf("%d brokers did not describe their log dirs: %s", len(shards.Errs), strings.Join(why, "; "))
+		failed = fmt.Errorf("%s did not describe their log dirs: %s", count(len(shards.Errs), "broker"), strings.Join(why, "; "))
 	} else if err != nil {
 		return nil, nil, fmt.Errorf("describe the log dirs: %w", err)
 	}

@@ -347,7 +347,7 @@ func TestTopicAndPartitionFlagErrors(t *testing.T) {
 		{"create with a malformed assignment", []string{"topic", "create", "t", "--assignment", "0:1,2;2:2,3"}, "--assignment: partition 2 follows partition 0: partition 1 is missing"},
 		{"create with an empty assignment", []string{"topic", "create", "t", "--assignment", ""}, "--assignment: empty"},
 		{"create with an assignment not from 0", []string{"topic", "create", "t", "--assignment", "1:1,2"}, "--assignment: partitions must be numbered from 0, not 1"},
-		{"create with partitions that disagree", []string{"topic", "create", "t", "--assignment", "0:1,2", "--partitions", "2"}, "--partitions 2 disagrees with --assignment, which has 1 partitions"},
+		{"create with partitions that disagree", []string{"topic", "create", "t", "--assignment", "0:1,2", "--partitions", "2"}, "--partitions 2 disagrees with --assignment, which has 1 partition"},
 		{"create with a replication factor that disagrees", []string{"topic", "create", "t", "--assignment", "0:1,2", "--replication-factor", "3"}, "--replication-factor 3 disagrees with --assignment, which has 2 replicas per partition"},
 		{"create with a bad config", []string{"topic", "create", "t", "--partitions", "1", "--replication-factor", "1", "--config", "retention"}, `--config: "retention": want key=value`},
 		{"create with a bad output", []string{"topic", "create", "t", "--partitions", "1", "--replication-factor", "1", "-o", "yaml"}, `-o "yaml"`},

@@ -244,7 +244,7 @@ func (f *topicCreateFlags) request(name string, changed func(flag string) bool) 
 		}
 		n, rf := int32(len(assignment)), int32(len(assignment[0]))
 		if changed("partitions") && f.partitions != n {
-			return nil, fmt.Errorf("--partitions %d disagrees with --assignment, which has %d partitions", f.partitions, n)
+			return nil, fmt.Errorf("--partitions %d disagrees with --assignment, which has %s", f.partitions, count(int(n), "partition"))
 		}
 		if changed("replication-factor") && f.replicationFactor != rf {
 			return nil, fmt.Errorf("--replication-factor %d disagrees with --assignment, which has %d replicas per partition", f.replicationFactor, rf)

@@ -82,9 +82,14 @@ func TestTools_PartitionsAndMetadata(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
 	defer cancel()
 	counts := map[int32]int{0: 5, 1: 3}
+	// Each record a millisecond after the one before, so that the last one
+	// has the largest timestamp (--time -3): two produced within one
+	// millisecond would share it, and the first of them would be the answer.
+	stamp := time.Now().Add(-time.Minute)
 	for p, n := range counts {
 		for i := range n {
-			r := &kgo.Record{Topic: topic, Partition: p, Key: fmt.Appendf(nil, "key-%d-%d", p, i), Value: fmt.Appendf(nil, "value-%d-%d", p, i)}
+			r := &kgo.Record{Topic: topic, Partition: p, Key: fmt.Appendf(nil, "key-%d-%d", p, i), Value: fmt.Appendf(nil, "value-%d-%d", p, i),
+				Timestamp: stamp.Add(time.Duration(i) * time.Millisecond)}
 			if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 				t.Fatalf("produce to partition %d: %v", p, err)
 			}

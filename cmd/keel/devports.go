@@ -211,8 +211,12 @@ func devPortInUse(addr string) error {
 // inUseBy is errno, with the process that listens on port when errno is
 // EADDRINUSE and the system can tell.
 func inUseBy(errno syscall.Errno, port string) error {
+	if errno != syscall.EADDRINUSE {
+		return errno
+	}
+	// Only now: naming the owner reads every process's sockets in /proc.
 	p, _ := strconv.Atoi(port)
-	if owner := portowner.Of(p); errno == syscall.EADDRINUSE && owner != "" {
+	if owner := portowner.Of(p); owner != "" {
 		return fmt.Errorf("%w by %s", errno, owner)
 	}
 	return errno

@@ -79,7 +79,9 @@ func TestDev_PortLayoutFromBasePort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	d := startDev(t, "--base-port", strconv.Itoa(base), "--controllers-count", "1", "--brokers-count", "2", "--metrics")
+	// No --metrics: keel dev serves metrics (and a controller's console)
+	// by default, as `make run` does.
+	d := startDev(t, "--base-port", strconv.Itoa(base), "--controllers-count", "1", "--brokers-count", "2")
 	moved := regexp.MustCompile(fmt.Sprintf(`^  \(%d is taken \(address already in use by \S+ \(pid %d\)\): broker 2's Kafka listener is at (127\.0\.0\.1:\d+)\)$`, base+1, os.Getpid()))
 	lines := d.devAddrLines(t)
 	if len(lines) != 4 {
